@@ -1,0 +1,174 @@
+# Poros: build, test, install.  `make` builds every tool into bin/;
+# `make bench` runs the default spec; `make test` runs every test.
+.SUFFIXES:
+
+VERSION    := 0.1.0
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+CC         ?= cc
+PKG_CONFIG ?= pkg-config
+PKGS       := yaml-0.1 libcjson zlib libpcre2-8 libutf8proc
+DEB_PKGS   := libyaml-dev libcjson-dev zlib1g-dev libpcre2-dev libutf8proc-dev pkg-config jq bats bats-assert bats-support
+
+GIT_SHA    := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+PKG_CFLAGS  = $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS    = $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null)
+
+CFLAGS_STD := -std=c11 -Wall -Wextra -Werror -O2 -g -fopenmp \
+              -D_DEFAULT_SOURCE -D_FILE_OFFSET_BITS=64 \
+              -DPOROS_VERSION='"$(VERSION)"' -DPOROS_GIT_SHA='"$(GIT_SHA)"'
+SAN        ?=
+ALL_CFLAGS  = $(CFLAGS_STD) $(SAN) -Itools/lib -Ikernels $(PKG_CFLAGS) $(CFLAGS)
+ALL_LDLIBS  = -Wl,-rpath,'$$ORIGIN/../lib' $(PKG_LIBS) -lm -lpthread $(LDLIBS)
+
+# CUDA: built when nvcc is on PATH or CUDA_HOME is set.
+CUDA_HOME  ?= $(shell d=$$(command -v nvcc 2>/dev/null) && dirname $$(dirname $$d))
+NVCC       := $(if $(CUDA_HOME),$(wildcard $(CUDA_HOME)/bin/nvcc))
+NATIVE_SM  := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d . | grep -E '^[0-9]+$$')
+CUDA_ARCHS ?= 90 $(filter-out 90,$(NATIVE_SM))
+NVCC_GENCODE = $(foreach a,$(CUDA_ARCHS),-gencode=arch=compute_$(a),code=sm_$(a)) -gencode=arch=compute_90,code=compute_90
+NVCCFLAGS  ?= -O3 -std=c++17 -lineinfo $(NVCC_GENCODE) -Xcompiler -Wall,-Wextra -Ikernels -Itools/lib
+
+BUILD      := build
+TOOLS      := $(notdir $(patsubst %/,%,$(sort $(dir $(wildcard tools/poros-*/*.c)))))
+LIB_SRC    := $(wildcard tools/lib/*.c)
+CPU_SRC    := $(wildcard kernels/cpu/*.c)
+CUDA_SRC   := $(wildcard kernels/cuda/*.cu)
+UNIT_SRC   := $(wildcard tests/unit/test_*.c)
+GPU_TEST_SRC := $(wildcard tests/gpu/*.c)
+# the trainer's engine (every poros-train source but main.c), linked into unit tests too
+TRAIN_SRC  := $(filter-out tools/poros-train/main.c,$(wildcard tools/poros-train/*.c))
+
+LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CPU_OBJ    := $(CPU_SRC:%.c=$(BUILD)/%.o)
+CUDA_OBJ   := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+LIBPOROS   := $(BUILD)/libporos.a
+LIBCPU     := $(BUILD)/libporos_cpu.a
+LIBCUDA    := $(BUILD)/libporos_cuda.a
+LIBTRAIN   := $(BUILD)/libporos_train.a
+TRAIN_OBJ  := $(TRAIN_SRC:%.c=$(BUILD)/%.o)
+BINS       := $(TOOLS:%=bin/%)
+UNIT_BINS  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+GPU_BINS   := $(GPU_TEST_SRC:tests/gpu/%.c=$(BUILD)/gpu/%)
+
+ifneq ($(NVCC),)
+CUDA_LIBS  := $(LIBCUDA) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+CUDA_DEFS  := -DPOROS_HAVE_CUDA
+else
+CUDA_LIBS  :=
+CUDA_DEFS  :=
+endif
+
+all: $(BINS) cuda-note
+
+cuda-note:
+ifeq ($(NVCC),)
+	@echo "poros: nvcc not found (set CUDA_HOME to build it): CPU-only build" >&2
+endif
+
+.PHONY: all cuda-note deps test test-unit test-bats test-gpu test-asan bench install clean bundle fuzz
+
+# --- dependencies ---------------------------------------------------------
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then \
+	  echo "poros: installing$$missing" >&2; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >&2 || \
+	  { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >&2; }; \
+	else \
+	  echo "poros: missing packages; run as root:" >&2; \
+	  echo "apt-get install -y$$missing" >&2; exit 2; \
+	fi
+
+$(BUILD)/.deps-ok: | $(BUILD)
+	@$(MAKE) --no-print-directory deps
+	@touch $@
+
+$(BUILD):
+	@mkdir -p $(BUILD)
+
+# --- compile --------------------------------------------------------------
+$(BUILD)/%.o: %.c $(BUILD)/.deps-ok
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(CUDA_DEFS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+
+$(LIBPOROS): $(LIB_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(LIBCPU): $(CPU_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(LIBCUDA): $(CUDA_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(LIBTRAIN): $(TRAIN_OBJ)
+	@rm -f $@; ar rcs $@ $^
+
+.SECONDEXPANSION:
+bin/poros-%: $$(addprefix $(BUILD)/,$$(addsuffix .o,$$(basename $$(wildcard tools/poros-$$*/*.c)))) $(LIBPOROS) $(LIBCPU) $(if $(NVCC),$(LIBCUDA))
+	$(CC) $(ALL_CFLAGS) -o $@ $(filter %.o,$^) $(LIBPOROS) $(LIBCPU) $(CUDA_LIBS) $(ALL_LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBTRAIN) $(LIBPOROS) $(LIBCPU) $(if $(NVCC),$(LIBCUDA))
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBTRAIN) $(LIBPOROS) $(LIBCPU) $(CUDA_LIBS) $(ALL_LDLIBS)
+
+$(BUILD)/gpu/%: $(BUILD)/tests/gpu/%.o $(LIBTRAIN) $(LIBPOROS) $(LIBCPU) $(if $(NVCC),$(LIBCUDA))
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBTRAIN) $(LIBPOROS) $(LIBCPU) $(CUDA_LIBS) $(ALL_LDLIBS)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# --- tests ----------------------------------------------------------------
+test: all $(UNIT_BINS)
+	@$(MAKE) --no-print-directory test-unit test-bats
+
+test-unit: $(UNIT_BINS)
+	@fail=0; for t in $(UNIT_BINS); do \
+	  echo "== $$t" >&2; $$t || { echo "FAIL: $$t" >&2; fail=1; }; \
+	done; exit $$fail
+
+test-bats: all
+	bats tests/*.bats
+
+test-gpu: all $(if $(NVCC),$(GPU_BINS))
+	@sh tests/gpu/run.sh
+
+# The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer (CPU build;
+# objects in build-asan/, binaries replace bin/ for the run and are removed after).
+ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+test-asan:
+	rm -f $(BINS)
+	$(MAKE) --no-print-directory BUILD=build-asan SAN='$(ASAN_FLAGS)' CUDA_HOME= all
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	  $(MAKE) --no-print-directory BUILD=build-asan SAN='$(ASAN_FLAGS)' CUDA_HOME= test-unit test-bats; \
+	  rc=$$?; rm -f $(BINS); exit $$rc
+
+bench: all
+	bin/poros bench run configs/bench/tiny.yaml
+
+# --- install --------------------------------------------------------------
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/poros $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
+	install -m 755 $(BINS) bin/poros $(DESTDIR)$(PREFIX)/bin/
+	cp -R share/poros/. $(DESTDIR)$(PREFIX)/share/poros/
+	cp -R configs $(DESTDIR)$(PREFIX)/share/poros/
+	install -m 644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 man/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
+
+# A relocatable tree for machines without libyaml/cJSON (the GPU machines):
+# dist/poros/{bin,lib,share,configs}; binaries find lib/ through $$ORIGIN.
+bundle: all
+	rm -rf dist/poros
+	mkdir -p dist/poros/bin dist/poros/lib dist/poros/share
+	cp $(BINS) bin/poros dist/poros/bin/
+	cp -R share/poros dist/poros/share/
+	cp -R configs dist/poros/
+	ldd $(BINS) | awk '/libyaml|libcjson|libutf8proc|libpcre2/ { print $$3 }' | sort -u | xargs -I{} cp -L {} dist/poros/lib/
+	@echo "poros: bundle in dist/poros" >&2
+
+clean:
+	rm -rf $(BUILD) build-asan dist $(BINS)

@@ -1,0 +1,60 @@
+/* kernels/backend.h: what the engine needs from a device besides the ops:
+ * memory, two streams, events.  The CPU backend runs everything
+ * synchronously; the CUDA backend uses a compute stream and a copy stream
+ * ordered by events, so the next block's weights are copied while the
+ * current block computes.  The engine code above is the same for both. */
+#ifndef POROS_BACKEND_H
+#define POROS_BACKEND_H
+
+#include <stddef.h>
+#include "ops.h"
+
+enum { STREAM_COMPUTE = 0, STREAM_COPY = 1 };
+
+struct backend_event;
+
+struct backend {
+	const char *name; /* "cpu" or "cuda" */
+	const struct poros_ops *ops; /* all run on STREAM_COMPUTE */
+
+	/* Raw device memory; the engine's allocator sits above these.
+	 * device_alloc returns 0, or -1 when the device is out of memory. */
+	int (*device_alloc)(void **p, size_t bytes);
+	void (*device_free)(void *p);
+	/* Host memory the device can copy from at full speed (pinned on CUDA).
+	 * 0 or -1. */
+	int (*host_alloc)(void **p, size_t bytes);
+	void (*host_free)(void *p);
+
+	/* Asynchronous on the given stream (CPU: immediate). */
+	void (*copy_h2d)(void *dst, const void *src, size_t bytes, int stream);
+	void (*copy_d2d)(void *dst, const void *src, size_t bytes, int stream);
+	void (*memset_zero)(void *dst, size_t bytes, int stream);
+	/* Synchronous: waits for the compute stream, then copies. */
+	void (*copy_d2h)(void *dst, const void *src, size_t bytes);
+
+	struct backend_event *(*event_create)(void);
+	void (*event_destroy)(struct backend_event *e);
+	void (*event_record)(struct backend_event *e, int stream);
+	/* Work queued on stream after this waits for e. */
+	void (*stream_wait_event)(int stream, struct backend_event *e);
+	void (*event_synchronize)(struct backend_event *e);
+	/* Milliseconds between two recorded (and completed) events. */
+	float (*event_elapsed_ms)(struct backend_event *start, struct backend_event *end);
+	void (*synchronize)(void);
+
+	/* Facts for the artifact's env: gpu_name, gpu_mem_mb, driver,
+	 * cuda_runtime (NULL/0 on CPU). */
+	const char *device_name;
+	long device_mem_mb;
+	const char *driver_version;
+	const char *runtime_version;
+};
+
+/* The CPU backend; always available. */
+const struct backend *backend_cpu(void);
+/* The CUDA backend on device 0, or NULL with a reason in err ("built
+ * without CUDA", "no CUDA device") when it cannot be used. */
+const struct backend *backend_cuda(char *err, size_t errsz);
+
+#endif

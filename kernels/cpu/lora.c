@@ -1,0 +1,163 @@
+// defines: lora_forward_cpu lora_backward_cpu
+/* A LoRA adapter beside a frozen linear, as PEFT computes it:
+ *   out += (dropout(x) @ A^T @ B^T) * scale
+ * x is the bf16 input of the base GEMM; A, B and every product are fp32.
+ * Dropout keeps element (t,k) iff poros_dropout_keep(seed, t*K+k, p) and
+ * scales kept ones by 1/(1-p); backward recomputes the mask from the seed
+ * rather than storing it.  Every sum runs in a fixed order and each output
+ * element belongs to one thread, so the bits do not depend on the thread
+ * count.  Stack tiles bound the per-thread accumulators whatever R and K. */
+#include "ops.h"
+#include "cpu_par.h"
+
+#define LORA_TILE 64   /* columns of an accumulator row kept on the stack */
+#define LORA_R_TILE 16 /* rows of A whose gradient shares one dropout mask pass */
+
+/* The input element (t,k) after dropout. */
+static inline float dropped_input(const bf16 *in, float p, float keep_scale, uint64_t seed, int t, int k, int K)
+{
+	float x = f32_from_bf16(in[(size_t)t * K + k]);
+	if (p == 0.0f)
+		return x;
+	return poros_dropout_keep(seed, (uint64_t)t * K + k, p) ? x * keep_scale : 0.0f;
+}
+
+static inline int min_int(int a, int b)
+{
+	return a < b ? a : b;
+}
+
+/* out (T,N) += scale * u @ B^T and u (T,R) = xd @ A^T (saved), where
+ * in (T,K) bf16, A (R,K), B (N,R). */
+void lora_forward_cpu(float *out, float *u, const bf16 *in, const float *A, const float *B, float scale,
+		      float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)
+{
+	float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
+#pragma omp parallel for schedule(static) if ((long)T * K * R >= POROS_CPU_PAR_MIN)
+	for (int t = 0; t < T; t++) {
+		float *ut = u + (size_t)t * R;
+		for (int r = 0; r < R; r++)
+			ut[r] = 0.0f;
+		/* one tile of the dropped input at a time, so each mask bit is
+		 * hashed once; every u[t][r] still sums k = 0..K-1 in order */
+		for (int k0 = 0; k0 < K; k0 += LORA_TILE) {
+			int kn = min_int(LORA_TILE, K - k0);
+			float xd[LORA_TILE];
+			for (int kk = 0; kk < kn; kk++)
+				xd[kk] = dropped_input(in, dropout_p, keep_scale, dropout_seed, t, k0 + kk, K);
+			for (int r = 0; r < R; r++) {
+				const float *a = A + (size_t)r * K + k0;
+				float acc = ut[r];
+				for (int kk = 0; kk < kn; kk++)
+					acc += xd[kk] * a[kk];
+				ut[r] = acc;
+			}
+		}
+		for (int n = 0; n < N; n++) {
+			const float *b = B + (size_t)n * R;
+			float acc = 0.0f;
+			for (int r = 0; r < R; r++)
+				acc += ut[r] * b[r];
+			/* PEFT: lora_B(lora_A(x)) * scaling, then added */
+			out[(size_t)t * N + n] += acc * scale;
+		}
+	}
+}
+
+/* Given dout (T,N):
+ *   du (T,R)  = scale * dout @ B            (written; scratch for the next two)
+ *   dB (N,R) += scale * dout^T @ u
+ *   dA (R,K) += du^T @ xd
+ *   din (T,K) += (du @ A) * keep / (1-p)    (skipped when din is NULL) */
+void lora_backward_cpu(float *din, float *dA, float *dB, float *du, const float *dout, const bf16 *in,
+		       const float *u, const float *A, const float *B, float scale, float dropout_p,
+		       uint64_t dropout_seed, int T, int K, int N, int R)
+{
+	float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
+	int r_tiles = (R + LORA_TILE - 1) / LORA_TILE;
+	int k_tiles = (K + LORA_TILE - 1) / LORA_TILE;
+	int ra_tiles = (R + LORA_R_TILE - 1) / LORA_R_TILE;
+
+	/* du: sums over n = 0..N-1, rows of B read contiguously */
+#pragma omp parallel for collapse(2) schedule(static) if ((long)T * N * R >= POROS_CPU_PAR_MIN)
+	for (int t = 0; t < T; t++) {
+		for (int rt = 0; rt < r_tiles; rt++) {
+			int r0 = rt * LORA_TILE, rn = min_int(LORA_TILE, R - r0);
+			float acc[LORA_TILE] = { 0 };
+			for (int n = 0; n < N; n++) {
+				float g = dout[(size_t)t * N + n];
+				const float *b = B + (size_t)n * R + r0;
+				for (int rr = 0; rr < rn; rr++)
+					acc[rr] += g * b[rr];
+			}
+			for (int rr = 0; rr < rn; rr++)
+				du[(size_t)t * R + r0 + rr] = scale * acc[rr];
+		}
+	}
+
+	/* dB: sums over t = 0..T-1, rows of u read contiguously */
+#pragma omp parallel for collapse(2) schedule(static) if ((long)N * T * R >= POROS_CPU_PAR_MIN)
+	for (int n = 0; n < N; n++) {
+		for (int rt = 0; rt < r_tiles; rt++) {
+			int r0 = rt * LORA_TILE, rn = min_int(LORA_TILE, R - r0);
+			float acc[LORA_TILE] = { 0 };
+			for (int t = 0; t < T; t++) {
+				float g = dout[(size_t)t * N + n];
+				const float *ut = u + (size_t)t * R + r0;
+				for (int rr = 0; rr < rn; rr++)
+					acc[rr] += g * ut[rr];
+			}
+			for (int rr = 0; rr < rn; rr++)
+				dB[(size_t)n * R + r0 + rr] += scale * acc[rr];
+		}
+	}
+
+	/* dA: sums over t = 0..T-1; a tile of xd is hashed once per t and used
+	 * for LORA_R_TILE rows of A */
+#pragma omp parallel for collapse(2) schedule(static) if ((long)R * K * T >= POROS_CPU_PAR_MIN)
+	for (int rt = 0; rt < ra_tiles; rt++) {
+		for (int kt = 0; kt < k_tiles; kt++) {
+			int r0 = rt * LORA_R_TILE, rn = min_int(LORA_R_TILE, R - r0);
+			int k0 = kt * LORA_TILE, kn = min_int(LORA_TILE, K - k0);
+			float acc[LORA_R_TILE][LORA_TILE] = { { 0 } };
+			for (int t = 0; t < T; t++) {
+				float xd[LORA_TILE];
+				for (int kk = 0; kk < kn; kk++)
+					xd[kk] = dropped_input(in, dropout_p, keep_scale, dropout_seed, t, k0 + kk, K);
+				for (int rr = 0; rr < rn; rr++) {
+					float g = du[(size_t)t * R + r0 + rr];
+					for (int kk = 0; kk < kn; kk++)
+						acc[rr][kk] += g * xd[kk];
+				}
+			}
+			for (int rr = 0; rr < rn; rr++)
+				for (int kk = 0; kk < kn; kk++)
+					dA[(size_t)(r0 + rr) * K + k0 + kk] += acc[rr][kk];
+		}
+	}
+
+	if (!din)
+		return;
+	/* din: sums over r = 0..R-1, rows of A read contiguously; the dropout
+	 * mask and scale apply to the finished sum, as autograd does */
+#pragma omp parallel for collapse(2) schedule(static) if ((long)T * K * R >= POROS_CPU_PAR_MIN)
+	for (int t = 0; t < T; t++) {
+		for (int kt = 0; kt < k_tiles; kt++) {
+			int k0 = kt * LORA_TILE, kn = min_int(LORA_TILE, K - k0);
+			float acc[LORA_TILE] = { 0 };
+			for (int r = 0; r < R; r++) {
+				float g = du[(size_t)t * R + r];
+				const float *a = A + (size_t)r * K + k0;
+				for (int kk = 0; kk < kn; kk++)
+					acc[kk] += g * a[kk];
+			}
+			float *d = din + (size_t)t * K + k0;
+			for (int kk = 0; kk < kn; kk++) {
+				if (dropout_p == 0.0f)
+					d[kk] += acc[kk];
+				else if (poros_dropout_keep(dropout_seed, (uint64_t)t * K + k0 + kk, dropout_p))
+					d[kk] += acc[kk] * keep_scale;
+			}
+		}
+	}
+}

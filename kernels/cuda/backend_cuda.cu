@@ -1,0 +1,327 @@
+// defines: backend_cuda, poros_cuda_compute_stream, poros_cuda_copy_stream,
+// poros_cuda_cublas, poros_cuda_cublaslt
+//
+// The CUDA backend of kernels/backend.h on device 0: raw memory, pinned host
+// memory, copies on two streams, events, device facts, and the device state
+// (streams, cuBLAS handles) the ops run on.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.cuh"
+
+// cuBLAS's recommended workspace on Hopper.  Fixed for the life of the
+// process: a GEMM's algorithm may depend on the workspace it is offered, so
+// a changing workspace could change bits.  It sits outside the engine's
+// allocator (allocated once, before any training memory).
+#define CUBLAS_WORKSPACE_BYTES (32u << 20)
+
+static struct cuda_state {
+	int ready;
+	cudaStream_t compute, copy;
+	cublasHandle_t blas;
+	cublasLtHandle_t lt;
+	void *blas_workspace;
+	char device_name[256];
+	char driver[64];
+	char runtime[32];
+	long mem_mb;
+} state;
+
+struct backend_event {
+	cudaEvent_t ev;
+};
+
+// The kernel driver's version ("580.65.06") as nvidia-smi reports it; the
+// driver API's CUDA version stands in when /proc does not say.
+static void read_driver_version(char *out, size_t outsz)
+{
+	FILE *f = fopen("/proc/driver/nvidia/version", "r");
+	if (f) {
+		char line[512];
+		while (fgets(line, sizeof line, f)) {
+			const char *km = strstr(line, "Kernel Module");
+			if (!km)
+				continue;
+			// The version is the first word that looks like one ("580.159.03");
+			// some kernels insert words ("for x86_64") before it.
+			for (const char *w = km + strlen("Kernel Module"); *w; ) {
+				while (*w == ' ' || *w == '\t')
+					w++;
+				size_t n = strcspn(w, " \t\n");
+				if (n > 0 && n < outsz && w[0] >= '0' && w[0] <= '9' && memchr(w, '.', n)) {
+					memcpy(out, w, n);
+					out[n] = '\0';
+					fclose(f);
+					return;
+				}
+				if (n == 0)
+					break;
+				w += n;
+			}
+		}
+		fclose(f);
+	}
+	int v = 0;
+	if (cudaDriverGetVersion(&v) == cudaSuccess && v > 0)
+		snprintf(out, outsz, "cuda-driver-api %d.%d", v / 1000, (v % 1000) / 10);
+	else
+		snprintf(out, outsz, "unknown");
+}
+
+// Releases what cuda_init made, so a memory checker sees no leaks at exit.
+static void cuda_shutdown(void)
+{
+	if (!state.ready)
+		return;
+	cudaStreamSynchronize(state.compute);
+	cublasLtDestroy(state.lt);
+	cublasDestroy(state.blas);
+	cudaFree(state.blas_workspace);
+	cudaStreamDestroy(state.copy);
+	cudaStreamDestroy(state.compute);
+	state.ready = 0;
+}
+
+// Creates the device state once.  Returns 0, or -1 with a reason in err.
+static int cuda_init(char *err, size_t errsz)
+{
+	if (state.ready)
+		return 0;
+	int count = 0;
+	cudaError_t e = cudaGetDeviceCount(&count);
+	if (e != cudaSuccess || count == 0) {
+		if (e != cudaSuccess)
+			snprintf(err, errsz, "no CUDA device (%s)", cudaGetErrorString(e));
+		else
+			snprintf(err, errsz, "no CUDA device");
+		cudaGetLastError(); // leave no sticky error for a later caller
+		return -1;
+	}
+	cudaCheck(cudaSetDevice(0));
+	cudaDeviceProp prop;
+	cudaCheck(cudaGetDeviceProperties(&prop, 0));
+	snprintf(state.device_name, sizeof state.device_name, "%s", prop.name);
+	state.mem_mb = (long)(prop.totalGlobalMem >> 20);
+	int rt = 0;
+	cudaCheck(cudaRuntimeGetVersion(&rt));
+	snprintf(state.runtime, sizeof state.runtime, "%d.%d", rt / 1000, (rt % 1000) / 10);
+	read_driver_version(state.driver, sizeof state.driver);
+
+	// Non-blocking: neither stream should wait on work some library queues
+	// on the legacy default stream.
+	cudaCheck(cudaStreamCreateWithFlags(&state.compute, cudaStreamNonBlocking));
+	cudaCheck(cudaStreamCreateWithFlags(&state.copy, cudaStreamNonBlocking));
+
+	e = cudaMalloc(&state.blas_workspace, CUBLAS_WORKSPACE_BYTES);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		snprintf(err, errsz, "cannot allocate the %u MiB cuBLAS workspace: %s",
+		         CUBLAS_WORKSPACE_BYTES >> 20, cudaGetErrorString(e));
+		return -1;
+	}
+	cublasCheck(cublasCreate(&state.blas));
+	cublasCheck(cublasSetStream(state.blas, state.compute));
+	cublasCheck(cublasSetWorkspace(state.blas, state.blas_workspace, CUBLAS_WORKSPACE_BYTES));
+	// fp32 GEMMs stay fp32 (no TF32), and no routine may use atomics whose
+	// order varies: both are the defaults, set here so nothing can drift.
+	cublasCheck(cublasSetMathMode(state.blas, CUBLAS_DEFAULT_MATH));
+	cublasCheck(cublasSetAtomicsMode(state.blas, CUBLAS_ATOMICS_NOT_ALLOWED));
+	cublasCheck(cublasSetPointerMode(state.blas, CUBLAS_POINTER_MODE_HOST));
+	cublasCheck(cublasLtCreate(&state.lt));
+	state.ready = 1;
+	atexit(cuda_shutdown);
+	return 0;
+}
+
+// The ops reach the state through these; an op called before backend_cuda()
+// still finds a device, or stops the tool with the reason.
+static void ensure_ready(void)
+{
+	if (state.ready)
+		return;
+	char err[256];
+	if (cuda_init(err, sizeof err) != 0) {
+		fprintf(stderr, "%s: CUDA backend: %s\n", poros_cuda_progname(), err);
+		exit(1);
+	}
+}
+
+extern "C" cudaStream_t poros_cuda_compute_stream(void)
+{
+	ensure_ready();
+	return state.compute;
+}
+
+extern "C" cudaStream_t poros_cuda_copy_stream(void)
+{
+	ensure_ready();
+	return state.copy;
+}
+
+extern "C" cublasHandle_t poros_cuda_cublas(void)
+{
+	ensure_ready();
+	return state.blas;
+}
+
+extern "C" cublasLtHandle_t poros_cuda_cublaslt(void)
+{
+	ensure_ready();
+	return state.lt;
+}
+
+static cudaStream_t stream_of(int stream)
+{
+	return stream == STREAM_COPY ? state.copy : state.compute;
+}
+
+// --- memory -----------------------------------------------------------------
+
+static int cuda_device_alloc(void **p, size_t bytes)
+{
+	cudaError_t e = cudaMalloc(p, bytes);
+	if (e == cudaErrorMemoryAllocation) {
+		cudaGetLastError(); // out of memory is an answer, not a sticky error
+		*p = NULL;
+		return -1;
+	}
+	cudaCheck(e);
+	return 0;
+}
+
+static void cuda_device_free(void *p)
+{
+	if (p)
+		cudaCheck(cudaFree(p));
+}
+
+static int cuda_host_alloc(void **p, size_t bytes)
+{
+	// Portable: pinned for every context, should a second device join later.
+	cudaError_t e = cudaHostAlloc(p, bytes, cudaHostAllocPortable);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		*p = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+static void cuda_host_free(void *p)
+{
+	if (p)
+		cudaCheck(cudaFreeHost(p));
+}
+
+// --- copies -----------------------------------------------------------------
+
+static void cuda_copy_h2d(void *dst, const void *src, size_t bytes, int stream)
+{
+	if (bytes)
+		cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(stream)));
+}
+
+static void cuda_copy_d2d(void *dst, const void *src, size_t bytes, int stream)
+{
+	if (bytes)
+		cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_of(stream)));
+}
+
+static void cuda_memset_zero(void *dst, size_t bytes, int stream)
+{
+	if (bytes)
+		cudaCheck(cudaMemsetAsync(dst, 0, bytes, stream_of(stream)));
+}
+
+// Queued behind everything on the compute stream, then waited for: the
+// host sees the value the ops produced.
+static void cuda_copy_d2h(void *dst, const void *src, size_t bytes)
+{
+	if (bytes)
+		cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, state.compute));
+	cudaCheck(cudaStreamSynchronize(state.compute));
+}
+
+// --- events -----------------------------------------------------------------
+
+static struct backend_event *cuda_event_create(void)
+{
+	struct backend_event *e = (struct backend_event *)malloc(sizeof *e);
+	if (!e) {
+		fprintf(stderr, "%s: out of memory\n", poros_cuda_progname());
+		exit(1);
+	}
+	cudaCheck(cudaEventCreate(&e->ev));
+	return e;
+}
+
+static void cuda_event_destroy(struct backend_event *e)
+{
+	if (!e)
+		return;
+	cudaCheck(cudaEventDestroy(e->ev));
+	free(e);
+}
+
+static void cuda_event_record(struct backend_event *e, int stream)
+{
+	cudaCheck(cudaEventRecord(e->ev, stream_of(stream)));
+}
+
+static void cuda_stream_wait_event(int stream, struct backend_event *e)
+{
+	cudaCheck(cudaStreamWaitEvent(stream_of(stream), e->ev, 0));
+}
+
+static void cuda_event_synchronize(struct backend_event *e)
+{
+	cudaCheck(cudaEventSynchronize(e->ev));
+}
+
+static float cuda_event_elapsed_ms(struct backend_event *start, struct backend_event *end)
+{
+	float ms = 0.0f;
+	cudaCheck(cudaEventElapsedTime(&ms, start->ev, end->ev));
+	return ms;
+}
+
+static void cuda_synchronize(void)
+{
+	cudaCheck(cudaDeviceSynchronize());
+}
+
+static struct backend cuda_backend;
+
+extern "C" const struct backend *backend_cuda(char *err, size_t errsz)
+{
+	char why[256];
+	if (cuda_init(why, sizeof why) != 0) {
+		if (err && errsz)
+			snprintf(err, errsz, "%s", why);
+		return NULL;
+	}
+	struct backend *b = &cuda_backend;
+	b->name = "cuda";
+	b->ops = &poros_cuda_ops;
+	b->device_alloc = cuda_device_alloc;
+	b->device_free = cuda_device_free;
+	b->host_alloc = cuda_host_alloc;
+	b->host_free = cuda_host_free;
+	b->copy_h2d = cuda_copy_h2d;
+	b->copy_d2d = cuda_copy_d2d;
+	b->memset_zero = cuda_memset_zero;
+	b->copy_d2h = cuda_copy_d2h;
+	b->event_create = cuda_event_create;
+	b->event_destroy = cuda_event_destroy;
+	b->event_record = cuda_event_record;
+	b->stream_wait_event = cuda_stream_wait_event;
+	b->event_synchronize = cuda_event_synchronize;
+	b->event_elapsed_ms = cuda_event_elapsed_ms;
+	b->synchronize = cuda_synchronize;
+	b->device_name = state.device_name;
+	b->device_mem_mb = state.mem_mb;
+	b->driver_version = state.driver;
+	b->runtime_version = state.runtime;
+	return b;
+}

@@ -1,0 +1,286 @@
+// defines: cudaCheck, cublasCheck, launchCheck, the device state accessors
+// (poros_cuda_compute_stream, poros_cuda_copy_stream, poros_cuda_cublas,
+// poros_cuda_cublaslt), bf16 helpers, deterministic warp/block reductions,
+// and thin cuBLAS GEMM wrappers (column-major, as cuBLAS sees the world).
+//
+// Shared by every kernels/cuda/*.cu.  ops.h and backend.h are C headers, so
+// they are included inside extern "C" and every launcher is extern "C".
+#ifndef POROS_CUDA_COMMON_CUH
+#define POROS_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cublas_v2.h>
+#include <cublasLt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+extern "C" {
+#include "ops.h"
+#include "backend.h"
+}
+
+// ---------------------------------------------------------------------------
+// Errors: a failed CUDA or cuBLAS call is a runtime failure of the tool (the
+// ops return nothing, so there is no caller to hand the error to): one line
+// on stderr naming the tool, the source position and the error, then exit 1.
+
+// Weak, so the CUDA library does not force tools/lib/util.o into programs
+// that never set a program name (the GPU tests); NULL there.
+extern "C" const char *progname __attribute__((weak));
+
+static inline const char *poros_cuda_progname(void)
+{
+	return (&progname != NULL && progname != NULL) ? progname : "poros";
+}
+
+static inline void poros_cuda_check(cudaError_t e, const char *what, const char *file, int line)
+{
+	if (e == cudaSuccess)
+		return;
+	fprintf(stderr, "%s: %s:%d: CUDA error: %s (%s) in %s\n", poros_cuda_progname(), file, line,
+	        cudaGetErrorString(e), cudaGetErrorName(e), what);
+	exit(1);
+}
+
+static inline void poros_cublas_check(cublasStatus_t s, const char *what, const char *file, int line)
+{
+	if (s == CUBLAS_STATUS_SUCCESS)
+		return;
+	fprintf(stderr, "%s: %s:%d: cuBLAS error: %s (%d) in %s\n", poros_cuda_progname(), file, line,
+	        cublasGetStatusString(s), (int)s, what);
+	exit(1);
+}
+
+#define cudaCheck(call) poros_cuda_check((call), #call, __FILE__, __LINE__)
+#define cublasCheck(call) poros_cublas_check((call), #call, __FILE__, __LINE__)
+// After every kernel launch: catches bad launch configurations at once
+// instead of at the next synchronizing call, far from the cause.
+#define launchCheck() poros_cuda_check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+// ---------------------------------------------------------------------------
+// Device state, owned by backend_cuda.cu and created on first use: every op
+// runs on the compute stream; the copy stream carries the next block's
+// weights.  One cuBLAS handle bound to the compute stream with a fixed
+// workspace, so each GEMM shape always takes the same algorithm and bits.
+extern "C" {
+cudaStream_t poros_cuda_compute_stream(void);
+cudaStream_t poros_cuda_copy_stream(void);
+cublasHandle_t poros_cuda_cublas(void);
+cublasLtHandle_t poros_cuda_cublaslt(void);
+}
+
+// ---------------------------------------------------------------------------
+// bf16: the ops traffic in uint16_t bit patterns (ops.h's bf16); these
+// convert on the device with exactly the rounding of ops.h's
+// bf16_from_f32 (round to nearest even, NaN kept quiet with its sign), so
+// CPU and CUDA produce the same bits from the same fp32 value.
+
+__device__ __forceinline__ float bf16_to_f32(bf16 h)
+{
+	return __uint_as_float((uint32_t)h << 16);
+}
+
+__device__ __forceinline__ bf16 f32_to_bf16(float f)
+{
+	uint32_t u = __float_as_uint(f);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (bf16)((u >> 16) | 0x40u);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (bf16)(u >> 16);
+}
+
+// Bit casts between our bf16 and CUDA's type, for code that wants the
+// __nv_bfloat16 intrinsics.
+__host__ __device__ __forceinline__ __nv_bfloat16 bf16_as_nv(bf16 h)
+{
+	__nv_bfloat16_raw r;
+	r.x = h;
+	return __nv_bfloat16(r);
+}
+
+__host__ __device__ __forceinline__ bf16 bf16_from_nv(__nv_bfloat16 h)
+{
+	__nv_bfloat16_raw r = h;
+	return r.x;
+}
+
+// Two bf16 packed in a 32-bit word (first element in the low half, as in
+// memory on a little-endian device).
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
+{
+	return (uint32_t)f32_to_bf16(lo) | ((uint32_t)f32_to_bf16(hi) << 16);
+}
+
+// ---------------------------------------------------------------------------
+// LoRA dropout, identical to ops.h's poros_dropout_keep (same hash, same
+// 24-bit threshold), so both backends drop the same elements.
+__device__ __forceinline__ uint64_t mix64_dev(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+__device__ __forceinline__ bool dropout_keep_dev(uint64_t seed, uint64_t i, float p)
+{
+	uint32_t r = (uint32_t)(mix64_dev(seed ^ mix64_dev(i)) >> 40);
+	return (float)r * (1.0f / 16777216.0f) >= p;
+}
+
+// ---------------------------------------------------------------------------
+// Deterministic reductions.  The xor butterfly leaves every lane with the
+// same bits (each step adds two values that both partners hold, and fp add
+// commutes), and the cross-warp step adds the warp totals in warp order, so
+// the result depends only on the block size, which each kernel fixes.
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+// blockDim.x must be a multiple of 32.  Every thread gets the total.  Safe to
+// call repeatedly in one kernel: the first barrier keeps a new call's writes
+// away from a previous call's readers.
+__device__ __forceinline__ float block_sum(float v)
+{
+	__shared__ float warp_totals[32];
+	__shared__ float total;
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+	v = warp_sum(v);
+	__syncthreads();
+	if (lane == 0)
+		warp_totals[warp] = v;
+	__syncthreads();
+	if (warp == 0) {
+		float w = lane < nwarps ? warp_totals[lane] : 0.0f;
+		w = warp_sum(w);
+		if (lane == 0)
+			total = w;
+	}
+	__syncthreads();
+	return total;
+}
+
+__device__ __forceinline__ float block_max(float v)
+{
+	__shared__ float warp_maxes[32];
+	__shared__ float result;
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+	v = warp_max(v);
+	__syncthreads();
+	if (lane == 0)
+		warp_maxes[warp] = v;
+	__syncthreads();
+	if (warp == 0) {
+		float w = lane < nwarps ? warp_maxes[lane] : -INFINITY;
+		w = warp_max(w);
+		if (lane == 0)
+			result = w;
+	}
+	__syncthreads();
+	return result;
+}
+
+// ---------------------------------------------------------------------------
+// Launch helpers.
+
+static inline unsigned int ceil_div_u(long a, long b)
+{
+	return (unsigned int)((a + b - 1) / b);
+}
+
+// Grid for a grid-stride loop over `work` items: enough blocks to fill the
+// device several times over, capped so the index arithmetic stays cheap.
+// The result only depends on `work` (never on the device), which keeps any
+// per-thread order, and therefore the bits, the same on every GPU.
+static inline unsigned int grid_for(long work, int threads)
+{
+	long blocks = (work + threads - 1) / threads;
+	if (blocks < 1)
+		blocks = 1;
+	if (blocks > 65536)
+		blocks = 65536;
+	return (unsigned int)blocks;
+}
+
+static inline bool aligned16(const void *p)
+{
+	return ((uintptr_t)p & 15u) == 0;
+}
+
+// Four consecutive elements starting at p, as one 16-byte (fp32) or 8-byte
+// (bf16) load when vec, else as four scalar loads.  Kernels that reduce
+// walk their data in such groups of four on both paths, so a pointer's
+// alignment changes only the width of the loads, never the order of a sum:
+// the same values give the same bits wherever they sit in memory.
+__device__ __forceinline__ float4 load4(const float *p, bool vec)
+{
+	if (vec)
+		return *(const float4 *)p;
+	return make_float4(p[0], p[1], p[2], p[3]);
+}
+
+__device__ __forceinline__ float4 load4(const bf16 *p, bool vec)
+{
+	if (vec) {
+		uint2 w = *(const uint2 *)p;
+		return make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
+		                   __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u));
+	}
+	return make_float4(bf16_to_f32(p[0]), bf16_to_f32(p[1]), bf16_to_f32(p[2]), bf16_to_f32(p[3]));
+}
+
+// ---------------------------------------------------------------------------
+// cuBLAS wrappers.  cuBLAS is column-major: a row-major (rows, cols) matrix
+// with leading dimension ld is, to cuBLAS, a column-major (cols, rows) one.
+// Each launcher states the mapping it uses.  All GEMMs accumulate in fp32
+// (CUBLAS_COMPUTE_32F: bf16 inputs run on tensor cores with fp32
+// accumulation; fp32 inputs run as plain fp32, never TF32, since the handle
+// keeps CUBLAS_DEFAULT_MATH).
+
+// C (m,n) = alpha * op(A) @ op(B) + beta * C; A, B bf16, C fp32.
+static inline void gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                             float alpha, const bf16 *A, int lda, const bf16 *B, int ldb,
+                             float beta, float *C, int ldc)
+{
+	cublasCheck(cublasGemmEx(poros_cuda_cublas(), ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda,
+	                         B, CUDA_R_16BF, ldb, &beta, C, CUDA_R_32F, ldc,
+	                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// The same with everything fp32.
+static inline void gemm_f32(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            float alpha, const float *A, int lda, const float *B, int ldb,
+                            float beta, float *C, int ldc)
+{
+	cublasCheck(cublasGemmEx(poros_cuda_cublas(), ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda,
+	                         B, CUDA_R_32F, ldb, &beta, C, CUDA_R_32F, ldc,
+	                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// fp32, `batch` independent products with element strides between them (a
+// stride of 0 reuses one operand for every product).
+static inline void gemm_f32_strided(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                    float alpha, const float *A, int lda, long long strideA,
+                                    const float *B, int ldb, long long strideB, float beta,
+                                    float *C, int ldc, long long strideC, int batch)
+{
+	cublasCheck(cublasGemmStridedBatchedEx(poros_cuda_cublas(), ta, tb, m, n, k, &alpha,
+	                                       A, CUDA_R_32F, lda, strideA, B, CUDA_R_32F, ldb, strideB,
+	                                       &beta, C, CUDA_R_32F, ldc, strideC, batch,
+	                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+#endif

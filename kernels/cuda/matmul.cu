@@ -1,0 +1,44 @@
+// defines: matmul_forward_cuda, matmul_backward_input_cuda, add_bias_kernel
+//
+// The base-weight linear layers: bf16 inputs and weights, fp32 outputs,
+// fp32 accumulation on the tensor cores through cublasGemmEx.  cuBLAS picks
+// its algorithm from the shape alone (fixed handle, stream and workspace),
+// so a shape always gets the same bits.
+#include "common.cuh"
+
+#define BIAS_THREADS 256
+
+// out (T,N) += bias (N), broadcast over rows.
+__global__ void add_bias_kernel(float *out, const bf16 *bias, long total, int N)
+{
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x)
+		out[i] += bf16_to_f32(bias[i % N]);
+}
+
+// out (T,N) = in (T,K) @ weight^T + bias; weight (N,K), bias (N) or NULL.
+// Column-major view: out^T (N,T) = weight_cm^T (N,K) @ in_cm (K,T), where
+// weight_cm is weight read as a (K,N) column-major matrix (ld K) and in_cm
+// is in read as (K,T) (ld K): the "TN" GEMM, cuBLAS's fastest layout.
+extern "C" void matmul_forward_cuda(float *out, const bf16 *in, const bf16 *weight, const bf16 *bias, int T, int K,
+                                    int N)
+{
+	if (T <= 0 || N <= 0)
+		return;
+	gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, 1.0f, weight, K, in, K, 0.0f, out, N);
+	if (bias) {
+		long total = (long)T * N;
+		add_bias_kernel<<<grid_for(total, BIAS_THREADS), BIAS_THREADS, 0, poros_cuda_compute_stream()>>>(
+			out, bias, total, N);
+		launchCheck();
+	}
+}
+
+// din (T,K) = dout (T,N) @ weight (N,K), or += when accumulate.
+// Column-major view: din^T (K,T) = weight_cm (K,N) @ dout_cm (N,T).
+extern "C" void matmul_backward_input_cuda(float *din, const bf16 *dout, const bf16 *weight, int T, int K, int N,
+                                           int accumulate)
+{
+	if (T <= 0 || K <= 0)
+		return;
+	gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, K, T, N, 1.0f, weight, K, dout, N, accumulate ? 1.0f : 0.0f, din, K);
+}

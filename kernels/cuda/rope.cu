@@ -1,0 +1,55 @@
+// defines: rope_forward_cuda, rope_backward_cuda, rope_kernel
+//
+// Rotary position embedding in HF's rotate_half layout, in place: the pair
+// (x1[i], x2[i]) = (x[i], x[i + D/2]) of each head rotates by the angle of
+// (position, i); cos, sin (S, D/2) hold HF's table's first half (its rows
+// are cat(freqs, freqs)).  One thread per pair; the backward is the same
+// kernel with the angle negated (the transposed rotation).
+#include "common.cuh"
+
+#define ROPE_THREADS 256
+
+// x (B*S, nh, D) in place; cos, sin (S, D/2); token t at position t % S.
+//   forward:  x1' = x1 cos - x2 sin,  x2' = x2 cos + x1 sin
+//   backward: x1' = x1 cos + x2 sin,  x2' = x2 cos - x1 sin   (inverse)
+__global__ void rope_kernel(float *x, const float *cos, const float *sin, long pairs, int S, int nh, int D,
+                            bool inverse)
+{
+	int half = D / 2;
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < pairs; i += (long)gridDim.x * blockDim.x) {
+		int d = (int)(i % half);
+		long head = i / half; // t * nh + h
+		int pos = (int)((head / nh) % S);
+		float c = cos[(size_t)pos * half + d];
+		float s = sin[(size_t)pos * half + d];
+		float *x1 = x + head * D + d, *x2 = x1 + half;
+		float a = *x1, b = *x2;
+		if (inverse) {
+			*x1 = a * c + b * s;
+			*x2 = b * c - a * s;
+		} else {
+			*x1 = a * c - b * s;
+			*x2 = b * c + a * s;
+		}
+	}
+}
+
+static void rope_launch(float *x, const float *cos, const float *sin, int B, int S, int nh, int D, bool inverse)
+{
+	long pairs = (long)B * S * nh * (D / 2);
+	if (pairs <= 0)
+		return;
+	rope_kernel<<<grid_for(pairs, ROPE_THREADS), ROPE_THREADS, 0, poros_cuda_compute_stream()>>>(
+		x, cos, sin, pairs, S, nh, D, inverse);
+	launchCheck();
+}
+
+extern "C" void rope_forward_cuda(float *x, const float *cos, const float *sin, int B, int S, int nh, int D)
+{
+	rope_launch(x, cos, sin, B, S, nh, D, false);
+}
+
+extern "C" void rope_backward_cuda(float *dx, const float *cos, const float *sin, int B, int S, int nh, int D)
+{
+	rope_launch(dx, cos, sin, B, S, nh, D, true);
+}

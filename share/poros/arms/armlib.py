@@ -1,0 +1,629 @@
+"""What the Poros baseline arms share.
+
+Each arm (peft_arm.py, unsloth_arm.py, accelerate_offload_arm.py) is run by
+poros-arm as
+
+    python3 ARM.py --cell CELL.json --out RUN_DIR
+
+and trains LoRA adapters for one cell with a third-party stack, under the
+same protocol as poros-train: a bare AdamW loop on a fixed synthetic batch
+of the cell's shape, warmup steps excluded from timing, device memory from
+torch's allocator.  It writes RUN_DIR/events.jsonl (one line per optimizer
+step) and RUN_DIR/adapter/ (PEFT format), and prints exactly one line on
+stdout: the summary ("poros.summary/1", docs/schemas.md).  Everything else
+(library chatter included) goes to stderr.
+
+An arm that cannot run on this machine (no torch, no CUDA device, a missing
+library) prints a summary with status "skipped" and the reason, and exits 0.
+Out of device memory is status "oom"; any other failure "error"; both
+exit 1.  A bad command line or cell exits 2 (with an "error" summary).
+
+No network, ever: the HF offline switches are set before any import.
+"""
+
+import argparse
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+
+# Before transformers or huggingface_hub can read them.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+SUMMARY_SCHEMA = "poros.summary/1"
+CELL_SCHEMA = "poros.cell/1"
+EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
+
+PROG = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "arm"
+
+
+def log(msg):
+    print(f"{PROG}: {msg}", file=sys.stderr, flush=True)
+
+
+class Skip(Exception):
+    """The arm cannot run on this machine; the message says why."""
+
+
+class BadInput(Exception):
+    """The command line or the cell is wrong (exit 2)."""
+
+
+class OutOfMemory(Exception):
+    """Device memory ran out; the message says where."""
+
+
+# --- stdout belongs to the summary ----------------------------------------
+
+class SummaryChannel:
+    """Keeps the real stdout for the one summary line and points fd 1 (and
+    sys.stdout) at stderr, so that whatever a library prints (Unsloth's
+    banner, a C extension's printf) cannot be mistaken for the summary."""
+
+    def __init__(self):
+        sys.stdout.flush()
+        self._fd = os.dup(1)
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+
+    def emit(self, summary):
+        line = json.dumps(summary, separators=(",", ":"), allow_nan=False) + "\n"
+        data = line.encode()
+        while data:
+            n = os.write(self._fd, data)
+            data = data[n:]
+        os.close(self._fd)
+
+
+def finite_or_none(x):
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+# --- the cell -------------------------------------------------------------
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog=PROG, description="Poros baseline arm: one cell, one summary line.")
+    p.add_argument("--cell", required=True, help="the cell (poros.cell/1 JSON file)")
+    p.add_argument("--out", required=True, help="the run directory (events.jsonl, adapter/)")
+
+    try:
+        return p.parse_args(argv)
+    except SystemExit as e:
+        if e.code == 0:  # --help
+            raise
+        raise BadInput("usage: %s --cell CELL.json --out RUN_DIR" % PROG) from None
+
+
+def load_cell(path, method):
+    try:
+        with open(path, encoding="utf-8") as f:
+            cell = json.load(f)
+    except OSError as e:
+        raise BadInput(f"{path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise BadInput(f"{path}:{e.lineno}:{e.colno}: not valid JSON") from None
+    if not isinstance(cell, dict) or cell.get("schema") != CELL_SCHEMA:
+        raise BadInput(f"{path}: not a cell (expected schema \"{CELL_SCHEMA}\")")
+    if cell.get("method") != method:
+        raise BadInput(f"{path}: method is \"{cell.get('method')}\", this arm runs \"{method}\"")
+    try:
+        tr, lora = cell["training"], cell["lora"]
+        for k in ("steps", "seq_len", "batch_size", "gradient_accumulation_steps", "warmup_steps", "seed"):
+            if not isinstance(tr[k], int) or tr[k] < 0:
+                raise BadInput(f"{path}: training.{k}: not a count: {tr[k]!r}")
+        for k in ("learning_rate", "weight_decay", "max_grad_norm"):
+            if not isinstance(tr[k], (int, float)):
+                raise BadInput(f"{path}: training.{k}: not a number: {tr[k]!r}")
+        if tr["steps"] < 1 or tr["seq_len"] < 1 or tr["batch_size"] < 1 or tr["gradient_accumulation_steps"] < 1:
+            raise BadInput(f"{path}: training: steps, seq_len, batch_size and accumulation must be >= 1")
+        if not isinstance(lora["rank"], int) or lora["rank"] < 1:
+            raise BadInput(f"{path}: lora.rank: not a positive integer")
+        if not lora["target_modules"]:
+            raise BadInput(f"{path}: lora.target_modules: empty")
+        cell["model"]["model_id"], cell["precision"], cell["hardware"]["vram_gb"]
+    except KeyError as e:
+        raise BadInput(f"{path}: missing field {e.args[0]}") from None
+    if tr["dataset"] != "synthetic":
+        raise BadInput(f"{path}: training.dataset \"{tr['dataset']}\": the baseline arms train on "
+                       "\"synthetic\" only (a fixed batch drawn from the seed)")
+    return cell
+
+
+# --- what this machine has ------------------------------------------------
+
+def have_module(name):
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def module_version(name):
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def import_torch():
+    python = f"python {platform.python_version()} at {sys.executable}"
+    try:
+        import torch
+    except ImportError:
+        raise Skip(f"torch is not installed ({python})") from None
+    except Exception as e:  # a broken install: say so rather than crash
+        raise Skip(f"torch cannot be imported ({python}): {type(e).__name__}: {e}") from None
+    return torch
+
+
+def require(torch, cell, modules):
+    """Checks for what an arm needs beyond torch, in an order that gives the
+    most useful reason first: a device, the libraries, bitsandbytes for nf4."""
+    if not torch.cuda.is_available():
+        raise Skip(f"no CUDA device visible to torch {torch.__version__} (this arm is GPU-only)")
+    for name in modules:
+        if not have_module(name):
+            raise Skip(f"{name} is not installed (python {platform.python_version()} at {sys.executable})")
+    if cell["precision"] == "nf4" and not have_module("bitsandbytes"):
+        raise Skip("precision nf4 needs bitsandbytes, which is not installed")
+
+
+def driver_version():
+    """The NVIDIA driver version, from the kernel module or nvidia-smi."""
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8") as f:
+            m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", f.read())
+            if m:
+                return m.group(1)
+    except OSError:
+        pass
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            r = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=20, check=False)
+            first = r.stdout.strip().splitlines()
+            if r.returncode == 0 and first:
+                return first[0].strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return None
+
+
+def environment(torch=None):
+    env = {"gpu_name": None, "gpu_mem_mb": None, "driver": None, "cuda_runtime": None,
+           "python": platform.python_version(), "torch": None, "transformers": module_version("transformers"),
+           "peft": module_version("peft")}
+    if torch is not None:
+        env["torch"] = torch.__version__
+        env["cuda_runtime"] = torch.version.cuda
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            env["gpu_name"] = props.name
+            env["gpu_mem_mb"] = round(props.total_memory / 2**20)
+            env["driver"] = driver_version()
+    return env
+
+
+def cap_device_memory(torch, cell):
+    """Makes the device as large as the cell's hardware says (a 24 GB card
+    emulated on an 80 GB one): what does not fit there is an honest oom.
+    POROS_ARM_NO_VRAM_CAP=1 turns this off."""
+    want = float(cell["hardware"]["vram_gb"]) * 2**30
+    total = torch.cuda.get_device_properties(0).total_memory
+    if os.environ.get("POROS_ARM_NO_VRAM_CAP") == "1" or want <= 0 or want >= total:
+        return  # vram_gb 0: the spec named no hardware
+    torch.cuda.set_per_process_memory_fraction(want / total, 0)
+    log(f"device memory capped at {want / 2**30:.1f} GiB of {total / 2**30:.1f} GiB (hardware.vram_gb)")
+
+
+# --- the model ------------------------------------------------------------
+
+def slugify(s, strip_org=True):
+    """The slug poros-expand and poros-train use: "Qwen/Qwen2.5-32B" -> "qwen2_5_32b"."""
+    if strip_org and "/" in s:
+        s = s.rsplit("/", 1)[1]
+    out, pending = [], False
+    for ch in s:
+        if ch.isascii() and ch.isalnum():
+            if pending and out:
+                out.append("_")
+            pending = False
+            out.append(ch.lower())
+        else:
+            pending = True
+    return "".join(out)
+
+
+def has_weights(d):
+    return (os.path.isfile(os.path.join(d, "model.safetensors"))
+            or os.path.isfile(os.path.join(d, "model.safetensors.index.json")))
+
+
+def hub_cache_dir():
+    for var, suffix in (("HF_HUB_CACHE", ""), ("HF_HOME", "hub"), ("XDG_CACHE_HOME", "huggingface/hub")):
+        v = os.environ.get(var)
+        if v:
+            return os.path.join(v, suffix) if suffix else v
+    home = os.environ.get("HOME")
+    return os.path.join(home, ".cache", "huggingface", "hub") if home else None
+
+
+def pick_snapshot(repo_dir):
+    """refs/main's snapshot when it has a config.json, else the newest one that does."""
+    snaps = os.path.join(repo_dir, "snapshots")
+    try:
+        with open(os.path.join(repo_dir, "refs", "main"), encoding="utf-8") as f:
+            ref = f.read().strip()
+        if re.fullmatch(r"[A-Za-z0-9._-]+", ref) and os.path.isfile(os.path.join(snaps, ref, "config.json")):
+            return os.path.join(snaps, ref)
+    except OSError:
+        pass
+    best, best_t = None, None
+    try:
+        names = os.listdir(snaps)
+    except OSError:
+        return None
+    for name in names:
+        d = os.path.join(snaps, name)
+        if os.path.isdir(d) and os.path.isfile(os.path.join(d, "config.json")):
+            t = os.stat(d).st_mtime_ns
+            if best is None or t > best_t:
+                best, best_t = d, t
+    return best
+
+
+def models_dirs():
+    """Where Poros keeps configs/models/<slug>.json: $POROS_HOME, the source
+    tree (share/poros/arms -> ../../../configs) and an install
+    (PREFIX/share/poros/arms -> ../configs)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    dirs = []
+    if os.environ.get("POROS_HOME"):
+        dirs.append(os.path.join(os.environ["POROS_HOME"], "configs", "models"))
+    dirs.append(os.path.normpath(os.path.join(here, "..", "..", "..", "configs", "models")))
+    dirs.append(os.path.normpath(os.path.join(here, "..", "configs", "models")))
+    return dirs
+
+
+class ModelSource:
+    """Where a model comes from: config_path always; checkpoint_dir when
+    real weights exist (else the weights are synthetic, drawn from the seed)."""
+
+    def __init__(self, model_id, config_path, checkpoint_dir):
+        self.model_id = model_id
+        self.config_path = config_path
+        self.checkpoint_dir = checkpoint_dir
+
+    @property
+    def weights(self):
+        return "real" if self.checkpoint_dir else "synthetic"
+
+
+def resolve_model(model_id):
+    """The same order as poros-train: a local directory, the HF cache, then
+    Poros' own configs/models/<slug>.json.  Never the network."""
+    looked = []
+    cfg = os.path.join(model_id, "config.json")
+    if os.path.isdir(model_id) and os.path.isfile(cfg):
+        return ModelSource(model_id, cfg, model_id if has_weights(model_id) else None)
+    looked.append(cfg)
+    cache = hub_cache_dir()
+    parts = model_id.split("/")
+    if cache and len(parts) == 2 and all(re.fullmatch(r"[A-Za-z0-9._-]+", p) for p in parts):
+        repo_dir = os.path.join(cache, f"models--{parts[0]}--{parts[1]}")
+        snap = pick_snapshot(repo_dir)
+        if snap:
+            return ModelSource(model_id, os.path.join(snap, "config.json"), snap if has_weights(snap) else None)
+        looked.append(os.path.join(repo_dir, "snapshots", "*", "config.json"))
+    slug = slugify(model_id)
+    for d in models_dirs():
+        p = os.path.join(d, slug + ".json")
+        if os.path.isfile(p):
+            return ModelSource(model_id, p, None)
+        looked.append(p)
+    raise BadInput(f"model {model_id}: no config found (looked in: {'; '.join(looked)})")
+
+
+def dtype_kwargs(torch):
+    """transformers renamed torch_dtype to dtype (4.56); use what this one takes."""
+    import transformers
+    major, minor = (int(x) for x in re.findall(r"\d+", transformers.__version__)[:2])
+    return {"dtype": torch.bfloat16} if (major, minor) >= (4, 56) else {"torch_dtype": torch.bfloat16}
+
+
+def load_config(source):
+    import transformers
+    with open(source.config_path, encoding="utf-8") as f:
+        d = json.load(f)
+    if not isinstance(d, dict) or "model_type" not in d:
+        raise BadInput(f"{source.config_path}: not a Hugging Face config.json (no model_type)")
+    model_type = d.pop("model_type")
+    # Keys that only describe the file, not the model (model_id: Poros' own
+    # configs/models/ name the model they stand for).
+    for k in ("_name_or_path", "transformers_version", "torch_dtype", "dtype", "model_id"):
+        d.pop(k, None)
+    return transformers.AutoConfig.for_model(model_type, **d)
+
+
+def synthetic_model_on_device(torch, config, seed):
+    """A model of config's shape with random weights (config.initializer_range,
+    from the seed) built directly on the device in bf16: nothing is read,
+    nothing goes through host memory."""
+    import transformers
+    torch.manual_seed(seed)
+    torch.cuda.manual_seed_all(seed)
+    with torch.device("cuda"):
+        model = transformers.AutoModelForCausalLM.from_config(config, **dtype_kwargs(torch))
+    return model
+
+
+def write_synthetic_checkpoint(torch, config, directory, seed, shard_bytes=4 << 30):
+    """Writes a loadable HF checkpoint of config's shape with random weights
+    (for the paths that only load from disk: bitsandbytes quantisation,
+    Unsloth): config.json, sharded bf16 safetensors with an index, and a
+    small tokenizer.  Norm weights are one, biases zero, the rest normal
+    with config.initializer_range, drawn on the device from the seed."""
+    import transformers
+    from safetensors.torch import save_file
+
+    os.makedirs(directory, exist_ok=True)
+    with torch.device("meta"):
+        skeleton = transformers.AutoModelForCausalLM.from_config(config)
+    shapes = [(n, tuple(t.shape)) for n, t in skeleton.state_dict().items()]
+    del skeleton
+    tied = getattr(config, "tie_word_embeddings", False)
+    std = float(getattr(config, "initializer_range", 0.02))
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    shard, shard_size, shards, weight_map, total = {}, 0, [], {}, 0
+
+    def flush():
+        nonlocal shard, shard_size
+        if shard:
+            name = f"model-{len(shards) + 1:05d}.safetensors"
+            save_file(shard, os.path.join(directory, name), metadata={"format": "pt"})
+            shards.append((name, list(shard)))
+            shard, shard_size = {}, 0
+
+    for name, shape in shapes:
+        if tied and name == "lm_head.weight":
+            continue
+        if name.endswith("norm.weight"):
+            t = torch.ones(shape, dtype=torch.bfloat16)
+        elif name.endswith(".bias"):
+            t = torch.zeros(shape, dtype=torch.bfloat16)
+        else:
+            t = torch.empty(shape, device="cuda", dtype=torch.float32).normal_(0.0, std, generator=gen)
+            t = t.to(torch.bfloat16).cpu()
+        nbytes = t.numel() * t.element_size()
+        if shard and shard_size + nbytes > shard_bytes:
+            flush()
+        shard[name] = t.contiguous()
+        shard_size += nbytes
+        total += nbytes
+    flush()
+    for fname, names in shards:
+        for n in names:
+            weight_map[n] = fname
+    with open(os.path.join(directory, "model.safetensors.index.json"), "w", encoding="utf-8") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
+    config.save_pretrained(directory)
+    write_tokenizer(directory)
+    log(f"synthetic checkpoint: {total / 2**30:.2f} GiB in {len(shards)} shard(s) under {directory}")
+
+
+def write_tokenizer(directory):
+    """A small word-level tokenizer, so that loaders which insist on one
+    (Unsloth) find it; training never tokenizes text."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<unk>", "<s>", "</s>", "<pad>"]
+    vocab = {t: i for i, t in enumerate(specials)}
+    for i in range(252):
+        vocab[f"t{i}"] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                                   eos_token="</s>", pad_token="<pad>")
+    fast.save_pretrained(directory)
+
+
+def lora_config(cell):
+    import peft
+    lo = cell["lora"]
+    return peft.LoraConfig(r=int(lo["rank"]), lora_alpha=float(lo["alpha"]), lora_dropout=float(lo["dropout"]),
+                           target_modules=list(lo["target_modules"]), bias="none", task_type="CAUSAL_LM")
+
+
+def bnb_config(torch, **extra):
+    """NF4 as Poros does it: NormalFloat4, block 64 (bitsandbytes' block),
+    absmax scales not quantised again, bf16 compute."""
+    import transformers
+    return transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                           bnb_4bit_use_double_quant=False,
+                                           bnb_4bit_compute_dtype=torch.bfloat16, **extra)
+
+
+# --- the training protocol ------------------------------------------------
+
+def lr_factor(schedule, step0, steps):
+    """Multiplier of the base learning rate at 0-based step step0."""
+    if schedule == "linear":
+        return 1.0 - step0 / steps
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * step0 / steps))
+    return 1.0
+
+
+def is_oom(torch, e):
+    if isinstance(e, getattr(torch.cuda, "OutOfMemoryError", ())):
+        return True
+    return isinstance(e, RuntimeError) and ("out of memory" in str(e) or "CUBLAS_STATUS_ALLOC_FAILED" in str(e))
+
+
+def train(torch, model, cell, out_dir, summary, input_device="cuda"):
+    """The shared loop.  Fills summary's metrics; writes events.jsonl."""
+    tr = cell["training"]
+    steps, warmup = tr["steps"], tr["warmup_steps"]
+    accum, batch, seq = tr["gradient_accumulation_steps"], tr["batch_size"], tr["seq_len"]
+    tokens = batch * seq * accum
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise RuntimeError("no trainable parameters: LoRA matched none of lora.target_modules")
+    n_train = sum(p.numel() for p in params)
+    log(f"trainable parameters: {n_train} in {len(params)} tensors ({params[0].dtype})")
+    opt = torch.optim.AdamW(params, lr=tr["learning_rate"], betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=tr["weight_decay"])
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(tr["lr_schedule"], s, steps))
+    gen = torch.Generator(device="cpu").manual_seed(tr["seed"])
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (batch, seq), generator=gen, dtype=torch.long).to(input_device)
+    model.train()
+
+    times, allocs, losses = [], [], []
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    events = open(os.path.join(out_dir, "events.jsonl"), "w", encoding="utf-8")
+    try:
+        for step in range(1, steps + 1):
+            lr = opt.param_groups[0]["lr"]
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            loss_sum = torch.zeros((), device=ids.device, dtype=torch.float32)
+            for _ in range(accum):
+                out = model(input_ids=ids, labels=ids)
+                loss = out.loss / accum
+                loss.backward()
+                loss_sum += loss.detach().float()
+            max_norm = tr["max_grad_norm"] if tr["max_grad_norm"] > 0 else float("inf")
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+            opt.step()
+            sched.step()
+            alloc = torch.cuda.memory_allocated()
+            opt.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            loss_v, peak = float(loss_sum), torch.cuda.max_memory_allocated()
+            losses.append(loss_v)
+            if step > warmup:
+                times.append(dt)
+                allocs.append(alloc)
+            ev = {"step": step, "loss": float(f"{loss_v:.9g}"), "lr": lr, "grad_norm": finite_or_none(grad_norm),
+                  "step_s": dt, "tokens": tokens, "vram_alloc_mb": alloc / 2**20, "vram_peak_mb": peak / 2**20,
+                  "h2d_bytes": None, "h2d_s": None, "compute_s": None, "copy_hidden_frac": None}
+            events.write(json.dumps(ev, separators=(",", ":")) + "\n")
+            events.flush()
+            log(f"step {step}/{steps} loss {loss_v:.4f} {dt:.3f} s{' (warmup)' if step <= warmup else ''} "
+                f"peak {peak / 2**20:.0f} MiB")
+    finally:
+        events.close()
+        summary["vram_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        summary["loss_first"] = losses[0] if losses else None
+        summary["loss_last"] = losses[-1] if losses else None
+        summary["steps_measured"] = len(times)
+        if times:
+            mean = sum(times) / len(times)
+            summary.update(s_per_step=mean, s_per_step_min=min(times), s_per_step_max=max(times),
+                           tokens_per_s=tokens / mean, vram_avg_mb=sum(allocs) / len(allocs) / 2**20)
+
+
+def save_adapter(model, out_dir, source):
+    path = os.path.join(out_dir, "adapter")
+    model.save_pretrained(path)
+    # Name the base as the cell does, not the temporary synthetic checkpoint.
+    cfg = os.path.join(path, "adapter_config.json")
+    try:
+        with open(cfg, encoding="utf-8") as f:
+            c = json.load(f)
+        c["base_model_name_or_path"] = source.model_id
+        with open(cfg, "w", encoding="utf-8") as f:
+            json.dump(c, f, indent=2)
+    except (OSError, ValueError):
+        pass
+    return path
+
+
+# --- the driver -----------------------------------------------------------
+
+def new_summary(method, out_dir):
+    return {"schema": SUMMARY_SCHEMA, "status": "error", "error": None, "method": method, "mode": method,
+            "backend": "cuda", "steps": None, "warmup_steps": None, "steps_measured": None,
+            "s_per_step": None, "s_per_step_min": None, "s_per_step_max": None, "tokens_per_s": None,
+            "vram_peak_mb": None, "vram_avg_mb": None, "loss_first": None, "loss_last": None,
+            "weights": None, "run_dir": out_dir,
+            "events": os.path.join(out_dir, "events.jsonl") if out_dir else None,
+            "adapter": None, "env": environment()}
+
+
+def first_line(e):
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def main(method, modules, run):
+    """Runs one arm: run(torch, cell, source, out_dir, summary) builds the
+    model, trains it (with train()) and saves the adapter."""
+    channel = SummaryChannel()
+    summary = new_summary(method, None)
+    code, torch = EXIT_OK, None
+    try:
+        args = parse_args()
+        summary.update(run_dir=args.out, events=os.path.join(args.out, "events.jsonl"))
+        cell = load_cell(args.cell, method)
+        torch = import_torch()
+        summary["env"] = environment(torch)
+        require(torch, cell, modules)
+        summary.update(steps=cell["training"]["steps"], warmup_steps=cell["training"]["warmup_steps"])
+        source = resolve_model(cell["model"]["model_id"])
+        summary["weights"] = source.weights
+        log(f"{cell['cell_id']}: model {source.model_id} from {source.config_path} ({source.weights} weights), "
+            f"{cell['precision']}, {torch.cuda.get_device_name(0)}")
+        os.makedirs(args.out, exist_ok=True)
+        cap_device_memory(torch, cell)
+        run(torch, cell, source, args.out, summary)
+        summary["adapter"] = os.path.join(args.out, "adapter")
+        summary["status"] = "ok"
+    except Skip as e:
+        summary.update(status="skipped", error=str(e))
+        log(f"skipped: {e}")
+    except BadInput as e:
+        summary.update(status="error", error=str(e))
+        log(str(e))
+        code = EXIT_USAGE
+    except KeyboardInterrupt:
+        summary.update(status="error", error="interrupted")
+        code = EXIT_RUNTIME
+    except Exception as e:  # noqa: BLE001: every failure becomes an honest summary
+        traceback.print_exc(file=sys.stderr)
+        if torch is not None and (isinstance(e, OutOfMemory) or is_oom(torch, e)):
+            summary.update(status="oom", error=first_line(e))
+        else:
+            summary.update(status="error", error=first_line(e))
+        code = EXIT_RUNTIME
+    finally:
+        if torch is not None and summary["status"] in ("oom", "error") and summary["vram_peak_mb"] is None:
+            try:
+                summary["vram_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+            except Exception:  # noqa: BLE001: the device itself may be what failed
+                pass
+    for k in ("s_per_step", "s_per_step_min", "s_per_step_max", "tokens_per_s", "vram_peak_mb", "vram_avg_mb",
+              "loss_first", "loss_last"):
+        summary[k] = finite_or_none(summary[k])
+    channel.emit(summary)
+    return code

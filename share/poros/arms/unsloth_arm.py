@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""Poros baseline arm "unsloth": Unsloth's FastLanguageModel (its patched
+kernels) with LoRA, bf16 or NF4 (load_in_4bit), no gradient checkpointing.
+
+usage: unsloth_arm.py --cell CELL.json --out RUN_DIR
+
+Prints one poros.summary/1 line on stdout; see armlib.py for the protocol.
+"""
+import os
+import shutil
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import armlib  # noqa: E402
+
+
+def run(torch, cell, source, out_dir, summary):
+    ckpt, tmp = source.checkpoint_dir, None
+    if ckpt is None:
+        # FastLanguageModel only loads from a checkpoint (and wants a tokenizer).
+        tmp = ckpt = os.path.join(out_dir, "synthetic_checkpoint")
+        armlib.write_synthetic_checkpoint(torch, armlib.load_config(source), ckpt, cell["training"]["seed"])
+    try:
+        # Imported only now: unsloth patches transformers as it loads.
+        from unsloth import FastLanguageModel
+
+        lo, tr = cell["lora"], cell["training"]
+        model, _tokenizer = FastLanguageModel.from_pretrained(
+            model_name=ckpt, max_seq_length=tr["seq_len"], dtype=torch.bfloat16,
+            load_in_4bit=cell["precision"] == "nf4", local_files_only=True)
+        model = FastLanguageModel.get_peft_model(
+            model, r=int(lo["rank"]), lora_alpha=float(lo["alpha"]), lora_dropout=float(lo["dropout"]),
+            target_modules=list(lo["target_modules"]), bias="none", use_gradient_checkpointing=False,
+            random_state=tr["seed"], max_seq_length=tr["seq_len"])
+        armlib.train(torch, model, cell, out_dir, summary)
+        armlib.save_adapter(model, out_dir, source)
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(armlib.main("unsloth", ["transformers", "peft", "unsloth"], run))

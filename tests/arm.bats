@@ -1,0 +1,467 @@
+#!/usr/bin/env bats
+# poros-arm: one cell in, one RunArtifact out, whatever the child does.
+# The children are fakes (tests/fixtures/arm/fake-train) picked with
+# POROS_TRAIN / POROS_PYTHON; see man/poros-arm.1 and man/poros-artifact.5.
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+	load test_helper/common-setup
+	_common_setup
+	FIX="$POROS_ROOT/tests/fixtures/arm"
+	FAKE="$FIX/fake-train"
+	export POROS_TRAIN="$FAKE"
+	unset FAKE_MODE FAKE_ARGV FAKE_PIDS FAKE_ENV POROS_PYTHON POROS_ARMS_DIR
+	cell poros > poros.json
+}
+
+# The fixture cell with another method (and precision, output_dir), on stdout.
+cell() {
+	local method=$1 precision=${2:-bf16} outdir=${3:-out}
+	jq -c --arg m "$method" --arg p "$precision" --arg o "$outdir" \
+		'.method = $m | .precision = $p | .output_dir = $o | .cell_id = "\($m)_tiny_llama_\($p)"' "$FIX/cell.json"
+}
+
+# The artifact is whole and well-typed, and the file holds the same line.
+assert_artifact() {
+	local file=$1
+	[ -f "$file" ] || { echo "no artifact $file"; return 1; }
+	jq -e -f "$FIX/artifact.jq" "$file" > /dev/null || { echo "incomplete artifact:"; cat "$file"; return 1; }
+}
+
+# True once a process is gone (a zombie counts: nothing runs).
+gone() {
+	local state
+	state=$(ps -o stat= -p "$1" 2>/dev/null) || return 0
+	[[ "$state" == Z* ]]
+}
+
+@test "--version and --help print to stdout and exit 0" {
+	run -0 --separate-stderr poros-arm --version
+	assert_output "poros-arm 0.1.0"
+	run -0 --separate-stderr poros-arm --help
+	assert_output --partial "usage: poros-arm [-v] [-o DIR] [--timeout SECONDS]"
+	[ -z "$stderr" ]
+}
+
+@test "a bad option or a bad number is a usage error (exit 2)" {
+	run -2 --separate-stderr poros-arm --frobnicate poros.json
+	[ -z "$output" ]
+	[[ "$stderr" == *"usage: poros-arm"* ]]
+	run -2 --separate-stderr poros-arm --timeout soon poros.json
+	[ "$stderr" = "poros-arm: --timeout: not a number: soon" ]
+	run -2 --separate-stderr poros-arm --log-max 100 poros.json
+	[ "$stderr" = "poros-arm: --log-max: too small: 100 (at least 4096 bytes)" ]
+	[ ! -e out ]
+}
+
+@test "a cell file becomes one artifact, on stdout and in OUTDIR/<method>_<arch>_<precision>.json" {
+	export FAKE_ARGV="$PWD/argv"
+	run -0 --separate-stderr poros-arm poros.json
+	[ "${#lines[@]}" -eq 1 ]
+	assert_artifact out/poros_tiny_llama_bf16.json
+	[ "$output" = "$(cat out/poros_tiny_llama_bf16.json)" ]
+	jq -e '.status == "ok" and .error == null' <<< "$output"
+	# the child's summary fills the metrics and the child's half of env
+	jq -e '.metrics == {"vram_peak_mb":1234.5,"vram_avg_mb":1000.25,"s_per_step":0.25,"s_per_step_min":0.2,
+	       "s_per_step_max":0.3,"tokens_per_s":256,"steps_measured":3,"warmup_steps":1,"loss_first":6.93,
+	       "loss_last":6.5}' <<< "$output"
+	jq -e '.env.gpu_name == "Fake GPU" and .env.gpu_mem_mb == 24576 and .env.driver == "999.1"
+	       and .env.weights == "synthetic" and .env.torch == null' <<< "$output"
+	jq -e '.parity == {"loss_max_abs_delta":null,"adapter_max_abs_delta":null,"bitwise_exact":null}' <<< "$output"
+	# exactly this argv, no shell
+	jq -e --arg fake "$FAKE" '.argv == [$fake, "--cell", "poros.json", "--mode", "blockwise",
+	       "--out", "out/runs/poros_tiny_llama_bf16"]' <<< "$output"
+	diff <(jq -r '.argv[]' <<< "$output") argv
+	# stderr kept in the log; the child's own stdout chatter is not ours
+	grep -qx 'step 1 loss 6.93' out/logs/poros_tiny_llama_bf16.log
+	[[ "$output" != *"chatter"* ]]
+	[ -d out/runs/poros_tiny_llama_bf16 ]
+	[[ "$stderr" == "[1/1] poros tiny_llama bf16 ... ok "*" s" ]]
+}
+
+@test "resident runs poros-train in resident mode" {
+	cell resident > r.json
+	run -0 --separate-stderr poros-arm r.json
+	jq -e '.status == "ok" and .argv[4] == "resident" and .cell.method == "resident"' <<< "$output"
+	assert_artifact out/resident_tiny_llama_bf16.json
+}
+
+@test "cell files from xargs run in order, numbered [i/n] on stderr" {
+	cell resident > r.json
+	run -0 --separate-stderr sh -c 'printf "%s\n" poros.json r.json | xargs poros-arm'
+	[ "${#lines[@]}" -eq 2 ]
+	[ "$(jq -r .cell_id <<< "${lines[0]}")" = poros_tiny_llama_bf16 ]
+	[ "$(jq -r .cell_id <<< "${lines[1]}")" = resident_tiny_llama_bf16 ]
+	[[ "$stderr" == *"[1/2] poros tiny_llama bf16 ... ok"* ]]
+	[[ "$stderr" == *"[2/2] resident tiny_llama bf16 ... ok"* ]]
+	assert_artifact out/poros_tiny_llama_bf16.json
+	assert_artifact out/resident_tiny_llama_bf16.json
+}
+
+@test "cells as JSONL on stdin are written under OUTDIR/cells/ and handed to the child" {
+	export FAKE_ARGV="$PWD/argv"
+	{ cell poros; echo; cell resident nf4; } > cells.jsonl
+	run -0 --separate-stderr poros-arm < cells.jsonl
+	[ "${#lines[@]}" -eq 2 ]
+	[ "$(jq -r .status <<< "${lines[1]}")" = ok ]
+	assert_artifact out/resident_tiny_llama_nf4.json
+	jq -e '.argv[2] == "out/cells/resident_tiny_llama_nf4.json"' out/resident_tiny_llama_nf4.json
+	[ "$(sed -n 3p argv)" = out/cells/resident_tiny_llama_nf4.json ]
+	jq -e '.method == "resident" and .precision == "nf4"' out/cells/resident_tiny_llama_nf4.json
+	[[ "$stderr" == *"[2] resident tiny_llama nf4 ... ok"* ]]
+	# "-" reads stdin too
+	run -0 --separate-stderr poros-arm - < cells.jsonl
+	[ "${#lines[@]}" -eq 2 ]
+}
+
+@test "a jq filter in the pipeline picks the cells that run" {
+	{ cell poros; cell resident; cell poros nf4; } > cells.jsonl
+	run -0 --separate-stderr sh -c "jq -c 'select(.method == \"poros\")' cells.jsonl | poros-arm"
+	[ "${#lines[@]}" -eq 2 ]
+	[ "$(jq -r .cell_id <<< "${lines[1]}")" = poros_tiny_llama_nf4 ]
+	[ ! -e out/resident_tiny_llama_bf16.json ]
+}
+
+@test "cells from poros-expand run through xargs and through --jsonl" {
+	[ -x "$POROS_ROOT/bin/poros-expand" ] || skip "poros-expand is not built"
+	cat > s.yaml <<-'EOF'
+	spec_id: arm_pipe
+	models:
+	  - model_id: poros/tiny-llama
+	methods: [poros, resident]
+	precisions: [bf16]
+	training:
+	  steps: 3
+	  seq_len: 16
+	reporting:
+	  output_dir: out/pipe
+	EOF
+	run -0 --separate-stderr sh -c 'poros-expand s.yaml | xargs poros-arm'
+	[ "${#lines[@]}" -eq 2 ]
+	assert_artifact out/pipe/poros_tiny_llama_bf16.json
+	assert_artifact out/pipe/resident_tiny_llama_bf16.json
+	rm -r out
+	run -0 --separate-stderr sh -c 'poros-expand --jsonl s.yaml | poros-arm'
+	[ "${#lines[@]}" -eq 2 ]
+	assert_artifact out/pipe/resident_tiny_llama_bf16.json
+}
+
+@test "a child killed by SIGSEGV is an error naming the signal, with the log's last lines" {
+	run -0 --separate-stderr env FAKE_MODE=crash poros-arm poros.json
+	assert_artifact out/poros_tiny_llama_bf16.json
+	jq -e '.status == "error"' <<< "$output"
+	[[ "$(jq -r .error <<< "$output")" == "killed by signal 11 (SIGSEGV); no summary on stdout (it printed nothing); the last lines of logs/poros_tiny_llama_bf16.log:"* ]]
+	[[ "$(jq -r .error <<< "$output")" == *"fake-train: about to dereference NULL" ]]
+	jq -e '.metrics.vram_peak_mb == null and .env.gpu_name == null and .env.hostname != null' <<< "$output"
+}
+
+@test "a child that hangs past --timeout is stopped with its whole process group" {
+	export FAKE_PIDS="$PWD/pids"
+	SECONDS=0
+	run -0 --separate-stderr env FAKE_MODE=hang poros-arm --timeout 1 poros.json
+	[ "$SECONDS" -lt 8 ]
+	assert_artifact out/poros_tiny_llama_bf16.json
+	jq -e '.status == "error" and (.error | startswith("timed out after 1 s: its process group was sent SIGTERM, then SIGKILL"))' <<< "$output"
+	jq -e '.wall_s >= 1 and .wall_s < 8' <<< "$output"
+	read -r child grandchild < pids
+	gone "$child"
+	gone "$grandchild"
+	grep -q '^\[poros-arm: timed out after ' out/logs/poros_tiny_llama_bf16.log
+}
+
+@test "a child that ignores SIGTERM is killed after the grace period" {
+	export FAKE_PIDS="$PWD/pids"
+	SECONDS=0
+	run -0 --separate-stderr env FAKE_MODE=hang_stubborn poros-arm --timeout 1 --kill-grace 1 poros.json
+	[ "$SECONDS" -lt 8 ]
+	jq -e '.status == "error" and (.error | startswith("timed out"))' <<< "$output"
+	jq -e '.wall_s >= 2' <<< "$output"
+	read -r child grandchild < pids
+	gone "$child"
+	gone "$grandchild"
+}
+
+@test "the cell's training.timeout_s is the default timeout" {
+	jq -c '.training.timeout_s = 1' "$FIX/cell.json" > short.json
+	SECONDS=0
+	run -0 --separate-stderr env FAKE_MODE=hang poros-arm short.json
+	[ "$SECONDS" -lt 8 ]
+	jq -e '.error | startswith("timed out after 1 s")' <<< "$output"
+}
+
+@test "what a child leaves running when it exits is ended too" {
+	export FAKE_PIDS="$PWD/pids"
+	SECONDS=0
+	run -0 --separate-stderr env FAKE_MODE=straggler poros-arm poros.json
+	[ "$SECONDS" -lt 8 ]
+	jq -e '.status == "ok"' <<< "$output"
+	read -r child straggler < pids
+	gone "$straggler"
+}
+
+@test "garbage on stdout is a malformed summary" {
+	run -0 --separate-stderr env FAKE_MODE=garbage poros-arm poros.json
+	assert_artifact out/poros_tiny_llama_bf16.json
+	[[ "$(jq -r .error <<< "$output")" == 'exit status 0; malformed summary (not valid JSON): "{"schema": "poros.summary/1", "status": "; the last lines of '* ]]
+	run -0 --separate-stderr env FAKE_MODE=wrong_schema poros-arm poros.json
+	[[ "$(jq -r .error <<< "$output")" == 'exit status 0; malformed summary: schema: "poros.summary/9" (expected "poros.summary/1");'* ]]
+	jq -e '.status == "error"' <<< "$output"
+}
+
+@test "a child that exits 0 without a summary is an error" {
+	run -0 --separate-stderr env FAKE_MODE=nosummary poros-arm poros.json
+	assert_artifact out/poros_tiny_llama_bf16.json
+	[[ "$(jq -r .error <<< "$output")" == "exit status 0; no summary on stdout (it printed nothing); the last lines of logs/poros_tiny_llama_bf16.log:"*"forgot the summary" ]]
+}
+
+@test "a non-zero exit is an error with the last lines of the log" {
+	run -0 --separate-stderr env FAKE_MODE=fail poros-arm poros.json
+	jq -e '.status == "error"' <<< "$output"
+	[[ "$(jq -r .error <<< "$output")" == "exit status 3; no summary"*$'\n  fake-train: cannot open the checkpoint\n  fake-train: giving up' ]]
+	# even after a summary that says ok
+	run -0 --separate-stderr env FAKE_MODE=ok_exit1 poros-arm poros.json
+	jq -e '.status == "error" and (.error | startswith("exit status 1 after a summary with status ok"))' <<< "$output"
+	jq -e '.metrics.vram_peak_mb == 1234.5' <<< "$output"
+}
+
+@test "oom comes from the child's summary or from an out-of-memory message in its log" {
+	run -0 --separate-stderr env FAKE_MODE=oom poros-arm poros.json
+	assert_artifact out/poros_tiny_llama_bf16.json
+	jq -e '.status == "oom" and .error == "out of device memory: layer 3 activations (2.0 GiB) over the 24 GiB budget"' <<< "$output"
+	jq -e '.metrics.vram_peak_mb == 1234.5' <<< "$output"
+	run -0 --separate-stderr env FAKE_MODE=oom_log poros-arm poros.json
+	assert_artifact out/poros_tiny_llama_bf16.json
+	jq -e '.status == "oom"' <<< "$output"
+	[[ "$(jq -r .error <<< "$output")" == "out of memory: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."* ]]
+	[[ "$stderr" == *"... oom "* ]]
+}
+
+@test "a child's skipped summary is a skipped artifact with its reason" {
+	run -0 --separate-stderr env FAKE_MODE=skipped poros-arm poros.json
+	jq -e '.status == "skipped" and .error == "no CUDA device visible to torch"' <<< "$output"
+}
+
+@test "a flood of stderr is capped: the log keeps its head and its tail" {
+	run -0 --separate-stderr env FAKE_MODE=flood FAKE_FLOOD_BYTES=300000 poros-arm --log-max 64K poros.json
+	jq -e '.status == "ok"' <<< "$output"
+	log=out/logs/poros_tiny_llama_bf16.log
+	size=$(stat -c %s "$log")
+	[ "$size" -le $((65536 + 200)) ]
+	[ "$size" -ge 60000 ]
+	head -1 "$log" | grep -q '^fake-train: cell poros.json mode blockwise'
+	tail -c 100 "$log" | grep -q 'the very last line$'
+	grep -Eq '^\[poros-arm: [0-9]+ bytes dropped here: the log is capped at 65536 bytes' "$log"
+	[[ "$stderr" == *"(log capped: "*" bytes of stderr dropped)"* ]]
+}
+
+@test "the default log cap is 16 MiB" {
+	run -0 --separate-stderr env FAKE_MODE=flood FAKE_FLOOD_BYTES=20000000 poros-arm poros.json
+	jq -e '.status == "ok"' <<< "$output"
+	size=$(stat -c %s out/logs/poros_tiny_llama_bf16.log)
+	[ "$size" -le $((16777216 + 200)) ]
+	[ "$size" -ge $((16777216 - 200)) ]
+}
+
+@test "when the first of two cells fails the second still runs" {
+	cell resident > r.json
+	export FAKE_MODE_poros_tiny_llama_bf16=crash
+	run -0 --separate-stderr poros-arm poros.json r.json
+	[ "${#lines[@]}" -eq 2 ]
+	jq -e '.status == "error"' <<< "${lines[0]}"
+	jq -e '.status == "ok"' <<< "${lines[1]}"
+	assert_artifact out/poros_tiny_llama_bf16.json
+	assert_artifact out/resident_tiny_llama_bf16.json
+}
+
+@test "the child's stdin is not the cell stream" {
+	{ cell poros; cell resident; } > cells.jsonl
+	export FAKE_MODE_poros_tiny_llama_bf16=readstdin
+	run -0 --separate-stderr poros-arm < cells.jsonl
+	[ "${#lines[@]}" -eq 2 ]
+	grep -q 'read 0 bytes on stdin' out/logs/poros_tiny_llama_bf16.log
+}
+
+@test "a cell file that is not valid JSON is a clear error with its path (exit 2)" {
+	printf '{"schema": "poros.cell/1",\n  "method": }\n' > broken.json
+	run -2 --separate-stderr poros-arm broken.json poros.json
+	[ "${lines[0]}" = "$(cat out/poros_tiny_llama_bf16.json)" ]
+	[[ "$stderr" == "poros-arm: broken.json:2:13: not valid JSON"* ]]
+	run -2 --separate-stderr poros-arm missing.json
+	[ -z "$output" ]
+	[ "$stderr" = "poros-arm: missing.json: No such file or directory" ]
+}
+
+@test "a cell that breaks the cell schema is named by its field (exit 2)" {
+	jq '.training.steps = 0' "$FIX/cell.json" > zero.json
+	run -2 --separate-stderr poros-arm zero.json
+	[ -z "$output" ]
+	[[ "$stderr" == "poros-arm: zero.json: training.steps"* ]]
+	printf '%s\n' "$(cell poros)" 'poros.json' > mixed.jsonl
+	run -2 --separate-stderr poros-arm < mixed.jsonl
+	[ "${#lines[@]}" -eq 1 ]
+	[[ "$stderr" == *"poros-arm: <stdin>:2: not valid JSON at column 1 (cell file paths go on the command line: poros-expand SPEC | xargs poros-arm)"* ]]
+	[ ! -e out/cells/poros_tiny_llama_bf16.json.tmp ]
+}
+
+@test "an output directory that cannot be created is exit 1 with a clear message" {
+	touch afile
+	cell poros bf16 afile/out > blocked.json
+	run -1 --separate-stderr poros-arm blocked.json
+	[ -z "$output" ]
+	[ "$stderr" = "poros-arm: afile/out: cannot create directory: Not a directory" ]
+}
+
+@test "an artifact that cannot be written is exit 1, and nothing reaches stdout" {
+	mkdir -p out/poros_tiny_llama_bf16.json
+	run -1 --separate-stderr poros-arm poros.json
+	[ -z "$output" ]
+	[[ "$stderr" == *"poros-arm: out/poros_tiny_llama_bf16.json: cannot write the artifact: Is a directory" ]]
+	[ -z "$(ls out | grep tmp)" ]
+}
+
+@test "-o overrides the cell's output_dir, and the artifact records the cell as run" {
+	export FAKE_ARGV="$PWD/argv"
+	run -0 --separate-stderr poros-arm -o elsewhere poros.json
+	assert_artifact elsewhere/poros_tiny_llama_bf16.json
+	jq -e '.cell.output_dir == "elsewhere" and .argv[2] == "elsewhere/cells/poros_tiny_llama_bf16.json"' <<< "$output"
+	jq -e '.output_dir == "elsewhere"' elsewhere/cells/poros_tiny_llama_bf16.json
+	[ ! -e out ]
+	run -2 --separate-stderr poros-arm -o ../up poros.json
+	[[ "$stderr" == 'poros-arm: -o: ../up: has a ".." component'* ]]
+}
+
+@test "stdout carries only artifact lines, whatever the children print" {
+	cell resident > r.json
+	export FAKE_MODE_resident_tiny_llama_bf16=garbage
+	run -0 --separate-stderr poros-arm poros.json r.json
+	[ "${#lines[@]}" -eq 2 ]
+	for l in "${lines[@]}"; do
+		jq -e -f "$FIX/artifact.jq" <<< "$l"
+	done
+	[[ "$stderr" == *"[1/2]"*"[2/2]"* ]]
+}
+
+@test "no shell sees a cell value: metacharacters stay literal" {
+	cell poros bf16 'out/$(touch pwned);x' > meta.json
+	run -0 --separate-stderr poros-arm meta.json
+	[ ! -e pwned ]
+	[ -d 'out/$(touch pwned);x/runs/poros_tiny_llama_bf16' ]
+	assert_artifact 'out/$(touch pwned);x/poros_tiny_llama_bf16.json'
+}
+
+@test "SIGTERM to poros-arm ends the running arm's process group and records it" {
+	export FAKE_PIDS="$PWD/pids" FAKE_MODE=hang
+	poros-arm poros.json > art.json 2> err.txt &
+	pid=$!
+	for _ in $(seq 50); do [ -s pids ] && break; sleep 0.1; done
+	kill -TERM "$pid"
+	rc=0
+	wait "$pid" || rc=$?
+	[ "$rc" -eq 1 ]
+	grep -q '^poros-arm: interrupted by SIGTERM$' err.txt
+	jq -e '.status == "error" and (.error | startswith("interrupted: poros-arm got SIGTERM"))' art.json
+	read -r child grandchild < pids
+	gone "$child"
+	gone "$grandchild"
+}
+
+@test "poros-train missing is an error artifact saying where it was looked for" {
+	unset POROS_TRAIN
+	mkdir lonely
+	cp "$POROS_ROOT/bin/poros-arm" lonely/
+	run -0 --separate-stderr env PATH=/usr/bin:/bin lonely/poros-arm poros.json
+	assert_artifact out/poros_tiny_llama_bf16.json
+	jq -e '.status == "error" and .error == "poros-train not found beside poros-arm nor on PATH (set POROS_TRAIN)"
+	       and .argv == null and .log == null' <<< "$output"
+	run -0 --separate-stderr env POROS_TRAIN=/nonexistent/poros-train poros-arm poros.json
+	jq -e '.error == "POROS_TRAIN=/nonexistent/poros-train: No such file or directory"' <<< "$output"
+}
+
+@test "the python arms get the arm script, the cell, the run dir and the offline switches" {
+	export POROS_PYTHON="$FAKE" FAKE_ARGV="$PWD/argv" FAKE_ENV="$PWD/env"
+	cell peft > p.json
+	run -0 --separate-stderr env HF_HUB_OFFLINE=0 poros-arm p.json
+	jq -e '.status == "ok"' <<< "$output"
+	arms=$(cd "$POROS_ROOT/share/poros/arms" && pwd -P)
+	jq -e --arg py "$FAKE" --arg arm "$arms/peft_arm.py" \
+		'.argv == [$py, $arm, "--cell", "p.json", "--out", "out/runs/peft_tiny_llama_bf16"]' <<< "$output"
+	[ "$(cat env)" = "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1" ]
+	POROS_ARMS_DIR=/nowhere run -0 --separate-stderr poros-arm p.json
+	jq -e '.status == "error" and (.error | startswith("baseline arm /nowhere/peft_arm.py: No such file or directory"))' <<< "$output"
+}
+
+@test "without python3 the python arms are skipped, saying so" {
+	cell unsloth > u.json
+	run -0 --separate-stderr env POROS_PYTHON=/nonexistent/python3 poros-arm u.json
+	assert_artifact out/unsloth_tiny_llama_bf16.json
+	jq -e '.status == "skipped" and .error == "POROS_PYTHON=/nonexistent/python3: No such file or directory"' <<< "$output"
+	mkdir lonely
+	cp "$POROS_ROOT/bin/poros-arm" lonely/
+	run -0 --separate-stderr env PATH="$PWD/lonely" "$PWD/lonely/poros-arm" u.json
+	jq -e '.status == "skipped" and .error == "python3 not found on PATH (set POROS_PYTHON)" and .argv == null' <<< "$output"
+}
+
+@test "the python arms skip here with the right reason (no torch)" {
+	python3 -c 'import torch' 2>/dev/null && skip "torch is installed here"
+	for m in peft unsloth accelerate_offload; do
+		cell "$m" > "$m.json"
+	done
+	cell peft nf4 > peft_nf4.json
+	run -0 --separate-stderr poros-arm peft.json unsloth.json accelerate_offload.json peft_nf4.json
+	[ "${#lines[@]}" -eq 4 ]
+	for l in "${lines[@]}"; do
+		jq -e -f "$FIX/artifact.jq" <<< "$l"
+		jq -e '.status == "skipped" and (.error | startswith("torch is not installed (python "))' <<< "$l"
+		jq -e '.env.python | test("^3\\.")' <<< "$l"
+	done
+	[[ "$stderr" == *"[3/4] accelerate_offload tiny_llama bf16 ... skipped"* ]]
+	grep -q 'skipped: torch is not installed' out/logs/peft_tiny_llama_bf16.log
+}
+
+@test "a python arm given a cell of another method refuses it (exit 2, error summary)" {
+	run -2 --separate-stderr python3 "$POROS_ROOT/share/poros/arms/peft_arm.py" --cell poros.json --out run
+	[ "${#lines[@]}" -eq 1 ]
+	jq -e '.schema == "poros.summary/1" and .status == "error" and .method == "peft"
+	       and .error == "poros.json: method is \"poros\", this arm runs \"peft\""' <<< "$output"
+	run -2 --separate-stderr python3 "$POROS_ROOT/share/poros/arms/unsloth_arm.py" --cell
+	jq -e '.status == "error" and (.error | startswith("usage: unsloth_arm.py"))' <<< "$output"
+}
+
+@test "-v copies the child's stderr to ours as well as to the log" {
+	run -0 --separate-stderr poros-arm -v poros.json
+	[[ "$stderr" == *"[1/1] poros tiny_llama bf16 ..."$'\n'*"step 1 loss 6.93"*"[1/1] poros tiny_llama bf16 ... ok"* ]]
+	grep -qx 'step 1 loss 6.93' out/logs/poros_tiny_llama_bf16.log
+	[[ "$output" != *"step 1"* ]]
+}
+
+@test "artifacts of every status validate against share/poros/schema/artifact.schema.json" {
+	python3 -c 'import jsonschema' 2>/dev/null || skip "python3 has no jsonschema"
+	for mode in ok crash oom skipped; do
+		FAKE_MODE=$mode poros-arm -o "out/$mode" poros.json > /dev/null 2>&1
+	done
+	cell peft > p.json
+	POROS_PYTHON=/nonexistent poros-arm p.json > /dev/null 2>&1
+	python3 - "$POROS_ROOT/share/poros/schema" out/*/poros_tiny_llama_bf16.json out/peft_tiny_llama_bf16.json <<-'PY'
+	import json, sys, jsonschema
+	V = jsonschema.Draft202012Validator
+	art = json.load(open(sys.argv[1] + "/artifact.schema.json"))
+	cell = json.load(open(sys.argv[1] + "/cell.schema.json"))
+	V.check_schema(art)
+	statuses = set()
+	for path in sys.argv[2:]:
+	    a = json.load(open(path))
+	    V(art).validate(a)
+	    V(cell).validate(a["cell"])
+	    statuses.add(a["status"])
+	assert statuses == {"ok", "error", "oom", "skipped"}, statuses
+	PY
+}
+
+@test "a reader that goes away stops the run after the artifact on disk" {
+	cell resident > r.json
+	run -2 --separate-stderr bash -c 'set -o pipefail; FAKE_MODE=slow poros-arm poros.json r.json | true'
+	[[ "$stderr" == *"poros-arm: writing output failed: Broken pipe" ]]
+	assert_artifact out/poros_tiny_llama_bf16.json
+	[ ! -e out/resident_tiny_llama_bf16.json ]
+}

@@ -1,0 +1,1320 @@
+/* tests/gpu/test_ops_cuda.c: every CUDA op against the CPU reference.
+ *
+ * For each op and shape: random inputs from a fixed seed; the CPU op
+ * (kernels/cpu) gives the reference; the CUDA op runs twice on the same
+ * inputs, every output poisoned with NaN (or reset to its initial values,
+ * for outputs the op adds into) before each run.  An output passes when
+ * every element is within atol + rtol*|ref| of the CPU's, and the op is
+ * deterministic when the two runs agree bit for bit.  Scratch buffers are
+ * poisoned too, so an op that reads scratch it did not write shows NaN.
+ *
+ * Tolerances: atol is stated relative to the largest |ref| of the output
+ * (a_rel * max|ref|), because the rounding error of a sum scales with the
+ * size of its partial sums, which the output's largest values measure.
+ * Each op says why its numbers are what they are.  A bf16 output may differ
+ * by one bf16 ulp where the two fp32 values straddle a rounding boundary:
+ * one ulp is at most 2^-7 of the value, hence BF16_RTOL.
+ *
+ * Shapes: odd small ones that take the kernels' scalar, unaligned and
+ * fallback paths, then realistic ones (T=512, C=4096, H=32, G=8, D=128,
+ * V=32000, F=11008).
+ *
+ * usage: test_ops_cuda [--small] [SUBSTRING...]
+ *   --small     only the small shapes (quick enough for compute-sanitizer)
+ *   SUBSTRING   only the cases whose title contains one, e.g. lora_backward
+ * Prints one block per case and a summary line; exits 0 when every case
+ * passed, 1 when any failed, 2 when there is no CUDA device or no case
+ * matched. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+
+#define BF16_ULP_REL (1.0 / 128.0)
+#define BF16_RTOL (BF16_ULP_REL + 1e-5)
+
+static const struct backend *gpu;
+static struct backend_event *ev_start, *ev_end;
+static int cases_passed, cases_failed;
+
+static _Noreturn void die(const char *msg)
+{
+	fprintf(stderr, "test_ops_cuda: %s\n", msg);
+	exit(1);
+}
+
+static void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p)
+		die("out of host memory");
+	return p;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* --- random inputs: a counter through poros_mix64, fixed seed -------------- */
+
+static uint64_t rng_counter = 0x9055;
+
+static double rand_unit(void) /* [0, 1) */
+{
+	return (double)(poros_mix64(rng_counter++) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static float rand_range(float lo, float hi)
+{
+	return lo + (hi - lo) * (float)rand_unit();
+}
+
+static float *rand_f32(size_t n, float lo, float hi)
+{
+	float *x = xmalloc(n * sizeof *x);
+	for (size_t i = 0; i < n; i++)
+		x[i] = rand_range(lo, hi);
+	return x;
+}
+
+static bf16 *rand_bf16(size_t n, float lo, float hi)
+{
+	bf16 *x = xmalloc(n * sizeof *x);
+	for (size_t i = 0; i < n; i++)
+		x[i] = bf16_from_f32(rand_range(lo, hi));
+	return x;
+}
+
+static void *dup_bytes(const void *src, size_t bytes)
+{
+	void *p = xmalloc(bytes);
+	memcpy(p, src, bytes);
+	return p;
+}
+
+/* --- device memory: everything a case allocates is freed at its end ------- */
+
+#define MAX_DEV 64
+static void *dev_live[MAX_DEV];
+static int n_dev_live;
+
+/* bytes of device memory, `offset` bytes into a fresh allocation: an offset
+ * that is not a multiple of 16 sends the op down its unaligned path */
+static void *dev_alloc(size_t bytes, size_t offset)
+{
+	void *p;
+	if (n_dev_live == MAX_DEV)
+		die("too many device buffers in one case");
+	if (gpu->device_alloc(&p, bytes + offset + 16) != 0)
+		die("device out of memory");
+	dev_live[n_dev_live++] = p;
+	return (char *)p + offset;
+}
+
+static void *dev_from(const void *host, size_t bytes, size_t offset)
+{
+	void *d = dev_alloc(bytes, offset);
+	gpu->copy_h2d(d, host, bytes, STREAM_COMPUTE);
+	return d;
+}
+
+static void dev_free_all(void)
+{
+	for (int i = 0; i < n_dev_live; i++)
+		gpu->device_free(dev_live[i]);
+	n_dev_live = 0;
+}
+
+/* 0xff bytes: NaN as fp32 and as bf16, so an element the op never writes
+ * cannot pass for a result */
+static void dev_poison(void *d, size_t bytes)
+{
+	unsigned char *p = xmalloc(bytes);
+	memset(p, 0xff, bytes);
+	gpu->copy_h2d(d, p, bytes, STREAM_COMPUTE);
+	gpu->synchronize(); /* the copy has read p before it is freed */
+	free(p);
+}
+
+/* --- a case: outputs run twice on the GPU ----------------------------------- */
+
+#define MAX_OUTS 8
+struct out_buf {
+	const char *name;
+	void *dev;
+	size_t bytes;
+	const void *init;      /* uploaded before each run; NULL: poisoned */
+	int scratch;           /* poisoned, never compared */
+	unsigned char *got[2]; /* what each run left */
+};
+
+struct gpu_case {
+	char title[160];
+	int n;
+	struct out_buf out[MAX_OUTS];
+	double cpu_ms, gpu_ms;
+	int bad;
+};
+
+/* Substrings from the command line; a case runs when its title contains
+ * one of them (every case when there are none). */
+static char **filters;
+static int n_filters;
+
+static int case_begin(struct gpu_case *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Names the case; returns 0 when the filters leave it out. */
+static int case_begin(struct gpu_case *c, const char *fmt, ...)
+{
+	va_list ap;
+	memset(c, 0, sizeof *c);
+	va_start(ap, fmt);
+	vsnprintf(c->title, sizeof c->title, fmt, ap);
+	va_end(ap);
+	int selected = n_filters == 0;
+	for (int i = 0; i < n_filters && !selected; i++)
+		selected = strstr(c->title, filters[i]) != NULL;
+	if (!selected)
+		return 0;
+	printf("%s\n", c->title);
+	fflush(stdout);
+	return 1;
+}
+
+static void *case_out(struct gpu_case *c, const char *name, size_t bytes, const void *init, size_t offset)
+{
+	if (c->n == MAX_OUTS)
+		die("too many outputs in one case");
+	struct out_buf *o = &c->out[c->n++];
+	o->name = name;
+	o->bytes = bytes;
+	o->init = init;
+	o->dev = dev_alloc(bytes, offset);
+	return o->dev;
+}
+
+static void *case_scratch(struct gpu_case *c, size_t bytes)
+{
+	void *d = case_out(c, "scratch", bytes, NULL, 0);
+	c->out[c->n - 1].scratch = 1;
+	return d;
+}
+
+typedef void (*gpu_op)(const void *args);
+
+static void case_run(struct gpu_case *c, gpu_op op, const void *args)
+{
+	for (int run = 0; run < 2; run++) {
+		for (int i = 0; i < c->n; i++) {
+			struct out_buf *o = &c->out[i];
+			if (o->init)
+				gpu->copy_h2d(o->dev, o->init, o->bytes, STREAM_COMPUTE);
+			else
+				dev_poison(o->dev, o->bytes);
+		}
+		gpu->event_record(ev_start, STREAM_COMPUTE);
+		op(args);
+		gpu->event_record(ev_end, STREAM_COMPUTE);
+		gpu->event_synchronize(ev_end);
+		if (run == 1) /* the second run: cuBLAS set up, caches warm */
+			c->gpu_ms = gpu->event_elapsed_ms(ev_start, ev_end);
+		for (int i = 0; i < c->n; i++) {
+			struct out_buf *o = &c->out[i];
+			if (o->scratch)
+				continue;
+			o->got[run] = xmalloc(o->bytes);
+			gpu->copy_d2h(o->got[run], o->dev, o->bytes);
+		}
+	}
+}
+
+static struct out_buf *case_find(struct gpu_case *c, const char *name)
+{
+	for (int i = 0; i < c->n; i++)
+		if (strcmp(c->out[i].name, name) == 0)
+			return &c->out[i];
+	die("no such output");
+}
+
+/* The GPU's first-run result of an output. */
+static const void *got(struct gpu_case *c, const char *name)
+{
+	return case_find(c, name)->got[0];
+}
+
+static double absmax(const void *x, size_t n, int is_bf16)
+{
+	double m = 0.0;
+	for (size_t i = 0; i < n; i++) {
+		double v = is_bf16 ? f32_from_bf16(((const bf16 *)x)[i]) : ((const float *)x)[i];
+		if (fabs(v) > m && !isnan(v))
+			m = fabs(v);
+	}
+	return m;
+}
+
+/* Compares n values (fp32, or bf16 when is_bf16) with the CPU's: passes
+ * when |got - ref| <= a_rel * max|ref| + rtol * |ref| everywhere (both NaN
+ * counts as agreement: the ops' documented NaN results).  Prints the
+ * largest errors, the worst element as a fraction of its tolerance, and
+ * the first mismatches. */
+static void check(struct gpu_case *c, const char *name, const void *ref, size_t n, int is_bf16, double a_rel,
+                  double rtol)
+{
+	const void *g = got(c, name);
+	double atol = a_rel * absmax(ref, n, is_bf16);
+	double max_abs = 0.0, max_rel = 0.0, worst = 0.0;
+	size_t bad = 0, first[5];
+	for (size_t i = 0; i < n; i++) {
+		double gv = is_bf16 ? f32_from_bf16(((const bf16 *)g)[i]) : ((const float *)g)[i];
+		double rv = is_bf16 ? f32_from_bf16(((const bf16 *)ref)[i]) : ((const float *)ref)[i];
+		if (isnan(gv) && isnan(rv))
+			continue;
+		double err = fabs(gv - rv), lim = atol + rtol * fabs(rv);
+		if (!(err <= lim)) { /* NaN fails too */
+			if (bad < 5)
+				first[bad] = i;
+			bad++;
+		}
+		if (isnan(err)) {
+			worst = INFINITY;
+			continue;
+		}
+		if (err > max_abs)
+			max_abs = err;
+		if (rv != 0.0 && err / fabs(rv) > max_rel)
+			max_rel = err / fabs(rv);
+		double frac = lim > 0.0 ? err / lim : (err > 0.0 ? INFINITY : 0.0);
+		if (frac > worst)
+			worst = frac;
+	}
+	printf("    %-9s max_abs %.3e  max_rel %.3e  tol %.2e+%.1e*|ref|  worst %.3f of tol  %s\n", name, max_abs,
+	       max_rel, atol, rtol, worst, bad ? "MISMATCH" : "ok");
+	for (size_t k = 0; k < bad && k < 5; k++) {
+		size_t i = first[k];
+		double gv = is_bf16 ? f32_from_bf16(((const bf16 *)g)[i]) : ((const float *)g)[i];
+		double rv = is_bf16 ? f32_from_bf16(((const bf16 *)ref)[i]) : ((const float *)ref)[i];
+		printf("      [%zu] gpu % .9g  cpu % .9g  |diff| %.3g\n", i, gv, rv, fabs(gv - rv));
+	}
+	if (bad) {
+		printf("      %zu of %zu elements outside tolerance\n", bad, n);
+		c->bad++;
+	}
+}
+
+/* Bit-for-bit equality with the CPU, for ops whose arithmetic is the
+ * same single rounding on both sides. */
+static void check_exact(struct gpu_case *c, const char *name, const void *ref, size_t bytes, size_t elem)
+{
+	const unsigned char *g = got(c, name), *r = ref;
+	size_t diff = 0, first = 0;
+	for (size_t i = 0; i < bytes; i += elem) {
+		if (memcmp(g + i, r + i, elem) != 0) {
+			if (!diff)
+				first = i / elem;
+			diff++;
+		}
+	}
+	if (!diff) {
+		printf("    %-9s bitwise equal to the CPU  ok\n", name);
+		return;
+	}
+	printf("    %-9s %zu elements differ from the CPU, first [%zu]  MISMATCH\n", name, diff, first);
+	c->bad++;
+}
+
+/* Both GPU runs must leave the same bits in every output. */
+static void check_deterministic(struct gpu_case *c)
+{
+	int same = 1;
+	for (int i = 0; i < c->n; i++) {
+		struct out_buf *o = &c->out[i];
+		if (o->scratch || memcmp(o->got[0], o->got[1], o->bytes) == 0)
+			continue;
+		size_t k = 0;
+		while (o->got[0][k] == o->got[1][k])
+			k++;
+		printf("    %-9s NOT deterministic: runs differ first at byte %zu\n", o->name, k);
+		same = 0;
+	}
+	if (same)
+		printf("    deterministic: two runs bitwise equal\n");
+	else
+		c->bad++;
+}
+
+static void case_end(struct gpu_case *c)
+{
+	check_deterministic(c);
+	printf("  %s  (cpu %.1f ms, gpu %.3f ms)\n\n", c->bad ? "FAIL" : "PASS", c->cpu_ms, c->gpu_ms);
+	fflush(stdout);
+	if (c->bad)
+		cases_failed++;
+	else
+		cases_passed++;
+	for (int i = 0; i < c->n; i++) {
+		free(c->out[i].got[0]);
+		free(c->out[i].got[1]);
+	}
+	dev_free_all();
+}
+
+/* --- embedding ----------------------------------------------------------- */
+
+struct embedding_args {
+	float *out;
+	const int32_t *tokens;
+	const bf16 *wte;
+	int T, C;
+};
+
+static void embedding_gpu(const void *p)
+{
+	const struct embedding_args *a = p;
+	gpu->ops->embedding_forward(a->out, a->tokens, a->wte, a->T, a->C);
+}
+
+/* Widening bf16 to fp32 is exact: the outputs must be identical. */
+static void test_embedding(int T, int C, int V)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "embedding_forward T=%d C=%d V=%d", T, C, V))
+		return;
+	int32_t *tokens = xmalloc((size_t)T * sizeof *tokens);
+	for (int t = 0; t < T; t++)
+		tokens[t] = (int32_t)(rand_unit() * V);
+	tokens[0] = V - 1; /* the last row too */
+	bf16 *wte = rand_bf16((size_t)V * C, -1, 1);
+	float *ref = xmalloc((size_t)T * C * sizeof *ref);
+	double t0 = now_ms();
+	embedding_forward_cpu(ref, tokens, wte, T, C);
+	c.cpu_ms = now_ms() - t0;
+
+	struct embedding_args a = { NULL, dev_from(tokens, (size_t)T * 4, 0), dev_from(wte, (size_t)V * C * 2, 0),
+	                            T, C };
+	a.out = case_out(&c, "out", (size_t)T * C * 4, NULL, 0);
+	case_run(&c, embedding_gpu, &a);
+	check_exact(&c, "out", ref, (size_t)T * C * 4, 4);
+	case_end(&c);
+	free(tokens);
+	free(wte);
+	free(ref);
+}
+
+/* --- rmsnorm ------------------------------------------------------------- */
+
+struct rmsnorm_args {
+	float *out_f32, *rstd, *din;
+	bf16 *out_bf16;
+	const float *in, *dout, *rstd_in;
+	const bf16 *weight;
+	float eps;
+	int T, C;
+};
+
+static void rmsnorm_fwd_gpu(const void *p)
+{
+	const struct rmsnorm_args *a = p;
+	gpu->ops->rmsnorm_forward(a->out_f32, a->out_bf16, a->rstd, a->in, a->weight, a->eps, a->T, a->C);
+}
+
+static void rmsnorm_bwd_gpu(const void *p)
+{
+	const struct rmsnorm_args *a = p;
+	gpu->ops->rmsnorm_backward(a->din, a->dout, a->in, a->weight, a->rstd_in, a->T, a->C);
+}
+
+/* The CPU sums x^2 in double, the GPU in fp32 (16 terms a thread, then a
+ * tree): relative error of the sum ~24 * 2^-24 at worst, halved in rstd,
+ * plus two roundings in y: 1e-5 relative is a 5x margin.  The bf16 output
+ * adds one bf16 ulp. */
+static void test_rmsnorm_forward(int T, int C, int want_f32, int want_bf16)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "rmsnorm_forward T=%d C=%d%s%s", T, C, want_f32 ? " out_f32" : "",
+	                want_bf16 ? " out_bf16" : ""))
+		return;
+	size_t n = (size_t)T * C;
+	float *in = rand_f32(n, -2, 2);
+	bf16 *w = rand_bf16((size_t)C, 0.5f, 1.5f);
+	float *ref = xmalloc(n * 4), *ref_rstd = xmalloc((size_t)T * 4);
+	bf16 *ref_bf = xmalloc(n * 2);
+	double t0 = now_ms();
+	rmsnorm_forward_cpu(want_f32 ? ref : NULL, want_bf16 ? ref_bf : NULL, ref_rstd, in, w, 1e-6f, T, C);
+	c.cpu_ms = now_ms() - t0;
+
+	struct rmsnorm_args a = { 0 };
+	a.in = dev_from(in, n * 4, 0);
+	a.weight = dev_from(w, (size_t)C * 2, 0);
+	a.eps = 1e-6f;
+	a.T = T;
+	a.C = C;
+	if (want_f32)
+		a.out_f32 = case_out(&c, "out_f32", n * 4, NULL, 0);
+	if (want_bf16)
+		a.out_bf16 = case_out(&c, "out_bf16", n * 2, NULL, 0);
+	a.rstd = case_out(&c, "rstd", (size_t)T * 4, NULL, 0);
+	case_run(&c, rmsnorm_fwd_gpu, &a);
+	if (want_f32)
+		check(&c, "out_f32", ref, n, 0, 1e-6, 1e-5);
+	if (want_bf16)
+		check(&c, "out_bf16", ref_bf, n, 1, 1e-6, BF16_RTOL);
+	check(&c, "rstd", ref_rstd, (size_t)T, 0, 0, 1e-5);
+	case_end(&c);
+	free(in);
+	free(w);
+	free(ref);
+	free(ref_rstd);
+	free(ref_bf);
+}
+
+/* The row dot sum(dy w x) runs in double on the CPU and in fp32 on the GPU;
+ * it enters din scaled by r^3/C, so its error is tiny next to din's own
+ * roundings: 1e-5 of the largest |din| plus 1e-5 relative. */
+static void test_rmsnorm_backward(int T, int C)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "rmsnorm_backward T=%d C=%d", T, C))
+		return;
+	size_t n = (size_t)T * C;
+	float *in = rand_f32(n, -2, 2), *dout = rand_f32(n, -1, 1), *din0 = rand_f32(n, -1, 1);
+	bf16 *w = rand_bf16((size_t)C, 0.5f, 1.5f);
+	float *rstd = xmalloc((size_t)T * 4);
+	rmsnorm_forward_cpu(NULL, NULL, rstd, in, w, 1e-6f, T, C);
+	float *ref = dup_bytes(din0, n * 4);
+	double t0 = now_ms();
+	rmsnorm_backward_cpu(ref, dout, in, w, rstd, T, C);
+	c.cpu_ms = now_ms() - t0;
+
+	struct rmsnorm_args a = { 0 };
+	a.in = dev_from(in, n * 4, 0);
+	a.dout = dev_from(dout, n * 4, 0);
+	a.weight = dev_from(w, (size_t)C * 2, 0);
+	a.rstd_in = dev_from(rstd, (size_t)T * 4, 0);
+	a.T = T;
+	a.C = C;
+	a.din = case_out(&c, "din", n * 4, din0, 0);
+	case_run(&c, rmsnorm_bwd_gpu, &a);
+	check(&c, "din", ref, n, 0, 1e-5, 1e-5);
+	case_end(&c);
+	free(in);
+	free(dout);
+	free(din0);
+	free(w);
+	free(rstd);
+	free(ref);
+}
+
+/* --- matmul -------------------------------------------------------------- */
+
+struct matmul_args {
+	float *out;
+	const bf16 *in, *weight, *bias;
+	int T, K, N, accumulate;
+};
+
+static void matmul_fwd_gpu(const void *p)
+{
+	const struct matmul_args *a = p;
+	gpu->ops->matmul_forward(a->out, a->in, a->weight, a->bias, a->T, a->K, a->N);
+}
+
+static void matmul_bwd_gpu(const void *p)
+{
+	const struct matmul_args *a = p;
+	gpu->ops->matmul_backward_input(a->out, a->in, a->weight, a->T, a->K, a->N, a->accumulate);
+}
+
+/* bf16 x bf16 products are exact in fp32, so CPU and GPU differ only in
+ * the order of the fp32 sums (CPU: k = 0..K-1 sequentially; cuBLAS: tensor
+ * core tiles, maybe split-K).  With inputs uniform in [-1,1] the CPU's
+ * sequential error has a standard deviation of about 2^-24 * K / 7.3 (3.3e-5
+ * for K = 4096) while the largest |out| is about 5.5 * sqrt(K) / 3 (117):
+ * the largest errors are ~2e-6 of max|out|, so a_rel = 2e-5 leaves a ~10x
+ * margin at K = 4096 and more for small K (the error grows like K, max|out|
+ * like sqrt(K): at K = 11008 the margin is ~6x). */
+#define GEMM_A_REL 2e-5
+#define GEMM_RTOL 1e-5
+
+static void test_matmul_forward(int T, int K, int N, int with_bias)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "matmul_forward T=%d K=%d N=%d%s", T, K, N, with_bias ? " bias" : ""))
+		return;
+	bf16 *in = rand_bf16((size_t)T * K, -1, 1), *w = rand_bf16((size_t)N * K, -1, 1);
+	bf16 *bias = with_bias ? rand_bf16((size_t)N, -1, 1) : NULL;
+	float *ref = xmalloc((size_t)T * N * 4);
+	double t0 = now_ms();
+	matmul_forward_cpu(ref, in, w, bias, T, K, N);
+	c.cpu_ms = now_ms() - t0;
+
+	struct matmul_args a = { NULL, dev_from(in, (size_t)T * K * 2, 0), dev_from(w, (size_t)N * K * 2, 0),
+	                         bias ? dev_from(bias, (size_t)N * 2, 0) : NULL, T, K, N, 0 };
+	a.out = case_out(&c, "out", (size_t)T * N * 4, NULL, 0);
+	case_run(&c, matmul_fwd_gpu, &a);
+	check(&c, "out", ref, (size_t)T * N, 0, GEMM_A_REL, GEMM_RTOL);
+	printf("    %.1f TFLOP/s\n", 2.0 * T * K * N / (c.gpu_ms * 1e-3) / 1e12);
+	case_end(&c);
+	free(in);
+	free(w);
+	free(bias);
+	free(ref);
+}
+
+/* din (T,K) = dout (T,N) @ W (N,K): a sum over N; see GEMM_A_REL. */
+static void test_matmul_backward_input(int T, int K, int N, int accumulate)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "matmul_backward_input T=%d K=%d N=%d accumulate=%d", T, K, N, accumulate))
+		return;
+	bf16 *dout = rand_bf16((size_t)T * N, -1, 1), *w = rand_bf16((size_t)N * K, -1, 1);
+	float *din0 = rand_f32((size_t)T * K, -1, 1);
+	float *ref = dup_bytes(din0, (size_t)T * K * 4);
+	double t0 = now_ms();
+	matmul_backward_input_cpu(ref, dout, w, T, K, N, accumulate);
+	c.cpu_ms = now_ms() - t0;
+
+	struct matmul_args a = { NULL, dev_from(dout, (size_t)T * N * 2, 0), dev_from(w, (size_t)N * K * 2, 0),
+	                         NULL, T, K, N, accumulate };
+	a.out = case_out(&c, "din", (size_t)T * K * 4, accumulate ? din0 : NULL, 0);
+	case_run(&c, matmul_bwd_gpu, &a);
+	check(&c, "din", ref, (size_t)T * K, 0, GEMM_A_REL, GEMM_RTOL);
+	printf("    %.1f TFLOP/s\n", 2.0 * T * K * N / (c.gpu_ms * 1e-3) / 1e12);
+	case_end(&c);
+	free(dout);
+	free(w);
+	free(din0);
+	free(ref);
+}
+
+/* --- lora ---------------------------------------------------------------- */
+
+struct lora_args {
+	float *out, *u, *din, *dA, *dB, *du;
+	const float *dout, *u_in, *A, *B;
+	const bf16 *in;
+	float scale, p;
+	uint64_t seed;
+	int T, K, N, R;
+};
+
+static void lora_fwd_gpu(const void *p)
+{
+	const struct lora_args *a = p;
+	gpu->ops->lora_forward(a->out, a->u, a->in, a->A, a->B, a->scale, a->p, a->seed, a->T, a->K, a->N, a->R);
+}
+
+static void lora_bwd_gpu(const void *p)
+{
+	const struct lora_args *a = p;
+	gpu->ops->lora_backward(a->din, a->dA, a->dB, a->du, a->dout, a->in, a->u_in, a->A, a->B, a->scale, a->p,
+	                        a->seed, a->T, a->K, a->N, a->R);
+}
+
+/* u is a K-term fp32 sum (the CPU in order, the GPU as four partial sums,
+ * each over every fourth 64-column slice, added at the end), out adds scale * u @ B^T (cuBLAS over R):
+ * sums of the GEMM kind with inputs in [-1,1] and A in +-1/sqrt(K), so
+ * GEMM_A_REL's argument applies. */
+static void test_lora_forward(int T, int K, int N, int R, float p)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "lora_forward T=%d K=%d N=%d R=%d dropout=%g", T, K, N, R, p))
+		return;
+	float bound = 1.0f / sqrtf((float)K); /* PEFT's kaiming-uniform range for A */
+	bf16 *in = rand_bf16((size_t)T * K, -1, 1);
+	float *A = rand_f32((size_t)R * K, -bound, bound), *B = rand_f32((size_t)N * R, -0.5f, 0.5f);
+	float *out0 = rand_f32((size_t)T * N, -1, 1);
+	float scale = 2.0f;
+	uint64_t seed = 0xd40b0u + (uint64_t)K;
+	float *ref = dup_bytes(out0, (size_t)T * N * 4), *ref_u = xmalloc((size_t)T * R * 4);
+	double t0 = now_ms();
+	lora_forward_cpu(ref, ref_u, in, A, B, scale, p, seed, T, K, N, R);
+	c.cpu_ms = now_ms() - t0;
+
+	struct lora_args a = { 0 };
+	a.in = dev_from(in, (size_t)T * K * 2, 0);
+	a.A = dev_from(A, (size_t)R * K * 4, 0);
+	a.B = dev_from(B, (size_t)N * R * 4, 0);
+	a.scale = scale;
+	a.p = p;
+	a.seed = seed;
+	a.T = T, a.K = K, a.N = N, a.R = R;
+	a.out = case_out(&c, "out", (size_t)T * N * 4, out0, 0);
+	a.u = case_out(&c, "u", (size_t)T * R * 4, NULL, 0);
+	case_run(&c, lora_fwd_gpu, &a);
+	check(&c, "u", ref_u, (size_t)T * R, 0, GEMM_A_REL, GEMM_RTOL);
+	check(&c, "out", ref, (size_t)T * N, 0, GEMM_A_REL, GEMM_RTOL);
+	case_end(&c);
+	free(in);
+	free(A);
+	free(B);
+	free(out0);
+	free(ref);
+	free(ref_u);
+}
+
+/* du (sum over N), dB (over T), dA (over T, using du), din (over R, using
+ * du): sums of up to 4096 fp32 terms in different orders, and dA, din
+ * inherit du's rounding: 5e-5 of the largest value, 1e-4 relative. */
+static void test_lora_backward(int T, int K, int N, int R, float p, int with_din)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "lora_backward T=%d K=%d N=%d R=%d dropout=%g%s", T, K, N, R, p, with_din ? " din" : ""))
+		return;
+	float bound = 1.0f / sqrtf((float)K);
+	bf16 *in = rand_bf16((size_t)T * K, -1, 1);
+	float *A = rand_f32((size_t)R * K, -bound, bound), *B = rand_f32((size_t)N * R, -0.5f, 0.5f);
+	float *dout = rand_f32((size_t)T * N, -1, 1);
+	float *dA0 = rand_f32((size_t)R * K, -1, 1), *dB0 = rand_f32((size_t)N * R, -1, 1);
+	float *din0 = rand_f32((size_t)T * K, -1, 1);
+	float scale = 2.0f;
+	uint64_t seed = 0xb4c6u + (uint64_t)N;
+	/* u as the CPU forward leaves it, the same input for both backwards */
+	float *u = xmalloc((size_t)T * R * 4), *scratch_out = xmalloc((size_t)T * N * 4);
+	memset(scratch_out, 0, (size_t)T * N * 4);
+	lora_forward_cpu(scratch_out, u, in, A, B, scale, p, seed, T, K, N, R);
+	float *ref_dA = dup_bytes(dA0, (size_t)R * K * 4), *ref_dB = dup_bytes(dB0, (size_t)N * R * 4);
+	float *ref_din = dup_bytes(din0, (size_t)T * K * 4), *ref_du = xmalloc((size_t)T * R * 4);
+	double t0 = now_ms();
+	lora_backward_cpu(with_din ? ref_din : NULL, ref_dA, ref_dB, ref_du, dout, in, u, A, B, scale, p, seed, T, K,
+	                  N, R);
+	c.cpu_ms = now_ms() - t0;
+
+	struct lora_args a = { 0 };
+	a.in = dev_from(in, (size_t)T * K * 2, 0);
+	a.A = dev_from(A, (size_t)R * K * 4, 0);
+	a.B = dev_from(B, (size_t)N * R * 4, 0);
+	a.u_in = dev_from(u, (size_t)T * R * 4, 0);
+	a.dout = dev_from(dout, (size_t)T * N * 4, 0);
+	a.scale = scale;
+	a.p = p;
+	a.seed = seed;
+	a.T = T, a.K = K, a.N = N, a.R = R;
+	a.dA = case_out(&c, "dA", (size_t)R * K * 4, dA0, 0);
+	a.dB = case_out(&c, "dB", (size_t)N * R * 4, dB0, 0);
+	a.du = case_out(&c, "du", (size_t)T * R * 4, NULL, 0);
+	if (with_din)
+		a.din = case_out(&c, "din", (size_t)T * K * 4, din0, 0);
+	case_run(&c, lora_bwd_gpu, &a);
+	check(&c, "du", ref_du, (size_t)T * R, 0, 5e-5, 1e-4);
+	check(&c, "dB", ref_dB, (size_t)N * R, 0, 5e-5, 1e-4);
+	check(&c, "dA", ref_dA, (size_t)R * K, 0, 5e-5, 1e-4);
+	if (with_din)
+		check(&c, "din", ref_din, (size_t)T * K, 0, 5e-5, 1e-4);
+	case_end(&c);
+	free(in);
+	free(A);
+	free(B);
+	free(dout);
+	free(dA0);
+	free(dB0);
+	free(din0);
+	free(u);
+	free(scratch_out);
+	free(ref_dA);
+	free(ref_dB);
+	free(ref_din);
+	free(ref_du);
+}
+
+/* --- rope ---------------------------------------------------------------- */
+
+struct rope_args {
+	float *x;
+	const float *cos, *sin;
+	int B, S, nh, D;
+};
+
+static void rope_fwd_gpu(const void *p)
+{
+	const struct rope_args *a = p;
+	gpu->ops->rope_forward(a->x, a->cos, a->sin, a->B, a->S, a->nh, a->D);
+}
+
+static void rope_bwd_gpu(const void *p)
+{
+	const struct rope_args *a = p;
+	gpu->ops->rope_backward(a->x, a->cos, a->sin, a->B, a->S, a->nh, a->D);
+}
+
+/* One rotation per pair: x1 c - x2 s.  The GPU fuses one product into the
+ * subtraction, the CPU rounds both: they differ by at most ~2 ulps of the
+ * larger product, so 1e-6 of max|x| (about 16 ulps) plus 1e-6 relative. */
+static void test_rope(int B, int S, int nh, int D, int backward)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "rope_%s B=%d S=%d nh=%d D=%d", backward ? "backward" : "forward", B, S, nh, D))
+		return;
+	size_t n = (size_t)B * S * nh * D, half = (size_t)D / 2;
+	float *x0 = rand_f32(n, -2, 2);
+	float *cs = xmalloc((size_t)S * half * 4), *sn = xmalloc((size_t)S * half * 4);
+	for (int s = 0; s < S; s++) {
+		for (size_t i = 0; i < half; i++) { /* HF's table: pos * theta^(-2i/D) */
+			float f = (float)s * (float)(1.0 / pow(10000.0, 2.0 * (double)i / D));
+			cs[s * half + i] = cosf(f);
+			sn[s * half + i] = sinf(f);
+		}
+	}
+	float *ref = dup_bytes(x0, n * 4);
+	double t0 = now_ms();
+	if (backward)
+		rope_backward_cpu(ref, cs, sn, B, S, nh, D);
+	else
+		rope_forward_cpu(ref, cs, sn, B, S, nh, D);
+	c.cpu_ms = now_ms() - t0;
+
+	struct rope_args a = { NULL, dev_from(cs, (size_t)S * half * 4, 0), dev_from(sn, (size_t)S * half * 4, 0), B,
+	                       S, nh, D };
+	a.x = case_out(&c, "x", n * 4, x0, 0);
+	case_run(&c, backward ? rope_bwd_gpu : rope_fwd_gpu, &a);
+	check(&c, "x", ref, n, 0, 1e-6, 1e-6);
+	case_end(&c);
+	free(x0);
+	free(cs);
+	free(sn);
+	free(ref);
+}
+
+/* --- attention ----------------------------------------------------------- */
+
+struct attention_args {
+	bf16 *out;
+	float *lse, *scratch, *dq, *dk, *dv;
+	const float *q, *k, *v, *dout, *lse_in;
+	int B, S, H, G, D;
+};
+
+static void attention_fwd_gpu(const void *p)
+{
+	const struct attention_args *a = p;
+	gpu->ops->attention_forward(a->out, a->lse, a->scratch, a->q, a->k, a->v, a->B, a->S, a->H, a->G, a->D);
+}
+
+static void attention_bwd_gpu(const void *p)
+{
+	const struct attention_args *a = p;
+	gpu->ops->attention_backward(a->dq, a->dk, a->dv, a->scratch, a->dout, a->q, a->k, a->v, a->lse_in, a->B,
+	                             a->S, a->H, a->G, a->D);
+}
+
+/* Scores are D-term fp32 dots (cuBLAS vs sequential), the softmax sums run
+ * in double on the CPU and fp32 on the GPU, P @ v sums S terms: all far
+ * below 1e-5 of the largest output; bf16 out adds one ulp.  lse = max +
+ * log(sum) is good to a few ulps of its terms (|lse| <= ~8 here, ulp 5e-7),
+ * and can cancel to near zero: 2e-6 of max|lse| absolute, 1e-5 relative. */
+static void test_attention_forward(int B, int S, int H, int G, int D)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "attention_forward B=%d S=%d H=%d G=%d D=%d%s", B, S, H, G, D,
+	                S + 4 >= D ? "" : " (direct P@V path)"))
+		return;
+	size_t T = (size_t)B * S;
+	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
+	size_t sf = attention_scratch_floats(B, S, H, G, D);
+	float *scratch = xmalloc(sf * 4), *ref_lse = xmalloc((size_t)B * H * S * 4);
+	bf16 *ref = xmalloc(T * H * D * 2);
+	double t0 = now_ms();
+	attention_forward_cpu(ref, ref_lse, scratch, q, k, v, B, S, H, G, D);
+	c.cpu_ms = now_ms() - t0;
+
+	struct attention_args a = { 0 };
+	a.q = dev_from(q, T * H * D * 4, 0);
+	a.k = dev_from(k, T * G * D * 4, 0);
+	a.v = dev_from(v, T * G * D * 4, 0);
+	a.B = B, a.S = S, a.H = H, a.G = G, a.D = D;
+	a.out = case_out(&c, "out", T * H * D * 2, NULL, 0);
+	a.lse = case_out(&c, "lse", (size_t)B * H * S * 4, NULL, 0);
+	a.scratch = case_scratch(&c, sf * 4);
+	case_run(&c, attention_fwd_gpu, &a);
+	check(&c, "out", ref, T * H * D, 1, 1e-5, BF16_RTOL);
+	check(&c, "lse", ref_lse, (size_t)B * H * S, 0, 2e-6, 1e-5);
+	case_end(&c);
+	free(q);
+	free(k);
+	free(v);
+	free(scratch);
+	free(ref_lse);
+	free(ref);
+}
+
+/* A chain of fp32 sums in different orders: P rebuilt from lse, dP (D
+ * terms), delta (S terms), dq (S terms), dk and dv (S terms times the
+ * group's heads); each stage adds ~1e-6 relative of its scale: 5e-5 of the
+ * largest value and 1e-4 relative leave a wide margin. */
+static void test_attention_backward(int B, int S, int H, int G, int D)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "attention_backward B=%d S=%d H=%d G=%d D=%d", B, S, H, G, D))
+		return;
+	size_t T = (size_t)B * S;
+	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
+	float *dout = rand_f32(T * H * D, -1, 1);
+	size_t sf = attention_scratch_floats(B, S, H, G, D);
+	float *scratch = xmalloc(sf * 4), *lse = xmalloc((size_t)B * H * S * 4);
+	bf16 *out = xmalloc(T * H * D * 2);
+	attention_forward_cpu(out, lse, scratch, q, k, v, B, S, H, G, D);
+	float *ref_dq = xmalloc(T * H * D * 4), *ref_dk = xmalloc(T * G * D * 4), *ref_dv = xmalloc(T * G * D * 4);
+	double t0 = now_ms();
+	attention_backward_cpu(ref_dq, ref_dk, ref_dv, scratch, dout, q, k, v, lse, B, S, H, G, D);
+	c.cpu_ms = now_ms() - t0;
+
+	struct attention_args a = { 0 };
+	a.q = dev_from(q, T * H * D * 4, 0);
+	a.k = dev_from(k, T * G * D * 4, 0);
+	a.v = dev_from(v, T * G * D * 4, 0);
+	a.dout = dev_from(dout, T * H * D * 4, 0);
+	a.lse_in = dev_from(lse, (size_t)B * H * S * 4, 0);
+	a.B = B, a.S = S, a.H = H, a.G = G, a.D = D;
+	a.dq = case_out(&c, "dq", T * H * D * 4, NULL, 0);
+	a.dk = case_out(&c, "dk", T * G * D * 4, NULL, 0);
+	a.dv = case_out(&c, "dv", T * G * D * 4, NULL, 0);
+	a.scratch = case_scratch(&c, sf * 4);
+	case_run(&c, attention_bwd_gpu, &a);
+	check(&c, "dq", ref_dq, T * H * D, 0, 5e-5, 1e-4);
+	check(&c, "dk", ref_dk, T * G * D, 0, 5e-5, 1e-4);
+	check(&c, "dv", ref_dv, T * G * D, 0, 5e-5, 1e-4);
+	case_end(&c);
+	free(q);
+	free(k);
+	free(v);
+	free(dout);
+	free(scratch);
+	free(lse);
+	free(out);
+	free(ref_dq);
+	free(ref_dk);
+	free(ref_dv);
+}
+
+/* --- swiglu -------------------------------------------------------------- */
+
+struct swiglu_args {
+	bf16 *out;
+	float *dgate, *dup;
+	const float *gate, *up, *dout;
+	long n;
+};
+
+static void swiglu_fwd_gpu(const void *p)
+{
+	const struct swiglu_args *a = p;
+	gpu->ops->swiglu_forward(a->out, a->gate, a->up, a->n);
+}
+
+static void swiglu_bwd_gpu(const void *p)
+{
+	const struct swiglu_args *a = p;
+	gpu->ops->swiglu_backward(a->dgate, a->dup, a->dout, a->gate, a->up, a->n);
+}
+
+/* The same formula on both sides; CUDA's expf is within 2 ulps, glibc's
+ * within 1, so values differ by a few fp32 ulps (1e-6 of max plus 1e-5
+ * relative covers the cancellation in 1 + g(1 - sig)), and bf16 outputs by
+ * one bf16 ulp.  `offset` shifts every pointer by 4 bytes (the unaligned
+ * path). */
+static void test_swiglu(long n, int offset, int backward)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "swiglu_%s n=%ld%s", backward ? "backward" : "forward", n, offset ? " unaligned" : ""))
+		return;
+	size_t off = offset ? 4 : 0;
+	float *gate = rand_f32((size_t)n, -6, 6), *up = rand_f32((size_t)n, -2, 2), *dout = rand_f32((size_t)n, -1, 1);
+	bf16 *ref = xmalloc((size_t)n * 2);
+	float *ref_dg = xmalloc((size_t)n * 4), *ref_du = xmalloc((size_t)n * 4);
+	double t0 = now_ms();
+	if (backward)
+		swiglu_backward_cpu(ref_dg, ref_du, dout, gate, up, n);
+	else
+		swiglu_forward_cpu(ref, gate, up, n);
+	c.cpu_ms = now_ms() - t0;
+
+	struct swiglu_args a = { 0 };
+	a.gate = dev_from(gate, (size_t)n * 4, off);
+	a.up = dev_from(up, (size_t)n * 4, off);
+	a.dout = dev_from(dout, (size_t)n * 4, off);
+	a.n = n;
+	if (backward) {
+		a.dgate = case_out(&c, "dgate", (size_t)n * 4, NULL, off);
+		a.dup = case_out(&c, "dup", (size_t)n * 4, NULL, off);
+	} else {
+		a.out = case_out(&c, "out", (size_t)n * 2, NULL, off / 2);
+	}
+	case_run(&c, backward ? swiglu_bwd_gpu : swiglu_fwd_gpu, &a);
+	if (backward) {
+		check(&c, "dgate", ref_dg, (size_t)n, 0, 1e-6, 1e-5);
+		check(&c, "dup", ref_du, (size_t)n, 0, 1e-6, 1e-5);
+	} else {
+		check(&c, "out", ref, (size_t)n, 1, 1e-6, BF16_RTOL);
+	}
+	case_end(&c);
+	free(gate);
+	free(up);
+	free(dout);
+	free(ref);
+	free(ref_dg);
+	free(ref_du);
+}
+
+/* --- cross-entropy ------------------------------------------------------- */
+
+struct ce_args {
+	bf16 *dlogits;
+	float *losses;
+	const float *logits;
+	const int32_t *targets;
+	float dloss;
+	int T, V;
+};
+
+static void ce_gpu(const void *p)
+{
+	const struct ce_args *a = p;
+	gpu->ops->crossentropy_forward_backward(a->dlogits, a->losses, a->logits, a->targets, a->dloss, a->T, a->V);
+}
+
+/* The CPU sums the row's exponentials in double, the GPU in fp32 (online,
+ * then a tree): the sum agrees to ~1e-6 relative, so the loss (a log of
+ * it, plus max - x[y]) to ~1e-6 absolute: 1e-5 relative.  dlogits are
+ * (p - onehot) * dloss in bf16: one bf16 ulp relative, and an absolute
+ * floor far below the smallest probabilities (~1e-7 * dloss here), so a
+ * wrong small p cannot hide under it.  Every ignore_every-th row is
+ * ignored (target -1); target_past_end puts one target at V (NaN loss). */
+static void test_crossentropy(int T, int V, int ignore_every, int target_past_end)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "crossentropy_forward_backward T=%d V=%d", T, V))
+		return;
+	size_t n = (size_t)T * V;
+	float *logits = rand_f32(n, -8, 8);
+	int32_t *targets = xmalloc((size_t)T * 4);
+	for (int t = 0; t < T; t++)
+		targets[t] = ignore_every && t % ignore_every == 1 ? -1 : (int32_t)(rand_unit() * V);
+	if (target_past_end)
+		targets[T - 1] = V;
+	float dloss = 1.0f / (float)T;
+	bf16 *ref = xmalloc(n * 2);
+	float *ref_loss = xmalloc((size_t)T * 4);
+	double t0 = now_ms();
+	crossentropy_forward_backward_cpu(ref, ref_loss, logits, targets, dloss, T, V);
+	c.cpu_ms = now_ms() - t0;
+
+	struct ce_args a = { NULL, NULL, dev_from(logits, n * 4, 0), dev_from(targets, (size_t)T * 4, 0), dloss, T, V };
+	a.dlogits = case_out(&c, "dlogits", n * 2, NULL, 0);
+	a.losses = case_out(&c, "losses", (size_t)T * 4, NULL, 0);
+	case_run(&c, ce_gpu, &a);
+	check(&c, "losses", ref_loss, (size_t)T, 0, 0, 1e-5);
+	check(&c, "dlogits", ref, n, 1, 1e-9, BF16_RTOL);
+	case_end(&c);
+	free(logits);
+	free(targets);
+	free(ref);
+	free(ref_loss);
+}
+
+/* --- add_inplace, cast, nf4: exact ops ----------------------------------- */
+
+struct elementwise_args {
+	void *out;
+	const void *in, *aux;
+	long n;
+};
+
+static void add_gpu(const void *p)
+{
+	const struct elementwise_args *a = p;
+	gpu->ops->add_inplace(a->out, a->in, a->n);
+}
+
+static void cast_gpu(const void *p)
+{
+	const struct elementwise_args *a = p;
+	gpu->ops->cast_f32_to_bf16(a->out, a->in, a->n);
+}
+
+static void nf4_gpu(const void *p)
+{
+	const struct elementwise_args *a = p;
+	gpu->ops->nf4_dequantize(a->out, a->in, a->aux, a->n);
+}
+
+/* One fp32 add per element on both sides: bitwise equal. */
+static void test_add_inplace(long n, int offset)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "add_inplace n=%ld%s", n, offset ? " unaligned" : ""))
+		return;
+	size_t off = offset ? 4 : 0;
+	float *a0 = rand_f32((size_t)n, -1, 1), *b = rand_f32((size_t)n, -1, 1);
+	float *ref = dup_bytes(a0, (size_t)n * 4);
+	double t0 = now_ms();
+	add_inplace_cpu(ref, b, n);
+	c.cpu_ms = now_ms() - t0;
+	struct elementwise_args a = { NULL, dev_from(b, (size_t)n * 4, off), NULL, n };
+	a.out = case_out(&c, "a", (size_t)n * 4, a0, off);
+	case_run(&c, add_gpu, &a);
+	check_exact(&c, "a", ref, (size_t)n * 4, 4);
+	case_end(&c);
+	free(a0);
+	free(b);
+	free(ref);
+}
+
+/* The same rounding recipe on both sides: bitwise equal, including NaN,
+ * infinities, signed zeros, ties, subnormals and overflow to infinity. */
+static void test_cast(long n, int offset)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "cast_f32_to_bf16 n=%ld%s", n, offset ? " unaligned" : ""))
+		return;
+	size_t off = offset ? 4 : 0;
+	float *in = rand_f32((size_t)n, -1000, 1000);
+	static const uint32_t special[] = {
+		0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7f800000u, 0xff800000u, 0x00000000u, 0x80000000u,
+		0x3f808000u, 0x3f818000u, 0x3f80c000u, 0x3f807fffu, 0x00000001u, 0x807fffffu, 0x7f7fffffu,
+		0xff7fffffu, 0x7f7f8000u,
+	};
+	size_t ns = sizeof special / sizeof special[0];
+	for (size_t i = 0; i < ns && i < (size_t)n; i++)
+		memcpy(&in[i], &special[i], 4);
+	bf16 *ref = xmalloc((size_t)n * 2);
+	double t0 = now_ms();
+	cast_f32_to_bf16_cpu(ref, in, n);
+	c.cpu_ms = now_ms() - t0;
+	struct elementwise_args a = { NULL, dev_from(in, (size_t)n * 4, off), NULL, n };
+	a.out = case_out(&c, "out", (size_t)n * 2, NULL, off / 2);
+	case_run(&c, cast_gpu, &a);
+	check_exact(&c, "out", ref, (size_t)n * 2, 2);
+	case_end(&c);
+	free(in);
+	free(ref);
+}
+
+/* code * absmax is one fp32 multiply on both sides, then the same rounding:
+ * bitwise equal.  offset: the packed bytes 1 byte and the output 2 bytes
+ * off alignment (the byte-wise kernel). */
+static void test_nf4(long n, int offset)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "nf4_dequantize n=%ld%s", n, offset ? " unaligned" : ""))
+		return;
+	uint8_t *packed = xmalloc((size_t)n / 2);
+	for (long i = 0; i < n / 2; i++)
+		packed[i] = (uint8_t)(poros_mix64(rng_counter++) & 0xff);
+	float *absmax = rand_f32((size_t)n / POROS_NF4_BLOCK, 0.001f, 2.0f);
+	bf16 *ref = xmalloc((size_t)n * 2);
+	double t0 = now_ms();
+	nf4_dequantize_cpu(ref, packed, absmax, n);
+	c.cpu_ms = now_ms() - t0;
+	struct elementwise_args a = { NULL, dev_from(packed, (size_t)n / 2, offset ? 1 : 0),
+	                              dev_from(absmax, (size_t)n / POROS_NF4_BLOCK * 4, 0), n };
+	a.out = case_out(&c, "out", (size_t)n * 2, NULL, offset ? 2 : 0);
+	case_run(&c, nf4_gpu, &a);
+	check_exact(&c, "out", ref, (size_t)n * 2, 2);
+	printf("    %.0f GB/s\n", (double)n * 2.5 / (c.gpu_ms * 1e-3) / 1e9);
+	case_end(&c);
+	free(packed);
+	free(absmax);
+	free(ref);
+}
+
+/* --- sumsq --------------------------------------------------------------- */
+
+struct sumsq_args {
+	float *out, *scratch;
+	const float *x;
+	long n;
+};
+
+static void sumsq_gpu(const void *p)
+{
+	const struct sumsq_args *a = p;
+	gpu->ops->sumsq(a->out, a->scratch, a->x, a->n);
+}
+
+/* The CPU sums in double; the GPU in fp32, at most ~8 terms per thread
+ * plus two trees of 8 and 10 levels: relative error well under 1e-5. */
+static void test_sumsq(long n, int offset)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "sumsq n=%ld%s", n, offset ? " unaligned" : ""))
+		return;
+	float *x = rand_f32((size_t)n, -1, 1);
+	float ref;
+	double t0 = now_ms();
+	sumsq_cpu(&ref, NULL, x, n);
+	c.cpu_ms = now_ms() - t0;
+	struct sumsq_args a = { NULL, NULL, dev_from(x, (size_t)n * 4, offset ? 4 : 0), n };
+	a.out = case_out(&c, "out", 4, NULL, 0);
+	a.scratch = case_scratch(&c, sumsq_scratch_floats(n) * 4);
+	case_run(&c, sumsq_gpu, &a);
+	check(&c, "out", &ref, 1, 0, 0, 1e-5);
+	case_end(&c);
+	free(x);
+}
+
+/* --- adamw --------------------------------------------------------------- */
+
+struct adamw_args {
+	float *param, *m, *v;
+	const float *grad;
+	long n;
+	float lr, wd, grad_scale;
+	int t;
+};
+
+static void adamw_gpu(const void *p)
+{
+	const struct adamw_args *a = p;
+	gpu->ops->adamw_update(a->param, a->grad, a->m, a->v, a->n, a->lr, 0.9f, 0.999f, 1e-8f, a->wd, a->grad_scale,
+	                       a->t);
+}
+
+/* The same operation order and host-side constants; the GPU may fuse a
+ * multiply-add the CPU rounds twice, so m, v and param differ by a few
+ * ulps: 1e-6 of the largest value plus 1e-5 relative. */
+static void test_adamw(long n, int t, float wd, float grad_scale)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "adamw_update n=%ld t=%d wd=%g grad_scale=%g", n, t, wd, grad_scale))
+		return;
+	float *param0 = rand_f32((size_t)n, -1, 1), *grad = rand_f32((size_t)n, -1, 1);
+	float *m0 = rand_f32((size_t)n, -0.1f, 0.1f), *v0 = rand_f32((size_t)n, 0, 0.01f);
+	if (t == 1) { /* the first step starts from zero moments */
+		memset(m0, 0, (size_t)n * 4);
+		memset(v0, 0, (size_t)n * 4);
+	}
+	float *ref_p = dup_bytes(param0, (size_t)n * 4), *ref_m = dup_bytes(m0, (size_t)n * 4);
+	float *ref_v = dup_bytes(v0, (size_t)n * 4);
+	float lr = 2e-4f;
+	double t0 = now_ms();
+	adamw_update_cpu(ref_p, grad, ref_m, ref_v, n, lr, 0.9f, 0.999f, 1e-8f, wd, grad_scale, t);
+	c.cpu_ms = now_ms() - t0;
+	struct adamw_args a = { NULL, NULL, NULL, dev_from(grad, (size_t)n * 4, 0), n, lr, wd, grad_scale, t };
+	a.param = case_out(&c, "param", (size_t)n * 4, param0, 0);
+	a.m = case_out(&c, "m", (size_t)n * 4, m0, 0);
+	a.v = case_out(&c, "v", (size_t)n * 4, v0, 0);
+	case_run(&c, adamw_gpu, &a);
+	check(&c, "param", ref_p, (size_t)n, 0, 1e-6, 1e-5);
+	check(&c, "m", ref_m, (size_t)n, 0, 1e-6, 1e-5);
+	check(&c, "v", ref_v, (size_t)n, 0, 1e-6, 1e-5);
+	case_end(&c);
+	free(param0);
+	free(grad);
+	free(m0);
+	free(v0);
+	free(ref_p);
+	free(ref_m);
+	free(ref_v);
+}
+
+/* --- main ---------------------------------------------------------------- */
+
+/* Odd small shapes: scalar, unaligned and fallback paths; quick enough for
+ * compute-sanitizer. */
+static void run_small(void)
+{
+	test_embedding(7, 67, 11);
+	test_rmsnorm_forward(3, 33, 0, 1);
+	test_rmsnorm_backward(3, 33);
+	test_matmul_forward(5, 19, 7, 1);
+	test_matmul_backward_input(5, 19, 7, 1);
+	test_lora_forward(5, 33, 7, 3, 0.5f);
+	test_lora_backward(5, 33, 7, 3, 0.5f, 1);
+	test_lora_backward(19, 300, 5, 20, 0.25f, 1); /* two rank tiles, partial K passes */
+	test_rope(2, 3, 3, 6, 0);
+	test_rope(2, 3, 3, 6, 1);
+	test_attention_forward(3, 5, 6, 3, 8);
+	test_attention_forward(2, 7, 4, 2, 16);  /* S + 4 < D: direct P@V */
+	test_attention_forward(1, 33, 2, 2, 64); /* MHA, direct P@V */
+	test_attention_backward(3, 5, 6, 3, 8);
+	test_attention_backward(1, 33, 2, 2, 64);
+	test_swiglu(1001, 1, 0);
+	test_swiglu(1001, 1, 1);
+	test_crossentropy(3, 5, 2, 0);
+	test_crossentropy(4, 7, 0, 1); /* a target past the vocabulary: NaN loss */
+	test_add_inplace(1001, 1);
+	test_cast(1001, 1);
+	test_nf4(64, 0);
+	test_nf4(192, 1);
+	test_sumsq(1, 0);
+	test_sumsq(1000, 1);
+	test_adamw(37, 10, 0.0f, 0.5f);
+}
+
+/* The shapes of a 7B-class model: T=512, C=4096, H=32, G=8, D=128,
+ * V=32000, F=11008. */
+static void run_realistic(void)
+{
+	test_embedding(512, 4096, 32000);
+	test_rmsnorm_forward(512, 4096, 1, 1);
+	test_rmsnorm_forward(512 * 8, 128, 1, 0); /* qwen3's per-head q/k norm */
+	test_rmsnorm_backward(512, 4096);
+	test_matmul_forward(512, 4096, 4096, 0);
+	test_matmul_forward(512, 4096, 1024, 1);         /* k/v projection with bias */
+	test_matmul_backward_input(128, 4096, 11008, 1); /* through gate/up */
+	test_matmul_backward_input(64, 11008, 4096, 0);  /* through down */
+	test_lora_forward(512, 4096, 4096, 16, 0.05f);
+	test_lora_forward(512, 4096, 1024, 8, 0.0f);
+	test_lora_backward(512, 4096, 4096, 16, 0.05f, 1);
+	test_lora_backward(512, 11008, 4096, 64, 0.1f, 1);
+	test_lora_backward(512, 4096, 1024, 8, 0.0f, 0);
+	test_rope(1, 512, 32, 128, 0);
+	test_rope(1, 512, 32, 128, 1);
+	test_attention_forward(1, 512, 32, 8, 128);
+	test_attention_forward(2, 64, 8, 2, 64);
+	test_attention_backward(1, 512, 32, 8, 128);
+	test_attention_backward(2, 64, 8, 2, 64);
+	test_swiglu(512L * 11008, 0, 0);
+	test_swiglu(512L * 11008, 0, 1);
+	test_crossentropy(512, 32000, 10, 0);
+	test_add_inplace(512L * 4096 + 3, 0);
+	test_cast(512L * 4096 + 1, 0);
+	test_nf4(4096L * 4096, 0);
+	test_sumsq(16L * 1024 * 1024 + 5, 0);
+	test_adamw(1L << 20, 1, 0.01f, 1.0f);
+}
+
+int main(int argc, char **argv)
+{
+	int small_only = argc > 1 && strcmp(argv[1], "--small") == 0;
+	if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+		printf("usage: test_ops_cuda [--small] [SUBSTRING...]\n"
+		       "  runs each CUDA op against the CPU reference; --small: only the odd small\n"
+		       "  shapes; SUBSTRING: only cases whose title contains one (e.g. lora attention_backward)\n");
+		return 0;
+	}
+	filters = argv + 1 + small_only;
+	n_filters = argc - 1 - small_only;
+
+	char err[256] = "";
+	gpu = backend_cuda(err, sizeof err);
+	if (!gpu) {
+		fprintf(stderr, "test_ops_cuda: %s\n", err);
+		return 2;
+	}
+	printf("device: %s, %ld MiB, driver %s, CUDA runtime %s\n\n", gpu->device_name, gpu->device_mem_mb,
+	       gpu->driver_version, gpu->runtime_version);
+	ev_start = gpu->event_create();
+	ev_end = gpu->event_create();
+	double t_start = now_ms();
+	run_small();
+	if (!small_only)
+		run_realistic();
+	printf("test_ops_cuda: %d passed, %d failed (%.1f s)\n", cases_passed, cases_failed,
+	       (now_ms() - t_start) / 1e3);
+	gpu->event_destroy(ev_start);
+	gpu->event_destroy(ev_end);
+	if (cases_passed + cases_failed == 0) {
+		fprintf(stderr, "test_ops_cuda: no case matches the filters\n");
+		return 2;
+	}
+	return cases_failed ? 1 : 0;
+}

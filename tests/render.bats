@@ -1,0 +1,237 @@
+#!/usr/bin/env bats
+# poros-render: results (and parity) JSONL -> report.html / report.md.
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+	load test_helper/common-setup
+	_common_setup
+	. "$POROS_ROOT/tests/fixtures/merge/artifact.bash"
+	XSS='<script>alert(1)</script>'
+	XSS_HTML='&lt;script&gt;alert(1)&lt;&#47;script&gt;'
+}
+
+# Five cells of one model: three measured, an oom (whose error has a URL,
+# markup and a pipe) and a skipped one; the model's name is an attack.
+make_results() {
+	local name='.cell.model.display_name = "<script>alert(1)</script>" | .cell.hardware.vram_gb = 24'
+	{
+		art poros tiny_qwen2 nf4 ok 2026-11-29T10:00:00Z "$name"' | .metrics.vram_peak_mb = 20000
+			| .metrics.s_per_step = 1.52 | .metrics.s_per_step_min = 1.4 | .metrics.s_per_step_max = 1.9
+			| .metrics.tokens_per_s = 2694.7'
+		art resident tiny_qwen2 nf4 ok 2026-11-29T10:00:01Z "$name"' | .metrics.vram_peak_mb = 30000
+			| .metrics.s_per_step = 1.2 | .metrics.s_per_step_min = 1.1 | .metrics.s_per_step_max = 1.3'
+		art peft tiny_qwen2 nf4 oom 2026-11-29T10:00:02Z "$name"' | .error = "CUDA out of memory | tried <b>2 GiB</b>, see https://example.org//oom"'
+		art poros tiny_qwen2 bf16 ok 2026-11-29T10:00:03Z "$name"' | .metrics.vram_peak_mb = 8192
+			| .metrics.s_per_step = 1.62 | .metrics.s_per_step_min = 1.6 | .metrics.s_per_step_max = 1.7
+			| .env.gpu_name = "NVIDIA H200"'
+		art accelerate_offload tiny_qwen2 bf16 skipped 2026-11-29T10:00:04Z "$name"
+	} > results.jsonl
+}
+
+parity_record() { # arch precision bump-loss-step (0: identical)
+	local mr="$POROS_ROOT/tests/fixtures/parity/make-run"
+	rm -rf pa pb
+	"$mr" pa
+	if [ "$3" = 0 ]; then "$mr" pb; else "$mr" pb --bump-loss "$3"; fi
+	poros-parity --arch "$1" --precision "$2" pa pb
+}
+
+# The text of one <section id="..."> of report.html.
+section() {
+	sed -n "/<section[^>]*id=\"$1\"/,/<\/section>/p" report.html
+}
+
+@test "poros-render --version and --help" {
+	run -0 poros-render --version
+	assert_output "poros-render 0.1.0"
+	run -0 --separate-stderr poros-render --help
+	assert_line --index 0 "usage: poros-render --html|--md [-o FILE] [FILE|DIR|- ...]"
+	[ -z "$stderr" ]
+}
+
+@test "a format is required, and only one" {
+	run -2 --separate-stderr poros-render results.jsonl
+	[[ "$stderr" == "usage: poros-render"* ]]
+	run -2 --separate-stderr poros-render --html --md
+	[ "$stderr" = "poros-render: --html and --md: choose one" ]
+}
+
+@test "report.html has no external URL, script, src= or url( anywhere" {
+	make_results
+	poros-render --html results.jsonl > report.html
+	run -1 grep -n -E 'http://|https://|src=|url\(|//' report.html
+	run -1 grep -n -i -E '<script|<link|<img|<iframe|@import|javascript:' report.html
+	# the error's URL is still there for a reader, with its slashes escaped
+	grep -q 'see https:&#47;&#47;example.org&#47;&#47;oom' report.html
+}
+
+@test "a display_name of <script>alert(1)</script> appears escaped, in SVG text and attributes too" {
+	make_results
+	poros-render --html results.jsonl > report.html
+	run -1 grep -F "$XSS" report.html
+	grep -F "<h2>$XSS_HTML <small>" report.html
+	grep -F "aria-label=\"VRAM peak by method (GiB), $XSS_HTML\"" report.html
+	grep -F "<title>Seconds per optimizer step by method (median, min to max), $XSS_HTML</title>" report.html
+	# and the error text: markup and all
+	grep -F 'CUDA out of memory | tried &lt;b&gt;2 GiB&lt;&#47;b&gt;' report.html
+}
+
+@test "the model table has status badges, VRAM peak, derived fits-on, s/step median and range, tokens/s" {
+	make_results
+	poros-render --html results.jsonl > report.html
+	grep -F '<tr id="cell-poros_tiny_qwen2_nf4"><td>poros</td><td>nf4</td><td><span class="badge ok">ok</span></td><td class="num">19.5 GiB</td><td class="num derived">24 GB</td><td class="num">1.52</td><td class="num">1.40 &ndash; 1.90</td><td class="num">2695</td>' report.html
+	grep -F '<tr id="cell-resident_tiny_qwen2_nf4"><td>resident</td><td>nf4</td><td><span class="badge ok">ok</span></td><td class="num">29.3 GiB</td><td class="num derived">40 GB</td>' report.html
+	# 8192 MiB does not fit in 8 GB: fits-on is the next card up
+	grep -F '<td class="num">8.00 GiB</td><td class="num derived">12 GB</td>' report.html
+	grep -F '<tr id="cell-peft_tiny_qwen2_nf4"><td>peft</td><td>nf4</td><td><span class="badge oom" title="CUDA out of memory | tried &lt;b&gt;2 GiB&lt;&#47;b&gt;, see https:&#47;&#47;example.org&#47;&#47;oom">oom</span></td><td class="num">--</td><td class="num">--</td>' report.html
+	grep -F '<span class="badge skipped" title="skipped: fixture reason">skipped</span>' report.html
+	# rows in method order, then precision order
+	[ "$(grep -o 'tr id="cell-[a-z0-9_]*"' report.html | paste -sd ' ')" = 'tr id="cell-poros_tiny_qwen2_nf4" tr id="cell-poros_tiny_qwen2_bf16" tr id="cell-resident_tiny_qwen2_nf4" tr id="cell-peft_tiny_qwen2_nf4" tr id="cell-accelerate_offload_tiny_qwen2_bf16"' ]
+}
+
+@test "fits-on is the smallest card above the peak, and nothing for cells that did not finish" {
+	{
+		art poros m8 nf4 ok 2026-11-29T10:00:00Z '.cell.model.arch = "m8" | .metrics.vram_peak_mb = 8191'
+		art poros m24 nf4 ok 2026-11-29T10:00:00Z '.metrics.vram_peak_mb = 24575'
+		art poros m141 nf4 ok 2026-11-29T10:00:00Z '.metrics.vram_peak_mb = 144383'
+		art poros big nf4 ok 2026-11-29T10:00:00Z '.metrics.vram_peak_mb = 144384'
+		art poros oom nf4 oom 2026-11-29T10:00:00Z '.metrics.vram_peak_mb = 100'
+	} > r.jsonl
+	poros-render --html r.jsonl > report.html
+	[ "$(grep -o '<td class="num derived">[^<]*</td>' report.html | sed 's/<[^>]*>//g' | paste -sd ,)" = "8 GB,24 GB,141 GB,&gt; 141 GB" ]
+	grep -F '<tr id="cell-poros_oom_nf4"><td>poros</td><td>nf4</td><td><span class="badge oom" title="oom: fixture reason">oom</span></td><td class="num">100 MiB</td><td class="num">--</td>' report.html
+}
+
+@test "the spec summary comes from the cells" {
+	make_results
+	poros-render --html results.jsonl > report.html
+	section spec | grep -F '<dt>Hardware</dt><dd>RTX 3090, 24 GB, PCIe gen 4</dd>'
+	section spec | grep -F '<dt>Methods</dt><dd>poros, resident, peft, accelerate_offload</dd>'
+	section spec | grep -F '<dt>Training</dt><dd>6 steps (the first 1 excluded from timing); 64 tokens &times; batch 1 &times; accumulation 2 = 128 tokens per step;'
+	section spec | grep -F '<dt>Cells</dt><dd>5: 3 ok, 1 oom, 0 error, 1 skipped</dd>'
+}
+
+@test "the charts draw one bar per measured cell and say why the others have none" {
+	make_results
+	poros-render --html results.jsonl > report.html
+	[ "$(grep -c '<svg class="chart"' report.html)" -eq 2 ]
+	[ "$(grep -c '^<rect ' report.html)" -eq 6 ]
+	[ "$(grep -c '>oom: not measured</text>' report.html)" -eq 2 ]
+	[ "$(grep -c '>skipped: not measured</text>' report.html)" -eq 2 ]
+	# the card's memory as a dashed line on the VRAM chart
+	grep -F '>RTX 3090: 24 GB</text>' report.html
+	grep -F '<title>poros nf4: 19.5 GiB</title>' report.html
+	grep -F '<title>range 1.40 to 1.90</title>' report.html
+}
+
+@test "the parity table shows -- where nothing was measured, never 0" {
+	make_results
+	poros-render --html results.jsonl > report.html
+	section parity | grep -F "<tr><td>$XSS_HTML</td><td>nf4</td><td class=\"num\">--</td><td class=\"num\">--</td><td class=\"num\">--</td><td>--</td><td>--</td></tr>"
+	section parity | grep -F "<tr><td>$XSS_HTML</td><td>bf16</td><td class=\"num\">--</td>"
+	run -1 grep -E '>0<' <(section parity)
+}
+
+@test "the parity table shows a record's deltas, where they are and the verdict" {
+	make_results
+	parity_record tiny_qwen2 nf4 2 > parity.jsonl
+	parity_record tiny_qwen2 bf16 0 >> parity.jsonl
+	poros-render --html results.jsonl parity.jsonl > report.html
+	section parity | grep -F '<td>nf4</td><td class="num">4</td><td class="num">0.125</td><td class="num">0</td><td>loss: step 2</td><td><span class="badge differs">differs</span></td>'
+	section parity | grep -F '<td>bf16</td><td class="num">4</td><td class="num">0</td><td class="num">0</td><td>--</td><td><span class="badge exact">exact</span></td>'
+}
+
+@test "the last parity record of a pair wins, and one for another model gets its own row" {
+	make_results
+	parity_record tiny_qwen2 nf4 2 > parity.jsonl
+	parity_record tiny_qwen2 nf4 0 >> parity.jsonl
+	parity_record other_model bf16 0 >> parity.jsonl
+	poros-render --html results.jsonl parity.jsonl > report.html
+	section parity | grep -F '<td>nf4</td><td class="num">4</td><td class="num">0</td>'
+	section parity | grep -F '<tr><td>other_model</td><td>bf16</td><td class="num">4</td>'
+	[ "$(section parity | grep -c '<tr><td>')" -eq 3 ]
+}
+
+@test "the environment lists each field's values and the notes say why cells ended" {
+	make_results
+	poros-render --html results.jsonl > report.html
+	section env | grep -F '<tr><th>gpu_name</th><td>NVIDIA H200</td></tr>'
+	section env | grep -F '<tr><th>torch</th><td><span class="muted">--</span></td></tr>'
+	section notes | grep -F '<li><code>peft_tiny_qwen2_nf4</code> <span class="badge oom"'
+	section notes | grep -F '(log: <code>logs&#47;peft_tiny_qwen2_nf4.log</code>)'
+	section notes | grep -F '<code>accelerate_offload_tiny_qwen2_bf16</code>'
+	run -1 grep -F 'cell-poros_tiny_qwen2_nf4' <(section notes)
+}
+
+@test "report.md has the same tables, with | and markup escaped" {
+	make_results
+	parity_record tiny_qwen2 nf4 2 > parity.jsonl
+	run -0 --separate-stderr poros-render --md results.jsonl parity.jsonl
+	[ -z "$stderr" ]
+	assert_line --index 0 "# Poros Bench report: tiny"
+	assert_line "## &lt;script&gt;alert(1)&lt;/script&gt; (poros/tiny-qwen2, 0.0001 B parameters)"
+	assert_line "| poros | nf4 | **ok** | 19.5 GiB | 24 GB\\* | 1.52 | 1.40 - 1.90 | 2695 | 5.60 -> 5.40 |"
+	assert_line "| peft | nf4 | **oom** | -- | -- | -- | -- | -- | -- -> -- |"
+	assert_line "| &lt;script&gt;alert(1)&lt;/script&gt; | nf4 | 4 | 0.125 | 0 | loss: step 2 | **differs** |"
+	assert_line "| &lt;script&gt;alert(1)&lt;/script&gt; | bf16 | -- | -- | -- | -- | -- |"
+	assert_line "- peft\\_tiny\\_qwen2\\_nf4 **oom**: CUDA out of memory \\| tried &lt;b&gt;2 GiB&lt;/b&gt;, see https://example.org//oom (log: logs/peft\\_tiny\\_qwen2\\_nf4.log)"
+	# every table row has as many cells as its header
+	echo "$output" | awk '
+		/^\|/ { line = $0; gsub(/\\\|/, "", line); n = gsub(/\|/, "", line)
+		        if (!inside) { want = n; inside = 1 } else if (n != want) { print "bad row: " $0; bad = 1 } next }
+		{ inside = 0 }
+		END { exit bad }'
+}
+
+@test "-o writes the report atomically; an unreadable input leaves no file (exit 1)" {
+	make_results
+	run -0 --separate-stderr poros-render --html -o report.html results.jsonl
+	[ -z "$output" ]
+	grep -q '</html>' report.html
+	run -1 --separate-stderr poros-render --md -o report.md results.jsonl missing.jsonl
+	[ "$stderr" = "poros-render: missing.jsonl: No such file or directory" ]
+	[ ! -e report.md ]
+	# nor a temporary of it
+	[ -z "$(ls -A . | grep -F report.md)" ]
+}
+
+@test "a malformed line is reported and skipped; the report is still written (exit 2)" {
+	make_results
+	sed -i '2s/.*/{"schema":"poros.artifact\/1",/' results.jsonl
+	echo '{"schema":"poros.summary/1"}' >> results.jsonl
+	run -2 --separate-stderr poros-render --html -o report.html results.jsonl
+	[[ "$stderr" == *"poros-render: results.jsonl:2: skipped: not valid JSON at column "* ]]
+	[[ "$stderr" == *'poros-render: results.jsonl:6: skipped: neither a run artifact nor a parity record (schema "poros.summary/1")'* ]]
+	grep -q 'cell-poros_tiny_qwen2_nf4' report.html
+	run -1 grep -q 'cell-resident_tiny_qwen2_nf4' report.html
+}
+
+@test "no artifacts at all still make a valid page and document" {
+	run -0 bash -c 'poros-render --html < /dev/null'
+	assert_output --partial "<p>No run artifacts in the input.</p>"
+	assert_output --partial "</html>"
+	run -0 bash -c 'poros-render --md < /dev/null'
+	assert_line --index 0 "# Poros Bench report"
+}
+
+@test "report.html renders in headless Chromium with the table values in its DOM" {
+	[ -x /usr/bin/chromium ] || skip "/usr/bin/chromium is not installed (apt-get install chromium)"
+	make_results
+	parity_record tiny_qwen2 nf4 2 > parity.jsonl
+	poros-render --html -o report.html results.jsonl parity.jsonl
+	local flags=(--headless --no-sandbox --disable-gpu --no-first-run --disable-extensions
+	             "--user-data-dir=$BATS_TEST_TMPDIR/chromium-profile")
+	timeout 120 /usr/bin/chromium "${flags[@]}" --window-size=1200,2400 \
+		--screenshot="$BATS_TEST_TMPDIR/report.png" "file://$BATS_TEST_TMPDIR/report.html" 2>/dev/null
+	[ -s report.png ]
+	# a PNG: 0x89 'P' 'N' 'G'
+	[ "$(head -c 4 report.png | od -An -tx1 | tr -d ' ')" = "89504e47" ]
+	timeout 120 /usr/bin/chromium "${flags[@]}" --dump-dom "file://$BATS_TEST_TMPDIR/report.html" > dom.html 2>/dev/null
+	# the parsed document: the attack is text, the table holds the values
+	grep -F '<h2>&lt;script&gt;alert(1)&lt;/script&gt; <small>' dom.html
+	run -1 grep -F "$XSS" dom.html
+	grep -F '<td class="num">19.5 GiB</td><td class="num derived">24 GB</td><td class="num">1.52</td>' dom.html
+	grep -F '<td class="num">0.125</td>' dom.html
+	grep -F '<rect x="210"' dom.html
+}

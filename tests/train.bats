@@ -1,0 +1,223 @@
+#!/usr/bin/env bats
+# poros-train: a cell or flags in; events.jsonl, adapter/ and one summary line out.
+# Everything runs on the CPU backend with the tiny models of configs/models.
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+	load test_helper/common-setup
+	_common_setup
+	# a small, fast run; every test adds what it is about
+	TINY=(--backend cpu --seq-len 32 --batch-size 2 --rank 4 --alpha 8)
+	ADAPTER=adapter/adapter_model.safetensors
+}
+
+# train NAME ARGS...: a run into directory NAME, summary in NAME.json
+train() {
+	local dir=$1
+	shift
+	poros-train "${TINY[@]}" --quiet --out "$dir" "$@" >"$dir.json"
+}
+
+@test "poros-train --version prints its name and version" {
+	run -0 poros-train --version
+	assert_output "poros-train 0.1.0"
+}
+
+@test "poros-train --help prints the synopsis on stdout and exits 0" {
+	run -0 --separate-stderr poros-train --help
+	assert_line --index 0 --partial "usage: poros-train [--cell FILE | --model ID]"
+	[ -z "$stderr" ]
+}
+
+@test "an unknown option is a usage error with the synopsis on stderr" {
+	run -2 --separate-stderr poros-train --bogus
+	[ -z "$output" ]
+	[[ "$stderr" == *"usage: poros-train"* ]]
+}
+
+@test "a bad value names the option and what is wrong with it" {
+	run -2 --separate-stderr poros-train --model poros/tiny-qwen2 --steps 0
+	[ -z "$output" ]
+	[ "$stderr" = "poros-train: --steps: too small: 0" ]
+	run -2 --separate-stderr poros-train --model poros/tiny-qwen2 --mode sideways
+	[[ "$stderr" == *'--mode: unknown value "sideways" (expected one of: blockwise, resident)'* ]]
+}
+
+@test "a tiny model trains and stdout is exactly one summary line" {
+	run -0 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 4 --out run
+	[ "${#lines[@]}" -eq 1 ]
+	echo "$output" | jq -e '.schema == "poros.summary/1" and .status == "ok" and .error == null
+		and .method == "poros" and .mode == "blockwise" and .backend == "cpu" and .steps == 4
+		and .warmup_steps == 0 and .steps_measured == 4 and .weights == "synthetic"
+		and .run_dir == "run" and .events == "run/events.jsonl" and .adapter == "run/adapter"
+		and .s_per_step > 0 and .s_per_step_min <= .s_per_step and .s_per_step <= .s_per_step_max
+		and .tokens_per_s > 0 and .vram_peak_mb > 0 and .vram_avg_mb == .vram_peak_mb
+		and .loss_first > 5 and .loss_first < 7 and .env.gpu_name == null and .env.python == null'
+	# progress goes to stderr, one line a step
+	[ "$(grep -c '^poros-train: step [1-4]/4 loss ' <<<"$stderr")" -eq 4 ]
+	[ -f run/adapter/adapter_config.json ] && [ -f run/$ADAPTER ]
+	jq -e '.r == 4 and .lora_alpha == 8 and .peft_type == "LORA" and .base_model_name_or_path == "poros/tiny-qwen2"
+		and (.target_modules | length) == 7' run/adapter/adapter_config.json
+}
+
+@test "events.jsonl has one whole line per step with every field" {
+	train run --model poros/tiny-llama --steps 3 --warmup 1 --lr 1e-3 --block-size 2
+	[ "$(wc -l <run/events.jsonl)" -eq 3 ]
+	jq -e -s 'length == 3 and ([.[].step] == [1, 2, 3])
+		and all(.[]; (keys_unsorted == ["step","loss","lr","grad_norm","step_s","tokens","vram_alloc_mb",
+			"vram_peak_mb","h2d_bytes","h2d_s","compute_s","copy_hidden_frac"])
+			and .tokens == 64 and .loss > 0 and .grad_norm > 0 and .step_s > 0)
+		and .[0].lr == 0 and .[1].lr == 0.001
+		and .[0].h2d_bytes > 0 and .[0].copy_hidden_frac == 0' run/events.jsonl
+	# warmup steps are left out of the timing
+	jq -e '.warmup_steps == 1 and .steps_measured == 2' run.json
+	# the summary's losses are the events' first and last, digit for digit
+	[ "$(jq -r .loss_first run.json)" = "$(head -1 run/events.jsonl | jq -r .loss)" ]
+	[ "$(jq -r .loss_last run.json)" = "$(tail -1 run/events.jsonl | jq -r .loss)" ]
+}
+
+# parity MODEL ARGS...: resident and blockwise (block sizes 1, 2, 3) runs give the same bits
+parity() {
+	local model=$1
+	shift
+	train resident --model "$model" --mode resident --steps 3 "$@"
+	for bs in 1 2 3; do
+		train "block$bs" --model "$model" --mode blockwise --block-size "$bs" --steps 3 "$@"
+		cmp resident/$ADAPTER "block$bs/$ADAPTER"
+		diff <(jq -r .loss resident/events.jsonl) <(jq -r ".loss" "block$bs/events.jsonl")
+	done
+	# the runs learned something: the comparison is not of three zeros
+	[ "$(jq -r .loss resident/events.jsonl | sort -u | wc -l)" -eq 3 ]
+}
+
+@test "blockwise and resident are bit-identical: qwen2, nf4, accumulation 4, dropout" {
+	parity poros/tiny-qwen2 --precision nf4 --accum 4 --dropout 0.1 --lr 5e-3
+}
+
+@test "blockwise and resident are bit-identical: llama (tied), bf16, accumulation 1" {
+	parity poros/tiny-llama --precision bf16 --accum 1 --dropout 0 --lr 5e-3
+}
+
+@test "blockwise and resident are bit-identical: qwen3 (qk-norm), nf4, accumulation 4" {
+	parity poros/tiny-qwen3 --precision nf4 --accum 4 --dropout 0.05 --lr 5e-3 --lr-schedule cosine --warmup 1
+}
+
+@test "--no-prefetch changes the copies, not the bits" {
+	train a --model poros/tiny-qwen2 --block-size 1 --steps 2 --accum 2
+	train b --model poros/tiny-qwen2 --block-size 1 --steps 2 --accum 2 --no-prefetch
+	cmp a/$ADAPTER b/$ADAPTER
+	diff <(jq -r .loss a/events.jsonl) <(jq -r .loss b/events.jsonl)
+	# four blocks of one layer: step 1 copies all four forward and two more
+	# backward (the last two are still in the slabs at the turn)
+	layer_bytes=$(( $(jq -s '.[0].h2d_bytes' a/events.jsonl) / 6 ))
+	jq -e -s --argjson l "$layer_bytes" '.[0].h2d_bytes == 6 * $l and .[1].h2d_bytes == 4 * $l' a/events.jsonl
+}
+
+@test "synthetic weights and data follow the seed" {
+	train s1 --model poros/tiny-qwen2 --steps 1 --seed 7
+	train s2 --model poros/tiny-qwen2 --steps 1 --seed 7
+	train s3 --model poros/tiny-qwen2 --steps 1 --seed 8
+	cmp s1/$ADAPTER s2/$ADAPTER
+	! cmp -s s1/$ADAPTER s3/$ADAPTER
+	[ "$(jq -r .loss_first s1.json)" = "$(jq -r .loss_first s2.json)" ]
+	[ "$(jq -r .loss_first s1.json)" != "$(jq -r .loss_first s3.json)" ]
+}
+
+@test "the loss falls below half on a repeating sequence" {
+	train run --model poros/tiny-qwen2 --precision bf16 --dataset synthetic:repeat --steps 20 \
+		--lr 1e-2 --dropout 0 --rank 8 --alpha 16
+	jq -e '.loss_last < 0.5 * .loss_first' run.json
+}
+
+@test "a VRAM budget too small is an oom with exit 1 and nothing written" {
+	run -1 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 2 --out run --vram-budget 64K
+	[ "${#lines[@]}" -eq 1 ]
+	echo "$output" | jq -e '.status == "oom" and (.error | test("^allocating .*: budget 64.0 KiB exceeded"))
+		and .steps == 0 and .events == null and .adapter == null and .loss_first == null'
+	[[ "$stderr" == "poros-train: allocating "*"budget 64.0 KiB exceeded"* ]]
+	[ ! -e run/events.jsonl ]
+	[ ! -e run/adapter ]
+}
+
+@test "an oom leaves an earlier run's events out of the run directory, not half-mixed" {
+	train run --model poros/tiny-qwen2 --steps 2
+	run -1 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run --vram-budget 1K
+	[ ! -e run/events.jsonl ]
+}
+
+@test "a missing dataset is an error naming it, with nothing on stdout" {
+	run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --dataset nowhere/data.jsonl --out run
+	[ -z "$output" ]
+	[[ "$stderr" == "poros-train: "*"nowhere/data.jsonl"* ]]
+	[ ! -e run ]
+}
+
+@test "a token outside the vocabulary is an error with its position" {
+	printf '\001\000\002\000\000\001\003\000' >tokens.u16   # 1, 2, 256, 3
+	run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --dataset tokens.u16 --out run
+	[ -z "$output" ]
+	[ "$stderr" = "poros-train: tokens.u16: token 256 at index 2 (byte 4) >= vocabulary size 256" ]
+}
+
+@test "a raw token file trains" {
+	for i in $(seq 0 199); do printf "\\$(printf %o $((i % 250)))\\000"; done >tokens.u16
+	train run --model poros/tiny-qwen2 --dataset tokens.u16 --steps 2
+	jq -e '.status == "ok" and .steps == 2' run.json
+}
+
+@test "an unknown model is an error listing where it looked" {
+	run -2 --separate-stderr poros-train "${TINY[@]}" --model nobody/no-such-model --out run
+	[ -z "$output" ]
+	[[ "$stderr" == 'poros-train: model "nobody/no-such-model": no config.json found (looked in: '* ]]
+}
+
+@test "a cell on stdin runs in its method's mode; a peft cell is refused" {
+	poros-expand "$POROS_ROOT/configs/bench/tiny.yaml" -o bench --jsonl >cells.jsonl
+	grep '"cell_id":"resident_tiny_qwen2_bf16"' cells.jsonl >resident.json
+	run -0 --separate-stderr poros-train --cell - --backend cpu --steps 2 --quiet --out run <resident.json
+	echo "$output" | jq -e '.status == "ok" and .method == "resident" and .mode == "resident" and .steps == 2'
+	grep '"method":"peft"' cells.jsonl | head -1 >peft.json
+	run -2 --separate-stderr poros-train --cell peft.json --backend cpu
+	[ -z "$output" ]
+	[[ "$stderr" == "poros-train: peft.json: poros-train runs methods poros and resident; use poros-arm for peft" ]]
+}
+
+@test "a cell's run directory is <output_dir>/runs/<cell_id>" {
+	poros-expand "$POROS_ROOT/configs/bench/tiny.yaml" -o bench --jsonl |
+		grep '"cell_id":"poros_tiny_llama_nf4"' >cell.json
+	run -0 --separate-stderr poros-train --cell cell.json --backend cpu --steps 1 --quiet
+	echo "$output" | jq -e '.run_dir == "bench/runs/poros_tiny_llama_nf4" and .mode == "blockwise"'
+	[ -f bench/runs/poros_tiny_llama_nf4/$ADAPTER ]
+}
+
+@test "a real checkpoint trains with weights real" {
+	gen="$POROS_ROOT/build/tests/test_train_weights"
+	[ -x "$gen" ] || skip "build/tests/test_train_weights (the fixture generator) is not built: make test builds it"
+	(cd "$POROS_ROOT" && "$gen" --write-checkpoint "$BATS_TEST_TMPDIR/ckpt")
+	[ -f ckpt/config.json ] && [ -f ckpt/model.safetensors ]
+	train run --model "$PWD/ckpt" --steps 2
+	jq -e '.status == "ok" and .weights == "real"' run.json
+	jq -e '.base_model_name_or_path | endswith("/ckpt")' run/adapter/adapter_config.json
+}
+
+@test "--init-adapter continues from a saved adapter and checks its shape" {
+	train first --model poros/tiny-qwen2 --steps 2 --save-every 1
+	[ -f first/adapter-step1/adapter_model.safetensors ]
+	[ ! -e first/adapter-step2 ]
+	train again --model poros/tiny-qwen2 --steps 1 --init-adapter first/adapter
+	# starting from a trained adapter, not from B = 0: the first loss differs
+	[ "$(jq -r .loss_first again.json)" != "$(jq -r .loss_first first.json)" ]
+	run -2 --separate-stderr poros-train "${TINY[@]}" --rank 8 --model poros/tiny-qwen2 --out bad \
+		--init-adapter first/adapter
+	[[ "$stderr" == *"rank 4, but this run trains rank 8"* ]]
+	run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --targets q_proj,v_proj --out bad \
+		--init-adapter first/adapter
+	[[ "$stderr" == *"targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj, but this run targets q_proj,v_proj"* ]]
+}
+
+@test "--backend cuda without a usable device is a runtime error with a summary" {
+	have_gpu && skip "a GPU is present"
+	run -1 --separate-stderr poros-train "${TINY[@]/cpu/cuda}" --model poros/tiny-qwen2 --out run
+	echo "$output" | jq -e '.status == "error" and (.error | startswith("--backend cuda: "))'
+}

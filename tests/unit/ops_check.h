@@ -1,0 +1,124 @@
+/* tests/unit/ops_check.h: what the CPU op tests share: a seeded generator,
+ * random tensors whose values are exactly representable where the op
+ * takes bf16, and an elementwise |got - want| <= atol + rtol*|want| check
+ * that prints the op, its max errors and its first mismatches. */
+#ifndef POROS_OPS_CHECK_H
+#define POROS_OPS_CHECK_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+
+static int check_failures;
+
+#define CHECK(cond)                                                                       \
+	do {                                                                              \
+		if (!(cond)) {                                                            \
+			printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);           \
+			check_failures++;                                                 \
+		}                                                                         \
+	} while (0)
+
+/* A fixed-seed generator, so a failure reproduces. */
+static uint64_t rng_counter;
+
+static inline double rng_uniform(double lo, double hi)
+{
+	uint64_t r = poros_mix64(0x7e57ull * 0x100000001b3ull + rng_counter++);
+	return lo + (hi - lo) * ((double)(r >> 11) * (1.0 / 9007199254740992.0));
+}
+
+static inline void fill_f32(float *x, long n, double lo, double hi)
+{
+	for (long i = 0; i < n; i++)
+		x[i] = (float)rng_uniform(lo, hi);
+}
+
+static inline void fill_bf16(bf16 *x, long n, double lo, double hi)
+{
+	for (long i = 0; i < n; i++)
+		x[i] = bf16_from_f32((float)rng_uniform(lo, hi));
+}
+
+static inline void widen_f32(double *out, const float *in, long n)
+{
+	for (long i = 0; i < n; i++)
+		out[i] = in[i];
+}
+
+static inline void widen_bf16(double *out, const bf16 *in, long n)
+{
+	for (long i = 0; i < n; i++)
+		out[i] = f32_from_bf16(in[i]);
+}
+
+static inline void *xcalloc_test(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size);
+	if (!p) {
+		fprintf(stderr, "out of memory\n");
+		exit(1);
+	}
+	return p;
+}
+#define NEW(type, n) ((type *)xcalloc_test((size_t)(n), sizeof(type)))
+
+static inline void fill_nan(float *x, long n)
+{
+	for (long i = 0; i < n; i++)
+		x[i] = NAN;
+}
+
+/* Compares got (n) with want (n).  NaN matches only NaN.  The relative error
+ * reported skips references below atol, where it means nothing. */
+static inline int check_close(const char *name, const float *got, const double *want, long n, double atol, double rtol)
+{
+	double max_abs = 0.0, max_rel = 0.0;
+	long bad = 0;
+	for (long i = 0; i < n; i++) {
+		double g = got[i], w = want[i];
+		int ok;
+		double err;
+		if (isnan(g) || isnan(w)) {
+			ok = isnan(g) && isnan(w);
+			err = ok ? 0.0 : INFINITY;
+		} else {
+			err = fabs(g - w);
+			ok = err <= atol + rtol * fabs(w);
+		}
+		if (err > max_abs)
+			max_abs = err;
+		if (fabs(w) > atol && err / fabs(w) > max_rel)
+			max_rel = err / fabs(w);
+		if (!ok && bad++ < 5)
+			printf("  %s[%ld]: got %.9g want %.9g (abs err %.3g)\n", name, i, g, w, err);
+	}
+	printf("%s %s: n %ld, max abs err %.3g, max rel err %.3g (atol %.1g, rtol %.1g)", bad ? "FAIL" : "ok  ",
+	       name, n, max_abs, max_rel, atol, rtol);
+	if (bad)
+		printf(", %ld mismatches", bad);
+	printf("\n");
+	if (bad)
+		check_failures++;
+	return bad == 0;
+}
+
+/* Bitwise equality of two buffers, reporting the first differing byte. */
+static inline int check_same_bits(const char *name, const void *a, const void *b, size_t bytes)
+{
+	const unsigned char *x = a, *y = b;
+	for (size_t i = 0; i < bytes; i++) {
+		if (x[i] != y[i]) {
+			printf("FAIL %s: bits differ first at byte %zu of %zu\n", name, i, bytes);
+			check_failures++;
+			return 0;
+		}
+	}
+	printf("ok   %s: %zu bytes identical\n", name, bytes);
+	return 1;
+}
+
+#endif

@@ -1,0 +1,282 @@
+/* tests/unit/test_artifact.c: the RunArtifact to and from JSON, the trainer
+ * summary applied to it, the host's half of env. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "artifact.h"
+#include "jsonl.h"
+#include "util.h"
+
+static int failures;
+
+#define CHECK(cond) check((cond), #cond, __FILE__, __LINE__)
+static void check(int ok, const char *what, const char *file, int line)
+{
+	if (!ok) {
+		fprintf(stderr, "%s:%d: FAILED: %s\n", file, line, what);
+		failures++;
+	}
+}
+
+static void check_str(const char *got, const char *want, const char *what)
+{
+	if ((got == NULL) != (want == NULL) || (got && strcmp(got, want) != 0)) {
+		fprintf(stderr, "FAILED: %s: got \"%s\", want \"%s\"\n", what, got ? got : "(null)",
+		        want ? want : "(null)");
+		failures++;
+	}
+}
+
+static const char *const CELL_TEXT =
+	"{\"schema\":\"poros.cell/1\",\"cell_id\":\"peft_qwen2_5_32b_bf16\",\"spec_id\":\"unit\","
+	"\"method\":\"peft\",\"precision\":\"bf16\","
+	"\"model\":{\"model_id\":\"Qwen/Qwen2.5-32B\",\"display_name\":\"Qwen2.5 32B\",\"param_count_b\":32.8,"
+	"\"arch\":\"qwen2_5_32b\"},"
+	"\"hardware\":{\"gpu_name\":\"RTX 3090\",\"vram_gb\":24,\"pcie_gen\":4},"
+	"\"training\":{\"steps\":20,\"seq_len\":512,\"batch_size\":1,\"gradient_accumulation_steps\":8,"
+	"\"warmup_steps\":3,\"dataset\":\"synthetic\",\"seed\":42,\"learning_rate\":0.0002,"
+	"\"lr_schedule\":\"constant\",\"weight_decay\":0.0,\"max_grad_norm\":1.0,\"timeout_s\":3600},"
+	"\"lora\":{\"rank\":16,\"alpha\":32,\"dropout\":0.05,\"target_modules\":[\"q_proj\",\"v_proj\"]},"
+	"\"poros\":{\"block_size\":4,\"enable_prefetch\":true},"
+	"\"output_dir\":\"out/unit\",\"tokens_per_step\":4096}";
+
+static const char *const SUMMARY_OK =
+	"{\"schema\":\"poros.summary/1\",\"status\":\"ok\",\"error\":null,\"method\":\"peft\",\"mode\":\"peft\","
+	"\"steps\":20,\"warmup_steps\":3,\"steps_measured\":17,\"s_per_step\":1.52,\"s_per_step_min\":1.49,"
+	"\"s_per_step_max\":1.61,\"tokens_per_s\":2694.7,\"vram_peak_mb\":7012.4,\"vram_avg_mb\":6500.1,"
+	"\"loss_first\":11.93,\"loss_last\":11.2,\"weights\":\"synthetic\","
+	"\"env\":{\"gpu_name\":\"NVIDIA H200\",\"gpu_mem_mb\":143771,\"driver\":\"580.1\",\"cuda_runtime\":\"13.0\","
+	"\"python\":\"3.12.3\",\"torch\":\"2.11.0\",\"transformers\":\"5.17.0\",\"peft\":\"0.21.0\"}}";
+
+/* An artifact with a cell and every field set. */
+static void make_full(struct artifact *a)
+{
+	cJSON *cj = cJSON_Parse(CELL_TEXT), *sj = cJSON_Parse(SUMMARY_OK);
+	struct cell c;
+	char err[256];
+	char *argv[] = {"python3", "peft_arm.py", "--cell", "c.json", "--out", "out/unit/runs/x"};
+
+	artifact_init(a);
+	CHECK(cj != NULL && sj != NULL);
+	if (cell_from_json(&c, cj, err, sizeof err) < 0) {
+		fprintf(stderr, "FAILED: the unit cell does not read: %s\n", err);
+		exit(1);
+	}
+	CHECK(artifact_set_cell(a, &c, err, sizeof err) == 0);
+	cell_free(&c);
+	artifact_env_collect_host(&a->env);
+	CHECK(artifact_apply_summary(a, sj, err, sizeof err) == 0);
+	a->parity.loss_max_abs_delta = 0.0;
+	a->parity.bitwise_exact = 1;
+	strcpy(a->started_at, "2026-11-29T15:21:41Z");
+	strcpy(a->finished_at, "2026-11-29T15:22:22Z");
+	a->wall_s = 41.2;
+	artifact_set_argv(a, 6, argv);
+	artifact_set_str(&a->log, "logs/peft_qwen2_5_32b_bf16.log");
+	artifact_set_str(&a->run_dir, "runs/peft_qwen2_5_32b_bf16");
+	cJSON_Delete(cj);
+	cJSON_Delete(sj);
+}
+
+static void test_round_trip(void)
+{
+	struct artifact a, b;
+	cJSON *j1, *j2;
+	char *s1, *s2, err[256];
+
+	make_full(&a);
+	j1 = artifact_to_json(&a);
+	s1 = jsonl_format(j1);
+	CHECK(artifact_from_json(&b, j1, err, sizeof err) == 0);
+	j2 = artifact_to_json(&b);
+	s2 = jsonl_format(j2);
+	check_str(s2, s1, "to_json(from_json(to_json(a)))");
+	check_str(b.cell_id, "peft_qwen2_5_32b_bf16", "cell_id");
+	CHECK(b.cell.method == METHOD_PEFT);
+	CHECK(b.status == STATUS_OK && b.error == NULL);
+	CHECK(b.metrics.steps_measured == 17 && b.metrics.warmup_steps == 3);
+	CHECK(b.metrics.vram_peak_mb == 7012.4 && b.metrics.tokens_per_s == 2694.7);
+	CHECK(isnan(b.parity.adapter_max_abs_delta) && b.parity.bitwise_exact == 1);
+	check_str(b.env.gpu_name, "NVIDIA H200", "env.gpu_name");
+	CHECK(b.env.gpu_mem_mb == 143771);
+	check_str(b.env.peft, "0.21.0", "env.peft");
+	check_str(b.env.weights, "synthetic", "env.weights");
+	check_str(b.env.poros_version, POROS_VERSION, "env.poros_version");
+	CHECK(b.argc == 6);
+	check_str(b.argc == 6 ? b.argv[5] : NULL, "out/unit/runs/x", "argv[5]");
+	CHECK(b.wall_s == 41.2);
+	check_str(b.started_at, "2026-11-29T15:21:41Z", "started_at");
+	/* stable key order, as docs/schemas.md lists it */
+	CHECK(strncmp(s1, "{\"schema\":\"poros.artifact/1\",\"cell_id\":\"peft_qwen2_5_32b_bf16\",\"cell\":{", 70) == 0);
+	CHECK(strstr(s1, "\"status\":\"ok\",\"error\":null,\"metrics\":{\"vram_peak_mb\":7012.4,") != NULL);
+	CHECK(strstr(s1, "\"parity\":{\"loss_max_abs_delta\":0,\"adapter_max_abs_delta\":null,\"bitwise_exact\":true}") != NULL);
+	CHECK(strstr(s1, "\"log\":\"logs/peft_qwen2_5_32b_bf16.log\",\"run_dir\":\"runs/peft_qwen2_5_32b_bf16\"}\n") != NULL);
+	free(s1);
+	free(s2);
+	cJSON_Delete(j1);
+	cJSON_Delete(j2);
+	artifact_free(&a);
+	artifact_free(&b);
+}
+
+static void test_nulls(void)
+{
+	struct artifact a;
+	cJSON *j;
+	char *s;
+
+	artifact_init(&a);
+	a.metrics.s_per_step = NAN;
+	a.metrics.loss_last = INFINITY; /* JSON has no infinity: null */
+	j = artifact_to_json(&a);
+	s = jsonl_format(j);
+	CHECK(strstr(s, "\"cell\":null") != NULL);
+	CHECK(strstr(s, "\"status\":\"error\"") != NULL);
+	CHECK(strstr(s, "\"s_per_step\":null") != NULL);
+	CHECK(strstr(s, "\"loss_last\":null") != NULL);
+	CHECK(strstr(s, "\"steps_measured\":null") != NULL);
+	CHECK(strstr(s, "\"argv\":null") != NULL);
+	CHECK(strstr(s, "\"started_at\":null") != NULL);
+	CHECK(strstr(s, "\"hostname\":null") != NULL);
+	free(s);
+	cJSON_Delete(j);
+	artifact_free(&a);
+}
+
+/* artifact_from_json on a full artifact with one field replaced. */
+static void expect_bad(const char *path, const char *json_value, const char *want_err)
+{
+	struct artifact a, b;
+	cJSON *j, *parent, *v = cJSON_Parse(json_value);
+	char err[256] = "", key[64];
+	const char *dot = strchr(path, '.');
+
+	make_full(&a);
+	j = artifact_to_json(&a);
+	parent = j;
+	if (dot) {
+		snprintf(key, sizeof key, "%.*s", (int)(dot - path), path);
+		parent = cJSON_GetObjectItemCaseSensitive(j, key);
+		snprintf(key, sizeof key, "%s", dot + 1);
+	} else {
+		snprintf(key, sizeof key, "%s", path);
+	}
+	cJSON_ReplaceItemInObjectCaseSensitive(parent, key, v);
+	if (artifact_from_json(&b, j, err, sizeof err) == 0) {
+		fprintf(stderr, "FAILED: %s = %s was accepted\n", path, json_value);
+		failures++;
+		artifact_free(&b);
+	} else if (strstr(err, want_err) == NULL) {
+		fprintf(stderr, "FAILED: %s = %s: error \"%s\" does not say \"%s\"\n", path, json_value, err, want_err);
+		failures++;
+	}
+	cJSON_Delete(j);
+	artifact_free(&a);
+}
+
+static void test_bad_artifacts(void)
+{
+	expect_bad("schema", "\"poros.artifact/2\"", "schema: \"poros.artifact/2\"");
+	expect_bad("status", "\"fine\"", "status: unknown \"fine\"");
+	expect_bad("cell_id", "\"other\"", "cell_id: \"other\" differs");
+	expect_bad("cell", "[]", "cell: missing or not an object");
+	expect_bad("metrics.s_per_step", "\"fast\"", "metrics.s_per_step: not a number");
+	expect_bad("metrics.steps_measured", "2.5", "metrics.steps_measured: not a count");
+	expect_bad("parity.bitwise_exact", "1", "parity.bitwise_exact: not a boolean");
+	expect_bad("env.gpu_name", "7", "env.gpu_name: not a string");
+	expect_bad("argv", "[\"a\",1]", "argv[1]: not a string");
+	expect_bad("wall_s", "\"41\"", "wall_s: not a number");
+	expect_bad("env", "\"linux\"", "env: not an object");
+}
+
+static void test_summary(void)
+{
+	struct artifact a;
+	cJSON *s;
+	char err[256];
+
+	make_full(&a);
+	/* a malformed summary changes nothing */
+	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"great\"}");
+	CHECK(artifact_apply_summary(&a, s, err, sizeof err) < 0);
+	check_str(err, "status: unknown \"great\" (expected one of: ok, oom, error, skipped)", "bad status");
+	CHECK(a.status == STATUS_OK && a.metrics.vram_peak_mb == 7012.4);
+	cJSON_Delete(s);
+	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"ok\",\"vram_peak_mb\":\"lots\"}");
+	CHECK(artifact_apply_summary(&a, s, err, sizeof err) < 0);
+	check_str(err, "vram_peak_mb: not a number", "bad metric");
+	CHECK(a.metrics.vram_peak_mb == 7012.4);
+	cJSON_Delete(s);
+	s = cJSON_Parse("{\"schema\":\"poros.event/1\",\"status\":\"ok\"}");
+	CHECK(artifact_apply_summary(&a, s, err, sizeof err) < 0);
+	CHECK(strstr(err, "expected \"poros.summary/1\"") != NULL);
+	cJSON_Delete(s);
+	s = cJSON_Parse("{\"status\":\"ok\"}");
+	CHECK(artifact_apply_summary(&a, s, err, sizeof err) < 0);
+	check_str(err, "schema: missing (expected \"poros.summary/1\")", "no schema");
+	cJSON_Delete(s);
+
+	/* oom without a reason still gets one; absent metrics become null */
+	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"oom\",\"vram_peak_mb\":24000}");
+	CHECK(artifact_apply_summary(&a, s, err, sizeof err) == 0);
+	CHECK(a.status == STATUS_OOM);
+	check_str(a.error, "the child reported status oom without a reason", "oom error");
+	CHECK(a.metrics.vram_peak_mb == 24000 && isnan(a.metrics.s_per_step) && a.metrics.steps_measured == -1);
+	CHECK(a.env.gpu_name == NULL && a.env.hostname != NULL); /* the child's half only */
+	cJSON_Delete(s);
+
+	/* skipped keeps its reason; ok drops any */
+	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"skipped\",\"error\":\"unsloth is not installed\"}");
+	CHECK(artifact_apply_summary(&a, s, err, sizeof err) == 0);
+	CHECK(a.status == STATUS_SKIPPED);
+	check_str(a.error, "unsloth is not installed", "skipped reason");
+	cJSON_Delete(s);
+	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"ok\",\"error\":\"a note\"}");
+	CHECK(artifact_apply_summary(&a, s, err, sizeof err) == 0);
+	CHECK(a.status == STATUS_OK && a.error == NULL);
+	cJSON_Delete(s);
+	artifact_free(&a);
+}
+
+static void test_host_env(void)
+{
+	struct artifact_env e;
+	struct artifact a;
+
+	artifact_init(&a);
+	e = a.env;
+	artifact_env_collect_host(&e);
+	CHECK(e.hostname != NULL && *e.hostname);
+	CHECK(e.kernel != NULL && strncmp(e.kernel, "Linux ", 6) == 0);
+	CHECK(e.host_mem_gb > 0);
+	check_str(e.poros_version, POROS_VERSION, "poros_version");
+	CHECK(e.git_sha != NULL);
+	a.env = e;
+	artifact_free(&a);
+}
+
+static void test_status_names(void)
+{
+	for (int i = 0; i < STATUS_COUNT; i++)
+		CHECK(artifact_status_from_name(artifact_status_names[i]) == i);
+	CHECK(artifact_status_from_name("OK") == -1);
+	CHECK(artifact_status_from_name(NULL) == -1);
+}
+
+int main(void)
+{
+	test_round_trip();
+	test_nulls();
+	test_bad_artifacts();
+	test_summary();
+	test_host_env();
+	test_status_names();
+	if (failures) {
+		fprintf(stderr, "test_artifact: %d check(s) failed\n", failures);
+		return 1;
+	}
+	fprintf(stderr, "test_artifact: ok\n");
+	return 0;
+}

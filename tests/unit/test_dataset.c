@@ -1,0 +1,387 @@
+/* tests/unit/test_dataset.c: tools/lib/dataset: formats, packing, shuffling,
+ * where data is looked for, and the errors.  Token ids of the tiny
+ * tokenizer are in tests/unit/test_tokenizer.c.  Run from the repository
+ * root. */
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "dataset.h"
+#include "tokenizer.h"
+#include "util.h"
+
+static int failures;
+static char tmp[] = "/tmp/poros-test-dataset-XXXXXX";
+
+#define CHECK(cond)                                                                              \
+	do {                                                                                     \
+		if (!(cond)) {                                                                   \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+			failures++;                                                              \
+		}                                                                                \
+	} while (0)
+
+/* Writes tmp/rel (directories made as needed); returns the malloc'd path. */
+static char *put(const char *rel, const char *text)
+{
+	char *path = xasprintf("%s/%s", tmp, rel), *dir = xstrdup(path);
+
+	*strrchr(dir, '/') = '\0';
+	if (mkdir_p(dir, 0755) != 0 || atomic_write(path, text, strlen(text)) != 0) {
+		fprintf(stderr, "cannot write %s\n", path);
+		exit(1);
+	}
+	free(dir);
+	return path;
+}
+
+/* Compares a row with the expected values; n of them, then n targets. */
+static void expect_row(int line, const int32_t *tokens, const int32_t *targets, int n, ...)
+{
+	va_list ap;
+	int ok = 1;
+	int32_t want[2][64];
+
+	va_start(ap, n);
+	for (int k = 0; k < 2; k++)
+		for (int j = 0; j < n; j++)
+			want[k][j] = va_arg(ap, int);
+	va_end(ap);
+	for (int j = 0; j < n; j++)
+		ok &= tokens[j] == want[0][j] && targets[j] == want[1][j];
+	if (!ok) {
+		fprintf(stderr, "%s:%d: row differs\n  want tokens/targets:", __FILE__, line);
+		for (int j = 0; j < n; j++)
+			fprintf(stderr, " %d/%d", want[0][j], want[1][j]);
+		fprintf(stderr, "\n  got  tokens/targets:");
+		for (int j = 0; j < n; j++)
+			fprintf(stderr, " %d/%d", tokens[j], targets[j]);
+		fprintf(stderr, "\n");
+		failures++;
+	}
+}
+
+#define ROW(...) expect_row(__LINE__, tokens, targets, __VA_ARGS__)
+
+static struct dataset *load_ids_dataset(int seq_len)
+{
+	char err[512];
+	struct dataset *ds = dataset_new(NULL, seq_len, 0, 0, 0);
+	char *p = put("ids/data.jsonl", "{\"input_ids\":[1,2,3]}\n{\"input_ids\":[4,5]}\n\n{\"input_ids\":[]}\n"
+					"{\"input_ids\":[6]}\n");
+
+	if (dataset_add_path(ds, p, err, sizeof err) < 0 || dataset_prepare(ds, err, sizeof err) < 0) {
+		fprintf(stderr, "load_ids_dataset: %s\n", err);
+		exit(1);
+	}
+	free(p);
+	return ds;
+}
+
+/* stream: 1 2 3 EOS 4 5 EOS 6 EOS (EOS = 0), 9 tokens */
+static void test_packing(void)
+{
+	int32_t tokens[16], targets[16];
+	char err[256];
+	struct dataset *ds = load_ids_dataset(4);
+
+	CHECK(dataset_documents(ds) == 3 && dataset_tokens(ds) == 9 && dataset_rows_per_epoch(ds) == 2);
+	CHECK(dataset_max_token_id(ds) == 6);
+	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
+	ROW(4, 1, 2, 3, 0, 2, 3, 0, 4);
+	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
+	ROW(4, 4, 5, 0, 6, 5, 0, 6, 0);
+	/* the next epoch starts a new row (no shuffle here) */
+	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
+	ROW(4, 1, 2, 3, 0, 2, 3, 0, 4);
+	dataset_close(ds);
+
+	/* a short last row: padded with EOS, targets masked */
+	ds = load_ids_dataset(5);
+	CHECK(dataset_rows_per_epoch(ds) == 2);
+	CHECK(dataset_next(ds, tokens, targets, 2, err, sizeof err) == 0);
+	ROW(5, 1, 2, 3, 0, 4, 2, 3, 0, 4, 5);
+	expect_row(__LINE__, tokens + 5, targets + 5, 5, 5, 0, 6, 0, 0, 0, 6, 0, -1, -1);
+	dataset_close(ds);
+
+	/* rows overlap by one token: nothing is lost between them */
+	ds = load_ids_dataset(3);
+	CHECK(dataset_rows_per_epoch(ds) == 3);
+	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
+	ROW(3, 1, 2, 3, 2, 3, 0);
+	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
+	ROW(3, 0, 4, 5, 4, 5, 0);
+	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
+	ROW(3, 0, 6, 0, 6, 0, -1);
+	CHECK(dataset_next(ds, tokens, targets, 0, err, sizeof err) < 0 && strstr(err, "batch") != NULL);
+	dataset_close(ds);
+}
+
+static void test_text_formats(const struct tokenizer *tok)
+{
+	int32_t tokens[32], targets[32];
+	char err[512];
+	struct dataset *ds = dataset_new(tok, 16, 0, 300, 0);
+	char *txt = put("fmt/a.txt", "hello world\n\nhello\nworld\n\n\n  \nlll\n");
+	char *chat = put("fmt/b.jsonl", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}\n");
+
+	CHECK(dataset_add_path(ds, txt, err, sizeof err) == 0);
+	CHECK(dataset_add_path(ds, chat, err, sizeof err) == 0);
+	CHECK(dataset_prepare(ds, err, sizeof err) == 0);
+	CHECK(dataset_documents(ds) == 4);
+	/* "hello world" | "hello\nworld" | "lll" | the chat, each + EOS 300 */
+	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
+	ROW(16, 259, 263, 100, 300, 259, 10, 119, 261, 108, 100, 300, 257, 108, 300, 301, 117,
+	    263, 100, 300, 259, 10, 119, 261, 108, 100, 300, 257, 108, 300, 301, 117, 115);
+	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
+	ROW(16, 115, 101, 114, 10, 104, 105, 302, 10, 300, 300, 300, 300, 300, 300, 300, 300,
+	    101, 114, 10, 104, 105, 302, 10, 300, -1, -1, -1, -1, -1, -1, -1, -1);
+	dataset_close(ds);
+	free(txt);
+	free(chat);
+}
+
+/* Text is encoded as HF's tokenizer(text): Llama-3's BOS starts each document. */
+static void test_bos(void)
+{
+	struct tokenizer *tok = NULL;
+	char err[512], *p = put("bos/a.jsonl", "{\"text\":\"hello world\"}\n{\"input_ids\":[7]}\n");
+	struct dataset *ds;
+	int32_t tokens[6], targets[6];
+
+	CHECK(tokenizer_load(&tok, "tests/fixtures/tokenizer/tiny_llama3", err, sizeof err) == 0);
+	CHECK(dataset_open(&ds, p, tok, 6, 0, tokenizer_eos_id(tok), err, sizeof err) == 0);
+	CHECK(dataset_tokens(ds) == 6);
+	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
+	/* either order of the two documents; ids are never given a BOS */
+	if (tokens[0] == 310)
+		ROW(6, 310, 259, 266, 311, 7, 311, 259, 266, 311, 7, 311, -1);
+	else
+		ROW(6, 7, 311, 310, 259, 266, 311, 311, 310, 259, 266, 311, -1);
+	dataset_close(ds);
+	tokenizer_free(tok);
+	free(p);
+}
+
+static void test_json_and_gz(const struct tokenizer *tok)
+{
+	int32_t tokens[8], targets[8];
+	char err[512];
+	struct dataset *ds = dataset_new(tok, 4, 0, 300, 0);
+	char *arr = put("j/a.json", " [ {\"text\": \"hello\"}, {\"input_ids\": [7, 8]} ]\n");
+	char *gzpath = xasprintf("%s/j/b.jsonl.gz", tmp);
+	gzFile gz = gzopen(gzpath, "wb");
+	const char *line = "{\"text\":\"lll\"}\n";
+
+	CHECK(gz != NULL && gzwrite(gz, line, (unsigned)strlen(line)) == (int)strlen(line) && gzclose(gz) == Z_OK);
+	CHECK(dataset_add_path(ds, arr, err, sizeof err) == 0);
+	CHECK(dataset_add_path(ds, gzpath, err, sizeof err) == 0);
+	CHECK(dataset_next(ds, tokens, targets, 2, err, sizeof err) == 0);
+	/* 259 EOS 7 8 EOS 257 108 EOS */
+	ROW(4, 259, 300, 7, 8, 300, 7, 8, 300);
+	expect_row(__LINE__, tokens + 4, targets + 4, 4, 300, 257, 108, 300, 257, 108, 300, -1);
+	dataset_close(ds);
+	free(arr);
+	free(gzpath);
+}
+
+/* Every epoch holds each document once; the order depends on the seed only. */
+static void test_shuffle(void)
+{
+	char err[512], *p;
+	struct dataset *a, *b, *c;
+	int32_t ta[100], ga[100], tb[100], gb[100], tc[100], gc[100];
+	char buf[4096];
+	size_t n = 0;
+	int32_t first_epoch[99];
+	int same_ab = 1, same_ac = 1, seen[51] = { 0 }, perm_ok = 1, in_order = 1;
+
+	for (int i = 1; i <= 50; i++)
+		n += (size_t)snprintf(buf + n, sizeof buf - n, "{\"input_ids\":[%d]}\n", i);
+	p = put("shuf/train.jsonl", buf);
+	free(p);
+	/* one epoch is 100 tokens (50 docs + 50 EOS): one row of 99 + its target */
+	p = xasprintf("%s/shuf", tmp);
+	CHECK(dataset_open(&a, p, NULL, 99, 7, 0, err, sizeof err) == 0);
+	CHECK(dataset_open(&b, p, NULL, 99, 7, 0, err, sizeof err) == 0);
+	CHECK(dataset_open(&c, p, NULL, 99, 8, 0, err, sizeof err) == 0);
+	free(p);
+	for (int e = 0; e < 2; e++) {
+		CHECK(dataset_next(a, ta, ga, 1, err, sizeof err) == 0);
+		CHECK(dataset_next(b, tb, gb, 1, err, sizeof err) == 0);
+		CHECK(dataset_next(c, tc, gc, 1, err, sizeof err) == 0);
+		same_ab &= memcmp(ta, tb, sizeof ta[0] * 99) == 0 && memcmp(ga, gb, sizeof ga[0] * 99) == 0;
+		same_ac &= memcmp(ta, tc, sizeof ta[0] * 99) == 0;
+		memset(seen, 0, sizeof seen);
+		in_order = 1;
+		for (int j = 0; j < 99; j += 2) {
+			perm_ok &= ta[j] >= 1 && ta[j] <= 50 && (j + 1 == 99 || ta[j + 1] == 0) && !seen[ta[j]];
+			seen[ta[j]] = 1;
+			in_order &= ta[j] == j / 2 + 1;
+		}
+		perm_ok &= ga[98] == 0; /* the last target is the last EOS */
+		CHECK(!in_order);
+		if (e == 0)
+			memcpy(first_epoch, ta, sizeof first_epoch);
+		else
+			CHECK(memcmp(first_epoch, ta, sizeof first_epoch) != 0); /* each epoch its own order */
+	}
+	CHECK(same_ab);
+	CHECK(!same_ac);
+	CHECK(perm_ok);
+	dataset_close(a);
+	dataset_close(b);
+	dataset_close(c);
+}
+
+static void test_directories(const struct tokenizer *tok)
+{
+	char err[1024], *p, *home;
+	struct dataset *ds;
+	int32_t tokens[4], targets[4];
+
+	/* train files only, when there are any; README and metadata skipped */
+	free(put("dir/README.md", "# not data\n"));
+	free(put("dir/dataset_info.json", "{\"features\": {}}\n"));
+	free(put("dir/data/test-00000.jsonl", "{\"input_ids\":[9]}\n"));
+	free(put("dir/data/train-00001.jsonl", "{\"input_ids\":[2]}\n"));
+	free(put("dir/data/train-00000.jsonl", "{\"input_ids\":[1]}\n"));
+	p = xasprintf("%s/dir", tmp);
+	ds = dataset_new(NULL, 4, 0, 0, 0);
+	CHECK(dataset_add_path(ds, p, err, sizeof err) == 0);
+	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
+	ROW(4, 1, 0, 2, 0, 0, 2, 0, -1); /* sorted: train-00000 before train-00001; no 9 */
+	dataset_close(ds);
+	free(p);
+
+	/* a HF dataset id, from the local cache */
+	home = xasprintf("%s/hf", tmp);
+	free(put("hf/hub/datasets--Org--Data/snapshots/abc123/train.jsonl", "{\"text\":\"hello\"}\n"));
+	setenv("HF_HOME", home, 1);
+	unsetenv("HF_HUB_CACHE");
+	CHECK(dataset_open(&ds, "Org/Data", tok, 2, 1, 300, err, sizeof err) == 0);
+	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
+	ROW(2, 259, 300, 300, -1);
+	dataset_close(ds);
+	CHECK(dataset_open(&ds, "Org/Nope", tok, 2, 1, 300, err, sizeof err) < 0 && ds == NULL);
+	p = xasprintf("%s/hub/datasets--Org--Nope/snapshots", home);
+	CHECK(strstr(err, "Org/Nope") != NULL && strstr(err, p) != NULL);
+	free(p);
+	free(home);
+}
+
+static void expect_error(const struct tokenizer *tok, int line, const char *rel, const char *content, int eos,
+			 const char *want)
+{
+	char err[1024] = "", *p = content ? put(rel, content) : xasprintf("%s/%s", tmp, rel);
+	struct dataset *ds = NULL;
+
+	if (dataset_open(&ds, p, tok, 8, 1, eos, err, sizeof err) == 0 || ds != NULL || strstr(err, want) == NULL) {
+		fprintf(stderr, "%s:%d: %s: error \"%s\", want one saying \"%s\"\n", __FILE__, line, rel, err, want);
+		failures++;
+	}
+	dataset_close(ds);
+	free(p);
+}
+
+static void test_errors(const struct tokenizer *tok)
+{
+	char *bad_txt = xasprintf("e6/a.txt:3: invalid UTF-8 at byte 2");
+
+	expect_error(tok, __LINE__, "e1/a.jsonl", "{\"text\":\"ok\"}\n{\"text\": oops}\n", 300, "e1/a.jsonl:2:");
+	expect_error(tok, __LINE__, "e2/a.jsonl", "{\"txt\":\"x\"}\n", 300, "e2/a.jsonl:1: no \"text\"");
+	expect_error(NULL, __LINE__, "e3/a.jsonl", "{\"text\":\"x\"}\n", 0, "needs a tokenizer");
+	expect_error(tok, __LINE__, "e4/a.jsonl", "{\"input_ids\":[1,305]}\n", 300, "input_ids[1] is not a token id in [0, 305)");
+	expect_error(tok, __LINE__, "e5/a.jsonl", "{\"text\":\"x\"}\n", -1, "no EOS id");
+	expect_error(tok, __LINE__, "e6/a.txt", "ok\n\nab\xff\n", 300, bad_txt);
+	expect_error(tok, __LINE__, "e7/a.parquet", "PAR1", 300, "not a dataset file");
+	expect_error(tok, __LINE__, "e8", NULL, 300, "No such file");
+	expect_error(tok, __LINE__, "e9/empty.jsonl", "\n\n{\"text\":\"\"}\n", 300, "no documents");
+	expect_error(tok, __LINE__, "e10/x.jsonl", "[1,2]\n", 300, "not a JSON object");
+	expect_error(tok, __LINE__, "e11/x.jsonl", "{\"messages\":[{\"role\":\"user\"}]}\n", 300,
+		     "x.jsonl:1: messages[0]: needs string \"role\" and \"content\"");
+	free(put("e12/data.parquet", "PAR1"));
+	expect_error(tok, __LINE__, "e12", NULL, 300, "no .jsonl, .json or .txt files in it (other files are there");
+	free(bad_txt);
+}
+
+/* Tokenizing on many threads gives what one thread gives. */
+static void test_threads(const struct tokenizer *tok)
+{
+	char err[512], *buf = xmalloc(1 << 20), *p;
+	size_t n = 0;
+	struct dataset *one, *many;
+	int32_t t1[512], g1[512], t2[512], g2[512];
+	int same = 1;
+
+	for (int i = 0; i < 3000; i++)
+		n += (size_t)snprintf(buf + n, (1 << 20) - n, "{\"text\":\"hello world %d lll it's <|im_end|>\"}\n", i);
+	p = put("thr/train.jsonl", buf);
+	omp_set_num_threads(1);
+	CHECK(dataset_open(&one, p, tok, 512, 3, 300, err, sizeof err) == 0);
+	omp_set_num_threads(4);
+	CHECK(dataset_open(&many, p, tok, 512, 3, 300, err, sizeof err) == 0);
+	CHECK(dataset_tokens(one) == dataset_tokens(many));
+	for (long long r = 0; r < dataset_rows_per_epoch(one); r++) {
+		CHECK(dataset_next(one, t1, g1, 1, err, sizeof err) == 0);
+		CHECK(dataset_next(many, t2, g2, 1, err, sizeof err) == 0);
+		same &= memcmp(t1, t2, sizeof t1) == 0 && memcmp(g1, g2, sizeof g1) == 0;
+	}
+	CHECK(same);
+	dataset_close(one);
+	dataset_close(many);
+	free(p);
+	free(buf);
+}
+
+static void test_render_chat(void)
+{
+	char err[128];
+	cJSON *m = cJSON_Parse("[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi\"}]");
+	char *s = dataset_render_chat(m, err, sizeof err);
+
+	CHECK(s && strcmp(s, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n") == 0);
+	free(s);
+	cJSON_Delete(m);
+	CHECK(dataset_render_chat(NULL, err, sizeof err) == NULL && strstr(err, "not an array"));
+}
+
+int main(void)
+{
+	struct tokenizer *tok = NULL;
+	char err[512], *cmd;
+
+	if (tokenizer_load(&tok, "tests/fixtures/tokenizer/tiny", err, sizeof err) < 0) {
+		fprintf(stderr, "%s (run from the repository root)\n", err);
+		return 1;
+	}
+	if (mkdtemp(tmp) == NULL) {
+		perror("mkdtemp");
+		return 1;
+	}
+	test_packing();
+	test_text_formats(tok);
+	test_json_and_gz(tok);
+	test_bos();
+	test_shuffle();
+	test_directories(tok);
+	test_errors(tok);
+	test_threads(tok);
+	test_render_chat();
+	tokenizer_free(tok);
+	cmd = xasprintf("rm -rf '%s'", tmp);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", tmp);
+	free(cmd);
+	if (failures) {
+		fprintf(stderr, "test_dataset: %d checks failed\n", failures);
+		return 1;
+	}
+	fprintf(stderr, "test_dataset: all checks passed\n");
+	return 0;
+}

@@ -1,0 +1,700 @@
+/* tests/unit/test_ops_values.c: forward values of the CPU ops against hand
+ * computation or an independent double-precision reference, the bf16 and
+ * NF4 encodings bit by bit, and the determinism contract: the same inputs
+ * give the same bits whatever the OpenMP thread count. */
+#include <omp.h>
+
+#include "ops_check.h"
+
+static float bits_to_f32(uint32_t u)
+{
+	union { uint32_t u; float f; } v = { u };
+	return v.f;
+}
+
+/* --- bf16 rounding --------------------------------------------------------- */
+
+static void test_bf16_rounding(void)
+{
+	/* fp32 bit patterns and their bf16 under round-to-nearest-even */
+	static const struct { uint32_t in; uint16_t want; const char *why; } cases[] = {
+		{ 0x3f800000u, 0x3f80, "1.0 is exact" },
+		{ 0x3f808000u, 0x3f80, "1 + 2^-8: a tie, down to the even 0x3f80" },
+		{ 0x3f818000u, 0x3f82, "1 + 3*2^-8: a tie, up to the even 0x3f82" },
+		{ 0x3f808001u, 0x3f81, "just above a tie rounds up" },
+		{ 0x3f817fffu, 0x3f81, "just below a tie rounds down" },
+		{ 0xbf808000u, 0xbf80, "-(1 + 2^-8): ties to even on the magnitude" },
+		{ 0xbf818000u, 0xbf82, "-(1 + 3*2^-8)" },
+		{ 0x7f7fffffu, 0x7f80, "FLT_MAX rounds to +inf" },
+		{ 0x7f800000u, 0x7f80, "+inf stays +inf" },
+		{ 0xff800000u, 0xff80, "-inf stays -inf" },
+		{ 0x80000000u, 0x8000, "-0 keeps its sign" },
+		{ 0x00018000u, 0x0002, "a subnormal tie rounds to even" },
+	};
+	enum { N = sizeof cases / sizeof cases[0] };
+	float in[N + 2];
+	bf16 out[N + 2];
+	for (int i = 0; i < N; i++)
+		in[i] = bits_to_f32(cases[i].in);
+	in[N] = bits_to_f32(0x7f800001u); /* a signalling NaN must not become inf */
+	in[N + 1] = bits_to_f32(0xffc00000u);
+	cast_f32_to_bf16_cpu(out, in, N + 2);
+	int bad = 0;
+	for (int i = 0; i < N; i++) {
+		if (out[i] != cases[i].want) {
+			printf("  bf16(0x%08x) = 0x%04x, want 0x%04x: %s\n", (unsigned)cases[i].in, out[i], cases[i].want,
+			       cases[i].why);
+			bad++;
+		}
+	}
+	bad += !isnan(f32_from_bf16(out[N])) || !isnan(f32_from_bf16(out[N + 1]));
+	printf("%s cast_f32_to_bf16: %d of %d rounding cases wrong\n", bad ? "FAIL" : "ok  ", bad, N + 2);
+	check_failures += bad != 0;
+}
+
+/* --- embedding, add ---------------------------------------------------------- */
+
+static void test_embedding_and_add(void)
+{
+	enum { V = 7, C = 5, T = 4 };
+	bf16 wte[V * C];
+	const int32_t tokens[T] = { 6, 0, 3, 6 };
+	float out[T * C], b[T * C];
+	double want[T * C], sum[T * C];
+
+	fill_bf16(wte, V * C, -3.0, 3.0);
+	embedding_forward_cpu(out, tokens, wte, T, C);
+	for (int t = 0; t < T; t++)
+		for (int c = 0; c < C; c++)
+			want[t * C + c] = f32_from_bf16(wte[tokens[t] * C + c]);
+	check_close("embedding_forward (an exact gather)", out, want, T * C, 0.0, 0.0);
+
+	fill_f32(b, T * C, -1.0, 1.0);
+	for (int i = 0; i < T * C; i++)
+		sum[i] = (double)(out[i] + b[i]);
+	add_inplace_cpu(out, b, T * C);
+	check_close("add_inplace", out, sum, T * C, 0.0, 0.0);
+}
+
+/* --- RMSNorm ------------------------------------------------------------------- */
+
+static void test_rmsnorm_values(void)
+{
+	/* by hand: mean(x^2) = (1 + 4 + 9 + 16) / 4 = 7.5, rstd = 1/sqrt(7.5 + 1e-5) */
+	const float x[8] = { 1, 2, 3, 4, -0.5f, 0, 0, 0.5f };
+	bf16 w[4] = { bf16_from_f32(1.0f), bf16_from_f32(0.5f), bf16_from_f32(2.0f), bf16_from_f32(-1.0f) };
+	float out[8], rstd[2], rstd_only[2];
+	bf16 outb[8];
+	const double r0 = 1.0 / sqrt(7.5 + 1e-5), r1 = 1.0 / sqrt(0.125 + 1e-5);
+	const double want[8] = { 1 * r0, 0.5 * 2 * r0, 2 * 3 * r0, -1 * 4 * r0,
+				 -0.5 * r1, 0, 0, -0.5 * r1 };
+	const double want_rstd[2] = { r0, r1 };
+
+	rmsnorm_forward_cpu(out, outb, rstd, x, w, 1e-5f, 2, 4);
+	/* three correctly rounded fp32 steps: within 2e-7 relative */
+	check_close("rmsnorm_forward out (hand computed)", out, want, 8, 0.0, 2e-7);
+	check_close("rmsnorm_forward rstd (hand computed)", rstd, want_rstd, 2, 0.0, 2e-7);
+	int same = 1;
+	for (int i = 0; i < 8; i++)
+		same &= outb[i] == bf16_from_f32(out[i]);
+	CHECK(same); /* the bf16 output is the fp32 one rounded once */
+	rmsnorm_forward_cpu(NULL, NULL, rstd_only, x, w, 1e-5f, 2, 4);
+	CHECK(memcmp(rstd_only, rstd, sizeof rstd) == 0);
+}
+
+/* --- matmul -------------------------------------------------------------------- */
+
+static void test_matmul_forward(void)
+{
+	enum { T = 3, K = 130, N = 5 };
+	bf16 x[T * K], W[N * K], bias[N];
+	float out[T * N], out_nobias[T * N];
+	double want[T * N], want_nobias[T * N];
+
+	fill_bf16(x, T * K, -1.0, 1.0);
+	fill_bf16(W, N * K, -1.0, 1.0);
+	fill_bf16(bias, N, -1.0, 1.0);
+	for (int t = 0; t < T; t++)
+		for (int n = 0; n < N; n++) {
+			double s = 0.0;
+			for (int k = 0; k < K; k++)
+				s += (double)f32_from_bf16(x[t * K + k]) * f32_from_bf16(W[n * K + k]);
+			want_nobias[t * N + n] = s;
+			want[t * N + n] = s + f32_from_bf16(bias[n]);
+		}
+	matmul_forward_cpu(out, x, W, bias, T, K, N);
+	matmul_forward_cpu(out_nobias, x, W, NULL, T, K, N);
+	/* exact bf16 products, K = 130 fp32 additions of terms <= 1: the error
+	 * bound K * 2^-24 * sum|terms| is ~3e-4 worst case, ~1e-6 typical */
+	check_close("matmul_forward with bias", out, want, T * N, 1e-5, 1e-5);
+	check_close("matmul_forward without bias", out_nobias, want_nobias, T * N, 1e-5, 1e-5);
+}
+
+/* --- LoRA ------------------------------------------------------------------------ */
+
+static void test_lora_forward(float p)
+{
+	enum { T = 64, K = 64, N = 12, R = 4 };
+	const float scale = 0.5f;
+	const uint64_t seed = 99;
+	bf16 x[T * K];
+	float A[R * K], B[N * R], base[T * N], out[T * N], u[T * R];
+	double want[T * N], want_u[T * R];
+	char name[80];
+	long dropped = 0;
+
+	fill_bf16(x, T * K, -1.0, 1.0);
+	fill_f32(A, R * K, -0.5, 0.5);
+	fill_f32(B, N * R, -0.5, 0.5);
+	fill_f32(base, T * N, -1.0, 1.0);
+	memcpy(out, base, sizeof out);
+	lora_forward_cpu(out, u, x, A, B, scale, p, seed, T, K, N, R);
+
+	for (int t = 0; t < T; t++) {
+		for (int r = 0; r < R; r++) {
+			double s = 0.0;
+			for (int k = 0; k < K; k++) {
+				int kept = p == 0.0f || poros_dropout_keep(seed, (uint64_t)t * K + k, p);
+				dropped += r == 0 && !kept;
+				if (kept)
+					s += f32_from_bf16(x[t * K + k]) / (1.0 - (double)p) * A[r * K + k];
+			}
+			want_u[t * R + r] = s;
+		}
+		for (int n = 0; n < N; n++) {
+			double s = 0.0;
+			for (int r = 0; r < R; r++)
+				s += want_u[t * R + r] * B[n * R + r];
+			want[t * N + n] = base[t * N + n] + scale * s;
+		}
+	}
+	/* K = 64 term fp32 sums of O(1): ~1e-6 */
+	snprintf(name, sizeof name, "lora_forward u (dropout %.1f)", p);
+	check_close(name, u, want_u, T * R, 1e-5, 1e-5);
+	snprintf(name, sizeof name, "lora_forward out += (dropout %.1f)", p);
+	check_close(name, out, want, T * N, 1e-5, 1e-5);
+	if (p > 0.0f) {
+		/* 4096 Bernoulli(p) draws: 5 standard deviations is +-0.04 at p = 0.5 */
+		double frac = (double)dropped / (T * K);
+		printf("%s lora_forward dropout %.2f drops %.3f of the inputs\n",
+		       fabs(frac - p) < 0.04 ? "ok  " : "FAIL", p, frac);
+		check_failures += fabs(frac - p) >= 0.04;
+	}
+}
+
+/* --- RoPE ------------------------------------------------------------------------- */
+
+static void test_rope_values(void)
+{
+	enum { B = 2, S = 3, NH = 2, D = 8, HALF = D / 2, N = B * S * NH * D };
+	float cos_t[S * HALF], sin_t[S * HALF], x[N], y[N], back[N];
+	double want[N], orig[N];
+
+	for (int s = 0; s < S; s++)
+		for (int i = 0; i < HALF; i++) {
+			float angle = (float)s * (float)(1.0 / pow(10000.0, 2.0 * i / D));
+			cos_t[s * HALF + i] = cosf(angle);
+			sin_t[s * HALF + i] = sinf(angle);
+		}
+	fill_f32(x, N, -1.0, 1.0);
+	memcpy(y, x, sizeof y);
+	rope_forward_cpu(y, cos_t, sin_t, B, S, NH, D);
+
+	/* position 0 (the first token of each sequence) is the identity, bit for bit */
+	int same = 1;
+	for (int b = 0; b < B; b++)
+		same &= memcmp(y + (size_t)b * S * NH * D, x + (size_t)b * S * NH * D, NH * D * sizeof(float)) == 0;
+	printf("%s rope_forward at position 0 is the identity\n", same ? "ok  " : "FAIL");
+	check_failures += !same;
+
+	/* elsewhere: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) per pair */
+	for (int t = 0; t < B * S; t++)
+		for (int h = 0; h < NH; h++)
+			for (int i = 0; i < HALF; i++) {
+				size_t o = ((size_t)t * NH + h) * D;
+				double c = cos_t[(t % S) * HALF + i], s = sin_t[(t % S) * HALF + i];
+				want[o + i] = x[o + i] * c - x[o + i + HALF] * s;
+				want[o + i + HALF] = x[o + i + HALF] * c + x[o + i] * s;
+			}
+	check_close("rope_forward rotate_half pairs", y, want, N, 1e-7, 1e-6);
+
+	/* the backward is the inverse rotation: it maps the output back to x */
+	memcpy(back, y, sizeof back);
+	rope_backward_cpu(back, cos_t, sin_t, B, S, NH, D);
+	widen_f32(orig, x, N);
+	check_close("rope_backward inverts rope_forward", back, orig, N, 1e-6, 1e-6);
+}
+
+/* --- attention ---------------------------------------------------------------------- */
+
+static void attention_reference(double *out, double *lse, const float *q, const float *k, const float *v, int B,
+				int S, int H, int G, int D)
+{
+	double scale = 1.0 / sqrt((double)D);
+	double *s = NEW(double, S);
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < H; h++)
+			for (int i = 0; i < S; i++) {
+				int g = h / (H / G);
+				double max = -INFINITY, sum = 0.0;
+				for (int j = 0; j <= i; j++) {
+					s[j] = 0.0;
+					for (int d = 0; d < D; d++)
+						s[j] += (double)q[(((size_t)b * S + i) * H + h) * D + d] *
+							k[(((size_t)b * S + j) * G + g) * D + d];
+					s[j] *= scale;
+					max = fmax(max, s[j]);
+				}
+				for (int j = 0; j <= i; j++)
+					sum += exp(s[j] - max);
+				lse[((size_t)b * H + h) * S + i] = max + log(sum);
+				for (int d = 0; d < D; d++) {
+					double o = 0.0;
+					for (int j = 0; j <= i; j++)
+						o += exp(s[j] - max) / sum * v[(((size_t)b * S + j) * G + g) * D + d];
+					out[(((size_t)b * S + i) * H + h) * D + d] = o;
+				}
+			}
+	free(s);
+}
+
+static void test_attention_values(void)
+{
+	enum { B = 2, S = 6, H = 4, G = 2, D = 16, T = B * S, NQ = T * H * D, NK = T * G * D };
+	float q[NQ], k[NK], v[NK], lse[B * H * S], lse2[B * H * S], outf[NQ];
+	bf16 out[NQ], out2[NQ];
+	double want[NQ], want_lse[B * H * S];
+	float *scratch = NEW(float, attention_scratch_floats(B, S, H, G, D));
+
+	fill_f32(q, NQ, -2.0, 2.0);
+	fill_f32(k, NK, -2.0, 2.0);
+	fill_f32(v, NK, -1.0, 1.0);
+	attention_forward_cpu(out, lse, scratch, q, k, v, B, S, H, G, D);
+	attention_reference(want, want_lse, q, k, v, B, S, H, G, D);
+	for (int i = 0; i < NQ; i++)
+		outf[i] = f32_from_bf16(out[i]);
+	/* out is bf16 (2^-8 relative rounding) over an fp32 softmax (~1e-6) */
+	check_close("attention_forward out (causal GQA)", outf, want, NQ, 1e-6, 4e-3);
+	check_close("attention_forward lse", lse, want_lse, B * H * S, 1e-6, 1e-6);
+
+	/* causal: changing the last token's q, k, v leaves every earlier row alone */
+	for (int b = 0; b < B; b++) {
+		size_t last = (size_t)b * S + S - 1;
+		for (int i = 0; i < H * D; i++)
+			q[last * H * D + i] += 0.75f;
+		for (int i = 0; i < G * D; i++) {
+			k[last * G * D + i] -= 1.5f;
+			v[last * G * D + i] *= -3.0f;
+		}
+	}
+	attention_forward_cpu(out2, lse2, scratch, q, k, v, B, S, H, G, D);
+	int same = 1, last_changed = 0;
+	for (int b = 0; b < B; b++) {
+		size_t first = (size_t)b * S * H * D, rows = (size_t)(S - 1) * H * D;
+		same &= memcmp(out + first, out2 + first, rows * sizeof(bf16)) == 0;
+		last_changed |= memcmp(out + first + rows, out2 + first + rows, (size_t)H * D * sizeof(bf16)) != 0;
+		for (int h = 0; h < H; h++)
+			same &= memcmp(lse + ((size_t)b * H + h) * S, lse2 + ((size_t)b * H + h) * S,
+				       (S - 1) * sizeof(float)) == 0;
+	}
+	printf("%s attention_forward causal mask: earlier rows bit-identical after changing the last token\n",
+	       same && last_changed ? "ok  " : "FAIL");
+	check_failures += !(same && last_changed);
+	free(scratch);
+}
+
+static void test_attention_single_token(void)
+{
+	/* S = 1: the only key gets probability exactly 1, so out = bf16(v) of
+	 * the query head's kv head, h / (H/G) = 0, 0, 1, 1 */
+	enum { B = 2, S = 1, H = 4, G = 2, D = 8 };
+	float q[B * H * D], k[B * G * D], v[B * G * D], lse[B * H];
+	bf16 out[B * H * D];
+	float scratch[64]; /* attention_scratch_floats(2,1,4,2,8) = 2*8 + 4*8 = 48 */
+	int bad = 0;
+
+	CHECK(attention_scratch_floats(B, S, H, G, D) <= sizeof scratch / sizeof scratch[0]);
+	fill_f32(q, B * H * D, -3.0, 3.0);
+	fill_f32(k, B * G * D, -3.0, 3.0);
+	fill_f32(v, B * G * D, -1.0, 1.0);
+	attention_forward_cpu(out, lse, scratch, q, k, v, B, S, H, G, D);
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < H; h++)
+			for (int d = 0; d < D; d++)
+				bad += out[(b * H + h) * D + d] != bf16_from_f32(v[(b * G + h / 2) * D + d]);
+	printf("%s attention_forward with S=1 returns v of the head's kv group (%d mismatches)\n",
+	       bad ? "FAIL" : "ok  ", bad);
+	check_failures += bad != 0;
+}
+
+/* --- SwiGLU ----------------------------------------------------------------------------- */
+
+static void test_swiglu_values(void)
+{
+	enum { N = 40 };
+	float gate[N], up[N], outf[N];
+	bf16 out[N];
+	double want[N];
+
+	fill_f32(gate, N, -6.0, 6.0);
+	fill_f32(up, N, -2.0, 2.0);
+	gate[0] = -100.0f; /* e^100 overflows fp32: silu must be -0, not NaN */
+	gate[1] = 100.0f;
+	for (int i = 0; i < N; i++)
+		want[i] = (double)gate[i] / (1.0 + exp(-(double)gate[i])) * up[i];
+	swiglu_forward_cpu(out, gate, up, N);
+	for (int i = 0; i < N; i++)
+		outf[i] = f32_from_bf16(out[i]);
+	/* bf16 output: up to 2^-8 relative; the atol only admits the -0 that
+	 * stands for silu(-100) * up ~ 1e-42 */
+	check_close("swiglu_forward silu(gate) * up", outf, want, N, 1e-30, 4e-3);
+	CHECK(outf[0] == 0.0f);
+}
+
+/* --- cross-entropy ---------------------------------------------------------------------- */
+
+static void test_crossentropy_values(void)
+{
+	enum { T = 4, V = 1000 };
+	float logits[T * V], losses[T];
+	bf16 dlogits[T * V];
+	const int32_t targets[T] = { 17, -1, 999, 1000 };
+	const float dloss = 0.25f;
+
+	/* uniform rows (at a large offset, which needs the max shift): loss = log V */
+	for (int i = 0; i < T * V; i++)
+		logits[i] = i < V ? 3.5f : 1000.0f;
+	crossentropy_forward_backward_cpu(dlogits, losses, logits, targets, dloss, T, V);
+	double want_loss[2] = { log(V), 0.0 };
+	check_close("crossentropy uniform logits: loss = log V", losses, want_loss, 1, 0.0, 2e-7);
+	check_close("crossentropy ignored row: loss 0", losses + 1, want_loss + 1, 1, 0.0, 0.0);
+	want_loss[0] = log(V);
+	check_close("crossentropy uniform logits at +1000: loss = log V", losses + 2, want_loss, 1, 0.0, 2e-7);
+	CHECK(isnan(losses[3])); /* target >= V: a caller bug, reported as NaN */
+
+	int bad = 0;
+	for (int j = 0; j < V; j++) {
+		bf16 want0 = bf16_from_f32((float)((1.0 / V - (j == 17)) * dloss));
+		bf16 want2 = bf16_from_f32((float)((1.0 / V - (j == 999)) * dloss));
+		bad += dlogits[j] != want0 || dlogits[2 * V + j] != want2;
+		bad += dlogits[V + j] != 0 || dlogits[3 * V + j] != 0;
+	}
+	printf("%s crossentropy uniform dlogits = bf16((1/V - onehot) * dloss) (%d mismatches)\n",
+	       bad ? "FAIL" : "ok  ", bad);
+	check_failures += bad != 0;
+
+	/* random logits against a double reference */
+	fill_f32(logits, T * V, -10.0, 10.0);
+	const int32_t targets2[T] = { 0, 500, 999, 3 };
+	double want[T];
+	for (int t = 0; t < T; t++) {
+		double max = -INFINITY, sum = 0.0;
+		for (int j = 0; j < V; j++)
+			max = fmax(max, logits[t * V + j]);
+		for (int j = 0; j < V; j++)
+			sum += exp(logits[t * V + j] - max);
+		want[t] = max + log(sum) - logits[t * V + targets2[t]];
+	}
+	crossentropy_forward_backward_cpu(dlogits, losses, logits, targets2, dloss, T, V);
+	check_close("crossentropy random logits: loss", losses, want, T, 1e-6, 1e-6);
+
+	/* the row's maximum in its last column, 200 above the rest: exp(200)
+	 * overflows fp32 unless the shift uses the true maximum.  loss(target
+	 * V-1) = log(1 + (V-1) e^-200) ~ 1e-84 -> 0; loss(target 0) = 200 + that */
+	for (int i = 0; i < T * V; i++)
+		logits[i] = i % V == V - 1 ? 200.0f : 0.0f;
+	const int32_t targets3[T] = { V - 1, 0, -1, -1 };
+	crossentropy_forward_backward_cpu(dlogits, losses, logits, targets3, dloss, T, V);
+	const double want3[2] = { 0.0, 200.0 };
+	check_close("crossentropy max in the last column: loss", losses, want3, 2, 1e-30, 1e-7);
+	CHECK(f32_from_bf16(dlogits[V + V - 1]) == dloss && f32_from_bf16(dlogits[V]) == -dloss);
+}
+
+/* --- NF4 ------------------------------------------------------------------------------- */
+
+static void test_nf4_values(void)
+{
+	enum { N = 128 };
+	uint8_t packed[N / 2];
+	const float absmax[N / POROS_NF4_BLOCK] = { 2.0f, 0.5f };
+	bf16 out[N];
+	int bad = 0;
+
+	CHECK(poros_nf4_code[0] == -1.0f && poros_nf4_code[7] == 0.0f && poros_nf4_code[15] == 1.0f);
+	for (int i = 1; i < 16; i++)
+		CHECK(poros_nf4_code[i] > poros_nf4_code[i - 1]);
+
+	/* every code in both nibble positions: byte b = (b & 15) << 4 | (15 - (b & 15)) */
+	for (int b = 0; b < N / 2; b++)
+		packed[b] = (uint8_t)(((b & 15) << 4) | (15 - (b & 15)));
+	nf4_dequantize_cpu(out, packed, absmax, N);
+	for (int i = 0; i < N; i++) {
+		int code = i % 2 == 0 ? (i / 2) & 15 : 15 - ((i / 2) & 15);
+		bad += out[i] != bf16_from_f32(poros_nf4_code[code] * absmax[i / 64]);
+	}
+	/* bf16 bit patterns worked out by hand (sign, exponent, 7-bit mantissa) */
+	CHECK(out[0] == 0xc000); /* byte 0x0f, high nibble: code 0 = -1 times 2 = -2 */
+	CHECK(out[1] == 0x4000); /* low nibble: code 15 = 1 times 2 = 2 */
+	CHECK(out[14] == 0x0000); /* byte 0x78, high: code 7 = +0 */
+	CHECK(out[15] == 0x3e23); /* low: code 8, 0.0795803 * 2 = 0.1591606 -> 1.0100011b * 2^-3 */
+	CHECK(out[66] == 0xbeb2); /* block 1 (absmax 0.5), byte 0x1e, high: code 1 * 0.5 = -0.3480964 */
+	CHECK(out[90] == 0x3e90); /* byte 0xd2, high: code 13 * 0.5 = 0.2813085 -> 1.0010000b * 2^-2 */
+	printf("%s nf4_dequantize: %d of %d elements wrong\n", bad ? "FAIL" : "ok  ", bad, N);
+	check_failures += bad != 0;
+}
+
+/* --- AdamW ------------------------------------------------------------------------------- */
+
+static void test_adamw_values(void)
+{
+	/* step 1 by hand: with m = v = 0, mhat = g and vhat = g^2, so the step
+	 * is lr * g / (|g| + eps) after decaying p by (1 - lr*wd) */
+	float p[2] = { 1.0f, -2.0f }, g[2] = { 0.5f, -4.0f }, m[2] = { 0 }, v[2] = { 0 };
+	const float lr = 0.1f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f, clip = 0.5f;
+	adamw_update_cpu(p, g, m, v, 2, lr, b1, b2, eps, wd, clip, 1);
+	/* g = 0.25: p = 1 * 0.999 - 0.1 * 0.25 / (0.25 + 1e-8) = 0.899000004
+	 * g = -2:   p = -2 * 0.999 + 0.1 * 2 / (2 + 1e-8)     = -1.8979999995 */
+	const double want_p[2] = { 0.899000004, -1.8979999995 };
+	/* (1 - b1) g and (1 - b2) g^2, with the betas as the fp32 values they
+	 * are: 1 - 0.999f = 9.9998713e-4, not 1e-3 */
+	const double want_m[2] = { (1.0 - (double)b1) * 0.25, (1.0 - (double)b1) * -2.0 };
+	const double want_v[2] = { (1.0 - (double)b2) * 0.0625, (1.0 - (double)b2) * 4.0 };
+	check_close("adamw step 1 param (hand computed)", p, want_p, 2, 1e-7, 1e-6);
+	check_close("adamw step 1 m (hand computed)", m, want_m, 2, 0.0, 1e-6);
+	check_close("adamw step 1 v (hand computed)", v, want_v, 2, 0.0, 1e-6);
+
+	/* step 2 against the textbook form in double */
+	const float g2[2] = { 1.0f, 3.0f };
+	double pd[2], md[2], vd[2], want2[2];
+	for (int i = 0; i < 2; i++) {
+		double gi = (double)g2[i] * clip;
+		md[i] = b1 * (double)m[i] + (1.0 - b1) * gi;
+		vd[i] = b2 * (double)v[i] + (1.0 - b2) * gi * gi;
+		double mhat = md[i] / (1.0 - (double)b1 * b1), vhat = vd[i] / (1.0 - (double)b2 * b2);
+		pd[i] = (double)p[i] * (1.0 - (double)lr * wd) - lr * mhat / (sqrt(vhat) + eps);
+		want2[i] = pd[i];
+	}
+	adamw_update_cpu(p, g2, m, v, 2, lr, b1, b2, eps, wd, clip, 2);
+	check_close("adamw step 2 param (double reference)", p, want2, 2, 1e-7, 1e-6);
+	check_close("adamw step 2 m", m, md, 2, 0.0, 1e-6);
+	check_close("adamw step 2 v", v, vd, 2, 0.0, 1e-6);
+}
+
+/* --- sumsq -------------------------------------------------------------------------------- */
+
+static void test_sumsq_values(void)
+{
+	enum { N = 100000 };
+	float *x = NEW(float, N), out = -1.0f;
+	float scratch[4096];
+
+	CHECK(sumsq_scratch_floats(N) == 4096);
+	for (int i = 0; i < N; i++)
+		x[i] = (float)(i + 1);
+	/* 1^2 + ... + N^2 = N (N+1) (2N+1) / 6 = 333338333350000, exact in double
+	 * (< 2^53), then rounded once to fp32: 333338317422592.  Summing in
+	 * fp32 instead would be off by far more than that one rounding. */
+	sumsq_cpu(&out, scratch, x, N);
+	double want = 333338317422592.0;
+	check_close("sumsq of 1..100000 = fp32(333338333350000)", &out, &want, 1, 0.0, 0.0);
+	sumsq_cpu(&out, scratch, x, 0);
+	want = 0.0;
+	check_close("sumsq of nothing", &out, &want, 1, 0.0, 0.0);
+	sumsq_cpu(&out, scratch, x + 2, 1);
+	want = 9.0;
+	check_close("sumsq of one element", &out, &want, 1, 0.0, 0.0);
+	free(x);
+}
+
+static void test_ops_table(void)
+{
+	int bad = 0;
+#define CHECK_ENTRY(ret, name, args) bad += poros_cpu_ops.name != name##_cpu;
+	POROS_OPS_LIST(CHECK_ENTRY)
+#undef CHECK_ENTRY
+	printf("%s poros_cpu_ops binds every op to its _cpu function (%d wrong)\n", bad ? "FAIL" : "ok  ", bad);
+	check_failures += bad != 0;
+	CHECK(attention_scratch_floats(2, 64, 4, 2, 16) == 2 * 2 * 4 * 64 * 64 + 4 * 2 * 4 * 64);
+}
+
+/* --- thread-count determinism ------------------------------------------------------------ */
+
+/* Output buffers of one run over every op, taken in the same order each run
+ * so two runs can be compared op by op. */
+struct arena {
+	unsigned char *base;
+	size_t used, cap;
+	int count;
+	const char *names[64];
+	size_t offsets[64], sizes[64];
+};
+
+static void *take(struct arena *a, const char *name, size_t bytes)
+{
+	bytes = (bytes + 15) & ~(size_t)15;
+	if (a->used + bytes > a->cap || a->count == 64) {
+		fprintf(stderr, "test arena too small\n");
+		exit(1);
+	}
+	void *p = a->base + a->used;
+	a->names[a->count] = name;
+	a->offsets[a->count] = a->used;
+	a->sizes[a->count++] = bytes;
+	a->used += bytes;
+	return p;
+}
+
+enum {
+	DB = 2, DS = 24, DT = DB * DS, DC = 80, DH = 4, DG = 2, DD = 16, DN = 96, DR = 8, DV = 300,
+	DSQ = 100003, DNF4 = 64 * 40
+};
+
+struct det_inputs {
+	float x[DT * DC], q[DT * DH * DD], k[DT * DG * DD], v[DT * DG * DD], A[DR * DC], B[DN * DR];
+	float dy[DT * DN], gate[DT * DN], up[DT * DN], logits[DT * DV], cos_t[DS * DD / 2], sin_t[DS * DD / 2];
+	float big[DSQ], absmax[DNF4 / 64], dout_attn[DT * DH * DD];
+	bf16 xb[DT * DC], W[DN * DC], bias[DN], wnorm[DC], wte[DV * DC], dyb[DT * DN];
+	int32_t tokens[DT], targets[DT];
+	uint8_t packed[DNF4 / 2];
+};
+
+static void run_every_op(struct arena *a, const struct det_inputs *in, float *scratch)
+{
+	float *f;
+	bf16 *h;
+
+	embedding_forward_cpu(take(a, "embedding_forward", sizeof(float) * DT * DC), in->tokens, in->wte, DT, DC);
+	f = take(a, "rmsnorm_forward out", sizeof(float) * DT * DC);
+	h = take(a, "rmsnorm_forward out_bf16", sizeof(bf16) * DT * DC);
+	float *rstd = take(a, "rmsnorm_forward rstd", sizeof(float) * DT);
+	rmsnorm_forward_cpu(f, h, rstd, in->x, in->wnorm, 1e-6f, DT, DC);
+	rmsnorm_backward_cpu(take(a, "rmsnorm_backward", sizeof(float) * DT * DC), in->x, in->x, in->wnorm, rstd,
+			     DT, DC);
+	matmul_forward_cpu(take(a, "matmul_forward", sizeof(float) * DT * DN), in->xb, in->W, in->bias, DT, DC, DN);
+	matmul_backward_input_cpu(take(a, "matmul_backward_input", sizeof(float) * DT * DC), in->dyb, in->W, DT, DC,
+				  DN, 0);
+	float *lora_out = take(a, "lora_forward out", sizeof(float) * DT * DN);
+	float *u = take(a, "lora_forward u", sizeof(float) * DT * DR);
+	lora_forward_cpu(lora_out, u, in->xb, in->A, in->B, 2.0f, 0.1f, 7, DT, DC, DN, DR);
+	lora_backward_cpu(take(a, "lora_backward din", sizeof(float) * DT * DC),
+			  take(a, "lora_backward dA", sizeof(float) * DR * DC),
+			  take(a, "lora_backward dB", sizeof(float) * DN * DR),
+			  take(a, "lora_backward du", sizeof(float) * DT * DR), in->dy, in->xb, u, in->A, in->B, 2.0f,
+			  0.1f, 7, DT, DC, DN, DR);
+	f = take(a, "rope_forward", sizeof in->q);
+	memcpy(f, in->q, sizeof in->q);
+	rope_forward_cpu(f, in->cos_t, in->sin_t, DB, DS, DH, DD);
+	f = take(a, "rope_backward", sizeof in->q);
+	memcpy(f, in->q, sizeof in->q);
+	rope_backward_cpu(f, in->cos_t, in->sin_t, DB, DS, DH, DD);
+	float *lse = take(a, "attention_forward lse", sizeof(float) * DB * DH * DS);
+	attention_forward_cpu(take(a, "attention_forward out", sizeof(bf16) * DT * DH * DD), lse, scratch, in->q,
+			      in->k, in->v, DB, DS, DH, DG, DD);
+	attention_backward_cpu(take(a, "attention_backward dq", sizeof in->q), take(a, "attention_backward dk", sizeof in->k),
+			       take(a, "attention_backward dv", sizeof in->v), scratch, in->dout_attn, in->q, in->k,
+			       in->v, lse, DB, DS, DH, DG, DD);
+	swiglu_forward_cpu(take(a, "swiglu_forward", sizeof(bf16) * DT * DN), in->gate, in->up, DT * DN);
+	swiglu_backward_cpu(take(a, "swiglu_backward dgate", sizeof(float) * DT * DN),
+			    take(a, "swiglu_backward dup", sizeof(float) * DT * DN), in->dy, in->gate, in->up, DT * DN);
+	crossentropy_forward_backward_cpu(take(a, "crossentropy dlogits", sizeof(bf16) * DT * DV),
+					  take(a, "crossentropy losses", sizeof(float) * DT), in->logits, in->targets,
+					  1.0f / DT, DT, DV);
+	f = take(a, "add_inplace", sizeof in->big);
+	memcpy(f, in->big, sizeof in->big);
+	add_inplace_cpu(f, in->big, DSQ);
+	cast_f32_to_bf16_cpu(take(a, "cast_f32_to_bf16", sizeof(bf16) * DSQ), in->big, DSQ);
+	nf4_dequantize_cpu(take(a, "nf4_dequantize", sizeof(bf16) * DNF4), in->packed, in->absmax, DNF4);
+	sumsq_cpu(take(a, "sumsq", sizeof(float)), scratch, in->big, DSQ);
+	float *param = take(a, "adamw param", sizeof in->big), *m = take(a, "adamw m", sizeof in->big),
+	      *v = take(a, "adamw v", sizeof in->big);
+	memcpy(param, in->big, sizeof in->big);
+	for (int step = 1; step <= 2; step++)
+		adamw_update_cpu(param, in->big, m, v, DSQ, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.7f, step);
+}
+
+static void test_thread_determinism(void)
+{
+	struct det_inputs *in = NEW(struct det_inputs, 1);
+	size_t cap = 16u << 20;
+	struct arena one = { NEW(unsigned char, cap), 0, cap, 0, { 0 }, { 0 }, { 0 } };
+	struct arena four = { NEW(unsigned char, cap), 0, cap, 0, { 0 }, { 0 }, { 0 } };
+	size_t scratch_n = attention_scratch_floats(DB, DS, DH, DG, DD);
+	float *scratch = NEW(float, scratch_n > 4096 ? scratch_n : 4096);
+
+	fill_f32(in->x, DT * DC, -2, 2);
+	fill_f32(in->q, DT * DH * DD, -2, 2);
+	fill_f32(in->k, DT * DG * DD, -2, 2);
+	fill_f32(in->v, DT * DG * DD, -1, 1);
+	fill_f32(in->A, DR * DC, -0.5, 0.5);
+	fill_f32(in->B, DN * DR, -0.5, 0.5);
+	fill_f32(in->dy, DT * DN, -1, 1);
+	fill_f32(in->gate, DT * DN, -6, 6);
+	fill_f32(in->up, DT * DN, -2, 2);
+	fill_f32(in->logits, DT * DV, -8, 8);
+	fill_f32(in->cos_t, DS * DD / 2, -1, 1);
+	fill_f32(in->sin_t, DS * DD / 2, -1, 1);
+	fill_f32(in->big, DSQ, -3, 3);
+	fill_f32(in->absmax, DNF4 / 64, 0.01, 2);
+	fill_f32(in->dout_attn, DT * DH * DD, -1, 1);
+	fill_bf16(in->xb, DT * DC, -2, 2);
+	fill_bf16(in->W, DN * DC, -0.2, 0.2);
+	fill_bf16(in->bias, DN, -1, 1);
+	fill_bf16(in->wnorm, DC, 0.5, 1.5);
+	fill_bf16(in->wte, DV * DC, -1, 1);
+	fill_bf16(in->dyb, DT * DN, -1, 1);
+	for (int t = 0; t < DT; t++) {
+		in->tokens[t] = (int32_t)(rng_uniform(0, DV - 1e-9));
+		in->targets[t] = t % 7 == 3 ? -1 : (int32_t)(rng_uniform(0, DV - 1e-9));
+	}
+	for (int i = 0; i < DNF4 / 2; i++)
+		in->packed[i] = (uint8_t)rng_uniform(0, 256 - 1e-9);
+
+	int saved = omp_get_max_threads();
+	omp_set_num_threads(1);
+	run_every_op(&one, in, scratch);
+	omp_set_num_threads(4);
+	CHECK(omp_get_max_threads() == 4);
+	run_every_op(&four, in, scratch);
+	omp_set_num_threads(saved);
+
+	int differ = 0;
+	for (int i = 0; i < one.count; i++) {
+		if (memcmp(one.base + one.offsets[i], four.base + four.offsets[i], one.sizes[i]) != 0) {
+			printf("  %s: 1 and 4 threads give different bits\n", one.names[i]);
+			differ++;
+		}
+	}
+	printf("%s %d op outputs bit-identical with 1 and 4 OpenMP threads (%d differ)\n", differ ? "FAIL" : "ok  ",
+	       one.count, differ);
+	check_failures += differ != 0;
+	free(in);
+	free(one.base);
+	free(four.base);
+	free(scratch);
+}
+
+int main(void)
+{
+	test_bf16_rounding();
+	test_embedding_and_add();
+	test_rmsnorm_values();
+	test_matmul_forward();
+	test_lora_forward(0.0f);
+	test_lora_forward(0.5f);
+	test_rope_values();
+	test_attention_values();
+	test_attention_single_token();
+	test_swiglu_values();
+	test_crossentropy_values();
+	test_nf4_values();
+	test_adamw_values();
+	test_sumsq_values();
+	test_ops_table();
+	test_thread_determinism();
+	if (check_failures) {
+		printf("test_ops_values: %d checks failed\n", check_failures);
+		return 1;
+	}
+	printf("test_ops_values: all checks passed\n");
+	return 0;
+}

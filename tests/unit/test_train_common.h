@@ -1,0 +1,123 @@
+/* tests/unit/test_train_common.h: builds an engine in-process for the
+ * poros-train unit tests (model from configs/models, synthetic or
+ * checkpoint weights, CPU backend).  Run from the repository root, as
+ * `make test-unit` does. */
+#ifndef TEST_TRAIN_COMMON_H
+#define TEST_TRAIN_COMMON_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../tools/poros-train/engine.h"
+#include "../../tools/poros-train/train.h"
+#include "util.h"
+
+static int tt_failures;
+
+#define TT_CHECK(cond, ...)                                                 \
+	do {                                                                \
+		if (!(cond)) {                                              \
+			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+			fprintf(stderr, __VA_ARGS__);                       \
+			fputc('\n', stderr);                                \
+			tt_failures++;                                      \
+		}                                                           \
+	} while (0)
+
+struct tt_run {
+	struct train_config cfg;
+	struct model_config mc;
+	struct token_source data;
+	struct host_weights hw;
+	struct engine *e;
+	const struct lora_layout *lo;
+};
+
+/* A small, fast configuration: CPU, no dropout, bf16, resident. */
+static inline void tt_config(struct train_config *c, const char *model)
+{
+	train_config_defaults(c);
+	c->model_id = xstrdup(model);
+	c->configs_dir = xstrdup("configs/models");
+	c->precision = PRECISION_BF16;
+	c->mode = MODE_RESIDENT;
+	c->method = METHOD_RESIDENT;
+	c->steps = 3;
+	c->seq_len = 16;
+	c->batch_size = 2;
+	c->accum = 1;
+	c->rank = 4;
+	c->alpha = 8;
+	c->dropout = 0;
+	c->lr = 1e-3;
+	c->block_size = 2;
+	c->quiet = 1;
+	free(c->backend);
+	c->backend = xstrdup("cpu");
+}
+
+/* Model, dataset, weights and engine for cfg (which tt_open takes over).
+ * Returns 0, or -1 with the reason printed. */
+static inline int tt_open(struct tt_run *r, const struct train_config *cfg)
+{
+	char err[1024];
+
+	memset(r, 0, sizeof *r);
+	r->cfg = *cfg;
+	if (model_config_resolve(&r->mc, r->cfg.model_id, r->cfg.configs_dir, err, sizeof err) < 0) {
+		fprintf(stderr, "tt_open: %s\n", err);
+		return -1;
+	}
+	if (token_source_open(&r->data, r->cfg.dataset, &r->mc, r->cfg.seq_len, r->cfg.seed, err, sizeof err) < 0) {
+		fprintf(stderr, "tt_open: %s\n", err);
+		return -1;
+	}
+	if (host_weights_load(&r->hw, backend_cpu(), &r->mc, r->cfg.precision == PRECISION_NF4, r->cfg.seed, err,
+	                      sizeof err) < 0) {
+		fprintf(stderr, "tt_open: %s\n", err);
+		return -1;
+	}
+	if (engine_create(&r->e, &r->cfg, &r->mc, &r->hw, &r->data, backend_cpu(), err, sizeof err) < 0) {
+		fprintf(stderr, "tt_open: %s\n", err);
+		return -1;
+	}
+	r->lo = engine_lora_layout(r->e);
+	return 0;
+}
+
+static inline void tt_close(struct tt_run *r)
+{
+	engine_destroy(r->e);
+	host_weights_free(&r->hw);
+	token_source_free(&r->data);
+	model_config_free(&r->mc);
+	train_config_free(&r->cfg);
+	memset(r, 0, sizeof *r);
+}
+
+/* Uniform in [-1, 1) from a counter. */
+static inline double tt_uniform(uint64_t seed, uint64_t i)
+{
+	return (double)(poros_mix64(seed ^ poros_mix64(i)) >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+/* Fills every LoRA value (not the padding) with f(index). */
+static inline void tt_fill_lora(const struct lora_layout *lo, float *p, int only_b, float scale, uint64_t seed)
+{
+	for (int l = 0; l < lo->n_layers; l++)
+		for (int m = 0; m < N_PROJ; m++) {
+			const struct lora_slot *s = &lo->slot[l * N_PROJ + m];
+
+			if (s->a < 0)
+				continue;
+			if (!only_b)
+				for (long i = 0; i < (long)lo->rank * s->n_in; i++)
+					p[s->a + i] = scale * (float)tt_uniform(seed, (uint64_t)(s->a + i));
+			for (long i = 0; i < (long)lo->rank * s->n_out; i++)
+				p[s->b + i] = scale * (float)tt_uniform(seed, (uint64_t)(s->b + i));
+		}
+}
+
+#endif

@@ -1,0 +1,162 @@
+/* tests/unit/test_util.c: the shared helpers of tools/lib (util, jsonl). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "jsonl.h"
+#include "util.h"
+
+static int failures;
+
+#define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); failures++; } } while (0)
+
+static void test_parse_long(void)
+{
+	const char *why = NULL;
+	long v = 0;
+
+	CHECK(parse_long("42", 1, 100, &v, &why) == 0 && v == 42);
+	CHECK(parse_long("0", 1, 100, &v, &why) < 0 && strcmp(why, "too small") == 0);
+	CHECK(parse_long("101", 1, 100, &v, &why) < 0 && strcmp(why, "too large") == 0);
+	CHECK(parse_long("99999999999999999999999", 1, 100, &v, &why) < 0 && strcmp(why, "too large") == 0);
+	CHECK(parse_long("-99999999999999999999999", -5, 100, &v, &why) < 0 && strcmp(why, "too small") == 0);
+	CHECK(parse_long("12x", 1, 100, &v, &why) < 0 && strcmp(why, "not a number") == 0);
+	CHECK(parse_long("", 1, 100, &v, &why) < 0 && strcmp(why, "not a number") == 0);
+	CHECK(parse_long(" 5", 1, 100, &v, &why) < 0);
+}
+
+static void test_parse_double(void)
+{
+	const char *why = NULL;
+	double v = 0;
+
+	CHECK(parse_double("2e-4", 0, 1, &v, &why) == 0 && v == 2e-4);
+	CHECK(parse_double("nan", 0, 1, &v, &why) < 0 && strcmp(why, "not a number") == 0);
+	CHECK(parse_double("1e309", 0, 1e300, &v, &why) < 0 && strcmp(why, "too large") == 0);
+	CHECK(parse_double("inf", 0, 1, &v, &why) < 0);
+	CHECK(parse_double("-1", 0, 1, &v, &why) < 0 && strcmp(why, "too small") == 0);
+}
+
+static void test_paths(void)
+{
+	char *p;
+
+	CHECK(path_is_confined("a/b.json"));
+	CHECK(path_is_confined("cells/x..y.json"));
+	CHECK(!path_is_confined("../etc/passwd"));
+	CHECK(!path_is_confined("a/../../b"));
+	CHECK(!path_is_confined("/etc/passwd"));
+	CHECK(!path_is_confined(""));
+	CHECK(!path_is_confined("a/.."));
+	p = path_under("out", "cells/c.json");
+	CHECK(p && strcmp(p, "out/cells/c.json") == 0);
+	free(p);
+	errno = 0;
+	CHECK(path_under("out", "../x") == NULL && errno == EINVAL);
+	CHECK(name_is_safe("qwen2_5_32b-nf4.json"));
+	CHECK(!name_is_safe("a/b"));
+	CHECK(!name_is_safe(".."));
+	CHECK(!name_is_safe("a b"));
+}
+
+static void test_slug(void)
+{
+	char *s = slugify("Qwen/Qwen2.5-32B", 1);
+	CHECK(strcmp(s, "qwen2_5_32b") == 0);
+	free(s);
+	s = slugify("meta-llama/Llama-3.1-70B", 1);
+	CHECK(strcmp(s, "llama_3_1_70b") == 0);
+	free(s);
+	s = slugify("--A..b--", 0);
+	CHECK(strcmp(s, "a_b") == 0);
+	free(s);
+	CHECK(edit_distance("sequence_len", "seq_len") == 5);
+	CHECK(edit_distance("rnak", "rank") == 2);
+}
+
+static void test_atomic_and_append(const char *dir)
+{
+	char *path = xasprintf("%s/f.json", dir);
+	char *link = xasprintf("%s/link.json", dir);
+	char *target = xasprintf("%s/target", dir);
+	size_t len = 0;
+	char *text;
+
+	CHECK(atomic_write(path, "hello\n", 6) == 0);
+	text = read_whole_file(path, &len);
+	CHECK(text && len == 6 && memcmp(text, "hello\n", 6) == 0);
+	free(text);
+	/* A planted symlink is replaced, never written through. */
+	CHECK(atomic_write(target, "keep", 4) == 0);
+	CHECK(symlink(target, link) == 0);
+	CHECK(atomic_write(link, "new", 3) == 0);
+	text = read_whole_file(target, &len);
+	CHECK(text && len == 4 && memcmp(text, "keep", 4) == 0);
+	free(text);
+	CHECK(atomic_write("/nonexistent-dir/x", "a", 1) < 0);
+
+	CHECK(append_line(path, "x\n", 2) == 0);
+	CHECK(append_line(path, "no newline", 10) < 0 && errno == EINVAL);
+	text = read_whole_file(path, &len);
+	CHECK(text && len == 8 && memcmp(text, "hello\nx\n", 8) == 0);
+	free(text);
+	free(path);
+	free(link);
+	free(target);
+}
+
+static void test_jsonl(const char *dir)
+{
+	char *path = xasprintf("%s/in.jsonl", dir);
+	FILE *f = fopen(path, "w");
+	struct jsonl_reader r;
+	cJSON *o = NULL;
+	char big[70000];
+
+	memset(big, 'a', sizeof big - 1);
+	big[sizeof big - 1] = '\0';
+	fprintf(f, "{\"a\":1}\n\n{\"s\":\"%s\"}\n[1]\n{bad\n{\"a\":2} x\n{\"tail\":1}", big);
+	fclose(f);
+	f = fopen(path, "r");
+	jsonl_init(&r, f, path);
+	CHECK(jsonl_next(&r, &o) == 1 && r.line == 1 && cJSON_GetObjectItem(o, "a")->valueint == 1);
+	cJSON_Delete(o);
+	CHECK(jsonl_next(&r, &o) == 1 && r.line == 3 && strlen(cJSON_GetObjectItem(o, "s")->valuestring) == sizeof big - 1);
+	cJSON_Delete(o);
+	CHECK(jsonl_next(&r, &o) == -1 && r.line == 4 && strstr(r.err, "not a JSON object"));
+	CHECK(jsonl_next(&r, &o) == -1 && r.line == 5 && strstr(r.err, "not valid JSON"));
+	CHECK(jsonl_next(&r, &o) == -1 && r.line == 6 && strstr(r.err, "more than one"));
+	CHECK(jsonl_next(&r, &o) == -1 && r.line == 7 && strstr(r.err, "newline"));
+	CHECK(jsonl_next(&r, &o) == 0);
+	jsonl_free(&r);
+	fclose(f);
+	free(path);
+}
+
+int main(void)
+{
+	char tmpl[] = "/tmp/poros-test-util-XXXXXX";
+	char *dir = mkdtemp(tmpl);
+
+	set_progname("test_util");
+	if (dir == NULL) {
+		perror("mkdtemp");
+		return 1;
+	}
+	test_parse_long();
+	test_parse_double();
+	test_paths();
+	test_slug();
+	test_atomic_and_append(dir);
+	test_jsonl(dir);
+	if (system(xasprintf("rm -rf '%s'", dir)) != 0)
+		fprintf(stderr, "could not remove %s\n", dir);
+	if (failures) {
+		fprintf(stderr, "test_util: %d check(s) failed\n", failures);
+		return 1;
+	}
+	fprintf(stderr, "test_util: ok\n");
+	return 0;
+}

@@ -1,0 +1,578 @@
+/* tools/lib/artifact.c: the RunArtifact ("poros.artifact/1") to and from
+ * JSON, the host half of its env, and the trainer summary applied to it. */
+#include "artifact.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "jsonl.h"
+#include "util.h"
+
+#ifndef POROS_GIT_SHA
+#define POROS_GIT_SHA "unknown"
+#endif
+
+const char *const artifact_status_names[STATUS_COUNT] = {"ok", "oom", "error", "skipped"};
+
+int artifact_status_from_name(const char *s)
+{
+	for (int i = 0; s && i < STATUS_COUNT; i++)
+		if (strcmp(s, artifact_status_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+static void metrics_init(struct artifact_metrics *m)
+{
+	m->vram_peak_mb = m->vram_avg_mb = NAN;
+	m->s_per_step = m->s_per_step_min = m->s_per_step_max = NAN;
+	m->tokens_per_s = NAN;
+	m->steps_measured = m->warmup_steps = -1;
+	m->loss_first = m->loss_last = NAN;
+}
+
+static void env_init(struct artifact_env *e)
+{
+	memset(e, 0, sizeof *e);
+	e->host_mem_gb = NAN;
+	e->gpu_mem_mb = NAN;
+}
+
+/* Every string of an env, for freeing and copying in one place. */
+#define ENV_STRINGS(X) X(hostname) X(os) X(kernel) X(cpu) X(gpu_name) X(driver) \
+	X(cuda_runtime) X(poros_version) X(git_sha) X(python) X(torch) X(transformers) X(peft) X(weights)
+
+static void env_free(struct artifact_env *e)
+{
+#define FREE_FIELD(f) free(e->f);
+	ENV_STRINGS(FREE_FIELD)
+#undef FREE_FIELD
+	env_init(e);
+}
+
+void artifact_init(struct artifact *a)
+{
+	memset(a, 0, sizeof *a);
+	a->status = STATUS_ERROR;
+	metrics_init(&a->metrics);
+	a->parity.loss_max_abs_delta = NAN;
+	a->parity.adapter_max_abs_delta = NAN;
+	a->parity.bitwise_exact = -1;
+	env_init(&a->env);
+	a->wall_s = NAN;
+}
+
+static int have_cell(const struct artifact *a)
+{
+	return a->cell.cell_id != NULL;
+}
+
+void artifact_free(struct artifact *a)
+{
+	free(a->cell_id);
+	if (have_cell(a))
+		cell_free(&a->cell);
+	free(a->error);
+	env_free(&a->env);
+	for (int i = 0; i < a->argc; i++)
+		free(a->argv[i]);
+	free(a->argv);
+	free(a->log);
+	free(a->run_dir);
+	artifact_init(a);
+}
+
+void artifact_set_str(char **field, const char *s)
+{
+	char *copy = s ? xstrdup(s) : NULL;
+
+	free(*field);
+	*field = copy;
+}
+
+void artifact_set_argv(struct artifact *a, int argc, char *const argv[])
+{
+	for (int i = 0; i < a->argc; i++)
+		free(a->argv[i]);
+	free(a->argv);
+	a->argc = 0;
+	a->argv = NULL;
+	if (argc <= 0)
+		return;
+	a->argv = xcalloc((size_t)argc, sizeof *a->argv);
+	for (int i = 0; i < argc; i++)
+		a->argv[i] = xstrdup(argv[i]);
+	a->argc = argc;
+}
+
+int artifact_set_cell(struct artifact *a, const struct cell *c, char *err, size_t errsz)
+{
+	struct cell copy;
+
+	if (cell_validate(c, err, errsz) < 0)
+		return -1;
+	cell_copy(&copy, c);
+	if (have_cell(a))
+		cell_free(&a->cell);
+	a->cell = copy;
+	artifact_set_str(&a->cell_id, c->cell_id);
+	return 0;
+}
+
+/* --- to JSON -------------------------------------------------------------- */
+
+static void add_str(cJSON *o, const char *k, const char *s)
+{
+	cJSON_AddItemToObject(o, k, s ? cJSON_CreateString(s) : cJSON_CreateNull());
+}
+
+static void add_num(cJSON *o, const char *k, double v)
+{
+	cJSON_AddItemToObject(o, k, json_number_or_null(v));
+}
+
+static void add_count(cJSON *o, const char *k, int v)
+{
+	cJSON_AddItemToObject(o, k, v >= 0 ? cJSON_CreateNumber(v) : cJSON_CreateNull());
+}
+
+cJSON *artifact_to_json(const struct artifact *a)
+{
+	cJSON *o = cJSON_CreateObject(), *m, *p, *e, *argv;
+
+	cJSON_AddStringToObject(o, "schema", ARTIFACT_SCHEMA);
+	add_str(o, "cell_id", a->cell_id);
+	cJSON_AddItemToObject(o, "cell", have_cell(a) ? cell_to_json(&a->cell) : cJSON_CreateNull());
+	cJSON_AddStringToObject(o, "status", artifact_status_names[a->status]);
+	add_str(o, "error", a->error);
+
+	m = cJSON_AddObjectToObject(o, "metrics");
+	add_num(m, "vram_peak_mb", a->metrics.vram_peak_mb);
+	add_num(m, "vram_avg_mb", a->metrics.vram_avg_mb);
+	add_num(m, "s_per_step", a->metrics.s_per_step);
+	add_num(m, "s_per_step_min", a->metrics.s_per_step_min);
+	add_num(m, "s_per_step_max", a->metrics.s_per_step_max);
+	add_num(m, "tokens_per_s", a->metrics.tokens_per_s);
+	add_count(m, "steps_measured", a->metrics.steps_measured);
+	add_count(m, "warmup_steps", a->metrics.warmup_steps);
+	add_num(m, "loss_first", a->metrics.loss_first);
+	add_num(m, "loss_last", a->metrics.loss_last);
+
+	p = cJSON_AddObjectToObject(o, "parity");
+	add_num(p, "loss_max_abs_delta", a->parity.loss_max_abs_delta);
+	add_num(p, "adapter_max_abs_delta", a->parity.adapter_max_abs_delta);
+	cJSON_AddItemToObject(p, "bitwise_exact",
+	                      a->parity.bitwise_exact < 0 ? cJSON_CreateNull()
+	                                                  : cJSON_CreateBool(a->parity.bitwise_exact));
+
+	e = cJSON_AddObjectToObject(o, "env");
+	add_str(e, "hostname", a->env.hostname);
+	add_str(e, "os", a->env.os);
+	add_str(e, "kernel", a->env.kernel);
+	add_str(e, "cpu", a->env.cpu);
+	add_num(e, "host_mem_gb", a->env.host_mem_gb);
+	add_str(e, "gpu_name", a->env.gpu_name);
+	add_num(e, "gpu_mem_mb", a->env.gpu_mem_mb);
+	add_str(e, "driver", a->env.driver);
+	add_str(e, "cuda_runtime", a->env.cuda_runtime);
+	add_str(e, "poros_version", a->env.poros_version);
+	add_str(e, "git_sha", a->env.git_sha);
+	add_str(e, "python", a->env.python);
+	add_str(e, "torch", a->env.torch);
+	add_str(e, "transformers", a->env.transformers);
+	add_str(e, "peft", a->env.peft);
+	add_str(e, "weights", a->env.weights);
+
+	add_str(o, "started_at", a->started_at[0] ? a->started_at : NULL);
+	add_str(o, "finished_at", a->finished_at[0] ? a->finished_at : NULL);
+	add_num(o, "wall_s", a->wall_s);
+	if (a->argv) {
+		argv = cJSON_AddArrayToObject(o, "argv");
+		for (int i = 0; i < a->argc; i++)
+			cJSON_AddItemToArray(argv, cJSON_CreateString(a->argv[i]));
+	} else {
+		cJSON_AddNullToObject(o, "argv");
+	}
+	add_str(o, "log", a->log);
+	add_str(o, "run_dir", a->run_dir);
+	return o;
+}
+
+/* --- from JSON ------------------------------------------------------------ */
+
+/* Readers accept a missing key as null (older writers, hand-made files)
+ * but never a value of the wrong type. */
+
+static int bad(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(char *err, size_t errsz, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, errsz, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static int get_str(const cJSON *o, const char *prefix, const char *k, char **out, char *err, size_t errsz)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+
+	*out = NULL;
+	if (v == NULL || cJSON_IsNull(v))
+		return 0;
+	if (!cJSON_IsString(v))
+		return bad(err, errsz, "%s%s: not a string", prefix, k);
+	*out = xstrdup(v->valuestring);
+	return 0;
+}
+
+static int get_num(const cJSON *o, const char *prefix, const char *k, double *out, char *err, size_t errsz)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+
+	*out = NAN;
+	if (v == NULL || cJSON_IsNull(v))
+		return 0;
+	if (!cJSON_IsNumber(v))
+		return bad(err, errsz, "%s%s: not a number", prefix, k);
+	*out = v->valuedouble;
+	return 0;
+}
+
+static int get_count(const cJSON *o, const char *prefix, const char *k, int *out, char *err, size_t errsz)
+{
+	double d;
+
+	*out = -1;
+	if (get_num(o, prefix, k, &d, err, errsz) < 0)
+		return -1;
+	if (isnan(d))
+		return 0;
+	if (d < 0 || d > 1e9 || d != floor(d))
+		return bad(err, errsz, "%s%s: not a count: %g", prefix, k, d);
+	*out = (int)d;
+	return 0;
+}
+
+/* An optional nested object: absent or null reads as all-null. */
+static int get_obj(const cJSON *o, const char *k, const cJSON **out, char *err, size_t errsz)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+
+	*out = NULL;
+	if (v == NULL || cJSON_IsNull(v))
+		return 0;
+	if (!cJSON_IsObject(v))
+		return bad(err, errsz, "%s: not an object", k);
+	*out = v;
+	return 0;
+}
+
+static int metrics_from_json(struct artifact_metrics *m, const cJSON *o, const char *pre, char *err, size_t errsz)
+{
+	metrics_init(m);
+	if (o == NULL)
+		return 0;
+	if (get_num(o, pre, "vram_peak_mb", &m->vram_peak_mb, err, errsz) < 0 ||
+	    get_num(o, pre, "vram_avg_mb", &m->vram_avg_mb, err, errsz) < 0 ||
+	    get_num(o, pre, "s_per_step", &m->s_per_step, err, errsz) < 0 ||
+	    get_num(o, pre, "s_per_step_min", &m->s_per_step_min, err, errsz) < 0 ||
+	    get_num(o, pre, "s_per_step_max", &m->s_per_step_max, err, errsz) < 0 ||
+	    get_num(o, pre, "tokens_per_s", &m->tokens_per_s, err, errsz) < 0 ||
+	    get_count(o, pre, "steps_measured", &m->steps_measured, err, errsz) < 0 ||
+	    get_count(o, pre, "warmup_steps", &m->warmup_steps, err, errsz) < 0 ||
+	    get_num(o, pre, "loss_first", &m->loss_first, err, errsz) < 0 ||
+	    get_num(o, pre, "loss_last", &m->loss_last, err, errsz) < 0)
+		return -1;
+	return 0;
+}
+
+/* The fields a child reports about its own environment. */
+static int child_env_from_json(struct artifact_env *e, const cJSON *o, const char *pre, char *err, size_t errsz)
+{
+	if (o == NULL)
+		return 0;
+	if (get_str(o, pre, "gpu_name", &e->gpu_name, err, errsz) < 0 ||
+	    get_num(o, pre, "gpu_mem_mb", &e->gpu_mem_mb, err, errsz) < 0 ||
+	    get_str(o, pre, "driver", &e->driver, err, errsz) < 0 ||
+	    get_str(o, pre, "cuda_runtime", &e->cuda_runtime, err, errsz) < 0 ||
+	    get_str(o, pre, "python", &e->python, err, errsz) < 0 ||
+	    get_str(o, pre, "torch", &e->torch, err, errsz) < 0 ||
+	    get_str(o, pre, "transformers", &e->transformers, err, errsz) < 0 ||
+	    get_str(o, pre, "peft", &e->peft, err, errsz) < 0)
+		return -1;
+	return 0;
+}
+
+static int env_from_json(struct artifact_env *e, const cJSON *o, char *err, size_t errsz)
+{
+	const char *pre = "env.";
+
+	env_init(e);
+	if (o == NULL)
+		return 0;
+	if (get_str(o, pre, "hostname", &e->hostname, err, errsz) < 0 ||
+	    get_str(o, pre, "os", &e->os, err, errsz) < 0 ||
+	    get_str(o, pre, "kernel", &e->kernel, err, errsz) < 0 ||
+	    get_str(o, pre, "cpu", &e->cpu, err, errsz) < 0 ||
+	    get_num(o, pre, "host_mem_gb", &e->host_mem_gb, err, errsz) < 0 ||
+	    get_str(o, pre, "poros_version", &e->poros_version, err, errsz) < 0 ||
+	    get_str(o, pre, "git_sha", &e->git_sha, err, errsz) < 0 ||
+	    get_str(o, pre, "weights", &e->weights, err, errsz) < 0 ||
+	    child_env_from_json(e, o, pre, err, errsz) < 0) {
+		env_free(e);
+		return -1;
+	}
+	return 0;
+}
+
+static int stamp_from_json(const cJSON *o, const char *k, char *buf, size_t n, char *err, size_t errsz)
+{
+	char *s;
+
+	buf[0] = '\0';
+	if (get_str(o, "", k, &s, err, errsz) < 0)
+		return -1;
+	if (s == NULL)
+		return 0;
+	if (strlen(s) >= n) {
+		free(s);
+		return bad(err, errsz, "%s: too long for a timestamp", k);
+	}
+	strcpy(buf, s);
+	free(s);
+	return 0;
+}
+
+static int argv_from_json(struct artifact *a, const cJSON *o, char *err, size_t errsz)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "argv"), *it;
+	int n = 0, i = 0;
+
+	if (v == NULL || cJSON_IsNull(v))
+		return 0;
+	if (!cJSON_IsArray(v))
+		return bad(err, errsz, "argv: not an array");
+	cJSON_ArrayForEach(it, v) {
+		if (!cJSON_IsString(it))
+			return bad(err, errsz, "argv[%d]: not a string", n);
+		n++;
+	}
+	a->argv = xcalloc((size_t)n + 1, sizeof *a->argv);
+	cJSON_ArrayForEach(it, v)
+		a->argv[i++] = xstrdup(it->valuestring);
+	a->argc = n;
+	return 0;
+}
+
+static int parity_from_json(struct artifact_parity *p, const cJSON *o, char *err, size_t errsz)
+{
+	const cJSON *v;
+
+	p->loss_max_abs_delta = p->adapter_max_abs_delta = NAN;
+	p->bitwise_exact = -1;
+	if (o == NULL)
+		return 0;
+	if (get_num(o, "parity.", "loss_max_abs_delta", &p->loss_max_abs_delta, err, errsz) < 0 ||
+	    get_num(o, "parity.", "adapter_max_abs_delta", &p->adapter_max_abs_delta, err, errsz) < 0)
+		return -1;
+	v = cJSON_GetObjectItemCaseSensitive(o, "bitwise_exact");
+	if (v == NULL || cJSON_IsNull(v))
+		return 0;
+	if (!cJSON_IsBool(v))
+		return bad(err, errsz, "parity.bitwise_exact: not a boolean");
+	p->bitwise_exact = cJSON_IsTrue(v) ? 1 : 0;
+	return 0;
+}
+
+int artifact_from_json(struct artifact *a, const cJSON *obj, char *err, size_t errsz)
+{
+	const cJSON *schema = cJSON_GetObjectItemCaseSensitive(obj, "schema");
+	const cJSON *cell = cJSON_GetObjectItemCaseSensitive(obj, "cell");
+	const cJSON *status = cJSON_GetObjectItemCaseSensitive(obj, "status");
+	const cJSON *metrics, *parity, *env;
+	char cell_err[256];
+	int st;
+
+	artifact_init(a);
+	if (!cJSON_IsObject(obj))
+		return bad(err, errsz, "not a JSON object");
+	if (!cJSON_IsString(schema))
+		return bad(err, errsz, "schema: missing (expected \"%s\")", ARTIFACT_SCHEMA);
+	if (strcmp(schema->valuestring, ARTIFACT_SCHEMA) != 0)
+		return bad(err, errsz, "schema: \"%s\" (expected \"%s\")", schema->valuestring, ARTIFACT_SCHEMA);
+	if (!cJSON_IsString(status))
+		return bad(err, errsz, "status: missing or not a string");
+	st = artifact_status_from_name(status->valuestring);
+	if (st < 0)
+		return bad(err, errsz, "status: unknown \"%s\" (expected one of: ok, oom, error, skipped)",
+		           status->valuestring);
+	a->status = (enum artifact_status)st;
+	if (!cJSON_IsObject(cell))
+		return bad(err, errsz, "cell: missing or not an object");
+	if (cell_from_json(&a->cell, cell, cell_err, sizeof cell_err) < 0) {
+		memset(&a->cell, 0, sizeof a->cell);
+		return bad(err, errsz, "cell.%s", cell_err);
+	}
+	if (get_str(obj, "", "cell_id", &a->cell_id, err, errsz) < 0)
+		goto fail;
+	if (a->cell_id == NULL)
+		a->cell_id = xstrdup(a->cell.cell_id);
+	else if (strcmp(a->cell_id, a->cell.cell_id) != 0) {
+		bad(err, errsz, "cell_id: \"%s\" differs from cell.cell_id \"%s\"", a->cell_id, a->cell.cell_id);
+		goto fail;
+	}
+	if (get_str(obj, "", "error", &a->error, err, errsz) < 0 ||
+	    get_obj(obj, "metrics", &metrics, err, errsz) < 0 ||
+	    metrics_from_json(&a->metrics, metrics, "metrics.", err, errsz) < 0 ||
+	    get_obj(obj, "parity", &parity, err, errsz) < 0 ||
+	    parity_from_json(&a->parity, parity, err, errsz) < 0 ||
+	    get_obj(obj, "env", &env, err, errsz) < 0 ||
+	    env_from_json(&a->env, env, err, errsz) < 0 ||
+	    stamp_from_json(obj, "started_at", a->started_at, sizeof a->started_at, err, errsz) < 0 ||
+	    stamp_from_json(obj, "finished_at", a->finished_at, sizeof a->finished_at, err, errsz) < 0 ||
+	    get_num(obj, "", "wall_s", &a->wall_s, err, errsz) < 0 ||
+	    argv_from_json(a, obj, err, errsz) < 0 ||
+	    get_str(obj, "", "log", &a->log, err, errsz) < 0 ||
+	    get_str(obj, "", "run_dir", &a->run_dir, err, errsz) < 0)
+		goto fail;
+	return 0;
+fail:
+	artifact_free(a);
+	return -1;
+}
+
+/* --- the host ------------------------------------------------------------- */
+
+/* The value of "key<sep>value" from the first matching line of a text
+ * file, trimmed and unquoted; NULL if absent. */
+static char *file_field(const char *path, const char *key, char sep)
+{
+	FILE *f = fopen(path, "re");
+	char *line = NULL, *val = NULL;
+	size_t cap = 0, klen = strlen(key);
+
+	if (f == NULL)
+		return NULL;
+	while (val == NULL && getline(&line, &cap, f) > 0) {
+		char *p = line, *end;
+		if (strncmp(p, key, klen) != 0)
+			continue;
+		p += klen;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (*p != sep)
+			continue;
+		p++;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		end = p + strlen(p);
+		while (end > p && (end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r'))
+			end--;
+		if (end - p >= 2 && (*p == '"' || *p == '\'') && end[-1] == *p) {
+			p++;
+			end--;
+		}
+		*end = '\0';
+		if (*p)
+			val = xstrdup(p);
+	}
+	free(line);
+	fclose(f);
+	return val;
+}
+
+void artifact_env_collect_host(struct artifact_env *env)
+{
+	char host[256];
+	struct utsname u;
+	char *mem;
+
+	if (gethostname(host, sizeof host) == 0) {
+		host[sizeof host - 1] = '\0';
+		artifact_set_str(&env->hostname, host);
+	}
+	free(env->os);
+	env->os = file_field("/etc/os-release", "PRETTY_NAME", '=');
+	if (env->os == NULL)
+		env->os = file_field("/usr/lib/os-release", "PRETTY_NAME", '=');
+	if (uname(&u) == 0) {
+		free(env->kernel);
+		env->kernel = xasprintf("%s %s %s", u.sysname, u.release, u.machine);
+	}
+	free(env->cpu);
+	env->cpu = file_field("/proc/cpuinfo", "model name", ':');
+	mem = file_field("/proc/meminfo", "MemTotal", ':');
+	if (mem) {
+		/* "131072000 kB": kibibytes, reported in GiB to 0.1 */
+		double kib = strtod(mem, NULL);
+		if (kib > 0)
+			env->host_mem_gb = round(kib / (1024.0 * 1024.0) * 10.0) / 10.0;
+		free(mem);
+	}
+	artifact_set_str(&env->poros_version, POROS_VERSION);
+	artifact_set_str(&env->git_sha, POROS_GIT_SHA);
+}
+
+/* --- the trainer summary -------------------------------------------------- */
+
+int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, size_t errsz)
+{
+	const cJSON *schema = cJSON_GetObjectItemCaseSensitive(summary, "schema");
+	const cJSON *status = cJSON_GetObjectItemCaseSensitive(summary, "status");
+	const cJSON *env_obj;
+	struct artifact_metrics m;
+	struct artifact_env child;
+	char *error = NULL, *weights = NULL;
+	int st;
+
+	if (!cJSON_IsObject(summary))
+		return bad(err, errsz, "not a JSON object");
+	if (!cJSON_IsString(schema) || strcmp(schema->valuestring, SUMMARY_SCHEMA) != 0)
+		return bad(err, errsz, "schema: %s%s%s (expected \"%s\")", cJSON_IsString(schema) ? "\"" : "",
+		           cJSON_IsString(schema) ? schema->valuestring : "missing",
+		           cJSON_IsString(schema) ? "\"" : "", SUMMARY_SCHEMA);
+	if (!cJSON_IsString(status))
+		return bad(err, errsz, "status: missing or not a string");
+	st = artifact_status_from_name(status->valuestring);
+	if (st < 0)
+		return bad(err, errsz, "status: unknown \"%s\" (expected one of: ok, oom, error, skipped)",
+		           status->valuestring);
+	if (metrics_from_json(&m, summary, "", err, errsz) < 0)
+		return -1;
+	env_init(&child);
+	if (get_obj(summary, "env", &env_obj, err, errsz) < 0 ||
+	    child_env_from_json(&child, env_obj, "env.", err, errsz) < 0 ||
+	    get_str(summary, "", "weights", &weights, err, errsz) < 0 ||
+	    get_str(summary, "", "error", &error, err, errsz) < 0) {
+		env_free(&child);
+		free(weights);
+		return -1;
+	}
+	if ((st == STATUS_OOM || st == STATUS_ERROR || st == STATUS_SKIPPED) && error == NULL)
+		error = xasprintf("the child reported status %s without a reason", artifact_status_names[st]);
+
+	/* Valid throughout: commit. */
+	a->status = (enum artifact_status)st;
+	free(a->error);
+	a->error = error;
+	if (st == STATUS_OK) {
+		/* an ok run has no error; a note beside it is not one */
+		free(a->error);
+		a->error = NULL;
+	}
+	a->metrics = m;
+#define TAKE(f) free(a->env.f); a->env.f = child.f;
+	TAKE(gpu_name) TAKE(driver) TAKE(cuda_runtime) TAKE(python) TAKE(torch) TAKE(transformers) TAKE(peft)
+#undef TAKE
+	a->env.gpu_mem_mb = child.gpu_mem_mb;
+	free(a->env.weights);
+	a->env.weights = weights;
+	return 0;
+}

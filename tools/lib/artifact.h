@@ -1,0 +1,99 @@
+/* tools/lib/artifact.h: the RunArtifact, what one arm produced for one
+ * cell.  The one definition of its JSON schema ("poros.artifact/1",
+ * documented in man/poros-artifact.5 and
+ * share/poros/schema/artifact.schema.json): poros-arm writes it,
+ * poros-merge and poros-render read it.  Also reads the trainer summary
+ * ("poros.summary/1") that poros-train and the Python arms print last.
+ *
+ * "Not measured" is null in JSON; in C it is NaN for a double, -1 for a
+ * count and NULL for a string. */
+#ifndef POROS_ARTIFACT_H
+#define POROS_ARTIFACT_H
+
+#include <stddef.h>
+#include <cjson/cJSON.h>
+
+#include "cell.h"
+
+#define ARTIFACT_SCHEMA "poros.artifact/1"
+#define SUMMARY_SCHEMA "poros.summary/1"
+
+enum artifact_status { STATUS_OK, STATUS_OOM, STATUS_ERROR, STATUS_SKIPPED, STATUS_COUNT };
+extern const char *const artifact_status_names[STATUS_COUNT]; /* "ok", "oom", "error", "skipped" */
+
+struct artifact_metrics {
+	double vram_peak_mb, vram_avg_mb;          /* MiB, device allocator peak / per-step mean */
+	double s_per_step, s_per_step_min, s_per_step_max;
+	double tokens_per_s;
+	int steps_measured, warmup_steps;          /* -1: null */
+	double loss_first, loss_last;
+};
+
+struct artifact_parity {
+	double loss_max_abs_delta, adapter_max_abs_delta;
+	int bitwise_exact;                         /* 1 true, 0 false, -1 null */
+};
+
+struct artifact_env {
+	char *hostname, *os, *kernel, *cpu;
+	double host_mem_gb;
+	char *gpu_name;
+	double gpu_mem_mb;
+	char *driver, *cuda_runtime;
+	char *poros_version, *git_sha;
+	char *python, *torch, *transformers, *peft;
+	char *weights;                             /* "real", "synthetic" or NULL */
+};
+
+struct artifact {
+	char *cell_id;
+	struct cell cell;                          /* the whole cell, as validated */
+	enum artifact_status status;
+	char *error;                               /* NULL when status is ok */
+	struct artifact_metrics metrics;
+	struct artifact_parity parity;
+	struct artifact_env env;
+	char started_at[32], finished_at[32];      /* UTC ISO-8601; "" is null */
+	double wall_s;
+	int argc;                                  /* the child's argv; 0 and NULL: null */
+	char **argv;
+	char *log;                                 /* "logs/<cell_id>.log", relative to the output dir */
+	char *run_dir;                             /* "runs/<cell_id>" */
+};
+
+/* Every field null / empty, status error.  artifact_free releases what
+ * the artifact owns (the cell included) and leaves it initialised. */
+void artifact_init(struct artifact *a);
+void artifact_free(struct artifact *a);
+
+/* Sets cell and cell_id to a deep copy of c, which must be valid
+ * (cell_validate); -1 with err set if it is not. */
+int artifact_set_cell(struct artifact *a, const struct cell *c, char *err, size_t errsz);
+/* Replaces a string field (frees the old, copies s; s may be NULL). */
+void artifact_set_str(char **field, const char *s);
+/* Copies argv (argc entries). */
+void artifact_set_argv(struct artifact *a, int argc, char *const argv[]);
+
+/* The JSON object, every key present, stable order as in docs/schemas.md. */
+cJSON *artifact_to_json(const struct artifact *a);
+/* Reads and validates an artifact object.  Returns 0, or -1 with err set
+ * to a one-line reason naming the field ("metrics.s_per_step: not a number"). */
+int artifact_from_json(struct artifact *a, const cJSON *obj, char *err, size_t errsz);
+
+int artifact_status_from_name(const char *s); /* -1 if unknown */
+
+/* Fills the host half of env: hostname, os (/etc/os-release PRETTY_NAME),
+ * kernel (uname -srm), cpu (/proc/cpuinfo "model name"), host_mem_gb
+ * (/proc/meminfo MemTotal), poros_version and git_sha (compile time).
+ * Fields it cannot learn stay null. */
+void artifact_env_collect_host(struct artifact_env *env);
+
+/* Applies a trainer summary ("poros.summary/1") to the artifact: status
+ * (ok / oom / error / skipped), error, metrics, and the child's half of
+ * env (gpu_*, driver, cuda_runtime, python, torch, transformers, peft,
+ * weights).  Returns 0, or -1 with err set when the summary is malformed
+ * (wrong schema, unknown status, a field of the wrong type); the artifact
+ * is then left unchanged. */
+int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, size_t errsz);
+
+#endif

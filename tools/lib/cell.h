@@ -1,0 +1,119 @@
+/* tools/lib/cell.h: the cell, one (model x method x precision) of a bench
+ * spec with every shared value.  The one definition of its JSON schema
+ * ("poros.cell/1", documented in man/poros-spec.5 and
+ * share/poros/schema/cell.schema.json): poros-expand writes it,
+ * poros-arm and poros-train read it. */
+#ifndef POROS_CELL_H
+#define POROS_CELL_H
+
+#include <stddef.h>
+#include <cjson/cJSON.h>
+
+#define CELL_SCHEMA "poros.cell/1"
+#define CELL_MAX_TARGETS 7
+
+enum method { METHOD_POROS, METHOD_RESIDENT, METHOD_UNSLOTH, METHOD_PEFT, METHOD_ACCELERATE_OFFLOAD, METHOD_COUNT };
+enum precision { PRECISION_NF4, PRECISION_BF16, PRECISION_COUNT };
+enum lr_schedule { LR_CONSTANT, LR_LINEAR, LR_COSINE, LR_COUNT };
+
+extern const char *const method_names[METHOD_COUNT];       /* "poros", "resident", "unsloth", "peft", "accelerate_offload" */
+extern const char *const precision_names[PRECISION_COUNT]; /* "nf4", "bf16" */
+extern const char *const lr_schedule_names[LR_COUNT];      /* "constant", "linear", "cosine" */
+/* The seven projections, in this order: q_proj k_proj v_proj o_proj gate_proj up_proj down_proj */
+extern const char *const lora_module_names[CELL_MAX_TARGETS];
+
+struct cell {
+	char *cell_id;      /* <method>_<arch>_<precision> */
+	char *spec_id;
+	enum method method;
+	enum precision precision;
+	struct {
+		char *model_id;     /* "Qwen/Qwen2.5-32B" or a local path */
+		char *display_name;
+		double param_count_b;
+		char *arch;         /* slug: "qwen2_5_32b" */
+	} model;
+	struct {
+		char *gpu_name;
+		double vram_gb;
+		int pcie_gen;
+	} hardware;
+	struct {
+		int steps, seq_len, batch_size, gradient_accumulation_steps, warmup_steps;
+		char *dataset;      /* "synthetic" or a path / dataset id */
+		unsigned long long seed;
+		double learning_rate, weight_decay, max_grad_norm;
+		enum lr_schedule lr_schedule;
+		int timeout_s;      /* per-arm wall clock bound */
+	} training;
+	struct {
+		int rank;
+		double alpha, dropout;
+		int n_targets;
+		unsigned target_mask; /* bit i set: lora_module_names[i] is targeted */
+	} lora;
+	struct {
+		int block_size;
+		int enable_prefetch;
+	} poros;
+	char *output_dir;
+	long long tokens_per_step; /* batch_size * seq_len * gradient_accumulation_steps */
+};
+
+/* Builds the JSON object of a cell (every field, stable key order). */
+cJSON *cell_to_json(const struct cell *c);
+/* Reads and validates a cell object.  Returns 0, or -1 with err set to a
+ * one-line reason naming the field ("training.steps: must be >= 1"). */
+int cell_from_json(struct cell *c, const cJSON *obj, char *err, size_t errsz);
+void cell_free(struct cell *c);
+
+int method_from_name(const char *s);    /* -1 if unknown */
+int precision_from_name(const char *s);
+int lr_schedule_from_name(const char *s);
+int lora_module_from_name(const char *s);
+
+/* Every check of one cell in memory: ranges, strings, cell_id and
+ * tokens_per_step consistency, warmup_steps < steps.  cell_from_json ends
+ * with it; poros-expand runs it on every cell before writing any.
+ * Returns 0, or -1 with err "training.warmup_steps: must be less than
+ * training.steps (20), got 20". */
+int cell_validate(const struct cell *c, char *err, size_t errsz);
+/* A deep copy (dst owns its strings; cell_free it). */
+void cell_copy(struct cell *dst, const struct cell *src);
+/* malloc'd "<method>_<arch>_<precision>". */
+char *cell_make_id(enum method m, const char *arch, enum precision p);
+
+/* The range of one numeric cell field, by its path in the cell JSON
+ * ("training.steps").  One table serves cell_from_json and poros-expand,
+ * so a spec and a cell can never disagree on what is valid. */
+struct cell_bound {
+	const char *path;
+	double min, max;
+	unsigned char min_open;  /* min itself is excluded */
+	unsigned char max_open;  /* max itself is excluded */
+	unsigned char integer;   /* must be a whole number */
+};
+/* NULL if path names no numeric field. */
+const struct cell_bound *cell_bound_find(const char *path);
+/* 0 when v is finite and within b; else -1 with err
+ * "SHOWN: must be at least 1, got 0" (shown: the path to name, which
+ * for a spec may differ from b->path, e.g. "models[1].param_count_b"). */
+int cell_bound_check(const struct cell_bound *b, const char *shown, double v, char *err, size_t errsz);
+
+/* Text limits of the cell's strings (bytes). */
+#define CELL_NAME_MAX 256   /* display_name, gpu_name */
+#define CELL_PATH_MAX 4096  /* model_id, dataset, output_dir */
+
+/* Why s cannot be a cell's text, or NULL: "missing", "must not be empty",
+ * "too long" (over max bytes), "not valid UTF-8", "contains a control
+ * character" (these strings reach file names, logs and HTML). */
+const char *cell_text_problem(const char *s, size_t max);
+/* An output directory a spec may name: not empty, at most CELL_PATH_MAX
+ * bytes, no control characters, no ".." component; relative or absolute.
+ * Returns NULL when fine, else why not ("has a \"..\" component"). */
+const char *cell_output_dir_problem(const char *dir);
+/* The length of the longest valid UTF-8 prefix of s[0..n): n when all of
+ * it is valid (overlong forms, surrogates and > U+10FFFF are invalid). */
+size_t utf8_valid_prefix(const char *s, size_t n);
+
+#endif

@@ -1,0 +1,777 @@
+/* tools/lib/dataset.c: local dataset files -> tokenized documents -> packed
+ * rows (see dataset.h for the formats and the packing rule). */
+#include "dataset.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include "cell.h" /* utf8_valid_prefix */
+#include "util.h"
+
+static void seterr(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errsz, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err == NULL || errsz == 0)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errsz, fmt, ap);
+	va_end(ap);
+}
+
+/* A document before tokenization: text to encode, or ids as given. */
+struct pending_doc {
+	char *text;
+	size_t len;
+	struct token_ids ids;
+};
+
+struct dataset {
+	const struct tokenizer *tok;
+	int seq_len, eos_id, shuffle;
+	unsigned long long seed;
+	struct pending_doc *pending;
+	size_t n_pending, cap_pending;
+	int prepared;
+	int32_t *tokens;     /* every document's tokens, back to back */
+	size_t n_tokens;
+	size_t *doc_off;     /* document d: tokens[doc_off[d] .. doc_off[d+1]) */
+	size_t n_docs;
+	int max_id;
+	/* where the packing stands: stream position and the same as
+	 * (document in epoch order, offset; offset == length is its EOS) */
+	size_t *order;
+	long long epoch;      /* -1 before the first */
+	size_t stream_pos, cur_doc, cur_off;
+};
+
+/* ---- building ------------------------------------------------------------ */
+
+struct dataset *dataset_new(const struct tokenizer *tok, int seq_len, unsigned long long seed, int eos_id, int shuffle)
+{
+	struct dataset *ds = xcalloc(1, sizeof *ds);
+
+	ds->tok = tok;
+	ds->seq_len = seq_len;
+	ds->seed = seed;
+	ds->eos_id = eos_id;
+	ds->shuffle = shuffle;
+	ds->epoch = -1;
+	ds->max_id = -1;
+	return ds;
+}
+
+static struct pending_doc *new_pending(struct dataset *ds)
+{
+	if (ds->n_pending == ds->cap_pending) {
+		ds->cap_pending = ds->cap_pending ? ds->cap_pending * 2 : 1024;
+		ds->pending = xrealloc(ds->pending, ds->cap_pending * sizeof *ds->pending);
+	}
+	memset(&ds->pending[ds->n_pending], 0, sizeof *ds->pending);
+	return &ds->pending[ds->n_pending++];
+}
+
+int dataset_add_text(struct dataset *ds, const char *text, size_t len, const char *where, char *err, size_t errsz)
+{
+	size_t ok;
+	struct pending_doc *d;
+
+	if (ds->prepared) {
+		seterr(err, errsz, "%s: the dataset is already prepared", where);
+		return -1;
+	}
+	if (ds->tok == NULL) {
+		seterr(err, errsz, "%s: text needs a tokenizer, and none was given", where);
+		return -1;
+	}
+	ok = utf8_valid_prefix(text, len);
+	if (ok != len) {
+		seterr(err, errsz, "%s: invalid UTF-8 at byte %zu of the text", where, ok);
+		return -1;
+	}
+	if (len == 0)
+		return 0; /* an empty document would only add a stray EOS */
+	d = new_pending(ds);
+	d->text = xmalloc(len + 1);
+	memcpy(d->text, text, len);
+	d->text[len] = '\0';
+	d->len = len;
+	return 0;
+}
+
+char *dataset_render_chat(const cJSON *messages, char *err, size_t errsz)
+{
+	const cJSON *m;
+	size_t len = 0, cap = 256;
+	char *out;
+	int i = 0;
+
+	if (!cJSON_IsArray(messages)) {
+		seterr(err, errsz, "\"messages\" is not an array");
+		return NULL;
+	}
+	out = xmalloc(cap);
+	out[0] = '\0';
+	cJSON_ArrayForEach(m, messages) {
+		const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+		const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+		if (!cJSON_IsString(role) || !cJSON_IsString(content)) {
+			seterr(err, errsz, "messages[%d]: needs string \"role\" and \"content\"", i);
+			free(out);
+			return NULL;
+		}
+		size_t need = strlen(role->valuestring) + strlen(content->valuestring) + 32;
+		if (len + need > cap) {
+			cap = (len + need) * 2;
+			out = xrealloc(out, cap);
+		}
+		len += (size_t)snprintf(out + len, cap - len, "<|im_start|>%s\n%s<|im_end|>\n", role->valuestring,
+					content->valuestring);
+		i++;
+	}
+	return out;
+}
+
+static int add_ids(struct dataset *ds, const cJSON *ids, const char *where, char *err, size_t errsz)
+{
+	const cJSON *v;
+	struct token_ids t = { 0 };
+	int vocab = ds->tok ? tokenizer_vocab_size(ds->tok) : INT32_MAX;
+	size_t i = 0;
+
+	if (!cJSON_IsArray(ids)) {
+		seterr(err, errsz, "%s: \"input_ids\" is not an array", where);
+		return -1;
+	}
+	cJSON_ArrayForEach(v, ids) {
+		if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= vocab ||
+		    v->valuedouble != (double)(int32_t)v->valuedouble) {
+			seterr(err, errsz, "%s: input_ids[%zu] is not a token id in [0, %d)", where, i, vocab);
+			token_ids_free(&t);
+			return -1;
+		}
+		token_ids_push(&t, (int32_t)v->valuedouble);
+		i++;
+	}
+	if (t.n == 0)
+		return 0;
+	new_pending(ds)->ids = t;
+	return 0;
+}
+
+int dataset_add_record(struct dataset *ds, const cJSON *rec, const char *where, char *err, size_t errsz)
+{
+	const cJSON *ids = cJSON_GetObjectItemCaseSensitive(rec, "input_ids");
+	const cJSON *messages = cJSON_GetObjectItemCaseSensitive(rec, "messages");
+	const cJSON *text = cJSON_GetObjectItemCaseSensitive(rec, "text");
+	char why[256];
+
+	if (!cJSON_IsObject(rec)) {
+		seterr(err, errsz, "%s: not a JSON object", where);
+		return -1;
+	}
+	if (ds->prepared) {
+		seterr(err, errsz, "%s: the dataset is already prepared", where);
+		return -1;
+	}
+	if (ids)
+		return add_ids(ds, ids, where, err, errsz);
+	if (messages) {
+		char *chat = dataset_render_chat(messages, why, sizeof why);
+		int rc;
+		if (chat == NULL) {
+			seterr(err, errsz, "%s: %s", where, why);
+			return -1;
+		}
+		rc = dataset_add_text(ds, chat, strlen(chat), where, err, errsz);
+		free(chat);
+		return rc;
+	}
+	if (cJSON_IsString(text))
+		return dataset_add_text(ds, text->valuestring, strlen(text->valuestring), where, err, errsz);
+	seterr(err, errsz, "%s: no \"text\" (string), \"messages\" or \"input_ids\" field", where);
+	return -1;
+}
+
+/* ---- files --------------------------------------------------------------- */
+
+static int has_suffix(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), k = strlen(suffix);
+	return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+enum file_kind { KIND_NONE, KIND_JSONL, KIND_JSON, KIND_TXT };
+
+static enum file_kind file_kind(const char *path, int *gz)
+{
+	char *p = xstrdup(path);
+	enum file_kind k = KIND_NONE;
+
+	*gz = has_suffix(p, ".gz");
+	if (*gz)
+		p[strlen(p) - 3] = '\0';
+	if (has_suffix(p, ".jsonl"))
+		k = KIND_JSONL;
+	else if (has_suffix(p, ".json"))
+		k = KIND_JSON;
+	else if (has_suffix(p, ".txt"))
+		k = KIND_TXT;
+	free(p);
+	return k;
+}
+
+/* Whole file, gunzipped when gz; NUL-terminated.  NULL with err. */
+static char *slurp(const char *path, int gz, size_t *len, char *err, size_t errsz)
+{
+	char *buf;
+
+	if (!gz) {
+		buf = read_whole_file(path, len);
+		if (buf == NULL)
+			seterr(err, errsz, "%s: %s", path, strerror(errno));
+		return buf;
+	}
+	gzFile f = gzopen(path, "rb");
+	size_t cap = 1 << 20, n = 0;
+	if (f == NULL) {
+		seterr(err, errsz, "%s: %s", path, errno ? strerror(errno) : "cannot open");
+		return NULL;
+	}
+	buf = xmalloc(cap);
+	for (;;) {
+		if (cap - n < (1 << 16)) {
+			cap *= 2;
+			buf = xrealloc(buf, cap);
+		}
+		int r = gzread(f, buf + n, (unsigned)(cap - n - 1));
+		if (r < 0) {
+			int zerr;
+			seterr(err, errsz, "%s: %s", path, gzerror(f, &zerr));
+			gzclose(f);
+			free(buf);
+			return NULL;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	gzclose(f);
+	buf[n] = '\0';
+	*len = n;
+	return buf;
+}
+
+static int add_jsonl(struct dataset *ds, const char *path, const char *buf, size_t len, char *err, size_t errsz)
+{
+	size_t pos = 0;
+	long line = 0;
+
+	while (pos < len) {
+		const char *s = buf + pos, *nl = memchr(s, '\n', len - pos);
+		size_t n = nl ? (size_t)(nl - s) : len - pos, k = 0;
+		char where[PATH_MAX + 32];
+		cJSON *rec;
+		int rc;
+
+		pos += n + (nl != NULL);
+		line++;
+		while (k < n && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r'))
+			k++;
+		if (k == n)
+			continue;
+		snprintf(where, sizeof where, "%s:%ld", path, line);
+		rec = cJSON_ParseWithLength(s, n);
+		if (rec == NULL) {
+			const char *at = cJSON_GetErrorPtr();
+			long col = at && at >= s && at <= s + n ? (long)(at - s) + 1 : 1;
+			seterr(err, errsz, "%s:%ld: not valid JSON", where, col);
+			return -1;
+		}
+		rc = dataset_add_record(ds, rec, where, err, errsz);
+		cJSON_Delete(rec);
+		if (rc < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int add_json(struct dataset *ds, const char *path, const char *buf, size_t len, char *err, size_t errsz)
+{
+	size_t k = 0;
+	cJSON *arr, *rec;
+	int i = 0;
+
+	while (k < len && (buf[k] == ' ' || buf[k] == '\t' || buf[k] == '\r' || buf[k] == '\n'))
+		k++;
+	if (k == len || buf[k] != '[') /* HF's "json" files are usually JSON Lines */
+		return add_jsonl(ds, path, buf, len, err, errsz);
+	arr = cJSON_ParseWithLength(buf, len);
+	if (arr == NULL) {
+		seterr(err, errsz, "%s: not valid JSON", path);
+		return -1;
+	}
+	cJSON_ArrayForEach(rec, arr) {
+		char where[PATH_MAX + 32];
+		snprintf(where, sizeof where, "%s: [%d]", path, i++);
+		if (dataset_add_record(ds, rec, where, err, errsz) < 0) {
+			cJSON_Delete(arr);
+			return -1;
+		}
+	}
+	cJSON_Delete(arr);
+	return 0;
+}
+
+/* One document per paragraph: runs of lines separated by blank lines (only
+ * white space).  A paragraph keeps its inner newlines, not its last one. */
+static int add_txt(struct dataset *ds, const char *path, const char *buf, size_t len, char *err, size_t errsz)
+{
+	size_t pos = 0, para = 0;
+	long line = 0, para_line = 1;
+	int in_para = 0;
+
+	while (pos <= len) {
+		const char *s = buf + pos, *nl = pos < len ? memchr(s, '\n', len - pos) : NULL;
+		size_t n = nl ? (size_t)(nl - s) : len - pos, k = 0;
+		int blank;
+
+		line++;
+		while (k < n && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r' || s[k] == '\f' || s[k] == '\v'))
+			k++;
+		blank = k == n;
+		if (!blank && !in_para) {
+			in_para = 1;
+			para = pos;
+			para_line = line;
+		}
+		if ((blank || nl == NULL) && in_para) {
+			size_t end = blank ? pos - 1 : pos + n; /* drop the newline ending the paragraph */
+			char where[PATH_MAX + 32];
+			snprintf(where, sizeof where, "%s:%ld", path, para_line);
+			if (dataset_add_text(ds, buf + para, end - para, where, err, errsz) < 0)
+				return -1;
+			in_para = 0;
+		}
+		if (nl == NULL)
+			break;
+		pos += n + 1;
+	}
+	return 0;
+}
+
+static int add_file(struct dataset *ds, const char *path, char *err, size_t errsz)
+{
+	int gz, rc;
+	enum file_kind kind = file_kind(path, &gz);
+	size_t len;
+	char *buf;
+
+	if (kind == KIND_NONE) {
+		seterr(err, errsz, "%s: not a dataset file (expected .jsonl, .json or .txt, optionally .gz)", path);
+		return -1;
+	}
+	buf = slurp(path, gz, &len, err, errsz);
+	if (buf == NULL)
+		return -1;
+	if (kind == KIND_JSONL)
+		rc = add_jsonl(ds, path, buf, len, err, errsz);
+	else if (kind == KIND_JSON)
+		rc = add_json(ds, path, buf, len, err, errsz);
+	else
+		rc = add_txt(ds, path, buf, len, err, errsz);
+	free(buf);
+	return rc;
+}
+
+struct path_list {
+	char **v;
+	size_t n, cap;
+};
+
+static void path_list_add(struct path_list *l, char *p)
+{
+	if (l->n == l->cap) {
+		l->cap = l->cap ? l->cap * 2 : 32;
+		l->v = xrealloc(l->v, l->cap * sizeof *l->v);
+	}
+	l->v[l->n++] = p;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* HF's metadata files, which are JSON but not data. */
+static int is_metadata(const char *name)
+{
+	static const char *const names[] = { "dataset_info.json", "dataset_infos.json", "dataset_dict.json",
+					     "state.json", NULL };
+	for (int i = 0; names[i]; i++)
+		if (strcmp(name, names[i]) == 0)
+			return 1;
+	return 0;
+}
+
+/* Data files under dir (relative paths, sorted per directory: a sorted
+ * walk); *others counts files of other kinds (.parquet, .arrow, ...). */
+static int walk(const char *root, const char *rel, struct path_list *out, int *others, char *err, size_t errsz)
+{
+	char *dir = rel[0] ? xasprintf("%s/%s", root, rel) : xstrdup(root);
+	DIR *d = opendir(dir);
+	struct path_list names = { 0 };
+	struct dirent *e;
+	int rc = 0;
+
+	if (d == NULL) {
+		seterr(err, errsz, "%s: %s", dir, strerror(errno));
+		free(dir);
+		return -1;
+	}
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			path_list_add(&names, xstrdup(e->d_name));
+	closedir(d);
+	qsort(names.v, names.n, sizeof *names.v, cmp_str);
+	for (size_t i = 0; i < names.n && rc == 0; i++) {
+		char *sub = rel[0] ? xasprintf("%s/%s", rel, names.v[i]) : xstrdup(names.v[i]);
+		char *full = xasprintf("%s/%s", root, sub);
+		struct stat st;
+		int gz;
+		if (stat(full, &st) != 0) { /* a dangling link in a HF snapshot: a blob not downloaded */
+			seterr(err, errsz, "%s: %s", full, strerror(errno));
+			rc = -1;
+		} else if (S_ISDIR(st.st_mode)) {
+			rc = walk(root, sub, out, others, err, errsz);
+		} else if (S_ISREG(st.st_mode)) {
+			if (file_kind(names.v[i], &gz) != KIND_NONE && !is_metadata(names.v[i])) {
+				path_list_add(out, sub);
+				sub = NULL;
+			} else if (strcmp(names.v[i], "README.md") != 0)
+				(*others)++;
+		}
+		free(sub);
+		free(full);
+	}
+	for (size_t i = 0; i < names.n; i++)
+		free(names.v[i]);
+	free(names.v);
+	free(dir);
+	return rc;
+}
+
+static int is_train_path(const char *rel)
+{
+	const char *p = rel;
+
+	for (;;) {
+		if (strncasecmp(p, "train", 5) == 0)
+			return 1;
+		p = strchr(p, '/');
+		if (p == NULL)
+			return 0;
+		p++;
+	}
+}
+
+static int add_dir(struct dataset *ds, const char *dir, char *err, size_t errsz)
+{
+	struct path_list files = { 0 };
+	int others = 0, rc = 0, any_train = 0;
+
+	if (walk(dir, "", &files, &others, err, errsz) < 0)
+		goto out;
+	if (files.n == 0) {
+		seterr(err, errsz, "%s: no .jsonl, .json or .txt files in it%s", dir,
+		       others ? " (other files are there: convert e.g. .parquet to .jsonl first)" : "");
+		rc = -1;
+		goto out;
+	}
+	for (size_t i = 0; i < files.n; i++)
+		any_train |= is_train_path(files.v[i]);
+	for (size_t i = 0; i < files.n && rc == 0; i++) {
+		if (any_train && !is_train_path(files.v[i]))
+			continue;
+		char *full = xasprintf("%s/%s", dir, files.v[i]);
+		rc = add_file(ds, full, err, errsz);
+		free(full);
+	}
+out:
+	for (size_t i = 0; i < files.n; i++)
+		free(files.v[i]);
+	free(files.v);
+	return rc < 0 ? -1 : 0;
+}
+
+int dataset_add_path(struct dataset *ds, const char *path, char *err, size_t errsz)
+{
+	struct stat st;
+
+	if (stat(path, &st) != 0) {
+		seterr(err, errsz, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (ds->prepared) {
+		seterr(err, errsz, "%s: the dataset is already prepared", path);
+		return -1;
+	}
+	return S_ISDIR(st.st_mode) ? add_dir(ds, path, err, errsz) : add_file(ds, path, err, errsz);
+}
+
+/* ---- tokenizing ---------------------------------------------------------- */
+
+int dataset_prepare(struct dataset *ds, char *err, size_t errsz)
+{
+	size_t n = ds->n_pending, total = 0, d = 0;
+	long first_bad = -1;
+	char bad_err[256] = "";
+
+	if (ds->prepared)
+		return 0;
+	if (ds->eos_id < 0) {
+		seterr(err, errsz, "no EOS id to put between documents");
+		return -1;
+	}
+	if (ds->tok && ds->eos_id >= tokenizer_vocab_size(ds->tok)) {
+		seterr(err, errsz, "EOS id %d is beyond the tokenizer's vocabulary (%d)", ds->eos_id,
+		       tokenizer_vocab_size(ds->tok));
+		return -1;
+	}
+	if (ds->seq_len < 1) {
+		seterr(err, errsz, "seq_len must be at least 1 (got %d)", ds->seq_len);
+		return -1;
+	}
+	if (n == 0) {
+		seterr(err, errsz, "no documents (every record was empty)");
+		return -1;
+	}
+	/* Each thread its own workspace; documents are independent, and their
+	 * ids land in their own slot, so the result is the same on any number of
+	 * threads. */
+#pragma omp parallel
+	{
+		struct tok_workspace *ws = ds->tok ? tok_workspace_new(ds->tok) : NULL;
+		char why[256];
+#pragma omp for schedule(dynamic, 16)
+		for (size_t i = 0; i < n; i++) {
+			struct pending_doc *p = &ds->pending[i];
+			if (p->text == NULL)
+				continue;
+			if (tokenizer_encode(ds->tok, ws, p->text, p->len, TOK_ADD_SPECIAL, &p->ids, why, sizeof why) < 0) {
+#pragma omp critical(dataset_error)
+				if (first_bad < 0 || (long)i < first_bad) {
+					first_bad = (long)i;
+					snprintf(bad_err, sizeof bad_err, "%s", why);
+				}
+			}
+			free(p->text);
+			p->text = NULL;
+		}
+		tok_workspace_free(ws);
+	}
+	if (first_bad >= 0) {
+		seterr(err, errsz, "document %ld: %s", first_bad + 1, bad_err);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++)
+		total += ds->pending[i].ids.n;
+	ds->tokens = xmalloc((total ? total : 1) * sizeof *ds->tokens);
+	ds->doc_off = xmalloc((n + 1) * sizeof *ds->doc_off);
+	ds->doc_off[0] = 0;
+	ds->max_id = ds->eos_id;
+	for (size_t i = 0; i < n; i++) {
+		struct token_ids *t = &ds->pending[i].ids;
+		if (t->n == 0) /* text that encoded to nothing */
+			continue;
+		memcpy(ds->tokens + ds->doc_off[d], t->v, t->n * sizeof *t->v);
+		for (size_t k = 0; k < t->n; k++)
+			if (t->v[k] > ds->max_id)
+				ds->max_id = t->v[k];
+		ds->doc_off[d + 1] = ds->doc_off[d] + t->n;
+		d++;
+		token_ids_free(t);
+	}
+	free(ds->pending);
+	ds->pending = NULL;
+	ds->n_pending = ds->cap_pending = 0;
+	ds->n_docs = d;
+	ds->n_tokens = ds->doc_off[d];
+	if (d == 0) {
+		seterr(err, errsz, "no documents (every text encoded to no tokens)");
+		return -1;
+	}
+	ds->order = xmalloc(d * sizeof *ds->order);
+	ds->prepared = 1;
+	return 0;
+}
+
+/* ---- packing ------------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *state)
+{
+	uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* Uniform in [0, n) without modulo bias. */
+static uint64_t uniform_below(uint64_t *state, uint64_t n)
+{
+	uint64_t threshold = (0 - n) % n, r;
+
+	do
+		r = splitmix64(state);
+	while (r < threshold);
+	return r % n;
+}
+
+static void start_epoch(struct dataset *ds)
+{
+	uint64_t state;
+
+	ds->epoch++;
+	for (size_t i = 0; i < ds->n_docs; i++)
+		ds->order[i] = i;
+	if (ds->shuffle) {
+		state = (uint64_t)ds->seed ^ ((uint64_t)ds->epoch * 0xd1b54a32d192ed03ULL);
+		(void)splitmix64(&state);
+		for (size_t i = ds->n_docs; i > 1; i--) {
+			size_t j = (size_t)uniform_below(&state, i);
+			size_t tmp = ds->order[i - 1];
+			ds->order[i - 1] = ds->order[j];
+			ds->order[j] = tmp;
+		}
+	}
+	ds->stream_pos = ds->cur_doc = ds->cur_off = 0;
+}
+
+/* The stream's token at the cursor, then one step on; -1 past the end. */
+static int32_t stream_next(const struct dataset *ds, size_t *doc, size_t *off)
+{
+	size_t d, len;
+
+	if (*doc >= ds->n_docs)
+		return -1;
+	d = ds->order[*doc];
+	len = ds->doc_off[d + 1] - ds->doc_off[d];
+	if (*off < len)
+		return ds->tokens[ds->doc_off[d] + (*off)++];
+	(*doc)++;
+	*off = 0;
+	return ds->eos_id;
+}
+
+static void fill_row(struct dataset *ds, int32_t *tokens, int32_t *targets)
+{
+	int L = ds->seq_len;
+	size_t stream_len = ds->n_tokens + ds->n_docs;
+	int32_t prev;
+
+	/* a row needs an input and its target: two tokens left */
+	if (ds->epoch < 0 || ds->stream_pos + 2 > stream_len)
+		start_epoch(ds);
+	prev = stream_next(ds, &ds->cur_doc, &ds->cur_off);
+	for (int j = 0; j < L; j++) {
+		size_t doc = ds->cur_doc, off = ds->cur_off;
+		/* the row's last target is the next row's first input: peek it */
+		int32_t next = j + 1 < L ? stream_next(ds, &ds->cur_doc, &ds->cur_off) : stream_next(ds, &doc, &off);
+		tokens[j] = prev >= 0 ? prev : ds->eos_id;
+		targets[j] = prev >= 0 && next >= 0 ? next : -1;
+		prev = next;
+	}
+	ds->stream_pos += (size_t)L;
+}
+
+int dataset_next(struct dataset *ds, int32_t *tokens, int32_t *targets, int batch, char *err, size_t errsz)
+{
+	if (!ds->prepared && dataset_prepare(ds, err, errsz) < 0)
+		return -1;
+	if (batch < 1) {
+		seterr(err, errsz, "batch must be at least 1 (got %d)", batch);
+		return -1;
+	}
+	for (int b = 0; b < batch; b++)
+		fill_row(ds, tokens + (size_t)b * (size_t)ds->seq_len, targets + (size_t)b * (size_t)ds->seq_len);
+	return 0;
+}
+
+long long dataset_documents(const struct dataset *ds) { return ds->prepared ? (long long)ds->n_docs : (long long)ds->n_pending; }
+long long dataset_tokens(const struct dataset *ds) { return (long long)(ds->n_tokens + ds->n_docs); }
+int dataset_max_token_id(const struct dataset *ds) { return ds->max_id; }
+
+long long dataset_rows_per_epoch(const struct dataset *ds)
+{
+	long long t = dataset_tokens(ds);
+	return t < 2 ? 0 : (t - 1 + ds->seq_len - 1) / ds->seq_len;
+}
+
+void dataset_close(struct dataset *ds)
+{
+	if (ds == NULL)
+		return;
+	for (size_t i = 0; i < ds->n_pending; i++) {
+		free(ds->pending[i].text);
+		token_ids_free(&ds->pending[i].ids);
+	}
+	free(ds->pending);
+	free(ds->tokens);
+	free(ds->doc_off);
+	free(ds->order);
+	free(ds);
+}
+
+/* ---- opening a spec ---------------------------------------------------- */
+
+int dataset_open(struct dataset **out, const char *spec, const struct tokenizer *tok, int seq_len,
+		 unsigned long long seed, int eos_id, char *err, size_t errsz)
+{
+	struct dataset *ds;
+	struct stat st;
+	char why[1024], *snap = NULL;
+	const char *path = spec;
+	int rc;
+
+	*out = NULL;
+	if (spec == NULL || *spec == '\0') {
+		seterr(err, errsz, "dataset: empty spec");
+		return -1;
+	}
+	if (stat(spec, &st) != 0) {
+		int local_errno = errno;
+		snap = hf_cache_snapshot("dataset", spec, why, sizeof why);
+		if (snap == NULL) {
+			seterr(err, errsz, "dataset \"%s\": not a local file or directory (%s), nor in the HF cache (%s)", spec,
+			       strerror(local_errno), why);
+			return -1;
+		}
+		path = snap;
+	}
+	ds = dataset_new(tok, seq_len, seed, eos_id, 1);
+	rc = dataset_add_path(ds, path, why, sizeof why);
+	if (rc == 0)
+		rc = dataset_prepare(ds, why, sizeof why);
+	if (rc < 0) {
+		/* name the spec when the message is about the whole of it */
+		if (strncmp(why, path, strlen(path)) == 0)
+			seterr(err, errsz, "dataset: %s", why);
+		else
+			seterr(err, errsz, "dataset \"%s\": %s", spec, why);
+		dataset_close(ds);
+		free(snap);
+		return -1;
+	}
+	free(snap);
+	*out = ds;
+	return 0;
+}

@@ -1,0 +1,77 @@
+/* tools/lib/dataset.h: local training data, tokenized and packed into
+ * fixed-length sequences for the trainer.
+ *
+ * A dataset spec (training.dataset) is, in this order:
+ *   - a file: .jsonl (one record a line), .json (a JSON array of records, or
+ *     JSON Lines), .txt (documents separated by blank lines), any of them
+ *     optionally .gz;
+ *   - a directory: every such file below it, in sorted path order, hidden
+ *     entries skipped; when some file's path has a component starting with
+ *     "train" (HF's train.jsonl, train-00000-of-00001.json, data/train/...),
+ *     only those are used, so validation and test splits stay out;
+ *   - a HF hub dataset id Org/Name found in the local HF cache
+ *     (<hub>/datasets--Org--Name/snapshots/<newest>/), read as a directory.
+ * Nothing is downloaded, and nothing synthetic stands in for missing data:
+ * the error names what was looked for and where.
+ *
+ * A record is a JSON object with one of:
+ *   "text": "..."                        the document's text
+ *   "messages": [{"role", "content"}...] rendered as
+ *                 <|im_start|>{role}\n{content}<|im_end|>\n  per message
+ *                 (the markers are split out as special tokens when the
+ *                 tokenizer has them)
+ *   "input_ids": [int...]                 already tokenized (no tokenizer needed)
+ *
+ * A text document is encoded as HF's tokenizer(text) encodes it by default
+ * (add_special_tokens: the post-processor's additions, i.e. Llama-3's
+ * <|begin_of_text|> first, nothing for Qwen2); input_ids are taken as given.
+ *
+ * Packing: documents are concatenated, each followed by eos_id, and the
+ * stream is cut into rows of seq_len inputs whose targets are the next
+ * tokens (rows overlap by one token, so no token is lost).  Each epoch
+ * shuffles the DOCUMENT order (Fisher-Yates driven by splitmix64 of seed
+ * and epoch); its last row is padded with eos_id and target -1; the next
+ * epoch starts a new row.  Empty documents are skipped.  Tokenization runs
+ * once, at open, on all cores (OpenMP); the result does not depend on the
+ * thread count. */
+#ifndef POROS_DATASET_H
+#define POROS_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "tokenizer.h"
+
+struct dataset;
+
+/* tok may be NULL when every record is "input_ids".  0, or -1 with err
+ * ("data/train.jsonl:12: ..."). */
+int dataset_open(struct dataset **out, const char *spec_dataset, const struct tokenizer *tok, int seq_len,
+		 unsigned long long seed, int eos_id, char *err, size_t errsz);
+/* Next micro-batch: tokens (B, seq_len) and targets (B, seq_len), -1 where
+ * masked.  Never runs dry: a finished epoch starts the next. */
+int dataset_next(struct dataset *ds, int32_t *tokens, int32_t *targets, int batch, char *err, size_t errsz);
+void dataset_close(struct dataset *ds);
+
+/* Building one from records by hand (poros-tokenize --pack): shuffle 0
+ * keeps the documents in the order added, every epoch. */
+struct dataset *dataset_new(const struct tokenizer *tok, int seq_len, unsigned long long seed, int eos_id, int shuffle);
+/* where: "file:line", for messages.  Empty documents are dropped. */
+int dataset_add_text(struct dataset *ds, const char *text, size_t len, const char *where, char *err, size_t errsz);
+int dataset_add_record(struct dataset *ds, const cJSON *rec, const char *where, char *err, size_t errsz);
+/* A file or a directory, as dataset_open reads it. */
+int dataset_add_path(struct dataset *ds, const char *path, char *err, size_t errsz);
+/* Tokenizes what was added; dataset_next calls it if needed.  0 or -1. */
+int dataset_prepare(struct dataset *ds, char *err, size_t errsz);
+
+long long dataset_documents(const struct dataset *ds);
+long long dataset_tokens(const struct dataset *ds);            /* separators included */
+long long dataset_rows_per_epoch(const struct dataset *ds);
+int dataset_max_token_id(const struct dataset *ds);             /* for the trainer's vocab check */
+
+/* The chat template above, malloc'd; NULL with err. */
+char *dataset_render_chat(const cJSON *messages, char *err, size_t errsz);
+
+#endif

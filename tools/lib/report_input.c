@@ -1,0 +1,287 @@
+/* tools/lib/report_input.c: result files and artifact directories in, one
+ * row per cell out (the latest finished artifact wins). */
+#include "report.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "jsonl.h"
+#include "util.h"
+
+static int fail(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errsz, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errsz, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+int iso_utc_parse(const char *s, double *out)
+{
+	struct tm tm;
+	int y, mo, d, h, mi, sec, used = 0;
+	double frac = 0.0;
+	const char *p;
+	time_t t;
+
+	if (s == NULL || strlen(s) < 20 || !isdigit((unsigned char)s[0]))
+		return -1;
+	if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &used) != 6 || used != 19)
+		return -1;
+	p = s + used;
+	if (*p == '.') {
+		double scale = 0.1;
+		if (!isdigit((unsigned char)p[1]))
+			return -1;
+		for (p++; isdigit((unsigned char)*p); p++, scale /= 10)
+			frac += (*p - '0') * scale;
+	}
+	if (strcmp(p, "Z") != 0)
+		return -1;
+	if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60 || y < 1970)
+		return -1;
+	memset(&tm, 0, sizeof tm);
+	tm.tm_year = y - 1900;
+	tm.tm_mon = mo - 1;
+	tm.tm_mday = d;
+	tm.tm_hour = h;
+	tm.tm_min = mi;
+	tm.tm_sec = sec;
+	t = timegm(&tm);
+	if (t == (time_t)-1)
+		return -1;
+	*out = (double)t + frac;
+	return 0;
+}
+
+/* --- the result set ------------------------------------------------------- */
+
+void results_init(struct result_set *s)
+{
+	memset(s, 0, sizeof *s);
+}
+
+static void entry_free(struct result_entry *e)
+{
+	artifact_free(&e->art);
+	cJSON_Delete(e->json);
+	free(e->source);
+	memset(e, 0, sizeof *e);
+}
+
+void results_free(struct result_set *s)
+{
+	for (int i = 0; i < s->n; i++)
+		entry_free(&s->e[i]);
+	free(s->e);
+	results_init(s);
+}
+
+static int find_index(const struct result_set *s, const char *cell_id)
+{
+	for (int i = 0; i < s->n; i++)
+		if (strcmp(s->e[i].art.cell_id, cell_id) == 0)
+			return i;
+	return -1;
+}
+
+const struct result_entry *results_find(const struct result_set *s, const char *cell_id)
+{
+	int i = find_index(s, cell_id);
+	return i < 0 ? NULL : &s->e[i];
+}
+
+int results_add(struct result_set *s, const cJSON *obj, const char *source, long line, char *err, size_t errsz)
+{
+	struct result_entry e;
+	struct result_entry *old;
+	int i;
+
+	memset(&e, 0, sizeof e);
+	artifact_init(&e.art);
+	if (artifact_from_json(&e.art, obj, err, errsz) < 0)
+		return -1;
+	if (e.art.finished_at[0] == '\0') {
+		artifact_free(&e.art);
+		return fail(err, errsz, "finished_at: null (not a complete artifact)");
+	}
+	if (iso_utc_parse(e.art.finished_at, &e.finished) < 0) {
+		fail(err, errsz, "finished_at: not an ISO-8601 UTC time: \"%.40s\"", e.art.finished_at);
+		artifact_free(&e.art);
+		return -1;
+	}
+	i = find_index(s, e.art.cell_id);
+	old = i < 0 ? NULL : &s->e[i];
+	if (old != NULL && old->finished > e.finished) {
+		artifact_free(&e.art);
+		return 0; /* an older run of a cell we already have */
+	}
+	e.json = cJSON_Duplicate(obj, 1);
+	if (e.json == NULL)
+		die(EXIT_RUNTIME, "out of memory");
+	e.source = xstrdup(source);
+	e.line = line;
+	if (old != NULL) {
+		/* Keeps the row where the cell first appeared, so reruns do not reorder a report. */
+		entry_free(old);
+		*old = e;
+		return 0;
+	}
+	if (s->n == s->cap) {
+		s->cap = s->cap ? 2 * s->cap : 16;
+		s->e = xrealloc(s->e, (size_t)s->cap * sizeof *s->e);
+	}
+	s->e[s->n++] = e;
+	return 0;
+}
+
+int report_is_artifact(const cJSON *obj)
+{
+	const cJSON *schema = cJSON_GetObjectItemCaseSensitive(obj, "schema");
+	if (cJSON_IsString(schema))
+		return strcmp(schema->valuestring, ARTIFACT_SCHEMA) == 0;
+	return cJSON_GetObjectItemCaseSensitive(obj, "cell_id") != NULL;
+}
+
+int results_record(void *ctx, const cJSON *obj, const char *source, long line, char *err, size_t errsz)
+{
+	const cJSON *schema = cJSON_GetObjectItemCaseSensitive(obj, "schema");
+	if (!report_is_artifact(obj)) {
+		if (cJSON_IsString(schema))
+			return fail(err, errsz, "not a run artifact (schema \"%.60s\")", schema->valuestring);
+		return fail(err, errsz, "not a run artifact (no schema)");
+	}
+	return results_add(ctx, obj, source, line, err, errsz);
+}
+
+/* --- inputs --------------------------------------------------------------- */
+
+static void report_bad(const char *source, long line, const char *why, long *bad)
+{
+	if (line > 0)
+		warnmsg("%s:%ld: skipped: %s", source, line, why);
+	else
+		warnmsg("%s: skipped: %s", source, why);
+	(*bad)++;
+}
+
+static int read_jsonl(FILE *f, const char *name, report_record_fn fn, void *ctx, long *bad)
+{
+	struct jsonl_reader r;
+	char err[512];
+	cJSON *obj;
+	int got, rc = 0;
+
+	jsonl_init(&r, f, name);
+	while ((got = jsonl_next(&r, &obj)) != 0) {
+		if (got < 0) {
+			if (ferror(f)) {
+				warnmsg("%s: %s", name, r.err);
+				rc = -1;
+				break;
+			}
+			report_bad(name, r.line, r.err, bad);
+			continue;
+		}
+		if (fn(ctx, obj, name, r.line, err, sizeof err) < 0)
+			report_bad(name, r.line, err, bad);
+		cJSON_Delete(obj);
+	}
+	jsonl_free(&r);
+	return rc;
+}
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int is_json_name(const char *name)
+{
+	size_t n = strlen(name);
+	/* Dot files are atomic_write's temporaries, never finished artifacts. */
+	return name[0] != '.' && n > 5 && strcmp(name + n - 5, ".json") == 0;
+}
+
+static int read_dir(const char *dir, report_record_fn fn, void *ctx, long *bad)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	char **names = NULL;
+	size_t n = 0;
+	int rc = 0;
+
+	if (d == NULL) {
+		warnsys("%s", dir);
+		return -1;
+	}
+	while ((errno = 0, de = readdir(d)) != NULL) {
+		if (!is_json_name(de->d_name))
+			continue;
+		names = xrealloc(names, (n + 1) * sizeof *names);
+		names[n++] = xasprintf("%s/%s", dir, de->d_name);
+	}
+	if (errno != 0) {
+		warnsys("%s", dir);
+		rc = -1;
+	}
+	closedir(d);
+	qsort(names, n, sizeof *names, by_name);
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		char err[512];
+		struct stat st;
+		cJSON *obj;
+
+		if (stat(names[i], &st) == 0 && !S_ISREG(st.st_mode))
+			continue;
+		obj = json_read_file(names[i], err, sizeof err);
+		if (obj == NULL) {
+			/* err already names the file (and line:column for bad JSON). */
+			warnmsg("%s (skipped)", err);
+			(*bad)++;
+			continue;
+		}
+		if (!cJSON_IsObject(obj))
+			report_bad(names[i], 0, "not a JSON object", bad);
+		else if (report_is_artifact(obj) && fn(ctx, obj, names[i], 0, err, sizeof err) < 0)
+			report_bad(names[i], 0, err, bad);
+		cJSON_Delete(obj);
+	}
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	return rc;
+}
+
+int report_read_path(const char *path, report_record_fn fn, void *ctx, long *bad)
+{
+	struct stat st;
+	FILE *f;
+	int rc;
+
+	if (strcmp(path, "-") == 0)
+		return read_jsonl(stdin, "<stdin>", fn, ctx, bad);
+	if (stat(path, &st) < 0) {
+		warnsys("%s", path);
+		return -1;
+	}
+	if (S_ISDIR(st.st_mode))
+		return read_dir(path, fn, ctx, bad);
+	f = fopen(path, "r");
+	if (f == NULL) {
+		warnsys("%s", path);
+		return -1;
+	}
+	rc = read_jsonl(f, path, fn, ctx, bad);
+	fclose(f);
+	return rc;
+}

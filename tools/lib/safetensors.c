@@ -1,0 +1,707 @@
+/* tools/lib/safetensors.c: safetensors files and HF checkpoint directories.
+ * Every header value is checked before any offset is trusted, so a bad file
+ * is a one-line error and never an out-of-bounds read. */
+#include "safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "jsonl.h"
+#include "ops.h"
+#include "util.h"
+
+/* The length field and tensor bytes are little-endian and used in place. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors.c assumes a little-endian host"
+#endif
+
+/* Integers in a header are JSON numbers, parsed as doubles: beyond 2^53 they
+ * are no longer exact, so they are refused rather than silently rounded. */
+#define ST_MAX_EXACT 9007199254740992.0
+
+static const struct {
+	const char *name;
+	size_t size;
+} dtype_info[ST_DTYPE_COUNT] = {
+	[ST_F32] = { "F32", 4 },  [ST_F16] = { "F16", 2 }, [ST_BF16] = { "BF16", 2 },
+	[ST_F64] = { "F64", 8 },  [ST_I64] = { "I64", 8 }, [ST_I32] = { "I32", 4 },
+	[ST_I16] = { "I16", 2 },  [ST_I8] = { "I8", 1 },   [ST_U8] = { "U8", 1 },
+	[ST_BOOL] = { "BOOL", 1 },
+};
+
+size_t st_dtype_size(enum st_dtype d)
+{
+	return (unsigned)d < ST_DTYPE_COUNT ? dtype_info[d].size : 0;
+}
+
+const char *st_dtype_name(enum st_dtype d)
+{
+	return (unsigned)d < ST_DTYPE_COUNT ? dtype_info[d].name : "?";
+}
+
+int st_dtype_from_name(const char *s)
+{
+	for (int i = 0; i < ST_DTYPE_COUNT; i++)
+		if (strcmp(s, dtype_info[i].name) == 0)
+			return i;
+	return -1;
+}
+
+static void seterr(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errsz, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err == NULL || errsz == 0)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errsz, fmt, ap);
+	va_end(ap);
+}
+
+/* a * b into *out unless it overflows size_t. */
+static int mul_size(size_t a, size_t b, size_t *out)
+{
+	if (a != 0 && b > SIZE_MAX / a)
+		return -1;
+	*out = a * b;
+	return 0;
+}
+
+long long st_numel(const struct st_tensor *t)
+{
+	long long n = 1;
+
+	for (int i = 0; i < t->ndim; i++)
+		n *= t->shape[i];
+	return n;
+}
+
+/* A non-negative integer JSON number that doubles represent exactly. */
+static int json_uint(const cJSON *v, unsigned long long *out)
+{
+	double d;
+
+	if (!cJSON_IsNumber(v))
+		return -1;
+	d = v->valuedouble;
+	if (!isfinite(d) || d < 0 || d != floor(d) || d > ST_MAX_EXACT)
+		return -1;
+	*out = (unsigned long long)d;
+	return 0;
+}
+
+/* Reads one header entry into t; the caller owns the name. */
+static int parse_entry(struct st_tensor *t, const cJSON *e, size_t data_size, const char *path, char *err, size_t errsz)
+{
+	const cJSON *dt, *shape, *offs, *v;
+	unsigned long long begin, end, dim;
+	size_t need;
+	int d, i;
+
+	if (!cJSON_IsObject(e))
+		return seterr(err, errsz, "%s: tensor \"%s\": entry is not an object", path, t->name), -1;
+	dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+	shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+	offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+	if (dt == NULL || shape == NULL || offs == NULL)
+		return seterr(err, errsz, "%s: tensor \"%s\": missing \"%s\"", path, t->name,
+		              dt == NULL ? "dtype" : shape == NULL ? "shape" : "data_offsets"), -1;
+	if (!cJSON_IsString(dt) || (d = st_dtype_from_name(dt->valuestring)) < 0)
+		return seterr(err, errsz, "%s: tensor \"%s\": unknown dtype %s%s%s (expected one of: F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL)",
+		              path, t->name, cJSON_IsString(dt) ? "\"" : "", cJSON_IsString(dt) ? dt->valuestring : "(not a string)",
+		              cJSON_IsString(dt) ? "\"" : ""), -1;
+	t->dtype = (enum st_dtype)d;
+	if (!cJSON_IsArray(shape))
+		return seterr(err, errsz, "%s: tensor \"%s\": shape is not an array", path, t->name), -1;
+	t->ndim = cJSON_GetArraySize(shape);
+	if (t->ndim > ST_MAX_DIMS)
+		return seterr(err, errsz, "%s: tensor \"%s\": %d dimensions (at most %d)", path, t->name, t->ndim, ST_MAX_DIMS), -1;
+	need = st_dtype_size(t->dtype);
+	i = 0;
+	cJSON_ArrayForEach(v, shape) {
+		if (json_uint(v, &dim) < 0)
+			return seterr(err, errsz, "%s: tensor \"%s\": shape[%d] is not a non-negative integer", path, t->name, i), -1;
+		t->shape[i++] = (long long)dim;
+		if (dim > SIZE_MAX || mul_size(need, (size_t)dim, &need) < 0)
+			return seterr(err, errsz, "%s: tensor \"%s\": shape overflows the size of a tensor", path, t->name), -1;
+	}
+	if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
+		return seterr(err, errsz, "%s: tensor \"%s\": data_offsets is not an array of two integers", path, t->name), -1;
+	if (json_uint(cJSON_GetArrayItem(offs, 0), &begin) < 0 || json_uint(cJSON_GetArrayItem(offs, 1), &end) < 0)
+		return seterr(err, errsz, "%s: tensor \"%s\": data_offsets are not non-negative integers", path, t->name), -1;
+	if (end < begin)
+		return seterr(err, errsz, "%s: tensor \"%s\": data_offsets end %llu before begin %llu", path, t->name, end, begin), -1;
+	if (end > data_size)
+		return seterr(err, errsz, "%s: tensor \"%s\": data_offsets end %llu past the end of the data (%zu bytes)",
+		              path, t->name, end, data_size), -1;
+	if (end - begin != need)
+		return seterr(err, errsz, "%s: tensor \"%s\": shape and dtype %s need %zu bytes, data_offsets give %llu",
+		              path, t->name, st_dtype_name(t->dtype), need, end - begin), -1;
+	t->offset = (size_t)begin;
+	t->nbytes = need;
+	return 0;
+}
+
+static const struct st_file *sort_file; /* qsort has no context argument */
+
+static int cmp_by_name(const void *a, const void *b)
+{
+	return strcmp(sort_file->t[*(const int *)a].name, sort_file->t[*(const int *)b].name);
+}
+
+static int cmp_by_offset(const void *a, const void *b)
+{
+	const struct st_tensor *x = &sort_file->t[*(const int *)a], *y = &sort_file->t[*(const int *)b];
+
+	if (x->offset != y->offset)
+		return x->offset < y->offset ? -1 : 1;
+	return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
+}
+
+/* Duplicate names (cJSON keeps both) and overlapping byte ranges; leaves
+ * f->by_name sorted for st_find's binary search. */
+static int check_names_and_ranges(struct st_file *f, char *err, size_t errsz)
+{
+	int *order = xmalloc(((size_t)f->n + 1) * sizeof *order);
+	const struct st_tensor *prev = NULL;
+
+	for (int i = 0; i < f->n; i++)
+		f->by_name[i] = order[i] = i;
+	sort_file = f;
+	qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_by_name);
+	qsort(order, (size_t)f->n, sizeof *order, cmp_by_offset);
+	sort_file = NULL;
+	for (int i = 1; i < f->n; i++) {
+		if (strcmp(f->t[f->by_name[i]].name, f->t[f->by_name[i - 1]].name) == 0) {
+			seterr(err, errsz, "%s: duplicate tensor name \"%s\"", f->path, f->t[f->by_name[i]].name);
+			free(order);
+			return -1;
+		}
+	}
+	for (int i = 0; i < f->n; i++) {
+		const struct st_tensor *t = &f->t[order[i]];
+
+		if (t->nbytes == 0) /* an empty tensor occupies no bytes */
+			continue;
+		if (prev != NULL && t->offset < prev->offset + prev->nbytes) {
+			seterr(err, errsz, "%s: tensors \"%s\" and \"%s\" overlap", f->path, prev->name, t->name);
+			free(order);
+			return -1;
+		}
+		prev = t;
+	}
+	free(order);
+	return 0;
+}
+
+/* Parses the JSON header at f->map + 8 into f->t and f->metadata. */
+static int parse_header(struct st_file *f, size_t hlen, char *err, size_t errsz)
+{
+	const char *text = (const char *)f->map + 8, *endp = NULL;
+	size_t data_size = f->size - f->data_start;
+	cJSON *root, *e;
+	int n = 0, i = 0;
+
+	root = cJSON_ParseWithLengthOpts(text, hlen, &endp, 0);
+	if (root == NULL) {
+		const char *at = cJSON_GetErrorPtr();
+		long off = (at >= text && at <= text + hlen) ? (long)(at - text) : 0;
+		return seterr(err, errsz, "%s: header is not valid JSON (near byte %ld of the header)", f->path, off + 8), -1;
+	}
+	/* Only the padding spaces the format allows may follow the object. */
+	for (const char *p = endp; p < text + hlen; p++) {
+		if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+			cJSON_Delete(root);
+			return seterr(err, errsz, "%s: header has trailing bytes after the JSON object (byte %ld)", f->path,
+			              (long)(p - text) + 8), -1;
+		}
+	}
+	if (!cJSON_IsObject(root)) {
+		cJSON_Delete(root);
+		return seterr(err, errsz, "%s: header is not a JSON object", f->path), -1;
+	}
+	cJSON_ArrayForEach(e, root)
+		n++;
+	f->t = xcalloc((size_t)n + 1, sizeof *f->t);
+	f->by_name = xcalloc((size_t)n + 1, sizeof *f->by_name);
+	cJSON_ArrayForEach(e, root) {
+		if (strcmp(e->string, "__metadata__") == 0) {
+			const cJSON *v;
+
+			if (f->metadata != NULL || !cJSON_IsObject(e))
+				goto bad_meta;
+			cJSON_ArrayForEach(v, e)
+				if (!cJSON_IsString(v))
+					goto bad_meta;
+			f->metadata = cJSON_Duplicate(e, 1);
+			continue;
+		}
+		f->t[i].name = xstrdup(e->string);
+		f->n = ++i;
+		if (parse_entry(&f->t[i - 1], e, data_size, f->path, err, errsz) < 0) {
+			cJSON_Delete(root);
+			return -1;
+		}
+	}
+	cJSON_Delete(root);
+	return check_names_and_ranges(f, err, errsz);
+bad_meta:
+	cJSON_Delete(root);
+	return seterr(err, errsz, "%s: __metadata__ is not a single object of strings", f->path), -1;
+}
+
+int st_open(struct st_file *f, const char *path, char *err, size_t errsz)
+{
+	struct stat st;
+	uint64_t hlen;
+	int fd;
+
+	memset(f, 0, sizeof *f);
+	f->path = xstrdup(path);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		seterr(err, errsz, "%s: %s", path, strerror(errno));
+		goto fail_fd;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		seterr(err, errsz, "%s: not a regular file", path);
+		goto fail_fd;
+	}
+	if (st.st_size < 8) {
+		seterr(err, errsz, "%s: file is %lld bytes, shorter than the 8-byte header length", path, (long long)st.st_size);
+		goto fail_fd;
+	}
+	f->size = (size_t)st.st_size;
+	f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (f->map == MAP_FAILED) {
+		f->map = NULL;
+		seterr(err, errsz, "%s: mmap: %s", path, strerror(errno));
+		goto fail_fd;
+	}
+	close(fd);
+	fd = -1;
+	memcpy(&hlen, f->map, 8); /* little-endian host */
+	if (hlen > ST_MAX_HEADER) {
+		seterr(err, errsz, "%s: header length %llu is larger than %u bytes", path, (unsigned long long)hlen, ST_MAX_HEADER);
+		goto fail;
+	}
+	if (hlen > f->size - 8) {
+		seterr(err, errsz, "%s: header length %llu is larger than the file (%zu bytes)", path, (unsigned long long)hlen, f->size);
+		goto fail;
+	}
+	f->data_start = 8 + (size_t)hlen;
+	if (parse_header(f, (size_t)hlen, err, errsz) < 0)
+		goto fail;
+	return 0;
+fail_fd:
+	if (fd >= 0)
+		close(fd);
+fail:
+	st_close(f);
+	return -1;
+}
+
+void st_close(struct st_file *f)
+{
+	if (f->map != NULL)
+		munmap(f->map, f->size);
+	for (int i = 0; i < f->n; i++)
+		free(f->t[i].name);
+	free(f->t);
+	free(f->by_name);
+	free(f->path);
+	cJSON_Delete(f->metadata);
+	memset(f, 0, sizeof *f);
+}
+
+const struct st_tensor *st_find(const struct st_file *f, const char *name)
+{
+	int lo = 0, hi = f->n - 1;
+
+	while (lo <= hi) {
+		int mid = lo + (hi - lo) / 2;
+		int c = strcmp(name, f->t[f->by_name[mid]].name);
+
+		if (c == 0)
+			return &f->t[f->by_name[mid]];
+		if (c < 0)
+			hi = mid - 1;
+		else
+			lo = mid + 1;
+	}
+	return NULL;
+}
+
+const void *st_data(const struct st_file *f, const struct st_tensor *t)
+{
+	return f->map + f->data_start + t->offset;
+}
+
+/* --- half precision ------------------------------------------------------ */
+
+float st_f32_from_f16(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+	union { uint32_t u; float f; } v;
+
+	if (exp == 0x1f) {
+		bits = sign | 0x7f800000u | (man << 13); /* inf, NaN keeps its payload */
+	} else if (exp != 0) {
+		bits = sign | ((exp + 112) << 23) | (man << 13);
+	} else if (man == 0) {
+		bits = sign;
+	} else {
+		/* subnormal: man * 2^-24, exact in float */
+		v.f = (float)man * 5.9604644775390625e-8f;
+		v.u |= sign;
+		return v.f;
+	}
+	v.u = bits;
+	return v.f;
+}
+
+uint16_t st_f16_from_f32(float f)
+{
+	union { float f; uint32_t u; } v = { f };
+	uint32_t sign = (v.u >> 16) & 0x8000u, abs = v.u & 0x7fffffffu;
+	int exp;
+	uint32_t man, half, rem, halfway;
+	int shift;
+
+	if (abs > 0x7f800000u)
+		return (uint16_t)(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));
+	if (abs >= 0x477ff000u) /* rounds to 65536 or more: inf */
+		return (uint16_t)(sign | 0x7c00u);
+	exp = (int)(abs >> 23) - 127;
+	man = (abs & 0x7fffffu) | 0x800000u;
+	if (exp >= -14) {
+		/* normal: keep 10 of 23 mantissa bits, round to nearest even; a carry
+		 * into the exponent is exactly the right result */
+		half = ((uint32_t)(exp + 15) << 10) | ((man >> 13) & 0x3ffu);
+		rem = man & 0x1fffu;
+		if (rem > 0x1000u || (rem == 0x1000u && (half & 1u)))
+			half++;
+		return (uint16_t)(sign | half);
+	}
+	if (abs == 0)
+		return (uint16_t)sign;
+	shift = -exp - 14 + 13; /* bits dropped for a subnormal half */
+	if (shift > 24)
+		return (uint16_t)sign;
+	half = man >> shift;
+	rem = man & ((1u << shift) - 1);
+	halfway = 1u << (shift - 1);
+	if (rem > halfway || (rem == halfway && (half & 1u)))
+		half++;
+	return (uint16_t)(sign | half);
+}
+
+/* --- conversion ---------------------------------------------------------- */
+
+static int check_float_tensor(const struct st_file *f, const struct st_tensor *t, size_t n, char *err, size_t errsz)
+{
+	if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
+		return seterr(err, errsz, "%s: tensor \"%s\": dtype %s is not a float type (expected F32, F16 or BF16)",
+		              f->path, t->name, st_dtype_name(t->dtype)), -1;
+	if ((unsigned long long)st_numel(t) != (unsigned long long)n)
+		return seterr(err, errsz, "%s: tensor \"%s\": has %lld elements, expected %zu", f->path, t->name, st_numel(t), n), -1;
+	return 0;
+}
+
+int st_read_f32(const struct st_file *f, const struct st_tensor *t, float *out, size_t n, char *err, size_t errsz)
+{
+	const unsigned char *p = st_data(f, t);
+	uint16_t h;
+
+	if (check_float_tensor(f, t, n, err, errsz) < 0)
+		return -1;
+	/* memcpy per element: data need not be aligned (header lengths are not
+	 * always multiples of 8 in files from other writers) */
+	switch (t->dtype) {
+	case ST_F32:
+		memcpy(out, p, n * 4);
+		break;
+	case ST_BF16:
+		for (size_t i = 0; i < n; i++) {
+			memcpy(&h, p + 2 * i, 2);
+			out[i] = f32_from_bf16(h);
+		}
+		break;
+	default:
+		for (size_t i = 0; i < n; i++) {
+			memcpy(&h, p + 2 * i, 2);
+			out[i] = st_f32_from_f16(h);
+		}
+		break;
+	}
+	return 0;
+}
+
+int st_read_bf16(const struct st_file *f, const struct st_tensor *t, uint16_t *out, size_t n, char *err, size_t errsz)
+{
+	const unsigned char *p = st_data(f, t);
+	uint16_t h;
+	float x;
+
+	if (check_float_tensor(f, t, n, err, errsz) < 0)
+		return -1;
+	switch (t->dtype) {
+	case ST_BF16:
+		memcpy(out, p, n * 2);
+		break;
+	case ST_F32:
+		for (size_t i = 0; i < n; i++) {
+			memcpy(&x, p + 4 * i, 4);
+			out[i] = bf16_from_f32(x);
+		}
+		break;
+	default:
+		for (size_t i = 0; i < n; i++) {
+			memcpy(&h, p + 2 * i, 2);
+			out[i] = bf16_from_f32(st_f32_from_f16(h));
+		}
+		break;
+	}
+	return 0;
+}
+
+/* --- writing ------------------------------------------------------------- */
+
+static int check_out(const struct st_out *t, int n, const cJSON *metadata, const char *path, char *err, size_t errsz)
+{
+	const cJSON *v;
+
+	if (n < 0)
+		return seterr(err, errsz, "%s: negative tensor count", path), -1;
+	for (int i = 0; i < n; i++) {
+		if (t[i].name == NULL || t[i].name[0] == '\0' || strcmp(t[i].name, "__metadata__") == 0)
+			return seterr(err, errsz, "%s: tensor %d: name is empty or reserved", path, i), -1;
+		if ((unsigned)t[i].dtype >= ST_DTYPE_COUNT)
+			return seterr(err, errsz, "%s: tensor \"%s\": unknown dtype %d", path, t[i].name, (int)t[i].dtype), -1;
+		if (t[i].ndim < 0 || t[i].ndim > ST_MAX_DIMS)
+			return seterr(err, errsz, "%s: tensor \"%s\": %d dimensions (0 to %d)", path, t[i].name, t[i].ndim, ST_MAX_DIMS), -1;
+		for (int d = 0; d < t[i].ndim; d++)
+			if (t[i].shape[d] < 0)
+				return seterr(err, errsz, "%s: tensor \"%s\": shape[%d] is negative", path, t[i].name, d), -1;
+		for (int j = 0; j < i; j++)
+			if (strcmp(t[i].name, t[j].name) == 0)
+				return seterr(err, errsz, "%s: duplicate tensor name \"%s\"", path, t[i].name), -1;
+	}
+	if (metadata != NULL) {
+		if (!cJSON_IsObject(metadata))
+			return seterr(err, errsz, "%s: metadata is not an object", path), -1;
+		cJSON_ArrayForEach(v, metadata)
+			if (!cJSON_IsString(v))
+				return seterr(err, errsz, "%s: metadata \"%s\" is not a string (safetensors metadata is a string map)",
+				              path, v->string), -1;
+	}
+	return 0;
+}
+
+int st_write(const char *path, const struct st_out *t, int n, const cJSON *metadata, char *err, size_t errsz)
+{
+	cJSON *root, *e, *arr;
+	size_t *nbytes, offset = 0, hlen, padded, total;
+	unsigned char *buf;
+	char *json;
+	uint64_t hlen64;
+
+	if (check_out(t, n, metadata, path, err, errsz) < 0)
+		return -1;
+	nbytes = xcalloc((size_t)n + 1, sizeof *nbytes);
+	root = cJSON_CreateObject();
+	if (metadata != NULL)
+		cJSON_AddItemToObject(root, "__metadata__", cJSON_Duplicate(metadata, 1));
+	for (int i = 0; i < n; i++) {
+		size_t sz = st_dtype_size(t[i].dtype);
+
+		for (int d = 0; d < t[i].ndim; d++) {
+			if ((unsigned long long)t[i].shape[d] > SIZE_MAX || mul_size(sz, (size_t)t[i].shape[d], &sz) < 0)
+				goto overflow;
+		}
+		if (sz > 0 && t[i].data == NULL) {
+			seterr(err, errsz, "%s: tensor \"%s\": no data", path, t[i].name);
+			goto fail;
+		}
+		if (offset + sz < offset || (double)(offset + sz) > ST_MAX_EXACT)
+			goto overflow;
+		nbytes[i] = sz;
+		e = cJSON_AddObjectToObject(root, t[i].name);
+		cJSON_AddStringToObject(e, "dtype", st_dtype_name(t[i].dtype));
+		arr = cJSON_AddArrayToObject(e, "shape");
+		for (int d = 0; d < t[i].ndim; d++)
+			cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)t[i].shape[d]));
+		arr = cJSON_AddArrayToObject(e, "data_offsets");
+		cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)offset));
+		cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)(offset + sz)));
+		offset += sz;
+	}
+	json = cJSON_PrintUnformatted(root);
+	if (json == NULL) {
+		seterr(err, errsz, "%s: out of memory", path);
+		goto fail;
+	}
+	cJSON_Delete(root);
+	root = NULL;
+	hlen = strlen(json);
+	padded = (hlen + 7) & ~(size_t)7; /* keeps the data 8-byte aligned */
+	total = 8 + padded + offset;
+	buf = xmalloc(total);
+	hlen64 = padded;
+	memcpy(buf, &hlen64, 8); /* little-endian host */
+	memcpy(buf + 8, json, hlen);
+	memset(buf + 8 + hlen, ' ', padded - hlen);
+	free(json);
+	offset = 0;
+	for (int i = 0; i < n; i++) {
+		if (nbytes[i] > 0)
+			memcpy(buf + 8 + padded + offset, t[i].data, nbytes[i]);
+		offset += nbytes[i];
+	}
+	free(nbytes);
+	if (atomic_write(path, buf, total) < 0) {
+		seterr(err, errsz, "%s: %s", path, strerror(errno));
+		free(buf);
+		return -1;
+	}
+	free(buf);
+	return 0;
+overflow:
+	seterr(err, errsz, "%s: tensor sizes overflow", path);
+fail:
+	cJSON_Delete(root);
+	free(nbytes);
+	return -1;
+}
+
+/* --- checkpoints --------------------------------------------------------- */
+
+static int file_exists(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Opens every shard named by the index's weight_map, each once, and checks
+ * that each listed tensor is in the shard the index names. */
+static int open_indexed(struct st_checkpoint *c, const char *index_path, char *err, size_t errsz)
+{
+	char jerr[512];
+	cJSON *root = json_read_file(index_path, jerr, sizeof jerr);
+	const cJSON *map, *e;
+	const char **names = NULL;
+	int nnames = 0, rc = -1;
+
+	if (root == NULL)
+		return seterr(err, errsz, "%s", jerr), -1;
+	map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+	if (!cJSON_IsObject(map) || map->child == NULL) {
+		seterr(err, errsz, "%s: no \"weight_map\" object (or it is empty)", index_path);
+		goto out;
+	}
+	cJSON_ArrayForEach(e, map) {
+		int seen = 0;
+
+		if (!cJSON_IsString(e) || !path_is_confined(e->valuestring)) {
+			seterr(err, errsz, "%s: weight_map \"%s\": not a file name inside the checkpoint directory", index_path, e->string);
+			goto out;
+		}
+		for (int i = 0; i < nnames && !seen; i++)
+			seen = strcmp(names[i], e->valuestring) == 0;
+		if (!seen) {
+			names = xrealloc(names, ((size_t)nnames + 1) * sizeof *names);
+			names[nnames++] = e->valuestring;
+		}
+	}
+	c->files = xcalloc((size_t)nnames, sizeof *c->files);
+	for (int i = 0; i < nnames; i++) {
+		char *p = path_under(c->dir, names[i]);
+		int r = st_open(&c->files[i], p, err, errsz);
+
+		free(p);
+		if (r < 0)
+			goto out;
+		c->nfiles = i + 1;
+	}
+	cJSON_ArrayForEach(e, map) {
+		const struct st_file *f = NULL;
+		int found = 0;
+
+		for (int i = 0; i < c->nfiles && f == NULL; i++)
+			if (strcmp(names[i], e->valuestring) == 0)
+				f = &c->files[i];
+		for (int i = 0; i < c->nfiles; i++)
+			found += st_find(&c->files[i], e->string) != NULL;
+		if (st_find(f, e->string) == NULL) {
+			seterr(err, errsz, "%s: tensor \"%s\" is not in %s, where the index puts it", index_path, e->string, e->valuestring);
+			goto out;
+		}
+		if (found > 1) {
+			seterr(err, errsz, "%s: tensor \"%s\" is in %d shards", index_path, e->string, found);
+			goto out;
+		}
+	}
+	rc = 0;
+out:
+	free(names);
+	cJSON_Delete(root);
+	return rc;
+}
+
+int st_checkpoint_open(struct st_checkpoint *c, const char *dir, char *err, size_t errsz)
+{
+	char *index = xasprintf("%s/model.safetensors.index.json", dir);
+	char *single = xasprintf("%s/model.safetensors", dir);
+	int rc = -1;
+
+	memset(c, 0, sizeof *c);
+	c->dir = xstrdup(dir);
+	if (file_exists(index)) {
+		rc = open_indexed(c, index, err, errsz);
+	} else if (file_exists(single)) {
+		c->files = xcalloc(1, sizeof *c->files);
+		rc = st_open(&c->files[0], single, err, errsz);
+		c->nfiles = rc == 0;
+	} else {
+		seterr(err, errsz, "%s: no model.safetensors or model.safetensors.index.json", dir);
+	}
+	free(index);
+	free(single);
+	if (rc < 0)
+		st_checkpoint_close(c);
+	return rc;
+}
+
+void st_checkpoint_close(struct st_checkpoint *c)
+{
+	for (int i = 0; i < c->nfiles; i++)
+		st_close(&c->files[i]);
+	free(c->files);
+	free(c->dir);
+	memset(c, 0, sizeof *c);
+}
+
+const struct st_tensor *st_checkpoint_find(const struct st_checkpoint *c, const char *name, const struct st_file **file)
+{
+	for (int i = 0; i < c->nfiles; i++) {
+		const struct st_tensor *t = st_find(&c->files[i], name);
+
+		if (t != NULL) {
+			if (file != NULL)
+				*file = &c->files[i];
+			return t;
+		}
+	}
+	return NULL;
+}

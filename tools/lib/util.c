@@ -1,0 +1,538 @@
+/* tools/lib/util.c: messages, checked numbers, allocation, atomic files,
+ * confined paths. */
+#include "util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *progname = "poros";
+
+void set_progname(const char *argv0)
+{
+	const char *slash;
+
+	if (argv0 == NULL || *argv0 == '\0')
+		return;
+	slash = strrchr(argv0, '/');
+	progname = slash ? slash + 1 : argv0;
+}
+
+static void vmsg(const char *fmt, va_list ap, int errnum)
+{
+	fprintf(stderr, "%s: ", progname);
+	vfprintf(stderr, fmt, ap);
+	if (errnum)
+		fprintf(stderr, ": %s", strerror(errnum));
+	fputc('\n', stderr);
+}
+
+void warnmsg(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vmsg(fmt, ap, 0);
+	va_end(ap);
+}
+
+void warnsys(const char *fmt, ...)
+{
+	int e = errno;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vmsg(fmt, ap, e);
+	va_end(ap);
+}
+
+void die(int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vmsg(fmt, ap, 0);
+	va_end(ap);
+	exit(code);
+}
+
+void diesys(int code, const char *fmt, ...)
+{
+	int e = errno;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vmsg(fmt, ap, e);
+	va_end(ap);
+	exit(code);
+}
+
+void print_version(void)
+{
+	printf("%s %s\n", progname, POROS_VERSION);
+	exit(EXIT_OK);
+}
+
+void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+
+	if (p == NULL)
+		die(EXIT_RUNTIME, "out of memory allocating %zu bytes", n);
+	return p;
+}
+
+void *xcalloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size ? size : 1);
+
+	if (p == NULL)
+		die(EXIT_RUNTIME, "out of memory allocating %zu x %zu bytes", n, size);
+	return p;
+}
+
+void *xrealloc(void *p, size_t n)
+{
+	void *q = realloc(p, n ? n : 1);
+
+	if (q == NULL)
+		die(EXIT_RUNTIME, "out of memory allocating %zu bytes", n);
+	return q;
+}
+
+char *xstrdup(const char *s)
+{
+	size_t n = strlen(s) + 1;
+
+	return memcpy(xmalloc(n), s, n);
+}
+
+char *xasprintf(const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+	char *s;
+
+	va_start(ap, fmt);
+	n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		die(EXIT_RUNTIME, "formatting failed");
+	s = xmalloc((size_t)n + 1);
+	va_start(ap, fmt);
+	vsnprintf(s, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	return s;
+}
+
+int parse_long(const char *s, long min, long max, long *out, const char **why)
+{
+	char *end;
+	long v;
+
+	if (s == NULL || *s == '\0' || isspace((unsigned char)*s)) {
+		*why = "not a number";
+		return -1;
+	}
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (*end != '\0') {
+		*why = "not a number";
+		return -1;
+	}
+	if (errno == ERANGE || v > max) {
+		*why = (errno == ERANGE && v == LONG_MIN) ? "too small" : "too large";
+		return -1;
+	}
+	if (v < min) {
+		*why = "too small";
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+int parse_double(const char *s, double min, double max, double *out, const char **why)
+{
+	char *end;
+	double v;
+
+	if (s == NULL || *s == '\0' || isspace((unsigned char)*s)) {
+		*why = "not a number";
+		return -1;
+	}
+	errno = 0;
+	v = strtod(s, &end);
+	if (*end != '\0' || isnan(v)) {
+		*why = "not a number";
+		return -1;
+	}
+	if (isinf(v) || errno == ERANGE) {
+		*why = (v < 0) ? "too small" : (fabs(v) < 1 ? "too close to zero" : "too large");
+		return -1;
+	}
+	if (v < min) {
+		*why = "too small";
+		return -1;
+	}
+	if (v > max) {
+		*why = "too large";
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+long opt_long(const char *opt, const char *s, long min, long max)
+{
+	const char *why;
+	long v;
+
+	if (parse_long(s, min, max, &v, &why) < 0)
+		die(EXIT_USAGE, "%s: %s: %s", opt, why, s ? s : "");
+	return v;
+}
+
+double opt_double(const char *opt, const char *s, double min, double max)
+{
+	const char *why;
+	double v;
+
+	if (parse_double(s, min, max, &v, &why) < 0)
+		die(EXIT_USAGE, "%s: %s: %s", opt, why, s ? s : "");
+	return v;
+}
+
+long long opt_bytes(const char *opt, const char *s)
+{
+	char *end;
+	double v;
+	double mult = 1;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (end == s || isnan(v) || isinf(v) || errno == ERANGE || v < 0)
+		die(EXIT_USAGE, "%s: not a byte count: %s", opt, s);
+	switch (*end) {
+	case 'k': case 'K': mult = 1024.0; end++; break;
+	case 'm': case 'M': mult = 1024.0 * 1024; end++; break;
+	case 'g': case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
+	case 't': case 'T': mult = 1024.0 * 1024 * 1024 * 1024; end++; break;
+	default: break;
+	}
+	if (*end == 'i' || *end == 'B')
+		end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
+	if (*end != '\0')
+		die(EXIT_USAGE, "%s: not a byte count: %s", opt, s);
+	v *= mult;
+	if (v > 9.0e18)
+		die(EXIT_USAGE, "%s: too large: %s", opt, s);
+	return (long long)v;
+}
+
+char *read_whole_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	size_t cap = 0, n = 0;
+
+	if (f == NULL)
+		return NULL;
+	for (;;) {
+		size_t got;
+
+		if (cap - n < 65536) {
+			cap = cap ? cap * 2 : 65536;
+			buf = xrealloc(buf, cap + 1);
+		}
+		got = fread(buf + n, 1, cap - n, f);
+		n += got;
+		if (got == 0)
+			break;
+	}
+	if (ferror(f)) {
+		int e = errno ? errno : EIO;
+		fclose(f);
+		free(buf);
+		errno = e;
+		return NULL;
+	}
+	fclose(f);
+	buf[n] = '\0';
+	if (len)
+		*len = n;
+	return buf;
+}
+
+static int write_all(int fd, const void *data, size_t len)
+{
+	const char *p = data;
+
+	while (len > 0) {
+		ssize_t w = write(fd, p, len);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+int atomic_write(const char *path, const void *data, size_t len)
+{
+	char *tmp = xasprintf("%s.tmp.%ld", path, (long)getpid());
+	int fd, e;
+
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0 && errno == EEXIST) {
+		unlink(tmp);
+		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	}
+	if (fd < 0) {
+		e = errno;
+		free(tmp);
+		errno = e;
+		return -1;
+	}
+	if (write_all(fd, data, len) < 0 || fsync(fd) < 0) {
+		e = errno;
+		close(fd);
+		unlink(tmp);
+		free(tmp);
+		errno = e;
+		return -1;
+	}
+	if (close(fd) < 0 || rename(tmp, path) < 0) {
+		e = errno;
+		unlink(tmp);
+		free(tmp);
+		errno = e;
+		return -1;
+	}
+	free(tmp);
+	return 0;
+}
+
+int append_line(const char *path, const char *line, size_t len)
+{
+	struct stat st;
+	int fd, e;
+	ssize_t w;
+
+	if (len == 0 || line[len - 1] != '\n') {
+		errno = EINVAL;
+		return -1;
+	}
+	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &st) < 0)
+		goto fail;
+	/* One write(2): readers see the whole line or none of it. */
+	w = write(fd, line, len);
+	if (w < 0 || (size_t)w != len) {
+		e = (w < 0) ? errno : ENOSPC;
+		if (ftruncate(fd, st.st_size) < 0) { /* keep earlier lines whole */ }
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	if (fsync(fd) < 0)
+		goto fail;
+	return close(fd);
+fail:
+	e = errno;
+	close(fd);
+	errno = e;
+	return -1;
+}
+
+int mkdir_p(const char *path, mode_t mode)
+{
+	char *p = xstrdup(path);
+	char *s;
+	struct stat st;
+
+	for (s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = '\0';
+		if (mkdir(p, mode) < 0 && errno != EEXIST) {
+			int e = errno;
+			free(p);
+			errno = e;
+			return -1;
+		}
+		*s = '/';
+	}
+	if (mkdir(p, mode) < 0 && errno != EEXIST) {
+		int e = errno;
+		free(p);
+		errno = e;
+		return -1;
+	}
+	free(p);
+	if (stat(path, &st) < 0)
+		return -1;
+	if (!S_ISDIR(st.st_mode)) {
+		errno = ENOTDIR;
+		return -1;
+	}
+	return 0;
+}
+
+int path_is_confined(const char *rel)
+{
+	const char *s = rel;
+
+	if (rel == NULL || *rel == '\0' || *rel == '/')
+		return 0;
+	while (*s) {
+		const char *e = strchr(s, '/');
+		size_t n = e ? (size_t)(e - s) : strlen(s);
+
+		if (n == 2 && s[0] == '.' && s[1] == '.')
+			return 0;
+		s += n;
+		while (*s == '/')
+			s++;
+	}
+	return 1;
+}
+
+char *path_under(const char *dir, const char *rel)
+{
+	if (!path_is_confined(rel)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return xasprintf("%s/%s", dir, rel);
+}
+
+int name_is_safe(const char *s)
+{
+	size_t n;
+
+	if (s == NULL || *s == '\0' || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+		return 0;
+	for (n = 0; s[n]; n++) {
+		unsigned char c = (unsigned char)s[n];
+		if (!(isalnum(c) || c == '.' || c == '_' || c == '-'))
+			return 0;
+	}
+	return n <= 128;
+}
+
+char *slugify(const char *s, int strip_org)
+{
+	const char *slash = strip_org ? strrchr(s, '/') : NULL;
+	const char *p = slash ? slash + 1 : s;
+	char *out = xmalloc(strlen(p) + 1);
+	size_t n = 0;
+	int pending = 0;
+
+	for (; *p; p++) {
+		unsigned char c = (unsigned char)*p;
+
+		if (isalnum(c) && c < 128) {
+			if (pending && n > 0)
+				out[n++] = '_';
+			pending = 0;
+			out[n++] = (char)tolower(c);
+		} else {
+			pending = 1;
+		}
+	}
+	out[n] = '\0';
+	return out;
+}
+
+void utc_now_iso(char *buf, size_t n)
+{
+	time_t t = time(NULL);
+	struct tm tm;
+
+	gmtime_r(&t, &tm);
+	strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+double now_seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int edit_distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b), i, j;
+	int *row, d;
+
+	if (la > 256 || lb > 256)
+		return INT_MAX;
+	row = xmalloc((lb + 1) * sizeof *row);
+	for (j = 0; j <= lb; j++)
+		row[j] = (int)j;
+	for (i = 1; i <= la; i++) {
+		int diag = row[0];
+		row[0] = (int)i;
+		for (j = 1; j <= lb; j++) {
+			int up = row[j];
+			int best = diag + (a[i - 1] != b[j - 1]);
+			if (up + 1 < best)
+				best = up + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			row[j] = best;
+			diag = up;
+		}
+	}
+	d = row[lb];
+	free(row);
+	return d;
+}
+
+char *poros_resource(const char *rel)
+{
+	const char *home = getenv("POROS_HOME");
+	char exe[4096];
+	ssize_t n;
+	char *dir, *cand;
+
+	if (home && *home) {
+		cand = xasprintf("%s/%s", home, rel);
+		if (access(cand, F_OK) == 0)
+			return cand;
+		free(cand);
+	}
+	n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n <= 0)
+		return NULL;
+	exe[n] = '\0';
+	dir = strrchr(exe, '/');
+	if (dir == NULL)
+		return NULL;
+	*dir = '\0';
+	cand = xasprintf("%s/../%s", exe, rel);
+	if (access(cand, F_OK) == 0)
+		return cand;
+	free(cand);
+	cand = xasprintf("%s/../share/poros/%s", exe, rel);
+	if (access(cand, F_OK) == 0)
+		return cand;
+	free(cand);
+	return NULL;
+}

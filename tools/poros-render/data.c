@@ -1,0 +1,256 @@
+/* tools/poros-render/data.c: the report's inputs, sorted into models and
+ * parity rows. */
+#include "render.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+void report_init(struct report *r)
+{
+	memset(r, 0, sizeof *r);
+	results_init(&r->results);
+}
+
+void report_free(struct report *r)
+{
+	for (int i = 0; i < r->n_models; i++)
+		free(r->models[i].rows);
+	free(r->models);
+	for (int i = 0; i < r->n_parity; i++)
+		parity_free(&r->parity[i]);
+	free(r->parity);
+	free(r->parity_rows);
+	results_free(&r->results);
+	memset(r, 0, sizeof *r);
+}
+
+static int str_eq(const char *a, const char *b)
+{
+	return (a == NULL && b == NULL) || (a && b && strcmp(a, b) == 0);
+}
+
+/* Two records are about the same pair when their labels match, or, for
+ * unlabelled records, when they compared the same two directories. */
+static int same_pair(const struct parity *a, const struct parity *b)
+{
+	if (a->arch || b->arch)
+		return str_eq(a->arch, b->arch) && str_eq(a->precision, b->precision);
+	return str_eq(a->run_a, b->run_a) && str_eq(a->run_b, b->run_b);
+}
+
+static int parity_add(struct report *r, const cJSON *obj, char *err, size_t errsz)
+{
+	struct parity p;
+
+	if (parity_from_json(&p, obj, err, errsz) < 0)
+		return -1;
+	/* parity.jsonl is appended by each `poros parity` run: the last line of a pair wins. */
+	for (int i = 0; i < r->n_parity; i++) {
+		if (same_pair(&r->parity[i], &p)) {
+			parity_free(&r->parity[i]);
+			r->parity[i] = p;
+			return 0;
+		}
+	}
+	r->parity = xrealloc(r->parity, (size_t)(r->n_parity + 1) * sizeof *r->parity);
+	r->parity[r->n_parity++] = p;
+	return 0;
+}
+
+int report_record(void *ctx, const cJSON *obj, const char *source, long line, char *err, size_t errsz)
+{
+	struct report *r = ctx;
+	const cJSON *schema = cJSON_GetObjectItemCaseSensitive(obj, "schema");
+
+	if (cJSON_IsString(schema) && strcmp(schema->valuestring, PARITY_SCHEMA) == 0)
+		return parity_add(r, obj, err, errsz);
+	if (report_is_artifact(obj))
+		return results_add(&r->results, obj, source, line, err, errsz);
+	snprintf(err, errsz, "neither a run artifact nor a parity record (schema %s%.60s%s)",
+	         cJSON_IsString(schema) ? "\"" : "", cJSON_IsString(schema) ? schema->valuestring : "missing",
+	         cJSON_IsString(schema) ? "\"" : "");
+	return -1;
+}
+
+static int row_order(const void *pa, const void *pb)
+{
+	const struct result_entry *a = *(const struct result_entry *const *)pa;
+	const struct result_entry *b = *(const struct result_entry *const *)pb;
+
+	if (a->art.cell.method != b->art.cell.method)
+		return (int)a->art.cell.method - (int)b->art.cell.method;
+	if (a->art.cell.precision != b->art.cell.precision)
+		return (int)a->art.cell.precision - (int)b->art.cell.precision;
+	return strcmp(a->art.cell_id, b->art.cell_id);
+}
+
+static struct report_model *model_of(struct report *r, const struct cell *c)
+{
+	for (int i = 0; i < r->n_models; i++)
+		if (strcmp(r->models[i].cell->model.arch, c->model.arch) == 0)
+			return &r->models[i];
+	r->models = xrealloc(r->models, (size_t)(r->n_models + 1) * sizeof *r->models);
+	memset(&r->models[r->n_models], 0, sizeof r->models[0]);
+	r->models[r->n_models].cell = c;
+	return &r->models[r->n_models++];
+}
+
+static int artifact_parity_measured(const struct artifact *a)
+{
+	return a->parity.bitwise_exact >= 0 || !isnan(a->parity.loss_max_abs_delta) ||
+	       !isnan(a->parity.adapter_max_abs_delta);
+}
+
+static struct parity_row *add_parity_row(struct report *r)
+{
+	r->parity_rows = xrealloc(r->parity_rows, (size_t)(r->n_parity_rows + 1) * sizeof *r->parity_rows);
+	memset(&r->parity_rows[r->n_parity_rows], 0, sizeof r->parity_rows[0]);
+	return &r->parity_rows[r->n_parity_rows++];
+}
+
+/* One row per model and precision of the results, whether measured or
+ * not (the table shows "--" then, never 0), then the records that match
+ * no such row. */
+static void build_parity_rows(struct report *r)
+{
+	unsigned char *used = xcalloc((size_t)r->n_parity + 1, 1);
+
+	for (int m = 0; m < r->n_models; m++) {
+		const struct report_model *rm = &r->models[m];
+		for (int p = 0; p < PRECISION_COUNT; p++) {
+			struct parity_row *row = NULL;
+			for (int i = 0; i < rm->n; i++) {
+				const struct artifact *a = &rm->rows[i]->art;
+				if ((int)a->cell.precision != p)
+					continue;
+				if (row == NULL) {
+					row = add_parity_row(r);
+					row->arch = rm->cell->model.arch;
+					row->display_name = rm->cell->model.display_name;
+					row->precision = precision_names[p];
+				}
+				if (row->artifact == NULL && artifact_parity_measured(a))
+					row->artifact = a;
+			}
+			if (row == NULL)
+				continue;
+			for (int k = 0; k < r->n_parity; k++) {
+				if (str_eq(r->parity[k].arch, row->arch) && str_eq(r->parity[k].precision, row->precision)) {
+					row->record = &r->parity[k];
+					used[k] = 1;
+				}
+			}
+		}
+	}
+	for (int k = 0; k < r->n_parity; k++) {
+		struct parity_row *row;
+		if (used[k])
+			continue;
+		row = add_parity_row(r);
+		row->arch = r->parity[k].arch;
+		row->precision = r->parity[k].precision;
+		row->record = &r->parity[k];
+	}
+	free(used);
+}
+
+void report_organize(struct report *r)
+{
+	for (int i = 0; i < r->results.n; i++) {
+		const struct result_entry *e = &r->results.e[i];
+		struct report_model *m = model_of(r, &e->art.cell);
+		m->rows = xrealloc(m->rows, (size_t)(m->n + 1) * sizeof *m->rows);
+		m->rows[m->n++] = e;
+	}
+	for (int i = 0; i < r->n_models; i++)
+		qsort(r->models[i].rows, (size_t)r->models[i].n, sizeof *r->models[i].rows, row_order);
+	build_parity_rows(r);
+}
+
+const char *status_name(const struct result_entry *e)
+{
+	return artifact_status_names[e->art.status];
+}
+
+void status_counts(const struct report *r, int counts[STATUS_COUNT])
+{
+	memset(counts, 0, STATUS_COUNT * sizeof counts[0]);
+	for (int i = 0; i < r->results.n; i++)
+		counts[r->results.e[i].art.status]++;
+}
+
+const char *const env_field_names[] = {
+	"hostname", "os", "kernel", "cpu", "host_mem_gb", "gpu_name", "gpu_mem_mb", "driver", "cuda_runtime",
+	"poros_version", "git_sha", "python", "torch", "transformers", "peft", "weights", NULL,
+};
+
+/* One env field of one artifact as text, or NULL when not known. */
+static const char *env_value(const struct artifact_env *env, const char *field, char *buf, size_t n)
+{
+	double num = NAN;
+
+	if (strcmp(field, "host_mem_gb") == 0)
+		num = env->host_mem_gb;
+	else if (strcmp(field, "gpu_mem_mb") == 0)
+		num = env->gpu_mem_mb;
+	else if (strcmp(field, "hostname") == 0) return env->hostname;
+	else if (strcmp(field, "os") == 0) return env->os;
+	else if (strcmp(field, "kernel") == 0) return env->kernel;
+	else if (strcmp(field, "cpu") == 0) return env->cpu;
+	else if (strcmp(field, "gpu_name") == 0) return env->gpu_name;
+	else if (strcmp(field, "driver") == 0) return env->driver;
+	else if (strcmp(field, "cuda_runtime") == 0) return env->cuda_runtime;
+	else if (strcmp(field, "poros_version") == 0) return env->poros_version;
+	else if (strcmp(field, "git_sha") == 0) return env->git_sha;
+	else if (strcmp(field, "python") == 0) return env->python;
+	else if (strcmp(field, "torch") == 0) return env->torch;
+	else if (strcmp(field, "transformers") == 0) return env->transformers;
+	else if (strcmp(field, "peft") == 0) return env->peft;
+	else if (strcmp(field, "weights") == 0) return env->weights;
+	if (isnan(num))
+		return NULL;
+	snprintf(buf, n, "%g", num);
+	return buf;
+}
+
+int env_values(struct sbuf *out, const struct report *r, const char *field, int html)
+{
+	char **seen = xcalloc((size_t)r->results.n + 1, sizeof *seen);
+	int n = 0;
+
+	for (int i = 0; i < r->results.n; i++) {
+		char buf[64];
+		const char *v = env_value(&r->results.e[i].art.env, field, buf, sizeof buf);
+		int dup = 0;
+		if (v == NULL)
+			continue;
+		for (int k = 0; k < n; k++)
+			dup |= strcmp(seen[k], v) == 0;
+		if (dup)
+			continue;
+		if (n > 0)
+			sb_puts(out, ", ");
+		if (html)
+			sb_html(out, v);
+		else
+			sb_md(out, v);
+		seen[n++] = xstrdup(v);
+	}
+	for (int k = 0; k < n; k++)
+		free(seen[k]);
+	free(seen);
+	return n;
+}
+
+void hardware_numbers(struct sbuf *b, double vram_gb, int pcie_gen)
+{
+	/* A spec without a hardware section leaves both 0: print only what it set. */
+	if (vram_gb > 0)
+		sb_printf(b, ", %g GB", vram_gb);
+	if (pcie_gen > 0)
+		sb_printf(b, ", PCIe gen %d", pcie_gen);
+}

@@ -1,0 +1,422 @@
+/* tools/poros-render/html.c: report.html, one self-contained page: inline
+ * CSS, inline SVG, no script, no external reference of any kind.  Every
+ * string from a spec or an artifact goes through sb_html. */
+#include "render.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "svg.h"
+#include "util.h"
+
+static const char css[] =
+	":root{--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--head:#f6f8fa;"
+	"--ok:#1a7f37;--oom:#bc4c00;--error:#cf222e;--skipped:#6e7781}\n"
+	"body{font:14px/1.45 system-ui,-apple-system,\"Segoe UI\",Roboto,sans-serif;color:var(--fg);"
+	"max-width:1120px;margin:2em auto;padding:0 1em}\n"
+	"h1{font-size:1.6em;margin:0 0 .2em}\n"
+	"h2{font-size:1.25em;border-bottom:1px solid var(--line);padding-bottom:.2em;margin-top:2em}\n"
+	"h2 small,.muted{color:var(--muted);font-weight:normal}\n"
+	"table{border-collapse:collapse;margin:.6em 0;font-variant-numeric:tabular-nums}\n"
+	"th,td{border:1px solid var(--line);padding:.3em .6em;text-align:left;vertical-align:top}\n"
+	"th{background:var(--head)}\n"
+	"td.num{text-align:right;white-space:nowrap}\n"
+	".badge{display:inline-block;padding:0 .55em;border-radius:1em;color:#fff;font-size:.85em;font-weight:600}\n"
+	".ok{background:var(--ok)}.oom{background:var(--oom)}.error{background:var(--error)}"
+	".skipped{background:var(--skipped)}.exact{background:var(--ok)}.differs{background:var(--error)}\n"
+	".derived{font-style:italic}\n"
+	"dl.spec{display:grid;grid-template-columns:max-content 1fr;gap:.25em 1.2em}\n"
+	"dl.spec dt{font-weight:600}dl.spec dd{margin:0}\n"
+	"figure{margin:1em 0}figcaption{font-weight:600;margin-bottom:.3em}\n"
+	".swatch{display:inline-block;width:.8em;height:.8em;margin:0 .3em 0 .8em;vertical-align:-.05em}\n"
+	"svg.chart{max-width:100%;height:auto}\n"
+	"svg.chart text{font-size:12px;fill:var(--fg)}\n"
+	"svg.chart text.tick{fill:var(--muted);font-size:11px}\n"
+	"svg.chart text.none{fill:var(--muted);font-style:italic}\n"
+	"svg.chart text.ref{fill:#cf222e;font-size:11px}\n"
+	"code{font-size:.95em}\n"
+	"footer{margin-top:3em;color:var(--muted);font-size:.9em}\n";
+
+static void num_td(struct sbuf *b, double v)
+{
+	char num[32];
+	sb_printf(b, "<td class=\"num\">%s</td>", fmt_num(num, sizeof num, v));
+}
+
+static void badge(struct sbuf *b, const struct result_entry *e)
+{
+	sb_printf(b, "<span class=\"badge %s\"", status_name(e));
+	if (e->art.error) {
+		sb_puts(b, " title=\"");
+		sb_html(b, e->art.error);
+		sb_puts(b, "\"");
+	}
+	sb_printf(b, ">%s</span>", status_name(e));
+}
+
+/* --- spec summary ----------------------------------------------------------- */
+
+static void dl_open(struct sbuf *b, const char *term)
+{
+	sb_printf(b, "<dt>%s</dt><dd>", term);
+}
+
+static void spec_ids(struct sbuf *b, const struct report *r)
+{
+	for (int i = 0; i < r->results.n; i++) {
+		const char *id = r->results.e[i].art.cell.spec_id;
+		int seen = 0;
+		for (int k = 0; k < i; k++)
+			seen |= strcmp(r->results.e[k].art.cell.spec_id, id) == 0;
+		if (seen)
+			continue;
+		if (i > 0)
+			sb_puts(b, ", ");
+		sb_html(b, id);
+	}
+}
+
+/* The methods or precisions present, in their canonical order. */
+static void present_names(struct sbuf *b, const struct report *r, int methods)
+{
+	int count = methods ? METHOD_COUNT : PRECISION_COUNT, first = 1;
+
+	for (int k = 0; k < count; k++) {
+		int present = 0;
+		for (int i = 0; i < r->results.n; i++)
+			present |= (methods ? (int)r->results.e[i].art.cell.method : (int)r->results.e[i].art.cell.precision) == k;
+		if (!present)
+			continue;
+		sb_printf(b, "%s%s", first ? "" : ", ", methods ? method_names[k] : precision_names[k]);
+		first = 0;
+	}
+}
+
+static void spec_summary(struct sbuf *b, const struct report *r)
+{
+	const struct cell *c = &r->results.e[0].art.cell;
+	int counts[STATUS_COUNT];
+
+	sb_puts(b, "<section id=\"spec\">\n<h2>Spec</h2>\n<dl class=\"spec\">\n");
+	dl_open(b, "Spec");
+	spec_ids(b, r);
+	sb_puts(b, "</dd>\n");
+	dl_open(b, "Hardware");
+	sb_html(b, c->hardware.gpu_name);
+	hardware_numbers(b, c->hardware.vram_gb, c->hardware.pcie_gen);
+	sb_puts(b, "</dd>\n");
+	dl_open(b, "Models");
+	for (int m = 0; m < r->n_models; m++) {
+		const struct cell *mc = r->models[m].cell;
+		sb_puts(b, m ? "; " : "");
+		sb_html(b, mc->model.display_name);
+		sb_puts(b, " (<code>");
+		sb_html(b, mc->model.model_id);
+		sb_printf(b, "</code>, %g B parameters)", mc->model.param_count_b);
+	}
+	sb_puts(b, "</dd>\n");
+	dl_open(b, "Methods");
+	present_names(b, r, 1);
+	sb_puts(b, "</dd>\n");
+	dl_open(b, "Precisions");
+	present_names(b, r, 0);
+	sb_puts(b, "</dd>\n");
+	dl_open(b, "Training");
+	sb_printf(b, "%d steps (the first %d excluded from timing); %d tokens &times; batch %d &times; "
+	             "accumulation %d = %lld tokens per step; dataset ",
+	          c->training.steps, c->training.warmup_steps, c->training.seq_len, c->training.batch_size,
+	          c->training.gradient_accumulation_steps, c->tokens_per_step);
+	sb_html(b, c->training.dataset);
+	sb_printf(b, "; seed %llu; learning rate %g (%s); weight decay %g; max grad norm %g</dd>\n",
+	          c->training.seed, c->training.learning_rate, lr_schedule_names[c->training.lr_schedule],
+	          c->training.weight_decay, c->training.max_grad_norm);
+	dl_open(b, "LoRA");
+	sb_printf(b, "rank %d, alpha %g, dropout %g; targets", c->lora.rank, c->lora.alpha, c->lora.dropout);
+	for (int t = 0; t < CELL_MAX_TARGETS; t++)
+		if (c->lora.target_mask & (1u << t))
+			sb_printf(b, " %s", lora_module_names[t]);
+	sb_puts(b, "</dd>\n");
+	dl_open(b, "Poros");
+	sb_printf(b, "block size %d, prefetch %s</dd>\n", c->poros.block_size, c->poros.enable_prefetch ? "on" : "off");
+	status_counts(r, counts);
+	dl_open(b, "Cells");
+	sb_printf(b, "%d: %d ok, %d oom, %d error, %d skipped</dd>\n", r->results.n, counts[STATUS_OK],
+	          counts[STATUS_OOM], counts[STATUS_ERROR], counts[STATUS_SKIPPED]);
+	sb_puts(b, "</dl>\n</section>\n");
+}
+
+/* --- one model ---------------------------------------------------------------- */
+
+static void fits_td(struct sbuf *b, const struct result_entry *e)
+{
+	int gb = e->art.status == STATUS_OK ? fits_on_gb(e->art.metrics.vram_peak_mb) : -1;
+
+	if (gb < 0)
+		sb_puts(b, "<td class=\"num\">--</td>");
+	else if (gb == 0)
+		sb_puts(b, "<td class=\"num derived\">&gt; 141 GB</td>");
+	else
+		sb_printf(b, "<td class=\"num derived\">%d GB</td>", gb);
+}
+
+static void results_table(struct sbuf *b, const struct report_model *m)
+{
+	char num[32], lo[32], hi[32];
+
+	sb_puts(b, "<table class=\"results\">\n<thead><tr><th>Method</th><th>Precision</th><th>Status</th>"
+	           "<th>VRAM peak</th><th class=\"derived\">Fits on*</th><th>s/step (median)</th>"
+	           "<th>s/step range</th><th>tokens/s</th><th>loss first &rarr; last</th></tr></thead>\n<tbody>\n");
+	for (int i = 0; i < m->n; i++) {
+		const struct result_entry *e = m->rows[i];
+		const struct artifact_metrics *mt = &e->art.metrics;
+		sb_puts(b, "<tr id=\"cell-");
+		sb_html(b, e->art.cell_id);
+		sb_printf(b, "\"><td>%s</td><td>%s</td><td>", method_names[e->art.cell.method],
+		          precision_names[e->art.cell.precision]);
+		badge(b, e);
+		sb_printf(b, "</td><td class=\"num\">%s</td>", fmt_mib(num, sizeof num, mt->vram_peak_mb));
+		fits_td(b, e);
+		num_td(b, mt->s_per_step);
+		if (isnan(mt->s_per_step_min) || isnan(mt->s_per_step_max))
+			sb_puts(b, "<td class=\"num\">--</td>");
+		else
+			sb_printf(b, "<td class=\"num\">%s &ndash; %s</td>", fmt_num(lo, sizeof lo, mt->s_per_step_min),
+			          fmt_num(hi, sizeof hi, mt->s_per_step_max));
+		num_td(b, mt->tokens_per_s);
+		sb_printf(b, "<td class=\"num\">%s &rarr; ", fmt_num(lo, sizeof lo, mt->loss_first));
+		sb_printf(b, "%s</td></tr>\n", fmt_num(hi, sizeof hi, mt->loss_last));
+	}
+	sb_puts(b, "</tbody>\n</table>\n");
+}
+
+static void legend(struct sbuf *b, const struct report_model *m)
+{
+	for (int p = 0; p < PRECISION_COUNT; p++) {
+		int present = 0;
+		for (int i = 0; i < m->n; i++)
+			present |= (int)m->rows[i]->art.cell.precision == p;
+		if (present)
+			sb_printf(b, "<span class=\"swatch\" style=\"background:%s\"></span>%s",
+			          precision_color(precision_names[p]), precision_names[p]);
+	}
+}
+
+static void charts(struct sbuf *b, const struct report_model *m)
+{
+	struct bar *bars = xcalloc((size_t)m->n + 1, sizeof *bars);
+	const struct cell *c = m->cell;
+	double max_vram = 0, ref_mib = c->hardware.vram_gb * 1024.0, div;
+	char ref_label[160], *caption;
+	const char *unit;
+
+	for (int i = 0; i < m->n; i++)
+		if (m->rows[i]->art.metrics.vram_peak_mb > max_vram)
+			max_vram = m->rows[i]->art.metrics.vram_peak_mb;
+	/* One unit per chart: GiB unless every peak is below one (the CPU test models). */
+	div = max_vram >= 1024 ? 1024.0 : 1.0;
+	unit = div > 1 ? "GiB" : "MiB";
+	for (int i = 0; i < m->n; i++) {
+		const struct artifact *a = &m->rows[i]->art;
+		bars[i] = (struct bar){ method_names[a->cell.method], precision_names[a->cell.precision],
+		                        artifact_status_names[a->status], a->metrics.vram_peak_mb / div, NAN, NAN };
+	}
+	snprintf(ref_label, sizeof ref_label, "%s: %g GB", c->hardware.gpu_name, c->hardware.vram_gb);
+	caption = xasprintf("VRAM peak by method (%s), %s", unit, c->model.display_name);
+	sb_puts(b, "<div class=\"charts\">\n<figure>\n<figcaption>VRAM peak by method");
+	legend(b, m);
+	sb_puts(b, "</figcaption>\n");
+	/* The card's line only helps when it is on the same scale as the bars. */
+	svg_bar_chart(b, caption, bars, m->n, unit, div > 1 ? ref_mib / div : NAN, ref_label);
+	sb_puts(b, "</figure>\n");
+	free(caption);
+
+	for (int i = 0; i < m->n; i++) {
+		const struct artifact *a = &m->rows[i]->art;
+		bars[i].value = a->metrics.s_per_step;
+		bars[i].lo = a->metrics.s_per_step_min;
+		bars[i].hi = a->metrics.s_per_step_max;
+	}
+	caption = xasprintf("Seconds per optimizer step by method (median, min to max), %s", c->model.display_name);
+	sb_puts(b, "<figure>\n<figcaption>s/step by method (median; whiskers: min to max)");
+	legend(b, m);
+	sb_puts(b, "</figcaption>\n");
+	svg_bar_chart(b, caption, bars, m->n, "s/step", NAN, NULL);
+	sb_puts(b, "</figure>\n</div>\n");
+	free(caption);
+	free(bars);
+}
+
+static void model_section(struct sbuf *b, const struct report_model *m)
+{
+	const struct cell *c = m->cell;
+
+	sb_puts(b, "<section class=\"model\" id=\"model-");
+	sb_html(b, c->model.arch);
+	sb_puts(b, "\">\n<h2>");
+	sb_html(b, c->model.display_name);
+	sb_puts(b, " <small>");
+	sb_html(b, c->model.model_id);
+	sb_printf(b, ", %g B parameters</small></h2>\n", c->model.param_count_b);
+	results_table(b, m);
+	charts(b, m);
+	sb_puts(b, "</section>\n");
+}
+
+/* --- parity, environment, notes ---------------------------------------------- */
+
+static void bitwise_td(struct sbuf *b, int bitwise_exact)
+{
+	if (bitwise_exact < 0)
+		sb_puts(b, "<td>--</td>");
+	else
+		sb_printf(b, "<td><span class=\"badge %s\">%s</span></td>", bitwise_exact ? "exact" : "differs",
+		          bitwise_exact ? "exact" : "differs");
+}
+
+static void parity_cells(struct sbuf *b, const struct parity_row *row)
+{
+	const struct parity *p = row->record;
+
+	if (p != NULL) {
+		if (p->steps_compared < 0)
+			sb_puts(b, "<td class=\"num\">--</td>");
+		else
+			sb_printf(b, "<td class=\"num\">%ld</td>", p->steps_compared);
+		num_td(b, p->loss_max_abs_delta);
+		num_td(b, p->adapter_max_abs_delta);
+		sb_puts(b, "<td>");
+		if (p->loss_max_step >= 0)
+			sb_printf(b, "loss: step %ld%s", p->loss_max_step, p->adapter_max_tensor ? "<br>" : "");
+		if (p->adapter_max_tensor) {
+			sb_puts(b, "adapter: <code>");
+			sb_html(b, p->adapter_max_tensor);
+			sb_puts(b, "</code>");
+			if (p->adapter_max_index >= 0)
+				sb_printf(b, " [%lld]", p->adapter_max_index);
+		}
+		if (p->loss_max_step < 0 && p->adapter_max_tensor == NULL)
+			sb_puts(b, "--");
+		sb_puts(b, "</td>");
+		bitwise_td(b, p->bitwise_exact);
+	} else if (row->artifact != NULL) {
+		/* A cell that carries its own parity fields: no step count or location. */
+		sb_puts(b, "<td class=\"num\">--</td>");
+		num_td(b, row->artifact->parity.loss_max_abs_delta);
+		num_td(b, row->artifact->parity.adapter_max_abs_delta);
+		sb_puts(b, "<td>--</td>");
+		bitwise_td(b, row->artifact->parity.bitwise_exact);
+	} else {
+		sb_puts(b, "<td class=\"num\">--</td><td class=\"num\">--</td><td class=\"num\">--</td>"
+		           "<td>--</td><td>--</td>");
+	}
+}
+
+static void parity_section(struct sbuf *b, const struct report *r)
+{
+	sb_puts(b, "<section id=\"parity\">\n<h2>Parity: blockwise vs resident</h2>\n"
+	           "<p class=\"muted\">Same seed, same backend: every loss and every adapter weight should be "
+	           "bit-identical.  &ldquo;--&rdquo; means not measured.</p>\n"
+	           "<table class=\"parity\">\n<thead><tr><th>Model</th><th>Precision</th><th>Steps</th>"
+	           "<th>loss max |&Delta;|</th><th>adapter max |&Delta;|</th><th>where</th><th>bitwise</th>"
+	           "</tr></thead>\n<tbody>\n");
+	for (int i = 0; i < r->n_parity_rows; i++) {
+		const struct parity_row *row = &r->parity_rows[i];
+		sb_puts(b, "<tr><td>");
+		if (row->display_name)
+			sb_html(b, row->display_name);
+		else if (row->arch)
+			sb_html(b, row->arch);
+		else {
+			sb_html(b, row->record->run_a);
+			sb_puts(b, " vs ");
+			sb_html(b, row->record->run_b);
+		}
+		sb_puts(b, "</td><td>");
+		sb_html(b, row->precision ? row->precision : "--");
+		sb_puts(b, "</td>");
+		parity_cells(b, row);
+		sb_puts(b, "</tr>\n");
+	}
+	if (r->n_parity_rows == 0)
+		sb_puts(b, "<tr><td colspan=\"7\">--</td></tr>\n");
+	sb_puts(b, "</tbody>\n</table>\n</section>\n");
+}
+
+static void env_section(struct sbuf *b, const struct report *r)
+{
+	sb_puts(b, "<section id=\"env\">\n<h2>Environment</h2>\n<table class=\"env\">\n<tbody>\n");
+	for (int i = 0; env_field_names[i]; i++) {
+		struct sbuf v;
+		sb_init(&v);
+		sb_printf(b, "<tr><th>%s</th><td>", env_field_names[i]);
+		if (env_values(&v, r, env_field_names[i], 1) == 0)
+			sb_puts(b, "<span class=\"muted\">--</span>");
+		else
+			sb_puts(b, v.s);
+		sb_puts(b, "</td></tr>\n");
+		sb_free(&v);
+	}
+	sb_puts(b, "</tbody>\n</table>\n</section>\n");
+}
+
+static void notes_section(struct sbuf *b, const struct report *r)
+{
+	int any = 0;
+
+	for (int i = 0; i < r->results.n; i++)
+		any |= r->results.e[i].art.status != STATUS_OK;
+	if (!any)
+		return;
+	sb_puts(b, "<section id=\"notes\">\n<h2>Cells that did not run to the end</h2>\n<ul>\n");
+	for (int i = 0; i < r->results.n; i++) {
+		const struct result_entry *e = &r->results.e[i];
+		if (e->art.status == STATUS_OK)
+			continue;
+		sb_puts(b, "<li><code>");
+		sb_html(b, e->art.cell_id);
+		sb_puts(b, "</code> ");
+		badge(b, e);
+		sb_puts(b, " ");
+		sb_html(b, e->art.error ? e->art.error : "no reason recorded");
+		if (e->art.log) {
+			sb_puts(b, " <span class=\"muted\">(log: <code>");
+			sb_html(b, e->art.log);
+			sb_puts(b, "</code>)</span>");
+		}
+		sb_puts(b, "</li>\n");
+	}
+	sb_puts(b, "</ul>\n</section>\n");
+}
+
+void render_html(struct sbuf *b, const struct report *r)
+{
+	sb_puts(b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+	           "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>Poros Bench: ");
+	if (r->results.n > 0)
+		spec_ids(b, r);
+	else
+		sb_puts(b, "no results");
+	sb_printf(b, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<header>\n<h1>Poros Bench report</h1>\n", css);
+	if (r->results.n == 0) {
+		sb_puts(b, "<p>No run artifacts in the input.</p>\n</header>\n");
+	} else {
+		sb_puts(b, "<p class=\"muted\">");
+		spec_ids(b, r);
+		sb_printf(b, ": %d cell%s, %d model%s.</p>\n</header>\n", r->results.n, r->results.n == 1 ? "" : "s",
+		          r->n_models, r->n_models == 1 ? "" : "s");
+		spec_summary(b, r);
+		for (int m = 0; m < r->n_models; m++)
+			model_section(b, &r->models[m]);
+	}
+	parity_section(b, r);
+	if (r->results.n > 0)
+		env_section(b, r);
+	notes_section(b, r);
+	sb_puts(b, "<footer>\n<p>* Fits on is derived, not measured: the smallest common card (8, 12, 16, 24, 40, 48, "
+	           "80 or 141 GB) with more memory than the measured peak of the training process's allocations. "
+	           "A CUDA context and fragmentation need some more.</p>\n"
+	           "<p>VRAM peak: the largest device memory the run's allocator held at once.  s/step: median over the "
+	           "steps after warmup.  &ldquo;--&rdquo;: not measured.</p>\n</footer>\n</body>\n</html>\n");
+}

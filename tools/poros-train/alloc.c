@@ -1,0 +1,89 @@
+/* tools/poros-train/alloc.c: counted, budgeted device allocations. */
+#include "alloc.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+const char *format_bytes(char *buf, size_t n, double bytes)
+{
+	static const char *const unit[] = { "KiB", "MiB", "GiB", "TiB" };
+	int u = -1;
+
+	while (bytes >= 1024.0 && u < 3) {
+		bytes /= 1024.0;
+		u++;
+	}
+	if (u < 0)
+		snprintf(buf, n, "%.0f B", bytes);
+	else
+		snprintf(buf, n, "%.1f %s", bytes, unit[u]);
+	return buf;
+}
+
+void dev_alloc_init(struct dev_alloc *a, const struct backend *be, size_t budget)
+{
+	memset(a, 0, sizeof *a);
+	a->be = be;
+	a->budget = budget;
+}
+
+void *dev_alloc(struct dev_alloc *a, size_t bytes, const char *what_fmt, ...)
+{
+	char what[160], need[32], have[32], used[32];
+	va_list ap;
+	void *p = NULL;
+
+	if (a->frozen) {
+		/* a programming error, not a user's: the step loop must not allocate */
+		fprintf(stderr, "%s: internal error: device allocation after setup\n", progname);
+		abort();
+	}
+	va_start(ap, what_fmt);
+	vsnprintf(what, sizeof what, what_fmt, ap);
+	va_end(ap);
+	format_bytes(used, sizeof used, (double)a->current);
+	if (a->budget && (bytes > a->budget || a->current > a->budget - bytes)) {
+		snprintf(a->err, sizeof a->err, "allocating %s: budget %s exceeded (%s in use)", what,
+		         format_bytes(have, sizeof have, (double)a->budget), used);
+		a->oom = 1;
+		return NULL;
+	}
+	if (a->be->device_alloc(&p, bytes) != 0 || p == NULL) {
+		snprintf(a->err, sizeof a->err, "allocating %s (%s): out of %s memory (%s in use)", what,
+		         format_bytes(need, sizeof need, (double)bytes), a->be->name, used);
+		a->oom = 1;
+		return NULL;
+	}
+	if (a->n == a->cap) {
+		a->cap = a->cap ? 2 * a->cap : 32;
+		a->blocks = xrealloc(a->blocks, (size_t)a->cap * sizeof *a->blocks);
+	}
+	a->blocks[a->n].p = p;
+	a->blocks[a->n].bytes = bytes;
+	a->n++;
+	a->current += bytes;
+	if (a->current > a->peak)
+		a->peak = a->current;
+	return p;
+}
+
+void dev_alloc_freeze(struct dev_alloc *a)
+{
+	a->frozen = 1;
+}
+
+void dev_alloc_release_all(struct dev_alloc *a)
+{
+	/* in reverse, the way a stack allocator would */
+	for (int i = a->n - 1; i >= 0; i--)
+		a->be->device_free(a->blocks[i].p);
+	free(a->blocks);
+	a->blocks = NULL;
+	a->n = a->cap = 0;
+	a->current = 0;
+	a->frozen = 0;
+}

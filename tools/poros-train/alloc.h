@@ -1,0 +1,41 @@
+/* tools/poros-train/alloc.h: the only way the engine gets device memory.
+ * Counts current and peak bytes (the analogue of torch's
+ * max_memory_allocated), enforces an optional budget, and is frozen once
+ * the engine is set up so nothing is allocated inside the step loop. */
+#ifndef POROS_TRAIN_ALLOC_H
+#define POROS_TRAIN_ALLOC_H
+
+#include <stddef.h>
+
+#include "backend.h"
+
+struct dev_block {
+	void *p;
+	size_t bytes;
+};
+
+struct dev_alloc {
+	const struct backend *be;
+	size_t budget;       /* 0: no budget */
+	size_t current, peak;
+	int frozen;          /* set after setup: any further request is a bug */
+	int oom;             /* the last failure was out of memory (budget or device) */
+	int n, cap;
+	struct dev_block *blocks;
+	char err[320];       /* why the last request failed */
+};
+
+void dev_alloc_init(struct dev_alloc *a, const struct backend *be, size_t budget);
+/* Device memory of `bytes` for what (printf-style, used in the error:
+ * "allocating 2 slabs of 1.2 GiB: budget 1.0 GiB exceeded (3.0 MiB in use)").
+ * NULL with a->err set and a->oom = 1 when it does not fit. */
+void *dev_alloc(struct dev_alloc *a, size_t bytes, const char *what_fmt, ...) __attribute__((format(printf, 3, 4)));
+void dev_alloc_freeze(struct dev_alloc *a);
+void dev_alloc_release_all(struct dev_alloc *a);
+
+/* "1.2 GiB", "512.0 MiB", "3.0 KiB", "100 B" into buf. */
+const char *format_bytes(char *buf, size_t n, double bytes);
+
+#define MIB (1024.0 * 1024.0)
+
+#endif

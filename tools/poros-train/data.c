@@ -1,0 +1,187 @@
+/* tools/poros-train/data.c: synthetic token streams, raw token files, and
+ * tools/lib/dataset for everything else. */
+#include "data.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dataset.h"
+#include "ops.h"
+#include "tokenizer.h"
+#include "util.h"
+
+static int seterr(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int seterr(char *err, size_t errsz, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, errsz, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), m = strlen(suffix);
+
+	return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static int open_raw(struct token_source *d, const char *path, int width, char *err, size_t errsz)
+{
+	size_t len;
+	unsigned char *buf = (unsigned char *)read_whole_file(path, &len);
+
+	if (buf == NULL)
+		return seterr(err, errsz, "dataset %s: %s", path, strerror(errno));
+	if (len % (size_t)width != 0) {
+		free(buf);
+		return seterr(err, errsz, "%s: %zu bytes is not a whole number of %d-byte tokens", path, len, width);
+	}
+	d->n = len / (size_t)width;
+	d->tokens = xmalloc((d->n ? d->n : 1) * sizeof *d->tokens);
+	for (size_t i = 0; i < d->n; i++) {
+		const unsigned char *p = buf + i * (size_t)width;
+		uint32_t t = width == 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8
+		                        : (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+
+		if (t >= (uint32_t)d->vocab) {
+			free(buf);
+			return seterr(err, errsz, "%s: token %u at index %zu (byte %zu) >= vocabulary size %d", path, t, i,
+			              i * (size_t)width, d->vocab);
+		}
+		d->tokens[i] = t;
+	}
+	free(buf);
+	return 0;
+}
+
+/* One period of distinct tokens, so the next token is a function of the
+ * current one and a model can learn the cycle. */
+static void make_repeat(struct token_source *d)
+{
+	int period = d->vocab < REPEAT_PERIOD ? d->vocab : REPEAT_PERIOD;
+	uint64_t draw = 0;
+
+	d->tokens = xmalloc((size_t)period * sizeof *d->tokens);
+	while (d->n < (size_t)period) {
+		uint32_t t = (uint32_t)(poros_mix64(d->key ^ draw++) % (uint64_t)d->vocab);
+		size_t i;
+
+		for (i = 0; i < d->n && d->tokens[i] != t; i++)
+			;
+		if (i == d->n)
+			d->tokens[d->n++] = t;
+	}
+}
+
+/* tools/lib/dataset: documents tokenized with the model's tokenizer when
+ * it has one (records of input_ids need none). */
+static int open_dataset(struct token_source *d, const char *spec, const struct model_config *mc, uint64_t seed,
+                        char *err, size_t errsz)
+{
+	char why[512] = "", lerr[1024];
+	int eos;
+
+	if (tokenizer_resolve(&d->tok, mc->checkpoint_dir ? mc->checkpoint_dir : mc->model_id, why, sizeof why) < 0)
+		d->tok = NULL;
+	eos = d->tok ? tokenizer_eos_id(d->tok) : -1;
+	if (eos < 0)
+		eos = mc->eos_token_id;
+	if (dataset_open(&d->ds, spec, d->tok, d->seq_len, seed, eos, lerr, sizeof lerr) < 0) {
+		if (d->tok == NULL && strstr(lerr, "tokenizer") != NULL)
+			return seterr(err, errsz, "%s (the model has none: %s)", lerr, why);
+		return seterr(err, errsz, "%s", lerr);
+	}
+	if (dataset_max_token_id(d->ds) >= d->vocab)
+		return seterr(err, errsz, "dataset %s: token %d >= vocabulary size %d of %s", spec,
+		              dataset_max_token_id(d->ds), d->vocab, mc->model_id);
+	return 0;
+}
+
+static int has_raw_suffix(const char *spec, int *width)
+{
+	*width = ends_with(spec, ".u32") ? 4 : 2;
+	return ends_with(spec, ".u16") || ends_with(spec, ".bin") || ends_with(spec, ".u32");
+}
+
+int token_source_open(struct token_source *d, const char *spec, const struct model_config *mc, int seq_len,
+                      uint64_t seed, char *err, size_t errsz)
+{
+	int width, rc;
+
+	memset(d, 0, sizeof *d);
+	d->name = xstrdup(spec);
+	d->vocab = mc->vocab_size;
+	d->seq_len = seq_len;
+	d->key = poros_mix64(seed ^ 0xda7a5eedull);
+	d->seq = xmalloc(((size_t)seq_len + 1) * sizeof *d->seq);
+	if (strcmp(spec, "synthetic") == 0) {
+		d->kind = SOURCE_SYNTHETIC;
+		return 0;
+	}
+	if (strcmp(spec, "synthetic:repeat") == 0) {
+		d->kind = SOURCE_REPEAT;
+		make_repeat(d);
+		return 0;
+	}
+	if (has_raw_suffix(spec, &width)) {
+		d->kind = SOURCE_RAW;
+		rc = open_raw(d, spec, width, err, errsz);
+		if (rc == 0 && d->n == 0)
+			rc = seterr(err, errsz, "dataset %s: holds no tokens", spec);
+	} else {
+		/* never a silent fallback to synthetic data: what cannot be
+		 * found is an error that names it */
+		d->kind = SOURCE_DATASET;
+		rc = open_dataset(d, spec, mc, seed, err, errsz);
+	}
+	if (rc < 0)
+		token_source_free(d);
+	return rc;
+}
+
+/* Sequence `index` of the synthetic or raw stream: S+1 tokens. */
+static void stream_sequence(const struct token_source *d, uint64_t index, int32_t *out)
+{
+	int len = d->seq_len + 1;
+	uint64_t start = index * (uint64_t)len;
+
+	for (int i = 0; i < len; i++) {
+		uint64_t pos = start + (uint64_t)i;
+
+		out[i] = d->kind == SOURCE_SYNTHETIC ? (int32_t)(poros_mix64(d->key ^ pos) % (uint64_t)d->vocab)
+		                                      : (int32_t)d->tokens[pos % d->n];
+	}
+}
+
+int token_source_next(struct token_source *d, int32_t *tokens, int32_t *targets, int batch, char *err, size_t errsz)
+{
+	int S = d->seq_len;
+
+	if (d->kind == SOURCE_DATASET)
+		return dataset_next(d->ds, tokens, targets, batch, err, errsz);
+	for (int b = 0; b < batch; b++) {
+		stream_sequence(d, d->next_seq++, d->seq);
+		memcpy(tokens + (size_t)b * S, d->seq, (size_t)S * sizeof *tokens);
+		memcpy(targets + (size_t)b * S, d->seq + 1, (size_t)S * sizeof *targets);
+	}
+	return 0;
+}
+
+void token_source_free(struct token_source *d)
+{
+	free(d->name);
+	free(d->tokens);
+	free(d->seq);
+	dataset_close(d->ds);
+	if (d->tok)
+		tokenizer_free(d->tok);
+	memset(d, 0, sizeof *d);
+}

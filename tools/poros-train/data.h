@@ -1,0 +1,56 @@
+/* tools/poros-train/data.h: where training tokens come from.
+ *
+ * A token source hands out micro-batches in order: tokens (B,S) and
+ * targets (B,S), a target of -1 meaning "not predicted".  The engine asks
+ * for the k micro-batches of a step at the start of the step, in order, so
+ * both schedules see the same tokens.
+ *
+ *   "synthetic"          pseudo-random tokens from the seed, never repeating
+ *   "synthetic:repeat"   a cycle of 16 distinct tokens: learnable, for tests
+ *   FILE.u16, FILE.bin   raw little-endian uint16 token ids
+ *   FILE.u32             raw little-endian uint32 token ids
+ *   anything else        tools/lib/dataset.h: .jsonl/.json/.txt (.gz), a
+ *                        directory, or a dataset in the local HF cache;
+ *                        text is tokenized with the model's tokenizer
+ *
+ * Synthetic and raw streams are cut into consecutive sequences of S+1
+ * tokens (inputs, then the same shifted by one as targets), wrapping at the
+ * end of a file; tools/lib/dataset packs documents its own way (rows of S
+ * overlapping by one token, documents shuffled per epoch). */
+#ifndef POROS_TRAIN_DATA_H
+#define POROS_TRAIN_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model_config.h"
+
+enum source_kind { SOURCE_SYNTHETIC, SOURCE_REPEAT, SOURCE_RAW, SOURCE_DATASET };
+
+#define REPEAT_PERIOD 16
+
+struct dataset;
+struct tokenizer;
+
+struct token_source {
+	enum source_kind kind;
+	char *name;
+	int vocab, seq_len;
+	uint64_t key;            /* synthetic kinds: derived from the seed */
+	uint64_t next_seq;       /* synthetic and raw: sequences handed out */
+	uint32_t *tokens;        /* raw: the whole stream; repeat: one period */
+	size_t n;
+	int32_t *seq;            /* (S+1) scratch */
+	struct dataset *ds;      /* SOURCE_DATASET */
+	struct tokenizer *tok;   /* SOURCE_DATASET, when the model has one */
+};
+
+/* 0, or -1 with err naming the path and, for a token the model cannot
+ * embed, its position (or, for tools/lib/dataset sources, its value). */
+int token_source_open(struct token_source *s, const char *spec, const struct model_config *mc, int seq_len,
+                      uint64_t seed, char *err, size_t errsz);
+/* The next `batch` sequences.  0, or -1 with err. */
+int token_source_next(struct token_source *s, int32_t *tokens, int32_t *targets, int batch, char *err, size_t errsz);
+void token_source_free(struct token_source *s);
+
+#endif

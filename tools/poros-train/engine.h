@@ -1,0 +1,90 @@
+/* tools/poros-train/engine.h: the training engine above the backend
+ * interface: device state, forward and hand-written backward of the
+ * decoder with LoRA, the two schedules (resident, blockwise), clipping
+ * and AdamW.  Everything device-side goes through backend->ops and the
+ * backend's memory/stream/event calls, so the CUDA backend needs no
+ * change here; host code never dereferences a device pointer. */
+#ifndef POROS_TRAIN_ENGINE_H
+#define POROS_TRAIN_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc.h"
+#include "backend.h"
+#include "data.h"
+#include "model_config.h"
+#include "train.h"
+#include "weights.h"
+
+/* LoRA parameters in one flat fp32 buffer: layer-major, projections in
+ * cell.h's order, A (R,K) then B (N,R); each tensor starts on a 64-float
+ * boundary (zero padding, which clipping and AdamW leave at zero) so the
+ * CUDA GEMMs see aligned pointers.  Gradients, m and v share the layout. */
+struct lora_slot {
+	long a, b;        /* offsets in floats; a < 0: projection not targeted */
+	int n_out, n_in;
+};
+
+struct lora_layout {
+	int n_layers, rank;
+	unsigned mask;
+	long total;       /* floats, padding included */
+	struct lora_slot *slot; /* n_layers * N_PROJ */
+};
+
+struct step_stats {
+	double loss;      /* mean over micro-batches of each one's mean token loss */
+	double grad_norm; /* global L2 norm before clipping */
+	double lr;
+	double step_s;
+	long long h2d_bytes;
+	double h2d_s, compute_s;
+	double copy_hidden_frac; /* NaN when nothing was copied */
+};
+
+struct engine;
+
+/* Allocates every device buffer (nothing is allocated later), uploads the
+ * embedding (and, resident, every layer), rope tables and the initial
+ * LoRA (A kaiming-uniform from the seed, B zero).  *out is set even on
+ * failure so the caller can read engine_vram_peak(); always
+ * engine_destroy it.  Returns 0, or -1 with err (engine_oom() tells
+ * whether the device memory or the budget ran out). */
+int engine_create(struct engine **out, const struct train_config *cfg, const struct model_config *mc,
+                  const struct host_weights *hw, struct token_source *data, const struct backend *be, char *err,
+                  size_t errsz);
+void engine_destroy(struct engine *e);
+int engine_oom(const struct engine *e);
+
+/* Zeroes the gradients, then forward and backward over the step's k
+ * micro-batches (step is 1-based; it picks the dropout masks, and a step
+ * other than the last one seen takes the next k micro-batches from the
+ * token source, so steps go in order; repeating a step reuses its data).
+ * Gradients are left in the engine; returns the step's loss, NaN when the
+ * token source failed (engine_error says why). */
+double engine_forward_backward(struct engine *e, int step);
+const char *engine_error(const struct engine *e);
+/* One optimizer step: forward_backward, clipping, AdamW.  Returns 0, or
+ * -1 when the loss or the gradient norm is not finite (parameters are
+ * then left as they were). */
+int engine_step(struct engine *e, int step, struct step_stats *st);
+
+const struct lora_layout *engine_lora_layout(const struct engine *e);
+/* Host copies of the flat buffers (lora_layout.total floats). */
+void engine_lora_read(struct engine *e, float *host);
+void engine_lora_write(struct engine *e, const float *host);
+void engine_grad_read(struct engine *e, float *host);
+
+size_t engine_vram_current(const struct engine *e);
+size_t engine_vram_peak(const struct engine *e);
+
+/* The learning rate of a (1-based) step: HF's schedulers with linear
+ * warmup over warmup_steps (step 1 of a warmup has lr 0, as in HF). */
+double lr_at(const struct train_config *c, int step);
+
+/* HF's RoPE tables (S, D/2) for the model, fp32, with the rope_scaling
+ * types poros-train implements; -1 with err for any other. */
+int rope_tables(float *cos_t, float *sin_t, const struct model_config *mc, int S, char *err, size_t errsz);
+
+#endif

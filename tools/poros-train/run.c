@@ -1,0 +1,465 @@
+/* tools/poros-train/run.c: one training run from start to summary:
+ * model, dataset, host weights, engine, the step loop with events.jsonl,
+ * adapters, and the poros.summary/1 line. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "adapter.h"
+#include "artifact.h"
+#include "engine.h"
+#include "jsonl.h"
+#include "train.h"
+#include "util.h"
+
+/* What the summary reports; doubles are NaN when not measured. */
+struct run_result {
+	const char *status; /* "ok", "oom", "error" */
+	char error[1024];
+	const struct backend *be;
+	int steps_done, weights_real, weights_known;
+	double *step_s;     /* per step */
+	double loss_first, loss_last;
+	double vram_peak_mb;
+	double vram_sum_bytes; /* exact: whole numbers far below 2^53 */
+	char *events_path, *adapter_path;
+	int events_written, adapter_written;
+};
+
+/* --- adapters ------------------------------------------------------------- */
+
+/* An adapter view of the flat parameters (tensors point into params). */
+static void adapter_from_params(struct adapter *a, const struct train_config *c, const struct lora_layout *lo,
+                                float *params)
+{
+	int n = 0;
+
+	memset(a, 0, sizeof *a);
+	a->rank = lo->rank;
+	a->alpha = c->alpha;
+	a->dropout = c->dropout;
+	a->target_mask = lo->mask;
+	a->base_model = c->model_id;
+	a->t = xcalloc((size_t)lo->n_layers * N_PROJ * 2, sizeof *a->t);
+	for (int l = 0; l < lo->n_layers; l++)
+		for (int m = 0; m < N_PROJ; m++) {
+			const struct lora_slot *s = &lo->slot[l * N_PROJ + m];
+
+			if (s->a < 0)
+				continue;
+			a->t[n++] = (struct adapter_tensor){ adapter_key(l, m, 0), lo->rank, s->n_in, params + s->a };
+			a->t[n++] = (struct adapter_tensor){ adapter_key(l, m, 1), s->n_out, lo->rank, params + s->b };
+		}
+	a->n = n;
+}
+
+static void adapter_view_free(struct adapter *a)
+{
+	for (int i = 0; i < a->n; i++)
+		free(a->t[i].name);
+	free(a->t);
+	memset(a, 0, sizeof *a);
+}
+
+static int save_adapter(struct engine *e, const struct train_config *c, const char *dir, char *err, size_t errsz)
+{
+	const struct lora_layout *lo = engine_lora_layout(e);
+	float *params = xmalloc((size_t)lo->total * sizeof *params);
+	struct adapter a;
+	int rc;
+
+	engine_lora_read(e, params);
+	adapter_from_params(&a, c, lo, params);
+	rc = adapter_save(dir, &a, err, errsz);
+	adapter_view_free(&a);
+	free(params);
+	return rc;
+}
+
+static void mask_names(char *buf, size_t n, unsigned mask)
+{
+	buf[0] = '\0';
+	for (int m = 0; m < CELL_MAX_TARGETS; m++)
+		if ((mask >> m) & 1u) {
+			strncat(buf, *buf ? "," : "", n - strlen(buf) - 1);
+			strncat(buf, lora_module_names[m], n - strlen(buf) - 1);
+		}
+}
+
+/* --init-adapter: every tensor the run trains must be there with its
+ * shape, and nothing else. */
+static int load_init_adapter(struct engine *e, const struct train_config *c, char *err, size_t errsz)
+{
+	const struct lora_layout *lo = engine_lora_layout(e);
+	float *params = xcalloc((size_t)lo->total, sizeof *params);
+	char have[128], want[128], lerr[512];
+	struct adapter a;
+	int expected = 0, rc = -1;
+
+	if (adapter_load(c->init_adapter, &a, lerr, sizeof lerr) < 0) {
+		snprintf(err, errsz, "--init-adapter: %s", lerr);
+		free(params);
+		return -1;
+	}
+	if (a.rank != lo->rank) {
+		snprintf(err, errsz, "--init-adapter %s: rank %d, but this run trains rank %d", c->init_adapter, a.rank,
+		         lo->rank);
+		goto out;
+	}
+	if (a.target_mask != lo->mask) {
+		mask_names(have, sizeof have, a.target_mask);
+		mask_names(want, sizeof want, lo->mask);
+		snprintf(err, errsz, "--init-adapter %s: targets %s, but this run targets %s", c->init_adapter, have, want);
+		goto out;
+	}
+	for (int l = 0; l < lo->n_layers; l++)
+		for (int m = 0; m < N_PROJ; m++) {
+			const struct lora_slot *s = &lo->slot[l * N_PROJ + m];
+
+			if (s->a < 0)
+				continue;
+			for (int is_b = 0; is_b < 2; is_b++) {
+				char *key = adapter_key(l, m, is_b);
+				const struct adapter_tensor *t = adapter_find(&a, key);
+				int rows = is_b ? s->n_out : lo->rank, cols = is_b ? lo->rank : s->n_in;
+
+				if (t == NULL || t->rows != rows || t->cols != cols) {
+					if (t == NULL)
+						snprintf(err, errsz, "--init-adapter %s: tensor %s is missing", c->init_adapter, key);
+					else
+						snprintf(err, errsz, "--init-adapter %s: tensor %s has shape [%d,%d] (expected [%d,%d])",
+						         c->init_adapter, key, t->rows, t->cols, rows, cols);
+					free(key);
+					goto out;
+				}
+				memcpy(params + (is_b ? s->b : s->a), t->data, (size_t)rows * cols * sizeof(float));
+				free(key);
+				expected++;
+			}
+		}
+	if (a.n != expected) {
+		snprintf(err, errsz, "--init-adapter %s: has %d tensors for layers this %d-layer model does not have",
+		         c->init_adapter, a.n - expected, lo->n_layers);
+		goto out;
+	}
+	engine_lora_write(e, params);
+	rc = 0;
+out:
+	adapter_free(&a);
+	free(params);
+	return rc;
+}
+
+/* --- events and summary ------------------------------------------------------ */
+
+/* A JSON number with a printf format, or null when not finite. */
+static int put_num(char *buf, size_t n, const char *fmt, double v)
+{
+	if (!isfinite(v))
+		return snprintf(buf, n, "null");
+	return snprintf(buf, n, fmt, v);
+}
+
+static int append_event(const char *path, int step, const struct step_stats *st, long long tokens, double alloc_mb,
+                        double peak_mb)
+{
+	char line[1024], loss[40], lr[40], gn[40], frac[40];
+
+	/* loss with 9 significant digits: enough to round-trip a float, so
+	 * poros-parity can compare bits */
+	put_num(loss, sizeof loss, "%.9g", (double)(float)st->loss);
+	put_num(lr, sizeof lr, "%.9g", st->lr);
+	put_num(gn, sizeof gn, "%.9g", st->grad_norm);
+	put_num(frac, sizeof frac, "%.4f", st->copy_hidden_frac);
+	snprintf(line, sizeof line,
+	         "{\"step\":%d,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"step_s\":%.6f,\"tokens\":%lld,"
+	         "\"vram_alloc_mb\":%.1f,\"vram_peak_mb\":%.1f,\"h2d_bytes\":%lld,\"h2d_s\":%.6f,\"compute_s\":%.6f,"
+	         "\"copy_hidden_frac\":%s}\n",
+	         step, loss, lr, gn, st->step_s, tokens, alloc_mb, peak_mb, st->h2d_bytes, st->h2d_s, st->compute_s, frac);
+	return append_line(path, line, strlen(line));
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static cJSON *num_or_null(double v)
+{
+	return json_number_or_null(v);
+}
+
+/* A loss with the same 9 digits as events.jsonl. */
+static cJSON *loss_json(double v)
+{
+	char buf[40];
+
+	if (!isfinite(v))
+		return cJSON_CreateNull();
+	snprintf(buf, sizeof buf, "%.9g", (double)(float)v);
+	return cJSON_CreateRaw(buf);
+}
+
+static cJSON *str_or_null(const char *s)
+{
+	return s ? cJSON_CreateString(s) : cJSON_CreateNull();
+}
+
+static int print_summary(FILE *out, const struct train_config *c, const struct run_result *r)
+{
+	cJSON *o = cJSON_CreateObject(), *env;
+	int measured = r->steps_done - c->warmup_steps;
+	double med = NAN, lo = NAN, hi = NAN, tps = NAN;
+	long long tokens_per_step = (long long)c->batch_size * c->seq_len * c->accum;
+	int rc;
+
+	if (measured > 0) {
+		double *t = xmalloc((size_t)measured * sizeof *t);
+
+		memcpy(t, r->step_s + c->warmup_steps, (size_t)measured * sizeof *t);
+		qsort(t, (size_t)measured, sizeof *t, cmp_double);
+		med = measured % 2 ? t[measured / 2] : 0.5 * (t[measured / 2 - 1] + t[measured / 2]);
+		lo = t[0];
+		hi = t[measured - 1];
+		tps = med > 0 ? (double)tokens_per_step / med : NAN;
+		free(t);
+	} else {
+		measured = 0;
+	}
+	cJSON_AddStringToObject(o, "schema", SUMMARY_SCHEMA);
+	cJSON_AddStringToObject(o, "status", r->status);
+	cJSON_AddItemToObject(o, "error", str_or_null(r->error[0] ? r->error : NULL));
+	cJSON_AddStringToObject(o, "method", method_names[c->method]);
+	cJSON_AddStringToObject(o, "mode", train_mode_names[c->mode]);
+	cJSON_AddItemToObject(o, "backend", str_or_null(r->be ? r->be->name : NULL));
+	cJSON_AddNumberToObject(o, "steps", r->steps_done);
+	cJSON_AddNumberToObject(o, "warmup_steps", c->warmup_steps);
+	cJSON_AddNumberToObject(o, "steps_measured", measured);
+	cJSON_AddItemToObject(o, "s_per_step", num_or_null(med));
+	cJSON_AddItemToObject(o, "s_per_step_min", num_or_null(lo));
+	cJSON_AddItemToObject(o, "s_per_step_max", num_or_null(hi));
+	cJSON_AddItemToObject(o, "tokens_per_s", num_or_null(tps));
+	cJSON_AddItemToObject(o, "vram_peak_mb", num_or_null(r->vram_peak_mb));
+	cJSON_AddItemToObject(o, "vram_avg_mb", num_or_null(r->steps_done ? r->vram_sum_bytes / r->steps_done / MIB : NAN));
+	cJSON_AddItemToObject(o, "loss_first", loss_json(r->loss_first));
+	cJSON_AddItemToObject(o, "loss_last", loss_json(r->loss_last));
+	cJSON_AddItemToObject(o, "weights", str_or_null(r->weights_known ? (r->weights_real ? "real" : "synthetic") : NULL));
+	cJSON_AddStringToObject(o, "run_dir", c->out_dir);
+	cJSON_AddItemToObject(o, "events", str_or_null(r->events_written ? r->events_path : NULL));
+	cJSON_AddItemToObject(o, "adapter", str_or_null(r->adapter_written ? r->adapter_path : NULL));
+	env = cJSON_AddObjectToObject(o, "env");
+	cJSON_AddItemToObject(env, "gpu_name", str_or_null(r->be ? r->be->device_name : NULL));
+	cJSON_AddItemToObject(env, "gpu_mem_mb",
+	                      r->be && r->be->device_mem_mb > 0 ? cJSON_CreateNumber((double)r->be->device_mem_mb)
+	                                                        : cJSON_CreateNull());
+	cJSON_AddItemToObject(env, "driver", str_or_null(r->be ? r->be->driver_version : NULL));
+	cJSON_AddItemToObject(env, "cuda_runtime", str_or_null(r->be ? r->be->runtime_version : NULL));
+	cJSON_AddNullToObject(env, "python");
+	cJSON_AddNullToObject(env, "torch");
+	cJSON_AddNullToObject(env, "transformers");
+	cJSON_AddNullToObject(env, "peft");
+	rc = jsonl_write(out, o);
+	fflush(out);
+	cJSON_Delete(o);
+	return rc;
+}
+
+/* --- the run ------------------------------------------------------------------- */
+
+static const struct backend *select_backend(const char *name, char *err, size_t errsz)
+{
+	const struct backend *be;
+	char why[256] = "";
+
+	if (strcmp(name, "cpu") == 0)
+		return backend_cpu();
+	be = backend_cuda(why, sizeof why);
+	if (be == NULL && strcmp(name, "auto") == 0)
+		return backend_cpu();
+	if (be == NULL)
+		snprintf(err, errsz, "--backend cuda: %s", why);
+	return be;
+}
+
+/* The run directory, without a previous run's events (appending to them
+ * would mix two runs in one file). */
+static int prepare_run_dir(const struct train_config *c, struct run_result *r, char *err, size_t errsz)
+{
+	if (mkdir_p(c->out_dir, 0755) < 0)
+		return snprintf(err, errsz, "%s: %s", c->out_dir, strerror(errno)), -1;
+	r->events_path = xasprintf("%s/events.jsonl", c->out_dir);
+	r->adapter_path = xasprintf("%s/adapter", c->out_dir);
+	if (unlink(r->events_path) < 0 && errno != ENOENT)
+		return snprintf(err, errsz, "%s: %s", r->events_path, strerror(errno)), -1;
+	return 0;
+}
+
+static void progress(const struct train_config *c, int step, const struct step_stats *st)
+{
+	if (c->quiet)
+		return;
+	fprintf(stderr, "%s: step %d/%d loss %.6f lr %.3g grad_norm %.4g %.3f s\n", progname, step, c->steps, st->loss,
+	        st->lr, st->grad_norm, st->step_s);
+}
+
+static int train_loop(struct engine *e, const struct train_config *c, struct run_result *r, char *err, size_t errsz)
+{
+	long long tokens = (long long)c->batch_size * c->seq_len * c->accum;
+
+	for (int step = 1; step <= c->steps; step++) {
+		struct step_stats st;
+		double alloc_mb = (double)engine_vram_current(e) / MIB, peak_mb = (double)engine_vram_peak(e) / MIB;
+
+		if (engine_step(e, step, &st) < 0) {
+			if (engine_error(e))
+				return snprintf(err, errsz, "step %d: %s", step, engine_error(e)), -1;
+			return snprintf(err, errsz, "step %d: %s is not finite (loss %g, grad_norm %g)", step,
+			                isfinite(st.loss) ? "the gradient norm" : "the loss", st.loss, st.grad_norm), -1;
+		}
+		if (append_event(r->events_path, step, &st, tokens, alloc_mb, peak_mb) < 0)
+			return snprintf(err, errsz, "%s: %s", r->events_path, strerror(errno)), -1;
+		r->events_written = 1;
+		r->step_s[step - 1] = st.step_s;
+		if (step == 1)
+			r->loss_first = st.loss;
+		r->loss_last = st.loss;
+		r->vram_sum_bytes += (double)engine_vram_current(e);
+		r->steps_done = step;
+		progress(c, step, &st);
+		if (c->save_every > 0 && step % c->save_every == 0 && step < c->steps) {
+			char *dir = xasprintf("%s/adapter-step%d", c->out_dir, step);
+			int rc = save_adapter(e, c, dir, err, errsz);
+
+			free(dir);
+			if (rc < 0)
+				return -1;
+		}
+	}
+	if (save_adapter(e, c, r->adapter_path, err, errsz) < 0)
+		return -1;
+	r->adapter_written = 1;
+	return 0;
+}
+
+/* Ends a run that got far enough to report: the summary line, exit 1 for
+ * oom and errors. */
+static int finish(const struct train_config *c, struct run_result *r, FILE *out)
+{
+	if (strcmp(r->status, "ok") != 0)
+		warnmsg("%s", r->error);
+	if (print_summary(out, c, r) < 0)
+		return EXIT_RUNTIME;
+	return strcmp(r->status, "ok") == 0 ? EXIT_OK : EXIT_RUNTIME;
+}
+
+/* Everything one run holds, released by run_close whatever got built. */
+struct run {
+	const struct train_config *c;
+	struct model_config mc;
+	struct token_source data;
+	struct host_weights hw;
+	struct engine *e;
+	int have_mc, have_data, have_hw;
+	struct run_result r;
+};
+
+static void run_close(struct run *x)
+{
+	engine_destroy(x->e);
+	if (x->have_hw)
+		host_weights_free(&x->hw);
+	if (x->have_data)
+		token_source_free(&x->data);
+	if (x->have_mc)
+		model_config_free(&x->mc);
+	free(x->r.step_s);
+	free(x->r.events_path);
+	free(x->r.adapter_path);
+}
+
+/* The model's shape and the data: what is wrong here is bad input. */
+static int open_inputs(struct run *x, char *err, size_t errsz)
+{
+	const struct train_config *c = x->c;
+
+	if (model_config_resolve(&x->mc, c->model_id, c->configs_dir, err, errsz) < 0)
+		return -1;
+	x->have_mc = 1;
+	if (x->mc.head_dim % 2 != 0)
+		return snprintf(err, errsz, "%s: head_dim %d is odd (rotary embedding needs pairs)", c->model_id,
+		                x->mc.head_dim), -1;
+	/* an unsupported rope_scaling is refused before any work is done */
+	if (rope_tables(NULL, NULL, &x->mc, 0, err, errsz) < 0)
+		return -1;
+	if (token_source_open(&x->data, c->dataset, &x->mc, c->seq_len, c->seed, err, errsz) < 0)
+		return -1;
+	x->have_data = 1;
+	return 0;
+}
+
+enum { RUN_OK = 0, RUN_FAILED = -1, RUN_BAD_INPUT = -2 };
+
+/* Backend, host weights, run directory, engine, steps.  RUN_FAILED with
+ * the reason in x->r.error (it goes into the summary), RUN_BAD_INPUT with
+ * it in err (a checkpoint or an --init-adapter that does not fit). */
+static int run_training(struct run *x, char *err, size_t errsz)
+{
+	const struct train_config *c = x->c;
+	struct run_result *r = &x->r;
+	int rc;
+
+	r->step_s = xcalloc((size_t)c->steps, sizeof *r->step_s);
+	if ((r->be = select_backend(c->backend, err, errsz)) == NULL)
+		goto failed;
+	rc = host_weights_load(&x->hw, r->be, &x->mc, c->precision == PRECISION_NF4, c->seed, err, errsz);
+	if (rc == -1)
+		return RUN_BAD_INPUT;
+	if (rc < 0)
+		goto failed;
+	x->have_hw = 1;
+	r->weights_known = 1;
+	r->weights_real = x->hw.real;
+	if (prepare_run_dir(c, r, err, errsz) < 0)
+		goto failed;
+	rc = engine_create(&x->e, c, &x->mc, &x->hw, &x->data, r->be, err, errsz);
+	r->vram_peak_mb = (double)engine_vram_peak(x->e) / MIB;
+	if (rc < 0) {
+		r->status = engine_oom(x->e) ? "oom" : "error";
+		goto failed;
+	}
+	if (c->init_adapter && load_init_adapter(x->e, c, err, errsz) < 0)
+		return RUN_BAD_INPUT;
+	rc = train_loop(x->e, c, r, err, errsz);
+	r->vram_peak_mb = (double)engine_vram_peak(x->e) / MIB;
+	if (rc < 0)
+		goto failed;
+	r->status = "ok";
+	return RUN_OK;
+failed:
+	snprintf(r->error, sizeof r->error, "%s", err);
+	return RUN_FAILED;
+}
+
+int train_run(const struct train_config *c, FILE *summary_out)
+{
+	struct run x = { .c = c };
+	char err[1024];
+	int rc;
+
+	x.r = (struct run_result){ .status = "error", .loss_first = NAN, .loss_last = NAN, .vram_peak_mb = NAN };
+	/* bad input: a message and exit 2, no summary */
+	if (open_inputs(&x, err, sizeof err) < 0 || run_training(&x, err, sizeof err) == RUN_BAD_INPUT) {
+		warnmsg("%s", err);
+		run_close(&x);
+		return EXIT_USAGE;
+	}
+	rc = finish(c, &x.r, summary_out);
+	run_close(&x);
+	return rc;
+}

@@ -1,0 +1,394 @@
+/* tools/poros-train/weights.c: host weight layout, synthetic weights and
+ * HF checkpoint loading. */
+#include "weights.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "nf4.h"
+#include "ops.h"
+#include "safetensors.h"
+#include "util.h"
+
+static int seterr(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int seterr(char *err, size_t errsz, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, errsz, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static size_t align_up(size_t n)
+{
+	return (n + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN;
+}
+
+/* Reserves bytes at *off and returns where they start. */
+static size_t reserve(size_t *off, size_t bytes)
+{
+	size_t at = *off;
+
+	*off = align_up(*off + bytes);
+	return at;
+}
+
+/* Llama and Qwen3 with attention_bias put one on o_proj too; Qwen2 never. */
+static int has_o_bias(const struct model_config *mc)
+{
+	return mc->attention_bias && strcmp(mc->model_type, "qwen2") != 0;
+}
+
+int layer_layout_init(struct layer_layout *lay, const struct model_config *mc, int nf4, char *err, size_t errsz)
+{
+	size_t off = 0, dq = 0;
+	int c = mc->hidden_size, d = mc->head_dim;
+	int q = mc->num_attention_heads * d, kv = mc->num_key_value_heads * d;
+
+	memset(lay, 0, sizeof *lay);
+	lay->nf4 = nf4;
+	lay->in_norm = reserve(&off, (size_t)c * 2);
+	lay->post_norm = reserve(&off, (size_t)c * 2);
+	lay->q_norm = mc->qk_norm ? reserve(&off, (size_t)d * 2) : LAYOUT_NONE;
+	lay->k_norm = mc->qk_norm ? reserve(&off, (size_t)d * 2) : LAYOUT_NONE;
+	lay->bias[0] = mc->attention_bias ? reserve(&off, (size_t)q * 2) : LAYOUT_NONE;
+	lay->bias[1] = mc->attention_bias ? reserve(&off, (size_t)kv * 2) : LAYOUT_NONE;
+	lay->bias[2] = mc->attention_bias ? reserve(&off, (size_t)kv * 2) : LAYOUT_NONE;
+	lay->bias[3] = has_o_bias(mc) ? reserve(&off, (size_t)c * 2) : LAYOUT_NONE;
+	for (int m = 0; m < N_PROJ; m++) {
+		size_t numel;
+
+		model_config_module_shape(mc, m, &lay->n_out[m], &lay->n_in[m]);
+		numel = (size_t)lay->n_out[m] * (size_t)lay->n_in[m];
+		if (nf4) {
+			if (numel % POROS_NF4_BLOCK != 0)
+				return seterr(err, errsz, "%s: %s has %zu elements, not a multiple of the NF4 block (%d)",
+				              mc->model_id, lora_module_names[m], numel, POROS_NF4_BLOCK);
+			lay->weight[m] = reserve(&off, numel / 2);
+			lay->absmax[m] = reserve(&off, numel / POROS_NF4_BLOCK * sizeof(float));
+			lay->dq[m] = reserve(&dq, numel * 2);
+		} else {
+			lay->weight[m] = reserve(&off, numel * 2);
+			lay->absmax[m] = LAYOUT_NONE;
+			lay->dq[m] = LAYOUT_NONE;
+		}
+	}
+	lay->stride = off;
+	lay->dq_stride = dq;
+	return 0;
+}
+
+void global_layout_init(struct global_layout *g, const struct model_config *mc)
+{
+	size_t off = 0, table = (size_t)mc->vocab_size * (size_t)mc->hidden_size * 2;
+
+	g->embed = reserve(&off, table);
+	g->final_norm = reserve(&off, (size_t)mc->hidden_size * 2);
+	g->lm_head = mc->tie_word_embeddings ? g->embed : reserve(&off, table);
+	g->bytes = off;
+}
+
+/* --- synthetic weights ---------------------------------------------------
+ * Counter-based: element i of tensor `id` depends only on (seed, id, i), so
+ * any thread may fill any part and the result never depends on the thread
+ * count.  Tensor ids: layer * 64 + slot inside a layer; 1 << 40 upwards
+ * for the global tensors. */
+
+enum { SLOT_IN_NORM = 10, SLOT_POST_NORM, SLOT_Q_NORM, SLOT_K_NORM, SLOT_BIAS = 20, SLOT_ABSMAX = 30 };
+#define GLOBAL_ID (1ull << 40)
+
+static uint64_t tensor_key(uint64_t seed, uint64_t id)
+{
+	return poros_mix64(seed ^ poros_mix64(id + 0x5eed5eed5eedull));
+}
+
+/* Roughly N(0,1): the sum of four 16-bit uniforms, centred and scaled
+ * (Irwin-Hall), one hash per element; bounded at +-3.46. */
+static float normalish(uint64_t key, uint64_t i)
+{
+	uint64_t h = poros_mix64(key ^ i);
+	float s = 0;
+
+	for (int k = 0; k < 4; k++)
+		s += ((float)((h >> (16 * k)) & 0xffff) + 0.5f) * (1.0f / 65536.0f);
+	return (s - 2.0f) * 1.7320508f;
+}
+
+static void fill_normal(bf16 *out, long n, uint64_t key, float mean, float std)
+{
+#pragma omp parallel for schedule(static) if (n > 65536)
+	for (long i = 0; i < n; i++)
+		out[i] = bf16_from_f32(mean + std * normalish(key, (uint64_t)i));
+}
+
+/* NF4 drawn directly (codes uniform over the 16 levels, absmax giving the
+ * standard deviation std): values do not matter for speed and memory, and
+ * quantizing 70B random weights on the host would take minutes. */
+static void fill_nf4(uint8_t *packed, float *absmax, long n, uint64_t key, float std)
+{
+	long nbytes = n / 2, nblocks = n / POROS_NF4_BLOCK;
+	uint64_t scale_key = poros_mix64(key ^ 0xab5ab5ab5ull);
+
+#pragma omp parallel for schedule(static) if (nbytes > 65536)
+	for (long w = 0; w < (nbytes + 7) / 8; w++) {
+		uint64_t h = poros_mix64(key ^ (uint64_t)w);
+
+		for (long j = w * 8; j < nbytes && j < w * 8 + 8; j++)
+			packed[j] = (uint8_t)(h >> (8 * (j - w * 8)));
+	}
+#pragma omp parallel for schedule(static) if (nblocks > 65536)
+	for (long b = 0; b < nblocks; b++) {
+		uint32_t r = (uint32_t)(poros_mix64(scale_key ^ (uint64_t)b) >> 40);
+
+		/* uniform codes have a standard deviation of 0.52 absmax */
+		absmax[b] = std / 0.52f * (0.8f + 0.4f * (float)r * (1.0f / 16777216.0f));
+	}
+}
+
+static void synth_layer(unsigned char *rec, const struct layer_layout *lay, const struct model_config *mc, int layer,
+                        uint64_t seed)
+{
+	uint64_t base = (uint64_t)layer * 64;
+	int c = mc->hidden_size, d = mc->head_dim;
+	const size_t norm_off[4] = { lay->in_norm, lay->post_norm, lay->q_norm, lay->k_norm };
+	const long norm_len[4] = { c, c, d, d };
+
+	/* norms near one (not exactly: a weight of one would hide a bug that
+	 * drops it), biases N(0, 0.02), each projection N(0, 1/K) so
+	 * activations stay O(1) at any width (0.02 would make a 64-wide tiny
+	 * model's logits too small to ever predict anything) */
+	for (int i = 0; i < 4; i++)
+		if (norm_off[i] != LAYOUT_NONE)
+			fill_normal((bf16 *)(rec + norm_off[i]), norm_len[i], tensor_key(seed, base + SLOT_IN_NORM + i), 1.0f,
+			            0.05f);
+	for (int i = 0; i < 4; i++)
+		if (lay->bias[i] != LAYOUT_NONE)
+			fill_normal((bf16 *)(rec + lay->bias[i]), lay->n_out[i], tensor_key(seed, base + SLOT_BIAS + i), 0.0f,
+			            0.02f);
+	for (int m = 0; m < N_PROJ; m++) {
+		long n = (long)lay->n_out[m] * lay->n_in[m];
+
+		float std = 1.0f / sqrtf((float)lay->n_in[m]);
+
+		if (lay->nf4)
+			fill_nf4(rec + lay->weight[m], (float *)(rec + lay->absmax[m]), n, tensor_key(seed, base + m), std);
+		else
+			fill_normal((bf16 *)(rec + lay->weight[m]), n, tensor_key(seed, base + m), 0.0f, std);
+	}
+}
+
+static void synth_globals(unsigned char *g, const struct global_layout *gl, const struct model_config *mc,
+                          uint64_t seed)
+{
+	long table = (long)mc->vocab_size * mc->hidden_size;
+
+	float unit = 1.0f / sqrtf((float)mc->hidden_size);
+
+	/* embeddings N(0, 1/C): rows of unit norm, like the layers' outputs;
+	 * the lm_head the same, so logits can be confident */
+	fill_normal((bf16 *)(g + gl->embed), table, tensor_key(seed, GLOBAL_ID + 0), 0.0f, unit);
+	fill_normal((bf16 *)(g + gl->final_norm), mc->hidden_size, tensor_key(seed, GLOBAL_ID + 1), 1.0f, 0.05f);
+	if (gl->lm_head != gl->embed)
+		fill_normal((bf16 *)(g + gl->lm_head), table, tensor_key(seed, GLOBAL_ID + 2), 0.0f, unit);
+}
+
+/* --- checkpoint ----------------------------------------------------------- */
+
+static const char *const proj_hf_name[N_PROJ] = {
+	"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+	"mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj",
+};
+
+/* Reads tensor `name` of shape (rows[, cols]) as bf16 into out. */
+static int read_tensor(const struct st_checkpoint *ck, const char *name, long long rows, long long cols, bf16 *out,
+                       char *err, size_t errsz)
+{
+	const struct st_file *f;
+	const struct st_tensor *t = st_checkpoint_find(ck, name, &f);
+	int ndim = cols > 0 ? 2 : 1;
+	char shape[96], lerr[256];
+	int n = 0;
+
+	if (t == NULL)
+		return seterr(err, errsz, "%s: tensor \"%s\" not found", ck->dir, name);
+	if (t->ndim != ndim || t->shape[0] != rows || (ndim == 2 && t->shape[1] != cols)) {
+		shape[0] = '\0';
+		for (int i = 0; i < t->ndim && n < (int)sizeof shape - 24; i++)
+			n += snprintf(shape + n, sizeof shape - (size_t)n, "%s%lld", i ? "," : "", t->shape[i]);
+		if (ndim == 2)
+			return seterr(err, errsz, "%s: tensor \"%s\" has shape [%s] (expected [%lld,%lld])", ck->dir, name,
+			              shape, rows, cols);
+		return seterr(err, errsz, "%s: tensor \"%s\" has shape [%s] (expected [%lld])", ck->dir, name, shape, rows);
+	}
+	if (st_read_bf16(f, t, out, (size_t)(rows * (cols > 0 ? cols : 1)), lerr, sizeof lerr) < 0)
+		return seterr(err, errsz, "%s: %s", ck->dir, lerr);
+	return 0;
+}
+
+static int load_layer(unsigned char *rec, const struct layer_layout *lay, const struct model_config *mc,
+                      const struct st_checkpoint *ck, int layer, bf16 *tmp, char *err, size_t errsz)
+{
+	static const char *const norm_name[4] = {
+		"input_layernorm", "post_attention_layernorm", "self_attn.q_norm", "self_attn.k_norm",
+	};
+	static const char *const bias_name[4] = { "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+		                                      "self_attn.o_proj" };
+	const size_t norm_off[4] = { lay->in_norm, lay->post_norm, lay->q_norm, lay->k_norm };
+	const long norm_len[4] = { mc->hidden_size, mc->hidden_size, mc->head_dim, mc->head_dim };
+	char name[160];
+
+	for (int i = 0; i < 4; i++) {
+		if (norm_off[i] == LAYOUT_NONE)
+			continue;
+		snprintf(name, sizeof name, "model.layers.%d.%s.weight", layer, norm_name[i]);
+		if (read_tensor(ck, name, norm_len[i], 0, (bf16 *)(rec + norm_off[i]), err, errsz) < 0)
+			return -1;
+	}
+	for (int i = 0; i < 4; i++) {
+		if (lay->bias[i] == LAYOUT_NONE)
+			continue;
+		snprintf(name, sizeof name, "model.layers.%d.%s.bias", layer, bias_name[i]);
+		if (read_tensor(ck, name, lay->n_out[i], 0, (bf16 *)(rec + lay->bias[i]), err, errsz) < 0)
+			return -1;
+	}
+	for (int m = 0; m < N_PROJ; m++) {
+		long n = (long)lay->n_out[m] * lay->n_in[m];
+		bf16 *dst = lay->nf4 ? tmp : (bf16 *)(rec + lay->weight[m]);
+
+		snprintf(name, sizeof name, "model.layers.%d.%s.weight", layer, proj_hf_name[m]);
+		if (read_tensor(ck, name, lay->n_out[m], lay->n_in[m], dst, err, errsz) < 0)
+			return -1;
+		/* QLoRA quantizes the bf16 checkpoint values, so do we */
+		if (lay->nf4)
+			nf4_quantize_bf16(rec + lay->weight[m], (float *)(rec + lay->absmax[m]), tmp, n);
+	}
+	return 0;
+}
+
+static int load_checkpoint(struct host_weights *w, const struct model_config *mc, char *err, size_t errsz)
+{
+	struct st_checkpoint ck;
+	long long table_rows = mc->vocab_size, c = mc->hidden_size;
+	size_t tmp_elems = 0;
+	int failed = 0;
+
+	if (st_checkpoint_open(&ck, mc->checkpoint_dir, err, errsz) < 0)
+		return -1;
+	if (read_tensor(&ck, "model.embed_tokens.weight", table_rows, c, (bf16 *)(w->globals + w->glob.embed), err,
+	                errsz) < 0 ||
+	    read_tensor(&ck, "model.norm.weight", c, 0, (bf16 *)(w->globals + w->glob.final_norm), err, errsz) < 0 ||
+	    (w->glob.lm_head != w->glob.embed &&
+	     read_tensor(&ck, "lm_head.weight", table_rows, c, (bf16 *)(w->globals + w->glob.lm_head), err, errsz) < 0)) {
+		st_checkpoint_close(&ck);
+		return -1;
+	}
+	if (w->lay.nf4)
+		for (int m = 0; m < N_PROJ; m++)
+			if ((size_t)w->lay.n_out[m] * (size_t)w->lay.n_in[m] > tmp_elems)
+				tmp_elems = (size_t)w->lay.n_out[m] * (size_t)w->lay.n_in[m];
+	/* layers in parallel: reading is page faults on the mapped files and
+	 * NF4 quantization is CPU work, both scale with threads */
+#pragma omp parallel
+	{
+		bf16 *tmp = tmp_elems ? malloc(tmp_elems * sizeof *tmp) : NULL;
+		char lerr[512];
+
+		if (tmp_elems && tmp == NULL) {
+#pragma omp critical(weights_err)
+			if (!failed) {
+				failed = 1;
+				snprintf(err, errsz, "%s: out of host memory for an NF4 staging buffer", mc->checkpoint_dir);
+			}
+		}
+#pragma omp for schedule(dynamic, 1)
+		for (int l = 0; l < w->n_layers; l++) {
+			int stop;
+
+#pragma omp atomic read
+			stop = failed;
+			if (stop || (tmp_elems && tmp == NULL))
+				continue;
+			if (load_layer(w->layers + (size_t)l * w->lay.stride, &w->lay, mc, &ck, l, tmp, lerr, sizeof lerr) < 0) {
+#pragma omp critical(weights_err)
+				if (!failed) {
+					failed = 1;
+					snprintf(err, errsz, "%s", lerr);
+				}
+			}
+		}
+		free(tmp);
+	}
+	st_checkpoint_close(&ck);
+	return failed ? -1 : 0;
+}
+
+/* Tens of GB on big models: one thread would take seconds. */
+static void parallel_zero(unsigned char *p, size_t bytes)
+{
+	const size_t chunk = (size_t)64 << 20;
+	long n = (long)((bytes + chunk - 1) / chunk);
+
+#pragma omp parallel for schedule(static)
+	for (long i = 0; i < n; i++) {
+		size_t at = (size_t)i * chunk;
+
+		memset(p + at, 0, bytes - at < chunk ? bytes - at : chunk);
+	}
+}
+
+int host_weights_load(struct host_weights *w, const struct backend *be, const struct model_config *mc, int nf4,
+                      uint64_t seed, char *err, size_t errsz)
+{
+	char sz[32];
+	size_t total;
+
+	memset(w, 0, sizeof *w);
+	w->be = be;
+	w->n_layers = mc->num_hidden_layers;
+	if (layer_layout_init(&w->lay, mc, nf4, err, errsz) < 0)
+		return -1;
+	global_layout_init(&w->glob, mc);
+	total = w->lay.stride * (size_t)w->n_layers;
+	if (be->host_alloc((void **)&w->layers, total) != 0) {
+		w->layers = NULL;
+		return seterr(err, errsz, "allocating host memory for %d layers' weights (%s) failed", w->n_layers,
+		              format_bytes(sz, sizeof sz, (double)total)), -2;
+	}
+	if (be->host_alloc((void **)&w->globals, w->glob.bytes) != 0) {
+		w->globals = NULL;
+		host_weights_free(w);
+		return seterr(err, errsz, "allocating host memory for the embedding and lm_head (%s) failed",
+		              format_bytes(sz, sizeof sz, (double)w->glob.bytes)), -2;
+	}
+	/* the alignment gaps too, so no copy ever carries uninitialised bytes */
+	memset(w->globals, 0, w->glob.bytes);
+	parallel_zero(w->layers, total);
+	if (mc->checkpoint_dir) {
+		w->real = 1;
+		if (load_checkpoint(w, mc, err, errsz) < 0) {
+			host_weights_free(w);
+			return -1;
+		}
+		return 0;
+	}
+	for (int l = 0; l < w->n_layers; l++)
+		synth_layer(w->layers + (size_t)l * w->lay.stride, &w->lay, mc, l, seed);
+	synth_globals(w->globals, &w->glob, mc, seed);
+	return 0;
+}
+
+void host_weights_free(struct host_weights *w)
+{
+	if (w->layers)
+		w->be->host_free(w->layers);
+	if (w->globals)
+		w->be->host_free(w->globals);
+	w->layers = NULL;
+	w->globals = NULL;
+}

@@ -1,0 +1,66 @@
+/* tools/poros-train/weights.h: the frozen base model in host memory.
+ *
+ * Every base weight of one layer lives in one contiguous, aligned record
+ * (norms, biases, then the seven projections: bf16, or NF4 codes + fp32
+ * absmax), the records of all layers back to back in one host allocation
+ * from backend->host_alloc (pinned on CUDA).  A block of layers is
+ * therefore ONE copy, and the device copy has the same layout, so the
+ * offsets below address a layer on the host, in a slab or in the
+ * resident copy alike.  Embedding, final norm and lm_head (never
+ * quantized) live in a second, smaller record. */
+#ifndef POROS_TRAIN_WEIGHTS_H
+#define POROS_TRAIN_WEIGHTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "cell.h"
+#include "model_config.h"
+
+#define LAYOUT_NONE ((size_t)-1)
+#define LAYOUT_ALIGN 256
+#define N_PROJ CELL_MAX_TARGETS /* q k v o gate up down, cell.h's order */
+
+struct layer_layout {
+	int nf4;
+	/* byte offsets inside a layer record; LAYOUT_NONE when absent */
+	size_t in_norm, post_norm, q_norm, k_norm; /* bf16 (C), (C), (D), (D) */
+	size_t bias[4];                            /* bf16 q (H*D), k, v (G*D), o (C) */
+	size_t weight[N_PROJ];                     /* bf16 (N,K), or NF4 codes (N*K/2) */
+	size_t absmax[N_PROJ];                     /* NF4 only: fp32 (N*K/64) */
+	int n_out[N_PROJ], n_in[N_PROJ];
+	size_t stride;                             /* bytes of one layer record */
+	/* NF4: where each dequantized bf16 weight goes in a dequant slot */
+	size_t dq[N_PROJ], dq_stride;
+};
+
+struct global_layout {
+	size_t embed, final_norm, lm_head; /* lm_head == embed when tied */
+	size_t bytes;
+};
+
+struct host_weights {
+	const struct backend *be;
+	struct layer_layout lay;
+	struct global_layout glob;
+	int n_layers;
+	unsigned char *layers;  /* n_layers * lay.stride bytes */
+	unsigned char *globals; /* glob.bytes */
+	int real;               /* 1: read from a checkpoint, 0: synthetic */
+};
+
+/* Offsets for the model; -1 with err when NF4 cannot represent a
+ * projection (element count not a multiple of 64). */
+int layer_layout_init(struct layer_layout *lay, const struct model_config *mc, int nf4, char *err, size_t errsz);
+void global_layout_init(struct global_layout *g, const struct model_config *mc);
+
+/* Allocates and fills the host weights: from mc->checkpoint_dir when set,
+ * else synthetic from seed.  Returns 0; -1 with err for bad input (a
+ * missing tensor, a wrong shape or dtype: exit 2); -2 with err when host
+ * memory could not be had (exit 1). */
+int host_weights_load(struct host_weights *w, const struct backend *be, const struct model_config *mc, int nf4,
+                      uint64_t seed, char *err, size_t errsz);
+void host_weights_free(struct host_weights *w);
+
+#endif
