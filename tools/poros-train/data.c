@@ -3,12 +3,10 @@
 #include "data.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "dataset.h"
 #include "ops.h"

@@ -272,16 +272,20 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 
 /* --- the run ------------------------------------------------------------------- */
 
-static const struct backend *select_backend(const char *name, char *err, size_t errsz)
+static const struct backend *select_backend(const struct train_config *c, char *err, size_t errsz)
 {
+	const char *name = c->backend;
 	const struct backend *be;
 	char why[256] = "";
 
 	if (strcmp(name, "cpu") == 0)
 		return backend_cpu();
 	be = backend_cuda(why, sizeof why);
-	if (be == NULL && strcmp(name, "auto") == 0)
+	if (be == NULL && strcmp(name, "auto") == 0) {
+		if (!c->quiet)
+			warnmsg("--backend auto: %s: using the CPU backend", why);
 		return backend_cpu();
+	}
 	if (be == NULL)
 		snprintf(err, errsz, "--backend cuda: %s", why);
 	return be;
@@ -415,7 +419,7 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	int rc;
 
 	r->step_s = xcalloc((size_t)c->steps, sizeof *r->step_s);
-	if ((r->be = select_backend(c->backend, err, errsz)) == NULL)
+	if ((r->be = select_backend(c, err, errsz)) == NULL)
 		goto failed;
 	rc = host_weights_load(&x->hw, r->be, &x->mc, c->precision == PRECISION_NF4, c->seed, err, errsz);
 	if (rc == -1)

@@ -100,7 +100,8 @@ void global_layout_init(struct global_layout *g, const struct model_config *mc)
  * count.  Tensor ids: layer * 64 + slot inside a layer; 1 << 40 upwards
  * for the global tensors. */
 
-enum { SLOT_IN_NORM = 10, SLOT_POST_NORM, SLOT_Q_NORM, SLOT_K_NORM, SLOT_BIAS = 20, SLOT_ABSMAX = 30 };
+/* slots inside a layer: 0..6 the projections, then the norms, the biases */
+enum { SLOT_NORMS = 10, SLOT_BIASES = 20 };
 #define GLOBAL_ID (1ull << 40)
 
 static uint64_t tensor_key(uint64_t seed, uint64_t id)
@@ -165,11 +166,11 @@ static void synth_layer(unsigned char *rec, const struct layer_layout *lay, cons
 	 * model's logits too small to ever predict anything) */
 	for (int i = 0; i < 4; i++)
 		if (norm_off[i] != LAYOUT_NONE)
-			fill_normal((bf16 *)(rec + norm_off[i]), norm_len[i], tensor_key(seed, base + SLOT_IN_NORM + i), 1.0f,
+			fill_normal((bf16 *)(rec + norm_off[i]), norm_len[i], tensor_key(seed, base + SLOT_NORMS + i), 1.0f,
 			            0.05f);
 	for (int i = 0; i < 4; i++)
 		if (lay->bias[i] != LAYOUT_NONE)
-			fill_normal((bf16 *)(rec + lay->bias[i]), lay->n_out[i], tensor_key(seed, base + SLOT_BIAS + i), 0.0f,
+			fill_normal((bf16 *)(rec + lay->bias[i]), lay->n_out[i], tensor_key(seed, base + SLOT_BIASES + i), 0.0f,
 			            0.02f);
 	for (int m = 0; m < N_PROJ; m++) {
 		long n = (long)lay->n_out[m] * lay->n_in[m];
