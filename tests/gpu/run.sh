@@ -28,5 +28,13 @@ if [ "$found" -eq 0 ]; then
 	echo "run.sh: no GPU tests in build/gpu (build them with: make test-gpu)" >&2
 	exit 1
 fi
+# Whole-model checks: CPU vs CUDA training, blockwise vs resident bit parity
+# on the GPU, HF transformers agreement (when torch is there), memcheck.
+found=$((found + 1))
+echo "== tests/gpu/device_check.sh" >&2
+if ! sh tests/gpu/device_check.sh "${TMPDIR:-/tmp}/poros-test-gpu"; then
+	echo "FAIL: tests/gpu/device_check.sh" >&2
+	failed=$((failed + 1))
+fi
 echo "gpu tests: $((found - failed)) of $found passed" >&2
 [ "$failed" -eq 0 ]
