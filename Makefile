@@ -1,6 +1,8 @@
 # Poros: build, test, install.  `make` builds every tool into bin/;
 # `make bench` runs the default spec; `make test` runs every test.
 .SUFFIXES:
+# Keep objects: they are intermediate files of pattern chains, which make would delete.
+.SECONDARY:
 
 VERSION    := 0.1.0
 PREFIX     ?= /usr/local
@@ -8,7 +10,7 @@ DESTDIR    ?=
 CC         ?= cc
 PKG_CONFIG ?= pkg-config
 PKGS       := yaml-0.1 libcjson zlib libpcre2-8 libutf8proc
-DEB_PKGS   := libyaml-dev libcjson-dev zlib1g-dev libpcre2-dev libutf8proc-dev pkg-config jq bats bats-assert bats-support
+DEB_PKGS   := libyaml-dev libcjson-dev zlib1g-dev libpcre2-dev libutf8proc-dev pkg-config jq bats bats-assert bats-support slurm-wlm munge
 
 GIT_SHA    := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 PKG_CFLAGS  = $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
@@ -138,14 +140,23 @@ test-gpu: all $(if $(NVCC),$(GPU_BINS))
 	@sh tests/gpu/run.sh
 
 # The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer (CPU build;
-# objects in build-asan/, binaries replace bin/ for the run and are removed after).
+# objects in build-asan/, binaries replace bin/ for the run and are removed after,
+# also when it fails).  Any sanitizer report fails the tool and so its test.
+# Valgrind cannot run an ASan binary: the memcheck test skips itself here.
 ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 test-asan:
 	rm -f $(BINS)
-	$(MAKE) --no-print-directory BUILD=build-asan SAN='$(ASAN_FLAGS)' CUDA_HOME= all
-	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	$(MAKE) --no-print-directory BUILD=build-asan SAN='$(ASAN_FLAGS)' CUDA_HOME= all || { rm -f $(BINS); exit 1; }
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  POROS_SKIP_VALGRIND='ASan build' \
 	  $(MAKE) --no-print-directory BUILD=build-asan SAN='$(ASAN_FLAGS)' CUDA_HOME= test-unit test-bats; \
 	  rc=$$?; rm -f $(BINS); exit $$rc
+
+# libFuzzer harnesses (tests/fuzz/): each fuzzed FUZZ_SECONDS from its seed
+# corpus after replaying its regression inputs; needs clang + libFuzzer.
+FUZZ_SECONDS ?= 60
+fuzz:
+	FUZZ_SECONDS='$(FUZZ_SECONDS)' sh tests/fuzz/run.sh
 
 bench: all
 	bin/poros bench run configs/bench/tiny.yaml

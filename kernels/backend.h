@@ -1,5 +1,5 @@
 /* kernels/backend.h: what the engine needs from a device besides the ops:
- * memory, two streams, events.  The CPU backend runs everything
+ * memory, three streams, events.  The CPU backend runs everything
  * synchronously; the CUDA backend uses a compute stream and a copy stream
  * ordered by events, so the next block's weights are copied while the
  * current block computes.  The engine code above is the same for both. */
@@ -9,7 +9,10 @@
 #include <stddef.h>
 #include "ops.h"
 
-enum { STREAM_COMPUTE = 0, STREAM_COPY = 1 };
+/* STREAM_COPY carries the base weights (host to device); STREAM_AUX the
+ * activation checkpoints (device to host in forward, back in backward), so
+ * neither kind of copy queues behind the other. */
+enum { STREAM_COMPUTE = 0, STREAM_COPY = 1, STREAM_AUX = 2 };
 
 struct backend_event;
 
@@ -32,6 +35,9 @@ struct backend {
 	void (*memset_zero)(void *dst, size_t bytes, int stream);
 	/* Synchronous: waits for the compute stream, then copies. */
 	void (*copy_d2h)(void *dst, const void *src, size_t bytes);
+	/* Asynchronous device-to-host copy on the given stream into memory
+	 * from host_alloc (CPU: immediate). */
+	void (*copy_d2h_async)(void *dst, const void *src, size_t bytes, int stream);
 
 	struct backend_event *(*event_create)(void);
 	void (*event_destroy)(struct backend_event *e);

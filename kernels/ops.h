@@ -81,12 +81,16 @@ X(void, matmul_forward, (float *out, const bf16 *in, const bf16 *weight, const b
 X(void, matmul_backward_input, (float *din, const bf16 *dout, const bf16 *weight, int T, int K, int N, int accumulate)) \
 /* LoRA (PEFT): xd = dropout_p ? x * keep / (1-p) : x (keep from \
  * poros_dropout_keep(seed, t*K+k, p)); u (T,R) = xd @ A^T, A (R,K); \
- * out (T,N) += scale * u @ B^T, B (N,R).  u is saved for backward. */ \
-X(void, lora_forward, (float *out, float *u, const bf16 *in, const float *A, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)) \
+ * out (T,N) += scale * u @ B^T, B (N,R).  u is saved for backward. \
+ * xd_scratch: NULL, or T*K floats the backend may use to hold xd in fp32 \
+ * (CUDA then runs the products with xd as cuBLAS SGEMMs; contents are \
+ * undefined afterwards).  Either way the result is deterministic. */ \
+X(void, lora_forward, (float *out, float *u, float *xd_scratch, const bf16 *in, const float *A, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)) \
 /* Given dout (T,N): dB (N,R) += scale * dout^T @ u; du (T,R) = scale * \
  * dout @ B (scratch, written); dA (R,K) += du^T @ xd; din (T,K) += du @ A \
- * (din may be NULL when no input gradient is needed). */ \
-X(void, lora_backward, (float *din, float *dA, float *dB, float *du, const float *dout, const bf16 *in, const float *u, const float *A, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)) \
+ * (din may be NULL when no input gradient is needed); xd_scratch as in \
+ * lora_forward. */ \
+X(void, lora_backward, (float *din, float *dA, float *dB, float *du, float *xd_scratch, const float *dout, const bf16 *in, const float *u, const float *A, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)) \
 /* Rotary embedding, HF rotate_half layout, in place on x (T,nh,D); \
  * position of token t is t % S; cos, sin (S, D/2). */ \
 X(void, rope_forward, (float *x, const float *cos, const float *sin, int B, int S, int nh, int D)) \

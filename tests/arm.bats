@@ -465,3 +465,30 @@ gone() {
 	assert_artifact out/poros_tiny_llama_bf16.json
 	[ ! -e out/resident_tiny_llama_bf16.json ]
 }
+
+@test "a symlink planted as logs/ or runs/ in the output directory is refused, nothing written through it" {
+	mkdir -p out outside
+	ln -s ../outside out/runs
+	run -1 --separate-stderr poros-arm poros.json
+	assert_equal "$output" ""
+	[[ "$stderr" == *"out/runs: is a symbolic link; refusing to write through it"* ]]
+	[ -z "$(ls -A outside)" ]
+	rm -r out/runs out/logs
+	ln -s ../outside out/logs
+	run -1 --separate-stderr poros-arm poros.json
+	[[ "$stderr" == *"out/logs: is a symbolic link"* ]]
+	[ -z "$(ls -A outside)" ]
+}
+
+@test "a poros-arm killed with SIGKILL takes its running child down with it" {
+	export FAKE_PIDS="$PWD/pids"
+	FAKE_MODE=hang poros-arm --timeout 60 poros.json > /dev/null 2>&1 &
+	local arm=$! i
+	for i in $(seq 50); do [ -s pids ] && break; sleep 0.1; done
+	read -r child grandchild < pids
+	kill -KILL "$arm"
+	wait "$arm" || true
+	for i in $(seq 50); do gone "$child" && break; sleep 0.1; done
+	gone "$child"
+	kill -KILL "$grandchild" 2>/dev/null || true
+}

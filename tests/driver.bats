@@ -39,20 +39,19 @@ fake_poros() {
 	run -2 --separate-stderr poros frobnicate
 	[ "$stderr" = 'poros: unknown command "frobnicate" (expected bench, train, parity or help)' ]
 	run -2 --separate-stderr poros bench frobnicate
-	[ "$stderr" = 'poros: unknown bench command "frobnicate" (expected run, matrix, compare or report)' ]
+	[ "$stderr" = 'poros: unknown bench command "frobnicate" (expected run, matrix, collect, compare or report)' ]
 	run -2 --separate-stderr poros bench run "$SPEC" --bogus
 	[ "$stderr" = 'poros: unknown option --bogus' ]
 	run -2 --separate-stderr poros bench run missing.yaml
 	[ "$stderr" = 'poros: missing.yaml: no such spec file' ]
 }
 
-@test "--slurm and --gpus are not supported yet (exit 2)" {
-	run -2 --separate-stderr poros bench run "$SPEC" --slurm partition=gpu
-	[ "$stderr" = "poros: --slurm: not yet supported" ]
-	run -2 --separate-stderr poros bench run "$SPEC" --gpus 0,1
-	[ "$stderr" = "poros: --gpus: not yet supported" ]
+@test "--slurm and --gpus are only for bench run and bench matrix (exit 2)" {
+	# (the scheduling itself is tested in scaleout.bats)
+	run -2 --separate-stderr poros train "$SPEC" --slurm
+	[ "$stderr" = "poros: --slurm: only for bench run and bench matrix" ]
 	run -2 --separate-stderr poros parity "$SPEC" --gpus=0
-	[ "$stderr" = "poros: --gpus: not yet supported" ]
+	[ "$stderr" = "poros: --gpus: only for bench run and bench matrix" ]
 	[ ! -e out ]
 }
 

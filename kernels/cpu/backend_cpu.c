@@ -117,6 +117,7 @@ static const struct backend cpu_backend = {
 	.copy_d2d = cpu_copy,
 	.memset_zero = cpu_memset_zero,
 	.copy_d2h = cpu_copy_d2h,
+	.copy_d2h_async = cpu_copy,
 	.event_create = cpu_event_create,
 	.event_destroy = cpu_event_destroy,
 	.event_record = cpu_event_record,

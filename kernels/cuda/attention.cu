@@ -97,42 +97,70 @@ static float softmax_scale(int D)
 	return (float)(1.0 / sqrt((double)D));
 }
 
-// Per (b, g): X (S,S) of each head h in g = alpha * a_h (S,D) @ c_g (S,D)^T,
+// The score-shaped products run as strided batches of independent GEMMs,
+// one call per (b, g) batched over the group's heads, or one per (b, head
+// index i within a group) batched over the G groups, whichever batch is
+// larger (Qwen2.5-32B: 5 calls of 8 products rather than 8 of 5), so one
+// call fills more of the GPU.  Every product is computed whole by one GEMM
+// either way, and the choice depends on the shape alone.
+struct head_batch {
+	int calls, batch;        // per b
+	long long a_step, a_bstr; // head offset of call c, stride inside the batch, in heads
+	long long c_step, c_bstr; // key/value head offset of call c, stride in the batch
+};
+
+static struct head_batch head_batch_of(int H, int G)
+{
+	int group = H / G;
+	struct head_batch hb;
+	if (G > group) { // call i: heads g*group + i, key/value heads g
+		hb.calls = group, hb.batch = G;
+		hb.a_step = 1, hb.a_bstr = group;
+		hb.c_step = 0, hb.c_bstr = 1;
+	} else { // call g: heads g*group .. g*group + group-1, key/value head g
+		hb.calls = G, hb.batch = group;
+		hb.a_step = group, hb.a_bstr = 1;
+		hb.c_step = 1, hb.c_bstr = 0;
+	}
+	return hb;
+}
+
+// X (S,S) of each head h = alpha * a_h (S,D) @ c_g (S,D)^T, g = h / group,
 // with a = q (scores) or dout (dP), c = k or v.  cuBLAS: X_cm (S_j, S_i) =
-// c_cm^T (S,D) @ a_cm (D,S); c is shared by the group's heads (stride 0).
+// c_cm^T (S,D) @ a_cm (D,S).
 static void head_products_abT(float *X, const float *a, const float *c, float alpha, int B, int S, int H, int G,
                               int D)
 {
-	int group = H / G;
+	struct head_batch hb = head_batch_of(H, G);
 	long long ss = (long long)S * S;
 	for (int b = 0; b < B; b++) {
-		for (int g = 0; g < G; g++) {
-			int h0 = g * group;
-			const float *cg = c + ((size_t)b * S * G + g) * D;
+		for (int call = 0; call < hb.calls; call++) {
+			long long h0 = call * hb.a_step, g0 = call * hb.c_step;
+			const float *cg = c + ((size_t)b * S * G + g0) * D;
 			const float *ah = a + ((size_t)b * S * H + h0) * D;
 			float *xh = X + ((size_t)b * H + h0) * ss;
-			gemm_f32_strided(CUBLAS_OP_T, CUBLAS_OP_N, S, S, D, alpha, cg, G * D, 0, ah, H * D, D, 0.0f, xh, S,
-			                 ss, group);
+			gemm_f32_strided(CUBLAS_OP_T, CUBLAS_OP_N, S, S, D, alpha, cg, G * D, hb.c_bstr * D, ah, H * D,
+			                 hb.a_bstr * D, 0.0f, xh, S, hb.a_bstr * ss, hb.batch);
 		}
 	}
 }
 
-// Per (b, g): Y_h (S,D) = alpha * X_h (S,S) @ c_g (S,D) for each head h in
-// g, with (X, c, Y) = (P, v, out) or (dS, k, dq).  cuBLAS: Y_cm (D,S) =
+// Y_h (S,D) = alpha * X_h (S,S) @ c_g (S,D) for each head h, g = h / group,
+// with (X, c, Y) = (P, v, out) or (dS, k, dq).  cuBLAS: Y_cm (D,S) =
 // c_cm (D,S) @ X_cm (S_j, S_i).
 static void head_products_Xc(float *Y, const float *X, const float *c, float alpha, int B, int S, int H, int G,
                              int D)
 {
-	int group = H / G;
+	struct head_batch hb = head_batch_of(H, G);
 	long long ss = (long long)S * S;
 	for (int b = 0; b < B; b++) {
-		for (int g = 0; g < G; g++) {
-			int h0 = g * group;
-			const float *cg = c + ((size_t)b * S * G + g) * D;
+		for (int call = 0; call < hb.calls; call++) {
+			long long h0 = call * hb.a_step, g0 = call * hb.c_step;
+			const float *cg = c + ((size_t)b * S * G + g0) * D;
 			const float *xh = X + ((size_t)b * H + h0) * ss;
 			float *yh = Y + ((size_t)b * S * H + h0) * D;
-			gemm_f32_strided(CUBLAS_OP_N, CUBLAS_OP_N, D, S, S, alpha, cg, G * D, 0, xh, S, ss, 0.0f, yh, H * D,
-			                 D, group);
+			gemm_f32_strided(CUBLAS_OP_N, CUBLAS_OP_N, D, S, S, alpha, cg, G * D, hb.c_bstr * D, xh, S,
+			                 hb.a_bstr * ss, 0.0f, yh, H * D, hb.a_bstr * D, hb.batch);
 		}
 	}
 }
@@ -140,18 +168,24 @@ static void head_products_Xc(float *Y, const float *X, const float *c, float alp
 // Z_g (S,D) = alpha * sum over heads h of g, in order, of X_h^T (S,S) @
 // a_h (S,D), with (X, a, Z) = (P, dout, dv) or (dS, q, dk): the group's
 // heads add into one key/value gradient one after another (beta 0 for the
-// first, 1 after), batched over b.  cuBLAS: Z_cm (D, S_j) = a_cm (D, S_i) @
-// X_cm^T (S_i, S_j).
+// first, 1 after).  One call per (b, head index i within its group),
+// batched over the G groups (head g*group + i, key/value head g), so a
+// model with 40 heads in 8 groups makes 5 calls of 8 products instead of
+// 40 single ones that each occupy a handful of SMs.  cuBLAS: Z_cm (D, S_j)
+// = a_cm (D, S_i) @ X_cm^T (S_i, S_j).
 static void group_products_XTa(float *Z, const float *X, const float *a, float alpha, int B, int S, int H, int G,
                                int D)
 {
 	int group = H / G;
 	long long ss = (long long)S * S;
-	for (int h = 0; h < H; h++) {
-		int g = h / group;
-		gemm_f32_strided(CUBLAS_OP_N, CUBLAS_OP_T, D, S, S, alpha, a + (size_t)h * D, H * D,
-		                 (long long)S * H * D, X + (size_t)h * ss, S, (long long)H * ss,
-		                 h % group == 0 ? 0.0f : 1.0f, Z + (size_t)g * D, G * D, (long long)S * G * D, B);
+	for (int b = 0; b < B; b++) {
+		for (int i = 0; i < group; i++) {
+			const float *ai = a + ((size_t)b * S * H + i) * D;
+			const float *xi = X + ((size_t)b * H + i) * ss;
+			float *zb = Z + (size_t)b * S * G * D;
+			gemm_f32_strided(CUBLAS_OP_N, CUBLAS_OP_T, D, S, S, alpha, ai, H * D, (long long)group * D, xi, S,
+			                 (long long)group * ss, i == 0 ? 0.0f : 1.0f, zb, G * D, D, G);
+		}
 	}
 }
 

@@ -18,7 +18,7 @@
 
 static struct cuda_state {
 	int ready;
-	cudaStream_t compute, copy;
+	cudaStream_t compute, copy, aux;
 	cublasHandle_t blas;
 	cublasLtHandle_t lt;
 	void *blas_workspace;
@@ -78,6 +78,7 @@ static void cuda_shutdown(void)
 	cublasLtDestroy(state.lt);
 	cublasDestroy(state.blas);
 	cudaFree(state.blas_workspace);
+	cudaStreamDestroy(state.aux);
 	cudaStreamDestroy(state.copy);
 	cudaStreamDestroy(state.compute);
 	state.ready = 0;
@@ -112,6 +113,7 @@ static int cuda_init(char *err, size_t errsz)
 	// on the legacy default stream.
 	cudaCheck(cudaStreamCreateWithFlags(&state.compute, cudaStreamNonBlocking));
 	cudaCheck(cudaStreamCreateWithFlags(&state.copy, cudaStreamNonBlocking));
+	cudaCheck(cudaStreamCreateWithFlags(&state.aux, cudaStreamNonBlocking));
 
 	e = cudaMalloc(&state.blas_workspace, CUBLAS_WORKSPACE_BYTES);
 	if (e != cudaSuccess) {
@@ -173,7 +175,9 @@ extern "C" cublasLtHandle_t poros_cuda_cublaslt(void)
 
 static cudaStream_t stream_of(int stream)
 {
-	return stream == STREAM_COPY ? state.copy : state.compute;
+	if (stream == STREAM_COPY)
+		return state.copy;
+	return stream == STREAM_AUX ? state.aux : state.compute;
 }
 
 // --- memory -----------------------------------------------------------------
@@ -241,6 +245,14 @@ static void cuda_copy_d2h(void *dst, const void *src, size_t bytes)
 	if (bytes)
 		cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, state.compute));
 	cudaCheck(cudaStreamSynchronize(state.compute));
+}
+
+// Into pinned host memory, ordered only by the stream (the engine records
+// and waits the events that make it safe).
+static void cuda_copy_d2h_async(void *dst, const void *src, size_t bytes, int stream)
+{
+	if (bytes)
+		cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(stream)));
 }
 
 // --- events -----------------------------------------------------------------
@@ -312,6 +324,7 @@ extern "C" const struct backend *backend_cuda(char *err, size_t errsz)
 	b->copy_d2d = cuda_copy_d2d;
 	b->memset_zero = cuda_memset_zero;
 	b->copy_d2h = cuda_copy_d2h;
+	b->copy_d2h_async = cuda_copy_d2h_async;
 	b->event_create = cuda_event_create;
 	b->event_destroy = cuda_event_destroy;
 	b->event_record = cuda_event_record;

@@ -1,5 +1,5 @@
 // defines: lora_forward_cuda, lora_backward_cuda,
-//          lora_down_kernel, lora_dA_kernel, lora_din_kernel
+//          lora_down_kernel, lora_dA_kernel, lora_din_kernel, lora_dropped_input_kernel
 //
 // A LoRA adapter beside a frozen linear, as PEFT computes it:
 //   out (T,N) += scale * (dropout(x) @ A^T) @ B^T,  u = dropout(x) @ A^T
@@ -9,11 +9,13 @@
 // same hash and the same float multiply as the CPU, so the dropped input
 // xd has the same bits on both backends.
 //
-// The products with xd (u = xd @ A^T and dA += du^T @ xd) are small tiled
-// kernels that read bf16 x and apply the mask on the fly: the op contract
-// has no scratch for an fp32 copy of xd (T*K floats) and cudaMalloc inside
-// an op is not allowed; fused, x is read once per 16 ranks and nothing is
-// written back.
+// The products with xd (u = xd @ A^T and dA += du^T @ xd) take one of two
+// paths.  Given an fp32 scratch (T*K floats, from the caller: cudaMalloc
+// inside an op is not allowed), xd is written there once and both become
+// fp32 cuBLAS GEMMs, which split the long K (or T) sum across every SM.
+// Without one, small tiled kernels read bf16 x and apply the mask on the
+// fly (x read once per 16 ranks, nothing written back), but their grid is
+// only ceil(T/8) blocks for u, which leaves most of a large GPU idle.
 // The products without xd are fp32 cuBLAS GEMMs (no TF32).  Every sum runs
 // in an order fixed by the shape: u and dA split their long sums (over k,
 // over t) among a block's thread groups, each ascending, and add the
@@ -246,6 +248,24 @@ __global__ void lora_din_kernel(float *din, const float *du, const float *A, flo
 	}
 }
 
+// xd (T*K) = dropout(in) in fp32, exactly as dropped_input computes it.
+__global__ void lora_dropped_input_kernel(float *xd, const bf16 *in, float p, float keep_scale, uint64_t seed,
+                                          long total, int K)
+{
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x)
+		xd[i] = dropped_input(bf16_to_f32(in[i]), (int)(i / K), (int)(i % K), K, p, keep_scale, seed);
+}
+
+#define XD_THREADS 256
+
+static void dropped_input_to(float *xd, const bf16 *in, float p, float keep_scale, uint64_t seed, int T, int K)
+{
+	long total = (long)T * K;
+	lora_dropped_input_kernel<<<grid_for(total, XD_THREADS), XD_THREADS, 0, poros_cuda_compute_stream()>>>(
+		xd, in, p, keep_scale, seed, total, K);
+	launchCheck();
+}
+
 static float keep_scale_of(float p)
 {
 	// the CPU's expression, so kept elements scale by the same float
@@ -254,16 +274,24 @@ static float keep_scale_of(float p)
 
 // out (T,N) += scale * u @ B^T; u (T,R) = xd @ A^T saved; in (T,K) bf16,
 // A (R,K), B (N,R).
-extern "C" void lora_forward_cuda(float *out, float *u, const bf16 *in, const float *A, const float *B, float scale,
-                                  float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)
+extern "C" void lora_forward_cuda(float *out, float *u, float *xd_scratch, const bf16 *in, const float *A,
+                                  const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K,
+                                  int N, int R)
 {
 	if (T <= 0 || R <= 0)
 		return;
 	cudaStream_t stream = poros_cuda_compute_stream();
-	dim3 grid(ceil_div_u(T, LD_T), ceil_div_u(R, LD_R));
-	lora_down_kernel<<<grid, LD_THREADS, 0, stream>>>(u, in, A, dropout_p, keep_scale_of(dropout_p), dropout_seed, T,
-	                                                  K, R);
-	launchCheck();
+	if (xd_scratch && K > 0) {
+		dropped_input_to(xd_scratch, in, dropout_p, keep_scale_of(dropout_p), dropout_seed, T, K);
+		// u^T (R,T) = A_cm^T (R,K) @ xd_cm (K,T): A read as (K,R) ld K,
+		// xd as (K,T) ld K
+		gemm_f32(CUBLAS_OP_T, CUBLAS_OP_N, R, T, K, 1.0f, A, K, xd_scratch, K, 0.0f, u, R);
+	} else {
+		dim3 grid(ceil_div_u(T, LD_T), ceil_div_u(R, LD_R));
+		lora_down_kernel<<<grid, LD_THREADS, 0, stream>>>(u, in, A, dropout_p, keep_scale_of(dropout_p),
+		                                                  dropout_seed, T, K, R);
+		launchCheck();
+	}
 	if (N <= 0)
 		return;
 	// Column-major: out^T (N,T) += scale * B_cm^T (N,R) @ u_cm (R,T), with
@@ -276,9 +304,9 @@ extern "C" void lora_forward_cuda(float *out, float *u, const bf16 *in, const fl
 //   dB (N,R)  += scale * dout^T @ u
 //   dA (R,K)  += du^T @ xd
 //   din (T,K) += (du @ A) * mask / (1-p)   (skipped when din is NULL)
-extern "C" void lora_backward_cuda(float *din, float *dA, float *dB, float *du, const float *dout, const bf16 *in,
-                                   const float *u, const float *A, const float *B, float scale, float dropout_p,
-                                   uint64_t dropout_seed, int T, int K, int N, int R)
+extern "C" void lora_backward_cuda(float *din, float *dA, float *dB, float *du, float *xd_scratch, const float *dout,
+                                   const bf16 *in, const float *u, const float *A, const float *B, float scale,
+                                   float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)
 {
 	if (T <= 0 || R <= 0)
 		return;
@@ -290,9 +318,16 @@ extern "C" void lora_backward_cuda(float *din, float *dA, float *dB, float *du, 
 	gemm_f32(CUBLAS_OP_N, CUBLAS_OP_T, R, N, T, scale, u, R, dout, N, 1.0f, dB, R);
 	if (K <= 0)
 		return;
-	dim3 grid_a(ceil_div_u(K, DA_K), ceil_div_u(R, DA_R));
-	lora_dA_kernel<<<grid_a, DA_THREADS, 0, stream>>>(dA, du, in, dropout_p, keep_scale, dropout_seed, T, K, R);
-	launchCheck();
+	if (xd_scratch) {
+		dropped_input_to(xd_scratch, in, dropout_p, keep_scale, dropout_seed, T, K);
+		// dA_cm (K,R) += xd_cm (K,T) @ du_cm^T (T,R): du read as (R,T) ld R
+		gemm_f32(CUBLAS_OP_N, CUBLAS_OP_T, K, R, T, 1.0f, xd_scratch, K, du, R, 1.0f, dA, K);
+	} else {
+		dim3 grid_a(ceil_div_u(K, DA_K), ceil_div_u(R, DA_R));
+		lora_dA_kernel<<<grid_a, DA_THREADS, 0, stream>>>(dA, du, in, dropout_p, keep_scale, dropout_seed, T, K,
+		                                                  R);
+		launchCheck();
+	}
 	if (!din)
 		return;
 	dim3 grid_d(ceil_div_u(K, DIN_K), ceil_div_u(T, DIN_T));

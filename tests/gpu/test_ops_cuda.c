@@ -598,7 +598,7 @@ static void test_matmul_backward_input(int T, int K, int N, int accumulate)
 /* --- lora ---------------------------------------------------------------- */
 
 struct lora_args {
-	float *out, *u, *din, *dA, *dB, *du;
+	float *out, *u, *din, *dA, *dB, *du, *xd;
 	const float *dout, *u_in, *A, *B;
 	const bf16 *in;
 	float scale, p;
@@ -609,24 +609,25 @@ struct lora_args {
 static void lora_fwd_gpu(const void *p)
 {
 	const struct lora_args *a = p;
-	gpu->ops->lora_forward(a->out, a->u, a->in, a->A, a->B, a->scale, a->p, a->seed, a->T, a->K, a->N, a->R);
+	gpu->ops->lora_forward(a->out, a->u, a->xd, a->in, a->A, a->B, a->scale, a->p, a->seed, a->T, a->K, a->N, a->R);
 }
 
 static void lora_bwd_gpu(const void *p)
 {
 	const struct lora_args *a = p;
-	gpu->ops->lora_backward(a->din, a->dA, a->dB, a->du, a->dout, a->in, a->u_in, a->A, a->B, a->scale, a->p,
+	gpu->ops->lora_backward(a->din, a->dA, a->dB, a->du, a->xd, a->dout, a->in, a->u_in, a->A, a->B, a->scale, a->p,
 	                        a->seed, a->T, a->K, a->N, a->R);
 }
 
-/* u is a K-term fp32 sum (the CPU in order, the GPU as four partial sums,
- * each over every fourth 64-column slice, added at the end), out adds scale * u @ B^T (cuBLAS over R):
- * sums of the GEMM kind with inputs in [-1,1] and A in +-1/sqrt(K), so
- * GEMM_A_REL's argument applies. */
-static void test_lora_forward(int T, int K, int N, int R, float p)
+/* u is a K-term fp32 sum (the CPU in order; the GPU's fused kernel as four
+ * partial sums, each over every fourth 64-column slice, added at the end,
+ * or, with the xd scratch, a cuBLAS SGEMM in its own order), out adds
+ * scale * u @ B^T (cuBLAS over R): sums of the GEMM kind with inputs in
+ * [-1,1] and A in +-1/sqrt(K), so GEMM_A_REL's argument applies. */
+static void test_lora_forward(int T, int K, int N, int R, float p, int xd)
 {
 	struct gpu_case c;
-	if (!case_begin(&c, "lora_forward T=%d K=%d N=%d R=%d dropout=%g", T, K, N, R, p))
+	if (!case_begin(&c, "lora_forward T=%d K=%d N=%d R=%d dropout=%g%s", T, K, N, R, p, xd ? " xd-sgemm" : ""))
 		return;
 	float bound = 1.0f / sqrtf((float)K); /* PEFT's kaiming-uniform range for A */
 	bf16 *in = rand_bf16((size_t)T * K, -1, 1);
@@ -636,7 +637,7 @@ static void test_lora_forward(int T, int K, int N, int R, float p)
 	uint64_t seed = 0xd40b0u + (uint64_t)K;
 	float *ref = dup_bytes(out0, (size_t)T * N * 4), *ref_u = xmalloc((size_t)T * R * 4);
 	double t0 = now_ms();
-	lora_forward_cpu(ref, ref_u, in, A, B, scale, p, seed, T, K, N, R);
+	lora_forward_cpu(ref, ref_u, NULL, in, A, B, scale, p, seed, T, K, N, R);
 	c.cpu_ms = now_ms() - t0;
 
 	struct lora_args a = { 0 };
@@ -649,6 +650,8 @@ static void test_lora_forward(int T, int K, int N, int R, float p)
 	a.T = T, a.K = K, a.N = N, a.R = R;
 	a.out = case_out(&c, "out", (size_t)T * N * 4, out0, 0);
 	a.u = case_out(&c, "u", (size_t)T * R * 4, NULL, 0);
+	if (xd)
+		a.xd = case_scratch(&c, (size_t)T * K * 4);
 	case_run(&c, lora_fwd_gpu, &a);
 	check(&c, "u", ref_u, (size_t)T * R, 0, GEMM_A_REL, GEMM_RTOL);
 	check(&c, "out", ref, (size_t)T * N, 0, GEMM_A_REL, GEMM_RTOL);
@@ -664,10 +667,11 @@ static void test_lora_forward(int T, int K, int N, int R, float p)
 /* du (sum over N), dB (over T), dA (over T, using du), din (over R, using
  * du): sums of up to 4096 fp32 terms in different orders, and dA, din
  * inherit du's rounding: 5e-5 of the largest value, 1e-4 relative. */
-static void test_lora_backward(int T, int K, int N, int R, float p, int with_din)
+static void test_lora_backward(int T, int K, int N, int R, float p, int with_din, int xd)
 {
 	struct gpu_case c;
-	if (!case_begin(&c, "lora_backward T=%d K=%d N=%d R=%d dropout=%g%s", T, K, N, R, p, with_din ? " din" : ""))
+	if (!case_begin(&c, "lora_backward T=%d K=%d N=%d R=%d dropout=%g%s%s", T, K, N, R, p, with_din ? " din" : "",
+	                xd ? " xd-sgemm" : ""))
 		return;
 	float bound = 1.0f / sqrtf((float)K);
 	bf16 *in = rand_bf16((size_t)T * K, -1, 1);
@@ -680,11 +684,11 @@ static void test_lora_backward(int T, int K, int N, int R, float p, int with_din
 	/* u as the CPU forward leaves it, the same input for both backwards */
 	float *u = xmalloc((size_t)T * R * 4), *scratch_out = xmalloc((size_t)T * N * 4);
 	memset(scratch_out, 0, (size_t)T * N * 4);
-	lora_forward_cpu(scratch_out, u, in, A, B, scale, p, seed, T, K, N, R);
+	lora_forward_cpu(scratch_out, u, NULL, in, A, B, scale, p, seed, T, K, N, R);
 	float *ref_dA = dup_bytes(dA0, (size_t)R * K * 4), *ref_dB = dup_bytes(dB0, (size_t)N * R * 4);
 	float *ref_din = dup_bytes(din0, (size_t)T * K * 4), *ref_du = xmalloc((size_t)T * R * 4);
 	double t0 = now_ms();
-	lora_backward_cpu(with_din ? ref_din : NULL, ref_dA, ref_dB, ref_du, dout, in, u, A, B, scale, p, seed, T, K,
+	lora_backward_cpu(with_din ? ref_din : NULL, ref_dA, ref_dB, ref_du, NULL, dout, in, u, A, B, scale, p, seed, T, K,
 	                  N, R);
 	c.cpu_ms = now_ms() - t0;
 
@@ -703,6 +707,8 @@ static void test_lora_backward(int T, int K, int N, int R, float p, int with_din
 	a.du = case_out(&c, "du", (size_t)T * R * 4, NULL, 0);
 	if (with_din)
 		a.din = case_out(&c, "din", (size_t)T * K * 4, din0, 0);
+	if (xd)
+		a.xd = case_scratch(&c, (size_t)T * K * 4);
 	case_run(&c, lora_bwd_gpu, &a);
 	check(&c, "du", ref_du, (size_t)T * R, 0, 5e-5, 1e-4);
 	check(&c, "dB", ref_dB, (size_t)N * R, 0, 5e-5, 1e-4);
@@ -1226,9 +1232,11 @@ static void run_small(void)
 	test_rmsnorm_backward(3, 33);
 	test_matmul_forward(5, 19, 7, 1);
 	test_matmul_backward_input(5, 19, 7, 1);
-	test_lora_forward(5, 33, 7, 3, 0.5f);
-	test_lora_backward(5, 33, 7, 3, 0.5f, 1);
-	test_lora_backward(19, 300, 5, 20, 0.25f, 1); /* two rank tiles, partial K passes */
+	for (int xd = 0; xd <= 1; xd++) {
+		test_lora_forward(5, 33, 7, 3, 0.5f, xd);
+		test_lora_backward(5, 33, 7, 3, 0.5f, 1, xd);
+		test_lora_backward(19, 300, 5, 20, 0.25f, 1, xd); /* two rank tiles, partial K passes */
+	}
 	test_rope(2, 3, 3, 6, 0);
 	test_rope(2, 3, 3, 6, 1);
 	test_attention_forward(3, 5, 6, 3, 8);
@@ -1261,11 +1269,18 @@ static void run_realistic(void)
 	test_matmul_forward(512, 4096, 1024, 1);         /* k/v projection with bias */
 	test_matmul_backward_input(128, 4096, 11008, 1); /* through gate/up */
 	test_matmul_backward_input(64, 11008, 4096, 0);  /* through down */
-	test_lora_forward(512, 4096, 4096, 16, 0.05f);
-	test_lora_forward(512, 4096, 1024, 8, 0.0f);
-	test_lora_backward(512, 4096, 4096, 16, 0.05f, 1);
-	test_lora_backward(512, 11008, 4096, 64, 0.1f, 1);
-	test_lora_backward(512, 4096, 1024, 8, 0.0f, 0);
+	/* both LoRA paths at model shapes, so the timings compare them (the
+	 * xd-sgemm one is what the engine runs; K = 27648 is Qwen2.5-32B's
+	 * down_proj) */
+	for (int xd = 0; xd <= 1; xd++) {
+		test_lora_forward(512, 4096, 4096, 16, 0.05f, xd);
+		test_lora_forward(512, 4096, 1024, 8, 0.0f, xd);
+		test_lora_forward(512, 27648, 5120, 16, 0.0f, xd);
+		test_lora_backward(512, 4096, 4096, 16, 0.05f, 1, xd);
+		test_lora_backward(512, 11008, 4096, 64, 0.1f, 1, xd);
+		test_lora_backward(512, 4096, 1024, 8, 0.0f, 0, xd);
+		test_lora_backward(512, 27648, 5120, 16, 0.0f, 1, xd);
+	}
 	test_rope(1, 512, 32, 128, 0);
 	test_rope(1, 512, 32, 128, 1);
 	test_attention_forward(1, 512, 32, 8, 128);

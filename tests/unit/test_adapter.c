@@ -16,18 +16,7 @@
 #include "ops.h"
 #include "safetensors.h"
 #include "util.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                      \
-	do {                                                                  \
-		if (!(cond)) {                                                \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);  \
-			fprintf(stderr, __VA_ARGS__);                         \
-			fputc('\n', stderr);                                  \
-			failures++;                                           \
-		}                                                             \
-	} while (0)
+#include "test_common.h"
 
 static char tmpdir[] = "/tmp/poros-test-ad-XXXXXX";
 
@@ -38,18 +27,18 @@ static void test_keys(void)
 	int layer, module, is_b, ok = 1;
 
 	k = adapter_key(3, 0, 0);
-	CHECK(k && strcmp(k, "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight") == 0, "q_proj A: %s", k);
+	CHECKF(k && strcmp(k, "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight") == 0, "q_proj A: %s", k);
 	free(k);
 	k = adapter_key(0, 6, 1);
-	CHECK(k && strcmp(k, "base_model.model.model.layers.0.mlp.down_proj.lora_B.weight") == 0, "down_proj B: %s", k);
+	CHECKF(k && strcmp(k, "base_model.model.model.layers.0.mlp.down_proj.lora_B.weight") == 0, "down_proj B: %s", k);
 	free(k);
 	k = adapter_key(63, 3, 1);
-	CHECK(k && strcmp(k, "base_model.model.model.layers.63.self_attn.o_proj.lora_B.weight") == 0, "o_proj B: %s", k);
+	CHECKF(k && strcmp(k, "base_model.model.model.layers.63.self_attn.o_proj.lora_B.weight") == 0, "o_proj B: %s", k);
 	free(k);
 	k = adapter_key(10, 4, 0);
-	CHECK(k && strcmp(k, "base_model.model.model.layers.10.mlp.gate_proj.lora_A.weight") == 0, "gate_proj A: %s", k);
+	CHECKF(k && strcmp(k, "base_model.model.model.layers.10.mlp.gate_proj.lora_A.weight") == 0, "gate_proj A: %s", k);
 	free(k);
-	CHECK(adapter_key(0, 7, 0) == NULL && adapter_key(0, -1, 0) == NULL && adapter_key(-1, 0, 0) == NULL, "bad arguments");
+	CHECKF(adapter_key(0, 7, 0) == NULL && adapter_key(0, -1, 0) == NULL && adapter_key(-1, 0, 0) == NULL, "bad arguments");
 	for (int l = 0; l < 100; l += 33)
 		for (int m = 0; m < 7; m++)
 			for (int b = 0; b < 2; b++) {
@@ -58,7 +47,7 @@ static void test_keys(void)
 				      strstr(k, names[m]) != NULL;
 				free(k);
 			}
-	CHECK(ok, "every key parses back to its parts");
+	CHECKF(ok, "every key parses back to its parts");
 	{
 		static const char *const bad[] = {
 			"base_model.model.model.layers.03.self_attn.q_proj.lora_A.weight",
@@ -74,7 +63,7 @@ static void test_keys(void)
 		};
 
 		for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
-			CHECK(adapter_key_parse(bad[i], &layer, &module, &is_b) < 0, "accepted %s", bad[i]);
+			CHECKF(adapter_key_parse(bad[i], &layer, &module, &is_b) < 0, "accepted %s", bad[i]);
 	}
 }
 
@@ -116,31 +105,31 @@ static void test_roundtrip(void)
 	const cJSON *tm;
 
 	make_adapter(&a);
-	CHECK(adapter_save(dir, &a, err, sizeof err) == 0, "save: %s", err);
-	CHECK(adapter_load(dir, &b, err, sizeof err) == 0, "load: %s", err);
-	CHECK(b.rank == 4 && b.alpha == 8 && b.dropout == 0.05 && b.target_mask == a.target_mask, "header fields");
-	CHECK(b.base_model && strcmp(b.base_model, "Qwen/Qwen2.5-0.5B") == 0, "base model");
-	CHECK(b.n == a.n, "n %d", b.n);
+	CHECKF(adapter_save(dir, &a, err, sizeof err) == 0, "save: %s", err);
+	CHECKF(adapter_load(dir, &b, err, sizeof err) == 0, "load: %s", err);
+	CHECKF(b.rank == 4 && b.alpha == 8 && b.dropout == 0.05 && b.target_mask == a.target_mask, "header fields");
+	CHECKF(b.base_model && strcmp(b.base_model, "Qwen/Qwen2.5-0.5B") == 0, "base model");
+	CHECKF(b.n == a.n, "n %d", b.n);
 	for (int i = 0; i < a.n && i < b.n; i++) {
 		const struct adapter_tensor *x = adapter_find(&b, a.t[i].name);
 
-		CHECK(x != NULL, "%s missing after load", a.t[i].name);
+		CHECKF(x != NULL, "%s missing after load", a.t[i].name);
 		if (x == NULL)
 			continue;
-		CHECK(x->rows == a.t[i].rows && x->cols == a.t[i].cols, "%s shape", x->name);
-		CHECK(memcmp(x->data, a.t[i].data, (size_t)x->rows * x->cols * sizeof *x->data) == 0, "%s: data not bit-exact",
-		      x->name);
+		CHECKF(x->rows == a.t[i].rows && x->cols == a.t[i].cols, "%s shape", x->name);
+		CHECKF(memcmp(x->data, a.t[i].data, (size_t)x->rows * x->cols * sizeof *x->data) == 0, "%s: data not bit-exact",
+		       x->name);
 	}
 	adapter_free(&b);
 
 	/* adapter_config.json as PEFT reads it */
 	p = xasprintf("%s/adapter_config.json", dir);
 	cfg = json_read_file(p, jerr, sizeof jerr);
-	CHECK(cfg != NULL, "config: %s", jerr);
+	CHECKF(cfg != NULL, "config: %s", jerr);
 	if (cfg != NULL) {
-#define STR(k, v) CHECK(cJSON_IsString(cJSON_GetObjectItem(cfg, k)) && strcmp(cJSON_GetObjectItem(cfg, k)->valuestring, v) == 0, "%s", k)
-#define NUM(k, v) CHECK(cJSON_IsNumber(cJSON_GetObjectItem(cfg, k)) && cJSON_GetObjectItem(cfg, k)->valuedouble == (v), "%s", k)
-#define IS(k, pred) CHECK(pred(cJSON_GetObjectItem(cfg, k)), "%s", k)
+#define STR(k, v) CHECKF(cJSON_IsString(cJSON_GetObjectItem(cfg, k)) && strcmp(cJSON_GetObjectItem(cfg, k)->valuestring, v) == 0, "%s", k)
+#define NUM(k, v) CHECKF(cJSON_IsNumber(cJSON_GetObjectItem(cfg, k)) && cJSON_GetObjectItem(cfg, k)->valuedouble == (v), "%s", k)
+#define IS(k, pred) CHECKF(pred(cJSON_GetObjectItem(cfg, k)), "%s", k)
 		STR("peft_type", "LORA");
 		STR("task_type", "CAUSAL_LM");
 		STR("bias", "none");
@@ -156,18 +145,18 @@ static void test_roundtrip(void)
 		IS("layers_to_transform", cJSON_IsNull);
 		IS("revision", cJSON_IsNull);
 		tm = cJSON_GetObjectItem(cfg, "target_modules");
-		CHECK(cJSON_GetArraySize(tm) == 3 && strcmp(cJSON_GetArrayItem(tm, 0)->valuestring, "q_proj") == 0 &&
-		          strcmp(cJSON_GetArrayItem(tm, 1)->valuestring, "v_proj") == 0 &&
-		          strcmp(cJSON_GetArrayItem(tm, 2)->valuestring, "down_proj") == 0,
-		      "target_modules");
+		CHECKF(cJSON_GetArraySize(tm) == 3 && strcmp(cJSON_GetArrayItem(tm, 0)->valuestring, "q_proj") == 0 &&
+		           strcmp(cJSON_GetArrayItem(tm, 1)->valuestring, "v_proj") == 0 &&
+		           strcmp(cJSON_GetArrayItem(tm, 2)->valuestring, "down_proj") == 0,
+		       "target_modules");
 		cJSON_Delete(cfg);
 	}
 	free(p);
 	p = xasprintf("%s/adapter_model.safetensors", dir);
-	CHECK(st_open(&f, p, err, sizeof err) == 0, "weights: %s", err);
+	CHECKF(st_open(&f, p, err, sizeof err) == 0, "weights: %s", err);
 	if (f.map != NULL) {
-		CHECK(f.n == 12 && f.t[0].dtype == ST_F32 && f.t[1].ndim == 2, "F32 2-D tensors");
-		CHECK(f.metadata && strcmp(cJSON_GetObjectItem(f.metadata, "format")->valuestring, "pt") == 0, "format pt");
+		CHECKF(f.n == 12 && f.t[0].dtype == ST_F32 && f.t[1].ndim == 2, "F32 2-D tensors");
+		CHECKF(f.metadata && strcmp(cJSON_GetObjectItem(f.metadata, "format")->valuestring, "pt") == 0, "format pt");
 		st_close(&f);
 	}
 	free(p);
@@ -200,16 +189,16 @@ static void test_half_precision(enum st_dtype dtype)
 		want_b[i] = dtype == ST_BF16 ? f32_from_bf16(b_data[i]) : st_f32_from_f16(b_data[i]);
 	}
 	p = xasprintf("%s/adapter_model.safetensors", dir);
-	CHECK(st_write(p, outs, 2, NULL, err, sizeof err) == 0, "write: %s", err);
+	CHECKF(st_write(p, outs, 2, NULL, err, sizeof err) == 0, "write: %s", err);
 	free(p);
 	p = xasprintf("%s/adapter_config.json", dir);
 	{
 		const char *cfg = "{\"peft_type\": \"LORA\", \"r\": 2, \"lora_alpha\": 16, \"target_modules\": [\"k_proj\"]}";
 
-		CHECK(atomic_write(p, cfg, strlen(cfg)) == 0, "config");
+		CHECKF(atomic_write(p, cfg, strlen(cfg)) == 0, "config");
 	}
 	free(p);
-	CHECK(adapter_load(dir, &a, err, sizeof err) == 0, "%s adapter: %s", st_dtype_name(dtype), err);
+	CHECKF(adapter_load(dir, &a, err, sizeof err) == 0, "%s adapter: %s", st_dtype_name(dtype), err);
 	if (a.n == 2) {
 		const struct adapter_tensor *ta = adapter_find(&a, ka), *tb = adapter_find(&a, kb);
 
@@ -218,9 +207,9 @@ static void test_half_precision(enum st_dtype dtype)
 		for (int i = 0; i < 10; i++)
 			ok &= tb->data[i] == want_b[i];
 		got = tb->data[7];
-		CHECK(ok && ta->rows == 2 && ta->cols == 3 && tb->rows == 5 && tb->cols == 2 && a.alpha == 16 && a.dropout == 0 &&
-		          a.base_model == NULL && a.target_mask == 2u,
-		      "%s values/shapes (b[7] = %g)", st_dtype_name(dtype), got);
+		CHECKF(ok && ta->rows == 2 && ta->cols == 3 && tb->rows == 5 && tb->cols == 2 && a.alpha == 16 && a.dropout == 0 &&
+		           a.base_model == NULL && a.target_mask == 2u,
+		       "%s values/shapes (b[7] = %g)", st_dtype_name(dtype), got);
 	}
 	adapter_free(&a);
 	free(ka);
@@ -237,7 +226,7 @@ static void expect_load_error(const char *label, const char *config, const char 
 	struct adapter a, b;
 
 	make_adapter(&a);
-	CHECK(adapter_save(dir, &a, err, sizeof err) == 0, "%s: save: %s", label, err);
+	CHECKF(adapter_save(dir, &a, err, sizeof err) == 0, "%s: save: %s", label, err);
 	if (rename_from != NULL) {
 		/* rewrite the weights with one tensor renamed or (rename_to NULL) dropped */
 		struct st_out outs[12];
@@ -255,18 +244,18 @@ static void expect_load_error(const char *label, const char *config, const char 
 			n++;
 		}
 		p = xasprintf("%s/adapter_model.safetensors", dir);
-		CHECK(st_write(p, outs, n, NULL, err, sizeof err) == 0, "%s: rewrite: %s", label, err);
+		CHECKF(st_write(p, outs, n, NULL, err, sizeof err) == 0, "%s: rewrite: %s", label, err);
 		free(p);
 	}
 	if (config != NULL) {
 		p = xasprintf("%s/adapter_config.json", dir);
-		CHECK(atomic_write(p, config, strlen(config)) == 0, "%s: config", label);
+		CHECKF(atomic_write(p, config, strlen(config)) == 0, "%s: config", label);
 		free(p);
 	}
 	err[0] = '\0';
-	CHECK(adapter_load(dir, &b, err, sizeof err) < 0, "%s: accepted", label);
-	CHECK(strstr(err, want) != NULL, "%s: \"%s\" lacks \"%s\"", label, err, want);
-	CHECK(b.n == 0 && b.t == NULL && b.base_model == NULL, "%s: failed load left state", label);
+	CHECKF(adapter_load(dir, &b, err, sizeof err) < 0, "%s: accepted", label);
+	CHECKF(strstr(err, want) != NULL, "%s: \"%s\" lacks \"%s\"", label, err, want);
+	CHECKF(b.n == 0 && b.t == NULL && b.base_model == NULL, "%s: failed load left state", label);
 	adapter_free(&a);
 	free(dir);
 }
@@ -317,10 +306,10 @@ static void test_load_errors(void)
 	p = xasprintf("%s/adapter_model.bin", dir);
 	atomic_write(p, "PK", 2);
 	free(p);
-	CHECK(adapter_load(dir, &a, err, sizeof err) < 0 && strstr(err, "only adapter_model.bin (a pickle)"), "pickle: %s", err);
+	CHECKF(adapter_load(dir, &a, err, sizeof err) < 0 && strstr(err, "only adapter_model.bin (a pickle)"), "pickle: %s", err);
 	free(dir);
 	dir = xasprintf("%s/nowhere", tmpdir);
-	CHECK(adapter_load(dir, &a, err, sizeof err) < 0 && strstr(err, "nowhere/adapter_config.json"), "missing dir: %s", err);
+	CHECKF(adapter_load(dir, &a, err, sizeof err) < 0 && strstr(err, "nowhere/adapter_config.json"), "missing dir: %s", err);
 	free(dir);
 }
 
@@ -337,25 +326,25 @@ static void test_peft_written(void)
 	double sum = 0;
 
 	if (adapter_load(dir, &a, err, sizeof err) < 0) {
-		CHECK(0, "PEFT adapter: %s", err);
+		CHECKF(0, "PEFT adapter: %s", err);
 		free(dir);
 		return;
 	}
-	CHECK(a.rank == 4 && a.alpha == 8 && a.dropout == 0 && a.target_mask == (1u << 0 | 1u << 2 | 1u << 6) && a.n == 12,
-	      "PEFT header: r %d alpha %g dropout %g mask 0x%x n %d", a.rank, a.alpha, a.dropout, a.target_mask, a.n);
-	CHECK(a.base_model && strcmp(a.base_model, "tiny-qwen2") == 0, "base model");
+	CHECKF(a.rank == 4 && a.alpha == 8 && a.dropout == 0 && a.target_mask == (1u << 0 | 1u << 2 | 1u << 6) && a.n == 12,
+	       "PEFT header: r %d alpha %g dropout %g mask 0x%x n %d", a.rank, a.alpha, a.dropout, a.target_mask, a.n);
+	CHECKF(a.base_model && strcmp(a.base_model, "tiny-qwen2") == 0, "base model");
 	t = adapter_find(&a, "base_model.model.model.layers.1.mlp.down_proj.lora_B.weight");
-	CHECK(t && t->rows == 64 && t->cols == 4 && t->data[0] == -0.21712398529052734f && t->data[1] == 0.19459205865859985f &&
-	          t->data[2] == 0.04489481449127197f,
-	      "down_proj B values");
+	CHECKF(t && t->rows == 64 && t->cols == 4 && t->data[0] == -0.21712398529052734f && t->data[1] == 0.19459205865859985f &&
+	           t->data[2] == 0.04489481449127197f,
+	       "down_proj B values");
 	t = adapter_find(&a, "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight");
-	CHECK(t && t->rows == 4 && t->cols == 64 && t->data[0] == -0.10695716738700867f && t->data[2] == 0.09399043023586273f,
-	      "q_proj A values");
+	CHECKF(t && t->rows == 4 && t->cols == 64 && t->data[0] == -0.10695716738700867f && t->data[2] == 0.09399043023586273f,
+	       "q_proj A values");
 	for (int i = 0; i < a.n; i++)
 		for (int j = 0; j < a.t[i].rows * a.t[i].cols; j++)
 			sum += a.t[i].data[j];
 	/* the sum PEFT's own tensors give, in double */
-	CHECK(fabs(sum - 20.664966720814846) < 1e-9, "sum of all weights %.15g", sum);
+	CHECKF(fabs(sum - 20.664966720814846) < 1e-9, "sum of all weights %.15g", sum);
 	adapter_free(&a);
 	free(dir);
 }
@@ -368,19 +357,19 @@ static void test_save_errors(void)
 
 	make_adapter(&a);
 	a.rank = 0;
-	CHECK(adapter_save(dir, &a, err, sizeof err) < 0 && strstr(err, "rank 0: must be >= 1"), "rank 0: %s", err);
+	CHECKF(adapter_save(dir, &a, err, sizeof err) < 0 && strstr(err, "rank 0: must be >= 1"), "rank 0: %s", err);
 	a.rank = 4;
 	a.dropout = 1;
-	CHECK(adapter_save(dir, &a, err, sizeof err) < 0 && strstr(err, "lora_dropout 1: must be in [0, 1)"), "dropout: %s", err);
+	CHECKF(adapter_save(dir, &a, err, sizeof err) < 0 && strstr(err, "lora_dropout 1: must be in [0, 1)"), "dropout: %s", err);
 	a.dropout = 0;
 	a.target_mask = 1u << 7;
-	CHECK(adapter_save(dir, &a, err, sizeof err) < 0 && strstr(err, "target mask 0x80"), "mask: %s", err);
+	CHECKF(adapter_save(dir, &a, err, sizeof err) < 0 && strstr(err, "target mask 0x80"), "mask: %s", err);
 	a.target_mask = 1u << 0 | 1u << 2 | 1u << 6;
 	a.t[1].cols = 3; /* a q_proj B of rank 3 */
-	CHECK(adapter_save(dir, &a, err, sizeof err) < 0 && strstr(err, "does not have rank 4 in its second dimension"),
-	      "rank mismatch: %s", err);
+	CHECKF(adapter_save(dir, &a, err, sizeof err) < 0 && strstr(err, "does not have rank 4 in its second dimension"),
+	       "rank mismatch: %s", err);
 	p = xasprintf("%s/adapter_model.safetensors", dir);
-	CHECK(stat(dir, &st) < 0 && stat(p, &st) < 0, "a refused save created files");
+	CHECKF(stat(dir, &st) < 0 && stat(p, &st) < 0, "a refused save created files");
 	free(p);
 	adapter_free(&a);
 	free(dir);
@@ -388,12 +377,8 @@ static void test_save_errors(void)
 
 int main(void)
 {
-	char *cmd;
-
-	if (mkdtemp(tmpdir) == NULL) {
-		perror("mkdtemp");
+	if (scratch_make(tmpdir) < 0)
 		return 1;
-	}
 	test_keys();
 	test_roundtrip();
 	test_half_precision(ST_BF16);
@@ -401,14 +386,6 @@ int main(void)
 	test_load_errors();
 	test_peft_written();
 	test_save_errors();
-	cmd = xasprintf("rm -rf '%s'", tmpdir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", tmpdir);
-	free(cmd);
-	if (failures) {
-		fprintf(stderr, "test_adapter: %d failure(s)\n", failures);
-		return 1;
-	}
-	fprintf(stderr, "test_adapter: ok\n");
-	return 0;
+	scratch_remove(tmpdir);
+	return test_verdict("test_adapter");
 }

@@ -8,17 +8,7 @@
 #include "artifact.h"
 #include "jsonl.h"
 #include "util.h"
-
-static int failures;
-
-#define CHECK(cond) check((cond), #cond, __FILE__, __LINE__)
-static void check(int ok, const char *what, const char *file, int line)
-{
-	if (!ok) {
-		fprintf(stderr, "%s:%d: FAILED: %s\n", file, line, what);
-		failures++;
-	}
-}
+#include "test_common.h"
 
 static void check_str(const char *got, const char *want, const char *what)
 {
@@ -273,10 +263,5 @@ int main(void)
 	test_summary();
 	test_host_env();
 	test_status_names();
-	if (failures) {
-		fprintf(stderr, "test_artifact: %d check(s) failed\n", failures);
-		return 1;
-	}
-	fprintf(stderr, "test_artifact: ok\n");
-	return 0;
+	return test_verdict("test_artifact");
 }

@@ -7,10 +7,7 @@
 
 #include "cell.h"
 #include "util.h"
-
-static int failures;
-
-#define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); failures++; } } while (0)
+#include "test_common.h"
 
 /* The cell of docs/schemas.md, built by hand. */
 static void example_cell(struct cell *c)
@@ -313,10 +310,5 @@ int main(void)
 	test_wrong_section_type();
 	test_bounds();
 	test_names_and_text();
-	if (failures) {
-		fprintf(stderr, "test_cell: %d failure(s)\n", failures);
-		return 1;
-	}
-	fprintf(stderr, "test_cell: ok\n");
-	return 0;
+	return test_verdict("test_cell");
 }

@@ -14,17 +14,9 @@
 #include "dataset.h"
 #include "tokenizer.h"
 #include "util.h"
+#include "test_common.h"
 
-static int failures;
 static char tmp[] = "/tmp/poros-test-dataset-XXXXXX";
-
-#define CHECK(cond)                                                                              \
-	do {                                                                                     \
-		if (!(cond)) {                                                                   \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-			failures++;                                                              \
-		}                                                                                \
-	} while (0)
 
 /* Writes tmp/rel (directories made as needed); returns the malloc'd path. */
 static char *put(const char *rel, const char *text)
@@ -354,16 +346,14 @@ static void test_render_chat(void)
 int main(void)
 {
 	struct tokenizer *tok = NULL;
-	char err[512], *cmd;
+	char err[512];
 
 	if (tokenizer_load(&tok, "tests/fixtures/tokenizer/tiny", err, sizeof err) < 0) {
 		fprintf(stderr, "%s (run from the repository root)\n", err);
 		return 1;
 	}
-	if (mkdtemp(tmp) == NULL) {
-		perror("mkdtemp");
+	if (scratch_make(tmp) < 0)
 		return 1;
-	}
 	test_packing();
 	test_text_formats(tok);
 	test_json_and_gz(tok);
@@ -374,14 +364,6 @@ int main(void)
 	test_threads(tok);
 	test_render_chat();
 	tokenizer_free(tok);
-	cmd = xasprintf("rm -rf '%s'", tmp);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", tmp);
-	free(cmd);
-	if (failures) {
-		fprintf(stderr, "test_dataset: %d checks failed\n", failures);
-		return 1;
-	}
-	fprintf(stderr, "test_dataset: all checks passed\n");
-	return 0;
+	scratch_remove(tmp);
+	return test_verdict("test_dataset");
 }

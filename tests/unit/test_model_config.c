@@ -13,18 +13,7 @@
 
 #include "model_config.h"
 #include "util.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                      \
-	do {                                                                  \
-		if (!(cond)) {                                                \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);  \
-			fprintf(stderr, __VA_ARGS__);                         \
-			fputc('\n', stderr);                                  \
-			failures++;                                           \
-		}                                                             \
-	} while (0)
+#include "test_common.h"
 
 static const char *fixtures = "tests/fixtures/formats";
 static char tmpdir[] = "/tmp/poros-test-mc-XXXXXX";
@@ -36,12 +25,12 @@ static int parse_fixture(struct model_config *m, const char *file)
 	int rc;
 
 	if (text == NULL) {
-		CHECK(0, "cannot read %s (run from the repository root)", path);
+		CHECKF(0, "cannot read %s (run from the repository root)", path);
 		free(path);
 		return -1;
 	}
 	rc = model_config_parse(m, text, path, err, sizeof err);
-	CHECK(rc == 0, "%s: %s", file, err);
+	CHECKF(rc == 0, "%s: %s", file, err);
 	free(text);
 	free(path);
 	return rc;
@@ -54,29 +43,29 @@ static void test_qwen25_7b(void)
 
 	if (parse_fixture(&m, "qwen2.5-7b.config.json") < 0)
 		return;
-	CHECK(strcmp(m.model_type, "qwen2") == 0, "model_type %s", m.model_type);
-	CHECK(m.hidden_size == 3584 && m.intermediate_size == 18944 && m.num_hidden_layers == 28, "sizes");
-	CHECK(m.num_attention_heads == 28 && m.num_key_value_heads == 4, "heads %d/%d", m.num_attention_heads, m.num_key_value_heads);
-	CHECK(m.head_dim == 128, "head_dim %d (3584/28)", m.head_dim);
-	CHECK(m.vocab_size == 152064, "vocab %d", m.vocab_size);
-	CHECK(m.rope_theta == 1000000.0 && m.rms_norm_eps == 1e-6, "rope %g eps %g", m.rope_theta, m.rms_norm_eps);
-	CHECK(m.tie_word_embeddings == 0, "untied");
-	CHECK(m.attention_bias == 1, "qwen2 has q/k/v bias although config.json omits it");
-	CHECK(m.qk_norm == 0, "no qk norm");
-	CHECK(m.bos_token_id == 151643 && m.eos_token_id == 151643, "bos/eos %d/%d", m.bos_token_id, m.eos_token_id);
-	CHECK(m.max_position_embeddings == 131072 && m.rope_scaling_type[0] == '\0', "positions / rope_scaling");
-	CHECK(m.model_id == NULL && m.config_path == NULL && m.checkpoint_dir == NULL, "parse alone resolves nothing");
+	CHECKF(strcmp(m.model_type, "qwen2") == 0, "model_type %s", m.model_type);
+	CHECKF(m.hidden_size == 3584 && m.intermediate_size == 18944 && m.num_hidden_layers == 28, "sizes");
+	CHECKF(m.num_attention_heads == 28 && m.num_key_value_heads == 4, "heads %d/%d", m.num_attention_heads, m.num_key_value_heads);
+	CHECKF(m.head_dim == 128, "head_dim %d (3584/28)", m.head_dim);
+	CHECKF(m.vocab_size == 152064, "vocab %d", m.vocab_size);
+	CHECKF(m.rope_theta == 1000000.0 && m.rms_norm_eps == 1e-6, "rope %g eps %g", m.rope_theta, m.rms_norm_eps);
+	CHECKF(m.tie_word_embeddings == 0, "untied");
+	CHECKF(m.attention_bias == 1, "qwen2 has q/k/v bias although config.json omits it");
+	CHECKF(m.qk_norm == 0, "no qk norm");
+	CHECKF(m.bos_token_id == 151643 && m.eos_token_id == 151643, "bos/eos %d/%d", m.bos_token_id, m.eos_token_id);
+	CHECKF(m.max_position_embeddings == 131072 && m.rope_scaling_type[0] == '\0', "positions / rope_scaling");
+	CHECKF(m.model_id == NULL && m.config_path == NULL && m.checkpoint_dir == NULL, "parse alone resolves nothing");
 	/* 7.61B parameters, 6.53B outside the embeddings (Qwen2.5 model card):
 	 * 28 x (2*3584^2 + 2*3584*512 + 3*3584*18944) linear weights,
 	 * 28 x (3584+2*512 bias + 2*3584 norm), 2 x 152064*3584 untied, 3584 */
-	CHECK(model_config_linear_param_count(&m) == 6525288448LL, "linear %lld", model_config_linear_param_count(&m));
-	CHECK(model_config_param_count(&m) == 7615616512LL, "params %lld", model_config_param_count(&m));
+	CHECKF(model_config_linear_param_count(&m) == 6525288448LL, "linear %lld", model_config_linear_param_count(&m));
+	CHECKF(model_config_param_count(&m) == 7615616512LL, "params %lld", model_config_param_count(&m));
 	model_config_module_shape(&m, 1, &n, &k);
-	CHECK(n == 512 && k == 3584, "k_proj (%d, %d)", n, k);
+	CHECKF(n == 512 && k == 3584, "k_proj (%d, %d)", n, k);
 	model_config_module_shape(&m, 3, &n, &k);
-	CHECK(n == 3584 && k == 3584, "o_proj (%d, %d)", n, k);
+	CHECKF(n == 3584 && k == 3584, "o_proj (%d, %d)", n, k);
 	model_config_module_shape(&m, 6, &n, &k);
-	CHECK(n == 3584 && k == 18944, "down_proj (%d, %d)", n, k);
+	CHECKF(n == 3584 && k == 18944, "down_proj (%d, %d)", n, k);
 	model_config_free(&m);
 }
 
@@ -86,14 +75,14 @@ static void test_llama31_8b(void)
 
 	if (parse_fixture(&m, "llama-3.1-8b.config.json") < 0)
 		return;
-	CHECK(strcmp(m.model_type, "llama") == 0 && m.attention_bias == 0 && m.qk_norm == 0, "llama flags");
-	CHECK(m.head_dim == 128 && m.num_key_value_heads == 8 && m.rms_norm_eps == 1e-5 && m.rope_theta == 500000.0, "llama sizes");
-	CHECK(m.eos_token_id == 128001, "eos list -> first id, got %d", m.eos_token_id);
-	CHECK(strcmp(m.rope_scaling_type, "llama3") == 0 && m.rope_scaling_factor == 8.0 && m.rope_low_freq_factor == 1.0 &&
-	          m.rope_high_freq_factor == 4.0 && m.rope_original_max_position == 8192,
-	      "rope_scaling recorded");
+	CHECKF(strcmp(m.model_type, "llama") == 0 && m.attention_bias == 0 && m.qk_norm == 0, "llama flags");
+	CHECKF(m.head_dim == 128 && m.num_key_value_heads == 8 && m.rms_norm_eps == 1e-5 && m.rope_theta == 500000.0, "llama sizes");
+	CHECKF(m.eos_token_id == 128001, "eos list -> first id, got %d", m.eos_token_id);
+	CHECKF(strcmp(m.rope_scaling_type, "llama3") == 0 && m.rope_scaling_factor == 8.0 && m.rope_low_freq_factor == 1.0 &&
+	           m.rope_high_freq_factor == 4.0 && m.rope_original_max_position == 8192,
+	       "rope_scaling recorded");
 	/* 8,030,261,248: Llama 3 8B's published count */
-	CHECK(model_config_param_count(&m) == 8030261248LL, "params %lld", model_config_param_count(&m));
+	CHECKF(model_config_param_count(&m) == 8030261248LL, "params %lld", model_config_param_count(&m));
 	model_config_free(&m);
 }
 
@@ -103,11 +92,11 @@ static void test_qwen3_8b(void)
 
 	if (parse_fixture(&m, "qwen3-8b.config.json") < 0)
 		return;
-	CHECK(strcmp(m.model_type, "qwen3") == 0 && m.qk_norm == 1 && m.attention_bias == 0, "qwen3 flags");
-	CHECK(m.head_dim == 128 && m.num_hidden_layers == 36 && m.rope_theta == 1e6, "qwen3 sizes");
+	CHECKF(strcmp(m.model_type, "qwen3") == 0 && m.qk_norm == 1 && m.attention_bias == 0, "qwen3 flags");
+	CHECKF(m.head_dim == 128 && m.num_hidden_layers == 36 && m.rope_theta == 1e6, "qwen3 sizes");
 	/* 8.2B, 6.95B non-embedding (model card); q/k norms 2*128 per layer */
-	CHECK(model_config_param_count(&m) == 8190735360LL, "params %lld", model_config_param_count(&m));
-	CHECK(model_config_linear_param_count(&m) == 6945767424LL, "linear %lld", model_config_linear_param_count(&m));
+	CHECKF(model_config_param_count(&m) == 8190735360LL, "params %lld", model_config_param_count(&m));
+	CHECKF(model_config_linear_param_count(&m) == 6945767424LL, "linear %lld", model_config_linear_param_count(&m));
 	model_config_free(&m);
 }
 
@@ -144,40 +133,40 @@ static void test_defaults(void)
 	struct model_config m;
 	char err[512];
 
-	CHECK(model_config_parse(&m, minimal("llama", "{}"), "min.json", err, sizeof err) == 0, "minimal llama: %s", err);
-	CHECK(m.num_key_value_heads == 4 && m.head_dim == 16, "kv heads default to heads (%d), head_dim to 64/4 (%d)",
-	      m.num_key_value_heads, m.head_dim);
-	CHECK(m.rope_theta == 10000.0 && m.rms_norm_eps == 1e-6, "rope/eps defaults");
-	CHECK(m.tie_word_embeddings == 0 && m.attention_bias == 0 && m.qk_norm == 0, "flag defaults");
-	CHECK(m.bos_token_id == -1 && m.eos_token_id == -1, "absent token ids are -1");
-	CHECK(m.max_position_embeddings == 0 && m.rope_scaling_factor == 1.0, "no positions, no scaling");
+	CHECKF(model_config_parse(&m, minimal("llama", "{}"), "min.json", err, sizeof err) == 0, "minimal llama: %s", err);
+	CHECKF(m.num_key_value_heads == 4 && m.head_dim == 16, "kv heads default to heads (%d), head_dim to 64/4 (%d)",
+	       m.num_key_value_heads, m.head_dim);
+	CHECKF(m.rope_theta == 10000.0 && m.rms_norm_eps == 1e-6, "rope/eps defaults");
+	CHECKF(m.tie_word_embeddings == 0 && m.attention_bias == 0 && m.qk_norm == 0, "flag defaults");
+	CHECKF(m.bos_token_id == -1 && m.eos_token_id == -1, "absent token ids are -1");
+	CHECKF(m.max_position_embeddings == 0 && m.rope_scaling_factor == 1.0, "no positions, no scaling");
 	/* 2 x (3*64*64... q,o 64x64, k,v 64x64 (kv heads = heads), mlp 3*64*128) */
-	CHECK(model_config_linear_param_count(&m) == 2LL * (4 * 64 * 64 + 3 * 64 * 128), "tiny linear count");
-	CHECK(model_config_param_count(&m) == 2LL * (4 * 64 * 64 + 3 * 64 * 128 + 2 * 64) + 2 * 100 * 64 + 64, "tiny count");
+	CHECKF(model_config_linear_param_count(&m) == 2LL * (4 * 64 * 64 + 3 * 64 * 128), "tiny linear count");
+	CHECKF(model_config_param_count(&m) == 2LL * (4 * 64 * 64 + 3 * 64 * 128 + 2 * 64) + 2 * 100 * 64 + 64, "tiny count");
 	model_config_free(&m);
 
-	CHECK(model_config_parse(&m, minimal("llama", "{\"tie_word_embeddings\": true, \"attention_bias\": true, "
-	                                              "\"head_dim\": null, \"num_key_value_heads\": 2}"),
-	                         "tied.json", err, sizeof err) == 0, "tied llama: %s", err);
+	CHECKF(model_config_parse(&m, minimal("llama", "{\"tie_word_embeddings\": true, \"attention_bias\": true, "
+	                                               "\"head_dim\": null, \"num_key_value_heads\": 2}"),
+	                          "tied.json", err, sizeof err) == 0, "tied llama: %s", err);
 	/* tied: one embedding; llama's attention_bias covers q, k, v and o */
-	CHECK(model_config_param_count(&m) ==
-	          2LL * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64 + (64 + 2 * 32 + 64)) + 100 * 64 + 64,
-	      "tied llama with bias: %lld", model_config_param_count(&m));
+	CHECKF(model_config_param_count(&m) ==
+	           2LL * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64 + (64 + 2 * 32 + 64)) + 100 * 64 + 64,
+	       "tied llama with bias: %lld", model_config_param_count(&m));
 	model_config_free(&m);
 
-	CHECK(model_config_parse(&m, minimal("qwen2", "{}"), "q2.json", err, sizeof err) == 0 && m.attention_bias == 1,
-	      "qwen2 bias default");
+	CHECKF(model_config_parse(&m, minimal("qwen2", "{}"), "q2.json", err, sizeof err) == 0 && m.attention_bias == 1,
+	       "qwen2 bias default");
 	model_config_free(&m);
-	CHECK(model_config_parse(&m, minimal("qwen2", "{\"attention_bias\": false}"), "q2.json", err, sizeof err) == 0 &&
-	          m.attention_bias == 0,
-	      "qwen2 explicit false");
+	CHECKF(model_config_parse(&m, minimal("qwen2", "{\"attention_bias\": false}"), "q2.json", err, sizeof err) == 0 &&
+	           m.attention_bias == 0,
+	       "qwen2 explicit false");
 	model_config_free(&m);
-	CHECK(model_config_parse(&m, minimal("qwen3", "{\"use_qk_norm\": false, \"head_dim\": 32}"), "q3.json", err, sizeof err) == 0 &&
-	          m.qk_norm == 1 && m.head_dim == 32,
-	      "qwen3 always has qk norm; explicit head_dim kept");
+	CHECKF(model_config_parse(&m, minimal("qwen3", "{\"use_qk_norm\": false, \"head_dim\": 32}"), "q3.json", err, sizeof err) == 0 &&
+	           m.qk_norm == 1 && m.head_dim == 32,
+	       "qwen3 always has qk norm; explicit head_dim kept");
 	model_config_free(&m);
-	CHECK(model_config_parse(&m, minimal("llama", "{\"use_qk_norm\": true}"), "l.json", err, sizeof err) == 0 && m.qk_norm == 1,
-	      "use_qk_norm true");
+	CHECKF(model_config_parse(&m, minimal("llama", "{\"use_qk_norm\": true}"), "l.json", err, sizeof err) == 0 && m.qk_norm == 1,
+	       "use_qk_norm true");
 	model_config_free(&m);
 }
 
@@ -209,11 +198,11 @@ static void test_counts_match_transformers(void)
 		cJSON_AddNumberToObject(o, "num_key_value_heads", 2);
 		text = cJSON_PrintUnformatted(o);
 		if (model_config_parse(&m, text, "tiny.json", err, sizeof err) < 0) {
-			CHECK(0, "case %zu: %s", i, err);
+			CHECKF(0, "case %zu: %s", i, err);
 		} else {
-			CHECK(model_config_param_count(&m) == cases[i].params && model_config_linear_param_count(&m) == cases[i].linear,
-			      "case %zu (%s %s): %lld/%lld, transformers %lld/%lld", i, cases[i].type, cases[i].overrides,
-			      model_config_param_count(&m), model_config_linear_param_count(&m), cases[i].params, cases[i].linear);
+			CHECKF(model_config_param_count(&m) == cases[i].params && model_config_linear_param_count(&m) == cases[i].linear,
+			       "case %zu (%s %s): %lld/%lld, transformers %lld/%lld", i, cases[i].type, cases[i].overrides,
+			       model_config_param_count(&m), model_config_linear_param_count(&m), cases[i].params, cases[i].linear);
 		}
 		free(text);
 		cJSON_Delete(o);
@@ -261,9 +250,9 @@ static void test_rejections(void)
 		const char *json = cases[i].min ? minimal("llama", cases[i].json) : cases[i].json;
 
 		err[0] = '\0';
-		CHECK(model_config_parse(&m, json, "bad.json", err, sizeof err) < 0, "case %zu accepted: %s", i, json);
-		CHECK(strstr(err, cases[i].want) != NULL && strncmp(err, "bad.json: ", 10) == 0, "case %zu: \"%s\" lacks \"%s\"", i,
-		      err, cases[i].want);
+		CHECKF(model_config_parse(&m, json, "bad.json", err, sizeof err) < 0, "case %zu accepted: %s", i, json);
+		CHECKF(strstr(err, cases[i].want) != NULL && strncmp(err, "bad.json: ", 10) == 0, "case %zu: \"%s\" lacks \"%s\"", i,
+		       err, cases[i].want);
 	}
 }
 
@@ -272,7 +261,7 @@ static void make_file(const char *path, const char *text)
 	FILE *f = fopen(path, "w");
 
 	if (f == NULL) {
-		CHECK(0, "cannot create %s", path);
+		CHECKF(0, "cannot create %s", path);
 		return;
 	}
 	fputs(text, f);
@@ -283,7 +272,7 @@ static void set_mtime(const char *path, long sec)
 {
 	struct timeval tv[2] = { { sec, 0 }, { sec, 0 } };
 
-	CHECK(utimes(path, tv) == 0, "utimes %s", path);
+	CHECKF(utimes(path, tv) == 0, "utimes %s", path);
 }
 
 static void test_resolve(void)
@@ -293,8 +282,8 @@ static void test_resolve(void)
 	char *configs = xasprintf("%s/configs", tmpdir), *local = xasprintf("%s/local-model", tmpdir), *p, err[1024];
 	struct model_config m;
 
-	CHECK(mkdir_p(old, 0755) == 0 && mkdir_p(new, 0755) == 0 && mkdir_p(configs, 0755) == 0 && mkdir_p(local, 0755) == 0,
-	      "mkdir");
+	CHECKF(mkdir_p(old, 0755) == 0 && mkdir_p(new, 0755) == 0 && mkdir_p(configs, 0755) == 0 && mkdir_p(local, 0755) == 0,
+	       "mkdir");
 	unsetenv("HF_HUB_CACHE");
 	setenv("HF_HOME", hf_home, 1);
 	/* older snapshot: 2 layers; newer: 4 layers, with weights */
@@ -313,11 +302,11 @@ static void test_resolve(void)
 	make_file(p, minimal("qwen2", "{\"num_hidden_layers\": 6}"));
 	free(p);
 
-	CHECK(model_config_resolve(&m, "Qwen/Qwen2.5-7B", configs, err, sizeof err) == 0, "cache: %s", err);
-	CHECK(m.num_hidden_layers == 4, "newest snapshot by mtime, got %d layers", m.num_hidden_layers);
-	CHECK(m.checkpoint_dir != NULL && strcmp(m.checkpoint_dir, new) == 0, "checkpoint_dir %s", m.checkpoint_dir);
-	CHECK(m.model_id != NULL && strcmp(m.model_id, "Qwen/Qwen2.5-7B") == 0, "model_id kept");
-	CHECK(m.config_path != NULL && strstr(m.config_path, "2222bbbb/config.json"), "config_path %s", m.config_path);
+	CHECKF(model_config_resolve(&m, "Qwen/Qwen2.5-7B", configs, err, sizeof err) == 0, "cache: %s", err);
+	CHECKF(m.num_hidden_layers == 4, "newest snapshot by mtime, got %d layers", m.num_hidden_layers);
+	CHECKF(m.checkpoint_dir != NULL && strcmp(m.checkpoint_dir, new) == 0, "checkpoint_dir %s", m.checkpoint_dir);
+	CHECKF(m.model_id != NULL && strcmp(m.model_id, "Qwen/Qwen2.5-7B") == 0, "model_id kept");
+	CHECKF(m.config_path != NULL && strstr(m.config_path, "2222bbbb/config.json"), "config_path %s", m.config_path);
 	model_config_free(&m);
 
 	/* the snapshot refs/main names wins over mtime, as in huggingface_hub */
@@ -326,13 +315,13 @@ static void test_resolve(void)
 	free(p);
 	p = xasprintf("%s/refs/main", repo);
 	make_file(p, "1111aaaa");
-	CHECK(model_config_resolve(&m, "Qwen/Qwen2.5-7B", configs, err, sizeof err) == 0 && m.num_hidden_layers == 2 &&
-	          m.checkpoint_dir == NULL,
-	      "refs/main snapshot (no weights there): %d layers", m.num_hidden_layers);
+	CHECKF(model_config_resolve(&m, "Qwen/Qwen2.5-7B", configs, err, sizeof err) == 0 && m.num_hidden_layers == 2 &&
+	           m.checkpoint_dir == NULL,
+	       "refs/main snapshot (no weights there): %d layers", m.num_hidden_layers);
 	model_config_free(&m);
 	make_file(p, "no-such-commit\n");
-	CHECK(model_config_resolve(&m, "Qwen/Qwen2.5-7B", configs, err, sizeof err) == 0 && m.num_hidden_layers == 4,
-	      "stale refs/main falls back to mtime");
+	CHECKF(model_config_resolve(&m, "Qwen/Qwen2.5-7B", configs, err, sizeof err) == 0 && m.num_hidden_layers == 4,
+	       "stale refs/main falls back to mtime");
 	model_config_free(&m);
 	unlink(p);
 	free(p);
@@ -341,9 +330,9 @@ static void test_resolve(void)
 	p = xasprintf("%s/other-cache", tmpdir);
 	mkdir(p, 0755);
 	setenv("HF_HUB_CACHE", p, 1);
-	CHECK(model_config_resolve(&m, "Qwen/Qwen2.5-7B", configs, err, sizeof err) == 0 && m.num_hidden_layers == 6 &&
-	          m.checkpoint_dir == NULL && strstr(m.config_path, "configs/qwen2_5_7b.json"),
-	      "configs_dir fallback: %s", err);
+	CHECKF(model_config_resolve(&m, "Qwen/Qwen2.5-7B", configs, err, sizeof err) == 0 && m.num_hidden_layers == 6 &&
+	           m.checkpoint_dir == NULL && strstr(m.config_path, "configs/qwen2_5_7b.json"),
+	       "configs_dir fallback: %s", err);
 	model_config_free(&m);
 	free(p);
 
@@ -354,26 +343,26 @@ static void test_resolve(void)
 	p = xasprintf("%s/model.safetensors.index.json", local);
 	make_file(p, "{}");
 	free(p);
-	CHECK(model_config_resolve(&m, local, configs, err, sizeof err) == 0 && strcmp(m.model_type, "llama") == 0 &&
-	          m.checkpoint_dir != NULL && strcmp(m.checkpoint_dir, local) == 0,
-	      "local dir: %s", err);
+	CHECKF(model_config_resolve(&m, local, configs, err, sizeof err) == 0 && strcmp(m.model_type, "llama") == 0 &&
+	           m.checkpoint_dir != NULL && strcmp(m.checkpoint_dir, local) == 0,
+	       "local dir: %s", err);
 	model_config_free(&m);
 
 	/* nowhere: the message lists each place */
-	CHECK(model_config_resolve(&m, "Org/Missing-1B", configs, err, sizeof err) < 0, "missing model resolved");
-	CHECK(strstr(err, "model \"Org/Missing-1B\": no config.json found") && strstr(err, "Org/Missing-1B/config.json") &&
-	          strstr(err, "other-cache/models--Org--Missing-1B/snapshots/*/config.json") && strstr(err, "configs/missing_1b.json"),
-	      "places looked: %s", err);
-	CHECK(m.model_id == NULL && m.config_path == NULL, "failed resolve leaves nothing");
+	CHECKF(model_config_resolve(&m, "Org/Missing-1B", configs, err, sizeof err) < 0, "missing model resolved");
+	CHECKF(strstr(err, "model \"Org/Missing-1B\": no config.json found") && strstr(err, "Org/Missing-1B/config.json") &&
+	           strstr(err, "other-cache/models--Org--Missing-1B/snapshots/*/config.json") && strstr(err, "configs/missing_1b.json"),
+	       "places looked: %s", err);
+	CHECKF(m.model_id == NULL && m.config_path == NULL, "failed resolve leaves nothing");
 
 	/* a config that is there but bad is reported, not skipped */
 	unsetenv("HF_HUB_CACHE");
 	p = xasprintf("%s/config.json", new);
 	make_file(p, "{\"model_type\": \"gpt2\"}");
 	free(p);
-	CHECK(model_config_resolve(&m, "Qwen/Qwen2.5-7B", configs, err, sizeof err) < 0 &&
-	          strstr(err, "2222bbbb/config.json: model_type \"gpt2\" is not supported"),
-	      "bad cached config: %s", err);
+	CHECKF(model_config_resolve(&m, "Qwen/Qwen2.5-7B", configs, err, sizeof err) < 0 &&
+	           strstr(err, "2222bbbb/config.json: model_type \"gpt2\" is not supported"),
+	       "bad cached config: %s", err);
 	free(hf_home);
 	free(repo);
 	free(old);
@@ -385,14 +374,11 @@ static void test_resolve(void)
 int main(void)
 {
 	const char *fx = getenv("POROS_FIXTURES");
-	char *cmd;
 
 	if (fx != NULL && *fx)
 		fixtures = fx;
-	if (mkdtemp(tmpdir) == NULL) {
-		perror("mkdtemp");
+	if (scratch_make(tmpdir) < 0)
 		return 1;
-	}
 	test_qwen25_7b();
 	test_llama31_8b();
 	test_qwen3_8b();
@@ -400,14 +386,6 @@ int main(void)
 	test_counts_match_transformers();
 	test_rejections();
 	test_resolve();
-	cmd = xasprintf("rm -rf '%s'", tmpdir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", tmpdir);
-	free(cmd);
-	if (failures) {
-		fprintf(stderr, "test_model_config: %d failure(s)\n", failures);
-		return 1;
-	}
-	fprintf(stderr, "test_model_config: ok\n");
-	return 0;
+	scratch_remove(tmpdir);
+	return test_verdict("test_model_config");
 }

@@ -9,18 +9,7 @@
 
 #include "nf4.h"
 #include "ops.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                      \
-	do {                                                                  \
-		if (!(cond)) {                                                \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);  \
-			fprintf(stderr, __VA_ARGS__);                         \
-			fputc('\n', stderr);                                  \
-			failures++;                                           \
-		}                                                             \
-	} while (0)
+#include "test_common.h"
 
 #define B POROS_NF4_BLOCK
 
@@ -41,19 +30,19 @@ static void test_exact_block(void)
 	for (int i = 0; i < B; i++)
 		in[i] = poros_nf4_code[(i * 7) % 16] * 2.0f; /* 7 is coprime to 16: every code appears */
 	nf4_quantize(packed, &absmax, in, B);
-	CHECK(absmax == 2.0f, "absmax %g, want 2", absmax);
+	CHECKF(absmax == 2.0f, "absmax %g, want 2", absmax);
 	for (int i = 0; i < B; i++)
 		if (code_at(packed, i) != (i * 7) % 16 && bad++ < 3)
 			fprintf(stderr, "  element %d: code %d, want %d\n", i, code_at(packed, i), (i * 7) % 16);
-	CHECK(bad == 0, "%d codes differ", bad);
+	CHECKF(bad == 0, "%d codes differ", bad);
 	/* element 0 -> code 0 (high nibble), element 1 -> code 7 (low nibble) */
-	CHECK(packed[0] == 0x07, "first byte 0x%02x, want 0x07 (element 0 in the high nibble)", packed[0]);
-	CHECK(packed[1] == 0xe5, "second byte 0x%02x, want 0xe5 (codes 14, 5)", packed[1]);
+	CHECKF(packed[0] == 0x07, "first byte 0x%02x, want 0x07 (element 0 in the high nibble)", packed[0]);
+	CHECKF(packed[1] == 0xe5, "second byte 0x%02x, want 0xe5 (codes 14, 5)", packed[1]);
 	nf4_dequantize_cpu(out, packed, &absmax, B);
 	bad = 0;
 	for (int i = 0; i < B; i++)
 		bad += out[i] != bf16_from_f32(in[i]);
-	CHECK(bad == 0, "%d dequantized values differ from bf16(code * absmax)", bad);
+	CHECKF(bad == 0, "%d dequantized values differ from bf16(code * absmax)", bad);
 }
 
 /* Hand-computed nearest codes (absmax 1, the block holds a 1.0). */
@@ -81,20 +70,20 @@ static void test_nearest(void)
 	float absmax;
 	const int n = (int)(sizeof cases / sizeof *cases);
 
-	CHECK(cases[9].x == poros_nf4_code[8] / 2 && cases[10].x == poros_nf4_code[6] / 2, "midpoints are exact");
+	CHECKF(cases[9].x == poros_nf4_code[8] / 2 && cases[10].x == poros_nf4_code[6] / 2, "midpoints are exact");
 	for (int i = 0; i < B; i++)
 		in[i] = i < n ? cases[i].x : 1.0f;
 	nf4_quantize(packed, &absmax, in, B);
-	CHECK(absmax == 1.0f, "absmax %g", absmax);
+	CHECKF(absmax == 1.0f, "absmax %g", absmax);
 	for (int i = 0; i < n; i++)
-		CHECK(code_at(packed, i) == cases[i].code, "x = %.9g -> code %d, want %d", cases[i].x, code_at(packed, i),
-		      cases[i].code);
+		CHECKF(code_at(packed, i) == cases[i].code, "x = %.9g -> code %d, want %d", cases[i].x, code_at(packed, i),
+		       cases[i].code);
 	/* just past a midpoint goes up */
-	CHECK(nf4_nearest_code(nextafterf(poros_nf4_code[8] / 2, 1)) == 8, "above midpoint 7|8");
-	CHECK(nf4_nearest_code(nextafterf(poros_nf4_code[8] / 2, 0)) == 7, "below midpoint 7|8");
-	CHECK(nf4_nearest_code(nextafterf(poros_nf4_code[6] / 2, -1)) == 6, "below midpoint 6|7");
-	CHECK(nf4_nearest_code(nextafterf(poros_nf4_code[6] / 2, 0)) == 7, "above midpoint 6|7");
-	CHECK(nf4_nearest_code(NAN) == 7, "NaN takes the zero code");
+	CHECKF(nf4_nearest_code(nextafterf(poros_nf4_code[8] / 2, 1)) == 8, "above midpoint 7|8");
+	CHECKF(nf4_nearest_code(nextafterf(poros_nf4_code[8] / 2, 0)) == 7, "below midpoint 7|8");
+	CHECKF(nf4_nearest_code(nextafterf(poros_nf4_code[6] / 2, -1)) == 6, "below midpoint 6|7");
+	CHECKF(nf4_nearest_code(nextafterf(poros_nf4_code[6] / 2, 0)) == 7, "above midpoint 6|7");
+	CHECKF(nf4_nearest_code(NAN) == 7, "NaN takes the zero code");
 	/* the code index never decreases as x grows */
 	{
 		int prev = 0, monotone = 1;
@@ -105,7 +94,7 @@ static void test_nearest(void)
 			monotone &= c >= prev;
 			prev = c;
 		}
-		CHECK(monotone && prev == 15, "nearest code is monotone over [-1, 1]");
+		CHECKF(monotone && prev == 15, "nearest code is monotone over [-1, 1]");
 	}
 }
 
@@ -127,22 +116,22 @@ static void test_scales_and_zero(void)
 	for (int i = 0; i < B; i++)
 		in[2 * B + i] = ldexpf((float)(i % 5) - 2.0f, -100);
 	nf4_quantize(packed, absmax, in, 3 * B);
-	CHECK(absmax[0] == 0.0f, "zero block absmax %g", absmax[0]);
+	CHECKF(absmax[0] == 0.0f, "zero block absmax %g", absmax[0]);
 	for (int i = 0; i < B / 2; i++)
 		zeros &= packed[i] == 0x77;
-	CHECK(zeros, "zero block packs to 0x77 (the code of 0.0)");
-	CHECK(absmax[1] == 4.0f && code_at(packed, B) == 0, "negative absmax: absmax %g, code %d", absmax[1], code_at(packed, B));
-	CHECK(code_at(packed, B + 32) == 7 && code_at(packed, B + 63) == 15,
-	      "0 -> code 7 (%d), 3.875/4 -> code 15 (%d)", code_at(packed, B + 32), code_at(packed, B + 63));
-	CHECK(absmax[2] == ldexpf(2, -100) && code_at(packed, 2 * B) == 0 && code_at(packed, 2 * B + 2) == 7 &&
-	          code_at(packed, 2 * B + 4) == 15,
-	      "tiny block scaled by its own absmax");
+	CHECKF(zeros, "zero block packs to 0x77 (the code of 0.0)");
+	CHECKF(absmax[1] == 4.0f && code_at(packed, B) == 0, "negative absmax: absmax %g, code %d", absmax[1], code_at(packed, B));
+	CHECKF(code_at(packed, B + 32) == 7 && code_at(packed, B + 63) == 15,
+	       "0 -> code 7 (%d), 3.875/4 -> code 15 (%d)", code_at(packed, B + 32), code_at(packed, B + 63));
+	CHECKF(absmax[2] == ldexpf(2, -100) && code_at(packed, 2 * B) == 0 && code_at(packed, 2 * B + 2) == 7 &&
+	           code_at(packed, 2 * B + 4) == 15,
+	       "tiny block scaled by its own absmax");
 	/* the bf16 entry point gives the same result on bf16-exact inputs */
 	for (int i = 0; i < 3 * B; i++)
 		in_bf16[i] = bf16_from_f32(in[i]);
 	nf4_quantize_bf16(packed_bf16, absmax_bf16, in_bf16, 3 * B);
-	CHECK(memcmp(packed, packed_bf16, sizeof packed) == 0 && memcmp(absmax, absmax_bf16, sizeof absmax) == 0,
-	      "bf16 input quantizes like its fp32 value");
+	CHECKF(memcmp(packed, packed_bf16, sizeof packed) == 0 && memcmp(absmax, absmax_bf16, sizeof absmax) == 0,
+	       "bf16 input quantizes like its fp32 value");
 }
 
 /* quantize -> dequantize: every element within half the widest code gap
@@ -185,11 +174,11 @@ static void test_error_bound(void)
 		sum_sq += (double)err * err;
 		sum_sq_x += (double)in[i] * in[i];
 	}
-	CHECK(bad == 0, "%d elements outside the error bound", bad);
-	CHECK(not_nearest == 0, "%d elements not at their nearest code", not_nearest);
-	CHECK(worst <= max_half_gap * 1.01f && worst > 0.05f, "worst relative error %g (half gap %g)", worst, max_half_gap);
+	CHECKF(bad == 0, "%d elements outside the error bound", bad);
+	CHECKF(not_nearest == 0, "%d elements not at their nearest code", not_nearest);
+	CHECKF(worst <= max_half_gap * 1.01f && worst > 0.05f, "worst relative error %g (half gap %g)", worst, max_half_gap);
 	/* NF4 keeps roughly 4 bits: the relative RMS error of normal data is ~0.1 */
-	CHECK(sqrt(sum_sq / sum_sq_x) < 0.15, "relative RMS error %g", sqrt(sum_sq / sum_sq_x));
+	CHECKF(sqrt(sum_sq / sum_sq_x) < 0.15, "relative RMS error %g", sqrt(sum_sq / sum_sq_x));
 	free(in);
 	free(packed);
 	free(out);
@@ -201,10 +190,5 @@ int main(void)
 	test_nearest();
 	test_scales_and_zero();
 	test_error_bound();
-	if (failures) {
-		fprintf(stderr, "test_nf4: %d failure(s)\n", failures);
-		return 1;
-	}
-	fprintf(stderr, "test_nf4: ok\n");
-	return 0;
+	return test_verdict("test_nf4");
 }

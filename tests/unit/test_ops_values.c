@@ -148,7 +148,7 @@ static void test_lora_forward(float p)
 	fill_f32(B, N * R, -0.5, 0.5);
 	fill_f32(base, T * N, -1.0, 1.0);
 	memcpy(out, base, sizeof out);
-	lora_forward_cpu(out, u, x, A, B, scale, p, seed, T, K, N, R);
+	lora_forward_cpu(out, u, NULL, x, A, B, scale, p, seed, T, K, N, R);
 
 	for (int t = 0; t < T; t++) {
 		for (int r = 0; r < R; r++) {
@@ -575,11 +575,11 @@ static void run_every_op(struct arena *a, const struct det_inputs *in, float *sc
 				  DN, 0);
 	float *lora_out = take(a, "lora_forward out", sizeof(float) * DT * DN);
 	float *u = take(a, "lora_forward u", sizeof(float) * DT * DR);
-	lora_forward_cpu(lora_out, u, in->xb, in->A, in->B, 2.0f, 0.1f, 7, DT, DC, DN, DR);
+	lora_forward_cpu(lora_out, u, NULL, in->xb, in->A, in->B, 2.0f, 0.1f, 7, DT, DC, DN, DR);
 	lora_backward_cpu(take(a, "lora_backward din", sizeof(float) * DT * DC),
 			  take(a, "lora_backward dA", sizeof(float) * DR * DC),
 			  take(a, "lora_backward dB", sizeof(float) * DN * DR),
-			  take(a, "lora_backward du", sizeof(float) * DT * DR), in->dy, in->xb, u, in->A, in->B, 2.0f,
+			  take(a, "lora_backward du", sizeof(float) * DT * DR), NULL, in->dy, in->xb, u, in->A, in->B, 2.0f,
 			  0.1f, 7, DT, DC, DN, DR);
 	f = take(a, "rope_forward", sizeof in->q);
 	memcpy(f, in->q, sizeof in->q);

@@ -8,10 +8,7 @@
 #include "jsonl.h"
 #include "parity.h"
 #include "util.h"
-
-static int failures;
-
-#define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); failures++; } } while (0)
+#include "test_common.h"
 
 static const char full[] =
 	"{\"schema\":\"poros.parity/1\",\"run_a\":\"a\",\"run_b\":\"b\",\"arch\":\"tiny_qwen2\",\"precision\":\"nf4\","
@@ -145,7 +142,5 @@ int main(void)
 	test_nulls();
 	test_minimal_record();
 	test_rejections();
-	if (failures)
-		fprintf(stderr, "test_parity: %d check(s) failed\n", failures);
-	return failures != 0;
+	return test_verdict("test_parity");
 }

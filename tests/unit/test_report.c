@@ -6,10 +6,7 @@
 #include <string.h>
 
 #include "report.h"
-
-static int failures;
-
-#define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); failures++; } } while (0)
+#include "test_common.h"
 
 static void expect_str(const char *what, const char *got, const char *want)
 {
@@ -107,7 +104,5 @@ int main(void)
 	test_sbuf_grows();
 	test_numbers();
 	test_fits_on();
-	if (failures)
-		fprintf(stderr, "test_report: %d check(s) failed\n", failures);
-	return failures != 0;
+	return test_verdict("test_report");
 }

@@ -11,18 +11,7 @@
 #include "ops.h"
 #include "safetensors.h"
 #include "util.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                      \
-	do {                                                                  \
-		if (!(cond)) {                                                \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);  \
-			fprintf(stderr, __VA_ARGS__);                         \
-			fputc('\n', stderr);                                  \
-			failures++;                                           \
-		}                                                             \
-	} while (0)
+#include "test_common.h"
 
 static char tmpdir[] = "/tmp/poros-test-st-XXXXXX";
 
@@ -92,36 +81,36 @@ static void test_roundtrip(void)
 
 	cJSON_AddStringToObject(meta, "format", "pt");
 	cJSON_AddStringToObject(meta, "note", "round \"trip\"");
-	CHECK(st_write(path, outs, n, meta, err, sizeof err) == 0, "st_write: %s", err);
-	CHECK(st_open(&f, path, err, sizeof err) == 0, "st_open: %s", err);
+	CHECKF(st_write(path, outs, n, meta, err, sizeof err) == 0, "st_write: %s", err);
+	CHECKF(st_open(&f, path, err, sizeof err) == 0, "st_open: %s", err);
 	if (f.map == NULL)
 		goto out;
-	CHECK(f.n == n, "n = %d, want %d", f.n, n);
-	CHECK(f.data_start % 8 == 0, "data_start %zu is not 8-aligned", f.data_start);
-	CHECK(f.map[f.data_start - 1] == ' ' || f.map[f.data_start - 1] == '}', "header does not end in padding");
+	CHECKF(f.n == n, "n = %d, want %d", f.n, n);
+	CHECKF(f.data_start % 8 == 0, "data_start %zu is not 8-aligned", f.data_start);
+	CHECKF(f.map[f.data_start - 1] == ' ' || f.map[f.data_start - 1] == '}', "header does not end in padding");
 	for (int i = 0; i < n && i < f.n; i++) {
 		const struct st_tensor *t = &f.t[i];
 		size_t nb = st_dtype_size(outs[i].dtype);
 
 		for (int d = 0; d < outs[i].ndim; d++)
 			nb *= (size_t)outs[i].shape[d];
-		CHECK(strcmp(t->name, outs[i].name) == 0, "tensor %d is \"%s\", want \"%s\" (order kept)", i, t->name, outs[i].name);
-		CHECK(t->dtype == outs[i].dtype, "%s: dtype %s", t->name, st_dtype_name(t->dtype));
-		CHECK(t->ndim == outs[i].ndim, "%s: ndim %d, want %d", t->name, t->ndim, outs[i].ndim);
+		CHECKF(strcmp(t->name, outs[i].name) == 0, "tensor %d is \"%s\", want \"%s\" (order kept)", i, t->name, outs[i].name);
+		CHECKF(t->dtype == outs[i].dtype, "%s: dtype %s", t->name, st_dtype_name(t->dtype));
+		CHECKF(t->ndim == outs[i].ndim, "%s: ndim %d, want %d", t->name, t->ndim, outs[i].ndim);
 		for (int d = 0; d < t->ndim; d++)
-			CHECK(t->shape[d] == outs[i].shape[d], "%s: shape[%d] %lld", t->name, d, t->shape[d]);
-		CHECK(t->nbytes == nb, "%s: nbytes %zu, want %zu", t->name, t->nbytes, nb);
-		CHECK(t->offset == expect_off, "%s: offset %zu, want %zu", t->name, t->offset, expect_off);
-		CHECK(nb == 0 || memcmp(st_data(&f, t), outs[i].data, nb) == 0, "%s: data differs", t->name);
-		CHECK(st_find(&f, outs[i].name) == t, "st_find(%s)", outs[i].name);
+			CHECKF(t->shape[d] == outs[i].shape[d], "%s: shape[%d] %lld", t->name, d, t->shape[d]);
+		CHECKF(t->nbytes == nb, "%s: nbytes %zu, want %zu", t->name, t->nbytes, nb);
+		CHECKF(t->offset == expect_off, "%s: offset %zu, want %zu", t->name, t->offset, expect_off);
+		CHECKF(nb == 0 || memcmp(st_data(&f, t), outs[i].data, nb) == 0, "%s: data differs", t->name);
+		CHECKF(st_find(&f, outs[i].name) == t, "st_find(%s)", outs[i].name);
 		expect_off += nb;
 	}
-	CHECK(f.size == f.data_start + expect_off, "file size %zu, want %zu", f.size, f.data_start + expect_off);
-	CHECK(st_find(&f, "missing") == NULL, "st_find of an absent name");
-	CHECK(f.metadata != NULL && strcmp(cJSON_GetObjectItem(f.metadata, "format")->valuestring, "pt") == 0 &&
-	          strcmp(cJSON_GetObjectItem(f.metadata, "note")->valuestring, "round \"trip\"") == 0,
-	      "metadata not read back");
-	CHECK(st_numel(st_find(&f, "k.scalar")) == 1 && st_numel(st_find(&f, "l.empty")) == 0, "numel of scalar/empty");
+	CHECKF(f.size == f.data_start + expect_off, "file size %zu, want %zu", f.size, f.data_start + expect_off);
+	CHECKF(st_find(&f, "missing") == NULL, "st_find of an absent name");
+	CHECKF(f.metadata != NULL && strcmp(cJSON_GetObjectItem(f.metadata, "format")->valuestring, "pt") == 0 &&
+	           strcmp(cJSON_GetObjectItem(f.metadata, "note")->valuestring, "round \"trip\"") == 0,
+	       "metadata not read back");
+	CHECKF(st_numel(st_find(&f, "k.scalar")) == 1 && st_numel(st_find(&f, "l.empty")) == 0, "numel of scalar/empty");
 	st_close(&f);
 out:
 	cJSON_Delete(meta);
@@ -140,20 +129,20 @@ static void test_f16(void)
 			fprintf(stderr, "  half 0x%04x -> %g -> 0x%04x\n", h, st_f32_from_f16((uint16_t)h),
 			        st_f16_from_f32(st_f32_from_f16((uint16_t)h)));
 	}
-	CHECK(bad == 0, "%d halves do not round-trip", bad);
-	CHECK(st_f32_from_f16(0x0001) == ldexpf(1, -24), "smallest subnormal");
-	CHECK(st_f32_from_f16(0x7bff) == 65504.0f, "largest half");
-	CHECK(st_f32_from_f16(0x8000) == 0.0f && signbit(st_f32_from_f16(0x8000)), "-0");
-	CHECK(isinf(st_f32_from_f16(0xfc00)) && st_f32_from_f16(0xfc00) < 0, "-inf");
-	CHECK(isnan(st_f32_from_f16(0x7e00)), "NaN");
-	CHECK(st_f16_from_f32(1.0f + ldexpf(1, -11)) == 0x3c00, "tie rounds to even (down)");
-	CHECK(st_f16_from_f32(1.0f + 3 * ldexpf(1, -11)) == 0x3c02, "tie rounds to even (up)");
-	CHECK(st_f16_from_f32(65519.0f) == 0x7bff, "65519 -> 65504");
-	CHECK(st_f16_from_f32(65520.0f) == 0x7c00, "65520 -> inf");
-	CHECK(st_f16_from_f32(ldexpf(1, -25)) == 0x0000, "2^-25 ties to 0");
-	CHECK(st_f16_from_f32(ldexpf(1.5f, -25)) == 0x0001, "1.5 * 2^-25 -> 2^-24");
-	CHECK(st_f16_from_f32(ldexpf(1023, -24) + ldexpf(1, -25)) == 0x0400, "subnormal carries into the smallest normal");
-	CHECK((st_f16_from_f32(NAN) & 0x7e00) == 0x7e00, "NaN stays NaN");
+	CHECKF(bad == 0, "%d halves do not round-trip", bad);
+	CHECKF(st_f32_from_f16(0x0001) == ldexpf(1, -24), "smallest subnormal");
+	CHECKF(st_f32_from_f16(0x7bff) == 65504.0f, "largest half");
+	CHECKF(st_f32_from_f16(0x8000) == 0.0f && signbit(st_f32_from_f16(0x8000)), "-0");
+	CHECKF(isinf(st_f32_from_f16(0xfc00)) && st_f32_from_f16(0xfc00) < 0, "-inf");
+	CHECKF(isnan(st_f32_from_f16(0x7e00)), "NaN");
+	CHECKF(st_f16_from_f32(1.0f + ldexpf(1, -11)) == 0x3c00, "tie rounds to even (down)");
+	CHECKF(st_f16_from_f32(1.0f + 3 * ldexpf(1, -11)) == 0x3c02, "tie rounds to even (up)");
+	CHECKF(st_f16_from_f32(65519.0f) == 0x7bff, "65519 -> 65504");
+	CHECKF(st_f16_from_f32(65520.0f) == 0x7c00, "65520 -> inf");
+	CHECKF(st_f16_from_f32(ldexpf(1, -25)) == 0x0000, "2^-25 ties to 0");
+	CHECKF(st_f16_from_f32(ldexpf(1.5f, -25)) == 0x0001, "1.5 * 2^-25 -> 2^-24");
+	CHECKF(st_f16_from_f32(ldexpf(1023, -24) + ldexpf(1, -25)) == 0x0400, "subnormal carries into the smallest normal");
+	CHECKF((st_f16_from_f32(NAN) & 0x7e00) == 0x7e00, "NaN stays NaN");
 }
 
 static void test_conversions(void)
@@ -173,36 +162,36 @@ static void test_conversions(void)
 	float out[4];
 	uint16_t ob[4];
 
-	CHECK(st_write(path, outs, 4, NULL, err, sizeof err) == 0, "st_write: %s", err);
+	CHECKF(st_write(path, outs, 4, NULL, err, sizeof err) == 0, "st_write: %s", err);
 	if (st_open(&f, path, err, sizeof err) < 0) {
-		CHECK(0, "st_open: %s", err);
+		CHECKF(0, "st_open: %s", err);
 		free(path);
 		return;
 	}
-	CHECK(f.metadata == NULL, "no metadata written, none read");
-	CHECK(st_read_f32(&f, st_find(&f, "f32"), out, 4, err, sizeof err) == 0 && memcmp(out, src, sizeof src) == 0,
-	      "F32 -> f32 exact");
-	CHECK(st_read_bf16(&f, st_find(&f, "f32"), ob, 4, err, sizeof err) == 0 && ob[0] == 0x3f80 && ob[1] == 0x3f80 &&
-	          ob[2] == 0x3f82 && ob[3] == bf16_from_f32(-0.15625f),
-	      "F32 -> bf16 round-to-nearest-even: %04x %04x %04x %04x", ob[0], ob[1], ob[2], ob[3]);
-	CHECK(st_read_f32(&f, st_find(&f, "f16"), out, 4, err, sizeof err) == 0 && out[0] == 1.0f &&
-	          out[1] == 1.0f + ldexpf(1, -10) && out[2] == ldexpf(1, -24) && out[3] == -65504.0f,
-	      "F16 -> f32: %g %g %g %g", out[0], out[1], out[2], out[3]);
-	CHECK(st_read_bf16(&f, st_find(&f, "f16"), ob, 4, err, sizeof err) == 0 && ob[0] == 0x3f80 && ob[1] == 0x3f80 &&
-	          ob[2] == 0x3380 && ob[3] == 0xc780,
-	      "F16 -> bf16: %04x %04x %04x %04x", ob[0], ob[1], ob[2], ob[3]);
-	CHECK(st_read_f32(&f, st_find(&f, "bf16"), out, 2, err, sizeof err) == 0 && f32_bits(out[0]) == 0x40490000u &&
-	          f32_bits(out[1]) == 0x80010000u,
-	      "BF16 -> f32 exact");
-	CHECK(st_read_bf16(&f, st_find(&f, "bf16"), ob, 2, err, sizeof err) == 0 && ob[0] == 0x4049 && ob[1] == 0x8001,
-	      "BF16 -> bf16 copies");
-	CHECK(st_read_f32(&f, st_find(&f, "i32"), out, 4, err, sizeof err) < 0 && strstr(err, "dtype I32 is not a float type"),
-	      "I32 refused: %s", err);
-	CHECK(st_read_f32(&f, st_find(&f, "f32"), out, 3, err, sizeof err) < 0 && strstr(err, "has 4 elements, expected 3") &&
-	          strstr(err, path),
-	      "count mismatch refused: %s", err);
-	CHECK(st_read_bf16(&f, st_find(&f, "f16"), ob, 5, err, sizeof err) < 0 && strstr(err, "expected 5"),
-	      "bf16 count mismatch refused: %s", err);
+	CHECKF(f.metadata == NULL, "no metadata written, none read");
+	CHECKF(st_read_f32(&f, st_find(&f, "f32"), out, 4, err, sizeof err) == 0 && memcmp(out, src, sizeof src) == 0,
+	       "F32 -> f32 exact");
+	CHECKF(st_read_bf16(&f, st_find(&f, "f32"), ob, 4, err, sizeof err) == 0 && ob[0] == 0x3f80 && ob[1] == 0x3f80 &&
+	           ob[2] == 0x3f82 && ob[3] == bf16_from_f32(-0.15625f),
+	       "F32 -> bf16 round-to-nearest-even: %04x %04x %04x %04x", ob[0], ob[1], ob[2], ob[3]);
+	CHECKF(st_read_f32(&f, st_find(&f, "f16"), out, 4, err, sizeof err) == 0 && out[0] == 1.0f &&
+	           out[1] == 1.0f + ldexpf(1, -10) && out[2] == ldexpf(1, -24) && out[3] == -65504.0f,
+	       "F16 -> f32: %g %g %g %g", out[0], out[1], out[2], out[3]);
+	CHECKF(st_read_bf16(&f, st_find(&f, "f16"), ob, 4, err, sizeof err) == 0 && ob[0] == 0x3f80 && ob[1] == 0x3f80 &&
+	           ob[2] == 0x3380 && ob[3] == 0xc780,
+	       "F16 -> bf16: %04x %04x %04x %04x", ob[0], ob[1], ob[2], ob[3]);
+	CHECKF(st_read_f32(&f, st_find(&f, "bf16"), out, 2, err, sizeof err) == 0 && f32_bits(out[0]) == 0x40490000u &&
+	           f32_bits(out[1]) == 0x80010000u,
+	       "BF16 -> f32 exact");
+	CHECKF(st_read_bf16(&f, st_find(&f, "bf16"), ob, 2, err, sizeof err) == 0 && ob[0] == 0x4049 && ob[1] == 0x8001,
+	       "BF16 -> bf16 copies");
+	CHECKF(st_read_f32(&f, st_find(&f, "i32"), out, 4, err, sizeof err) < 0 && strstr(err, "dtype I32 is not a float type"),
+	       "I32 refused: %s", err);
+	CHECKF(st_read_f32(&f, st_find(&f, "f32"), out, 3, err, sizeof err) < 0 && strstr(err, "has 4 elements, expected 3") &&
+	           strstr(err, path),
+	       "count mismatch refused: %s", err);
+	CHECKF(st_read_bf16(&f, st_find(&f, "f16"), ob, 5, err, sizeof err) < 0 && strstr(err, "expected 5"),
+	       "bf16 count mismatch refused: %s", err);
 	st_close(&f);
 	free(path);
 }
@@ -272,13 +261,13 @@ static void test_malformed(void)
 		int rc;
 
 		if (c->file_len)
-			CHECK(truncate(path, (off_t)c->file_len) == 0, "truncate");
+			CHECKF(truncate(path, (off_t)c->file_len) == 0, "truncate");
 		err[0] = '\0';
 		rc = st_open(&f, path, err, sizeof err);
-		CHECK(rc == -1, "%s: accepted", c->name);
-		CHECK(strstr(err, c->want) != NULL, "%s: message \"%s\" lacks \"%s\"", c->name, err, c->want);
-		CHECK(strncmp(err, path, strlen(path)) == 0, "%s: message \"%s\" does not start with the file", c->name, err);
-		CHECK(f.map == NULL && f.t == NULL && f.path == NULL, "%s: st_open left state behind", c->name);
+		CHECKF(rc == -1, "%s: accepted", c->name);
+		CHECKF(strstr(err, c->want) != NULL, "%s: message \"%s\" lacks \"%s\"", c->name, err, c->want);
+		CHECKF(strncmp(err, path, strlen(path)) == 0, "%s: message \"%s\" does not start with the file", c->name, err);
+		CHECKF(f.map == NULL && f.t == NULL && f.path == NULL, "%s: st_open left state behind", c->name);
 		if (rc == 0)
 			st_close(&f);
 		free(name);
@@ -294,9 +283,9 @@ static void test_malformed(void)
 
 		free(path);
 		path = write_raw("edge_ok.safetensors", strlen(h), h, 6);
-		CHECK(st_open(&f, path, err, sizeof err) == 0, "edge_ok: %s", err);
+		CHECKF(st_open(&f, path, err, sizeof err) == 0, "edge_ok: %s", err);
 		if (f.map != NULL) {
-			CHECK(f.n == 3 && st_find(&f, "b") != NULL && st_find(&f, "b")->ndim == 0, "edge_ok parsed");
+			CHECKF(f.n == 3 && st_find(&f, "b") != NULL && st_find(&f, "b")->ndim == 0, "edge_ok parsed");
 			st_close(&f);
 		}
 		free(path);
@@ -305,7 +294,7 @@ static void test_malformed(void)
 		char *path = xasprintf("%s/absent.safetensors", tmpdir);
 		struct st_file f;
 
-		CHECK(st_open(&f, path, err, sizeof err) < 0 && strstr(err, "No such file"), "absent file: %s", err);
+		CHECKF(st_open(&f, path, err, sizeof err) < 0 && strstr(err, "No such file"), "absent file: %s", err);
 		free(path);
 	}
 }
@@ -321,17 +310,17 @@ static void test_write_errors(void)
 	cJSON *meta = cJSON_CreateObject();
 	struct stat st;
 
-	CHECK(st_write(path, dup, 2, NULL, err, sizeof err) < 0 && strstr(err, "duplicate tensor name \"x\""), "dup: %s", err);
-	CHECK(st_write(path, neg, 1, NULL, err, sizeof err) < 0 && strstr(err, "shape[0] is negative"), "neg: %s", err);
-	CHECK(st_write(path, nodata, 1, NULL, err, sizeof err) < 0 && strstr(err, "no data"), "nodata: %s", err);
-	CHECK(st_write(path, reserved, 1, NULL, err, sizeof err) < 0 && strstr(err, "reserved"), "reserved: %s", err);
+	CHECKF(st_write(path, dup, 2, NULL, err, sizeof err) < 0 && strstr(err, "duplicate tensor name \"x\""), "dup: %s", err);
+	CHECKF(st_write(path, neg, 1, NULL, err, sizeof err) < 0 && strstr(err, "shape[0] is negative"), "neg: %s", err);
+	CHECKF(st_write(path, nodata, 1, NULL, err, sizeof err) < 0 && strstr(err, "no data"), "nodata: %s", err);
+	CHECKF(st_write(path, reserved, 1, NULL, err, sizeof err) < 0 && strstr(err, "reserved"), "reserved: %s", err);
 	cJSON_AddNumberToObject(meta, "step", 3);
-	CHECK(st_write(path, dup, 1, meta, err, sizeof err) < 0 && strstr(err, "metadata \"step\" is not a string"), "meta: %s", err);
-	CHECK(stat(path, &st) < 0, "a failed st_write left %s behind", path);
+	CHECKF(st_write(path, dup, 1, meta, err, sizeof err) < 0 && strstr(err, "metadata \"step\" is not a string"), "meta: %s", err);
+	CHECKF(stat(path, &st) < 0, "a failed st_write left %s behind", path);
 	cJSON_Delete(meta);
 	free(path);
 	path = xasprintf("%s/no/such/dir/x.safetensors", tmpdir);
-	CHECK(st_write(path, dup, 1, NULL, err, sizeof err) < 0 && strstr(err, path), "unwritable path: %s", err);
+	CHECKF(st_write(path, dup, 1, NULL, err, sizeof err) < 0 && strstr(err, path), "unwritable path: %s", err);
 	free(path);
 }
 
@@ -341,7 +330,7 @@ static void write_shard(const char *dir, const char *name, const char *t1, const
 	const struct st_out outs[] = { { t1, ST_F32, 2, { 2, 2 }, a }, { t2, ST_F32, 1, { 2 }, b } };
 	char *path = xasprintf("%s/%s", dir, name), err[512];
 
-	CHECK(st_write(path, outs, 2, NULL, err, sizeof err) == 0, "shard: %s", err);
+	CHECKF(st_write(path, outs, 2, NULL, err, sizeof err) == 0, "shard: %s", err);
 	free(path);
 }
 
@@ -362,8 +351,8 @@ static void test_checkpoint(void)
 	float v[4];
 
 	mkdir(dir, 0755);
-	CHECK(st_checkpoint_open(&c, dir, err, sizeof err) < 0 && strstr(err, "no model.safetensors or model.safetensors.index.json"),
-	      "empty dir: %s", err);
+	CHECKF(st_checkpoint_open(&c, dir, err, sizeof err) < 0 && strstr(err, "no model.safetensors or model.safetensors.index.json"),
+	       "empty dir: %s", err);
 	write_shard(dir, "model-00001-of-00002.safetensors", "model.embed_tokens.weight", "model.norm.weight", 1);
 	write_shard(dir, "model-00002-of-00002.safetensors", "lm_head.weight", "model.layers.0.input_layernorm.weight", 10);
 	write_text(index, "{\"metadata\": {\"total_size\": 48}, \"weight_map\": {"
@@ -371,41 +360,41 @@ static void test_checkpoint(void)
 	                  "\"model.norm.weight\": \"model-00001-of-00002.safetensors\","
 	                  "\"lm_head.weight\": \"model-00002-of-00002.safetensors\","
 	                  "\"model.layers.0.input_layernorm.weight\": \"model-00002-of-00002.safetensors\"}}");
-	CHECK(st_checkpoint_open(&c, dir, err, sizeof err) == 0, "two shards: %s", err);
-	CHECK(c.nfiles == 2, "nfiles %d", c.nfiles);
+	CHECKF(st_checkpoint_open(&c, dir, err, sizeof err) == 0, "two shards: %s", err);
+	CHECKF(c.nfiles == 2, "nfiles %d", c.nfiles);
 	t = st_checkpoint_find(&c, "lm_head.weight", &file);
-	CHECK(t != NULL && file == &c.files[1] && strstr(file->path, "model-00002-of-00002.safetensors"), "lm_head in shard 2");
-	CHECK(t != NULL && st_read_f32(file, t, v, 4, err, sizeof err) == 0 && v[0] == 10 && v[3] == 13, "lm_head values");
+	CHECKF(t != NULL && file == &c.files[1] && strstr(file->path, "model-00002-of-00002.safetensors"), "lm_head in shard 2");
+	CHECKF(t != NULL && st_read_f32(file, t, v, 4, err, sizeof err) == 0 && v[0] == 10 && v[3] == 13, "lm_head values");
 	t = st_checkpoint_find(&c, "model.norm.weight", &file);
-	CHECK(t != NULL && file == &c.files[0] && st_read_f32(file, t, v, 2, err, sizeof err) == 0 && v[1] == -2,
-	      "norm in shard 1");
-	CHECK(st_checkpoint_find(&c, "model.layers.1.input_layernorm.weight", &file) == NULL, "absent tensor");
+	CHECKF(t != NULL && file == &c.files[0] && st_read_f32(file, t, v, 2, err, sizeof err) == 0 && v[1] == -2,
+	       "norm in shard 1");
+	CHECKF(st_checkpoint_find(&c, "model.layers.1.input_layernorm.weight", &file) == NULL, "absent tensor");
 	st_checkpoint_close(&c);
 
 	write_text(index, "{\"weight_map\": {\"model.norm.weight\": \"model-00002-of-00002.safetensors\"}}");
-	CHECK(st_checkpoint_open(&c, dir, err, sizeof err) < 0 &&
-	          strstr(err, "tensor \"model.norm.weight\" is not in model-00002-of-00002.safetensors"),
-	      "wrong shard: %s", err);
+	CHECKF(st_checkpoint_open(&c, dir, err, sizeof err) < 0 &&
+	           strstr(err, "tensor \"model.norm.weight\" is not in model-00002-of-00002.safetensors"),
+	       "wrong shard: %s", err);
 	write_text(index, "{\"weight_map\": {\"model.norm.weight\": \"../escape.safetensors\"}}");
-	CHECK(st_checkpoint_open(&c, dir, err, sizeof err) < 0 && strstr(err, "not a file name inside the checkpoint directory"),
-	      "escape: %s", err);
+	CHECKF(st_checkpoint_open(&c, dir, err, sizeof err) < 0 && strstr(err, "not a file name inside the checkpoint directory"),
+	       "escape: %s", err);
 	write_text(index, "{\"weight_map\": {\"x\": \"model-00003-of-00003.safetensors\"}}");
-	CHECK(st_checkpoint_open(&c, dir, err, sizeof err) < 0 && strstr(err, "model-00003-of-00003.safetensors: No such file"),
-	      "missing shard: %s", err);
+	CHECKF(st_checkpoint_open(&c, dir, err, sizeof err) < 0 && strstr(err, "model-00003-of-00003.safetensors: No such file"),
+	       "missing shard: %s", err);
 	write_text(index, "{\"weight_map\": {}}");
-	CHECK(st_checkpoint_open(&c, dir, err, sizeof err) < 0 && strstr(err, "no \"weight_map\""), "empty map: %s", err);
+	CHECKF(st_checkpoint_open(&c, dir, err, sizeof err) < 0 && strstr(err, "no \"weight_map\""), "empty map: %s", err);
 	write_shard(dir, "model-00003-of-00003.safetensors", "model.norm.weight", "other", 5);
 	write_text(index, "{\"weight_map\": {\"model.norm.weight\": \"model-00001-of-00002.safetensors\","
 	                  "\"other\": \"model-00003-of-00003.safetensors\"}}");
-	CHECK(st_checkpoint_open(&c, dir, err, sizeof err) < 0 && strstr(err, "\"model.norm.weight\" is in 2 shards"),
-	      "duplicate across shards: %s", err);
+	CHECKF(st_checkpoint_open(&c, dir, err, sizeof err) < 0 && strstr(err, "\"model.norm.weight\" is in 2 shards"),
+	       "duplicate across shards: %s", err);
 	unlink(index);
 
 	/* without an index, model.safetensors */
 	write_shard(dir, "model.safetensors", "w", "b", 3);
-	CHECK(st_checkpoint_open(&c, dir, err, sizeof err) == 0 && c.nfiles == 1, "single file: %s", err);
-	CHECK(st_checkpoint_find(&c, "w", NULL) != NULL && st_checkpoint_find(&c, "lm_head.weight", NULL) == NULL,
-	      "single-file lookup");
+	CHECKF(st_checkpoint_open(&c, dir, err, sizeof err) == 0 && c.nfiles == 1, "single file: %s", err);
+	CHECKF(st_checkpoint_find(&c, "w", NULL) != NULL && st_checkpoint_find(&c, "lm_head.weight", NULL) == NULL,
+	       "single-file lookup");
 	st_checkpoint_close(&c);
 	free(index);
 	free(dir);
@@ -425,33 +414,29 @@ static void test_torch_written(void)
 	int64_t ints[6];
 
 	if (st_open(&f, path, err, sizeof err) < 0) {
-		CHECK(0, "torch file: %s", err);
+		CHECKF(0, "torch file: %s", err);
 		free(path);
 		return;
 	}
-	CHECK(f.n == 4 && strcmp(f.t[0].name, "i") == 0 && strcmp(f.t[3].name, "h") == 0, "header order i f b h");
-	CHECK(f.data_start == 280 && f.size == 280 + 84, "layout: data at %zu, size %zu", f.data_start, f.size);
-	CHECK(f.metadata && strcmp(cJSON_GetObjectItem(f.metadata, "who")->valuestring, "torch") == 0, "metadata");
-	CHECK(st_read_f32(&f, st_find(&f, "h"), out, 5, err, sizeof err) == 0 && memcmp(out, h, sizeof h) == 0, "F16 from torch");
-	CHECK(st_read_f32(&f, st_find(&f, "b"), out, 5, err, sizeof err) == 0 && memcmp(out, b, sizeof b) == 0, "BF16 from torch");
-	CHECK(st_read_f32(&f, st_find(&f, "f"), out, 4, err, sizeof err) == 0 && memcmp(out, fl, sizeof fl) == 0 &&
-	          st_find(&f, "f")->shape[0] == 2 && st_find(&f, "f")->shape[1] == 2,
-	      "F32 from torch");
-	CHECK(st_find(&f, "i")->dtype == ST_I64 && st_find(&f, "i")->shape[1] == 3, "I64 shape");
+	CHECKF(f.n == 4 && strcmp(f.t[0].name, "i") == 0 && strcmp(f.t[3].name, "h") == 0, "header order i f b h");
+	CHECKF(f.data_start == 280 && f.size == 280 + 84, "layout: data at %zu, size %zu", f.data_start, f.size);
+	CHECKF(f.metadata && strcmp(cJSON_GetObjectItem(f.metadata, "who")->valuestring, "torch") == 0, "metadata");
+	CHECKF(st_read_f32(&f, st_find(&f, "h"), out, 5, err, sizeof err) == 0 && memcmp(out, h, sizeof h) == 0, "F16 from torch");
+	CHECKF(st_read_f32(&f, st_find(&f, "b"), out, 5, err, sizeof err) == 0 && memcmp(out, b, sizeof b) == 0, "BF16 from torch");
+	CHECKF(st_read_f32(&f, st_find(&f, "f"), out, 4, err, sizeof err) == 0 && memcmp(out, fl, sizeof fl) == 0 &&
+	           st_find(&f, "f")->shape[0] == 2 && st_find(&f, "f")->shape[1] == 2,
+	       "F32 from torch");
+	CHECKF(st_find(&f, "i")->dtype == ST_I64 && st_find(&f, "i")->shape[1] == 3, "I64 shape");
 	memcpy(ints, st_data(&f, st_find(&f, "i")), sizeof ints);
-	CHECK(ints[0] == 0 && ints[5] == 5, "I64 values");
+	CHECKF(ints[0] == 0 && ints[5] == 5, "I64 values");
 	st_close(&f);
 	free(path);
 }
 
 int main(void)
 {
-	char *cmd;
-
-	if (mkdtemp(tmpdir) == NULL) {
-		perror("mkdtemp");
+	if (scratch_make(tmpdir) < 0)
 		return 1;
-	}
 	test_roundtrip();
 	test_f16();
 	test_conversions();
@@ -459,14 +444,6 @@ int main(void)
 	test_write_errors();
 	test_checkpoint();
 	test_torch_written();
-	cmd = xasprintf("rm -rf '%s'", tmpdir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", tmpdir);
-	free(cmd);
-	if (failures) {
-		fprintf(stderr, "test_safetensors: %d failure(s)\n", failures);
-		return 1;
-	}
-	fprintf(stderr, "test_safetensors: ok\n");
-	return 0;
+	scratch_remove(tmpdir);
+	return test_verdict("test_safetensors");
 }

@@ -17,19 +17,10 @@
 
 #include "tokenizer.h"
 #include "util.h"
+#include "test_common.h"
 
 #define TINY "tests/fixtures/tokenizer/tiny"
 #define TINY_LLAMA3 "tests/fixtures/tokenizer/tiny_llama3"
-
-static int failures;
-
-#define CHECK(cond)                                                                                  \
-	do {                                                                                         \
-		if (!(cond)) {                                                                       \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);     \
-			failures++;                                                                  \
-		}                                                                                    \
-	} while (0)
 
 static void print_ids(const char *label, const int32_t *v, size_t n)
 {
@@ -360,10 +351,5 @@ int main(void)
 	test_resolve();
 	tok_workspace_free(ws);
 	tokenizer_free(tok);
-	if (failures) {
-		fprintf(stderr, "test_tokenizer: %d checks failed\n", failures);
-		return 1;
-	}
-	fprintf(stderr, "test_tokenizer: all checks passed\n");
-	return 0;
+	return test_verdict("test_tokenizer");
 }

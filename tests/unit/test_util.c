@@ -7,10 +7,7 @@
 
 #include "jsonl.h"
 #include "util.h"
-
-static int failures;
-
-#define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); failures++; } } while (0)
+#include "test_common.h"
 
 static void test_parse_long(void)
 {
@@ -137,26 +134,17 @@ static void test_jsonl(const char *dir)
 
 int main(void)
 {
-	char tmpl[] = "/tmp/poros-test-util-XXXXXX";
-	char *dir = mkdtemp(tmpl);
+	char dir[] = "/tmp/poros-test-util-XXXXXX";
 
 	set_progname("test_util");
-	if (dir == NULL) {
-		perror("mkdtemp");
+	if (scratch_make(dir) < 0)
 		return 1;
-	}
 	test_parse_long();
 	test_parse_double();
 	test_paths();
 	test_slug();
 	test_atomic_and_append(dir);
 	test_jsonl(dir);
-	if (system(xasprintf("rm -rf '%s'", dir)) != 0)
-		fprintf(stderr, "could not remove %s\n", dir);
-	if (failures) {
-		fprintf(stderr, "test_util: %d check(s) failed\n", failures);
-		return 1;
-	}
-	fprintf(stderr, "test_util: ok\n");
-	return 0;
+	scratch_remove(dir);
+	return test_verdict("test_util");
 }

@@ -45,7 +45,8 @@ static void env_init(struct artifact_env *e)
 
 /* Every string of an env, for freeing and copying in one place. */
 #define ENV_STRINGS(X) X(hostname) X(os) X(kernel) X(cpu) X(gpu_name) X(driver) \
-	X(cuda_runtime) X(poros_version) X(git_sha) X(python) X(torch) X(transformers) X(peft) X(weights)
+	X(cuda_runtime) X(poros_version) X(git_sha) X(python) X(torch) X(transformers) X(peft) X(weights) \
+	X(cuda_visible_devices)
 
 static void env_free(struct artifact_env *e)
 {
@@ -187,6 +188,7 @@ cJSON *artifact_to_json(const struct artifact *a)
 	add_str(e, "transformers", a->env.transformers);
 	add_str(e, "peft", a->env.peft);
 	add_str(e, "weights", a->env.weights);
+	add_str(e, "cuda_visible_devices", a->env.cuda_visible_devices);
 
 	add_str(o, "started_at", a->started_at[0] ? a->started_at : NULL);
 	add_str(o, "finished_at", a->finished_at[0] ? a->finished_at : NULL);
@@ -219,31 +221,92 @@ static int bad(char *err, size_t errsz, const char *fmt, ...)
 	return -1;
 }
 
-static int get_str(const cJSON *o, const char *prefix, const char *k, char **out, char *err, size_t errsz)
+/* The value of k in o: NULL when missing or null, an error naming the key
+ * when is_type refuses it. */
+static int get_typed(const cJSON *o, const char *prefix, const char *k, cJSON_bool (*is_type)(const cJSON *),
+                     const char *type_name, const cJSON **out, char *err, size_t errsz)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
 
 	*out = NULL;
 	if (v == NULL || cJSON_IsNull(v))
 		return 0;
-	if (!cJSON_IsString(v))
-		return bad(err, errsz, "%s%s: not a string", prefix, k);
-	*out = xstrdup(v->valuestring);
+	if (!is_type(v))
+		return bad(err, errsz, "%s%s: not %s", prefix, k, type_name);
+	*out = v;
+	return 0;
+}
+
+static int get_str(const cJSON *o, const char *prefix, const char *k, char **out, char *err, size_t errsz)
+{
+	const cJSON *v;
+
+	*out = NULL;
+	if (get_typed(o, prefix, k, cJSON_IsString, "a string", &v, err, errsz) < 0)
+		return -1;
+	if (v != NULL)
+		*out = xstrdup(v->valuestring);
 	return 0;
 }
 
 static int get_num(const cJSON *o, const char *prefix, const char *k, double *out, char *err, size_t errsz)
 {
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+	const cJSON *v;
 
 	*out = NAN;
-	if (v == NULL || cJSON_IsNull(v))
+	if (get_typed(o, prefix, k, cJSON_IsNumber, "a number", &v, err, errsz) < 0)
+		return -1;
+	if (v == NULL)
 		return 0;
-	if (!cJSON_IsNumber(v))
-		return bad(err, errsz, "%s%s: not a number", prefix, k);
+	/* cJSON reads an overflowing literal (1e309) as infinity: refuse it
+	 * rather than carry a number no artifact writer could have meant. */
+	if (!isfinite(v->valuedouble))
+		return bad(err, errsz, "%s%s: number out of range", prefix, k);
 	*out = v->valuedouble;
 	return 0;
 }
+
+/* A measurement (bytes, seconds, tokens): finite and not negative. */
+static int get_measure(const cJSON *o, const char *prefix, const char *k, double *out, char *err, size_t errsz)
+{
+	if (get_num(o, prefix, k, out, err, errsz) < 0)
+		return -1;
+	if (*out < 0)
+		return bad(err, errsz, "%s%s: must not be negative, got %g", prefix, k, *out);
+	return 0;
+}
+
+/* The schema's keys (additionalProperties false): anything else is a typo
+ * or another tool's record, and is refused by name. */
+static int check_keys(const cJSON *o, const char *prefix, const char *const *known, char *err, size_t errsz)
+{
+	const cJSON *kid;
+
+	if (!cJSON_IsObject(o))
+		return 0;
+	cJSON_ArrayForEach(kid, o) {
+		int found = 0;
+		for (const char *const *k = known; *k != NULL && !found; k++)
+			found = strcmp(kid->string, *k) == 0;
+		if (!found)
+			return bad(err, errsz, "%s%s: unknown field", prefix, kid->string);
+	}
+	return 0;
+}
+
+static const char *const artifact_keys[] = {
+	"schema", "cell_id", "cell", "status", "error", "metrics", "parity", "env", "started_at",
+	"finished_at", "wall_s", "argv", "log", "run_dir", NULL,
+};
+static const char *const metrics_keys[] = {
+	"vram_peak_mb", "vram_avg_mb", "s_per_step", "s_per_step_min", "s_per_step_max", "tokens_per_s",
+	"steps_measured", "warmup_steps", "loss_first", "loss_last", NULL,
+};
+static const char *const parity_keys[] = { "loss_max_abs_delta", "adapter_max_abs_delta", "bitwise_exact", NULL };
+static const char *const env_keys[] = {
+	"hostname", "os", "kernel", "cpu", "host_mem_gb", "gpu_name", "gpu_mem_mb", "driver", "cuda_runtime",
+	"poros_version", "git_sha", "python", "torch", "transformers", "peft", "weights", "cuda_visible_devices", NULL,
+};
 
 static int get_count(const cJSON *o, const char *prefix, const char *k, int *out, char *err, size_t errsz)
 {
@@ -263,15 +326,7 @@ static int get_count(const cJSON *o, const char *prefix, const char *k, int *out
 /* An optional nested object: absent or null reads as all-null. */
 static int get_obj(const cJSON *o, const char *k, const cJSON **out, char *err, size_t errsz)
 {
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-
-	*out = NULL;
-	if (v == NULL || cJSON_IsNull(v))
-		return 0;
-	if (!cJSON_IsObject(v))
-		return bad(err, errsz, "%s: not an object", k);
-	*out = v;
-	return 0;
+	return get_typed(o, "", k, cJSON_IsObject, "an object", out, err, errsz);
 }
 
 static int metrics_from_json(struct artifact_metrics *m, const cJSON *o, const char *pre, char *err, size_t errsz)
@@ -279,12 +334,12 @@ static int metrics_from_json(struct artifact_metrics *m, const cJSON *o, const c
 	metrics_init(m);
 	if (o == NULL)
 		return 0;
-	if (get_num(o, pre, "vram_peak_mb", &m->vram_peak_mb, err, errsz) < 0 ||
-	    get_num(o, pre, "vram_avg_mb", &m->vram_avg_mb, err, errsz) < 0 ||
-	    get_num(o, pre, "s_per_step", &m->s_per_step, err, errsz) < 0 ||
-	    get_num(o, pre, "s_per_step_min", &m->s_per_step_min, err, errsz) < 0 ||
-	    get_num(o, pre, "s_per_step_max", &m->s_per_step_max, err, errsz) < 0 ||
-	    get_num(o, pre, "tokens_per_s", &m->tokens_per_s, err, errsz) < 0 ||
+	if (get_measure(o, pre, "vram_peak_mb", &m->vram_peak_mb, err, errsz) < 0 ||
+	    get_measure(o, pre, "vram_avg_mb", &m->vram_avg_mb, err, errsz) < 0 ||
+	    get_measure(o, pre, "s_per_step", &m->s_per_step, err, errsz) < 0 ||
+	    get_measure(o, pre, "s_per_step_min", &m->s_per_step_min, err, errsz) < 0 ||
+	    get_measure(o, pre, "s_per_step_max", &m->s_per_step_max, err, errsz) < 0 ||
+	    get_measure(o, pre, "tokens_per_s", &m->tokens_per_s, err, errsz) < 0 ||
 	    get_count(o, pre, "steps_measured", &m->steps_measured, err, errsz) < 0 ||
 	    get_count(o, pre, "warmup_steps", &m->warmup_steps, err, errsz) < 0 ||
 	    get_num(o, pre, "loss_first", &m->loss_first, err, errsz) < 0 ||
@@ -325,6 +380,7 @@ static int env_from_json(struct artifact_env *e, const cJSON *o, char *err, size
 	    get_str(o, pre, "poros_version", &e->poros_version, err, errsz) < 0 ||
 	    get_str(o, pre, "git_sha", &e->git_sha, err, errsz) < 0 ||
 	    get_str(o, pre, "weights", &e->weights, err, errsz) < 0 ||
+	    get_str(o, pre, "cuda_visible_devices", &e->cuda_visible_devices, err, errsz) < 0 ||
 	    child_env_from_json(e, o, pre, err, errsz) < 0) {
 		env_free(e);
 		return -1;
@@ -352,13 +408,13 @@ static int stamp_from_json(const cJSON *o, const char *k, char *buf, size_t n, c
 
 static int argv_from_json(struct artifact *a, const cJSON *o, char *err, size_t errsz)
 {
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "argv"), *it;
+	const cJSON *v, *it;
 	int n = 0, i = 0;
 
-	if (v == NULL || cJSON_IsNull(v))
+	if (get_typed(o, "", "argv", cJSON_IsArray, "an array", &v, err, errsz) < 0)
+		return -1;
+	if (v == NULL)
 		return 0;
-	if (!cJSON_IsArray(v))
-		return bad(err, errsz, "argv: not an array");
 	cJSON_ArrayForEach(it, v) {
 		if (!cJSON_IsString(it))
 			return bad(err, errsz, "argv[%d]: not a string", n);
@@ -369,6 +425,20 @@ static int argv_from_json(struct artifact *a, const cJSON *o, char *err, size_t 
 		a->argv[i++] = xstrdup(it->valuestring);
 	a->argc = n;
 	return 0;
+}
+
+/* The "status" value of an artifact or a trainer summary, or -1. */
+static int status_from_json(const cJSON *status, char *err, size_t errsz)
+{
+	int st;
+
+	if (!cJSON_IsString(status))
+		return bad(err, errsz, "status: missing or not a string");
+	st = artifact_status_from_name(status->valuestring);
+	if (st < 0)
+		return bad(err, errsz, "status: unknown \"%s\" (expected one of: ok, oom, error, skipped)",
+		           status->valuestring);
+	return st;
 }
 
 static int parity_from_json(struct artifact_parity *p, const cJSON *o, char *err, size_t errsz)
@@ -382,12 +452,10 @@ static int parity_from_json(struct artifact_parity *p, const cJSON *o, char *err
 	if (get_num(o, "parity.", "loss_max_abs_delta", &p->loss_max_abs_delta, err, errsz) < 0 ||
 	    get_num(o, "parity.", "adapter_max_abs_delta", &p->adapter_max_abs_delta, err, errsz) < 0)
 		return -1;
-	v = cJSON_GetObjectItemCaseSensitive(o, "bitwise_exact");
-	if (v == NULL || cJSON_IsNull(v))
-		return 0;
-	if (!cJSON_IsBool(v))
-		return bad(err, errsz, "parity.bitwise_exact: not a boolean");
-	p->bitwise_exact = cJSON_IsTrue(v) ? 1 : 0;
+	if (get_typed(o, "parity.", "bitwise_exact", cJSON_IsBool, "a boolean", &v, err, errsz) < 0)
+		return -1;
+	if (v != NULL)
+		p->bitwise_exact = cJSON_IsTrue(v) ? 1 : 0;
 	return 0;
 }
 
@@ -407,12 +475,14 @@ int artifact_from_json(struct artifact *a, const cJSON *obj, char *err, size_t e
 		return bad(err, errsz, "schema: missing (expected \"%s\")", ARTIFACT_SCHEMA);
 	if (strcmp(schema->valuestring, ARTIFACT_SCHEMA) != 0)
 		return bad(err, errsz, "schema: \"%s\" (expected \"%s\")", schema->valuestring, ARTIFACT_SCHEMA);
-	if (!cJSON_IsString(status))
-		return bad(err, errsz, "status: missing or not a string");
-	st = artifact_status_from_name(status->valuestring);
+	if (check_keys(obj, "", artifact_keys, err, errsz) < 0 ||
+	    check_keys(cJSON_GetObjectItemCaseSensitive(obj, "metrics"), "metrics.", metrics_keys, err, errsz) < 0 ||
+	    check_keys(cJSON_GetObjectItemCaseSensitive(obj, "parity"), "parity.", parity_keys, err, errsz) < 0 ||
+	    check_keys(cJSON_GetObjectItemCaseSensitive(obj, "env"), "env.", env_keys, err, errsz) < 0)
+		return -1;
+	st = status_from_json(status, err, errsz);
 	if (st < 0)
-		return bad(err, errsz, "status: unknown \"%s\" (expected one of: ok, oom, error, skipped)",
-		           status->valuestring);
+		return -1;
 	a->status = (enum artifact_status)st;
 	if (!cJSON_IsObject(cell))
 		return bad(err, errsz, "cell: missing or not an object");
@@ -518,6 +588,8 @@ void artifact_env_collect_host(struct artifact_env *env)
 	}
 	artifact_set_str(&env->poros_version, POROS_VERSION);
 	artifact_set_str(&env->git_sha, POROS_GIT_SHA);
+	/* Which GPU a scheduler (poros --gpus, Slurm's gres) pinned this cell to. */
+	artifact_set_str(&env->cuda_visible_devices, getenv("CUDA_VISIBLE_DEVICES"));
 }
 
 /* --- the trainer summary -------------------------------------------------- */
@@ -538,12 +610,9 @@ int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, 
 		return bad(err, errsz, "schema: %s%s%s (expected \"%s\")", cJSON_IsString(schema) ? "\"" : "",
 		           cJSON_IsString(schema) ? schema->valuestring : "missing",
 		           cJSON_IsString(schema) ? "\"" : "", SUMMARY_SCHEMA);
-	if (!cJSON_IsString(status))
-		return bad(err, errsz, "status: missing or not a string");
-	st = artifact_status_from_name(status->valuestring);
+	st = status_from_json(status, err, errsz);
 	if (st < 0)
-		return bad(err, errsz, "status: unknown \"%s\" (expected one of: ok, oom, error, skipped)",
-		           status->valuestring);
+		return -1;
 	if (metrics_from_json(&m, summary, "", err, errsz) < 0)
 		return -1;
 	env_init(&child);

@@ -43,6 +43,7 @@ struct artifact_env {
 	char *poros_version, *git_sha;
 	char *python, *torch, *transformers, *peft;
 	char *weights;                             /* "real", "synthetic" or NULL */
+	char *cuda_visible_devices;                /* poros-arm's CUDA_VISIBLE_DEVICES: the GPU a scheduler gave the cell */
 };
 
 struct artifact {

@@ -343,7 +343,12 @@ int append_line(const char *path, const char *line, size_t len)
 	/* One write(2): readers see the whole line or none of it. */
 	w = write(fd, line, len);
 	if (w < 0 || (size_t)w != len) {
-		e = (w < 0) ? errno : ENOSPC;
+		e = errno;
+		/* A short write hit a limit; a second one says which (EFBIG
+		 * under RLIMIT_FSIZE, ENOSPC, EDQUOT).  Either way the line is
+		 * taken back off below. */
+		if (w >= 0)
+			e = write(fd, line + w, len - (size_t)w) < 0 ? errno : ENOSPC;
 		if (ftruncate(fd, st.st_size) < 0) { /* keep earlier lines whole */ }
 		close(fd);
 		errno = e;

@@ -367,6 +367,33 @@ static int make_dir(const char *path)
 	return -1;
 }
 
+/* A directory poros-arm writes into below OUTDIR (logs/, runs/, runs/<id>/,
+ * cells/): created when missing, and refused when it is a symlink, so a
+ * link planted in the output directory cannot send a log or a training run
+ * elsewhere.  OUTDIR itself is the user's choice and may be a link. */
+static int make_inner_dir(const char *outdir, const char *rel)
+{
+	char *path = xasprintf("%s/%s", outdir, rel);
+	struct stat st;
+	int rc = 0;
+
+	if (mkdir(path, 0755) < 0 && errno != EEXIST) {
+		warnsys("%s: cannot create directory", path);
+		rc = -1;
+	} else if (lstat(path, &st) < 0) {
+		warnsys("%s", path);
+		rc = -1;
+	} else if (S_ISLNK(st.st_mode)) {
+		warnmsg("%s: is a symbolic link; refusing to write through it (remove it or choose another -o)", path);
+		rc = -1;
+	} else if (!S_ISDIR(st.st_mode)) {
+		warnmsg("%s: not a directory", path);
+		rc = -1;
+	}
+	free(path);
+	return rc;
+}
+
 static void progress_start(const struct cell *c, int index, int total, int verbose)
 {
 	if (total > 0)
@@ -429,15 +456,9 @@ static int prepare(struct cell_paths *p, struct cell *c, const struct arm_option
 	p->log = xasprintf("%s/%s", p->outdir, p->log_rel);
 	p->run_rel = xasprintf("runs/%s", c->cell_id);
 	p->run_dir = xasprintf("%s/%s", p->outdir, p->run_rel);
-	if (make_dir(p->outdir) < 0)
+	if (make_dir(p->outdir) < 0 || make_inner_dir(p->outdir, "logs") < 0 || make_inner_dir(p->outdir, "runs") < 0 ||
+	    make_inner_dir(p->outdir, p->run_rel) < 0)
 		return -1;
-	{
-		char *logs = xasprintf("%s/logs", p->outdir);
-		int rc = make_dir(logs);
-		free(logs);
-		if (rc < 0 || make_dir(p->run_dir) < 0)
-			return -1;
-	}
 	if (cell_path && !override) {
 		p->cell_file = xstrdup(cell_path);
 		return 0;
@@ -446,7 +467,7 @@ static int prepare(struct cell_paths *p, struct cell *c, const struct arm_option
 		char *cells = xasprintf("%s/cells", p->outdir);
 		cJSON *j = cell_to_json(c);
 		char *text = jsonl_format(j);
-		int rc = make_dir(cells);
+		int rc = make_inner_dir(p->outdir, "cells");
 
 		cJSON_Delete(j);
 		p->cell_file = xasprintf("%s/%s.json", cells, c->cell_id);

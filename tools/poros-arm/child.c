@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/prctl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
@@ -272,7 +273,7 @@ static void out_put(struct child_result *r, size_t *cap, const char *p, size_t n
 /* --- start ---------------------------------------------------------------- */
 
 /* In the child, between fork and exec: only async-signal-safe calls. */
-static noreturn void exec_child(const struct child_spec *spec, int out_w, int err_w, int status_w)
+static noreturn void exec_child(const struct child_spec *spec, int out_w, int err_w, int status_w, pid_t parent)
 {
 	struct sigaction sa;
 	sigset_t none;
@@ -290,6 +291,11 @@ static noreturn void exec_child(const struct child_spec *spec, int out_w, int er
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	/* Its own process group, so that a timeout can end everything it started. */
 	setpgid(0, 0);
+	/* And it dies with poros-arm: a poros-arm killed outright (SIGKILL) must
+	 * not leave a trainer running that a resumed run would race. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(127);
 	devnull = open("/dev/null", O_RDONLY);
 	if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
 		goto fail;
@@ -316,7 +322,7 @@ static pid_t start(const struct child_spec *spec, int *out_r, int *err_r)
 {
 	int out[2], err[2], status[2], e = 0;
 	ssize_t n;
-	pid_t pid;
+	pid_t pid, self;
 
 	if (pipe_cloexec(out) < 0)
 		return -1;
@@ -329,9 +335,10 @@ static pid_t start(const struct child_spec *spec, int *out_r, int *err_r)
 		goto close_err;
 	}
 	fflush(NULL);
+	self = getpid();
 	pid = fork();
 	if (pid == 0)
-		exec_child(spec, out[1], err[1], status[1]);
+		exec_child(spec, out[1], err[1], status[1], self);
 	if (pid < 0) {
 		e = errno;
 		close(status[0]);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cell.h"
 #include "jsonl.h"
@@ -82,12 +83,20 @@ static void write_run(const struct spec *s, cJSON **cells, size_t n)
 	char *spec_path = xasprintf("%s/spec.json", s->shared.output_dir);
 	char **paths = xcalloc(n, sizeof *paths);
 	cJSON *spec_json = spec_to_json(s);
+	struct stat st;
 	char *text;
 
 	if (!spec_json)
 		die(EXIT_RUNTIME, "out of memory");
 	if (output_mkdirs(&log, cells_dir) < 0) {
 		warnsys("cannot create %s", cells_dir);
+		output_rollback(&log);
+		exit(EXIT_RUNTIME);
+	}
+	/* Where the output directory lies is the user's choice; a link planted
+	 * inside it must not carry the cells (and their renames) elsewhere. */
+	if (lstat(cells_dir, &st) == 0 && S_ISLNK(st.st_mode)) {
+		warnmsg("%s: is a symbolic link; refusing to write through it", cells_dir);
 		output_rollback(&log);
 		exit(EXIT_RUNTIME);
 	}

@@ -6,7 +6,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "svg.h"
 #include "util.h"
@@ -58,92 +57,18 @@ static void badge(struct sbuf *b, const struct result_entry *e)
 
 /* --- spec summary ----------------------------------------------------------- */
 
-static void dl_open(struct sbuf *b, const char *term)
-{
-	sb_printf(b, "<dt>%s</dt><dd>", term);
-}
-
-static void spec_ids(struct sbuf *b, const struct report *r)
-{
-	for (int i = 0; i < r->results.n; i++) {
-		const char *id = r->results.e[i].art.cell.spec_id;
-		int seen = 0;
-		for (int k = 0; k < i; k++)
-			seen |= strcmp(r->results.e[k].art.cell.spec_id, id) == 0;
-		if (seen)
-			continue;
-		if (i > 0)
-			sb_puts(b, ", ");
-		sb_html(b, id);
-	}
-}
-
-/* The methods or precisions present, in their canonical order. */
-static void present_names(struct sbuf *b, const struct report *r, int methods)
-{
-	int count = methods ? METHOD_COUNT : PRECISION_COUNT, first = 1;
-
-	for (int k = 0; k < count; k++) {
-		int present = 0;
-		for (int i = 0; i < r->results.n; i++)
-			present |= (methods ? (int)r->results.e[i].art.cell.method : (int)r->results.e[i].art.cell.precision) == k;
-		if (!present)
-			continue;
-		sb_printf(b, "%s%s", first ? "" : ", ", methods ? method_names[k] : precision_names[k]);
-		first = 0;
-	}
-}
+static const struct markup html_markup = {
+	.text = sb_html,
+	.item_open = "<dt>", .item_mid = "</dt><dd>", .item_close = "</dd>\n",
+	.code_open = "<code>", .code_close = "</code>",
+	.times = "&times;",
+	.line_break = "<br>",
+};
 
 static void spec_summary(struct sbuf *b, const struct report *r)
 {
-	const struct cell *c = &r->results.e[0].art.cell;
-	int counts[STATUS_COUNT];
-
 	sb_puts(b, "<section id=\"spec\">\n<h2>Spec</h2>\n<dl class=\"spec\">\n");
-	dl_open(b, "Spec");
-	spec_ids(b, r);
-	sb_puts(b, "</dd>\n");
-	dl_open(b, "Hardware");
-	sb_html(b, c->hardware.gpu_name);
-	hardware_numbers(b, c->hardware.vram_gb, c->hardware.pcie_gen);
-	sb_puts(b, "</dd>\n");
-	dl_open(b, "Models");
-	for (int m = 0; m < r->n_models; m++) {
-		const struct cell *mc = r->models[m].cell;
-		sb_puts(b, m ? "; " : "");
-		sb_html(b, mc->model.display_name);
-		sb_puts(b, " (<code>");
-		sb_html(b, mc->model.model_id);
-		sb_printf(b, "</code>, %g B parameters)", mc->model.param_count_b);
-	}
-	sb_puts(b, "</dd>\n");
-	dl_open(b, "Methods");
-	present_names(b, r, 1);
-	sb_puts(b, "</dd>\n");
-	dl_open(b, "Precisions");
-	present_names(b, r, 0);
-	sb_puts(b, "</dd>\n");
-	dl_open(b, "Training");
-	sb_printf(b, "%d steps (the first %d excluded from timing); %d tokens &times; batch %d &times; "
-	             "accumulation %d = %lld tokens per step; dataset ",
-	          c->training.steps, c->training.warmup_steps, c->training.seq_len, c->training.batch_size,
-	          c->training.gradient_accumulation_steps, c->tokens_per_step);
-	sb_html(b, c->training.dataset);
-	sb_printf(b, "; seed %llu; learning rate %g (%s); weight decay %g; max grad norm %g</dd>\n",
-	          c->training.seed, c->training.learning_rate, lr_schedule_names[c->training.lr_schedule],
-	          c->training.weight_decay, c->training.max_grad_norm);
-	dl_open(b, "LoRA");
-	sb_printf(b, "rank %d, alpha %g, dropout %g; targets", c->lora.rank, c->lora.alpha, c->lora.dropout);
-	for (int t = 0; t < CELL_MAX_TARGETS; t++)
-		if (c->lora.target_mask & (1u << t))
-			sb_printf(b, " %s", lora_module_names[t]);
-	sb_puts(b, "</dd>\n");
-	dl_open(b, "Poros");
-	sb_printf(b, "block size %d, prefetch %s</dd>\n", c->poros.block_size, c->poros.enable_prefetch ? "on" : "off");
-	status_counts(r, counts);
-	dl_open(b, "Cells");
-	sb_printf(b, "%d: %d ok, %d oom, %d error, %d skipped</dd>\n", r->results.n, counts[STATUS_OK],
-	          counts[STATUS_OOM], counts[STATUS_ERROR], counts[STATUS_SKIPPED]);
+	spec_items(b, r, &html_markup);
 	sb_puts(b, "</dl>\n</section>\n");
 }
 
@@ -287,17 +212,7 @@ static void parity_cells(struct sbuf *b, const struct parity_row *row)
 		num_td(b, p->loss_max_abs_delta);
 		num_td(b, p->adapter_max_abs_delta);
 		sb_puts(b, "<td>");
-		if (p->loss_max_step >= 0)
-			sb_printf(b, "loss: step %ld%s", p->loss_max_step, p->adapter_max_tensor ? "<br>" : "");
-		if (p->adapter_max_tensor) {
-			sb_puts(b, "adapter: <code>");
-			sb_html(b, p->adapter_max_tensor);
-			sb_puts(b, "</code>");
-			if (p->adapter_max_index >= 0)
-				sb_printf(b, " [%lld]", p->adapter_max_index);
-		}
-		if (p->loss_max_step < 0 && p->adapter_max_tensor == NULL)
-			sb_puts(b, "--");
+		parity_where(b, p, &html_markup);
 		sb_puts(b, "</td>");
 		bitwise_td(b, p->bitwise_exact);
 	} else if (row->artifact != NULL) {
@@ -324,15 +239,7 @@ static void parity_section(struct sbuf *b, const struct report *r)
 	for (int i = 0; i < r->n_parity_rows; i++) {
 		const struct parity_row *row = &r->parity_rows[i];
 		sb_puts(b, "<tr><td>");
-		if (row->display_name)
-			sb_html(b, row->display_name);
-		else if (row->arch)
-			sb_html(b, row->arch);
-		else {
-			sb_html(b, row->record->run_a);
-			sb_puts(b, " vs ");
-			sb_html(b, row->record->run_b);
-		}
+		parity_label(b, row, sb_html);
 		sb_puts(b, "</td><td>");
 		sb_html(b, row->precision ? row->precision : "--");
 		sb_puts(b, "</td>");
@@ -351,7 +258,7 @@ static void env_section(struct sbuf *b, const struct report *r)
 		struct sbuf v;
 		sb_init(&v);
 		sb_printf(b, "<tr><th>%s</th><td>", env_field_names[i]);
-		if (env_values(&v, r, env_field_names[i], 1) == 0)
+		if (env_values(&v, r, env_field_names[i], sb_html) == 0)
 			sb_puts(b, "<span class=\"muted\">--</span>");
 		else
 			sb_puts(b, v.s);
@@ -363,11 +270,7 @@ static void env_section(struct sbuf *b, const struct report *r)
 
 static void notes_section(struct sbuf *b, const struct report *r)
 {
-	int any = 0;
-
-	for (int i = 0; i < r->results.n; i++)
-		any |= r->results.e[i].art.status != STATUS_OK;
-	if (!any)
+	if (all_cells_ok(r))
 		return;
 	sb_puts(b, "<section id=\"notes\">\n<h2>Cells that did not run to the end</h2>\n<ul>\n");
 	for (int i = 0; i < r->results.n; i++) {
@@ -395,7 +298,7 @@ void render_html(struct sbuf *b, const struct report *r)
 	sb_puts(b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
 	           "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>Poros Bench: ");
 	if (r->results.n > 0)
-		spec_ids(b, r);
+		spec_ids(b, r, sb_html);
 	else
 		sb_puts(b, "no results");
 	sb_printf(b, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<header>\n<h1>Poros Bench report</h1>\n", css);
@@ -403,7 +306,7 @@ void render_html(struct sbuf *b, const struct report *r)
 		sb_puts(b, "<p>No run artifacts in the input.</p>\n</header>\n");
 	} else {
 		sb_puts(b, "<p class=\"muted\">");
-		spec_ids(b, r);
+		spec_ids(b, r, sb_html);
 		sb_printf(b, ": %d cell%s, %d model%s.</p>\n</header>\n", r->results.n, r->results.n == 1 ? "" : "s",
 		          r->n_models, r->n_models == 1 ? "" : "s");
 		spec_summary(b, r);

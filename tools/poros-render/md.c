@@ -3,8 +3,6 @@
 #include "render.h"
 
 #include <math.h>
-#include <stdio.h>
-#include <string.h>
 
 static void num_cell(struct sbuf *b, double v)
 {
@@ -12,80 +10,19 @@ static void num_cell(struct sbuf *b, double v)
 	sb_printf(b, " %s |", fmt_num(num, sizeof num, v));
 }
 
-static void distinct_spec_ids(struct sbuf *b, const struct report *r)
-{
-	for (int i = 0; i < r->results.n; i++) {
-		const char *id = r->results.e[i].art.cell.spec_id;
-		int seen = 0;
-		for (int k = 0; k < i; k++)
-			seen |= strcmp(r->results.e[k].art.cell.spec_id, id) == 0;
-		if (seen)
-			continue;
-		if (i > 0)
-			sb_puts(b, ", ");
-		sb_md(b, id);
-	}
-}
-
-static void present_names(struct sbuf *b, const struct report *r, int methods)
-{
-	int count = methods ? METHOD_COUNT : PRECISION_COUNT, first = 1;
-
-	for (int k = 0; k < count; k++) {
-		int present = 0;
-		for (int i = 0; i < r->results.n; i++)
-			present |= (methods ? (int)r->results.e[i].art.cell.method : (int)r->results.e[i].art.cell.precision) == k;
-		if (!present)
-			continue;
-		sb_printf(b, "%s", first ? "" : ", ");
-		sb_md(b, methods ? method_names[k] : precision_names[k]);
-		first = 0;
-	}
-}
+static const struct markup md_markup = {
+	.text = sb_md,
+	.item_open = "- **", .item_mid = ":** ", .item_close = "\n",
+	.code_open = "", .code_close = "",
+	.times = "x",
+	.line_break = "; ",
+};
 
 static void spec_summary(struct sbuf *b, const struct report *r)
 {
-	const struct cell *c = &r->results.e[0].art.cell;
-	int counts[STATUS_COUNT];
-
-	sb_puts(b, "## Spec\n\n- **Spec:** ");
-	distinct_spec_ids(b, r);
-	sb_puts(b, "\n- **Hardware:** ");
-	sb_md(b, c->hardware.gpu_name);
-	hardware_numbers(b, c->hardware.vram_gb, c->hardware.pcie_gen);
-	sb_puts(b, "\n- **Models:** ");
-	for (int m = 0; m < r->n_models; m++) {
-		const struct cell *mc = r->models[m].cell;
-		sb_puts(b, m ? "; " : "");
-		sb_md(b, mc->model.display_name);
-		sb_puts(b, " (");
-		sb_md(b, mc->model.model_id);
-		sb_printf(b, ", %g B parameters)", mc->model.param_count_b);
-	}
-	sb_puts(b, "\n- **Methods:** ");
-	present_names(b, r, 1);
-	sb_puts(b, "\n- **Precisions:** ");
-	present_names(b, r, 0);
-	sb_printf(b, "\n- **Training:** %d steps (the first %d excluded from timing); %d tokens x batch %d x "
-	             "accumulation %d = %lld tokens per step; dataset ",
-	          c->training.steps, c->training.warmup_steps, c->training.seq_len, c->training.batch_size,
-	          c->training.gradient_accumulation_steps, c->tokens_per_step);
-	sb_md(b, c->training.dataset);
-	sb_printf(b, "; seed %llu; learning rate %g (%s); weight decay %g; max grad norm %g\n",
-	          c->training.seed, c->training.learning_rate, lr_schedule_names[c->training.lr_schedule],
-	          c->training.weight_decay, c->training.max_grad_norm);
-	sb_printf(b, "- **LoRA:** rank %d, alpha %g, dropout %g; targets", c->lora.rank, c->lora.alpha,
-	          c->lora.dropout);
-	for (int t = 0; t < CELL_MAX_TARGETS; t++)
-		if (c->lora.target_mask & (1u << t)) {
-			sb_puts(b, " ");
-			sb_md(b, lora_module_names[t]);
-		}
-	sb_printf(b, "\n- **Poros:** block size %d, prefetch %s\n", c->poros.block_size,
-	          c->poros.enable_prefetch ? "on" : "off");
-	status_counts(r, counts);
-	sb_printf(b, "- **Cells:** %d: %d ok, %d oom, %d error, %d skipped\n\n", r->results.n, counts[STATUS_OK],
-	          counts[STATUS_OOM], counts[STATUS_ERROR], counts[STATUS_SKIPPED]);
+	sb_puts(b, "## Spec\n\n");
+	spec_items(b, r, &md_markup);
+	sb_puts(b, "\n");
 }
 
 static void model_table(struct sbuf *b, const struct report_model *m)
@@ -145,15 +82,7 @@ static void parity_table(struct sbuf *b, const struct report *r)
 		const struct parity *p = row->record;
 
 		sb_puts(b, "| ");
-		if (row->display_name)
-			sb_md(b, row->display_name);
-		else if (row->arch)
-			sb_md(b, row->arch);
-		else {
-			sb_md(b, p->run_a);
-			sb_puts(b, " vs ");
-			sb_md(b, p->run_b);
-		}
+		parity_label(b, row, sb_md);
 		sb_puts(b, " | ");
 		sb_md(b, row->precision ? row->precision : "--");
 		sb_puts(b, " |");
@@ -165,16 +94,7 @@ static void parity_table(struct sbuf *b, const struct report *r)
 			num_cell(b, p->loss_max_abs_delta);
 			num_cell(b, p->adapter_max_abs_delta);
 			sb_puts(b, " ");
-			if (p->loss_max_step >= 0)
-				sb_printf(b, "loss: step %ld%s", p->loss_max_step, p->adapter_max_tensor ? "; " : "");
-			if (p->adapter_max_tensor) {
-				sb_puts(b, "adapter: ");
-				sb_md(b, p->adapter_max_tensor);
-				if (p->adapter_max_index >= 0)
-					sb_printf(b, " \\[%lld\\]", p->adapter_max_index);
-			}
-			if (p->loss_max_step < 0 && p->adapter_max_tensor == NULL)
-				sb_puts(b, "--");
+			parity_where(b, p, &md_markup);
 			sb_puts(b, " |");
 			bitwise_cell(b, p->bitwise_exact);
 		} else if (row->artifact != NULL) {
@@ -198,7 +118,7 @@ static void env_table(struct sbuf *b, const struct report *r)
 		sb_init(&v);
 		sb_puts(b, "| ");
 		sb_md(b, env_field_names[i]);
-		sb_printf(b, " | %s |\n", env_values(&v, r, env_field_names[i], 0) ? v.s : "--");
+		sb_printf(b, " | %s |\n", env_values(&v, r, env_field_names[i], sb_md) ? v.s : "--");
 		sb_free(&v);
 	}
 	sb_puts(b, "\n");
@@ -206,11 +126,7 @@ static void env_table(struct sbuf *b, const struct report *r)
 
 static void notes(struct sbuf *b, const struct report *r)
 {
-	int any = 0;
-
-	for (int i = 0; i < r->results.n; i++)
-		any |= r->results.e[i].art.status != STATUS_OK;
-	if (!any)
+	if (all_cells_ok(r))
 		return;
 	sb_puts(b, "## Cells that did not run to the end\n\n");
 	for (int i = 0; i < r->results.n; i++) {
@@ -238,7 +154,7 @@ void render_md(struct sbuf *b, const struct report *r)
 		sb_puts(b, "\n\nNo run artifacts in the input.\n\n");
 	} else {
 		sb_puts(b, ": ");
-		distinct_spec_ids(b, r);
+		spec_ids(b, r, sb_md);
 		sb_puts(b, "\n\n");
 		spec_summary(b, r);
 		for (int m = 0; m < r->n_models; m++)

@@ -45,15 +45,35 @@ void report_organize(struct report *r);
 void render_html(struct sbuf *out, const struct report *r);
 void render_md(struct sbuf *out, const struct report *r);
 
-/* Shared by both writers. */
+/* How a writer escapes every string from a spec or an artifact: sb_html
+ * or sb_md. */
+typedef void (*escape_fn)(struct sbuf *b, const char *s);
+
+/* What differs between the writers where the content is the same. */
+struct markup {
+	escape_fn text;
+	const char *item_open, *item_mid, *item_close;  /* one "term: value" line of the spec summary */
+	const char *code_open, *code_close;             /* an identifier: a model id, a tensor name */
+	const char *times;                              /* the multiplication sign */
+	const char *line_break;                         /* between two facts in one table cell */
+};
+
+/* Shared by both writers (common.c). */
 const char *status_name(const struct result_entry *e);
+/* True when every cell ran to the end: the notes have nothing to say. */
+int all_cells_ok(const struct report *r);
 /* The distinct values of an env field over every artifact, ", "-joined
  * into out; returns how many there were (0: not known anywhere). */
-int env_values(struct sbuf *out, const struct report *r, const char *field, int html);
+int env_values(struct sbuf *out, const struct report *r, const char *field, escape_fn text);
 extern const char *const env_field_names[];  /* NULL-terminated, report order */
-/* ", 24 GB, PCIe gen 4", leaving out what the spec did not set (0). */
-void hardware_numbers(struct sbuf *b, double vram_gb, int pcie_gen);
-/* Counts of rows per status. */
-void status_counts(const struct report *r, int counts[STATUS_COUNT]);
+/* The distinct spec ids of the results, ", "-joined. */
+void spec_ids(struct sbuf *b, const struct report *r, escape_fn text);
+/* The spec summary's items, from the first cell (there must be one). */
+void spec_items(struct sbuf *b, const struct report *r, const struct markup *mk);
+/* A parity row's model: its display name, the record's label, or the two
+ * run directories it compared. */
+void parity_label(struct sbuf *b, const struct parity_row *row, escape_fn text);
+/* Where a parity record's largest deltas are, or "--". */
+void parity_where(struct sbuf *b, const struct parity *p, const struct markup *mk);
 
 #endif

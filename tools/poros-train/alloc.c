@@ -64,6 +64,7 @@ void *dev_alloc(struct dev_alloc *a, size_t bytes, const char *what_fmt, ...)
 	}
 	a->blocks[a->n].p = p;
 	a->blocks[a->n].bytes = bytes;
+	a->blocks[a->n].purpose = a->purpose ? a->purpose : "other";
 	a->n++;
 	a->current += bytes;
 	if (a->current > a->peak)
@@ -74,6 +75,34 @@ void *dev_alloc(struct dev_alloc *a, size_t bytes, const char *what_fmt, ...)
 void dev_alloc_freeze(struct dev_alloc *a)
 {
 	a->frozen = 1;
+}
+
+void dev_alloc_set_purpose(struct dev_alloc *a, const char *purpose)
+{
+	a->purpose = purpose;
+}
+
+int dev_alloc_breakdown(const struct dev_alloc *a, const char **name, size_t *bytes, int max)
+{
+	int n = 0;
+
+	for (int i = 0; i < a->n; i++) {
+		int j = 0;
+
+		/* a handful of purposes: a linear search is the simple way */
+		while (j < n && j < max && strcmp(name[j], a->blocks[i].purpose) != 0)
+			j++;
+		if (j == n) {
+			if (n < max) {
+				name[n] = a->blocks[i].purpose;
+				bytes[n] = 0;
+			}
+			n++;
+		}
+		if (j < max)
+			bytes[j] += a->blocks[i].bytes;
+	}
+	return n;
 }
 
 void dev_alloc_release_all(struct dev_alloc *a)

@@ -12,6 +12,7 @@
 struct dev_block {
 	void *p;
 	size_t bytes;
+	const char *purpose; /* what it is for, for the breakdown ("slabs") */
 };
 
 struct dev_alloc {
@@ -20,6 +21,7 @@ struct dev_alloc {
 	size_t current, peak;
 	int frozen;          /* set after setup: any further request is a bug */
 	int oom;             /* the last failure was out of memory (budget or device) */
+	const char *purpose; /* tag of the next allocations (a static string) */
 	int n, cap;
 	struct dev_block *blocks;
 	char err[320];       /* why the last request failed */
@@ -31,6 +33,12 @@ void dev_alloc_init(struct dev_alloc *a, const struct backend *be, size_t budget
  * NULL with a->err set and a->oom = 1 when it does not fit. */
 void *dev_alloc(struct dev_alloc *a, size_t bytes, const char *what_fmt, ...) __attribute__((format(printf, 3, 4)));
 void dev_alloc_freeze(struct dev_alloc *a);
+/* Tags the allocations that follow (a static string, e.g. "slabs"); the
+ * breakdown sums bytes by tag.  Untagged ones count as "other". */
+void dev_alloc_set_purpose(struct dev_alloc *a, const char *purpose);
+/* The bytes in use by purpose, in order of first allocation: fills up to
+ * max (name, bytes) pairs and returns how many purposes there are. */
+int dev_alloc_breakdown(const struct dev_alloc *a, const char **name, size_t *bytes, int max);
 void dev_alloc_release_all(struct dev_alloc *a);
 
 /* "1.2 GiB", "512.0 MiB", "3.0 KiB", "100 B" into buf. */

@@ -7,13 +7,25 @@
  * Parity: both schedules call the same layer_forward / layer_backward /
  * head code; only the loop order differs.  Every LoRA gradient receives its
  * micro-batch contributions in the order 1..k in both (resident runs the
- * micro-batches one after another; blockwise runs 1..k through each block
+ * micro-batches one after another; blockwise runs 1..k through each layer
  * in backward), every op is deterministic, and recomputation from a
  * checkpoint reproduces the forward bits, so losses and adapters are
- * bit-identical. */
+ * bit-identical.
+ *
+ * Memory (blockwise): the input of every layer for every micro-batch is
+ * a checkpoint in pinned host memory (copied out on STREAM_AUX while the
+ * next layer computes, copied back a layer ahead in backward), so the
+ * device holds two sets of k checkpoints, the activations of one layer of
+ * one micro-batch, and one dequantized layer; the embedding table stays
+ * on the host (the step's rows are gathered there and copied up).
+ *
+ * Profiling (POROS_PROFILE=1 in the environment): an event on the compute
+ * stream at every change of op category; the time between two events is
+ * the category's.  Off, it costs one branch per op. */
 #include "engine.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +34,17 @@
 #include "util.h"
 
 enum { PROJ_Q, PROJ_K, PROJ_V, PROJ_O, PROJ_GATE, PROJ_UP, PROJ_DOWN };
+
+/* Op categories of the profile, in the order events.jsonl lists them. */
+enum prof_cat {
+	PROF_GEMM_FWD, PROF_GEMM_BWD, PROF_LORA_FWD, PROF_LORA_BWD, PROF_ATTN_FWD, PROF_ATTN_BWD, PROF_NORM,
+	PROF_ROPE, PROF_SWIGLU, PROF_ELEMENTWISE, PROF_HEAD, PROF_DEQUANT, PROF_EMBED, PROF_OPTIM, PROF_WAIT_COPY,
+	PROF_OTHER, PROF_N
+};
+static const char *const prof_names[PROF_N] = {
+	"gemm_fwd", "gemm_bwd_input", "lora_fwd", "lora_bwd", "attn_fwd", "attn_bwd", "norm", "rope", "swiglu",
+	"elementwise", "head_ce", "dequant", "embedding", "optimizer", "wait_copy", "other",
+};
 
 /* Logits are computed this many token rows at a time so a 152k vocabulary
  * never needs a (T, V) buffer. */
@@ -62,6 +85,7 @@ struct grad_scratch {
 	float *dq, *dk, *dv; /* (T,H*D), (T,G*D), (T,G*D) */
 	float *dq_pre, *dk_pre;
 	float *du;           /* (T,R) */
+	float *xd;           /* (T,max K) fp32 dropped LoRA input (shared region); NULL: fused kernels */
 };
 
 struct slab {
@@ -73,6 +97,27 @@ struct slab {
 
 struct span {
 	struct backend_event *begin, *end;
+};
+
+/* The blockwise layer checkpoints: set s of the two device sets holds the
+ * inputs (k,T,C) of one layer; host holds every layer's. */
+struct ckpt_sets {
+	float *host;              /* (L,k,T,C) pinned */
+	float *dev[2];            /* (k,T,C) each */
+	int layer[2];             /* the layer whose inputs set s holds; -1: none */
+	struct backend_event *ready, *saved[2], *loaded[2], *freed[2];
+	int saved_rec[2], loaded_rec[2], freed_rec[2];
+	long long d2h_bytes, h2d_bytes;
+};
+
+struct profile {
+	int on;
+	struct backend_event **ev;
+	int *cat;                 /* category of the time from ev[i] to ev[i+1] */
+	int n, cap, cur;
+	long count[PROF_N];
+	double ms[PROF_N];
+	int done;                 /* ms holds the last step's times */
 };
 
 struct engine {
@@ -89,33 +134,50 @@ struct engine {
 	int HD, GD;
 	float eps, lora_scale, dropout;
 	int blockwise, bs, nb; /* block size and count (blockwise) */
+	int lora_sgemm;        /* give the LoRA ops an fp32 scratch for xd (POROS_LORA_FUSED=1: no) */
 
-	/* base weights on the device */
+	/* base weights on the device: final norm and lm_head (and the
+	 * embedding only when tied to lm_head); glob_start is the first byte
+	 * of the host globals the device copy holds */
 	unsigned char *d_globals;
-	const bf16 *embed, *final_norm, *lm_head;
+	size_t glob_start;
+	const bf16 *final_norm, *lm_head;
+	bf16 *d_embed_rows;                /* (k,T,C) the step's embedding rows */
+	int32_t *d_iota;                   /* (T) 0..T-1: row t of the gathered rows */
 	unsigned char *d_layers; /* resident: all layers */
 	struct slab slab[2];     /* blockwise */
-	bf16 *d_dequant;         /* NF4: dequantized layers, n_dq slots */
-	int n_dq;
-	int *dq_layer;           /* which layer each slot holds; -1 none */
+	bf16 *d_dequant;         /* NF4: one dequantized layer */
+	int dq_layer;            /* the layer it holds; -1 none */
 
 	struct lora_layout lora;
 	float *d_lora, *d_grad, *d_m, *d_v;
 	float *d_sumsq, *d_sumsq_scratch;
 	float *d_cos, *d_sin;
 
-	int32_t *d_tokens, *d_targets; /* (k,T) */
-	int32_t *h_tokens, *h_targets; /* host staging, pinned */
+	int32_t *d_targets;            /* (k,T) */
+	/* Two host stagings of a step's batch: while step s runs on the
+	 * device from one, a worker thread reads step s+1's tokens from the
+	 * token source (tokenizing, packing) and gathers their embedding rows
+	 * into the other, so data preparation never stalls a step. */
+	struct staging {
+		int32_t *tokens, *targets; /* (k,T), pinned */
+		bf16 *rows;                /* (k,T,C), pinned */
+		int *n_pred;               /* (k) */
+		int step, rc;
+		char err[256];
+	} stage[2];
+	int cur;                       /* the staging of the loaded step */
+	pthread_t prefetch_thread;
+	int prefetch_running;
+	int32_t *h_tokens, *h_targets; /* the loaded step's staging */
 	int loaded_step;               /* the step whose tokens are on the device */
 	int *n_pred;                   /* (k) predicted tokens of each micro-batch */
 
-	float **ckpt;   /* blockwise: (nb+1)*k inputs of blocks; resident: L+1 inputs of layers */
+	float **ckpt;   /* resident: L+1 inputs of layers */
 	int n_ckpt;
-	float **resid;  /* blockwise: k residual streams inside a block */
+	struct ckpt_sets cs; /* blockwise */
 	float **dresid; /* blockwise: k; resident: 1 */
-	struct layer_act *act;
-	int n_act;
-	struct layer_view *views; /* one per layer of a block */
+	struct layer_act act; /* one layer of one micro-batch */
 	struct grad_scratch g;
 	float *attn_scratch;
 
@@ -129,6 +191,7 @@ struct engine {
 	struct span *copies, *computes;
 	int max_copies, max_computes, n_copies, n_computes;
 	long long h2d_bytes;
+	struct profile prof;
 };
 
 static int seterr(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -197,6 +260,28 @@ static void plan_act(struct engine *e, struct carver *cv, struct layer_act *a)
 			a->u[m] = CARVE_F32(cv, T * e->R);
 }
 
+/* Scratch that lives only inside one op call or one head chunk, so one
+ * region serves them all: the attention scratch, the LoRA ops' fp32 xd
+ * (T, max K), and the head's logits (chunk,V) fp32 + dlogits bf16. */
+static void plan_shared(struct engine *e, struct carver *cv, long max_k)
+{
+	size_t attn = attention_scratch_floats(e->B, e->S, e->H, e->G, e->D) * sizeof(float);
+	size_t xd = e->lora_sgemm ? (size_t)e->T * max_k * sizeof(float) : 0;
+	size_t logits = ((size_t)e->chunk * e->V * sizeof(float) + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN;
+	size_t head = logits + (size_t)e->chunk * e->V * sizeof(bf16), bytes = attn;
+	unsigned char *base;
+
+	if (xd > bytes)
+		bytes = xd;
+	if (head > bytes)
+		bytes = head;
+	base = carve(cv, bytes);
+	e->attn_scratch = (float *)base;
+	e->g.xd = e->lora_sgemm ? (float *)base : NULL;
+	e->logits = (float *)base;
+	e->dlogits = base ? (bf16 *)(base + logits) : NULL;
+}
+
 static void plan_scratch(struct engine *e, struct carver *cv)
 {
 	long T = e->T, max_n = e->C;
@@ -219,7 +304,7 @@ static void plan_scratch(struct engine *e, struct carver *cv)
 		e->g.dk_pre = CARVE_F32(cv, T * e->GD);
 	}
 	e->g.du = CARVE_F32(cv, T * e->R);
-	e->attn_scratch = CARVE_F32(cv, attention_scratch_floats(e->B, e->S, e->H, e->G, e->D));
+	plan_shared(e, cv, max_n);
 }
 
 static void plan_head(struct engine *e, struct carver *cv)
@@ -229,8 +314,6 @@ static void plan_head(struct engine *e, struct carver *cv)
 	e->hn = CARVE_BF16(cv, T * e->C);
 	e->head_rstd = CARVE_F32(cv, T);
 	e->dhn = CARVE_F32(cv, T * e->C);
-	e->logits = CARVE_F32(cv, (long)e->chunk * e->V);
-	e->dlogits = CARVE_BF16(cv, (long)e->chunk * e->V);
 	e->losses = CARVE_F32(cv, T * e->k);
 }
 
@@ -243,8 +326,8 @@ static void plan_streams(struct engine *e, struct carver *cv, float **list, int 
 
 static void plan_misc(struct engine *e, struct carver *cv)
 {
-	e->d_tokens = carve(cv, (size_t)e->k * e->T * sizeof(int32_t));
 	e->d_targets = carve(cv, (size_t)e->k * e->T * sizeof(int32_t));
+	e->d_iota = carve(cv, (size_t)e->T * sizeof(int32_t));
 	e->d_cos = CARVE_F32(cv, (long)e->S * (e->D / 2));
 	e->d_sin = CARVE_F32(cv, (long)e->S * (e->D / 2));
 	e->d_sumsq = CARVE_F32(cv, 1);
@@ -379,12 +462,78 @@ static void compute_close(struct engine *e)
 	span_close(e, e->computes, &e->n_computes, e->max_computes, STREAM_COMPUTE);
 }
 
+/* --- profile ---------------------------------------------------------------- */
+
+/* An event on the compute stream opening a segment of category cat (-1:
+ * the end of the step). */
+static void prof_event(struct engine *e, int cat)
+{
+	struct profile *pr = &e->prof;
+
+	if (pr->n == pr->cap) {
+		int cap = pr->cap ? 2 * pr->cap : 1024;
+
+		pr->ev = xrealloc(pr->ev, (size_t)cap * sizeof *pr->ev);
+		pr->cat = xrealloc(pr->cat, (size_t)cap * sizeof *pr->cat);
+		for (int i = pr->cap; i < cap; i++)
+			if ((pr->ev[i] = e->be->event_create()) == NULL)
+				die(EXIT_RUNTIME, "%s backend: cannot create profiling events", e->be->name);
+		pr->cap = cap;
+	}
+	e->be->event_record(pr->ev[pr->n], STREAM_COMPUTE);
+	pr->cat[pr->n++] = cat;
+	pr->cur = cat;
+}
+
+/* The work queued next on the compute stream belongs to cat. */
+static void prof_mark(struct engine *e, int cat)
+{
+	if (!e->prof.on)
+		return;
+	e->prof.count[cat]++;
+	if (cat != e->prof.cur)
+		prof_event(e, cat);
+}
+
+static void prof_begin(struct engine *e)
+{
+	if (!e->prof.on)
+		return;
+	e->prof.n = 0;
+	e->prof.cur = -1;
+	e->prof.done = 0;
+	memset(e->prof.count, 0, sizeof e->prof.count);
+	memset(e->prof.ms, 0, sizeof e->prof.ms);
+	prof_mark(e, PROF_OTHER);
+}
+
+/* After the step's last op: the event that closes the last segment. */
+static void prof_close(struct engine *e)
+{
+	if (e->prof.on && e->prof.n > 0 && e->prof.cur != -1)
+		prof_event(e, -1);
+}
+
+/* The times of every segment, once the closing event has completed. */
+static void prof_finish(struct engine *e)
+{
+	struct profile *pr = &e->prof;
+
+	if (!pr->on || pr->n == 0)
+		return;
+	prof_close(e);
+	e->be->event_synchronize(pr->ev[pr->n - 1]);
+	for (int i = 0; i + 1 < pr->n; i++)
+		pr->ms[pr->cat[i]] += e->be->event_elapsed_ms(pr->ev[i], pr->ev[i + 1]);
+	pr->done = 1;
+}
+
 /* --- weight views --------------------------------------------------------- */
 
 /* Pointers into one layer record on the device; with NF4 the projections
- * are dequantized into dequant slot `slot` unless it already holds this
+ * are dequantized into the dequant buffer unless it already holds this
  * layer (the base never changes, so that copy stays valid). */
-static void make_view(struct engine *e, struct layer_view *v, const unsigned char *rec, int layer, int slot)
+static void make_view(struct engine *e, struct layer_view *v, const unsigned char *rec, int layer)
 {
 	const struct layer_layout *lay = &e->hw->lay;
 	const size_t norm_off[4] = { lay->in_norm, lay->post_norm, lay->q_norm, lay->k_norm };
@@ -400,18 +549,20 @@ static void make_view(struct engine *e, struct layer_view *v, const unsigned cha
 		return;
 	}
 	{
-		unsigned char *dst = (unsigned char *)e->d_dequant + (size_t)slot * lay->dq_stride;
-		int fresh = e->dq_layer[slot] != layer;
+		unsigned char *dst = (unsigned char *)e->d_dequant;
+		int fresh = e->dq_layer != layer;
 
 		for (int m = 0; m < N_PROJ; m++) {
 			bf16 *w = (bf16 *)(dst + lay->dq[m]);
 
-			if (fresh)
+			if (fresh) {
+				prof_mark(e, PROF_DEQUANT);
 				e->op->nf4_dequantize(w, rec + lay->weight[m], (const float *)(rec + lay->absmax[m]),
 				                      (long)lay->n_out[m] * lay->n_in[m]);
+			}
 			v->w[m] = w;
 		}
-		e->dq_layer[slot] = layer;
+		e->dq_layer = layer;
 	}
 }
 
@@ -438,10 +589,13 @@ static void proj_forward(struct engine *e, const struct layer_view *w, struct la
 {
 	const struct lora_slot *s = &e->lora.slot[layer * N_PROJ + m];
 
+	prof_mark(e, PROF_GEMM_FWD);
 	e->op->matmul_forward(out, in, w->w[m], m < 4 ? w->bias[m] : NULL, e->T, s->n_in, s->n_out);
-	if (s->a >= 0)
-		e->op->lora_forward(out, a->u[m], in, e->d_lora + s->a, e->d_lora + s->b, e->lora_scale, e->dropout,
+	if (s->a >= 0) {
+		prof_mark(e, PROF_LORA_FWD);
+		e->op->lora_forward(out, a->u[m], e->g.xd, in, e->d_lora + s->a, e->d_lora + s->b, e->lora_scale, e->dropout,
 		                    dropout_seed(e, p.step, p.mb, layer, m), e->T, s->n_in, s->n_out, e->R);
+	}
 }
 
 /* din (T,K) (+)= gradient through projection m given dout (T,N) fp32;
@@ -452,12 +606,16 @@ static void proj_backward(struct engine *e, const struct layer_view *w, const st
 	const struct lora_slot *s = &e->lora.slot[layer * N_PROJ + m];
 	long T = e->T;
 
+	prof_mark(e, PROF_ELEMENTWISE);
 	e->op->cast_f32_to_bf16(e->g.dout16, dout, T * s->n_out);
+	prof_mark(e, PROF_GEMM_BWD);
 	e->op->matmul_backward_input(din, e->g.dout16, w->w[m], e->T, s->n_in, s->n_out, accumulate);
-	if (s->a >= 0)
-		e->op->lora_backward(din, e->d_grad + s->a, e->d_grad + s->b, e->g.du, dout, in, a->u[m], e->d_lora + s->a,
+	if (s->a >= 0) {
+		prof_mark(e, PROF_LORA_BWD);
+		e->op->lora_backward(din, e->d_grad + s->a, e->d_grad + s->b, e->g.du, e->g.xd, dout, in, a->u[m], e->d_lora + s->a,
 		                     e->d_lora + s->b, e->lora_scale, e->dropout, dropout_seed(e, p.step, p.mb, layer, m),
 		                     e->T, s->n_in, s->n_out, e->R);
+	}
 }
 
 /* out (T,C) = the decoder layer applied to x (T,C); the activations the
@@ -469,26 +627,34 @@ static void layer_forward(struct engine *e, const struct layer_view *w, struct l
 	int T = e->T, qk = e->mc->qk_norm;
 
 	a->x = x;
+	prof_mark(e, PROF_NORM);
 	op->rmsnorm_forward(NULL, a->xn, a->rstd1, x, w->in_norm, e->eps, T, e->C);
 	proj_forward(e, w, a, layer, PROJ_Q, a->xn, qk ? a->q_pre : a->q, p);
 	proj_forward(e, w, a, layer, PROJ_K, a->xn, qk ? a->k_pre : a->k, p);
 	proj_forward(e, w, a, layer, PROJ_V, a->xn, a->v, p);
 	if (qk) {
 		/* Qwen3: RMSNorm over each head's D features, before rope */
+		prof_mark(e, PROF_NORM);
 		op->rmsnorm_forward(a->q, NULL, a->rstd_q, a->q_pre, w->q_norm, e->eps, T * e->H, e->D);
 		op->rmsnorm_forward(a->k, NULL, a->rstd_k, a->k_pre, w->k_norm, e->eps, T * e->G, e->D);
 	}
+	prof_mark(e, PROF_ROPE);
 	op->rope_forward(a->q, e->d_cos, e->d_sin, e->B, e->S, e->H, e->D);
 	op->rope_forward(a->k, e->d_cos, e->d_sin, e->B, e->S, e->G, e->D);
+	prof_mark(e, PROF_ATTN_FWD);
 	op->attention_forward(a->att, a->lse, e->attn_scratch, a->q, a->k, a->v, e->B, e->S, e->H, e->G, e->D);
 	proj_forward(e, w, a, layer, PROJ_O, a->att, a->x2, p);
+	prof_mark(e, PROF_ELEMENTWISE);
 	op->add_inplace(a->x2, x, (long)T * e->C);
+	prof_mark(e, PROF_NORM);
 	op->rmsnorm_forward(NULL, a->xn2, a->rstd2, a->x2, w->post_norm, e->eps, T, e->C);
 	proj_forward(e, w, a, layer, PROJ_GATE, a->xn2, a->gate, p);
 	proj_forward(e, w, a, layer, PROJ_UP, a->xn2, a->up, p);
+	prof_mark(e, PROF_SWIGLU);
 	op->swiglu_forward(a->h, a->gate, a->up, (long)T * e->F);
 	/* x is dead from here on, so out may alias it */
 	proj_forward(e, w, a, layer, PROJ_DOWN, a->h, out, p);
+	prof_mark(e, PROF_ELEMENTWISE);
 	op->add_inplace(out, a->x2, (long)T * e->C);
 }
 
@@ -503,17 +669,22 @@ static void layer_backward(struct engine *e, const struct layer_view *w, const s
 
 	/* MLP: x3 = x2 + down(silu(gate(n2)) * up(n2)), n2 = norm(x2) */
 	proj_backward(e, w, a, layer, PROJ_DOWN, a->h, dx, g->dh, 0, p);
+	prof_mark(e, PROF_SWIGLU);
 	op->swiglu_backward(g->dgate, g->dup, g->dh, a->gate, a->up, (long)T * e->F);
 	proj_backward(e, w, a, layer, PROJ_GATE, a->xn2, g->dgate, g->dxn, 0, p);
 	proj_backward(e, w, a, layer, PROJ_UP, a->xn2, g->dup, g->dxn, 1, p);
+	prof_mark(e, PROF_NORM);
 	op->rmsnorm_backward(dx, g->dxn, a->x2, w->post_norm, a->rstd2, T, e->C);
 	/* attention: x2 = x + o(attn(rope(q), rope(k), v)), q/k/v of n1 = norm(x) */
 	proj_backward(e, w, a, layer, PROJ_O, a->att, dx, g->datt, 0, p);
+	prof_mark(e, PROF_ATTN_BWD);
 	op->attention_backward(g->dq, g->dk, g->dv, e->attn_scratch, g->datt, a->q, a->k, a->v, a->lse, e->B, e->S, e->H,
 	                       e->G, e->D);
+	prof_mark(e, PROF_ROPE);
 	op->rope_backward(g->dq, e->d_cos, e->d_sin, e->B, e->S, e->H, e->D);
 	op->rope_backward(g->dk, e->d_cos, e->d_sin, e->B, e->S, e->G, e->D);
 	if (qk) {
+		prof_mark(e, PROF_NORM);
 		e->be->memset_zero(g->dq_pre, (size_t)T * e->HD * sizeof(float), STREAM_COMPUTE);
 		e->be->memset_zero(g->dk_pre, (size_t)T * e->GD * sizeof(float), STREAM_COMPUTE);
 		op->rmsnorm_backward(g->dq_pre, g->dq, a->q_pre, w->q_norm, a->rstd_q, T * e->H, e->D);
@@ -524,23 +695,18 @@ static void layer_backward(struct engine *e, const struct layer_view *w, const s
 	proj_backward(e, w, a, layer, PROJ_Q, a->xn, dq, g->dxn, 0, p);
 	proj_backward(e, w, a, layer, PROJ_K, a->xn, dk, g->dxn, 1, p);
 	proj_backward(e, w, a, layer, PROJ_V, a->xn, g->dv, g->dxn, 1, p);
+	prof_mark(e, PROF_NORM);
 	op->rmsnorm_backward(dx, g->dxn, a->x, w->in_norm, a->rstd1, T, e->C);
 }
 
-/* Recomputes layers first..first+n-1 from their input checkpoint x0 (all
- * activations kept), then backward through them in reverse; dx (T,C)
- * goes from the gradient of the block output to that of its input. */
-static void block_backward(struct engine *e, const struct layer_view *views, int first, int n, const float *x0,
-                           float *dx, struct pass p)
+/* Recomputes layer `layer` from its input checkpoint x (activations kept),
+ * then backward through it: dx (T,C) goes from the gradient of the layer
+ * output to that of its input. */
+static void layer_recompute_backward(struct engine *e, const struct layer_view *w, int layer, const float *x,
+                                     float *dx, struct pass p)
 {
-	const float *x = x0;
-
-	for (int i = 0; i < n; i++) {
-		layer_forward(e, &views[i], &e->act[i], first + i, x, e->act[i].out, p);
-		x = e->act[i].out;
-	}
-	for (int i = n - 1; i >= 0; i--)
-		layer_backward(e, &views[i], &e->act[i], first + i, dx, p);
+	layer_forward(e, w, &e->act, layer, x, e->act.out, p);
+	layer_backward(e, w, &e->act, layer, dx, p);
 }
 
 /* Final norm, lm_head and cross-entropy of micro-batch mb, and their
@@ -553,6 +719,7 @@ static void head(struct engine *e, const float *hidden, int mb, float *dres)
 	 * each one's mean over its predicted tokens (targets < 0 are not) */
 	float dloss = e->n_pred[mb] ? (float)(1.0 / ((double)e->n_pred[mb] * e->k)) : 0.0f;
 
+	prof_mark(e, PROF_HEAD);
 	op->rmsnorm_forward(NULL, e->hn, e->head_rstd, hidden, e->final_norm, e->eps, T, C);
 	for (int off = 0; off < T; off += e->chunk) {
 		int n = T - off < e->chunk ? T - off : e->chunk;
@@ -566,11 +733,21 @@ static void head(struct engine *e, const float *hidden, int mb, float *dres)
 	op->rmsnorm_backward(dres, e->dhn, hidden, e->final_norm, e->head_rstd, T, C);
 }
 
+/* --- embedding ---------------------------------------------------------------- */
+
+/* out (T,C) = the embedding of micro-batch mb: its rows were gathered on
+ * the host (load_batch), so the device looks up row t for token t. */
+static void embed(struct engine *e, float *out, int mb)
+{
+	prof_mark(e, PROF_EMBED);
+	e->op->embedding_forward(out, e->d_iota, e->d_embed_rows + (size_t)mb * e->T * e->C, e->T, e->C);
+}
+
 /* --- resident schedule ---------------------------------------------------- */
 
 static void resident_view(struct engine *e, struct layer_view *v, int layer)
 {
-	make_view(e, v, e->d_layers + (size_t)layer * e->hw->lay.stride, layer, 0);
+	make_view(e, v, e->d_layers + (size_t)layer * e->hw->lay.stride, layer);
 }
 
 /* Micro-batch-major: each micro-batch runs its whole forward (keeping
@@ -584,15 +761,15 @@ static void resident_pass(struct engine *e, int step)
 	for (int j = 0; j < e->k; j++) {
 		struct pass p = { step, j };
 
-		e->op->embedding_forward(e->ckpt[0], e->d_tokens + (size_t)j * e->T, e->embed, e->T, e->C);
+		embed(e, e->ckpt[0], j);
 		for (int l = 0; l < e->L; l++) {
 			resident_view(e, &v, l);
-			layer_forward(e, &v, &e->act[0], l, e->ckpt[l], e->ckpt[l + 1], p);
+			layer_forward(e, &v, &e->act, l, e->ckpt[l], e->ckpt[l + 1], p);
 		}
 		head(e, e->ckpt[e->L], j, e->dresid[0]);
 		for (int l = e->L - 1; l >= 0; l--) {
 			resident_view(e, &v, l);
-			block_backward(e, &v, l, 1, e->ckpt[l], e->dresid[0], p);
+			layer_recompute_backward(e, &v, l, e->ckpt[l], e->dresid[0], p);
 		}
 	}
 	compute_close(e);
@@ -624,6 +801,8 @@ static void slab_fetch(struct engine *e, int b, int stream)
 	/* never overwrite a slab whose block the compute stream still reads */
 	if (stream == STREAM_COPY && s->freed_recorded)
 		e->be->stream_wait_event(STREAM_COPY, s->freed);
+	if (stream == STREAM_COMPUTE)
+		prof_mark(e, PROF_WAIT_COPY);
 	span_open(e, e->copies, &e->n_copies, e->max_copies, stream);
 	e->be->copy_h2d(s->d, e->hw->layers + (size_t)block_first(e, b) * stride, bytes, stream);
 	span_close(e, e->copies, &e->n_copies, e->max_copies, stream);
@@ -637,6 +816,7 @@ static void slab_acquire(struct engine *e, int b)
 	/* not prefetched (the first block, or prefetch disabled): without
 	 * prefetch the copy runs on the compute stream, in line (the ablation) */
 	slab_fetch(e, b, e->cfg->prefetch ? STREAM_COPY : STREAM_COMPUTE);
+	prof_mark(e, PROF_WAIT_COPY);
 	e->be->stream_wait_event(STREAM_COMPUTE, e->slab[b % 2].copied);
 }
 
@@ -656,7 +836,66 @@ static void slab_release(struct engine *e, int b)
 
 static void block_view(struct engine *e, struct layer_view *v, int b, int i)
 {
-	make_view(e, v, e->slab[b % 2].d + (size_t)i * e->hw->lay.stride, block_first(e, b) + i, i);
+	make_view(e, v, e->slab[b % 2].d + (size_t)i * e->hw->lay.stride, block_first(e, b) + i);
+}
+
+/* --- blockwise layer checkpoints --------------------------------------------
+ * The inputs of layer l live in device set l % 2.  Forward: once they are
+ * complete, STREAM_AUX copies them to the host while layer l computes
+ * (which reads, never writes, them); layer l+1 writes its outputs into the
+ * same set, so it first waits for that copy.  Backward: layer l reads set
+ * l % 2 while STREAM_AUX brings layer l-1's inputs into the other set,
+ * after the compute stream is done with what that set held. */
+
+static float *ckpt_buf(struct engine *e, int layer, int mb)
+{
+	return e->cs.dev[layer % 2] + (size_t)mb * e->T * e->C;
+}
+
+static size_t ckpt_set_bytes(const struct engine *e)
+{
+	return (size_t)e->k * e->T * e->C * sizeof(float);
+}
+
+/* Forward, before layer l computes: its inputs (complete on the compute
+ * stream) go to the host, and the set its outputs go to must be saved. */
+static void ckpt_save_inputs(struct engine *e, int l)
+{
+	struct ckpt_sets *cs = &e->cs;
+	int s = l % 2, o = (l + 1) % 2;
+	size_t bytes = ckpt_set_bytes(e);
+
+	e->be->event_record(cs->ready, STREAM_COMPUTE);
+	e->be->stream_wait_event(STREAM_AUX, cs->ready);
+	e->be->copy_d2h_async(cs->host + (size_t)l * e->k * e->T * e->C, cs->dev[s], bytes, STREAM_AUX);
+	e->be->event_record(cs->saved[s], STREAM_AUX);
+	cs->saved_rec[s] = 1;
+	cs->layer[s] = l;
+	cs->d2h_bytes += (long long)bytes;
+	if (cs->saved_rec[o]) {
+		prof_mark(e, PROF_WAIT_COPY);
+		e->be->stream_wait_event(STREAM_COMPUTE, cs->saved[o]);
+	}
+	cs->layer[o] = l + 1;
+}
+
+/* Backward: the inputs of layer l into set l % 2, on STREAM_AUX unless
+ * they are already there. */
+static void ckpt_fetch(struct engine *e, int l)
+{
+	struct ckpt_sets *cs = &e->cs;
+	int s = l % 2;
+	size_t bytes = ckpt_set_bytes(e);
+
+	if (l < 0 || cs->layer[s] == l)
+		return;
+	if (cs->freed_rec[s])
+		e->be->stream_wait_event(STREAM_AUX, cs->freed[s]);
+	e->be->copy_h2d(cs->dev[s], cs->host + (size_t)l * e->k * e->T * e->C, bytes, STREAM_AUX);
+	e->be->event_record(cs->loaded[s], STREAM_AUX);
+	cs->loaded_rec[s] = 1;
+	cs->layer[s] = l;
+	cs->h2d_bytes += (long long)bytes;
 }
 
 /* Layer-major: the weights of a block are on the device once per pass,
@@ -664,12 +903,14 @@ static void block_view(struct engine *e, struct layer_view *v, int b, int i)
  * dequantized once per pass) while the next block is being copied. */
 static void blockwise_pass(struct engine *e, int step)
 {
+	struct ckpt_sets *cs = &e->cs;
+	struct layer_view v;
 	int k = e->k;
-	struct layer_view *views = e->views;
 
+	cs->layer[0] = cs->layer[1] = -1;
 	compute_open(e);
 	for (int j = 0; j < k; j++)
-		e->op->embedding_forward(e->ckpt[j], e->d_tokens + (size_t)j * e->T, e->embed, e->T, e->C);
+		embed(e, ckpt_buf(e, 0, j), j);
 	compute_close(e);
 	for (int b = 0; b < e->nb; b++) {
 		int first = block_first(e, b), n = block_len(e, b);
@@ -678,13 +919,14 @@ static void blockwise_pass(struct engine *e, int step)
 		slab_prefetch(e, b + 1);
 		compute_open(e);
 		for (int i = 0; i < n; i++) {
-			block_view(e, &views[i], b, i);
+			int l = first + i;
+
+			ckpt_save_inputs(e, l);
+			block_view(e, &v, b, i);
 			for (int j = 0; j < k; j++) {
 				struct pass p = { step, j };
-				const float *in = i == 0 ? e->ckpt[b * k + j] : e->resid[j];
-				float *out = i == n - 1 ? e->ckpt[(b + 1) * k + j] : e->resid[j];
 
-				layer_forward(e, &views[i], &e->act[0], first + i, in, out, p);
+				layer_forward(e, &v, &e->act, l, ckpt_buf(e, l, j), ckpt_buf(e, l + 1, j), p);
 			}
 		}
 		compute_close(e);
@@ -692,7 +934,10 @@ static void blockwise_pass(struct engine *e, int step)
 	}
 	compute_open(e);
 	for (int j = 0; j < k; j++)
-		head(e, e->ckpt[e->nb * k + j], j, e->dresid[j]);
+		head(e, ckpt_buf(e, e->L, j), j, e->dresid[j]);
+	/* the set that held the last layer's outputs is free for layer L-2 */
+	e->be->event_record(cs->freed[e->L % 2], STREAM_COMPUTE);
+	cs->freed_rec[e->L % 2] = 1;
 	compute_close(e);
 	for (int b = e->nb - 1; b >= 0; b--) {
 		int first = block_first(e, b), n = block_len(e, b);
@@ -700,12 +945,23 @@ static void blockwise_pass(struct engine *e, int step)
 		slab_acquire(e, b);
 		slab_prefetch(e, b - 1);
 		compute_open(e);
-		for (int i = 0; i < n; i++)
-			block_view(e, &views[i], b, i);
-		for (int j = 0; j < k; j++) {
-			struct pass p = { step, j };
+		for (int i = n - 1; i >= 0; i--) {
+			int l = first + i, s = l % 2;
 
-			block_backward(e, views, first, n, e->ckpt[b * k + j], e->dresid[j], p);
+			ckpt_fetch(e, l);
+			ckpt_fetch(e, l - 1);
+			if (cs->loaded_rec[s]) {
+				prof_mark(e, PROF_WAIT_COPY);
+				e->be->stream_wait_event(STREAM_COMPUTE, cs->loaded[s]);
+			}
+			block_view(e, &v, b, i);
+			for (int j = 0; j < k; j++) {
+				struct pass p = { step, j };
+
+				layer_recompute_backward(e, &v, l, ckpt_buf(e, l, j), e->dresid[j], p);
+			}
+			e->be->event_record(cs->freed[s], STREAM_COMPUTE);
+			cs->freed_rec[s] = 1;
 		}
 		compute_close(e);
 		slab_release(e, b);
@@ -714,27 +970,110 @@ static void blockwise_pass(struct engine *e, int step)
 
 /* --- steps ------------------------------------------------------------------ */
 
-/* The step's k micro-batches, in order, from the token source. */
+/* The embedding rows of the step's tokens, from the host table into the
+ * pinned staging buffer: k*T rows instead of a V-row table on the device. */
+static int gather_embeddings(const struct engine *e, struct staging *st)
+{
+	const bf16 *table = (const bf16 *)(e->hw->globals + e->hw->glob.embed);
+	long n = (long)e->k * e->T;
+
+	for (long i = 0; i < n; i++) {
+		int32_t tok = st->tokens[i];
+
+		if (tok < 0 || tok >= e->V)
+			return seterr(st->err, sizeof st->err, "token id %d out of the vocabulary (%d)", (int)tok, e->V);
+		memcpy(st->rows + (size_t)i * e->C, table + (size_t)tok * e->C, (size_t)e->C * sizeof(bf16));
+	}
+	return 0;
+}
+
+/* Reads one step's k micro-batches, in order, from the token source into a
+ * staging.  Runs on the caller's thread for the first step, then on the
+ * prefetch thread; only one of them touches the token source at a time. */
+static void stage_batch(struct engine *e, struct staging *st, int step)
+{
+	st->step = step;
+	st->rc = 0;
+	for (int j = 0; j < e->k && st->rc == 0; j++) {
+		int32_t *tg = st->targets + (size_t)j * e->T;
+
+		if (token_source_next(e->data, st->tokens + (size_t)j * e->T, tg, e->B, st->err, sizeof st->err) < 0) {
+			st->rc = -1;
+			break;
+		}
+		st->n_pred[j] = 0;
+		for (int t = 0; t < e->T; t++)
+			st->n_pred[j] += tg[t] >= 0;
+	}
+	if (st->rc == 0 && gather_embeddings(e, st) < 0)
+		st->rc = -1;
+}
+
+struct prefetch_job {
+	struct engine *e;
+	int step;
+};
+
+static void *prefetch_main(void *arg)
+{
+	struct prefetch_job *job = arg;
+	struct engine *e = job->e;
+
+	stage_batch(e, &e->stage[1 - e->cur], job->step);
+	free(job);
+	return NULL;
+}
+
+static void prefetch_join(struct engine *e)
+{
+	if (e->prefetch_running) {
+		pthread_join(e->prefetch_thread, NULL);
+		e->prefetch_running = 0;
+	}
+}
+
+/* Starts staging step+1 in the background; on failure to start a thread it
+ * is simply staged in line at the next step. */
+static void prefetch_start(struct engine *e, int step)
+{
+	struct prefetch_job *job = xmalloc(sizeof *job);
+
+	job->e = e;
+	job->step = step;
+	e->stage[1 - e->cur].step = 0;
+	if (pthread_create(&e->prefetch_thread, NULL, prefetch_main, job) == 0)
+		e->prefetch_running = 1;
+	else
+		free(job);
+}
+
+/* The step's batch on the device: staged by the prefetch thread while the
+ * previous step ran (or now, for the first step), copied on the compute
+ * stream, and the next step's staging started. */
 static int load_batch(struct engine *e, int step)
 {
 	size_t n = (size_t)e->k * e->T;
+	struct staging *st;
 
 	if (e->loaded_step == step)
 		return 0;
-	for (int j = 0; j < e->k; j++) {
-		int32_t *tg = e->h_targets + (size_t)j * e->T;
-
-		if (token_source_next(e->data, e->h_tokens + (size_t)j * e->T, tg, e->B, e->err, sizeof e->err) < 0)
-			return -1;
-		e->n_pred[j] = 0;
-		for (int t = 0; t < e->T; t++)
-			e->n_pred[j] += tg[t] >= 0;
-	}
-	e->be->copy_h2d(e->d_tokens, e->h_tokens, n * sizeof(int32_t), STREAM_COMPUTE);
-	e->be->copy_h2d(e->d_targets, e->h_targets, n * sizeof(int32_t), STREAM_COMPUTE);
-	/* the staging buffers are refilled next step: let the copies finish */
-	e->be->synchronize();
+	prefetch_join(e);
+	if (e->loaded_step > 0 && e->stage[1 - e->cur].step == step)
+		e->cur = 1 - e->cur;
+	else
+		stage_batch(e, &e->stage[e->cur], step);
+	st = &e->stage[e->cur];
+	if (st->rc < 0)
+		return seterr(e->err, sizeof e->err, "%s", st->err);
+	e->h_tokens = st->tokens;
+	e->h_targets = st->targets;
+	memcpy(e->n_pred, st->n_pred, (size_t)e->k * sizeof *e->n_pred);
+	/* The other staging was last read by the previous step's copies, which
+	 * that step's end (reading its losses back) has waited for. */
+	e->be->copy_h2d(e->d_embed_rows, st->rows, n * e->C * sizeof(bf16), STREAM_COMPUTE);
+	e->be->copy_h2d(e->d_targets, st->targets, n * sizeof(int32_t), STREAM_COMPUTE);
 	e->loaded_step = step;
+	prefetch_start(e, step + 1);
 	return 0;
 }
 
@@ -744,8 +1083,10 @@ double engine_forward_backward(struct engine *e, int step)
 
 	e->n_copies = e->n_computes = 0;
 	e->h2d_bytes = 0;
+	e->cs.d2h_bytes = e->cs.h2d_bytes = 0;
 	e->err[0] = '\0';
 	e->be->event_record(e->step_begin, STREAM_COMPUTE);
+	prof_begin(e);
 	if (load_batch(e, step) < 0)
 		return NAN;
 	e->be->memset_zero(e->d_grad, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
@@ -753,6 +1094,7 @@ double engine_forward_backward(struct engine *e, int step)
 		blockwise_pass(e, step);
 	else
 		resident_pass(e, step);
+	prof_mark(e, PROF_OTHER);
 	e->be->copy_d2h(e->h_losses, e->losses, (size_t)e->k * e->T * sizeof(float));
 	/* summed on the host in one fixed order, the same for both schedules;
 	 * ignored targets have loss 0 */
@@ -835,6 +1177,62 @@ static void read_timing(struct engine *e, struct step_stats *st)
 	free(ce);
 }
 
+/* snprintf into buf at *off, never past n (the length still counts). */
+static void bprintf(char *buf, size_t n, size_t *off, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void bprintf(char *buf, size_t n, size_t *off, const char *fmt, ...)
+{
+	va_list ap;
+	int w;
+
+	va_start(ap, fmt);
+	w = vsnprintf(*off < n ? buf + *off : NULL, *off < n ? n - *off : 0, fmt, ap);
+	va_end(ap);
+	if (w > 0)
+		*off += (size_t)w;
+}
+
+int engine_profile_json(const struct engine *e, char *buf, size_t n)
+{
+	const struct profile *pr = &e->prof;
+	double total = 0;
+	size_t off = 0;
+
+	if (n)
+		buf[0] = '\0';
+	if (!pr->on || !pr->done)
+		return -1;
+	bprintf(buf, n, &off, "{");
+	for (int c = 0; c < PROF_N; c++) {
+		bprintf(buf, n, &off, "\"%s\":{\"ms\":%.3f,\"n\":%ld},", prof_names[c], pr->ms[c], pr->count[c]);
+		total += pr->ms[c];
+	}
+	bprintf(buf, n, &off, "\"total_ms\":%.3f,\"events\":%d,\"ckpt_d2h_bytes\":%lld,\"ckpt_h2d_bytes\":%lld}", total,
+	        pr->n, e->cs.d2h_bytes, e->cs.h2d_bytes);
+	return off < n ? (int)off : -1;
+}
+
+int engine_vram_breakdown_json(const struct engine *e, char *buf, size_t n)
+{
+	const char *name[32];
+	size_t bytes[32], off = 0;
+	int np = dev_alloc_breakdown(&e->alloc, name, bytes, 32);
+
+	bprintf(buf, n, &off, "{");
+	for (int i = 0; i < np && i < 32; i++)
+		bprintf(buf, n, &off, "%s\"%s\":%.3f", i ? "," : "", name[i], (double)bytes[i] / MIB);
+	bprintf(buf, n, &off, "}");
+	return off < n ? (int)off : -1;
+}
+
+/* The profile on stderr too, so a run that keeps only its log still has it. */
+static void engine_profile_log(const struct engine *e, int step)
+{
+	char buf[4096];
+
+	if (engine_profile_json(e, buf, sizeof buf) > 0)
+		fprintf(stderr, "%s: profile step %d: %s\n", progname, step, buf);
+}
+
 int engine_step(struct engine *e, int step, struct step_stats *st)
 {
 	double t0 = now_seconds();
@@ -843,16 +1241,19 @@ int engine_step(struct engine *e, int step, struct step_stats *st)
 	memset(st, 0, sizeof *st);
 	st->loss = engine_forward_backward(e, step);
 	compute_open(e);
+	prof_mark(e, PROF_OPTIM);
 	e->op->sumsq(e->d_sumsq, e->d_sumsq_scratch, e->d_grad, e->lora.total);
 	e->be->copy_d2h(&sumsq, e->d_sumsq, sizeof sumsq);
 	norm = sqrtf(sumsq);
 	st->grad_norm = norm;
 	st->lr = lr_at(e->cfg, step);
 	if (!isfinite(st->loss) || !isfinite(norm)) {
+		prof_close(e);
 		compute_close(e);
 		e->be->synchronize();
 		st->step_s = now_seconds() - t0;
 		read_timing(e, st);
+		prof_finish(e);
 		return -1;
 	}
 	/* torch.nn.utils.clip_grad_norm_: coef = max / (norm + 1e-6), clamped to 1 */
@@ -861,24 +1262,31 @@ int engine_step(struct engine *e, int step, struct step_stats *st)
 
 		scale = coef < 1.0f ? coef : 1.0f;
 	}
+	prof_mark(e, PROF_OPTIM);
 	e->op->adamw_update(e->d_lora, e->d_grad, e->d_m, e->d_v, e->lora.total, (float)st->lr, 0.9f, 0.999f, 1e-8f,
 	                    (float)e->cfg->weight_decay, scale, step);
+	prof_close(e);
 	compute_close(e);
 	e->be->synchronize();
 	st->step_s = now_seconds() - t0;
 	read_timing(e, st);
+	prof_finish(e);
+	if (e->prof.on)
+		engine_profile_log(e, step);
 	return 0;
 }
 
 /* --- setup ------------------------------------------------------------------ */
 
-static void *dalloc_plan(struct engine *e, void (*plan)(struct engine *, struct carver *), const char *what)
+static void *dalloc_plan(struct engine *e, void (*plan)(struct engine *, struct carver *), const char *purpose,
+                         const char *what)
 {
 	struct carver cv = { NULL, 0 };
 	char sz[32];
 	void *base;
 
 	plan(e, &cv);
+	dev_alloc_set_purpose(&e->alloc, purpose);
 	base = dev_alloc(&e->alloc, cv.off, "%s (%s)", what, format_bytes(sz, sizeof sz, (double)cv.off));
 	if (base == NULL)
 		return NULL;
@@ -890,28 +1298,34 @@ static void *dalloc_plan(struct engine *e, void (*plan)(struct engine *, struct 
 
 static void plan_acts(struct engine *e, struct carver *cv)
 {
-	for (int i = 0; i < e->n_act; i++)
-		plan_act(e, cv, &e->act[i]);
+	plan_act(e, cv, &e->act);
 }
 
 static void plan_ckpts(struct engine *e, struct carver *cv)
 {
-	plan_streams(e, cv, e->ckpt, e->n_ckpt);
+	if (e->blockwise) {
+		e->cs.dev[0] = CARVE_F32(cv, (long)e->k * e->T * e->C);
+		e->cs.dev[1] = CARVE_F32(cv, (long)e->k * e->T * e->C);
+	} else {
+		plan_streams(e, cv, e->ckpt, e->n_ckpt);
+	}
 }
 
-static void plan_resid(struct engine *e, struct carver *cv)
+static void plan_dresid(struct engine *e, struct carver *cv)
 {
-	int n_dresid = e->blockwise ? e->k : 1;
+	plan_streams(e, cv, e->dresid, e->blockwise ? e->k : 1);
+}
 
-	plan_streams(e, cv, e->dresid, n_dresid);
-	if (e->blockwise && e->bs > 1)
-		plan_streams(e, cv, e->resid, e->k);
+static void plan_embed_rows(struct engine *e, struct carver *cv)
+{
+	e->d_embed_rows = CARVE_BF16(cv, (long)e->k * e->T * e->C);
 }
 
 static void set_dims(struct engine *e)
 {
 	const struct model_config *mc = e->mc;
 	const struct train_config *c = e->cfg;
+	const char *prof = getenv("POROS_PROFILE"), *fused;
 
 	e->L = mc->num_hidden_layers;
 	e->C = mc->hidden_size;
@@ -934,11 +1348,16 @@ static void set_dims(struct engine *e)
 	e->bs = c->block_size < e->L ? c->block_size : e->L;
 	e->nb = (e->L + e->bs - 1) / e->bs;
 	e->chunk = e->T < HEAD_CHUNK ? e->T : HEAD_CHUNK;
+	e->prof.on = prof && *prof && strcmp(prof, "0") != 0;
+	/* the fused LoRA kernels stay reachable for comparison runs */
+	fused = getenv("POROS_LORA_FUSED");
+	e->lora_sgemm = !(fused && *fused && strcmp(fused, "0") != 0);
 }
 
 static int create_events(struct engine *e)
 {
 	const struct backend *be = e->be;
+	struct ckpt_sets *cs = &e->cs;
 
 	/* at most every block copied once per pass; a compute span per block
 	 * per pass plus embedding, head and optimizer */
@@ -958,23 +1377,37 @@ static int create_events(struct engine *e)
 		e->slab[s].block = -1;
 		if ((e->slab[s].copied = be->event_create()) == NULL || (e->slab[s].freed = be->event_create()) == NULL)
 			return -1;
+		cs->layer[s] = -1;
+		if ((cs->saved[s] = be->event_create()) == NULL || (cs->loaded[s] = be->event_create()) == NULL ||
+		    (cs->freed[s] = be->event_create()) == NULL)
+			return -1;
 	}
+	if ((cs->ready = be->event_create()) == NULL)
+		return -1;
 	return 0;
 }
 
 static int alloc_weights(struct engine *e, char *err, size_t errsz)
 {
 	const struct layer_layout *lay = &e->hw->lay;
+	const struct global_layout *glob = &e->hw->glob;
+	size_t glob_bytes;
 	char sz[32];
 
-	e->d_globals = dev_alloc(&e->alloc, e->hw->glob.bytes, "the embedding, final norm and lm_head (%s)",
-	                         format_bytes(sz, sizeof sz, (double)e->hw->glob.bytes));
+	/* the embedding stays on the host unless lm_head is the same table */
+	e->glob_start = glob->lm_head == glob->embed ? 0 : glob->final_norm;
+	glob_bytes = glob->bytes - e->glob_start;
+	dev_alloc_set_purpose(&e->alloc, "lm_head");
+	e->d_globals = dev_alloc(&e->alloc, glob_bytes, "the final norm and lm_head (%s)",
+	                         format_bytes(sz, sizeof sz, (double)glob_bytes));
 	if (e->d_globals == NULL)
 		return seterr(err, errsz, "%s", e->alloc.err);
 	if (e->blockwise) {
 		size_t slab = (size_t)e->bs * lay->stride;
-		unsigned char *both = dev_alloc(&e->alloc, 2 * slab, "2 slabs of %s", format_bytes(sz, sizeof sz, (double)slab));
+		unsigned char *both;
 
+		dev_alloc_set_purpose(&e->alloc, "slabs");
+		both = dev_alloc(&e->alloc, 2 * slab, "2 slabs of %s", format_bytes(sz, sizeof sz, (double)slab));
 		if (both == NULL)
 			return seterr(err, errsz, "%s", e->alloc.err);
 		e->slab[0].d = both;
@@ -982,25 +1415,21 @@ static int alloc_weights(struct engine *e, char *err, size_t errsz)
 	} else {
 		size_t all = (size_t)e->L * lay->stride;
 
+		dev_alloc_set_purpose(&e->alloc, "layers");
 		e->d_layers = dev_alloc(&e->alloc, all, "all %d layers' weights (%s)", e->L,
 		                        format_bytes(sz, sizeof sz, (double)all));
 		if (e->d_layers == NULL)
 			return seterr(err, errsz, "%s", e->alloc.err);
 	}
+	e->dq_layer = -1;
 	if (lay->nf4) {
-		size_t bytes;
-
-		/* blockwise keeps a whole block dequantized so its backward can
-		 * run all micro-batches on one dequantization; resident one layer */
-		e->n_dq = e->blockwise ? e->bs : 1;
-		bytes = (size_t)e->n_dq * lay->dq_stride;
-		e->d_dequant = dev_alloc(&e->alloc, bytes, "a dequantization buffer for %d layer%s (%s)", e->n_dq,
-		                         e->n_dq == 1 ? "" : "s", format_bytes(sz, sizeof sz, (double)bytes));
+		/* one layer: both schedules use a layer's weights for every
+		 * micro-batch it serves before moving to the next */
+		dev_alloc_set_purpose(&e->alloc, "dequant");
+		e->d_dequant = dev_alloc(&e->alloc, lay->dq_stride, "a dequantization buffer for one layer (%s)",
+		                         format_bytes(sz, sizeof sz, (double)lay->dq_stride));
 		if (e->d_dequant == NULL)
 			return seterr(err, errsz, "%s", e->alloc.err);
-		e->dq_layer = xmalloc((size_t)e->n_dq * sizeof *e->dq_layer);
-		for (int i = 0; i < e->n_dq; i++)
-			e->dq_layer[i] = -1;
 	}
 	return 0;
 }
@@ -1011,6 +1440,7 @@ static int alloc_state(struct engine *e, char *err, size_t errsz)
 	char sz[32], what[96];
 	float *state;
 
+	dev_alloc_set_purpose(&e->alloc, "lora_state");
 	state = dev_alloc(&e->alloc, 4 * lora_bytes, "LoRA parameters, gradients and AdamW state (%s)",
 	                  format_bytes(sz, sizeof sz, 4.0 * (double)lora_bytes));
 	if (state == NULL)
@@ -1020,24 +1450,53 @@ static int alloc_state(struct engine *e, char *err, size_t errsz)
 	e->d_m = state + 2 * e->lora.total;
 	e->d_v = state + 3 * e->lora.total;
 
-	e->n_act = e->blockwise ? e->bs : 1;
-	e->act = xcalloc((size_t)e->n_act, sizeof *e->act);
-	e->views = xcalloc((size_t)e->n_act, sizeof *e->views);
-	snprintf(what, sizeof what, "activations of %d layer%s", e->n_act, e->n_act == 1 ? "" : "s");
-	if (dalloc_plan(e, plan_acts, what) == NULL)
+	if (dalloc_plan(e, plan_acts, "activations", "activations of one layer") == NULL)
 		return seterr(err, errsz, "%s", e->alloc.err);
-	e->n_ckpt = e->blockwise ? (e->nb + 1) * e->k : e->L + 1;
-	e->ckpt = xcalloc((size_t)e->n_ckpt, sizeof *e->ckpt);
-	snprintf(what, sizeof what, "%d activation checkpoints", e->n_ckpt);
-	if (dalloc_plan(e, plan_ckpts, what) == NULL)
+	if (e->blockwise) {
+		snprintf(what, sizeof what, "2 sets of %d layer-input checkpoints", e->k);
+	} else {
+		e->n_ckpt = e->L + 1;
+		e->ckpt = xcalloc((size_t)e->n_ckpt, sizeof *e->ckpt);
+		snprintf(what, sizeof what, "%d activation checkpoints", e->n_ckpt);
+	}
+	if (dalloc_plan(e, plan_ckpts, "checkpoints", what) == NULL)
 		return seterr(err, errsz, "%s", e->alloc.err);
-	e->resid = xcalloc((size_t)e->k, sizeof *e->resid);
 	e->dresid = xcalloc((size_t)e->k, sizeof *e->dresid);
-	if (dalloc_plan(e, plan_resid, "residual streams and their gradients") == NULL ||
-	    dalloc_plan(e, plan_scratch, "backward scratch") == NULL ||
-	    dalloc_plan(e, plan_head, "the lm_head and loss buffers") == NULL ||
-	    dalloc_plan(e, plan_misc, "tokens, rope tables and norm scratch") == NULL)
+	if (dalloc_plan(e, plan_dresid, "residual_grads", "residual-stream gradients") == NULL ||
+	    dalloc_plan(e, plan_scratch, "workspace", "backward scratch") == NULL ||
+	    dalloc_plan(e, plan_head, "head", "the lm_head and loss buffers") == NULL ||
+	    dalloc_plan(e, plan_embed_rows, "embedding", "the step's embedding rows") == NULL ||
+	    dalloc_plan(e, plan_misc, "misc", "targets, rope tables and norm scratch") == NULL)
 		return seterr(err, errsz, "%s", e->alloc.err);
+	return 0;
+}
+
+/* Pinned host buffers: token staging, the step's embedding rows and, for
+ * blockwise, every layer's input checkpoints. */
+static int alloc_host(struct engine *e, char *err, size_t errsz)
+{
+	const struct backend *be = e->be;
+	size_t tok_bytes = (size_t)e->k * e->T * sizeof(int32_t);
+	size_t rows_bytes = (size_t)e->k * e->T * e->C * sizeof(bf16);
+	char sz[32];
+
+	for (int i = 0; i < 2; i++) {
+		struct staging *st = &e->stage[i];
+
+		if (be->host_alloc((void **)&st->tokens, tok_bytes) != 0 || be->host_alloc((void **)&st->targets, tok_bytes) != 0 ||
+		    be->host_alloc((void **)&st->rows, rows_bytes) != 0)
+			return seterr(err, errsz, "allocating host memory for tokens failed");
+		st->n_pred = xcalloc((size_t)e->k, sizeof *st->n_pred);
+	}
+	if (e->blockwise) {
+		size_t bytes = (size_t)e->L * e->k * e->T * e->C * sizeof(float);
+
+		if (be->host_alloc((void **)&e->cs.host, bytes) != 0) {
+			e->cs.host = NULL;
+			return seterr(err, errsz, "allocating host memory for %d layers' activation checkpoints (%s) failed",
+			              e->L, format_bytes(sz, sizeof sz, (double)bytes));
+		}
+	}
 	return 0;
 }
 
@@ -1048,22 +1507,26 @@ static int upload(struct engine *e, char *err, size_t errsz)
 	size_t half = (size_t)e->S * (e->D / 2);
 	float *cos_t = xmalloc(half * sizeof *cos_t), *sin_t = xmalloc(half * sizeof *sin_t);
 	float *init = xmalloc((size_t)e->lora.total * sizeof *init);
+	int32_t *iota = xmalloc((size_t)e->T * sizeof *iota);
 
 	if (rope_tables(cos_t, sin_t, e->mc, e->S, err, errsz) < 0) {
 		free(cos_t);
 		free(sin_t);
 		free(init);
+		free(iota);
 		return -1;
 	}
+	for (int t = 0; t < e->T; t++)
+		iota[t] = t;
 	lora_init_host(&e->lora, init, e->cfg->seed);
-	be->copy_h2d(e->d_globals, hw->globals, hw->glob.bytes, STREAM_COMPUTE);
-	e->embed = (const bf16 *)(e->d_globals + hw->glob.embed);
-	e->final_norm = (const bf16 *)(e->d_globals + hw->glob.final_norm);
-	e->lm_head = (const bf16 *)(e->d_globals + hw->glob.lm_head);
+	be->copy_h2d(e->d_globals, hw->globals + e->glob_start, hw->glob.bytes - e->glob_start, STREAM_COMPUTE);
+	e->final_norm = (const bf16 *)(e->d_globals + (hw->glob.final_norm - e->glob_start));
+	e->lm_head = (const bf16 *)(e->d_globals + (hw->glob.lm_head - e->glob_start));
 	if (!e->blockwise)
 		be->copy_h2d(e->d_layers, hw->layers, (size_t)e->L * hw->lay.stride, STREAM_COMPUTE);
 	be->copy_h2d(e->d_cos, cos_t, half * sizeof(float), STREAM_COMPUTE);
 	be->copy_h2d(e->d_sin, sin_t, half * sizeof(float), STREAM_COMPUTE);
+	be->copy_h2d(e->d_iota, iota, (size_t)e->T * sizeof(int32_t), STREAM_COMPUTE);
 	be->copy_h2d(e->d_lora, init, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
 	be->memset_zero(e->d_m, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
 	be->memset_zero(e->d_v, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
@@ -1072,6 +1535,7 @@ static int upload(struct engine *e, char *err, size_t errsz)
 	free(cos_t);
 	free(sin_t);
 	free(init);
+	free(iota);
 	return 0;
 }
 
@@ -1080,7 +1544,6 @@ int engine_create(struct engine **out, const struct train_config *cfg, const str
                   size_t errsz)
 {
 	struct engine *e = xcalloc(1, sizeof *e);
-	size_t tok_bytes;
 
 	*out = e;
 	e->be = be;
@@ -1094,20 +1557,24 @@ int engine_create(struct engine **out, const struct train_config *cfg, const str
 	lora_layout_init(&e->lora, &hw->lay, e->L, e->R, cfg->target_mask);
 	if (create_events(e) < 0)
 		return seterr(err, errsz, "%s backend: cannot create events", be->name);
-	tok_bytes = (size_t)e->k * e->T * sizeof(int32_t);
-	if (be->host_alloc((void **)&e->h_tokens, tok_bytes) != 0 || be->host_alloc((void **)&e->h_targets, tok_bytes) != 0)
-		return seterr(err, errsz, "allocating host memory for tokens failed");
 	e->n_pred = xcalloc((size_t)e->k, sizeof *e->n_pred);
 	e->h_losses = xmalloc((size_t)e->k * e->T * sizeof *e->h_losses);
-	if (alloc_weights(e, err, errsz) < 0 || alloc_state(e, err, errsz) < 0)
+	if (alloc_host(e, err, errsz) < 0 || alloc_weights(e, err, errsz) < 0 || alloc_state(e, err, errsz) < 0)
 		return -1;
 	dev_alloc_freeze(&e->alloc);
+	if (e->prof.on) {
+		char buf[1024];
+
+		if (engine_vram_breakdown_json(e, buf, sizeof buf) > 0)
+			fprintf(stderr, "%s: vram breakdown (MiB): %s\n", progname, buf);
+	}
 	return upload(e, err, errsz);
 }
 
 void engine_destroy(struct engine *e)
 {
 	const struct backend *be;
+	struct backend_event *cs_events[7];
 
 	if (e == NULL)
 		return;
@@ -1133,21 +1600,38 @@ void engine_destroy(struct engine *e)
 		if (e->slab[s].freed)
 			be->event_destroy(e->slab[s].freed);
 	}
+	cs_events[0] = e->cs.ready;
+	for (int s = 0; s < 2; s++) {
+		cs_events[1 + 3 * s] = e->cs.saved[s];
+		cs_events[2 + 3 * s] = e->cs.loaded[s];
+		cs_events[3 + 3 * s] = e->cs.freed[s];
+	}
+	for (int i = 0; i < 7; i++)
+		if (cs_events[i])
+			be->event_destroy(cs_events[i]);
+	for (int i = 0; i < e->prof.cap; i++)
+		be->event_destroy(e->prof.ev[i]);
 	dev_alloc_release_all(&e->alloc);
-	if (e->h_tokens)
-		be->host_free(e->h_tokens);
-	if (e->h_targets)
-		be->host_free(e->h_targets);
+	prefetch_join(e);
+	for (int i = 0; i < 2; i++) {
+		if (e->stage[i].tokens)
+			be->host_free(e->stage[i].tokens);
+		if (e->stage[i].targets)
+			be->host_free(e->stage[i].targets);
+		if (e->stage[i].rows)
+			be->host_free(e->stage[i].rows);
+		free(e->stage[i].n_pred);
+	}
+	if (e->cs.host)
+		be->host_free(e->cs.host);
+	free(e->prof.ev);
+	free(e->prof.cat);
 	free(e->copies);
 	free(e->computes);
 	free(e->n_pred);
 	free(e->h_losses);
 	free(e->lora.slot);
-	free(e->dq_layer);
-	free(e->act);
-	free(e->views);
 	free(e->ckpt);
-	free(e->resid);
 	free(e->dresid);
 	free(e);
 }

@@ -46,7 +46,7 @@ struct step_stats {
 struct engine;
 
 /* Allocates every device buffer (nothing is allocated later), uploads the
- * embedding (and, resident, every layer), rope tables and the initial
+ * final norm and lm_head (and, resident, every layer), rope tables and the initial
  * LoRA (A kaiming-uniform from the seed, B zero).  *out is set even on
  * failure so the caller can read engine_vram_peak(); always
  * engine_destroy it.  Returns 0, or -1 with err (engine_oom() tells
@@ -78,6 +78,23 @@ void engine_grad_read(struct engine *e, float *host);
 
 size_t engine_vram_current(const struct engine *e);
 size_t engine_vram_peak(const struct engine *e);
+/* Device bytes in use by purpose (slabs, layers, dequant, lora_state,
+ * activations, checkpoints, residual_grads, workspace, head, embedding,
+ * lm_head, misc), as a JSON object of MiB (3 decimals) in allocation order.  Returns
+ * its length, or -1 when buf is too small. */
+int engine_vram_breakdown_json(const struct engine *e, char *buf, size_t n);
+
+/* With POROS_PROFILE=1 in the environment when the engine was created,
+ * every engine_step times the compute stream by op category (the time
+ * from the first op of a category to the first op of the next one, so the
+ * categories add up to the step's compute-stream time, idle gaps in the
+ * category they interrupt; "wait_copy" is time spent waiting for a weight
+ * or checkpoint copy) and logs it on stderr.  The last step's profile as
+ * one JSON object: {"gemm_fwd":{"ms":M,"n":CALLS},..., "total_ms":M,
+ * "events":N, "ckpt_d2h_bytes":B, "ckpt_h2d_bytes":B}.  Returns its
+ * length, or -1 (buf "") when profiling is off or no step has finished.
+ * Results are bit-identical with and without profiling. */
+int engine_profile_json(const struct engine *e, char *buf, size_t n);
 
 /* The learning rate of a (1-based) step: HF's schedulers with linear
  * warmup over warmup_steps (step 1 of a warmup has lr 0, as in HF). */

@@ -26,6 +26,7 @@ struct run_result {
 	double loss_first, loss_last;
 	double vram_peak_mb;
 	double vram_sum_bytes; /* exact: whole numbers far below 2^53 */
+	char vram_breakdown[1024]; /* engine_vram_breakdown_json, "" when no engine */
 	char *events_path, *adapter_path;
 	int events_written, adapter_written;
 };
@@ -165,9 +166,9 @@ static int put_num(char *buf, size_t n, const char *fmt, double v)
 }
 
 static int append_event(const char *path, int step, const struct step_stats *st, long long tokens, double alloc_mb,
-                        double peak_mb)
+                        double peak_mb, const char *profile)
 {
-	char line[1024], loss[40], lr[40], gn[40], frac[40];
+	char line[6144], loss[40], lr[40], gn[40], frac[40];
 
 	/* loss with 9 significant digits: enough to round-trip a float, so
 	 * poros-parity can compare bits */
@@ -178,8 +179,9 @@ static int append_event(const char *path, int step, const struct step_stats *st,
 	snprintf(line, sizeof line,
 	         "{\"step\":%d,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"step_s\":%.6f,\"tokens\":%lld,"
 	         "\"vram_alloc_mb\":%.1f,\"vram_peak_mb\":%.1f,\"h2d_bytes\":%lld,\"h2d_s\":%.6f,\"compute_s\":%.6f,"
-	         "\"copy_hidden_frac\":%s}\n",
-	         step, loss, lr, gn, st->step_s, tokens, alloc_mb, peak_mb, st->h2d_bytes, st->h2d_s, st->compute_s, frac);
+	         "\"copy_hidden_frac\":%s%s%s}\n",
+	         step, loss, lr, gn, st->step_s, tokens, alloc_mb, peak_mb, st->h2d_bytes, st->h2d_s, st->compute_s, frac,
+	         *profile ? ",\"profile\":" : "", profile);
 	return append_line(path, line, strlen(line));
 }
 
@@ -247,6 +249,8 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	cJSON_AddItemToObject(o, "tokens_per_s", num_or_null(tps));
 	cJSON_AddItemToObject(o, "vram_peak_mb", num_or_null(r->vram_peak_mb));
 	cJSON_AddItemToObject(o, "vram_avg_mb", num_or_null(r->steps_done ? r->vram_sum_bytes / r->steps_done / MIB : NAN));
+	cJSON_AddItemToObject(o, "vram_breakdown_mb",
+	                      r->vram_breakdown[0] ? cJSON_Parse(r->vram_breakdown) : cJSON_CreateNull());
 	cJSON_AddItemToObject(o, "loss_first", loss_json(r->loss_first));
 	cJSON_AddItemToObject(o, "loss_last", loss_json(r->loss_last));
 	cJSON_AddItemToObject(o, "weights", str_or_null(r->weights_known ? (r->weights_real ? "real" : "synthetic") : NULL));
@@ -319,6 +323,7 @@ static int train_loop(struct engine *e, const struct train_config *c, struct run
 	for (int step = 1; step <= c->steps; step++) {
 		struct step_stats st;
 		double alloc_mb = (double)engine_vram_current(e) / MIB, peak_mb = (double)engine_vram_peak(e) / MIB;
+		char profile[4096];
 
 		if (engine_step(e, step, &st) < 0) {
 			if (engine_error(e))
@@ -326,7 +331,9 @@ static int train_loop(struct engine *e, const struct train_config *c, struct run
 			return snprintf(err, errsz, "step %d: %s is not finite (loss %g, grad_norm %g)", step,
 			                isfinite(st.loss) ? "the gradient norm" : "the loss", st.loss, st.grad_norm), -1;
 		}
-		if (append_event(r->events_path, step, &st, tokens, alloc_mb, peak_mb) < 0)
+		if (engine_profile_json(e, profile, sizeof profile) < 0)
+			profile[0] = '\0';
+		if (append_event(r->events_path, step, &st, tokens, alloc_mb, peak_mb, profile) < 0)
 			return snprintf(err, errsz, "%s: %s", r->events_path, strerror(errno)), -1;
 		r->events_written = 1;
 		r->step_s[step - 1] = st.step_s;
@@ -433,6 +440,8 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		goto failed;
 	rc = engine_create(&x->e, c, &x->mc, &x->hw, &x->data, r->be, err, errsz);
 	r->vram_peak_mb = (double)engine_vram_peak(x->e) / MIB;
+	if (engine_vram_breakdown_json(x->e, r->vram_breakdown, sizeof r->vram_breakdown) < 0)
+		r->vram_breakdown[0] = '\0';
 	if (rc < 0) {
 		r->status = engine_oom(x->e) ? "oom" : "error";
 		goto failed;

@@ -1,0 +1,196 @@
+/* tests/unit/test_train_profile.c: POROS_PROFILE=1 and the memory
+ * breakdown.  Profiling must not change a single bit of the losses or the
+ * adapter; each op category must count exactly the calls the schedule
+ * makes (so a category that silently stops being marked fails here); the
+ * checkpoint traffic must be every layer's inputs out and all but the last
+ * layer's back; and the device memory by purpose must add up to the peak,
+ * with one dequantized layer and two checkpoint sets in blockwise. */
+#include "test_train_common.h"
+
+#include <cjson/cJSON.h>
+
+#define STEPS 2
+
+struct outcome {
+	float loss[STEPS];
+	float *params;
+	long n;
+	char profile[4096];
+	char breakdown[1024];
+	size_t peak;
+	int L, T, C;
+};
+
+static int train(struct outcome *o, int mode, int nf4, int accum, int profile)
+{
+	struct train_config cfg;
+	struct tt_run r;
+	struct step_stats st;
+	int rc = 0;
+
+	if (profile)
+		setenv("POROS_PROFILE", "1", 1);
+	else
+		unsetenv("POROS_PROFILE");
+	tt_config(&cfg, "poros/tiny-qwen2");
+	cfg.mode = mode;
+	cfg.method = mode == MODE_BLOCKWISE ? METHOD_POROS : METHOD_RESIDENT;
+	cfg.precision = nf4 ? PRECISION_NF4 : PRECISION_BF16;
+	cfg.accum = accum;
+	cfg.block_size = 2;
+	cfg.steps = STEPS;
+	cfg.dropout = 0.1;
+	cfg.lr = 5e-3;
+	if (tt_open(&r, &cfg) < 0)
+		return -1;
+	for (int s = 1; s <= STEPS && rc == 0; s++) {
+		rc = engine_step(r.e, s, &st);
+		o->loss[s - 1] = (float)st.loss;
+	}
+	o->n = r.lo->total;
+	o->params = xmalloc((size_t)o->n * sizeof *o->params);
+	engine_lora_read(r.e, o->params);
+	if (engine_profile_json(r.e, o->profile, sizeof o->profile) < 0)
+		o->profile[0] = '\0';
+	TT_CHECK(engine_vram_breakdown_json(r.e, o->breakdown, sizeof o->breakdown) > 0, "breakdown does not fit");
+	o->peak = engine_vram_peak(r.e);
+	o->L = r.mc.num_hidden_layers;
+	o->T = cfg.seq_len * cfg.batch_size;
+	o->C = r.mc.hidden_size;
+	tt_close(&r);
+	unsetenv("POROS_PROFILE");
+	return rc;
+}
+
+static double num(const cJSON *o, const char *a, const char *b)
+{
+	const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, a);
+
+	if (b)
+		x = cJSON_GetObjectItemCaseSensitive(x, b);
+	return cJSON_IsNumber(x) ? x->valuedouble : -1.0;
+}
+
+static void check_bits(const char *what, const struct outcome *a, const struct outcome *b)
+{
+	long first = -1;
+
+	for (int s = 0; s < STEPS; s++)
+		TT_CHECK(memcmp(&a->loss[s], &b->loss[s], sizeof(float)) == 0, "%s: step %d loss %.9g vs %.9g profiled",
+		         what, s + 1, a->loss[s], b->loss[s]);
+	for (long i = 0; i < a->n && first < 0; i++)
+		if (memcmp(&a->params[i], &b->params[i], sizeof(float)) != 0)
+			first = i;
+	TT_CHECK(first < 0, "%s: LoRA value %ld differs with profiling on", what, first);
+}
+
+/* Calls in step 2: 7 projections per layer, forward and recompute in
+ * backward for each micro-batch; NF4 dequantizes per layer and pass
+ * (blockwise) or per layer, pass and micro-batch (resident). */
+static void check_profile(const char *what, const struct outcome *o, int blockwise, int nf4, int k)
+{
+	cJSON *p = cJSON_Parse(o->profile);
+	long L = o->L, fwd = 2 * L * 7 * k, bwd = L * 7 * k;
+	double sum = 0, set_bytes = (double)k * o->T * o->C * sizeof(float);
+	static const char *const cats[] = { "gemm_fwd", "gemm_bwd_input", "lora_fwd", "lora_bwd", "attn_fwd",
+		                            "attn_bwd", "norm", "rope", "swiglu", "elementwise", "head_ce",
+		                            "dequant", "embedding", "optimizer", "wait_copy", "other" };
+
+	TT_CHECK(p != NULL, "%s: profile is not JSON: \"%s\"", what, o->profile);
+	if (p == NULL)
+		return;
+	for (size_t i = 0; i < sizeof cats / sizeof *cats; i++) {
+		double ms = num(p, cats[i], "ms");
+
+		TT_CHECK(ms >= 0 && num(p, cats[i], "n") >= 0, "%s: category %s missing", what, cats[i]);
+		sum += ms;
+	}
+	TT_CHECK(fabs(sum - num(p, "total_ms", NULL)) < 0.01 + 1e-3 * sum, "%s: categories add to %.3f, total %.3f",
+	         what, sum, num(p, "total_ms", NULL));
+	TT_CHECK(num(p, "total_ms", NULL) > 0, "%s: no time measured", what);
+	TT_CHECK(num(p, "gemm_fwd", "n") == fwd, "%s: gemm_fwd n %g, want %ld", what, num(p, "gemm_fwd", "n"), fwd);
+	TT_CHECK(num(p, "lora_fwd", "n") == fwd, "%s: lora_fwd n %g, want %ld", what, num(p, "lora_fwd", "n"), fwd);
+	TT_CHECK(num(p, "gemm_bwd_input", "n") == bwd, "%s: gemm_bwd_input n %g, want %ld", what,
+	         num(p, "gemm_bwd_input", "n"), bwd);
+	TT_CHECK(num(p, "lora_bwd", "n") == bwd, "%s: lora_bwd n %g, want %ld", what, num(p, "lora_bwd", "n"), bwd);
+	TT_CHECK(num(p, "attn_fwd", "n") == 2 * L * k && num(p, "attn_bwd", "n") == L * k, "%s: attention n %g/%g",
+	         what, num(p, "attn_fwd", "n"), num(p, "attn_bwd", "n"));
+	TT_CHECK(num(p, "swiglu", "n") == 3 * L * k, "%s: swiglu n %g", what, num(p, "swiglu", "n"));
+	TT_CHECK(num(p, "embedding", "n") == k && num(p, "head_ce", "n") == k, "%s: embedding n %g, head_ce n %g",
+	         what, num(p, "embedding", "n"), num(p, "head_ce", "n"));
+	TT_CHECK(num(p, "optimizer", "n") == 2, "%s: optimizer n %g (sumsq, adamw)", what, num(p, "optimizer", "n"));
+	/* a pass that starts on the layer the previous one ended with (the
+	 * last layer into backward, layer 0 into the next forward) finds it
+	 * still dequantized: 2L-2 layers per pass pair from step 2 on */
+	TT_CHECK(num(p, "dequant", "n") == (nf4 ? 7 * (2 * L - 2) * (blockwise ? 1 : k) : 0), "%s: dequant n %g", what,
+	         num(p, "dequant", "n"));
+	TT_CHECK(num(p, "ckpt_d2h_bytes", NULL) == (blockwise ? L * set_bytes : 0) &&
+	         num(p, "ckpt_h2d_bytes", NULL) == (blockwise ? (L - 1) * set_bytes : 0),
+	         "%s: checkpoint traffic %g out, %g back", what, num(p, "ckpt_d2h_bytes", NULL),
+	         num(p, "ckpt_h2d_bytes", NULL));
+	TT_CHECK(num(p, "events", NULL) > 0, "%s: no events", what);
+	cJSON_Delete(p);
+}
+
+static void check_breakdown(const char *what, const struct outcome *o, int blockwise, int nf4, int k)
+{
+	cJSON *b = cJSON_Parse(o->breakdown), *it;
+	double sum = 0, set_mib = (double)k * o->T * o->C * sizeof(float) / MIB;
+
+	TT_CHECK(b != NULL, "%s: breakdown is not JSON: \"%s\"", what, o->breakdown);
+	if (b == NULL)
+		return;
+	cJSON_ArrayForEach(it, b) sum += it->valuedouble;
+	TT_CHECK(fabs(sum - (double)o->peak / MIB) < 0.05 * cJSON_GetArraySize(b) + 1e-9,
+	         "%s: breakdown adds to %.2f MiB, peak %.2f", what, sum, (double)o->peak / MIB);
+	TT_CHECK(num(b, blockwise ? "slabs" : "layers", NULL) > 0 && num(b, blockwise ? "layers" : "slabs", NULL) < 0,
+	         "%s: weights under the wrong purpose: %s", what, o->breakdown);
+	TT_CHECK((num(b, "dequant", NULL) > 0) == nf4, "%s: dequant %g", what, num(b, "dequant", NULL));
+	TT_CHECK(num(b, "lora_state", NULL) > 0 && num(b, "activations", NULL) > 0 && num(b, "lm_head", NULL) > 0 &&
+	         num(b, "embedding", NULL) > 0 && num(b, "workspace", NULL) > 0,
+	         "%s: a purpose is missing: %s", what, o->breakdown);
+	if (blockwise)
+		TT_CHECK(fabs(num(b, "checkpoints", NULL) - 2 * set_mib) < 0.05, "%s: checkpoints %g MiB, want 2 sets %g",
+		         what, num(b, "checkpoints", NULL), 2 * set_mib);
+	else
+		TT_CHECK(fabs(num(b, "checkpoints", NULL) - (o->L + 1) * set_mib) < 0.05 * (o->L + 1),
+		         "%s: checkpoints %g MiB, want L+1 = %d inputs", what, num(b, "checkpoints", NULL), o->L + 1);
+	cJSON_Delete(b);
+}
+
+int main(void)
+{
+	static const struct {
+		int mode, nf4, accum;
+	} cases[] = { { MODE_BLOCKWISE, 1, 2 }, { MODE_BLOCKWISE, 0, 3 }, { MODE_RESIDENT, 1, 2 } };
+
+	set_progname("test_train_profile");
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		struct outcome plain, prof;
+		char what[96];
+		int blockwise = cases[i].mode == MODE_BLOCKWISE;
+
+		snprintf(what, sizeof what, "%s %s accum %d", blockwise ? "blockwise" : "resident",
+		         cases[i].nf4 ? "nf4" : "bf16", cases[i].accum);
+		memset(&plain, 0, sizeof plain);
+		memset(&prof, 0, sizeof prof);
+		if (train(&plain, cases[i].mode, cases[i].nf4, cases[i].accum, 0) < 0 ||
+		    train(&prof, cases[i].mode, cases[i].nf4, cases[i].accum, 1) < 0) {
+			TT_CHECK(0, "%s: a run failed", what);
+			free(plain.params);
+			free(prof.params);
+			continue;
+		}
+		TT_CHECK(plain.profile[0] == '\0', "%s: a profile without POROS_PROFILE: %s", what, plain.profile);
+		TT_CHECK(plain.loss[1] != plain.loss[0], "%s: training did not move the loss", what);
+		check_bits(what, &plain, &prof);
+		check_profile(what, &prof, blockwise, cases[i].nf4, cases[i].accum);
+		check_breakdown(what, &plain, blockwise, cases[i].nf4, cases[i].accum);
+		TT_CHECK(strcmp(plain.breakdown, prof.breakdown) == 0, "%s: profiling changed the memory: %s vs %s", what,
+		         plain.breakdown, prof.breakdown);
+		free(plain.params);
+		free(prof.params);
+	}
+	fprintf(stderr, "test_train_profile: %s\n", tt_failures ? "FAILED" : "ok");
+	return tt_failures != 0;
+}
