@@ -10,7 +10,7 @@ DESTDIR    ?=
 CC         ?= cc
 PKG_CONFIG ?= pkg-config
 PKGS       := yaml-0.1 libcjson zlib libpcre2-8 libutf8proc
-DEB_PKGS   := libyaml-dev libcjson-dev zlib1g-dev libpcre2-dev libutf8proc-dev pkg-config jq bats bats-assert bats-support slurm-wlm munge
+DEB_PKGS   := libyaml-dev libcjson-dev zlib1g-dev libpcre2-dev libutf8proc-dev pkg-config jq bats bats-assert bats-support slurm-wlm munge chromium
 
 GIT_SHA    := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 PKG_CFLAGS  = $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
