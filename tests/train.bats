@@ -221,3 +221,17 @@ parity() {
 	run -1 --separate-stderr poros-train "${TINY[@]/cpu/cuda}" --model poros/tiny-qwen2 --out run
 	echo "$output" | jq -e '.status == "error" and (.error | startswith("--backend cuda: "))'
 }
+
+@test "staging the next batch on a second thread changes no bits: a JSONL dataset and synthetic data" {
+	# six distinct documents of input_ids, so every step sees other tokens
+	for d in 1 2 3 4 5 6; do
+		jq -cn --argjson d "$d" '{input_ids: [range(0; 40) | (. * 7 + $d * 13) % 250]}'
+	done > data.jsonl
+	for data in data.jsonl synthetic; do
+		train "pre_$data" --model poros/tiny-qwen2 --steps 4 --accum 2 --dataset "$data"
+		POROS_NO_DATA_PREFETCH=1 train "inline_$data" --model poros/tiny-qwen2 --steps 4 --accum 2 --dataset "$data"
+		cmp "pre_$data/$ADAPTER" "inline_$data/$ADAPTER"
+		diff <(jq -r .loss "pre_$data/events.jsonl") <(jq -r .loss "inline_$data/events.jsonl")
+		[ "$(jq -r .loss "pre_$data/events.jsonl" | sort -u | wc -l)" -eq 4 ]
+	done
+}

@@ -1036,8 +1036,13 @@ static void prefetch_join(struct engine *e)
  * is simply staged in line at the next step. */
 static void prefetch_start(struct engine *e, int step)
 {
-	struct prefetch_job *job = xmalloc(sizeof *job);
+	struct prefetch_job *job;
+	const char *off = getenv("POROS_NO_DATA_PREFETCH");
 
+	/* the ablation: stage every batch in line, at its step */
+	if (off && *off && strcmp(off, "0") != 0)
+		return;
+	job = xmalloc(sizeof *job);
 	job->e = e;
 	job->step = step;
 	e->stage[1 - e->cur].step = 0;
