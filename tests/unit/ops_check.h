@@ -11,16 +11,7 @@
 #include <string.h>
 
 #include "ops.h"
-
-static int check_failures;
-
-#define CHECK(cond)                                                                       \
-	do {                                                                              \
-		if (!(cond)) {                                                            \
-			printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);           \
-			check_failures++;                                                 \
-		}                                                                         \
-	} while (0)
+#include "test_common.h"
 
 /* A fixed-seed generator, so a failure reproduces. */
 static uint64_t rng_counter;
@@ -102,7 +93,7 @@ static inline int check_close(const char *name, const float *got, const double *
 		printf(", %ld mismatches", bad);
 	printf("\n");
 	if (bad)
-		check_failures++;
+		failures++;
 	return bad == 0;
 }
 
@@ -113,7 +104,7 @@ static inline int check_same_bits(const char *name, const void *a, const void *b
 	for (size_t i = 0; i < bytes; i++) {
 		if (x[i] != y[i]) {
 			printf("FAIL %s: bits differ first at byte %zu of %zu\n", name, i, bytes);
-			check_failures++;
+			failures++;
 			return 0;
 		}
 	}

@@ -40,7 +40,7 @@ static void check_accumulated(const char *name, const float *twice, const float 
 			bad++;
 	printf("%s %s: += semantics, %ld of %ld elements not doubled\n", bad ? "FAIL" : "ok  ", name, bad, n);
 	if (bad)
-		check_failures++;
+		failures++;
 }
 
 /* --- RMSNorm ------------------------------------------------------------ */
@@ -521,8 +521,8 @@ int main(void)
 	test_attention_backward();
 	test_swiglu_backward();
 	test_crossentropy();
-	if (check_failures) {
-		printf("test_ops_grad: %d checks failed\n", check_failures);
+	if (failures) {
+		printf("test_ops_grad: %d checks failed\n", failures);
 		return 1;
 	}
 	printf("test_ops_grad: all checks passed\n");

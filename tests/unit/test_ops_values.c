@@ -49,7 +49,7 @@ static void test_bf16_rounding(void)
 	}
 	bad += !isnan(f32_from_bf16(out[N])) || !isnan(f32_from_bf16(out[N + 1]));
 	printf("%s cast_f32_to_bf16: %d of %d rounding cases wrong\n", bad ? "FAIL" : "ok  ", bad, N + 2);
-	check_failures += bad != 0;
+	failures += bad != 0;
 }
 
 /* --- embedding, add ---------------------------------------------------------- */
@@ -178,7 +178,7 @@ static void test_lora_forward(float p)
 		double frac = (double)dropped / (T * K);
 		printf("%s lora_forward dropout %.2f drops %.3f of the inputs\n",
 		       fabs(frac - p) < 0.04 ? "ok  " : "FAIL", p, frac);
-		check_failures += fabs(frac - p) >= 0.04;
+		failures += fabs(frac - p) >= 0.04;
 	}
 }
 
@@ -205,7 +205,7 @@ static void test_rope_values(void)
 	for (int b = 0; b < B; b++)
 		same &= memcmp(y + (size_t)b * S * NH * D, x + (size_t)b * S * NH * D, NH * D * sizeof(float)) == 0;
 	printf("%s rope_forward at position 0 is the identity\n", same ? "ok  " : "FAIL");
-	check_failures += !same;
+	failures += !same;
 
 	/* elsewhere: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) per pair */
 	for (int t = 0; t < B * S; t++)
@@ -299,7 +299,7 @@ static void test_attention_values(void)
 	}
 	printf("%s attention_forward causal mask: earlier rows bit-identical after changing the last token\n",
 	       same && last_changed ? "ok  " : "FAIL");
-	check_failures += !(same && last_changed);
+	failures += !(same && last_changed);
 	free(scratch);
 }
 
@@ -324,7 +324,7 @@ static void test_attention_single_token(void)
 				bad += out[(b * H + h) * D + d] != bf16_from_f32(v[(b * G + h / 2) * D + d]);
 	printf("%s attention_forward with S=1 returns v of the head's kv group (%d mismatches)\n",
 	       bad ? "FAIL" : "ok  ", bad);
-	check_failures += bad != 0;
+	failures += bad != 0;
 }
 
 /* --- SwiGLU ----------------------------------------------------------------------------- */
@@ -381,7 +381,7 @@ static void test_crossentropy_values(void)
 	}
 	printf("%s crossentropy uniform dlogits = bf16((1/V - onehot) * dloss) (%d mismatches)\n",
 	       bad ? "FAIL" : "ok  ", bad);
-	check_failures += bad != 0;
+	failures += bad != 0;
 
 	/* random logits against a double reference */
 	fill_f32(logits, T * V, -10.0, 10.0);
@@ -440,7 +440,7 @@ static void test_nf4_values(void)
 	CHECK(out[66] == 0xbeb2); /* block 1 (absmax 0.5), byte 0x1e, high: code 1 * 0.5 = -0.3480964 */
 	CHECK(out[90] == 0x3e90); /* byte 0xd2, high: code 13 * 0.5 = 0.2813085 -> 1.0010000b * 2^-2 */
 	printf("%s nf4_dequantize: %d of %d elements wrong\n", bad ? "FAIL" : "ok  ", bad, N);
-	check_failures += bad != 0;
+	failures += bad != 0;
 }
 
 /* --- AdamW ------------------------------------------------------------------------------- */
@@ -513,7 +513,7 @@ static void test_ops_table(void)
 	POROS_OPS_LIST(CHECK_ENTRY)
 #undef CHECK_ENTRY
 	printf("%s poros_cpu_ops binds every op to its _cpu function (%d wrong)\n", bad ? "FAIL" : "ok  ", bad);
-	check_failures += bad != 0;
+	failures += bad != 0;
 	CHECK(attention_scratch_floats(2, 64, 4, 2, 16) == 2 * 2 * 4 * 64 * 64 + 4 * 2 * 4 * 64);
 }
 
@@ -666,7 +666,7 @@ static void test_thread_determinism(void)
 	}
 	printf("%s %d op outputs bit-identical with 1 and 4 OpenMP threads (%d differ)\n", differ ? "FAIL" : "ok  ",
 	       one.count, differ);
-	check_failures += differ != 0;
+	failures += differ != 0;
 	free(in);
 	free(one.base);
 	free(four.base);
@@ -691,8 +691,8 @@ int main(void)
 	test_sumsq_values();
 	test_ops_table();
 	test_thread_determinism();
-	if (check_failures) {
-		printf("test_ops_values: %d checks failed\n", check_failures);
+	if (failures) {
+		printf("test_ops_values: %d checks failed\n", failures);
 		return 1;
 	}
 	printf("test_ops_values: all checks passed\n");

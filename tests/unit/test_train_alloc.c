@@ -14,20 +14,20 @@ static void check_allocator(void)
 
 	dev_alloc_init(&a, backend_cpu(), 1000);
 	p = dev_alloc(&a, 600, "the first %d bytes", 600);
-	TT_CHECK(p != NULL && a.current == 600 && a.peak == 600, "600 of 1000: p %p current %zu", p, a.current);
+	CHECKF(p != NULL && a.current == 600 && a.peak == 600, "600 of 1000: p %p current %zu", p, a.current);
 	q = dev_alloc(&a, 500, "2 slabs of %s", "250 B");
-	TT_CHECK(q == NULL && a.oom, "500 more must not fit a 1000-byte budget");
-	TT_CHECK(strcmp(a.err, "allocating 2 slabs of 250 B: budget 1000 B exceeded (600 B in use)") == 0,
+	CHECKF(q == NULL && a.oom, "500 more must not fit a 1000-byte budget");
+	CHECKF(strcmp(a.err, "allocating 2 slabs of 250 B: budget 1000 B exceeded (600 B in use)") == 0,
 	         "message: \"%s\"", a.err);
-	TT_CHECK(a.current == 600 && a.peak == 600, "a refused request counts nothing: current %zu", a.current);
+	CHECKF(a.current == 600 && a.peak == 600, "a refused request counts nothing: current %zu", a.current);
 	q = dev_alloc(&a, 400, "the rest");
-	TT_CHECK(q != NULL && a.current == 1000 && a.peak == 1000, "exactly the budget fits: current %zu", a.current);
+	CHECKF(q != NULL && a.current == 1000 && a.peak == 1000, "exactly the budget fits: current %zu", a.current);
 	dev_alloc_release_all(&a);
-	TT_CHECK(a.current == 0 && a.peak == 1000, "release: current %zu peak %zu", a.current, a.peak);
+	CHECKF(a.current == 0 && a.peak == 1000, "release: current %zu peak %zu", a.current, a.peak);
 
-	TT_CHECK(strcmp(format_bytes(buf, sizeof buf, 100), "100 B") == 0, "format 100: %s", buf);
-	TT_CHECK(strcmp(format_bytes(buf, sizeof buf, 1536), "1.5 KiB") == 0, "format 1536: %s", buf);
-	TT_CHECK(strcmp(format_bytes(buf, sizeof buf, 1.2 * 1024 * 1024 * 1024), "1.2 GiB") == 0, "format 1.2G: %s", buf);
+	CHECKF(strcmp(format_bytes(buf, sizeof buf, 100), "100 B") == 0, "format 100: %s", buf);
+	CHECKF(strcmp(format_bytes(buf, sizeof buf, 1536), "1.5 KiB") == 0, "format 1536: %s", buf);
+	CHECKF(strcmp(format_bytes(buf, sizeof buf, 1.2 * 1024 * 1024 * 1024), "1.2 GiB") == 0, "format 1.2G: %s", buf);
 }
 
 /* Peak device bytes of an engine for this mode, or 0 when it failed. */
@@ -59,7 +59,7 @@ static size_t engine_peak(int mode, int nf4, long long budget, int *oom, char *e
 	/* nothing more is allocated while training */
 	for (int s = 1; s <= 2; s++)
 		engine_step(r.e, s, &st);
-	TT_CHECK(engine_vram_peak(r.e) == peak && engine_vram_current(r.e) == peak,
+	CHECKF(engine_vram_peak(r.e) == peak && engine_vram_current(r.e) == peak,
 	         "mode %d: peak %zu before training, %zu after", mode, peak, engine_vram_peak(r.e));
 	tt_close(&r);
 	return peak;
@@ -71,16 +71,16 @@ static void check_engine_budget(int mode, int nf4)
 	int oom;
 	size_t peak = engine_peak(mode, nf4, 0, &oom, err, sizeof err);
 
-	TT_CHECK(peak > 0, "mode %d: no budget must work: %s", mode, err);
+	CHECKF(peak > 0, "mode %d: no budget must work: %s", mode, err);
 	if (peak == 0)
 		return;
-	TT_CHECK(engine_peak(mode, nf4, (long long)peak, &oom, err, sizeof err) == peak,
+	CHECKF(engine_peak(mode, nf4, (long long)peak, &oom, err, sizeof err) == peak,
 	         "mode %d: a budget of exactly the peak (%zu) must fit: %s", mode, peak, err);
-	TT_CHECK(engine_peak(mode, nf4, (long long)peak - 1, &oom, err, sizeof err) == 0 && oom,
+	CHECKF(engine_peak(mode, nf4, (long long)peak - 1, &oom, err, sizeof err) == 0 && oom,
 	         "mode %d: one byte less than the peak must be an oom", mode);
-	TT_CHECK(strstr(err, "allocating ") == err && strstr(err, "budget") != NULL, "oom message: \"%s\"", err);
-	TT_CHECK(engine_peak(mode, nf4, 4096, &oom, err, sizeof err) == 0 && oom, "mode %d: 4 KiB must be an oom", mode);
-	TT_CHECK(strstr(err, "the final norm and lm_head") != NULL, "4 KiB: the first allocation fails: \"%s\"", err);
+	CHECKF(strstr(err, "allocating ") == err && strstr(err, "budget") != NULL, "oom message: \"%s\"", err);
+	CHECKF(engine_peak(mode, nf4, 4096, &oom, err, sizeof err) == 0 && oom, "mode %d: 4 KiB must be an oom", mode);
+	CHECKF(strstr(err, "the final norm and lm_head") != NULL, "4 KiB: the first allocation fails: \"%s\"", err);
 }
 
 int main(void)
@@ -89,6 +89,6 @@ int main(void)
 	check_allocator();
 	check_engine_budget(MODE_RESIDENT, 0);
 	check_engine_budget(MODE_BLOCKWISE, 1);
-	fprintf(stderr, "test_train_alloc: %s\n", tt_failures ? "FAILED" : "ok");
-	return tt_failures != 0;
+	fprintf(stderr, "test_train_alloc: %s\n", failures ? "FAILED" : "ok");
+	return failures != 0;
 }

@@ -12,19 +12,8 @@
 
 #include "../../tools/poros-train/engine.h"
 #include "../../tools/poros-train/train.h"
+#include "test_common.h"
 #include "util.h"
-
-static int tt_failures;
-
-#define TT_CHECK(cond, ...)                                                 \
-	do {                                                                \
-		if (!(cond)) {                                              \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-			fprintf(stderr, __VA_ARGS__);                       \
-			fputc('\n', stderr);                                \
-			tt_failures++;                                      \
-		}                                                           \
-	} while (0)
 
 struct tt_run {
 	struct train_config cfg;

@@ -47,16 +47,16 @@ static void check_synthetic(const struct model_config *mc)
 		token_source_next(&a, ta, ga, 2, err, sizeof err);
 		token_source_next(&b, tb, gb, 2, err, sizeof err);
 		token_source_next(&c, tc, gc, 2, err, sizeof err);
-		TT_CHECK(memcmp(ta, tb, sizeof ta) == 0 && memcmp(ga, gb, sizeof ga) == 0, "same seed, same tokens");
+		CHECKF(memcmp(ta, tb, sizeof ta) == 0 && memcmp(ga, gb, sizeof ga) == 0, "same seed, same tokens");
 		differ |= memcmp(ta, tc, sizeof ta) != 0;
 		for (int i = 0; i < 16; i++)
 			in_range &= ta[i] >= 0 && ta[i] < mc->vocab_size && ga[i] >= 0 && ga[i] < mc->vocab_size;
 		for (int row = 0; row < 2; row++)
 			for (int t = 0; t + 1 < 8; t++)
-				TT_CHECK(ga[row * 8 + t] == ta[row * 8 + t + 1], "target %d of row %d is the next input", t, row);
+				CHECKF(ga[row * 8 + t] == ta[row * 8 + t + 1], "target %d of row %d is the next input", t, row);
 	}
-	TT_CHECK(differ, "another seed, other tokens");
-	TT_CHECK(in_range, "synthetic tokens inside the vocabulary");
+	CHECKF(differ, "another seed, other tokens");
+	CHECKF(in_range, "synthetic tokens inside the vocabulary");
 	token_source_free(&a);
 	token_source_free(&b);
 	token_source_free(&c);
@@ -70,11 +70,11 @@ static void check_synthetic(const struct model_config *mc)
 		token_source_open(&r, "synthetic:repeat", mc, 64, 42, err, sizeof err);
 		token_source_next(&r, t, g, 1, err, sizeof err);
 		for (int i = 0; i + REPEAT_PERIOD < 64; i++)
-			TT_CHECK(t[i] == t[i + REPEAT_PERIOD], "repeat: token %d != token %d", i, i + REPEAT_PERIOD);
+			CHECKF(t[i] == t[i + REPEAT_PERIOD], "repeat: token %d != token %d", i, i + REPEAT_PERIOD);
 		for (int i = 0; i < REPEAT_PERIOD; i++)
 			for (int j = 0; j < i; j++)
 				distinct &= t[i] != t[j];
-		TT_CHECK(distinct, "repeat: one period has 16 distinct tokens");
+		CHECKF(distinct, "repeat: one period has 16 distinct tokens");
 		token_source_free(&r);
 	}
 }
@@ -92,31 +92,31 @@ static void check_raw(const struct model_config *mc)
 		u32[i] = (uint32_t)(200 + i);
 	}
 	path = write_file("tokens.u16", u16, sizeof u16);
-	TT_CHECK(token_source_open(&s, path, mc, 4, 42, err, sizeof err) == 0, "u16: %s", err);
+	CHECKF(token_source_open(&s, path, mc, 4, 42, err, sizeof err) == 0, "u16: %s", err);
 	/* windows of S+1 = 5: [100..104], [105..109], then wrap to [100..104] */
 	token_source_next(&s, t, g, 2, err, sizeof err);
-	TT_CHECK(t[0] == 100 && t[3] == 103 && g[3] == 104 && t[4] == 105 && g[7] == 109,
+	CHECKF(t[0] == 100 && t[3] == 103 && g[3] == 104 && t[4] == 105 && g[7] == 109,
 	         "u16 windows: %d %d %d %d %d", t[0], t[3], g[3], t[4], g[7]);
 	token_source_next(&s, t, g, 1, err, sizeof err);
-	TT_CHECK(t[0] == 100 && g[3] == 104, "u16 wraps: %d %d", t[0], g[3]);
+	CHECKF(t[0] == 100 && g[3] == 104, "u16 wraps: %d %d", t[0], g[3]);
 	token_source_free(&s);
 	free(path);
 
 	path = write_file("tokens.u32", u32, sizeof u32);
-	TT_CHECK(token_source_open(&s, path, mc, 4, 42, err, sizeof err) == 0, "u32: %s", err);
+	CHECKF(token_source_open(&s, path, mc, 4, 42, err, sizeof err) == 0, "u32: %s", err);
 	token_source_next(&s, t, g, 1, err, sizeof err);
-	TT_CHECK(t[0] == 200 && g[3] == 204, "u32 values: %d %d", t[0], g[3]);
+	CHECKF(t[0] == 200 && g[3] == 204, "u32 values: %d %d", t[0], g[3]);
 	token_source_free(&s);
 	free(path);
 
 	u16[7] = 300; /* the tiny model's vocabulary is 256 */
 	path = write_file("big.u16", u16, sizeof u16);
-	TT_CHECK(token_source_open(&s, path, mc, 4, 42, err, sizeof err) < 0, "a token >= vocab must fail");
-	TT_CHECK(strstr(err, "token 300 at index 7") && strstr(err, "big.u16") && strstr(err, "256"), "message: %s", err);
+	CHECKF(token_source_open(&s, path, mc, 4, 42, err, sizeof err) < 0, "a token >= vocab must fail");
+	CHECKF(strstr(err, "token 300 at index 7") && strstr(err, "big.u16") && strstr(err, "256"), "message: %s", err);
 	free(path);
 
 	path = write_file("odd.u16", u16, 5);
-	TT_CHECK(token_source_open(&s, path, mc, 4, 42, err, sizeof err) < 0 && strstr(err, "odd.u16"),
+	CHECKF(token_source_open(&s, path, mc, 4, 42, err, sizeof err) < 0 && strstr(err, "odd.u16"),
 	         "an odd byte count must fail: %s", err);
 	free(path);
 }
@@ -131,28 +131,28 @@ static void check_files(const struct model_config *mc)
 	int seen5 = 0;
 
 	path = write_file("ids.jsonl", jsonl, strlen(jsonl));
-	TT_CHECK(token_source_open(&s, path, mc, 4, 42, err, sizeof err) == 0, "jsonl: %s", err);
+	CHECKF(token_source_open(&s, path, mc, 4, 42, err, sizeof err) == 0, "jsonl: %s", err);
 	for (int i = 0; i < 6; i++) {
 		token_source_next(&s, t, g, 1, err, sizeof err);
 		for (int j = 0; j < 4; j++) {
 			seen5 |= t[j] == 5 && g[j] == 6;
-			TT_CHECK(g[j] == -1 || (g[j] >= 5 && g[j] <= 13) || g[j] == mc->eos_token_id, "target %d", g[j]);
+			CHECKF(g[j] == -1 || (g[j] >= 5 && g[j] <= 13) || g[j] == mc->eos_token_id, "target %d", g[j]);
 		}
 	}
-	TT_CHECK(seen5, "jsonl: token 5 predicts 6");
+	CHECKF(seen5, "jsonl: token 5 predicts 6");
 	token_source_free(&s);
 	free(path);
 
 	path = write_file("bad.jsonl", bad, strlen(bad));
-	TT_CHECK(token_source_open(&s, path, mc, 4, 42, err, sizeof err) < 0, "jsonl with token 999 must fail");
-	TT_CHECK(strstr(err, "999") && strstr(err, "256"), "message: %s", err);
+	CHECKF(token_source_open(&s, path, mc, 4, 42, err, sizeof err) < 0, "jsonl with token 999 must fail");
+	CHECKF(strstr(err, "999") && strstr(err, "256"), "message: %s", err);
 	free(path);
 
 	path = xasprintf("%s/missing.jsonl", dir);
-	TT_CHECK(token_source_open(&s, path, mc, 4, 42, err, sizeof err) < 0 && strstr(err, "missing.jsonl"),
+	CHECKF(token_source_open(&s, path, mc, 4, 42, err, sizeof err) < 0 && strstr(err, "missing.jsonl"),
 	         "a missing dataset must fail naming it: %s", err);
 	free(path);
-	TT_CHECK(token_source_open(&s, "no-such-org/no-such-data", mc, 4, 42, err, sizeof err) < 0 &&
+	CHECKF(token_source_open(&s, "no-such-org/no-such-data", mc, 4, 42, err, sizeof err) < 0 &&
 	         strstr(err, "no-such-org/no-such-data"), "an unknown dataset id must fail naming it: %s", err);
 }
 
@@ -177,6 +177,6 @@ int main(void)
 	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
 	if (system(cmd) != 0)
 		fprintf(stderr, "test_train_data: could not remove %s\n", dir);
-	fprintf(stderr, "test_train_data: %s\n", tt_failures ? "FAILED" : "ok");
-	return tt_failures != 0;
+	fprintf(stderr, "test_train_data: %s\n", failures ? "FAILED" : "ok");
+	return failures != 0;
 }

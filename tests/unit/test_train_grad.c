@@ -76,7 +76,7 @@ static void check_model(const char *model)
 	cfg.accum = 2;
 
 	if (tt_open(&r, &cfg) < 0) {
-		TT_CHECK(0, "%s: cannot build the engine", model);
+		CHECKF(0, "%s: cannot build the engine", model);
 		return;
 	}
 	n = r.lo->total;
@@ -116,7 +116,7 @@ static void check_model(const char *model)
 				h = 2.0;
 			numeric = fitted_slope(&r, p0, d, h, work);
 			tol = 0.05 * fabs(analytic) + 1e-4;
-			TT_CHECK(fabs(numeric - analytic) <= tol, "%s: %s lora_%c: analytic %.6g vs numeric %.6g (h %.3g)",
+			CHECKF(fabs(numeric - analytic) <= tol, "%s: %s lora_%c: analytic %.6g vs numeric %.6g (h %.3g)",
 			         model, lora_module_names[m], is_b ? 'B' : 'A', analytic, numeric, h);
 			if (getenv("TT_VERBOSE"))
 				fprintf(stderr, "%s %s lora_%c: analytic %.6g numeric %.6g rel %.2e\n", model, lora_module_names[m],
@@ -135,9 +135,9 @@ int main(void)
 	check_model("poros/tiny-qwen2");
 	check_model("poros/tiny-llama");
 	check_model("poros/tiny-qwen3");
-	if (tt_failures)
-		fprintf(stderr, "test_train_grad: %d failure%s\n", tt_failures, tt_failures == 1 ? "" : "s");
+	if (failures)
+		fprintf(stderr, "test_train_grad: %d failure%s\n", failures, failures == 1 ? "" : "s");
 	else
 		fprintf(stderr, "test_train_grad: ok\n");
-	return tt_failures != 0;
+	return failures != 0;
 }

@@ -54,16 +54,16 @@ static void compare(const char *what, const struct outcome *a, const struct outc
 {
 	long first = -1;
 
-	TT_CHECK(a->n == b->n, "%s: %ld vs %ld LoRA values", what, a->n, b->n);
+	CHECKF(a->n == b->n, "%s: %ld vs %ld LoRA values", what, a->n, b->n);
 	if (a->n != b->n)
 		return;
 	for (int s = 0; s < STEPS; s++)
-		TT_CHECK(memcmp(&a->loss[s], &b->loss[s], sizeof(float)) == 0, "%s: step %d loss %.9g (resident) vs %.9g",
+		CHECKF(memcmp(&a->loss[s], &b->loss[s], sizeof(float)) == 0, "%s: step %d loss %.9g (resident) vs %.9g",
 		         what, s + 1, a->loss[s], b->loss[s]);
 	for (long i = 0; i < a->n && first < 0; i++)
 		if (memcmp(&a->params[i], &b->params[i], sizeof(float)) != 0)
 			first = i;
-	TT_CHECK(first < 0, "%s: LoRA value %ld differs: %.9g (resident) vs %.9g", what, first,
+	CHECKF(first < 0, "%s: LoRA value %ld differs: %.9g (resident) vs %.9g", what, first,
 	         first < 0 ? 0.0 : a->params[first], first < 0 ? 0.0 : b->params[first]);
 }
 
@@ -83,12 +83,12 @@ int main(void)
 					char what[160];
 
 					if (train(&ref, models[mi], MODE_RESIDENT, 1, 1, nf4, accums[ai], dropouts[di]) < 0) {
-						TT_CHECK(0, "%s: resident run failed", models[mi]);
+						CHECKF(0, "%s: resident run failed", models[mi]);
 						continue;
 					}
 					/* training must have moved the parameters, or the
 					 * comparison would prove little */
-					TT_CHECK(ref.loss[STEPS - 1] != ref.loss[0], "%s: loss did not change", models[mi]);
+					CHECKF(ref.loss[STEPS - 1] != ref.loss[0], "%s: loss did not change", models[mi]);
 					for (int bs = 1; bs <= 3; bs++)
 						for (int prefetch = 1; prefetch >= (bs == 2 ? 0 : 1); prefetch--) {
 							snprintf(what, sizeof what, "%s %s accum %d dropout %.1f block %d%s", models[mi],
@@ -96,7 +96,7 @@ int main(void)
 							         prefetch ? "" : " no-prefetch");
 							if (train(&got, models[mi], MODE_BLOCKWISE, bs, prefetch, nf4, accums[ai],
 							          dropouts[di]) < 0) {
-								TT_CHECK(0, "%s: blockwise run failed", what);
+								CHECKF(0, "%s: blockwise run failed", what);
 								continue;
 							}
 							compare(what, &ref, &got);
@@ -106,6 +106,6 @@ int main(void)
 					free(ref.params);
 				}
 	fprintf(stderr, "test_train_parity: %d blockwise runs compared with resident: %s\n", combos,
-	        tt_failures ? "FAILED" : "all bit-identical");
-	return tt_failures != 0;
+	        failures ? "FAILED" : "all bit-identical");
+	return failures != 0;
 }

@@ -52,7 +52,7 @@ static int train(struct outcome *o, int mode, int nf4, int accum, int profile)
 	engine_lora_read(r.e, o->params);
 	if (engine_profile_json(r.e, o->profile, sizeof o->profile) < 0)
 		o->profile[0] = '\0';
-	TT_CHECK(engine_vram_breakdown_json(r.e, o->breakdown, sizeof o->breakdown) > 0, "breakdown does not fit");
+	CHECKF(engine_vram_breakdown_json(r.e, o->breakdown, sizeof o->breakdown) > 0, "breakdown does not fit");
 	o->peak = engine_vram_peak(r.e);
 	o->L = r.mc.num_hidden_layers;
 	o->T = cfg.seq_len * cfg.batch_size;
@@ -76,12 +76,12 @@ static void check_bits(const char *what, const struct outcome *a, const struct o
 	long first = -1;
 
 	for (int s = 0; s < STEPS; s++)
-		TT_CHECK(memcmp(&a->loss[s], &b->loss[s], sizeof(float)) == 0, "%s: step %d loss %.9g vs %.9g profiled",
+		CHECKF(memcmp(&a->loss[s], &b->loss[s], sizeof(float)) == 0, "%s: step %d loss %.9g vs %.9g profiled",
 		         what, s + 1, a->loss[s], b->loss[s]);
 	for (long i = 0; i < a->n && first < 0; i++)
 		if (memcmp(&a->params[i], &b->params[i], sizeof(float)) != 0)
 			first = i;
-	TT_CHECK(first < 0, "%s: LoRA value %ld differs with profiling on", what, first);
+	CHECKF(first < 0, "%s: LoRA value %ld differs with profiling on", what, first);
 }
 
 /* Calls in step 2: 7 projections per layer, forward and recompute in
@@ -96,39 +96,39 @@ static void check_profile(const char *what, const struct outcome *o, int blockwi
 		                            "attn_bwd", "norm", "rope", "swiglu", "elementwise", "head_ce",
 		                            "dequant", "embedding", "optimizer", "wait_copy", "other" };
 
-	TT_CHECK(p != NULL, "%s: profile is not JSON: \"%s\"", what, o->profile);
+	CHECKF(p != NULL, "%s: profile is not JSON: \"%s\"", what, o->profile);
 	if (p == NULL)
 		return;
 	for (size_t i = 0; i < sizeof cats / sizeof *cats; i++) {
 		double ms = num(p, cats[i], "ms");
 
-		TT_CHECK(ms >= 0 && num(p, cats[i], "n") >= 0, "%s: category %s missing", what, cats[i]);
+		CHECKF(ms >= 0 && num(p, cats[i], "n") >= 0, "%s: category %s missing", what, cats[i]);
 		sum += ms;
 	}
-	TT_CHECK(fabs(sum - num(p, "total_ms", NULL)) < 0.01 + 1e-3 * sum, "%s: categories add to %.3f, total %.3f",
+	CHECKF(fabs(sum - num(p, "total_ms", NULL)) < 0.01 + 1e-3 * sum, "%s: categories add to %.3f, total %.3f",
 	         what, sum, num(p, "total_ms", NULL));
-	TT_CHECK(num(p, "total_ms", NULL) > 0, "%s: no time measured", what);
-	TT_CHECK(num(p, "gemm_fwd", "n") == fwd, "%s: gemm_fwd n %g, want %ld", what, num(p, "gemm_fwd", "n"), fwd);
-	TT_CHECK(num(p, "lora_fwd", "n") == fwd, "%s: lora_fwd n %g, want %ld", what, num(p, "lora_fwd", "n"), fwd);
-	TT_CHECK(num(p, "gemm_bwd_input", "n") == bwd, "%s: gemm_bwd_input n %g, want %ld", what,
+	CHECKF(num(p, "total_ms", NULL) > 0, "%s: no time measured", what);
+	CHECKF(num(p, "gemm_fwd", "n") == fwd, "%s: gemm_fwd n %g, want %ld", what, num(p, "gemm_fwd", "n"), fwd);
+	CHECKF(num(p, "lora_fwd", "n") == fwd, "%s: lora_fwd n %g, want %ld", what, num(p, "lora_fwd", "n"), fwd);
+	CHECKF(num(p, "gemm_bwd_input", "n") == bwd, "%s: gemm_bwd_input n %g, want %ld", what,
 	         num(p, "gemm_bwd_input", "n"), bwd);
-	TT_CHECK(num(p, "lora_bwd", "n") == bwd, "%s: lora_bwd n %g, want %ld", what, num(p, "lora_bwd", "n"), bwd);
-	TT_CHECK(num(p, "attn_fwd", "n") == 2 * L * k && num(p, "attn_bwd", "n") == L * k, "%s: attention n %g/%g",
+	CHECKF(num(p, "lora_bwd", "n") == bwd, "%s: lora_bwd n %g, want %ld", what, num(p, "lora_bwd", "n"), bwd);
+	CHECKF(num(p, "attn_fwd", "n") == 2 * L * k && num(p, "attn_bwd", "n") == L * k, "%s: attention n %g/%g",
 	         what, num(p, "attn_fwd", "n"), num(p, "attn_bwd", "n"));
-	TT_CHECK(num(p, "swiglu", "n") == 3 * L * k, "%s: swiglu n %g", what, num(p, "swiglu", "n"));
-	TT_CHECK(num(p, "embedding", "n") == k && num(p, "head_ce", "n") == k, "%s: embedding n %g, head_ce n %g",
+	CHECKF(num(p, "swiglu", "n") == 3 * L * k, "%s: swiglu n %g", what, num(p, "swiglu", "n"));
+	CHECKF(num(p, "embedding", "n") == k && num(p, "head_ce", "n") == k, "%s: embedding n %g, head_ce n %g",
 	         what, num(p, "embedding", "n"), num(p, "head_ce", "n"));
-	TT_CHECK(num(p, "optimizer", "n") == 2, "%s: optimizer n %g (sumsq, adamw)", what, num(p, "optimizer", "n"));
+	CHECKF(num(p, "optimizer", "n") == 2, "%s: optimizer n %g (sumsq, adamw)", what, num(p, "optimizer", "n"));
 	/* a pass that starts on the layer the previous one ended with (the
 	 * last layer into backward, layer 0 into the next forward) finds it
 	 * still dequantized: 2L-2 layers per pass pair from step 2 on */
-	TT_CHECK(num(p, "dequant", "n") == (nf4 ? 7 * (2 * L - 2) * (blockwise ? 1 : k) : 0), "%s: dequant n %g", what,
+	CHECKF(num(p, "dequant", "n") == (nf4 ? 7 * (2 * L - 2) * (blockwise ? 1 : k) : 0), "%s: dequant n %g", what,
 	         num(p, "dequant", "n"));
-	TT_CHECK(num(p, "ckpt_d2h_bytes", NULL) == (blockwise ? L * set_bytes : 0) &&
+	CHECKF(num(p, "ckpt_d2h_bytes", NULL) == (blockwise ? L * set_bytes : 0) &&
 	         num(p, "ckpt_h2d_bytes", NULL) == (blockwise ? (L - 1) * set_bytes : 0),
 	         "%s: checkpoint traffic %g out, %g back", what, num(p, "ckpt_d2h_bytes", NULL),
 	         num(p, "ckpt_h2d_bytes", NULL));
-	TT_CHECK(num(p, "events", NULL) > 0, "%s: no events", what);
+	CHECKF(num(p, "events", NULL) > 0, "%s: no events", what);
 	cJSON_Delete(p);
 }
 
@@ -137,23 +137,23 @@ static void check_breakdown(const char *what, const struct outcome *o, int block
 	cJSON *b = cJSON_Parse(o->breakdown), *it;
 	double sum = 0, set_mib = (double)k * o->T * o->C * sizeof(float) / MIB;
 
-	TT_CHECK(b != NULL, "%s: breakdown is not JSON: \"%s\"", what, o->breakdown);
+	CHECKF(b != NULL, "%s: breakdown is not JSON: \"%s\"", what, o->breakdown);
 	if (b == NULL)
 		return;
 	cJSON_ArrayForEach(it, b) sum += it->valuedouble;
-	TT_CHECK(fabs(sum - (double)o->peak / MIB) < 0.05 * cJSON_GetArraySize(b) + 1e-9,
+	CHECKF(fabs(sum - (double)o->peak / MIB) < 0.05 * cJSON_GetArraySize(b) + 1e-9,
 	         "%s: breakdown adds to %.2f MiB, peak %.2f", what, sum, (double)o->peak / MIB);
-	TT_CHECK(num(b, blockwise ? "slabs" : "layers", NULL) > 0 && num(b, blockwise ? "layers" : "slabs", NULL) < 0,
+	CHECKF(num(b, blockwise ? "slabs" : "layers", NULL) > 0 && num(b, blockwise ? "layers" : "slabs", NULL) < 0,
 	         "%s: weights under the wrong purpose: %s", what, o->breakdown);
-	TT_CHECK((num(b, "dequant", NULL) > 0) == nf4, "%s: dequant %g", what, num(b, "dequant", NULL));
-	TT_CHECK(num(b, "lora_state", NULL) > 0 && num(b, "activations", NULL) > 0 && num(b, "lm_head", NULL) > 0 &&
+	CHECKF((num(b, "dequant", NULL) > 0) == nf4, "%s: dequant %g", what, num(b, "dequant", NULL));
+	CHECKF(num(b, "lora_state", NULL) > 0 && num(b, "activations", NULL) > 0 && num(b, "lm_head", NULL) > 0 &&
 	         num(b, "embedding", NULL) > 0 && num(b, "workspace", NULL) > 0,
 	         "%s: a purpose is missing: %s", what, o->breakdown);
 	if (blockwise)
-		TT_CHECK(fabs(num(b, "checkpoints", NULL) - 2 * set_mib) < 0.05, "%s: checkpoints %g MiB, want 2 sets %g",
+		CHECKF(fabs(num(b, "checkpoints", NULL) - 2 * set_mib) < 0.05, "%s: checkpoints %g MiB, want 2 sets %g",
 		         what, num(b, "checkpoints", NULL), 2 * set_mib);
 	else
-		TT_CHECK(fabs(num(b, "checkpoints", NULL) - (o->L + 1) * set_mib) < 0.05 * (o->L + 1),
+		CHECKF(fabs(num(b, "checkpoints", NULL) - (o->L + 1) * set_mib) < 0.05 * (o->L + 1),
 		         "%s: checkpoints %g MiB, want L+1 = %d inputs", what, num(b, "checkpoints", NULL), o->L + 1);
 	cJSON_Delete(b);
 }
@@ -176,21 +176,21 @@ int main(void)
 		memset(&prof, 0, sizeof prof);
 		if (train(&plain, cases[i].mode, cases[i].nf4, cases[i].accum, 0) < 0 ||
 		    train(&prof, cases[i].mode, cases[i].nf4, cases[i].accum, 1) < 0) {
-			TT_CHECK(0, "%s: a run failed", what);
+			CHECKF(0, "%s: a run failed", what);
 			free(plain.params);
 			free(prof.params);
 			continue;
 		}
-		TT_CHECK(plain.profile[0] == '\0', "%s: a profile without POROS_PROFILE: %s", what, plain.profile);
-		TT_CHECK(plain.loss[1] != plain.loss[0], "%s: training did not move the loss", what);
+		CHECKF(plain.profile[0] == '\0', "%s: a profile without POROS_PROFILE: %s", what, plain.profile);
+		CHECKF(plain.loss[1] != plain.loss[0], "%s: training did not move the loss", what);
 		check_bits(what, &plain, &prof);
 		check_profile(what, &prof, blockwise, cases[i].nf4, cases[i].accum);
 		check_breakdown(what, &plain, blockwise, cases[i].nf4, cases[i].accum);
-		TT_CHECK(strcmp(plain.breakdown, prof.breakdown) == 0, "%s: profiling changed the memory: %s vs %s", what,
+		CHECKF(strcmp(plain.breakdown, prof.breakdown) == 0, "%s: profiling changed the memory: %s vs %s", what,
 		         plain.breakdown, prof.breakdown);
 		free(plain.params);
 		free(prof.params);
 	}
-	fprintf(stderr, "test_train_profile: %s\n", tt_failures ? "FAILED" : "ok");
-	return tt_failures != 0;
+	fprintf(stderr, "test_train_profile: %s\n", failures ? "FAILED" : "ok");
+	return failures != 0;
 }

@@ -28,7 +28,7 @@ static void check_lr(void)
 		c.lr_schedule = cases[i].sched;
 		c.warmup_steps = cases[i].warmup;
 		got = lr_at(&c, cases[i].step);
-		TT_CHECK(fabs(got - cases[i].want * 1e-3) < 1e-15, "%s warmup %d step %d: lr %.9g, want %.9g",
+		CHECKF(fabs(got - cases[i].want * 1e-3) < 1e-15, "%s warmup %d step %d: lr %.9g, want %.9g",
 		         lr_schedule_names[cases[i].sched], cases[i].warmup, cases[i].step, got, cases[i].want * 1e-3);
 	}
 	train_config_free(&c);
@@ -44,10 +44,10 @@ static void check_rope(void)
 	mc.model_id = "test";
 	mc.head_dim = 16;
 	mc.rope_theta = 10000.0;
-	TT_CHECK(rope_tables(cos_t, sin_t, &mc, 4, err, sizeof err) == 0, "%s", err);
+	CHECKF(rope_tables(cos_t, sin_t, &mc, 4, err, sizeof err) == 0, "%s", err);
 	/* position 0 is the identity rotation; inv_freq[1] = 10000^(-2/16) */
-	TT_CHECK(cos_t[0] == 1.0f && sin_t[5] == 0.0f, "position 0: cos %g sin %g", cos_t[0], sin_t[5]);
-	TT_CHECK(fabs(cos_t[3 * 8 + 1] - cos(3 * pow(10000.0, -2.0 / 16))) < 1e-6 &&
+	CHECKF(cos_t[0] == 1.0f && sin_t[5] == 0.0f, "position 0: cos %g sin %g", cos_t[0], sin_t[5]);
+	CHECKF(fabs(cos_t[3 * 8 + 1] - cos(3 * pow(10000.0, -2.0 / 16))) < 1e-6 &&
 	         fabs(sin_t[3 * 8 + 1] - sin(3 * pow(10000.0, -2.0 / 16))) < 1e-6,
 	         "position 3, frequency 1: cos %.7g sin %.7g", cos_t[3 * 8 + 1], sin_t[3 * 8 + 1]);
 
@@ -59,16 +59,16 @@ static void check_rope(void)
 	mc.rope_low_freq_factor = 1;
 	mc.rope_high_freq_factor = 4;
 	mc.rope_original_max_position = 8192;
-	TT_CHECK(rope_tables(cos_t, sin_t, &mc, 2, err, sizeof err) == 0, "%s", err);
-	TT_CHECK(sin_t[64 + 0] == sinf(1.0f), "llama3 frequency 0 unchanged: %.9g", sin_t[64]);
-	TT_CHECK(fabs(sin_t[64 + 63] - sin(pow(500000.0, -126.0 / 128) / 8)) < 1e-9, "llama3 frequency 63 / 8: %.9g",
+	CHECKF(rope_tables(cos_t, sin_t, &mc, 2, err, sizeof err) == 0, "%s", err);
+	CHECKF(sin_t[64 + 0] == sinf(1.0f), "llama3 frequency 0 unchanged: %.9g", sin_t[64]);
+	CHECKF(fabs(sin_t[64 + 63] - sin(pow(500000.0, -126.0 / 128) / 8)) < 1e-9, "llama3 frequency 63 / 8: %.9g",
 	         sin_t[64 + 63]);
 	snprintf(mc.rope_scaling_type, sizeof mc.rope_scaling_type, "linear");
 	mc.rope_scaling_factor = 4;
-	TT_CHECK(rope_tables(cos_t, sin_t, &mc, 2, err, sizeof err) == 0 && sin_t[64] == sinf(0.25f),
+	CHECKF(rope_tables(cos_t, sin_t, &mc, 2, err, sizeof err) == 0 && sin_t[64] == sinf(0.25f),
 	         "linear scaling divides every frequency: %.9g", sin_t[64]);
 	snprintf(mc.rope_scaling_type, sizeof mc.rope_scaling_type, "yarn");
-	TT_CHECK(rope_tables(cos_t, sin_t, &mc, 2, err, sizeof err) < 0 &&
+	CHECKF(rope_tables(cos_t, sin_t, &mc, 2, err, sizeof err) < 0 &&
 	         strcmp(err, "test: rope_scaling type \"yarn\" is not supported (poros-train implements default, linear, "
 	                     "llama3)") == 0, "yarn: %s", err);
 }
@@ -78,6 +78,6 @@ int main(void)
 	set_progname("test_train_sched");
 	check_lr();
 	check_rope();
-	fprintf(stderr, "test_train_sched: %s\n", tt_failures ? "FAILED" : "ok");
-	return tt_failures != 0;
+	fprintf(stderr, "test_train_sched: %s\n", failures ? "FAILED" : "ok");
+	return failures != 0;
 }

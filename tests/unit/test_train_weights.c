@@ -23,7 +23,7 @@ static void check_layout(const struct layer_layout *lay)
 	int n = 0;
 	const size_t norms[4] = { lay->in_norm, lay->post_norm, lay->q_norm, lay->k_norm };
 
-	TT_CHECK(lay->stride % LAYOUT_ALIGN == 0, "stride %zu is not %d-aligned", lay->stride, LAYOUT_ALIGN);
+	CHECKF(lay->stride % LAYOUT_ALIGN == 0, "stride %zu is not %d-aligned", lay->stride, LAYOUT_ALIGN);
 	for (int i = 0; i < 4; i++)
 		if (norms[i] != LAYOUT_NONE) {
 			begin[n] = norms[i];
@@ -40,10 +40,10 @@ static void check_layout(const struct layer_layout *lay)
 		}
 	}
 	for (int i = 0; i < n; i++) {
-		TT_CHECK(begin[i] % LAYOUT_ALIGN == 0, "offset %zu is not aligned", begin[i]);
-		TT_CHECK(begin[i] + size[i] <= lay->stride, "piece at %zu runs past the record", begin[i]);
+		CHECKF(begin[i] % LAYOUT_ALIGN == 0, "offset %zu is not aligned", begin[i]);
+		CHECKF(begin[i] + size[i] <= lay->stride, "piece at %zu runs past the record", begin[i]);
 		for (int j = 0; j < i; j++)
-			TT_CHECK(begin[i] + size[i] <= begin[j] || begin[j] + size[j] <= begin[i], "pieces at %zu and %zu overlap",
+			CHECKF(begin[i] + size[i] <= begin[j] || begin[j] + size[j] <= begin[i], "pieces at %zu and %zu overlap",
 			         begin[i], begin[j]);
 	}
 }
@@ -56,17 +56,17 @@ static void check_synthetic(const char *model, int nf4)
 	size_t layers;
 
 	if (model_config_resolve(&mc, model, "configs/models", err, sizeof err) < 0) {
-		TT_CHECK(0, "%s", err);
+		CHECKF(0, "%s", err);
 		return;
 	}
-	TT_CHECK(host_weights_load(&a, backend_cpu(), &mc, nf4, 42, err, sizeof err) == 0, "%s", err);
-	TT_CHECK(host_weights_load(&b, backend_cpu(), &mc, nf4, 42, err, sizeof err) == 0, "%s", err);
-	TT_CHECK(host_weights_load(&c, backend_cpu(), &mc, nf4, 43, err, sizeof err) == 0, "%s", err);
+	CHECKF(host_weights_load(&a, backend_cpu(), &mc, nf4, 42, err, sizeof err) == 0, "%s", err);
+	CHECKF(host_weights_load(&b, backend_cpu(), &mc, nf4, 42, err, sizeof err) == 0, "%s", err);
+	CHECKF(host_weights_load(&c, backend_cpu(), &mc, nf4, 43, err, sizeof err) == 0, "%s", err);
 	layers = a.lay.stride * (size_t)a.n_layers;
-	TT_CHECK(!a.real, "%s: synthetic weights must say so", model);
-	TT_CHECK(memcmp(a.layers, b.layers, layers) == 0 && memcmp(a.globals, b.globals, a.glob.bytes) == 0,
+	CHECKF(!a.real, "%s: synthetic weights must say so", model);
+	CHECKF(memcmp(a.layers, b.layers, layers) == 0 && memcmp(a.globals, b.globals, a.glob.bytes) == 0,
 	         "%s %s: seed 42 twice gives different weights", model, nf4 ? "nf4" : "bf16");
-	TT_CHECK(memcmp(a.layers, c.layers, layers) != 0 && memcmp(a.globals, c.globals, a.glob.bytes) != 0,
+	CHECKF(memcmp(a.layers, c.layers, layers) != 0 && memcmp(a.globals, c.globals, a.glob.bytes) != 0,
 	         "%s %s: seeds 42 and 43 give the same weights", model, nf4 ? "nf4" : "bf16");
 	/* norms near one, unit-norm embedding rows: what the generator promises */
 	{
@@ -75,7 +75,7 @@ static void check_synthetic(const char *model, int nf4)
 		double sum = 0, sq = 0;
 		long n = (long)mc.vocab_size * mc.hidden_size;
 
-		TT_CHECK(fabsf(f32_from_bf16(norm[0]) - 1.0f) < 0.2f, "input_layernorm[0] = %g", f32_from_bf16(norm[0]));
+		CHECKF(fabsf(f32_from_bf16(norm[0]) - 1.0f) < 0.2f, "input_layernorm[0] = %g", f32_from_bf16(norm[0]));
 		for (long i = 0; i < n; i++) {
 			double v = f32_from_bf16(embed[i]);
 
@@ -83,7 +83,7 @@ static void check_synthetic(const char *model, int nf4)
 			sq += v * v;
 		}
 		/* N(0, 1/C): 1/8 for the 64-wide tiny models */
-		TT_CHECK(fabs(sum / n) < 0.005 && fabs(sqrt(sq / n) - 1.0 / sqrt(mc.hidden_size)) < 0.005,
+		CHECKF(fabs(sum / n) < 0.005 && fabs(sqrt(sq / n) - 1.0 / sqrt(mc.hidden_size)) < 0.005,
 		         "embedding mean %g std %g", sum / n, sqrt(sq / n));
 	}
 	check_layout(&a.lay);
@@ -230,20 +230,20 @@ static void check_checkpoint_values(const char *dir, int nf4)
 	int ok = 1;
 
 	if (model_config_resolve(&mc, dir, NULL, err, sizeof err) < 0 || mc.checkpoint_dir == NULL) {
-		TT_CHECK(0, "checkpoint %s not recognised: %s", dir, err);
+		CHECKF(0, "checkpoint %s not recognised: %s", dir, err);
 		return;
 	}
 	if (host_weights_load(&w, backend_cpu(), &mc, nf4, 42, err, sizeof err) < 0) {
-		TT_CHECK(0, "loading %s: %s", dir, err);
+		CHECKF(0, "loading %s: %s", dir, err);
 		model_config_free(&mc);
 		return;
 	}
-	TT_CHECK(w.real, "a checkpoint is real weights");
-	TT_CHECK(bf16_matches((const bf16 *)(w.globals + w.glob.embed), "model.embed_tokens.weight",
+	CHECKF(w.real, "a checkpoint is real weights");
+	CHECKF(bf16_matches((const bf16 *)(w.globals + w.glob.embed), "model.embed_tokens.weight",
 	                      (long)mc.vocab_size * mc.hidden_size, 0.0f), "embedding values");
-	TT_CHECK(bf16_matches((const bf16 *)(w.globals + w.glob.lm_head), "lm_head.weight",
+	CHECKF(bf16_matches((const bf16 *)(w.globals + w.glob.lm_head), "lm_head.weight",
 	                      (long)mc.vocab_size * mc.hidden_size, 0.0f), "lm_head values");
-	TT_CHECK(bf16_matches((const bf16 *)(w.globals + w.glob.final_norm), "model.norm.weight", mc.hidden_size, 1.0f),
+	CHECKF(bf16_matches((const bf16 *)(w.globals + w.glob.final_norm), "model.norm.weight", mc.hidden_size, 1.0f),
 	         "final norm (f32 in the file) values");
 	for (int l = 0; l < mc.num_hidden_layers; l++) {
 		const unsigned char *rec = w.layers + (size_t)l * w.lay.stride;
@@ -277,7 +277,7 @@ static void check_checkpoint_values(const char *dir, int nf4)
 			}
 		}
 	}
-	TT_CHECK(ok, "%s layer values from the checkpoint", nf4 ? "nf4" : "bf16");
+	CHECKF(ok, "%s layer values from the checkpoint", nf4 ? "nf4" : "bf16");
 	host_weights_free(&w);
 	model_config_free(&mc);
 }
@@ -290,12 +290,12 @@ static void check_bad_checkpoint(const char *base, const char *skip, const char 
 	char err[1024];
 
 	if (write_checkpoint(dir, skip, bad_shape) < 0 || model_config_resolve(&mc, dir, NULL, err, sizeof err) < 0) {
-		TT_CHECK(0, "cannot build the broken checkpoint %s", dir);
+		CHECKF(0, "cannot build the broken checkpoint %s", dir);
 		free(dir);
 		return;
 	}
-	TT_CHECK(host_weights_load(&w, backend_cpu(), &mc, 0, 42, err, sizeof err) == -1, "%s must not load", dir);
-	TT_CHECK(strstr(err, skip ? skip : bad_shape) != NULL && strstr(err, expect) != NULL, "message: \"%s\"", err);
+	CHECKF(host_weights_load(&w, backend_cpu(), &mc, 0, 42, err, sizeof err) == -1, "%s must not load", dir);
+	CHECKF(strstr(err, skip ? skip : bad_shape) != NULL && strstr(err, expect) != NULL, "message: \"%s\"", err);
 	model_config_free(&mc);
 	free(dir);
 }
@@ -316,15 +316,15 @@ static void check_train_from_checkpoint(const char *dir)
 	cfg.mode = MODE_BLOCKWISE;
 	cfg.method = METHOD_POROS;
 	cfg.out_dir = xasprintf("%s/run", dir);
-	TT_CHECK(train_run(&cfg, out) == 0, "train_run on the checkpoint failed");
+	CHECKF(train_run(&cfg, out) == 0, "train_run on the checkpoint failed");
 	rewind(out);
 	n = fread(line, 1, sizeof line - 1, out);
 	line[n] = '\0';
 	fclose(out);
 	sum = cJSON_Parse(line);
 	w = cJSON_GetObjectItemCaseSensitive(sum, "weights");
-	TT_CHECK(cJSON_IsString(w) && strcmp(w->valuestring, "real") == 0, "summary: %s", line);
-	TT_CHECK(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(sum, "steps")) == 3, "summary: %s", line);
+	CHECKF(cJSON_IsString(w) && strcmp(w->valuestring, "real") == 0, "summary: %s", line);
+	CHECKF(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(sum, "steps")) == 3, "summary: %s", line);
 	cJSON_Delete(sum);
 	events = xasprintf("%s/events.jsonl", cfg.out_dir);
 	{
@@ -333,7 +333,7 @@ static void check_train_from_checkpoint(const char *dir)
 
 		for (size_t i = 0; text && i < n; i++)
 			lines += text[i] == '\n';
-		TT_CHECK(lines == 3, "events.jsonl has %d lines", lines);
+		CHECKF(lines == 3, "events.jsonl has %d lines", lines);
 		free(text);
 	}
 	free(events);
@@ -358,7 +358,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	good = xasprintf("%s/good", base);
-	TT_CHECK(write_checkpoint(good, NULL, NULL) == 0, "cannot write the checkpoint");
+	CHECKF(write_checkpoint(good, NULL, NULL) == 0, "cannot write the checkpoint");
 	check_checkpoint_values(good, 0);
 	check_checkpoint_values(good, 1);
 	check_bad_checkpoint(base, "model.layers.2.mlp.up_proj.weight", NULL, "not found");
@@ -368,6 +368,6 @@ int main(int argc, char **argv)
 	snprintf(cmd, sizeof cmd, "rm -rf %s", base);
 	if (system(cmd) != 0)
 		fprintf(stderr, "test_train_weights: could not remove %s\n", base);
-	fprintf(stderr, "test_train_weights: %s\n", tt_failures ? "FAILED" : "ok");
-	return tt_failures != 0;
+	fprintf(stderr, "test_train_weights: %s\n", failures ? "FAILED" : "ok");
+	return failures != 0;
 }
