@@ -19,6 +19,14 @@
  *     upstream gradients of a linear): bf16, round-to-nearest-even
  *   - base weights: bf16 (nf4 is dequantized to bf16 before use)
  *   - GEMMs accumulate in fp32
+ *   - attention: q, k, v (and the upstream gradient dout in backward) are
+ *     rounded to bf16 before every product that reads them; the scores
+ *     scale * q.k accumulate in fp32 and the softmax runs in fp32 (lse kept
+ *     in fp32); the probabilities are rounded to bf16 (P16) for out = P16 v
+ *     and dv = sum_h P16^T dout; in backward P is rebuilt in fp32 from lse,
+ *     dP = dout v^T accumulates in fp32, delta_i = sum_j P_ij dP_ij and
+ *     dS = P (dP - delta) are fp32, and dS is rounded to bf16 (dS16) for
+ *     dq = scale dS16 k and dk = scale sum_h dS16^T q
  *   - LoRA A, B, their grads and AdamW states: fp32
  * Every op is deterministic: same inputs and shapes, same bits.
  * Backward ops ADD into gradient outputs marked (+=); the caller zeroes.
@@ -82,15 +90,15 @@ X(void, matmul_backward_input, (float *din, const bf16 *dout, const bf16 *weight
 /* LoRA (PEFT): xd = dropout_p ? x * keep / (1-p) : x (keep from \
  * poros_dropout_keep(seed, t*K+k, p)); u (T,R) = xd @ A^T, A (R,K); \
  * out (T,N) += scale * u @ B^T, B (N,R).  u is saved for backward. \
- * xd_scratch: NULL, or T*K floats the backend may use to hold xd in fp32 \
- * (CUDA then runs the products with xd as cuBLAS SGEMMs; contents are \
+ * scratch: NULL, or T*K floats the backend may use for partial sums \
+ * (CUDA then splits the long sums over the whole GPU; contents are \
  * undefined afterwards).  Either way the result is deterministic. */ \
-X(void, lora_forward, (float *out, float *u, float *xd_scratch, const bf16 *in, const float *A, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)) \
+X(void, lora_forward, (float *out, float *u, float *scratch, const bf16 *in, const float *A, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)) \
 /* Given dout (T,N): dB (N,R) += scale * dout^T @ u; du (T,R) = scale * \
  * dout @ B (scratch, written); dA (R,K) += du^T @ xd; din (T,K) += du @ A \
- * (din may be NULL when no input gradient is needed); xd_scratch as in \
+ * (din may be NULL when no input gradient is needed); scratch as in \
  * lora_forward. */ \
-X(void, lora_backward, (float *din, float *dA, float *dB, float *du, float *xd_scratch, const float *dout, const bf16 *in, const float *u, const float *A, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)) \
+X(void, lora_backward, (float *din, float *dA, float *dB, float *du, float *scratch, const float *dout, const bf16 *in, const float *u, const float *A, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)) \
 /* Rotary embedding, HF rotate_half layout, in place on x (T,nh,D); \
  * position of token t is t % S; cos, sin (S, D/2). */ \
 X(void, rope_forward, (float *x, const float *cos, const float *sin, int B, int S, int nh, int D)) \
@@ -98,9 +106,17 @@ X(void, rope_forward, (float *x, const float *cos, const float *sin, int B, int 
 X(void, rope_backward, (float *dx, const float *cos, const float *sin, int B, int S, int nh, int D)) \
 /* Causal GQA attention, softmax scale 1/sqrt(D).  q (T,H,D), k, v (T,G,D); \
  * out (T,H*D) bf16; lse (B,H,S) log-sum-exp of the scaled scores, saved. \
+ * Inside, bf16 products with fp32 accumulation (the contract above): \
+ * scores = scale * bf16(q) . bf16(k), softmax in fp32, out = bf16(P) @ \
+ * bf16(v) rounded to bf16.  Only keys j <= i are computed (query blocks of \
+ * attention_query_block rows see keys up to their block's end). \
  * scratch: attention_scratch_floats(B,S,H,G,D) floats. */ \
 X(void, attention_forward, (bf16 *out, float *lse, float *scratch, const float *q, const float *k, const float *v, int B, int S, int H, int G, int D)) \
-/* dq (T,H,D), dk, dv (T,G,D) written (not accumulated) from dout (T,H*D). */ \
+/* dq (T,H,D), dk, dv (T,G,D) written (not accumulated) from dout (T,H*D): \
+ * P = exp(scale bf16(q).bf16(k) - lse) in fp32, dP = bf16(dout) @ bf16(v)^T \
+ * in fp32, dS = P (dP - rowsum(P dP)) in fp32; dv = sum_h bf16(P)^T \
+ * bf16(dout), dq = scale bf16(dS) @ bf16(k), dk = scale sum_h bf16(dS)^T \
+ * bf16(q), all accumulated in fp32. */ \
 X(void, attention_backward, (float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *q, const float *k, const float *v, const float *lse, int B, int S, int H, int G, int D)) \
 /* out (n) = silu(gate) * up, bf16 */ \
 X(void, swiglu_forward, (bf16 *out, const float *gate, const float *up, long n)) \
@@ -126,6 +142,71 @@ X(void, adamw_update, (float *param, const float *grad, float *m, float *v, long
 /* Scratch sizes (in floats) some ops need; same on both backends. */
 size_t attention_scratch_floats(int B, int S, int H, int G, int D);
 size_t sumsq_scratch_floats(long n);
+
+/* Attention's query blocks.  The CUDA backend splits the S query rows into
+ * blocks of qb rows (the last one may be shorter); block i, rows [i*qb,
+ * end_i) with end_i = min(S, (i+1)*qb), only computes keys [0, end_i), so
+ * the masked half of the score matrix is skipped but for the blocks on its
+ * diagonal.  The parts of its scratch, in floats, each rounded up to 4 (16
+ * bytes); kernels/cuda/attention.cu says what goes where.
+ * attention_scratch_floats covers their sum and the CPU's own layout. */
+struct attention_parts {
+	size_t scores; /* sum over blocks of B*H*rows_i*end_i: scores, then P16/dS16 */
+	size_t block;  /* B*H*max_i rows_i*max(end_i, D): one block's dP or output */
+	size_t rows16; /* (T,H*D) bf16: q, v or dout */
+	size_t cols16; /* (T,G*D) bf16: k or v */
+};
+
+static inline size_t attention_round4(size_t floats)
+{
+	return (floats + 3) / 4 * 4;
+}
+
+static inline struct attention_parts attention_parts_of(int B, int S, int H, int G, int D, int qb)
+{
+	struct attention_parts p;
+	size_t bh = (size_t)B * H, tokens = (size_t)B * S, scores = 0, block = 0;
+	for (int r0 = 0; r0 < S; r0 += qb) {
+		size_t rows = (size_t)(S - r0 < qb ? S - r0 : qb), end = (size_t)r0 + rows;
+		size_t cols = end > (size_t)D ? end : (size_t)D;
+		scores += bh * rows * end;
+		if (rows * cols > block)
+			block = rows * cols;
+	}
+	p.scores = attention_round4(scores);
+	p.block = attention_round4(bh * block);
+	p.rows16 = attention_round4((tokens * H * D + 1) / 2);
+	p.cols16 = attention_round4((tokens * G * D + 1) / 2);
+	return p;
+}
+
+static inline size_t attention_blocked_floats(int B, int S, int H, int G, int D, int qb)
+{
+	struct attention_parts p = attention_parts_of(B, S, H, G, D, qb);
+	return p.scores + p.block + p.rows16 + p.cols16;
+}
+
+/* Rows per query block: the largest of 128, 64, 32, 16 whose blocked layout
+ * fits in 2*B*H*S*S + 4*B*H*S floats (what the attention needed when it
+ * computed every score in fp32, and what engines were sized for); when none
+ * does (short sequences), the one that needs least, the larger on a tie.
+ * Fewer rows per block mean more, smaller GEMMs, so the largest that fits. */
+static inline int attention_query_block(int B, int S, int H, int G, int D)
+{
+	size_t rows = (size_t)B * H * S, budget = 2 * rows * (size_t)S + 4 * rows;
+	int best = 128;
+	size_t best_floats = attention_blocked_floats(B, S, H, G, D, best);
+	for (int qb = 128; qb >= 16; qb /= 2) {
+		size_t floats = attention_blocked_floats(B, S, H, G, D, qb);
+		if (floats <= budget)
+			return qb;
+		if (floats < best_floats) {
+			best = qb;
+			best_floats = floats;
+		}
+	}
+	return best;
+}
 
 #define POROS_DECLARE_CPU(ret, name, args) ret name##_cpu args;
 #define POROS_DECLARE_CUDA(ret, name, args) ret name##_cuda args;

@@ -29,11 +29,11 @@ static inline int min_int(int a, int b)
 
 /* out (T,N) += scale * u @ B^T and u (T,R) = xd @ A^T (saved), where
  * in (T,K) bf16, A (R,K), B (N,R).  The CPU hashes the mask tile by tile
- * and has no use for the fp32 scratch. */
-void lora_forward_cpu(float *out, float *u, float *xd_scratch, const bf16 *in, const float *A, const float *B,
+ * and has no use for the scratch. */
+void lora_forward_cpu(float *out, float *u, float *scratch, const bf16 *in, const float *A, const float *B,
 		      float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)
 {
-	(void)xd_scratch;
+	(void)scratch;
 	float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
 #pragma omp parallel for schedule(static) if ((long)T * K * R >= POROS_CPU_PAR_MIN)
 	for (int t = 0; t < T; t++) {
@@ -71,11 +71,11 @@ void lora_forward_cpu(float *out, float *u, float *xd_scratch, const bf16 *in, c
  *   dB (N,R) += scale * dout^T @ u
  *   dA (R,K) += du^T @ xd
  *   din (T,K) += (du @ A) * keep / (1-p)    (skipped when din is NULL) */
-void lora_backward_cpu(float *din, float *dA, float *dB, float *du, float *xd_scratch, const float *dout,
+void lora_backward_cpu(float *din, float *dA, float *dB, float *du, float *scratch, const float *dout,
 		       const bf16 *in, const float *u, const float *A, const float *B, float scale, float dropout_p,
 		       uint64_t dropout_seed, int T, int K, int N, int R)
 {
-	(void)xd_scratch;
+	(void)scratch;
 	float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
 	int r_tiles = (R + LORA_TILE - 1) / LORA_TILE;
 	int k_tiles = (K + LORA_TILE - 1) / LORA_TILE;

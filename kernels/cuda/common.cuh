@@ -283,4 +283,17 @@ static inline void gemm_f32_strided(cublasOperation_t ta, cublasOperation_t tb, 
 	                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+// bf16 A and B, fp32 C, `batch` independent products with element strides
+// between them: tensor cores with fp32 accumulation.
+static inline void gemm_bf16_strided(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                     float alpha, const bf16 *A, int lda, long long strideA,
+                                     const bf16 *B, int ldb, long long strideB, float beta,
+                                     float *C, int ldc, long long strideC, int batch)
+{
+	cublasCheck(cublasGemmStridedBatchedEx(poros_cuda_cublas(), ta, tb, m, n, k, &alpha,
+	                                       A, CUDA_R_16BF, lda, strideA, B, CUDA_R_16BF, ldb, strideB,
+	                                       &beta, C, CUDA_R_32F, ldc, strideC, batch,
+	                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 #endif

@@ -1,5 +1,5 @@
 // defines: lora_forward_cuda, lora_backward_cuda,
-//          lora_down_kernel, lora_dA_kernel, lora_din_kernel, lora_dropped_input_kernel
+//          lora_rowprod_kernel, lora_dA_kernel, lora_slice_sum_kernel, lora_din_kernel
 //
 // A LoRA adapter beside a frozen linear, as PEFT computes it:
 //   out (T,N) += scale * (dropout(x) @ A^T) @ B^T,  u = dropout(x) @ A^T
@@ -7,204 +7,352 @@
 // product are fp32.  Dropout keeps element (t,k) iff
 // poros_dropout_keep(seed, t*K+k, p) and scales kept ones by 1/(1-p), the
 // same hash and the same float multiply as the CPU, so the dropped input
-// xd has the same bits on both backends.
+// has the same bits on both backends.  It is applied as x is staged into
+// shared memory and never written back.
 //
-// The products with xd (u = xd @ A^T and dA += du^T @ xd) take one of two
-// paths.  Given an fp32 scratch (T*K floats, from the caller: cudaMalloc
-// inside an op is not allowed), xd is written there once and both become
-// fp32 cuBLAS GEMMs, which split the long K (or T) sum across every SM.
-// Without one, small tiled kernels read bf16 x and apply the mask on the
-// fly (x read once per 16 ranks, nothing written back), but their grid is
-// only ceil(T/8) blocks for u, which leaves most of a large GPU idle.
-// The products without xd are fp32 cuBLAS GEMMs (no TF32).  Every sum runs
-// in an order fixed by the shape: u and dA split their long sums (over k,
-// over t) among a block's thread groups, each ascending, and add the
-// groups' partial sums in group order; din sums r ascending, as the CPU.
+// The products with a rank-sized side are all long thin sums:
+//   u  (T,R) = xd @ A^T          sum over K   (lora_rowprod_kernel)
+//   du (T,R) = scale dout @ B    sum over N   (lora_rowprod_kernel)
+//   dA (R,K) += du^T @ xd        sum over T   (lora_dA_kernel)
+// A GEMM library tiles the short side (R = 16) and leaves most of a large
+// GPU idle or walks the long sum serially, so these are our own kernels:
+// each block owns a tile of outputs and one slice of the long sum; with a
+// scratch (T*K floats from the caller: an op may not allocate) the slices
+// write partial sums that lora_slice_sum_kernel adds in slice order, which
+// puts ~1000 blocks on the card; without one, each block takes the whole
+// sum (one slice) and writes the result itself.  The slicing depends only
+// on the shape, each thread sums its slice in ascending order, and slices
+// are added in ascending order: same shape, same bits (blockwise ==
+// resident), on any GPU.  The products with the wide side (out += u B^T,
+// dB += dout^T u) are ordinary fp32 cuBLAS GEMMs (no TF32), and
+// din += du @ A is lora_din_kernel, r ascending as on the CPU.
 #include "common.cuh"
 
-// u kernel: a block owns LD_T tokens x LD_R ranks and splits K among LD_G
-// thread groups; each pass stages LD_K = LD_G * LD_KG columns of x and A in
-// shared memory while the next pass's columns load into registers.
-#define LD_T 8
-#define LD_R 16
-#define LD_G 4
-#define LD_KG 64
-#define LD_K (LD_G * LD_KG)
-#define LD_THREADS (LD_T * LD_R * LD_G)
-#define LD_X_PER (LD_T * LD_K / LD_THREADS) // x elements each thread stages
-#define LD_A_PER (LD_R * LD_K / LD_THREADS) // A elements each thread stages
-// Row stride of the shared tiles: keeps float4 alignment and shifts each
-// row by 4 banks, so the 8 rows a quarter-warp reads hit distinct banks.
-#define LD_KPAD (LD_K + 4)
+// Row products: a block owns RP_T tokens x RP_R ranks of one slice and
+// stages RP_K columns of x and of the weight per pass.  Its RP_G thread
+// groups split each pass's columns; thread (g, tg, rg) sums tokens
+// tg + 16 i (i < 4) for ranks 4 rg + j (j < 4): 16 accumulators, two 16-byte
+// shared loads per 16 FMAs.  The groups' sums are added in group order at
+// the end.  Several groups per block (not more work per thread) is what
+// keeps enough warps on each scheduler to hide the load latency.
+#define RP_T 64
+#define RP_R 16
+#define RP_K 64
+#define RP_G 4
+#define RP_THREADS (64 * RP_G)
+#define RP_KPAD (RP_K + 4) // keeps float4 alignment; rows 4 banks apart
 
-// dA kernel: a block owns DA_K columns x DA_R ranks and splits each pass of
-// DA_T tokens among DA_G thread groups, prefetching like the u kernel.
-#define DA_K 32
+// dA: a block owns DA_K columns x DA_R ranks of one token slice and stages
+// DA_T tokens per pass; its DA_G groups split each pass's tokens; thread
+// (g, kq, rq) sums columns 4 kq + i for ranks 4 rq + j.
+#define DA_K 64
 #define DA_R 16
+#define DA_T 64
 #define DA_G 4
-#define DA_TG 16
-#define DA_T (DA_G * DA_TG)
-#define DA_THREADS (DA_K * (DA_R / 4) * DA_G) // 4 ranks per thread
-#define DA_X_PER (DA_T * DA_K / DA_THREADS)
-#define DA_D_PER (DA_T * DA_R / DA_THREADS)
+#define DA_THREADS (64 * DA_G)
+
+// Splitting: about SPLIT_BLOCKS blocks per call, no slice shorter than
+// SPLIT_MIN (a slice's partial sums must stay small beside its input).
+#define SPLIT_BLOCKS 1024
+#define SPLIT_MIN 128
 
 // din kernel: DIN_K columns x DIN_T tokens per block.
 #define DIN_K 256
 #define DIN_T 8
 
-// The dropped input element (t,k), as the CPU's dropped_input computes it.
-__device__ __forceinline__ float dropped_input(float x, int t, int k, int K, float p, float keep_scale,
-                                               uint64_t seed)
+__device__ __forceinline__ float load1(const float *p)
+{
+	return *p;
+}
+
+__device__ __forceinline__ float load1(const bf16 *p)
+{
+	return bf16_to_f32(*p);
+}
+
+__device__ __forceinline__ float dropped(float x, int t, int k, int K, float p, float keep_scale, uint64_t seed)
 {
 	if (p == 0.0f)
 		return x;
 	return dropout_keep_dev(seed, (uint64_t)t * K + k, p) ? x * keep_scale : 0.0f;
 }
 
-// u (T,R) = xd (T,K) @ A^T, A (R,K).  Grid (ceil(T/LD_T), ceil(R/LD_R)),
-// LD_THREADS threads; thread (g, tt, r) sums u[t0+tt][r0+r] over the group's
-// columns of every pass, k ascending; the groups' sums are then added in
-// group order.
-__global__ void __launch_bounds__(LD_THREADS) lora_down_kernel(float *u, const bf16 *in, const float *A, float p,
-                                                               float keep_scale, uint64_t seed, int T, int K,
-                                                               int R)
+// Four elements of row t of X (T,K) from column k, zero past kend; the
+// dropout applies to the bf16 input only (p = 0 for dout).
+template <typename TX>
+__device__ __forceinline__ float4 row_group(const TX *X, int t, int k, int kend, int K, bool vec, float p,
+                                           float keep_scale, uint64_t seed)
 {
-	__shared__ __align__(16) float xs[LD_T][LD_KPAD];
-	__shared__ __align__(16) float as[LD_R][LD_KPAD];
-	__shared__ float partial[LD_G][LD_T * LD_R];
-	int tid = threadIdx.x;
-	int r = tid % LD_R, tt = (tid / LD_R) % LD_T, g = tid / (LD_R * LD_T);
-	int t0 = blockIdx.x * LD_T, r0 = blockIdx.y * LD_R;
-	float x_next[LD_X_PER], a_next[LD_A_PER];
-
-	// element e of a pass: row e / LD_K, column e % LD_K (coalesced rows)
-#define LD_FETCH(k0)                                                                              \
-	do {                                                                                          \
-		_Pragma("unroll") for (int i = 0; i < LD_X_PER; i++) {                                    \
-			int e = tid + i * LD_THREADS, t = t0 + e / LD_K, k = (k0) + e % LD_K;                 \
-			x_next[i] = (t < T && k < K) ? bf16_to_f32(in[(size_t)t * K + k]) : 0.0f;            \
-		}                                                                                         \
-		_Pragma("unroll") for (int i = 0; i < LD_A_PER; i++) {                                    \
-			int e = tid + i * LD_THREADS, rr = r0 + e / LD_K, k = (k0) + e % LD_K;                \
-			a_next[i] = (rr < R && k < K) ? A[(size_t)rr * K + k] : 0.0f;                         \
-		}                                                                                         \
-	} while (0)
-
-	LD_FETCH(0);
-	float acc = 0.0f;
-	for (int k0 = 0; k0 < K; k0 += LD_K) {
-#pragma unroll
-		for (int i = 0; i < LD_X_PER; i++) {
-			int e = tid + i * LD_THREADS, t = t0 + e / LD_K, k = k0 + e % LD_K;
-			xs[e / LD_K][e % LD_K] = (t < T && k < K) ? dropped_input(x_next[i], t, k, K, p, keep_scale, seed)
-			                                          : 0.0f;
-		}
-#pragma unroll
-		for (int i = 0; i < LD_A_PER; i++) {
-			int e = tid + i * LD_THREADS;
-			as[e / LD_K][e % LD_K] = a_next[i];
-		}
-		__syncthreads();
-		if (k0 + LD_K < K)
-			LD_FETCH(k0 + LD_K); // in flight while this pass computes
-		const float *xr = &xs[tt][g * LD_KG], *ar = &as[r][g * LD_KG];
-#pragma unroll 4
-		for (int kk = 0; kk < LD_KG; kk += 4) {
-			float4 x = *(const float4 *)(xr + kk);
-			float4 a = *(const float4 *)(ar + kk);
-			acc = __fmaf_rn(x.x, a.x, acc);
-			acc = __fmaf_rn(x.y, a.y, acc);
-			acc = __fmaf_rn(x.z, a.z, acc);
-			acc = __fmaf_rn(x.w, a.w, acc);
-		}
-		__syncthreads();
+	const TX *x = X + (size_t)t * K + k;
+	float v[4];
+	if (k + 3 < kend) {
+		float4 w = load4(x, vec);
+		v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
+	} else {
+		for (int i = 0; i < 4; i++)
+			v[i] = k + i < kend ? load1(x + i) : 0.0f;
 	}
-#undef LD_FETCH
-	partial[g][tt * LD_R + r] = acc;
-	__syncthreads();
-	if (g != 0)
-		return;
-	float sum = partial[0][tt * LD_R + r];
-#pragma unroll
-	for (int j = 1; j < LD_G; j++)
-		sum += partial[j][tt * LD_R + r];
-	int t = t0 + tt, rr = r0 + r;
-	if (t < T && rr < R)
-		u[(size_t)t * R + rr] = sum;
+	if (p != 0.0f)
+		for (int i = 0; i < 4; i++)
+			v[i] = k + i < kend ? dropped(v[i], t, k + i, K, p, keep_scale, seed) : 0.0f;
+	return make_float4(v[0], v[1], v[2], v[3]);
 }
 
-// dA (R,K) += du^T (R,T) @ xd (T,K).  Grid (ceil(K/DA_K), ceil(R/DA_R)),
-// DA_THREADS threads; thread (g, rq, kc) sums dA[r0+4rq .. +3][k0+kc] over
-// the group's DA_TG tokens of every pass, t ascending; the groups' sums are
-// then added in group order.
-__global__ void __launch_bounds__(DA_THREADS) lora_dA_kernel(float *dA, const float *du, const bf16 *in, float p,
-                                                             float keep_scale, uint64_t seed, int T, int K, int R)
+// Per pass each thread loads RP_XG groups of four x values and RP_WG of
+// four weights into registers; the next pass's loads are issued before the
+// current pass computes, so their latency hides behind the FMAs.
+#define RP_XG (RP_T * RP_K / 4 / RP_THREADS)
+#define RP_WG (RP_R * RP_K / 4 / RP_THREADS)
+
+template <typename TX>
+__device__ __forceinline__ void rowprod_fetch_x(float4 (&xr)[RP_XG], const TX *X, int tid, int t0, int k0, int kend,
+                                                int T, int K, bool vec, float p, float keep_scale, uint64_t seed)
 {
-	__shared__ float dus[DA_T][DA_R];
-	__shared__ float xs[DA_T][DA_K];
-	__shared__ float partial[DA_G][DA_R * DA_K];
-	int tid = threadIdx.x;
-	int kc = tid % DA_K, rq = (tid / DA_K) % (DA_R / 4), g = tid / (DA_K * DA_R / 4);
-	int k0 = blockIdx.x * DA_K, r0 = blockIdx.y * DA_R;
-	float x_next[DA_X_PER], d_next[DA_D_PER];
-
-	// x element e of a pass: row e / DA_K, column e % DA_K; du element e:
-	// row e / DA_R, rank e % DA_R
-#define DA_FETCH(ts)                                                                              \
-	do {                                                                                          \
-		_Pragma("unroll") for (int i = 0; i < DA_X_PER; i++) {                                    \
-			int e = tid + i * DA_THREADS, t = (ts) + e / DA_K, k = k0 + e % DA_K;                 \
-			x_next[i] = (t < T && k < K) ? bf16_to_f32(in[(size_t)t * K + k]) : 0.0f;            \
-		}                                                                                         \
-		_Pragma("unroll") for (int i = 0; i < DA_D_PER; i++) {                                    \
-			int e = tid + i * DA_THREADS, t = (ts) + e / DA_R, rr = r0 + e % DA_R;                \
-			d_next[i] = (t < T && rr < R) ? du[(size_t)t * R + rr] : 0.0f;                        \
-		}                                                                                         \
-	} while (0)
-
-	DA_FETCH(0);
-	float acc[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-	for (int ts = 0; ts < T; ts += DA_T) {
 #pragma unroll
-		for (int i = 0; i < DA_X_PER; i++) {
-			int e = tid + i * DA_THREADS, t = ts + e / DA_K, k = k0 + e % DA_K;
-			xs[e / DA_K][e % DA_K] = (t < T && k < K) ? dropped_input(x_next[i], t, k, K, p, keep_scale, seed)
-			                                          : 0.0f;
+	for (int i = 0; i < RP_XG; i++) {
+		int e = tid + i * RP_THREADS, row = e / (RP_K / 4), c = (e % (RP_K / 4)) * 4, t = t0 + row;
+		xr[i] = t < T ? row_group(X, t, k0 + c, kend, K, vec, p, keep_scale, seed)
+		              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	}
+}
+
+// Group i of a pass: for A, row r0 + e / (RP_K/4), columns 4 (e % (RP_K/4))
+// on; for B, column k0 + e / (RP_R/4), ranks r0 + 4 (e % (RP_R/4)) on.
+template <bool W_IS_B>
+__device__ __forceinline__ void rowprod_fetch_w(float4 (&wr)[RP_WG], const float *W, int tid, int r0, int k0,
+                                                int kend, int K, int R, bool vec)
+{
+#pragma unroll
+	for (int i = 0; i < RP_WG; i++) {
+		int e = tid + i * RP_THREADS;
+		if (W_IS_B) {
+			int c = e / (RP_R / 4), r = r0 + (e % (RP_R / 4)) * 4, k = k0 + c;
+			wr[i] = k < kend ? row_group(W, k, r, R, R, vec, 0.0f, 1.0f, 0) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		} else {
+			int row = e / (RP_K / 4), c = (e % (RP_K / 4)) * 4, r = r0 + row;
+			wr[i] = r < R ? row_group(W, r, k0 + c, kend, K, vec, 0.0f, 1.0f, 0)
+			              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		}
+	}
+}
+
+// P (T,R) partial sums over columns [s*slice, (s+1)*slice) of
+//   X (T,K) times W(r,k): W_IS_B ? W[k*R + r] (B (N,R)) : W[r*K + k] (A (R,K)).
+// One slice (gridDim.z == 1): out = scale * sum, final.  Several: slice s
+// writes its raw sums to out + s*T*R for lora_slice_sum_kernel.
+template <typename TX, bool W_IS_B>
+__global__ void __launch_bounds__(RP_THREADS)
+	lora_rowprod_kernel(float *out, const TX *X, const float *W, float scale, float p, float keep_scale,
+	                    uint64_t seed, int T, int K, int R, int slice, bool vec_x, bool vec_w)
+{
+	__shared__ __align__(16) float xs[RP_T][RP_KPAD];
+	__shared__ __align__(16) float ws[RP_R][RP_KPAD];
+	int tid = threadIdx.x, g = tid / 64, tg = tid % 16, rg = (tid % 64) / 16;
+	int t0 = blockIdx.x * RP_T, r0 = blockIdx.y * RP_R, s = blockIdx.z;
+	int kbeg = s * slice, kend = min(K, kbeg + slice);
+	float4 xr[RP_XG], wr[RP_WG];
+	float acc[4][4];
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			acc[i][j] = 0.0f;
+
+	rowprod_fetch_x(xr, X, tid, t0, kbeg, kend, T, K, vec_x, p, keep_scale, seed);
+	rowprod_fetch_w<W_IS_B>(wr, W, tid, r0, kbeg, kend, K, R, vec_w);
+	for (int k0 = kbeg; k0 < kend; k0 += RP_K) {
+#pragma unroll
+		for (int i = 0; i < RP_XG; i++) {
+			int e = tid + i * RP_THREADS;
+			*(float4 *)&xs[e / (RP_K / 4)][(e % (RP_K / 4)) * 4] = xr[i];
 		}
 #pragma unroll
-		for (int i = 0; i < DA_D_PER; i++) {
-			int e = tid + i * DA_THREADS;
-			dus[e / DA_R][e % DA_R] = d_next[i];
+		for (int i = 0; i < RP_WG; i++) {
+			int e = tid + i * RP_THREADS;
+			if (W_IS_B) {
+				int c = e / (RP_R / 4), rq = (e % (RP_R / 4)) * 4;
+				ws[rq][c] = wr[i].x, ws[rq + 1][c] = wr[i].y, ws[rq + 2][c] = wr[i].z, ws[rq + 3][c] = wr[i].w;
+			} else {
+				*(float4 *)&ws[e / (RP_K / 4)][(e % (RP_K / 4)) * 4] = wr[i];
+			}
 		}
 		__syncthreads();
-		if (ts + DA_T < T)
-			DA_FETCH(ts + DA_T);
-#pragma unroll 4
-		for (int tt = g * DA_TG; tt < (g + 1) * DA_TG; tt++) {
-			float x = xs[tt][kc];
+		if (k0 + RP_K < kend) { // in flight while this pass computes
+			rowprod_fetch_x(xr, X, tid, t0, k0 + RP_K, kend, T, K, vec_x, p, keep_scale, seed);
+			rowprod_fetch_w<W_IS_B>(wr, W, tid, r0, k0 + RP_K, kend, K, R, vec_w);
+		}
+#pragma unroll
+		for (int kk = g * (RP_K / RP_G); kk < (g + 1) * (RP_K / RP_G); kk += 4) {
+			float4 w[4];
 #pragma unroll
 			for (int j = 0; j < 4; j++)
-				acc[j] = __fmaf_rn(dus[tt][rq * 4 + j], x, acc[j]);
+				w[j] = *(const float4 *)&ws[rg * 4 + j][kk];
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				float4 x = *(const float4 *)&xs[tg + 16 * i][kk];
+#pragma unroll
+				for (int j = 0; j < 4; j++) {
+					acc[i][j] = __fmaf_rn(x.x, w[j].x, acc[i][j]);
+					acc[i][j] = __fmaf_rn(x.y, w[j].y, acc[i][j]);
+					acc[i][j] = __fmaf_rn(x.z, w[j].z, acc[i][j]);
+					acc[i][j] = __fmaf_rn(x.w, w[j].w, acc[i][j]);
+				}
+			}
 		}
 		__syncthreads();
 	}
-#undef DA_FETCH
+	// the groups' sums, added in group order: red[g][output o][thread]
+	float *red = &xs[0][0];
 #pragma unroll
-	for (int j = 0; j < 4; j++)
-		partial[g][(rq * 4 + j) * DA_K + kc] = acc[j];
+	for (int i = 0; i < 4; i++)
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			red[(g * 16 + i * 4 + j) * 64 + tid % 64] = acc[i][j];
 	__syncthreads();
 	if (g != 0)
 		return;
-	int k = k0 + kc;
+	bool final = gridDim.z == 1;
+	float *dst = final ? out : out + (size_t)s * T * R;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		int t = t0 + tg + 16 * i;
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			int r = r0 + rg * 4 + j, o = i * 4 + j;
+			float sum = red[o * 64 + tid];
+#pragma unroll
+			for (int h = 1; h < RP_G; h++)
+				sum += red[(h * 16 + o) * 64 + tid];
+			if (t < T && r < R)
+				dst[(size_t)t * R + r] = final ? scale * sum : sum;
+		}
+	}
+}
+
+#define DA_XG (DA_T * DA_K / 4 / DA_THREADS)
+#define DA_UG (DA_T * DA_R / 4 / DA_THREADS)
+
+__device__ __forceinline__ void dA_fetch(float4 (&xr)[DA_XG], float4 (&ur)[DA_UG], const bf16 *in, const float *du,
+                                         int tid, int ts, int tend, int k0, int r0, int K, int R, bool vec_x,
+                                         bool vec_u, float p, float keep_scale, uint64_t seed)
+{
+#pragma unroll
+	for (int i = 0; i < DA_XG; i++) {
+		int e = tid + i * DA_THREADS, row = e / (DA_K / 4), c = (e % (DA_K / 4)) * 4, t = ts + row;
+		xr[i] = t < tend ? row_group(in, t, k0 + c, K, K, vec_x, p, keep_scale, seed)
+		                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	}
+#pragma unroll
+	for (int i = 0; i < DA_UG; i++) {
+		int e = tid + i * DA_THREADS, row = e / (DA_R / 4), c = (e % (DA_R / 4)) * 4, t = ts + row;
+		ur[i] = t < tend ? row_group(du, t, r0 + c, R, R, vec_u, 0.0f, 1.0f, 0)
+		                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	}
+}
+
+// dA (R,K) += du^T (R,T) @ xd (T,K) over the tokens [s*slice, (s+1)*slice).
+// One slice: added to dA here.  Several: slice s writes its raw sums to
+// part + s*R*K for lora_slice_sum_kernel.
+__global__ void __launch_bounds__(DA_THREADS)
+	lora_dA_kernel(float *dA, float *part, const float *du, const bf16 *in, float p, float keep_scale,
+	               uint64_t seed, int T, int K, int R, int slice, bool vec_x, bool vec_u)
+{
+	__shared__ __align__(16) float xs[DA_T][DA_K];
+	__shared__ __align__(16) float us[DA_T][DA_R];
+	int tid = threadIdx.x, g = tid / 64, kq = tid % 16, rq = (tid % 64) / 16;
+	int k0 = blockIdx.x * DA_K, r0 = blockIdx.y * DA_R, s = blockIdx.z;
+	int tbeg = s * slice, tend = min(T, tbeg + slice);
+	float4 xr[DA_XG], ur[DA_UG];
+	float acc[4][4]; // [rank j][column i]
+#pragma unroll
+	for (int j = 0; j < 4; j++)
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+			acc[j][i] = 0.0f;
+
+	dA_fetch(xr, ur, in, du, tid, tbeg, tend, k0, r0, K, R, vec_x, vec_u, p, keep_scale, seed);
+	for (int ts = tbeg; ts < tend; ts += DA_T) {
+#pragma unroll
+		for (int i = 0; i < DA_XG; i++) {
+			int e = tid + i * DA_THREADS;
+			*(float4 *)&xs[e / (DA_K / 4)][(e % (DA_K / 4)) * 4] = xr[i];
+		}
+#pragma unroll
+		for (int i = 0; i < DA_UG; i++) {
+			int e = tid + i * DA_THREADS;
+			*(float4 *)&us[e / (DA_R / 4)][(e % (DA_R / 4)) * 4] = ur[i];
+		}
+		__syncthreads();
+		if (ts + DA_T < tend)
+			dA_fetch(xr, ur, in, du, tid, ts + DA_T, tend, k0, r0, K, R, vec_x, vec_u, p, keep_scale, seed);
+#pragma unroll 4
+		for (int tt = g * (DA_T / DA_G); tt < (g + 1) * (DA_T / DA_G); tt++) {
+			float4 x = *(const float4 *)&xs[tt][kq * 4];
+			float4 d = *(const float4 *)&us[tt][rq * 4];
+			float dj[4] = { d.x, d.y, d.z, d.w };
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				acc[j][0] = __fmaf_rn(dj[j], x.x, acc[j][0]);
+				acc[j][1] = __fmaf_rn(dj[j], x.y, acc[j][1]);
+				acc[j][2] = __fmaf_rn(dj[j], x.z, acc[j][2]);
+				acc[j][3] = __fmaf_rn(dj[j], x.w, acc[j][3]);
+			}
+		}
+		__syncthreads();
+	}
+	// the groups' sums, added in group order: red[g][output o][thread]
+	float *red = &xs[0][0];
+#pragma unroll
+	for (int j = 0; j < 4; j++)
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+			red[(g * 16 + j * 4 + i) * 64 + tid % 64] = acc[j][i];
+	__syncthreads();
+	if (g != 0)
+		return;
+	bool final = gridDim.z == 1;
 #pragma unroll
 	for (int j = 0; j < 4; j++) {
-		int rr = r0 + rq * 4 + j;
-		float sum = partial[0][(rq * 4 + j) * DA_K + kc];
+		int r = r0 + rq * 4 + j;
 #pragma unroll
-		for (int h = 1; h < DA_G; h++)
-			sum += partial[h][(rq * 4 + j) * DA_K + kc];
-		if (rr < R && k < K)
-			dA[(size_t)rr * K + k] += sum;
+		for (int i = 0; i < 4; i++) {
+			int k = k0 + kq * 4 + i, o = j * 4 + i;
+			float sum = red[o * 64 + tid];
+#pragma unroll
+			for (int h = 1; h < DA_G; h++)
+				sum += red[(h * 16 + o) * 64 + tid];
+			if (r >= R || k >= K)
+				continue;
+			size_t idx = (size_t)r * K + k;
+			if (final)
+				dA[idx] += sum;
+			else
+				part[(size_t)s * R * K + idx] = sum;
+		}
+	}
+}
+
+// dst[i] (+)= scale * (part[i] + part[n + i] + ... ), slices in order.
+// The loads of eight slices are issued together (the adds stay in slice
+// order): one thread per output and up to ~100 slices, so load latency,
+// not bandwidth, is what this kernel has to hide.
+__global__ void lora_slice_sum_kernel(float *dst, const float *part, float scale, int nslice, long n, bool add)
+{
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+		float sum = part[i];
+		int s = 1;
+		for (; s + 8 <= nslice; s += 8) {
+			float v[8];
+#pragma unroll
+			for (int j = 0; j < 8; j++)
+				v[j] = part[(size_t)(s + j) * n + i];
+#pragma unroll
+			for (int j = 0; j < 8; j++)
+				sum += v[j];
+		}
+		for (; s < nslice; s++)
+			sum += part[(size_t)s * n + i];
+		dst[i] = add ? dst[i] + scale * sum : scale * sum;
 	}
 }
 
@@ -212,7 +360,7 @@ __global__ void __launch_bounds__(DA_THREADS) lora_dA_kernel(float *dA, const fl
 // gradient flows back through the dropout the forward applied, r ascending
 // as on the CPU.  Grid (ceil(K/DIN_K), ceil(T/DIN_T)), DIN_K threads; each
 // A element is read once per block and used for DIN_T tokens.
-__global__ void lora_din_kernel(float *din, const float *du, const float *A, float p, float keep_scale,
+__global__ void __launch_bounds__(DIN_K, 4) lora_din_kernel(float *din, const float *du, const float *A, float p, float keep_scale,
                                 uint64_t seed, int T, int K, int R)
 {
 	extern __shared__ float du_tile[]; // (DIN_T, R)
@@ -225,10 +373,12 @@ __global__ void lora_din_kernel(float *din, const float *du, const float *A, flo
 	__syncthreads();
 	if (k >= K)
 		return;
-	float acc[DIN_T];
+	float acc[DIN_T], prev[DIN_T];
 #pragma unroll
-	for (int i = 0; i < DIN_T; i++)
+	for (int i = 0; i < DIN_T; i++) { // in flight while the sums run
 		acc[i] = 0.0f;
+		prev[i] = t0 + i < T ? din[(size_t)(t0 + i) * K + k] : 0.0f;
+	}
 	for (int r = 0; r < R; r++) {
 		float a = A[(size_t)r * K + k];
 #pragma unroll
@@ -242,29 +392,13 @@ __global__ void lora_din_kernel(float *din, const float *du, const float *A, flo
 			break;
 		size_t idx = (size_t)t * K + k;
 		if (p == 0.0f)
-			din[idx] += acc[i];
+			din[idx] = prev[i] + acc[i];
 		else if (dropout_keep_dev(seed, (uint64_t)t * K + k, p))
-			din[idx] += acc[i] * keep_scale;
+			din[idx] = prev[i] + acc[i] * keep_scale;
 	}
 }
 
-// xd (T*K) = dropout(in) in fp32, exactly as dropped_input computes it.
-__global__ void lora_dropped_input_kernel(float *xd, const bf16 *in, float p, float keep_scale, uint64_t seed,
-                                          long total, int K)
-{
-	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x)
-		xd[i] = dropped_input(bf16_to_f32(in[i]), (int)(i / K), (int)(i % K), K, p, keep_scale, seed);
-}
-
-#define XD_THREADS 256
-
-static void dropped_input_to(float *xd, const bf16 *in, float p, float keep_scale, uint64_t seed, int T, int K)
-{
-	long total = (long)T * K;
-	lora_dropped_input_kernel<<<grid_for(total, XD_THREADS), XD_THREADS, 0, poros_cuda_compute_stream()>>>(
-		xd, in, p, keep_scale, seed, total, K);
-	launchCheck();
-}
+#define SUM_THREADS 64 // T*R outputs: small blocks spread them over more SMs
 
 static float keep_scale_of(float p)
 {
@@ -272,26 +406,68 @@ static float keep_scale_of(float p)
 	return p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
 }
 
+// Slices of a sum of length len, for `tiles` output tiles: about
+// SPLIT_BLOCKS blocks in all, slices a multiple of `step` and at least
+// SPLIT_MIN long, and at most max_slices of them (what the scratch holds).
+// A function of the shape alone.
+static int slice_len(long len, long tiles, int step, long max_slices)
+{
+	long want = (SPLIT_BLOCKS + tiles - 1) / tiles;
+	long slice = (len + want - 1) / want;
+	if (slice < SPLIT_MIN)
+		slice = SPLIT_MIN;
+	slice = (slice + step - 1) / step * step;
+	if (max_slices < 1)
+		max_slices = 1;
+	if ((len + slice - 1) / slice > max_slices) { // fewer, longer slices
+		slice = (len + max_slices - 1) / max_slices;
+		slice = (slice + step - 1) / step * step;
+	}
+	if (slice >= len)
+		slice = (int)((len + step - 1) / step * step); // one slice
+	return (int)slice;
+}
+
+static void slice_sum(float *dst, const float *part, float scale, int nslice, long n, bool add)
+{
+	lora_slice_sum_kernel<<<grid_for(n, SUM_THREADS), SUM_THREADS, 0, poros_cuda_compute_stream()>>>(
+		dst, part, scale, nslice, n, add);
+	launchCheck();
+}
+
+// dst (T,R) = scale * X (T,L) @ W^T summed over L, W given as A (R,L) or,
+// W_IS_B, as B (L,R).  scratch: NULL or T*scratch_cols floats.
+template <typename TX, bool W_IS_B>
+static void row_products(float *dst, float *scratch, long scratch_cols, const TX *X, const float *W, float scale,
+                         float p, uint64_t seed, int T, int L, int R)
+{
+	long tiles = (long)ceil_div_u(T, RP_T) * ceil_div_u(R, RP_R);
+	// the partial sums of nslice slices take nslice*T*R of T*scratch_cols floats
+	long max_slices = scratch ? scratch_cols / R : 1;
+	int slice = slice_len(L, tiles, RP_K, max_slices);
+	int nslice = (int)ceil_div_u(L, slice);
+	bool vec_x = L % 4 == 0 && (sizeof(TX) == 4 ? aligned16(X) : ((uintptr_t)X & 7u) == 0);
+	bool vec_w = (W_IS_B ? R % 4 == 0 : L % 4 == 0) && aligned16(W);
+	dim3 grid(ceil_div_u(T, RP_T), ceil_div_u(R, RP_R), nslice);
+	lora_rowprod_kernel<TX, W_IS_B><<<grid, RP_THREADS, 0, poros_cuda_compute_stream()>>>(
+		nslice > 1 ? scratch : dst, X, W, scale, p, keep_scale_of(p), seed, T, L, R, slice, vec_x, vec_w);
+	launchCheck();
+	if (nslice > 1)
+		slice_sum(dst, scratch, scale, nslice, (long)T * R, false);
+}
+
 // out (T,N) += scale * u @ B^T; u (T,R) = xd @ A^T saved; in (T,K) bf16,
 // A (R,K), B (N,R).
-extern "C" void lora_forward_cuda(float *out, float *u, float *xd_scratch, const bf16 *in, const float *A,
+extern "C" void lora_forward_cuda(float *out, float *u, float *scratch, const bf16 *in, const float *A,
                                   const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K,
                                   int N, int R)
 {
 	if (T <= 0 || R <= 0)
 		return;
-	cudaStream_t stream = poros_cuda_compute_stream();
-	if (xd_scratch && K > 0) {
-		dropped_input_to(xd_scratch, in, dropout_p, keep_scale_of(dropout_p), dropout_seed, T, K);
-		// u^T (R,T) = A_cm^T (R,K) @ xd_cm (K,T): A read as (K,R) ld K,
-		// xd as (K,T) ld K
-		gemm_f32(CUBLAS_OP_T, CUBLAS_OP_N, R, T, K, 1.0f, A, K, xd_scratch, K, 0.0f, u, R);
-	} else {
-		dim3 grid(ceil_div_u(T, LD_T), ceil_div_u(R, LD_R));
-		lora_down_kernel<<<grid, LD_THREADS, 0, stream>>>(u, in, A, dropout_p, keep_scale_of(dropout_p),
-		                                                  dropout_seed, T, K, R);
-		launchCheck();
-	}
+	if (K > 0)
+		row_products<bf16, false>(u, scratch, K, in, A, 1.0f, dropout_p, dropout_seed, T, K, R);
+	else
+		cudaCheck(cudaMemsetAsync(u, 0, (size_t)T * R * sizeof(float), poros_cuda_compute_stream()));
 	if (N <= 0)
 		return;
 	// Column-major: out^T (N,T) += scale * B_cm^T (N,R) @ u_cm (R,T), with
@@ -304,7 +480,7 @@ extern "C" void lora_forward_cuda(float *out, float *u, float *xd_scratch, const
 //   dB (N,R)  += scale * dout^T @ u
 //   dA (R,K)  += du^T @ xd
 //   din (T,K) += (du @ A) * mask / (1-p)   (skipped when din is NULL)
-extern "C" void lora_backward_cuda(float *din, float *dA, float *dB, float *du, float *xd_scratch, const float *dout,
+extern "C" void lora_backward_cuda(float *din, float *dA, float *dB, float *du, float *scratch, const float *dout,
                                    const bf16 *in, const float *u, const float *A, const float *B, float scale,
                                    float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)
 {
@@ -312,21 +488,29 @@ extern "C" void lora_backward_cuda(float *din, float *dA, float *dB, float *du, 
 		return;
 	cudaStream_t stream = poros_cuda_compute_stream();
 	float keep_scale = keep_scale_of(dropout_p);
-	// du^T (R,T) = scale * B_cm (R,N) @ dout_cm (N,T)
-	gemm_f32(CUBLAS_OP_N, CUBLAS_OP_N, R, T, N, scale, B, R, dout, N, 0.0f, du, R);
-	// dB^T (R,N) += scale * u_cm (R,T) @ dout_cm^T (T,N)
-	gemm_f32(CUBLAS_OP_N, CUBLAS_OP_T, R, N, T, scale, u, R, dout, N, 1.0f, dB, R);
+	if (N > 0) {
+		row_products<float, true>(du, scratch, K, dout, B, scale, 0.0f, 0, T, N, R);
+		// dB^T (R,N) += scale * u_cm (R,T) @ dout_cm^T (T,N)
+		gemm_f32(CUBLAS_OP_N, CUBLAS_OP_T, R, N, T, scale, u, R, dout, N, 1.0f, dB, R);
+	} else {
+		cudaCheck(cudaMemsetAsync(du, 0, (size_t)T * R * sizeof(float), stream));
+	}
 	if (K <= 0)
 		return;
-	if (xd_scratch) {
-		dropped_input_to(xd_scratch, in, dropout_p, keep_scale, dropout_seed, T, K);
-		// dA_cm (K,R) += xd_cm (K,T) @ du_cm^T (T,R): du read as (R,T) ld R
-		gemm_f32(CUBLAS_OP_N, CUBLAS_OP_T, K, R, T, 1.0f, xd_scratch, K, du, R, 1.0f, dA, K);
-	} else {
-		dim3 grid_a(ceil_div_u(K, DA_K), ceil_div_u(R, DA_R));
-		lora_dA_kernel<<<grid_a, DA_THREADS, 0, stream>>>(dA, du, in, dropout_p, keep_scale, dropout_seed, T, K,
-		                                                  R);
+	{
+		long tiles = (long)ceil_div_u(K, DA_K) * ceil_div_u(R, DA_R);
+		// nslice slices' partial dA take nslice*R*K of the T*K scratch floats
+		long max_slices = scratch ? T / R : 1;
+		int slice = slice_len(T, tiles, DA_T, max_slices);
+		int nslice = (int)ceil_div_u(T, slice);
+		bool vec_x = K % 4 == 0 && ((uintptr_t)in & 7u) == 0;
+		bool vec_u = R % 4 == 0 && aligned16(du);
+		dim3 grid(ceil_div_u(K, DA_K), ceil_div_u(R, DA_R), nslice);
+		lora_dA_kernel<<<grid, DA_THREADS, 0, stream>>>(dA, scratch, du, in, dropout_p, keep_scale, dropout_seed,
+		                                                T, K, R, slice, vec_x, vec_u);
 		launchCheck();
+		if (nslice > 1)
+			slice_sum(dA, scratch, 1.0f, nslice, (long)R * K, true);
 	}
 	if (!din)
 		return;

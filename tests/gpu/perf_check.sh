@@ -2,7 +2,7 @@
 # tests/gpu/perf_check.sh: issue 7's GPU run in one call (about 2.5 minutes
 # on an H200), from a `make bundle` tree with build/gpu/test_ops_cuda:
 #   sh tests/gpu/perf_check.sh OUTDIR
-# 1. the LoRA ops (both paths: fused kernels and the fp32-scratch SGEMMs) and
+# 1. the LoRA ops (both ways: one slice per block, and split sums in a scratch) and
 #    attention against the CPU, with timings at model shapes; 2. tiny models: CPU vs
 #    CUDA losses and blockwise vs resident bit parity on the GPU (the
 #    checkpoint traffic on the third stream included), then the same at
@@ -20,7 +20,7 @@ fail=0
 note() { printf '== %s (%ss)\n' "$*" "$(($(date +%s) - t0))"; }
 t0=$(date +%s)
 
-note "LoRA and attention ops: CUDA vs CPU (LoRA: fused vs xd-sgemm)"
+note "LoRA and attention ops: CUDA vs CPU (LoRA: one slice vs split sums)"
 timeout 120 build/gpu/test_ops_cuda lora attention >"$out/ops.log" 2>&1 || fail=1
 grep -E 'PASS|FAIL|passed' "$out/ops.log" | sed 's/  */ /g' | cut -c1-160
 

@@ -85,7 +85,7 @@ struct grad_scratch {
 	float *dq, *dk, *dv; /* (T,H*D), (T,G*D), (T,G*D) */
 	float *dq_pre, *dk_pre;
 	float *du;           /* (T,R) */
-	float *xd;           /* (T,max K) fp32 dropped LoRA input (shared region); NULL: fused kernels */
+	float *lora_scratch; /* (T,max K) fp32 for the LoRA ops' partial sums (shared region) */
 };
 
 struct slab {
@@ -134,7 +134,6 @@ struct engine {
 	int HD, GD;
 	float eps, lora_scale, dropout;
 	int blockwise, bs, nb; /* block size and count (blockwise) */
-	int lora_sgemm;        /* give the LoRA ops an fp32 scratch for xd (POROS_LORA_FUSED=1: no) */
 
 	/* base weights on the device: final norm and lm_head (and the
 	 * embedding only when tied to lm_head); glob_start is the first byte
@@ -261,23 +260,23 @@ static void plan_act(struct engine *e, struct carver *cv, struct layer_act *a)
 }
 
 /* Scratch that lives only inside one op call or one head chunk, so one
- * region serves them all: the attention scratch, the LoRA ops' fp32 xd
+ * region serves them all: the attention scratch, the LoRA ops' partial sums
  * (T, max K), and the head's logits (chunk,V) fp32 + dlogits bf16. */
 static void plan_shared(struct engine *e, struct carver *cv, long max_k)
 {
 	size_t attn = attention_scratch_floats(e->B, e->S, e->H, e->G, e->D) * sizeof(float);
-	size_t xd = e->lora_sgemm ? (size_t)e->T * max_k * sizeof(float) : 0;
+	size_t lora = (size_t)e->T * max_k * sizeof(float);
 	size_t logits = ((size_t)e->chunk * e->V * sizeof(float) + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN;
 	size_t head = logits + (size_t)e->chunk * e->V * sizeof(bf16), bytes = attn;
 	unsigned char *base;
 
-	if (xd > bytes)
-		bytes = xd;
+	if (lora > bytes)
+		bytes = lora;
 	if (head > bytes)
 		bytes = head;
 	base = carve(cv, bytes);
 	e->attn_scratch = (float *)base;
-	e->g.xd = e->lora_sgemm ? (float *)base : NULL;
+	e->g.lora_scratch = (float *)base;
 	e->logits = (float *)base;
 	e->dlogits = base ? (bf16 *)(base + logits) : NULL;
 }
@@ -593,7 +592,7 @@ static void proj_forward(struct engine *e, const struct layer_view *w, struct la
 	e->op->matmul_forward(out, in, w->w[m], m < 4 ? w->bias[m] : NULL, e->T, s->n_in, s->n_out);
 	if (s->a >= 0) {
 		prof_mark(e, PROF_LORA_FWD);
-		e->op->lora_forward(out, a->u[m], e->g.xd, in, e->d_lora + s->a, e->d_lora + s->b, e->lora_scale, e->dropout,
+		e->op->lora_forward(out, a->u[m], e->g.lora_scratch, in, e->d_lora + s->a, e->d_lora + s->b, e->lora_scale, e->dropout,
 		                    dropout_seed(e, p.step, p.mb, layer, m), e->T, s->n_in, s->n_out, e->R);
 	}
 }
@@ -612,7 +611,7 @@ static void proj_backward(struct engine *e, const struct layer_view *w, const st
 	e->op->matmul_backward_input(din, e->g.dout16, w->w[m], e->T, s->n_in, s->n_out, accumulate);
 	if (s->a >= 0) {
 		prof_mark(e, PROF_LORA_BWD);
-		e->op->lora_backward(din, e->d_grad + s->a, e->d_grad + s->b, e->g.du, e->g.xd, dout, in, a->u[m], e->d_lora + s->a,
+		e->op->lora_backward(din, e->d_grad + s->a, e->d_grad + s->b, e->g.du, e->g.lora_scratch, dout, in, a->u[m], e->d_lora + s->a,
 		                     e->d_lora + s->b, e->lora_scale, e->dropout, dropout_seed(e, p.step, p.mb, layer, m),
 		                     e->T, s->n_in, s->n_out, e->R);
 	}
@@ -1330,7 +1329,7 @@ static void set_dims(struct engine *e)
 {
 	const struct model_config *mc = e->mc;
 	const struct train_config *c = e->cfg;
-	const char *prof = getenv("POROS_PROFILE"), *fused;
+	const char *prof = getenv("POROS_PROFILE");
 
 	e->L = mc->num_hidden_layers;
 	e->C = mc->hidden_size;
@@ -1354,9 +1353,6 @@ static void set_dims(struct engine *e)
 	e->nb = (e->L + e->bs - 1) / e->bs;
 	e->chunk = e->T < HEAD_CHUNK ? e->T : HEAD_CHUNK;
 	e->prof.on = prof && *prof && strcmp(prof, "0") != 0;
-	/* the fused LoRA kernels stay reachable for comparison runs */
-	fused = getenv("POROS_LORA_FUSED");
-	e->lora_sgemm = !(fused && *fused && strcmp(fused, "0") != 0);
 }
 
 static int create_events(struct engine *e)
