@@ -1,5 +1,6 @@
 // defines: lora_forward_cuda, lora_backward_cuda,
-//          lora_rowprod_kernel, lora_dA_kernel, lora_slice_sum_kernel, lora_din_kernel
+//          lora_rowprod_kernel, lora_dA_kernel, lora_slice_sum_kernel, lora_din_kernel,
+//          lora_split3_kernel, lora_mask_kernel, lora_join3_kernel
 //
 // A LoRA adapter beside a frozen linear, as PEFT computes it:
 //   out (T,N) += scale * (dropout(x) @ A^T) @ B^T,  u = dropout(x) @ A^T
@@ -14,8 +15,12 @@
 //   u  (T,R) = xd @ A^T          sum over K   (lora_rowprod_kernel)
 //   du (T,R) = scale dout @ B    sum over N   (lora_rowprod_kernel)
 //   dA (R,K) += du^T @ xd        sum over T   (lora_dA_kernel)
-// A GEMM library tiles the short side (R = 16) and leaves most of a large
-// GPU idle or walks the long sum serially, so these are our own kernels:
+// u and dA run on tensor cores when the scratch holds their operands (the
+// exact three-way bf16 split below); du, whose dout is fp32, and the
+// fallback for u and dA when the scratch is short are CUDA-core sums.  A
+// GEMM library tiles the short side (R = 16) of an fp32 product and leaves
+// most of a large GPU idle or walks the long sum serially, so those are our
+// own kernels:
 // each block owns a tile of outputs and one slice of the long sum; with a
 // scratch (T*K floats from the caller: an op may not allocate) the slices
 // write partial sums that lora_slice_sum_kernel adds in slice order, which
@@ -360,8 +365,9 @@ __global__ void lora_slice_sum_kernel(float *dst, const float *part, float scale
 // gradient flows back through the dropout the forward applied, r ascending
 // as on the CPU.  Grid (ceil(K/DIN_K), ceil(T/DIN_T)), DIN_K threads; each
 // A element is read once per block and used for DIN_T tokens.
-__global__ void __launch_bounds__(DIN_K, 4) lora_din_kernel(float *din, const float *du, const float *A, float p, float keep_scale,
-                                uint64_t seed, int T, int K, int R)
+__global__ void __launch_bounds__(DIN_K, 4)
+	lora_din_kernel(float *din, const float *du, const float *A, float p, float keep_scale, uint64_t seed, int T,
+	                int K, int R)
 {
 	extern __shared__ float du_tile[]; // (DIN_T, R)
 	int t0 = blockIdx.y * DIN_T;
@@ -395,6 +401,73 @@ __global__ void __launch_bounds__(DIN_K, 4) lora_din_kernel(float *din, const fl
 			din[idx] = prev[i] + acc[i];
 		else if (dropout_keep_dev(seed, (uint64_t)t * K + k, p))
 			din[idx] = prev[i] + acc[i] * keep_scale;
+	}
+}
+
+// ---------------------------------------------------------------------------
+// The tensor-core path for u and dA.  The bf16 input x is exact in bf16,
+// and an fp32 operand w splits exactly into three bf16 parts: hi =
+// bf16(w), mid = bf16(w - hi), lo = bf16(w - hi - mid) (each difference is
+// exact in fp32, and 3 x 8 significant bits cover fp32's 24).  A bf16 x
+// bf16 product is exact in fp32, so x @ [hi; mid; lo]^T on tensor cores
+// with fp32 accumulation, the three parts then added (hi + mid) + lo, is
+// the fp32 product up to the order of the sums: the LoRA contract (fp32,
+// as PEFT computes it) holds and one bf16 GEMM replaces the CUDA-core sums.
+// Dropout: the masked input (x or 0) is exact in bf16 too, and the 1/(1-p)
+// scale multiplies the result instead of each kept element.
+
+__device__ __forceinline__ void split3(float w, bf16 &hi, bf16 &mid, bf16 &lo)
+{
+	hi = f32_to_bf16(w);
+	float r = w - bf16_to_f32(hi);
+	mid = f32_to_bf16(r);
+	lo = f32_to_bf16(r - bf16_to_f32(mid));
+}
+
+// W (rows, cols) fp32 -> W3 (3 rows, cols) bf16 when parts_in_rows (A: the
+// parts stacked as three row blocks), else W3 (rows, 3 cols) (du: the parts
+// side by side in each row).
+__global__ void lora_split3_kernel(bf16 *W3, const float *W, int rows, int cols, bool parts_in_rows)
+{
+	long n = (long)rows * cols;
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+		bf16 hi, mid, lo;
+		split3(W[i], hi, mid, lo);
+		if (parts_in_rows) {
+			W3[i] = hi, W3[n + i] = mid, W3[2 * n + i] = lo;
+		} else {
+			long r = i / cols, c = i % cols;
+			bf16 *row = W3 + r * 3 * cols;
+			row[c] = hi, row[cols + c] = mid, row[2 * cols + c] = lo;
+		}
+	}
+}
+
+// xm (T,K) = dropout mask applied to x, unscaled (exact in bf16).
+__global__ void lora_mask_kernel(bf16 *xm, const bf16 *x, float p, uint64_t seed, long n)
+{
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+		xm[i] = dropout_keep_dev(seed, (uint64_t)i, p) ? x[i] : (bf16)0;
+}
+
+// Adds the three parts: u (T,R) = scale * ((P[t][r] + P[t][R+r]) + P[t][2R+r])
+// for P (T,3R), or dA (R,K) += scale * ((P[r][k] + P[R+r][k]) + P[2R+r][k])
+// for P (3R,K) (add).
+__global__ void lora_join3_kernel(float *dst, const float *P, float scale, int rows, int cols, bool parts_in_rows,
+                                  bool add)
+{
+	long n = (long)rows * cols;
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+		float a, b, c;
+		if (parts_in_rows) {
+			a = P[i], b = P[n + i], c = P[2 * n + i];
+		} else {
+			long r = i / cols, k = i % cols;
+			const float *row = P + r * 3 * cols;
+			a = row[k], b = row[cols + k], c = row[2 * cols + k];
+		}
+		float v = scale * ((a + b) + c);
+		dst[i] = add ? dst[i] + v : v;
 	}
 }
 
@@ -435,6 +508,72 @@ static void slice_sum(float *dst, const float *part, float scale, int nslice, lo
 	launchCheck();
 }
 
+#define ELEM_THREADS 256
+
+// Floats of scratch a part of `bytes` takes, kept 16-byte aligned.
+static long floats_of(long bytes)
+{
+	return (bytes + 15) / 16 * 4;
+}
+
+// u (T,R) = xd @ A^T on tensor cores, when the scratch (T*K floats) holds
+// A's three parts, the masked input (dropout only) and the (T,3R) sums.
+static bool lora_u_tc(float *u, float *scratch, const bf16 *in, const float *A, float p, uint64_t seed, int T,
+                      int K, int R)
+{
+	long a3 = floats_of((long)3 * R * K * 2), xm = p > 0.0f ? floats_of((long)T * K * 2) : 0;
+	long u3 = floats_of((long)T * 3 * R * 4);
+	if (!scratch || a3 + xm + u3 > (long)T * K)
+		return false;
+	cudaStream_t stream = poros_cuda_compute_stream();
+	bf16 *A3 = (bf16 *)scratch, *X = (bf16 *)(scratch + a3);
+	float *U3 = scratch + a3 + xm;
+	lora_split3_kernel<<<grid_for((long)R * K, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(A3, A, R, K, true);
+	launchCheck();
+	const bf16 *x = in;
+	if (p > 0.0f) {
+		lora_mask_kernel<<<grid_for((long)T * K, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(X, in, p, seed, (long)T * K);
+		launchCheck();
+		x = X;
+	}
+	// U3 (T,3R) row-major = column-major (3R,T): A3 read as (K,3R) ld K, x as
+	// (K,T) ld K.
+	gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, 3 * R, T, K, 1.0f, A3, K, x, K, 0.0f, U3, 3 * R);
+	lora_join3_kernel<<<grid_for((long)T * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(u, U3, keep_scale_of(p), T, R,
+	                                                                                    false, false);
+	launchCheck();
+	return true;
+}
+
+// dA (R,K) += du^T @ xd on tensor cores, when the scratch holds du's three
+// parts (T,3R), the masked input (dropout only) and the (3R,K) sums.
+static bool lora_dA_tc(float *dA, float *scratch, const float *du, const bf16 *in, float p, uint64_t seed, int T,
+                       int K, int R)
+{
+	long d3 = floats_of((long)T * 3 * R * 2), xm = p > 0.0f ? floats_of((long)T * K * 2) : 0;
+	long a3 = floats_of((long)3 * R * K * 4);
+	if (!scratch || d3 + xm + a3 > (long)T * K)
+		return false;
+	cudaStream_t stream = poros_cuda_compute_stream();
+	bf16 *D3 = (bf16 *)scratch, *X = (bf16 *)(scratch + d3);
+	float *P3 = scratch + d3 + xm;
+	lora_split3_kernel<<<grid_for((long)T * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(D3, du, T, R, false);
+	launchCheck();
+	const bf16 *x = in;
+	if (p > 0.0f) {
+		lora_mask_kernel<<<grid_for((long)T * K, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(X, in, p, seed, (long)T * K);
+		launchCheck();
+		x = X;
+	}
+	// P3 (3R,K) row-major = column-major (K,3R) = x_cm (K,T) @ D3_cm^T, D3
+	// (T,3R) row-major read as (3R,T) ld 3R.
+	gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, K, 3 * R, T, 1.0f, x, K, D3, 3 * R, 0.0f, P3, K);
+	lora_join3_kernel<<<grid_for((long)R * K, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(dA, P3, keep_scale_of(p), R, K,
+	                                                                                    true, true);
+	launchCheck();
+	return true;
+}
+
 // dst (T,R) = scale * X (T,L) @ W^T summed over L, W given as A (R,L) or,
 // W_IS_B, as B (L,R).  scratch: NULL or T*scratch_cols floats.
 template <typename TX, bool W_IS_B>
@@ -464,9 +603,10 @@ extern "C" void lora_forward_cuda(float *out, float *u, float *scratch, const bf
 {
 	if (T <= 0 || R <= 0)
 		return;
-	if (K > 0)
-		row_products<bf16, false>(u, scratch, K, in, A, 1.0f, dropout_p, dropout_seed, T, K, R);
-	else
+	if (K > 0) {
+		if (!lora_u_tc(u, scratch, in, A, dropout_p, dropout_seed, T, K, R))
+			row_products<bf16, false>(u, scratch, K, in, A, 1.0f, dropout_p, dropout_seed, T, K, R);
+	} else
 		cudaCheck(cudaMemsetAsync(u, 0, (size_t)T * R * sizeof(float), poros_cuda_compute_stream()));
 	if (N <= 0)
 		return;
@@ -497,7 +637,7 @@ extern "C" void lora_backward_cuda(float *din, float *dA, float *dB, float *du, 
 	}
 	if (K <= 0)
 		return;
-	{
+	if (!lora_dA_tc(dA, scratch, du, in, dropout_p, dropout_seed, T, K, R)) {
 		long tiles = (long)ceil_div_u(K, DA_K) * ceil_div_u(R, DA_R);
 		// nslice slices' partial dA take nslice*R*K of the T*K scratch floats
 		long max_slices = scratch ? T / R : 1;
