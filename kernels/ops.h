@@ -108,8 +108,7 @@ X(void, rope_backward, (float *dx, const float *cos, const float *sin, int B, in
  * out (T,H*D) bf16; lse (B,H,S) log-sum-exp of the scaled scores, saved. \
  * Inside, bf16 products with fp32 accumulation (the contract above): \
  * scores = scale * bf16(q) . bf16(k), softmax in fp32, out = bf16(P) @ \
- * bf16(v) rounded to bf16.  Only keys j <= i are computed (query blocks of \
- * attention_query_block rows see keys up to their block's end). \
+ * bf16(v) rounded to bf16.  Keys j > i get P = 0 exactly. \
  * scratch: attention_scratch_floats(B,S,H,G,D) floats. */ \
 X(void, attention_forward, (bf16 *out, float *lse, float *scratch, const float *q, const float *k, const float *v, int B, int S, int H, int G, int D)) \
 /* dq (T,H,D), dk, dv (T,G,D) written (not accumulated) from dout (T,H*D): \
@@ -143,18 +142,15 @@ X(void, adamw_update, (float *param, const float *grad, float *m, float *v, long
 size_t attention_scratch_floats(int B, int S, int H, int G, int D);
 size_t sumsq_scratch_floats(long n);
 
-/* Attention's query blocks.  The CUDA backend splits the S query rows into
- * blocks of qb rows (the last one may be shorter); block i, rows [i*qb,
- * end_i) with end_i = min(S, (i+1)*qb), only computes keys [0, end_i), so
- * the masked half of the score matrix is skipped but for the blocks on its
- * diagonal.  The parts of its scratch, in floats, each rounded up to 4 (16
- * bytes); kernels/cuda/attention.cu says what goes where.
- * attention_scratch_floats covers their sum and the CPU's own layout. */
+/* The CUDA backend's attention scratch (kernels/cuda/attention.cu says what
+ * goes where and when): two score-shaped squares, (B,H,S,S) fp32 each, and
+ * four (T,H,D) bf16 copies (q, k and v expanded to the H query heads, dout),
+ * two of which later hold one (T,H,D) fp32 buffer.  In floats, each part
+ * rounded up to 4 (16 bytes).  attention_scratch_floats covers this and the
+ * CPU's own layout. */
 struct attention_parts {
-	size_t scores; /* sum over blocks of B*H*rows_i*end_i: scores, then P16/dS16 */
-	size_t block;  /* B*H*max_i rows_i*max(end_i, D): one block's dP or output */
-	size_t rows16; /* (T,H*D) bf16: q, v or dout */
-	size_t cols16; /* (T,G*D) bf16: k or v */
+	size_t square; /* B*H*S*S: scores, then P16 (or dP, then dS16) in place */
+	size_t copy;   /* (T,H,D) bf16 */
 };
 
 static inline size_t attention_round4(size_t floats)
@@ -162,50 +158,19 @@ static inline size_t attention_round4(size_t floats)
 	return (floats + 3) / 4 * 4;
 }
 
-static inline struct attention_parts attention_parts_of(int B, int S, int H, int G, int D, int qb)
+static inline struct attention_parts attention_parts_of(int B, int S, int H, int D)
 {
 	struct attention_parts p;
-	size_t bh = (size_t)B * H, tokens = (size_t)B * S, scores = 0, block = 0;
-	for (int r0 = 0; r0 < S; r0 += qb) {
-		size_t rows = (size_t)(S - r0 < qb ? S - r0 : qb), end = (size_t)r0 + rows;
-		size_t cols = end > (size_t)D ? end : (size_t)D;
-		scores += bh * rows * end;
-		if (rows * cols > block)
-			block = rows * cols;
-	}
-	p.scores = attention_round4(scores);
-	p.block = attention_round4(bh * block);
-	p.rows16 = attention_round4((tokens * H * D + 1) / 2);
-	p.cols16 = attention_round4((tokens * G * D + 1) / 2);
+	p.square = attention_round4((size_t)B * H * S * S);
+	p.copy = attention_round4(((size_t)B * S * H * D + 1) / 2);
 	return p;
 }
 
-static inline size_t attention_blocked_floats(int B, int S, int H, int G, int D, int qb)
+/* 2*B*H*S*S + 2*T*H*D floats, but for the rounding. */
+static inline size_t attention_cuda_floats(int B, int S, int H, int D)
 {
-	struct attention_parts p = attention_parts_of(B, S, H, G, D, qb);
-	return p.scores + p.block + p.rows16 + p.cols16;
-}
-
-/* Rows per query block: the largest of 128, 64, 32, 16 whose blocked layout
- * fits in 2*B*H*S*S + 4*B*H*S floats (what the attention needed when it
- * computed every score in fp32, and what engines were sized for); when none
- * does (short sequences), the one that needs least, the larger on a tie.
- * Fewer rows per block mean more, smaller GEMMs, so the largest that fits. */
-static inline int attention_query_block(int B, int S, int H, int G, int D)
-{
-	size_t rows = (size_t)B * H * S, budget = 2 * rows * (size_t)S + 4 * rows;
-	int best = 128;
-	size_t best_floats = attention_blocked_floats(B, S, H, G, D, best);
-	for (int qb = 128; qb >= 16; qb /= 2) {
-		size_t floats = attention_blocked_floats(B, S, H, G, D, qb);
-		if (floats <= budget)
-			return qb;
-		if (floats < best_floats) {
-			best = qb;
-			best_floats = floats;
-		}
-	}
-	return best;
+	struct attention_parts p = attention_parts_of(B, S, H, D);
+	return 2 * p.square + 4 * p.copy;
 }
 
 #define POROS_DECLARE_CPU(ret, name, args) ret name##_cpu args;

@@ -442,3 +442,29 @@ artifact_with() {
 	[ "$(jq -r .steps <<< "$output")" = 2 ]
 	[ -s vg/adapter/adapter_model.safetensors ]
 }
+
+@test "a finished write removes the temporaries that killed writers left beside it, and only those" {
+	cp "$POROS_ROOT/tests/fixtures/expand/minimal.yaml" s.yaml
+	poros-expand s.yaml >/dev/null
+	cells=out/mini/cells
+	sh -c 'exit 0' & dead=$!
+	wait "$dead"
+	# a killed writer's leftover (process gone, two hours old)
+	printf 'torn' >"$cells/poros_tiny_qwen2_nf4.json.tmp.$dead"
+	touch -d '2 hours ago' "$cells/poros_tiny_qwen2_nf4.json.tmp.$dead"
+	# a writer that may still be running elsewhere (process unknown here, but recent)
+	printf 'fresh' >"$cells/poros_tiny_qwen2_bf16.json.tmp.$dead"
+	# a live writer's temporary, however old
+	printf 'live' >"$cells/resident_tiny_qwen2_nf4.json.tmp.$$"
+	touch -d '2 hours ago' "$cells/resident_tiny_qwen2_nf4.json.tmp.$$"
+	# a name that only looks similar
+	printf 'keep' >"$cells/poros_tiny_qwen2_nf4.json.tmp.notapid"
+	run --separate-stderr poros-expand s.yaml
+	assert_success
+	assert [ ! -e "$cells/poros_tiny_qwen2_nf4.json.tmp.$dead" ]
+	assert [ -f "$cells/poros_tiny_qwen2_bf16.json.tmp.$dead" ]
+	assert [ -f "$cells/resident_tiny_qwen2_nf4.json.tmp.$$" ]
+	assert [ -f "$cells/poros_tiny_qwen2_nf4.json.tmp.notapid" ]
+	run jq -r .cell_id "$cells/poros_tiny_qwen2_nf4.json"
+	assert_output "poros_tiny_qwen2_nf4"
+}

@@ -15,7 +15,8 @@
  * so the bits do not depend on the thread count.
  *
  * Scratch layout (floats), inside attention_scratch_floats(B,S,H,G,D), the
- * larger of this and the CUDA backend's blocked layout (ops.h):
+ * larger of this and the CUDA backend's layout (attention_cuda_floats,
+ * ops.h), which is always the larger:
  *   [0, Y)       per head (b,h) a triangle: row i holds keys 0..i, i+1
  *                floats at i(i+1)/2; Y = B*H*S(S+1)/2 rounded up to 4.
  *                Forward: the row's scores, then P16 (as fp32 values).
@@ -48,8 +49,9 @@ static size_t rows_floats(int B, int S, int H)
 
 size_t attention_scratch_floats(int B, int S, int H, int G, int D)
 {
+	(void)G; /* both layouts hold every query head's rows, whatever the grouping */
 	size_t cpu = rows_floats(B, S, H) + (size_t)B * S * H * D;
-	size_t cuda = attention_blocked_floats(B, S, H, G, D, attention_query_block(B, S, H, G, D));
+	size_t cuda = attention_cuda_floats(B, S, H, D);
 	return cpu > cuda ? cpu : cuda;
 }
 

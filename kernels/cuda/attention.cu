@@ -1,6 +1,6 @@
 // defines: attention_forward_cuda, attention_backward_cuda,
-//          attention_softmax_kernel, attention_softmax_backward_kernel,
-//          attention_out_kernel
+//          attention_cast_kernel, attention_softmax_kernel,
+//          attention_softmax_backward_kernel, attention_group_sum_kernel
 //
 // Causal grouped-query attention, softmax scale 1/sqrt(D): query head h
 // reads key/value head g = h / (H/G).  Every product is a bf16 cuBLAS GEMM
@@ -10,173 +10,335 @@
 // differs only in the order of its sums.  The softmax and its gradient are
 // row kernels with fixed-order block reductions; nothing is allocated.
 //
-// Causal skipping: the query rows are split into blocks of qb =
-// attention_query_block(B,S,H,G,D) rows (128 at training lengths; the last
-// block may be shorter).  Block i, rows [i*qb, end_i) with end_i = min(S,
-// (i+1)*qb), only sees keys [0, end_i): its scores, dP, P @ v and dS @ k
-// cover those columns, and the key gradients sum over the query blocks
-// whose range includes the key.  Inside a block's range the keys past the
-// diagonal get P = dS = 0 exactly, so they add nothing.
+// Few, large products: each one is ONE strided-batched GEMM per sequence b
+// over all H query heads and the whole S x S square.  The masked half
+// (keys j > i) is computed too, but P16 and dS16 are exactly 0 there, so
+// it adds nothing to out, dv, dq or dk; the tensor-core FLOPs are cheap
+// next to the launches and latency of many small per-block calls.  The
+// key/value heads are cast EXPANDED to (T,H,D) (query head h gets its
+// group's row), so every product has constant strides over the H heads.
 //
-// Scratch (attention_blocked_floats(B,S,H,G,D,qb) floats, ops.h; each part
-// starts on 16 bytes):
-//   A     block i at B*H*qb*qb*i(i+1)/2: rows (b,h,r) of end_i floats, the
-//         fp32 scores; the softmax then turns each row into P16 (end_i bf16
-//         in its first half), the backward into P16 | dS16 (end_i bf16
-//         each), in place
-//   W     B*H*max_i rows_i*max(end_i, D): one query block's dP (b,h,r,j)
-//         in backward, its fp32 output (b,r,h*D) in forward
-//   C     (T,H*D) bf16: q16, then (forward) v16 or (backward) dout16, then q16
-//         (T,G*D) bf16: k16, then (backward) v16, then k16
-// At training lengths this is about (S + qb)/2 + qb + (1 + G/H)*D/2 floats
-// per query row and head, against 2*S + 4 for the fp32 attention before it
-// (S = 512, qb = 128, D = 128, G/H = 1/8: 520 against 1028).
+// Scratch (attention_cuda_floats(B,S,H,D) floats, ops.h's attention_parts;
+// each part starts on 16 bytes when the scratch does):
+//   A   (B,H,S,S) fp32: the scores; the row kernels turn each row into P16
+//       (S bf16 in the row's first half), in place
+//   D   (B,H,S,S) fp32, backward only: dP; then dS16 in each row's first
+//       half, in place
+//   C0  (T,H,D) bf16: q16
+//   C1  (T,H,D) bf16: k16e, k expanded
+//   C2  (T,H,D) bf16: v16e, v expanded (backward)
+//   C3  (T,H,D) bf16: dout16 (backward), v16e (forward)
+//   E   (T,H,D) fp32 over C1..C2 (two bf16 copies' worth): forward's
+//       output before its bf16 cast; backward's per-head dv_h, then dk_h,
+//       each summed over the group into dv, dk.  E only comes to life
+//       after the last product that reads k16e (and v16e in backward).
+// In floats: 2*B*H*S*S + 2*T*H*D (+ rounding), against 2*B*H*S*S +
+// 4*B*H*S for the fp32 attention before the blocked one; Qwen2.5-72B
+// (H=64, D=128) at S=512: 41943040 against 33685504 (+33.0 MB).
 //
-// Forward: q16, k16; per block scores = scale q16 k16^T into A, softmax
-// (lse saved, P16 in place); v16 over q16; per block W = P16 v16 and its
-// bf16 cast into out.  Backward: q16, k16; per block scores into A; dout16
-// and v16 over them; per block dP = dout16 v16^T into W and the gradient
-// kernel (P from lse, delta, dS; P16 | dS16 in place); dv = sum P16^T
-// dout16; q16, k16 again (two cheap casts, so C holds two copies, not
-// four); per block dq = scale dS16 k16; dk = scale sum dS16^T q16.
+// Forward (one sequence b: 2 GEMMs; kernels: cast, softmax, out cast):
+//   cast q, k, v -> C0, C1, C3
+//   A = scale q16 k16e^T                        scores (b,h,i,j)
+//   softmax rows: lse saved, P16 in place in A
+//   E = P16 v16e                                (T,H*D) fp32
+//   out = bf16(E)
+// Backward (5 GEMMs per b; kernels: cast, gradient rows, 2 group sums):
+//   cast q, k, v, dout -> C0, C1, C2, C3
+//   A = scale q16 k16e^T;  D = dout16 v16e^T    (v16e dead)
+//   gradient rows: P = e^(s - lse), delta = sum_j P dP, P16 in place in A,
+//                  dS16 = bf16(P (dP - delta)) in place in D
+//   dq = scale dS16 k16e                        (k16e dead: E may start)
+//   E = P16^T dout16;          dv = group sum of E
+//   E = scale dS16^T q16;      dk = group sum of E
 //
-// Determinism: every GEMM's shape, operands and order depend on the shape
-// alone; dk and dv are one GEMM per (b, query block, head index in its
-// group) adding into the whole key range of the block, beta 0 only for the
-// first, in a fixed order (heads of a group ascending, query blocks
-// descending, so the first covers every key).  No atomics.
+// Determinism: every GEMM's shape and operands depend on the shape alone,
+// each product is computed whole by one GEMM with beta 0, and the group
+// sums add the group's heads in ascending order.  No atomics.
 //
 // Layouts (row-major): q (T,H,D), k, v (T,G,D), out (T,H*D), T = B*S; the
-// rows of one head are H*D (or G*D) elements apart, which is the leading
-// dimension cuBLAS is given.  In cuBLAS's column-major view a row-major
-// (rows, cols) matrix with row stride ld is a (cols, rows) one with leading
+// rows of one head are H*D elements apart (in the expanded copies too),
+// which is the leading dimension cuBLAS is given, and the heads D apart,
+// the batch stride.  P16 and dS16 rows are 2*S bf16 apart, S*S fp32 = 2*S*S
+// bf16 between heads.  In cuBLAS's column-major view a row-major (rows,
+// cols) matrix with row stride ld is a (cols, rows) one with leading
 // dimension ld.
+#include <limits.h>
 #include <math.h>
 
 #include "common.cuh"
 
-#define SOFTMAX_THREADS 128
-#define OUT_THREADS 256
+#define ROW_THREADS 128
+#define CAST_THREADS 256
+#define SUM_THREADS 256
 
-// Query block i of a plan: rows [row0, row0 + rows), keys [0, end); its
-// scores at `scores` in A.
-struct qblock {
-	int row0, rows, end;
-	float *scores;
-};
-
-// Where the scratch's parts are for one shape.
+// Where the scratch's parts are for one shape; unused parts are NULL.
 struct attn_plan {
-	int B, S, H, G, D, qb, nblocks;
+	int B, S, H, G, D;
 	float *scores; // A
-	float *block;  // W
-	bf16 *rows16;  // (T,H*D): q16 / dout16 (forward: v16 after the scores)
-	bf16 *cols16;  // (T,G*D): k16 / v16
+	float *grads;  // D (backward)
+	bf16 *q16, *k16e, *v16e, *dout16;
+	float *heads; // E
 };
 
-static struct attn_plan plan_of(float *scratch, int B, int S, int H, int G, int D)
+static struct attn_plan plan_of(float *scratch, int B, int S, int H, int G, int D, bool backward)
 {
+	struct attention_parts parts = attention_parts_of(B, S, H, D);
 	struct attn_plan p;
 	p.B = B, p.S = S, p.H = H, p.G = G, p.D = D;
-	p.qb = attention_query_block(B, S, H, G, D);
-	p.nblocks = (S + p.qb - 1) / p.qb;
-	struct attention_parts parts = attention_parts_of(B, S, H, G, D, p.qb);
 	p.scores = scratch;
-	p.block = p.scores + parts.scores;
-	p.rows16 = (bf16 *)(p.block + parts.block);
-	p.cols16 = (bf16 *)(p.block + parts.block + parts.rows16);
+	p.grads = scratch + parts.square;
+	float *copies = scratch + 2 * parts.square;
+	p.q16 = (bf16 *)copies;
+	p.k16e = (bf16 *)(copies + parts.copy);
+	p.heads = copies + parts.copy;
+	if (backward) {
+		p.v16e = (bf16 *)(copies + 2 * parts.copy);
+		p.dout16 = (bf16 *)(copies + 3 * parts.copy);
+	} else { // E covers C1..C2, so v16e lives where dout16 would
+		p.grads = NULL;
+		p.v16e = (bf16 *)(copies + 3 * parts.copy);
+		p.dout16 = NULL;
+	}
 	return p;
 }
 
-// Every block but the last is full (qb rows, end (i+1)*qb, a multiple of
-// 4 floats), so block i starts after B*H*qb*qb*(1 + 2 + ... + i) floats.
-static struct qblock block_of(const struct attn_plan *p, int i)
+// ---------------------------------------------------------------------------
+// Kernels.  The row kernels give each thread four consecutive keys of a
+// chunk of 4*blockDim.x keys, walked in chunk order; vec only widens the
+// loads and stores (S % 4 == 0 and 16-byte rows), so the order of every
+// sum, and the bits, depend on S alone.
+
+// q16 (T,H,D) = bf16(q); k16e, v16e (T,H,D) = bf16 of k, v (T,G,D) at the
+// query head's key/value head; dout16 = bf16(dout) unless dout is NULL.
+// n = T*H*D elements, four per item when vec (D % 4 == 0, aligned).
+__global__ void attention_cast_kernel(bf16 *q16, bf16 *k16e, bf16 *v16e, bf16 *dout16, const float *q,
+                                      const float *k, const float *v, const float *dout, long n, int H, int G,
+                                      int D, bool vec)
 {
-	struct qblock blk;
-	blk.row0 = i * p->qb;
-	blk.rows = p->S - blk.row0 < p->qb ? p->S - blk.row0 : p->qb;
-	blk.end = blk.row0 + blk.rows;
-	blk.scores = p->scores + (size_t)p->B * p->H * p->qb * p->qb * ((size_t)i * (i + 1) / 2);
-	return blk;
+	int group = H / G;
+	int per = vec ? 4 : 1;
+	long items = n / per, stride = (long)gridDim.x * blockDim.x;
+	for (long it = (long)blockIdx.x * blockDim.x + threadIdx.x; it < items; it += stride) {
+		long e = it * per;
+		long t = e / ((long)H * D);
+		int h = (int)(e / D % H), d = (int)(e % D);
+		long kv = (t * G + h / group) * D + d;
+		if (vec) {
+			float4 x = *(const float4 *)(q + e);
+			*(uint2 *)(q16 + e) = make_uint2(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w));
+			x = *(const float4 *)(k + kv);
+			*(uint2 *)(k16e + e) = make_uint2(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w));
+			x = *(const float4 *)(v + kv);
+			*(uint2 *)(v16e + e) = make_uint2(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w));
+			if (dout) {
+				x = *(const float4 *)(dout + e);
+				*(uint2 *)(dout16 + e) = make_uint2(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w));
+			}
+		} else {
+			q16[e] = f32_to_bf16(q[e]);
+			k16e[e] = f32_to_bf16(k[kv]);
+			v16e[e] = f32_to_bf16(v[kv]);
+			if (dout)
+				dout16[e] = f32_to_bf16(dout[e]);
+		}
+	}
 }
 
-// Block rows (b,h,r) of `end` floats, the scores of query row i = row0 + r:
-// in place into P16 (the row's first end bf16), with p = e^(s - max) / sum
-// over keys j <= i and 0 beyond; lse = max + log(sum) written.
-__global__ void attention_softmax_kernel(float *scores, float *lse, int S, int rows, int end, int row0)
+// Keys j..j+3 of a row of S floats (j < S); those past S read as 0.
+__device__ __forceinline__ void load_keys(float x[4], const float *row, int j, int S, bool vec)
 {
-	long rr = blockIdx.x; // (b*H + h)*rows + r
-	long bh = rr / rows;
-	int i = row0 + (int)(rr % rows), L = i + 1;
-	float *s = scores + rr * end;
-	bf16 *p16 = (bf16 *)s;
+	if (vec) { // S % 4 == 0 and j % 4 == 0, so j + 3 < S
+		float4 w = *(const float4 *)(row + j);
+		x[0] = w.x, x[1] = w.y, x[2] = w.z, x[3] = w.w;
+		return;
+	}
+	for (int u = 0; u < 4; u++)
+		x[u] = j + u < S ? row[j + u] : 0.0f;
+}
+
+// bf16 of keys j..j+3 into a row of S bf16 (j < S); those past S dropped.
+__device__ __forceinline__ void store_keys16(bf16 *row, int j, int S, const float x[4], bool vec)
+{
+	if (vec) {
+		*(uint2 *)(row + j) = make_uint2(pack_bf16x2(x[0], x[1]), pack_bf16x2(x[2], x[3]));
+		return;
+	}
+	for (int u = 0; u < 4; u++)
+		if (j + u < S)
+			row[j + u] = f32_to_bf16(x[u]);
+}
+
+// One block per row (b,h,i) of S fp32 scores: P_ij = e^(s_ij - max) / sum
+// over keys j <= i, 0 beyond; lse = max + log(sum).  P16 is written in
+// place over the row's first S bf16: key j's bf16 lands on float j/2, so
+// in each chunk every thread reads its keys before the barrier and writes
+// after it, and a chunk's writes reach only floats of that chunk or
+// earlier ones, all read by then.
+__global__ void attention_softmax_kernel(float *scores, float *lse, int S, bool vec)
+{
+	long row = blockIdx.x; // (b*H + h)*S + i
+	int L = (int)(row % S) + 1, chunk = 4 * blockDim.x, j0 = 4 * threadIdx.x;
+	float *s = scores + row * S;
+	float x[4];
 	float m = -INFINITY;
-	for (int j = threadIdx.x; j < L; j += blockDim.x)
-		m = fmaxf(m, s[j]);
+	for (int c0 = 0; c0 < L; c0 += chunk) {
+		int j = c0 + j0;
+		if (j < L) {
+			load_keys(x, s, j, S, vec);
+			for (int u = 0; u < 4; u++)
+				if (j + u < L)
+					m = fmaxf(m, x[u]);
+		}
+	}
 	m = block_max(m);
 	float sum = 0.0f;
-	for (int j = threadIdx.x; j < L; j += blockDim.x)
-		sum += expf(s[j] - m);
+	for (int c0 = 0; c0 < L; c0 += chunk) {
+		int j = c0 + j0;
+		if (j < L) {
+			load_keys(x, s, j, S, vec);
+			for (int u = 0; u < 4; u++)
+				if (j + u < L)
+					sum += expf(x[u] - m);
+		}
+	}
 	sum = block_sum(sum);
 	if (threadIdx.x == 0)
-		lse[bh * S + i] = m + logf(sum);
-	// P16[j] lands on half of s[j/2]: every thread reads its key of a chunk
-	// before any writes, and a chunk's writes only reach floats of this
-	// chunk or earlier ones, all read by then
-	for (int c0 = 0; c0 < end; c0 += blockDim.x) {
-		int j = c0 + threadIdx.x;
-		float p = j < L ? expf(s[j] - m) / sum : 0.0f;
+		lse[row] = m + logf(sum);
+	for (int c0 = 0; c0 < S; c0 += chunk) {
+		int j = c0 + j0;
+		float p[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+		if (j < L) {
+			load_keys(x, s, j, S, vec);
+			for (int u = 0; u < 4; u++)
+				if (j + u < L)
+					p[u] = expf(x[u] - m) / sum;
+		}
 		__syncthreads();
-		if (j < end)
-			p16[j] = f32_to_bf16(p);
+		if (j < S)
+			store_keys16((bf16 *)s, j, S, p, vec);
 	}
 }
 
-// Block rows as above, scores and dP (same layout): P = e^(s - lse) for
-// keys j <= i (0 beyond), delta = sum_j P dP, dS = P (dP - delta).  Each
-// score row becomes P16 (first end bf16) | dS16 (next end bf16) in place;
-// dP's row holds dS in fp32 on the way.
-__global__ void attention_softmax_backward_kernel(float *scores, float *dP, const float *lse, int S, int rows,
-                                                  int end, int row0)
+// One block per row (b,h,i): scores s in A, dP in D.  P = e^(s - lse) for
+// keys j <= i (0 beyond), delta = sum_j P dP, dS = P (dP - delta).  P16
+// goes in place over the score row's first S bf16, dS16 over the dP row's,
+// with the forward's read-then-barrier-then-write order in each chunk.
+__global__ void attention_softmax_backward_kernel(float *scores, float *dP, const float *lse, int S, bool vec)
 {
-	long rr = blockIdx.x;
-	long bh = rr / rows;
-	int i = row0 + (int)(rr % rows), L = i + 1;
-	float *s = scores + rr * end, *dp = dP + rr * end;
-	bf16 *p16 = (bf16 *)s, *ds16 = p16 + end;
-	float l = lse[bh * S + i];
+	long row = blockIdx.x;
+	int L = (int)(row % S) + 1, chunk = 4 * blockDim.x, j0 = 4 * threadIdx.x;
+	float *s = scores + row * S, *dp = dP + row * S;
+	float l = lse[row];
+	float x[4], y[4];
 	float delta = 0.0f;
-	for (int j = threadIdx.x; j < L; j += blockDim.x)
-		delta += expf(s[j] - l) * dp[j];
-	delta = block_sum(delta);
-	// P16 in place as in the forward; each thread keeps to its own keys of
-	// dP, so dS needs no barrier
-	for (int c0 = 0; c0 < end; c0 += blockDim.x) {
-		int j = c0 + threadIdx.x;
-		float p = j < L ? expf(s[j] - l) : 0.0f;
-		if (j < end)
-			dp[j] = j < L ? p * (dp[j] - delta) : 0.0f;
-		__syncthreads();
-		if (j < end)
-			p16[j] = f32_to_bf16(p);
+	for (int c0 = 0; c0 < L; c0 += chunk) {
+		int j = c0 + j0;
+		if (j < L) {
+			load_keys(x, s, j, S, vec);
+			load_keys(y, dp, j, S, vec);
+			for (int u = 0; u < 4; u++)
+				if (j + u < L)
+					delta += expf(x[u] - l) * y[u];
+		}
 	}
-	// dS16 fills the row's second half, whose scores every thread has read
-	__syncthreads();
-	for (int j = threadIdx.x; j < end; j += blockDim.x)
-		ds16[j] = f32_to_bf16(dp[j]);
+	delta = block_sum(delta);
+	for (int c0 = 0; c0 < S; c0 += chunk) {
+		int j = c0 + j0;
+		float p[4] = { 0.0f, 0.0f, 0.0f, 0.0f }, ds[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+		if (j < L) {
+			load_keys(x, s, j, S, vec);
+			load_keys(y, dp, j, S, vec);
+			for (int u = 0; u < 4; u++)
+				if (j + u < L) {
+					p[u] = expf(x[u] - l);
+					ds[u] = p[u] * (y[u] - delta);
+				}
+		}
+		__syncthreads();
+		if (j < S) {
+			store_keys16((bf16 *)s, j, S, p, vec);
+			store_keys16((bf16 *)dp, j, S, ds, vec);
+		}
+	}
 }
 
-// out rows [row0, row0 + rows) of every sequence = bf16 of the block's
-// fp32 output (B, rows, H*D).
-__global__ void attention_out_kernel(bf16 *out, const float *block_out, int S, int rows, int row0, long hd,
-                                     long total)
+// dst (T,G,D) = sum over the heads of each group, ascending, of heads
+// (T,H,D).  n = T*G*D elements, four per item when vec; either way each
+// element adds the same values in the same order.
+__global__ void attention_group_sum_kernel(float *dst, const float *heads, long n, int H, int G, int D, bool vec)
 {
-	long per_b = (long)rows * hd;
-	for (long idx = (long)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (long)gridDim.x * blockDim.x) {
-		long b = idx / per_b, rest = idx % per_b;
-		out[(b * S + row0) * hd + rest] = f32_to_bf16(block_out[idx]);
+	int group = H / G;
+	int per = vec ? 4 : 1;
+	long items = n / per, stride = (long)gridDim.x * blockDim.x;
+	for (long it = (long)blockIdx.x * blockDim.x + threadIdx.x; it < items; it += stride) {
+		long e = it * per;
+		long t = e / ((long)G * D);
+		int g = (int)(e / D % G), d = (int)(e % D);
+		const float *src = heads + (t * H + (long)g * group) * D + d;
+		if (vec) {
+			float4 acc = *(const float4 *)src;
+			for (int i = 1; i < group; i++) {
+				float4 w = *(const float4 *)(src + (long)i * D);
+				acc.x += w.x, acc.y += w.y, acc.z += w.z, acc.w += w.w;
+			}
+			*(float4 *)(dst + e) = acc;
+		} else {
+			float acc = src[0];
+			for (int i = 1; i < group; i++)
+				acc += src[(long)i * D];
+			dst[e] = acc;
+		}
 	}
 }
+
+// ---------------------------------------------------------------------------
+// Products, one GEMM per sequence b batched over the H heads.  Operands
+// a, c are (T,H,D) bf16 copies; a square is (B,H,S,S) fp32, or its bf16
+// P16/dS16 (rows 2*S bf16 apart, heads 2*S*S).
+
+// X_h (S_i, S_j) = alpha a_h (S_i, D) @ c_h (S_j, D)^T.  cuBLAS: X_cm
+// (S_j, S_i) = c_cm^T (S_j, D) @ a_cm (D, S_i).
+static void heads_abT(float *X, const bf16 *a, const bf16 *c, float alpha, const struct attn_plan *p)
+{
+	int S = p->S, hd = p->H * p->D;
+	long long ss = (long long)S * S;
+	for (int b = 0; b < p->B; b++) {
+		size_t first = (size_t)b * S * hd; // row 0 of sequence b
+		gemm_bf16_strided(CUBLAS_OP_T, CUBLAS_OP_N, S, S, p->D, alpha, c + first, hd, p->D, a + first, hd,
+		                  p->D, 0.0f, X + (size_t)b * p->H * ss, S, ss, p->H);
+	}
+}
+
+// Y_h (S_i, D) = alpha X16_h (S_i, S_j) @ c_h (S_j, D), Y (T,H,D) fp32
+// (E or dq).  cuBLAS: Y_cm (D, S_i) = c_cm (D, S_j) @ X_cm (S_j, S_i).
+static void heads_Xc(float *Y, const float *square, const bf16 *c, float alpha, const struct attn_plan *p)
+{
+	int S = p->S, hd = p->H * p->D;
+	long long ss2 = 2LL * S * S;
+	const bf16 *X16 = (const bf16 *)square;
+	for (int b = 0; b < p->B; b++) {
+		size_t first = (size_t)b * S * hd;
+		gemm_bf16_strided(CUBLAS_OP_N, CUBLAS_OP_N, p->D, S, S, alpha, c + first, hd, p->D,
+		                  X16 + (size_t)b * p->H * ss2, 2 * S, ss2, 0.0f, Y + first, hd, p->D, p->H);
+	}
+}
+
+// Z_h (S_j, D) = alpha X16_h^T (S_j, S_i) @ a_h (S_i, D), Z (T,H,D) fp32
+// (E).  cuBLAS: Z_cm (D, S_j) = a_cm (D, S_i) @ X_cm^T (S_i, S_j).
+static void heads_XTa(float *Z, const float *square, const bf16 *a, float alpha, const struct attn_plan *p)
+{
+	int S = p->S, hd = p->H * p->D;
+	long long ss2 = 2LL * S * S;
+	const bf16 *X16 = (const bf16 *)square;
+	for (int b = 0; b < p->B; b++) {
+		size_t first = (size_t)b * S * hd;
+		gemm_bf16_strided(CUBLAS_OP_N, CUBLAS_OP_T, p->D, S, S, alpha, a + first, hd, p->D,
+		                  X16 + (size_t)b * p->H * ss2, 2 * S, ss2, 0.0f, Z + first, hd, p->D, p->H);
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Launchers.
 
 // The softmax scale as the CPU computes it (torch's Python float).
 static float softmax_scale(int D)
@@ -184,119 +346,42 @@ static float softmax_scale(int D)
 	return (float)(1.0 / sqrt((double)D));
 }
 
-// The score-shaped products run as strided batches of independent GEMMs,
-// one call per (b, g) batched over the group's heads, or one per (b, head
-// index i within a group) batched over the G groups, whichever batch is
-// larger (Qwen2.5-32B: 5 calls of 8 products rather than 8 of 5), so one
-// call fills more of the GPU.  Every product is computed whole by one GEMM
-// either way, and the choice depends on the shape alone.
-struct head_batch {
-	int calls, batch;         // per b
-	long long a_step, a_bstr; // head offset of call c, stride inside the batch, in heads
-	long long c_step, c_bstr; // key/value head offset of call c, stride in the batch
-};
-
-static struct head_batch head_batch_of(int H, int G)
-{
-	int group = H / G;
-	struct head_batch hb;
-	if (G > group) { // call i: heads g*group + i, key/value heads g
-		hb.calls = group, hb.batch = G;
-		hb.a_step = 1, hb.a_bstr = group;
-		hb.c_step = 0, hb.c_bstr = 1;
-	} else { // call g: heads g*group .. g*group + group-1, key/value head g
-		hb.calls = G, hb.batch = group;
-		hb.a_step = group, hb.a_bstr = 1;
-		hb.c_step = 1, hb.c_bstr = 0;
-	}
-	return hb;
-}
-
-// X (rows, end) of each head h = alpha * a_h (rows of the block, D) @
-// c_g (keys 0..end, D)^T, g = h / group, with a = q16 (scores) or dout16
-// (dP), c = k16 or v16; X laid out (b,h,r,j).  cuBLAS: X_cm (end, rows) =
-// c_cm^T (end, D) @ a_cm (D, rows).
-static void block_products_abT(float *X, const bf16 *a, const bf16 *c, float alpha, const struct attn_plan *p,
-                               const struct qblock *blk)
-{
-	int S = p->S, H = p->H, G = p->G, D = p->D, rows = blk->rows, end = blk->end;
-	struct head_batch hb = head_batch_of(H, G);
-	long long re = (long long)rows * end;
-	for (int b = 0; b < p->B; b++) {
-		for (int call = 0; call < hb.calls; call++) {
-			long long h0 = call * hb.a_step, g0 = call * hb.c_step;
-			const bf16 *cg = c + ((size_t)b * S * G + g0) * D;
-			const bf16 *ah = a + (((size_t)b * S + blk->row0) * H + h0) * D;
-			float *xh = X + ((size_t)b * H + h0) * re;
-			gemm_bf16_strided(CUBLAS_OP_T, CUBLAS_OP_N, end, rows, D, alpha, cg, G * D, hb.c_bstr * D, ah,
-			                  H * D, hb.a_bstr * D, 0.0f, xh, end, hb.a_bstr * re, hb.batch);
-		}
-	}
-}
-
-// Y_h (rows, D) = alpha * X16_h (rows, end) @ c_g (keys 0..end, D) for each
-// head h, g = h / group, with (X16, c) = (P16, v16) or (dS16, k16).  X16
-// is the block's bf16 rows in A, column `col0` of rows 2*end bf16 apart.
-// Y_h's rows are H*D floats apart, head h at h*D, sequence b at b*y_bstride
-// (the block's fp32 output in W, or dq).  cuBLAS: Y_cm (D, rows) = c_cm
-// (D, end) @ X_cm (end, rows).
-static void block_products_Xc(float *Y, size_t y_bstride, const bf16 *c, int col0, float alpha,
-                              const struct attn_plan *p, const struct qblock *blk)
-{
-	int S = p->S, H = p->H, G = p->G, D = p->D, rows = blk->rows, end = blk->end;
-	struct head_batch hb = head_batch_of(H, G);
-	long long re2 = 2LL * rows * end;
-	const bf16 *X16 = (const bf16 *)blk->scores + col0;
-	for (int b = 0; b < p->B; b++) {
-		for (int call = 0; call < hb.calls; call++) {
-			long long h0 = call * hb.a_step, g0 = call * hb.c_step;
-			const bf16 *cg = c + ((size_t)b * S * G + g0) * D;
-			const bf16 *xh = X16 + ((size_t)b * H + h0) * re2;
-			float *yh = Y + (size_t)b * y_bstride + (size_t)h0 * D;
-			gemm_bf16_strided(CUBLAS_OP_N, CUBLAS_OP_N, D, rows, end, alpha, cg, G * D, hb.c_bstr * D, xh,
-			                  2 * end, hb.a_bstr * re2, 0.0f, yh, H * D, hb.a_bstr * D, hb.batch);
-		}
-	}
-}
-
-// Z_g (S,D) = alpha * sum over heads h of g and query blocks i of
-// X16_h,i^T (keys 0..end_i, rows_i) @ a_h (rows of block i, D), with (X16,
-// a, Z) = (P16, dout16, dv) or (dS16, q16, dk); X16 at column col(i) = 0
-// for P16, end_i for dS16.  Each GEMM adds one (head index within the
-// group, block) term into keys 0..end_i of all G groups at once (head g*group
-// + ih, key/value head g), so a model with 40 heads in 8 groups makes 5
-// calls of 8 products per block.  The order is fixed: head index
-// ascending, blocks descending, beta 0 for the very first (the last block,
-// which covers every key), 1 after.  cuBLAS: Z_cm (D, end) = a_cm (D,
-// rows) @ X_cm^T (rows, end).
-static void group_products_XTa(float *Z, const bf16 *a, int ds_half, float alpha, const struct attn_plan *p)
-{
-	int S = p->S, H = p->H, G = p->G, D = p->D, group = H / G;
-	for (int b = 0; b < p->B; b++) {
-		float *zb = Z + (size_t)b * S * G * D;
-		for (int ih = 0; ih < group; ih++) {
-			for (int i = p->nblocks - 1; i >= 0; i--) {
-				struct qblock blk = block_of(p, i);
-				long long re2 = 2LL * blk.rows * blk.end;
-				const bf16 *ai = a + (((size_t)b * S + blk.row0) * H + ih) * D;
-				const bf16 *xi = (const bf16 *)blk.scores + (ds_half ? blk.end : 0) +
-				                 ((size_t)b * H + ih) * re2;
-				float beta = ih == 0 && i == p->nblocks - 1 ? 0.0f : 1.0f;
-				gemm_bf16_strided(CUBLAS_OP_N, CUBLAS_OP_T, D, blk.end, blk.rows, alpha, ai, H * D,
-				                  (long long)group * D, xi, 2 * blk.end, group * re2, beta, zb, G * D, D,
-				                  G);
-			}
-		}
-	}
-}
-
-static void check_heads(const char *op, int H, int G)
+// Shapes the launches can express: the row kernels take one block per
+// (b,h,i) row, and cuBLAS takes int dimensions and leading dimensions.
+static void check_shape(const char *op, int B, int S, int H, int G, int D)
 {
 	if (G <= 0 || H % G != 0) {
 		fprintf(stderr, "%s: %s: %d query heads do not split into %d key/value groups\n", poros_cuda_progname(),
 		        op, H, G);
 		exit(1);
 	}
+	if ((long long)B * H * S > INT_MAX || S > INT_MAX / 2 || (long long)H * D > INT_MAX) {
+		fprintf(stderr, "%s: %s: B=%d S=%d H=%d D=%d is too large (B*H*S rows, 2*S and H*D must fit in %d)\n",
+		        poros_cuda_progname(), op, B, S, H, D, INT_MAX);
+		exit(1);
+	}
+}
+
+static void cast_inputs(const struct attn_plan *p, const float *q, const float *k, const float *v,
+                        const float *dout)
+{
+	long n = (long)p->B * p->S * p->H * p->D;
+	bool vec = p->D % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && (!dout || aligned16(dout)) &&
+	           ((uintptr_t)p->q16 & 7u) == 0 && ((uintptr_t)p->k16e & 7u) == 0 &&
+	           ((uintptr_t)p->v16e & 7u) == 0 && (!dout || ((uintptr_t)p->dout16 & 7u) == 0);
+	attention_cast_kernel<<<grid_for(vec ? n / 4 : n, CAST_THREADS), CAST_THREADS, 0,
+	                        poros_cuda_compute_stream()>>>(p->q16, p->k16e, p->v16e, dout ? p->dout16 : NULL, q, k,
+	                                                       v, dout, n, p->H, p->G, p->D, vec);
+	launchCheck();
+}
+
+static void group_sum(float *dst, const struct attn_plan *p)
+{
+	long n = (long)p->B * p->S * p->G * p->D;
+	bool vec = p->D % 4 == 0 && aligned16(dst) && aligned16(p->heads);
+	attention_group_sum_kernel<<<grid_for(vec ? n / 4 : n, SUM_THREADS), SUM_THREADS, 0,
+	                             poros_cuda_compute_stream()>>>(dst, p->heads, n, p->H, p->G, p->D, vec);
+	launchCheck();
 }
 
 // out (T,H*D) bf16, lse (B,H,S); q (T,H,D), k, v (T,G,D).
@@ -305,30 +390,17 @@ extern "C" void attention_forward_cuda(bf16 *out, float *lse, float *scratch, co
 {
 	if (B <= 0 || S <= 0 || H <= 0 || D <= 0)
 		return;
-	check_heads("attention_forward_cuda", H, G);
-	cudaStream_t stream = poros_cuda_compute_stream();
-	struct attn_plan p = plan_of(scratch, B, S, H, G, D);
-	long tokens = (long)B * S;
+	check_shape("attention_forward_cuda", B, S, H, G, D);
+	struct attn_plan p = plan_of(scratch, B, S, H, G, D, false);
+	bool vec = S % 4 == 0 && aligned16(p.scores);
 
-	cast_f32_to_bf16_cuda(p.rows16, q, tokens * H * D);
-	cast_f32_to_bf16_cuda(p.cols16, k, tokens * G * D);
-	for (int i = 0; i < p.nblocks; i++) {
-		struct qblock blk = block_of(&p, i);
-		block_products_abT(blk.scores, p.rows16, p.cols16, softmax_scale(D), &p, &blk);
-		attention_softmax_kernel<<<(unsigned)((size_t)B * H * blk.rows), SOFTMAX_THREADS, 0, stream>>>(
-			blk.scores, lse, S, blk.rows, blk.end, blk.row0);
-		launchCheck();
-	}
-	bf16 *v16 = p.rows16; // q16 is done with
-	cast_f32_to_bf16_cuda(v16, v, tokens * G * D);
-	for (int i = 0; i < p.nblocks; i++) {
-		struct qblock blk = block_of(&p, i);
-		block_products_Xc(p.block, (size_t)blk.rows * H * D, v16, 0, 1.0f, &p, &blk);
-		long total = (long)B * blk.rows * H * D;
-		attention_out_kernel<<<grid_for(total, OUT_THREADS), OUT_THREADS, 0, stream>>>(
-			out, p.block, S, blk.rows, blk.row0, (long)H * D, total);
-		launchCheck();
-	}
+	cast_inputs(&p, q, k, v, NULL);
+	heads_abT(p.scores, p.q16, p.k16e, softmax_scale(D), &p);
+	attention_softmax_kernel<<<(unsigned)((long)B * H * S), ROW_THREADS, 0, poros_cuda_compute_stream()>>>(
+		p.scores, lse, S, vec);
+	launchCheck();
+	heads_Xc(p.heads, p.scores, p.v16e, 1.0f, &p);
+	cast_f32_to_bf16_cuda(out, p.heads, (long)B * S * H * D);
 }
 
 // dq (T,H,D), dk, dv (T,G,D) written from dout (T,H*D), q, k, v, lse.
@@ -340,38 +412,20 @@ extern "C" void attention_backward_cuda(float *dq, float *dk, float *dv, float *
 {
 	if (B <= 0 || S <= 0 || H <= 0 || D <= 0)
 		return;
-	check_heads("attention_backward_cuda", H, G);
-	cudaStream_t stream = poros_cuda_compute_stream();
-	struct attn_plan p = plan_of(scratch, B, S, H, G, D);
+	check_shape("attention_backward_cuda", B, S, H, G, D);
+	struct attn_plan p = plan_of(scratch, B, S, H, G, D, true);
 	float scale = softmax_scale(D);
-	long tokens = (long)B * S;
+	bool vec = S % 4 == 0 && aligned16(p.scores) && aligned16(p.grads);
 
-	cast_f32_to_bf16_cuda(p.rows16, q, tokens * H * D);
-	cast_f32_to_bf16_cuda(p.cols16, k, tokens * G * D);
-	for (int i = 0; i < p.nblocks; i++) {
-		struct qblock blk = block_of(&p, i);
-		block_products_abT(blk.scores, p.rows16, p.cols16, scale, &p, &blk);
-	}
-
-	bf16 *dout16 = p.rows16, *v16 = p.cols16;
-	cast_f32_to_bf16_cuda(dout16, dout, tokens * H * D);
-	cast_f32_to_bf16_cuda(v16, v, tokens * G * D);
-	for (int i = 0; i < p.nblocks; i++) {
-		struct qblock blk = block_of(&p, i);
-		block_products_abT(p.block, dout16, v16, 1.0f, &p, &blk);
-		attention_softmax_backward_kernel<<<(unsigned)((size_t)B * H * blk.rows), SOFTMAX_THREADS, 0,
-		                                    stream>>>(blk.scores, p.block, lse, S, blk.rows, blk.end,
-		                                              blk.row0);
-		launchCheck();
-	}
-	group_products_XTa(dv, dout16, 0, 1.0f, &p);
-
-	bf16 *q16 = p.rows16, *k16 = p.cols16;
-	cast_f32_to_bf16_cuda(q16, q, tokens * H * D);
-	cast_f32_to_bf16_cuda(k16, k, tokens * G * D);
-	for (int i = 0; i < p.nblocks; i++) {
-		struct qblock blk = block_of(&p, i);
-		block_products_Xc(dq + (size_t)blk.row0 * H * D, (size_t)S * H * D, k16, blk.end, scale, &p, &blk);
-	}
-	group_products_XTa(dk, q16, 1, scale, &p);
+	cast_inputs(&p, q, k, v, dout);
+	heads_abT(p.scores, p.q16, p.k16e, scale, &p);
+	heads_abT(p.grads, p.dout16, p.v16e, 1.0f, &p);
+	attention_softmax_backward_kernel<<<(unsigned)((long)B * H * S), ROW_THREADS, 0,
+	                                    poros_cuda_compute_stream()>>>(p.scores, p.grads, lse, S, vec);
+	launchCheck();
+	heads_Xc(dq, p.grads, p.k16e, scale, &p);
+	heads_XTa(p.heads, p.scores, p.dout16, 1.0f, &p); // E over k16e, v16e: both read for the last time above
+	group_sum(dv, &p);
+	heads_XTa(p.heads, p.grads, p.q16, scale, &p);
+	group_sum(dk, &p);
 }

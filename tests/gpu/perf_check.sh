@@ -81,7 +81,7 @@ train q05_res resident nf4 3 4 Qwen/Qwen2.5-0.5B 2 512 || fail=1
 train q05_blk blockwise nf4 3 4 Qwen/Qwen2.5-0.5B 2 512 || fail=1
 parity q05_res q05_blk
 
-note "compute-sanitizer memcheck: tiny blockwise, three streams, xd scratch"
+note "compute-sanitizer memcheck: tiny blockwise, three streams, LoRA scratch"
 if command -v compute-sanitizer >/dev/null && [ "$BACKEND" = cuda ]; then
 	timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 $P/poros-train --model poros/tiny-qwen2 \
 		--backend cuda --mode blockwise --precision nf4 --block-size 2 --accum 2 --steps 2 --seq-len 32 \

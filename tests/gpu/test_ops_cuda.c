@@ -598,7 +598,7 @@ static void test_matmul_backward_input(int T, int K, int N, int accumulate)
 /* --- lora ---------------------------------------------------------------- */
 
 struct lora_args {
-	float *out, *u, *din, *dA, *dB, *du, *xd;
+	float *out, *u, *din, *dA, *dB, *du, *scratch;
 	const float *dout, *u_in, *A, *B;
 	const bf16 *in;
 	float scale, p;
@@ -609,25 +609,26 @@ struct lora_args {
 static void lora_fwd_gpu(const void *p)
 {
 	const struct lora_args *a = p;
-	gpu->ops->lora_forward(a->out, a->u, a->xd, a->in, a->A, a->B, a->scale, a->p, a->seed, a->T, a->K, a->N, a->R);
+	gpu->ops->lora_forward(a->out, a->u, a->scratch, a->in, a->A, a->B, a->scale, a->p, a->seed, a->T, a->K, a->N, a->R);
 }
 
 static void lora_bwd_gpu(const void *p)
 {
 	const struct lora_args *a = p;
-	gpu->ops->lora_backward(a->din, a->dA, a->dB, a->du, a->xd, a->dout, a->in, a->u_in, a->A, a->B, a->scale, a->p,
+	gpu->ops->lora_backward(a->din, a->dA, a->dB, a->du, a->scratch, a->dout, a->in, a->u_in, a->A, a->B, a->scale, a->p,
 	                        a->seed, a->T, a->K, a->N, a->R);
 }
 
-/* u is a K-term fp32 sum (the CPU in order; the GPU's fused kernel as four
- * partial sums, each over every fourth 64-column slice, added at the end,
- * or, with the xd scratch, a cuBLAS SGEMM in its own order), out adds
+/* u is a K-term fp32 sum (the CPU in order; the GPU's CUDA-core kernel in
+ * four thread groups and, with a scratch, in slices added in order, or on
+ * tensor cores through the exact three-way bf16 split of A when the scratch
+ * holds its parts), out adds
  * scale * u @ B^T (cuBLAS over R): sums of the GEMM kind with inputs in
  * [-1,1] and A in +-1/sqrt(K), so GEMM_A_REL's argument applies. */
-static void test_lora_forward(int T, int K, int N, int R, float p, int xd)
+static void test_lora_forward(int T, int K, int N, int R, float p, int scratch)
 {
 	struct gpu_case c;
-	if (!case_begin(&c, "lora_forward T=%d K=%d N=%d R=%d dropout=%g%s", T, K, N, R, p, xd ? " xd-sgemm" : ""))
+	if (!case_begin(&c, "lora_forward T=%d K=%d N=%d R=%d dropout=%g%s", T, K, N, R, p, scratch ? " scratch" : ""))
 		return;
 	float bound = 1.0f / sqrtf((float)K); /* PEFT's kaiming-uniform range for A */
 	bf16 *in = rand_bf16((size_t)T * K, -1, 1);
@@ -650,8 +651,8 @@ static void test_lora_forward(int T, int K, int N, int R, float p, int xd)
 	a.T = T, a.K = K, a.N = N, a.R = R;
 	a.out = case_out(&c, "out", (size_t)T * N * 4, out0, 0);
 	a.u = case_out(&c, "u", (size_t)T * R * 4, NULL, 0);
-	if (xd)
-		a.xd = case_scratch(&c, (size_t)T * K * 4);
+	if (scratch)
+		a.scratch = case_scratch(&c, (size_t)T * K * 4);
 	case_run(&c, lora_fwd_gpu, &a);
 	check(&c, "u", ref_u, (size_t)T * R, 0, GEMM_A_REL, GEMM_RTOL);
 	check(&c, "out", ref, (size_t)T * N, 0, GEMM_A_REL, GEMM_RTOL);
@@ -667,11 +668,11 @@ static void test_lora_forward(int T, int K, int N, int R, float p, int xd)
 /* du (sum over N), dB (over T), dA (over T, using du), din (over R, using
  * du): sums of up to 4096 fp32 terms in different orders, and dA, din
  * inherit du's rounding: 5e-5 of the largest value, 1e-4 relative. */
-static void test_lora_backward(int T, int K, int N, int R, float p, int with_din, int xd)
+static void test_lora_backward(int T, int K, int N, int R, float p, int with_din, int scratch)
 {
 	struct gpu_case c;
 	if (!case_begin(&c, "lora_backward T=%d K=%d N=%d R=%d dropout=%g%s%s", T, K, N, R, p, with_din ? " din" : "",
-	                xd ? " xd-sgemm" : ""))
+	                scratch ? " scratch" : ""))
 		return;
 	float bound = 1.0f / sqrtf((float)K);
 	bf16 *in = rand_bf16((size_t)T * K, -1, 1);
@@ -707,8 +708,8 @@ static void test_lora_backward(int T, int K, int N, int R, float p, int with_din
 	a.du = case_out(&c, "du", (size_t)T * R * 4, NULL, 0);
 	if (with_din)
 		a.din = case_out(&c, "din", (size_t)T * K * 4, din0, 0);
-	if (xd)
-		a.xd = case_scratch(&c, (size_t)T * K * 4);
+	if (scratch)
+		a.scratch = case_scratch(&c, (size_t)T * K * 4);
 	case_run(&c, lora_bwd_gpu, &a);
 	check(&c, "du", ref_du, (size_t)T * R, 0, 5e-5, 1e-4);
 	check(&c, "dB", ref_dB, (size_t)N * R, 0, 5e-5, 1e-4);
@@ -831,8 +832,7 @@ static void attention_bwd_gpu(const void *p)
 static void test_attention_forward(int B, int S, int H, int G, int D)
 {
 	struct gpu_case c;
-	if (!case_begin(&c, "attention_forward B=%d S=%d H=%d G=%d D=%d (query blocks of %d)", B, S, H, G, D,
-	                attention_query_block(B, S, H, G, D)))
+	if (!case_begin(&c, "attention_forward B=%d S=%d H=%d G=%d D=%d", B, S, H, G, D))
 		return;
 	size_t T = (size_t)B * S;
 	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
@@ -876,8 +876,7 @@ static void test_attention_forward(int B, int S, int H, int G, int D)
 static void test_attention_backward(int B, int S, int H, int G, int D)
 {
 	struct gpu_case c;
-	if (!case_begin(&c, "attention_backward B=%d S=%d H=%d G=%d D=%d (query blocks of %d)", B, S, H, G, D,
-	                attention_query_block(B, S, H, G, D)))
+	if (!case_begin(&c, "attention_backward B=%d S=%d H=%d G=%d D=%d", B, S, H, G, D))
 		return;
 	size_t T = (size_t)B * S;
 	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
@@ -1251,18 +1250,24 @@ static void run_small(void)
 	test_rmsnorm_backward(3, 33);
 	test_matmul_forward(5, 19, 7, 1);
 	test_matmul_backward_input(5, 19, 7, 1);
-	for (int xd = 0; xd <= 1; xd++) {
-		test_lora_forward(5, 33, 7, 3, 0.5f, xd);
-		test_lora_backward(5, 33, 7, 3, 0.5f, 1, xd);
-		test_lora_backward(19, 300, 5, 20, 0.25f, 1, xd); /* two rank tiles, partial K passes */
+	for (int scratch = 0; scratch <= 1; scratch++) {
+		test_lora_forward(5, 33, 7, 3, 0.5f, scratch);
+		test_lora_backward(5, 33, 7, 3, 0.5f, 1, scratch);
+		test_lora_backward(19, 300, 5, 20, 0.25f, 1, scratch); /* two rank tiles, partial K passes */
+		/* small enough for the sanitizer, large enough that the scratch holds
+		 * the tensor-core path's parts (with the dropout mask) */
+		test_lora_forward(40, 64, 24, 4, 0.3f, scratch);
+		test_lora_backward(40, 64, 24, 4, 0.3f, 1, scratch);
 	}
 	test_rope(2, 3, 3, 6, 0);
 	test_rope(2, 3, 3, 6, 1);
 	test_attention_forward(3, 5, 6, 3, 8);
-	test_attention_forward(2, 7, 4, 2, 16);  /* one block shorter than D */
-	test_attention_forward(1, 33, 2, 2, 64); /* MHA, blocks of 16: the last one row */
+	test_attention_forward(2, 7, 4, 2, 16);  /* S < D: (T,H,D) buffers larger than a square */
+	test_attention_forward(1, 33, 2, 2, 64); /* MHA, odd S: rows off 16 bytes, the scalar row path */
 	test_attention_backward(3, 5, 6, 3, 8);
 	test_attention_backward(1, 33, 2, 2, 64);
+	test_attention_forward(1, 601, 2, 1, 16); /* odd S over two chunks: scalar in-place path */
+	test_attention_backward(1, 601, 2, 1, 16);
 	test_swiglu(1001, 1, 0);
 	test_swiglu(1001, 1, 1);
 	test_crossentropy(3, 5, 2, 0);
@@ -1288,26 +1293,28 @@ static void run_realistic(void)
 	test_matmul_forward(512, 4096, 1024, 1);         /* k/v projection with bias */
 	test_matmul_backward_input(128, 4096, 11008, 1); /* through gate/up */
 	test_matmul_backward_input(64, 11008, 4096, 0);  /* through down */
-	/* both LoRA paths at model shapes, so the timings compare them (the
-	 * xd-sgemm one is what the engine runs; K = 27648 is Qwen2.5-32B's
-	 * down_proj) */
-	for (int xd = 0; xd <= 1; xd++) {
-		test_lora_forward(512, 4096, 4096, 16, 0.05f, xd);
-		test_lora_forward(512, 4096, 1024, 8, 0.0f, xd);
-		test_lora_forward(512, 27648, 5120, 16, 0.0f, xd);
-		test_lora_backward(512, 4096, 4096, 16, 0.05f, 1, xd);
-		test_lora_backward(512, 11008, 4096, 64, 0.1f, 1, xd);
-		test_lora_backward(512, 4096, 1024, 8, 0.0f, 0, xd);
-		test_lora_backward(512, 27648, 5120, 16, 0.0f, 1, xd);
+	/* both LoRA paths at model shapes, so the timings compare them (with a
+	 * scratch, what the engine runs: u and dA on tensor cores; K = 27648 is
+	 * Qwen2.5-32B's down_proj) */
+	for (int scratch = 0; scratch <= 1; scratch++) {
+		test_lora_forward(512, 4096, 4096, 16, 0.05f, scratch);
+		test_lora_forward(512, 4096, 1024, 8, 0.0f, scratch);
+		test_lora_forward(512, 27648, 5120, 16, 0.0f, scratch);
+		test_lora_backward(512, 4096, 4096, 16, 0.05f, 1, scratch);
+		test_lora_backward(512, 11008, 4096, 64, 0.1f, 1, scratch);
+		test_lora_backward(512, 4096, 1024, 8, 0.0f, 0, scratch);
+		test_lora_backward(512, 27648, 5120, 16, 0.0f, 1, scratch);
 	}
 	test_rope(1, 512, 32, 128, 0);
 	test_rope(1, 512, 32, 128, 1);
 	test_attention_forward(1, 512, 32, 8, 128);
-	test_attention_forward(2, 64, 8, 2, 64);  /* blocks of 32 */
-	test_attention_forward(2, 300, 8, 2, 64); /* 128, 128, 44 rows: dS16 columns off 16 bytes */
+	test_attention_forward(2, 64, 8, 2, 64);  /* two sequences: one GEMM per product and sequence */
+	test_attention_forward(2, 300, 8, 2, 64); /* S % 4 == 0: vector row path, one partial chunk of 512 keys */
+	test_attention_forward(1, 1100, 4, 2, 64); /* three chunks: P16 written in place over read chunks */
 	test_attention_backward(1, 512, 32, 8, 128);
 	test_attention_backward(2, 64, 8, 2, 64);
 	test_attention_backward(2, 300, 8, 2, 64);
+	test_attention_backward(1, 1100, 4, 2, 64);
 	test_swiglu(512L * 11008, 0, 0);
 	test_swiglu(512L * 11008, 0, 1);
 	test_crossentropy(512, 32000, 10, 0);

@@ -390,45 +390,49 @@ static void test_attention_single_token(void)
 	free(scratch);
 }
 
-/* The scratch: attention_scratch_floats never needs more than the fp32
- * attention did (2*B*H*S*S + 4*B*H*S) at the head size and lengths that
- * models train with, whatever the grouping, and the query block shrinks
- * only where 128 rows would not fit. */
+/* The scratch: attention_scratch_floats is the CUDA layout (ops.h's
+ * attention_parts: two (B,H,S,S) fp32 squares and four (T,H,D) bf16
+ * copies, each rounded up to 16 bytes), which holds the CPU's layout
+ * (every head's triangle of rows, rounded to 4, then T*H*D floats) and
+ * stays within 2*B*H*S*S + 3*T*H*D floats plus the rounding. */
 static void test_attention_scratch(void)
 {
-	static const int heads[][2] = { { 32, 32 }, { 32, 8 }, { 40, 8 }, { 64, 8 }, { 28, 4 }, { 16, 2 } };
-	static const int lengths[] = { 128, 160, 256, 384, 512, 1000, 2048, 4096 };
-	int over = 0;
+	static const int heads[][2] = { { 32, 32 }, { 32, 8 }, { 40, 8 }, { 64, 8 }, { 28, 4 }, { 6, 3 }, { 2, 1 } };
+	static const int lengths[] = { 1, 5, 7, 33, 128, 300, 512, 1000 };
+	static const int dims[] = { 5, 8, 64, 128 };
+	int bad = 0;
 	for (int b = 1; b <= 3; b += 2)
 		for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
-			for (size_t si = 0; si < sizeof lengths / sizeof lengths[0]; si++) {
-				int H = heads[hi][0], G = heads[hi][1], S = lengths[si];
-				size_t rows = (size_t)b * H * S;
-				if (attention_scratch_floats(b, S, H, G, 128) > 2 * rows * S + 4 * rows) {
-					printf("  B=%d S=%d H=%d G=%d D=128: %zu floats > %zu\n", b, S, H, G,
-					       attention_scratch_floats(b, S, H, G, 128), 2 * rows * S + 4 * rows);
-					over++;
+			for (size_t si = 0; si < sizeof lengths / sizeof lengths[0]; si++)
+				for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+					int H = heads[hi][0], G = heads[hi][1], S = lengths[si], D = dims[di];
+					size_t bhs = (size_t)b * H * S, thd = (size_t)b * S * H * D;
+					size_t got = attention_scratch_floats(b, S, H, G, D);
+					size_t cpu = attention_round4(bhs * (S + 1) / 2) + thd;
+					size_t most = 2 * bhs * S + 3 * thd + 16;
+					struct attention_parts parts = attention_parts_of(b, S, H, D);
+					/* the fp32 buffer E lies over two copies */
+					int ok = got >= cpu && got <= most && got == attention_cuda_floats(b, S, H, D) &&
+						 parts.square % 4 == 0 && parts.copy % 4 == 0 && 2 * parts.copy >= thd;
+					if (!ok && bad++ < 5)
+						printf("  B=%d S=%d H=%d G=%d D=%d: %zu floats (CPU needs %zu, at most %zu)\n", b,
+						       S, H, G, D, got, cpu, most);
 				}
-			}
-	printf("%s attention scratch within the fp32 attention's size for D=128, S >= 128 (%d over)\n",
-	       over ? "FAIL" : "ok  ", over);
-	failures += over != 0;
-	/* Qwen2.5-72B at S=512: blocks of 128 rows, B*H*128*(128+256+384+512)
-	 * scores + B*H*128*512 for one block's dP + T*(64+8)*128/2 for two bf16
-	 * copies = 10485760 + 4194304 + 2359296, half of the fp32 layout's
+	printf("%s attention scratch holds the CPU layout and stays within 2*BHSS + 3*THD (%d bad)\n",
+	       bad ? "FAIL" : "ok  ", bad);
+	failures += bad != 0;
+	/* Qwen2.5-72B at S=512: 2 * 64*512*512 + 4 * 512*64*128/2 =
+	 * 33554432 + 8388608; the fp32 attention before took 2*BHSS + 4*BHS =
 	 * 33685504 */
-	CHECK(attention_query_block(1, 512, 64, 8, 128) == 128);
-	CHECK(attention_scratch_floats(1, 512, 64, 8, 128) == 17039360);
-	/* S=128: 128-row blocks do not fit, 64 do with 8 groups (393216 +
-	 * 262144 + 327680 = 983040 <= 1064960); with 32 groups only 32 do */
-	CHECK(attention_query_block(1, 128, 32, 8, 128) == 64);
-	CHECK(attention_scratch_floats(1, 128, 32, 8, 128) == 983040);
-	CHECK(attention_query_block(1, 128, 32, 32, 128) == 32);
-	/* S=64 as one block (B*H*S*S + B*H*S*S + T*(H+G)*D/2 = 71680) is over
-	 * the 67584 budget; two blocks of 32 rows are not: B*H*32*(32+64) +
-	 * B*H*32*64 + 6144 */
-	CHECK(attention_query_block(2, 64, 4, 2, 16) == 32);
-	CHECK(attention_scratch_floats(2, 64, 4, 2, 16) == 2 * 4 * 32 * 96 + 2 * 4 * 32 * 64 + 2 * 64 * 6 * 16 / 2);
+	CHECK(attention_scratch_floats(1, 512, 64, 8, 128) == 41943040);
+	/* Qwen2.5-32B: 2 * 40*512*512 + 4 * 512*40*128/2 */
+	CHECK(attention_scratch_floats(1, 512, 40, 8, 128) == 26214400);
+	/* odd shapes round each part up to 4 floats: B*H*S*S = 450 -> 452,
+	 * T*H*D/2 = 360; 2178 -> 2180, 165 -> 168 */
+	CHECK(attention_scratch_floats(3, 5, 6, 3, 8) == 2 * 452 + 4 * 360);
+	CHECK(attention_scratch_floats(1, 33, 2, 2, 5) == 2 * 2180 + 4 * 168);
+	/* the grouping changes nothing: k and v are expanded to the H heads */
+	CHECK(attention_scratch_floats(1, 33, 2, 1, 5) == attention_scratch_floats(1, 33, 2, 2, 5));
 }
 
 /* --- SwiGLU ----------------------------------------------------------------------------- */

@@ -3,10 +3,12 @@
 #include "util.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,6 +292,48 @@ static int write_all(int fd, const void *data, size_t len)
 	return 0;
 }
 
+/* A writer killed between open and rename (SIGKILL, a node lost) leaves
+ * "<path>.tmp.<pid>" behind.  After each successful write the siblings of
+ * that name are removed when their writer is gone: no such process here
+ * and untouched for STALE_TMP_AGE seconds, the age being what keeps a
+ * writer on another host of a shared file system (whose pid means nothing
+ * here) safe, since a write takes seconds.  Best effort: errors are
+ * ignored, the finished file is what matters. */
+#define STALE_TMP_AGE 3600
+
+static void sweep_stale_tmp(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	char *dir = slash ? xasprintf("%.*s", (int)(slash - path + 1), path) : xasprintf("./");
+	const char *base = slash ? slash + 1 : path;
+	size_t blen = strlen(base);
+	DIR *d = opendir(dir);
+	struct dirent *ent;
+	time_t now = time(NULL);
+
+	while (d && (ent = readdir(d)) != NULL) {
+		const char *name = ent->d_name, *digits = name + blen + 5;
+		char *end, *full;
+		struct stat st;
+		long pid;
+
+		if (strncmp(name, base, blen) != 0 || strncmp(name + blen, ".tmp.", 5) != 0 ||
+		    !isdigit((unsigned char)*digits))
+			continue;
+		errno = 0;
+		pid = strtol(digits, &end, 10);
+		if (*end || errno || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		full = xasprintf("%s%s", dir, name);
+		if (lstat(full, &st) == 0 && S_ISREG(st.st_mode) && now - st.st_mtime >= STALE_TMP_AGE)
+			unlink(full);
+		free(full);
+	}
+	if (d)
+		closedir(d);
+	free(dir);
+}
+
 int atomic_write(const char *path, const void *data, size_t len)
 {
 	char *tmp = xasprintf("%s.tmp.%ld", path, (long)getpid());
@@ -322,6 +366,7 @@ int atomic_write(const char *path, const void *data, size_t len)
 		return -1;
 	}
 	free(tmp);
+	sweep_stale_tmp(path);
 	return 0;
 }
 
