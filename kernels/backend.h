@@ -55,6 +55,10 @@ struct backend {
 	long device_mem_mb;
 	const char *driver_version;
 	const char *runtime_version;
+	/* Device memory the backend holds outside the engine's allocator for
+	 * its libraries (the cuBLAS workspace); the engine counts it in its
+	 * VRAM figures and budget, as torch counts its own. */
+	size_t library_device_bytes;
 };
 
 /* The CPU backend; always available. */

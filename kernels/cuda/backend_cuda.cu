@@ -13,7 +13,8 @@
 // cuBLAS's recommended workspace on Hopper.  Fixed for the life of the
 // process: a GEMM's algorithm may depend on the workspace it is offered, so
 // a changing workspace could change bits.  It sits outside the engine's
-// allocator (allocated once, before any training memory).
+// allocator (allocated once, before any training memory), which counts it
+// through library_device_bytes.
 #define CUBLAS_WORKSPACE_BYTES (32u << 20)
 
 static struct cuda_state {
@@ -336,5 +337,6 @@ extern "C" const struct backend *backend_cuda(char *err, size_t errsz)
 	b->device_mem_mb = state.mem_mb;
 	b->driver_version = state.driver;
 	b->runtime_version = state.runtime;
+	b->library_device_bytes = CUBLAS_WORKSPACE_BYTES;
 	return b;
 }

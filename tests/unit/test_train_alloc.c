@@ -31,7 +31,8 @@ static void check_allocator(void)
 }
 
 /* Peak device bytes of an engine for this mode, or 0 when it failed. */
-static size_t engine_peak(int mode, int nf4, long long budget, int *oom, char *err, size_t errsz)
+static size_t engine_peak_on(const struct backend *be, int mode, int nf4, long long budget, int *oom, char *err,
+                             size_t errsz, char *breakdown, size_t bsz)
 {
 	struct train_config cfg;
 	struct tt_run r;
@@ -48,14 +49,16 @@ static size_t engine_peak(int mode, int nf4, long long budget, int *oom, char *e
 	*oom = 0;
 	if (model_config_resolve(&r.mc, cfg.model_id, cfg.configs_dir, err, errsz) < 0 ||
 	    token_source_open(&r.data, cfg.dataset, &r.mc, cfg.seq_len, cfg.seed, err, errsz) < 0 ||
-	    host_weights_load(&r.hw, backend_cpu(), &r.mc, nf4, cfg.seed, err, errsz) < 0)
+	    host_weights_load(&r.hw, be, &r.mc, nf4, cfg.seed, err, errsz) < 0)
 		return 0;
-	if (engine_create(&r.e, &r.cfg, &r.mc, &r.hw, &r.data, backend_cpu(), err, errsz) < 0) {
+	if (engine_create(&r.e, &r.cfg, &r.mc, &r.hw, &r.data, be, err, errsz) < 0) {
 		*oom = engine_oom(r.e);
 		tt_close(&r);
 		return 0;
 	}
 	peak = engine_vram_peak(r.e);
+	if (breakdown)
+		engine_vram_breakdown_json(r.e, breakdown, bsz);
 	/* nothing more is allocated while training */
 	for (int s = 1; s <= 2; s++)
 		engine_step(r.e, s, &st);
@@ -63,6 +66,11 @@ static size_t engine_peak(int mode, int nf4, long long budget, int *oom, char *e
 	         "mode %d: peak %zu before training, %zu after", mode, peak, engine_vram_peak(r.e));
 	tt_close(&r);
 	return peak;
+}
+
+static size_t engine_peak(int mode, int nf4, long long budget, int *oom, char *err, size_t errsz)
+{
+	return engine_peak_on(backend_cpu(), mode, nf4, budget, oom, err, errsz, NULL, 0);
 }
 
 static void check_engine_budget(int mode, int nf4)
@@ -83,10 +91,51 @@ static void check_engine_budget(int mode, int nf4)
 	CHECKF(strstr(err, "the final norm and lm_head") != NULL, "4 KiB: the first allocation fails: \"%s\"", err);
 }
 
+/* Memory a library holds outside the allocator (CUDA: the cuBLAS
+ * workspace) is counted like an allocation: in the peak, under its own
+ * purpose, against the budget, and never freed by the allocator. */
+static int null_frees;
+
+static void counting_free(void *p)
+{
+	if (p == NULL)
+		null_frees++;
+	free(p);
+}
+
+static void check_library_bytes(void)
+{
+	struct backend lib = *backend_cpu();
+	struct dev_alloc a;
+	char err[1024], breakdown[1024];
+	int oom;
+	size_t plain, with;
+
+	lib.library_device_bytes = 3u << 20;
+	lib.device_free = counting_free;
+	dev_alloc_init(&a, &lib, 1000);
+	dev_alloc_set_purpose(&a, "lib");
+	CHECKF(dev_alloc_count_held(&a, 700, "a workspace") == 0 && a.current == 700 && a.peak == 700,
+	       "700 held of 1000: current %zu", a.current);
+	CHECKF(dev_alloc(&a, 400, "the rest") == NULL && a.oom, "held bytes count against the budget");
+	CHECKF(dev_alloc_count_held(&a, 400, "another") < 0, "so do further held bytes");
+	dev_alloc_release_all(&a);
+	CHECKF(null_frees == 0, "held bytes are not the allocator's to free (%d NULL frees)", null_frees);
+
+	plain = engine_peak(MODE_BLOCKWISE, 1, 0, &oom, err, sizeof err);
+	with = engine_peak_on(&lib, MODE_BLOCKWISE, 1, 0, &oom, err, sizeof err, breakdown, sizeof breakdown);
+	CHECKF(plain > 0 && with == plain + (3u << 20), "peak %zu with 3 MiB of library memory, %zu without", with,
+	       plain);
+	CHECKF(strstr(breakdown, "\"blas_workspace\":3.000") != NULL, "breakdown: %s", breakdown);
+	CHECKF(engine_peak_on(&lib, MODE_BLOCKWISE, 1, (long long)plain, &oom, err, sizeof err, NULL, 0) == 0 && oom,
+	       "a budget that fits only the engine's own memory must be an oom");
+}
+
 int main(void)
 {
 	set_progname("test_train_alloc");
 	check_allocator();
+	check_library_bytes();
 	check_engine_budget(MODE_RESIDENT, 0);
 	check_engine_budget(MODE_BLOCKWISE, 1);
 	fprintf(stderr, "test_train_alloc: %s\n", failures ? "FAILED" : "ok");

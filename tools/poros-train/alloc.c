@@ -31,33 +31,29 @@ void dev_alloc_init(struct dev_alloc *a, const struct backend *be, size_t budget
 	a->budget = budget;
 }
 
-void *dev_alloc(struct dev_alloc *a, size_t bytes, const char *what_fmt, ...)
+/* The budget check shared by both ways of taking memory: 0, or -1 with
+ * a->err and a->oom set. */
+static int within_budget(struct dev_alloc *a, size_t bytes, const char *what)
 {
-	char what[160], need[32], have[32], used[32];
-	va_list ap;
-	void *p = NULL;
+	char have[32], used[32];
 
 	if (a->frozen) {
 		/* a programming error, not a user's: the step loop must not allocate */
 		fprintf(stderr, "%s: internal error: device allocation after setup\n", progname);
 		abort();
 	}
-	va_start(ap, what_fmt);
-	vsnprintf(what, sizeof what, what_fmt, ap);
-	va_end(ap);
-	format_bytes(used, sizeof used, (double)a->current);
 	if (a->budget && (bytes > a->budget || a->current > a->budget - bytes)) {
 		snprintf(a->err, sizeof a->err, "allocating %s: budget %s exceeded (%s in use)", what,
-		         format_bytes(have, sizeof have, (double)a->budget), used);
+		         format_bytes(have, sizeof have, (double)a->budget),
+		         format_bytes(used, sizeof used, (double)a->current));
 		a->oom = 1;
-		return NULL;
+		return -1;
 	}
-	if (a->be->device_alloc(&p, bytes) != 0 || p == NULL) {
-		snprintf(a->err, sizeof a->err, "allocating %s (%s): out of %s memory (%s in use)", what,
-		         format_bytes(need, sizeof need, (double)bytes), a->be->name, used);
-		a->oom = 1;
-		return NULL;
-	}
+	return 0;
+}
+
+static void record(struct dev_alloc *a, void *p, size_t bytes)
+{
 	if (a->n == a->cap) {
 		a->cap = a->cap ? 2 * a->cap : 32;
 		a->blocks = xrealloc(a->blocks, (size_t)a->cap * sizeof *a->blocks);
@@ -69,7 +65,36 @@ void *dev_alloc(struct dev_alloc *a, size_t bytes, const char *what_fmt, ...)
 	a->current += bytes;
 	if (a->current > a->peak)
 		a->peak = a->current;
+}
+
+void *dev_alloc(struct dev_alloc *a, size_t bytes, const char *what_fmt, ...)
+{
+	char what[160], need[32], used[32];
+	va_list ap;
+	void *p = NULL;
+
+	va_start(ap, what_fmt);
+	vsnprintf(what, sizeof what, what_fmt, ap);
+	va_end(ap);
+	if (within_budget(a, bytes, what) < 0)
+		return NULL;
+	if (a->be->device_alloc(&p, bytes) != 0 || p == NULL) {
+		snprintf(a->err, sizeof a->err, "allocating %s (%s): out of %s memory (%s in use)", what,
+		         format_bytes(need, sizeof need, (double)bytes), a->be->name,
+		         format_bytes(used, sizeof used, (double)a->current));
+		a->oom = 1;
+		return NULL;
+	}
+	record(a, p, bytes);
 	return p;
+}
+
+int dev_alloc_count_held(struct dev_alloc *a, size_t bytes, const char *what)
+{
+	if (within_budget(a, bytes, what) < 0)
+		return -1;
+	record(a, NULL, bytes); /* NULL: not ours to free */
+	return 0;
 }
 
 void dev_alloc_freeze(struct dev_alloc *a)
@@ -109,7 +134,8 @@ void dev_alloc_release_all(struct dev_alloc *a)
 {
 	/* in reverse, the way a stack allocator would */
 	for (int i = a->n - 1; i >= 0; i--)
-		a->be->device_free(a->blocks[i].p);
+		if (a->blocks[i].p)
+			a->be->device_free(a->blocks[i].p);
 	free(a->blocks);
 	a->blocks = NULL;
 	a->n = a->cap = 0;

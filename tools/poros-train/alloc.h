@@ -32,6 +32,10 @@ void dev_alloc_init(struct dev_alloc *a, const struct backend *be, size_t budget
  * "allocating 2 slabs of 1.2 GiB: budget 1.0 GiB exceeded (3.0 MiB in use)").
  * NULL with a->err set and a->oom = 1 when it does not fit. */
 void *dev_alloc(struct dev_alloc *a, size_t bytes, const char *what_fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Counts `bytes` someone else already holds on the device (a library's
+ * workspace) under the current purpose, against the budget like an
+ * allocation; released with the rest.  0, or -1 with a->err as above. */
+int dev_alloc_count_held(struct dev_alloc *a, size_t bytes, const char *what);
 void dev_alloc_freeze(struct dev_alloc *a);
 /* Tags the allocations that follow (a static string, e.g. "slabs"); the
  * breakdown sums bytes by tag.  Untagged ones count as "other". */

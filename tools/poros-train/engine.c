@@ -1555,6 +1555,11 @@ int engine_create(struct engine **out, const struct train_config *cfg, const str
 	e->data = data;
 	set_dims(e);
 	dev_alloc_init(&e->alloc, be, (size_t)cfg->vram_budget);
+	if (be->library_device_bytes) {
+		dev_alloc_set_purpose(&e->alloc, "blas_workspace");
+		if (dev_alloc_count_held(&e->alloc, be->library_device_bytes, "the cuBLAS workspace") < 0)
+			return seterr(err, errsz, "%s", e->alloc.err);
+	}
 	lora_layout_init(&e->lora, &hw->lay, e->L, e->R, cfg->target_mask);
 	if (create_events(e) < 0)
 		return seterr(err, errsz, "%s backend: cannot create events", be->name);
