@@ -310,6 +310,33 @@ wait_for_file() {
 	[ "$(wc -l < out/results.jsonl)" -eq 16 ]
 }
 
+@test "a resubmission while the last one's jobs are queued or running is refused (exit 2) and changes nothing" {
+	need_slurm
+	export FAKE_SLEEP=30
+	run -0 --separate-stderr poros bench run "$SPEC" -o out --slurm
+	array=$(echo "$output" | jq -r .array_job_id)
+	finish=$(echo "$output" | jq -r .finish_job_id)
+	[ "$(paste -sd ' ' out/slurm/jobs)" = "$array $finish" ]
+	cp out/slurm/cells.txt cells.before
+	cp out/slurm/array.sh array.before
+	run -2 --separate-stderr poros bench run "$SPEC" -o out --slurm
+	[ -z "$output" ]
+	[[ "$stderr" == *"poros: --slurm: job(s) $array $finish of the last submission to out are still queued or running"* ]]
+	cmp cells.before out/slurm/cells.txt
+	cmp array.before out/slurm/array.sh
+	[ "$(paste -sd ' ' out/slurm/jobs)" = "$array $finish" ]
+	# once they have ended, the next submission goes through
+	scancel "$array" "$finish"
+	for _ in $(seq 1 80); do
+		[ -z "$(squeue -h -j "$array,$finish" -t PENDING,RUNNING,SUSPENDED,CONFIGURING 2>/dev/null)" ] && break
+		sleep 0.25
+	done
+	export FAKE_SLEEP=0
+	run -0 --separate-stderr timeout 90 poros bench run "$SPEC" -o out --slurm --wait
+	[ "$(paste -sd ' ' out/slurm/jobs)" != "$array $finish" ]
+	jq -e -s 'map(.cell_id) | unique | length == 8' out/report.jsonl
+}
+
 @test "cells that never ran make the finishing job and --wait fail (exit 1)" {
 	need_slurm
 	export FAKE_SLEEP=30
