@@ -309,31 +309,20 @@ static void heads_abT(float *X, const bf16 *a, const bf16 *c, float alpha, const
 	}
 }
 
-// Y_h (S_i, D) = alpha X16_h (S_i, S_j) @ c_h (S_j, D), Y (T,H,D) fp32
-// (E or dq).  cuBLAS: Y_cm (D, S_i) = c_cm (D, S_j) @ X_cm (S_j, S_i).
-static void heads_Xc(float *Y, const float *square, const bf16 *c, float alpha, const struct attn_plan *p)
+// Y_h (S, D) = alpha op(X16_h) @ c_h (S, D), Y (T,H,D) fp32, X16_h the
+// (S_i, S_j) bf16 square of head h: op = X (transpose false: E or dq, rows
+// i) or X^T (true: E, rows j).  cuBLAS: Y_cm (D, S) = c_cm (D, S) @
+// op(X_cm), X_cm being (S_j, S_i).
+static void heads_X16c(float *Y, const float *square, bool transpose, const bf16 *c, float alpha,
+                       const struct attn_plan *p)
 {
 	int S = p->S, hd = p->H * p->D;
 	long long ss2 = 2LL * S * S;
 	const bf16 *X16 = (const bf16 *)square;
 	for (int b = 0; b < p->B; b++) {
 		size_t first = (size_t)b * S * hd;
-		gemm_bf16_strided(CUBLAS_OP_N, CUBLAS_OP_N, p->D, S, S, alpha, c + first, hd, p->D,
-		                  X16 + (size_t)b * p->H * ss2, 2 * S, ss2, 0.0f, Y + first, hd, p->D, p->H);
-	}
-}
-
-// Z_h (S_j, D) = alpha X16_h^T (S_j, S_i) @ a_h (S_i, D), Z (T,H,D) fp32
-// (E).  cuBLAS: Z_cm (D, S_j) = a_cm (D, S_i) @ X_cm^T (S_i, S_j).
-static void heads_XTa(float *Z, const float *square, const bf16 *a, float alpha, const struct attn_plan *p)
-{
-	int S = p->S, hd = p->H * p->D;
-	long long ss2 = 2LL * S * S;
-	const bf16 *X16 = (const bf16 *)square;
-	for (int b = 0; b < p->B; b++) {
-		size_t first = (size_t)b * S * hd;
-		gemm_bf16_strided(CUBLAS_OP_N, CUBLAS_OP_T, p->D, S, S, alpha, a + first, hd, p->D,
-		                  X16 + (size_t)b * p->H * ss2, 2 * S, ss2, 0.0f, Z + first, hd, p->D, p->H);
+		gemm_bf16_strided(CUBLAS_OP_N, transpose ? CUBLAS_OP_T : CUBLAS_OP_N, p->D, S, S, alpha, c + first, hd,
+		                  p->D, X16 + (size_t)b * p->H * ss2, 2 * S, ss2, 0.0f, Y + first, hd, p->D, p->H);
 	}
 }
 
@@ -399,7 +388,7 @@ extern "C" void attention_forward_cuda(bf16 *out, float *lse, float *scratch, co
 	attention_softmax_kernel<<<(unsigned)((long)B * H * S), ROW_THREADS, 0, poros_cuda_compute_stream()>>>(
 		p.scores, lse, S, vec);
 	launchCheck();
-	heads_Xc(p.heads, p.scores, p.v16e, 1.0f, &p);
+	heads_X16c(p.heads, p.scores, false, p.v16e, 1.0f, &p);
 	cast_f32_to_bf16_cuda(out, p.heads, (long)B * S * H * D);
 }
 
@@ -423,9 +412,9 @@ extern "C" void attention_backward_cuda(float *dq, float *dk, float *dv, float *
 	attention_softmax_backward_kernel<<<(unsigned)((long)B * H * S), ROW_THREADS, 0,
 	                                    poros_cuda_compute_stream()>>>(p.scores, p.grads, lse, S, vec);
 	launchCheck();
-	heads_Xc(dq, p.grads, p.k16e, scale, &p);
-	heads_XTa(p.heads, p.scores, p.dout16, 1.0f, &p); // E over k16e, v16e: both read for the last time above
+	heads_X16c(dq, p.grads, false, p.k16e, scale, &p);
+	heads_X16c(p.heads, p.scores, true, p.dout16, 1.0f, &p); // E over k16e, v16e: both read for the last time above
 	group_sum(dv, &p);
-	heads_XTa(p.heads, p.grads, p.q16, scale, &p);
+	heads_X16c(p.heads, p.grads, true, p.q16, scale, &p);
 	group_sum(dk, &p);
 }

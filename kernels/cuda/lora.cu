@@ -516,6 +516,18 @@ static long floats_of(long bytes)
 	return (bytes + 15) / 16 * 4;
 }
 
+// The tensor-core paths' input: x itself, or with dropout the masked copy
+// written to X (unscaled, so still exact in bf16).
+static const bf16 *masked_input(bf16 *X, const bf16 *in, float p, uint64_t seed, int T, int K)
+{
+	if (p == 0.0f)
+		return in;
+	lora_mask_kernel<<<grid_for((long)T * K, ELEM_THREADS), ELEM_THREADS, 0, poros_cuda_compute_stream()>>>(
+		X, in, p, seed, (long)T * K);
+	launchCheck();
+	return X;
+}
+
 // u (T,R) = xd @ A^T on tensor cores, when the scratch (T*K floats) holds
 // A's three parts, the masked input (dropout only) and the (T,3R) sums.
 static bool lora_u_tc(float *u, float *scratch, const bf16 *in, const float *A, float p, uint64_t seed, int T,
@@ -530,12 +542,7 @@ static bool lora_u_tc(float *u, float *scratch, const bf16 *in, const float *A, 
 	float *U3 = scratch + a3 + xm;
 	lora_split3_kernel<<<grid_for((long)R * K, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(A3, A, R, K, true);
 	launchCheck();
-	const bf16 *x = in;
-	if (p > 0.0f) {
-		lora_mask_kernel<<<grid_for((long)T * K, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(X, in, p, seed, (long)T * K);
-		launchCheck();
-		x = X;
-	}
+	const bf16 *x = masked_input(X, in, p, seed, T, K);
 	// U3 (T,3R) row-major = column-major (3R,T): A3 read as (K,3R) ld K, x as
 	// (K,T) ld K.
 	gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, 3 * R, T, K, 1.0f, A3, K, x, K, 0.0f, U3, 3 * R);
@@ -559,12 +566,7 @@ static bool lora_dA_tc(float *dA, float *scratch, const float *du, const bf16 *i
 	float *P3 = scratch + d3 + xm;
 	lora_split3_kernel<<<grid_for((long)T * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(D3, du, T, R, false);
 	launchCheck();
-	const bf16 *x = in;
-	if (p > 0.0f) {
-		lora_mask_kernel<<<grid_for((long)T * K, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(X, in, p, seed, (long)T * K);
-		launchCheck();
-		x = X;
-	}
+	const bf16 *x = masked_input(X, in, p, seed, T, K);
 	// P3 (3R,K) row-major = column-major (K,3R) = x_cm (K,T) @ D3_cm^T, D3
 	// (T,3R) row-major read as (3R,T) ld 3R.
 	gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, K, 3 * R, T, 1.0f, x, K, D3, 3 * R, 0.0f, P3, K);

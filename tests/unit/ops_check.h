@@ -97,6 +97,34 @@ static inline int check_close(const char *name, const float *got, const double *
 	return bad == 0;
 }
 
+/* |got - want| <= rel * bound + atol + rtol * |want| elementwise, where
+ * bound (n) is each reference's own scale (e.g. the sum of |terms| that a
+ * bf16 rounding inside the op can move); printed like check_close. */
+static inline int check_bounded(const char *name, const float *got, const double *want, const double *bound, long n,
+                                double rel, double atol, double rtol)
+{
+	double max_abs = 0.0, worst = 0.0;
+	long bad = 0;
+	for (long i = 0; i < n; i++) {
+		double err = fabs(got[i] - want[i]), lim = rel * bound[i] + atol + rtol * fabs(want[i]);
+		if (!(err <= lim) && bad++ < 5)
+			printf("  %s[%ld]: got %.9g want %.9g (abs err %.3g, bound %.3g)\n", name, i, got[i], want[i],
+			       err, lim);
+		if (err > max_abs)
+			max_abs = err;
+		if (err / lim > worst)
+			worst = err / lim;
+	}
+	printf("%s %s: n %ld, max abs err %.3g, worst %.3f of its bound (%.3g * sum|terms| + %.1g + %.1g*|want|)",
+	       bad ? "FAIL" : "ok  ", name, n, max_abs, worst, rel, atol, rtol);
+	if (bad)
+		printf(", %ld mismatches", bad);
+	printf("\n");
+	if (bad)
+		failures++;
+	return bad == 0;
+}
+
 /* Bitwise equality of two buffers, reporting the first differing byte. */
 static inline int check_same_bits(const char *name, const void *a, const void *b, size_t bytes)
 {

@@ -424,31 +424,6 @@ static void attn_rounding_bounds(const struct attn_ctx *c, double *bq, double *b
 		}
 }
 
-/* |got - want| <= rel * bound + atol + rtol * |want| elementwise, printed
- * like check_close. */
-static void check_bounded(const char *name, const float *got, const double *want, const double *bound, long n,
-			  double rel, double atol, double rtol)
-{
-	double max_abs = 0.0, worst = 0.0;
-	long bad = 0;
-	for (long i = 0; i < n; i++) {
-		double err = fabs(got[i] - want[i]), lim = rel * bound[i] + atol + rtol * fabs(want[i]);
-		if (!(err <= lim) && bad++ < 5)
-			printf("  %s[%ld]: got %.9g want %.9g (abs err %.3g, bound %.3g)\n", name, i, got[i], want[i],
-			       err, lim);
-		if (err > max_abs)
-			max_abs = err;
-		if (err / lim > worst)
-			worst = err / lim;
-	}
-	printf("%s %s: n %ld, max abs err %.3g, worst %.3f of its bound (%.3g * sum|terms| + %.1g + %.1g*|want|)",
-	       bad ? "FAIL" : "ok  ", name, n, max_abs, worst, rel, atol, rtol);
-	if (bad)
-		printf(", %ld mismatches", bad);
-	printf("\n");
-	failures += bad != 0;
-}
-
 /* Values drawn as float, then rounded to bf16: the op rounds its inputs
  * before every product (ops.h), so only such values are a point where the
  * float op and the double reference see the same function. */
