@@ -27,7 +27,15 @@
  *     dP = dout v^T accumulates in fp32, delta_i = sum_j P_ij dP_ij and
  *     dS = P (dP - delta) are fp32, and dS is rounded to bf16 (dS16) for
  *     dq = scale dS16 k and dk = scale sum_h dS16^T q
- *   - LoRA A, B, their grads and AdamW states: fp32
+ *   - LoRA A, B, their grads and AdamW states: fp32; the LoRA products are
+ *     fp32 sums of exact products (the bf16 input x, the bf16 upstream
+ *     gradient, fp32 A, B, u and du)
+ *   - a projection with LoRA: the LoRA term scale * u B^T is formed first
+ *     and the base GEMM adds onto it (out = (lora + x W^T) + bias); in
+ *     backward the LoRA input gradient du A is formed (or added) first and
+ *     the base GEMM adds onto it.  The LoRA backward reads the upstream
+ *     gradient rounded to bf16, the same copy the base GEMM reads (as PEFT's
+ *     bf16 autograd hands it to the adapter).
  * Every op is deterministic: same inputs and shapes, same bits.
  * Backward ops ADD into gradient outputs marked (+=); the caller zeroes.
  */
@@ -83,22 +91,25 @@ X(void, embedding_forward, (float *out, const int32_t *tokens, const bf16 *wte, 
 X(void, rmsnorm_forward, (float *out_f32, bf16 *out_bf16, float *rstd, const float *in, const bf16 *weight, float eps, int T, int C)) \
 /* din (T,C) += d/d in, given dout (T,C), in, weight, rstd */ \
 X(void, rmsnorm_backward, (float *din, const float *dout, const float *in, const bf16 *weight, const float *rstd, int T, int C)) \
-/* out (T,N) = in (T,K) @ weight^T (weight (N,K)) + bias (N, may be NULL) */ \
-X(void, matmul_forward, (float *out, const bf16 *in, const bf16 *weight, const bf16 *bias, int T, int K, int N)) \
+/* out (T,N) = in (T,K) @ weight^T (weight (N,K)) + bias (N, may be NULL); \
+ * accumulate != 0: out = (out + in @ weight^T) + bias */ \
+X(void, matmul_forward, (float *out, const bf16 *in, const bf16 *weight, const bf16 *bias, int T, int K, int N, int accumulate)) \
 /* din (T,K) = dout (T,N) @ weight (N,K); accumulate != 0 adds instead */ \
 X(void, matmul_backward_input, (float *din, const bf16 *dout, const bf16 *weight, int T, int K, int N, int accumulate)) \
 /* LoRA (PEFT): xd = dropout_p ? x * keep / (1-p) : x (keep from \
  * poros_dropout_keep(seed, t*K+k, p)); u (T,R) = xd @ A^T, A (R,K); \
- * out (T,N) += scale * u @ B^T, B (N,R).  u is saved for backward. \
- * scratch: NULL, or T*K floats the backend may use for partial sums \
- * (CUDA then splits the long sums over the whole GPU; contents are \
- * undefined afterwards).  Either way the result is deterministic. */ \
+ * out (T,N) = scale * u @ B^T, B (N,R), written: the base GEMM \
+ * (matmul_forward, accumulate) adds onto it.  u is saved for backward. \
+ * scratch: NULL, or T*K floats the backend may use for partial sums and \
+ * split operands (CUDA then runs the long sums on tensor cores or over \
+ * the whole GPU; contents are undefined afterwards).  Either way the \
+ * result is deterministic. */ \
 X(void, lora_forward, (float *out, float *u, float *scratch, const bf16 *in, const float *A, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)) \
-/* Given dout (T,N): dB (N,R) += scale * dout^T @ u; du (T,R) = scale * \
- * dout @ B (scratch, written); dA (R,K) += du^T @ xd; din (T,K) += du @ A \
- * (din may be NULL when no input gradient is needed); scratch as in \
- * lora_forward. */ \
-X(void, lora_backward, (float *din, float *dA, float *dB, float *du, float *scratch, const float *dout, const bf16 *in, const float *u, const float *A, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)) \
+/* Given dout (T,N) bf16: dB (N,R) += scale * dout^T @ u; du (T,R) = \
+ * scale * dout @ B (scratch, written); dA (R,K) += du^T @ xd; din (T,K) = \
+ * du @ A through the dropout mask, or += when accumulate (din may be NULL \
+ * when no input gradient is needed); scratch as in lora_forward. */ \
+X(void, lora_backward, (float *din, float *dA, float *dB, float *du, float *scratch, const bf16 *dout, const bf16 *in, const float *u, const float *A, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R, int accumulate)) \
 /* Rotary embedding, HF rotate_half layout, in place on x (T,nh,D); \
  * position of token t is t % S; cos, sin (S, D/2). */ \
 X(void, rope_forward, (float *x, const float *cos, const float *sin, int B, int S, int nh, int D)) \

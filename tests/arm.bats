@@ -428,6 +428,147 @@ gone() {
 	jq -e '.status == "error" and (.error | startswith("usage: unsloth_arm.py"))' <<< "$output"
 }
 
+@test "a cell's training.gradient_checkpointing reaches the artifact; a cell without it reads as false" {
+	jq -c '.training.gradient_checkpointing = true' "$FIX/cell.json" > gc.json
+	run -0 --separate-stderr poros-arm -o out/gc gc.json
+	jq -e '.status == "ok" and .cell.training.gradient_checkpointing == true' <<< "$output"
+	jq -e '.cell.training | keys_unsorted[-1] == "gradient_checkpointing"' <<< "$output"
+	run -0 --separate-stderr poros-arm -o out/old poros.json
+	jq -e '.status == "ok" and .cell.training.gradient_checkpointing == false' <<< "$output"
+	jq -c '.training.gradient_checkpointing = "yes"' "$FIX/cell.json" > bad.json
+	run -2 --separate-stderr poros-arm -o out/bad bad.json
+	[ -z "$output" ]
+	[[ "$stderr" == *"training.gradient_checkpointing: expected true or false, got a string"* ]]
+}
+
+@test "a python arm refuses a gradient_checkpointing that is not a boolean (exit 2, error summary)" {
+	cell peft | jq -c '.training.gradient_checkpointing = "yes"' > p.json
+	run -2 --separate-stderr python3 "$POROS_ROOT/share/poros/arms/peft_arm.py" --cell p.json --out run
+	[ "${#lines[@]}" -eq 1 ]
+	jq -e '.status == "error" and .error == "p.json: training.gradient_checkpointing: expected true or false, got '"'yes'"'"' <<< "$output"
+}
+
+@test "apply_checkpointing turns HF checkpointing on (non-reentrant, input grads) or keeps it off, and says which" {
+	run -0 --separate-stderr python3 - "$POROS_ROOT/share/poros/arms" <<-'PY'
+	import json, sys
+	sys.path.insert(0, sys.argv[1])
+	import armlib
+
+	class FakeModel:
+	    """Records the transformers calls made on it."""
+	    def __init__(self, already_on):
+	        self.is_gradient_checkpointing = already_on
+	        self.calls = []
+	    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
+	        self.calls.append(["enable", gradient_checkpointing_kwargs])
+	    def enable_input_require_grads(self):
+	        self.calls.append(["input_require_grads"])
+	    def gradient_checkpointing_disable(self):
+	        self.calls.append(["disable"])
+
+	out = []
+	for value, already_on in ((True, False), (False, False), (None, False), (False, True)):
+	    cell = {"training": {} if value is None else {"gradient_checkpointing": value}}
+	    m = FakeModel(already_on)
+	    out.append([armlib.apply_checkpointing(m, cell), m.calls])
+	print(json.dumps(out, separators=(",", ":")))
+	PY
+	assert_output '[[true,[["enable",{"use_reentrant":false}],["input_require_grads"]]],[false,[]],[false,[]],[false,[["disable"]]]]'
+	[ "$(grep -c 'gradient checkpointing: on (training.gradient_checkpointing true; transformers, use_reentrant=False)' <<< "$stderr")" -eq 1 ]
+	[ "$(grep -c 'gradient checkpointing: off (training.gradient_checkpointing false; transformers)' <<< "$stderr")" -eq 3 ]
+}
+
+@test "each python arm applies gradient_checkpointing to the base model before LoRA wraps it" {
+	run -0 --separate-stderr python3 - "$POROS_ROOT/share/poros/arms" <<-'PY'
+	import importlib.util, json, sys, types
+	arms = sys.argv[1]
+	sys.path.insert(0, arms)
+	import armlib
+
+	trace = []
+
+	class FakeModel:
+	    is_gradient_checkpointing = False
+	    def __init__(self):
+	        self.config = types.SimpleNamespace(use_cache=True)
+	    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
+	        trace.append("enable")
+	    def enable_input_require_grads(self):
+	        trace.append("input_require_grads")
+
+	def get_peft_model(model, config):
+	    trace.append("get_peft_model")
+	    return model
+
+	# Stand-ins for the libraries and the GPU work around the order under test.
+	sys.modules["peft"] = types.SimpleNamespace(get_peft_model=get_peft_model, LoraConfig=dict)
+	class FastLanguageModel:
+	    @staticmethod
+	    def from_pretrained(**kw):
+	        return FakeModel(), None
+	    @staticmethod
+	    def get_peft_model(model, **kw):
+	        trace.append("unsloth get_peft_model use_gradient_checkpointing=%r" % kw["use_gradient_checkpointing"])
+	        return model
+	sys.modules["unsloth"] = types.SimpleNamespace(FastLanguageModel=FastLanguageModel)
+	armlib.train = lambda torch, model, *a, **kw: trace.append("train")
+	armlib.save_adapter = lambda *a: None
+	torch = types.SimpleNamespace(bfloat16="bf16")
+	source = armlib.ModelSource("poros/tiny-llama", "config.json", "ckpt")
+
+	def load(name):
+	    spec = importlib.util.spec_from_file_location(name, f"{arms}/{name}.py")
+	    arm = importlib.util.module_from_spec(spec)
+	    spec.loader.exec_module(arm)
+	    arm.load_model = lambda *a: (FakeModel(), None)
+	    arm.lora_to_gpu = lambda *a: 0
+	    return arm
+
+	result = {}
+	for name in ("peft_arm", "accelerate_offload_arm", "unsloth_arm"):
+	    arm = load(name)
+	    for value in (True, False):
+	        del trace[:]
+	        cell = {"precision": "bf16", "lora": {"rank": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj"]},
+	                "training": {"seq_len": 32, "seed": 1, "gradient_checkpointing": value}}
+	        arm.run(torch, cell, source, "run", {})
+	        result[f"{name} {value}"] = list(trace)
+	print(json.dumps(result, indent=0))
+	PY
+	assert_output '{
+"peft_arm True": [
+"enable",
+"input_require_grads",
+"get_peft_model",
+"train"
+],
+"peft_arm False": [
+"get_peft_model",
+"train"
+],
+"accelerate_offload_arm True": [
+"enable",
+"input_require_grads",
+"get_peft_model",
+"train"
+],
+"accelerate_offload_arm False": [
+"get_peft_model",
+"train"
+],
+"unsloth_arm True": [
+"unsloth get_peft_model use_gradient_checkpointing=True",
+"train"
+],
+"unsloth_arm False": [
+"unsloth get_peft_model use_gradient_checkpointing=False",
+"train"
+]
+}'
+	[ "$(grep -c 'gradient checkpointing: on (training.gradient_checkpointing true; Unsloth use_gradient_checkpointing=True)' <<< "$stderr")" -eq 1 ]
+	[ "$(grep -c 'gradient checkpointing: off (training.gradient_checkpointing false; Unsloth use_gradient_checkpointing=False)' <<< "$stderr")" -eq 1 ]
+}
+
 @test "-v copies the child's stderr to ours as well as to the log" {
 	run -0 --separate-stderr poros-arm -v poros.json
 	[[ "$stderr" == *"[1/1] poros tiny_llama bf16 ..."$'\n'*"step 1 loss 6.93"*"[1/1] poros tiny_llama bf16 ... ok"* ]]

@@ -77,15 +77,19 @@ train() {
 	[ "$(jq -r .loss_last run.json)" = "$(tail -1 run/events.jsonl | jq -r .loss)" ]
 }
 
-# parity MODEL ARGS...: resident and blockwise (block sizes 1, 2, 3) runs give the same bits
+# parity MODEL ARGS...: resident (activations kept, or each layer recomputed)
+# and blockwise (block sizes 1, 2, 3) runs give the same bits
 parity() {
 	local model=$1
 	shift
 	train resident --model "$model" --mode resident --steps 3 "$@"
-	for bs in 1 2 3; do
-		train "block$bs" --model "$model" --mode blockwise --block-size "$bs" --steps 3 "$@"
-		cmp resident/$ADAPTER "block$bs/$ADAPTER"
-		diff <(jq -r .loss resident/events.jsonl) <(jq -r ".loss" "block$bs/events.jsonl")
+	for run in recompute block1 block2 block3; do
+		case $run in
+		recompute) train "$run" --model "$model" --mode resident --gradient-checkpointing on --steps 3 "$@" ;;
+		*) train "$run" --model "$model" --mode blockwise --block-size "${run#block}" --steps 3 "$@" ;;
+		esac
+		cmp resident/$ADAPTER "$run/$ADAPTER"
+		diff <(jq -r .loss resident/events.jsonl) <(jq -r ".loss" "$run/events.jsonl")
 	done
 	# the runs learned something: the comparison is not of three zeros
 	[ "$(jq -r .loss resident/events.jsonl | sort -u | wc -l)" -eq 3 ]
@@ -101,6 +105,32 @@ parity() {
 
 @test "blockwise and resident are bit-identical: qwen3 (qk-norm), nf4, accumulation 4" {
 	parity poros/tiny-qwen3 --precision nf4 --accum 4 --dropout 0.05 --lr 5e-3 --lr-schedule cosine --warmup 1
+}
+
+@test "resident keeps every layer's activations unless --gradient-checkpointing on; blockwise always recomputes" {
+	train keep --model poros/tiny-qwen2 --mode resident --steps 1
+	train ckpt --model poros/tiny-qwen2 --mode resident --steps 1 --gradient-checkpointing on
+	train blk_off --model poros/tiny-qwen2 --steps 1 --gradient-checkpointing off
+	train blk_on --model poros/tiny-qwen2 --steps 1 --gradient-checkpointing on
+	local keep ckpt layers
+	keep=$(jq .vram_breakdown_mb.activations keep.json)
+	ckpt=$(jq .vram_breakdown_mb.activations ckpt.json)
+	layers=$(jq .num_hidden_layers "$BATS_TEST_DIRNAME/../configs/models/tiny_qwen2.json")
+	# kept: one set per layer (each without the recompute output buffer);
+	# recomputed: one set, so more than (layers - 1) times as much
+	jq -n -e --argjson k "$keep" --argjson c "$ckpt" --argjson l "$layers" '$l >= 2 and $k > ($l - 1) * $c and $k < $l * $c'
+	[ "$(jq .vram_breakdown_mb.activations blk_off.json)" = "$(jq .vram_breakdown_mb.activations blk_on.json)" ]
+	cmp keep/$ADAPTER ckpt/$ADAPTER
+}
+
+@test "--gradient-checkpointing takes on or off, and a cell's setting" {
+	run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --gradient-checkpointing yes
+	[ "$stderr" = 'poros-train: --gradient-checkpointing: unknown value "yes" (expected one of: off, on)' ]
+	poros-expand "$POROS_ROOT/configs/bench/tiny.yaml" -o bench --jsonl | grep '"cell_id":"resident_tiny_qwen2_bf16"' >cell.json
+	jq -c '.training.gradient_checkpointing = true' cell.json >on.json
+	poros-train --cell on.json --backend cpu --steps 1 --quiet --out on >on.out
+	poros-train --cell cell.json --backend cpu --steps 1 --quiet --out off >off.out
+	jq -n -e --slurpfile a on.out --slurpfile b off.out '$a[0].vram_breakdown_mb.activations < $b[0].vram_breakdown_mb.activations'
 }
 
 @test "--no-prefetch changes the copies, not the bits" {

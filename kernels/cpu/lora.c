@@ -1,7 +1,8 @@
 // defines: lora_forward_cpu lora_backward_cpu
 /* A LoRA adapter beside a frozen linear, as PEFT computes it:
- *   out += (dropout(x) @ A^T @ B^T) * scale
- * x is the bf16 input of the base GEMM; A, B and every product are fp32.
+ *   out = (dropout(x) @ A^T @ B^T) * scale, then the base GEMM adds onto it
+ * x is the bf16 input of the base GEMM and dout, in backward, the bf16
+ * upstream gradient; A, B and every product are fp32.
  * Dropout keeps element (t,k) iff poros_dropout_keep(seed, t*K+k, p) and
  * scales kept ones by 1/(1-p); backward recomputes the mask from the seed
  * rather than storing it.  Every sum runs in a fixed order and each output
@@ -27,7 +28,7 @@ static inline int min_int(int a, int b)
 	return a < b ? a : b;
 }
 
-/* out (T,N) += scale * u @ B^T and u (T,R) = xd @ A^T (saved), where
+/* out (T,N) = scale * u @ B^T and u (T,R) = xd @ A^T (saved), where
  * in (T,K) bf16, A (R,K), B (N,R).  The CPU hashes the mask tile by tile
  * and has no use for the scratch. */
 void lora_forward_cpu(float *out, float *u, float *scratch, const bf16 *in, const float *A, const float *B,
@@ -60,20 +61,22 @@ void lora_forward_cpu(float *out, float *u, float *scratch, const bf16 *in, cons
 			float acc = 0.0f;
 			for (int r = 0; r < R; r++)
 				acc += ut[r] * b[r];
-			/* PEFT: lora_B(lora_A(x)) * scaling, then added */
-			out[(size_t)t * N + n] += acc * scale;
+			/* PEFT: lora_B(lora_A(x)) * scaling; the base GEMM adds */
+			out[(size_t)t * N + n] = acc * scale;
 		}
 	}
 }
 
-/* Given dout (T,N):
+/* Given dout (T,N) bf16:
  *   du (T,R)  = scale * dout @ B            (written; scratch for the next two)
  *   dB (N,R) += scale * dout^T @ u
  *   dA (R,K) += du^T @ xd
- *   din (T,K) += (du @ A) * keep / (1-p)    (skipped when din is NULL) */
-void lora_backward_cpu(float *din, float *dA, float *dB, float *du, float *scratch, const float *dout,
+ *   din (T,K) = (du @ A) * keep / (1-p), or += when accumulate (skipped
+ *               when din is NULL; a dropped element gets 0, or keeps its
+ *               value) */
+void lora_backward_cpu(float *din, float *dA, float *dB, float *du, float *scratch, const bf16 *dout,
 		       const bf16 *in, const float *u, const float *A, const float *B, float scale, float dropout_p,
-		       uint64_t dropout_seed, int T, int K, int N, int R)
+		       uint64_t dropout_seed, int T, int K, int N, int R, int accumulate)
 {
 	(void)scratch;
 	float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
@@ -88,7 +91,7 @@ void lora_backward_cpu(float *din, float *dA, float *dB, float *du, float *scrat
 			int r0 = rt * LORA_TILE, rn = min_int(LORA_TILE, R - r0);
 			float acc[LORA_TILE] = { 0 };
 			for (int n = 0; n < N; n++) {
-				float g = dout[(size_t)t * N + n];
+				float g = f32_from_bf16(dout[(size_t)t * N + n]);
 				const float *b = B + (size_t)n * R + r0;
 				for (int rr = 0; rr < rn; rr++)
 					acc[rr] += g * b[rr];
@@ -105,7 +108,7 @@ void lora_backward_cpu(float *din, float *dA, float *dB, float *du, float *scrat
 			int r0 = rt * LORA_TILE, rn = min_int(LORA_TILE, R - r0);
 			float acc[LORA_TILE] = { 0 };
 			for (int t = 0; t < T; t++) {
-				float g = dout[(size_t)t * N + n];
+				float g = f32_from_bf16(dout[(size_t)t * N + n]);
 				const float *ut = u + (size_t)t * R + r0;
 				for (int rr = 0; rr < rn; rr++)
 					acc[rr] += g * ut[rr];
@@ -156,10 +159,13 @@ void lora_backward_cpu(float *din, float *dA, float *dB, float *du, float *scrat
 			}
 			float *d = din + (size_t)t * K + k0;
 			for (int kk = 0; kk < kn; kk++) {
+				float prev = accumulate ? d[kk] : 0.0f;
 				if (dropout_p == 0.0f)
-					d[kk] += acc[kk];
+					d[kk] = prev + acc[kk];
 				else if (poros_dropout_keep(dropout_seed, (uint64_t)t * K + k0 + kk, dropout_p))
-					d[kk] += acc[kk] * keep_scale;
+					d[kk] = prev + acc[kk] * keep_scale;
+				else
+					d[kk] = prev;
 			}
 		}
 	}

@@ -9,8 +9,11 @@
 /* Columns of din accumulated together on the stack in the backward. */
 #define MATMUL_K_TILE 256
 
-/* out (T,N) = in (T,K) @ weight^T + bias; weight (N,K), bias (N) or NULL */
-void matmul_forward_cpu(float *out, const bf16 *in, const bf16 *weight, const bf16 *bias, int T, int K, int N)
+/* out (T,N) = in (T,K) @ weight^T + bias; weight (N,K), bias (N) or NULL;
+ * accumulate != 0: out = (out + product) + bias, the order of the CUDA
+ * backend's GEMM with beta = 1 and its bias pass */
+void matmul_forward_cpu(float *out, const bf16 *in, const bf16 *weight, const bf16 *bias, int T, int K, int N,
+			int accumulate)
 {
 #pragma omp parallel for collapse(2) schedule(static) if ((long)T * N * K >= POROS_CPU_PAR_MIN)
 	for (int t = 0; t < T; t++) {
@@ -20,8 +23,11 @@ void matmul_forward_cpu(float *out, const bf16 *in, const bf16 *weight, const bf
 			float acc = 0.0f;
 			for (int k = 0; k < K; k++)
 				acc += f32_from_bf16(x[k]) * f32_from_bf16(w[k]);
+			float *o = out + (size_t)t * N + n;
+			if (accumulate)
+				acc = *o + acc;
 			/* bias after the product, as addmm (beta * bias) does */
-			out[(size_t)t * N + n] = bias ? acc + f32_from_bf16(bias[n]) : acc;
+			*o = bias ? acc + f32_from_bf16(bias[n]) : acc;
 		}
 	}
 }

@@ -3,9 +3,10 @@
 //          lora_split3_kernel, lora_mask_kernel, lora_join3_kernel
 //
 // A LoRA adapter beside a frozen linear, as PEFT computes it:
-//   out (T,N) += scale * (dropout(x) @ A^T) @ B^T,  u = dropout(x) @ A^T
-// x is the bf16 input (T,K) of the base GEMM; A (R,K), B (N,R) and every
-// product are fp32.  Dropout keeps element (t,k) iff
+//   out (T,N) = scale * (dropout(x) @ A^T) @ B^T,  u = dropout(x) @ A^T
+// (written; the base GEMM adds onto it in its epilogue).  x is the bf16
+// input (T,K) of the base GEMM and dout, in backward, the bf16 upstream
+// gradient; A (R,K), B (N,R) and every product are fp32.  Dropout keeps element (t,k) iff
 // poros_dropout_keep(seed, t*K+k, p) and scales kept ones by 1/(1-p), the
 // same hash and the same float multiply as the CPU, so the dropped input
 // has the same bits on both backends.  It is applied as x is staged into
@@ -15,9 +16,11 @@
 //   u  (T,R) = xd @ A^T          sum over K   (lora_rowprod_kernel)
 //   du (T,R) = scale dout @ B    sum over N   (lora_rowprod_kernel)
 //   dA (R,K) += du^T @ xd        sum over T   (lora_dA_kernel)
-// u and dA run on tensor cores when the scratch holds their operands (the
-// exact three-way bf16 split below); du, whose dout is fp32, and the
-// fallback for u and dA when the scratch is short are CUDA-core sums.  A
+//   dB (N,R) += scale dout^T @ u sum over T   (lora_dA_kernel, transposed)
+// All four run on tensor cores when the scratch holds their operands (the
+// exact three-way bf16 split of the fp32 side, below; the other side, x or
+// dout, is bf16 already); the fallback when the scratch is short is our
+// CUDA-core sums.  A
 // GEMM library tiles the short side (R = 16) of an fp32 product and leaves
 // most of a large GPU idle or walks the long sum serially, so those are our
 // own kernels:
@@ -28,9 +31,9 @@
 // sum (one slice) and writes the result itself.  The slicing depends only
 // on the shape, each thread sums its slice in ascending order, and slices
 // are added in ascending order: same shape, same bits (blockwise ==
-// resident), on any GPU.  The products with the wide side (out += u B^T,
-// dB += dout^T u) are ordinary fp32 cuBLAS GEMMs (no TF32), and
-// din += du @ A is lora_din_kernel, r ascending as on the CPU.
+// resident), on any GPU.  out = scale u B^T is an ordinary fp32 cuBLAS
+// GEMM (no TF32), written, not added (the base GEMM reads it as its C);
+// din (+)= du @ A is lora_din_kernel, r ascending as on the CPU.
 #include "common.cuh"
 
 // Row products: a block owns RP_T tokens x RP_R ranks of one slice and
@@ -255,12 +258,14 @@ __device__ __forceinline__ void dA_fetch(float4 (&xr)[DA_XG], float4 (&ur)[DA_UG
 	}
 }
 
-// dA (R,K) += du^T (R,T) @ xd (T,K) over the tokens [s*slice, (s+1)*slice).
+// dA (R,K) += scale * du^T (R,T) @ xd (T,K) over the tokens [s*slice,
+// (s+1)*slice); transposed: the same sums stored as (K,R), which is dB (N,R)
+// += scale * dout^T @ u with u in du's place and dout in x's (p = 0).
 // One slice: added to dA here.  Several: slice s writes its raw sums to
-// part + s*R*K for lora_slice_sum_kernel.
+// part + s*R*K (in the output's layout) for lora_slice_sum_kernel.
 __global__ void __launch_bounds__(DA_THREADS)
-	lora_dA_kernel(float *dA, float *part, const float *du, const bf16 *in, float p, float keep_scale,
-	               uint64_t seed, int T, int K, int R, int slice, bool vec_x, bool vec_u)
+	lora_dA_kernel(float *dA, float *part, const float *du, const bf16 *in, float scale, float p, float keep_scale,
+	               uint64_t seed, int T, int K, int R, int slice, bool vec_x, bool vec_u, bool transposed)
 {
 	__shared__ __align__(16) float xs[DA_T][DA_K];
 	__shared__ __align__(16) float us[DA_T][DA_R];
@@ -328,9 +333,9 @@ __global__ void __launch_bounds__(DA_THREADS)
 				sum += red[(h * 16 + o) * 64 + tid];
 			if (r >= R || k >= K)
 				continue;
-			size_t idx = (size_t)r * K + k;
+			size_t idx = transposed ? (size_t)k * R + r : (size_t)r * K + k;
 			if (final)
-				dA[idx] += sum;
+				dA[idx] += scale * sum;
 			else
 				part[(size_t)s * R * K + idx] = sum;
 		}
@@ -361,13 +366,14 @@ __global__ void lora_slice_sum_kernel(float *dst, const float *part, float scale
 	}
 }
 
-// din (T,K) += mask(t,k) * keep_scale * (du (T,R) @ A (R,K))[t,k]: the
+// din (T,K) (+)= mask(t,k) * keep_scale * (du (T,R) @ A (R,K))[t,k]: the
 // gradient flows back through the dropout the forward applied, r ascending
-// as on the CPU.  Grid (ceil(K/DIN_K), ceil(T/DIN_T)), DIN_K threads; each
-// A element is read once per block and used for DIN_T tokens.
+// as on the CPU; without accumulate the old din is not read (a dropped
+// element gets 0).  Grid (ceil(K/DIN_K), ceil(T/DIN_T)), DIN_K threads;
+// each A element is read once per block and used for DIN_T tokens.
 __global__ void __launch_bounds__(DIN_K, 4)
 	lora_din_kernel(float *din, const float *du, const float *A, float p, float keep_scale, uint64_t seed, int T,
-	                int K, int R)
+	                int K, int R, bool accumulate)
 {
 	extern __shared__ float du_tile[]; // (DIN_T, R)
 	int t0 = blockIdx.y * DIN_T;
@@ -383,7 +389,7 @@ __global__ void __launch_bounds__(DIN_K, 4)
 #pragma unroll
 	for (int i = 0; i < DIN_T; i++) { // in flight while the sums run
 		acc[i] = 0.0f;
-		prev[i] = t0 + i < T ? din[(size_t)(t0 + i) * K + k] : 0.0f;
+		prev[i] = accumulate && t0 + i < T ? din[(size_t)(t0 + i) * K + k] : 0.0f;
 	}
 	for (int r = 0; r < R; r++) {
 		float a = A[(size_t)r * K + k];
@@ -401,6 +407,8 @@ __global__ void __launch_bounds__(DIN_K, 4)
 			din[idx] = prev[i] + acc[i];
 		else if (dropout_keep_dev(seed, (uint64_t)t * K + k, p))
 			din[idx] = prev[i] + acc[i] * keep_scale;
+		else if (!accumulate)
+			din[idx] = 0.0f;
 	}
 }
 
@@ -576,6 +584,71 @@ static bool lora_dA_tc(float *dA, float *scratch, const float *du, const bf16 *i
 	return true;
 }
 
+// du (T,R) = scale * dout @ B on tensor cores, when the scratch (scratch_floats)
+// holds B's three parts side by side (N,3R) and the (T,3R) sums.
+static bool lora_du_tc(float *du, float *scratch, long scratch_floats, const bf16 *dout, const float *B, float scale,
+                       int T, int N, int R)
+{
+	long b3 = floats_of((long)N * 3 * R * 2), u3 = floats_of((long)T * 3 * R * 4);
+	if (!scratch || b3 + u3 > scratch_floats)
+		return false;
+	cudaStream_t stream = poros_cuda_compute_stream();
+	bf16 *B3 = (bf16 *)scratch;
+	float *U3 = scratch + b3;
+	lora_split3_kernel<<<grid_for((long)N * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(B3, B, N, R, false);
+	launchCheck();
+	// U3 (T,3R) row-major = column-major (3R,T) = B3_cm (3R,N) @ dout_cm
+	// (N,T): B3 (N,3R) read as (3R,N) ld 3R, dout (T,N) as (N,T) ld N.
+	gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, 3 * R, T, N, 1.0f, B3, 3 * R, dout, N, 0.0f, U3, 3 * R);
+	lora_join3_kernel<<<grid_for((long)T * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(du, U3, scale, T, R, false,
+	                                                                                    false);
+	launchCheck();
+	return true;
+}
+
+// dB (N,R) += scale * dout^T @ u on tensor cores, when the scratch holds u's
+// three parts side by side (T,3R) and the (N,3R) sums.
+static bool lora_dB_tc(float *dB, float *scratch, long scratch_floats, const bf16 *dout, const float *u, float scale,
+                       int T, int N, int R)
+{
+	long u3 = floats_of((long)T * 3 * R * 2), p3 = floats_of((long)N * 3 * R * 4);
+	if (!scratch || u3 + p3 > scratch_floats)
+		return false;
+	cudaStream_t stream = poros_cuda_compute_stream();
+	bf16 *U3 = (bf16 *)scratch;
+	float *P3 = scratch + u3;
+	lora_split3_kernel<<<grid_for((long)T * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(U3, u, T, R, false);
+	launchCheck();
+	// P3 (N,3R) row-major = column-major (3R,N) = U3_cm (3R,T) @ dout_cm^T,
+	// dout (T,N) row-major read as (N,T) ld N and transposed.
+	gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, 3 * R, N, T, 1.0f, U3, 3 * R, dout, N, 0.0f, P3, 3 * R);
+	lora_join3_kernel<<<grid_for((long)N * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(dB, P3, scale, N, R, false,
+	                                                                                    true);
+	launchCheck();
+	return true;
+}
+
+// dst (R,L) += scale * G^T (R,T) @ Xd (T,L) on CUDA cores, G (T,R) fp32, X
+// (T,L) bf16 with the dropout; transposed: dst is (L,R).  dA = du^T xd, and
+// dB = dout^T u (transposed, p = 0).  scratch: NULL or scratch_floats.
+static void rank_outer(float *dst, float *scratch, long scratch_floats, const float *G, const bf16 *X, float scale,
+                       float p, uint64_t seed, int T, int L, int R, bool transposed)
+{
+	long tiles = (long)ceil_div_u(L, DA_K) * ceil_div_u(R, DA_R);
+	// nslice slices' partial sums take nslice*R*L of the scratch floats
+	long max_slices = scratch ? scratch_floats / ((long)R * L) : 1;
+	int slice = slice_len(T, tiles, DA_T, max_slices);
+	int nslice = (int)ceil_div_u(T, slice);
+	bool vec_x = L % 4 == 0 && ((uintptr_t)X & 7u) == 0;
+	bool vec_g = R % 4 == 0 && aligned16(G);
+	dim3 grid(ceil_div_u(L, DA_K), ceil_div_u(R, DA_R), nslice);
+	lora_dA_kernel<<<grid, DA_THREADS, 0, poros_cuda_compute_stream()>>>(
+		dst, scratch, G, X, scale, p, keep_scale_of(p), seed, T, L, R, slice, vec_x, vec_g, transposed);
+	launchCheck();
+	if (nslice > 1)
+		slice_sum(dst, scratch, scale, nslice, (long)R * L, true);
+}
+
 // dst (T,R) = scale * X (T,L) @ W^T summed over L, W given as A (R,L) or,
 // W_IS_B, as B (L,R).  scratch: NULL or T*scratch_cols floats.
 template <typename TX, bool W_IS_B>
@@ -597,8 +670,8 @@ static void row_products(float *dst, float *scratch, long scratch_cols, const TX
 		slice_sum(dst, scratch, scale, nslice, (long)T * R, false);
 }
 
-// out (T,N) += scale * u @ B^T; u (T,R) = xd @ A^T saved; in (T,K) bf16,
-// A (R,K), B (N,R).
+// out (T,N) = scale * u @ B^T (written); u (T,R) = xd @ A^T saved; in (T,K)
+// bf16, A (R,K), B (N,R).
 extern "C" void lora_forward_cuda(float *out, float *u, float *scratch, const bf16 *in, const float *A,
                                   const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K,
                                   int N, int R)
@@ -612,48 +685,37 @@ extern "C" void lora_forward_cuda(float *out, float *u, float *scratch, const bf
 		cudaCheck(cudaMemsetAsync(u, 0, (size_t)T * R * sizeof(float), poros_cuda_compute_stream()));
 	if (N <= 0)
 		return;
-	// Column-major: out^T (N,T) += scale * B_cm^T (N,R) @ u_cm (R,T), with
+	// Column-major: out^T (N,T) = scale * B_cm^T (N,R) @ u_cm (R,T), with
 	// B read as (R,N) ld R and u as (R,T) ld R.
-	gemm_f32(CUBLAS_OP_T, CUBLAS_OP_N, N, T, R, scale, B, R, u, R, 1.0f, out, N);
+	gemm_f32(CUBLAS_OP_T, CUBLAS_OP_N, N, T, R, scale, B, R, u, R, 0.0f, out, N);
 }
 
-// Given dout (T,N):
+// Given dout (T,N) bf16:
 //   du (T,R)   = scale * dout @ B          (written)
 //   dB (N,R)  += scale * dout^T @ u
 //   dA (R,K)  += du^T @ xd
-//   din (T,K) += (du @ A) * mask / (1-p)   (skipped when din is NULL)
-extern "C" void lora_backward_cuda(float *din, float *dA, float *dB, float *du, float *scratch, const float *dout,
+//   din (T,K)  = (du @ A) * mask / (1-p), or += when accumulate (skipped
+//                when din is NULL)
+extern "C" void lora_backward_cuda(float *din, float *dA, float *dB, float *du, float *scratch, const bf16 *dout,
                                    const bf16 *in, const float *u, const float *A, const float *B, float scale,
-                                   float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)
+                                   float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R, int accumulate)
 {
 	if (T <= 0 || R <= 0)
 		return;
 	cudaStream_t stream = poros_cuda_compute_stream();
-	float keep_scale = keep_scale_of(dropout_p);
+	long scratch_floats = scratch ? (long)T * K : 0;
 	if (N > 0) {
-		row_products<float, true>(du, scratch, K, dout, B, scale, 0.0f, 0, T, N, R);
-		// dB^T (R,N) += scale * u_cm (R,T) @ dout_cm^T (T,N)
-		gemm_f32(CUBLAS_OP_N, CUBLAS_OP_T, R, N, T, scale, u, R, dout, N, 1.0f, dB, R);
+		if (!lora_du_tc(du, scratch, scratch_floats, dout, B, scale, T, N, R))
+			row_products<bf16, true>(du, scratch, K, dout, B, scale, 0.0f, 0, T, N, R);
+		if (!lora_dB_tc(dB, scratch, scratch_floats, dout, u, scale, T, N, R))
+			rank_outer(dB, scratch, scratch_floats, u, dout, scale, 0.0f, 0, T, N, R, true);
 	} else {
 		cudaCheck(cudaMemsetAsync(du, 0, (size_t)T * R * sizeof(float), stream));
 	}
 	if (K <= 0)
 		return;
-	if (!lora_dA_tc(dA, scratch, du, in, dropout_p, dropout_seed, T, K, R)) {
-		long tiles = (long)ceil_div_u(K, DA_K) * ceil_div_u(R, DA_R);
-		// nslice slices' partial dA take nslice*R*K of the T*K scratch floats
-		long max_slices = scratch ? T / R : 1;
-		int slice = slice_len(T, tiles, DA_T, max_slices);
-		int nslice = (int)ceil_div_u(T, slice);
-		bool vec_x = K % 4 == 0 && ((uintptr_t)in & 7u) == 0;
-		bool vec_u = R % 4 == 0 && aligned16(du);
-		dim3 grid(ceil_div_u(K, DA_K), ceil_div_u(R, DA_R), nslice);
-		lora_dA_kernel<<<grid, DA_THREADS, 0, stream>>>(dA, scratch, du, in, dropout_p, keep_scale, dropout_seed,
-		                                                T, K, R, slice, vec_x, vec_u);
-		launchCheck();
-		if (nslice > 1)
-			slice_sum(dA, scratch, 1.0f, nslice, (long)R * K, true);
-	}
+	if (!lora_dA_tc(dA, scratch, du, in, dropout_p, dropout_seed, T, K, R))
+		rank_outer(dA, scratch, scratch_floats, du, in, 1.0f, dropout_p, dropout_seed, T, K, R, false);
 	if (!din)
 		return;
 	dim3 grid_d(ceil_div_u(K, DIN_K), ceil_div_u(T, DIN_T));
@@ -663,6 +725,7 @@ extern "C" void lora_backward_cuda(float *din, float *dA, float *dB, float *du, 
 		        48 * 1024 / (int)sizeof(float) / DIN_T);
 		exit(1);
 	}
-	lora_din_kernel<<<grid_d, DIN_K, smem, stream>>>(din, du, A, dropout_p, keep_scale, dropout_seed, T, K, R);
+	lora_din_kernel<<<grid_d, DIN_K, smem, stream>>>(din, du, A, dropout_p, keep_scale_of(dropout_p), dropout_seed, T,
+	                                                 K, R, accumulate != 0);
 	launchCheck();
 }

@@ -15,16 +15,18 @@ __global__ void add_bias_kernel(float *out, const bf16 *bias, long total, int N)
 		out[i] += bf16_to_f32(bias[i % N]);
 }
 
-// out (T,N) = in (T,K) @ weight^T + bias; weight (N,K), bias (N) or NULL.
+// out (T,N) = in (T,K) @ weight^T + bias; weight (N,K), bias (N) or NULL;
+// accumulate: out = (out + in @ weight^T) + bias, the old out read in the
+// GEMM's epilogue (beta = 1), where a compute-bound GEMM hides it.
 // Column-major view: out^T (N,T) = weight_cm^T (N,K) @ in_cm (K,T), where
 // weight_cm is weight read as a (K,N) column-major matrix (ld K) and in_cm
 // is in read as (K,T) (ld K): the "TN" GEMM, cuBLAS's fastest layout.
 extern "C" void matmul_forward_cuda(float *out, const bf16 *in, const bf16 *weight, const bf16 *bias, int T, int K,
-                                    int N)
+                                    int N, int accumulate)
 {
 	if (T <= 0 || N <= 0)
 		return;
-	gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, 1.0f, weight, K, in, K, 0.0f, out, N);
+	gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, 1.0f, weight, K, in, K, accumulate ? 1.0f : 0.0f, out, N);
 	if (bias) {
 		long total = (long)T * N;
 		add_bias_kernel<<<grid_for(total, BIAS_THREADS), BIAS_THREADS, 0, poros_cuda_compute_stream()>>>(

@@ -524,7 +524,7 @@ struct matmul_args {
 static void matmul_fwd_gpu(const void *p)
 {
 	const struct matmul_args *a = p;
-	gpu->ops->matmul_forward(a->out, a->in, a->weight, a->bias, a->T, a->K, a->N);
+	gpu->ops->matmul_forward(a->out, a->in, a->weight, a->bias, a->T, a->K, a->N, a->accumulate);
 }
 
 static void matmul_bwd_gpu(const void *p)
@@ -544,21 +544,23 @@ static void matmul_bwd_gpu(const void *p)
 #define GEMM_A_REL 2e-5
 #define GEMM_RTOL 1e-5
 
-static void test_matmul_forward(int T, int K, int N, int with_bias)
+static void test_matmul_forward(int T, int K, int N, int with_bias, int accumulate)
 {
 	struct gpu_case c;
-	if (!case_begin(&c, "matmul_forward T=%d K=%d N=%d%s", T, K, N, with_bias ? " bias" : ""))
+	if (!case_begin(&c, "matmul_forward T=%d K=%d N=%d%s%s", T, K, N, with_bias ? " bias" : "",
+	                accumulate ? " accumulate" : ""))
 		return;
 	bf16 *in = rand_bf16((size_t)T * K, -1, 1), *w = rand_bf16((size_t)N * K, -1, 1);
 	bf16 *bias = with_bias ? rand_bf16((size_t)N, -1, 1) : NULL;
-	float *ref = xmalloc((size_t)T * N * 4);
+	float *out0 = rand_f32((size_t)T * N, -1, 1);
+	float *ref = dup_bytes(out0, (size_t)T * N * 4);
 	double t0 = now_ms();
-	matmul_forward_cpu(ref, in, w, bias, T, K, N);
+	matmul_forward_cpu(ref, in, w, bias, T, K, N, accumulate);
 	c.cpu_ms = now_ms() - t0;
 
 	struct matmul_args a = { NULL, dev_from(in, (size_t)T * K * 2, 0), dev_from(w, (size_t)N * K * 2, 0),
-	                         bias ? dev_from(bias, (size_t)N * 2, 0) : NULL, T, K, N, 0 };
-	a.out = case_out(&c, "out", (size_t)T * N * 4, NULL, 0);
+	                         bias ? dev_from(bias, (size_t)N * 2, 0) : NULL, T, K, N, accumulate };
+	a.out = case_out(&c, "out", (size_t)T * N * 4, accumulate ? out0 : NULL, 0);
 	case_run(&c, matmul_fwd_gpu, &a);
 	check(&c, "out", ref, (size_t)T * N, 0, GEMM_A_REL, GEMM_RTOL);
 	printf("    %.1f TFLOP/s\n", 2.0 * T * K * N / (c.gpu_ms * 1e-3) / 1e12);
@@ -566,6 +568,7 @@ static void test_matmul_forward(int T, int K, int N, int with_bias)
 	free(in);
 	free(w);
 	free(bias);
+	free(out0);
 	free(ref);
 }
 
@@ -599,11 +602,11 @@ static void test_matmul_backward_input(int T, int K, int N, int accumulate)
 
 struct lora_args {
 	float *out, *u, *din, *dA, *dB, *du, *scratch;
-	const float *dout, *u_in, *A, *B;
-	const bf16 *in;
+	const float *u_in, *A, *B;
+	const bf16 *in, *dout;
 	float scale, p;
 	uint64_t seed;
-	int T, K, N, R;
+	int T, K, N, R, accumulate;
 };
 
 static void lora_fwd_gpu(const void *p)
@@ -616,13 +619,13 @@ static void lora_bwd_gpu(const void *p)
 {
 	const struct lora_args *a = p;
 	gpu->ops->lora_backward(a->din, a->dA, a->dB, a->du, a->scratch, a->dout, a->in, a->u_in, a->A, a->B, a->scale, a->p,
-	                        a->seed, a->T, a->K, a->N, a->R);
+	                        a->seed, a->T, a->K, a->N, a->R, a->accumulate);
 }
 
 /* u is a K-term fp32 sum (the CPU in order; the GPU's CUDA-core kernel in
  * four thread groups and, with a scratch, in slices added in order, or on
  * tensor cores through the exact three-way bf16 split of A when the scratch
- * holds its parts), out adds
+ * holds its parts), out is written as
  * scale * u @ B^T (cuBLAS over R): sums of the GEMM kind with inputs in
  * [-1,1] and A in +-1/sqrt(K), so GEMM_A_REL's argument applies. */
 static void test_lora_forward(int T, int K, int N, int R, float p, int scratch)
@@ -649,7 +652,7 @@ static void test_lora_forward(int T, int K, int N, int R, float p, int scratch)
 	a.p = p;
 	a.seed = seed;
 	a.T = T, a.K = K, a.N = N, a.R = R;
-	a.out = case_out(&c, "out", (size_t)T * N * 4, out0, 0);
+	a.out = case_out(&c, "out", (size_t)T * N * 4, NULL, 0); /* written, not added to */
 	a.u = case_out(&c, "u", (size_t)T * R * 4, NULL, 0);
 	if (scratch)
 		a.scratch = case_scratch(&c, (size_t)T * K * 4);
@@ -666,18 +669,19 @@ static void test_lora_forward(int T, int K, int N, int R, float p, int scratch)
 }
 
 /* du (sum over N), dB (over T), dA (over T, using du), din (over R, using
- * du): sums of up to 4096 fp32 terms in different orders, and dA, din
- * inherit du's rounding: 5e-5 of the largest value, 1e-4 relative. */
+ * du): sums of up to 27648 fp32 terms in different orders, and dA, din
+ * inherit du's rounding: 5e-5 of the largest value, 1e-4 relative.
+ * with_din: 0 none, 1 written, 2 added to. */
 static void test_lora_backward(int T, int K, int N, int R, float p, int with_din, int scratch)
 {
 	struct gpu_case c;
-	if (!case_begin(&c, "lora_backward T=%d K=%d N=%d R=%d dropout=%g%s%s", T, K, N, R, p, with_din ? " din" : "",
-	                scratch ? " scratch" : ""))
+	if (!case_begin(&c, "lora_backward T=%d K=%d N=%d R=%d dropout=%g%s%s", T, K, N, R, p,
+	                with_din == 2 ? " din+=" : with_din ? " din" : "", scratch ? " scratch" : ""))
 		return;
 	float bound = 1.0f / sqrtf((float)K);
 	bf16 *in = rand_bf16((size_t)T * K, -1, 1);
 	float *A = rand_f32((size_t)R * K, -bound, bound), *B = rand_f32((size_t)N * R, -0.5f, 0.5f);
-	float *dout = rand_f32((size_t)T * N, -1, 1);
+	bf16 *dout = rand_bf16((size_t)T * N, -1, 1);
 	float *dA0 = rand_f32((size_t)R * K, -1, 1), *dB0 = rand_f32((size_t)N * R, -1, 1);
 	float *din0 = rand_f32((size_t)T * K, -1, 1);
 	float scale = 2.0f;
@@ -690,7 +694,7 @@ static void test_lora_backward(int T, int K, int N, int R, float p, int with_din
 	float *ref_din = dup_bytes(din0, (size_t)T * K * 4), *ref_du = xmalloc((size_t)T * R * 4);
 	double t0 = now_ms();
 	lora_backward_cpu(with_din ? ref_din : NULL, ref_dA, ref_dB, ref_du, NULL, dout, in, u, A, B, scale, p, seed, T, K,
-	                  N, R);
+	                  N, R, with_din == 2);
 	c.cpu_ms = now_ms() - t0;
 
 	struct lora_args a = { 0 };
@@ -698,7 +702,8 @@ static void test_lora_backward(int T, int K, int N, int R, float p, int with_din
 	a.A = dev_from(A, (size_t)R * K * 4, 0);
 	a.B = dev_from(B, (size_t)N * R * 4, 0);
 	a.u_in = dev_from(u, (size_t)T * R * 4, 0);
-	a.dout = dev_from(dout, (size_t)T * N * 4, 0);
+	a.dout = dev_from(dout, (size_t)T * N * 2, 0);
+	a.accumulate = with_din == 2;
 	a.scale = scale;
 	a.p = p;
 	a.seed = seed;
@@ -706,8 +711,8 @@ static void test_lora_backward(int T, int K, int N, int R, float p, int with_din
 	a.dA = case_out(&c, "dA", (size_t)R * K * 4, dA0, 0);
 	a.dB = case_out(&c, "dB", (size_t)N * R * 4, dB0, 0);
 	a.du = case_out(&c, "du", (size_t)T * R * 4, NULL, 0);
-	if (with_din)
-		a.din = case_out(&c, "din", (size_t)T * K * 4, din0, 0);
+	if (with_din) /* written: the device buffer starts as garbage, not din0 */
+		a.din = case_out(&c, "din", (size_t)T * K * 4, with_din == 2 ? din0 : NULL, 0);
 	if (scratch)
 		a.scratch = case_scratch(&c, (size_t)T * K * 4);
 	case_run(&c, lora_bwd_gpu, &a);
@@ -1248,16 +1253,20 @@ static void run_small(void)
 	test_embedding(7, 67, 11);
 	test_rmsnorm_forward(3, 33, 0, 1);
 	test_rmsnorm_backward(3, 33);
-	test_matmul_forward(5, 19, 7, 1);
+	test_matmul_forward(5, 19, 7, 1, 0);
+	test_matmul_forward(5, 19, 7, 1, 1);
 	test_matmul_backward_input(5, 19, 7, 1);
 	for (int scratch = 0; scratch <= 1; scratch++) {
 		test_lora_forward(5, 33, 7, 3, 0.5f, scratch);
 		test_lora_backward(5, 33, 7, 3, 0.5f, 1, scratch);
-		test_lora_backward(19, 300, 5, 20, 0.25f, 1, scratch); /* two rank tiles, partial K passes */
+		test_lora_backward(19, 300, 5, 20, 0.25f, 2, scratch); /* two rank tiles, partial K passes */
 		/* small enough for the sanitizer, large enough that the scratch holds
 		 * the tensor-core path's parts (with the dropout mask) */
 		test_lora_forward(40, 64, 24, 4, 0.3f, scratch);
-		test_lora_backward(40, 64, 24, 4, 0.3f, 1, scratch);
+		test_lora_backward(40, 64, 24, 4, 0.3f, 2, scratch);
+		/* N >> K: dB's tensor-core parts do not fit the T*K scratch, so dB
+		 * takes the CUDA-core sums in three token slices */
+		test_lora_backward(512, 16, 600, 4, 0.1f, 1, scratch);
 	}
 	test_rope(2, 3, 3, 6, 0);
 	test_rope(2, 3, 3, 6, 1);
@@ -1289,8 +1298,9 @@ static void run_realistic(void)
 	test_rmsnorm_forward(512, 4096, 1, 1);
 	test_rmsnorm_forward(512 * 8, 128, 1, 0); /* qwen3's per-head q/k norm */
 	test_rmsnorm_backward(512, 4096);
-	test_matmul_forward(512, 4096, 4096, 0);
-	test_matmul_forward(512, 4096, 1024, 1);         /* k/v projection with bias */
+	test_matmul_forward(512, 4096, 4096, 0, 0);
+	test_matmul_forward(512, 4096, 4096, 0, 1);      /* onto a LoRA term */
+	test_matmul_forward(512, 4096, 1024, 1, 1);      /* k/v projection with bias */
 	test_matmul_backward_input(128, 4096, 11008, 1); /* through gate/up */
 	test_matmul_backward_input(64, 11008, 4096, 0);  /* through down */
 	/* both LoRA paths at model shapes, so the timings compare them (with a
@@ -1300,10 +1310,12 @@ static void run_realistic(void)
 		test_lora_forward(512, 4096, 4096, 16, 0.05f, scratch);
 		test_lora_forward(512, 4096, 1024, 8, 0.0f, scratch);
 		test_lora_forward(512, 27648, 5120, 16, 0.0f, scratch);
-		test_lora_backward(512, 4096, 4096, 16, 0.05f, 1, scratch);
+		test_lora_forward(512, 5120, 27648, 16, 0.0f, scratch); /* 32B gate/up */
+		test_lora_backward(512, 4096, 4096, 16, 0.05f, 2, scratch);
 		test_lora_backward(512, 11008, 4096, 64, 0.1f, 1, scratch);
 		test_lora_backward(512, 4096, 1024, 8, 0.0f, 0, scratch);
 		test_lora_backward(512, 27648, 5120, 16, 0.0f, 1, scratch);
+		test_lora_backward(512, 5120, 27648, 16, 0.0f, 2, scratch); /* 32B gate/up */
 	}
 	test_rope(1, 512, 32, 128, 0);
 	test_rope(1, 512, 32, 128, 1);

@@ -47,7 +47,8 @@ static void example_cell(struct cell *c)
 	c->tokens_per_step = 4096;
 }
 
-/* The exact text of the example in docs/schemas.md (whitespace removed). */
+/* The exact text of the example in docs/schemas.md (whitespace removed),
+ * with training.gradient_checkpointing, which cell_to_json always writes. */
 static const char doc_example[] =
 	"{\"schema\":\"poros.cell/1\",\"cell_id\":\"poros_qwen2_5_32b_nf4\",\"spec_id\":\"qwen2_5_32b_3090\","
 	"\"method\":\"poros\",\"precision\":\"nf4\","
@@ -55,7 +56,7 @@ static const char doc_example[] =
 	"\"hardware\":{\"gpu_name\":\"RTX 3090\",\"vram_gb\":24,\"pcie_gen\":4},"
 	"\"training\":{\"steps\":20,\"seq_len\":512,\"batch_size\":1,\"gradient_accumulation_steps\":8,\"warmup_steps\":3,"
 	"\"dataset\":\"synthetic\",\"seed\":42,\"learning_rate\":0.0002,\"lr_schedule\":\"constant\","
-	"\"weight_decay\":0,\"max_grad_norm\":1,\"timeout_s\":3600},"
+	"\"weight_decay\":0,\"max_grad_norm\":1,\"timeout_s\":3600,\"gradient_checkpointing\":false},"
 	"\"lora\":{\"rank\":16,\"alpha\":32,\"dropout\":0.05,"
 	"\"target_modules\":[\"q_proj\",\"k_proj\",\"v_proj\",\"o_proj\",\"gate_proj\",\"up_proj\",\"down_proj\"]},"
 	"\"poros\":{\"block_size\":4,\"enable_prefetch\":true},"
@@ -88,6 +89,7 @@ static void test_round_trip(void)
 	CHECK(back.training.gradient_accumulation_steps == 8 && back.training.warmup_steps == 3);
 	CHECK(back.training.seed == 42 && back.training.learning_rate == 2e-4);
 	CHECK(back.training.lr_schedule == LR_CONSTANT && back.training.timeout_s == 3600);
+	CHECK(back.training.gradient_checkpointing == 0);
 	CHECK(back.lora.rank == 16 && back.lora.alpha == 32 && back.lora.dropout == 0.05);
 	CHECK(back.lora.target_mask == 0x7f && back.lora.n_targets == 7);
 	CHECK(back.poros.block_size == 4 && back.poros.enable_prefetch == 1);
@@ -184,6 +186,14 @@ static void test_rejections(void)
 	REJECT("\"steps\":20", "\"steps\":null", "training.steps: expected a number, got null");
 	REJECT("\"model_id\":\"Qwen/Qwen2.5-32B\"", "\"model_id\":7", "model.model_id: expected a string, got a number");
 	REJECT("\"enable_prefetch\":true", "\"enable_prefetch\":1", "poros.enable_prefetch: expected true or false");
+	REJECT("\"gradient_checkpointing\":false", "\"gradient_checkpointing\":\"yes\"",
+	       "training.gradient_checkpointing: expected true or false, got a string");
+	REJECT("\"gradient_checkpointing\":false", "\"gradient_checkpointing\":0",
+	       "training.gradient_checkpointing: expected true or false, got a number");
+	REJECT("\"gradient_checkpointing\":false", "\"gradient_checkpointing\":null",
+	       "training.gradient_checkpointing: expected true or false, got null");
+	REJECT("\"gradient_checkpointing\":false", "\"gradient_checkpointing\":false,\"gradient_checkpointing\":true",
+	       "training.gradient_checkpointing: duplicate field");
 	REJECT("\"target_modules\":[", "\"target_modules\":[3,", "lora.target_modules[0]: expected a string");
 	/* numbers */
 	REJECT("\"learning_rate\":0.0002", "\"learning_rate\":1e309", "training.learning_rate: must be a finite number");
@@ -251,6 +261,79 @@ static void test_wrong_section_type(void)
 	cJSON_Delete(j);
 }
 
+/* The text of doc_example with the first from replaced by to (malloc'd). */
+static char *example_edited(const char *from, const char *to)
+{
+	const char *at = strstr(doc_example, from);
+
+	if (at == NULL)
+		return NULL;
+	return xasprintf("%.*s%s%s", (int)(at - doc_example), doc_example, to, at + strlen(from));
+}
+
+/* Reads text as a cell; the JSON it writes back in *back_text. */
+static int read_text(const char *text, struct cell *c, char **back_text, char *err, size_t errsz)
+{
+	cJSON *j = cJSON_Parse(text), *again;
+
+	*back_text = NULL;
+	if (j == NULL || cell_from_json(c, j, err, errsz) < 0) {
+		cJSON_Delete(j);
+		return -1;
+	}
+	again = cell_to_json(c);
+	*back_text = cJSON_PrintUnformatted(again);
+	cJSON_Delete(again);
+	cJSON_Delete(j);
+	return 0;
+}
+
+/* training.gradient_checkpointing: written always (last in training),
+ * read when present, 0 when absent (cells from before it existed). */
+static void test_gradient_checkpointing(void)
+{
+	const char *old_key = ",\"gradient_checkpointing\":false";
+	char *on = example_edited("\"gradient_checkpointing\":false", "\"gradient_checkpointing\":true");
+	char *absent = example_edited(old_key, "");
+	char *back = NULL, err[256] = "";
+	struct cell c, copy;
+
+	CHECK(on != NULL && absent != NULL);
+	if (!on || !absent)
+		goto out;
+
+	/* true survives a round trip, and cell_copy keeps it. */
+	CHECKF(read_text(on, &c, &back, err, sizeof err) == 0, "true refused: %s", err);
+	CHECK(c.training.gradient_checkpointing == 1);
+	CHECKF(back && strcmp(back, on) == 0, "true wrote back\n  %s\nnot\n  %s", back ? back : "(nothing)", on);
+	cell_copy(&copy, &c);
+	cell_free(&c);
+	CHECK(copy.training.gradient_checkpointing == 1);
+	cell_free(&copy);
+	cJSON_free(back);
+
+	/* Absent reads as false, and is then written (as false). */
+	CHECKF(read_text(absent, &c, &back, err, sizeof err) == 0, "absent refused: %s", err);
+	CHECK(c.training.gradient_checkpointing == 0);
+	CHECKF(back && strcmp(back, doc_example) == 0, "absent wrote back\n  %s\nnot\n  %s",
+	       back ? back : "(nothing)", doc_example);
+	CHECK(back && strstr(back, "\"timeout_s\":3600,\"gradient_checkpointing\":false}") != NULL);
+	cell_free(&c);
+	cJSON_free(back);
+
+	/* In memory, only 0 and 1 are valid. */
+	example_cell(&c);
+	c.training.gradient_checkpointing = 2;
+	CHECK(cell_validate(&c, err, sizeof err) == -1);
+	CHECKF(strcmp(err, "training.gradient_checkpointing: must be 0 or 1") == 0, "got \"%s\"", err);
+	c.training.gradient_checkpointing = 1;
+	CHECK(cell_validate(&c, err, sizeof err) == 0);
+	cell_free(&c);
+out:
+	free(on);
+	free(absent);
+}
+
 static void test_bounds(void)
 {
 	char err[128];
@@ -308,6 +391,7 @@ int main(void)
 	test_rejections();
 	test_non_finite();
 	test_wrong_section_type();
+	test_gradient_checkpointing();
 	test_bounds();
 	test_names_and_text();
 	return test_verdict("test_cell");

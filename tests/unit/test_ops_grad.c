@@ -200,9 +200,9 @@ static void test_lora_backward(float p)
 	enum { T = 5, K = 70, N = 6, R = 3 }; /* K spans two of the op's 64-wide tiles */
 	const float scale = 2.0f;
 	const uint64_t seed = 1234;
-	bf16 x[T * K];
+	bf16 x[T * K], lw16[T * N];
 	float A[R * K], B[N * R], lw[T * N], out[T * N] = { 0 }, u[T * R], du[T * R];
-	float dA[R * K] = { 0 }, dB[N * R] = { 0 }, din[T * K] = { 0 };
+	float dA[R * K] = { 0 }, dB[N * R] = { 0 }, din[T * K];
 	float dA2[R * K], dB2[N * R], din2[T * K];
 	double xd[T * K], Ad[R * K], Bd[N * R], lwd[T * N], keep[T * K];
 	double want_A[R * K], want_B[N * R], want_x[T * K], want_du[T * R];
@@ -212,7 +212,12 @@ static void test_lora_backward(float p)
 	fill_bf16(x, T * K, -1.0, 1.0);
 	fill_f32(A, R * K, -0.5, 0.5);
 	fill_f32(B, N * R, -0.5, 0.5);
-	fill_f32(lw, T * N, -1.0, 1.0);
+	/* the upstream gradient arrives rounded to bf16 (the op's contract) */
+	fill_bf16(lw16, T * N, -1.0, 1.0);
+	for (int i = 0; i < T * N; i++)
+		lw[i] = f32_from_bf16(lw16[i]);
+	/* without accumulate din is written, whatever it held */
+	fill_f32(din, T * K, 100.0, 200.0);
 	for (int t = 0; t < T; t++)
 		for (int k = 0; k < K; k++) {
 			int kept = p == 0.0f || poros_dropout_keep(seed, (uint64_t)t * K + k, p);
@@ -223,7 +228,7 @@ static void test_lora_backward(float p)
 		CHECK(dropped > 0 && dropped < T * K); /* the mask must matter */
 
 	lora_forward_cpu(out, u, NULL, x, A, B, scale, p, seed, T, K, N, R);
-	lora_backward_cpu(din, dA, dB, du, NULL, lw, x, u, A, B, scale, p, seed, T, K, N, R);
+	lora_backward_cpu(din, dA, dB, du, NULL, lw16, x, u, A, B, scale, p, seed, T, K, N, R, 0);
 
 	widen_bf16(xd, x, T * K);
 	widen_f32(Ad, A, R * K);
@@ -263,14 +268,14 @@ static void test_lora_backward(float p)
 	memcpy(dA2, dA, sizeof dA);
 	memcpy(dB2, dB, sizeof dB);
 	memcpy(din2, din, sizeof din);
-	lora_backward_cpu(din2, dA2, dB2, du, NULL, lw, x, u, A, B, scale, p, seed, T, K, N, R);
+	lora_backward_cpu(din2, dA2, dB2, du, NULL, lw16, x, u, A, B, scale, p, seed, T, K, N, R, 1);
 	check_accumulated("lora_backward dA", dA2, dA, R * K);
 	check_accumulated("lora_backward dB", dB2, dB, N * R);
 	check_accumulated("lora_backward din", din2, din, T * K);
 
 	/* din == NULL: the parameter gradients alone, unchanged */
 	float dA3[R * K] = { 0 }, dB3[N * R] = { 0 };
-	lora_backward_cpu(NULL, dA3, dB3, du, NULL, lw, x, u, A, B, scale, p, seed, T, K, N, R);
+	lora_backward_cpu(NULL, dA3, dB3, du, NULL, lw16, x, u, A, B, scale, p, seed, T, K, N, R, 0);
 	CHECK(memcmp(dA3, dA, sizeof dA) == 0 && memcmp(dB3, dB, sizeof dB) == 0);
 }
 

@@ -21,7 +21,7 @@ struct outcome {
 	int L, T, C;
 };
 
-static int train(struct outcome *o, int mode, int nf4, int accum, int profile)
+static int train(struct outcome *o, int mode, int nf4, int accum, int recompute, int profile)
 {
 	struct train_config cfg;
 	struct tt_run r;
@@ -37,6 +37,7 @@ static int train(struct outcome *o, int mode, int nf4, int accum, int profile)
 	cfg.method = mode == MODE_BLOCKWISE ? METHOD_POROS : METHOD_RESIDENT;
 	cfg.precision = nf4 ? PRECISION_NF4 : PRECISION_BF16;
 	cfg.accum = accum;
+	cfg.recompute = recompute;
 	cfg.block_size = 2;
 	cfg.steps = STEPS;
 	cfg.dropout = 0.1;
@@ -84,13 +85,14 @@ static void check_bits(const char *what, const struct outcome *a, const struct o
 	CHECKF(first < 0, "%s: LoRA value %ld differs with profiling on", what, first);
 }
 
-/* Calls in step 2: 7 projections per layer, forward and recompute in
- * backward for each micro-batch; NF4 dequantizes per layer and pass
- * (blockwise) or per layer, pass and micro-batch (resident). */
-static void check_profile(const char *what, const struct outcome *o, int blockwise, int nf4, int k)
+/* Calls in step 2: 7 projections per layer, forward (and the recompute in
+ * backward: blockwise always, resident with recompute) for each
+ * micro-batch; NF4 dequantizes per layer and pass (blockwise) or per layer,
+ * pass and micro-batch (resident). */
+static void check_profile(const char *what, const struct outcome *o, int blockwise, int nf4, int k, int recompute)
 {
 	cJSON *p = cJSON_Parse(o->profile);
-	long L = o->L, fwd = 2 * L * 7 * k, bwd = L * 7 * k;
+	long L = o->L, passes = blockwise || recompute ? 2 : 1, fwd = passes * L * 7 * k, bwd = L * 7 * k;
 	double sum = 0, set_bytes = (double)k * o->T * o->C * sizeof(float);
 	static const char *const cats[] = { "gemm_fwd", "gemm_bwd_input", "lora_fwd", "lora_bwd", "attn_fwd",
 		                            "attn_bwd", "norm", "rope", "swiglu", "elementwise", "head_ce",
@@ -113,9 +115,9 @@ static void check_profile(const char *what, const struct outcome *o, int blockwi
 	CHECKF(num(p, "gemm_bwd_input", "n") == bwd, "%s: gemm_bwd_input n %g, want %ld", what,
 	         num(p, "gemm_bwd_input", "n"), bwd);
 	CHECKF(num(p, "lora_bwd", "n") == bwd, "%s: lora_bwd n %g, want %ld", what, num(p, "lora_bwd", "n"), bwd);
-	CHECKF(num(p, "attn_fwd", "n") == 2 * L * k && num(p, "attn_bwd", "n") == L * k, "%s: attention n %g/%g",
+	CHECKF(num(p, "attn_fwd", "n") == passes * L * k && num(p, "attn_bwd", "n") == L * k, "%s: attention n %g/%g",
 	         what, num(p, "attn_fwd", "n"), num(p, "attn_bwd", "n"));
-	CHECKF(num(p, "swiglu", "n") == 3 * L * k, "%s: swiglu n %g", what, num(p, "swiglu", "n"));
+	CHECKF(num(p, "swiglu", "n") == (passes + 1) * L * k, "%s: swiglu n %g", what, num(p, "swiglu", "n"));
 	CHECKF(num(p, "embedding", "n") == k && num(p, "head_ce", "n") == k, "%s: embedding n %g, head_ce n %g",
 	         what, num(p, "embedding", "n"), num(p, "head_ce", "n"));
 	CHECKF(num(p, "optimizer", "n") == 2, "%s: optimizer n %g (sumsq, adamw)", what, num(p, "optimizer", "n"));
@@ -161,8 +163,9 @@ static void check_breakdown(const char *what, const struct outcome *o, int block
 int main(void)
 {
 	static const struct {
-		int mode, nf4, accum;
-	} cases[] = { { MODE_BLOCKWISE, 1, 2 }, { MODE_BLOCKWISE, 0, 3 }, { MODE_RESIDENT, 1, 2 } };
+		int mode, nf4, accum, recompute;
+	} cases[] = { { MODE_BLOCKWISE, 1, 2, 0 }, { MODE_BLOCKWISE, 0, 3, 0 }, { MODE_RESIDENT, 1, 2, 1 },
+		      { MODE_RESIDENT, 1, 2, 0 } };
 
 	set_progname("test_train_profile");
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -170,12 +173,13 @@ int main(void)
 		char what[96];
 		int blockwise = cases[i].mode == MODE_BLOCKWISE;
 
-		snprintf(what, sizeof what, "%s %s accum %d", blockwise ? "blockwise" : "resident",
-		         cases[i].nf4 ? "nf4" : "bf16", cases[i].accum);
+		snprintf(what, sizeof what, "%s %s accum %d%s", blockwise ? "blockwise" : "resident",
+		         cases[i].nf4 ? "nf4" : "bf16", cases[i].accum,
+		         !blockwise && cases[i].recompute ? " recompute" : "");
 		memset(&plain, 0, sizeof plain);
 		memset(&prof, 0, sizeof prof);
-		if (train(&plain, cases[i].mode, cases[i].nf4, cases[i].accum, 0) < 0 ||
-		    train(&prof, cases[i].mode, cases[i].nf4, cases[i].accum, 1) < 0) {
+		if (train(&plain, cases[i].mode, cases[i].nf4, cases[i].accum, cases[i].recompute, 0) < 0 ||
+		    train(&prof, cases[i].mode, cases[i].nf4, cases[i].accum, cases[i].recompute, 1) < 0) {
 			CHECKF(0, "%s: a run failed", what);
 			free(plain.params);
 			free(prof.params);
@@ -184,7 +188,7 @@ int main(void)
 		CHECKF(plain.profile[0] == '\0', "%s: a profile without POROS_PROFILE: %s", what, plain.profile);
 		CHECKF(plain.loss[1] != plain.loss[0], "%s: training did not move the loss", what);
 		check_bits(what, &plain, &prof);
-		check_profile(what, &prof, blockwise, cases[i].nf4, cases[i].accum);
+		check_profile(what, &prof, blockwise, cases[i].nf4, cases[i].accum, cases[i].recompute);
 		check_breakdown(what, &plain, blockwise, cases[i].nf4, cases[i].accum);
 		CHECKF(strcmp(plain.breakdown, prof.breakdown) == 0, "%s: profiling changed the memory: %s vs %s", what,
 		         plain.breakdown, prof.breakdown);

@@ -1,7 +1,8 @@
 /* tools/lib/cell.c: the cell schema "poros.cell/1": the one table of
  * valid ranges, the JSON writer, and the strict reader every tool uses
  * (unknown, missing and duplicate fields, wrong types, non-finite and
- * out-of-range numbers are all rejected, naming the field). */
+ * out-of-range numbers are all rejected, naming the field; only the
+ * fields in optional_fields may be absent). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -286,6 +287,8 @@ int cell_validate(const struct cell *c, char *err, size_t errsz)
 		return fail(err, errsz, "lora.n_targets: %d does not match target_mask", c->lora.n_targets);
 	if (check_bound("poros.block_size", c->poros.block_size, err, errsz))
 		return -1;
+	if (c->training.gradient_checkpointing != 0 && c->training.gradient_checkpointing != 1)
+		return fail(err, errsz, "training.gradient_checkpointing: must be 0 or 1");
 	if (c->poros.enable_prefetch != 0 && c->poros.enable_prefetch != 1)
 		return fail(err, errsz, "poros.enable_prefetch: must be 0 or 1");
 	if ((why = cell_output_dir_problem(c->output_dir)))
@@ -365,6 +368,8 @@ cJSON *cell_to_json(const struct cell *c)
 	add_num(&b, o, "weight_decay", c->training.weight_decay);
 	add_num(&b, o, "max_grad_norm", c->training.max_grad_norm);
 	add_num(&b, o, "timeout_s", c->training.timeout_s);
+	/* Last, after the older keys, so their order stays what it was. */
+	add_bool(&b, o, "gradient_checkpointing", c->training.gradient_checkpointing);
 
 	o = add_obj(&b, root, "lora");
 	add_num(&b, o, "rank", c->lora.rank);
@@ -410,9 +415,15 @@ static const char *const hardware_keys[] = { "gpu_name", "vram_gb", "pcie_gen" }
 static const char *const training_keys[] = {
 	"steps", "seq_len", "batch_size", "gradient_accumulation_steps", "warmup_steps", "dataset",
 	"seed", "learning_rate", "lr_schedule", "weight_decay", "max_grad_norm", "timeout_s",
+	"gradient_checkpointing",
 };
 static const char *const lora_keys[] = { "rank", "alpha", "dropout", "target_modules" };
 static const char *const poros_keys[] = { "block_size", "enable_prefetch" };
+
+/* Fields a reader may find absent, by path: they were added to
+ * poros.cell/1 later, and cells and artifacts written before must still
+ * read.  Each reads as 0 when absent. */
+static const char *const optional_fields[] = { "training.gradient_checkpointing" };
 
 #define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -461,8 +472,9 @@ static int check_keys(struct reader *r, const cJSON *obj, const char *path,
 		seen |= 1u << i;
 	}
 	for (int i = 0; i < n; i++)
-		if (!(seen & 1u << i))
-			return fail(r->err, r->errsz, "%s: missing", join(p, sizeof p, path, keys[i]));
+		if (!(seen & 1u << i) &&
+		    name_index(optional_fields, NKEYS(optional_fields), join(p, sizeof p, path, keys[i])) < 0)
+			return fail(r->err, r->errsz, "%s: missing", p);
 	return 0;
 }
 
@@ -632,6 +644,9 @@ static int read_cell(struct reader *r, struct cell *c, const cJSON *obj)
 	if (get_num(r, tr, "training", "weight_decay", &c->training.weight_decay) ||
 	    get_num(r, tr, "training", "max_grad_norm", &c->training.max_grad_norm) ||
 	    get_int(r, tr, "training", "timeout_s", &c->training.timeout_s))
+		return -1;
+	if (cJSON_GetObjectItemCaseSensitive(tr, "gradient_checkpointing") &&
+	    get_bool(r, tr, "training", "gradient_checkpointing", &c->training.gradient_checkpointing))
 		return -1;
 
 	if (get_int(r, lora, "lora", "rank", &c->lora.rank) ||

@@ -45,6 +45,11 @@ struct cell {
 		double learning_rate, weight_decay, max_grad_norm;
 		enum lr_schedule lr_schedule;
 		int timeout_s;      /* per-arm wall clock bound */
+		/* 0/1: recompute activations in backward (HF gradient
+		 * checkpointing; Poros resident recomputes each layer).  The
+		 * blockwise method recomputes each block whatever this says.
+		 * Optional in cell JSON (absent: 0), so older cells still read. */
+		int gradient_checkpointing;
 	} training;
 	struct {
 		int rank;

@@ -31,9 +31,10 @@ static const char help_text[] =
 	"training batch_size 1, gradient_accumulation_steps 1, warmup_steps 1\n"
 	"(0 when steps is 1), dataset synthetic, seed 42, learning_rate 2e-4,\n"
 	"lr_schedule constant, weight_decay 0, max_grad_norm 1 (0: no clipping),\n"
-	"timeout_s 3600; lora rank 16, alpha 2 x rank, dropout 0.05,\n"
-	"target_modules all seven projections; poros block_size 4,\n"
-	"enable_prefetch true; reporting html, markdown, emit_json true.\n"
+	"timeout_s 3600, gradient_checkpointing false; lora rank 16,\n"
+	"alpha 2 x rank, dropout 0.05, target_modules all seven projections;\n"
+	"poros block_size 4, enable_prefetch true; reporting html, markdown,\n"
+	"emit_json true.\n"
 	"Required: spec_id, models, methods, precisions, training.steps,\n"
 	"training.seq_len.  Exit status: 0 ok, 1 write failure, 2 bad usage or spec.\n";
 

@@ -63,6 +63,7 @@ static const struct field training_fields[] = {
 	SF("weight_decay", FK_REAL, 0, 0, shared.training.weight_decay),
 	SF("max_grad_norm", FK_REAL, 0, 0, shared.training.max_grad_norm),
 	SF("timeout_s", FK_INT, 0, 0, shared.training.timeout_s),
+	SF("gradient_checkpointing", FK_BOOL, 0, 0, shared.training.gradient_checkpointing),
 };
 static const struct field lora_fields[] = {
 	SF("rank", FK_INT, 0, 0, shared.lora.rank),
@@ -590,6 +591,8 @@ static void set_defaults(struct spec *s)
 	c->training.weight_decay = 0.0;
 	c->training.max_grad_norm = 1.0;
 	c->training.timeout_s = 3600;
+	/* Off: every arm keeps its activations where its method allows. */
+	c->training.gradient_checkpointing = 0;
 	c->lora.rank = 16;
 	c->lora.alpha = NAN; /* derived from rank when not given */
 	c->lora.dropout = 0.05;

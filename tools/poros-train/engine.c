@@ -60,7 +60,7 @@ struct layer_view {
 /* What one layer's forward keeps for its backward (one micro-batch). */
 struct layer_act {
 	const float *x;      /* (T,C) the layer input (not owned) */
-	float *out;          /* (T,C) output when recomputing */
+	float *out;          /* (T,C) output when recomputing; NULL in acts[] */
 	bf16 *xn;            /* (T,C) input_layernorm(x) */
 	float *rstd1;        /* (T) */
 	float *q, *k, *v;    /* (T,H*D), (T,G*D) x2: after q/k norm and rope */
@@ -177,6 +177,9 @@ struct engine {
 	struct ckpt_sets cs; /* blockwise */
 	float **dresid; /* blockwise: k; resident: 1 */
 	struct layer_act act; /* one layer of one micro-batch */
+	/* resident without recompute: every layer's activations of one
+	 * micro-batch (L of them); NULL otherwise */
+	struct layer_act *acts;
 	struct grad_scratch g;
 	float *attn_scratch;
 
@@ -229,12 +232,13 @@ static int targeted(const struct engine *e, int m)
 	return (e->lora.mask >> m) & 1u;
 }
 
-static void plan_act(struct engine *e, struct carver *cv, struct layer_act *a)
+static void plan_act(struct engine *e, struct carver *cv, struct layer_act *a, int recompute)
 {
 	long T = e->T;
 
 	memset(a, 0, sizeof *a);
-	a->out = CARVE_F32(cv, T * e->C);
+	if (recompute)
+		a->out = CARVE_F32(cv, T * e->C);
 	a->xn = CARVE_BF16(cv, T * e->C);
 	a->rstd1 = CARVE_F32(cv, T);
 	a->q = CARVE_F32(cv, T * e->HD);
@@ -582,23 +586,28 @@ struct pass {
 	int step, mb;
 };
 
-/* out (T,N) = in @ W^T (+ bias) + scale * B A dropout(in) */
+/* out (T,N) = (scale * B A dropout(in) + in @ W^T) (+ bias): the LoRA term
+ * is written first and the base GEMM adds onto it in its epilogue, so the
+ * (T,N) fp32 output is written once and read once, not read-modify-written
+ * by a second pass. */
 static void proj_forward(struct engine *e, const struct layer_view *w, struct layer_act *a, int layer, int m,
                          const bf16 *in, float *out, struct pass p)
 {
 	const struct lora_slot *s = &e->lora.slot[layer * N_PROJ + m];
 
-	prof_mark(e, PROF_GEMM_FWD);
-	e->op->matmul_forward(out, in, w->w[m], m < 4 ? w->bias[m] : NULL, e->T, s->n_in, s->n_out);
 	if (s->a >= 0) {
 		prof_mark(e, PROF_LORA_FWD);
 		e->op->lora_forward(out, a->u[m], e->g.lora_scratch, in, e->d_lora + s->a, e->d_lora + s->b, e->lora_scale, e->dropout,
 		                    dropout_seed(e, p.step, p.mb, layer, m), e->T, s->n_in, s->n_out, e->R);
 	}
+	prof_mark(e, PROF_GEMM_FWD);
+	e->op->matmul_forward(out, in, w->w[m], m < 4 ? w->bias[m] : NULL, e->T, s->n_in, s->n_out, s->a >= 0);
 }
 
-/* din (T,K) (+)= gradient through projection m given dout (T,N) fp32;
- * LoRA gradients accumulate into the flat gradient buffer. */
+/* din (T,K) (+)= gradient through projection m given dout (T,N) fp32.  Both
+ * the base GEMM and the adapter read dout rounded to bf16; the adapter's
+ * input gradient goes first and the base GEMM adds onto it.  LoRA gradients
+ * accumulate into the flat gradient buffer. */
 static void proj_backward(struct engine *e, const struct layer_view *w, const struct layer_act *a, int layer, int m,
                           const bf16 *in, const float *dout, float *din, int accumulate, struct pass p)
 {
@@ -607,14 +616,15 @@ static void proj_backward(struct engine *e, const struct layer_view *w, const st
 
 	prof_mark(e, PROF_ELEMENTWISE);
 	e->op->cast_f32_to_bf16(e->g.dout16, dout, T * s->n_out);
-	prof_mark(e, PROF_GEMM_BWD);
-	e->op->matmul_backward_input(din, e->g.dout16, w->w[m], e->T, s->n_in, s->n_out, accumulate);
 	if (s->a >= 0) {
 		prof_mark(e, PROF_LORA_BWD);
-		e->op->lora_backward(din, e->d_grad + s->a, e->d_grad + s->b, e->g.du, e->g.lora_scratch, dout, in, a->u[m], e->d_lora + s->a,
-		                     e->d_lora + s->b, e->lora_scale, e->dropout, dropout_seed(e, p.step, p.mb, layer, m),
-		                     e->T, s->n_in, s->n_out, e->R);
+		e->op->lora_backward(din, e->d_grad + s->a, e->d_grad + s->b, e->g.du, e->g.lora_scratch, e->g.dout16, in, a->u[m],
+		                     e->d_lora + s->a, e->d_lora + s->b, e->lora_scale, e->dropout,
+		                     dropout_seed(e, p.step, p.mb, layer, m), e->T, s->n_in, s->n_out, e->R, accumulate);
+		accumulate = 1;
 	}
+	prof_mark(e, PROF_GEMM_BWD);
+	e->op->matmul_backward_input(din, e->g.dout16, w->w[m], e->T, s->n_in, s->n_out, accumulate);
 }
 
 /* out (T,C) = the decoder layer applied to x (T,C); the activations the
@@ -723,7 +733,7 @@ static void head(struct engine *e, const float *hidden, int mb, float *dres)
 	for (int off = 0; off < T; off += e->chunk) {
 		int n = T - off < e->chunk ? T - off : e->chunk;
 
-		op->matmul_forward(e->logits, e->hn + (size_t)off * C, e->lm_head, NULL, n, C, V);
+		op->matmul_forward(e->logits, e->hn + (size_t)off * C, e->lm_head, NULL, n, C, V, 0);
 		op->crossentropy_forward_backward(e->dlogits, e->losses + (size_t)mb * T + off, e->logits,
 		                                  e->d_targets + (size_t)mb * T + off, dloss, n, V);
 		op->matmul_backward_input(e->dhn + (size_t)off * C, e->dlogits, e->lm_head, n, C, V, 0);
@@ -750,8 +760,11 @@ static void resident_view(struct engine *e, struct layer_view *v, int layer)
 }
 
 /* Micro-batch-major: each micro-batch runs its whole forward (keeping
- * every layer's input) and its whole backward (recompute a layer, then
- * backward through it), like HF gradient checkpointing. */
+ * every layer's input) and its whole backward.  With recompute (HF
+ * gradient checkpointing) backward recomputes a layer from its input, then
+ * goes back through it; without, every layer's activations were kept by
+ * the forward.  The recomputation reproduces the forward bits, so the two
+ * give the same adapters. */
 static void resident_pass(struct engine *e, int step)
 {
 	struct layer_view v;
@@ -763,12 +776,15 @@ static void resident_pass(struct engine *e, int step)
 		embed(e, e->ckpt[0], j);
 		for (int l = 0; l < e->L; l++) {
 			resident_view(e, &v, l);
-			layer_forward(e, &v, &e->act, l, e->ckpt[l], e->ckpt[l + 1], p);
+			layer_forward(e, &v, e->acts ? &e->acts[l] : &e->act, l, e->ckpt[l], e->ckpt[l + 1], p);
 		}
 		head(e, e->ckpt[e->L], j, e->dresid[0]);
 		for (int l = e->L - 1; l >= 0; l--) {
 			resident_view(e, &v, l);
-			layer_recompute_backward(e, &v, l, e->ckpt[l], e->dresid[0], p);
+			if (e->acts)
+				layer_backward(e, &v, &e->acts[l], l, e->dresid[0], p);
+			else
+				layer_recompute_backward(e, &v, l, e->ckpt[l], e->dresid[0], p);
 		}
 	}
 	compute_close(e);
@@ -1302,7 +1318,11 @@ static void *dalloc_plan(struct engine *e, void (*plan)(struct engine *, struct 
 
 static void plan_acts(struct engine *e, struct carver *cv)
 {
-	plan_act(e, cv, &e->act);
+	if (e->acts)
+		for (int l = 0; l < e->L; l++)
+			plan_act(e, cv, &e->acts[l], 0);
+	else
+		plan_act(e, cv, &e->act, 1);
 }
 
 static void plan_ckpts(struct engine *e, struct carver *cv)
@@ -1451,7 +1471,10 @@ static int alloc_state(struct engine *e, char *err, size_t errsz)
 	e->d_m = state + 2 * e->lora.total;
 	e->d_v = state + 3 * e->lora.total;
 
-	if (dalloc_plan(e, plan_acts, "activations", "activations of one layer") == NULL)
+	if (!e->blockwise && !e->cfg->recompute)
+		e->acts = xcalloc((size_t)e->L, sizeof *e->acts);
+	snprintf(what, sizeof what, "activations of %d layer%s", e->acts ? e->L : 1, e->acts && e->L > 1 ? "s" : "");
+	if (dalloc_plan(e, plan_acts, "activations", what) == NULL)
 		return seterr(err, errsz, "%s", e->alloc.err);
 	if (e->blockwise) {
 		snprintf(what, sizeof what, "2 sets of %d layer-input checkpoints", e->k);
@@ -1638,6 +1661,7 @@ void engine_destroy(struct engine *e)
 	free(e->h_losses);
 	free(e->lora.slot);
 	free(e->ckpt);
+	free(e->acts);
 	free(e->dresid);
 	free(e);
 }

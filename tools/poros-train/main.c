@@ -50,6 +50,7 @@ int main(int argc, char **argv)
 		{ "init-adapter", required_argument, NULL, LONG_ONLY(OPT_INIT_ADAPTER) },
 		{ "save-every", required_argument, NULL, LONG_ONLY(OPT_SAVE_EVERY) },
 		{ "quiet", no_argument, NULL, LONG_ONLY(OPT_QUIET) },
+		{ "gradient-checkpointing", required_argument, NULL, LONG_ONLY(OPT_GRAD_CKPT) },
 		{ "help", no_argument, NULL, LONG_ONLY(OPT_HELP) },
 		{ "version", no_argument, NULL, LONG_ONLY(OPT_VERSION) },
 		{ NULL, 0, NULL, 0 },

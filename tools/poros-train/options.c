@@ -85,6 +85,7 @@ int train_config_from_cell(struct train_config *c, const struct cell *cell, char
 	c->target_mask = cell->lora.target_mask;
 	c->block_size = cell->poros.block_size;
 	c->prefetch = cell->poros.enable_prefetch;
+	c->recompute = cell->training.gradient_checkpointing;
 	replace(&c->cell_id, cell->cell_id);
 	free(c->out_dir);
 	c->out_dir = xasprintf("%s/runs/%s", cell->output_dir, cell->cell_id);
@@ -254,6 +255,11 @@ static void apply_flags(struct train_config *c, char *const v[OPT_COUNT])
 		c->save_every = (int)opt_long("--save-every", v[OPT_SAVE_EVERY], 0, 1000000);
 	if (v[OPT_QUIET])
 		c->quiet = 1;
+	if (v[OPT_GRAD_CKPT]) {
+		static const char *const on_off[2] = { "off", "on" };
+
+		c->recompute = pick("--gradient-checkpointing", v[OPT_GRAD_CKPT], on_off, 2);
+	}
 }
 
 /* configs/models lives beside the binary when run from the source tree

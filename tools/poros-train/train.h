@@ -26,6 +26,9 @@ struct train_config {
 	double alpha, dropout;
 	unsigned target_mask;    /* bit i: lora_module_names[i] */
 	int block_size, prefetch;
+	int recompute;           /* resident: recompute each layer in backward (HF gradient
+	                          * checkpointing); 0 keeps every layer's activations.
+	                          * Blockwise always recomputes. */
 	char *backend;           /* "cpu", "cuda" or "auto" */
 	long long vram_budget;   /* bytes; 0: none */
 	char *out_dir;           /* the run directory */
@@ -41,7 +44,7 @@ enum train_opt {
 	OPT_CELL, OPT_MODEL, OPT_MODE, OPT_PRECISION, OPT_STEPS, OPT_SEQ_LEN, OPT_BATCH_SIZE, OPT_ACCUM, OPT_RANK,
 	OPT_ALPHA, OPT_DROPOUT, OPT_TARGETS, OPT_BLOCK_SIZE, OPT_NO_PREFETCH, OPT_LR, OPT_LR_SCHEDULE, OPT_WARMUP,
 	OPT_WEIGHT_DECAY, OPT_MAX_GRAD_NORM, OPT_SEED, OPT_DATASET, OPT_BACKEND, OPT_VRAM_BUDGET, OPT_CONFIGS, OPT_OUT,
-	OPT_INIT_ADAPTER, OPT_SAVE_EVERY, OPT_QUIET, OPT_COUNT
+	OPT_INIT_ADAPTER, OPT_SAVE_EVERY, OPT_QUIET, OPT_GRAD_CKPT, OPT_COUNT
 };
 
 #define TRAIN_SYNOPSIS \
@@ -51,7 +54,7 @@ enum train_opt {
 	"                   [--lr-schedule constant|linear|cosine] [--warmup N] [--weight-decay W]\n" \
 	"                   [--max-grad-norm G] [--seed S] [--dataset SPEC] [--backend cpu|cuda|auto]\n" \
 	"                   [--vram-budget BYTES] [--configs DIR] [--out DIR] [--init-adapter DIR]\n" \
-	"                   [--save-every N] [--quiet]\n"
+	"                   [--save-every N] [--gradient-checkpointing on|off] [--quiet]\n"
 
 /* Defaults, then the cell (--cell), then every other flag on top; dies
  * with EXIT_USAGE and a one-line message on a bad value. */

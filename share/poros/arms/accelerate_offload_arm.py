@@ -140,6 +140,9 @@ def run(torch, cell, source, out_dir, summary):
         if "disk" in dm.values():
             raise RuntimeError("the device map spills to disk: not enough host memory for the offloaded weights")
         model.config.use_cache = False
+        # On the dispatched base model, before LoRA wraps it; a recomputed
+        # layer's forward goes through the offload hooks again.
+        armlib.apply_checkpointing(model, cell)
         model = peft.get_peft_model(model, armlib.lora_config(cell))
         moved = lora_to_gpu(torch, model)
         if moved:

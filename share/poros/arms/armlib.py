@@ -135,6 +135,10 @@ def load_cell(path, method):
             raise BadInput(f"{path}: lora.rank: not a positive integer")
         if not lora["target_modules"]:
             raise BadInput(f"{path}: lora.target_modules: empty")
+        # Optional: cells written before the field existed lack it (false).
+        if not isinstance(tr.get("gradient_checkpointing", False), bool):
+            raise BadInput(f"{path}: training.gradient_checkpointing: expected true or false, "
+                           f"got {tr['gradient_checkpointing']!r}")
         cell["model"]["model_id"], cell["precision"], cell["hardware"]["vram_gb"]
     except KeyError as e:
         raise BadInput(f"{path}: missing field {e.args[0]}") from None
@@ -449,6 +453,37 @@ def lora_config(cell):
     lo = cell["lora"]
     return peft.LoraConfig(r=int(lo["rank"]), lora_alpha=float(lo["alpha"]), lora_dropout=float(lo["dropout"]),
                            target_modules=list(lo["target_modules"]), bias="none", task_type="CAUSAL_LM")
+
+
+def wants_checkpointing(cell):
+    """The cell's shared training.gradient_checkpointing (absent: false)."""
+    return bool(cell["training"].get("gradient_checkpointing", False))
+
+
+def log_checkpointing(on, how):
+    """One stderr line saying which setting a run used, and through what."""
+    log(f"gradient checkpointing: {'on' if on else 'off'} "
+        f"(training.gradient_checkpointing {'true' if on else 'false'}; {how})")
+
+
+def apply_checkpointing(model, cell):
+    """Honours training.gradient_checkpointing on a transformers model, before
+    get_peft_model: enable_input_require_grads hooks the base model's input
+    embeddings, whose output must carry a gradient into the checkpointed
+    layers when every base weight is frozen.  Off, it makes sure nothing
+    left checkpointing on, so that every arm keeps its activations as
+    Poros' resident method does.  Returns whether it is on."""
+    if wants_checkpointing(cell):
+        # Non-reentrant: the variant torch recommends; the reentrant one
+        # passes no gradient back through a segment whose input needs none.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_input_require_grads()
+        log_checkpointing(True, "transformers, use_reentrant=False")
+        return True
+    if getattr(model, "is_gradient_checkpointing", False):
+        model.gradient_checkpointing_disable()
+    log_checkpointing(False, "transformers")
+    return False
 
 
 def bnb_config(torch, **extra):

@@ -39,8 +39,10 @@ def run(torch, cell, source, out_dir, summary):
     try:
         model.config.use_cache = False
         # Not prepare_model_for_kbit_training: it would upcast the unquantised
-        # weights to fp32 and turn on gradient checkpointing, neither of which
-        # the protocol (or Poros) does.
+        # weights to fp32 (which Poros does not do) and turn on gradient
+        # checkpointing whatever the cell says.  Checkpointing goes on (or
+        # stays off) here, on the base model, before LoRA wraps it.
+        armlib.apply_checkpointing(model, cell)
         model = peft.get_peft_model(model, armlib.lora_config(cell))
         armlib.train(torch, model, cell, out_dir, summary)
         armlib.save_adapter(model, out_dir, source)
