@@ -14,7 +14,8 @@
  *
  * Precision contract (the CPU backend rounds exactly where CUDA stores bf16,
  * so the two agree within bf16 tolerance and each is deterministic):
- *   - residual stream, q/k/v, gate/up, all gradients: fp32
+ *   - residual stream, q/k/v, gate/up, all gradients: fp32, but for the
+ *     gradients of gate and up, stored in bf16 (what their readers take)
  *   - inputs of base-weight GEMMs (norm out, attention out, swiglu out,
  *     upstream gradients of a linear): bf16, round-to-nearest-even
  *   - base weights: bf16 (nf4 is dequantized to bf16 before use)
@@ -130,8 +131,10 @@ X(void, attention_forward, (bf16 *out, float *lse, float *scratch, const float *
 X(void, attention_backward, (float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *q, const float *k, const float *v, const float *lse, int B, int S, int H, int G, int D)) \
 /* out (n) = silu(gate) * up, bf16 */ \
 X(void, swiglu_forward, (bf16 *out, const float *gate, const float *up, long n)) \
-/* dgate, dup (n) written from dout (n) */ \
-X(void, swiglu_backward, (float *dgate, float *dup, const float *dout, const float *gate, const float *up, long n)) \
+/* dgate, dup (n) written from dout (n), computed in fp32 and rounded to \
+ * bf16: their only readers, the gate and up projections' backward, read \
+ * the upstream gradient in bf16 */ \
+X(void, swiglu_backward, (bf16 *dgate, bf16 *dup, const float *dout, const float *gate, const float *up, long n)) \
 /* Fused softmax cross-entropy over logits (T,V): losses[t] = -log p[t][target]; \
  * dlogits (T,V) = (softmax - onehot) * dloss.  targets[t] < 0: ignored row, \
  * loss 0 and zero gradient. */ \

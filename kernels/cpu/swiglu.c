@@ -18,9 +18,9 @@ void swiglu_forward_cpu(bf16 *out, const float *gate, const float *up, long n)
 	}
 }
 
-/* dgate, dup (n) written from dout (n):
+/* dgate, dup (n) bf16 written from dout (n), computed in fp32:
  *   dup = dout * silu(g),  dgate = dout * up * sig(g) * (1 + g * (1 - sig(g))) */
-void swiglu_backward_cpu(float *dgate, float *dup, const float *dout, const float *gate, const float *up, long n)
+void swiglu_backward_cpu(bf16 *dgate, bf16 *dup, const float *dout, const float *gate, const float *up, long n)
 {
 #pragma omp parallel for schedule(static) if (n >= POROS_CPU_PAR_MIN)
 	for (long i = 0; i < n; i++) {
@@ -28,7 +28,7 @@ void swiglu_backward_cpu(float *dgate, float *dup, const float *dout, const floa
 		float denom = 1.0f + expf(-g);
 		float sig = 1.0f / denom;
 		float silu = g / denom;
-		dup[i] = dout[i] * silu;
-		dgate[i] = dout[i] * up[i] * (sig * (1.0f + g * (1.0f - sig)));
+		dup[i] = bf16_from_f32(dout[i] * silu);
+		dgate[i] = bf16_from_f32(dout[i] * up[i] * (sig * (1.0f + g * (1.0f - sig))));
 	}
 }

@@ -53,10 +53,20 @@ __device__ __forceinline__ void swiglu_grad(float &dg, float &du, float dy, floa
 	dg = dy * u * (sig * (1.0f + g * (1.0f - sig)));
 }
 
-// vec4: every base 16-byte aligned, the first n/4*4 elements four at a time
-// (the same arithmetic per element, so the same bits either way).
-__global__ void swiglu_backward_kernel(float *dgate, float *dup, const float *dout, const float *gate,
-                                       const float *up, long n, bool vec4)
+__device__ __forceinline__ void swiglu_grad16(bf16 &dg, bf16 &du, float dy, float g, float u)
+{
+	float a, b;
+	swiglu_grad(a, b, dy, g, u);
+	dg = f32_to_bf16(a);
+	du = f32_to_bf16(b);
+}
+
+// vec4: the fp32 bases 16-byte aligned and the bf16 ones 8, the first n/4*4
+// elements four at a time (the same arithmetic per element, so the same
+// bits either way).  The outputs are bf16 (the gate/up backward reads them
+// so), which also halves what this kernel writes.
+__global__ void swiglu_backward_kernel(bf16 *dgate, bf16 *dup, const float *dout, const float *gate, const float *up,
+                                       long n, bool vec4)
 {
 	long stride = (long)gridDim.x * blockDim.x;
 	long i0 = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -65,26 +75,27 @@ __global__ void swiglu_backward_kernel(float *dgate, float *dup, const float *do
 		long n4 = n / 4;
 		for (long i = i0; i < n4; i += stride) {
 			float4 g = ((const float4 *)gate)[i], u = ((const float4 *)up)[i], dy = ((const float4 *)dout)[i];
-			float4 dg, du;
-			swiglu_grad(dg.x, du.x, dy.x, g.x, u.x);
-			swiglu_grad(dg.y, du.y, dy.y, g.y, u.y);
-			swiglu_grad(dg.z, du.z, dy.z, g.z, u.z);
-			swiglu_grad(dg.w, du.w, dy.w, g.w, u.w);
-			((float4 *)dgate)[i] = dg;
-			((float4 *)dup)[i] = du;
+			bf16 dg[4], du[4];
+			swiglu_grad16(dg[0], du[0], dy.x, g.x, u.x);
+			swiglu_grad16(dg[1], du[1], dy.y, g.y, u.y);
+			swiglu_grad16(dg[2], du[2], dy.z, g.z, u.z);
+			swiglu_grad16(dg[3], du[3], dy.w, g.w, u.w);
+			((uint2 *)dgate)[i] = make_uint2(dg[0] | (unsigned)dg[1] << 16, dg[2] | (unsigned)dg[3] << 16);
+			((uint2 *)dup)[i] = make_uint2(du[0] | (unsigned)du[1] << 16, du[2] | (unsigned)du[3] << 16);
 		}
 		done = n4 * 4;
 	}
 	for (long i = done + i0; i < n; i += stride)
-		swiglu_grad(dgate[i], dup[i], dout[i], gate[i], up[i]);
+		swiglu_grad16(dgate[i], dup[i], dout[i], gate[i], up[i]);
 }
 
-extern "C" void swiglu_backward_cuda(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+extern "C" void swiglu_backward_cuda(bf16 *dgate, bf16 *dup, const float *dout, const float *gate, const float *up,
                                      long n)
 {
 	if (n <= 0)
 		return;
-	bool vec4 = aligned16(dgate) && aligned16(dup) && aligned16(dout) && aligned16(gate) && aligned16(up);
+	bool vec4 = ((uintptr_t)dgate & 7u) == 0 && ((uintptr_t)dup & 7u) == 0 && aligned16(dout) && aligned16(gate) &&
+	            aligned16(up);
 	swiglu_backward_kernel<<<grid_for(vec4 ? (n + 3) / 4 : n, SWIGLU_THREADS), SWIGLU_THREADS, 0,
 	                         poros_cuda_compute_stream()>>>(dgate, dup, dout, gate, up, n, vec4);
 	launchCheck();

@@ -685,8 +685,8 @@ static void run_every_op(struct arena *a, const struct det_inputs *in, float *sc
 			       take(a, "attention_backward dv", sizeof in->v), scratch, in->dout_attn, in->q, in->k,
 			       in->v, lse, DB, DS, DH, DG, DD);
 	swiglu_forward_cpu(take(a, "swiglu_forward", sizeof(bf16) * DT * DN), in->gate, in->up, DT * DN);
-	swiglu_backward_cpu(take(a, "swiglu_backward dgate", sizeof(float) * DT * DN),
-			    take(a, "swiglu_backward dup", sizeof(float) * DT * DN), in->dy, in->gate, in->up, DT * DN);
+	swiglu_backward_cpu(take(a, "swiglu_backward dgate", sizeof(bf16) * DT * DN),
+			    take(a, "swiglu_backward dup", sizeof(bf16) * DT * DN), in->dy, in->gate, in->up, DT * DN);
 	crossentropy_forward_backward_cpu(take(a, "crossentropy dlogits", sizeof(bf16) * DT * DV),
 					  take(a, "crossentropy losses", sizeof(float) * DT), in->logits, in->targets,
 					  1.0f / DT, DT, DV);

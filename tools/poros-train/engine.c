@@ -80,7 +80,8 @@ struct layer_act {
 struct grad_scratch {
 	float *dxn;          /* (T,C) gradient of a norm output */
 	bf16 *dout16;        /* (T,max N) bf16 upstream gradient of a base GEMM */
-	float *dh, *dgate, *dup; /* (T,F) */
+	float *dh;           /* (T,F) */
+	bf16 *dgate, *dup;   /* (T,F), rounded as the gate/up backward reads them */
 	float *datt;         /* (T,H*D) */
 	float *dq, *dk, *dv; /* (T,H*D), (T,G*D), (T,G*D) */
 	float *dq_pre, *dk_pre;
@@ -296,8 +297,8 @@ static void plan_scratch(struct engine *e, struct carver *cv)
 	e->g.dxn = CARVE_F32(cv, T * e->C);
 	e->g.dout16 = CARVE_BF16(cv, T * max_n);
 	e->g.dh = CARVE_F32(cv, T * e->F);
-	e->g.dgate = CARVE_F32(cv, T * e->F);
-	e->g.dup = CARVE_F32(cv, T * e->F);
+	e->g.dgate = CARVE_BF16(cv, T * e->F);
+	e->g.dup = CARVE_BF16(cv, T * e->F);
 	e->g.datt = CARVE_F32(cv, T * e->HD);
 	e->g.dq = CARVE_F32(cv, T * e->HD);
 	e->g.dk = CARVE_F32(cv, T * e->GD);
@@ -604,27 +605,32 @@ static void proj_forward(struct engine *e, const struct layer_view *w, struct la
 	e->op->matmul_forward(out, in, w->w[m], m < 4 ? w->bias[m] : NULL, e->T, s->n_in, s->n_out, s->a >= 0);
 }
 
-/* din (T,K) (+)= gradient through projection m given dout (T,N) fp32.  Both
- * the base GEMM and the adapter read dout rounded to bf16; the adapter's
- * input gradient goes first and the base GEMM adds onto it.  LoRA gradients
- * accumulate into the flat gradient buffer. */
+/* din (T,K) (+)= gradient through projection m given dout (T,N), fp32 (then
+ * rounded here) or already bf16 (dout16, dout NULL).  Both the base GEMM
+ * and the adapter read the bf16 one; the adapter's input gradient goes
+ * first and the base GEMM adds onto it.  LoRA gradients accumulate into
+ * the flat gradient buffer. */
 static void proj_backward(struct engine *e, const struct layer_view *w, const struct layer_act *a, int layer, int m,
-                          const bf16 *in, const float *dout, float *din, int accumulate, struct pass p)
+                          const bf16 *in, const float *dout, const bf16 *dout16, float *din, int accumulate,
+                          struct pass p)
 {
 	const struct lora_slot *s = &e->lora.slot[layer * N_PROJ + m];
 	long T = e->T;
 
-	prof_mark(e, PROF_ELEMENTWISE);
-	e->op->cast_f32_to_bf16(e->g.dout16, dout, T * s->n_out);
+	if (dout) {
+		prof_mark(e, PROF_ELEMENTWISE);
+		e->op->cast_f32_to_bf16(e->g.dout16, dout, T * s->n_out);
+		dout16 = e->g.dout16;
+	}
 	if (s->a >= 0) {
 		prof_mark(e, PROF_LORA_BWD);
-		e->op->lora_backward(din, e->d_grad + s->a, e->d_grad + s->b, e->g.du, e->g.lora_scratch, e->g.dout16, in, a->u[m],
+		e->op->lora_backward(din, e->d_grad + s->a, e->d_grad + s->b, e->g.du, e->g.lora_scratch, dout16, in, a->u[m],
 		                     e->d_lora + s->a, e->d_lora + s->b, e->lora_scale, e->dropout,
 		                     dropout_seed(e, p.step, p.mb, layer, m), e->T, s->n_in, s->n_out, e->R, accumulate);
 		accumulate = 1;
 	}
 	prof_mark(e, PROF_GEMM_BWD);
-	e->op->matmul_backward_input(din, e->g.dout16, w->w[m], e->T, s->n_in, s->n_out, accumulate);
+	e->op->matmul_backward_input(din, dout16, w->w[m], e->T, s->n_in, s->n_out, accumulate);
 }
 
 /* out (T,C) = the decoder layer applied to x (T,C); the activations the
@@ -677,15 +683,15 @@ static void layer_backward(struct engine *e, const struct layer_view *w, const s
 	float *dq = g->dq, *dk = g->dk;
 
 	/* MLP: x3 = x2 + down(silu(gate(n2)) * up(n2)), n2 = norm(x2) */
-	proj_backward(e, w, a, layer, PROJ_DOWN, a->h, dx, g->dh, 0, p);
+	proj_backward(e, w, a, layer, PROJ_DOWN, a->h, dx, NULL, g->dh, 0, p);
 	prof_mark(e, PROF_SWIGLU);
 	op->swiglu_backward(g->dgate, g->dup, g->dh, a->gate, a->up, (long)T * e->F);
-	proj_backward(e, w, a, layer, PROJ_GATE, a->xn2, g->dgate, g->dxn, 0, p);
-	proj_backward(e, w, a, layer, PROJ_UP, a->xn2, g->dup, g->dxn, 1, p);
+	proj_backward(e, w, a, layer, PROJ_GATE, a->xn2, NULL, g->dgate, g->dxn, 0, p);
+	proj_backward(e, w, a, layer, PROJ_UP, a->xn2, NULL, g->dup, g->dxn, 1, p);
 	prof_mark(e, PROF_NORM);
 	op->rmsnorm_backward(dx, g->dxn, a->x2, w->post_norm, a->rstd2, T, e->C);
 	/* attention: x2 = x + o(attn(rope(q), rope(k), v)), q/k/v of n1 = norm(x) */
-	proj_backward(e, w, a, layer, PROJ_O, a->att, dx, g->datt, 0, p);
+	proj_backward(e, w, a, layer, PROJ_O, a->att, dx, NULL, g->datt, 0, p);
 	prof_mark(e, PROF_ATTN_BWD);
 	op->attention_backward(g->dq, g->dk, g->dv, e->attn_scratch, g->datt, a->q, a->k, a->v, a->lse, e->B, e->S, e->H,
 	                       e->G, e->D);
@@ -701,9 +707,9 @@ static void layer_backward(struct engine *e, const struct layer_view *w, const s
 		dq = g->dq_pre;
 		dk = g->dk_pre;
 	}
-	proj_backward(e, w, a, layer, PROJ_Q, a->xn, dq, g->dxn, 0, p);
-	proj_backward(e, w, a, layer, PROJ_K, a->xn, dk, g->dxn, 1, p);
-	proj_backward(e, w, a, layer, PROJ_V, a->xn, g->dv, g->dxn, 1, p);
+	proj_backward(e, w, a, layer, PROJ_Q, a->xn, dq, NULL, g->dxn, 0, p);
+	proj_backward(e, w, a, layer, PROJ_K, a->xn, dk, NULL, g->dxn, 1, p);
+	proj_backward(e, w, a, layer, PROJ_V, a->xn, g->dv, NULL, g->dxn, 1, p);
 	prof_mark(e, PROF_NORM);
 	op->rmsnorm_backward(dx, g->dxn, a->x, w->in_norm, a->rstd1, T, e->C);
 }
