@@ -100,7 +100,8 @@ X(void, matmul_backward_input, (float *din, const bf16 *dout, const bf16 *weight
 /* LoRA (PEFT): xd = dropout_p ? x * keep / (1-p) : x (keep from \
  * poros_dropout_keep(seed, t*K+k, p)); u (T,R) = xd @ A^T, A (R,K); \
  * out (T,N) = scale * u @ B^T, B (N,R), written: the base GEMM \
- * (matmul_forward, accumulate) adds onto it.  u is saved for backward. \
+ * (matmul_forward, accumulate) adds onto it.  u is saved for backward; \
+ * N = 0 forms u alone (out is not touched and may be NULL). \
  * scratch: NULL, or T*K floats the backend may use for partial sums and \
  * split operands (CUDA then runs the long sums on tensor cores or over \
  * the whole GPU; contents are undefined afterwards).  Either way the \

@@ -1265,6 +1265,7 @@ static void run_small(void)
 		/* N >> K: dB's tensor-core parts do not fit the T*K scratch, so dB
 		 * takes the CUDA-core sums in three token slices */
 		test_lora_backward(512, 16, 600, 4, 0.1f, 1, scratch);
+		test_lora_forward(64, 300, 70, 40, 0.1f, scratch); /* rank 40: three rank tiles of u */
 	}
 	test_rope(2, 3, 3, 6, 0);
 	test_rope(2, 3, 3, 6, 1);

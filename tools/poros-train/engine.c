@@ -60,7 +60,6 @@ struct layer_view {
 /* What one layer's forward keeps for its backward (one micro-batch). */
 struct layer_act {
 	const float *x;      /* (T,C) the layer input (not owned) */
-	float *out;          /* (T,C) output when recomputing; NULL in acts[] */
 	bf16 *xn;            /* (T,C) input_layernorm(x) */
 	float *rstd1;        /* (T) */
 	float *q, *k, *v;    /* (T,H*D), (T,G*D) x2: after q/k norm and rope */
@@ -233,13 +232,11 @@ static int targeted(const struct engine *e, int m)
 	return (e->lora.mask >> m) & 1u;
 }
 
-static void plan_act(struct engine *e, struct carver *cv, struct layer_act *a, int recompute)
+static void plan_act(struct engine *e, struct carver *cv, struct layer_act *a)
 {
 	long T = e->T;
 
 	memset(a, 0, sizeof *a);
-	if (recompute)
-		a->out = CARVE_F32(cv, T * e->C);
 	a->xn = CARVE_BF16(cv, T * e->C);
 	a->rstd1 = CARVE_F32(cv, T);
 	a->q = CARVE_F32(cv, T * e->HD);
@@ -634,7 +631,10 @@ static void proj_backward(struct engine *e, const struct layer_view *w, const st
 }
 
 /* out (T,C) = the decoder layer applied to x (T,C); the activations the
- * backward needs stay in a.  out may be x (forward-only use). */
+ * backward needs stay in a.  out may be x (forward-only use), or NULL when
+ * recomputing for the backward, which needs the activations but not the
+ * output: then down_proj's base GEMM (a third of the MLP's FLOPs) and the
+ * residual add are skipped, and only its LoRA u is formed. */
 static void layer_forward(struct engine *e, const struct layer_view *w, struct layer_act *a, int layer, const float *x,
                           float *out, struct pass p)
 {
@@ -667,6 +667,17 @@ static void layer_forward(struct engine *e, const struct layer_view *w, struct l
 	proj_forward(e, w, a, layer, PROJ_UP, a->xn2, a->up, p);
 	prof_mark(e, PROF_SWIGLU);
 	op->swiglu_forward(a->h, a->gate, a->up, (long)T * e->F);
+	if (out == NULL) {
+		const struct lora_slot *s = &e->lora.slot[layer * N_PROJ + PROJ_DOWN];
+
+		if (s->a >= 0) { /* u alone: no output columns */
+			prof_mark(e, PROF_LORA_FWD);
+			op->lora_forward(NULL, a->u[PROJ_DOWN], e->g.lora_scratch, a->h, e->d_lora + s->a, e->d_lora + s->b,
+			                 e->lora_scale, e->dropout, dropout_seed(e, p.step, p.mb, layer, PROJ_DOWN), T, s->n_in, 0,
+			                 e->R);
+		}
+		return;
+	}
 	/* x is dead from here on, so out may alias it */
 	proj_forward(e, w, a, layer, PROJ_DOWN, a->h, out, p);
 	prof_mark(e, PROF_ELEMENTWISE);
@@ -720,7 +731,7 @@ static void layer_backward(struct engine *e, const struct layer_view *w, const s
 static void layer_recompute_backward(struct engine *e, const struct layer_view *w, int layer, const float *x,
                                      float *dx, struct pass p)
 {
-	layer_forward(e, w, &e->act, layer, x, e->act.out, p);
+	layer_forward(e, w, &e->act, layer, x, NULL, p);
 	layer_backward(e, w, &e->act, layer, dx, p);
 }
 
@@ -1326,9 +1337,9 @@ static void plan_acts(struct engine *e, struct carver *cv)
 {
 	if (e->acts)
 		for (int l = 0; l < e->L; l++)
-			plan_act(e, cv, &e->acts[l], 0);
+			plan_act(e, cv, &e->acts[l]);
 	else
-		plan_act(e, cv, &e->act, 1);
+		plan_act(e, cv, &e->act);
 }
 
 static void plan_ckpts(struct engine *e, struct carver *cv)
