@@ -584,46 +584,32 @@ static bool lora_dA_tc(float *dA, float *scratch, const float *du, const bf16 *i
 	return true;
 }
 
-// du (T,R) = scale * dout @ B on tensor cores, when the scratch (scratch_floats)
-// holds B's three parts side by side (N,3R) and the (T,3R) sums.
-static bool lora_du_tc(float *du, float *scratch, long scratch_floats, const bf16 *dout, const float *B, float scale,
-                       int T, int N, int R)
+// The two backward products of the bf16 upstream gradient dout (T,N) with an
+// fp32 rank-sized factor W (rows, R), on tensor cores through W's exact
+// three-way split (its parts side by side, (rows,3R) bf16):
+//   du (T,R)  = scale * dout @ B        W = B, rows = N  (written)
+//   dB (N,R) += scale * dout^T @ u      W = u, rows = T  (added; for_dB)
+// when the scratch (scratch_floats) holds the parts and the (out,3R) sums.
+static bool dout_product_tc(float *dst, float *scratch, long scratch_floats, const bf16 *dout, const float *W,
+                            float scale, int T, int N, int R, bool for_dB)
 {
-	long b3 = floats_of((long)N * 3 * R * 2), u3 = floats_of((long)T * 3 * R * 4);
-	if (!scratch || b3 + u3 > scratch_floats)
+	int rows = for_dB ? T : N, out = for_dB ? N : T;
+	long w3 = floats_of((long)rows * 3 * R * 2), p3 = floats_of((long)out * 3 * R * 4);
+	if (!scratch || w3 + p3 > scratch_floats)
 		return false;
 	cudaStream_t stream = poros_cuda_compute_stream();
-	bf16 *B3 = (bf16 *)scratch;
-	float *U3 = scratch + b3;
-	lora_split3_kernel<<<grid_for((long)N * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(B3, B, N, R, false);
+	bf16 *W3 = (bf16 *)scratch;
+	float *P3 = scratch + w3;
+	lora_split3_kernel<<<grid_for((long)rows * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(W3, W, rows, R, false);
 	launchCheck();
-	// U3 (T,3R) row-major = column-major (3R,T) = B3_cm (3R,N) @ dout_cm
-	// (N,T): B3 (N,3R) read as (3R,N) ld 3R, dout (T,N) as (N,T) ld N.
-	gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, 3 * R, T, N, 1.0f, B3, 3 * R, dout, N, 0.0f, U3, 3 * R);
-	lora_join3_kernel<<<grid_for((long)T * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(du, U3, scale, T, R, false,
-	                                                                                    false);
-	launchCheck();
-	return true;
-}
-
-// dB (N,R) += scale * dout^T @ u on tensor cores, when the scratch holds u's
-// three parts side by side (T,3R) and the (N,3R) sums.
-static bool lora_dB_tc(float *dB, float *scratch, long scratch_floats, const bf16 *dout, const float *u, float scale,
-                       int T, int N, int R)
-{
-	long u3 = floats_of((long)T * 3 * R * 2), p3 = floats_of((long)N * 3 * R * 4);
-	if (!scratch || u3 + p3 > scratch_floats)
-		return false;
-	cudaStream_t stream = poros_cuda_compute_stream();
-	bf16 *U3 = (bf16 *)scratch;
-	float *P3 = scratch + u3;
-	lora_split3_kernel<<<grid_for((long)T * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(U3, u, T, R, false);
-	launchCheck();
-	// P3 (N,3R) row-major = column-major (3R,N) = U3_cm (3R,T) @ dout_cm^T,
-	// dout (T,N) row-major read as (N,T) ld N and transposed.
-	gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, 3 * R, N, T, 1.0f, U3, 3 * R, dout, N, 0.0f, P3, 3 * R);
-	lora_join3_kernel<<<grid_for((long)N * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(dB, P3, scale, N, R, false,
-	                                                                                    true);
+	// P3 (out,3R) row-major = column-major (3R,out) = W3_cm (3R,rows) @ D,
+	// W3 (rows,3R) read as (3R,rows) ld 3R and dout (T,N) as (N,T) ld N: D is
+	// dout_cm for du (rows = N, out = T), its transpose for dB (rows = T,
+	// out = N).
+	gemm_bf16(CUBLAS_OP_N, for_dB ? CUBLAS_OP_T : CUBLAS_OP_N, 3 * R, out, rows, 1.0f, W3, 3 * R, dout, N, 0.0f, P3,
+	          3 * R);
+	lora_join3_kernel<<<grid_for((long)out * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(dst, P3, scale, out, R,
+	                                                                                     false, for_dB);
 	launchCheck();
 	return true;
 }
@@ -705,9 +691,9 @@ extern "C" void lora_backward_cuda(float *din, float *dA, float *dB, float *du, 
 	cudaStream_t stream = poros_cuda_compute_stream();
 	long scratch_floats = scratch ? (long)T * K : 0;
 	if (N > 0) {
-		if (!lora_du_tc(du, scratch, scratch_floats, dout, B, scale, T, N, R))
+		if (!dout_product_tc(du, scratch, scratch_floats, dout, B, scale, T, N, R, false))
 			row_products<bf16, true>(du, scratch, K, dout, B, scale, 0.0f, 0, T, N, R);
-		if (!lora_dB_tc(dB, scratch, scratch_floats, dout, u, scale, T, N, R))
+		if (!dout_product_tc(dB, scratch, scratch_floats, dout, u, scale, T, N, R, true))
 			rank_outer(dB, scratch, scratch_floats, u, dout, scale, 0.0f, 0, T, N, R, true);
 	} else {
 		cudaCheck(cudaMemsetAsync(du, 0, (size_t)T * R * sizeof(float), stream));

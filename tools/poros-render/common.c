@@ -174,9 +174,9 @@ void spec_items(struct sbuf *b, const struct report *r, const struct markup *mk)
 	          c->training.steps, c->training.warmup_steps, c->training.seq_len, mk->times, c->training.batch_size,
 	          mk->times, c->training.gradient_accumulation_steps, c->tokens_per_step);
 	mk->text(b, c->training.dataset);
-	sb_printf(b, "; seed %llu; learning rate %g (%s); weight decay %g; max grad norm %g", c->training.seed,
-	          c->training.learning_rate, lr_schedule_names[c->training.lr_schedule], c->training.weight_decay,
-	          c->training.max_grad_norm);
+	sb_printf(b, "; seed %llu; learning rate %g (%s); weight decay %g; max grad norm %g; gradient checkpointing %s",
+	          c->training.seed, c->training.learning_rate, lr_schedule_names[c->training.lr_schedule],
+	          c->training.weight_decay, c->training.max_grad_norm, c->training.gradient_checkpointing ? "on" : "off");
 	sb_puts(b, mk->item_close);
 	item(b, mk, "LoRA");
 	sb_printf(b, "rank %d, alpha %g, dropout %g; targets", c->lora.rank, c->lora.alpha, c->lora.dropout);
