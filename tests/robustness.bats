@@ -443,7 +443,7 @@ artifact_with() {
 	[ -s vg/adapter/adapter_model.safetensors ]
 }
 
-@test "a finished write removes the temporaries that killed writers left beside it, and only those" {
+@test "a finished write removes the temporaries that killed writers left in its directory, and only those" {
 	cp "$POROS_ROOT/tests/fixtures/expand/minimal.yaml" s.yaml
 	poros-expand s.yaml >/dev/null
 	cells=out/mini/cells
@@ -457,11 +457,15 @@ artifact_with() {
 	# a live writer's temporary, however old
 	printf 'live' >"$cells/resident_tiny_qwen2_nf4.json.tmp.$$"
 	touch -d '2 hours ago' "$cells/resident_tiny_qwen2_nf4.json.tmp.$$"
+	# a killed writer's leftover of a file this run does not write
+	printf 'torn' >"$cells/gone.json.tmp.$dead"
+	touch -d '2 hours ago' "$cells/gone.json.tmp.$dead"
 	# a name that only looks similar
 	printf 'keep' >"$cells/poros_tiny_qwen2_nf4.json.tmp.notapid"
 	run --separate-stderr poros-expand s.yaml
 	assert_success
 	assert [ ! -e "$cells/poros_tiny_qwen2_nf4.json.tmp.$dead" ]
+	assert [ ! -e "$cells/gone.json.tmp.$dead" ]
 	assert [ -f "$cells/poros_tiny_qwen2_bf16.json.tmp.$dead" ]
 	assert [ -f "$cells/resident_tiny_qwen2_nf4.json.tmp.$$" ]
 	assert [ -f "$cells/poros_tiny_qwen2_nf4.json.tmp.notapid" ]

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "jsonl.h"
@@ -104,6 +106,77 @@ static void test_atomic_and_append(const char *dir)
 	free(target);
 }
 
+/* name in dir, with contents "x" and a modification time age seconds ago. */
+static void plant(const char *dir, const char *name, long age)
+{
+	char *path = xasprintf("%s/%s", dir, name);
+	struct timeval tv[2];
+	FILE *f = fopen(path, "w");
+
+	CHECK(f != NULL);
+	if (f) {
+		fputs("x", f);
+		fclose(f);
+	}
+	gettimeofday(&tv[0], NULL);
+	tv[0].tv_sec -= age;
+	tv[1] = tv[0];
+	CHECK(utimes(path, tv) == 0);
+	free(path);
+}
+
+static int exists(const char *dir, const char *name)
+{
+	char *path = xasprintf("%s/%s", dir, name);
+	struct stat st;
+	int rc = lstat(path, &st) == 0;
+
+	free(path);
+	return rc;
+}
+
+/* The first write into a directory removes the temporaries of writers that
+ * are gone (no such process, an hour old), of any name; later writes into
+ * it do not read the directory again. */
+static void test_stale_sweep(const char *dir)
+{
+	char *one = xasprintf("%s/sweep1", dir), *two = xasprintf("%s/sweep2", dir), *f;
+	char dead_tmp[64], fresh_tmp[64], live_tmp[64], late_tmp[64];
+	pid_t dead = fork();
+
+	if (dead == 0)
+		_exit(0);
+	CHECK(dead > 0 && waitpid(dead, NULL, 0) == dead);
+	CHECK(mkdir(one, 0755) == 0 && mkdir(two, 0755) == 0);
+	snprintf(dead_tmp, sizeof dead_tmp, "other.json.tmp.%ld", (long)dead);
+	snprintf(fresh_tmp, sizeof fresh_tmp, "fresh.json.tmp.%ld", (long)dead);
+	snprintf(live_tmp, sizeof live_tmp, "live.json.tmp.%ld", (long)getppid());
+	snprintf(late_tmp, sizeof late_tmp, "late.json.tmp.%ld", (long)dead);
+	plant(one, dead_tmp, 7200);
+	plant(one, fresh_tmp, 0);
+	plant(one, live_tmp, 7200);
+	plant(one, "look.json.tmp.12ab", 7200);
+	f = xasprintf("%s/a.json", one);
+	CHECK(atomic_write(f, "a", 1) == 0);
+	free(f);
+	CHECK(!exists(one, dead_tmp));
+	CHECK(exists(one, fresh_tmp) && exists(one, live_tmp) && exists(one, "look.json.tmp.12ab"));
+	/* the same directory again: not read again in this process */
+	plant(one, late_tmp, 7200);
+	f = xasprintf("%s/b.json", one);
+	CHECK(atomic_write(f, "b", 1) == 0);
+	free(f);
+	CHECK(exists(one, late_tmp));
+	/* another directory: its first write sweeps it */
+	plant(two, late_tmp, 7200);
+	f = xasprintf("%s/c.json", two);
+	CHECK(atomic_write(f, "c", 1) == 0);
+	free(f);
+	CHECK(!exists(two, late_tmp));
+	free(one);
+	free(two);
+}
+
 static void test_jsonl(const char *dir)
 {
 	char *path = xasprintf("%s/in.jsonl", dir);
@@ -144,6 +217,7 @@ int main(void)
 	test_paths();
 	test_slug();
 	test_atomic_and_append(dir);
+	test_stale_sweep(dir);
 	test_jsonl(dir);
 	scratch_remove(dir);
 	return test_verdict("test_util");

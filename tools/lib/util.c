@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -293,38 +294,70 @@ static int write_all(int fd, const void *data, size_t len)
 }
 
 /* A writer killed between open and rename (SIGKILL, a node lost) leaves
- * "<path>.tmp.<pid>" behind.  After each successful write the siblings of
- * that name are removed when their writer is gone: no such process here
- * and untouched for STALE_TMP_AGE seconds, the age being what keeps a
- * writer on another host of a shared file system (whose pid means nothing
- * here) safe, since a write takes seconds.  Best effort: errors are
- * ignored, the finished file is what matters. */
+ * "<name>.tmp.<pid>" behind.  The first successful write into a directory
+ * (per process) removes every such temporary there whose writer is gone: no
+ * such process here and untouched for STALE_TMP_AGE seconds, the age being
+ * what keeps a writer on another host of a shared file system (whose pid
+ * means nothing here) safe, since a write takes seconds.  Later writes into
+ * the same directory do not read it again, so writing n files costs one
+ * directory scan, not n.  Best effort: errors are ignored, the finished
+ * file is what matters. */
 #define STALE_TMP_AGE 3600
+
+static pthread_mutex_t swept_lock = PTHREAD_MUTEX_INITIALIZER;
+static char **swept_dirs;
+static size_t n_swept;
+
+/* 1 the first time dir is asked about in this process, 0 after. */
+static int first_visit(const char *dir)
+{
+	int first = 1;
+
+	pthread_mutex_lock(&swept_lock);
+	for (size_t i = 0; i < n_swept && first; i++)
+		first = strcmp(swept_dirs[i], dir) != 0;
+	if (first) {
+		swept_dirs = xrealloc(swept_dirs, (n_swept + 1) * sizeof *swept_dirs);
+		swept_dirs[n_swept++] = xstrdup(dir);
+	}
+	pthread_mutex_unlock(&swept_lock);
+	return first;
+}
+
+/* The writer's pid when name is "<something>.tmp.<digits>", else -1. */
+static long tmp_writer(const char *name)
+{
+	const char *mark = NULL, *p = name, *q;
+	char *end;
+	long pid;
+
+	while ((q = strstr(p, ".tmp.")) != NULL) {
+		mark = q;
+		p = q + 1;
+	}
+	if (mark == NULL || mark == name || !isdigit((unsigned char)mark[5]))
+		return -1;
+	errno = 0;
+	pid = strtol(mark + 5, &end, 10);
+	return *end || errno || pid <= 0 ? -1 : pid;
+}
 
 static void sweep_stale_tmp(const char *path)
 {
 	const char *slash = strrchr(path, '/');
 	char *dir = slash ? xasprintf("%.*s", (int)(slash - path + 1), path) : xasprintf("./");
-	const char *base = slash ? slash + 1 : path;
-	size_t blen = strlen(base);
-	DIR *d = opendir(dir);
+	DIR *d = first_visit(dir) ? opendir(dir) : NULL;
 	struct dirent *ent;
 	time_t now = time(NULL);
 
 	while (d && (ent = readdir(d)) != NULL) {
-		const char *name = ent->d_name, *digits = name + blen + 5;
-		char *end, *full;
+		long pid = tmp_writer(ent->d_name);
 		struct stat st;
-		long pid;
+		char *full;
 
-		if (strncmp(name, base, blen) != 0 || strncmp(name + blen, ".tmp.", 5) != 0 ||
-		    !isdigit((unsigned char)*digits))
+		if (pid < 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
 			continue;
-		errno = 0;
-		pid = strtol(digits, &end, 10);
-		if (*end || errno || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-			continue;
-		full = xasprintf("%s%s", dir, name);
+		full = xasprintf("%s%s", dir, ent->d_name);
 		if (lstat(full, &st) == 0 && S_ISREG(st.st_mode) && now - st.st_mtime >= STALE_TMP_AGE)
 			unlink(full);
 		free(full);

@@ -54,9 +54,10 @@ char *read_whole_file(const char *path, size_t *len);
 
 /* Writes data to path atomically: a temporary in the same directory,
  * fsync, rename.  Never follows a symlink at path (it is replaced).
- * Returns 0, or -1 with errno set and nothing left behind.  After a write,
- * temporaries of path left by killed writers (process gone, an hour old)
- * are removed. */
+ * Returns 0, or -1 with errno set and nothing left behind.  After the
+ * process's first write into a directory, the temporaries killed writers
+ * left there ("<name>.tmp.<pid>": process gone, an hour old) are removed;
+ * later writes into it do not read the directory again. */
 int atomic_write(const char *path, const void *data, size_t len);
 
 /* Appends one whole line (data must end in '\n') to path with O_APPEND in
