@@ -123,6 +123,19 @@ parity() {
 	cmp keep/$ADAPTER ckpt/$ADAPTER
 }
 
+@test "resident out of memory for its kept activations says how to trade them" {
+	train on --model poros/tiny-qwen2 --mode resident --steps 1 --gradient-checkpointing on
+	local budget
+	budget=$(jq '(.vram_peak_mb + 0.25) * 1048576 | floor' on.json)
+	run -1 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --mode resident --steps 1 --out off \
+		--vram-budget "$budget"
+	echo "$output" | jq -e '.status == "oom"
+		and (.error | endswith("(resident keeps all 4 layers'"'"' activations: --gradient-checkpointing on keeps one layer'"'"'s)"))'
+	# the same budget holds the recomputing run
+	poros-train "${TINY[@]}" --model poros/tiny-qwen2 --mode resident --steps 1 --out on2 --quiet \
+		--gradient-checkpointing on --vram-budget "$budget" | jq -e '.status == "ok"'
+}
+
 @test "--gradient-checkpointing takes on or off, and a cell's setting" {
 	run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --gradient-checkpointing yes
 	[ "$stderr" = 'poros-train: --gradient-checkpointing: unknown value "yes" (expected one of: off, on)' ]

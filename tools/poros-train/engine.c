@@ -1605,8 +1605,17 @@ int engine_create(struct engine **out, const struct train_config *cfg, const str
 		return seterr(err, errsz, "%s backend: cannot create events", be->name);
 	e->n_pred = xcalloc((size_t)e->k, sizeof *e->n_pred);
 	e->h_losses = xmalloc((size_t)e->k * e->T * sizeof *e->h_losses);
-	if (alloc_host(e, err, errsz) < 0 || alloc_weights(e, err, errsz) < 0 || alloc_state(e, err, errsz) < 0)
+	if (alloc_host(e, err, errsz) < 0 || alloc_weights(e, err, errsz) < 0)
 		return -1;
+	if (alloc_state(e, err, errsz) < 0) {
+		size_t len = strlen(err);
+
+		/* what the user can trade for memory, said where it runs out */
+		if (e->acts && e->alloc.oom && len < errsz)
+			snprintf(err + len, errsz - len, " (resident keeps all %d layers' activations: "
+			         "--gradient-checkpointing on keeps one layer's)", e->L);
+		return -1;
+	}
 	dev_alloc_freeze(&e->alloc);
 	if (e->prof.on) {
 		char buf[1024];
