@@ -633,3 +633,25 @@ gone() {
 	gone "$child"
 	kill -KILL "$grandchild" 2>/dev/null || true
 }
+
+@test "the python arms train on poros-train's synthetic stream, token for token" {
+	# the same golden values as tests/unit/test_train_data.c checks in C
+	run -0 --separate-stderr python3 - "$POROS_ROOT/share/poros/arms" <<-'PY'
+	import json, sys
+	sys.path.insert(0, sys.argv[1])
+	import armlib
+	seq0 = [215, 102, 105, 136, 140, 37, 135, 133]
+	seq1 = [65, 116, 9, 248, 250, 197, 102, 92]
+	assert armlib.synthetic_rows(42, 256, 8, 0, 2) == [seq0, seq1]
+	cell = {"training": {"seed": 42, "seq_len": 8, "batch_size": 2, "gradient_accumulation_steps": 3}}
+	steps = [armlib.step_rows(cell, 256, s) for s in (1, 2)]
+	# micro-batch-major, rows consecutive: step 1 takes sequences 0-5, step 2 6-11
+	assert steps[0][0] == [seq0, seq1]
+	assert [r for m in steps[0] for r in m] == armlib.synthetic_rows(42, 256, 8, 0, 6)
+	assert [r for m in steps[1] for r in m] == armlib.synthetic_rows(42, 256, 8, 6, 6)
+	assert all(0 <= t < 256 for m in steps[1] for r in m for t in r)
+	assert armlib.synthetic_rows(43, 256, 8, 0, 1) != [seq0]
+	print(json.dumps([len(steps[0]), len(steps[0][0]), len(steps[0][0][0])]))
+	PY
+	assert_output '[3, 2, 8]'
+}

@@ -6,8 +6,9 @@ poros-arm as
     python3 ARM.py --cell CELL.json --out RUN_DIR
 
 and trains LoRA adapters for one cell with a third-party stack, under the
-same protocol as poros-train: a bare AdamW loop on a fixed synthetic batch
-of the cell's shape, warmup steps excluded from timing, device memory from
+same protocol as poros-train: a bare AdamW loop on poros-train's own
+synthetic token stream (the same tokens, step for step and micro-batch for
+micro-batch), warmup steps excluded from timing, device memory from
 torch's allocator.  It writes RUN_DIR/events.jsonl (one line per optimizer
 step) and RUN_DIR/adapter/ (PEFT format), and prints exactly one line on
 stdout: the summary ("poros.summary/1", docs/schemas.md).  Everything else
@@ -144,7 +145,7 @@ def load_cell(path, method):
         raise BadInput(f"{path}: missing field {e.args[0]}") from None
     if tr["dataset"] != "synthetic":
         raise BadInput(f"{path}: training.dataset \"{tr['dataset']}\": the baseline arms train on "
-                       "\"synthetic\" only (a fixed batch drawn from the seed)")
+                       "\"synthetic\" only (poros-train's synthetic stream)")
     return cell
 
 
@@ -512,6 +513,41 @@ def is_oom(torch, e):
     return isinstance(e, RuntimeError) and ("out of memory" in str(e) or "CUBLAS_STATUS_ALLOC_FAILED" in str(e))
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def mix64(x):
+    """poros_mix64 (kernels/ops.h): the splitmix64 finaliser, mod 2^64."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def synthetic_rows(seed, vocab, seq_len, first, count):
+    """Input rows first .. first+count-1 of poros-train's "synthetic" stream
+    (tools/poros-train/data.c): sequence i is tokens mix64(key ^ pos) % vocab
+    at positions i*(S+1) .. i*(S+1)+S, key = mix64(seed ^ 0xda7a5eed);
+    poros-train feeds the first S and predicts the next S.  A transformers
+    model given the first S as input_ids and labels predicts S-1 of them (it
+    shifts the labels inside), so the losses differ by that one token."""
+    key = mix64((seed ^ 0xDA7A5EED) & _MASK64)
+    rows = []
+    for i in range(first, first + count):
+        start = i * (seq_len + 1)
+        rows.append([mix64(key ^ (start + t)) % vocab for t in range(seq_len)])
+    return rows
+
+
+def step_rows(cell, vocab, step):
+    """The rows of 1-based optimizer step `step`, one list of batch_size rows
+    per micro-batch, in poros-train's order (micro-batch-major)."""
+    tr = cell["training"]
+    accum, batch, seq = tr["gradient_accumulation_steps"], tr["batch_size"], tr["seq_len"]
+    first = (step - 1) * accum * batch
+    return [synthetic_rows(tr["seed"], vocab, seq, first + j * batch, batch) for j in range(accum)]
+
+
 def train(torch, model, cell, out_dir, summary, input_device="cuda"):
     """The shared loop.  Fills summary's metrics; writes events.jsonl."""
     tr = cell["training"]
@@ -526,9 +562,7 @@ def train(torch, model, cell, out_dir, summary, input_device="cuda"):
     opt = torch.optim.AdamW(params, lr=tr["learning_rate"], betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=tr["weight_decay"])
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(tr["lr_schedule"], s, steps))
-    gen = torch.Generator(device="cpu").manual_seed(tr["seed"])
     vocab = model.config.vocab_size
-    ids = torch.randint(0, vocab, (batch, seq), generator=gen, dtype=torch.long).to(input_device)
     model.train()
 
     times, allocs, losses = [], [], []
@@ -538,10 +572,13 @@ def train(torch, model, cell, out_dir, summary, input_device="cuda"):
     try:
         for step in range(1, steps + 1):
             lr = opt.param_groups[0]["lr"]
+            # the step's tokens, made and copied before the clock starts
+            micro = [torch.tensor(rows, dtype=torch.long, device=input_device)
+                     for rows in step_rows(cell, vocab, step)]
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            loss_sum = torch.zeros((), device=ids.device, dtype=torch.float32)
-            for _ in range(accum):
+            loss_sum = torch.zeros((), device=micro[0].device, dtype=torch.float32)
+            for ids in micro:
                 out = model(input_ids=ids, labels=ids)
                 loss = out.loss / accum
                 loss.backward()
