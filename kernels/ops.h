@@ -31,12 +31,17 @@
  *   - LoRA A, B, their grads and AdamW states: fp32; the LoRA products are
  *     fp32 sums of exact products (the bf16 input x, the bf16 upstream
  *     gradient, fp32 A, B, u and du)
- *   - a projection with LoRA: the LoRA term scale * u B^T is formed first
- *     and the base GEMM adds onto it (out = (lora + x W^T) + bias); in
- *     backward the LoRA input gradient du A is formed (or added) first and
- *     the base GEMM adds onto it.  The LoRA backward reads the upstream
- *     gradient rounded to bf16, the same copy the base GEMM reads (as PEFT's
- *     bf16 autograd hands it to the adapter).
+ *   - a projection with LoRA, weights in a buffer with room for the LoRA
+ *     extension (NF4, dequantized on the device): the LoRA term and the
+ *     bias ride in the base GEMM's fp32 sum as exact products of bf16
+ *     parts (LoRA extension, below); in backward without dropout the LoRA
+ *     input gradient du A rides likewise.  Otherwise (bf16 weights as
+ *     stored, or dropout in backward) the LoRA term scale * u B^T is
+ *     formed first and the base GEMM adds onto it (out = (lora + x W^T) +
+ *     bias), and du A is formed (or added) first and the base backward GEMM
+ *     adds onto it.  The LoRA backward reads the upstream gradient rounded
+ *     to bf16, the same copy the base GEMM reads (as PEFT's bf16 autograd
+ *     hands it to the adapter).
  * Every op is deterministic: same inputs and shapes, same bits.
  * Backward ops ADD into gradient outputs marked (+=); the caller zeroes.
  */
@@ -84,69 +89,126 @@ static inline int poros_dropout_keep(uint64_t seed, uint64_t i, float p)
 extern const float poros_nf4_code[16];
 #define POROS_NF4_BLOCK 64
 
+/* LoRA extension: the adapter's terms ride in the base GEMM as E extra
+ * columns of its reduction.  An fp32 value splits exactly into three bf16
+ * parts, hi = bf16(w), mid = bf16(w - hi), lo = bf16(w - hi - mid)
+ * (for |w| >= 2^-100: nearer the subnormals lo loses bits, far below
+ * any sum's rounding here); a
+ * product of two bf16 values is exact in fp32, so for each rank r the nine
+ * products part_i(u) part_j(scale B) (i, j < 3) sum, in the GEMM's fp32
+ * accumulator, to u * scale B up to the order of fp32 sums.  Extension
+ * column c < 9R holds, on the activation side, part_i of u[t][r] and, on
+ * the weight side, part_j of scale*B[n][r] (the product rounded once in
+ * fp32, exact for a power-of-two scale), with i = c / (3R), j = (c / R)
+ * % 3, r = c % R; column 9R holds 1 and the bias (0 without one); the
+ * rest, up to E, are 0 on both sides.  Forward: [x | ext] (T,K+E) @ [W |
+ * Bext]^T = x W^T + scale u B^T + bias in one fp32 sum.  Backward (no
+ * dropout): [dout | ext(du)] (T,N+E) @ [W ; Aext] (N+E,K), rows N+c of
+ * the weight holding part_j of A[r][k], gives dout W + du A in one sum. */
+static inline int lora_ext_cols(int R)
+{
+	return R > 0 ? (9 * R + 1 + 31) / 32 * 32 : 0;
+}
+
+static inline void lora_split3(float w, bf16 part[3])
+{
+	part[0] = bf16_from_f32(w);
+	float r = w - f32_from_bf16(part[0]);
+	part[1] = bf16_from_f32(r);
+	part[2] = bf16_from_f32(r - f32_from_bf16(part[1]));
+}
+
 #define POROS_OPS_LIST(X) \
 /* out (T,C) = wte[tokens[t]] as fp32; tokens (T), wte (V,C) */ \
 X(void, embedding_forward, (float *out, const int32_t *tokens, const bf16 *wte, int T, int C)) \
 /* RMSNorm over rows: y = w * x / sqrt(mean(x^2) + eps) in fp32.  out_f32 \
- * and/or out_bf16 (T,C) may be NULL; rstd (T) is saved for backward. */ \
-X(void, rmsnorm_forward, (float *out_f32, bf16 *out_bf16, float *rstd, const float *in, const bf16 *weight, float eps, int T, int C)) \
+ * and/or out_bf16 (T,C) may be NULL, rows ld_out (>= C) apart in both; \
+ * in is (T,C) contiguous; rstd (T) is saved for backward. */ \
+X(void, rmsnorm_forward, (float *out_f32, bf16 *out_bf16, int ld_out, float *rstd, const float *in, const bf16 *weight, float eps, int T, int C)) \
 /* din (T,C) += d/d in, given dout (T,C), in, weight, rstd */ \
 X(void, rmsnorm_backward, (float *din, const float *dout, const float *in, const bf16 *weight, const float *rstd, int T, int C)) \
 /* out (T,N) = in (T,K) @ weight^T (weight (N,K)) + bias (N, may be NULL); \
- * accumulate != 0: out = (out + in @ weight^T) + bias */ \
-X(void, matmul_forward, (float *out, const bf16 *in, const bf16 *weight, const bf16 *bias, int T, int K, int N, int accumulate)) \
-/* din (T,K) = dout (T,N) @ weight (N,K); accumulate != 0 adds instead */ \
-X(void, matmul_backward_input, (float *din, const bf16 *dout, const bf16 *weight, int T, int K, int N, int accumulate)) \
+ * accumulate != 0: out = (out + in @ weight^T) + bias.  Rows of in are \
+ * ld_in (>= K) elements apart, rows of weight ld_w (>= K); out is (T,N) \
+ * contiguous.  A LoRA extension (below) is just a larger K. */ \
+X(void, matmul_forward, (float *out, const bf16 *in, int ld_in, const bf16 *weight, int ld_w, const bf16 *bias, int T, int K, int N, int accumulate)) \
+/* din (T,K) = dout (T,N) @ weight (N,K); accumulate != 0 adds instead. \
+ * Rows of dout are ld_dout (>= N) apart, rows of weight ld_w (>= K); din \
+ * is (T,K) contiguous. */ \
+X(void, matmul_backward_input, (float *din, const bf16 *dout, int ld_dout, const bf16 *weight, int ld_w, int T, int K, int N, int accumulate)) \
 /* LoRA (PEFT): xd = dropout_p ? x * keep / (1-p) : x (keep from \
- * poros_dropout_keep(seed, t*K+k, p)); u (T,R) = xd @ A^T, A (R,K); \
- * out (T,N) = scale * u @ B^T, B (N,R), written: the base GEMM \
- * (matmul_forward, accumulate) adds onto it.  u is saved for backward; \
- * N = 0 forms u alone (out is not touched and may be NULL). \
+ * poros_dropout_keep(seed, t*K+k, p)); u (T,R) = xd @ A^T, A (R,K), \
+ * written and saved for backward; in (T,K) rows ld_in apart.  Then one of: \
+ *  - out != NULL: out (T,N) = scale * u @ B^T, B (N,R), written (contiguous); \
+ *    the base GEMM (matmul_forward, accumulate) adds onto it; \
+ *  - ext != NULL: u's parts go into the extension columns ext (T,E) (rows \
+ *    ld_in apart; ext = in + K in the engine) for the base GEMM to sum, \
+ *    see "LoRA extension" below; \
+ *  - both NULL: u alone. \
  * scratch: NULL, or T*K floats the backend may use for partial sums and \
  * split operands (CUDA then runs the long sums on tensor cores or over \
  * the whole GPU; contents are undefined afterwards).  Either way the \
  * result is deterministic. */ \
-X(void, lora_forward, (float *out, float *u, float *scratch, const bf16 *in, const float *A, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)) \
-/* Given dout (T,N) bf16: dB (N,R) += scale * dout^T @ u; du (T,R) = \
- * scale * dout @ B (scratch, written); dA (R,K) += du^T @ xd; din (T,K) = \
- * du @ A through the dropout mask, or += when accumulate (din may be NULL \
- * when no input gradient is needed); scratch as in lora_forward. */ \
-X(void, lora_backward, (float *din, float *dA, float *dB, float *du, float *scratch, const bf16 *dout, const bf16 *in, const float *u, const float *A, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R, int accumulate)) \
+X(void, lora_forward, (float *out, float *u, bf16 *ext, float *scratch, const bf16 *in, int ld_in, const float *A, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)) \
+/* Given dout (T,N) bf16, rows ld_dout apart, and in as in lora_forward: \
+ * dB (N,R) += scale * dout^T @ u; du (T,R) = scale * dout @ B (written); \
+ * dA (R,K) += du^T @ xd; then one of: \
+ *  - din != NULL: din (T,K) = du @ A through the dropout mask, or += when \
+ *    accumulate; \
+ *  - ext != NULL (dropout_p must be 0: the mask cannot ride in a GEMM): \
+ *    du's parts go into the extension columns ext (T,E) (rows ld_dout \
+ *    apart; dout + N in the engine) for the base backward GEMM to sum; \
+ *  - both NULL: no input gradient. \
+ * scratch as in lora_forward. */ \
+X(void, lora_backward, (float *din, float *dA, float *dB, float *du, bf16 *ext, float *scratch, const bf16 *dout, int ld_dout, const bf16 *in, int ld_in, const float *u, const float *A, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R, int accumulate)) \
+/* The weight side of the LoRA extension of a base weight W (N,K), rows \
+ * ld_w (>= K + E) apart in a buffer of N + E rows: columns K..K+E-1 of \
+ * rows 0..N-1 get scale*B's parts, bias[n] (0 when bias is NULL) and \
+ * zeros; rows N..N+E-1, columns 0..K-1, get A's parts and zeros.  The \
+ * corner (rows >= N, columns >= K) is not touched (no GEMM reads it). */ \
+X(void, lora_weight_ext, (bf16 *w, int ld_w, const float *A, const float *B, const bf16 *bias, float scale, int K, int N, int R)) \
 /* Rotary embedding, HF rotate_half layout, in place on x (T,nh,D); \
  * position of token t is t % S; cos, sin (S, D/2). */ \
 X(void, rope_forward, (float *x, const float *cos, const float *sin, int B, int S, int nh, int D)) \
 /* Inverse rotation of the gradient, in place on dx (T,nh,D). */ \
 X(void, rope_backward, (float *dx, const float *cos, const float *sin, int B, int S, int nh, int D)) \
 /* Causal GQA attention, softmax scale 1/sqrt(D).  q (T,H,D), k, v (T,G,D); \
- * out (T,H*D) bf16; lse (B,H,S) log-sum-exp of the scaled scores, saved. \
+ * out (T,H*D) bf16, rows ld_out (>= H*D) apart; lse (B,H,S) log-sum-exp \
+ * of the scaled scores, saved. \
  * Inside, bf16 products with fp32 accumulation (the contract above): \
  * scores = scale * bf16(q) . bf16(k), softmax in fp32, out = bf16(P) @ \
  * bf16(v) rounded to bf16.  Keys j > i get P = 0 exactly. \
  * scratch: attention_scratch_floats(B,S,H,G,D) floats. */ \
-X(void, attention_forward, (bf16 *out, float *lse, float *scratch, const float *q, const float *k, const float *v, int B, int S, int H, int G, int D)) \
+X(void, attention_forward, (bf16 *out, int ld_out, float *lse, float *scratch, const float *q, const float *k, const float *v, int B, int S, int H, int G, int D)) \
 /* dq (T,H,D), dk, dv (T,G,D) written (not accumulated) from dout (T,H*D): \
  * P = exp(scale bf16(q).bf16(k) - lse) in fp32, dP = bf16(dout) @ bf16(v)^T \
  * in fp32, dS = P (dP - rowsum(P dP)) in fp32; dv = sum_h bf16(P)^T \
  * bf16(dout), dq = scale bf16(dS) @ bf16(k), dk = scale sum_h bf16(dS)^T \
  * bf16(q), all accumulated in fp32. */ \
 X(void, attention_backward, (float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *q, const float *k, const float *v, const float *lse, int B, int S, int H, int G, int D)) \
-/* out (n) = silu(gate) * up, bf16 */ \
-X(void, swiglu_forward, (bf16 *out, const float *gate, const float *up, long n)) \
-/* dgate, dup (n) written from dout (n), computed in fp32 and rounded to \
- * bf16: their only readers, the gate and up projections' backward, read \
- * the upstream gradient in bf16 */ \
-X(void, swiglu_backward, (bf16 *dgate, bf16 *dup, const float *dout, const float *gate, const float *up, long n)) \
+/* out (T,F) = silu(gate) * up, bf16, rows ld_out (>= F) apart; gate, up \
+ * (T,F) contiguous */ \
+X(void, swiglu_forward, (bf16 *out, int ld_out, const float *gate, const float *up, int T, int F)) \
+/* dgate, dup (T,F) written from dout (T,F), computed in fp32 and rounded \
+ * to bf16, rows ld_d (>= F) apart in both: their only readers, the gate \
+ * and up projections' backward, read the upstream gradient in bf16.  dout, \
+ * gate, up (T,F) contiguous. */ \
+X(void, swiglu_backward, (bf16 *dgate, bf16 *dup, int ld_d, const float *dout, const float *gate, const float *up, int T, int F)) \
 /* Fused softmax cross-entropy over logits (T,V): losses[t] = -log p[t][target]; \
  * dlogits (T,V) = (softmax - onehot) * dloss.  targets[t] < 0: ignored row, \
  * loss 0 and zero gradient. */ \
 X(void, crossentropy_forward_backward, (bf16 *dlogits, float *losses, const float *logits, const int32_t *targets, float dloss, int T, int V)) \
 /* a (n) += b (n) */ \
 X(void, add_inplace, (float *a, const float *b, long n)) \
-/* out (n) = bf16(in) */ \
-X(void, cast_f32_to_bf16, (bf16 *out, const float *in, long n)) \
-/* NF4 -> bf16: packed (n/2) two codes a byte, first element in the high \
- * nibble; absmax (n/64) fp32; n % 64 == 0. */ \
-X(void, nf4_dequantize, (bf16 *out, const uint8_t *packed, const float *absmax, long n)) \
+/* out (rows,cols) = bf16(in (rows,cols)); in contiguous, rows of out \
+ * ld_out (>= cols) apart */ \
+X(void, cast_f32_to_bf16, (bf16 *out, int ld_out, const float *in, long rows, int cols)) \
+/* NF4 -> bf16: out (rows,cols), rows ld_out (>= cols) apart; packed \
+ * (rows*cols/2) two codes a byte in row-major element order, first \
+ * element in the high nibble; absmax (rows*cols/64) fp32, blocks of 64 \
+ * in that order; cols % 64 == 0, or ld_out == cols (one flat run) and \
+ * rows*cols % 64 == 0. */ \
+X(void, nf4_dequantize, (bf16 *out, int ld_out, const uint8_t *packed, const float *absmax, long rows, int cols)) \
 /* out[0] = sum of x^2 over n, deterministic order. */ \
 X(void, sumsq, (float *out, float *scratch, const float *x, long n)) \
 /* AdamW with bias correction (step t >= 1), decoupled weight decay; \

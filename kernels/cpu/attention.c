@@ -108,9 +108,10 @@ static inline float pair_ds(uint32_t w)
 	return f32_from_bf16((bf16)(w >> 16));
 }
 
-/* out (T,H*D) bf16, lse (B,H,S), q (T,H,D), k, v (T,G,D), T = B*S */
-void attention_forward_cpu(bf16 *out, float *lse, float *scratch, const float *q, const float *k, const float *v,
-			   int B, int S, int H, int G, int D)
+/* out (T,H*D) bf16, rows ld_out apart; lse (B,H,S), q (T,H,D), k, v
+ * (T,G,D), T = B*S */
+void attention_forward_cpu(bf16 *out, int ld_out, float *lse, float *scratch, const float *q, const float *k,
+			   const float *v, int B, int S, int H, int G, int D)
 {
 	if (B <= 0 || S <= 0 || H <= 0 || D <= 0)
 		return;
@@ -149,7 +150,7 @@ void attention_forward_cpu(bf16 *out, float *lse, float *scratch, const float *q
 					p[j] = round_bf16(p[j] / sumf); /* P16 */
 				lse[row] = (float)(max + log(sum));
 
-				bf16 *o = out + (((size_t)b * S + i) * H + h) * D;
+				bf16 *o = out + ((size_t)b * S + i) * ld_out + (size_t)h * D;
 				for (int d0 = 0; d0 < D; d0 += ATTN_D_TILE) {
 					int dn = D - d0 < ATTN_D_TILE ? D - d0 : ATTN_D_TILE;
 					float acc[ATTN_D_TILE] = { 0 };

@@ -1,4 +1,4 @@
-// defines: lora_forward_cpu lora_backward_cpu
+// defines: lora_forward_cpu lora_backward_cpu lora_weight_ext_cpu
 /* A LoRA adapter beside a frozen linear, as PEFT computes it:
  *   out = (dropout(x) @ A^T @ B^T) * scale, then the base GEMM adds onto it
  * x is the bf16 input of the base GEMM and dout, in backward, the bf16
@@ -14,10 +14,12 @@
 #define LORA_TILE 64   /* columns of an accumulator row kept on the stack */
 #define LORA_R_TILE 16 /* rows of A whose gradient shares one dropout mask pass */
 
-/* The input element (t,k) after dropout. */
-static inline float dropped_input(const bf16 *in, float p, float keep_scale, uint64_t seed, int t, int k, int K)
+/* The input element (t,k) after dropout; rows of in are ld apart, the
+ * mask index is t*K + k whatever the pitch. */
+static inline float dropped_input(const bf16 *in, int ld, float p, float keep_scale, uint64_t seed, int t, int k,
+				  int K)
 {
-	float x = f32_from_bf16(in[(size_t)t * K + k]);
+	float x = f32_from_bf16(in[(size_t)t * ld + k]);
 	if (p == 0.0f)
 		return x;
 	return poros_dropout_keep(seed, (uint64_t)t * K + k, p) ? x * keep_scale : 0.0f;
@@ -28,11 +30,31 @@ static inline int min_int(int a, int b)
 	return a < b ? a : b;
 }
 
-/* out (T,N) = scale * u @ B^T and u (T,R) = xd @ A^T (saved), where
- * in (T,K) bf16, A (R,K), B (N,R).  The CPU hashes the mask tile by tile
- * and has no use for the scratch. */
-void lora_forward_cpu(float *out, float *u, float *scratch, const bf16 *in, const float *A, const float *B,
-		      float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)
+/* The activation side of the LoRA extension (ops.h) of row t: ext (E)
+ * from v (R), u's or du's row; with_one puts the 1 that meets the bias. */
+static void ext_row(bf16 *ext, const float *v, int R, int with_one)
+{
+	int E = lora_ext_cols(R);
+
+	for (int r = 0; r < R; r++) {
+		bf16 part[3];
+		lora_split3(v[r], part);
+		for (int i = 0; i < 3; i++)
+			for (int j = 0; j < 3; j++)
+				ext[(i * 3 + j) * R + r] = part[i];
+	}
+	for (int c = 9 * R; c < E; c++)
+		ext[c] = 0;
+	if (with_one)
+		ext[9 * R] = bf16_from_f32(1.0f);
+}
+
+/* u (T,R) = xd @ A^T (saved), where in (T,K) bf16 (rows ld_in apart), A
+ * (R,K); then out (T,N) = scale * u @ B^T with B (N,R), or u's extension
+ * parts into ext.  The CPU hashes the mask tile by tile and has no use for
+ * the scratch. */
+void lora_forward_cpu(float *out, float *u, bf16 *ext, float *scratch, const bf16 *in, int ld_in, const float *A,
+		      const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)
 {
 	(void)scratch;
 	float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
@@ -47,7 +69,7 @@ void lora_forward_cpu(float *out, float *u, float *scratch, const bf16 *in, cons
 			int kn = min_int(LORA_TILE, K - k0);
 			float xd[LORA_TILE];
 			for (int kk = 0; kk < kn; kk++)
-				xd[kk] = dropped_input(in, dropout_p, keep_scale, dropout_seed, t, k0 + kk, K);
+				xd[kk] = dropped_input(in, ld_in, dropout_p, keep_scale, dropout_seed, t, k0 + kk, K);
 			for (int r = 0; r < R; r++) {
 				const float *a = A + (size_t)r * K + k0;
 				float acc = ut[r];
@@ -56,7 +78,11 @@ void lora_forward_cpu(float *out, float *u, float *scratch, const bf16 *in, cons
 				ut[r] = acc;
 			}
 		}
-		for (int n = 0; n < N; n++) {
+		if (ext) {
+			ext_row(ext + (size_t)t * ld_in, ut, R, 1);
+			continue;
+		}
+		for (int n = 0; out && n < N; n++) {
 			const float *b = B + (size_t)n * R;
 			float acc = 0.0f;
 			for (int r = 0; r < R; r++)
@@ -67,16 +93,16 @@ void lora_forward_cpu(float *out, float *u, float *scratch, const bf16 *in, cons
 	}
 }
 
-/* Given dout (T,N) bf16:
+/* Given dout (T,N) bf16 (rows ld_dout apart):
  *   du (T,R)  = scale * dout @ B            (written; scratch for the next two)
  *   dB (N,R) += scale * dout^T @ u
  *   dA (R,K) += du^T @ xd
  *   din (T,K) = (du @ A) * keep / (1-p), or += when accumulate (skipped
  *               when din is NULL; a dropped element gets 0, or keeps its
- *               value) */
-void lora_backward_cpu(float *din, float *dA, float *dB, float *du, float *scratch, const bf16 *dout,
-		       const bf16 *in, const float *u, const float *A, const float *B, float scale, float dropout_p,
-		       uint64_t dropout_seed, int T, int K, int N, int R, int accumulate)
+ *               value), or du's extension parts into ext (no dropout) */
+void lora_backward_cpu(float *din, float *dA, float *dB, float *du, bf16 *ext, float *scratch, const bf16 *dout,
+		       int ld_dout, const bf16 *in, int ld_in, const float *u, const float *A, const float *B,
+		       float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R, int accumulate)
 {
 	(void)scratch;
 	float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
@@ -91,7 +117,7 @@ void lora_backward_cpu(float *din, float *dA, float *dB, float *du, float *scrat
 			int r0 = rt * LORA_TILE, rn = min_int(LORA_TILE, R - r0);
 			float acc[LORA_TILE] = { 0 };
 			for (int n = 0; n < N; n++) {
-				float g = f32_from_bf16(dout[(size_t)t * N + n]);
+				float g = f32_from_bf16(dout[(size_t)t * ld_dout + n]);
 				const float *b = B + (size_t)n * R + r0;
 				for (int rr = 0; rr < rn; rr++)
 					acc[rr] += g * b[rr];
@@ -108,7 +134,7 @@ void lora_backward_cpu(float *din, float *dA, float *dB, float *du, float *scrat
 			int r0 = rt * LORA_TILE, rn = min_int(LORA_TILE, R - r0);
 			float acc[LORA_TILE] = { 0 };
 			for (int t = 0; t < T; t++) {
-				float g = f32_from_bf16(dout[(size_t)t * N + n]);
+				float g = f32_from_bf16(dout[(size_t)t * ld_dout + n]);
 				const float *ut = u + (size_t)t * R + r0;
 				for (int rr = 0; rr < rn; rr++)
 					acc[rr] += g * ut[rr];
@@ -129,7 +155,7 @@ void lora_backward_cpu(float *din, float *dA, float *dB, float *du, float *scrat
 			for (int t = 0; t < T; t++) {
 				float xd[LORA_TILE];
 				for (int kk = 0; kk < kn; kk++)
-					xd[kk] = dropped_input(in, dropout_p, keep_scale, dropout_seed, t, k0 + kk, K);
+					xd[kk] = dropped_input(in, ld_in, dropout_p, keep_scale, dropout_seed, t, k0 + kk, K);
 				for (int rr = 0; rr < rn; rr++) {
 					float g = du[(size_t)t * R + r0 + rr];
 					for (int kk = 0; kk < kn; kk++)
@@ -142,6 +168,11 @@ void lora_backward_cpu(float *din, float *dA, float *dB, float *du, float *scrat
 		}
 	}
 
+	if (ext) {
+		for (int t = 0; t < T; t++)
+			ext_row(ext + (size_t)t * ld_dout, du + (size_t)t * R, R, 0);
+		return;
+	}
 	if (!din)
 		return;
 	/* din: sums over r = 0..R-1, rows of A read contiguously; the dropout
@@ -167,6 +198,44 @@ void lora_backward_cpu(float *din, float *dA, float *dB, float *du, float *scrat
 				else
 					d[kk] = prev;
 			}
+		}
+	}
+}
+
+/* The weight side of the LoRA extension (ops.h): columns K.. of rows 0..N-1
+ * from scale*B and the bias, rows N.. of columns 0..K-1 from A. */
+void lora_weight_ext_cpu(bf16 *w, int ld_w, const float *A, const float *B, const bf16 *bias, float scale, int K,
+			 int N, int R)
+{
+	int E = lora_ext_cols(R);
+
+#pragma omp parallel for schedule(static) if ((long)N * E >= POROS_CPU_PAR_MIN)
+	for (int n = 0; n < N; n++) {
+		bf16 *row = w + (size_t)n * ld_w + K;
+		for (int r = 0; r < R; r++) {
+			bf16 part[3];
+			lora_split3(scale * B[(size_t)n * R + r], part);
+			for (int i = 0; i < 3; i++)
+				for (int j = 0; j < 3; j++)
+					row[(i * 3 + j) * R + r] = part[j];
+		}
+		for (int c = 9 * R; c < E; c++)
+			row[c] = 0;
+		if (bias)
+			row[9 * R] = bias[n];
+	}
+#pragma omp parallel for schedule(static) if ((long)E * K >= POROS_CPU_PAR_MIN)
+	for (int c = 0; c < E; c++) {
+		bf16 *row = w + (size_t)(N + c) * ld_w;
+		int j = (c / R) % 3, r = c % R;
+		for (int k = 0; k < K; k++) {
+			bf16 part[3];
+			if (c >= 9 * R) {
+				row[k] = 0;
+				continue;
+			}
+			lora_split3(A[(size_t)r * K + k], part);
+			row[k] = part[j];
 		}
 	}
 }

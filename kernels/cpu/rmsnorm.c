@@ -9,9 +9,10 @@
 #include "ops.h"
 #include "cpu_par.h"
 
-/* out_f32, out_bf16 (T,C) (either may be NULL), rstd (T), in (T,C), weight (C) */
-void rmsnorm_forward_cpu(float *out_f32, bf16 *out_bf16, float *rstd, const float *in, const bf16 *weight,
-			 float eps, int T, int C)
+/* out_f32, out_bf16 (T,C) (either may be NULL), rows ld_out apart in both;
+ * rstd (T), in (T,C) contiguous, weight (C) */
+void rmsnorm_forward_cpu(float *out_f32, bf16 *out_bf16, int ld_out, float *rstd, const float *in,
+			 const bf16 *weight, float eps, int T, int C)
 {
 #pragma omp parallel for schedule(static) if ((long)T * C >= POROS_CPU_PAR_MIN)
 	for (int t = 0; t < T; t++) {
@@ -24,9 +25,9 @@ void rmsnorm_forward_cpu(float *out_f32, bf16 *out_bf16, float *rstd, const floa
 		for (int c = 0; c < C; c++) {
 			float y = f32_from_bf16(weight[c]) * (x[c] * r);
 			if (out_f32)
-				out_f32[(size_t)t * C + c] = y;
+				out_f32[(size_t)t * ld_out + c] = y;
 			if (out_bf16)
-				out_bf16[(size_t)t * C + c] = bf16_from_f32(y);
+				out_bf16[(size_t)t * ld_out + c] = bf16_from_f32(y);
 		}
 	}
 }

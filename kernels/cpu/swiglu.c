@@ -7,28 +7,38 @@
 #include "ops.h"
 #include "cpu_par.h"
 
-/* out (n) bf16 = silu(gate) * up; gate, up (n) */
-void swiglu_forward_cpu(bf16 *out, const float *gate, const float *up, long n)
+/* out (T,F) bf16 = silu(gate) * up, rows ld_out apart; gate, up (T,F)
+ * contiguous */
+void swiglu_forward_cpu(bf16 *out, int ld_out, const float *gate, const float *up, int T, int F)
 {
-#pragma omp parallel for schedule(static) if (n >= POROS_CPU_PAR_MIN)
-	for (long i = 0; i < n; i++) {
-		float g = gate[i];
-		float silu = g / (1.0f + expf(-g));
-		out[i] = bf16_from_f32(silu * up[i]);
+#pragma omp parallel for schedule(static) if ((long)T * F >= POROS_CPU_PAR_MIN)
+	for (int t = 0; t < T; t++) {
+		const float *g_row = gate + (size_t)t * F, *up_row = up + (size_t)t * F;
+		bf16 *o = out + (size_t)t * ld_out;
+		for (int f = 0; f < F; f++) {
+			float g = g_row[f];
+			float silu = g / (1.0f + expf(-g));
+			o[f] = bf16_from_f32(silu * up_row[f]);
+		}
 	}
 }
 
-/* dgate, dup (n) bf16 written from dout (n), computed in fp32:
+/* dgate, dup (T,F) bf16, rows ld_d apart in both, written from dout (T,F),
+ * computed in fp32; dout, gate, up contiguous:
  *   dup = dout * silu(g),  dgate = dout * up * sig(g) * (1 + g * (1 - sig(g))) */
-void swiglu_backward_cpu(bf16 *dgate, bf16 *dup, const float *dout, const float *gate, const float *up, long n)
+void swiglu_backward_cpu(bf16 *dgate, bf16 *dup, int ld_d, const float *dout, const float *gate, const float *up,
+			 int T, int F)
 {
-#pragma omp parallel for schedule(static) if (n >= POROS_CPU_PAR_MIN)
-	for (long i = 0; i < n; i++) {
-		float g = gate[i];
-		float denom = 1.0f + expf(-g);
-		float sig = 1.0f / denom;
-		float silu = g / denom;
-		dup[i] = bf16_from_f32(dout[i] * silu);
-		dgate[i] = bf16_from_f32(dout[i] * up[i] * (sig * (1.0f + g * (1.0f - sig))));
+#pragma omp parallel for schedule(static) if ((long)T * F >= POROS_CPU_PAR_MIN)
+	for (int t = 0; t < T; t++) {
+		size_t in_row = (size_t)t * F, out_row = (size_t)t * ld_d;
+		for (int f = 0; f < F; f++) {
+			float g = gate[in_row + f], dy = dout[in_row + f];
+			float denom = 1.0f + expf(-g);
+			float sig = 1.0f / denom;
+			float silu = g / denom;
+			dup[out_row + f] = bf16_from_f32(dy * silu);
+			dgate[out_row + f] = bf16_from_f32(dy * up[in_row + f] * (sig * (1.0f + g * (1.0f - sig))));
+		}
 	}
 }

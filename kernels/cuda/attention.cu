@@ -41,7 +41,7 @@
 //   A = scale q16 k16e^T                        scores (b,h,i,j)
 //   softmax rows: lse saved, P16 in place in A
 //   E = P16 v16e                                (T,H*D) fp32
-//   out = bf16(E)
+//   out = bf16(E), rows ld_out apart
 // Backward (5 GEMMs per b; kernels: cast, gradient rows, 2 group sums):
 //   cast q, k, v, dout -> C0, C1, C2, C3
 //   A = scale q16 k16e^T;  D = dout16 v16e^T    (v16e dead)
@@ -373,13 +373,15 @@ static void group_sum(float *dst, const struct attn_plan *p)
 	launchCheck();
 }
 
-// out (T,H*D) bf16, lse (B,H,S); q (T,H,D), k, v (T,G,D).
-extern "C" void attention_forward_cuda(bf16 *out, float *lse, float *scratch, const float *q, const float *k,
-                                       const float *v, int B, int S, int H, int G, int D)
+// out (T,H*D) bf16, rows ld_out apart (the o projection's input, with room
+// for its LoRA extension); lse (B,H,S); q (T,H,D), k, v (T,G,D).
+extern "C" void attention_forward_cuda(bf16 *out, int ld_out, float *lse, float *scratch, const float *q,
+                                       const float *k, const float *v, int B, int S, int H, int G, int D)
 {
 	if (B <= 0 || S <= 0 || H <= 0 || D <= 0)
 		return;
 	check_shape("attention_forward_cuda", B, S, H, G, D);
+	check_pitch("attention_forward_cuda", "ld_out", ld_out, (long)H * D);
 	struct attn_plan p = plan_of(scratch, B, S, H, G, D, false);
 	bool vec = S % 4 == 0 && aligned16(p.scores);
 
@@ -389,7 +391,7 @@ extern "C" void attention_forward_cuda(bf16 *out, float *lse, float *scratch, co
 		p.scores, lse, S, vec);
 	launchCheck();
 	heads_X16c(p.heads, p.scores, false, p.v16e, 1.0f, &p);
-	cast_f32_to_bf16_cuda(out, p.heads, (long)B * S * H * D);
+	cast_f32_to_bf16_cuda(out, ld_out, p.heads, (long)B * S, H * D);
 }
 
 // dq (T,H,D), dk, dv (T,G,D) written from dout (T,H*D), q, k, v, lse.

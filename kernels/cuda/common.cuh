@@ -220,6 +220,25 @@ static inline bool aligned16(const void *p)
 	return ((uintptr_t)p & 15u) == 0;
 }
 
+// A row pitch (ld, in elements) shorter than the row it spaces would make
+// rows overlap: a caller's bug, reported like a failed launch.
+static inline void check_pitch(const char *op, const char *what, long ld, long row_len)
+{
+	if (ld >= row_len)
+		return;
+	fprintf(stderr, "%s: %s: %s = %ld is less than the row length %ld\n", poros_cuda_progname(), op, what, ld,
+	        row_len);
+	exit(1);
+}
+
+// The row of item i of `items` laid out per_row to a row (the pitched
+// elementwise kernels): a 32-bit division whenever the items fit in 32 bits
+// (every tensor of the models we train), a fraction of a 64-bit one's cost.
+__device__ __forceinline__ long item_row(long i, long per_row, long items)
+{
+	return items <= 0xffffffffL ? (long)((uint32_t)i / (uint32_t)per_row) : i / per_row;
+}
+
 // Four consecutive elements starting at p, as one 16-byte (fp32) or 8-byte
 // (bf16) load when vec, else as four scalar loads.  Kernels that reduce
 // walk their data in such groups of four on both paths, so a pointer's

@@ -1,6 +1,7 @@
-// defines: lora_forward_cuda, lora_backward_cuda,
+// defines: lora_forward_cuda, lora_backward_cuda, lora_weight_ext_cuda,
 //          lora_rowprod_kernel, lora_dA_kernel, lora_slice_sum_kernel, lora_din_kernel,
-//          lora_split3_kernel, lora_mask_kernel, lora_join3_kernel
+//          lora_split3_kernel, lora_mask_kernel, lora_join3_kernel, lora_ext_rows_kernel,
+//          lora_weight_ext_cols_kernel, lora_weight_ext_rows_kernel
 //
 // A LoRA adapter beside a frozen linear, as PEFT computes it:
 //   out (T,N) = scale * (dropout(x) @ A^T) @ B^T,  u = dropout(x) @ A^T
@@ -34,6 +35,13 @@
 // resident), on any GPU.  out = scale u B^T is an ordinary fp32 cuBLAS
 // GEMM (no TF32), written, not added (the base GEMM reads it as its C);
 // din (+)= du @ A is lora_din_kernel, r ascending as on the CPU.
+//
+// With the LoRA extension (kernels/ops.h) neither out nor din is formed
+// here: u's (or du's) parts go into the activation's extension columns
+// (the join of the tensor-core path writes them beside u), and
+// lora_weight_ext_{cols,rows}_kernel fill the weight's side, so the base GEMM sums
+// the LoRA term with its own.  x and dout may be pitched (rows ld apart);
+// the dropout mask index stays t*K + k.
 #include "common.cuh"
 
 // Row products: a block owns RP_T tokens x RP_R ranks of one slice and
@@ -85,13 +93,14 @@ __device__ __forceinline__ float dropped(float x, int t, int k, int K, float p, 
 	return dropout_keep_dev(seed, (uint64_t)t * K + k, p) ? x * keep_scale : 0.0f;
 }
 
-// Four elements of row t of X (T,K) from column k, zero past kend; the
-// dropout applies to the bf16 input only (p = 0 for dout).
+// Four elements of row t of X (rows ld apart) from column k, zero past
+// kend; the dropout (mask index t*K + k) applies to the bf16 input only
+// (p = 0 for dout and the fp32 factors).
 template <typename TX>
-__device__ __forceinline__ float4 row_group(const TX *X, int t, int k, int kend, int K, bool vec, float p,
+__device__ __forceinline__ float4 row_group(const TX *X, int t, int k, int kend, int ld, int K, bool vec, float p,
                                            float keep_scale, uint64_t seed)
 {
-	const TX *x = X + (size_t)t * K + k;
+	const TX *x = X + (size_t)t * ld + k;
 	float v[4];
 	if (k + 3 < kend) {
 		float4 w = load4(x, vec);
@@ -114,12 +123,13 @@ __device__ __forceinline__ float4 row_group(const TX *X, int t, int k, int kend,
 
 template <typename TX>
 __device__ __forceinline__ void rowprod_fetch_x(float4 (&xr)[RP_XG], const TX *X, int tid, int t0, int k0, int kend,
-                                                int T, int K, bool vec, float p, float keep_scale, uint64_t seed)
+                                                int T, int ld, int K, bool vec, float p, float keep_scale,
+                                                uint64_t seed)
 {
 #pragma unroll
 	for (int i = 0; i < RP_XG; i++) {
 		int e = tid + i * RP_THREADS, row = e / (RP_K / 4), c = (e % (RP_K / 4)) * 4, t = t0 + row;
-		xr[i] = t < T ? row_group(X, t, k0 + c, kend, K, vec, p, keep_scale, seed)
+		xr[i] = t < T ? row_group(X, t, k0 + c, kend, ld, K, vec, p, keep_scale, seed)
 		              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 	}
 }
@@ -135,22 +145,24 @@ __device__ __forceinline__ void rowprod_fetch_w(float4 (&wr)[RP_WG], const float
 		int e = tid + i * RP_THREADS;
 		if (W_IS_B) {
 			int c = e / (RP_R / 4), r = r0 + (e % (RP_R / 4)) * 4, k = k0 + c;
-			wr[i] = k < kend ? row_group(W, k, r, R, R, vec, 0.0f, 1.0f, 0) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			wr[i] = k < kend ? row_group(W, k, r, R, R, R, vec, 0.0f, 1.0f, 0)
+			                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 		} else {
 			int row = e / (RP_K / 4), c = (e % (RP_K / 4)) * 4, r = r0 + row;
-			wr[i] = r < R ? row_group(W, r, k0 + c, kend, K, vec, 0.0f, 1.0f, 0)
+			wr[i] = r < R ? row_group(W, r, k0 + c, kend, K, K, vec, 0.0f, 1.0f, 0)
 			              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 		}
 	}
 }
 
 // P (T,R) partial sums over columns [s*slice, (s+1)*slice) of
-//   X (T,K) times W(r,k): W_IS_B ? W[k*R + r] (B (N,R)) : W[r*K + k] (A (R,K)).
+//   X (T,K) (rows ldx apart) times W(r,k): W_IS_B ? W[k*R + r] (B (N,R)) :
+//   W[r*K + k] (A (R,K)).
 // One slice (gridDim.z == 1): out = scale * sum, final.  Several: slice s
 // writes its raw sums to out + s*T*R for lora_slice_sum_kernel.
 template <typename TX, bool W_IS_B>
 __global__ void __launch_bounds__(RP_THREADS)
-	lora_rowprod_kernel(float *out, const TX *X, const float *W, float scale, float p, float keep_scale,
+	lora_rowprod_kernel(float *out, const TX *X, int ldx, const float *W, float scale, float p, float keep_scale,
 	                    uint64_t seed, int T, int K, int R, int slice, bool vec_x, bool vec_w)
 {
 	__shared__ __align__(16) float xs[RP_T][RP_KPAD];
@@ -166,7 +178,7 @@ __global__ void __launch_bounds__(RP_THREADS)
 		for (int j = 0; j < 4; j++)
 			acc[i][j] = 0.0f;
 
-	rowprod_fetch_x(xr, X, tid, t0, kbeg, kend, T, K, vec_x, p, keep_scale, seed);
+	rowprod_fetch_x(xr, X, tid, t0, kbeg, kend, T, ldx, K, vec_x, p, keep_scale, seed);
 	rowprod_fetch_w<W_IS_B>(wr, W, tid, r0, kbeg, kend, K, R, vec_w);
 	for (int k0 = kbeg; k0 < kend; k0 += RP_K) {
 #pragma unroll
@@ -186,7 +198,7 @@ __global__ void __launch_bounds__(RP_THREADS)
 		}
 		__syncthreads();
 		if (k0 + RP_K < kend) { // in flight while this pass computes
-			rowprod_fetch_x(xr, X, tid, t0, k0 + RP_K, kend, T, K, vec_x, p, keep_scale, seed);
+			rowprod_fetch_x(xr, X, tid, t0, k0 + RP_K, kend, T, ldx, K, vec_x, p, keep_scale, seed);
 			rowprod_fetch_w<W_IS_B>(wr, W, tid, r0, k0 + RP_K, kend, K, R, vec_w);
 		}
 #pragma unroll
@@ -240,32 +252,34 @@ __global__ void __launch_bounds__(RP_THREADS)
 #define DA_XG (DA_T * DA_K / 4 / DA_THREADS)
 #define DA_UG (DA_T * DA_R / 4 / DA_THREADS)
 
-__device__ __forceinline__ void dA_fetch(float4 (&xr)[DA_XG], float4 (&ur)[DA_UG], const bf16 *in, const float *du,
-                                         int tid, int ts, int tend, int k0, int r0, int K, int R, bool vec_x,
-                                         bool vec_u, float p, float keep_scale, uint64_t seed)
+__device__ __forceinline__ void dA_fetch(float4 (&xr)[DA_XG], float4 (&ur)[DA_UG], const bf16 *in, int ldx,
+                                         const float *du, int tid, int ts, int tend, int k0, int r0, int K, int R,
+                                         bool vec_x, bool vec_u, float p, float keep_scale, uint64_t seed)
 {
 #pragma unroll
 	for (int i = 0; i < DA_XG; i++) {
 		int e = tid + i * DA_THREADS, row = e / (DA_K / 4), c = (e % (DA_K / 4)) * 4, t = ts + row;
-		xr[i] = t < tend ? row_group(in, t, k0 + c, K, K, vec_x, p, keep_scale, seed)
+		xr[i] = t < tend ? row_group(in, t, k0 + c, K, ldx, K, vec_x, p, keep_scale, seed)
 		                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 	}
 #pragma unroll
 	for (int i = 0; i < DA_UG; i++) {
 		int e = tid + i * DA_THREADS, row = e / (DA_R / 4), c = (e % (DA_R / 4)) * 4, t = ts + row;
-		ur[i] = t < tend ? row_group(du, t, r0 + c, R, R, vec_u, 0.0f, 1.0f, 0)
+		ur[i] = t < tend ? row_group(du, t, r0 + c, R, R, R, vec_u, 0.0f, 1.0f, 0)
 		                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 	}
 }
 
 // dA (R,K) += scale * du^T (R,T) @ xd (T,K) over the tokens [s*slice,
-// (s+1)*slice); transposed: the same sums stored as (K,R), which is dB (N,R)
-// += scale * dout^T @ u with u in du's place and dout in x's (p = 0).
+// (s+1)*slice), in's rows ldx apart; transposed: the same sums stored as
+// (K,R), which is dB (N,R) += scale * dout^T @ u with u in du's place and
+// dout in x's (p = 0).
 // One slice: added to dA here.  Several: slice s writes its raw sums to
 // part + s*R*K (in the output's layout) for lora_slice_sum_kernel.
 __global__ void __launch_bounds__(DA_THREADS)
-	lora_dA_kernel(float *dA, float *part, const float *du, const bf16 *in, float scale, float p, float keep_scale,
-	               uint64_t seed, int T, int K, int R, int slice, bool vec_x, bool vec_u, bool transposed)
+	lora_dA_kernel(float *dA, float *part, const float *du, const bf16 *in, int ldx, float scale, float p,
+	               float keep_scale, uint64_t seed, int T, int K, int R, int slice, bool vec_x, bool vec_u,
+	               bool transposed)
 {
 	__shared__ __align__(16) float xs[DA_T][DA_K];
 	__shared__ __align__(16) float us[DA_T][DA_R];
@@ -280,7 +294,7 @@ __global__ void __launch_bounds__(DA_THREADS)
 		for (int i = 0; i < 4; i++)
 			acc[j][i] = 0.0f;
 
-	dA_fetch(xr, ur, in, du, tid, tbeg, tend, k0, r0, K, R, vec_x, vec_u, p, keep_scale, seed);
+	dA_fetch(xr, ur, in, ldx, du, tid, tbeg, tend, k0, r0, K, R, vec_x, vec_u, p, keep_scale, seed);
 	for (int ts = tbeg; ts < tend; ts += DA_T) {
 #pragma unroll
 		for (int i = 0; i < DA_XG; i++) {
@@ -294,7 +308,7 @@ __global__ void __launch_bounds__(DA_THREADS)
 		}
 		__syncthreads();
 		if (ts + DA_T < tend)
-			dA_fetch(xr, ur, in, du, tid, ts + DA_T, tend, k0, r0, K, R, vec_x, vec_u, p, keep_scale, seed);
+			dA_fetch(xr, ur, in, ldx, du, tid, ts + DA_T, tend, k0, r0, K, R, vec_x, vec_u, p, keep_scale, seed);
 #pragma unroll 4
 		for (int tt = g * (DA_T / DA_G); tt < (g + 1) * (DA_T / DA_G); tt++) {
 			float4 x = *(const float4 *)&xs[tt][kq * 4];
@@ -451,18 +465,83 @@ __global__ void lora_split3_kernel(bf16 *W3, const float *W, int rows, int cols,
 	}
 }
 
-// xm (T,K) = dropout mask applied to x, unscaled (exact in bf16).
-__global__ void lora_mask_kernel(bf16 *xm, const bf16 *x, float p, uint64_t seed, long n)
+// xm (T,K) contiguous = dropout mask applied to x (rows ld apart),
+// unscaled (exact in bf16).
+__global__ void lora_mask_kernel(bf16 *xm, const bf16 *x, int ld, float p, uint64_t seed, int K, long n)
 {
 	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-		xm[i] = dropout_keep_dev(seed, (uint64_t)i, p) ? x[i] : (bf16)0;
+		xm[i] = dropout_keep_dev(seed, (uint64_t)i, p) ? x[(i / K) * ld + i % K] : (bf16)0;
+}
+
+// Element (t, r) of u or du into its row of the activation side of the
+// extension (kernels/ops.h): part i at columns (3i + j)R + r, j < 3; the
+// thread of r = 0 also writes the row's tail (1 or 0 at 9R, then zeros).
+__device__ __forceinline__ void put_ext(bf16 *ext_row, float v, int r, int R, int E, bool one)
+{
+	bf16 part[3];
+	split3(v, part[0], part[1], part[2]);
+#pragma unroll
+	for (int i = 0; i < 3; i++)
+#pragma unroll
+		for (int j = 0; j < 3; j++)
+			ext_row[(i * 3 + j) * R + r] = part[i];
+	if (r == 0)
+		for (int c = 9 * R; c < E; c++)
+			ext_row[c] = f32_to_bf16(c == 9 * R && one ? 1.0f : 0.0f);
+}
+
+// The extension parts of V (T,R) into ext (rows ld apart).
+__global__ void lora_ext_rows_kernel(bf16 *ext, int ld, const float *V, int T, int R, int E, bool one)
+{
+	long n = (long)T * R;
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+		put_ext(ext + (i / R) * ld, V[i], (int)(i % R), R, E, one);
+}
+
+// The weight side of the extension of W (rows ld apart), in two kernels
+// laid out so that no thread divides by more than R: the columns K..K+E-1
+// of rows 0..N-1 (a block per row, a thread per column: scale*B's part j,
+// the bias, or 0), and rows N..N+E-1 of columns 0..K-1 (grid (K/256, E):
+// A's part j, read and written along k, or 0).
+__global__ void lora_weight_ext_cols_kernel(bf16 *w, int ld, const float *B, const bf16 *bias, float scale, int K,
+                                            int N, int R, int E)
+{
+	int c = threadIdx.x;
+	if (c >= E)
+		return;
+	for (int n = blockIdx.x; n < N; n += gridDim.x) {
+		bf16 v = f32_to_bf16(0.0f);
+		if (c < 9 * R) {
+			bf16 part[3];
+			split3(scale * B[(size_t)n * R + c % R], part[0], part[1], part[2]);
+			v = part[(c / R) % 3];
+		} else if (c == 9 * R && bias) {
+			v = bias[n];
+		}
+		w[(size_t)n * ld + K + c] = v;
+	}
+}
+
+__global__ void lora_weight_ext_rows_kernel(bf16 *w, int ld, const float *A, int K, int N, int R)
+{
+	int c = blockIdx.y, k = blockIdx.x * blockDim.x + threadIdx.x;
+	if (k >= K)
+		return;
+	bf16 v = f32_to_bf16(0.0f);
+	if (c < 9 * R) {
+		bf16 part[3];
+		split3(A[(size_t)(c % R) * K + k], part[0], part[1], part[2]);
+		v = part[(c / R) % 3];
+	}
+	w[(size_t)(N + c) * ld + k] = v;
 }
 
 // Adds the three parts: u (T,R) = scale * ((P[t][r] + P[t][R+r]) + P[t][2R+r])
 // for P (T,3R), or dA (R,K) += scale * ((P[r][k] + P[R+r][k]) + P[2R+r][k])
-// for P (3R,K) (add).
+// for P (3R,K) (add).  ext (T rows ld_ext apart, parts side by side only):
+// the result's extension parts go there too.
 __global__ void lora_join3_kernel(float *dst, const float *P, float scale, int rows, int cols, bool parts_in_rows,
-                                  bool add)
+                                  bool add, bf16 *ext, int ld_ext, int E, bool one)
 {
 	long n = (long)rows * cols;
 	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
@@ -476,6 +555,8 @@ __global__ void lora_join3_kernel(float *dst, const float *P, float scale, int r
 		}
 		float v = scale * ((a + b) + c);
 		dst[i] = add ? dst[i] + v : v;
+		if (ext)
+			put_ext(ext + (i / cols) * ld_ext, v, (int)(i % cols), cols, E, one);
 	}
 }
 
@@ -524,22 +605,34 @@ static long floats_of(long bytes)
 	return (bytes + 15) / 16 * 4;
 }
 
-// The tensor-core paths' input: x itself, or with dropout the masked copy
-// written to X (unscaled, so still exact in bf16).
-static const bf16 *masked_input(bf16 *X, const bf16 *in, float p, uint64_t seed, int T, int K)
+// The tensor-core paths' input: x itself (rows *ld apart), or with
+// dropout the masked copy written to X (contiguous, *ld becomes K;
+// unscaled, so still exact in bf16).
+static const bf16 *masked_input(bf16 *X, const bf16 *in, int *ld, float p, uint64_t seed, int T, int K)
 {
 	if (p == 0.0f)
 		return in;
 	lora_mask_kernel<<<grid_for((long)T * K, ELEM_THREADS), ELEM_THREADS, 0, poros_cuda_compute_stream()>>>(
-		X, in, p, seed, (long)T * K);
+		X, in, *ld, p, seed, K, (long)T * K);
 	launchCheck();
+	*ld = K;
 	return X;
 }
 
+// The extension parts of V (T,R) into ext (rows ld apart), for the paths
+// whose join does not write them.
+static void ext_rows(bf16 *ext, int ld, const float *V, int T, int R, bool one)
+{
+	lora_ext_rows_kernel<<<grid_for((long)T * R, ELEM_THREADS), ELEM_THREADS, 0, poros_cuda_compute_stream()>>>(
+		ext, ld, V, T, R, lora_ext_cols(R), one);
+	launchCheck();
+}
+
 // u (T,R) = xd @ A^T on tensor cores, when the scratch (T*K floats) holds
-// A's three parts, the masked input (dropout only) and the (T,3R) sums.
-static bool lora_u_tc(float *u, float *scratch, const bf16 *in, const float *A, float p, uint64_t seed, int T,
-                      int K, int R)
+// A's three parts, the masked input (dropout only) and the (T,3R) sums;
+// the join writes u's extension parts to ext (rows ld_in apart) too.
+static bool lora_u_tc(float *u, bf16 *ext, float *scratch, const bf16 *in, int ld_in, const float *A, float p,
+                      uint64_t seed, int T, int K, int R)
 {
 	long a3 = floats_of((long)3 * R * K * 2), xm = p > 0.0f ? floats_of((long)T * K * 2) : 0;
 	long u3 = floats_of((long)T * 3 * R * 4);
@@ -548,22 +641,23 @@ static bool lora_u_tc(float *u, float *scratch, const bf16 *in, const float *A, 
 	cudaStream_t stream = poros_cuda_compute_stream();
 	bf16 *A3 = (bf16 *)scratch, *X = (bf16 *)(scratch + a3);
 	float *U3 = scratch + a3 + xm;
+	int ldx = ld_in;
 	lora_split3_kernel<<<grid_for((long)R * K, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(A3, A, R, K, true);
 	launchCheck();
-	const bf16 *x = masked_input(X, in, p, seed, T, K);
+	const bf16 *x = masked_input(X, in, &ldx, p, seed, T, K);
 	// U3 (T,3R) row-major = column-major (3R,T): A3 read as (K,3R) ld K, x as
-	// (K,T) ld K.
-	gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, 3 * R, T, K, 1.0f, A3, K, x, K, 0.0f, U3, 3 * R);
-	lora_join3_kernel<<<grid_for((long)T * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(u, U3, keep_scale_of(p), T, R,
-	                                                                                    false, false);
+	// (K,T) ld ldx.
+	gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, 3 * R, T, K, 1.0f, A3, K, x, ldx, 0.0f, U3, 3 * R);
+	lora_join3_kernel<<<grid_for((long)T * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(
+		u, U3, keep_scale_of(p), T, R, false, false, ext, ld_in, lora_ext_cols(R), true);
 	launchCheck();
 	return true;
 }
 
 // dA (R,K) += du^T @ xd on tensor cores, when the scratch holds du's three
 // parts (T,3R), the masked input (dropout only) and the (3R,K) sums.
-static bool lora_dA_tc(float *dA, float *scratch, const float *du, const bf16 *in, float p, uint64_t seed, int T,
-                       int K, int R)
+static bool lora_dA_tc(float *dA, float *scratch, const float *du, const bf16 *in, int ld_in, float p, uint64_t seed,
+                       int T, int K, int R)
 {
 	long d3 = floats_of((long)T * 3 * R * 2), xm = p > 0.0f ? floats_of((long)T * K * 2) : 0;
 	long a3 = floats_of((long)3 * R * K * 4);
@@ -572,26 +666,29 @@ static bool lora_dA_tc(float *dA, float *scratch, const float *du, const bf16 *i
 	cudaStream_t stream = poros_cuda_compute_stream();
 	bf16 *D3 = (bf16 *)scratch, *X = (bf16 *)(scratch + d3);
 	float *P3 = scratch + d3 + xm;
+	int ldx = ld_in;
 	lora_split3_kernel<<<grid_for((long)T * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(D3, du, T, R, false);
 	launchCheck();
-	const bf16 *x = masked_input(X, in, p, seed, T, K);
+	const bf16 *x = masked_input(X, in, &ldx, p, seed, T, K);
 	// P3 (3R,K) row-major = column-major (K,3R) = x_cm (K,T) @ D3_cm^T, D3
 	// (T,3R) row-major read as (3R,T) ld 3R.
-	gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, K, 3 * R, T, 1.0f, x, K, D3, 3 * R, 0.0f, P3, K);
-	lora_join3_kernel<<<grid_for((long)R * K, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(dA, P3, keep_scale_of(p), R, K,
-	                                                                                    true, true);
+	gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, K, 3 * R, T, 1.0f, x, ldx, D3, 3 * R, 0.0f, P3, K);
+	lora_join3_kernel<<<grid_for((long)R * K, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(
+		dA, P3, keep_scale_of(p), R, K, true, true, NULL, 0, 0, false);
 	launchCheck();
 	return true;
 }
 
-// The two backward products of the bf16 upstream gradient dout (T,N) with an
-// fp32 rank-sized factor W (rows, R), on tensor cores through W's exact
-// three-way split (its parts side by side, (rows,3R) bf16):
-//   du (T,R)  = scale * dout @ B        W = B, rows = N  (written)
+// The two backward products of the bf16 upstream gradient dout (T,N), rows
+// ld_dout apart, with an fp32 rank-sized factor W (rows, R), on tensor
+// cores through W's exact three-way split (its parts side by side,
+// (rows,3R) bf16):
+//   du (T,R)  = scale * dout @ B        W = B, rows = N  (written; its
+//                                       extension parts to ext when given)
 //   dB (N,R) += scale * dout^T @ u      W = u, rows = T  (added; for_dB)
 // when the scratch (scratch_floats) holds the parts and the (out,3R) sums.
-static bool dout_product_tc(float *dst, float *scratch, long scratch_floats, const bf16 *dout, const float *W,
-                            float scale, int T, int N, int R, bool for_dB)
+static bool dout_product_tc(float *dst, bf16 *ext, float *scratch, long scratch_floats, const bf16 *dout,
+                            int ld_dout, const float *W, float scale, int T, int N, int R, bool for_dB)
 {
 	int rows = for_dB ? T : N, out = for_dB ? N : T;
 	long w3 = floats_of((long)rows * 3 * R * 2), p3 = floats_of((long)out * 3 * R * 4);
@@ -603,106 +700,126 @@ static bool dout_product_tc(float *dst, float *scratch, long scratch_floats, con
 	lora_split3_kernel<<<grid_for((long)rows * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(W3, W, rows, R, false);
 	launchCheck();
 	// P3 (out,3R) row-major = column-major (3R,out) = W3_cm (3R,rows) @ D,
-	// W3 (rows,3R) read as (3R,rows) ld 3R and dout (T,N) as (N,T) ld N: D is
-	// dout_cm for du (rows = N, out = T), its transpose for dB (rows = T,
-	// out = N).
-	gemm_bf16(CUBLAS_OP_N, for_dB ? CUBLAS_OP_T : CUBLAS_OP_N, 3 * R, out, rows, 1.0f, W3, 3 * R, dout, N, 0.0f, P3,
-	          3 * R);
-	lora_join3_kernel<<<grid_for((long)out * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(dst, P3, scale, out, R,
-	                                                                                     false, for_dB);
+	// W3 (rows,3R) read as (3R,rows) ld 3R and dout (T,N) as (N,T) ld
+	// ld_dout: D is dout_cm for du (rows = N, out = T), its transpose for dB
+	// (rows = T, out = N).
+	gemm_bf16(CUBLAS_OP_N, for_dB ? CUBLAS_OP_T : CUBLAS_OP_N, 3 * R, out, rows, 1.0f, W3, 3 * R, dout, ld_dout, 0.0f,
+	          P3, 3 * R);
+	lora_join3_kernel<<<grid_for((long)out * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(
+		dst, P3, scale, out, R, false, for_dB, for_dB ? NULL : ext, ld_dout, lora_ext_cols(R), false);
 	launchCheck();
 	return true;
 }
 
 // dst (R,L) += scale * G^T (R,T) @ Xd (T,L) on CUDA cores, G (T,R) fp32, X
-// (T,L) bf16 with the dropout; transposed: dst is (L,R).  dA = du^T xd, and
-// dB = dout^T u (transposed, p = 0).  scratch: NULL or scratch_floats.
-static void rank_outer(float *dst, float *scratch, long scratch_floats, const float *G, const bf16 *X, float scale,
-                       float p, uint64_t seed, int T, int L, int R, bool transposed)
+// (T,L) bf16 (rows ldx apart) with the dropout; transposed: dst is (L,R).
+// dA = du^T xd, and dB = dout^T u (transposed, p = 0).  scratch: NULL or
+// scratch_floats.
+static void rank_outer(float *dst, float *scratch, long scratch_floats, const float *G, const bf16 *X, int ldx,
+                       float scale, float p, uint64_t seed, int T, int L, int R, bool transposed)
 {
 	long tiles = (long)ceil_div_u(L, DA_K) * ceil_div_u(R, DA_R);
 	// nslice slices' partial sums take nslice*R*L of the scratch floats
 	long max_slices = scratch ? scratch_floats / ((long)R * L) : 1;
 	int slice = slice_len(T, tiles, DA_T, max_slices);
 	int nslice = (int)ceil_div_u(T, slice);
-	bool vec_x = L % 4 == 0 && ((uintptr_t)X & 7u) == 0;
+	bool vec_x = L % 4 == 0 && ldx % 4 == 0 && ((uintptr_t)X & 7u) == 0;
 	bool vec_g = R % 4 == 0 && aligned16(G);
 	dim3 grid(ceil_div_u(L, DA_K), ceil_div_u(R, DA_R), nslice);
 	lora_dA_kernel<<<grid, DA_THREADS, 0, poros_cuda_compute_stream()>>>(
-		dst, scratch, G, X, scale, p, keep_scale_of(p), seed, T, L, R, slice, vec_x, vec_g, transposed);
+		dst, scratch, G, X, ldx, scale, p, keep_scale_of(p), seed, T, L, R, slice, vec_x, vec_g, transposed);
 	launchCheck();
 	if (nslice > 1)
 		slice_sum(dst, scratch, scale, nslice, (long)R * L, true);
 }
 
-// dst (T,R) = scale * X (T,L) @ W^T summed over L, W given as A (R,L) or,
-// W_IS_B, as B (L,R).  scratch: NULL or T*scratch_cols floats.
+// dst (T,R) = scale * X (T,L) @ W^T summed over L, X's rows ldx apart, W
+// given as A (R,L) or, W_IS_B, as B (L,R).  scratch: NULL or
+// T*scratch_cols floats.
 template <typename TX, bool W_IS_B>
-static void row_products(float *dst, float *scratch, long scratch_cols, const TX *X, const float *W, float scale,
-                         float p, uint64_t seed, int T, int L, int R)
+static void row_products(float *dst, float *scratch, long scratch_cols, const TX *X, int ldx, const float *W,
+                         float scale, float p, uint64_t seed, int T, int L, int R)
 {
 	long tiles = (long)ceil_div_u(T, RP_T) * ceil_div_u(R, RP_R);
 	// the partial sums of nslice slices take nslice*T*R of T*scratch_cols floats
 	long max_slices = scratch ? scratch_cols / R : 1;
 	int slice = slice_len(L, tiles, RP_K, max_slices);
 	int nslice = (int)ceil_div_u(L, slice);
-	bool vec_x = L % 4 == 0 && (sizeof(TX) == 4 ? aligned16(X) : ((uintptr_t)X & 7u) == 0);
+	bool vec_x = L % 4 == 0 && ldx % 4 == 0 && (sizeof(TX) == 4 ? aligned16(X) : ((uintptr_t)X & 7u) == 0);
 	bool vec_w = (W_IS_B ? R % 4 == 0 : L % 4 == 0) && aligned16(W);
 	dim3 grid(ceil_div_u(T, RP_T), ceil_div_u(R, RP_R), nslice);
 	lora_rowprod_kernel<TX, W_IS_B><<<grid, RP_THREADS, 0, poros_cuda_compute_stream()>>>(
-		nslice > 1 ? scratch : dst, X, W, scale, p, keep_scale_of(p), seed, T, L, R, slice, vec_x, vec_w);
+		nslice > 1 ? scratch : dst, X, ldx, W, scale, p, keep_scale_of(p), seed, T, L, R, slice, vec_x, vec_w);
 	launchCheck();
 	if (nslice > 1)
 		slice_sum(dst, scratch, scale, nslice, (long)T * R, false);
 }
 
-// out (T,N) = scale * u @ B^T (written); u (T,R) = xd @ A^T saved; in (T,K)
-// bf16, A (R,K), B (N,R).
-extern "C" void lora_forward_cuda(float *out, float *u, float *scratch, const bf16 *in, const float *A,
-                                  const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K,
-                                  int N, int R)
+// u (T,R) = xd @ A^T saved; then out (T,N) = scale * u @ B^T (written), or
+// u's extension parts into ext; in (T,K) bf16 rows ld_in apart, A (R,K),
+// B (N,R).
+extern "C" void lora_forward_cuda(float *out, float *u, bf16 *ext, float *scratch, const bf16 *in, int ld_in,
+                                  const float *A, const float *B, float scale, float dropout_p, uint64_t dropout_seed,
+                                  int T, int K, int N, int R)
 {
 	if (T <= 0 || R <= 0)
 		return;
+	bool joined = false;
 	if (K > 0) {
-		if (!lora_u_tc(u, scratch, in, A, dropout_p, dropout_seed, T, K, R))
-			row_products<bf16, false>(u, scratch, K, in, A, 1.0f, dropout_p, dropout_seed, T, K, R);
+		joined = lora_u_tc(u, ext, scratch, in, ld_in, A, dropout_p, dropout_seed, T, K, R);
+		if (!joined)
+			row_products<bf16, false>(u, scratch, K, in, ld_in, A, 1.0f, dropout_p, dropout_seed, T, K, R);
 	} else
 		cudaCheck(cudaMemsetAsync(u, 0, (size_t)T * R * sizeof(float), poros_cuda_compute_stream()));
-	if (N <= 0)
+	if (ext) {
+		if (!joined)
+			ext_rows(ext, ld_in, u, T, R, true);
+		return;
+	}
+	if (N <= 0 || !out)
 		return;
 	// Column-major: out^T (N,T) = scale * B_cm^T (N,R) @ u_cm (R,T), with
 	// B read as (R,N) ld R and u as (R,T) ld R.
 	gemm_f32(CUBLAS_OP_T, CUBLAS_OP_N, N, T, R, scale, B, R, u, R, 0.0f, out, N);
 }
 
-// Given dout (T,N) bf16:
+// Given dout (T,N) bf16 (rows ld_dout apart):
 //   du (T,R)   = scale * dout @ B          (written)
 //   dB (N,R)  += scale * dout^T @ u
 //   dA (R,K)  += du^T @ xd
 //   din (T,K)  = (du @ A) * mask / (1-p), or += when accumulate (skipped
-//                when din is NULL)
-extern "C" void lora_backward_cuda(float *din, float *dA, float *dB, float *du, float *scratch, const bf16 *dout,
-                                   const bf16 *in, const float *u, const float *A, const float *B, float scale,
-                                   float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R, int accumulate)
+//                when din is NULL), or du's extension parts into ext
+extern "C" void lora_backward_cuda(float *din, float *dA, float *dB, float *du, bf16 *ext, float *scratch,
+                                   const bf16 *dout, int ld_dout, const bf16 *in, int ld_in, const float *u,
+                                   const float *A, const float *B, float scale, float dropout_p,
+                                   uint64_t dropout_seed, int T, int K, int N, int R, int accumulate)
 {
 	if (T <= 0 || R <= 0)
 		return;
 	cudaStream_t stream = poros_cuda_compute_stream();
 	long scratch_floats = scratch ? (long)T * K : 0;
+	bool joined = false;
+	if (ext && dropout_p != 0.0f) {
+		fprintf(stderr, "%s: lora_backward_cuda: the extension path takes no dropout (p = %g)\n",
+		        poros_cuda_progname(), dropout_p);
+		exit(1);
+	}
 	if (N > 0) {
-		if (!dout_product_tc(du, scratch, scratch_floats, dout, B, scale, T, N, R, false))
-			row_products<bf16, true>(du, scratch, K, dout, B, scale, 0.0f, 0, T, N, R);
-		if (!dout_product_tc(dB, scratch, scratch_floats, dout, u, scale, T, N, R, true))
-			rank_outer(dB, scratch, scratch_floats, u, dout, scale, 0.0f, 0, T, N, R, true);
+		joined = dout_product_tc(du, ext, scratch, scratch_floats, dout, ld_dout, B, scale, T, N, R, false);
+		if (!joined)
+			row_products<bf16, true>(du, scratch, K, dout, ld_dout, B, scale, 0.0f, 0, T, N, R);
+		if (!dout_product_tc(dB, NULL, scratch, scratch_floats, dout, ld_dout, u, scale, T, N, R, true))
+			rank_outer(dB, scratch, scratch_floats, u, dout, ld_dout, scale, 0.0f, 0, T, N, R, true);
 	} else {
 		cudaCheck(cudaMemsetAsync(du, 0, (size_t)T * R * sizeof(float), stream));
 	}
+	if (ext && !joined)
+		ext_rows(ext, ld_dout, du, T, R, false);
 	if (K <= 0)
 		return;
-	if (!lora_dA_tc(dA, scratch, du, in, dropout_p, dropout_seed, T, K, R))
-		rank_outer(dA, scratch, scratch_floats, du, in, 1.0f, dropout_p, dropout_seed, T, K, R, false);
-	if (!din)
+	if (!lora_dA_tc(dA, scratch, du, in, ld_in, dropout_p, dropout_seed, T, K, R))
+		rank_outer(dA, scratch, scratch_floats, du, in, ld_in, 1.0f, dropout_p, dropout_seed, T, K, R, false);
+	if (!din || ext)
 		return;
 	dim3 grid_d(ceil_div_u(K, DIN_K), ceil_div_u(T, DIN_T));
 	size_t smem = (size_t)DIN_T * R * sizeof(float);
@@ -714,4 +831,24 @@ extern "C" void lora_backward_cuda(float *din, float *dA, float *dB, float *du, 
 	lora_din_kernel<<<grid_d, DIN_K, smem, stream>>>(din, du, A, dropout_p, keep_scale_of(dropout_p), dropout_seed, T,
 	                                                 K, R, accumulate != 0);
 	launchCheck();
+}
+
+// The weight side of the LoRA extension of W (rows ld_w apart): see
+// kernels/ops.h.
+extern "C" void lora_weight_ext_cuda(bf16 *w, int ld_w, const float *A, const float *B, const bf16 *bias, float scale,
+                                     int K, int N, int R)
+{
+	int E = lora_ext_cols(R);
+	if (E <= 0)
+		return;
+	cudaStream_t stream = poros_cuda_compute_stream();
+	if (N > 0) {
+		lora_weight_ext_cols_kernel<<<N < 65535 ? N : 65535, E, 0, stream>>>(w, ld_w, B, bias, scale, K, N, R, E);
+		launchCheck();
+	}
+	if (K > 0) {
+		dim3 grid(ceil_div_u(K, ELEM_THREADS), E);
+		lora_weight_ext_rows_kernel<<<grid, ELEM_THREADS, 0, stream>>>(w, ld_w, A, K, N, R);
+		launchCheck();
+	}
 }

@@ -17,16 +17,24 @@ __global__ void add_bias_kernel(float *out, const bf16 *bias, long total, int N)
 
 // out (T,N) = in (T,K) @ weight^T + bias; weight (N,K), bias (N) or NULL;
 // accumulate: out = (out + in @ weight^T) + bias, the old out read in the
-// GEMM's epilogue (beta = 1), where a compute-bound GEMM hides it.
+// GEMM's epilogue (beta = 1), where a compute-bound GEMM hides it.  Rows
+// of in are ld_in apart, rows of weight ld_w (the LoRA extension's room);
+// out is contiguous.
 // Column-major view: out^T (N,T) = weight_cm^T (N,K) @ in_cm (K,T), where
-// weight_cm is weight read as a (K,N) column-major matrix (ld K) and in_cm
-// is in read as (K,T) (ld K): the "TN" GEMM, cuBLAS's fastest layout.
-extern "C" void matmul_forward_cuda(float *out, const bf16 *in, const bf16 *weight, const bf16 *bias, int T, int K,
-                                    int N, int accumulate)
+// weight_cm is weight read as a (K,N) column-major matrix (ld ld_w) and
+// in_cm is in read as (K,T) (ld ld_in): the "TN" GEMM, cuBLAS's fastest
+// layout.  The pitches are cuBLAS's leading dimensions, so a pitch costs
+// nothing; a pitch that is not a multiple of 8 (16 bytes of bf16) only
+// narrows cuBLAS's choice of kernels.
+extern "C" void matmul_forward_cuda(float *out, const bf16 *in, int ld_in, const bf16 *weight, int ld_w,
+                                    const bf16 *bias, int T, int K, int N, int accumulate)
 {
 	if (T <= 0 || N <= 0)
 		return;
-	gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, 1.0f, weight, K, in, K, accumulate ? 1.0f : 0.0f, out, N);
+	check_pitch("matmul_forward_cuda", "ld_in", ld_in, K);
+	check_pitch("matmul_forward_cuda", "ld_w", ld_w, K);
+	gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, 1.0f, weight, ld_w, in, ld_in, accumulate ? 1.0f : 0.0f, out,
+	          N);
 	if (bias) {
 		long total = (long)T * N;
 		add_bias_kernel<<<grid_for(total, BIAS_THREADS), BIAS_THREADS, 0, poros_cuda_compute_stream()>>>(
@@ -35,12 +43,17 @@ extern "C" void matmul_forward_cuda(float *out, const bf16 *in, const bf16 *weig
 	}
 }
 
-// din (T,K) = dout (T,N) @ weight (N,K), or += when accumulate.
-// Column-major view: din^T (K,T) = weight_cm (K,N) @ dout_cm (N,T).
-extern "C" void matmul_backward_input_cuda(float *din, const bf16 *dout, const bf16 *weight, int T, int K, int N,
-                                           int accumulate)
+// din (T,K) = dout (T,N) @ weight (N,K), or += when accumulate; rows of
+// dout ld_dout apart, rows of weight ld_w; din contiguous.
+// Column-major view: din^T (K,T) = weight_cm (K,N) @ dout_cm (N,T), with
+// leading dimensions ld_w and ld_dout.
+extern "C" void matmul_backward_input_cuda(float *din, const bf16 *dout, int ld_dout, const bf16 *weight, int ld_w,
+                                           int T, int K, int N, int accumulate)
 {
 	if (T <= 0 || K <= 0)
 		return;
-	gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, K, T, N, 1.0f, weight, K, dout, N, accumulate ? 1.0f : 0.0f, din, K);
+	check_pitch("matmul_backward_input_cuda", "ld_dout", ld_dout, N);
+	check_pitch("matmul_backward_input_cuda", "ld_w", ld_w, K);
+	gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, K, T, N, 1.0f, weight, ld_w, dout, ld_dout, accumulate ? 1.0f : 0.0f,
+	          din, K);
 }

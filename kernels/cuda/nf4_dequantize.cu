@@ -1,10 +1,14 @@
 // defines: nf4_dequantize_cuda, nf4_dequantize_kernel, nf4_dequantize_bytes_kernel
 //
-// QLoRA NF4 -> bf16, one pass, memory-bound: each thread loads 4 bytes of
-// packed codes (8 elements) and stores 16 bytes of bf16, neighbouring
-// threads neighbouring bytes, so a warp's load is 128 contiguous bytes and
-// its store 512 (an earlier layout of 32 elements per thread scattered each
-// store instruction over 32 lines and reached ~1.9 TB/s).  The code book
+// QLoRA NF4 -> bf16 into rows ld_out apart (a base weight's buffer, with
+// room for its LoRA extension), one pass, memory-bound: each thread loads
+// 4 bytes of packed codes (8 elements) and stores 16 bytes of bf16,
+// neighbouring threads neighbouring bytes, so a warp's load is 128
+// contiguous bytes and its store 512 (an earlier layout of 32 elements per
+// thread scattered each store instruction over 32 lines and reached ~1.9
+// TB/s); with a pitch too, as long as a row is a multiple of 256 elements
+// (32 chunks: a warp's chunks share a row), which every weight of the
+// models we train is.  The code book
 // sits in shared memory (a warp's 32 lanes look up different codes;
 // constant memory would serialize them).  value =
 // code[nibble] * absmax[i/64] as one fp32 multiply, rounded to bf16 as on
@@ -43,9 +47,17 @@ __device__ __forceinline__ uint32_t nf4_pair(const float *code, uint32_t byte, f
 	return pack_bf16x2(code[byte >> 4] * scale, code[byte & 15u] * scale);
 }
 
-// out (n) bf16, packed (n/2), absmax (n/64); out 16-byte aligned, packed 4.
-// Thread i covers packed bytes [4i, 4i+4) = elements [8i, 8i+8).
-__global__ void nf4_dequantize_kernel(bf16 *out, const uint8_t *packed, const float *absmax, long chunks)
+// out (rows,cols) bf16, rows ld_out apart; packed (rows*cols/2) and absmax
+// (rows*cols/64) in flat element order; cols % 64 == 0, so a chunk of 8
+// elements never straddles a row.  out 16-byte aligned, packed 4, and when
+// pitched ld_out % 8 == 0, so every chunk's store is one aligned uint4.
+// Thread i covers packed bytes [4i, 4i+4) = elements [8i, 8i+8): loads stay
+// coalesced whatever the pitch; a pitch only moves where a row's run of
+// stores starts.  Not pitched (ld_out == cols), chunk i lands at element 8i
+// with no division at all.
+template <bool pitched>
+__global__ void nf4_dequantize_kernel(bf16 *out, long ld_out, const uint8_t *packed, const float *absmax,
+                                      long chunks, long row_chunks)
 {
 	__shared__ float code[16];
 	if (threadIdx.x < 16)
@@ -59,12 +71,19 @@ __global__ void nf4_dequantize_kernel(bf16 *out, const uint8_t *packed, const fl
 		o.y = nf4_pair(code, (b >> 8) & 0xffu, scale);
 		o.z = nf4_pair(code, (b >> 16) & 0xffu, scale);
 		o.w = nf4_pair(code, b >> 24, scale);
-		((uint4 *)out)[i] = o;
+		if (pitched) {
+			long r = item_row(i, row_chunks, chunks);
+			*(uint4 *)(out + r * ld_out + (i - r * row_chunks) * 8) = o;
+		} else {
+			((uint4 *)out)[i] = o;
+		}
 	}
 }
 
-// The same one byte per thread, for pointers that are not aligned.
-__global__ void nf4_dequantize_bytes_kernel(bf16 *out, const uint8_t *packed, const float *absmax, long bytes)
+// The same one byte per thread (two elements, never straddling a row as
+// cols is even), for pointers or pitches that are not aligned.
+__global__ void nf4_dequantize_bytes_kernel(bf16 *out, long ld_out, const uint8_t *packed, const float *absmax,
+                                            long bytes, long row_bytes)
 {
 	__shared__ float code[16];
 	if (threadIdx.x < 16)
@@ -73,29 +92,41 @@ __global__ void nf4_dequantize_bytes_kernel(bf16 *out, const uint8_t *packed, co
 	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += (long)gridDim.x * blockDim.x) {
 		float scale = absmax[2 * i / POROS_NF4_BLOCK];
 		uint32_t b = packed[i];
-		out[2 * i] = f32_to_bf16(code[b >> 4] * scale);
-		out[2 * i + 1] = f32_to_bf16(code[b & 15u] * scale);
+		long r = item_row(i, row_bytes, bytes);
+		bf16 *y = out + r * ld_out + (i - r * row_bytes) * 2;
+		y[0] = f32_to_bf16(code[b >> 4] * scale);
+		y[1] = f32_to_bf16(code[b & 15u] * scale);
 	}
 }
 
-extern "C" void nf4_dequantize_cuda(bf16 *out, const uint8_t *packed, const float *absmax, long n)
+extern "C" void nf4_dequantize_cuda(bf16 *out, int ld_out, const uint8_t *packed, const float *absmax, long rows,
+                                    int cols)
 {
-	if (n <= 0)
+	if (rows <= 0 || cols <= 0)
 		return;
-	if (n % POROS_NF4_BLOCK != 0) {
-		fprintf(stderr, "%s: nf4_dequantize_cuda: n = %ld is not a multiple of %d\n", poros_cuda_progname(), n,
-		        POROS_NF4_BLOCK);
+	long n = rows * cols;
+	bool pitched = ld_out != cols;
+	// unpitched, the rows are one flat run and only the total need be
+	// whole blocks (ops.h)
+	if (pitched ? cols % POROS_NF4_BLOCK != 0 : n % POROS_NF4_BLOCK != 0) {
+		fprintf(stderr, "%s: nf4_dequantize_cuda: %s = %ld is not a multiple of %d\n", poros_cuda_progname(),
+		        pitched ? "cols" : "rows*cols", pitched ? (long)cols : n, POROS_NF4_BLOCK);
 		exit(1);
 	}
+	check_pitch("nf4_dequantize_cuda", "ld_out", ld_out, cols);
 	cudaStream_t stream = poros_cuda_compute_stream();
-	if (aligned16(out) && ((uintptr_t)packed & 3u) == 0) {
-		long chunks = n / 8; // n % 64 == 0, so no tail
-		nf4_dequantize_kernel<<<grid_for(chunks, NF4_THREADS), NF4_THREADS, 0, stream>>>(out, packed, absmax,
-		                                                                                 chunks);
+	if (aligned16(out) && ((uintptr_t)packed & 3u) == 0 && ld_out % 8 == 0) {
+		long chunks = n / 8, row_chunks = pitched ? cols / 8 : chunks; // whole blocks: no tail
+		if (pitched)
+			nf4_dequantize_kernel<true><<<grid_for(chunks, NF4_THREADS), NF4_THREADS, 0, stream>>>(
+				out, ld_out, packed, absmax, chunks, row_chunks);
+		else
+			nf4_dequantize_kernel<false><<<grid_for(chunks, NF4_THREADS), NF4_THREADS, 0, stream>>>(
+				out, ld_out, packed, absmax, chunks, row_chunks);
 	} else {
 		long bytes = n / 2;
-		nf4_dequantize_bytes_kernel<<<grid_for(bytes, NF4_THREADS), NF4_THREADS, 0, stream>>>(out, packed, absmax,
-		                                                                                      bytes);
+		nf4_dequantize_bytes_kernel<<<grid_for(bytes, NF4_THREADS), NF4_THREADS, 0, stream>>>(
+			out, ld_out, packed, absmax, bytes, pitched ? cols / 2 : bytes);
 	}
 	launchCheck();
 }

@@ -13,13 +13,15 @@
 
 #define RMSNORM_THREADS 256
 
-// out_f32, out_bf16 (T,C) each may be NULL; rstd (T) may be NULL; in (T,C);
-// weight (C).  vec: C % 4 == 0 and every base 16-byte aligned.
-__global__ void rmsnorm_forward_kernel(float *out_f32, bf16 *out_bf16, float *rstd, const float *in,
+// out_f32, out_bf16 (T,C) each may be NULL, rows ld_out apart in both
+// (columns C.. of a row belong to someone else: never written); rstd (T)
+// may be NULL; in (T,C); weight (C).  vec: C % 4 == 0, ld_out % 4 == 0 and
+// every base 16-byte aligned, so every row of every buffer is too.
+__global__ void rmsnorm_forward_kernel(float *out_f32, bf16 *out_bf16, int ld_out, float *rstd, const float *in,
                                        const bf16 *weight, float eps, int C, bool vec)
 {
-	size_t row = (size_t)blockIdx.x * C;
-	const float *x = in + row;
+	const float *x = in + (size_t)blockIdx.x * C;
+	size_t orow = (size_t)blockIdx.x * ld_out;
 	float ss = 0.0f;
 	for (int c = threadIdx.x * 4; c < C; c += blockDim.x * 4) {
 		if (c + 4 <= C) {
@@ -42,30 +44,32 @@ __global__ void rmsnorm_forward_kernel(float *out_f32, bf16 *out_bf16, float *rs
 			float4 v = load4(x + c, true), w = load4(weight + c, true);
 			float4 y = make_float4(w.x * (v.x * r), w.y * (v.y * r), w.z * (v.z * r), w.w * (v.w * r));
 			if (out_f32)
-				*(float4 *)(out_f32 + row + c) = y;
+				*(float4 *)(out_f32 + orow + c) = y;
 			if (out_bf16)
-				*(uint2 *)(out_bf16 + row + c) = make_uint2(pack_bf16x2(y.x, y.y), pack_bf16x2(y.z, y.w));
+				*(uint2 *)(out_bf16 + orow + c) = make_uint2(pack_bf16x2(y.x, y.y), pack_bf16x2(y.z, y.w));
 		}
 	} else {
 		for (int c = threadIdx.x; c < C; c += blockDim.x) {
 			float y = bf16_to_f32(weight[c]) * (x[c] * r);
 			if (out_f32)
-				out_f32[row + c] = y;
+				out_f32[orow + c] = y;
 			if (out_bf16)
-				out_bf16[row + c] = f32_to_bf16(y);
+				out_bf16[orow + c] = f32_to_bf16(y);
 		}
 	}
 }
 
-extern "C" void rmsnorm_forward_cuda(float *out_f32, bf16 *out_bf16, float *rstd, const float *in,
+extern "C" void rmsnorm_forward_cuda(float *out_f32, bf16 *out_bf16, int ld_out, float *rstd, const float *in,
                                      const bf16 *weight, float eps, int T, int C)
 {
 	if (T <= 0 || C <= 0)
 		return;
-	bool vec = C % 4 == 0 && aligned16(in) && aligned16(weight) && (!out_f32 || aligned16(out_f32)) &&
-	           (!out_bf16 || aligned16(out_bf16));
-	rmsnorm_forward_kernel<<<T, RMSNORM_THREADS, 0, poros_cuda_compute_stream()>>>(out_f32, out_bf16, rstd, in,
-	                                                                              weight, eps, C, vec);
+	if (out_f32 || out_bf16)
+		check_pitch("rmsnorm_forward_cuda", "ld_out", ld_out, C);
+	bool vec = C % 4 == 0 && ld_out % 4 == 0 && aligned16(in) && aligned16(weight) &&
+	           (!out_f32 || aligned16(out_f32)) && (!out_bf16 || aligned16(out_bf16));
+	rmsnorm_forward_kernel<<<T, RMSNORM_THREADS, 0, poros_cuda_compute_stream()>>>(out_f32, out_bf16, ld_out, rstd,
+	                                                                              in, weight, eps, C, vec);
 	launchCheck();
 }
 

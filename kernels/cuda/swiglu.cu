@@ -1,9 +1,15 @@
 // defines: swiglu_forward_cuda, swiglu_backward_cuda,
-//          swiglu_forward_kernel, swiglu_backward_kernel
+//          swiglu_forward_kernel, swiglu_backward_kernel,
+//          swiglu_forward_rows_kernel, swiglu_backward_rows_kernel
 //
 // The SwiGLU gate: out = silu(gate) * up, silu(g) = g / (1 + e^-g), in the
 // CPU's operation order (expf, not the fast __expf).  Elementwise and
-// memory-bound: float4 loads where the pointers allow.
+// memory-bound: float4 loads where the pointers allow.  The inputs are
+// (T,F) contiguous; the bf16 outputs' rows are a pitch apart (the next
+// GEMM's input, with room for its LoRA extension).  With the pitch equal to
+// F the outputs are contiguous too and the flat kernels run; otherwise the
+// row kernels, four elements at a time when every row starts aligned, and
+// never past a row's F.
 #include "common.cuh"
 
 #define SWIGLU_THREADS 256
@@ -33,13 +39,45 @@ __global__ void swiglu_forward_kernel(bf16 *out, const float *gate, const float 
 		out[i] = f32_to_bf16(silu_times(gate[i], up[i]));
 }
 
-extern "C" void swiglu_forward_cuda(bf16 *out, const float *gate, const float *up, long n)
+// out (T,F) rows ld_out apart; gate, up (T,F).  vec4: F and ld_out
+// multiples of 4, the fp32 bases 16-byte aligned, out 8.
+__global__ void swiglu_forward_rows_kernel(bf16 *out, long ld_out, const float *gate, const float *up, long T,
+                                           long F, bool vec4)
 {
-	if (n <= 0)
+	int per = vec4 ? 4 : 1;
+	long groups = F / per, items = T * groups, stride = (long)gridDim.x * blockDim.x;
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < items; i += stride) {
+		long t = item_row(i, groups, items), f = (i - t * groups) * per;
+		long e = t * F + f;
+		bf16 *y = out + t * ld_out + f;
+		if (vec4) {
+			float4 g = *(const float4 *)(gate + e), u = *(const float4 *)(up + e);
+			*(uint2 *)y = make_uint2(pack_bf16x2(silu_times(g.x, u.x), silu_times(g.y, u.y)),
+			                         pack_bf16x2(silu_times(g.z, u.z), silu_times(g.w, u.w)));
+		} else {
+			*y = f32_to_bf16(silu_times(gate[e], up[e]));
+		}
+	}
+}
+
+extern "C" void swiglu_forward_cuda(bf16 *out, int ld_out, const float *gate, const float *up, int T, int F)
+{
+	if (T <= 0 || F <= 0)
 		return;
-	bool vec4 = aligned16(gate) && aligned16(up) && ((uintptr_t)out & 7u) == 0;
-	swiglu_forward_kernel<<<grid_for(vec4 ? (n + 3) / 4 : n, SWIGLU_THREADS), SWIGLU_THREADS, 0,
-	                        poros_cuda_compute_stream()>>>(out, gate, up, n, vec4);
+	check_pitch("swiglu_forward_cuda", "ld_out", ld_out, F);
+	cudaStream_t stream = poros_cuda_compute_stream();
+	if (ld_out == F) {
+		long n = (long)T * F;
+		bool vec4 = aligned16(gate) && aligned16(up) && ((uintptr_t)out & 7u) == 0;
+		swiglu_forward_kernel<<<grid_for(vec4 ? (n + 3) / 4 : n, SWIGLU_THREADS), SWIGLU_THREADS, 0, stream>>>(
+			out, gate, up, n, vec4);
+	} else {
+		bool vec4 = F % 4 == 0 && ld_out % 4 == 0 && aligned16(gate) && aligned16(up) &&
+		            ((uintptr_t)out & 7u) == 0;
+		long items = (long)T * (vec4 ? F / 4 : F);
+		swiglu_forward_rows_kernel<<<grid_for(items, SWIGLU_THREADS), SWIGLU_THREADS, 0, stream>>>(
+			out, ld_out, gate, up, T, F, vec4);
+	}
 	launchCheck();
 }
 
@@ -89,14 +127,50 @@ __global__ void swiglu_backward_kernel(bf16 *dgate, bf16 *dup, const float *dout
 		swiglu_grad16(dgate[i], dup[i], dout[i], gate[i], up[i]);
 }
 
-extern "C" void swiglu_backward_cuda(bf16 *dgate, bf16 *dup, const float *dout, const float *gate, const float *up,
-                                     long n)
+// dgate, dup (T,F) rows ld_d apart; dout, gate, up (T,F).  vec4: F and
+// ld_d multiples of 4, the fp32 bases 16-byte aligned, the bf16 ones 8.
+__global__ void swiglu_backward_rows_kernel(bf16 *dgate, bf16 *dup, long ld_d, const float *dout, const float *gate,
+                                            const float *up, long T, long F, bool vec4)
 {
-	if (n <= 0)
+	int per = vec4 ? 4 : 1;
+	long groups = F / per, items = T * groups, stride = (long)gridDim.x * blockDim.x;
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < items; i += stride) {
+		long t = item_row(i, groups, items), f = (i - t * groups) * per;
+		long e = t * F + f, o = t * ld_d + f;
+		if (vec4) {
+			float4 g = *(const float4 *)(gate + e), u = *(const float4 *)(up + e);
+			float4 dy = *(const float4 *)(dout + e);
+			bf16 dg[4], du[4];
+			swiglu_grad16(dg[0], du[0], dy.x, g.x, u.x);
+			swiglu_grad16(dg[1], du[1], dy.y, g.y, u.y);
+			swiglu_grad16(dg[2], du[2], dy.z, g.z, u.z);
+			swiglu_grad16(dg[3], du[3], dy.w, g.w, u.w);
+			*(uint2 *)(dgate + o) = make_uint2(dg[0] | (unsigned)dg[1] << 16, dg[2] | (unsigned)dg[3] << 16);
+			*(uint2 *)(dup + o) = make_uint2(du[0] | (unsigned)du[1] << 16, du[2] | (unsigned)du[3] << 16);
+		} else {
+			swiglu_grad16(dgate[o], dup[o], dout[e], gate[e], up[e]);
+		}
+	}
+}
+
+extern "C" void swiglu_backward_cuda(bf16 *dgate, bf16 *dup, int ld_d, const float *dout, const float *gate,
+                                     const float *up, int T, int F)
+{
+	if (T <= 0 || F <= 0)
 		return;
-	bool vec4 = ((uintptr_t)dgate & 7u) == 0 && ((uintptr_t)dup & 7u) == 0 && aligned16(dout) && aligned16(gate) &&
-	            aligned16(up);
-	swiglu_backward_kernel<<<grid_for(vec4 ? (n + 3) / 4 : n, SWIGLU_THREADS), SWIGLU_THREADS, 0,
-	                         poros_cuda_compute_stream()>>>(dgate, dup, dout, gate, up, n, vec4);
+	check_pitch("swiglu_backward_cuda", "ld_d", ld_d, F);
+	cudaStream_t stream = poros_cuda_compute_stream();
+	bool aligned = ((uintptr_t)dgate & 7u) == 0 && ((uintptr_t)dup & 7u) == 0 && aligned16(dout) &&
+	               aligned16(gate) && aligned16(up);
+	if (ld_d == F) {
+		long n = (long)T * F;
+		swiglu_backward_kernel<<<grid_for(aligned ? (n + 3) / 4 : n, SWIGLU_THREADS), SWIGLU_THREADS, 0, stream>>>(
+			dgate, dup, dout, gate, up, n, aligned);
+	} else {
+		bool vec4 = aligned && F % 4 == 0 && ld_d % 4 == 0;
+		long items = (long)T * (vec4 ? F / 4 : F);
+		swiglu_backward_rows_kernel<<<grid_for(items, SWIGLU_THREADS), SWIGLU_THREADS, 0, stream>>>(
+			dgate, dup, ld_d, dout, gate, up, T, F, vec4);
+	}
 	launchCheck();
 }

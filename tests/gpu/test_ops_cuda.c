@@ -17,7 +17,13 @@
  *
  * Shapes: odd small ones that take the kernels' scalar, unaligned and
  * fallback paths, then realistic ones (T=512, C=4096, H=32, G=8, D=128,
- * V=32000, F=11008).
+ * V=32000, F=11008, and Qwen2.5-32B's C=5120, F=27648).
+ *
+ * Row pitches: the ops whose operands may sit in a wider buffer (room for
+ * the LoRA extension, ops.h) run with ld > row length too.  A pitched
+ * output starts NaN where the op writes and a sentinel in the pad, which
+ * both the GPU's result and the CPU's reference must keep; a pitched
+ * input (the GEMMs') holds NaN in its pad, which must not reach a result.
  *
  * usage: test_ops_cuda [--small] [SUBSTRING...]
  *   --small     only the small shapes (quick enough for compute-sanitizer)
@@ -250,38 +256,144 @@ static const void *got(struct gpu_case *c, const char *name)
 	return case_find(c, name)->got[0];
 }
 
-static double absmax(const void *x, size_t n, int is_bf16)
+/* --- pitched buffers -------------------------------------------------------
+ * A (rows, cols) matrix whose rows are ld >= cols elements apart: columns
+ * cols..ld-1 of each row belong to another op (the LoRA extension), so an
+ * op must not write them in an output nor read them in an input.  Outputs
+ * start NaN where the op writes and PAD_BYTE in every pad byte, which
+ * must survive; inputs carry NaN in their pads, which must not reach any
+ * result.  ld == cols is the contiguous layout. */
+
+/* 0x5a5a5a5a as fp32 and 0x5a5a as bf16: 1.5e16, a value none of these ops
+ * produces from the inputs here */
+#define PAD_BYTE 0x5a
+
+static double value_at(const void *x, size_t i, int is_bf16)
+{
+	return is_bf16 ? f32_from_bf16(((const bf16 *)x)[i]) : ((const float *)x)[i];
+}
+
+/* rows*ld elements of elem bytes: each row's first cols elements all `fill`
+ * bytes, the rest `pad` bytes */
+static void *pitched_fill(size_t rows, size_t cols, size_t ld, size_t elem, int fill, int pad)
+{
+	unsigned char *p = xmalloc(rows * ld * elem);
+	for (size_t r = 0; r < rows; r++) {
+		memset(p + r * ld * elem, fill, cols * elem);
+		memset(p + (r * ld + cols) * elem, pad, (ld - cols) * elem);
+	}
+	return p;
+}
+
+/* An output's initial contents, on both sides: NaN (0xff bytes) where the
+ * op writes, so an element it skips cannot pass for a result, and
+ * PAD_BYTE in the pad. */
+static void *pitched_out_init(size_t rows, size_t cols, size_t ld, size_t elem)
+{
+	return pitched_fill(rows, cols, ld, elem, 0xff, PAD_BYTE);
+}
+
+/* src (rows, cols) contiguous spread to rows ld apart, NaN in the pad. */
+static void *pitched_copy(const void *src, size_t rows, size_t cols, size_t ld, size_t elem)
+{
+	unsigned char *p = pitched_fill(rows, cols, ld, elem, 0xff, 0xff);
+	for (size_t r = 0; r < rows; r++)
+		memcpy(p + r * ld * elem, (const unsigned char *)src + r * cols * elem, cols * elem);
+	return p;
+}
+
+/* Fails the case when any pad element of buf (rows, cols, ld) lost its
+ * PAD_BYTE bytes.  who: "gpu" for the op under test, "cpu" for the
+ * reference (a reference that writes its pad is no reference). */
+static void check_pad(struct gpu_case *c, const char *name, const char *who, const void *buf, size_t rows,
+                      size_t cols, size_t ld, size_t elem)
+{
+	if (ld == cols)
+		return;
+	const unsigned char *p = buf;
+	size_t clobbered = 0, first_r = 0, first_c = 0;
+	for (size_t r = 0; r < rows; r++) {
+		for (size_t k = cols; k < ld; k++) {
+			const unsigned char *e = p + (r * ld + k) * elem;
+			size_t b = 0;
+			while (b < elem && e[b] == PAD_BYTE)
+				b++;
+			if (b == elem)
+				continue;
+			if (!clobbered)
+				first_r = r, first_c = k;
+			clobbered++;
+		}
+	}
+	if (!clobbered) {
+		printf("    %-9s %s left the pad (columns %zu..%zu) alone  ok\n", name, who, cols, ld - 1);
+		return;
+	}
+	printf("    %-9s %s wrote %zu pad elements, first [%zu,%zu]  MISMATCH\n", name, who, clobbered, first_r,
+	       first_c);
+	c->bad++;
+}
+
+/* The GPU output's pad, and the CPU reference's. */
+static void check_pads(struct gpu_case *c, const char *name, const void *ref, size_t rows, size_t cols, size_t ld,
+                       size_t elem)
+{
+	check_pad(c, name, "cpu", ref, rows, cols, ld, elem);
+	check_pad(c, name, "gpu", got(c, name), rows, cols, ld, elem);
+}
+
+/* The inputs' values are finite, their pads NaN: a NaN in the reference
+ * means the CPU read a pad, and check() would take the GPU's NaN from the
+ * same mistake for agreement. */
+static void check_ref_finite(struct gpu_case *c, const char *name, const float *ref, size_t n)
+{
+	size_t nan = 0;
+	for (size_t i = 0; i < n; i++)
+		nan += isnan(ref[i]) != 0;
+	if (!nan) {
+		printf("    %-9s no NaN in the cpu reference  ok\n", name);
+		return;
+	}
+	printf("    %-9s %zu NaN in the cpu reference: it read an input's pad  MISMATCH\n", name, nan);
+	c->bad++;
+}
+
+/* Largest |x| over the rows' first cols elements (NaN ignored). */
+static double absmax_rows(const void *x, size_t rows, size_t cols, size_t ld, int is_bf16)
 {
 	double m = 0.0;
-	for (size_t i = 0; i < n; i++) {
-		double v = is_bf16 ? f32_from_bf16(((const bf16 *)x)[i]) : ((const float *)x)[i];
-		if (fabs(v) > m && !isnan(v))
-			m = fabs(v);
+	for (size_t r = 0; r < rows; r++) {
+		for (size_t k = 0; k < cols; k++) {
+			double v = fabs(value_at(x, r * ld + k, is_bf16));
+			if (v > m) /* false for NaN */
+				m = v;
+		}
 	}
 	return m;
 }
 
-/* Compares n values (fp32, or bf16 when is_bf16) with the CPU's: passes
- * when |got - ref| <= a_rel * max|ref| + rtol * |ref| everywhere (both NaN
- * counts as agreement: the ops' documented NaN results).  Prints the
- * largest errors, the worst element as a fraction of its tolerance, and
- * the first mismatches. */
-static void check(struct gpu_case *c, const char *name, const void *ref, size_t n, int is_bf16, double a_rel,
-                  double rtol)
+/* Compares the GPU output `name` with the CPU's ref, both (rows, cols)
+ * with rows ld apart, fp32 or bf16 (is_bf16), over each row's first cols
+ * elements: passes when |got - ref| <= a_rel * max|ref| + rtol * |ref|
+ * everywhere (both NaN counts as agreement: the ops' documented NaN
+ * results).  Prints the largest errors, the worst element as a fraction
+ * of its tolerance, and the first mismatches (index e = r*cols + k). */
+static void check_rows(struct gpu_case *c, const char *name, const void *ref, size_t rows, size_t cols, size_t ld,
+                       int is_bf16, double a_rel, double rtol)
 {
 	const void *g = got(c, name);
-	double atol = a_rel * absmax(ref, n, is_bf16);
+	double atol = a_rel * absmax_rows(ref, rows, cols, ld, is_bf16);
 	double max_abs = 0.0, max_rel = 0.0, worst = 0.0;
-	size_t bad = 0, first[5];
-	for (size_t i = 0; i < n; i++) {
-		double gv = is_bf16 ? f32_from_bf16(((const bf16 *)g)[i]) : ((const float *)g)[i];
-		double rv = is_bf16 ? f32_from_bf16(((const bf16 *)ref)[i]) : ((const float *)ref)[i];
+	size_t bad = 0, first[5], n = rows * cols;
+	for (size_t e = 0; e < n; e++) {
+		size_t i = e / cols * ld + e % cols;
+		double gv = value_at(g, i, is_bf16), rv = value_at(ref, i, is_bf16);
 		if (isnan(gv) && isnan(rv))
 			continue;
 		double err = fabs(gv - rv), lim = atol + rtol * fabs(rv);
 		if (!(err <= lim)) { /* NaN fails too */
 			if (bad < 5)
-				first[bad] = i;
+				first[bad] = e;
 			bad++;
 		}
 		if (isnan(err)) {
@@ -299,10 +411,9 @@ static void check(struct gpu_case *c, const char *name, const void *ref, size_t 
 	printf("    %-9s max_abs %.3e  max_rel %.3e  tol %.2e+%.1e*|ref|  worst %.3f of tol  %s\n", name, max_abs,
 	       max_rel, atol, rtol, worst, bad ? "MISMATCH" : "ok");
 	for (size_t k = 0; k < bad && k < 5; k++) {
-		size_t i = first[k];
-		double gv = is_bf16 ? f32_from_bf16(((const bf16 *)g)[i]) : ((const float *)g)[i];
-		double rv = is_bf16 ? f32_from_bf16(((const bf16 *)ref)[i]) : ((const float *)ref)[i];
-		printf("      [%zu] gpu % .9g  cpu % .9g  |diff| %.3g\n", i, gv, rv, fabs(gv - rv));
+		size_t e = first[k], i = e / cols * ld + e % cols;
+		double gv = value_at(g, i, is_bf16), rv = value_at(ref, i, is_bf16);
+		printf("      [%zu] gpu % .9g  cpu % .9g  |diff| %.3g\n", e, gv, rv, fabs(gv - rv));
 	}
 	if (bad) {
 		printf("      %zu of %zu elements outside tolerance\n", bad, n);
@@ -310,16 +421,27 @@ static void check(struct gpu_case *c, const char *name, const void *ref, size_t 
 	}
 }
 
-/* Bit-for-bit equality with the CPU, for ops whose arithmetic is the
- * same single rounding on both sides. */
-static void check_exact(struct gpu_case *c, const char *name, const void *ref, size_t bytes, size_t elem)
+/* check_rows for n contiguous values. */
+static void check(struct gpu_case *c, const char *name, const void *ref, size_t n, int is_bf16, double a_rel,
+                  double rtol)
+{
+	check_rows(c, name, ref, 1, n, n, is_bf16, a_rel, rtol);
+}
+
+/* Bit-for-bit equality with the CPU over columns col0..col0+cols-1 of
+ * each row (elements of elem bytes, rows ld apart; ref holds the whole
+ * rows too), for ops whose arithmetic is the same single rounding on both
+ * sides. */
+static void check_exact_cols(struct gpu_case *c, const char *name, const void *ref, size_t rows, size_t col0,
+                             size_t cols, size_t ld, size_t elem)
 {
 	const unsigned char *g = got(c, name), *r = ref;
-	size_t diff = 0, first = 0;
-	for (size_t i = 0; i < bytes; i += elem) {
-		if (memcmp(g + i, r + i, elem) != 0) {
+	size_t diff = 0, first = 0, n = rows * cols;
+	for (size_t e = 0; e < n; e++) {
+		size_t at = (e / cols * ld + col0 + e % cols) * elem;
+		if (memcmp(g + at, r + at, elem) != 0) {
 			if (!diff)
-				first = i / elem;
+				first = e;
 			diff++;
 		}
 	}
@@ -329,6 +451,19 @@ static void check_exact(struct gpu_case *c, const char *name, const void *ref, s
 	}
 	printf("    %-9s %zu elements differ from the CPU, first [%zu]  MISMATCH\n", name, diff, first);
 	c->bad++;
+}
+
+/* check_exact_cols over each row's first cols elements. */
+static void check_exact_rows(struct gpu_case *c, const char *name, const void *ref, size_t rows, size_t cols,
+                             size_t ld, size_t elem)
+{
+	check_exact_cols(c, name, ref, rows, 0, cols, ld, elem);
+}
+
+/* check_exact_rows for `bytes` contiguous bytes. */
+static void check_exact(struct gpu_case *c, const char *name, const void *ref, size_t bytes, size_t elem)
+{
+	check_exact_rows(c, name, ref, 1, bytes / elem, bytes / elem, elem);
 }
 
 /* Both GPU runs must leave the same bits in every output. */
@@ -417,13 +552,13 @@ struct rmsnorm_args {
 	const float *in, *dout, *rstd_in;
 	const bf16 *weight;
 	float eps;
-	int T, C;
+	int T, C, ld_out;
 };
 
 static void rmsnorm_fwd_gpu(const void *p)
 {
 	const struct rmsnorm_args *a = p;
-	gpu->ops->rmsnorm_forward(a->out_f32, a->out_bf16, a->rstd, a->in, a->weight, a->eps, a->T, a->C);
+	gpu->ops->rmsnorm_forward(a->out_f32, a->out_bf16, a->ld_out, a->rstd, a->in, a->weight, a->eps, a->T, a->C);
 }
 
 static void rmsnorm_bwd_gpu(const void *p)
@@ -435,20 +570,22 @@ static void rmsnorm_bwd_gpu(const void *p)
 /* The CPU sums x^2 in double, the GPU in fp32 (16 terms a thread, then a
  * tree): relative error of the sum ~24 * 2^-24 at worst, halved in rstd,
  * plus two roundings in y: 1e-5 relative is a 5x margin.  The bf16 output
- * adds one bf16 ulp. */
-static void test_rmsnorm_forward(int T, int C, int want_f32, int want_bf16)
+ * adds one bf16 ulp.  ld_out > C: both outputs pitched, the pads kept. */
+static void test_rmsnorm_forward(int T, int C, int ld_out, int want_f32, int want_bf16)
 {
 	struct gpu_case c;
-	if (!case_begin(&c, "rmsnorm_forward T=%d C=%d%s%s", T, C, want_f32 ? " out_f32" : "",
+	if (!case_begin(&c, "rmsnorm_forward T=%d C=%d ld_out=%d%s%s", T, C, ld_out, want_f32 ? " out_f32" : "",
 	                want_bf16 ? " out_bf16" : ""))
 		return;
-	size_t n = (size_t)T * C;
+	size_t n = (size_t)T * C, n_out = (size_t)T * ld_out;
 	float *in = rand_f32(n, -2, 2);
 	bf16 *w = rand_bf16((size_t)C, 0.5f, 1.5f);
-	float *ref = xmalloc(n * 4), *ref_rstd = xmalloc((size_t)T * 4);
-	bf16 *ref_bf = xmalloc(n * 2);
+	float *init_f32 = pitched_out_init((size_t)T, (size_t)C, (size_t)ld_out, 4);
+	bf16 *init_bf = pitched_out_init((size_t)T, (size_t)C, (size_t)ld_out, 2);
+	float *ref = dup_bytes(init_f32, n_out * 4), *ref_rstd = xmalloc((size_t)T * 4);
+	bf16 *ref_bf = dup_bytes(init_bf, n_out * 2);
 	double t0 = now_ms();
-	rmsnorm_forward_cpu(want_f32 ? ref : NULL, want_bf16 ? ref_bf : NULL, ref_rstd, in, w, 1e-6f, T, C);
+	rmsnorm_forward_cpu(want_f32 ? ref : NULL, want_bf16 ? ref_bf : NULL, ld_out, ref_rstd, in, w, 1e-6f, T, C);
 	c.cpu_ms = now_ms() - t0;
 
 	struct rmsnorm_args a = { 0 };
@@ -457,20 +594,27 @@ static void test_rmsnorm_forward(int T, int C, int want_f32, int want_bf16)
 	a.eps = 1e-6f;
 	a.T = T;
 	a.C = C;
+	a.ld_out = ld_out;
 	if (want_f32)
-		a.out_f32 = case_out(&c, "out_f32", n * 4, NULL, 0);
+		a.out_f32 = case_out(&c, "out_f32", n_out * 4, init_f32, 0);
 	if (want_bf16)
-		a.out_bf16 = case_out(&c, "out_bf16", n * 2, NULL, 0);
+		a.out_bf16 = case_out(&c, "out_bf16", n_out * 2, init_bf, 0);
 	a.rstd = case_out(&c, "rstd", (size_t)T * 4, NULL, 0);
 	case_run(&c, rmsnorm_fwd_gpu, &a);
-	if (want_f32)
-		check(&c, "out_f32", ref, n, 0, 1e-6, 1e-5);
-	if (want_bf16)
-		check(&c, "out_bf16", ref_bf, n, 1, 1e-6, BF16_RTOL);
+	if (want_f32) {
+		check_rows(&c, "out_f32", ref, (size_t)T, (size_t)C, (size_t)ld_out, 0, 1e-6, 1e-5);
+		check_pads(&c, "out_f32", ref, (size_t)T, (size_t)C, (size_t)ld_out, 4);
+	}
+	if (want_bf16) {
+		check_rows(&c, "out_bf16", ref_bf, (size_t)T, (size_t)C, (size_t)ld_out, 1, 1e-6, BF16_RTOL);
+		check_pads(&c, "out_bf16", ref_bf, (size_t)T, (size_t)C, (size_t)ld_out, 2);
+	}
 	check(&c, "rstd", ref_rstd, (size_t)T, 0, 0, 1e-5);
 	case_end(&c);
 	free(in);
 	free(w);
+	free(init_f32);
+	free(init_bf);
 	free(ref);
 	free(ref_rstd);
 	free(ref_bf);
@@ -488,7 +632,7 @@ static void test_rmsnorm_backward(int T, int C)
 	float *in = rand_f32(n, -2, 2), *dout = rand_f32(n, -1, 1), *din0 = rand_f32(n, -1, 1);
 	bf16 *w = rand_bf16((size_t)C, 0.5f, 1.5f);
 	float *rstd = xmalloc((size_t)T * 4);
-	rmsnorm_forward_cpu(NULL, NULL, rstd, in, w, 1e-6f, T, C);
+	rmsnorm_forward_cpu(NULL, NULL, C, rstd, in, w, 1e-6f, T, C);
 	float *ref = dup_bytes(din0, n * 4);
 	double t0 = now_ms();
 	rmsnorm_backward_cpu(ref, dout, in, w, rstd, T, C);
@@ -518,19 +662,21 @@ static void test_rmsnorm_backward(int T, int C)
 struct matmul_args {
 	float *out;
 	const bf16 *in, *weight, *bias;
+	int ld_in, ld_w; /* ld_in: rows of in (forward) or dout (backward) */
 	int T, K, N, accumulate;
 };
 
 static void matmul_fwd_gpu(const void *p)
 {
 	const struct matmul_args *a = p;
-	gpu->ops->matmul_forward(a->out, a->in, a->weight, a->bias, a->T, a->K, a->N, a->accumulate);
+	gpu->ops->matmul_forward(a->out, a->in, a->ld_in, a->weight, a->ld_w, a->bias, a->T, a->K, a->N,
+	                         a->accumulate);
 }
 
 static void matmul_bwd_gpu(const void *p)
 {
 	const struct matmul_args *a = p;
-	gpu->ops->matmul_backward_input(a->out, a->in, a->weight, a->T, a->K, a->N, a->accumulate);
+	gpu->ops->matmul_backward_input(a->out, a->in, a->ld_in, a->weight, a->ld_w, a->T, a->K, a->N, a->accumulate);
 }
 
 /* bf16 x bf16 products are exact in fp32, so CPU and GPU differ only in
@@ -544,27 +690,34 @@ static void matmul_bwd_gpu(const void *p)
 #define GEMM_A_REL 2e-5
 #define GEMM_RTOL 1e-5
 
-static void test_matmul_forward(int T, int K, int N, int with_bias, int accumulate)
+/* ld_in, ld_w > K: in and weight sit in wider buffers whose pad columns
+ * hold NaN; one read of them makes NaN of a whole output row or column. */
+static void test_matmul_forward(int T, int K, int N, int ld_in, int ld_w, int with_bias, int accumulate)
 {
 	struct gpu_case c;
-	if (!case_begin(&c, "matmul_forward T=%d K=%d N=%d%s%s", T, K, N, with_bias ? " bias" : "",
-	                accumulate ? " accumulate" : ""))
+	if (!case_begin(&c, "matmul_forward T=%d K=%d N=%d ld_in=%d ld_w=%d%s%s", T, K, N, ld_in, ld_w,
+	                with_bias ? " bias" : "", accumulate ? " accumulate" : ""))
 		return;
-	bf16 *in = rand_bf16((size_t)T * K, -1, 1), *w = rand_bf16((size_t)N * K, -1, 1);
+	bf16 *in0 = rand_bf16((size_t)T * K, -1, 1), *w0 = rand_bf16((size_t)N * K, -1, 1);
+	bf16 *in = pitched_copy(in0, (size_t)T, (size_t)K, (size_t)ld_in, 2);
+	bf16 *w = pitched_copy(w0, (size_t)N, (size_t)K, (size_t)ld_w, 2);
 	bf16 *bias = with_bias ? rand_bf16((size_t)N, -1, 1) : NULL;
 	float *out0 = rand_f32((size_t)T * N, -1, 1);
 	float *ref = dup_bytes(out0, (size_t)T * N * 4);
 	double t0 = now_ms();
-	matmul_forward_cpu(ref, in, w, bias, T, K, N, accumulate);
+	matmul_forward_cpu(ref, in, ld_in, w, ld_w, bias, T, K, N, accumulate);
 	c.cpu_ms = now_ms() - t0;
 
-	struct matmul_args a = { NULL, dev_from(in, (size_t)T * K * 2, 0), dev_from(w, (size_t)N * K * 2, 0),
-	                         bias ? dev_from(bias, (size_t)N * 2, 0) : NULL, T, K, N, accumulate };
+	struct matmul_args a = { NULL, dev_from(in, (size_t)T * ld_in * 2, 0), dev_from(w, (size_t)N * ld_w * 2, 0),
+	                         bias ? dev_from(bias, (size_t)N * 2, 0) : NULL, ld_in, ld_w, T, K, N, accumulate };
 	a.out = case_out(&c, "out", (size_t)T * N * 4, accumulate ? out0 : NULL, 0);
 	case_run(&c, matmul_fwd_gpu, &a);
+	check_ref_finite(&c, "out", ref, (size_t)T * N);
 	check(&c, "out", ref, (size_t)T * N, 0, GEMM_A_REL, GEMM_RTOL);
 	printf("    %.1f TFLOP/s\n", 2.0 * T * K * N / (c.gpu_ms * 1e-3) / 1e12);
 	case_end(&c);
+	free(in0);
+	free(w0);
 	free(in);
 	free(w);
 	free(bias);
@@ -572,26 +725,33 @@ static void test_matmul_forward(int T, int K, int N, int with_bias, int accumula
 	free(ref);
 }
 
-/* din (T,K) = dout (T,N) @ W (N,K): a sum over N; see GEMM_A_REL. */
-static void test_matmul_backward_input(int T, int K, int N, int accumulate)
+/* din (T,K) = dout (T,N) @ W (N,K): a sum over N; see GEMM_A_REL.
+ * ld_dout > N, ld_w > K: NaN pads, as in the forward. */
+static void test_matmul_backward_input(int T, int K, int N, int ld_dout, int ld_w, int accumulate)
 {
 	struct gpu_case c;
-	if (!case_begin(&c, "matmul_backward_input T=%d K=%d N=%d accumulate=%d", T, K, N, accumulate))
+	if (!case_begin(&c, "matmul_backward_input T=%d K=%d N=%d ld_dout=%d ld_w=%d accumulate=%d", T, K, N,
+	                ld_dout, ld_w, accumulate))
 		return;
-	bf16 *dout = rand_bf16((size_t)T * N, -1, 1), *w = rand_bf16((size_t)N * K, -1, 1);
+	bf16 *dout0 = rand_bf16((size_t)T * N, -1, 1), *w0 = rand_bf16((size_t)N * K, -1, 1);
+	bf16 *dout = pitched_copy(dout0, (size_t)T, (size_t)N, (size_t)ld_dout, 2);
+	bf16 *w = pitched_copy(w0, (size_t)N, (size_t)K, (size_t)ld_w, 2);
 	float *din0 = rand_f32((size_t)T * K, -1, 1);
 	float *ref = dup_bytes(din0, (size_t)T * K * 4);
 	double t0 = now_ms();
-	matmul_backward_input_cpu(ref, dout, w, T, K, N, accumulate);
+	matmul_backward_input_cpu(ref, dout, ld_dout, w, ld_w, T, K, N, accumulate);
 	c.cpu_ms = now_ms() - t0;
 
-	struct matmul_args a = { NULL, dev_from(dout, (size_t)T * N * 2, 0), dev_from(w, (size_t)N * K * 2, 0),
-	                         NULL, T, K, N, accumulate };
+	struct matmul_args a = { NULL, dev_from(dout, (size_t)T * ld_dout * 2, 0),
+	                         dev_from(w, (size_t)N * ld_w * 2, 0), NULL, ld_dout, ld_w, T, K, N, accumulate };
 	a.out = case_out(&c, "din", (size_t)T * K * 4, accumulate ? din0 : NULL, 0);
 	case_run(&c, matmul_bwd_gpu, &a);
+	check_ref_finite(&c, "din", ref, (size_t)T * K);
 	check(&c, "din", ref, (size_t)T * K, 0, GEMM_A_REL, GEMM_RTOL);
 	printf("    %.1f TFLOP/s\n", 2.0 * T * K * N / (c.gpu_ms * 1e-3) / 1e12);
 	case_end(&c);
+	free(dout0);
+	free(w0);
 	free(dout);
 	free(w);
 	free(din0);
@@ -612,14 +772,16 @@ struct lora_args {
 static void lora_fwd_gpu(const void *p)
 {
 	const struct lora_args *a = p;
-	gpu->ops->lora_forward(a->out, a->u, a->scratch, a->in, a->A, a->B, a->scale, a->p, a->seed, a->T, a->K, a->N, a->R);
+	gpu->ops->lora_forward(a->out, a->u, NULL /* ext */, a->scratch, a->in, a->K /* ld_in */, a->A, a->B, a->scale,
+	                       a->p, a->seed, a->T, a->K, a->N, a->R);
 }
 
 static void lora_bwd_gpu(const void *p)
 {
 	const struct lora_args *a = p;
-	gpu->ops->lora_backward(a->din, a->dA, a->dB, a->du, a->scratch, a->dout, a->in, a->u_in, a->A, a->B, a->scale, a->p,
-	                        a->seed, a->T, a->K, a->N, a->R, a->accumulate);
+	gpu->ops->lora_backward(a->din, a->dA, a->dB, a->du, NULL /* ext */, a->scratch, a->dout, a->N /* ld_dout */,
+	                        a->in, a->K /* ld_in */, a->u_in, a->A, a->B, a->scale, a->p, a->seed, a->T, a->K, a->N,
+	                        a->R, a->accumulate);
 }
 
 /* u is a K-term fp32 sum (the CPU in order; the GPU's CUDA-core kernel in
@@ -641,7 +803,7 @@ static void test_lora_forward(int T, int K, int N, int R, float p, int scratch)
 	uint64_t seed = 0xd40b0u + (uint64_t)K;
 	float *ref = dup_bytes(out0, (size_t)T * N * 4), *ref_u = xmalloc((size_t)T * R * 4);
 	double t0 = now_ms();
-	lora_forward_cpu(ref, ref_u, NULL, in, A, B, scale, p, seed, T, K, N, R);
+	lora_forward_cpu(ref, ref_u, NULL, NULL, in, K, A, B, scale, p, seed, T, K, N, R);
 	c.cpu_ms = now_ms() - t0;
 
 	struct lora_args a = { 0 };
@@ -689,12 +851,12 @@ static void test_lora_backward(int T, int K, int N, int R, float p, int with_din
 	/* u as the CPU forward leaves it, the same input for both backwards */
 	float *u = xmalloc((size_t)T * R * 4), *scratch_out = xmalloc((size_t)T * N * 4);
 	memset(scratch_out, 0, (size_t)T * N * 4);
-	lora_forward_cpu(scratch_out, u, NULL, in, A, B, scale, p, seed, T, K, N, R);
+	lora_forward_cpu(scratch_out, u, NULL, NULL, in, K, A, B, scale, p, seed, T, K, N, R);
 	float *ref_dA = dup_bytes(dA0, (size_t)R * K * 4), *ref_dB = dup_bytes(dB0, (size_t)N * R * 4);
 	float *ref_din = dup_bytes(din0, (size_t)T * K * 4), *ref_du = xmalloc((size_t)T * R * 4);
 	double t0 = now_ms();
-	lora_backward_cpu(with_din ? ref_din : NULL, ref_dA, ref_dB, ref_du, NULL, dout, in, u, A, B, scale, p, seed, T, K,
-	                  N, R, with_din == 2);
+	lora_backward_cpu(with_din ? ref_din : NULL, ref_dA, ref_dB, ref_du, NULL, NULL, dout, N, in, K, u, A, B, scale, p,
+	                  seed, T, K, N, R, with_din == 2);
 	c.cpu_ms = now_ms() - t0;
 
 	struct lora_args a = { 0 };
@@ -735,6 +897,122 @@ static void test_lora_backward(int T, int K, int N, int R, float p, int with_din
 	free(ref_dB);
 	free(ref_din);
 	free(ref_du);
+}
+
+/* --- the LoRA extension --------------------------------------------------- */
+
+
+struct ext_args {
+	bf16 *x, *W, *dout;
+	float *u, *out, *du, *dA, *dB, *din, *scratch;
+	const float *u_in, *A, *B;
+	const bf16 *bias;
+	float scale, p;
+	int T, K, N, R, E;
+};
+
+/* The engine's forward of one projection with the extension: the weight
+ * side, u's parts into x's spare columns, one GEMM over K + E. */
+static void ext_fwd_gpu(const void *p)
+{
+	const struct ext_args *a = p;
+	int ld = a->K + a->E;
+	gpu->ops->lora_weight_ext(a->W, ld, a->A, a->B, a->bias, a->scale, a->K, a->N, a->R);
+	gpu->ops->lora_forward(NULL, a->u, a->x + a->K, a->scratch, a->x, ld, a->A, a->B, a->scale, a->p, 77, a->T,
+	                       a->K, a->N, a->R);
+	gpu->ops->matmul_forward(a->out, a->x, ld, a->W, ld, NULL, a->T, ld, a->N, 0);
+}
+
+/* ... and its backward (no dropout): du's parts into dout's spare
+ * columns, one GEMM over N + E (the weight's extension rows). */
+static void ext_bwd_gpu(const void *p)
+{
+	const struct ext_args *a = p;
+	int ldw = a->K + a->E, ldd = a->N + a->E;
+	gpu->ops->lora_weight_ext(a->W, ldw, a->A, a->B, a->bias, a->scale, a->K, a->N, a->R);
+	gpu->ops->lora_backward(NULL, a->dA, a->dB, a->du, a->dout + a->N, a->scratch, a->dout, ldd, a->x, ldw, a->u_in,
+	                        a->A, a->B, a->scale, 0.0f, 0, a->T, a->K, a->N, a->R, 0);
+	gpu->ops->matmul_backward_input(a->din, a->dout, ldd, a->W, ldw, a->T, a->K, ldd, 0);
+}
+
+/* The extension on the GPU against the same three ops on the CPU.  The
+ * weight side is one rounding per element on both (bitwise equal, the
+ * unused corner untouched); u, du, dA, dB are the lora ops' sums; out and
+ * din are GEMMs over K + E (N + E) exact products: GEMM tolerances.  A
+ * trained B (not PEFT's zeros), a bias, and a scale that rounds. */
+static void test_lora_ext(int T, int K, int N, int R, float p, int backward, int scratch)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "lora_ext %s T=%d K=%d N=%d R=%d dropout=%g%s", backward ? "backward" : "forward", T, K, N,
+	                R, p, scratch ? " scratch" : ""))
+		return;
+	int E = lora_ext_cols(R), ldx = K + E, ldd = N + E;
+	float bound = 1.0f / sqrtf((float)K), scale = 0.75f;
+	float *A = rand_f32((size_t)R * K, -bound, bound), *B = rand_f32((size_t)N * R, -0.5f, 0.5f);
+	bf16 *bias = rand_bf16((size_t)N, -1, 1);
+	bf16 *x = rand_bf16((size_t)T * ldx, -1, 1);                /* spare columns: garbage the op overwrites */
+	bf16 *W = rand_bf16((size_t)(N + E) * ldx, -0.05f, 0.05f);   /* the corner too, which must survive */
+	bf16 *dout = rand_bf16((size_t)T * ldd, -1, 1);
+	float *u = xmalloc((size_t)T * R * 4), *out = xmalloc((size_t)T * N * 4), *du = xmalloc((size_t)T * R * 4);
+	float *dA = xmalloc((size_t)R * K * 4), *dB = xmalloc((size_t)N * R * 4), *din = xmalloc((size_t)T * K * 4);
+	bf16 *refW = dup_bytes(W, (size_t)(N + E) * ldx * 2), *refx = dup_bytes(x, (size_t)T * ldx * 2);
+	bf16 *refd = dup_bytes(dout, (size_t)T * ldd * 2);
+	memset(dA, 0, (size_t)R * K * 4);
+	memset(dB, 0, (size_t)N * R * 4);
+	float *zA = dup_bytes(dA, (size_t)R * K * 4), *zB = dup_bytes(dB, (size_t)N * R * 4);
+	double t0 = now_ms();
+	lora_weight_ext_cpu(refW, ldx, A, B, bias, scale, K, N, R);
+	lora_forward_cpu(NULL, u, refx + K, NULL, refx, ldx, A, B, scale, p, 77, T, K, N, R);
+	if (!backward) {
+		matmul_forward_cpu(out, refx, ldx, refW, ldx, NULL, T, ldx, N, 0);
+	} else {
+		lora_backward_cpu(NULL, dA, dB, du, refd + N, NULL, refd, ldd, refx, ldx, u, A, B, scale, 0.0f, 0, T, K, N, R,
+		                  0);
+		matmul_backward_input_cpu(din, refd, ldd, refW, ldx, T, K, ldd, 0);
+	}
+	c.cpu_ms = now_ms() - t0;
+
+	struct ext_args a = { 0 };
+	a.A = dev_from(A, (size_t)R * K * 4, 0);
+	a.B = dev_from(B, (size_t)N * R * 4, 0);
+	a.bias = dev_from(bias, (size_t)N * 2, 0);
+	a.scale = scale;
+	a.p = p;
+	a.T = T, a.K = K, a.N = N, a.R = R, a.E = E;
+	a.W = case_out(&c, "W", (size_t)(N + E) * ldx * 2, W, 0);
+	if (scratch)
+		a.scratch = case_scratch(&c, (size_t)T * K * 4);
+	if (!backward) {
+		a.x = case_out(&c, "x", (size_t)T * ldx * 2, x, 0);
+		a.u = case_out(&c, "u", (size_t)T * R * 4, NULL, 0);
+		a.out = case_out(&c, "out", (size_t)T * N * 4, NULL, 0);
+		case_run(&c, ext_fwd_gpu, &a);
+		check(&c, "u", u, (size_t)T * R, 0, GEMM_A_REL, GEMM_RTOL);
+		check(&c, "out", out, (size_t)T * N, 0, GEMM_A_REL, GEMM_RTOL);
+		check_exact_rows(&c, "x", refx, T, K, ldx, 2); /* the input itself untouched */
+		check_exact_cols(&c, "x", refx, T, K + 9 * R, E - 9 * R, ldx, 2); /* the row tails: 1, zeros */
+	} else {
+		/* the backward reads u as the CPU forward left it, and x with the
+		 * CPU's extension parts in its spare columns (never read there) */
+		a.x = (bf16 *)dev_from(refx, (size_t)T * ldx * 2, 0);
+		a.u_in = dev_from(u, (size_t)T * R * 4, 0);
+		a.dout = case_out(&c, "dout", (size_t)T * ldd * 2, dout, 0);
+		a.du = case_out(&c, "du", (size_t)T * R * 4, NULL, 0);
+		a.dA = case_out(&c, "dA", (size_t)R * K * 4, zA, 0); /* accumulated from 0, as on the CPU */
+		a.dB = case_out(&c, "dB", (size_t)N * R * 4, zB, 0);
+		a.din = case_out(&c, "din", (size_t)T * K * 4, NULL, 0);
+		case_run(&c, ext_bwd_gpu, &a);
+		check(&c, "du", du, (size_t)T * R, 0, 5e-5, 1e-4);
+		check(&c, "dA", dA, (size_t)R * K, 0, 5e-5, 1e-4);
+		check(&c, "dB", dB, (size_t)N * R, 0, 5e-5, 1e-4);
+		check(&c, "din", din, (size_t)T * K, 0, GEMM_A_REL, 1e-4);
+		check_exact_rows(&c, "dout", refd, T, N, ldd, 2);
+		check_exact_cols(&c, "dout", refd, T, N + 9 * R, E - 9 * R, ldd, 2); /* zeros: no ones column */
+	}
+	check_exact(&c, "W", refW, (size_t)(N + E) * ldx * 2, 2);
+	case_end(&c);
+	free(A), free(B), free(bias), free(x), free(W), free(dout), free(u), free(out), free(du), free(dA), free(dB);
+	free(din), free(refW), free(refx), free(refd), free(zA), free(zB);
 }
 
 /* --- rope ---------------------------------------------------------------- */
@@ -801,13 +1079,14 @@ struct attention_args {
 	bf16 *out;
 	float *lse, *scratch, *dq, *dk, *dv;
 	const float *q, *k, *v, *dout, *lse_in;
-	int B, S, H, G, D;
+	int B, S, H, G, D, ld_out;
 };
 
 static void attention_fwd_gpu(const void *p)
 {
 	const struct attention_args *a = p;
-	gpu->ops->attention_forward(a->out, a->lse, a->scratch, a->q, a->k, a->v, a->B, a->S, a->H, a->G, a->D);
+	gpu->ops->attention_forward(a->out, a->ld_out, a->lse, a->scratch, a->q, a->k, a->v, a->B, a->S, a->H, a->G,
+	                            a->D);
 }
 
 static void attention_bwd_gpu(const void *p)
@@ -833,31 +1112,33 @@ static void attention_bwd_gpu(const void *p)
  * rounding after the products and is good to a few ulps of its terms
  * (|lse| <= ~8 here, ulp 5e-7), and can cancel to near zero: 2e-6 of
  * max|lse| absolute, 1e-5 relative (a CPU that did not round q and k
- * misses by 2.4e-4). */
-static void test_attention_forward(int B, int S, int H, int G, int D)
+ * misses by 2.4e-4).  ld_out > H*D: out pitched, the pads kept. */
+static void test_attention_forward(int B, int S, int H, int G, int D, int ld_out)
 {
 	struct gpu_case c;
-	if (!case_begin(&c, "attention_forward B=%d S=%d H=%d G=%d D=%d", B, S, H, G, D))
+	if (!case_begin(&c, "attention_forward B=%d S=%d H=%d G=%d D=%d ld_out=%d", B, S, H, G, D, ld_out))
 		return;
-	size_t T = (size_t)B * S;
+	size_t T = (size_t)B * S, HD = (size_t)H * D;
 	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
 	size_t sf = attention_scratch_floats(B, S, H, G, D);
 	float *scratch = xmalloc(sf * 4), *ref_lse = xmalloc((size_t)B * H * S * 4);
-	bf16 *ref = xmalloc(T * H * D * 2);
+	bf16 *init = pitched_out_init(T, HD, (size_t)ld_out, 2);
+	bf16 *ref = dup_bytes(init, T * ld_out * 2);
 	double t0 = now_ms();
-	attention_forward_cpu(ref, ref_lse, scratch, q, k, v, B, S, H, G, D);
+	attention_forward_cpu(ref, ld_out, ref_lse, scratch, q, k, v, B, S, H, G, D);
 	c.cpu_ms = now_ms() - t0;
 
 	struct attention_args a = { 0 };
 	a.q = dev_from(q, T * H * D * 4, 0);
 	a.k = dev_from(k, T * G * D * 4, 0);
 	a.v = dev_from(v, T * G * D * 4, 0);
-	a.B = B, a.S = S, a.H = H, a.G = G, a.D = D;
-	a.out = case_out(&c, "out", T * H * D * 2, NULL, 0);
+	a.B = B, a.S = S, a.H = H, a.G = G, a.D = D, a.ld_out = ld_out;
+	a.out = case_out(&c, "out", T * ld_out * 2, init, 0);
 	a.lse = case_out(&c, "lse", (size_t)B * H * S * 4, NULL, 0);
 	a.scratch = case_scratch(&c, sf * 4);
 	case_run(&c, attention_fwd_gpu, &a);
-	check(&c, "out", ref, T * H * D, 1, 1e-3, BF16_RTOL);
+	check_rows(&c, "out", ref, T, HD, (size_t)ld_out, 1, 1e-3, BF16_RTOL);
+	check_pads(&c, "out", ref, T, HD, (size_t)ld_out, 2);
 	check(&c, "lse", ref_lse, (size_t)B * H * S, 0, 2e-6, 1e-5);
 	case_end(&c);
 	free(q);
@@ -865,6 +1146,7 @@ static void test_attention_forward(int B, int S, int H, int G, int D)
 	free(v);
 	free(scratch);
 	free(ref_lse);
+	free(init);
 	free(ref);
 }
 
@@ -889,7 +1171,7 @@ static void test_attention_backward(int B, int S, int H, int G, int D)
 	size_t sf = attention_scratch_floats(B, S, H, G, D);
 	float *scratch = xmalloc(sf * 4), *lse = xmalloc((size_t)B * H * S * 4);
 	bf16 *out = xmalloc(T * H * D * 2);
-	attention_forward_cpu(out, lse, scratch, q, k, v, B, S, H, G, D);
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, B, S, H, G, D);
 	float *ref_dq = xmalloc(T * H * D * 4), *ref_dk = xmalloc(T * G * D * 4), *ref_dv = xmalloc(T * G * D * 4);
 	double t0 = now_ms();
 	attention_backward_cpu(ref_dq, ref_dk, ref_dv, scratch, dout, q, k, v, lse, B, S, H, G, D);
@@ -928,63 +1210,70 @@ static void test_attention_backward(int B, int S, int H, int G, int D)
 struct swiglu_args {
 	bf16 *out, *dgate, *dup;
 	const float *gate, *up, *dout;
-	long n;
+	int T, F, ld; /* ld: rows of out, or of dgate and dup */
 };
 
 static void swiglu_fwd_gpu(const void *p)
 {
 	const struct swiglu_args *a = p;
-	gpu->ops->swiglu_forward(a->out, a->gate, a->up, a->n);
+	gpu->ops->swiglu_forward(a->out, a->ld, a->gate, a->up, a->T, a->F);
 }
 
 static void swiglu_bwd_gpu(const void *p)
 {
 	const struct swiglu_args *a = p;
-	gpu->ops->swiglu_backward(a->dgate, a->dup, a->dout, a->gate, a->up, a->n);
+	gpu->ops->swiglu_backward(a->dgate, a->dup, a->ld, a->dout, a->gate, a->up, a->T, a->F);
 }
 
 /* The same formula on both sides; CUDA's expf is within 2 ulps, glibc's
  * within 1, so values differ by a few fp32 ulps (1e-6 of max plus 1e-5
  * relative covers the cancellation in 1 + g(1 - sig)), and bf16 outputs by
  * one bf16 ulp.  `offset` shifts every pointer by 4 bytes (the unaligned
- * path). */
-static void test_swiglu(long n, int offset, int backward)
+ * path); ld > F: the bf16 outputs pitched, the pads kept. */
+static void test_swiglu(int T, int F, int ld, int offset, int backward)
 {
 	struct gpu_case c;
-	if (!case_begin(&c, "swiglu_%s n=%ld%s", backward ? "backward" : "forward", n, offset ? " unaligned" : ""))
+	if (!case_begin(&c, "swiglu_%s T=%d F=%d ld=%d%s", backward ? "backward" : "forward", T, F, ld,
+	                offset ? " unaligned" : ""))
 		return;
-	size_t off = offset ? 4 : 0;
-	float *gate = rand_f32((size_t)n, -6, 6), *up = rand_f32((size_t)n, -2, 2), *dout = rand_f32((size_t)n, -1, 1);
-	bf16 *ref = xmalloc((size_t)n * 2), *ref_dg = xmalloc((size_t)n * 2), *ref_du = xmalloc((size_t)n * 2);
+	size_t off = offset ? 4 : 0, n = (size_t)T * F, n_out = (size_t)T * ld;
+	float *gate = rand_f32(n, -6, 6), *up = rand_f32(n, -2, 2), *dout = rand_f32(n, -1, 1);
+	bf16 *init = pitched_out_init((size_t)T, (size_t)F, (size_t)ld, 2);
+	bf16 *ref = dup_bytes(init, n_out * 2), *ref_dg = dup_bytes(init, n_out * 2);
+	bf16 *ref_du = dup_bytes(init, n_out * 2);
 	double t0 = now_ms();
 	if (backward)
-		swiglu_backward_cpu(ref_dg, ref_du, dout, gate, up, n);
+		swiglu_backward_cpu(ref_dg, ref_du, ld, dout, gate, up, T, F);
 	else
-		swiglu_forward_cpu(ref, gate, up, n);
+		swiglu_forward_cpu(ref, ld, gate, up, T, F);
 	c.cpu_ms = now_ms() - t0;
 
 	struct swiglu_args a = { 0 };
-	a.gate = dev_from(gate, (size_t)n * 4, off);
-	a.up = dev_from(up, (size_t)n * 4, off);
-	a.dout = dev_from(dout, (size_t)n * 4, off);
-	a.n = n;
+	a.gate = dev_from(gate, n * 4, off);
+	a.up = dev_from(up, n * 4, off);
+	a.dout = dev_from(dout, n * 4, off);
+	a.T = T, a.F = F, a.ld = ld;
 	if (backward) {
-		a.dgate = case_out(&c, "dgate", (size_t)n * 2, NULL, off / 2);
-		a.dup = case_out(&c, "dup", (size_t)n * 2, NULL, off / 2);
+		a.dgate = case_out(&c, "dgate", n_out * 2, init, off / 2);
+		a.dup = case_out(&c, "dup", n_out * 2, init, off / 2);
 	} else {
-		a.out = case_out(&c, "out", (size_t)n * 2, NULL, off / 2);
+		a.out = case_out(&c, "out", n_out * 2, init, off / 2);
 	}
 	case_run(&c, backward ? swiglu_bwd_gpu : swiglu_fwd_gpu, &a);
 	if (backward) {
-		check(&c, "dgate", ref_dg, (size_t)n, 1, 1e-6, BF16_RTOL);
-		check(&c, "dup", ref_du, (size_t)n, 1, 1e-6, BF16_RTOL);
+		check_rows(&c, "dgate", ref_dg, (size_t)T, (size_t)F, (size_t)ld, 1, 1e-6, BF16_RTOL);
+		check_pads(&c, "dgate", ref_dg, (size_t)T, (size_t)F, (size_t)ld, 2);
+		check_rows(&c, "dup", ref_du, (size_t)T, (size_t)F, (size_t)ld, 1, 1e-6, BF16_RTOL);
+		check_pads(&c, "dup", ref_du, (size_t)T, (size_t)F, (size_t)ld, 2);
 	} else {
-		check(&c, "out", ref, (size_t)n, 1, 1e-6, BF16_RTOL);
+		check_rows(&c, "out", ref, (size_t)T, (size_t)F, (size_t)ld, 1, 1e-6, BF16_RTOL);
+		check_pads(&c, "out", ref, (size_t)T, (size_t)F, (size_t)ld, 2);
 	}
 	case_end(&c);
 	free(gate);
 	free(up);
 	free(dout);
+	free(init);
 	free(ref);
 	free(ref_dg);
 	free(ref_du);
@@ -1009,7 +1298,11 @@ static void ce_gpu(const void *p)
 
 /* The CPU sums the row's exponentials in double, the GPU in fp32 (online,
  * then a tree): the sum agrees to ~1e-6 relative, so the loss (a log of
- * it, plus max - x[y]) to ~1e-6 absolute: 1e-5 relative.  dlogits are
+ * it, plus max - x[y]) to ~1e-6 absolute, whatever its size: a row whose
+ * target holds nearly all the mass has a loss near 0 made of two terms
+ * of order 10 that cancel, so the bound is 1e-6 of the largest loss
+ * plus 1e-5 relative (a loss of 6.6e-4 came out 8.9e-8 apart, 1.4e-4
+ * relative).  dlogits are
  * (p - onehot) * dloss in bf16: one bf16 ulp relative, and an absolute
  * floor far below the smallest probabilities (~1e-7 * dloss here), so a
  * wrong small p cannot hide under it.  Every ignore_every-th row is
@@ -1037,7 +1330,7 @@ static void test_crossentropy(int T, int V, int ignore_every, int target_past_en
 	a.dlogits = case_out(&c, "dlogits", n * 2, NULL, 0);
 	a.losses = case_out(&c, "losses", (size_t)T * 4, NULL, 0);
 	case_run(&c, ce_gpu, &a);
-	check(&c, "losses", ref_loss, (size_t)T, 0, 0, 1e-5);
+	check(&c, "losses", ref_loss, (size_t)T, 0, 1e-6, 1e-5);
 	check(&c, "dlogits", ref, n, 1, 1e-9, BF16_RTOL);
 	case_end(&c);
 	free(logits);
@@ -1051,7 +1344,9 @@ static void test_crossentropy(int T, int V, int ignore_every, int target_past_en
 struct elementwise_args {
 	void *out;
 	const void *in, *aux;
-	long n;
+	long n;            /* add_inplace */
+	long rows;         /* cast, nf4: out (rows,cols), rows ld apart */
+	int cols, ld;
 };
 
 static void add_gpu(const void *p)
@@ -1063,13 +1358,13 @@ static void add_gpu(const void *p)
 static void cast_gpu(const void *p)
 {
 	const struct elementwise_args *a = p;
-	gpu->ops->cast_f32_to_bf16(a->out, a->in, a->n);
+	gpu->ops->cast_f32_to_bf16(a->out, a->ld, a->in, a->rows, a->cols);
 }
 
 static void nf4_gpu(const void *p)
 {
 	const struct elementwise_args *a = p;
-	gpu->ops->nf4_dequantize(a->out, a->in, a->aux, a->n);
+	gpu->ops->nf4_dequantize(a->out, a->ld, a->in, a->aux, a->rows, a->cols);
 }
 
 /* One fp32 add per element on both sides: bitwise equal. */
@@ -1084,7 +1379,7 @@ static void test_add_inplace(long n, int offset)
 	double t0 = now_ms();
 	add_inplace_cpu(ref, b, n);
 	c.cpu_ms = now_ms() - t0;
-	struct elementwise_args a = { NULL, dev_from(b, (size_t)n * 4, off), NULL, n };
+	struct elementwise_args a = { NULL, dev_from(b, (size_t)n * 4, off), NULL, n, 0, 0, 0 };
 	a.out = case_out(&c, "a", (size_t)n * 4, a0, off);
 	case_run(&c, add_gpu, &a);
 	check_exact(&c, "a", ref, (size_t)n * 4, 4);
@@ -1095,60 +1390,70 @@ static void test_add_inplace(long n, int offset)
 }
 
 /* The same rounding recipe on both sides: bitwise equal, including NaN,
- * infinities, signed zeros, ties, subnormals and overflow to infinity. */
-static void test_cast(long n, int offset)
+ * infinities, signed zeros, ties, subnormals and overflow to infinity.
+ * ld > cols: out pitched, the pads kept. */
+static void test_cast(long rows, int cols, int ld, int offset)
 {
 	struct gpu_case c;
-	if (!case_begin(&c, "cast_f32_to_bf16 n=%ld%s", n, offset ? " unaligned" : ""))
+	if (!case_begin(&c, "cast_f32_to_bf16 rows=%ld cols=%d ld=%d%s", rows, cols, ld, offset ? " unaligned" : ""))
 		return;
-	size_t off = offset ? 4 : 0;
-	float *in = rand_f32((size_t)n, -1000, 1000);
+	size_t off = offset ? 4 : 0, n = (size_t)rows * cols, n_out = (size_t)rows * ld;
+	float *in = rand_f32(n, -1000, 1000);
 	static const uint32_t special[] = {
 		0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7f800000u, 0xff800000u, 0x00000000u, 0x80000000u,
 		0x3f808000u, 0x3f818000u, 0x3f80c000u, 0x3f807fffu, 0x00000001u, 0x807fffffu, 0x7f7fffffu,
 		0xff7fffffu, 0x7f7f8000u,
 	};
 	size_t ns = sizeof special / sizeof special[0];
-	for (size_t i = 0; i < ns && i < (size_t)n; i++)
+	for (size_t i = 0; i < ns && i < n; i++)
 		memcpy(&in[i], &special[i], 4);
-	bf16 *ref = xmalloc((size_t)n * 2);
+	bf16 *init = pitched_out_init((size_t)rows, (size_t)cols, (size_t)ld, 2);
+	bf16 *ref = dup_bytes(init, n_out * 2);
 	double t0 = now_ms();
-	cast_f32_to_bf16_cpu(ref, in, n);
+	cast_f32_to_bf16_cpu(ref, ld, in, rows, cols);
 	c.cpu_ms = now_ms() - t0;
-	struct elementwise_args a = { NULL, dev_from(in, (size_t)n * 4, off), NULL, n };
-	a.out = case_out(&c, "out", (size_t)n * 2, NULL, off / 2);
+	struct elementwise_args a = { NULL, dev_from(in, n * 4, off), NULL, 0, rows, cols, ld };
+	a.out = case_out(&c, "out", n_out * 2, init, off / 2);
 	case_run(&c, cast_gpu, &a);
-	check_exact(&c, "out", ref, (size_t)n * 2, 2);
+	check_exact_rows(&c, "out", ref, (size_t)rows, (size_t)cols, (size_t)ld, 2);
+	check_pads(&c, "out", ref, (size_t)rows, (size_t)cols, (size_t)ld, 2);
 	case_end(&c);
 	free(in);
+	free(init);
 	free(ref);
 }
 
 /* code * absmax is one fp32 multiply on both sides, then the same rounding:
  * bitwise equal.  offset: the packed bytes 1 byte and the output 2 bytes
- * off alignment (the byte-wise kernel). */
-static void test_nf4(long n, int offset)
+ * off alignment (the byte-wise kernel); ld > cols: out pitched (a weight
+ * buffer with room for the LoRA extension), the pads kept; ld % 8 != 0
+ * takes the byte-wise kernel too. */
+static void test_nf4(long rows, int cols, int ld, int offset)
 {
 	struct gpu_case c;
-	if (!case_begin(&c, "nf4_dequantize n=%ld%s", n, offset ? " unaligned" : ""))
+	if (!case_begin(&c, "nf4_dequantize rows=%ld cols=%d ld=%d%s", rows, cols, ld, offset ? " unaligned" : ""))
 		return;
-	uint8_t *packed = xmalloc((size_t)n / 2);
-	for (long i = 0; i < n / 2; i++)
+	size_t n = (size_t)rows * cols, n_out = (size_t)rows * ld;
+	uint8_t *packed = xmalloc(n / 2);
+	for (size_t i = 0; i < n / 2; i++)
 		packed[i] = (uint8_t)(poros_mix64(rng_counter++) & 0xff);
-	float *absmax = rand_f32((size_t)n / POROS_NF4_BLOCK, 0.001f, 2.0f);
-	bf16 *ref = xmalloc((size_t)n * 2);
+	float *absmax = rand_f32(n / POROS_NF4_BLOCK, 0.001f, 2.0f);
+	bf16 *init = pitched_out_init((size_t)rows, (size_t)cols, (size_t)ld, 2);
+	bf16 *ref = dup_bytes(init, n_out * 2);
 	double t0 = now_ms();
-	nf4_dequantize_cpu(ref, packed, absmax, n);
+	nf4_dequantize_cpu(ref, ld, packed, absmax, rows, cols);
 	c.cpu_ms = now_ms() - t0;
-	struct elementwise_args a = { NULL, dev_from(packed, (size_t)n / 2, offset ? 1 : 0),
-	                              dev_from(absmax, (size_t)n / POROS_NF4_BLOCK * 4, 0), n };
-	a.out = case_out(&c, "out", (size_t)n * 2, NULL, offset ? 2 : 0);
+	struct elementwise_args a = { NULL, dev_from(packed, n / 2, offset ? 1 : 0),
+	                              dev_from(absmax, n / POROS_NF4_BLOCK * 4, 0), 0, rows, cols, ld };
+	a.out = case_out(&c, "out", n_out * 2, init, offset ? 2 : 0);
 	case_run(&c, nf4_gpu, &a);
-	check_exact(&c, "out", ref, (size_t)n * 2, 2);
+	check_exact_rows(&c, "out", ref, (size_t)rows, (size_t)cols, (size_t)ld, 2);
+	check_pads(&c, "out", ref, (size_t)rows, (size_t)cols, (size_t)ld, 2);
 	printf("    %.0f GB/s\n", (double)n * 2.5 / (c.gpu_ms * 1e-3) / 1e9);
 	case_end(&c);
 	free(packed);
 	free(absmax);
+	free(init);
 	free(ref);
 }
 
@@ -1249,11 +1554,22 @@ static void test_adamw(long n, int t, float wd, float grad_scale)
 static void run_small(void)
 {
 	test_embedding(7, 67, 11);
-	test_rmsnorm_forward(3, 33, 0, 1);
+	test_rmsnorm_forward(3, 33, 33, 0, 1);
+	/* pitched: odd ld (scalar rows), ld % 4 == 0 (vector rows), C % 4 == 0
+	 * but ld % 4 != 0 (scalar) */
+	test_rmsnorm_forward(3, 33, 37, 1, 1);
+	test_rmsnorm_forward(4, 64, 72, 1, 1);
+	test_rmsnorm_forward(4, 64, 66, 1, 1);
+	test_rmsnorm_forward(4, 64, 72, 0, 1);
 	test_rmsnorm_backward(3, 33);
-	test_matmul_forward(5, 19, 7, 1, 0);
-	test_matmul_forward(5, 19, 7, 1, 1);
-	test_matmul_backward_input(5, 19, 7, 1);
+	test_matmul_forward(5, 19, 7, 19, 19, 1, 0);
+	test_matmul_forward(5, 19, 7, 19, 19, 1, 1);
+	test_matmul_backward_input(5, 19, 7, 7, 19, 1);
+	/* pitched operands with NaN pads: odd pitches, then 16-byte ones */
+	test_matmul_forward(5, 19, 7, 23, 21, 1, 1);
+	test_matmul_forward(6, 40, 9, 48, 56, 0, 0);
+	test_matmul_backward_input(5, 19, 7, 9, 23, 1);
+	test_matmul_backward_input(6, 40, 24, 32, 48, 0);
 	for (int scratch = 0; scratch <= 1; scratch++) {
 		test_lora_forward(5, 33, 7, 3, 0.5f, scratch);
 		test_lora_backward(5, 33, 7, 3, 0.5f, 1, scratch);
@@ -1266,24 +1582,42 @@ static void run_small(void)
 		 * takes the CUDA-core sums in three token slices */
 		test_lora_backward(512, 16, 600, 4, 0.1f, 1, scratch);
 		test_lora_forward(64, 300, 70, 40, 0.1f, scratch); /* rank 40: three rank tiles of u */
+		/* the extension: CUDA-core u/du (small) and tensor-core ones whose
+		 * join writes the parts */
+		test_lora_ext(5, 64, 7, 3, 0.5f, 0, scratch);
+		test_lora_ext(5, 64, 7, 3, 0.0f, 1, scratch);
+		test_lora_ext(40, 128, 24, 4, 0.3f, 0, scratch);
+		test_lora_ext(40, 128, 24, 4, 0.0f, 1, scratch);
 	}
 	test_rope(2, 3, 3, 6, 0);
 	test_rope(2, 3, 3, 6, 1);
-	test_attention_forward(3, 5, 6, 3, 8);
-	test_attention_forward(2, 7, 4, 2, 16);  /* S < D: (T,H,D) buffers larger than a square */
-	test_attention_forward(1, 33, 2, 2, 64); /* MHA, odd S: rows off 16 bytes, the scalar row path */
+	test_attention_forward(3, 5, 6, 3, 8, 48);
+	test_attention_forward(2, 7, 4, 2, 16, 64);  /* S < D: (T,H,D) buffers larger than a square */
+	test_attention_forward(1, 33, 2, 2, 64, 128); /* MHA, odd S: rows off 16 bytes, the scalar row path */
+	test_attention_forward(3, 5, 6, 3, 8, 53);   /* pitched out, odd ld: the scalar cast */
+	test_attention_forward(2, 7, 4, 2, 16, 72);  /* pitched out, ld % 4 == 0: the vector cast */
 	test_attention_backward(3, 5, 6, 3, 8);
 	test_attention_backward(1, 33, 2, 2, 64);
-	test_attention_forward(1, 601, 2, 1, 16); /* odd S over two chunks: scalar in-place path */
+	test_attention_forward(1, 601, 2, 1, 16, 32); /* odd S over two chunks: scalar in-place path */
 	test_attention_backward(1, 601, 2, 1, 16);
-	test_swiglu(1001, 1, 0);
-	test_swiglu(1001, 1, 1);
+	for (int backward = 0; backward <= 1; backward++) {
+		test_swiglu(7, 143, 143, 1, backward);
+		test_swiglu(7, 143, 150, 0, backward); /* pitched, odd F: scalar rows */
+		test_swiglu(5, 64, 72, 0, backward);   /* pitched, vector rows */
+		test_swiglu(5, 64, 72, 1, backward);   /* pitched, unaligned: scalar rows */
+	}
 	test_crossentropy(3, 5, 2, 0);
 	test_crossentropy(4, 7, 0, 1); /* a target past the vocabulary: NaN loss */
 	test_add_inplace(1001, 1);
-	test_cast(1001, 1);
-	test_nf4(64, 0);
-	test_nf4(192, 1);
+	test_cast(7, 143, 143, 1);
+	test_cast(7, 143, 150, 0); /* pitched, odd cols: scalar rows */
+	test_cast(9, 64, 68, 0);   /* pitched, vector rows */
+	test_cast(9, 64, 68, 1);   /* pitched, unaligned: scalar rows */
+	test_nf4(1, 64, 64, 0);
+	test_nf4(3, 64, 64, 1);
+	test_nf4(3, 128, 136, 0); /* pitched, 16-byte rows: the chunk kernel, two rows a warp */
+	test_nf4(3, 64, 68, 0);   /* pitched, 8-byte rows: the byte kernel */
+	test_nf4(3, 128, 136, 1); /* pitched, unaligned: the byte kernel */
 	test_sumsq(1, 0);
 	test_sumsq(1000, 1);
 	test_adamw(37, 10, 0.0f, 0.5f);
@@ -1294,14 +1628,24 @@ static void run_small(void)
 static void run_realistic(void)
 {
 	test_embedding(512, 4096, 32000);
-	test_rmsnorm_forward(512, 4096, 1, 1);
-	test_rmsnorm_forward(512 * 8, 128, 1, 0); /* qwen3's per-head q/k norm */
+	test_rmsnorm_forward(512, 4096, 4096, 1, 1);
+	test_rmsnorm_forward(512 * 8, 128, 128, 1, 0); /* qwen3's per-head q/k norm */
+	/* Qwen2.5-32B's C = 5120 into a buffer with room for a rank-16 LoRA
+	 * extension: ld = 5120 + lora_ext_cols(16) = 5280 */
+	test_rmsnorm_forward(512, 5120, 5280, 1, 1);
 	test_rmsnorm_backward(512, 4096);
-	test_matmul_forward(512, 4096, 4096, 0, 0);
-	test_matmul_forward(512, 4096, 4096, 0, 1);      /* onto a LoRA term */
-	test_matmul_forward(512, 4096, 1024, 1, 1);      /* k/v projection with bias */
-	test_matmul_backward_input(128, 4096, 11008, 1); /* through gate/up */
-	test_matmul_backward_input(64, 11008, 4096, 0);  /* through down */
+	test_matmul_forward(512, 4096, 4096, 4096, 4096, 0, 0);
+	test_matmul_forward(512, 4096, 4096, 4096, 4096, 0, 1);       /* onto a LoRA term */
+	test_matmul_forward(512, 4096, 1024, 4096, 4096, 1, 1);       /* k/v projection with bias */
+	test_matmul_backward_input(128, 4096, 11008, 11008, 4096, 1); /* through gate/up */
+	test_matmul_backward_input(64, 11008, 4096, 4096, 11008, 0);  /* through down */
+	/* 32B shapes in extension-sized buffers (pitch 5280): the base GEMM
+	 * alone (K = 5120 of 5280), the GEMM with the extension (K = 5120 + 160
+	 * of a wider pitch), and the input gradient through a weight with its
+	 * extension rows (N = 5120 + 160) */
+	test_matmul_forward(512, 5120, 5120, 5280, 5280, 0, 0);
+	test_matmul_forward(512, 5280, 5120, 5312, 5312, 0, 0);
+	test_matmul_backward_input(512, 5120, 5280, 5312, 5280, 0);
 	/* both LoRA paths at model shapes, so the timings compare them (with a
 	 * scratch, what the engine runs: u and dA on tensor cores; K = 27648 is
 	 * Qwen2.5-32B's down_proj) */
@@ -1315,23 +1659,31 @@ static void run_realistic(void)
 		test_lora_backward(512, 4096, 1024, 8, 0.0f, 0, scratch);
 		test_lora_backward(512, 27648, 5120, 16, 0.0f, 1, scratch);
 		test_lora_backward(512, 5120, 27648, 16, 0.0f, 2, scratch); /* 32B gate/up */
+		test_lora_ext(512, 5120, 5120, 16, 0.0f, 0, scratch); /* 32B q/o with the extension */
+		test_lora_ext(512, 5120, 5120, 16, 0.0f, 1, scratch);
+		test_lora_ext(512, 27648, 5120, 16, 0.0f, 1, scratch); /* 32B down */
 	}
 	test_rope(1, 512, 32, 128, 0);
 	test_rope(1, 512, 32, 128, 1);
-	test_attention_forward(1, 512, 32, 8, 128);
-	test_attention_forward(2, 64, 8, 2, 64);  /* two sequences: one GEMM per product and sequence */
-	test_attention_forward(2, 300, 8, 2, 64); /* S % 4 == 0: vector row path, one partial chunk of 512 keys */
-	test_attention_forward(1, 1100, 4, 2, 64); /* three chunks: P16 written in place over read chunks */
+	test_attention_forward(1, 512, 32, 8, 128, 4096);
+	test_attention_forward(1, 512, 32, 8, 128, 4096 + 160); /* into the o projection's extension-sized buffer */
+	test_attention_forward(2, 64, 8, 2, 64, 512);  /* two sequences: one GEMM per product and sequence */
+	test_attention_forward(2, 300, 8, 2, 64, 512); /* S % 4 == 0: vector row path, one partial chunk of 512 keys */
+	test_attention_forward(1, 1100, 4, 2, 64, 256); /* three chunks: P16 written in place over read chunks */
 	test_attention_backward(1, 512, 32, 8, 128);
 	test_attention_backward(2, 64, 8, 2, 64);
 	test_attention_backward(2, 300, 8, 2, 64);
 	test_attention_backward(1, 1100, 4, 2, 64);
-	test_swiglu(512L * 11008, 0, 0);
-	test_swiglu(512L * 11008, 0, 1);
+	for (int backward = 0; backward <= 1; backward++) {
+		test_swiglu(512, 11008, 11008, 0, backward);
+		test_swiglu(512, 27648, 27648 + 160, 0, backward); /* 32B's F into the down projection's buffer */
+	}
 	test_crossentropy(512, 32000, 10, 0);
 	test_add_inplace(512L * 4096 + 3, 0);
-	test_cast(512L * 4096 + 1, 0);
-	test_nf4(4096L * 4096, 0);
+	test_cast(3, 699051, 699051, 0); /* 2^21 + 1 elements: the flat kernel's tail */
+	test_cast(512, 4096, 4096 + 160, 0);
+	test_nf4(4096, 4096, 4096, 0);
+	test_nf4(512, 5120, 5280, 0); /* a 32B weight's rows into an extension-sized buffer */
 	test_sumsq(16L * 1024 * 1024 + 5, 0);
 	test_adamw(1L << 20, 1, 0.01f, 1.0f);
 }

@@ -140,4 +140,60 @@ static inline int check_same_bits(const char *name, const void *a, const void *b
 	return 1;
 }
 
+/* Row pitches.  Pad columns of a pitched buffer hold a NaN pattern that
+ * no op computes from these tests' finite inputs: in an output, proof that
+ * the op left them alone; in an input, a NaN that would poison any sum
+ * that read it. */
+#define PAD_BF16 ((bf16)0x7fc1)
+#define PAD_F32_BITS 0x7fc12345u
+
+static inline void fill_bf16_bits(bf16 *x, long n, bf16 bits)
+{
+	for (long i = 0; i < n; i++)
+		x[i] = bits;
+}
+
+static inline void fill_f32_bits(float *x, long n, uint32_t bits)
+{
+	for (long i = 0; i < n; i++)
+		memcpy(x + i, &bits, sizeof bits);
+}
+
+/* dst (rows, ld) = src (rows, cols) contiguous, pad columns PAD_BF16. */
+static inline void pitch_bf16(bf16 *dst, int ld, const bf16 *src, long rows, int cols)
+{
+	fill_bf16_bits(dst, rows * ld, PAD_BF16);
+	for (long r = 0; r < rows; r++)
+		memcpy(dst + r * ld, src + r * cols, (size_t)cols * sizeof *src);
+}
+
+/* A pitched output got (rows, ld) of elem-byte elements against the
+ * unpitched result want (rows, cols): the first cols of every row bit for
+ * bit, and columns cols..ld-1 still the sentinel element pad (they belong
+ * to another op).  Reports the first difference of each kind. */
+static inline int check_pitched(const char *name, const void *got, int ld, const void *want, long rows, int cols,
+				size_t elem, const void *pad)
+{
+	const unsigned char *g = got, *w = want;
+	long bad_cols = 0, bad_pad = 0;
+	for (long r = 0; r < rows; r++) {
+		const unsigned char *row = g + (size_t)r * ld * elem;
+		for (int c = 0; c < ld; c++) {
+			int in_row = c < cols;
+			const void *expect = in_row ? w + ((size_t)r * cols + c) * elem : pad;
+			if (memcmp(row + (size_t)c * elem, expect, elem) == 0)
+				continue;
+			if ((in_row ? bad_cols++ : bad_pad++) == 0)
+				printf("  %s: row %ld column %d: %s\n", name, r, c,
+				       in_row ? "differs from the unpitched result" : "pad column overwritten");
+		}
+	}
+	int ok = bad_cols == 0 && bad_pad == 0;
+	printf("%s %s: %ld rows of %d columns at pitch %d, %ld differ from unpitched, %ld of %ld pad elements "
+	       "written\n", ok ? "ok  " : "FAIL", name, rows, cols, ld, bad_cols, bad_pad, rows * (ld - cols));
+	if (!ok)
+		failures++;
+	return ok;
+}
+
 #endif

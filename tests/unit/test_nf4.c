@@ -38,7 +38,7 @@ static void test_exact_block(void)
 	/* element 0 -> code 0 (high nibble), element 1 -> code 7 (low nibble) */
 	CHECKF(packed[0] == 0x07, "first byte 0x%02x, want 0x07 (element 0 in the high nibble)", packed[0]);
 	CHECKF(packed[1] == 0xe5, "second byte 0x%02x, want 0xe5 (codes 14, 5)", packed[1]);
-	nf4_dequantize_cpu(out, packed, &absmax, B);
+	nf4_dequantize_cpu(out, B, packed, &absmax, 1, B);
 	bad = 0;
 	for (int i = 0; i < B; i++)
 		bad += out[i] != bf16_from_f32(in[i]);
@@ -159,7 +159,7 @@ static void test_error_bound(void)
 		in[i] = (float)(s * ldexp(1, (i / B) % 17 - 8));
 	}
 	nf4_quantize(packed, absmax, in, N);
-	nf4_dequantize_cpu(out, packed, absmax, N);
+	nf4_dequantize_cpu(out, B, packed, absmax, NB, B); /* one block a row */
 	for (int i = 0; i < N; i++) {
 		float a = absmax[i / B], y = f32_from_bf16(out[i]);
 		float err = fabsf(in[i] - y), bound = a * max_half_gap * (1 + 1e-6f) + fabsf(y) * ldexpf(1, -8);

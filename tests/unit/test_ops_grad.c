@@ -81,7 +81,7 @@ static void test_rmsnorm_backward(void)
 		x[i] *= 0.01f; /* a row whose mean square is near eps, so eps matters */
 	fill_bf16(weight, C, 0.5, 1.5);
 	fill_f32(lw, N, -1.0, 1.0);
-	rmsnorm_forward_cpu(NULL, NULL, rstd, x, weight, eps, T, C);
+	rmsnorm_forward_cpu(NULL, NULL, C, rstd, x, weight, eps, T, C);
 	rmsnorm_backward_cpu(din, lw, x, weight, rstd, T, C);
 
 	widen_f32(xd, x, N);
@@ -137,7 +137,7 @@ static void test_matmul_backward_input(void)
 	widen_bf16(lwd, dout, T * N);
 
 	fill_nan(din, T * K); /* accumulate = 0 must overwrite every element */
-	matmul_backward_input_cpu(din, dout, W, T, K, N, 0);
+	matmul_backward_input_cpu(din, dout, N, W, K, T, K, N, 0);
 
 	struct matmul_ctx ctx = { T, K, N, Wd, lwd, xd };
 	finite_diff(want, xd, T * K, matmul_loss, &ctx);
@@ -158,7 +158,7 @@ static void test_matmul_backward_input(void)
 
 	for (int i = 0; i < T * K; i++)
 		acc[i] = 1.0f;
-	matmul_backward_input_cpu(acc, dout, W, T, K, N, 1);
+	matmul_backward_input_cpu(acc, dout, N, W, K, T, K, N, 1);
 	/* one more fp32 rounding for the add to 1.0 */
 	check_close("matmul_backward_input accumulate", acc, want_acc, T * K, 1e-6, 1e-6);
 }
@@ -227,8 +227,8 @@ static void test_lora_backward(float p)
 	if (p > 0.0f)
 		CHECK(dropped > 0 && dropped < T * K); /* the mask must matter */
 
-	lora_forward_cpu(out, u, NULL, x, A, B, scale, p, seed, T, K, N, R);
-	lora_backward_cpu(din, dA, dB, du, NULL, lw16, x, u, A, B, scale, p, seed, T, K, N, R, 0);
+	lora_forward_cpu(out, u, NULL, NULL, x, K, A, B, scale, p, seed, T, K, N, R);
+	lora_backward_cpu(din, dA, dB, du, NULL, NULL, lw16, N, x, K, u, A, B, scale, p, seed, T, K, N, R, 0);
 
 	widen_bf16(xd, x, T * K);
 	widen_f32(Ad, A, R * K);
@@ -268,14 +268,14 @@ static void test_lora_backward(float p)
 	memcpy(dA2, dA, sizeof dA);
 	memcpy(dB2, dB, sizeof dB);
 	memcpy(din2, din, sizeof din);
-	lora_backward_cpu(din2, dA2, dB2, du, NULL, lw16, x, u, A, B, scale, p, seed, T, K, N, R, 1);
+	lora_backward_cpu(din2, dA2, dB2, du, NULL, NULL, lw16, N, x, K, u, A, B, scale, p, seed, T, K, N, R, 1);
 	check_accumulated("lora_backward dA", dA2, dA, R * K);
 	check_accumulated("lora_backward dB", dB2, dB, N * R);
 	check_accumulated("lora_backward din", din2, din, T * K);
 
 	/* din == NULL: the parameter gradients alone, unchanged */
 	float dA3[R * K] = { 0 }, dB3[N * R] = { 0 };
-	lora_backward_cpu(NULL, dA3, dB3, du, NULL, lw16, x, u, A, B, scale, p, seed, T, K, N, R, 0);
+	lora_backward_cpu(NULL, dA3, dB3, du, NULL, NULL, lw16, N, x, K, u, A, B, scale, p, seed, T, K, N, R, 0);
 	CHECK(memcmp(dA3, dA, sizeof dA) == 0 && memcmp(dB3, dB, sizeof dB) == 0);
 }
 
@@ -452,7 +452,7 @@ static void test_attention_backward(void)
 	fill_bf16_values(k, NK, -2.0, 2.0);
 	fill_bf16_values(v, NK, -1.0, 1.0);
 	fill_bf16_values(lw, NQ, -1.0, 1.0);
-	attention_forward_cpu(out, lse, scratch, q, k, v, B, S, H, G, D);
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, B, S, H, G, D);
 	fill_nan(dq, NQ); /* written, not accumulated: every element must be set */
 	fill_nan(dk, NK);
 	fill_nan(dv, NK);
@@ -529,7 +529,7 @@ static void test_swiglu_backward(void)
 	fill_f32(gate, N, -8.0, 8.0); /* both tails of the sigmoid */
 	fill_f32(up, N, -2.0, 2.0);
 	fill_f32(lw, N, -1.0, 1.0);
-	swiglu_backward_cpu(dgate16, dup16, lw, gate, up, N);
+	swiglu_backward_cpu(dgate16, dup16, N, lw, gate, up, 1, N);
 	for (int i = 0; i < N; i++)
 		dgate[i] = f32_from_bf16(dgate16[i]), dup[i] = f32_from_bf16(dup16[i]);
 

@@ -1,7 +1,9 @@
 /* tests/unit/test_ops_values.c: forward values of the CPU ops against hand
  * computation or an independent double-precision reference, the bf16 and
- * NF4 encodings bit by bit, and the determinism contract: the same inputs
- * give the same bits whatever the OpenMP thread count. */
+ * NF4 encodings bit by bit, row pitches (every op with an ld argument gives
+ * its unpitched bits and leaves pad columns alone), and the determinism
+ * contract: the same inputs give the same bits whatever the OpenMP thread
+ * count. */
 #include <omp.h>
 
 #include "ops_check.h"
@@ -38,7 +40,7 @@ static void test_bf16_rounding(void)
 		in[i] = bits_to_f32(cases[i].in);
 	in[N] = bits_to_f32(0x7f800001u); /* a signalling NaN must not become inf */
 	in[N + 1] = bits_to_f32(0xffc00000u);
-	cast_f32_to_bf16_cpu(out, in, N + 2);
+	cast_f32_to_bf16_cpu(out, N + 2, in, 1, N + 2);
 	int bad = 0;
 	for (int i = 0; i < N; i++) {
 		if (out[i] != cases[i].want) {
@@ -90,7 +92,7 @@ static void test_rmsnorm_values(void)
 				 -0.5 * r1, 0, 0, -0.5 * r1 };
 	const double want_rstd[2] = { r0, r1 };
 
-	rmsnorm_forward_cpu(out, outb, rstd, x, w, 1e-5f, 2, 4);
+	rmsnorm_forward_cpu(out, outb, 4, rstd, x, w, 1e-5f, 2, 4);
 	/* three correctly rounded fp32 steps: within 2e-7 relative */
 	check_close("rmsnorm_forward out (hand computed)", out, want, 8, 0.0, 2e-7);
 	check_close("rmsnorm_forward rstd (hand computed)", rstd, want_rstd, 2, 0.0, 2e-7);
@@ -98,7 +100,7 @@ static void test_rmsnorm_values(void)
 	for (int i = 0; i < 8; i++)
 		same &= outb[i] == bf16_from_f32(out[i]);
 	CHECK(same); /* the bf16 output is the fp32 one rounded once */
-	rmsnorm_forward_cpu(NULL, NULL, rstd_only, x, w, 1e-5f, 2, 4);
+	rmsnorm_forward_cpu(NULL, NULL, 4, rstd_only, x, w, 1e-5f, 2, 4);
 	CHECK(memcmp(rstd_only, rstd, sizeof rstd) == 0);
 }
 
@@ -125,12 +127,12 @@ static void test_matmul_forward(void)
 			want_acc[t * N + n] = prev[t * N + n] + s;
 			want_acc_bias[t * N + n] = prev[t * N + n] + s + f32_from_bf16(bias[n]);
 		}
-	matmul_forward_cpu(out, x, W, bias, T, K, N, 0);
-	matmul_forward_cpu(out_nobias, x, W, NULL, T, K, N, 0);
+	matmul_forward_cpu(out, x, K, W, K, bias, T, K, N, 0);
+	matmul_forward_cpu(out_nobias, x, K, W, K, NULL, T, K, N, 0);
 	memcpy(acc, prev, sizeof acc);
-	matmul_forward_cpu(acc, x, W, NULL, T, K, N, 1);
+	matmul_forward_cpu(acc, x, K, W, K, NULL, T, K, N, 1);
 	memcpy(acc_bias, prev, sizeof acc_bias);
-	matmul_forward_cpu(acc_bias, x, W, bias, T, K, N, 1);
+	matmul_forward_cpu(acc_bias, x, K, W, K, bias, T, K, N, 1);
 	/* exact bf16 products, K = 130 fp32 additions of terms <= 1: the error
 	 * bound K * 2^-24 * sum|terms| is ~3e-4 worst case, ~1e-6 typical */
 	check_close("matmul_forward with bias", out, want, T * N, 1e-5, 1e-5);
@@ -156,7 +158,7 @@ static void test_lora_forward(float p)
 	fill_f32(A, R * K, -0.5, 0.5);
 	fill_f32(B, N * R, -0.5, 0.5);
 	fill_f32(out, T * N, -1.0, 1.0); /* written over, not added to */
-	lora_forward_cpu(out, u, NULL, x, A, B, scale, p, seed, T, K, N, R);
+	lora_forward_cpu(out, u, NULL, NULL, x, K, A, B, scale, p, seed, T, K, N, R);
 
 	for (int t = 0; t < T; t++) {
 		for (int r = 0; r < R; r++) {
@@ -293,7 +295,7 @@ static void test_attention_values(void)
 	fill_bf16_values(q, NQ, -2.0, 2.0);
 	fill_bf16_values(k, NK, -2.0, 2.0);
 	fill_bf16_values(v, NK, -1.0, 1.0);
-	attention_forward_cpu(out, lse, scratch, q, k, v, B, S, H, G, D);
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, B, S, H, G, D);
 	attention_reference(want, want_lse, bound, q, k, v, B, S, H, G, D);
 	for (int i = 0; i < NQ; i++)
 		outf[i] = f32_from_bf16(out[i]);
@@ -316,7 +318,7 @@ static void test_attention_values(void)
 			k2[i] = k[i] * nudge;
 			v2[i] = v[i] * nudge;
 		}
-		attention_forward_cpu(out2, lse2, scratch, q2, k2, v2, B, S, H, G, D);
+		attention_forward_cpu(out2, H * D, lse2, scratch, q2, k2, v2, B, S, H, G, D);
 		int same = memcmp(out, out2, sizeof out) == 0 && memcmp(lse, lse2, sizeof lse) == 0;
 		int ok = pass == 0 ? same : !same;
 		printf("%s attention_forward with inputs moved by %s bf16 ulp: %s bits\n", ok ? "ok  " : "FAIL",
@@ -334,7 +336,7 @@ static void test_attention_values(void)
 			v[last * G * D + i] *= -3.0f;
 		}
 	}
-	attention_forward_cpu(out2, lse2, scratch, q, k, v, B, S, H, G, D);
+	attention_forward_cpu(out2, H * D, lse2, scratch, q, k, v, B, S, H, G, D);
 	int same = 1, last_changed = 0;
 	for (int b = 0; b < B; b++) {
 		size_t first = (size_t)b * S * H * D, rows = (size_t)(S - 1) * H * D;
@@ -363,7 +365,7 @@ static void test_attention_single_token(void)
 	fill_f32(q, B * H * D, -3.0, 3.0);
 	fill_f32(k, B * G * D, -3.0, 3.0);
 	fill_f32(v, B * G * D, -1.0, 1.0);
-	attention_forward_cpu(out, lse, scratch, q, k, v, B, S, H, G, D);
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, B, S, H, G, D);
 	for (int b = 0; b < B; b++)
 		for (int h = 0; h < H; h++)
 			for (int d = 0; d < D; d++)
@@ -434,7 +436,7 @@ static void test_swiglu_values(void)
 	gate[1] = 100.0f;
 	for (int i = 0; i < N; i++)
 		want[i] = (double)gate[i] / (1.0 + exp(-(double)gate[i])) * up[i];
-	swiglu_forward_cpu(out, gate, up, N);
+	swiglu_forward_cpu(out, N, gate, up, 1, N);
 	for (int i = 0; i < N; i++)
 		outf[i] = f32_from_bf16(out[i]);
 	/* bf16 output: up to 2^-8 relative; the atol only admits the -0 that
@@ -519,7 +521,7 @@ static void test_nf4_values(void)
 	/* every code in both nibble positions: byte b = (b & 15) << 4 | (15 - (b & 15)) */
 	for (int b = 0; b < N / 2; b++)
 		packed[b] = (uint8_t)(((b & 15) << 4) | (15 - (b & 15)));
-	nf4_dequantize_cpu(out, packed, absmax, N);
+	nf4_dequantize_cpu(out, N, packed, absmax, 1, N);
 	for (int i = 0; i < N; i++) {
 		int code = i % 2 == 0 ? (i / 2) & 15 : 15 - ((i / 2) & 15);
 		bad += out[i] != bf16_from_f32(poros_nf4_code[code] * absmax[i / 64]);
@@ -533,6 +535,163 @@ static void test_nf4_values(void)
 	CHECK(out[90] == 0x3e90); /* byte 0xd2, high: code 13 * 0.5 = 0.2813085 -> 1.0010000b * 2^-2 */
 	printf("%s nf4_dequantize: %d of %d elements wrong\n", bad ? "FAIL" : "ok  ", bad, N);
 	failures += bad != 0;
+}
+
+/* --- row pitches ------------------------------------------------------------------------ */
+
+/* Every op with an ld argument, at ld above the row length, gives exactly
+ * the bits it gives unpitched, writes none of its output's pad columns
+ * (another op owns them) and reads none of its inputs' (they hold NaN). */
+
+static const bf16 pad_bf16 = PAD_BF16;
+
+static void test_pitched_matmul_forward(void)
+{
+	enum { T = 5, K = 70, N = 9, LD_IN = K + 13, LD_W = K + 6 };
+	bf16 x[T * K], W[N * K], bias[N], xp[T * LD_IN], Wp[N * LD_W];
+	float prev[T * N], out[T * N], outp[T * N];
+	char name[120];
+
+	fill_bf16(x, T * K, -1.0, 1.0);
+	fill_bf16(W, N * K, -1.0, 1.0);
+	fill_bf16(bias, N, -1.0, 1.0);
+	fill_f32(prev, T * N, -2.0, 2.0);
+	pitch_bf16(xp, LD_IN, x, T, K);
+	pitch_bf16(Wp, LD_W, W, N, K);
+	for (int accumulate = 0; accumulate < 2; accumulate++) {
+		memcpy(out, prev, sizeof out);
+		memcpy(outp, prev, sizeof outp);
+		matmul_forward_cpu(out, x, K, W, K, bias, T, K, N, accumulate);
+		matmul_forward_cpu(outp, xp, LD_IN, Wp, LD_W, bias, T, K, N, accumulate);
+		snprintf(name, sizeof name, "matmul_forward%s at ld_in %d, ld_w %d (K %d, NaN pads) = unpitched",
+			 accumulate ? " accumulate" : "", LD_IN, LD_W, K);
+		check_same_bits(name, outp, out, sizeof out);
+	}
+}
+
+static void test_pitched_matmul_backward(void)
+{
+	/* K spans two of the op's 256-column tiles */
+	enum { T = 3, K = 300, N = 7, LD_DOUT = N + 5, LD_W = K + 11 };
+	bf16 dout[T * N], W[N * K], doutp[T * LD_DOUT], *Wp = NEW(bf16, N * LD_W);
+	float *prev = NEW(float, T * K), *din = NEW(float, T * K), *dinp = NEW(float, T * K);
+	char name[120];
+
+	fill_bf16(dout, T * N, -1.0, 1.0);
+	fill_bf16(W, N * K, -1.0, 1.0);
+	fill_f32(prev, T * K, -2.0, 2.0);
+	pitch_bf16(doutp, LD_DOUT, dout, T, N);
+	pitch_bf16(Wp, LD_W, W, N, K);
+	for (int accumulate = 0; accumulate < 2; accumulate++) {
+		memcpy(din, prev, sizeof(float) * T * K);
+		memcpy(dinp, prev, sizeof(float) * T * K);
+		matmul_backward_input_cpu(din, dout, N, W, K, T, K, N, accumulate);
+		matmul_backward_input_cpu(dinp, doutp, LD_DOUT, Wp, LD_W, T, K, N, accumulate);
+		snprintf(name, sizeof name,
+			 "matmul_backward_input%s at ld_dout %d, ld_w %d (N %d, K %d, NaN pads) = unpitched",
+			 accumulate ? " accumulate" : "", LD_DOUT, LD_W, N, K);
+		check_same_bits(name, dinp, din, sizeof(float) * T * K);
+	}
+	free(Wp);
+	free(prev);
+	free(din);
+	free(dinp);
+}
+
+static void test_pitched_rmsnorm(void)
+{
+	enum { T = 4, C = 40, LD = C + 8 };
+	float x[T * C], out[T * C], outp[T * LD], rstd[T], rstdp[T];
+	bf16 w[C], outb[T * C], outbp[T * LD];
+	const uint32_t pad_f32 = PAD_F32_BITS;
+
+	fill_f32(x, T * C, -2.0, 2.0);
+	fill_bf16(w, C, 0.5, 1.5);
+	rmsnorm_forward_cpu(out, outb, C, rstd, x, w, 1e-6f, T, C);
+	fill_f32_bits(outp, T * LD, PAD_F32_BITS);
+	fill_bf16_bits(outbp, T * LD, PAD_BF16);
+	rmsnorm_forward_cpu(outp, outbp, LD, rstdp, x, w, 1e-6f, T, C);
+	check_pitched("rmsnorm_forward out_f32 at ld_out 48", outp, LD, out, T, C, sizeof(float), &pad_f32);
+	check_pitched("rmsnorm_forward out_bf16 at ld_out 48", outbp, LD, outb, T, C, sizeof(bf16), &pad_bf16);
+	check_same_bits("rmsnorm_forward rstd with ld_out 48", rstdp, rstd, sizeof rstd);
+	/* the bf16 output alone, as the engine asks for it */
+	fill_bf16_bits(outbp, T * LD, PAD_BF16);
+	rmsnorm_forward_cpu(NULL, outbp, LD, rstdp, x, w, 1e-6f, T, C);
+	check_pitched("rmsnorm_forward out_bf16 alone at ld_out 48", outbp, LD, outb, T, C, sizeof(bf16), &pad_bf16);
+}
+
+static void test_pitched_attention(void)
+{
+	enum { B = 2, S = 5, H = 4, G = 2, D = 16, T = B * S, HD = H * D, LD = HD + 32 };
+	float q[T * HD], k[T * G * D], v[T * G * D], lse[B * H * S], lsep[B * H * S];
+	bf16 out[T * HD], outp[T * LD];
+	float *scratch = NEW(float, attention_scratch_floats(B, S, H, G, D));
+
+	fill_f32(q, T * HD, -2.0, 2.0);
+	fill_f32(k, T * G * D, -2.0, 2.0);
+	fill_f32(v, T * G * D, -1.0, 1.0);
+	attention_forward_cpu(out, HD, lse, scratch, q, k, v, B, S, H, G, D);
+	fill_bf16_bits(outp, T * LD, PAD_BF16);
+	attention_forward_cpu(outp, LD, lsep, scratch, q, k, v, B, S, H, G, D);
+	check_pitched("attention_forward out at ld_out 96", outp, LD, out, T, HD, sizeof(bf16), &pad_bf16);
+	check_same_bits("attention_forward lse with ld_out 96", lsep, lse, sizeof lse);
+	free(scratch);
+}
+
+static void test_pitched_swiglu(void)
+{
+	enum { T = 6, F = 50, LD = F + 14, LD_D = F + 10 };
+	float gate[T * F], up[T * F], dout[T * F];
+	bf16 out[T * F], outp[T * LD], dgate[T * F], dup[T * F], dgatep[T * LD_D], dupp[T * LD_D];
+
+	fill_f32(gate, T * F, -8.0, 8.0);
+	fill_f32(up, T * F, -2.0, 2.0);
+	fill_f32(dout, T * F, -1.0, 1.0);
+	swiglu_forward_cpu(out, F, gate, up, T, F);
+	fill_bf16_bits(outp, T * LD, PAD_BF16);
+	swiglu_forward_cpu(outp, LD, gate, up, T, F);
+	check_pitched("swiglu_forward out at ld_out 64", outp, LD, out, T, F, sizeof(bf16), &pad_bf16);
+
+	swiglu_backward_cpu(dgate, dup, F, dout, gate, up, T, F);
+	fill_bf16_bits(dgatep, T * LD_D, PAD_BF16);
+	fill_bf16_bits(dupp, T * LD_D, PAD_BF16);
+	swiglu_backward_cpu(dgatep, dupp, LD_D, dout, gate, up, T, F);
+	check_pitched("swiglu_backward dgate at ld_d 60", dgatep, LD_D, dgate, T, F, sizeof(bf16), &pad_bf16);
+	check_pitched("swiglu_backward dup at ld_d 60", dupp, LD_D, dup, T, F, sizeof(bf16), &pad_bf16);
+}
+
+static void test_pitched_cast(void)
+{
+	enum { ROWS = 7, COLS = 33, LD = COLS + 31 };
+	float in[ROWS * COLS];
+	bf16 out[ROWS * COLS], outp[ROWS * LD];
+
+	fill_f32(in, ROWS * COLS, -5.0, 5.0);
+	cast_f32_to_bf16_cpu(out, COLS, in, ROWS, COLS);
+	fill_bf16_bits(outp, ROWS * LD, PAD_BF16);
+	cast_f32_to_bf16_cpu(outp, LD, in, ROWS, COLS);
+	check_pitched("cast_f32_to_bf16 at ld_out 64", outp, LD, out, ROWS, COLS, sizeof(bf16), &pad_bf16);
+}
+
+static void test_pitched_nf4(void)
+{
+	/* the packed stream and absmax are the unpitched row-major order:
+	 * element (row, col) of the pitched output is element row*COLS + col
+	 * of a flat dequantization of the same bytes */
+	enum { ROWS = 5, COLS = 128, LD = COLS + 32, N = ROWS * COLS };
+	uint8_t packed[N / 2];
+	float absmax[N / POROS_NF4_BLOCK];
+	bf16 flat[N], out[N], outp[ROWS * LD];
+
+	for (int i = 0; i < N / 2; i++)
+		packed[i] = (uint8_t)rng_uniform(0, 256 - 1e-9);
+	fill_f32(absmax, N / POROS_NF4_BLOCK, 0.01, 2.0);
+	nf4_dequantize_cpu(flat, N, packed, absmax, 1, N);
+	nf4_dequantize_cpu(out, COLS, packed, absmax, ROWS, COLS);
+	check_same_bits("nf4_dequantize (5,128) = one flat row of 640", out, flat, sizeof flat);
+	fill_bf16_bits(outp, ROWS * LD, PAD_BF16);
+	nf4_dequantize_cpu(outp, LD, packed, absmax, ROWS, COLS);
+	check_pitched("nf4_dequantize at ld_out 160", outp, LD, flat, ROWS, COLS, sizeof(bf16), &pad_bf16);
 }
 
 /* --- AdamW ------------------------------------------------------------------------------- */
@@ -658,20 +817,21 @@ static void run_every_op(struct arena *a, const struct det_inputs *in, float *sc
 	f = take(a, "rmsnorm_forward out", sizeof(float) * DT * DC);
 	h = take(a, "rmsnorm_forward out_bf16", sizeof(bf16) * DT * DC);
 	float *rstd = take(a, "rmsnorm_forward rstd", sizeof(float) * DT);
-	rmsnorm_forward_cpu(f, h, rstd, in->x, in->wnorm, 1e-6f, DT, DC);
+	rmsnorm_forward_cpu(f, h, DC, rstd, in->x, in->wnorm, 1e-6f, DT, DC);
 	rmsnorm_backward_cpu(take(a, "rmsnorm_backward", sizeof(float) * DT * DC), in->x, in->x, in->wnorm, rstd,
 			     DT, DC);
-	matmul_forward_cpu(take(a, "matmul_forward", sizeof(float) * DT * DN), in->xb, in->W, in->bias, DT, DC, DN, 0);
-	matmul_backward_input_cpu(take(a, "matmul_backward_input", sizeof(float) * DT * DC), in->dyb, in->W, DT, DC,
-				  DN, 0);
+	matmul_forward_cpu(take(a, "matmul_forward", sizeof(float) * DT * DN), in->xb, DC, in->W, DC, in->bias, DT, DC,
+			   DN, 0);
+	matmul_backward_input_cpu(take(a, "matmul_backward_input", sizeof(float) * DT * DC), in->dyb, DN, in->W, DC, DT,
+				  DC, DN, 0);
 	float *lora_out = take(a, "lora_forward out", sizeof(float) * DT * DN);
 	float *u = take(a, "lora_forward u", sizeof(float) * DT * DR);
-	lora_forward_cpu(lora_out, u, NULL, in->xb, in->A, in->B, 2.0f, 0.1f, 7, DT, DC, DN, DR);
+	lora_forward_cpu(lora_out, u, NULL, NULL, in->xb, DC, in->A, in->B, 2.0f, 0.1f, 7, DT, DC, DN, DR);
 	lora_backward_cpu(take(a, "lora_backward din", sizeof(float) * DT * DC),
 			  take(a, "lora_backward dA", sizeof(float) * DR * DC),
 			  take(a, "lora_backward dB", sizeof(float) * DN * DR),
-			  take(a, "lora_backward du", sizeof(float) * DT * DR), NULL, in->dyb, in->xb, u, in->A, in->B, 2.0f,
-			  0.1f, 7, DT, DC, DN, DR, 0);
+			  take(a, "lora_backward du", sizeof(float) * DT * DR), NULL, NULL, in->dyb, DN, in->xb, DC, u,
+			  in->A, in->B, 2.0f, 0.1f, 7, DT, DC, DN, DR, 0);
 	f = take(a, "rope_forward", sizeof in->q);
 	memcpy(f, in->q, sizeof in->q);
 	rope_forward_cpu(f, in->cos_t, in->sin_t, DB, DS, DH, DD);
@@ -679,22 +839,23 @@ static void run_every_op(struct arena *a, const struct det_inputs *in, float *sc
 	memcpy(f, in->q, sizeof in->q);
 	rope_backward_cpu(f, in->cos_t, in->sin_t, DB, DS, DH, DD);
 	float *lse = take(a, "attention_forward lse", sizeof(float) * DB * DH * DS);
-	attention_forward_cpu(take(a, "attention_forward out", sizeof(bf16) * DT * DH * DD), lse, scratch, in->q,
+	attention_forward_cpu(take(a, "attention_forward out", sizeof(bf16) * DT * DH * DD), DH * DD, lse, scratch, in->q,
 			      in->k, in->v, DB, DS, DH, DG, DD);
 	attention_backward_cpu(take(a, "attention_backward dq", sizeof in->q), take(a, "attention_backward dk", sizeof in->k),
 			       take(a, "attention_backward dv", sizeof in->v), scratch, in->dout_attn, in->q, in->k,
 			       in->v, lse, DB, DS, DH, DG, DD);
-	swiglu_forward_cpu(take(a, "swiglu_forward", sizeof(bf16) * DT * DN), in->gate, in->up, DT * DN);
+	swiglu_forward_cpu(take(a, "swiglu_forward", sizeof(bf16) * DT * DN), DN, in->gate, in->up, DT, DN);
 	swiglu_backward_cpu(take(a, "swiglu_backward dgate", sizeof(bf16) * DT * DN),
-			    take(a, "swiglu_backward dup", sizeof(bf16) * DT * DN), in->dy, in->gate, in->up, DT * DN);
+			    take(a, "swiglu_backward dup", sizeof(bf16) * DT * DN), DN, in->dy, in->gate, in->up, DT, DN);
 	crossentropy_forward_backward_cpu(take(a, "crossentropy dlogits", sizeof(bf16) * DT * DV),
 					  take(a, "crossentropy losses", sizeof(float) * DT), in->logits, in->targets,
 					  1.0f / DT, DT, DV);
 	f = take(a, "add_inplace", sizeof in->big);
 	memcpy(f, in->big, sizeof in->big);
 	add_inplace_cpu(f, in->big, DSQ);
-	cast_f32_to_bf16_cpu(take(a, "cast_f32_to_bf16", sizeof(bf16) * DSQ), in->big, DSQ);
-	nf4_dequantize_cpu(take(a, "nf4_dequantize", sizeof(bf16) * DNF4), in->packed, in->absmax, DNF4);
+	cast_f32_to_bf16_cpu(take(a, "cast_f32_to_bf16", sizeof(bf16) * DSQ), DSQ, in->big, 1, DSQ);
+	nf4_dequantize_cpu(take(a, "nf4_dequantize", sizeof(bf16) * DNF4), 64 * 8, in->packed, in->absmax, DNF4 / (64 * 8),
+			   64 * 8);
 	sumsq_cpu(take(a, "sumsq", sizeof(float)), scratch, in->big, DSQ);
 	float *param = take(a, "adamw param", sizeof in->big), *m = take(a, "adamw m", sizeof in->big),
 	      *v = take(a, "adamw v", sizeof in->big);
@@ -781,6 +942,13 @@ int main(void)
 	test_nf4_values();
 	test_adamw_values();
 	test_sumsq_values();
+	test_pitched_matmul_forward();
+	test_pitched_matmul_backward();
+	test_pitched_rmsnorm();
+	test_pitched_attention();
+	test_pitched_swiglu();
+	test_pitched_cast();
+	test_pitched_nf4();
 	test_ops_table();
 	test_thread_determinism();
 	if (failures) {

@@ -53,11 +53,14 @@ static const char *const prof_names[PROF_N] = {
 
 struct layer_view {
 	const bf16 *w[N_PROJ];
+	int ld[N_PROJ];      /* row pitch of w[m]: its K, or K + E with the LoRA extension */
 	const bf16 *bias[4];
 	const bf16 *in_norm, *post_norm, *q_norm, *k_norm;
 };
 
-/* What one layer's forward keeps for its backward (one micro-batch). */
+/* What one layer's forward keeps for its backward (one micro-batch).  The
+ * inputs of the base GEMMs (xn, att, xn2, h) have E spare columns per row
+ * (rows K + E apart) for the LoRA extension (kernels/ops.h). */
 struct layer_act {
 	const float *x;      /* (T,C) the layer input (not owned) */
 	bf16 *xn;            /* (T,C) input_layernorm(x) */
@@ -78,9 +81,9 @@ struct layer_act {
 /* Backward scratch, shared by every layer. */
 struct grad_scratch {
 	float *dxn;          /* (T,C) gradient of a norm output */
-	bf16 *dout16;        /* (T,max N) bf16 upstream gradient of a base GEMM */
+	bf16 *dout16;        /* (T,max N + E) bf16 upstream gradient of a base GEMM, rows N + E apart */
 	float *dh;           /* (T,F) */
-	bf16 *dgate, *dup;   /* (T,F), rounded as the gate/up backward reads them */
+	bf16 *dgate, *dup;   /* (T,F), rows F + E apart, rounded as the gate/up backward reads them */
 	float *datt;         /* (T,H*D) */
 	float *dq, *dk, *dv; /* (T,H*D), (T,G*D), (T,G*D) */
 	float *dq_pre, *dk_pre;
@@ -147,6 +150,15 @@ struct engine {
 	struct slab slab[2];     /* blockwise */
 	bf16 *d_dequant;         /* NF4: one dequantized layer */
 	int dq_layer;            /* the layer it holds; -1 none */
+	/* The LoRA extension (kernels/ops.h): E extra reduction columns of
+	 * every base GEMM of a targeted projection, on for NF4 (the dequant
+	 * buffer has room for them); 0 when off.  ext_bwd: the backward rides
+	 * too (no dropout).  Each projection's dequantized weight is (N + E,
+	 * K + E) at dq_off[m]; its extension is rewritten whenever the buffer
+	 * gets a layer or the adapter changed (lora_ver counts changes). */
+	int E, ext_bwd;
+	size_t dq_off[N_PROJ], dq_bytes;
+	long lora_ver, dq_ext_ver;
 
 	struct lora_layout lora;
 	float *d_lora, *d_grad, *d_m, *d_v;
@@ -237,7 +249,7 @@ static void plan_act(struct engine *e, struct carver *cv, struct layer_act *a)
 	long T = e->T;
 
 	memset(a, 0, sizeof *a);
-	a->xn = CARVE_BF16(cv, T * e->C);
+	a->xn = CARVE_BF16(cv, T * (e->C + e->E));
 	a->rstd1 = CARVE_F32(cv, T);
 	a->q = CARVE_F32(cv, T * e->HD);
 	a->k = CARVE_F32(cv, T * e->GD);
@@ -249,13 +261,13 @@ static void plan_act(struct engine *e, struct carver *cv, struct layer_act *a)
 		a->rstd_k = CARVE_F32(cv, T * e->G);
 	}
 	a->lse = CARVE_F32(cv, T * e->H);
-	a->att = CARVE_BF16(cv, T * e->HD);
+	a->att = CARVE_BF16(cv, T * (e->HD + e->E));
 	a->x2 = CARVE_F32(cv, T * e->C);
-	a->xn2 = CARVE_BF16(cv, T * e->C);
+	a->xn2 = CARVE_BF16(cv, T * (e->C + e->E));
 	a->rstd2 = CARVE_F32(cv, T);
 	a->gate = CARVE_F32(cv, T * e->F);
 	a->up = CARVE_F32(cv, T * e->F);
-	a->h = CARVE_BF16(cv, T * e->F);
+	a->h = CARVE_BF16(cv, T * (e->F + e->E));
 	for (int m = 0; m < N_PROJ; m++)
 		if (targeted(e, m))
 			a->u[m] = CARVE_F32(cv, T * e->R);
@@ -292,10 +304,10 @@ static void plan_scratch(struct engine *e, struct carver *cv)
 	if (e->HD > max_n)
 		max_n = e->HD;
 	e->g.dxn = CARVE_F32(cv, T * e->C);
-	e->g.dout16 = CARVE_BF16(cv, T * max_n);
+	e->g.dout16 = CARVE_BF16(cv, T * (max_n + e->E));
 	e->g.dh = CARVE_F32(cv, T * e->F);
-	e->g.dgate = CARVE_BF16(cv, T * e->F);
-	e->g.dup = CARVE_BF16(cv, T * e->F);
+	e->g.dgate = CARVE_BF16(cv, T * (e->F + e->E));
+	e->g.dup = CARVE_BF16(cv, T * (e->F + e->E));
 	e->g.datt = CARVE_F32(cv, T * e->HD);
 	e->g.dq = CARVE_F32(cv, T * e->HD);
 	e->g.dk = CARVE_F32(cv, T * e->GD);
@@ -360,6 +372,35 @@ static void lora_layout_init(struct lora_layout *lo, const struct layer_layout *
 			off += ((long)s->n_out * R + LORA_ALIGN_FLOATS - 1) / LORA_ALIGN_FLOATS * LORA_ALIGN_FLOATS;
 		}
 	lo->total = off;
+}
+
+/* The LoRA extension's size and the dequant buffer's layout: on for NF4
+ * with an adapter, when every projection's rows are whole NF4 blocks (all
+ * real models), unless POROS_LORA_EXT=0 (the fallback path, for
+ * comparison); each projection's slot has room for E extra rows and
+ * columns. */
+static void ext_layout_init(struct engine *e)
+{
+	const struct layer_layout *lay = &e->hw->lay;
+	const char *env = getenv("POROS_LORA_EXT");
+	int off_by_env = env && strcmp(env, "0") == 0;
+	size_t off = 0;
+
+	int rows_whole = 1; /* every row a whole number of NF4 blocks: a pitched row dequantizes alone */
+
+	for (int m = 0; m < N_PROJ; m++)
+		rows_whole &= lay->n_in[m] % POROS_NF4_BLOCK == 0;
+	e->E = lay->nf4 && rows_whole && e->lora.mask && e->R > 0 && !off_by_env ? lora_ext_cols(e->R) : 0;
+	e->ext_bwd = e->E > 0 && e->dropout == 0.0f;
+	for (int m = 0; m < N_PROJ; m++) {
+		size_t rows = (size_t)lay->n_out[m] + e->E, cols = (size_t)lay->n_in[m] + e->E;
+
+		e->dq_off[m] = off;
+		off += (rows * cols * sizeof(bf16) + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN;
+	}
+	e->dq_bytes = lay->nf4 ? off : 0;
+	e->lora_ver = 1;
+	e->dq_ext_ver = 0;
 }
 
 /* PEFT's init: A = kaiming_uniform(a=sqrt(5)), i.e. U(-1/sqrt(K), 1/sqrt(K)),
@@ -545,25 +586,37 @@ static void make_view(struct engine *e, struct layer_view *v, const unsigned cha
 		v->bias[i] = lay->bias[i] == LAYOUT_NONE ? NULL : (const bf16 *)(rec + lay->bias[i]);
 	}
 	if (!lay->nf4) {
-		for (int m = 0; m < N_PROJ; m++)
+		for (int m = 0; m < N_PROJ; m++) {
 			v->w[m] = (const bf16 *)(rec + lay->weight[m]);
+			v->ld[m] = lay->n_in[m];
+		}
 		return;
 	}
 	{
 		unsigned char *dst = (unsigned char *)e->d_dequant;
-		int fresh = e->dq_layer != layer;
+		int fresh = e->dq_layer != layer, ext = e->E > 0 && (fresh || e->dq_ext_ver != e->lora_ver);
 
 		for (int m = 0; m < N_PROJ; m++) {
-			bf16 *w = (bf16 *)(dst + lay->dq[m]);
+			const struct lora_slot *s = &e->lora.slot[layer * N_PROJ + m];
+			bf16 *w = (bf16 *)(dst + e->dq_off[m]);
+			int ld = lay->n_in[m] + e->E;
 
 			if (fresh) {
 				prof_mark(e, PROF_DEQUANT);
-				e->op->nf4_dequantize(w, rec + lay->weight[m], (const float *)(rec + lay->absmax[m]),
-				                      (long)lay->n_out[m] * lay->n_in[m]);
+				e->op->nf4_dequantize(w, ld, rec + lay->weight[m], (const float *)(rec + lay->absmax[m]),
+				                      lay->n_out[m], lay->n_in[m]);
 			}
+			/* profiled with the dequantization it follows (no mark of
+			 * its own: the profile's per-category op counts stay those
+			 * of the ops both paths run) */
+			if (ext && s->a >= 0)
+				e->op->lora_weight_ext(w, ld, e->d_lora + s->a, e->d_lora + s->b, m < 4 ? v->bias[m] : NULL,
+				                       e->lora_scale, s->n_in, s->n_out, e->R);
 			v->w[m] = w;
+			v->ld[m] = ld;
 		}
 		e->dq_layer = layer;
+		e->dq_ext_ver = e->lora_ver;
 	}
 }
 
@@ -584,50 +637,62 @@ struct pass {
 	int step, mb;
 };
 
-/* out (T,N) = (scale * B A dropout(in) + in @ W^T) (+ bias): the LoRA term
- * is written first and the base GEMM adds onto it in its epilogue, so the
- * (T,N) fp32 output is written once and read once, not read-modify-written
- * by a second pass. */
+/* out (T,N) = (scale * B A dropout(in) + in @ W^T) (+ bias), in (T,K)
+ * with rows K + E apart.  With the LoRA extension, u's parts go into in's
+ * spare columns and one GEMM over K + E sums base, LoRA and bias.
+ * Otherwise the LoRA term is written first and the base GEMM adds onto it
+ * in its epilogue, so the (T,N) fp32 output is written once and read once,
+ * not read-modify-written by a second pass. */
 static void proj_forward(struct engine *e, const struct layer_view *w, struct layer_act *a, int layer, int m,
-                         const bf16 *in, float *out, struct pass p)
+                         bf16 *in, float *out, struct pass p)
 {
 	const struct lora_slot *s = &e->lora.slot[layer * N_PROJ + m];
+	const bf16 *bias = m < 4 ? w->bias[m] : NULL;
+	int K = s->n_in, ldx = K + e->E, ext = s->a >= 0 && e->E > 0;
 
 	if (s->a >= 0) {
 		prof_mark(e, PROF_LORA_FWD);
-		e->op->lora_forward(out, a->u[m], e->g.lora_scratch, in, e->d_lora + s->a, e->d_lora + s->b, e->lora_scale, e->dropout,
-		                    dropout_seed(e, p.step, p.mb, layer, m), e->T, s->n_in, s->n_out, e->R);
+		e->op->lora_forward(ext ? NULL : out, a->u[m], ext ? in + K : NULL, e->g.lora_scratch, in, ldx,
+		                    e->d_lora + s->a, e->d_lora + s->b, e->lora_scale, e->dropout,
+		                    dropout_seed(e, p.step, p.mb, layer, m), e->T, K, s->n_out, e->R);
 	}
 	prof_mark(e, PROF_GEMM_FWD);
-	e->op->matmul_forward(out, in, w->w[m], m < 4 ? w->bias[m] : NULL, e->T, s->n_in, s->n_out, s->a >= 0);
+	if (ext) /* the bias rides in the extension too */
+		e->op->matmul_forward(out, in, ldx, w->w[m], w->ld[m], NULL, e->T, K + e->E, s->n_out, 0);
+	else
+		e->op->matmul_forward(out, in, ldx, w->w[m], w->ld[m], bias, e->T, K, s->n_out, s->a >= 0);
 }
 
 /* din (T,K) (+)= gradient through projection m given dout (T,N), fp32 (then
- * rounded here) or already bf16 (dout16, dout NULL).  Both the base GEMM
- * and the adapter read the bf16 one; the adapter's input gradient goes
- * first and the base GEMM adds onto it.  LoRA gradients accumulate into
- * the flat gradient buffer. */
+ * rounded here) or already bf16 (dout16, dout NULL; rows N + E apart, as
+ * swiglu_backward writes them).  Both the base GEMM and the adapter read
+ * the bf16 one.  With the extension in backward, du's parts go into its
+ * spare columns and one GEMM over N + E sums both input gradients;
+ * otherwise the adapter's goes first and the base GEMM adds onto it.  LoRA
+ * gradients accumulate into the flat gradient buffer. */
 static void proj_backward(struct engine *e, const struct layer_view *w, const struct layer_act *a, int layer, int m,
                           const bf16 *in, const float *dout, const bf16 *dout16, float *din, int accumulate,
                           struct pass p)
 {
 	const struct lora_slot *s = &e->lora.slot[layer * N_PROJ + m];
-	long T = e->T;
+	int N = s->n_out, K = s->n_in, ld = N + e->E, ext = s->a >= 0 && e->ext_bwd;
 
 	if (dout) {
 		prof_mark(e, PROF_ELEMENTWISE);
-		e->op->cast_f32_to_bf16(e->g.dout16, dout, T * s->n_out);
+		e->op->cast_f32_to_bf16(e->g.dout16, ld, dout, e->T, N);
 		dout16 = e->g.dout16;
 	}
 	if (s->a >= 0) {
 		prof_mark(e, PROF_LORA_BWD);
-		e->op->lora_backward(din, e->d_grad + s->a, e->d_grad + s->b, e->g.du, e->g.lora_scratch, dout16, in, a->u[m],
+		e->op->lora_backward(ext ? NULL : din, e->d_grad + s->a, e->d_grad + s->b, e->g.du,
+		                     ext ? (bf16 *)dout16 + N : NULL, e->g.lora_scratch, dout16, ld, in, K + e->E, a->u[m],
 		                     e->d_lora + s->a, e->d_lora + s->b, e->lora_scale, e->dropout,
-		                     dropout_seed(e, p.step, p.mb, layer, m), e->T, s->n_in, s->n_out, e->R, accumulate);
-		accumulate = 1;
+		                     dropout_seed(e, p.step, p.mb, layer, m), e->T, K, N, e->R, accumulate);
+		if (!ext)
+			accumulate = 1;
 	}
 	prof_mark(e, PROF_GEMM_BWD);
-	e->op->matmul_backward_input(din, dout16, w->w[m], e->T, s->n_in, s->n_out, accumulate);
+	e->op->matmul_backward_input(din, dout16, ld, w->w[m], w->ld[m], e->T, K, ext ? N + e->E : N, accumulate);
 }
 
 /* out (T,C) = the decoder layer applied to x (T,C); the activations the
@@ -643,36 +708,37 @@ static void layer_forward(struct engine *e, const struct layer_view *w, struct l
 
 	a->x = x;
 	prof_mark(e, PROF_NORM);
-	op->rmsnorm_forward(NULL, a->xn, a->rstd1, x, w->in_norm, e->eps, T, e->C);
+	op->rmsnorm_forward(NULL, a->xn, e->C + e->E, a->rstd1, x, w->in_norm, e->eps, T, e->C);
 	proj_forward(e, w, a, layer, PROJ_Q, a->xn, qk ? a->q_pre : a->q, p);
 	proj_forward(e, w, a, layer, PROJ_K, a->xn, qk ? a->k_pre : a->k, p);
 	proj_forward(e, w, a, layer, PROJ_V, a->xn, a->v, p);
 	if (qk) {
 		/* Qwen3: RMSNorm over each head's D features, before rope */
 		prof_mark(e, PROF_NORM);
-		op->rmsnorm_forward(a->q, NULL, a->rstd_q, a->q_pre, w->q_norm, e->eps, T * e->H, e->D);
-		op->rmsnorm_forward(a->k, NULL, a->rstd_k, a->k_pre, w->k_norm, e->eps, T * e->G, e->D);
+		op->rmsnorm_forward(a->q, NULL, e->D, a->rstd_q, a->q_pre, w->q_norm, e->eps, T * e->H, e->D);
+		op->rmsnorm_forward(a->k, NULL, e->D, a->rstd_k, a->k_pre, w->k_norm, e->eps, T * e->G, e->D);
 	}
 	prof_mark(e, PROF_ROPE);
 	op->rope_forward(a->q, e->d_cos, e->d_sin, e->B, e->S, e->H, e->D);
 	op->rope_forward(a->k, e->d_cos, e->d_sin, e->B, e->S, e->G, e->D);
 	prof_mark(e, PROF_ATTN_FWD);
-	op->attention_forward(a->att, a->lse, e->attn_scratch, a->q, a->k, a->v, e->B, e->S, e->H, e->G, e->D);
+	op->attention_forward(a->att, e->HD + e->E, a->lse, e->attn_scratch, a->q, a->k, a->v, e->B, e->S, e->H, e->G, e->D);
 	proj_forward(e, w, a, layer, PROJ_O, a->att, a->x2, p);
 	prof_mark(e, PROF_ELEMENTWISE);
 	op->add_inplace(a->x2, x, (long)T * e->C);
 	prof_mark(e, PROF_NORM);
-	op->rmsnorm_forward(NULL, a->xn2, a->rstd2, a->x2, w->post_norm, e->eps, T, e->C);
+	op->rmsnorm_forward(NULL, a->xn2, e->C + e->E, a->rstd2, a->x2, w->post_norm, e->eps, T, e->C);
 	proj_forward(e, w, a, layer, PROJ_GATE, a->xn2, a->gate, p);
 	proj_forward(e, w, a, layer, PROJ_UP, a->xn2, a->up, p);
 	prof_mark(e, PROF_SWIGLU);
-	op->swiglu_forward(a->h, a->gate, a->up, (long)T * e->F);
+	op->swiglu_forward(a->h, e->F + e->E, a->gate, a->up, T, e->F);
 	if (out == NULL) {
 		const struct lora_slot *s = &e->lora.slot[layer * N_PROJ + PROJ_DOWN];
 
 		if (s->a >= 0) { /* u alone: no output columns */
 			prof_mark(e, PROF_LORA_FWD);
-			op->lora_forward(NULL, a->u[PROJ_DOWN], e->g.lora_scratch, a->h, e->d_lora + s->a, e->d_lora + s->b,
+			op->lora_forward(NULL, a->u[PROJ_DOWN], NULL, e->g.lora_scratch, a->h, e->F + e->E, e->d_lora + s->a,
+			                 e->d_lora + s->b,
 			                 e->lora_scale, e->dropout, dropout_seed(e, p.step, p.mb, layer, PROJ_DOWN), T, s->n_in, 0,
 			                 e->R);
 		}
@@ -696,7 +762,7 @@ static void layer_backward(struct engine *e, const struct layer_view *w, const s
 	/* MLP: x3 = x2 + down(silu(gate(n2)) * up(n2)), n2 = norm(x2) */
 	proj_backward(e, w, a, layer, PROJ_DOWN, a->h, dx, NULL, g->dh, 0, p);
 	prof_mark(e, PROF_SWIGLU);
-	op->swiglu_backward(g->dgate, g->dup, g->dh, a->gate, a->up, (long)T * e->F);
+	op->swiglu_backward(g->dgate, g->dup, e->F + e->E, g->dh, a->gate, a->up, T, e->F);
 	proj_backward(e, w, a, layer, PROJ_GATE, a->xn2, NULL, g->dgate, g->dxn, 0, p);
 	proj_backward(e, w, a, layer, PROJ_UP, a->xn2, NULL, g->dup, g->dxn, 1, p);
 	prof_mark(e, PROF_NORM);
@@ -746,14 +812,14 @@ static void head(struct engine *e, const float *hidden, int mb, float *dres)
 	float dloss = e->n_pred[mb] ? (float)(1.0 / ((double)e->n_pred[mb] * e->k)) : 0.0f;
 
 	prof_mark(e, PROF_HEAD);
-	op->rmsnorm_forward(NULL, e->hn, e->head_rstd, hidden, e->final_norm, e->eps, T, C);
+	op->rmsnorm_forward(NULL, e->hn, C, e->head_rstd, hidden, e->final_norm, e->eps, T, C);
 	for (int off = 0; off < T; off += e->chunk) {
 		int n = T - off < e->chunk ? T - off : e->chunk;
 
-		op->matmul_forward(e->logits, e->hn + (size_t)off * C, e->lm_head, NULL, n, C, V, 0);
+		op->matmul_forward(e->logits, e->hn + (size_t)off * C, C, e->lm_head, C, NULL, n, C, V, 0);
 		op->crossentropy_forward_backward(e->dlogits, e->losses + (size_t)mb * T + off, e->logits,
 		                                  e->d_targets + (size_t)mb * T + off, dloss, n, V);
-		op->matmul_backward_input(e->dhn + (size_t)off * C, e->dlogits, e->lm_head, n, C, V, 0);
+		op->matmul_backward_input(e->dhn + (size_t)off * C, e->dlogits, V, e->lm_head, C, n, C, V, 0);
 	}
 	e->be->memset_zero(dres, (size_t)T * C * sizeof(float), STREAM_COMPUTE);
 	op->rmsnorm_backward(dres, e->dhn, hidden, e->final_norm, e->head_rstd, T, C);
@@ -1302,6 +1368,7 @@ int engine_step(struct engine *e, int step, struct step_stats *st)
 	prof_mark(e, PROF_OPTIM);
 	e->op->adamw_update(e->d_lora, e->d_grad, e->d_m, e->d_v, e->lora.total, (float)st->lr, 0.9f, 0.999f, 1e-8f,
 	                    (float)e->cfg->weight_decay, scale, step);
+	e->lora_ver++;
 	prof_close(e);
 	compute_close(e);
 	e->be->synchronize();
@@ -1464,8 +1531,8 @@ static int alloc_weights(struct engine *e, char *err, size_t errsz)
 		/* one layer: both schedules use a layer's weights for every
 		 * micro-batch it serves before moving to the next */
 		dev_alloc_set_purpose(&e->alloc, "dequant");
-		e->d_dequant = dev_alloc(&e->alloc, lay->dq_stride, "a dequantization buffer for one layer (%s)",
-		                         format_bytes(sz, sizeof sz, (double)lay->dq_stride));
+		e->d_dequant = dev_alloc(&e->alloc, e->dq_bytes, "a dequantization buffer for one layer (%s)",
+		                         format_bytes(sz, sizeof sz, (double)e->dq_bytes));
 		if (e->d_dequant == NULL)
 			return seterr(err, errsz, "%s", e->alloc.err);
 	}
@@ -1601,6 +1668,7 @@ int engine_create(struct engine **out, const struct train_config *cfg, const str
 			return seterr(err, errsz, "%s", e->alloc.err);
 	}
 	lora_layout_init(&e->lora, &hw->lay, e->L, e->R, cfg->target_mask);
+	ext_layout_init(e);
 	if (create_events(e) < 0)
 		return seterr(err, errsz, "%s backend: cannot create events", be->name);
 	e->n_pred = xcalloc((size_t)e->k, sizeof *e->n_pred);
@@ -1711,6 +1779,7 @@ void engine_lora_write(struct engine *e, const float *host)
 {
 	e->be->copy_h2d(e->d_lora, host, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
 	e->be->synchronize();
+	e->lora_ver++;
 }
 
 void engine_grad_read(struct engine *e, float *host)

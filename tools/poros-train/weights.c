@@ -47,7 +47,7 @@ static int has_o_bias(const struct model_config *mc)
 
 int layer_layout_init(struct layer_layout *lay, const struct model_config *mc, int nf4, char *err, size_t errsz)
 {
-	size_t off = 0, dq = 0;
+	size_t off = 0;
 	int c = mc->hidden_size, d = mc->head_dim;
 	int q = mc->num_attention_heads * d, kv = mc->num_key_value_heads * d;
 
@@ -72,15 +72,12 @@ int layer_layout_init(struct layer_layout *lay, const struct model_config *mc, i
 				              mc->model_id, lora_module_names[m], numel, POROS_NF4_BLOCK);
 			lay->weight[m] = reserve(&off, numel / 2);
 			lay->absmax[m] = reserve(&off, numel / POROS_NF4_BLOCK * sizeof(float));
-			lay->dq[m] = reserve(&dq, numel * 2);
 		} else {
 			lay->weight[m] = reserve(&off, numel * 2);
 			lay->absmax[m] = LAYOUT_NONE;
-			lay->dq[m] = LAYOUT_NONE;
 		}
 	}
 	lay->stride = off;
-	lay->dq_stride = dq;
 	return 0;
 }
 

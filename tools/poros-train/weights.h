@@ -31,8 +31,6 @@ struct layer_layout {
 	size_t absmax[N_PROJ];                     /* NF4 only: fp32 (N*K/64) */
 	int n_out[N_PROJ], n_in[N_PROJ];
 	size_t stride;                             /* bytes of one layer record */
-	/* NF4: where each dequantized bf16 weight goes in a dequant slot */
-	size_t dq[N_PROJ], dq_stride;
 };
 
 struct global_layout {
