@@ -68,7 +68,7 @@ ifeq ($(NVCC),)
 	@echo "poros: nvcc not found (set CUDA_HOME to build it): CPU-only build" >&2
 endif
 
-.PHONY: all cuda-note deps test test-unit test-bats test-gpu test-asan bench install clean bundle fuzz
+.PHONY: all cuda-note deps test test-unit test-bats test-gpu test-asan bench install clean bundle fuzz FORCE
 
 # --- dependencies ---------------------------------------------------------
 deps:
@@ -100,6 +100,15 @@ $(BUILD)/%.o: %.c $(BUILD)/.deps-ok
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+
+# The commit artifacts name (env.git_sha) is compiled into artifact.o: the
+# stamp is rewritten only when HEAD moved, and then artifact.o is rebuilt,
+# so a build after a commit never reports the commit before.
+GIT_STAMP := $(BUILD)/git-sha
+$(GIT_STAMP): FORCE
+	@mkdir -p $(BUILD); echo '$(GIT_SHA)' | cmp -s - $@ || echo '$(GIT_SHA)' >$@
+$(BUILD)/tools/lib/artifact.o: $(GIT_STAMP)
+FORCE:
 
 $(LIBPOROS): $(LIB_OBJ)
 	@rm -f $@; ar rcs $@ $^

@@ -148,8 +148,11 @@ X(void, matmul_backward_input, (float *din, const bf16 *dout, int ld_dout, const
  * scratch: NULL, or T*K floats the backend may use for partial sums and \
  * split operands (CUDA then runs the long sums on tensor cores or over \
  * the whole GPU; contents are undefined afterwards).  Either way the \
- * result is deterministic. */ \
-X(void, lora_forward, (float *out, float *u, bf16 *ext, float *scratch, const bf16 *in, int ld_in, const float *A, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)) \
+ * result is deterministic.  A3: NULL, or A's three bf16 parts as \
+ * lora_weight_ext leaves them in rows N..N+3R-1 of the weight (hi, mid, \
+ * lo blocks of R rows, rows ld_a3 apart), which a backend may read rather \
+ * than split A again (the CPU sums A itself: same values). */ \
+X(void, lora_forward, (float *out, float *u, bf16 *ext, float *scratch, const bf16 *in, int ld_in, const float *A, const bf16 *A3, int ld_a3, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)) \
 /* Given dout (T,N) bf16, rows ld_dout apart, and in as in lora_forward: \
  * dB (N,R) += scale * dout^T @ u; du (T,R) = scale * dout @ B (written); \
  * dA (R,K) += du^T @ xd; then one of: \
@@ -159,8 +162,12 @@ X(void, lora_forward, (float *out, float *u, bf16 *ext, float *scratch, const bf
  *    du's parts go into the extension columns ext (T,E) (rows ld_dout \
  *    apart; dout + N in the engine) for the base backward GEMM to sum; \
  *  - both NULL: no input gradient. \
- * scratch as in lora_forward. */ \
-X(void, lora_backward, (float *din, float *dA, float *dB, float *du, bf16 *ext, float *scratch, const bf16 *dout, int ld_dout, const bf16 *in, int ld_in, const float *u, const float *A, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R, int accumulate)) \
+ * scratch as in lora_forward.  B3: NULL, or scale*B's three bf16 parts \
+ * side by side ((N,3R), rows ld_b3 apart) as lora_weight_ext leaves them \
+ * at columns K..K+3R-1 of the weight; a backend may then form du as \
+ * dout @ (scale*B), the product rounded once in fp32, rather than split B \
+ * (the CPU sums B itself). */ \
+X(void, lora_backward, (float *din, float *dA, float *dB, float *du, bf16 *ext, float *scratch, const bf16 *dout, int ld_dout, const bf16 *in, int ld_in, const float *u, const float *A, const float *B, const bf16 *B3, int ld_b3, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R, int accumulate)) \
 /* The weight side of the LoRA extension of a base weight W (N,K), rows \
  * ld_w (>= K + E) apart in a buffer of N + E rows: columns K..K+E-1 of \
  * rows 0..N-1 get scale*B's parts, bias[n] (0 when bias is NULL) and \

@@ -54,9 +54,10 @@ static void ext_row(bf16 *ext, const float *v, int R, int with_one)
  * parts into ext.  The CPU hashes the mask tile by tile and has no use for
  * the scratch. */
 void lora_forward_cpu(float *out, float *u, bf16 *ext, float *scratch, const bf16 *in, int ld_in, const float *A,
-		      const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)
+		      const bf16 *A3, int ld_a3, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T,
+		      int K, int N, int R)
 {
-	(void)scratch;
+	(void)scratch, (void)A3, (void)ld_a3; /* sums A in fp32 itself */
 	float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
 #pragma omp parallel for schedule(static) if ((long)T * K * R >= POROS_CPU_PAR_MIN)
 	for (int t = 0; t < T; t++) {
@@ -102,9 +103,10 @@ void lora_forward_cpu(float *out, float *u, bf16 *ext, float *scratch, const bf1
  *               value), or du's extension parts into ext (no dropout) */
 void lora_backward_cpu(float *din, float *dA, float *dB, float *du, bf16 *ext, float *scratch, const bf16 *dout,
 		       int ld_dout, const bf16 *in, int ld_in, const float *u, const float *A, const float *B,
-		       float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R, int accumulate)
+		       const bf16 *B3, int ld_b3, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N,
+		       int R, int accumulate)
 {
-	(void)scratch;
+	(void)scratch, (void)B3, (void)ld_b3; /* sums B in fp32 itself */
 	float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
 	int r_tiles = (R + LORA_TILE - 1) / LORA_TILE;
 	int k_tiles = (K + LORA_TILE - 1) / LORA_TILE;

@@ -499,17 +499,18 @@ __global__ void lora_ext_rows_kernel(bf16 *ext, int ld, const float *V, int T, i
 }
 
 // The weight side of the extension of W (rows ld apart), in two kernels
-// laid out so that no thread divides by more than R: the columns K..K+E-1
-// of rows 0..N-1 (a block per row, a thread per column: scale*B's part j,
-// the bias, or 0), and rows N..N+E-1 of columns 0..K-1 (grid (K/256, E):
-// A's part j, read and written along k, or 0).
+// with 32-bit index arithmetic (the 64-bit divisions of one flat kernel
+// cost more than the stores): the columns K..K+E-1 of rows 0..N-1, a
+// thread per element (scale*B's part j, the bias, or 0), and rows
+// N..N+E-1 of columns 0..K-1 (grid (K/256, E): A's part j, read and
+// written along k, or 0).  A block per row was latency-bound: 160 threads
+// and 320 bytes a block, 27648 blocks for a 32B gate.
 __global__ void lora_weight_ext_cols_kernel(bf16 *w, int ld, const float *B, const bf16 *bias, float scale, int K,
                                             int N, int R, int E)
 {
-	int c = threadIdx.x;
-	if (c >= E)
-		return;
-	for (int n = blockIdx.x; n < N; n += gridDim.x) {
+	int total = N * E;
+	for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
+		int n = e / E, c = e - n * E;
 		bf16 v = f32_to_bf16(0.0f);
 		if (c < 9 * R) {
 			bf16 part[3];
@@ -629,25 +630,31 @@ static void ext_rows(bf16 *ext, int ld, const float *V, int T, int R, bool one)
 }
 
 // u (T,R) = xd @ A^T on tensor cores, when the scratch (T*K floats) holds
-// A's three parts, the masked input (dropout only) and the (T,3R) sums;
-// the join writes u's extension parts to ext (rows ld_in apart) too.
-static bool lora_u_tc(float *u, bf16 *ext, float *scratch, const bf16 *in, int ld_in, const float *A, float p,
-                      uint64_t seed, int T, int K, int R)
+// A's three parts (unless given: A3_given, rows ld_a3 apart), the masked
+// input (dropout only) and the (T,3R) sums; the join writes u's extension
+// parts to ext (rows ld_in apart) too.
+static bool lora_u_tc(float *u, bf16 *ext, float *scratch, const bf16 *in, int ld_in, const float *A,
+                      const bf16 *A3_given, int ld_a3, float p, uint64_t seed, int T, int K, int R)
 {
-	long a3 = floats_of((long)3 * R * K * 2), xm = p > 0.0f ? floats_of((long)T * K * 2) : 0;
+	long a3 = A3_given ? 0 : floats_of((long)3 * R * K * 2), xm = p > 0.0f ? floats_of((long)T * K * 2) : 0;
 	long u3 = floats_of((long)T * 3 * R * 4);
 	if (!scratch || a3 + xm + u3 > (long)T * K)
 		return false;
 	cudaStream_t stream = poros_cuda_compute_stream();
 	bf16 *A3 = (bf16 *)scratch, *X = (bf16 *)(scratch + a3);
 	float *U3 = scratch + a3 + xm;
-	int ldx = ld_in;
-	lora_split3_kernel<<<grid_for((long)R * K, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(A3, A, R, K, true);
-	launchCheck();
+	int ldx = ld_in, lda = K;
+	if (A3_given) {
+		A3 = (bf16 *)A3_given;
+		lda = ld_a3;
+	} else {
+		lora_split3_kernel<<<grid_for((long)R * K, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(A3, A, R, K, true);
+		launchCheck();
+	}
 	const bf16 *x = masked_input(X, in, &ldx, p, seed, T, K);
-	// U3 (T,3R) row-major = column-major (3R,T): A3 read as (K,3R) ld K, x as
-	// (K,T) ld ldx.
-	gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, 3 * R, T, K, 1.0f, A3, K, x, ldx, 0.0f, U3, 3 * R);
+	// U3 (T,3R) row-major = column-major (3R,T): A3 read as (K,3R) ld lda,
+	// x as (K,T) ld ldx.
+	gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, 3 * R, T, K, 1.0f, A3, lda, x, ldx, 0.0f, U3, 3 * R);
 	lora_join3_kernel<<<grid_for((long)T * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(
 		u, U3, keep_scale_of(p), T, R, false, false, ext, ld_in, lora_ext_cols(R), true);
 	launchCheck();
@@ -687,23 +694,34 @@ static bool lora_dA_tc(float *dA, float *scratch, const float *du, const bf16 *i
 //                                       extension parts to ext when given)
 //   dB (N,R) += scale * dout^T @ u      W = u, rows = T  (added; for_dB)
 // when the scratch (scratch_floats) holds the parts and the (out,3R) sums.
+// W3_given (du only): scale*B's parts, rows ld_w3 apart; scale then
+// applies no more.
 static bool dout_product_tc(float *dst, bf16 *ext, float *scratch, long scratch_floats, const bf16 *dout,
-                            int ld_dout, const float *W, float scale, int T, int N, int R, bool for_dB)
+                            int ld_dout, const float *W, const bf16 *W3_given, int ld_w3, float scale, int T, int N,
+                            int R, bool for_dB)
 {
 	int rows = for_dB ? T : N, out = for_dB ? N : T;
-	long w3 = floats_of((long)rows * 3 * R * 2), p3 = floats_of((long)out * 3 * R * 4);
+	long w3 = W3_given ? 0 : floats_of((long)rows * 3 * R * 2), p3 = floats_of((long)out * 3 * R * 4);
 	if (!scratch || w3 + p3 > scratch_floats)
 		return false;
 	cudaStream_t stream = poros_cuda_compute_stream();
 	bf16 *W3 = (bf16 *)scratch;
 	float *P3 = scratch + w3;
-	lora_split3_kernel<<<grid_for((long)rows * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(W3, W, rows, R, false);
-	launchCheck();
+	int ldw = 3 * R;
+	if (W3_given) {
+		W3 = (bf16 *)W3_given;
+		ldw = ld_w3;
+		scale = 1.0f;
+	} else {
+		lora_split3_kernel<<<grid_for((long)rows * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(W3, W, rows, R,
+		                                                                                       false);
+		launchCheck();
+	}
 	// P3 (out,3R) row-major = column-major (3R,out) = W3_cm (3R,rows) @ D,
-	// W3 (rows,3R) read as (3R,rows) ld 3R and dout (T,N) as (N,T) ld
+	// W3 (rows,3R) read as (3R,rows) ld ldw and dout (T,N) as (N,T) ld
 	// ld_dout: D is dout_cm for du (rows = N, out = T), its transpose for dB
 	// (rows = T, out = N).
-	gemm_bf16(CUBLAS_OP_N, for_dB ? CUBLAS_OP_T : CUBLAS_OP_N, 3 * R, out, rows, 1.0f, W3, 3 * R, dout, ld_dout, 0.0f,
+	gemm_bf16(CUBLAS_OP_N, for_dB ? CUBLAS_OP_T : CUBLAS_OP_N, 3 * R, out, rows, 1.0f, W3, ldw, dout, ld_dout, 0.0f,
 	          P3, 3 * R);
 	lora_join3_kernel<<<grid_for((long)out * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(
 		dst, P3, scale, out, R, false, for_dB, for_dB ? NULL : ext, ld_dout, lora_ext_cols(R), false);
@@ -759,14 +777,14 @@ static void row_products(float *dst, float *scratch, long scratch_cols, const TX
 // u's extension parts into ext; in (T,K) bf16 rows ld_in apart, A (R,K),
 // B (N,R).
 extern "C" void lora_forward_cuda(float *out, float *u, bf16 *ext, float *scratch, const bf16 *in, int ld_in,
-                                  const float *A, const float *B, float scale, float dropout_p, uint64_t dropout_seed,
-                                  int T, int K, int N, int R)
+                                  const float *A, const bf16 *A3, int ld_a3, const float *B, float scale,
+                                  float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)
 {
 	if (T <= 0 || R <= 0)
 		return;
 	bool joined = false;
 	if (K > 0) {
-		joined = lora_u_tc(u, ext, scratch, in, ld_in, A, dropout_p, dropout_seed, T, K, R);
+		joined = lora_u_tc(u, ext, scratch, in, ld_in, A, A3, ld_a3, dropout_p, dropout_seed, T, K, R);
 		if (!joined)
 			row_products<bf16, false>(u, scratch, K, in, ld_in, A, 1.0f, dropout_p, dropout_seed, T, K, R);
 	} else
@@ -791,8 +809,8 @@ extern "C" void lora_forward_cuda(float *out, float *u, bf16 *ext, float *scratc
 //                when din is NULL), or du's extension parts into ext
 extern "C" void lora_backward_cuda(float *din, float *dA, float *dB, float *du, bf16 *ext, float *scratch,
                                    const bf16 *dout, int ld_dout, const bf16 *in, int ld_in, const float *u,
-                                   const float *A, const float *B, float scale, float dropout_p,
-                                   uint64_t dropout_seed, int T, int K, int N, int R, int accumulate)
+                                   const float *A, const float *B, const bf16 *B3, int ld_b3, float scale,
+                                   float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R, int accumulate)
 {
 	if (T <= 0 || R <= 0)
 		return;
@@ -805,10 +823,11 @@ extern "C" void lora_backward_cuda(float *din, float *dA, float *dB, float *du, 
 		exit(1);
 	}
 	if (N > 0) {
-		joined = dout_product_tc(du, ext, scratch, scratch_floats, dout, ld_dout, B, scale, T, N, R, false);
+		joined = dout_product_tc(du, ext, scratch, scratch_floats, dout, ld_dout, B, B3, ld_b3, scale, T, N, R,
+		                         false);
 		if (!joined)
 			row_products<bf16, true>(du, scratch, K, dout, ld_dout, B, scale, 0.0f, 0, T, N, R);
-		if (!dout_product_tc(dB, NULL, scratch, scratch_floats, dout, ld_dout, u, scale, T, N, R, true))
+		if (!dout_product_tc(dB, NULL, scratch, scratch_floats, dout, ld_dout, u, NULL, 0, scale, T, N, R, true))
 			rank_outer(dB, scratch, scratch_floats, u, dout, ld_dout, scale, 0.0f, 0, T, N, R, true);
 	} else {
 		cudaCheck(cudaMemsetAsync(du, 0, (size_t)T * R * sizeof(float), stream));
@@ -843,7 +862,8 @@ extern "C" void lora_weight_ext_cuda(bf16 *w, int ld_w, const float *A, const fl
 		return;
 	cudaStream_t stream = poros_cuda_compute_stream();
 	if (N > 0) {
-		lora_weight_ext_cols_kernel<<<N < 65535 ? N : 65535, E, 0, stream>>>(w, ld_w, B, bias, scale, K, N, R, E);
+		lora_weight_ext_cols_kernel<<<grid_for((long)N * E, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(
+			w, ld_w, B, bias, scale, K, N, R, E);
 		launchCheck();
 	}
 	if (K > 0) {

@@ -772,7 +772,7 @@ struct lora_args {
 static void lora_fwd_gpu(const void *p)
 {
 	const struct lora_args *a = p;
-	gpu->ops->lora_forward(a->out, a->u, NULL /* ext */, a->scratch, a->in, a->K /* ld_in */, a->A, a->B, a->scale,
+	gpu->ops->lora_forward(a->out, a->u, NULL /* ext */, a->scratch, a->in, a->K /* ld_in */, a->A, NULL, 0, a->B, a->scale,
 	                       a->p, a->seed, a->T, a->K, a->N, a->R);
 }
 
@@ -780,7 +780,7 @@ static void lora_bwd_gpu(const void *p)
 {
 	const struct lora_args *a = p;
 	gpu->ops->lora_backward(a->din, a->dA, a->dB, a->du, NULL /* ext */, a->scratch, a->dout, a->N /* ld_dout */,
-	                        a->in, a->K /* ld_in */, a->u_in, a->A, a->B, a->scale, a->p, a->seed, a->T, a->K, a->N,
+	                        a->in, a->K /* ld_in */, a->u_in, a->A, a->B, NULL, 0, a->scale, a->p, a->seed, a->T, a->K, a->N,
 	                        a->R, a->accumulate);
 }
 
@@ -803,7 +803,7 @@ static void test_lora_forward(int T, int K, int N, int R, float p, int scratch)
 	uint64_t seed = 0xd40b0u + (uint64_t)K;
 	float *ref = dup_bytes(out0, (size_t)T * N * 4), *ref_u = xmalloc((size_t)T * R * 4);
 	double t0 = now_ms();
-	lora_forward_cpu(ref, ref_u, NULL, NULL, in, K, A, B, scale, p, seed, T, K, N, R);
+	lora_forward_cpu(ref, ref_u, NULL, NULL, in, K, A, NULL, 0, B, scale, p, seed, T, K, N, R);
 	c.cpu_ms = now_ms() - t0;
 
 	struct lora_args a = { 0 };
@@ -851,11 +851,11 @@ static void test_lora_backward(int T, int K, int N, int R, float p, int with_din
 	/* u as the CPU forward leaves it, the same input for both backwards */
 	float *u = xmalloc((size_t)T * R * 4), *scratch_out = xmalloc((size_t)T * N * 4);
 	memset(scratch_out, 0, (size_t)T * N * 4);
-	lora_forward_cpu(scratch_out, u, NULL, NULL, in, K, A, B, scale, p, seed, T, K, N, R);
+	lora_forward_cpu(scratch_out, u, NULL, NULL, in, K, A, NULL, 0, B, scale, p, seed, T, K, N, R);
 	float *ref_dA = dup_bytes(dA0, (size_t)R * K * 4), *ref_dB = dup_bytes(dB0, (size_t)N * R * 4);
 	float *ref_din = dup_bytes(din0, (size_t)T * K * 4), *ref_du = xmalloc((size_t)T * R * 4);
 	double t0 = now_ms();
-	lora_backward_cpu(with_din ? ref_din : NULL, ref_dA, ref_dB, ref_du, NULL, NULL, dout, N, in, K, u, A, B, scale, p,
+	lora_backward_cpu(with_din ? ref_din : NULL, ref_dA, ref_dB, ref_du, NULL, NULL, dout, N, in, K, u, A, B, NULL, 0, scale, p,
 	                  seed, T, K, N, R, with_din == 2);
 	c.cpu_ms = now_ms() - t0;
 
@@ -918,7 +918,7 @@ static void ext_fwd_gpu(const void *p)
 	const struct ext_args *a = p;
 	int ld = a->K + a->E;
 	gpu->ops->lora_weight_ext(a->W, ld, a->A, a->B, a->bias, a->scale, a->K, a->N, a->R);
-	gpu->ops->lora_forward(NULL, a->u, a->x + a->K, a->scratch, a->x, ld, a->A, a->B, a->scale, a->p, 77, a->T,
+	gpu->ops->lora_forward(NULL, a->u, a->x + a->K, a->scratch, a->x, ld, a->A, NULL, 0, a->B, a->scale, a->p, 77, a->T,
 	                       a->K, a->N, a->R);
 	gpu->ops->matmul_forward(a->out, a->x, ld, a->W, ld, NULL, a->T, ld, a->N, 0);
 }
@@ -931,7 +931,7 @@ static void ext_bwd_gpu(const void *p)
 	int ldw = a->K + a->E, ldd = a->N + a->E;
 	gpu->ops->lora_weight_ext(a->W, ldw, a->A, a->B, a->bias, a->scale, a->K, a->N, a->R);
 	gpu->ops->lora_backward(NULL, a->dA, a->dB, a->du, a->dout + a->N, a->scratch, a->dout, ldd, a->x, ldw, a->u_in,
-	                        a->A, a->B, a->scale, 0.0f, 0, a->T, a->K, a->N, a->R, 0);
+	                        a->A, a->B, NULL, 0, a->scale, 0.0f, 0, a->T, a->K, a->N, a->R, 0);
 	gpu->ops->matmul_backward_input(a->din, a->dout, ldd, a->W, ldw, a->T, a->K, ldd, 0);
 }
 
@@ -962,11 +962,11 @@ static void test_lora_ext(int T, int K, int N, int R, float p, int backward, int
 	float *zA = dup_bytes(dA, (size_t)R * K * 4), *zB = dup_bytes(dB, (size_t)N * R * 4);
 	double t0 = now_ms();
 	lora_weight_ext_cpu(refW, ldx, A, B, bias, scale, K, N, R);
-	lora_forward_cpu(NULL, u, refx + K, NULL, refx, ldx, A, B, scale, p, 77, T, K, N, R);
+	lora_forward_cpu(NULL, u, refx + K, NULL, refx, ldx, A, NULL, 0, B, scale, p, 77, T, K, N, R);
 	if (!backward) {
 		matmul_forward_cpu(out, refx, ldx, refW, ldx, NULL, T, ldx, N, 0);
 	} else {
-		lora_backward_cpu(NULL, dA, dB, du, refd + N, NULL, refd, ldd, refx, ldx, u, A, B, scale, 0.0f, 0, T, K, N, R,
+		lora_backward_cpu(NULL, dA, dB, du, refd + N, NULL, refd, ldd, refx, ldx, u, A, B, NULL, 0, scale, 0.0f, 0, T, K, N, R,
 		                  0);
 		matmul_backward_input_cpu(din, refd, ldd, refW, ldx, T, K, ldd, 0);
 	}

@@ -130,13 +130,13 @@ static void test_forward(const struct fixture *f0, float scale, float p)
 	double *want = NEW(double, T * N), *bound = NEW(double, T * N);
 	char name[96];
 
-	lora_forward_cpu(out1, u1, NULL, NULL, f.x, f.ldx, f.A, f.B, scale, p, 99, T, K, N, R);
+	lora_forward_cpu(out1, u1, NULL, NULL, f.x, f.ldx, f.A, NULL, 0, f.B, scale, p, 99, T, K, N, R);
 	matmul_forward_cpu(out1, f.x, f.ldx, f.W, f.ldw, f.bias, T, K, N, 1);
 
 	for (int t = 0; t < T; t++) /* garbage where the op must write */
 		for (int c = 0; c < f.E; c++)
 			f.x[t * f.ldx + K + c] = 0x7fc1;
-	lora_forward_cpu(NULL, u2, f.x + K, NULL, f.x, f.ldx, f.A, f.B, scale, p, 99, T, K, N, R);
+	lora_forward_cpu(NULL, u2, f.x + K, NULL, f.x, f.ldx, f.A, NULL, 0, f.B, scale, p, 99, T, K, N, R);
 	lora_weight_ext_cpu(f.W, f.ldw, f.A, f.B, f.bias, scale, K, N, R);
 	matmul_forward_cpu(out2, f.x, f.ldx, f.W, f.ldw, NULL, T, K + f.E, N, 0);
 
@@ -174,8 +174,8 @@ static void test_backward(const struct fixture *f0, float scale)
 	float *din1 = NEW(float, T * K), *din2 = NEW(float, T * K);
 	double *want = NEW(double, T * K), *bound = NEW(double, T * K);
 
-	lora_forward_cpu(NULL, u, NULL, NULL, f.x, f.ldx, f.A, f.B, scale, 0.0f, 1, T, K, N, R);
-	lora_backward_cpu(din1, dA1, dB1, du1, NULL, NULL, f.dout, f.ldd, f.x, f.ldx, u, f.A, f.B, scale, 0.0f, 1, T, K,
+	lora_forward_cpu(NULL, u, NULL, NULL, f.x, f.ldx, f.A, NULL, 0, f.B, scale, 0.0f, 1, T, K, N, R);
+	lora_backward_cpu(din1, dA1, dB1, du1, NULL, NULL, f.dout, f.ldd, f.x, f.ldx, u, f.A, f.B, NULL, 0, scale, 0.0f, 1, T, K,
 	                  N, R, 0);
 	matmul_backward_input_cpu(din1, f.dout, f.ldd, f.W, f.ldw, T, K, N, 1);
 
@@ -183,7 +183,7 @@ static void test_backward(const struct fixture *f0, float scale)
 		for (int c = 0; c < f.E; c++)
 			f.dout[t * f.ldd + N + c] = 0x7fc1;
 	lora_weight_ext_cpu(f.W, f.ldw, f.A, f.B, f.bias, scale, K, N, R);
-	lora_backward_cpu(NULL, dA2, dB2, du2, f.dout + N, NULL, f.dout, f.ldd, f.x, f.ldx, u, f.A, f.B, scale, 0.0f, 1,
+	lora_backward_cpu(NULL, dA2, dB2, du2, f.dout + N, NULL, f.dout, f.ldd, f.x, f.ldx, u, f.A, f.B, NULL, 0, scale, 0.0f, 1,
 	                  T, K, N, R, 0);
 	for (int t = 0; t < T; t++) {
 		const bf16 *row = f.dout + t * f.ldd + N;

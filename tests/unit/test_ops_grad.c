@@ -227,8 +227,8 @@ static void test_lora_backward(float p)
 	if (p > 0.0f)
 		CHECK(dropped > 0 && dropped < T * K); /* the mask must matter */
 
-	lora_forward_cpu(out, u, NULL, NULL, x, K, A, B, scale, p, seed, T, K, N, R);
-	lora_backward_cpu(din, dA, dB, du, NULL, NULL, lw16, N, x, K, u, A, B, scale, p, seed, T, K, N, R, 0);
+	lora_forward_cpu(out, u, NULL, NULL, x, K, A, NULL, 0, B, scale, p, seed, T, K, N, R);
+	lora_backward_cpu(din, dA, dB, du, NULL, NULL, lw16, N, x, K, u, A, B, NULL, 0, scale, p, seed, T, K, N, R, 0);
 
 	widen_bf16(xd, x, T * K);
 	widen_f32(Ad, A, R * K);
@@ -268,14 +268,14 @@ static void test_lora_backward(float p)
 	memcpy(dA2, dA, sizeof dA);
 	memcpy(dB2, dB, sizeof dB);
 	memcpy(din2, din, sizeof din);
-	lora_backward_cpu(din2, dA2, dB2, du, NULL, NULL, lw16, N, x, K, u, A, B, scale, p, seed, T, K, N, R, 1);
+	lora_backward_cpu(din2, dA2, dB2, du, NULL, NULL, lw16, N, x, K, u, A, B, NULL, 0, scale, p, seed, T, K, N, R, 1);
 	check_accumulated("lora_backward dA", dA2, dA, R * K);
 	check_accumulated("lora_backward dB", dB2, dB, N * R);
 	check_accumulated("lora_backward din", din2, din, T * K);
 
 	/* din == NULL: the parameter gradients alone, unchanged */
 	float dA3[R * K] = { 0 }, dB3[N * R] = { 0 };
-	lora_backward_cpu(NULL, dA3, dB3, du, NULL, NULL, lw16, N, x, K, u, A, B, scale, p, seed, T, K, N, R, 0);
+	lora_backward_cpu(NULL, dA3, dB3, du, NULL, NULL, lw16, N, x, K, u, A, B, NULL, 0, scale, p, seed, T, K, N, R, 0);
 	CHECK(memcmp(dA3, dA, sizeof dA) == 0 && memcmp(dB3, dB, sizeof dB) == 0);
 }
 

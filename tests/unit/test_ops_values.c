@@ -158,7 +158,7 @@ static void test_lora_forward(float p)
 	fill_f32(A, R * K, -0.5, 0.5);
 	fill_f32(B, N * R, -0.5, 0.5);
 	fill_f32(out, T * N, -1.0, 1.0); /* written over, not added to */
-	lora_forward_cpu(out, u, NULL, NULL, x, K, A, B, scale, p, seed, T, K, N, R);
+	lora_forward_cpu(out, u, NULL, NULL, x, K, A, NULL, 0, B, scale, p, seed, T, K, N, R);
 
 	for (int t = 0; t < T; t++) {
 		for (int r = 0; r < R; r++) {
@@ -826,12 +826,12 @@ static void run_every_op(struct arena *a, const struct det_inputs *in, float *sc
 				  DC, DN, 0);
 	float *lora_out = take(a, "lora_forward out", sizeof(float) * DT * DN);
 	float *u = take(a, "lora_forward u", sizeof(float) * DT * DR);
-	lora_forward_cpu(lora_out, u, NULL, NULL, in->xb, DC, in->A, in->B, 2.0f, 0.1f, 7, DT, DC, DN, DR);
+	lora_forward_cpu(lora_out, u, NULL, NULL, in->xb, DC, in->A, NULL, 0, in->B, 2.0f, 0.1f, 7, DT, DC, DN, DR);
 	lora_backward_cpu(take(a, "lora_backward din", sizeof(float) * DT * DC),
 			  take(a, "lora_backward dA", sizeof(float) * DR * DC),
 			  take(a, "lora_backward dB", sizeof(float) * DN * DR),
 			  take(a, "lora_backward du", sizeof(float) * DT * DR), NULL, NULL, in->dyb, DN, in->xb, DC, u,
-			  in->A, in->B, 2.0f, 0.1f, 7, DT, DC, DN, DR, 0);
+			  in->A, in->B, NULL, 0, 2.0f, 0.1f, 7, DT, DC, DN, DR, 0);
 	f = take(a, "rope_forward", sizeof in->q);
 	memcpy(f, in->q, sizeof in->q);
 	rope_forward_cpu(f, in->cos_t, in->sin_t, DB, DS, DH, DD);

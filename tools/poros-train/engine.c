@@ -637,6 +637,14 @@ struct pass {
 	int step, mb;
 };
 
+/* With the extension, A's three parts as lora_weight_ext left them in the
+ * weight's rows N..N+3R-1 (the u GEMM reads them there instead of
+ * splitting A again); else NULL. */
+static const bf16 *ext_a3(const struct engine *e, const struct layer_view *w, int m)
+{
+	return e->E > 0 ? w->w[m] + (size_t)e->hw->lay.n_out[m] * w->ld[m] : NULL;
+}
+
 /* out (T,N) = (scale * B A dropout(in) + in @ W^T) (+ bias), in (T,K)
  * with rows K + E apart.  With the LoRA extension, u's parts go into in's
  * spare columns and one GEMM over K + E sums base, LoRA and bias.
@@ -653,8 +661,8 @@ static void proj_forward(struct engine *e, const struct layer_view *w, struct la
 	if (s->a >= 0) {
 		prof_mark(e, PROF_LORA_FWD);
 		e->op->lora_forward(ext ? NULL : out, a->u[m], ext ? in + K : NULL, e->g.lora_scratch, in, ldx,
-		                    e->d_lora + s->a, e->d_lora + s->b, e->lora_scale, e->dropout,
-		                    dropout_seed(e, p.step, p.mb, layer, m), e->T, K, s->n_out, e->R);
+		                    e->d_lora + s->a, ext_a3(e, w, m), w->ld[m], e->d_lora + s->b, e->lora_scale,
+		                    e->dropout, dropout_seed(e, p.step, p.mb, layer, m), e->T, K, s->n_out, e->R);
 	}
 	prof_mark(e, PROF_GEMM_FWD);
 	if (ext) /* the bias rides in the extension too */
@@ -686,8 +694,9 @@ static void proj_backward(struct engine *e, const struct layer_view *w, const st
 		prof_mark(e, PROF_LORA_BWD);
 		e->op->lora_backward(ext ? NULL : din, e->d_grad + s->a, e->d_grad + s->b, e->g.du,
 		                     ext ? (bf16 *)dout16 + N : NULL, e->g.lora_scratch, dout16, ld, in, K + e->E, a->u[m],
-		                     e->d_lora + s->a, e->d_lora + s->b, e->lora_scale, e->dropout,
-		                     dropout_seed(e, p.step, p.mb, layer, m), e->T, K, N, e->R, accumulate);
+		                     e->d_lora + s->a, e->d_lora + s->b, e->E > 0 ? w->w[m] + K : NULL, w->ld[m],
+		                     e->lora_scale, e->dropout, dropout_seed(e, p.step, p.mb, layer, m), e->T, K, N, e->R,
+		                     accumulate);
 		if (!ext)
 			accumulate = 1;
 	}
@@ -738,7 +747,7 @@ static void layer_forward(struct engine *e, const struct layer_view *w, struct l
 		if (s->a >= 0) { /* u alone: no output columns */
 			prof_mark(e, PROF_LORA_FWD);
 			op->lora_forward(NULL, a->u[PROJ_DOWN], NULL, e->g.lora_scratch, a->h, e->F + e->E, e->d_lora + s->a,
-			                 e->d_lora + s->b,
+			                 ext_a3(e, w, PROJ_DOWN), w->ld[PROJ_DOWN], e->d_lora + s->b,
 			                 e->lora_scale, e->dropout, dropout_seed(e, p.step, p.mb, layer, PROJ_DOWN), T, s->n_in, 0,
 			                 e->R);
 		}
