@@ -772,16 +772,16 @@ struct lora_args {
 static void lora_fwd_gpu(const void *p)
 {
 	const struct lora_args *a = p;
-	gpu->ops->lora_forward(a->out, a->u, NULL /* ext */, a->scratch, a->in, a->K /* ld_in */, a->A, NULL, 0, a->B, a->scale,
-	                       a->p, a->seed, a->T, a->K, a->N, a->R);
+	gpu->ops->lora_forward(a->out, a->u, NULL /* ext */, a->scratch, a->in, a->K /* ld_in */, a->A, NULL, 0, a->B,
+	                       a->scale, a->p, a->seed, a->T, a->K, a->N, a->R);
 }
 
 static void lora_bwd_gpu(const void *p)
 {
 	const struct lora_args *a = p;
 	gpu->ops->lora_backward(a->din, a->dA, a->dB, a->du, NULL /* ext */, a->scratch, a->dout, a->N /* ld_dout */,
-	                        a->in, a->K /* ld_in */, a->u_in, a->A, a->B, NULL, 0, a->scale, a->p, a->seed, a->T, a->K, a->N,
-	                        a->R, a->accumulate);
+	                        a->in, a->K /* ld_in */, a->u_in, a->A, a->B, NULL, 0, a->scale, a->p, a->seed, a->T,
+	                        a->K, a->N, a->R, a->accumulate);
 }
 
 /* u is a K-term fp32 sum (the CPU in order; the GPU's CUDA-core kernel in
@@ -855,8 +855,8 @@ static void test_lora_backward(int T, int K, int N, int R, float p, int with_din
 	float *ref_dA = dup_bytes(dA0, (size_t)R * K * 4), *ref_dB = dup_bytes(dB0, (size_t)N * R * 4);
 	float *ref_din = dup_bytes(din0, (size_t)T * K * 4), *ref_du = xmalloc((size_t)T * R * 4);
 	double t0 = now_ms();
-	lora_backward_cpu(with_din ? ref_din : NULL, ref_dA, ref_dB, ref_du, NULL, NULL, dout, N, in, K, u, A, B, NULL, 0, scale, p,
-	                  seed, T, K, N, R, with_din == 2);
+	lora_backward_cpu(with_din ? ref_din : NULL, ref_dA, ref_dB, ref_du, NULL, NULL, dout, N, in, K, u, A, B,
+	                  NULL, 0, scale, p, seed, T, K, N, R, with_din == 2);
 	c.cpu_ms = now_ms() - t0;
 
 	struct lora_args a = { 0 };
@@ -912,26 +912,28 @@ struct ext_args {
 };
 
 /* The engine's forward of one projection with the extension: the weight
- * side, u's parts into x's spare columns, one GEMM over K + E. */
+ * side, u's parts into x's spare columns (u's GEMM reading A's parts from
+ * the weight's rows N..N+3R-1, as the engine has it), one GEMM over K + E. */
 static void ext_fwd_gpu(const void *p)
 {
 	const struct ext_args *a = p;
 	int ld = a->K + a->E;
 	gpu->ops->lora_weight_ext(a->W, ld, a->A, a->B, a->bias, a->scale, a->K, a->N, a->R);
-	gpu->ops->lora_forward(NULL, a->u, a->x + a->K, a->scratch, a->x, ld, a->A, NULL, 0, a->B, a->scale, a->p, 77, a->T,
-	                       a->K, a->N, a->R);
+	gpu->ops->lora_forward(NULL, a->u, a->x + a->K, a->scratch, a->x, ld, a->A, a->W + (size_t)a->N * ld, ld, a->B,
+	                       a->scale, a->p, 77, a->T, a->K, a->N, a->R);
 	gpu->ops->matmul_forward(a->out, a->x, ld, a->W, ld, NULL, a->T, ld, a->N, 0);
 }
 
 /* ... and its backward (no dropout): du's parts into dout's spare
- * columns, one GEMM over N + E (the weight's extension rows). */
+ * columns (du's GEMM reading scale*B's parts from the weight's columns
+ * K..K+3R-1), one GEMM over N + E (the weight's extension rows). */
 static void ext_bwd_gpu(const void *p)
 {
 	const struct ext_args *a = p;
 	int ldw = a->K + a->E, ldd = a->N + a->E;
 	gpu->ops->lora_weight_ext(a->W, ldw, a->A, a->B, a->bias, a->scale, a->K, a->N, a->R);
 	gpu->ops->lora_backward(NULL, a->dA, a->dB, a->du, a->dout + a->N, a->scratch, a->dout, ldd, a->x, ldw, a->u_in,
-	                        a->A, a->B, NULL, 0, a->scale, 0.0f, 0, a->T, a->K, a->N, a->R, 0);
+	                        a->A, a->B, a->W + a->K, ldw, a->scale, 0.0f, 0, a->T, a->K, a->N, a->R, 0);
 	gpu->ops->matmul_backward_input(a->din, a->dout, ldd, a->W, ldw, a->T, a->K, ldd, 0);
 }
 
@@ -966,8 +968,8 @@ static void test_lora_ext(int T, int K, int N, int R, float p, int backward, int
 	if (!backward) {
 		matmul_forward_cpu(out, refx, ldx, refW, ldx, NULL, T, ldx, N, 0);
 	} else {
-		lora_backward_cpu(NULL, dA, dB, du, refd + N, NULL, refd, ldd, refx, ldx, u, A, B, NULL, 0, scale, 0.0f, 0, T, K, N, R,
-		                  0);
+		lora_backward_cpu(NULL, dA, dB, du, refd + N, NULL, refd, ldd, refx, ldx, u, A, B, NULL, 0, scale, 0.0f, 0,
+		                  T, K, N, R, 0);
 		matmul_backward_input_cpu(din, refd, ldd, refW, ldx, T, K, ldd, 0);
 	}
 	c.cpu_ms = now_ms() - t0;

@@ -175,16 +175,16 @@ static void test_backward(const struct fixture *f0, float scale)
 	double *want = NEW(double, T * K), *bound = NEW(double, T * K);
 
 	lora_forward_cpu(NULL, u, NULL, NULL, f.x, f.ldx, f.A, NULL, 0, f.B, scale, 0.0f, 1, T, K, N, R);
-	lora_backward_cpu(din1, dA1, dB1, du1, NULL, NULL, f.dout, f.ldd, f.x, f.ldx, u, f.A, f.B, NULL, 0, scale, 0.0f, 1, T, K,
-	                  N, R, 0);
+	lora_backward_cpu(din1, dA1, dB1, du1, NULL, NULL, f.dout, f.ldd, f.x, f.ldx, u, f.A, f.B, NULL, 0, scale,
+	                  0.0f, 1, T, K, N, R, 0);
 	matmul_backward_input_cpu(din1, f.dout, f.ldd, f.W, f.ldw, T, K, N, 1);
 
 	for (int t = 0; t < T; t++)
 		for (int c = 0; c < f.E; c++)
 			f.dout[t * f.ldd + N + c] = 0x7fc1;
 	lora_weight_ext_cpu(f.W, f.ldw, f.A, f.B, f.bias, scale, K, N, R);
-	lora_backward_cpu(NULL, dA2, dB2, du2, f.dout + N, NULL, f.dout, f.ldd, f.x, f.ldx, u, f.A, f.B, NULL, 0, scale, 0.0f, 1,
-	                  T, K, N, R, 0);
+	lora_backward_cpu(NULL, dA2, dB2, du2, f.dout + N, NULL, f.dout, f.ldd, f.x, f.ldx, u, f.A, f.B, NULL, 0,
+	                  scale, 0.0f, 1, T, K, N, R, 0);
 	for (int t = 0; t < T; t++) {
 		const bf16 *row = f.dout + t * f.ldd + N;
 		int tail_ok = 1;

@@ -120,7 +120,8 @@ static void test_scales_and_zero(void)
 	for (int i = 0; i < B / 2; i++)
 		zeros &= packed[i] == 0x77;
 	CHECKF(zeros, "zero block packs to 0x77 (the code of 0.0)");
-	CHECKF(absmax[1] == 4.0f && code_at(packed, B) == 0, "negative absmax: absmax %g, code %d", absmax[1], code_at(packed, B));
+	CHECKF(absmax[1] == 4.0f && code_at(packed, B) == 0, "negative absmax: absmax %g, code %d", absmax[1],
+		code_at(packed, B));
 	CHECKF(code_at(packed, B + 32) == 7 && code_at(packed, B + 63) == 15,
 	       "0 -> code 7 (%d), 3.875/4 -> code 15 (%d)", code_at(packed, B + 32), code_at(packed, B + 63));
 	CHECKF(absmax[2] == ldexpf(2, -100) && code_at(packed, 2 * B) == 0 && code_at(packed, 2 * B + 2) == 7 &&

@@ -385,7 +385,6 @@ static void ext_layout_init(struct engine *e)
 	const char *env = getenv("POROS_LORA_EXT");
 	int off_by_env = env && strcmp(env, "0") == 0;
 	size_t off = 0;
-
 	int rows_whole = 1; /* every row a whole number of NF4 blocks: a pitched row dequantizes alone */
 
 	for (int m = 0; m < N_PROJ; m++)
