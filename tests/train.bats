@@ -146,6 +146,13 @@ parity() {
 	jq -n -e --slurpfile a on.out --slurpfile b off.out '$a[0].vram_breakdown_mb.activations < $b[0].vram_breakdown_mb.activations'
 }
 
+@test "POROS_LORA_EXT takes 0 or 1: another value is a usage error before anything runs" {
+	POROS_LORA_EXT=off run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
+	[ "$stderr" = 'poros-train: POROS_LORA_EXT: unknown value "off" (expected 0 or 1)' ]
+	[ -z "$output" ] && [ ! -e run ]
+	POROS_LORA_EXT=0 poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 1 --quiet --out zero | jq -e '.status == "ok"'
+}
+
 @test "--no-prefetch changes the copies, not the bits" {
 	train a --model poros/tiny-qwen2 --block-size 1 --steps 2 --accum 2
 	train b --model poros/tiny-qwen2 --block-size 1 --steps 2 --accum 2 --no-prefetch

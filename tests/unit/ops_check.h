@@ -63,6 +63,18 @@ static inline void fill_nan(float *x, long n)
 		x[i] = NAN;
 }
 
+/* Ends a check's summary line with its mismatch count and counts a
+ * failed check; 1 when it passed. */
+static inline int check_verdict(long bad)
+{
+	if (bad)
+		printf(", %ld mismatches", bad);
+	printf("\n");
+	if (bad)
+		failures++;
+	return bad == 0;
+}
+
 /* Compares got (n) with want (n).  NaN matches only NaN.  The relative error
  * reported skips references below atol, where it means nothing. */
 static inline int check_close(const char *name, const float *got, const double *want, long n, double atol, double rtol)
@@ -89,12 +101,7 @@ static inline int check_close(const char *name, const float *got, const double *
 	}
 	printf("%s %s: n %ld, max abs err %.3g, max rel err %.3g (atol %.1g, rtol %.1g)", bad ? "FAIL" : "ok  ",
 	       name, n, max_abs, max_rel, atol, rtol);
-	if (bad)
-		printf(", %ld mismatches", bad);
-	printf("\n");
-	if (bad)
-		failures++;
-	return bad == 0;
+	return check_verdict(bad);
 }
 
 /* |got - want| <= rel * bound + atol + rtol * |want| elementwise, where
@@ -117,12 +124,7 @@ static inline int check_bounded(const char *name, const float *got, const double
 	}
 	printf("%s %s: n %ld, max abs err %.3g, worst %.3f of its bound (%.3g * sum|terms| + %.1g + %.1g*|want|)",
 	       bad ? "FAIL" : "ok  ", name, n, max_abs, worst, rel, atol, rtol);
-	if (bad)
-		printf(", %ld mismatches", bad);
-	printf("\n");
-	if (bad)
-		failures++;
-	return bad == 0;
+	return check_verdict(bad);
 }
 
 /* Bitwise equality of two buffers, reporting the first differing byte. */

@@ -110,6 +110,11 @@ int train_config_check(const struct train_config *c, char *err, size_t errsz)
 		                c->backend), -1;
 	if (c->out_dir == NULL || *c->out_dir == '\0')
 		return snprintf(err, errsz, "--out: empty run directory"), -1;
+	/* the engine reads it (kernels/ops.h's LoRA extension); a typo must
+	 * not silently leave the extension on */
+	const char *ext = getenv("POROS_LORA_EXT");
+	if (ext && *ext && strcmp(ext, "0") && strcmp(ext, "1"))
+		return snprintf(err, errsz, "POROS_LORA_EXT: unknown value \"%s\" (expected 0 or 1)", ext), -1;
 	return 0;
 }
 
