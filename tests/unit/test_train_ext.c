@@ -37,9 +37,8 @@ static int open_run(struct tt_run *r, const char *model, int ext, int mode, doub
 	cfg.dropout = dropout;
 	cfg.steps = 3;
 	cfg.lr = 5e-3;
-	setenv("POROS_LORA_EXT", ext ? "1" : "0", 1);
+	cfg.lora_ext = ext;
 	rc = tt_open(r, &cfg);
-	unsetenv("POROS_LORA_EXT");
 	return rc;
 }
 

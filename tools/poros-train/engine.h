@@ -13,19 +13,14 @@
 #include "alloc.h"
 #include "backend.h"
 #include "data.h"
+#include "layer.h"
 #include "model_config.h"
 #include "train.h"
 #include "weights.h"
 
-/* LoRA parameters in one flat fp32 buffer: layer-major, projections in
- * cell.h's order, A (R,K) then B (N,R); each tensor starts on a 64-float
- * boundary (zero padding, which clipping and AdamW leave at zero) so the
- * CUDA GEMMs see aligned pointers.  Gradients, m and v share the layout. */
-struct lora_slot {
-	long a, b;        /* offsets in floats; a < 0: projection not targeted */
-	int n_out, n_in;
-};
-
+/* LoRA parameters in one flat fp32 buffer (struct lora_slot in layer.h):
+ * layer-major, projections in cell.h's order, A (R,K) then B (N,R), each
+ * tensor 64-float aligned.  Gradients, m and v share the layout. */
 struct lora_layout {
 	int n_layers, rank;
 	unsigned mask;
@@ -84,13 +79,14 @@ size_t engine_vram_peak(const struct engine *e);
  * its length, or -1 when buf is too small. */
 int engine_vram_breakdown_json(const struct engine *e, char *buf, size_t n);
 
-/* With POROS_PROFILE=1 in the environment when the engine was created,
+/* With train_config.profile (POROS_PROFILE=1) when the engine was created,
  * every engine_step times the compute stream by op category (the time
  * from the first op of a category to the first op of the next one, so the
  * categories add up to the step's compute-stream time, idle gaps in the
  * category they interrupt; "wait_copy" is time spent waiting for a weight
- * or checkpoint copy) and logs it on stderr.  The last step's profile as
- * one JSON object: {"gemm_fwd":{"ms":M,"n":CALLS},..., "total_ms":M,
+ * or checkpoint copy, or a copy on the compute stream) and logs it on
+ * stderr.  The last step's profile as one JSON object (CALLS: op calls of
+ * the category): {"gemm_fwd":{"ms":M,"n":CALLS},..., "total_ms":M,
  * "events":N, "ckpt_d2h_bytes":B, "ckpt_h2d_bytes":B}.  Returns its
  * length, or -1 (buf "") when profiling is off or no step has finished.
  * Results are bit-identical with and without profiling. */

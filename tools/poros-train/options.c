@@ -37,6 +37,8 @@ void train_config_defaults(struct train_config *c)
 	c->block_size = 4;
 	c->prefetch = 1;
 	c->backend = xstrdup("auto");
+	c->lora_ext = 1;
+	c->data_prefetch = 1;
 }
 
 void train_config_free(struct train_config *c)
@@ -110,11 +112,21 @@ int train_config_check(const struct train_config *c, char *err, size_t errsz)
 		                c->backend), -1;
 	if (c->out_dir == NULL || *c->out_dir == '\0')
 		return snprintf(err, errsz, "--out: empty run directory"), -1;
-	/* the engine reads it (kernels/ops.h's LoRA extension); a typo must
-	 * not silently leave the extension on */
-	const char *ext = getenv("POROS_LORA_EXT");
+	return 0;
+}
+
+/* The environment's knobs, read here and nowhere else. */
+static int config_from_env(struct train_config *c, char *err, size_t errsz)
+{
+	const char *ext = getenv("POROS_LORA_EXT"), *noprefetch = getenv("POROS_NO_DATA_PREFETCH");
+	const char *prof = getenv("POROS_PROFILE");
+
+	/* kernels/ops.h's LoRA extension: a typo must not silently leave it on */
 	if (ext && *ext && strcmp(ext, "0") && strcmp(ext, "1"))
 		return snprintf(err, errsz, "POROS_LORA_EXT: unknown value \"%s\" (expected 0 or 1)", ext), -1;
+	c->lora_ext = !(ext && strcmp(ext, "0") == 0);
+	c->data_prefetch = !(noprefetch && *noprefetch && strcmp(noprefetch, "0") != 0);
+	c->profile = prof && *prof && strcmp(prof, "0") != 0;
 	return 0;
 }
 
@@ -295,6 +307,6 @@ void train_config_from_options(struct train_config *c, char *const v[OPT_COUNT])
 		c->configs_dir = xasprintf("%s/models", configs);
 		free(configs);
 	}
-	if (train_config_check(c, err, sizeof err) < 0)
+	if (train_config_check(c, err, sizeof err) < 0 || config_from_env(c, err, sizeof err) < 0)
 		die(EXIT_USAGE, "%s", err);
 }

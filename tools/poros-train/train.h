@@ -36,6 +36,10 @@ struct train_config {
 	int save_every;          /* 0: only the final adapter */
 	char *cell_id;
 	int quiet;               /* no per-step progress on stderr */
+	/* from the environment (options.c reads it once; man/poros-train.1) */
+	int lora_ext;            /* POROS_LORA_EXT: NF4 LoRA terms ride in the base GEMMs (1) or not */
+	int data_prefetch;       /* not POROS_NO_DATA_PREFETCH: stage the next batch on a thread */
+	int profile;             /* POROS_PROFILE: device time per op category */
 };
 
 /* The command line, one slot per option (the last one given wins); main.c

@@ -1,0 +1,146 @@
+/* tools/poros-train/engine_impl.h: the engine's state and the calls
+ * between its files (engine.c the API and the step; layer.c the math;
+ * schedule.c the two passes; plan.c device memory and upload; staging.c
+ * the data prefetch thread; lora_state.c the adapter and AdamW; profile.c
+ * the timed ops table).  Not for use outside tools/poros-train.
+ * Pointers are device memory unless their comment says host. */
+#ifndef POROS_TRAIN_ENGINE_IMPL_H
+#define POROS_TRAIN_ENGINE_IMPL_H
+
+#include <pthread.h>
+
+#include "engine.h"
+#include "layer.h"
+#include "profile.h"
+
+struct slab {
+	unsigned char *mem;
+	int block;           /* the block it holds or is receiving; -1: none */
+	struct backend_event *copied, *freed;
+	int freed_recorded;
+};
+
+struct span {
+	struct backend_event *begin, *end;
+};
+
+/* The blockwise layer checkpoints: set s of the two device sets holds the
+ * inputs (k,T,C) of one layer; host holds every layer's. */
+struct ckpt_sets {
+	float *host;              /* (L,k,T,C) pinned host */
+	float *dev[2];            /* (k,T,C) each */
+	int layer[2];             /* the layer whose inputs set s holds; -1: none */
+	struct backend_event *ready, *saved[2], *loaded[2], *freed[2];
+	int saved_rec[2], loaded_rec[2], freed_rec[2];
+	long long d2h_bytes, h2d_bytes;
+};
+
+/* One host staging of a step's batch (pinned host memory). */
+struct staging {
+	int32_t *tokens, *targets; /* (k,T) */
+	bf16 *rows;                /* (k,T,C) the tokens' embedding rows */
+	int *n_pred;               /* (k) */
+	int step, rc;
+	char err[256];
+};
+
+struct engine {
+	const struct backend *be;  /* the backend, or profile.c's timed copy of it */
+	const struct train_config *cfg;
+	const struct model_config *mc;
+	const struct host_weights *hw;
+	struct token_source *data;
+	struct dev_alloc alloc;
+	char err[512];             /* why the last step failed, when not a number */
+
+	int L, k;                  /* layers, micro-batches per step */
+	int blockwise, bs, nb;     /* block size and count (blockwise) */
+	struct layer_ctx lc;       /* what the math reads (dims, ops, adapter, scratch) */
+
+	/* base weights: final norm and lm_head (and the embedding only when
+	 * tied to lm_head); glob_start is the first byte of the host globals
+	 * the device copy holds */
+	unsigned char *globals;
+	size_t glob_start;
+	bf16 *embed_rows;          /* (k,T,C) the step's embedding rows */
+	int32_t *targets;          /* (k,T) */
+	int32_t *iota;             /* (T) 0..T-1: row t of the gathered rows */
+	unsigned char *layers;     /* resident: all layers */
+	struct slab slab[2];       /* blockwise */
+	/* NF4: one dequantized layer; each projection's dequantized weight is
+	 * (N + E, K + E) at dequant_off[m] (E: the LoRA extension's columns,
+	 * kernels/ops.h; ext_bwd: the backward rides too).  Its extension is
+	 * rewritten whenever the buffer gets a layer or the adapter changed
+	 * (lora_ver counts changes). */
+	bf16 *dequant;
+	int dequant_layer;         /* the layer it holds; -1 none */
+	size_t dequant_off[N_PROJ], dequant_bytes;
+	long lora_ver, dequant_ext_ver;
+
+	/* the adapter: parameters, gradients, AdamW moments (one layout) */
+	struct lora_layout lora;
+	float *params, *grads, *adam_m, *adam_v;
+	float *sumsq, *sumsq_scratch;
+	float *rope_cos, *rope_sin;
+
+	/* Two host stagings of a step's batch: while step s runs on the
+	 * device from one, a worker thread reads step s+1's tokens from the
+	 * token source (tokenizing, packing) and gathers their embedding rows
+	 * into the other, so data preparation never stalls a step. */
+	struct staging stage[2];
+	int cur;                   /* the staging of the loaded step */
+	pthread_t prefetch_thread;
+	int prefetch_running;
+	int loaded_step;           /* the step whose tokens are on the device */
+	int *n_pred;               /* host (k) predicted tokens of each micro-batch */
+
+	float **ckpt;              /* resident: L+1 inputs of layers */
+	int n_ckpt;
+	struct ckpt_sets cs;       /* blockwise */
+	float **dresid;            /* blockwise: k; resident: 1 */
+	struct layer_act act;      /* one layer of one micro-batch */
+	/* resident without recompute: every layer's activations of one
+	 * micro-batch (L of them); NULL otherwise */
+	struct layer_act *acts;
+	float *h_losses;           /* host (k,T) */
+
+	/* timing: events recorded into spans, read back after the step */
+	struct backend_event *step_begin;
+	struct span *copies, *computes;
+	int max_copies, max_computes, n_copies, n_computes;
+	long long h2d_bytes;
+	struct profile *prof;      /* NULL: profiling off */
+};
+
+int seterr(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* snprintf into buf at *off, never past n (the length still counts). */
+void bprintf(char *buf, size_t n, size_t *off, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* plan.c: the LoRA extension's and the dequant buffer's layout; every
+ * device buffer (one plan, before step 1); the upload of what is fixed. */
+void plan_dequant_layout(struct engine *e);
+int plan_device(struct engine *e, char *err, size_t errsz);
+int plan_upload(struct engine *e, char *err, size_t errsz);
+
+/* schedule.c */
+int schedule_events_create(struct engine *e);
+void schedule_events_destroy(struct engine *e);
+void resident_pass(struct engine *e, int step);
+void blockwise_pass(struct engine *e, int step);
+void compute_open(struct engine *e);
+void compute_close(struct engine *e);
+void schedule_read_timing(struct engine *e, struct step_stats *st);
+
+/* staging.c: pinned stagings, and the step's batch on the device */
+int staging_alloc(struct engine *e, char *err, size_t errsz);
+void staging_free(struct engine *e);
+int staging_load(struct engine *e, int step);
+
+/* lora_state.c */
+void lora_layout_init(struct lora_layout *lo, const struct layer_layout *lay, int L, int R, unsigned mask);
+void lora_init_host(const struct lora_layout *lo, float *host, uint64_t seed);
+/* The squared L2 norm of the gradients (a device-to-host read). */
+float lora_grad_sumsq(struct engine *e);
+void lora_adamw(struct engine *e, float lr, float grad_scale, int step);
+
+#endif

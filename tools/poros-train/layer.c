@@ -1,0 +1,197 @@
+/* tools/poros-train/layer.c: the decoder (Qwen2/Qwen3/Llama) with LoRA,
+ * forward and hand-written backward, op by op.
+ *
+ *   x0 = embed(tokens)                                   (T,C)
+ *   per layer:
+ *     xn  = rmsnorm(x)                                   (T,C)
+ *     q, k, v = proj(xn)  [+ per-head rmsnorm (Qwen3)]   (T,H*D) (T,G*D) (T,G*D)
+ *     q, k = rope(q), rope(k)
+ *     att = causal_gqa_attention(q, k, v)                (T,H*D)
+ *     x2  = x + o_proj(att)                              (T,C)
+ *     xn2 = rmsnorm(x2)
+ *     h   = silu(gate_proj(xn2)) * up_proj(xn2)          (T,F)
+ *     out = x2 + down_proj(h)                            (T,C)
+ *   logits = lm_head(rmsnorm(x_L)); loss = cross_entropy (T,V), chunked
+ *
+ * and every proj(x) = x W^T (+ bias) + scale * B A dropout(x), A (R,K),
+ * B (N,R).  Nothing here knows about schedules, memory or profiling: the
+ * schedule (schedule.c) hands each call a layer's weights and activation
+ * buffers; a profiled run hands in a timed ops table (profile.c). */
+#include "layer.h"
+
+#include "util.h"
+
+/* The dropout masks of (step, micro-batch, layer, projection): the same in
+ * both schedules, the same in forward, recompute and backward. */
+static uint64_t dropout_seed(const struct layer_ctx *c, struct pass p, int layer, int m)
+{
+	uint64_t h = poros_mix64(c->seed ^ 0xd209007ull);
+
+	h = poros_mix64(h ^ (uint64_t)p.step);
+	h = poros_mix64(h ^ (uint64_t)p.mb);
+	return poros_mix64(h ^ ((uint64_t)layer * N_PROJ + (uint64_t)m));
+}
+
+/* With the extension, A's three parts as lora_weight_ext left them in the
+ * weight's rows N..N+3R-1 (the u GEMM reads them there instead of
+ * splitting A again); else NULL. */
+static const bf16 *ext_a3(const struct layer_ctx *c, const struct layer_view *w, const struct lora_slot *s, int m)
+{
+	return c->E > 0 ? w->w[m] + (size_t)s->n_out * w->ld[m] : NULL;
+}
+
+/* out (T,N) = (scale * B A dropout(in) + in @ W^T) (+ bias), in (T,K)
+ * with rows K + E apart.  With the LoRA extension, u's parts go into in's
+ * spare columns and one GEMM over K + E sums base, LoRA and bias.
+ * Otherwise the LoRA term is written first and the base GEMM adds onto it
+ * in its epilogue, so the (T,N) fp32 output is written once and read once,
+ * not read-modify-written by a second pass. */
+static void proj_forward(const struct layer_ctx *c, const struct layer_view *w, struct layer_act *a, int layer, int m,
+                         bf16 *in, float *out, struct pass p)
+{
+	const struct lora_slot *s = &c->slot[layer * N_PROJ + m];
+	const bf16 *bias = m < 4 ? w->bias[m] : NULL;
+	int K = s->n_in, ldx = K + c->E, ext = s->a >= 0 && c->E > 0;
+
+	if (s->a >= 0) /* u (T,R) = dropout(in) A^T; out = scale * u B^T, or u's parts into in's spare columns */
+		c->op->lora_forward(ext ? NULL : out, a->u[m], ext ? in + K : NULL, c->g.lora_scratch, in, ldx,
+		                    c->lora + s->a, ext_a3(c, w, s, m), w->ld[m], c->lora + s->b, c->lora_scale,
+		                    c->dropout, dropout_seed(c, p, layer, m), c->T, K, s->n_out, c->R);
+	if (ext) /* the bias rides in the extension too */
+		c->op->matmul_forward(out, in, ldx, w->w[m], w->ld[m], NULL, c->T, K + c->E, s->n_out, 0);
+	else
+		c->op->matmul_forward(out, in, ldx, w->w[m], w->ld[m], bias, c->T, K, s->n_out, s->a >= 0);
+}
+
+/* din (T,K) (+)= gradient through projection m given dout (T,N), fp32 (then
+ * rounded here) or already bf16 (dout16, dout NULL; rows N + E apart, as
+ * swiglu_backward writes them).  Both the base GEMM and the adapter read
+ * the bf16 one.  With the extension in backward, du's parts go into its
+ * spare columns and one GEMM over N + E sums both input gradients;
+ * otherwise the adapter's goes first and the base GEMM adds onto it.  LoRA
+ * gradients accumulate into the flat gradient buffer. */
+static void proj_backward(const struct layer_ctx *c, const struct layer_view *w, const struct layer_act *a, int layer,
+                          int m, const bf16 *in, const float *dout, const bf16 *dout16, float *din, int accumulate,
+                          struct pass p)
+{
+	const struct lora_slot *s = &c->slot[layer * N_PROJ + m];
+	int N = s->n_out, K = s->n_in, ld = N + c->E, ext = s->a >= 0 && c->ext_bwd;
+
+	if (dout) {
+		c->op->cast_f32_to_bf16(c->g.dout16, ld, dout, c->T, N);
+		dout16 = c->g.dout16;
+	}
+	if (s->a >= 0) {
+		/* dA (R,K) += du^T in, dB (N,R) += scale * dout^T u, din (+)= du A */
+		c->op->lora_backward(ext ? NULL : din, c->lora_grad + s->a, c->lora_grad + s->b, c->g.du,
+		                     ext ? (bf16 *)dout16 + N : NULL, c->g.lora_scratch, dout16, ld, in, K + c->E, a->u[m],
+		                     c->lora + s->a, c->lora + s->b, c->E > 0 ? w->w[m] + K : NULL, w->ld[m],
+		                     c->lora_scale, c->dropout, dropout_seed(c, p, layer, m), c->T, K, N, c->R,
+		                     accumulate);
+		if (!ext)
+			accumulate = 1;
+	}
+	/* din (T,K) (+)= dout W */
+	c->op->matmul_backward_input(din, dout16, ld, w->w[m], w->ld[m], c->T, K, ext ? N + c->E : N, accumulate);
+}
+
+void embed_forward(const struct layer_ctx *c, float *out, int mb)
+{
+	/* the rows were gathered on the host (staging.c): row t for token t */
+	c->op->embedding_forward(out, c->iota, c->embed_rows + (size_t)mb * c->T * c->C, c->T, c->C);
+}
+
+void layer_forward(const struct layer_ctx *c, const struct layer_view *w, struct layer_act *a, int layer,
+                   const float *x, float *out, struct pass p)
+{
+	const struct poros_ops *op = c->op;
+	int T = c->T, C = c->C, E = c->E, qk = c->qk_norm;
+
+	/* attention block */
+	a->x = x;
+	op->rmsnorm_forward(NULL, a->xn, C + E, a->rstd1, x, w->in_norm, c->eps, T, C);
+	proj_forward(c, w, a, layer, PROJ_Q, a->xn, qk ? a->q_pre : a->q, p);
+	proj_forward(c, w, a, layer, PROJ_K, a->xn, qk ? a->k_pre : a->k, p);
+	proj_forward(c, w, a, layer, PROJ_V, a->xn, a->v, p);
+	if (qk) { /* Qwen3: RMSNorm over each head's D features, before rope */
+		op->rmsnorm_forward(a->q, NULL, c->D, a->rstd_q, a->q_pre, w->q_norm, c->eps, T * c->H, c->D);
+		op->rmsnorm_forward(a->k, NULL, c->D, a->rstd_k, a->k_pre, w->k_norm, c->eps, T * c->G, c->D);
+	}
+	op->rope_forward(a->q, c->rope_cos, c->rope_sin, c->B, c->S, c->H, c->D);
+	op->rope_forward(a->k, c->rope_cos, c->rope_sin, c->B, c->S, c->G, c->D);
+	op->attention_forward(a->att, c->HD + E, a->lse, c->attn_scratch, a->q, a->k, a->v, c->B, c->S, c->H, c->G, c->D);
+	proj_forward(c, w, a, layer, PROJ_O, a->att, a->x2, p);
+	op->add_inplace(a->x2, x, (long)T * C);
+
+	/* MLP block */
+	op->rmsnorm_forward(NULL, a->xn2, C + E, a->rstd2, a->x2, w->post_norm, c->eps, T, C);
+	proj_forward(c, w, a, layer, PROJ_GATE, a->xn2, a->gate, p);
+	proj_forward(c, w, a, layer, PROJ_UP, a->xn2, a->up, p);
+	op->swiglu_forward(a->h, c->F + E, a->gate, a->up, T, c->F);
+	if (out == NULL) { /* recompute: the backward needs down_proj's u, not its output */
+		const struct lora_slot *s = &c->slot[layer * N_PROJ + PROJ_DOWN];
+
+		if (s->a >= 0)
+			op->lora_forward(NULL, a->u[PROJ_DOWN], NULL, c->g.lora_scratch, a->h, c->F + E, c->lora + s->a,
+			                 ext_a3(c, w, s, PROJ_DOWN), w->ld[PROJ_DOWN], c->lora + s->b, c->lora_scale,
+			                 c->dropout, dropout_seed(c, p, layer, PROJ_DOWN), T, s->n_in, 0, c->R);
+		return;
+	}
+	/* x is dead from here on, so out may alias it */
+	proj_forward(c, w, a, layer, PROJ_DOWN, a->h, out, p);
+	op->add_inplace(out, a->x2, (long)T * C);
+}
+
+void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const struct layer_act *a, int layer,
+                    float *dx, struct pass p)
+{
+	const struct poros_ops *op = c->op;
+	const struct grad_scratch *g = &c->g;
+	int T = c->T, qk = c->qk_norm;
+	float *dq = g->dq, *dk = g->dk;
+
+	/* MLP: out = x2 + down(silu(gate(xn2)) * up(xn2)); dx holds dout, then dx2 */
+	proj_backward(c, w, a, layer, PROJ_DOWN, a->h, dx, NULL, g->dh, 0, p);
+	op->swiglu_backward(g->dgate, g->dup, c->F + c->E, g->dh, a->gate, a->up, T, c->F);
+	proj_backward(c, w, a, layer, PROJ_GATE, a->xn2, NULL, g->dgate, g->dxn, 0, p);
+	proj_backward(c, w, a, layer, PROJ_UP, a->xn2, NULL, g->dup, g->dxn, 1, p);
+	op->rmsnorm_backward(dx, g->dxn, a->x2, w->post_norm, a->rstd2, T, c->C); /* dx2 += norm'(dxn) */
+
+	/* attention: x2 = x + o(attn(rope(q), rope(k), v)), q/k/v of xn = norm(x) */
+	proj_backward(c, w, a, layer, PROJ_O, a->att, dx, NULL, g->datt, 0, p);
+	op->attention_backward(g->dq, g->dk, g->dv, c->attn_scratch, g->datt, a->q, a->k, a->v, a->lse, c->B, c->S,
+	                       c->H, c->G, c->D);
+	op->rope_backward(g->dq, c->rope_cos, c->rope_sin, c->B, c->S, c->H, c->D);
+	op->rope_backward(g->dk, c->rope_cos, c->rope_sin, c->B, c->S, c->G, c->D);
+	if (qk) { /* through the per-head norms (rmsnorm_backward accumulates) */
+		c->be->memset_zero(g->dq_pre, (size_t)T * c->HD * sizeof(float), STREAM_COMPUTE);
+		c->be->memset_zero(g->dk_pre, (size_t)T * c->GD * sizeof(float), STREAM_COMPUTE);
+		op->rmsnorm_backward(g->dq_pre, g->dq, a->q_pre, w->q_norm, a->rstd_q, T * c->H, c->D);
+		op->rmsnorm_backward(g->dk_pre, g->dk, a->k_pre, w->k_norm, a->rstd_k, T * c->G, c->D);
+		dq = g->dq_pre;
+		dk = g->dk_pre;
+	}
+	proj_backward(c, w, a, layer, PROJ_Q, a->xn, dq, NULL, g->dxn, 0, p);
+	proj_backward(c, w, a, layer, PROJ_K, a->xn, dk, NULL, g->dxn, 1, p);
+	proj_backward(c, w, a, layer, PROJ_V, a->xn, g->dv, NULL, g->dxn, 1, p);
+	op->rmsnorm_backward(dx, g->dxn, a->x, w->in_norm, a->rstd1, T, c->C); /* dx = dx2 + norm'(dxn) */
+}
+
+void head_forward_backward(const struct layer_ctx *c, float *dres, const float *hidden, int mb, float dloss)
+{
+	const struct poros_ops *op = c->head_op;
+	int T = c->T, C = c->C, V = c->V;
+
+	op->rmsnorm_forward(NULL, c->hn, C, c->head_rstd, hidden, c->final_norm, c->eps, T, C);
+	for (int off = 0; off < T; off += c->chunk) {
+		int n = T - off < c->chunk ? T - off : c->chunk;
+
+		/* logits (n,V) = hn lm_head^T; loss and dlogits; dhn (n,C) = dlogits lm_head */
+		op->matmul_forward(c->logits, c->hn + (size_t)off * C, C, c->lm_head, C, NULL, n, C, V, 0);
+		op->crossentropy_forward_backward(c->dlogits, c->losses + (size_t)mb * T + off, c->logits,
+		                                  c->targets + (size_t)mb * T + off, dloss, n, V);
+		op->matmul_backward_input(c->dhn + (size_t)off * C, c->dlogits, V, c->lm_head, C, n, C, V, 0);
+	}
+	c->be->memset_zero(dres, (size_t)T * C * sizeof(float), STREAM_COMPUTE);
+	op->rmsnorm_backward(dres, c->dhn, hidden, c->final_norm, c->head_rstd, T, C);
+}

@@ -1,0 +1,126 @@
+/* tools/poros-train/layer.h: the decoder's math (layer.c): embedding, one
+ * layer forward and backward with LoRA on its projections, and the head
+ * with the loss, over a small context instead of the whole engine.
+ *
+ * Dimension letters as in kernels/ops.h: B batch, S sequence, T = B*S
+ * tokens of one micro-batch, C hidden, H/G query/kv heads, D head dim,
+ * F intermediate, V vocabulary, R rank, E the LoRA extension's extra
+ * columns (0 when off).  Every pointer here is device memory. */
+#ifndef POROS_TRAIN_LAYER_H
+#define POROS_TRAIN_LAYER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "weights.h" /* N_PROJ */
+
+enum { PROJ_Q, PROJ_K, PROJ_V, PROJ_O, PROJ_GATE, PROJ_UP, PROJ_DOWN };
+
+/* Logits are computed this many token rows at a time so a 152k vocabulary
+ * never needs a (T, V) buffer. */
+#define HEAD_CHUNK 128
+
+/* LoRA parameters in one flat fp32 buffer: layer-major, projections in
+ * cell.h's order, A (R,K) then B (N,R); each tensor starts on a 64-float
+ * boundary (zero padding, which clipping and AdamW leave at zero) so the
+ * CUDA GEMMs see aligned pointers.  Gradients, m and v share the layout. */
+struct lora_slot {
+	long a, b;        /* offsets in floats; a < 0: projection not targeted */
+	int n_out, n_in;
+};
+
+/* One layer's weights: projection m is w[m] (N, K) with rows ld[m] apart
+ * (K, or K + E with the LoRA extension in its spare rows and columns). */
+struct layer_view {
+	const bf16 *w[N_PROJ];
+	int ld[N_PROJ];
+	const bf16 *bias[4]; /* q, k, v, o; NULL: none */
+	const bf16 *in_norm, *post_norm, *q_norm, *k_norm;
+};
+
+/* What one layer's forward keeps for its backward (one micro-batch).  The
+ * inputs of the base GEMMs (xn, att, xn2, h) have E spare columns per row
+ * (rows K + E apart) for the LoRA extension (kernels/ops.h). */
+struct layer_act {
+	const float *x;      /* (T,C) the layer input (not owned) */
+	bf16 *xn;            /* (T,C) input_layernorm(x) */
+	float *rstd1;        /* (T) */
+	float *q, *k, *v;    /* (T,H*D), (T,G*D) x2: after q/k norm and rope */
+	float *q_pre, *k_pre;  /* qk_norm: projections before the norm */
+	float *rstd_q, *rstd_k; /* (T*H), (T*G) */
+	float *lse;          /* (B,H,S) */
+	bf16 *att;           /* (T,H*D) attention output */
+	float *x2;           /* (T,C) x + o_proj(att) */
+	bf16 *xn2;           /* (T,C) post_attention_layernorm(x2) */
+	float *rstd2;        /* (T) */
+	float *gate, *up;    /* (T,F) */
+	bf16 *h;             /* (T,F) silu(gate) * up */
+	float *u[N_PROJ];    /* (T,R) LoRA A outputs of targeted projections */
+};
+
+/* Backward scratch, shared by every layer. */
+struct grad_scratch {
+	float *dxn;          /* (T,C) gradient of a norm output */
+	bf16 *dout16;        /* (T,max N + E) bf16 upstream gradient of a base GEMM, rows N + E apart */
+	float *dh;           /* (T,F) */
+	bf16 *dgate, *dup;   /* (T,F), rows F + E apart, rounded as the gate/up backward reads them */
+	float *datt;         /* (T,H*D) */
+	float *dq, *dk, *dv; /* (T,H*D), (T,G*D), (T,G*D) */
+	float *dq_pre, *dk_pre;
+	float *du;           /* (T,R) */
+	float *lora_scratch; /* (T,max K) fp32 for the LoRA ops' partial sums (shared region) */
+};
+
+/* What the math reads: the ops, the dimensions, the adapter, the scratch. */
+struct layer_ctx {
+	const struct poros_ops *op;      /* embedding and layers */
+	const struct poros_ops *head_op; /* the head (its own table when profiling) */
+	const struct backend *be;        /* memset_zero on the compute stream */
+	int B, S, T, C, F, H, G, D, HD, GD, V, R, E, qk_norm, chunk;
+	float eps;
+
+	/* LoRA: slot[layer * N_PROJ + m]; parameters and their gradients */
+	const struct lora_slot *slot;
+	const float *lora;
+	float *lora_grad;
+	float lora_scale, dropout;
+	int ext_bwd;                     /* the backward rides in the extension too (no dropout) */
+	uint64_t seed;                   /* of the dropout masks */
+
+	const float *rope_cos, *rope_sin; /* (S, D/2) */
+	float *attn_scratch;             /* shares its region with lora_scratch and the logits */
+	struct grad_scratch g;
+
+	/* embedding: the step's rows (k,T,C), gathered on the host, and 0..T-1 */
+	const bf16 *embed_rows;
+	const int32_t *iota;
+	/* head */
+	const bf16 *final_norm, *lm_head;
+	const int32_t *targets;          /* (k,T) */
+	bf16 *hn, *dlogits;              /* (T,C), (chunk,V) */
+	float *head_rstd, *dhn, *logits, *losses; /* (T), (T,C), (chunk,V), (k,T) */
+};
+
+/* Which step and micro-batch a layer call serves (picks dropout masks). */
+struct pass {
+	int step, mb;
+};
+
+/* out (T,C) = the embedding of micro-batch mb. */
+void embed_forward(const struct layer_ctx *c, float *out, int mb);
+/* out (T,C) = the decoder layer applied to x (T,C), activations kept in a;
+ * out may be x, or NULL when recomputing for the backward (which skips
+ * down_proj's base GEMM and the residual add). */
+void layer_forward(const struct layer_ctx *c, const struct layer_view *w, struct layer_act *a, int layer,
+                   const float *x, float *out, struct pass p);
+/* dx (T,C): the gradient of the layer output in, of its input out; LoRA
+ * gradients accumulate into c->lora_grad. */
+void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const struct layer_act *a, int layer,
+                    float *dx, struct pass p);
+/* Final norm, lm_head and cross-entropy of micro-batch mb (per-token
+ * losses into c->losses, dloss the gradient of each token's loss), and
+ * their backward: dres (T,C) = gradient of the last layer's output. */
+void head_forward_backward(const struct layer_ctx *c, float *dres, const float *hidden, int mb, float dloss);
+
+#endif

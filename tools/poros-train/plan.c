@@ -1,0 +1,383 @@
+/* tools/poros-train/plan.c: every device buffer, from one plan made before
+ * step 1 (nothing is allocated in the step loop), and the upload of what
+ * never changes: the final norm and lm_head, resident layers, rope tables,
+ * the initial adapter.  Each purpose is one allocation (alloc.c counts
+ * them, against --vram-budget, into vram_breakdown_mb) carved into
+ * aligned buffers. */
+#include "engine_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* A plan runs twice: with base NULL it only sums sizes, then with the
+ * allocation it hands out the same aligned pieces. */
+struct carver {
+	unsigned char *base;
+	size_t off;
+};
+
+static size_t align_up(size_t bytes)
+{
+	return (bytes + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN;
+}
+
+static void *carve(struct carver *cv, size_t bytes)
+{
+	void *p = cv->base ? cv->base + cv->off : NULL;
+
+	cv->off = align_up(cv->off + bytes);
+	return p;
+}
+
+#define CARVE_F32(cv, n) ((float *)carve((cv), (size_t)(n) * sizeof(float)))
+#define CARVE_BF16(cv, n) ((bf16 *)carve((cv), (size_t)(n) * sizeof(bf16)))
+
+void plan_dequant_layout(struct engine *e)
+{
+	const struct layer_layout *lay = &e->hw->lay;
+	struct layer_ctx *c = &e->lc;
+	size_t off = 0;
+	int rows_whole = 1; /* every row a whole number of NF4 blocks: a pitched row dequantizes alone */
+
+	/* The LoRA extension: on for NF4 with an adapter, when every
+	 * projection's rows are whole NF4 blocks (all real models), unless
+	 * turned off (POROS_LORA_EXT=0: the fallback path, for comparison);
+	 * each projection's slot has room for E extra rows and columns. */
+	for (int m = 0; m < N_PROJ; m++)
+		rows_whole &= lay->n_in[m] % POROS_NF4_BLOCK == 0;
+	c->E = lay->nf4 && rows_whole && e->lora.mask && c->R > 0 && e->cfg->lora_ext ? lora_ext_cols(c->R) : 0;
+	c->ext_bwd = c->E > 0 && c->dropout == 0.0f;
+	for (int m = 0; m < N_PROJ; m++) {
+		size_t rows = (size_t)lay->n_out[m] + c->E, cols = (size_t)lay->n_in[m] + c->E;
+
+		e->dequant_off[m] = off;
+		off += align_up(rows * cols * sizeof(bf16));
+	}
+	e->dequant_bytes = lay->nf4 ? off : 0;
+	e->lora_ver = 1;
+	e->dequant_ext_ver = 0;
+}
+
+static void plan_act(struct engine *e, struct carver *cv, struct layer_act *a)
+{
+	const struct layer_ctx *c = &e->lc;
+	long T = c->T;
+
+	memset(a, 0, sizeof *a);
+	a->xn = CARVE_BF16(cv, T * (c->C + c->E));
+	a->rstd1 = CARVE_F32(cv, T);
+	a->q = CARVE_F32(cv, T * c->HD);
+	a->k = CARVE_F32(cv, T * c->GD);
+	a->v = CARVE_F32(cv, T * c->GD);
+	if (c->qk_norm) {
+		a->q_pre = CARVE_F32(cv, T * c->HD);
+		a->k_pre = CARVE_F32(cv, T * c->GD);
+		a->rstd_q = CARVE_F32(cv, T * c->H);
+		a->rstd_k = CARVE_F32(cv, T * c->G);
+	}
+	a->lse = CARVE_F32(cv, T * c->H);
+	a->att = CARVE_BF16(cv, T * (c->HD + c->E));
+	a->x2 = CARVE_F32(cv, T * c->C);
+	a->xn2 = CARVE_BF16(cv, T * (c->C + c->E));
+	a->rstd2 = CARVE_F32(cv, T);
+	a->gate = CARVE_F32(cv, T * c->F);
+	a->up = CARVE_F32(cv, T * c->F);
+	a->h = CARVE_BF16(cv, T * (c->F + c->E));
+	for (int m = 0; m < N_PROJ; m++)
+		if ((e->lora.mask >> m) & 1u)
+			a->u[m] = CARVE_F32(cv, T * c->R);
+}
+
+static void plan_acts(struct engine *e, struct carver *cv)
+{
+	if (e->acts)
+		for (int l = 0; l < e->L; l++)
+			plan_act(e, cv, &e->acts[l]);
+	else
+		plan_act(e, cv, &e->act);
+}
+
+/* Scratch that lives only inside one op call or one head chunk, so one
+ * region serves them all: the attention scratch, the LoRA ops' partial sums
+ * (T, max K), and the head's logits (chunk,V) fp32 + dlogits bf16. */
+static void plan_shared(struct engine *e, struct carver *cv, long max_k)
+{
+	struct layer_ctx *c = &e->lc;
+	size_t attn = attention_scratch_floats(c->B, c->S, c->H, c->G, c->D) * sizeof(float);
+	size_t lora = (size_t)c->T * max_k * sizeof(float);
+	size_t logits = align_up((size_t)c->chunk * c->V * sizeof(float));
+	size_t head = logits + (size_t)c->chunk * c->V * sizeof(bf16), bytes = attn;
+	unsigned char *base;
+
+	if (lora > bytes)
+		bytes = lora;
+	if (head > bytes)
+		bytes = head;
+	base = carve(cv, bytes);
+	c->attn_scratch = (float *)base;
+	c->g.lora_scratch = (float *)base;
+	c->logits = (float *)base;
+	c->dlogits = base ? (bf16 *)(base + logits) : NULL;
+}
+
+static void plan_scratch(struct engine *e, struct carver *cv)
+{
+	struct layer_ctx *c = &e->lc;
+	struct grad_scratch *g = &c->g;
+	long T = c->T, max_n = c->C;
+
+	if (c->F > max_n)
+		max_n = c->F;
+	if (c->HD > max_n)
+		max_n = c->HD;
+	g->dxn = CARVE_F32(cv, T * c->C);
+	g->dout16 = CARVE_BF16(cv, T * (max_n + c->E));
+	g->dh = CARVE_F32(cv, T * c->F);
+	g->dgate = CARVE_BF16(cv, T * (c->F + c->E));
+	g->dup = CARVE_BF16(cv, T * (c->F + c->E));
+	g->datt = CARVE_F32(cv, T * c->HD);
+	g->dq = CARVE_F32(cv, T * c->HD);
+	g->dk = CARVE_F32(cv, T * c->GD);
+	g->dv = CARVE_F32(cv, T * c->GD);
+	if (c->qk_norm) {
+		g->dq_pre = CARVE_F32(cv, T * c->HD);
+		g->dk_pre = CARVE_F32(cv, T * c->GD);
+	}
+	g->du = CARVE_F32(cv, T * c->R);
+	plan_shared(e, cv, max_n);
+}
+
+static void plan_head(struct engine *e, struct carver *cv)
+{
+	struct layer_ctx *c = &e->lc;
+	long T = c->T;
+
+	c->hn = CARVE_BF16(cv, T * c->C);
+	c->head_rstd = CARVE_F32(cv, T);
+	c->dhn = CARVE_F32(cv, T * c->C);
+	c->losses = CARVE_F32(cv, T * e->k);
+}
+
+/* A list of n (T,C) fp32 buffers. */
+static void plan_streams(struct engine *e, struct carver *cv, float **list, int n)
+{
+	for (int i = 0; i < n; i++)
+		list[i] = CARVE_F32(cv, (long)e->lc.T * e->lc.C);
+}
+
+static void plan_ckpts(struct engine *e, struct carver *cv)
+{
+	if (e->blockwise) {
+		e->cs.dev[0] = CARVE_F32(cv, (long)e->k * e->lc.T * e->lc.C);
+		e->cs.dev[1] = CARVE_F32(cv, (long)e->k * e->lc.T * e->lc.C);
+	} else {
+		plan_streams(e, cv, e->ckpt, e->n_ckpt);
+	}
+}
+
+static void plan_dresid(struct engine *e, struct carver *cv)
+{
+	plan_streams(e, cv, e->dresid, e->blockwise ? e->k : 1);
+}
+
+static void plan_embed_rows(struct engine *e, struct carver *cv)
+{
+	e->embed_rows = CARVE_BF16(cv, (long)e->k * e->lc.T * e->lc.C);
+}
+
+static void plan_misc(struct engine *e, struct carver *cv)
+{
+	struct layer_ctx *c = &e->lc;
+
+	e->targets = carve(cv, (size_t)e->k * c->T * sizeof(int32_t));
+	e->iota = carve(cv, (size_t)c->T * sizeof(int32_t));
+	e->rope_cos = CARVE_F32(cv, (long)c->S * (c->D / 2));
+	e->rope_sin = CARVE_F32(cv, (long)c->S * (c->D / 2));
+	e->sumsq = CARVE_F32(cv, 1);
+	e->sumsq_scratch = CARVE_F32(cv, sumsq_scratch_floats(e->lora.total));
+}
+
+/* One allocation for purpose, carved by plan. */
+static void *alloc_plan(struct engine *e, void (*plan)(struct engine *, struct carver *), const char *purpose,
+                        const char *what)
+{
+	struct carver cv = { NULL, 0 };
+	char sz[32];
+	void *base;
+
+	plan(e, &cv);
+	dev_alloc_set_purpose(&e->alloc, purpose);
+	base = dev_alloc(&e->alloc, cv.off, "%s (%s)", what, format_bytes(sz, sizeof sz, (double)cv.off));
+	if (base == NULL)
+		return NULL;
+	cv.base = base;
+	cv.off = 0;
+	plan(e, &cv);
+	return base;
+}
+
+static int alloc_weights(struct engine *e, char *err, size_t errsz)
+{
+	const struct layer_layout *lay = &e->hw->lay;
+	const struct global_layout *glob = &e->hw->glob;
+	size_t glob_bytes;
+	char sz[32];
+
+	/* the embedding stays on the host unless lm_head is the same table */
+	e->glob_start = glob->lm_head == glob->embed ? 0 : glob->final_norm;
+	glob_bytes = glob->bytes - e->glob_start;
+	dev_alloc_set_purpose(&e->alloc, "lm_head");
+	e->globals = dev_alloc(&e->alloc, glob_bytes, "the final norm and lm_head (%s)",
+	                       format_bytes(sz, sizeof sz, (double)glob_bytes));
+	if (e->globals == NULL)
+		return seterr(err, errsz, "%s", e->alloc.err);
+	if (e->blockwise) {
+		size_t slab = (size_t)e->bs * lay->stride;
+		unsigned char *both;
+
+		dev_alloc_set_purpose(&e->alloc, "slabs");
+		both = dev_alloc(&e->alloc, 2 * slab, "2 slabs of %s", format_bytes(sz, sizeof sz, (double)slab));
+		if (both == NULL)
+			return seterr(err, errsz, "%s", e->alloc.err);
+		e->slab[0].mem = both;
+		e->slab[1].mem = both + slab;
+	} else {
+		size_t all = (size_t)e->L * lay->stride;
+
+		dev_alloc_set_purpose(&e->alloc, "layers");
+		e->layers = dev_alloc(&e->alloc, all, "all %d layers' weights (%s)", e->L,
+		                      format_bytes(sz, sizeof sz, (double)all));
+		if (e->layers == NULL)
+			return seterr(err, errsz, "%s", e->alloc.err);
+	}
+	e->dequant_layer = -1;
+	if (lay->nf4) {
+		/* one layer: both schedules use a layer's weights for every
+		 * micro-batch it serves before moving to the next */
+		dev_alloc_set_purpose(&e->alloc, "dequant");
+		e->dequant = dev_alloc(&e->alloc, e->dequant_bytes, "a dequantization buffer for one layer (%s)",
+		                       format_bytes(sz, sizeof sz, (double)e->dequant_bytes));
+		if (e->dequant == NULL)
+			return seterr(err, errsz, "%s", e->alloc.err);
+	}
+	return 0;
+}
+
+static int alloc_state(struct engine *e, char *err, size_t errsz)
+{
+	size_t lora_bytes = (size_t)e->lora.total * sizeof(float);
+	char sz[32], what[96];
+	float *state;
+
+	dev_alloc_set_purpose(&e->alloc, "lora_state");
+	state = dev_alloc(&e->alloc, 4 * lora_bytes, "LoRA parameters, gradients and AdamW state (%s)",
+	                  format_bytes(sz, sizeof sz, 4.0 * (double)lora_bytes));
+	if (state == NULL)
+		return seterr(err, errsz, "%s", e->alloc.err);
+	e->params = state;
+	e->grads = state + e->lora.total;
+	e->adam_m = state + 2 * e->lora.total;
+	e->adam_v = state + 3 * e->lora.total;
+
+	if (!e->blockwise && !e->cfg->recompute)
+		e->acts = xcalloc((size_t)e->L, sizeof *e->acts);
+	snprintf(what, sizeof what, "activations of %d layer%s", e->acts ? e->L : 1, e->acts && e->L > 1 ? "s" : "");
+	if (alloc_plan(e, plan_acts, "activations", what) == NULL)
+		return seterr(err, errsz, "%s", e->alloc.err);
+	if (e->blockwise) {
+		snprintf(what, sizeof what, "2 sets of %d layer-input checkpoints", e->k);
+	} else {
+		e->n_ckpt = e->L + 1;
+		e->ckpt = xcalloc((size_t)e->n_ckpt, sizeof *e->ckpt);
+		snprintf(what, sizeof what, "%d activation checkpoints", e->n_ckpt);
+	}
+	if (alloc_plan(e, plan_ckpts, "checkpoints", what) == NULL)
+		return seterr(err, errsz, "%s", e->alloc.err);
+	e->dresid = xcalloc((size_t)e->k, sizeof *e->dresid);
+	if (alloc_plan(e, plan_dresid, "residual_grads", "residual-stream gradients") == NULL ||
+	    alloc_plan(e, plan_scratch, "workspace", "backward scratch") == NULL ||
+	    alloc_plan(e, plan_head, "head", "the lm_head and loss buffers") == NULL ||
+	    alloc_plan(e, plan_embed_rows, "embedding", "the step's embedding rows") == NULL ||
+	    alloc_plan(e, plan_misc, "misc", "targets, rope tables and norm scratch") == NULL)
+		return seterr(err, errsz, "%s", e->alloc.err);
+	return 0;
+}
+
+int plan_device(struct engine *e, char *err, size_t errsz)
+{
+	struct layer_ctx *c = &e->lc;
+	char sz[32];
+
+	if (e->blockwise) { /* every layer's input checkpoints, pinned on the host */
+		size_t bytes = (size_t)e->L * e->k * c->T * c->C * sizeof(float);
+
+		if (e->be->host_alloc((void **)&e->cs.host, bytes) != 0) {
+			e->cs.host = NULL;
+			return seterr(err, errsz, "allocating host memory for %d layers' activation checkpoints (%s) failed",
+			              e->L, format_bytes(sz, sizeof sz, (double)bytes));
+		}
+	}
+	if (alloc_weights(e, err, errsz) < 0)
+		return -1;
+	if (alloc_state(e, err, errsz) < 0) {
+		size_t len = strlen(err);
+
+		/* what the user can trade for memory, said where it runs out */
+		if (e->acts && e->alloc.oom && len < errsz)
+			snprintf(err + len, errsz - len, " (resident keeps all %d layers' activations: "
+			         "--gradient-checkpointing on keeps one layer's)", e->L);
+		return -1;
+	}
+	/* what the math reads, now that it has addresses */
+	c->lora = e->params;
+	c->lora_grad = e->grads;
+	c->rope_cos = e->rope_cos;
+	c->rope_sin = e->rope_sin;
+	c->embed_rows = e->embed_rows;
+	c->targets = e->targets;
+	c->iota = e->iota;
+	return 0;
+}
+
+int plan_upload(struct engine *e, char *err, size_t errsz)
+{
+	const struct backend *be = e->be;
+	const struct host_weights *hw = e->hw;
+	struct layer_ctx *c = &e->lc;
+	size_t half = (size_t)c->S * (c->D / 2);
+	float *cos_t = xmalloc(half * sizeof *cos_t), *sin_t = xmalloc(half * sizeof *sin_t);
+	float *init = xmalloc((size_t)e->lora.total * sizeof *init);
+	int32_t *iota = xmalloc((size_t)c->T * sizeof *iota);
+
+	if (rope_tables(cos_t, sin_t, e->mc, c->S, err, errsz) < 0) {
+		free(cos_t);
+		free(sin_t);
+		free(init);
+		free(iota);
+		return -1;
+	}
+	for (int t = 0; t < c->T; t++)
+		iota[t] = t;
+	lora_init_host(&e->lora, init, e->cfg->seed);
+	be->copy_h2d(e->globals, hw->globals + e->glob_start, hw->glob.bytes - e->glob_start, STREAM_COMPUTE);
+	c->final_norm = (const bf16 *)(e->globals + (hw->glob.final_norm - e->glob_start));
+	c->lm_head = (const bf16 *)(e->globals + (hw->glob.lm_head - e->glob_start));
+	if (!e->blockwise)
+		be->copy_h2d(e->layers, hw->layers, (size_t)e->L * hw->lay.stride, STREAM_COMPUTE);
+	be->copy_h2d(e->rope_cos, cos_t, half * sizeof(float), STREAM_COMPUTE);
+	be->copy_h2d(e->rope_sin, sin_t, half * sizeof(float), STREAM_COMPUTE);
+	be->copy_h2d(e->iota, iota, (size_t)c->T * sizeof(int32_t), STREAM_COMPUTE);
+	be->copy_h2d(e->params, init, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
+	be->memset_zero(e->adam_m, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
+	be->memset_zero(e->adam_v, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
+	/* the host sources are freed below: wait for the copies */
+	be->synchronize();
+	free(cos_t);
+	free(sin_t);
+	free(init);
+	free(iota);
+	return 0;
+}

@@ -1,0 +1,444 @@
+/* tools/poros-train/schedule.c: the two schedules over layer.c's math.
+ *
+ * Parity: both call the same layer_forward / layer_backward / head code;
+ * only the loop order differs.  Every LoRA gradient receives its
+ * micro-batch contributions in the order 1..k in both (resident runs the
+ * micro-batches one after another; blockwise runs 1..k through each layer
+ * in backward), every op is deterministic, and recomputation from a
+ * checkpoint reproduces the forward bits, so losses and adapters are
+ * bit-identical.
+ *
+ * Memory (blockwise): the input of every layer for every micro-batch is
+ * a checkpoint in pinned host memory (copied out on STREAM_AUX while the
+ * next layer computes, copied back a layer ahead in backward), so the
+ * device holds two sets of k checkpoints, the activations of one layer of
+ * one micro-batch, and one dequantized layer. */
+#include "engine_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "util.h"
+
+/* --- timing spans ---------------------------------------------------------- */
+
+static void span_open(struct engine *e, struct span *list, int *n, int max, int stream)
+{
+	if (*n < max)
+		e->be->event_record(list[*n].begin, stream);
+}
+
+static void span_close(struct engine *e, struct span *list, int *n, int max, int stream)
+{
+	if (*n < max)
+		e->be->event_record(list[(*n)++].end, stream);
+}
+
+void compute_open(struct engine *e)
+{
+	span_open(e, e->computes, &e->n_computes, e->max_computes, STREAM_COMPUTE);
+}
+
+void compute_close(struct engine *e)
+{
+	span_close(e, e->computes, &e->n_computes, e->max_computes, STREAM_COMPUTE);
+}
+
+/* --- weight views ---------------------------------------------------------- */
+
+/* Pointers into one layer record on the device; with NF4 the projections
+ * are dequantized into the dequant buffer unless it already holds this
+ * layer (the base never changes, so that copy stays valid), and the LoRA
+ * extension is written into its spare rows and columns when the buffer
+ * got a layer or the adapter changed. */
+static void make_view(struct engine *e, struct layer_view *v, const unsigned char *rec, int layer)
+{
+	const struct layer_layout *lay = &e->hw->lay;
+	const struct layer_ctx *c = &e->lc;
+	const size_t norm_off[4] = { lay->in_norm, lay->post_norm, lay->q_norm, lay->k_norm };
+	const bf16 **norm[4] = { &v->in_norm, &v->post_norm, &v->q_norm, &v->k_norm };
+	unsigned char *dst = (unsigned char *)e->dequant;
+	int fresh = e->dequant_layer != layer, ext = c->E > 0 && (fresh || e->dequant_ext_ver != e->lora_ver);
+
+	for (int i = 0; i < 4; i++) {
+		*norm[i] = norm_off[i] == LAYOUT_NONE ? NULL : (const bf16 *)(rec + norm_off[i]);
+		v->bias[i] = lay->bias[i] == LAYOUT_NONE ? NULL : (const bf16 *)(rec + lay->bias[i]);
+	}
+	if (!lay->nf4) {
+		for (int m = 0; m < N_PROJ; m++) {
+			v->w[m] = (const bf16 *)(rec + lay->weight[m]);
+			v->ld[m] = lay->n_in[m];
+		}
+		return;
+	}
+	for (int m = 0; m < N_PROJ; m++) {
+		const struct lora_slot *s = &e->lora.slot[layer * N_PROJ + m];
+		bf16 *w = (bf16 *)(dst + e->dequant_off[m]);
+		int ld = lay->n_in[m] + c->E;
+
+		if (fresh)
+			c->op->nf4_dequantize(w, ld, rec + lay->weight[m], (const float *)(rec + lay->absmax[m]),
+			                      lay->n_out[m], lay->n_in[m]);
+		if (ext && s->a >= 0)
+			c->op->lora_weight_ext(w, ld, e->params + s->a, e->params + s->b, m < 4 ? v->bias[m] : NULL,
+			                       c->lora_scale, s->n_in, s->n_out, c->R);
+		v->w[m] = w;
+		v->ld[m] = ld;
+	}
+	e->dequant_layer = layer;
+	e->dequant_ext_ver = e->lora_ver;
+}
+
+/* The gradient of each token's loss in micro-batch mb: the step loss is
+ * the mean over k micro-batches of each one's mean over its predicted
+ * tokens (targets < 0 are not). */
+static float head_dloss(const struct engine *e, int mb)
+{
+	return e->n_pred[mb] ? (float)(1.0 / ((double)e->n_pred[mb] * e->k)) : 0.0f;
+}
+
+/* Recomputes layer `layer` from its input checkpoint x (activations kept),
+ * then backward through it: dx (T,C) goes from the gradient of the layer
+ * output to that of its input. */
+static void layer_recompute_backward(struct engine *e, const struct layer_view *w, int layer, const float *x,
+                                     float *dx, struct pass p)
+{
+	layer_forward(&e->lc, w, &e->act, layer, x, NULL, p);
+	layer_backward(&e->lc, w, &e->act, layer, dx, p);
+}
+
+/* --- resident -------------------------------------------------------------- */
+
+static void resident_view(struct engine *e, struct layer_view *v, int layer)
+{
+	make_view(e, v, e->layers + (size_t)layer * e->hw->lay.stride, layer);
+}
+
+/* Micro-batch-major: each micro-batch runs its whole forward (keeping
+ * every layer's input) and its whole backward.  With recompute (HF
+ * gradient checkpointing) backward recomputes a layer from its input, then
+ * goes back through it; without, every layer's activations were kept by
+ * the forward.  The recomputation reproduces the forward bits, so the two
+ * give the same adapters. */
+void resident_pass(struct engine *e, int step)
+{
+	struct layer_view v;
+
+	compute_open(e);
+	for (int j = 0; j < e->k; j++) {
+		struct pass p = { step, j };
+
+		embed_forward(&e->lc, e->ckpt[0], j);
+		for (int l = 0; l < e->L; l++) {
+			resident_view(e, &v, l);
+			layer_forward(&e->lc, &v, e->acts ? &e->acts[l] : &e->act, l, e->ckpt[l], e->ckpt[l + 1], p);
+		}
+		head_forward_backward(&e->lc, e->dresid[0], e->ckpt[e->L], j, head_dloss(e, j));
+		for (int l = e->L - 1; l >= 0; l--) {
+			resident_view(e, &v, l);
+			if (e->acts)
+				layer_backward(&e->lc, &v, &e->acts[l], l, e->dresid[0], p);
+			else
+				layer_recompute_backward(e, &v, l, e->ckpt[l], e->dresid[0], p);
+		}
+	}
+	compute_close(e);
+}
+
+/* --- blockwise: slabs -------------------------------------------------------- */
+
+static int block_first(const struct engine *e, int b)
+{
+	return b * e->bs;
+}
+
+static int block_len(const struct engine *e, int b)
+{
+	int n = e->L - b * e->bs;
+
+	return n < e->bs ? n : e->bs;
+}
+
+/* Block b always goes to slab b % 2: the forward and the backward both
+ * alternate, and the two blocks at the turn of a pass are already there. */
+static void slab_fetch(struct engine *e, int b, int stream)
+{
+	struct slab *s = &e->slab[b % 2];
+	size_t stride = e->hw->lay.stride, bytes = (size_t)block_len(e, b) * stride;
+
+	if (s->block == b)
+		return;
+	/* never overwrite a slab whose block the compute stream still reads */
+	if (stream == STREAM_COPY && s->freed_recorded)
+		e->be->stream_wait_event(STREAM_COPY, s->freed);
+	span_open(e, e->copies, &e->n_copies, e->max_copies, stream);
+	e->be->copy_h2d(s->mem, e->hw->layers + (size_t)block_first(e, b) * stride, bytes, stream);
+	span_close(e, e->copies, &e->n_copies, e->max_copies, stream);
+	e->be->event_record(s->copied, stream);
+	s->block = b;
+	e->h2d_bytes += (long long)bytes;
+}
+
+static void slab_acquire(struct engine *e, int b)
+{
+	/* not prefetched (the first block, or prefetch disabled): without
+	 * prefetch the copy runs on the compute stream, in line (the ablation) */
+	slab_fetch(e, b, e->cfg->prefetch ? STREAM_COPY : STREAM_COMPUTE);
+	e->be->stream_wait_event(STREAM_COMPUTE, e->slab[b % 2].copied);
+}
+
+static void slab_prefetch(struct engine *e, int b)
+{
+	if (e->cfg->prefetch && b >= 0 && b < e->nb)
+		slab_fetch(e, b, STREAM_COPY);
+}
+
+static void slab_release(struct engine *e, int b)
+{
+	struct slab *s = &e->slab[b % 2];
+
+	e->be->event_record(s->freed, STREAM_COMPUTE);
+	s->freed_recorded = 1;
+}
+
+static void block_view(struct engine *e, struct layer_view *v, int b, int i)
+{
+	make_view(e, v, e->slab[b % 2].mem + (size_t)i * e->hw->lay.stride, block_first(e, b) + i);
+}
+
+/* --- blockwise: layer checkpoints -------------------------------------------
+ * The inputs of layer l live in device set l % 2.  Forward: once they are
+ * complete, STREAM_AUX copies them to the host while layer l computes
+ * (which reads, never writes, them); layer l+1 writes its outputs into the
+ * same set, so it first waits for that copy.  Backward: layer l reads set
+ * l % 2 while STREAM_AUX brings layer l-1's inputs into the other set,
+ * after the compute stream is done with what that set held. */
+
+static float *ckpt_buf(struct engine *e, int layer, int mb)
+{
+	return e->cs.dev[layer % 2] + (size_t)mb * e->lc.T * e->lc.C;
+}
+
+static size_t ckpt_set_bytes(const struct engine *e)
+{
+	return (size_t)e->k * e->lc.T * e->lc.C * sizeof(float);
+}
+
+/* Forward, before layer l computes: its inputs (complete on the compute
+ * stream) go to the host, and the set its outputs go to must be saved. */
+static void ckpt_save_inputs(struct engine *e, int l)
+{
+	struct ckpt_sets *cs = &e->cs;
+	int s = l % 2, o = (l + 1) % 2;
+	size_t bytes = ckpt_set_bytes(e);
+
+	e->be->event_record(cs->ready, STREAM_COMPUTE);
+	e->be->stream_wait_event(STREAM_AUX, cs->ready);
+	e->be->copy_d2h_async(cs->host + (size_t)l * e->k * e->lc.T * e->lc.C, cs->dev[s], bytes, STREAM_AUX);
+	e->be->event_record(cs->saved[s], STREAM_AUX);
+	cs->saved_rec[s] = 1;
+	cs->layer[s] = l;
+	cs->d2h_bytes += (long long)bytes;
+	if (cs->saved_rec[o])
+		e->be->stream_wait_event(STREAM_COMPUTE, cs->saved[o]);
+	cs->layer[o] = l + 1;
+}
+
+/* Backward: the inputs of layer l into set l % 2, on STREAM_AUX unless
+ * they are already there. */
+static void ckpt_fetch(struct engine *e, int l)
+{
+	struct ckpt_sets *cs = &e->cs;
+	int s = l % 2;
+	size_t bytes = ckpt_set_bytes(e);
+
+	if (l < 0 || cs->layer[s] == l)
+		return;
+	if (cs->freed_rec[s])
+		e->be->stream_wait_event(STREAM_AUX, cs->freed[s]);
+	e->be->copy_h2d(cs->dev[s], cs->host + (size_t)l * e->k * e->lc.T * e->lc.C, bytes, STREAM_AUX);
+	e->be->event_record(cs->loaded[s], STREAM_AUX);
+	cs->loaded_rec[s] = 1;
+	cs->layer[s] = l;
+	cs->h2d_bytes += (long long)bytes;
+}
+
+/* --- blockwise ---------------------------------------------------------------- */
+
+/* Layer-major: the weights of a block are on the device once per pass,
+ * and every micro-batch runs through each layer (each NF4 layer is
+ * dequantized once per pass) while the next block is being copied. */
+void blockwise_pass(struct engine *e, int step)
+{
+	struct ckpt_sets *cs = &e->cs;
+	struct layer_view v;
+	int k = e->k;
+
+	cs->layer[0] = cs->layer[1] = -1;
+	compute_open(e);
+	for (int j = 0; j < k; j++)
+		embed_forward(&e->lc, ckpt_buf(e, 0, j), j);
+	compute_close(e);
+	for (int b = 0; b < e->nb; b++) {
+		int first = block_first(e, b), n = block_len(e, b);
+
+		slab_acquire(e, b);
+		slab_prefetch(e, b + 1);
+		compute_open(e);
+		for (int i = 0; i < n; i++) {
+			int l = first + i;
+
+			ckpt_save_inputs(e, l);
+			block_view(e, &v, b, i);
+			for (int j = 0; j < k; j++) {
+				struct pass p = { step, j };
+
+				layer_forward(&e->lc, &v, &e->act, l, ckpt_buf(e, l, j), ckpt_buf(e, l + 1, j), p);
+			}
+		}
+		compute_close(e);
+		slab_release(e, b);
+	}
+	compute_open(e);
+	for (int j = 0; j < k; j++)
+		head_forward_backward(&e->lc, e->dresid[j], ckpt_buf(e, e->L, j), j, head_dloss(e, j));
+	/* the set that held the last layer's outputs is free for layer L-2 */
+	e->be->event_record(cs->freed[e->L % 2], STREAM_COMPUTE);
+	cs->freed_rec[e->L % 2] = 1;
+	compute_close(e);
+	for (int b = e->nb - 1; b >= 0; b--) {
+		int first = block_first(e, b), n = block_len(e, b);
+
+		slab_acquire(e, b);
+		slab_prefetch(e, b - 1);
+		compute_open(e);
+		for (int i = n - 1; i >= 0; i--) {
+			int l = first + i, s = l % 2;
+
+			ckpt_fetch(e, l);
+			ckpt_fetch(e, l - 1);
+			if (cs->loaded_rec[s])
+				e->be->stream_wait_event(STREAM_COMPUTE, cs->loaded[s]);
+			block_view(e, &v, b, i);
+			for (int j = 0; j < k; j++) {
+				struct pass p = { step, j };
+
+				layer_recompute_backward(e, &v, l, ckpt_buf(e, l, j), e->dresid[j], p);
+			}
+			e->be->event_record(cs->freed[s], STREAM_COMPUTE);
+			cs->freed_rec[s] = 1;
+		}
+		compute_close(e);
+		slab_release(e, b);
+	}
+}
+
+/* --- events and timing ---------------------------------------------------------- */
+
+int schedule_events_create(struct engine *e)
+{
+	const struct backend *be = e->be;
+	struct ckpt_sets *cs = &e->cs;
+
+	/* at most every block copied once per pass; a compute span per block
+	 * per pass plus embedding, head and optimizer */
+	e->max_copies = 2 * e->nb + 2;
+	e->max_computes = 2 * e->nb + 4;
+	e->copies = xcalloc((size_t)e->max_copies, sizeof *e->copies);
+	e->computes = xcalloc((size_t)e->max_computes, sizeof *e->computes);
+	if ((e->step_begin = be->event_create()) == NULL)
+		return -1;
+	for (int i = 0; i < e->max_copies; i++)
+		if ((e->copies[i].begin = be->event_create()) == NULL || (e->copies[i].end = be->event_create()) == NULL)
+			return -1;
+	for (int i = 0; i < e->max_computes; i++)
+		if ((e->computes[i].begin = be->event_create()) == NULL || (e->computes[i].end = be->event_create()) == NULL)
+			return -1;
+	for (int s = 0; s < 2; s++) {
+		e->slab[s].block = -1;
+		if ((e->slab[s].copied = be->event_create()) == NULL || (e->slab[s].freed = be->event_create()) == NULL)
+			return -1;
+		cs->layer[s] = -1;
+		if ((cs->saved[s] = be->event_create()) == NULL || (cs->loaded[s] = be->event_create()) == NULL ||
+		    (cs->freed[s] = be->event_create()) == NULL)
+			return -1;
+	}
+	if ((cs->ready = be->event_create()) == NULL)
+		return -1;
+	return 0;
+}
+
+static void event_free(const struct backend *be, struct backend_event *ev)
+{
+	if (ev)
+		be->event_destroy(ev);
+}
+
+void schedule_events_destroy(struct engine *e)
+{
+	const struct backend *be = e->be;
+
+	event_free(be, e->step_begin);
+	for (int i = 0; e->copies && i < e->max_copies; i++) {
+		event_free(be, e->copies[i].begin);
+		event_free(be, e->copies[i].end);
+	}
+	for (int i = 0; e->computes && i < e->max_computes; i++) {
+		event_free(be, e->computes[i].begin);
+		event_free(be, e->computes[i].end);
+	}
+	for (int s = 0; s < 2; s++) {
+		event_free(be, e->slab[s].copied);
+		event_free(be, e->slab[s].freed);
+		event_free(be, e->cs.saved[s]);
+		event_free(be, e->cs.loaded[s]);
+		event_free(be, e->cs.freed[s]);
+	}
+	event_free(be, e->cs.ready);
+	free(e->copies);
+	free(e->computes);
+}
+
+/* Length of the part of [b0,b1] covered by the (ordered, disjoint) spans. */
+static double covered(double b0, double b1, const double *begin, const double *end, int n)
+{
+	double sum = 0;
+
+	for (int i = 0; i < n; i++) {
+		double lo = b0 > begin[i] ? b0 : begin[i], hi = b1 < end[i] ? b1 : end[i];
+
+		if (hi > lo)
+			sum += hi - lo;
+	}
+	return sum;
+}
+
+/* h2d_s: copy time; compute_s: compute-stream busy time; hidden: the part
+ * of the copy time that ran while the compute stream was busy.  On the CPU
+ * backend copies never overlap (they run in line), and the numbers say so. */
+void schedule_read_timing(struct engine *e, struct step_stats *st)
+{
+	const struct backend *be = e->be;
+	int nc = e->n_computes, nk = e->n_copies;
+	double *cb = xmalloc((size_t)(nc + 1) * sizeof *cb), *ce = xmalloc((size_t)(nc + 1) * sizeof *ce);
+	double hidden = 0, h2d = 0, compute = 0;
+
+	for (int i = 0; i < nc; i++) {
+		cb[i] = be->event_elapsed_ms(e->step_begin, e->computes[i].begin) * 1e-3;
+		ce[i] = be->event_elapsed_ms(e->step_begin, e->computes[i].end) * 1e-3;
+		compute += ce[i] - cb[i];
+	}
+	for (int i = 0; i < nk; i++) {
+		double b0 = be->event_elapsed_ms(e->step_begin, e->copies[i].begin) * 1e-3;
+		double b1 = be->event_elapsed_ms(e->step_begin, e->copies[i].end) * 1e-3;
+
+		h2d += b1 - b0;
+		hidden += covered(b0, b1, cb, ce, nc);
+	}
+	st->h2d_bytes = e->h2d_bytes;
+	st->h2d_s = h2d;
+	st->compute_s = compute;
+	st->copy_hidden_frac = nk > 0 && h2d > 0 ? fmin(1.0, hidden / h2d) : NAN;
+	free(cb);
+	free(ce);
+}

@@ -1,0 +1,149 @@
+/* tools/poros-train/staging.c: the step's batch, staged on the host and
+ * copied to the device.  Two pinned stagings: while step s runs from one,
+ * a second thread reads step s+1's tokens from the token source
+ * (tokenizing, packing) and gathers their embedding rows into the other. */
+#include "engine_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* The embedding rows of the step's tokens, from the host table into the
+ * pinned staging buffer: k*T rows instead of a V-row table on the device. */
+static int gather_embeddings(const struct engine *e, struct staging *st)
+{
+	const bf16 *table = (const bf16 *)(e->hw->globals + e->hw->glob.embed);
+	long n = (long)e->k * e->lc.T;
+	int C = e->lc.C, V = e->lc.V;
+
+	for (long i = 0; i < n; i++) {
+		int32_t tok = st->tokens[i];
+
+		if (tok < 0 || tok >= V)
+			return seterr(st->err, sizeof st->err, "token id %d out of the vocabulary (%d)", (int)tok, V);
+		memcpy(st->rows + (size_t)i * C, table + (size_t)tok * C, (size_t)C * sizeof(bf16));
+	}
+	return 0;
+}
+
+/* Reads one step's k micro-batches, in order, from the token source into a
+ * staging.  Runs on the caller's thread for the first step, then on the
+ * prefetch thread; only one of them touches the token source at a time. */
+static void stage_batch(struct engine *e, struct staging *st, int step)
+{
+	int T = e->lc.T;
+
+	st->step = step;
+	st->rc = 0;
+	for (int j = 0; j < e->k && st->rc == 0; j++) {
+		int32_t *tg = st->targets + (size_t)j * T;
+
+		if (token_source_next(e->data, st->tokens + (size_t)j * T, tg, e->lc.B, st->err, sizeof st->err) < 0) {
+			st->rc = -1;
+			break;
+		}
+		st->n_pred[j] = 0;
+		for (int t = 0; t < T; t++)
+			st->n_pred[j] += tg[t] >= 0;
+	}
+	if (st->rc == 0 && gather_embeddings(e, st) < 0)
+		st->rc = -1;
+}
+
+struct prefetch_job {
+	struct engine *e;
+	int step;
+};
+
+static void *prefetch_main(void *arg)
+{
+	struct prefetch_job *job = arg;
+	struct engine *e = job->e;
+
+	stage_batch(e, &e->stage[1 - e->cur], job->step);
+	free(job);
+	return NULL;
+}
+
+static void prefetch_join(struct engine *e)
+{
+	if (e->prefetch_running) {
+		pthread_join(e->prefetch_thread, NULL);
+		e->prefetch_running = 0;
+	}
+}
+
+/* Starts staging step+1 in the background; on failure to start a thread it
+ * is simply staged in line at the next step. */
+static void prefetch_start(struct engine *e, int step)
+{
+	struct prefetch_job *job;
+
+	if (!e->cfg->data_prefetch) /* the ablation: stage every batch in line, at its step */
+		return;
+	job = xmalloc(sizeof *job);
+	job->e = e;
+	job->step = step;
+	e->stage[1 - e->cur].step = 0;
+	if (pthread_create(&e->prefetch_thread, NULL, prefetch_main, job) == 0)
+		e->prefetch_running = 1;
+	else
+		free(job);
+}
+
+int staging_load(struct engine *e, int step)
+{
+	size_t n = (size_t)e->k * e->lc.T;
+	struct staging *st;
+
+	if (e->loaded_step == step)
+		return 0;
+	prefetch_join(e);
+	if (e->loaded_step > 0 && e->stage[1 - e->cur].step == step)
+		e->cur = 1 - e->cur;
+	else
+		stage_batch(e, &e->stage[e->cur], step);
+	st = &e->stage[e->cur];
+	if (st->rc < 0)
+		return seterr(e->err, sizeof e->err, "%s", st->err);
+	memcpy(e->n_pred, st->n_pred, (size_t)e->k * sizeof *e->n_pred);
+	/* The other staging was last read by the previous step's copies, which
+	 * that step's end (reading its losses back) has waited for. */
+	e->be->copy_h2d(e->embed_rows, st->rows, n * e->lc.C * sizeof(bf16), STREAM_COMPUTE);
+	e->be->copy_h2d(e->targets, st->targets, n * sizeof(int32_t), STREAM_COMPUTE);
+	e->loaded_step = step;
+	prefetch_start(e, step + 1);
+	return 0;
+}
+
+int staging_alloc(struct engine *e, char *err, size_t errsz)
+{
+	const struct backend *be = e->be;
+	size_t tok_bytes = (size_t)e->k * e->lc.T * sizeof(int32_t);
+	size_t rows_bytes = (size_t)e->k * e->lc.T * e->lc.C * sizeof(bf16);
+
+	for (int i = 0; i < 2; i++) {
+		struct staging *st = &e->stage[i];
+
+		if (be->host_alloc((void **)&st->tokens, tok_bytes) != 0 || be->host_alloc((void **)&st->targets, tok_bytes) != 0 ||
+		    be->host_alloc((void **)&st->rows, rows_bytes) != 0)
+			return seterr(err, errsz, "allocating host memory for tokens failed");
+		st->n_pred = xcalloc((size_t)e->k, sizeof *st->n_pred);
+	}
+	return 0;
+}
+
+void staging_free(struct engine *e)
+{
+	prefetch_join(e);
+	for (int i = 0; i < 2; i++) {
+		if (e->stage[i].tokens)
+			e->be->host_free(e->stage[i].tokens);
+		if (e->stage[i].targets)
+			e->be->host_free(e->stage[i].targets);
+		if (e->stage[i].rows)
+			e->be->host_free(e->stage[i].rows);
+		free(e->stage[i].n_pred);
+	}
+}
