@@ -775,3 +775,44 @@ int dataset_open(struct dataset **out, const char *spec, const struct tokenizer 
 	*out = ds;
 	return 0;
 }
+
+/* ---- the packing cursor (exact resume) ------------------------------------ */
+
+void dataset_tell(const struct dataset *ds, struct dataset_cursor *cur)
+{
+	cur->epoch = ds->epoch;
+	cur->stream_pos = ds->stream_pos;
+	cur->doc = ds->cur_doc;
+	cur->off = ds->cur_off;
+}
+
+int dataset_seek(struct dataset *ds, const struct dataset_cursor *cur, char *err, size_t errsz)
+{
+	size_t stream_len;
+
+	if (!ds->prepared && dataset_prepare(ds, err, errsz) < 0)
+		return -1;
+	stream_len = ds->n_tokens + ds->n_docs;
+	if (cur->epoch < -1 || cur->stream_pos > stream_len || cur->doc > ds->n_docs) {
+		seterr(err, errsz, "cursor (epoch %lld, position %zu, document %zu) is outside this dataset's %zu tokens",
+		       cur->epoch, cur->stream_pos, cur->doc, stream_len);
+		return -1;
+	}
+	if (cur->epoch >= 0) {
+		/* the epoch's document order comes from the seed alone */
+		ds->epoch = cur->epoch - 1;
+		start_epoch(ds);
+		if (cur->doc < ds->n_docs &&
+		    cur->off > ds->doc_off[ds->order[cur->doc] + 1] - ds->doc_off[ds->order[cur->doc]]) {
+			seterr(err, errsz, "cursor offset %zu is past document %zu of epoch %lld", cur->off, cur->doc,
+			       cur->epoch);
+			return -1;
+		}
+	} else {
+		ds->epoch = -1;
+	}
+	ds->stream_pos = cur->stream_pos;
+	ds->cur_doc = cur->doc;
+	ds->cur_off = cur->off;
+	return 0;
+}

@@ -71,6 +71,16 @@ long long dataset_tokens(const struct dataset *ds);            /* separators inc
 long long dataset_rows_per_epoch(const struct dataset *ds);
 int dataset_max_token_id(const struct dataset *ds);             /* for the trainer's vocab check */
 
+/* Where the packing stands, to continue the same stream in another
+ * process (poros-train --resume): dataset_seek on a dataset opened the
+ * same way gives the rows dataset_next would have given next. */
+struct dataset_cursor {
+	long long epoch;     /* -1: no row handed out yet */
+	size_t stream_pos, doc, off;
+};
+void dataset_tell(const struct dataset *ds, struct dataset_cursor *cur);
+int dataset_seek(struct dataset *ds, const struct dataset_cursor *cur, char *err, size_t errsz);
+
 /* The chat template above, malloc'd; NULL with err. */
 char *dataset_render_chat(const cJSON *messages, char *err, size_t errsz);
 

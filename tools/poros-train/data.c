@@ -183,3 +183,37 @@ void token_source_free(struct token_source *d)
 		tokenizer_free(d->tok);
 	memset(d, 0, sizeof *d);
 }
+
+static long long source_size(const struct token_source *d)
+{
+	if (d->kind == SOURCE_RAW)
+		return (long long)d->n;
+	return d->kind == SOURCE_DATASET ? dataset_tokens(d->ds) : 0;
+}
+
+void token_source_tell(const struct token_source *d, struct token_cursor *cur)
+{
+	memset(cur, 0, sizeof *cur);
+	cur->next_seq = d->next_seq;
+	cur->size = source_size(d);
+	if (d->kind == SOURCE_DATASET)
+		dataset_tell(d->ds, &cur->ds);
+	else
+		cur->ds.epoch = -1;
+}
+
+int token_source_seek(struct token_source *d, const struct token_cursor *cur, char *err, size_t errsz)
+{
+	char why[512];
+
+	if (cur->size != source_size(d))
+		return seterr(err, errsz, "dataset %s: holds %lld tokens, the checkpoint's had %lld", d->name,
+		              source_size(d), cur->size);
+	if (d->kind != SOURCE_DATASET) {
+		d->next_seq = cur->next_seq;
+		return 0;
+	}
+	if (dataset_seek(d->ds, &cur->ds, why, sizeof why) < 0)
+		return seterr(err, errsz, "dataset %s: %s", d->name, why);
+	return 0;
+}

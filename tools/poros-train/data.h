@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dataset.h"
 #include "model_config.h"
 
 enum source_kind { SOURCE_SYNTHETIC, SOURCE_REPEAT, SOURCE_RAW, SOURCE_DATASET };
@@ -52,5 +53,18 @@ int token_source_open(struct token_source *s, const char *spec, const struct mod
 /* The next `batch` sequences.  0, or -1 with err. */
 int token_source_next(struct token_source *s, int32_t *tokens, int32_t *targets, int batch, char *err, size_t errsz);
 void token_source_free(struct token_source *s);
+
+/* Where a token source stands (--save-every's checkpoints), with the size
+ * of what it reads so a changed file is caught: token_source_seek on a
+ * source opened with the same spec, model, seq_len and seed continues the
+ * exact stream. */
+struct token_cursor {
+	uint64_t next_seq;           /* synthetic and raw */
+	struct dataset_cursor ds;    /* tools/lib/dataset */
+	long long size;              /* raw: tokens in the file; dataset: tokens with separators; else 0 */
+};
+void token_source_tell(const struct token_source *s, struct token_cursor *cur);
+/* 0, or -1 with err (the data is not the size it was). */
+int token_source_seek(struct token_source *s, const struct token_cursor *cur, char *err, size_t errsz);
 
 #endif

@@ -70,6 +70,14 @@ const struct lora_layout *engine_lora_layout(const struct engine *e);
 void engine_lora_read(struct engine *e, float *host);
 void engine_lora_write(struct engine *e, const float *host);
 void engine_grad_read(struct engine *e, float *host);
+/* The whole optimizer state (exact resume): parameters and AdamW's m and
+ * v, host copies of lora_layout.total floats each. */
+void engine_state_read(struct engine *e, float *params, float *adam_m, float *adam_v);
+void engine_state_write(struct engine *e, const float *params, const float *adam_m, const float *adam_v);
+/* Where the token source stands after the last step's batch (the prefetch
+ * thread may have read further; this is the position a resumed run must
+ * continue from). */
+void engine_data_cursor(const struct engine *e, struct token_cursor *cur);
 
 size_t engine_vram_current(const struct engine *e);
 size_t engine_vram_peak(const struct engine *e);

@@ -40,6 +40,7 @@ struct staging {
 	int32_t *tokens, *targets; /* (k,T) */
 	bf16 *rows;                /* (k,T,C) the tokens' embedding rows */
 	int *n_pred;               /* (k) */
+	struct token_cursor after; /* the token source once this batch was read */
 	int step, rc;
 	char err[256];
 };

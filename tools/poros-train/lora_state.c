@@ -80,3 +80,23 @@ void lora_adamw(struct engine *e, float lr, float grad_scale, int step)
 	                         (float)e->cfg->weight_decay, grad_scale, step);
 	e->lora_ver++;
 }
+
+void engine_state_read(struct engine *e, float *params, float *adam_m, float *adam_v)
+{
+	size_t bytes = (size_t)e->lora.total * sizeof(float);
+
+	e->be->copy_d2h(params, e->params, bytes);
+	e->be->copy_d2h(adam_m, e->adam_m, bytes);
+	e->be->copy_d2h(adam_v, e->adam_v, bytes);
+}
+
+void engine_state_write(struct engine *e, const float *params, const float *adam_m, const float *adam_v)
+{
+	size_t bytes = (size_t)e->lora.total * sizeof(float);
+
+	e->be->copy_h2d(e->params, params, bytes, STREAM_COMPUTE);
+	e->be->copy_h2d(e->adam_m, adam_m, bytes, STREAM_COMPUTE);
+	e->be->copy_h2d(e->adam_v, adam_v, bytes, STREAM_COMPUTE);
+	e->be->synchronize();
+	e->lora_ver++;
+}

@@ -49,6 +49,8 @@ void train_config_free(struct train_config *c)
 	free(c->backend);
 	free(c->out_dir);
 	free(c->init_adapter);
+	free(c->resume);
+	free(c->eval_dataset);
 	free(c->cell_id);
 	memset(c, 0, sizeof *c);
 }
@@ -112,6 +114,15 @@ int train_config_check(const struct train_config *c, char *err, size_t errsz)
 		                c->backend), -1;
 	if (c->out_dir == NULL || *c->out_dir == '\0')
 		return snprintf(err, errsz, "--out: empty run directory"), -1;
+	/* a resumed run's adapter is the checkpoint's: a warm start on top of
+	 * it would be ignored, so it is refused */
+	if (c->resume && c->init_adapter)
+		return snprintf(err, errsz, "--resume and --init-adapter: a resumed run continues the checkpoint's "
+		                "adapter; give one of them"), -1;
+	if (c->eval_dataset) /* EVAL-TODO: replaced by the evaluation commit */
+		return snprintf(err, errsz, "--eval-dataset: evaluation is not implemented yet"), -1;
+	if (c->eval_every > 0 && c->eval_dataset == NULL)
+		return snprintf(err, errsz, "--eval-every: needs an evaluation dataset (--eval-dataset)"), -1;
 	return 0;
 }
 
@@ -272,6 +283,12 @@ static void apply_flags(struct train_config *c, char *const v[OPT_COUNT])
 		c->save_every = (int)opt_long("--save-every", v[OPT_SAVE_EVERY], 0, 1000000);
 	if (v[OPT_QUIET])
 		c->quiet = 1;
+	if (v[OPT_RESUME])
+		replace(&c->resume, v[OPT_RESUME]);
+	if (v[OPT_EVAL_DATASET])
+		replace(&c->eval_dataset, v[OPT_EVAL_DATASET]);
+	if (v[OPT_EVAL_EVERY])
+		c->eval_every = (int)opt_long("--eval-every", v[OPT_EVAL_EVERY], 0, 1000000);
 	if (v[OPT_GRAD_CKPT]) {
 		static const char *const on_off[2] = { "off", "on" };
 

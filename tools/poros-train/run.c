@@ -11,6 +11,7 @@
 
 #include "adapter.h"
 #include "artifact.h"
+#include "checkpoint.h"
 #include "engine.h"
 #include "jsonl.h"
 #include "train.h"
@@ -29,6 +30,7 @@ struct run_result {
 	char vram_breakdown[1024]; /* engine_vram_breakdown_json, "" when no engine */
 	char *events_path, *adapter_path;
 	int events_written, adapter_written;
+	int resumed_at;     /* --resume: the checkpoint's step (this process ran the steps after it); else 0 */
 };
 
 /* --- adapters ------------------------------------------------------------- */
@@ -216,7 +218,8 @@ static cJSON *str_or_null(const char *s)
 static int print_summary(FILE *out, const struct train_config *c, const struct run_result *r)
 {
 	cJSON *o = cJSON_CreateObject(), *env;
-	int measured = r->steps_done - c->warmup_steps;
+	int skip = c->warmup_steps > r->resumed_at ? c->warmup_steps : r->resumed_at; /* not timed here */
+	int measured = r->steps_done - skip;
 	double med = NAN, lo = NAN, hi = NAN, tps = NAN;
 	long long tokens_per_step = (long long)c->batch_size * c->seq_len * c->accum;
 	int rc;
@@ -224,7 +227,7 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	if (measured > 0) {
 		double *t = xmalloc((size_t)measured * sizeof *t);
 
-		memcpy(t, r->step_s + c->warmup_steps, (size_t)measured * sizeof *t);
+		memcpy(t, r->step_s + skip, (size_t)measured * sizeof *t);
 		qsort(t, (size_t)measured, sizeof *t, cmp_double);
 		med = measured % 2 ? t[measured / 2] : 0.5 * (t[measured / 2 - 1] + t[measured / 2]);
 		lo = t[0];
@@ -248,7 +251,8 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	cJSON_AddItemToObject(o, "s_per_step_max", num_or_null(hi));
 	cJSON_AddItemToObject(o, "tokens_per_s", num_or_null(tps));
 	cJSON_AddItemToObject(o, "vram_peak_mb", num_or_null(r->vram_peak_mb));
-	cJSON_AddItemToObject(o, "vram_avg_mb", num_or_null(r->steps_done ? r->vram_sum_bytes / r->steps_done / MIB : NAN));
+	cJSON_AddItemToObject(o, "vram_avg_mb", num_or_null(r->steps_done > r->resumed_at ? r->vram_sum_bytes /
+	                                                    (r->steps_done - r->resumed_at) / MIB : NAN));
 	cJSON_AddItemToObject(o, "vram_breakdown_mb",
 	                      r->vram_breakdown[0] ? cJSON_Parse(r->vram_breakdown) : cJSON_CreateNull());
 	cJSON_AddItemToObject(o, "loss_first", loss_json(r->loss_first));
@@ -320,7 +324,7 @@ static int train_loop(struct engine *e, const struct train_config *c, struct run
 {
 	long long tokens = (long long)c->batch_size * c->seq_len * c->accum;
 
-	for (int step = 1; step <= c->steps; step++) {
+	for (int step = r->resumed_at + 1; step <= c->steps; step++) {
 		struct step_stats st;
 		double alloc_mb = (double)engine_vram_current(e) / MIB, peak_mb = (double)engine_vram_peak(e) / MIB;
 		char profile[4096];
@@ -348,7 +352,7 @@ static int train_loop(struct engine *e, const struct train_config *c, struct run
 			int rc = save_adapter(e, c, dir, err, errsz);
 
 			free(dir);
-			if (rc < 0)
+			if (rc < 0 || checkpoint_save(e, c, step, r->loss_first, r->events_path, err, errsz) < 0)
 				return -1;
 		}
 	}
@@ -448,6 +452,12 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	}
 	if (c->init_adapter && load_init_adapter(x->e, c, err, errsz) < 0)
 		return RUN_BAD_INPUT;
+	if (c->resume) {
+		if (checkpoint_resume(x->e, &x->data, c, r->events_path, &r->resumed_at, &r->loss_first, err, errsz) < 0)
+			return RUN_BAD_INPUT;
+		r->steps_done = r->resumed_at;
+		r->events_written = 1;
+	}
 	rc = train_loop(x->e, c, r, err, errsz);
 	r->vram_peak_mb = (double)engine_vram_peak(x->e) / MIB;
 	if (rc < 0)

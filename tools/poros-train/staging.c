@@ -47,6 +47,7 @@ static void stage_batch(struct engine *e, struct staging *st, int step)
 		for (int t = 0; t < T; t++)
 			st->n_pred[j] += tg[t] >= 0;
 	}
+	token_source_tell(e->data, &st->after);
 	if (st->rc == 0 && gather_embeddings(e, st) < 0)
 		st->rc = -1;
 }
@@ -115,6 +116,14 @@ int staging_load(struct engine *e, int step)
 	e->loaded_step = step;
 	prefetch_start(e, step + 1);
 	return 0;
+}
+
+void engine_data_cursor(const struct engine *e, struct token_cursor *cur)
+{
+	if (e->loaded_step > 0)
+		*cur = e->stage[e->cur].after;
+	else /* nothing read yet (and no thread running) */
+		token_source_tell(e->data, cur);
 }
 
 int staging_alloc(struct engine *e, char *err, size_t errsz)

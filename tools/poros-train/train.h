@@ -33,7 +33,10 @@ struct train_config {
 	long long vram_budget;   /* bytes; 0: none */
 	char *out_dir;           /* the run directory */
 	char *init_adapter;      /* NULL: fresh LoRA init */
-	int save_every;          /* 0: only the final adapter */
+	int save_every;          /* 0: only the final adapter; else also adapter-stepN and checkpoint-stepN */
+	char *resume;            /* a checkpoint-stepN directory to continue from; NULL: none */
+	char *eval_dataset;      /* NULL: no evaluation */
+	int eval_every;          /* evaluate after every N steps (and after the last); 0: only after the last */
 	char *cell_id;
 	int quiet;               /* no per-step progress on stderr */
 	/* from the environment (options.c reads it once; man/poros-train.1) */
@@ -48,7 +51,8 @@ enum train_opt {
 	OPT_CELL, OPT_MODEL, OPT_MODE, OPT_PRECISION, OPT_STEPS, OPT_SEQ_LEN, OPT_BATCH_SIZE, OPT_ACCUM, OPT_RANK,
 	OPT_ALPHA, OPT_DROPOUT, OPT_TARGETS, OPT_BLOCK_SIZE, OPT_NO_PREFETCH, OPT_LR, OPT_LR_SCHEDULE, OPT_WARMUP,
 	OPT_WEIGHT_DECAY, OPT_MAX_GRAD_NORM, OPT_SEED, OPT_DATASET, OPT_BACKEND, OPT_VRAM_BUDGET, OPT_CONFIGS, OPT_OUT,
-	OPT_INIT_ADAPTER, OPT_SAVE_EVERY, OPT_QUIET, OPT_GRAD_CKPT, OPT_COUNT
+	OPT_INIT_ADAPTER, OPT_SAVE_EVERY, OPT_QUIET, OPT_GRAD_CKPT, OPT_RESUME, OPT_EVAL_DATASET, OPT_EVAL_EVERY,
+	OPT_COUNT
 };
 
 #define TRAIN_SYNOPSIS \
@@ -58,7 +62,8 @@ enum train_opt {
 	"                   [--lr-schedule constant|linear|cosine] [--warmup N] [--weight-decay W]\n" \
 	"                   [--max-grad-norm G] [--seed S] [--dataset SPEC] [--backend cpu|cuda|auto]\n" \
 	"                   [--vram-budget BYTES] [--configs DIR] [--out DIR] [--init-adapter DIR]\n" \
-	"                   [--save-every N] [--gradient-checkpointing on|off] [--quiet]\n"
+	"                   [--save-every N] [--resume DIR] [--eval-dataset SPEC] [--eval-every N]\n" \
+	"                   [--gradient-checkpointing on|off] [--quiet]\n"
 
 /* Defaults, then the cell (--cell), then every other flag on top; dies
  * with EXIT_USAGE and a one-line message on a bad value. */
