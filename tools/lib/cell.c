@@ -44,6 +44,7 @@ static const struct cell_bound bounds[] = {
 	{ "training.weight_decay",               0,    1,           0, 0, 0 },
 	{ "training.max_grad_norm",              0,    1e6,         0, 0, 0 },
 	{ "training.timeout_s",                  1,    604800,      0, 0, 1 },
+	{ "training.eval_every",                 0,    1000000,     0, 0, 1 },
 	{ "lora.rank",                           1,    1024,        0, 0, 1 },
 	{ "lora.alpha",                          0,    65536,       1, 0, 0 },
 	{ "lora.dropout",                        0,    1,           0, 1, 0 },
@@ -289,6 +290,12 @@ int cell_validate(const struct cell *c, char *err, size_t errsz)
 		return -1;
 	if (c->training.gradient_checkpointing != 0 && c->training.gradient_checkpointing != 1)
 		return fail(err, errsz, "training.gradient_checkpointing: must be 0 or 1");
+	if ((c->training.eval_dataset &&
+	     check_text("training.eval_dataset", c->training.eval_dataset, CELL_PATH_MAX, err, errsz)) ||
+	    check_bound("training.eval_every", c->training.eval_every, err, errsz))
+		return -1;
+	if (c->training.eval_every > 0 && c->training.eval_dataset == NULL)
+		return fail(err, errsz, "training.eval_every: needs training.eval_dataset");
 	if (c->poros.enable_prefetch != 0 && c->poros.enable_prefetch != 1)
 		return fail(err, errsz, "poros.enable_prefetch: must be 0 or 1");
 	if ((why = cell_output_dir_problem(c->output_dir)))
@@ -370,6 +377,10 @@ cJSON *cell_to_json(const struct cell *c)
 	add_num(&b, o, "timeout_s", c->training.timeout_s);
 	/* Last, after the older keys, so their order stays what it was. */
 	add_bool(&b, o, "gradient_checkpointing", c->training.gradient_checkpointing);
+	if (c->training.eval_dataset) { /* optional: cells without evaluation read as before */
+		add_str(&b, o, "eval_dataset", c->training.eval_dataset);
+		add_num(&b, o, "eval_every", c->training.eval_every);
+	}
 
 	o = add_obj(&b, root, "lora");
 	add_num(&b, o, "rank", c->lora.rank);
@@ -415,7 +426,7 @@ static const char *const hardware_keys[] = { "gpu_name", "vram_gb", "pcie_gen" }
 static const char *const training_keys[] = {
 	"steps", "seq_len", "batch_size", "gradient_accumulation_steps", "warmup_steps", "dataset",
 	"seed", "learning_rate", "lr_schedule", "weight_decay", "max_grad_norm", "timeout_s",
-	"gradient_checkpointing",
+	"gradient_checkpointing", "eval_dataset", "eval_every",
 };
 static const char *const lora_keys[] = { "rank", "alpha", "dropout", "target_modules" };
 static const char *const poros_keys[] = { "block_size", "enable_prefetch" };
@@ -423,7 +434,8 @@ static const char *const poros_keys[] = { "block_size", "enable_prefetch" };
 /* Fields a reader may find absent, by path: they were added to
  * poros.cell/1 later, and cells and artifacts written before must still
  * read.  Each reads as 0 when absent. */
-static const char *const optional_fields[] = { "training.gradient_checkpointing" };
+static const char *const optional_fields[] = { "training.gradient_checkpointing", "training.eval_dataset",
+	                                       "training.eval_every" };
 
 #define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -648,6 +660,11 @@ static int read_cell(struct reader *r, struct cell *c, const cJSON *obj)
 	if (cJSON_GetObjectItemCaseSensitive(tr, "gradient_checkpointing") &&
 	    get_bool(r, tr, "training", "gradient_checkpointing", &c->training.gradient_checkpointing))
 		return -1;
+	if ((cJSON_GetObjectItemCaseSensitive(tr, "eval_dataset") &&
+	     get_str(r, tr, "training", "eval_dataset", CELL_PATH_MAX, &c->training.eval_dataset)) ||
+	    (cJSON_GetObjectItemCaseSensitive(tr, "eval_every") &&
+	     get_int(r, tr, "training", "eval_every", &c->training.eval_every)))
+		return -1;
 
 	if (get_int(r, lora, "lora", "rank", &c->lora.rank) ||
 	    get_num(r, lora, "lora", "alpha", &c->lora.alpha) ||
@@ -692,6 +709,7 @@ void cell_copy(struct cell *dst, const struct cell *src)
 	dst->model.arch = dup_or_null(src->model.arch);
 	dst->hardware.gpu_name = dup_or_null(src->hardware.gpu_name);
 	dst->training.dataset = dup_or_null(src->training.dataset);
+	dst->training.eval_dataset = dup_or_null(src->training.eval_dataset);
 	dst->output_dir = dup_or_null(src->output_dir);
 }
 
@@ -706,6 +724,7 @@ void cell_free(struct cell *c)
 	free(c->model.arch);
 	free(c->hardware.gpu_name);
 	free(c->training.dataset);
+	free(c->training.eval_dataset);
 	free(c->output_dir);
 	memset(c, 0, sizeof *c);
 }

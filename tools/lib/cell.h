@@ -50,6 +50,11 @@ struct cell {
 		 * blockwise method recomputes each block whatever this says.
 		 * Optional in cell JSON (absent: 0), so older cells still read. */
 		int gradient_checkpointing;
+		/* Optional (absent: NULL and 0), written only when eval_dataset
+		 * is set: poros-train's evaluation (mean loss over the eval set's
+		 * supervised tokens) every eval_every steps and after the last. */
+		char *eval_dataset;
+		int eval_every;
 	} training;
 	struct {
 		int rank;

@@ -217,3 +217,15 @@ int token_source_seek(struct token_source *d, const struct token_cursor *cur, ch
 		return seterr(err, errsz, "dataset %s: %s", d->name, why);
 	return 0;
 }
+
+long token_source_rows(const struct token_source *d)
+{
+	long n;
+
+	if (d->kind == SOURCE_DATASET)
+		return (long)dataset_rows_per_epoch(d->ds);
+	if (d->kind != SOURCE_RAW)
+		return -1;
+	n = (long)(d->n / ((size_t)d->seq_len + 1));
+	return n > 0 ? n : 1;
+}

@@ -66,5 +66,9 @@ struct token_cursor {
 void token_source_tell(const struct token_source *s, struct token_cursor *cur);
 /* 0, or -1 with err (the data is not the size it was). */
 int token_source_seek(struct token_source *s, const struct token_cursor *cur, char *err, size_t errsz);
+/* The rows of one pass over the source (an evaluation set): a dataset's
+ * rows per epoch, a raw file's whole sequences (at least 1); -1 for the
+ * synthetic streams, which have no end. */
+long token_source_rows(const struct token_source *s);
 
 #endif

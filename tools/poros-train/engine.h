@@ -79,6 +79,13 @@ void engine_state_write(struct engine *e, const float *params, const float *adam
  * continue from). */
 void engine_data_cursor(const struct engine *e, struct token_cursor *cur);
 
+/* Evaluation with the adapter as it is (forward only, no dropout): reads
+ * `rows` rows from src, batch_size at a time, and gives the mean of the
+ * per-token losses over the targets >= 0 and their count.  The training
+ * state is untouched.  0, or -1 with err (src failed, no supervised token). */
+int engine_eval(struct engine *e, struct token_source *src, long rows, double *loss, long long *tokens, char *err,
+                size_t errsz);
+
 size_t engine_vram_current(const struct engine *e);
 size_t engine_vram_peak(const struct engine *e);
 /* Device bytes in use by purpose (slabs, layers, dequant, lora_state,

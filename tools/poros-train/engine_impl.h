@@ -93,6 +93,8 @@ struct engine {
 	pthread_t prefetch_thread;
 	int prefetch_running;
 	int loaded_step;           /* the step whose tokens are on the device */
+	int batch_stale;           /* an evaluation overwrote them: copy again */
+	struct staging eval;       /* the evaluation's batch (host_alloc'd at the first one) */
 	int *n_pred;               /* host (k) predicted tokens of each micro-batch */
 
 	float **ckpt;              /* resident: L+1 inputs of layers */
@@ -131,11 +133,14 @@ void blockwise_pass(struct engine *e, int step);
 void compute_open(struct engine *e);
 void compute_close(struct engine *e);
 void schedule_read_timing(struct engine *e, struct step_stats *st);
+void eval_pass(struct engine *e, int nmb);
 
 /* staging.c: pinned stagings, and the step's batch on the device */
 int staging_alloc(struct engine *e, char *err, size_t errsz);
 void staging_free(struct engine *e);
 int staging_load(struct engine *e, int step);
+/* The embedding rows of st's tokens (k*T of them) into st->rows. */
+int staging_gather(const struct engine *e, struct staging *st);
 
 /* lora_state.c */
 void lora_layout_init(struct lora_layout *lo, const struct layer_layout *lay, int L, int R, unsigned mask);

@@ -195,3 +195,19 @@ void head_forward_backward(const struct layer_ctx *c, float *dres, const float *
 	c->be->memset_zero(dres, (size_t)T * C * sizeof(float), STREAM_COMPUTE);
 	op->rmsnorm_backward(dres, c->dhn, hidden, c->final_norm, c->head_rstd, T, C);
 }
+
+void head_loss(const struct layer_ctx *c, const float *hidden, int mb)
+{
+	const struct poros_ops *op = c->head_op;
+	int T = c->T, C = c->C, V = c->V;
+
+	op->rmsnorm_forward(NULL, c->hn, C, c->head_rstd, hidden, c->final_norm, c->eps, T, C);
+	for (int off = 0; off < T; off += c->chunk) {
+		int n = T - off < c->chunk ? T - off : c->chunk;
+
+		/* the loss op writes dlogits too; with dloss 0 they are zeros, unread */
+		op->matmul_forward(c->logits, c->hn + (size_t)off * C, C, c->lm_head, C, NULL, n, C, V, 0);
+		op->crossentropy_forward_backward(c->dlogits, c->losses + (size_t)mb * T + off, c->logits,
+		                                  c->targets + (size_t)mb * T + off, 0.0f, n, V);
+	}
+}

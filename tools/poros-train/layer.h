@@ -122,5 +122,8 @@ void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const
  * losses into c->losses, dloss the gradient of each token's loss), and
  * their backward: dres (T,C) = gradient of the last layer's output. */
 void head_forward_backward(const struct layer_ctx *c, float *dres, const float *hidden, int mb, float dloss);
+/* The same head forward only (evaluation): per-token losses into
+ * c->losses, bit for bit those head_forward_backward gives. */
+void head_loss(const struct layer_ctx *c, const float *hidden, int mb);
 
 #endif

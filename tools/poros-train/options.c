@@ -90,6 +90,8 @@ int train_config_from_cell(struct train_config *c, const struct cell *cell, char
 	c->block_size = cell->poros.block_size;
 	c->prefetch = cell->poros.enable_prefetch;
 	c->recompute = cell->training.gradient_checkpointing;
+	replace(&c->eval_dataset, cell->training.eval_dataset);
+	c->eval_every = cell->training.eval_every;
 	replace(&c->cell_id, cell->cell_id);
 	free(c->out_dir);
 	c->out_dir = xasprintf("%s/runs/%s", cell->output_dir, cell->cell_id);
@@ -119,8 +121,6 @@ int train_config_check(const struct train_config *c, char *err, size_t errsz)
 	if (c->resume && c->init_adapter)
 		return snprintf(err, errsz, "--resume and --init-adapter: a resumed run continues the checkpoint's "
 		                "adapter; give one of them"), -1;
-	if (c->eval_dataset) /* EVAL-TODO: replaced by the evaluation commit */
-		return snprintf(err, errsz, "--eval-dataset: evaluation is not implemented yet"), -1;
 	if (c->eval_every > 0 && c->eval_dataset == NULL)
 		return snprintf(err, errsz, "--eval-every: needs an evaluation dataset (--eval-dataset)"), -1;
 	return 0;

@@ -31,6 +31,16 @@ struct run_result {
 	char *events_path, *adapter_path;
 	int events_written, adapter_written;
 	int resumed_at;     /* --resume: the checkpoint's step (this process ran the steps after it); else 0 */
+	double eval_loss;   /* the last evaluation's; NaN: none yet */
+	long long eval_tokens;
+};
+
+/* --eval-dataset: the set, where it starts, and its rows (one pass). */
+struct eval_set {
+	struct token_source src;
+	struct token_cursor start;
+	long rows;
+	int open;
 };
 
 /* --- adapters ------------------------------------------------------------- */
@@ -168,9 +178,9 @@ static int put_num(char *buf, size_t n, const char *fmt, double v)
 }
 
 static int append_event(const char *path, int step, const struct step_stats *st, long long tokens, double alloc_mb,
-                        double peak_mb, const char *profile)
+                        double peak_mb, const char *profile, double eval_loss, long long eval_tokens)
 {
-	char line[6144], loss[40], lr[40], gn[40], frac[40];
+	char line[6144], loss[40], lr[40], gn[40], frac[40], eval[96] = "";
 
 	/* loss with 9 significant digits: enough to round-trip a float, so
 	 * poros-parity can compare bits */
@@ -178,12 +188,18 @@ static int append_event(const char *path, int step, const struct step_stats *st,
 	put_num(lr, sizeof lr, "%.9g", st->lr);
 	put_num(gn, sizeof gn, "%.9g", st->grad_norm);
 	put_num(frac, sizeof frac, "%.4f", st->copy_hidden_frac);
+	if (eval_tokens >= 0) { /* a step with an evaluation after it */
+		char el[40];
+
+		put_num(el, sizeof el, "%.9g", (double)(float)eval_loss);
+		snprintf(eval, sizeof eval, ",\"eval_loss\":%s,\"eval_tokens\":%lld", el, eval_tokens);
+	}
 	snprintf(line, sizeof line,
 	         "{\"step\":%d,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"step_s\":%.6f,\"tokens\":%lld,"
 	         "\"vram_alloc_mb\":%.1f,\"vram_peak_mb\":%.1f,\"h2d_bytes\":%lld,\"h2d_s\":%.6f,\"compute_s\":%.6f,"
-	         "\"copy_hidden_frac\":%s%s%s}\n",
+	         "\"copy_hidden_frac\":%s%s%s%s}\n",
 	         step, loss, lr, gn, st->step_s, tokens, alloc_mb, peak_mb, st->h2d_bytes, st->h2d_s, st->compute_s, frac,
-	         *profile ? ",\"profile\":" : "", profile);
+	         eval, *profile ? ",\"profile\":" : "", profile);
 	return append_line(path, line, strlen(line));
 }
 
@@ -257,6 +273,10 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	                      r->vram_breakdown[0] ? cJSON_Parse(r->vram_breakdown) : cJSON_CreateNull());
 	cJSON_AddItemToObject(o, "loss_first", loss_json(r->loss_first));
 	cJSON_AddItemToObject(o, "loss_last", loss_json(r->loss_last));
+	if (c->eval_dataset) { /* only with an evaluation set: other summaries stay as they were */
+		cJSON_AddItemToObject(o, "eval_loss", loss_json(r->eval_loss));
+		cJSON_AddNumberToObject(o, "eval_tokens", (double)r->eval_tokens);
+	}
 	cJSON_AddItemToObject(o, "weights", str_or_null(r->weights_known ? (r->weights_real ? "real" : "synthetic") : NULL));
 	cJSON_AddStringToObject(o, "run_dir", c->out_dir);
 	cJSON_AddItemToObject(o, "events", str_or_null(r->events_written ? r->events_path : NULL));
@@ -320,7 +340,8 @@ static void progress(const struct train_config *c, int step, const struct step_s
 	        st->lr, st->grad_norm, st->step_s);
 }
 
-static int train_loop(struct engine *e, const struct train_config *c, struct run_result *r, char *err, size_t errsz)
+static int train_loop(struct engine *e, const struct train_config *c, struct run_result *r, struct eval_set *ev,
+                      char *err, size_t errsz)
 {
 	long long tokens = (long long)c->batch_size * c->seq_len * c->accum;
 
@@ -335,9 +356,22 @@ static int train_loop(struct engine *e, const struct train_config *c, struct run
 			return snprintf(err, errsz, "step %d: %s is not finite (loss %g, grad_norm %g)", step,
 			                isfinite(st.loss) ? "the gradient norm" : "the loss", st.loss, st.grad_norm), -1;
 		}
+		double eval_loss = NAN;
+		long long eval_tokens = -1;
+
 		if (engine_profile_json(e, profile, sizeof profile) < 0)
 			profile[0] = '\0';
-		if (append_event(r->events_path, step, &st, tokens, alloc_mb, peak_mb, profile) < 0)
+		/* after the update: the adapter as step `step` left it */
+		if (ev->open && (step == c->steps || (c->eval_every > 0 && step % c->eval_every == 0))) {
+			char why[512];
+
+			if (token_source_seek(&ev->src, &ev->start, why, sizeof why) < 0 ||
+			    engine_eval(e, &ev->src, ev->rows, &eval_loss, &eval_tokens, why, sizeof why) < 0)
+				return snprintf(err, errsz, "step %d: --eval-dataset %s: %s", step, c->eval_dataset, why), -1;
+			r->eval_loss = eval_loss;
+			r->eval_tokens = eval_tokens;
+		}
+		if (append_event(r->events_path, step, &st, tokens, alloc_mb, peak_mb, profile, eval_loss, eval_tokens) < 0)
 			return snprintf(err, errsz, "%s: %s", r->events_path, strerror(errno)), -1;
 		r->events_written = 1;
 		r->step_s[step - 1] = st.step_s;
@@ -381,6 +415,7 @@ struct run {
 	struct host_weights hw;
 	struct engine *e;
 	int have_mc, have_data, have_hw;
+	struct eval_set eval;
 	struct run_result r;
 };
 
@@ -391,6 +426,8 @@ static void run_close(struct run *x)
 		host_weights_free(&x->hw);
 	if (x->have_data)
 		token_source_free(&x->data);
+	if (x->eval.open)
+		token_source_free(&x->eval.src);
 	if (x->have_mc)
 		model_config_free(&x->mc);
 	free(x->r.step_s);
@@ -415,6 +452,18 @@ static int open_inputs(struct run *x, char *err, size_t errsz)
 	if (token_source_open(&x->data, c->dataset, &x->mc, c->seq_len, c->seed, err, errsz) < 0)
 		return -1;
 	x->have_data = 1;
+	if (c->eval_dataset) {
+		char why[768];
+
+		if (token_source_open(&x->eval.src, c->eval_dataset, &x->mc, c->seq_len, c->seed, why, sizeof why) < 0)
+			return snprintf(err, errsz, "--eval-dataset: %s", why), -1;
+		x->eval.open = 1;
+		x->eval.rows = token_source_rows(&x->eval.src);
+		if (x->eval.rows < 0)
+			return snprintf(err, errsz, "--eval-dataset %s: a synthetic stream has no end to average over; give "
+			                "a dataset or a token file", c->eval_dataset), -1;
+		token_source_tell(&x->eval.src, &x->eval.start);
+	}
 	return 0;
 }
 
@@ -458,7 +507,7 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		r->steps_done = r->resumed_at;
 		r->events_written = 1;
 	}
-	rc = train_loop(x->e, c, r, err, errsz);
+	rc = train_loop(x->e, c, r, &x->eval, err, errsz);
 	r->vram_peak_mb = (double)engine_vram_peak(x->e) / MIB;
 	if (rc < 0)
 		goto failed;
@@ -475,7 +524,8 @@ int train_run(const struct train_config *c, FILE *summary_out)
 	char err[1024];
 	int rc;
 
-	x.r = (struct run_result){ .status = "error", .loss_first = NAN, .loss_last = NAN, .vram_peak_mb = NAN };
+	x.r = (struct run_result){ .status = "error", .loss_first = NAN, .loss_last = NAN, .vram_peak_mb = NAN,
+	                           .eval_loss = NAN };
 	/* bad input: a message and exit 2, no summary */
 	if (open_inputs(&x, err, sizeof err) < 0 || run_training(&x, err, sizeof err) == RUN_BAD_INPUT) {
 		warnmsg("%s", err);

@@ -333,6 +333,56 @@ void blockwise_pass(struct engine *e, int step)
 	}
 }
 
+/* --- evaluation ------------------------------------------------------------- */
+
+/* Forward only over the first nmb (<= k) micro-batches on the device, into
+ * the per-token losses: each micro-batch's hidden state updated in place
+ * (nothing is kept for a backward), the weights brought in as the step's
+ * schedule brings them. */
+void eval_pass(struct engine *e, int nmb)
+{
+	struct layer_view v;
+
+	compute_open(e);
+	if (!e->blockwise) {
+		for (int j = 0; j < nmb; j++) {
+			struct pass p = { 0, j };
+
+			embed_forward(&e->lc, e->ckpt[0], j);
+			for (int l = 0; l < e->L; l++) {
+				resident_view(e, &v, l);
+				layer_forward(&e->lc, &v, e->acts ? &e->acts[l] : &e->act, l, e->ckpt[0], e->ckpt[0], p);
+			}
+			head_loss(&e->lc, e->ckpt[0], j);
+		}
+		compute_close(e);
+		return;
+	}
+	e->cs.layer[0] = e->cs.layer[1] = -1; /* set 0 is overwritten */
+	for (int j = 0; j < nmb; j++)
+		embed_forward(&e->lc, ckpt_buf(e, 0, j), j);
+	compute_close(e);
+	for (int b = 0; b < e->nb; b++) {
+		slab_acquire(e, b);
+		slab_prefetch(e, b + 1);
+		compute_open(e);
+		for (int i = 0; i < block_len(e, b); i++) {
+			block_view(e, &v, b, i);
+			for (int j = 0; j < nmb; j++) {
+				struct pass p = { 0, j };
+
+				layer_forward(&e->lc, &v, &e->act, block_first(e, b) + i, ckpt_buf(e, 0, j), ckpt_buf(e, 0, j), p);
+			}
+		}
+		compute_close(e);
+		slab_release(e, b);
+	}
+	compute_open(e);
+	for (int j = 0; j < nmb; j++)
+		head_loss(&e->lc, ckpt_buf(e, 0, j), j);
+	compute_close(e);
+}
+
 /* --- events and timing ---------------------------------------------------------- */
 
 int schedule_events_create(struct engine *e)

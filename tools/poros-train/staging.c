@@ -11,7 +11,7 @@
 
 /* The embedding rows of the step's tokens, from the host table into the
  * pinned staging buffer: k*T rows instead of a V-row table on the device. */
-static int gather_embeddings(const struct engine *e, struct staging *st)
+int staging_gather(const struct engine *e, struct staging *st)
 {
 	const bf16 *table = (const bf16 *)(e->hw->globals + e->hw->glob.embed);
 	long n = (long)e->k * e->lc.T;
@@ -48,7 +48,7 @@ static void stage_batch(struct engine *e, struct staging *st, int step)
 			st->n_pred[j] += tg[t] >= 0;
 	}
 	token_source_tell(e->data, &st->after);
-	if (st->rc == 0 && gather_embeddings(e, st) < 0)
+	if (st->rc == 0 && staging_gather(e, st) < 0)
 		st->rc = -1;
 }
 
@@ -96,15 +96,18 @@ static void prefetch_start(struct engine *e, int step)
 int staging_load(struct engine *e, int step)
 {
 	size_t n = (size_t)e->k * e->lc.T;
+	int again = e->loaded_step == step; /* a step repeated: its batch is still staged */
 	struct staging *st;
 
-	if (e->loaded_step == step)
+	if (again && !e->batch_stale)
 		return 0;
-	prefetch_join(e);
-	if (e->loaded_step > 0 && e->stage[1 - e->cur].step == step)
-		e->cur = 1 - e->cur;
-	else
-		stage_batch(e, &e->stage[e->cur], step);
+	if (!again) {
+		prefetch_join(e);
+		if (e->loaded_step > 0 && e->stage[1 - e->cur].step == step)
+			e->cur = 1 - e->cur;
+		else
+			stage_batch(e, &e->stage[e->cur], step);
+	}
 	st = &e->stage[e->cur];
 	if (st->rc < 0)
 		return seterr(e->err, sizeof e->err, "%s", st->err);
@@ -113,8 +116,11 @@ int staging_load(struct engine *e, int step)
 	 * that step's end (reading its losses back) has waited for. */
 	e->be->copy_h2d(e->embed_rows, st->rows, n * e->lc.C * sizeof(bf16), STREAM_COMPUTE);
 	e->be->copy_h2d(e->targets, st->targets, n * sizeof(int32_t), STREAM_COMPUTE);
-	e->loaded_step = step;
-	prefetch_start(e, step + 1);
+	e->batch_stale = 0;
+	if (!again) {
+		e->loaded_step = step;
+		prefetch_start(e, step + 1);
+	}
 	return 0;
 }
 
@@ -155,4 +161,10 @@ void staging_free(struct engine *e)
 			e->be->host_free(e->stage[i].rows);
 		free(e->stage[i].n_pred);
 	}
+	if (e->eval.tokens)
+		e->be->host_free(e->eval.tokens);
+	if (e->eval.targets)
+		e->be->host_free(e->eval.targets);
+	if (e->eval.rows)
+		e->be->host_free(e->eval.rows);
 }
