@@ -321,6 +321,41 @@ out/mini/cells/resident_tiny_qwen2_bf16.json"
 	assert_equal "$(find o | sort)" "$(printf 'o\no/spec.json')"
 }
 
+@test "a write that fails puts back the previous run's files it had replaced" {
+	poros-expand "$FIX/minimal.yaml" -o o >/dev/null
+	(cd o && sha256sum cells/* spec.json) >before
+	# the next run changes every cell, then cannot write spec.json
+	sed 's/steps: 4/steps: 8/' "$FIX/minimal.yaml" >edited.yaml
+	grep -q 'steps: 8' edited.yaml
+	mv o/spec.json spec.keep && mkdir o/spec.json
+	run -1 --separate-stderr poros-expand edited.yaml -o o
+	assert_regex "$stderr" "^poros-expand: cannot write o/spec\.json: Is a directory$"
+	rmdir o/spec.json && mv spec.keep o/spec.json
+	(cd o && sha256sum cells/* spec.json) >after
+	cmp before after
+	assert_equal "$(jq -r .training.steps o/cells/*.json | sort -u)" "4"
+}
+
+@test "spec.json maps every cell to its config_hash, which follows what the cell measures" {
+	poros-expand "$FIX/minimal.yaml" -o a >/dev/null
+	run -0 jq -r '.cells == (.config_hashes | keys_unsorted) and all(.config_hashes[]; test("^sha256:[0-9a-f]{64}$"))' a/spec.json
+	assert_output true
+	# no two cells share a hash
+	assert_equal "$(jq -r '.config_hashes[]' a/spec.json | sort -u | wc -l)" 4
+	# names and places measure nothing new: another spec_id, display name and output_dir keep the hashes
+	sed -e 's/^spec_id: .*/spec_id: renamed/' \
+		-e 's|^  - poros/tiny-qwen2$|  - {model_id: poros/tiny-qwen2, display_name: Other Name}|' "$FIX/minimal.yaml" >renamed.yaml
+	grep -q 'Other Name' renamed.yaml
+	poros-expand renamed.yaml -o b >/dev/null
+	assert_equal "$(jq -c .config_hashes b/spec.json)" "$(jq -c .config_hashes a/spec.json)"
+	# a changed training value changes every hash
+	sed 's/steps: 4/steps: 8/' "$FIX/minimal.yaml" >steps.yaml
+	poros-expand steps.yaml -o c >/dev/null
+	run -0 jq -n --slurpfile a a/spec.json --slurpfile c c/spec.json \
+		'[$a[0].config_hashes[]] as $x | [$c[0].config_hashes[]] as $y | [range(4)] | all(.[]; $x[.] != $y[.])'
+	assert_output true
+}
+
 @test "every bench config expands: model x method x precision cells each" {
 	for pair in qwen2_5_7b_3090:10 qwen2_5_32b_3090:10 launch_matrix:30 h200_perf:12 tiny:18; do
 		run --separate-stderr bash -c "poros-expand '$BENCH/${pair%%:*}.yaml' --jsonl | wc -l"

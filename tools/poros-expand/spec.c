@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "cell.h"
+#include "cell_hash.h"
 #include "model_config.h"
 #include "spec.h"
 #include "util.h"
@@ -782,7 +783,7 @@ void spec_cell(const struct spec *s, size_t i, struct cell *c)
 cJSON *spec_to_json(const struct spec *s)
 {
 	static const char *const shared_sections[] = { "hardware", "training", "lora", "poros" };
-	cJSON *root = cJSON_CreateObject(), *models, *list, *rep, *ids, *first;
+	cJSON *root = cJSON_CreateObject(), *models, *list, *rep, *ids, *hashes, *first;
 	struct cell c;
 	int ok = root != NULL;
 
@@ -824,9 +825,14 @@ cJSON *spec_to_json(const struct spec *s)
 	ok &= rep && cJSON_AddBoolToObject(rep, "markdown", s->reporting.markdown) != NULL;
 	ok &= rep && cJSON_AddBoolToObject(rep, "emit_json", s->reporting.emit_json) != NULL;
 	ok &= (ids = cJSON_AddArrayToObject(root, "cells")) != NULL;
-	for (size_t i = 0; ids && i < spec_cell_count(s); i++) {
+	ok &= (hashes = cJSON_AddObjectToObject(root, "config_hashes")) != NULL;
+	for (size_t i = 0; ids && hashes && i < spec_cell_count(s); i++) {
+		char hash[CELL_HASH_LEN + 1];
+
 		spec_cell(s, i, &c);
+		cell_config_hash(hash, &c);
 		ok &= cJSON_AddItemToArray(ids, cJSON_CreateString(c.cell_id));
+		ok &= cJSON_AddStringToObject(hashes, c.cell_id, hash) != NULL;
 		cell_free(&c);
 	}
 	cJSON_Delete(first);
