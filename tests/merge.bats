@@ -14,7 +14,7 @@ setup() {
 	run -0 poros-merge --version
 	assert_output "poros-merge 0.1.0"
 	run -0 --separate-stderr poros-merge --help
-	assert_line --index 0 "usage: poros-merge [FILE|DIR|- ...]"
+	assert_line --index 0 "usage: poros-merge [--spec SPEC.json] [FILE|DIR|- ...]"
 	[ -z "$stderr" ]
 }
 
@@ -160,9 +160,10 @@ make_compare_runs() {
 	[ "${#lines[@]}" -eq 3 ]
 	echo "${lines[0]}" | jq -e '.schema == "poros.compare/1" and .cell_id == "poros_tiny_qwen2_nf4" and .in == "both"
 		and .status_a == "ok" and .status_b == "ok"
-		and .s_per_step == {"a": 2, "b": 1.5, "delta": -0.5, "ratio": 0.75}
-		and .tokens_per_s == {"a": 100, "b": 150, "delta": 50, "ratio": 1.5}
-		and .vram_peak_mb == {"a": 1000, "b": 500, "delta": -500, "ratio": 0.5}'
+		and .config_differs == []
+		and .s_per_step == {"a": 2, "b": 1.5, "delta": -0.5, "ratio": 0.75, "noise": true}
+		and .tokens_per_s == {"a": 100, "b": 150, "delta": 50, "ratio": 1.5, "noise": true}
+		and .vram_peak_mb == {"a": 1000, "b": 500, "delta": -500, "ratio": 0.5, "noise": null}'
 }
 
 @test "--compare lists cells present in one run only as such" {
@@ -171,7 +172,7 @@ make_compare_runs() {
 	echo "${lines[1]}" | jq -e '.cell_id == "peft_tiny_qwen2_nf4" and .in == "a" and .status_a == "ok" and .status_b == null
 		and .s_per_step.b == null and .s_per_step.delta == null and .s_per_step.ratio == null'
 	echo "${lines[2]}" | jq -e '.cell_id == "resident_tiny_qwen2_nf4" and .in == "b" and .status_a == null
-		and .s_per_step == {"a": null, "b": 0.5, "delta": null, "ratio": null}'
+		and .s_per_step == {"a": null, "b": 0.5, "delta": null, "ratio": null, "noise": null}'
 }
 
 @test "--compare gives no ratio to a zero" {
@@ -179,7 +180,7 @@ make_compare_runs() {
 	art poros tiny_qwen2 nf4 ok 2026-11-29T10:00:00Z '.metrics.vram_peak_mb = 0' > a/r.jsonl
 	art poros tiny_qwen2 nf4 ok 2026-11-29T10:00:00Z '.metrics.vram_peak_mb = 10' > b/r.jsonl
 	run -0 poros-merge --compare a/r.jsonl b/r.jsonl
-	echo "$output" | jq -e '.vram_peak_mb == {"a": 0, "b": 10, "delta": 10, "ratio": null}'
+	echo "$output" | jq -e '.vram_peak_mb == {"a": 0, "b": 10, "delta": 10, "ratio": null, "noise": null}'
 }
 
 @test "--compare reads artifact directories" {
@@ -204,8 +205,8 @@ make_compare_runs() {
 	make_compare_runs
 	run -0 --separate-stderr poros-merge --compare --md a/results.jsonl b/results.jsonl
 	[ -z "$stderr" ]
-	assert_line --index 0 "Comparing A = a/results.jsonl with B = b/results.jsonl (delta = B - A, ratio = B / A)."
-	assert_line "| poros\\_tiny\\_qwen2\\_nf4 | ok | ok | 2.00 | 1.50 | -0.5 | 0.75 | 100 | 150 | +50.0 | 1.50 | 1000 | 500 | -500 | 0.5 |"
+	assert_line --index 0 "Comparing A = a/results.jsonl with B = b/results.jsonl (delta = B - A, ratio = B / A; \"noise\": inside the two runs' s/step spread)."
+	assert_line "| poros\\_tiny\\_qwen2\\_nf4 | ok | ok | 2.00 | 1.50 | -0.5 | 0.75 (noise) | 100 | 150 | +50.0 | 1.50 (noise) | 1000 | 500 | -500 | 0.5 |"
 	assert_line --partial "| peft\\_tiny\\_qwen2\\_nf4 | ok | only in A | "
 	assert_line --partial "| resident\\_tiny\\_qwen2\\_nf4 | only in B | ok | -- | 0.5 | -- | -- |"
 	# every row has as many cells as the header
