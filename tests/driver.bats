@@ -55,7 +55,7 @@ fake_poros() {
 	[ ! -e out ]
 }
 
-@test "without poros-train, bench run stops after expansion with a clear message" {
+@test "without poros-train, bench run stops before writing anything, with a clear message" {
 	mkdir lonely
 	for t in poros poros-expand poros-arm poros-merge poros-render; do
 		cp "$POROS_ROOT/bin/$t" lonely/
@@ -63,9 +63,8 @@ fake_poros() {
 	run -1 --separate-stderr env -u POROS_TRAIN PATH="$PWD/lonely:/usr/bin:/bin" lonely/poros bench run "$SPEC"
 	[ -z "$output" ]
 	# (poros-expand may warn first that it found no model config next to a copied binary)
-	[ "${stderr##*$'\n'}" = "poros: poros-train is missing (bin/poros-train is not built yet): stopping after expansion; 8 cells are in $OUT/cells" ]
-	[ "$(ls $OUT/cells | wc -l)" -eq 8 ]
-	[ ! -e $OUT/results.jsonl ]
+	[ "${stderr##*$'\n'}" = "poros: poros-train is missing (bin/poros-train is not built yet): nothing was written (8 cells in $SPEC)" ]
+	[ ! -e $OUT ]
 }
 
 @test "bench run runs each cell once, appends one whole line per cell and writes the reports" {
@@ -89,7 +88,7 @@ fake_poros() {
 @test "a second run skips cells with an ok artifact; --force runs them again" {
 	fake_poros bench run "$SPEC" 2>/dev/null
 	run -0 --separate-stderr fake_poros bench run "$SPEC"
-	[[ "$stderr" == *"[3/8] resident_tiny_qwen2_nf4: ok artifact exists, skipped (--force runs it again)"* ]]
+	[[ "$stderr" == *"[3/8] resident_tiny_qwen2_nf4: ok artifact of this configuration exists, skipped (--force runs it again)"* ]]
 	[ "$(wc -l < "$FAKE_LOG")" -eq 8 ]
 	[ "$(wc -l < $OUT/results.jsonl)" -eq 8 ]
 	run -0 --separate-stderr fake_poros bench run "$SPEC" --force
@@ -156,13 +155,19 @@ fake_poros() {
 	grep -qF '<section class="model" id="model-tiny_llama">' m/report.html
 }
 
-@test "bench compare prints a Markdown table, --json JSONL, with ratios B/A" {
+@test "bench compare prints a plain table, --md Markdown, --json JSONL, with ratios B/A in spec order" {
 	FAKE_S_PER_STEP=0.5 fake_poros bench run "$SPEC" -o a 2>/dev/null
 	FAKE_S_PER_STEP=0.25 fake_poros bench run "$SPEC" -o b 2>/dev/null
 	run -0 --separate-stderr poros bench compare a b
 	[ -z "$stderr" ]
-	assert_line --index 0 "Comparing A = a with B = b (delta = B - A, ratio = B / A)."
-	assert_line --partial "| poros\\_tiny\\_qwen2\\_nf4 | ok | ok | 0.5 | 0.25 | -0.25 | 0.5 | 512 | 512 | 0 | 1.00 |"
+	assert_line --index 0 "A = a, B = b (ratio B/A; noise: inside both runs' s/step spread)"
+	assert_line --index 1 --regexp '^cell +A +B +s/step A +s/step B +B/A +tokens/s A'
+	# spec order, not alphabetical; the fake's spreads (0.2..0.3) overlap
+	[ "$(echo "$output" | sed -n '3,$p' | cut -d ' ' -f 1 | paste -sd ' ')" = "$CELLS" ]
+	assert_line --index 2 --regexp '^poros_tiny_qwen2_nf4 +ok +ok +0\.5 +0\.25 +0\.5 \(noise\) +512 +512 +1\.00 \(noise\)'
+	run -0 --separate-stderr poros bench compare --md a b
+	assert_line --index 0 "Comparing A = a with B = b (delta = B - A, ratio = B / A; \"noise\": inside the two runs' s/step spread)."
+	assert_line --partial "| poros\\_tiny\\_qwen2\\_nf4 | ok | ok | 0.5 | 0.25 | -0.25 | 0.5 (noise) | 512 | 512 | 0 | 1.00 (noise) |"
 	[ "$(echo "$output" | grep -c '^| [a-z]')" -eq 8 ]
 	run -0 --separate-stderr poros bench compare --json a b
 	[ "${#lines[@]}" -eq 8 ]
