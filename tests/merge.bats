@@ -274,3 +274,44 @@ make_compare_runs() {
 	run -0 jq -r .writer results.jsonl
 	[ "$(echo "$output" | sort -n | paste -sd ' ')" = "$(seq 1 16 | paste -sd ' ')" ]
 }
+
+@test "--spec keeps only the artifacts of the spec's cells as they are now, in spec order" {
+	spec="$POROS_ROOT/tests/fixtures/driver/two_models.yaml"
+	export POROS_TRAIN="$POROS_ROOT/tests/fixtures/driver/fake-train"
+	poros-expand -o o "$spec" | xargs poros-arm > old.jsonl 2>/dev/null
+	[ "$(wc -l < old.jsonl)" -eq 8 ]
+	sed 's/steps: 4/steps: 8/' "$spec" > edited.yaml
+	# two cells of the edited spec, run in the reverse of spec order
+	poros-expand -o o edited.yaml > paths
+	poros-arm o/cells/resident_tiny_llama_bf16.json o/cells/poros_tiny_qwen2_bf16.json > new.jsonl 2>/dev/null
+	run -0 --separate-stderr poros-merge --spec o/spec.json old.jsonl new.jsonl o
+	[ "$(echo "$output" | jq -r .cell_id | paste -sd ' ')" = "poros_tiny_qwen2_bf16 resident_tiny_llama_bf16" ]
+	echo "$output" | jq -e -s 'all(.[]; .cell.training.steps == 8)'
+	[[ "$stderr" == "poros-merge: note: artifacts of 8 cells left out: they measured another configuration than the spec's now, or the cell is no longer in it (poros_tiny_qwen2_nf4, poros_tiny_qwen2_bf16, resident_tiny_qwen2_nf4, resident_tiny_qwen2_bf16 and 4 more)" ]]
+	# an artifact whose cell was edited by hand, its config_hash kept, does not pass for the cell
+	jq -c '.cell.lora.rank = 64' new.jsonl > forged.jsonl
+	run -2 --separate-stderr poros-merge --spec o/spec.json forged.jsonl
+	[ -z "$output" ]
+	[[ "$stderr" == *"poros-merge: o/spec.json: no artifact of its cells as they are now" ]]
+	# nor does one from before config hashes
+	jq -c 'del(.config_hash)' new.jsonl > legacy.jsonl
+	run -2 --separate-stderr poros-merge --spec o/spec.json legacy.jsonl
+	[ -z "$output" ]
+	# a spec.json without config_hashes cannot say what is current
+	jq -c 'del(.config_hashes)' o/spec.json > old-spec.json
+	run -2 --separate-stderr poros-merge --spec old-spec.json new.jsonl
+	[ "$stderr" = "poros-merge: --spec: old-spec.json: no cells or config_hashes (written by an older poros-expand: expand the spec again)" ]
+}
+
+@test "--compare keeps A's spec order and gives no noise verdict without a spread" {
+	spec="$POROS_ROOT/tests/fixtures/driver/two_models.yaml"
+	export POROS_TRAIN="$POROS_ROOT/tests/fixtures/driver/fake-train"
+	poros-expand -o a "$spec" | xargs poros-arm > /dev/null 2>&1
+	poros-expand -o b "$spec" | xargs poros-arm > /dev/null 2>&1
+	for f in b/*_tiny_*.json; do jq -c '.metrics.s_per_step_min = null | .metrics.s_per_step_max = null' "$f" > f.tmp && mv f.tmp "$f"; done
+	run -0 --separate-stderr poros-merge --compare a b
+	[ "$(echo "$output" | jq -r .cell_id | paste -sd ' ')" = "$(jq -r '.cells | join(" ")' a/spec.json)" ]
+	echo "$output" | jq -e -s 'all(.[]; .s_per_step.noise == null and .tokens_per_s.noise == null and .config_differs == [])'
+	run -0 --separate-stderr poros-merge --compare --table a b
+	assert_line --index 2 --regexp '^poros_tiny_qwen2_nf4 +ok +ok +0\.25 +0\.25 +1\.00 \(no spread\) '
+}

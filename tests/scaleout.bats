@@ -213,6 +213,36 @@ assert_whole_lines() {
 	[ "$(wc -l < "$FAKE_LOG")" -eq 2 ]
 }
 
+@test "a --gpus driver killed with SIGKILL leaves nothing running, and the next run runs each cell once" {
+	export FAKE_GPUS="0 1" FAKE_PIDS="$BATS_TEST_TMPDIR/fake.pids"
+	FAKE_SLEEP=30 poros bench run "$SPEC" --gpus all -o out 2> driver.err &
+	driver=$!
+	for _ in $(seq 1 100); do
+		[ -f "$FAKE_PIDS" ] && [ "$(wc -l < "$FAKE_PIDS")" -ge 2 ] && break
+		sleep 0.05
+	done
+	[ "$(wc -l < "$FAKE_PIDS")" -eq 2 ]
+	kill -KILL "$driver"
+	wait "$driver" || true
+	# the workers' poros-arm see the driver gone and end their trainers; the lock goes with the last of them
+	for _ in $(seq 1 400); do
+		flock -n out/.lock true && break
+		sleep 0.05
+	done
+	flock -n out/.lock true
+	for pid in $(cat "$FAKE_PIDS"); do
+		! kill -0 "$pid" 2>/dev/null
+	done
+	# no worker claimed a cell after the driver was gone
+	sleep 1
+	[ "$(wc -l < "$FAKE_LOG")" -eq 2 ]
+	: > "$FAKE_LOG"
+	run -0 --separate-stderr env FAKE_SLEEP=0 poros bench run "$SPEC" --gpus all -o out
+	[ "$(wc -l < "$FAKE_LOG")" -eq 8 ]
+	[ "$(cut -d ' ' -f 1 "$FAKE_LOG" | sort | uniq -d)" = "" ]
+	jq -e -s 'length == 8 and all(.[]; .status == "ok")' out/report.jsonl
+}
+
 # --- Slurm --------------------------------------------------------------------
 
 # Polls until FILE exists (at most $2 seconds).

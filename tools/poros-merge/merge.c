@@ -75,18 +75,46 @@ static int is_current(const struct current_spec *cs, const cJSON *obj)
 struct filter {
 	struct result_set *s;
 	const struct current_spec *cs;
-	long left_out;
+	cJSON *left_out;   /* the cell ids whose artifacts were left out, once each */
 };
 
 static int current_record(void *ctx, const cJSON *obj, const char *source, long line, char *err, size_t errsz)
 {
 	struct filter *f = ctx;
+	const cJSON *id = cJSON_GetObjectItemCaseSensitive(obj, "cell_id"), *seen;
 
 	if (report_is_artifact(obj) && !is_current(f->cs, obj)) {
-		f->left_out++;
+		int known = 0;
+		cJSON_ArrayForEach(seen, f->left_out)
+			known |= cJSON_IsString(id) && strcmp(seen->valuestring, id->valuestring) == 0;
+		if (!known)
+			cJSON_AddItemToArray(f->left_out, cJSON_CreateString(cJSON_IsString(id) ? id->valuestring : "?"));
 		return 0;
 	}
 	return results_record(f->s, obj, source, line, err, errsz);
+}
+
+/* "a, b, c and 5 more" */
+static void note_left_out(const cJSON *ids)
+{
+	int n = cJSON_GetArraySize(ids), shown = 0;
+	struct sbuf list;
+	const cJSON *id;
+
+	if (n == 0)
+		return;
+	sb_init(&list);
+	cJSON_ArrayForEach(id, ids) {
+		if (shown == 4) {
+			sb_printf(&list, " and %d more", n - shown);
+			break;
+		}
+		sb_printf(&list, "%s%s", shown ? ", " : "", id->valuestring);
+		shown++;
+	}
+	warnmsg("note: artifacts of %d cell%s left out: they measured another configuration than the spec's now, "
+	        "or the cell is no longer in it (%s)", n, n == 1 ? "" : "s", list.s);
+	sb_free(&list);
 }
 
 static const struct current_spec *order_cs;
@@ -100,7 +128,7 @@ static int by_spec_order(const void *a, const void *b)
 
 int merge_inputs(struct result_set *s, char *const *paths, int n, const struct current_spec *cs)
 {
-	struct filter f = { s, cs, 0 };
+	struct filter f = { s, cs, cJSON_CreateArray() };
 	long bad = 0;
 	int status = EXIT_OK;
 
@@ -112,13 +140,12 @@ int merge_inputs(struct result_set *s, char *const *paths, int n, const struct c
 		status = EXIT_USAGE;
 	}
 	if (cs) {
-		if (f.left_out > 0)
-			warnmsg("note: %ld artifact%s of other configurations (not the spec's cells as they are now) "
-			        "left out", f.left_out, f.left_out == 1 ? "" : "s");
+		note_left_out(f.left_out);
 		order_cs = cs;
 		qsort(s->e, (size_t)s->n, sizeof *s->e, by_spec_order);
 		order_cs = NULL;
 	}
+	cJSON_Delete(f.left_out);
 	return status;
 }
 
