@@ -12,7 +12,7 @@ setup_file() {
 	if [ "$(id -u)" != 0 ]; then
 		SLURM_SKIP="not root (the test cluster's slurmd must run as root)"
 	elif ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then
-		SLURM_SKIP="slurmctld or munged not found (make deps installs slurm-wlm and munge)"
+		SLURM_SKIP="slurmctld or munged not found (make deps-test installs slurm-wlm and munge)"
 	else
 		SLURM_DIR="$BATS_FILE_TMPDIR/slurm"
 		mkdir -p "$SLURM_DIR"
