@@ -139,7 +139,7 @@ poros_tiny_qwen3_bf16"
 @test "a spec with only the required fields gets every documented default" {
 	run --separate-stderr bash -c "poros-expand '$FIX/minimal.yaml' --jsonl | head -1 | jq -c '[.hardware, .training, .lora, .poros, .output_dir, .model.display_name]'"
 	assert_success
-	assert_output '[{"gpu_name":"unspecified","vram_gb":0,"pcie_gen":0},{"steps":4,"seq_len":16,"batch_size":1,"gradient_accumulation_steps":1,"warmup_steps":1,"dataset":"synthetic","seed":42,"learning_rate":0.0002,"lr_schedule":"constant","weight_decay":0,"max_grad_norm":1,"timeout_s":3600,"gradient_checkpointing":false},{"rank":16,"alpha":32,"dropout":0.05,"target_modules":["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"]},{"block_size":4,"enable_prefetch":true},"out/mini","tiny-qwen2"]'
+	assert_output '[{"gpu_name":null,"vram_gb":null,"pcie_gen":null},{"steps":4,"seq_len":16,"batch_size":1,"gradient_accumulation_steps":1,"warmup_steps":1,"dataset":"synthetic","seed":42,"learning_rate":0.0002,"lr_schedule":"constant","weight_decay":0,"max_grad_norm":1,"timeout_s":3600,"gradient_checkpointing":false},{"rank":16,"alpha":32,"dropout":0.05,"target_modules":["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"]},{"block_size":4,"enable_prefetch":true},"out/mini","tiny-qwen2"]'
 }
 
 @test "training.gradient_checkpointing true reaches every cell, last in training" {
@@ -207,12 +207,12 @@ poros_tiny_qwen3_bf16"
 	assert_output "0.5"
 }
 
-@test "a model with no config anywhere is a warning on stderr, not an error" {
+@test "a model with no config anywhere is a warning on stderr, not an error; its parameter count is null" {
 	edit 's|poros/tiny-qwen2|nobody/none-1b|'
 	run --separate-stderr poros-expand s.yaml --jsonl
 	assert_success
 	assert_regex "$stderr" '^poros-expand: s\.yaml:4:5: warning: model "nobody/none-1b": no config\.json found \(looked in: .*none_1b\.json\)$'
-	assert_equal "$(printf '%s\n' "$output" | jq -s 'map(.model.param_count_b) | unique | .[]')" "0"
+	assert_equal "$(printf '%s\n' "$output" | jq -s 'map(.model.param_count_b) | unique | .[]')" "null"
 }
 
 @test "a local checkpoint directory needs no warning and gives the parameter count" {

@@ -581,7 +581,7 @@ static void set_defaults(struct spec *s)
 	struct cell *c = &s->shared;
 
 	memset(s, 0, sizeof *s);
-	c->hardware.gpu_name = xstrdup("unspecified");
+	/* hardware.gpu_name stays NULL (null in JSON) unless the spec names it. */
 	c->training.batch_size = 1;
 	c->training.gradient_accumulation_steps = 1;
 	c->training.warmup_steps = -1; /* derived from steps when not given */
@@ -807,7 +807,10 @@ cJSON *spec_to_json(const struct spec *s)
 		ok &= m != NULL && cJSON_AddItemToArray(models, m);
 		ok &= m && cJSON_AddStringToObject(m, "model_id", s->models[i].model_id) != NULL;
 		ok &= m && cJSON_AddStringToObject(m, "display_name", s->models[i].display_name) != NULL;
-		ok &= m && cJSON_AddNumberToObject(m, "param_count_b", s->models[i].param_count_b) != NULL;
+		/* 0: neither given nor counted from a model config: unknown */
+		ok &= m && (s->models[i].param_count_b > 0
+		                ? cJSON_AddNumberToObject(m, "param_count_b", s->models[i].param_count_b)
+		                : cJSON_AddNullToObject(m, "param_count_b")) != NULL;
 		ok &= m && cJSON_AddStringToObject(m, "arch", s->models[i].arch) != NULL;
 	}
 	ok &= (list = cJSON_AddArrayToObject(root, "methods")) != NULL;
