@@ -10,7 +10,10 @@ DESTDIR    ?=
 CC         ?= cc
 PKG_CONFIG ?= pkg-config
 PKGS       := yaml-0.1 libcjson zlib libpcre2-8 libutf8proc
-DEB_PKGS   := libyaml-dev libcjson-dev zlib1g-dev libpcre2-dev libutf8proc-dev pkg-config jq bats bats-assert bats-support slurm-wlm munge chromium
+# What `make` needs (what it links, and jq for the driver); what only the
+# tests need (bats, a headless browser for the report, a Slurm cluster).
+DEB_PKGS   := libyaml-dev libcjson-dev zlib1g-dev libpcre2-dev libutf8proc-dev pkg-config jq
+DEB_TEST_PKGS := bats bats-assert bats-support slurm-wlm munge chromium
 
 GIT_SHA    := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 PKG_CFLAGS  = $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
@@ -68,11 +71,13 @@ ifeq ($(NVCC),)
 	@echo "poros: nvcc not found (set CUDA_HOME to build it): CPU-only build" >&2
 endif
 
-.PHONY: all cuda-note deps test test-unit test-bats test-gpu test-asan bench install clean bundle fuzz FORCE
+.PHONY: all cuda-note deps deps-test test test-unit test-bats test-gpu test-asan bench install clean bundle fuzz FORCE
 
 # --- dependencies ---------------------------------------------------------
-deps:
-	@missing=""; for p in $(DEB_PKGS); do \
+# $(call install_missing,PACKAGES): installs those of the Debian packages
+# that are missing (as root), or names them and fails (exit 2).
+define install_missing
+	@missing=""; for p in $(1); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
 	done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
@@ -84,6 +89,14 @@ deps:
 	  echo "poros: missing packages; run as root:" >&2; \
 	  echo "apt-get install -y$$missing" >&2; exit 2; \
 	fi
+endef
+
+deps:
+	$(call install_missing,$(DEB_PKGS))
+
+# The test-only packages, installed by `make test` (after deps: one apt at a time).
+deps-test: $(BUILD)/.deps-ok
+	$(call install_missing,$(DEB_TEST_PKGS))
 
 $(BUILD)/.deps-ok: | $(BUILD)
 	@$(MAKE) --no-print-directory deps
@@ -134,7 +147,7 @@ $(BUILD)/gpu/%: $(BUILD)/tests/gpu/%.o $(LIBTRAIN) $(LIBPOROS) $(LIBCPU) $(if $(
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # --- tests ----------------------------------------------------------------
-test: all $(UNIT_BINS)
+test: deps-test all $(UNIT_BINS)
 	@$(MAKE) --no-print-directory test-unit test-bats
 
 test-unit: $(UNIT_BINS)
@@ -142,7 +155,7 @@ test-unit: $(UNIT_BINS)
 	  echo "== $$t" >&2; $$t || { echo "FAIL: $$t" >&2; fail=1; }; \
 	done; exit $$fail
 
-test-bats: all
+test-bats: deps-test all
 	bats tests/*.bats
 
 test-gpu: all $(if $(NVCC),$(GPU_BINS))

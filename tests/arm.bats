@@ -655,3 +655,51 @@ gone() {
 	PY
 	assert_output '[3, 2, 8]'
 }
+
+@test "poros-arm killed with its parent: the parent's death ends the child and the artifact is still written" {
+	export FAKE_PIDS="$PWD/pids"
+	# bash stays poros-arm's parent (the ': ' keeps it from exec'ing poros-arm)
+	FAKE_MODE=hang bash -c 'poros-arm poros.json > arm.out 2> arm.err; :' &
+	parent=$!
+	for _ in $(seq 1 200); do
+		[ -s pids ] && break
+		sleep 0.05
+	done
+	read -r child grandchild < pids
+	kill -KILL "$parent"
+	wait "$parent" || true
+	for _ in $(seq 1 400); do
+		[ -s arm.out ] && break
+		sleep 0.05
+	done
+	jq -e '.status == "error" and (.error | startswith("interrupted: poros-arm got SIGTERM"))' arm.out
+	assert_artifact out/poros_tiny_llama_bf16.json
+	gone "$child"
+	gone "$grandchild"
+}
+
+@test "POROS_ARM_WATCH_PID: when that process is gone, poros-arm stops its child and ends" {
+	export FAKE_PIDS="$PWD/pids"
+	sleep 300 &
+	watched=$!
+	POROS_ARM_WATCH_PID=$watched FAKE_MODE=hang poros-arm poros.json poros.json > arm.out 2> arm.err &
+	arm=$!
+	for _ in $(seq 1 200); do
+		[ -s pids ] && break
+		sleep 0.05
+	done
+	read -r child grandchild < pids
+	kill "$watched"
+	wait "$watched" || true
+	rc=0
+	wait "$arm" || rc=$?
+	[ "$rc" -eq 1 ]
+	# the second cell never started
+	[ "$(wc -l < arm.out)" -eq 1 ]
+	jq -e '.status == "error" and (.error | startswith("interrupted: poros-arm got SIGHUP"))' arm.out
+	grep -qx 'poros-arm: interrupted by SIGHUP' arm.err
+	gone "$child"
+	gone "$grandchild"
+	run -2 --separate-stderr env POROS_ARM_WATCH_PID=abc poros-arm poros.json
+	[ "$stderr" = 'poros-arm: POROS_ARM_WATCH_PID: not a number: "abc" (expected a process id)' ]
+}

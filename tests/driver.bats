@@ -55,7 +55,7 @@ fake_poros() {
 	[ ! -e out ]
 }
 
-@test "without poros-train, bench run stops after expansion with a clear message" {
+@test "without poros-train, bench run stops before writing anything, with a clear message" {
 	mkdir lonely
 	for t in poros poros-expand poros-arm poros-merge poros-render; do
 		cp "$POROS_ROOT/bin/$t" lonely/
@@ -63,9 +63,8 @@ fake_poros() {
 	run -1 --separate-stderr env -u POROS_TRAIN PATH="$PWD/lonely:/usr/bin:/bin" lonely/poros bench run "$SPEC"
 	[ -z "$output" ]
 	# (poros-expand may warn first that it found no model config next to a copied binary)
-	[ "${stderr##*$'\n'}" = "poros: poros-train is missing (bin/poros-train is not built yet): stopping after expansion; 8 cells are in $OUT/cells" ]
-	[ "$(ls $OUT/cells | wc -l)" -eq 8 ]
-	[ ! -e $OUT/results.jsonl ]
+	[ "${stderr##*$'\n'}" = "poros: poros-train is missing (bin/poros-train is not built yet): nothing was written (8 cells in $SPEC)" ]
+	[ ! -e $OUT ]
 }
 
 @test "bench run runs each cell once, appends one whole line per cell and writes the reports" {
@@ -89,7 +88,7 @@ fake_poros() {
 @test "a second run skips cells with an ok artifact; --force runs them again" {
 	fake_poros bench run "$SPEC" 2>/dev/null
 	run -0 --separate-stderr fake_poros bench run "$SPEC"
-	[[ "$stderr" == *"[3/8] resident_tiny_qwen2_nf4: ok artifact exists, skipped (--force runs it again)"* ]]
+	[[ "$stderr" == *"[3/8] resident_tiny_qwen2_nf4: ok artifact of this configuration exists, skipped (--force runs it again)"* ]]
 	[ "$(wc -l < "$FAKE_LOG")" -eq 8 ]
 	[ "$(wc -l < $OUT/results.jsonl)" -eq 8 ]
 	run -0 --separate-stderr fake_poros bench run "$SPEC" --force
@@ -156,13 +155,19 @@ fake_poros() {
 	grep -qF '<section class="model" id="model-tiny_llama">' m/report.html
 }
 
-@test "bench compare prints a Markdown table, --json JSONL, with ratios B/A" {
+@test "bench compare prints a plain table, --md Markdown, --json JSONL, with ratios B/A in spec order" {
 	FAKE_S_PER_STEP=0.5 fake_poros bench run "$SPEC" -o a 2>/dev/null
 	FAKE_S_PER_STEP=0.25 fake_poros bench run "$SPEC" -o b 2>/dev/null
 	run -0 --separate-stderr poros bench compare a b
 	[ -z "$stderr" ]
-	assert_line --index 0 "Comparing A = a with B = b (delta = B - A, ratio = B / A)."
-	assert_line --partial "| poros\\_tiny\\_qwen2\\_nf4 | ok | ok | 0.5 | 0.25 | -0.25 | 0.5 | 512 | 512 | 0 | 1.00 |"
+	assert_line --index 0 "A = a, B = b (ratio B/A; noise: inside both runs' s/step spread)"
+	assert_line --index 1 --regexp '^cell +A +B +s/step A +s/step B +B/A +tokens/s A'
+	# spec order, not alphabetical; the fake's spreads (0.2..0.3) overlap
+	[ "$(echo "$output" | sed -n '3,$p' | cut -d ' ' -f 1 | paste -sd ' ')" = "$CELLS" ]
+	assert_line --index 2 --regexp '^poros_tiny_qwen2_nf4 +ok +ok +0\.5 +0\.25 +0\.5 \(noise\) +512 +512 +1\.00 \(noise\)'
+	run -0 --separate-stderr poros bench compare --md a b
+	assert_line --index 0 "Comparing A = a with B = b (delta = B - A, ratio = B / A; \"noise\": inside the two runs' s/step spread)."
+	assert_line --partial "| poros\\_tiny\\_qwen2\\_nf4 | ok | ok | 0.5 | 0.25 | -0.25 | 0.5 (noise) | 512 | 512 | 0 | 1.00 (noise) |"
 	[ "$(echo "$output" | grep -c '^| [a-z]')" -eq 8 ]
 	run -0 --separate-stderr poros bench compare --json a b
 	[ "${#lines[@]}" -eq 8 ]
@@ -252,4 +257,147 @@ fake_poros() {
 	run -0 --separate-stderr env -u POROS_TRAIN poros bench run "$SPEC"
 	jq -e -s 'length == 8 and all(.[]; .status == "ok" and .metrics.s_per_step > 0 and .env.weights == "synthetic")' $OUT/results.jsonl
 	[ "$(grep -c '<span class="badge ok">ok</span>' $OUT/report.html)" -eq 8 ]
+}
+
+@test "a cell whose configuration changed is measured again and the reports hold only the new rows" {
+	fake_poros bench run "$SPEC" 2>/dev/null
+	sed -e 's/steps: 4/steps: 8/' -e 's/seq_len: 64/seq_len: 32/' "$SPEC" > edited.yaml
+	: > "$FAKE_LOG"
+	run -0 --separate-stderr fake_poros bench run edited.yaml
+	[[ "$stderr" == *"[1/8] poros_tiny_qwen2_nf4: its artifact measured another configuration: measuring it again"* ]]
+	[[ "$stderr" != *"skipped"* ]]
+	[ "$(wc -l < "$FAKE_LOG")" -eq 8 ]
+	# results.jsonl keeps the history; report.jsonl, the artifacts and the reports only the new configuration
+	[ "$(wc -l < $OUT/results.jsonl)" -eq 16 ]
+	[ "$(jq -r .cell_id $OUT/report.jsonl | paste -sd ' ')" = "$CELLS" ]
+	jq -e -s 'all(.[]; .cell.training.steps == 8 and .cell.training.seq_len == 32)' $OUT/report.jsonl
+	jq -e -s 'all(.[]; .cell.training.steps == 8)' $OUT/*_tiny_*.json
+	jq -e -s --slurpfile spec $OUT/spec.json 'all(.[]; .config_hash == $spec[0].config_hashes[.cell_id])' $OUT/report.jsonl
+	grep -qF '8 steps' $OUT/report.md
+	! grep -qF '4 steps' $OUT/report.md
+	# a third run has nothing left to do
+	: > "$FAKE_LOG"
+	run -0 --separate-stderr fake_poros bench run edited.yaml
+	[ ! -s "$FAKE_LOG" ]
+	# and going back to the first spec measures its cells again: their artifacts were replaced
+	run -0 --separate-stderr fake_poros bench run "$SPEC"
+	[ "$(wc -l < "$FAKE_LOG")" -eq 8 ]
+	jq -e -s 'length == 8 and all(.[]; .cell.training.steps == 4)' $OUT/report.jsonl
+}
+
+@test "bench report leaves out artifacts of cells no longer in the spec" {
+	fake_poros bench run "$SPEC" 2>/dev/null
+	sed 's/methods: \[poros, resident\]/methods: [poros]/' "$SPEC" > poros_only.yaml
+	run -0 --separate-stderr fake_poros bench run poros_only.yaml
+	[[ "$stderr" == *"poros-merge: note: artifacts of 4 cells left out: they measured another configuration than the spec's now, or the cell is no longer in it (resident_tiny_qwen2_nf4, resident_tiny_qwen2_bf16, resident_tiny_llama_nf4, resident_tiny_llama_bf16)"* ]]
+	[ "$(jq -r .cell_id $OUT/report.jsonl | paste -sd ' ')" = "poros_tiny_qwen2_nf4 poros_tiny_qwen2_bf16 poros_tiny_llama_nf4 poros_tiny_llama_bf16" ]
+	! grep -q '| resident |' $OUT/report.md
+	grep -q '| poros |' $OUT/report.md
+}
+
+@test "artifacts carry method, model_id, precision, cell_id and config_hash at the top level" {
+	fake_poros bench run "$SPEC" 2>/dev/null
+	[ "$(jq -r 'select(.method == "poros") | .cell_id' $OUT/results.jsonl | paste -sd ' ')" = \
+	  "poros_tiny_qwen2_nf4 poros_tiny_qwen2_bf16 poros_tiny_llama_nf4 poros_tiny_llama_bf16" ]
+	[ "$(jq -r 'select(.precision == "bf16" and .model_id == "poros/tiny-llama") | .cell_id' $OUT/report.jsonl | paste -sd ' ')" = \
+	  "poros_tiny_llama_bf16 resident_tiny_llama_bf16" ]
+	jq -e -s 'all(.[]; .method == .cell.method and .model_id == .cell.model.model_id and .precision == .cell.precision
+		and (.config_hash | test("^sha256:[0-9a-f]{64}$")))' $OUT/results.jsonl
+}
+
+@test "a second run on a busy directory exits 2 naming the PID that holds it, and changes nothing" {
+	FAKE_SLEEP=20 POROS_TRAIN="$FAKE" poros bench run "$SPEC" 2>/dev/null &
+	first=$!
+	for _ in $(seq 1 200); do
+		[ -s "$FAKE_LOG" ] && break
+		sleep 0.05
+	done
+	[ -s "$FAKE_LOG" ]
+	(cd $OUT && sha256sum .lock spec.json cells/*) > before
+	sed 's/steps: 4/steps: 8/' "$SPEC" > edited.yaml
+	run -2 --separate-stderr fake_poros bench run edited.yaml
+	[ -z "$output" ]
+	[ "$stderr" = "poros: $OUT: another run is using this directory (PID $first holds $OUT/.lock): wait for it to end, or stop it" ]
+	(cd $OUT && sha256sum .lock spec.json cells/*) > after
+	cmp before after
+	[ "$(wc -l < "$FAKE_LOG")" -eq 1 ]
+	kill -TERM "$first"
+	wait "$first" || true
+}
+
+@test "a driver killed with SIGKILL takes poros-arm and its trainer with it; the next run runs each cell once" {
+	FAKE_PIDS="$BATS_TEST_TMPDIR/fake.pids" FAKE_SLEEP=30 POROS_TRAIN="$FAKE" poros bench run "$SPEC" 2>/dev/null &
+	driver=$!
+	for _ in $(seq 1 200); do
+		[ -s fake.pids ] && break
+		sleep 0.05
+	done
+	[ -s fake.pids ]
+	trainer=$(head -n 1 fake.pids)
+	arm=$(pgrep -P "$driver" -x poros-arm)
+	[ -n "$arm" ]
+	kill -KILL "$driver"
+	wait "$driver" || true
+	# poros-arm ends its trainer (SIGTERM) and writes its artifact; the lock goes with the last of them
+	for _ in $(seq 1 200); do
+		flock -n $OUT/.lock true && break
+		sleep 0.05
+	done
+	flock -n $OUT/.lock true
+	! kill -0 "$trainer" 2>/dev/null
+	[ "$(ps -o stat= -p "$arm" | tr -d ' ')" = "" ] || [ "$(ps -o stat= -p "$arm" | cut -c1)" = Z ]
+	jq -e '.status == "error" and (.error | startswith("interrupted: poros-arm got SIGTERM"))' $OUT/poros_tiny_qwen2_nf4.json
+	: > "$FAKE_LOG"
+	run -0 --separate-stderr fake_poros bench run "$SPEC"
+	[ "$(wc -l < "$FAKE_LOG")" -eq 8 ]
+	[ "$(sort "$FAKE_LOG" | uniq -d)" = "" ]
+	jq -e -s 'length == 8 and all(.[]; .status == "ok")' $OUT/report.jsonl
+}
+
+@test "every subcommand has --help on stdout, exit 0" {
+	for cmd in "bench run" "bench matrix" "bench collect" "bench compare" "bench report" train parity; do
+		# shellcheck disable=SC2086
+		run -0 --separate-stderr poros $cmd --help
+		[ -z "$stderr" ]
+		[[ "${lines[0]}" == "usage: poros $cmd"* ]]
+	done
+	run -0 poros bench --help
+	assert_line --index 0 "usage: poros bench run SPEC [-o DIR] [--force]"
+}
+
+@test "bench run DIR says DIR is a directory; bench report on a directory without artifacts is an error" {
+	mkdir somedir
+	run -2 --separate-stderr poros bench run somedir
+	[ "$stderr" = "poros: somedir: is a directory (expected a spec file, SPEC.yaml; a run's directory goes to poros bench report or compare)" ]
+	run -2 --separate-stderr poros bench report somedir
+	[ "$stderr" = "poros: somedir: no artifacts: no report written" ]
+	[ ! -e somedir/report.html ]
+	run -2 --separate-stderr poros bench report --md somedir
+	[ -z "$output" ]
+	[ "$stderr" = "poros: somedir: no artifacts: nothing to report" ]
+	# a run directory whose artifacts all measured another configuration has nothing to report either
+	fake_poros bench run "$SPEC" 2>/dev/null
+	sed 's/steps: 4/steps: 8/' "$SPEC" > edited.yaml
+	poros-expand edited.yaml > /dev/null
+	run -2 --separate-stderr poros bench report $OUT
+	[[ "$stderr" == *"poros: $OUT: no artifact of its spec's cells as they are now: no report written" ]]
+}
+
+@test "bench compare warns on each cell whose configuration differs, naming the fields, and on the environment" {
+	fake_poros bench run "$SPEC" -o a 2>/dev/null
+	sed -e 's/seq_len: 64/seq_len: 16/' -e 's#output_dir: out/driver_test#output_dir: b#' "$SPEC" > short.yaml
+	fake_poros bench run short.yaml 2>/dev/null
+	# B ran on another commit
+	for f in b/*_tiny_*.json; do jq -c '.env.git_sha = "0123abcd"' "$f" > f.tmp && mv f.tmp "$f"; done
+	run -0 --separate-stderr poros bench compare a b
+	[ "$(echo "$stderr" | grep -c 'the configurations differ (tokens_per_step, training.seq_len)')" -eq 8 ]
+	[[ "$stderr" == *"poros-merge: warning: poros_tiny_qwen2_nf4: the configurations differ (tokens_per_step, training.seq_len): its ratios compare different measurements"* ]]
+	[[ "$stderr" == *'environments differ: git_sha: A "'*'", B "0123abcd"'* ]]
+	run -0 --separate-stderr poros bench compare --json a b
+	echo "$output" | jq -e -s 'length == 8 and all(.[]; .config_differs == ["tokens_per_step", "training.seq_len"])'
+	run -0 --separate-stderr poros bench compare --md a b
+	assert_line '> **Warning:** poros\_tiny\_qwen2\_nf4: the configurations differ: tokens\_per\_step, training.seq\_len'
+	# the same configuration and environment: no warning
+	run -0 --separate-stderr poros bench compare a a
+	[ -z "$stderr" ]
 }

@@ -139,7 +139,7 @@ poros_tiny_qwen3_bf16"
 @test "a spec with only the required fields gets every documented default" {
 	run --separate-stderr bash -c "poros-expand '$FIX/minimal.yaml' --jsonl | head -1 | jq -c '[.hardware, .training, .lora, .poros, .output_dir, .model.display_name]'"
 	assert_success
-	assert_output '[{"gpu_name":"unspecified","vram_gb":0,"pcie_gen":0},{"steps":4,"seq_len":16,"batch_size":1,"gradient_accumulation_steps":1,"warmup_steps":1,"dataset":"synthetic","seed":42,"learning_rate":0.0002,"lr_schedule":"constant","weight_decay":0,"max_grad_norm":1,"timeout_s":3600,"gradient_checkpointing":false},{"rank":16,"alpha":32,"dropout":0.05,"target_modules":["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"]},{"block_size":4,"enable_prefetch":true},"out/mini","tiny-qwen2"]'
+	assert_output '[{"gpu_name":null,"vram_gb":null,"pcie_gen":null},{"steps":4,"seq_len":16,"batch_size":1,"gradient_accumulation_steps":1,"warmup_steps":1,"dataset":"synthetic","seed":42,"learning_rate":0.0002,"lr_schedule":"constant","weight_decay":0,"max_grad_norm":1,"timeout_s":3600,"gradient_checkpointing":false},{"rank":16,"alpha":32,"dropout":0.05,"target_modules":["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"]},{"block_size":4,"enable_prefetch":true},"out/mini","tiny-qwen2"]'
 }
 
 @test "training.gradient_checkpointing true reaches every cell, last in training" {
@@ -207,12 +207,12 @@ poros_tiny_qwen3_bf16"
 	assert_output "0.5"
 }
 
-@test "a model with no config anywhere is a warning on stderr, not an error" {
+@test "a model with no config anywhere is a warning on stderr, not an error; its parameter count is null" {
 	edit 's|poros/tiny-qwen2|nobody/none-1b|'
 	run --separate-stderr poros-expand s.yaml --jsonl
 	assert_success
 	assert_regex "$stderr" '^poros-expand: s\.yaml:4:5: warning: model "nobody/none-1b": no config\.json found \(looked in: .*none_1b\.json\)$'
-	assert_equal "$(printf '%s\n' "$output" | jq -s 'map(.model.param_count_b) | unique | .[]')" "0"
+	assert_equal "$(printf '%s\n' "$output" | jq -s 'map(.model.param_count_b) | unique | .[]')" "null"
 }
 
 @test "a local checkpoint directory needs no warning and gives the parameter count" {
@@ -319,6 +319,41 @@ out/mini/cells/resident_tiny_qwen2_bf16.json"
 	assert_output ""
 	assert_regex "$stderr" "^poros-expand: cannot write o/spec\.json: Is a directory$"
 	assert_equal "$(find o | sort)" "$(printf 'o\no/spec.json')"
+}
+
+@test "a write that fails puts back the previous run's files it had replaced" {
+	poros-expand "$FIX/minimal.yaml" -o o >/dev/null
+	(cd o && sha256sum cells/* spec.json) >before
+	# the next run changes every cell, then cannot write spec.json
+	sed 's/steps: 4/steps: 8/' "$FIX/minimal.yaml" >edited.yaml
+	grep -q 'steps: 8' edited.yaml
+	mv o/spec.json spec.keep && mkdir o/spec.json
+	run -1 --separate-stderr poros-expand edited.yaml -o o
+	assert_regex "$stderr" "^poros-expand: cannot write o/spec\.json: Is a directory$"
+	rmdir o/spec.json && mv spec.keep o/spec.json
+	(cd o && sha256sum cells/* spec.json) >after
+	cmp before after
+	assert_equal "$(jq -r .training.steps o/cells/*.json | sort -u)" "4"
+}
+
+@test "spec.json maps every cell to its config_hash, which follows what the cell measures" {
+	poros-expand "$FIX/minimal.yaml" -o a >/dev/null
+	run -0 jq -r '.cells == (.config_hashes | keys_unsorted) and all(.config_hashes[]; test("^sha256:[0-9a-f]{64}$"))' a/spec.json
+	assert_output true
+	# no two cells share a hash
+	assert_equal "$(jq -r '.config_hashes[]' a/spec.json | sort -u | wc -l)" 4
+	# names and places measure nothing new: another spec_id, display name and output_dir keep the hashes
+	sed -e 's/^spec_id: .*/spec_id: renamed/' \
+		-e 's|^  - poros/tiny-qwen2$|  - {model_id: poros/tiny-qwen2, display_name: Other Name}|' "$FIX/minimal.yaml" >renamed.yaml
+	grep -q 'Other Name' renamed.yaml
+	poros-expand renamed.yaml -o b >/dev/null
+	assert_equal "$(jq -c .config_hashes b/spec.json)" "$(jq -c .config_hashes a/spec.json)"
+	# a changed training value changes every hash
+	sed 's/steps: 4/steps: 8/' "$FIX/minimal.yaml" >steps.yaml
+	poros-expand steps.yaml -o c >/dev/null
+	run -0 jq -n --slurpfile a a/spec.json --slurpfile c c/spec.json \
+		'[$a[0].config_hashes[]] as $x | [$c[0].config_hashes[]] as $y | [range(4)] | all(.[]; $x[.] != $y[.])'
+	assert_output true
 }
 
 @test "every bench config expands: model x method x precision cells each" {

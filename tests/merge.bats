@@ -14,7 +14,7 @@ setup() {
 	run -0 poros-merge --version
 	assert_output "poros-merge 0.1.0"
 	run -0 --separate-stderr poros-merge --help
-	assert_line --index 0 "usage: poros-merge [FILE|DIR|- ...]"
+	assert_line --index 0 "usage: poros-merge [--spec SPEC.json] [FILE|DIR|- ...]"
 	[ -z "$stderr" ]
 }
 
@@ -160,9 +160,10 @@ make_compare_runs() {
 	[ "${#lines[@]}" -eq 3 ]
 	echo "${lines[0]}" | jq -e '.schema == "poros.compare/1" and .cell_id == "poros_tiny_qwen2_nf4" and .in == "both"
 		and .status_a == "ok" and .status_b == "ok"
-		and .s_per_step == {"a": 2, "b": 1.5, "delta": -0.5, "ratio": 0.75}
-		and .tokens_per_s == {"a": 100, "b": 150, "delta": 50, "ratio": 1.5}
-		and .vram_peak_mb == {"a": 1000, "b": 500, "delta": -500, "ratio": 0.5}'
+		and .config_differs == []
+		and .s_per_step == {"a": 2, "b": 1.5, "delta": -0.5, "ratio": 0.75, "noise": true}
+		and .tokens_per_s == {"a": 100, "b": 150, "delta": 50, "ratio": 1.5, "noise": true}
+		and .vram_peak_mb == {"a": 1000, "b": 500, "delta": -500, "ratio": 0.5, "noise": null}'
 }
 
 @test "--compare lists cells present in one run only as such" {
@@ -171,7 +172,7 @@ make_compare_runs() {
 	echo "${lines[1]}" | jq -e '.cell_id == "peft_tiny_qwen2_nf4" and .in == "a" and .status_a == "ok" and .status_b == null
 		and .s_per_step.b == null and .s_per_step.delta == null and .s_per_step.ratio == null'
 	echo "${lines[2]}" | jq -e '.cell_id == "resident_tiny_qwen2_nf4" and .in == "b" and .status_a == null
-		and .s_per_step == {"a": null, "b": 0.5, "delta": null, "ratio": null}'
+		and .s_per_step == {"a": null, "b": 0.5, "delta": null, "ratio": null, "noise": null}'
 }
 
 @test "--compare gives no ratio to a zero" {
@@ -179,7 +180,7 @@ make_compare_runs() {
 	art poros tiny_qwen2 nf4 ok 2026-11-29T10:00:00Z '.metrics.vram_peak_mb = 0' > a/r.jsonl
 	art poros tiny_qwen2 nf4 ok 2026-11-29T10:00:00Z '.metrics.vram_peak_mb = 10' > b/r.jsonl
 	run -0 poros-merge --compare a/r.jsonl b/r.jsonl
-	echo "$output" | jq -e '.vram_peak_mb == {"a": 0, "b": 10, "delta": 10, "ratio": null}'
+	echo "$output" | jq -e '.vram_peak_mb == {"a": 0, "b": 10, "delta": 10, "ratio": null, "noise": null}'
 }
 
 @test "--compare reads artifact directories" {
@@ -204,8 +205,8 @@ make_compare_runs() {
 	make_compare_runs
 	run -0 --separate-stderr poros-merge --compare --md a/results.jsonl b/results.jsonl
 	[ -z "$stderr" ]
-	assert_line --index 0 "Comparing A = a/results.jsonl with B = b/results.jsonl (delta = B - A, ratio = B / A)."
-	assert_line "| poros\\_tiny\\_qwen2\\_nf4 | ok | ok | 2.00 | 1.50 | -0.5 | 0.75 | 100 | 150 | +50.0 | 1.50 | 1000 | 500 | -500 | 0.5 |"
+	assert_line --index 0 "Comparing A = a/results.jsonl with B = b/results.jsonl (delta = B - A, ratio = B / A; \"noise\": inside the two runs' s/step spread)."
+	assert_line "| poros\\_tiny\\_qwen2\\_nf4 | ok | ok | 2.00 | 1.50 | -0.5 | 0.75 (noise) | 100 | 150 | +50.0 | 1.50 (noise) | 1000 | 500 | -500 | 0.5 |"
 	assert_line --partial "| peft\\_tiny\\_qwen2\\_nf4 | ok | only in A | "
 	assert_line --partial "| resident\\_tiny\\_qwen2\\_nf4 | only in B | ok | -- | 0.5 | -- | -- |"
 	# every row has as many cells as the header
@@ -272,4 +273,45 @@ make_compare_runs() {
 	[ "$(wc -l < results.jsonl)" -eq 16 ]
 	run -0 jq -r .writer results.jsonl
 	[ "$(echo "$output" | sort -n | paste -sd ' ')" = "$(seq 1 16 | paste -sd ' ')" ]
+}
+
+@test "--spec keeps only the artifacts of the spec's cells as they are now, in spec order" {
+	spec="$POROS_ROOT/tests/fixtures/driver/two_models.yaml"
+	export POROS_TRAIN="$POROS_ROOT/tests/fixtures/driver/fake-train"
+	poros-expand -o o "$spec" | xargs poros-arm > old.jsonl 2>/dev/null
+	[ "$(wc -l < old.jsonl)" -eq 8 ]
+	sed 's/steps: 4/steps: 8/' "$spec" > edited.yaml
+	# two cells of the edited spec, run in the reverse of spec order
+	poros-expand -o o edited.yaml > paths
+	poros-arm o/cells/resident_tiny_llama_bf16.json o/cells/poros_tiny_qwen2_bf16.json > new.jsonl 2>/dev/null
+	run -0 --separate-stderr poros-merge --spec o/spec.json old.jsonl new.jsonl o
+	[ "$(echo "$output" | jq -r .cell_id | paste -sd ' ')" = "poros_tiny_qwen2_bf16 resident_tiny_llama_bf16" ]
+	echo "$output" | jq -e -s 'all(.[]; .cell.training.steps == 8)'
+	[[ "$stderr" == "poros-merge: note: artifacts of 8 cells left out: they measured another configuration than the spec's now, or the cell is no longer in it (poros_tiny_qwen2_nf4, poros_tiny_qwen2_bf16, resident_tiny_qwen2_nf4, resident_tiny_qwen2_bf16 and 4 more)" ]]
+	# an artifact whose cell was edited by hand, its config_hash kept, does not pass for the cell
+	jq -c '.cell.lora.rank = 64' new.jsonl > forged.jsonl
+	run -2 --separate-stderr poros-merge --spec o/spec.json forged.jsonl
+	[ -z "$output" ]
+	[[ "$stderr" == *"poros-merge: o/spec.json: no artifact of its cells as they are now" ]]
+	# nor does one from before config hashes
+	jq -c 'del(.config_hash)' new.jsonl > legacy.jsonl
+	run -2 --separate-stderr poros-merge --spec o/spec.json legacy.jsonl
+	[ -z "$output" ]
+	# a spec.json without config_hashes cannot say what is current
+	jq -c 'del(.config_hashes)' o/spec.json > old-spec.json
+	run -2 --separate-stderr poros-merge --spec old-spec.json new.jsonl
+	[ "$stderr" = "poros-merge: --spec: old-spec.json: no cells or config_hashes (written by an older poros-expand: expand the spec again)" ]
+}
+
+@test "--compare keeps A's spec order and gives no noise verdict without a spread" {
+	spec="$POROS_ROOT/tests/fixtures/driver/two_models.yaml"
+	export POROS_TRAIN="$POROS_ROOT/tests/fixtures/driver/fake-train"
+	poros-expand -o a "$spec" | xargs poros-arm > /dev/null 2>&1
+	poros-expand -o b "$spec" | xargs poros-arm > /dev/null 2>&1
+	for f in b/*_tiny_*.json; do jq -c '.metrics.s_per_step_min = null | .metrics.s_per_step_max = null' "$f" > f.tmp && mv f.tmp "$f"; done
+	run -0 --separate-stderr poros-merge --compare a b
+	[ "$(echo "$output" | jq -r .cell_id | paste -sd ' ')" = "$(jq -r '.cells | join(" ")' a/spec.json)" ]
+	echo "$output" | jq -e -s 'all(.[]; .s_per_step.noise == null and .tokens_per_s.noise == null and .config_differs == [])'
+	run -0 --separate-stderr poros-merge --compare --table a b
+	assert_line --index 2 --regexp '^poros_tiny_qwen2_nf4 +ok +ok +0\.25 +0\.25 +1\.00 \(no spread\) '
 }

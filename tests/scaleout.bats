@@ -12,7 +12,7 @@ setup_file() {
 	if [ "$(id -u)" != 0 ]; then
 		SLURM_SKIP="not root (the test cluster's slurmd must run as root)"
 	elif ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then
-		SLURM_SKIP="slurmctld or munged not found (make deps installs slurm-wlm and munge)"
+		SLURM_SKIP="slurmctld or munged not found (make deps-test installs slurm-wlm and munge)"
 	else
 		SLURM_DIR="$BATS_FILE_TMPDIR/slurm"
 		mkdir -p "$SLURM_DIR"
@@ -184,7 +184,7 @@ assert_whole_lines() {
 	jq -e -s 'map(select(.status == "error")) | length == 1 and .[0].cell_id == "poros_tiny_llama_bf16"' out/results.jsonl
 	: > "$FAKE_LOG"
 	run -0 --separate-stderr poros bench run "$SPEC" --gpus all -o out
-	[[ "$stderr" == *"[1/8] poros_tiny_qwen2_nf4: ok artifact exists, skipped (--force runs it again)"* ]]
+	[[ "$stderr" == *"[1/8] poros_tiny_qwen2_nf4: ok artifact of this configuration exists, skipped (--force runs it again)"* ]]
 	[ "$(cat "$FAKE_LOG")" = "poros_tiny_llama_bf16 blockwise" ]
 	[ "$(wc -l < out/results.jsonl)" -eq 9 ]
 	jq -e -s 'length == 8 and all(.[]; .status == "ok")' out/report.jsonl
@@ -211,6 +211,36 @@ assert_whole_lines() {
 	assert_whole_lines out/results.jsonl
 	jq -e -s 'length == 2 and all(.[]; .status == "error" and (.error | startswith("interrupted")))' out/results.jsonl
 	[ "$(wc -l < "$FAKE_LOG")" -eq 2 ]
+}
+
+@test "a --gpus driver killed with SIGKILL leaves nothing running, and the next run runs each cell once" {
+	export FAKE_GPUS="0 1" FAKE_PIDS="$BATS_TEST_TMPDIR/fake.pids"
+	FAKE_SLEEP=30 poros bench run "$SPEC" --gpus all -o out 2> driver.err &
+	driver=$!
+	for _ in $(seq 1 100); do
+		[ -f "$FAKE_PIDS" ] && [ "$(wc -l < "$FAKE_PIDS")" -ge 2 ] && break
+		sleep 0.05
+	done
+	[ "$(wc -l < "$FAKE_PIDS")" -eq 2 ]
+	kill -KILL "$driver"
+	wait "$driver" || true
+	# the workers' poros-arm see the driver gone and end their trainers; the lock goes with the last of them
+	for _ in $(seq 1 400); do
+		flock -n out/.lock true && break
+		sleep 0.05
+	done
+	flock -n out/.lock true
+	for pid in $(cat "$FAKE_PIDS"); do
+		! kill -0 "$pid" 2>/dev/null
+	done
+	# no worker claimed a cell after the driver was gone
+	sleep 1
+	[ "$(wc -l < "$FAKE_LOG")" -eq 2 ]
+	: > "$FAKE_LOG"
+	run -0 --separate-stderr env FAKE_SLEEP=0 poros bench run "$SPEC" --gpus all -o out
+	[ "$(wc -l < "$FAKE_LOG")" -eq 8 ]
+	[ "$(cut -d ' ' -f 1 "$FAKE_LOG" | sort | uniq -d)" = "" ]
+	jq -e -s 'length == 8 and all(.[]; .status == "ok")' out/report.jsonl
 }
 
 # --- Slurm --------------------------------------------------------------------
@@ -310,6 +340,13 @@ wait_for_file() {
 	[ "$(wc -l < out/results.jsonl)" -eq 16 ]
 }
 
+# What a refused run must leave as it was: the cells, the spec, the lock and
+# the submission's scripts (the jobs themselves write logs and runs meanwhile).
+snapshot() {
+	(cd out && sha256sum .lock spec.json cells/* slurm/cells.txt slurm/all-cells.txt slurm/array.sh \
+		slurm/finish.sh slurm/submit.sh slurm/jobs && ls -a cells slurm)
+}
+
 @test "a resubmission while the last one's jobs are queued or running is refused (exit 2) and changes nothing" {
 	need_slurm
 	export FAKE_SLEEP=30
@@ -317,14 +354,19 @@ wait_for_file() {
 	array=$(echo "$output" | jq -r .array_job_id)
 	finish=$(echo "$output" | jq -r .finish_job_id)
 	[ "$(paste -sd ' ' out/slurm/jobs)" = "$array $finish" ]
-	cp out/slurm/cells.txt cells.before
-	cp out/slurm/array.sh array.before
-	run -2 --separate-stderr poros bench run "$SPEC" -o out --slurm
+	snapshot > before
+	# an edited spec, so that a rewrite of cells/ or spec.json would show
+	sed 's/steps: 4/steps: 6/' "$SPEC" > edited.yaml
+	run -2 --separate-stderr poros bench run edited.yaml -o out --slurm
 	[ -z "$output" ]
-	[[ "$stderr" == *"poros: --slurm: job(s) $array $finish of the last submission to out are still queued or running"* ]]
-	cmp cells.before out/slurm/cells.txt
-	cmp array.before out/slurm/array.sh
-	[ "$(paste -sd ' ' out/slurm/jobs)" = "$array $finish" ]
+	[ "$stderr" = "poros: out: job(s) $array $finish of the last --slurm submission are still queued or running: wait for them (or scancel them), then run again" ]
+	snapshot > after
+	cmp before after
+	# a local run is refused alike: it would run the jobs' cells beside them
+	run -2 --separate-stderr poros bench run edited.yaml -o out
+	[[ "$stderr" == *"of the last --slurm submission are still queued or running"* ]]
+	snapshot > after
+	cmp before after
 	# once they have ended, the next submission goes through
 	scancel "$array" "$finish"
 	for _ in $(seq 1 80); do

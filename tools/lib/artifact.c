@@ -122,6 +122,7 @@ int artifact_set_cell(struct artifact *a, const struct cell *c, char *err, size_
 		cell_free(&a->cell);
 	a->cell = copy;
 	artifact_set_str(&a->cell_id, c->cell_id);
+	cell_config_hash(a->config_hash, c);
 	return 0;
 }
 
@@ -148,6 +149,11 @@ cJSON *artifact_to_json(const struct artifact *a)
 
 	cJSON_AddStringToObject(o, "schema", ARTIFACT_SCHEMA);
 	add_str(o, "cell_id", a->cell_id);
+	/* Copies of the cell's identity at the top level, for jq and grep. */
+	add_str(o, "config_hash", a->config_hash[0] ? a->config_hash : NULL);
+	add_str(o, "method", have_cell(a) ? method_names[a->cell.method] : NULL);
+	add_str(o, "model_id", have_cell(a) ? a->cell.model.model_id : NULL);
+	add_str(o, "precision", have_cell(a) ? precision_names[a->cell.precision] : NULL);
 	cJSON_AddItemToObject(o, "cell", have_cell(a) ? cell_to_json(&a->cell) : cJSON_CreateNull());
 	cJSON_AddStringToObject(o, "status", artifact_status_names[a->status]);
 	add_str(o, "error", a->error);
@@ -295,8 +301,8 @@ static int check_keys(const cJSON *o, const char *prefix, const char *const *kno
 }
 
 static const char *const artifact_keys[] = {
-	"schema", "cell_id", "cell", "status", "error", "metrics", "parity", "env", "started_at",
-	"finished_at", "wall_s", "argv", "log", "run_dir", NULL,
+	"schema", "cell_id", "config_hash", "method", "model_id", "precision", "cell", "status", "error",
+	"metrics", "parity", "env", "started_at", "finished_at", "wall_s", "argv", "log", "run_dir", NULL,
 };
 static const char *const metrics_keys[] = {
 	"vram_peak_mb", "vram_avg_mb", "s_per_step", "s_per_step_min", "s_per_step_max", "tokens_per_s",
@@ -459,6 +465,42 @@ static int parity_from_json(struct artifact_parity *p, const cJSON *o, char *err
 	return 0;
 }
 
+/* config_hash as recorded (a writer of another version may have hashed
+ * differently: it is compared, never recomputed), and the top-level
+ * copies of method, model_id and precision, which must agree with the
+ * cell when present. */
+static int top_level_copies(struct artifact *a, const cJSON *obj, char *err, size_t errsz)
+{
+	const char *cell_value[3] = { method_names[a->cell.method], a->cell.model.model_id,
+	                              precision_names[a->cell.precision] };
+	static const char *const keys[3] = { "method", "model_id", "precision" };
+	char *s;
+
+	if (get_str(obj, "", "config_hash", &s, err, errsz) < 0)
+		return -1;
+	if (s != NULL) {
+		int ok = strlen(s) == CELL_HASH_LEN && strncmp(s, "sha256:", 7) == 0 &&
+		         strspn(s + 7, "0123456789abcdef") == 64;
+		if (ok)
+			strcpy(a->config_hash, s);
+		free(s);
+		if (!ok)
+			return bad(err, errsz, "config_hash: not \"sha256:\" and 64 hex digits");
+	}
+	for (int i = 0; i < 3; i++) {
+		if (get_str(obj, "", keys[i], &s, err, errsz) < 0)
+			return -1;
+		if (s != NULL && strcmp(s, cell_value[i]) != 0) {
+			bad(err, errsz, "%s: \"%s\" differs from cell.%s%s \"%s\"", keys[i], s,
+			    i == 1 ? "model." : "", keys[i], cell_value[i]);
+			free(s);
+			return -1;
+		}
+		free(s);
+	}
+	return 0;
+}
+
 int artifact_from_json(struct artifact *a, const cJSON *obj, char *err, size_t errsz)
 {
 	const cJSON *schema = cJSON_GetObjectItemCaseSensitive(obj, "schema");
@@ -498,6 +540,8 @@ int artifact_from_json(struct artifact *a, const cJSON *obj, char *err, size_t e
 		bad(err, errsz, "cell_id: \"%s\" differs from cell.cell_id \"%s\"", a->cell_id, a->cell.cell_id);
 		goto fail;
 	}
+	if (top_level_copies(a, obj, err, errsz) < 0)
+		goto fail;
 	if (get_str(obj, "", "error", &a->error, err, errsz) < 0 ||
 	    get_obj(obj, "metrics", &metrics, err, errsz) < 0 ||
 	    metrics_from_json(&a->metrics, metrics, "metrics.", err, errsz) < 0 ||

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "cell.h"
+#include "cell_hash.h"
 
 #define ARTIFACT_SCHEMA "poros.artifact/1"
 #define SUMMARY_SCHEMA "poros.summary/1"
@@ -48,6 +49,9 @@ struct artifact_env {
 
 struct artifact {
 	char *cell_id;
+	/* cell_config_hash of the cell it measured (artifact_set_cell sets it);
+	 * "" is null: an artifact from before config hashes, matching no cell. */
+	char config_hash[CELL_HASH_LEN + 1];
 	struct cell cell;                          /* the whole cell, as validated */
 	enum artifact_status status;
 	char *error;                               /* NULL when status is ok */

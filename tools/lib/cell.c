@@ -256,7 +256,7 @@ int cell_validate(const struct cell *c, char *err, size_t errsz)
 		if (!same)
 			return -1;
 	}
-	if (check_text("hardware.gpu_name", c->hardware.gpu_name, CELL_NAME_MAX, err, errsz) ||
+	if ((c->hardware.gpu_name && check_text("hardware.gpu_name", c->hardware.gpu_name, CELL_NAME_MAX, err, errsz)) ||
 	    check_bound("hardware.vram_gb", c->hardware.vram_gb, err, errsz) ||
 	    check_bound("hardware.pcie_gen", c->hardware.pcie_gen, err, errsz))
 		return -1;
@@ -333,6 +333,18 @@ static void add_num(struct builder *b, cJSON *o, const char *key, double v)
 	b->ok &= cJSON_AddNumberToObject(o, key, v) != NULL;
 }
 
+/* What the spec did not say is null: a gpu_name of NULL, a vram_gb,
+ * pcie_gen or param_count_b of 0. */
+static void add_known_str(struct builder *b, cJSON *o, const char *key, const char *v)
+{
+	b->ok &= (v ? cJSON_AddStringToObject(o, key, v) : cJSON_AddNullToObject(o, key)) != NULL;
+}
+
+static void add_known_num(struct builder *b, cJSON *o, const char *key, double v)
+{
+	b->ok &= (v > 0 ? cJSON_AddNumberToObject(o, key, v) : cJSON_AddNullToObject(o, key)) != NULL;
+}
+
 static void add_bool(struct builder *b, cJSON *o, const char *key, int v)
 {
 	b->ok &= cJSON_AddBoolToObject(o, key, v) != NULL;
@@ -354,13 +366,13 @@ cJSON *cell_to_json(const struct cell *c)
 	o = add_obj(&b, root, "model");
 	add_str(&b, o, "model_id", c->model.model_id);
 	add_str(&b, o, "display_name", c->model.display_name);
-	add_num(&b, o, "param_count_b", c->model.param_count_b);
+	add_known_num(&b, o, "param_count_b", c->model.param_count_b);
 	add_str(&b, o, "arch", c->model.arch);
 
 	o = add_obj(&b, root, "hardware");
-	add_str(&b, o, "gpu_name", c->hardware.gpu_name);
-	add_num(&b, o, "vram_gb", c->hardware.vram_gb);
-	add_num(&b, o, "pcie_gen", c->hardware.pcie_gen);
+	add_known_str(&b, o, "gpu_name", c->hardware.gpu_name);
+	add_known_num(&b, o, "vram_gb", c->hardware.vram_gb);
+	add_known_num(&b, o, "pcie_gen", c->hardware.pcie_gen);
 
 	o = add_obj(&b, root, "training");
 	add_num(&b, o, "steps", c->training.steps);
@@ -529,6 +541,26 @@ static int get_str(struct reader *r, const cJSON *obj, const char *parent, const
 	return 0;
 }
 
+/* null (not known) reads as 0 or NULL, as older cells wrote 0. */
+static int get_known_num(struct reader *r, const cJSON *obj, const char *parent, const char *key, double *out)
+{
+	if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(obj, key))) {
+		*out = 0;
+		return 0;
+	}
+	return get_num(r, obj, parent, key, out);
+}
+
+static int get_known_str(struct reader *r, const cJSON *obj, const char *parent, const char *key, size_t max,
+                         char **out)
+{
+	if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(obj, key))) {
+		*out = NULL;
+		return 0;
+	}
+	return get_str(r, obj, parent, key, max, out);
+}
+
 static void list_names(char *buf, size_t n, const char *const *names, int count)
 {
 	size_t used = 0;
@@ -631,14 +663,15 @@ static int read_cell(struct reader *r, struct cell *c, const cJSON *obj)
 
 	if (get_str(r, model, "model", "model_id", CELL_PATH_MAX, &c->model.model_id) ||
 	    get_str(r, model, "model", "display_name", CELL_NAME_MAX, &c->model.display_name) ||
-	    get_num(r, model, "model", "param_count_b", &c->model.param_count_b) ||
+	    get_known_num(r, model, "model", "param_count_b", &c->model.param_count_b) ||
 	    get_str(r, model, "model", "arch", 128, &c->model.arch))
 		return -1;
 
-	if (get_str(r, hw, "hardware", "gpu_name", CELL_NAME_MAX, &c->hardware.gpu_name) ||
-	    get_num(r, hw, "hardware", "vram_gb", &c->hardware.vram_gb) ||
-	    get_int(r, hw, "hardware", "pcie_gen", &c->hardware.pcie_gen))
+	if (get_known_str(r, hw, "hardware", "gpu_name", CELL_NAME_MAX, &c->hardware.gpu_name) ||
+	    get_known_num(r, hw, "hardware", "vram_gb", &c->hardware.vram_gb) ||
+	    get_known_num(r, hw, "hardware", "pcie_gen", &v))
 		return -1;
+	c->hardware.pcie_gen = (int)v; /* bounded and whole: check_bound */
 
 	if (get_int(r, tr, "training", "steps", &c->training.steps) ||
 	    get_int(r, tr, "training", "seq_len", &c->training.seq_len) ||

@@ -29,6 +29,9 @@
  * (a flag alone could be set just after we decided to sleep). */
 static int wake_pipe[2] = {-1, -1};
 static volatile sig_atomic_t interrupted_by;
+/* POROS_ARM_WATCH_PID: the driver whose run this is; when it is gone
+ * (killed outright, even from behind a --gpus worker), so are we. */
+static pid_t watch_pid;
 
 static void on_signal(int signo)
 {
@@ -68,11 +71,55 @@ void child_signals_init(void)
 	/* Orphaned grandchildren become ours, so that we can reap them and
 	 * know they are gone (and their device memory with them). */
 	prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+	/* We end with what started us: SIGTERM, so that the child is still
+	 * stopped and the cell's artifact still written (status error). */
+	{
+		pid_t parent = getppid();
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() != parent)
+			raise(SIGTERM);
+	}
 #endif
+	{
+		const char *w = getenv("POROS_ARM_WATCH_PID"), *why = NULL;
+		long pid;
+		if (w && *w) {
+			if (parse_long(w, 1, 1L << 30, &pid, &why) < 0)
+				die(EXIT_USAGE, "POROS_ARM_WATCH_PID: %s: \"%s\" (expected a process id)", why, w);
+			watch_pid = (pid_t)pid;
+		}
+	}
+}
+
+/* True when the watched pid is no more (or a zombie its parent has not
+ * reaped yet, which is as gone). */
+static int watched_gone(void)
+{
+	char path[64], *stat, *close_paren;
+	size_t len;
+	int gone;
+
+	if (kill(watch_pid, 0) < 0 && errno == ESRCH)
+		return 1;
+	snprintf(path, sizeof path, "/proc/%ld/stat", (long)watch_pid);
+	if ((stat = read_whole_file(path, &len)) == NULL)
+		return 0;
+	/* "PID (COMM) STATE ...": COMM may hold spaces and parentheses. */
+	close_paren = strrchr(stat, ')');
+	gone = close_paren != NULL && close_paren[1] == ' ' && close_paren[2] == 'Z';
+	free(stat);
+	return gone;
+}
+
+static void watch_check(void)
+{
+	if (watch_pid > 0 && interrupted_by == 0 && watched_gone())
+		interrupted_by = SIGHUP;
 }
 
 int child_interrupted_by(void)
 {
+	watch_check();
 	return interrupted_by;
 }
 
@@ -459,6 +506,7 @@ int child_run(const struct child_spec *spec, struct child_result *r)
 		/* The moments at which we act: the timeout, the end of the grace
 		 * after SIGTERM, and (once the child is gone) the grace for its
 		 * pipes, held open by a straggler, to close. */
+		watch_check();
 		if (!termed && (interrupted_by || (deadline_term > 0 && now >= deadline_term))) {
 			if (interrupted_by)
 				r->interrupted = 1;
@@ -483,6 +531,9 @@ int child_run(const struct child_spec *spec, struct child_result *r)
 			timeout = ms_until(deadline_kill);
 		if (killed)
 			timeout = 100;
+		/* The watched driver cannot wake us: look twice a second. */
+		if (watch_pid > 0 && !termed && (timeout < 0 || timeout > 500))
+			timeout = 500;
 
 		pf[nfds].fd = wake_pipe[0];
 		pf[nfds++].events = POLLIN;

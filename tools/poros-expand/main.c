@@ -27,7 +27,7 @@ static const char help_text[] =
 	"  --jsonl           print the cells as JSON Lines; write nothing\n"
 	"  --help, --version\n"
 	"\n"
-	"Spec defaults (man 5 poros-spec): hardware gpu_name \"unspecified\";\n"
+	"Spec defaults (man 5 poros-spec): hardware gpu_name, vram_gb, pcie_gen null;\n"
 	"training batch_size 1, gradient_accumulation_steps 1, warmup_steps 1\n"
 	"(0 when steps is 1), dataset synthetic, seed 42, learning_rate 2e-4,\n"
 	"lr_schedule constant, weight_decay 0, max_grad_norm 1 (0: no clipping),\n"

@@ -46,17 +46,38 @@ int output_mkdirs(struct output_log *log, const char *path)
 
 int output_write(struct output_log *log, const char *path, const char *data, size_t len)
 {
-	if (atomic_write(path, data, len) < 0)
+	size_t before_len = 0;
+	char *before = NULL;
+	struct stat st;
+
+	/* A file of the previous run (a cell, spec.json) is replaced only
+	 * once its content is in hand: a rollback must restore it. */
+	if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && (before = read_whole_file(path, &before_len)) == NULL)
 		return -1;
+	if (atomic_write(path, data, len) < 0) {
+		int e = errno;
+		free(before);
+		errno = e;
+		return -1;
+	}
+	log->before = xrealloc(log->before, (log->n_files + 1) * sizeof *log->before);
+	log->before_len = xrealloc(log->before_len, (log->n_files + 1) * sizeof *log->before_len);
+	log->before[log->n_files] = before;
+	log->before_len[log->n_files] = before_len;
 	push(&log->files, &log->n_files, path);
 	return 0;
 }
 
 void output_rollback(struct output_log *log)
 {
-	for (size_t i = log->n_files; i-- > 0;)
-		if (unlink(log->files[i]) < 0 && errno != ENOENT)
+	for (size_t i = log->n_files; i-- > 0;) {
+		if (log->before[i] != NULL) {
+			if (atomic_write(log->files[i], log->before[i], log->before_len[i]) < 0)
+				warnsys("cannot restore %s", log->files[i]);
+		} else if (unlink(log->files[i]) < 0 && errno != ENOENT) {
 			warnsys("cannot remove %s", log->files[i]);
+		}
+	}
 	for (size_t i = log->n_dirs; i-- > 0;)
 		if (rmdir(log->dirs[i]) < 0 && errno != ENOENT)
 			warnsys("cannot remove %s", log->dirs[i]);
@@ -64,8 +85,12 @@ void output_rollback(struct output_log *log)
 
 void output_log_free(struct output_log *log)
 {
-	for (size_t i = 0; i < log->n_files; i++)
+	for (size_t i = 0; i < log->n_files; i++) {
 		free(log->files[i]);
+		free(log->before[i]);
+	}
+	free(log->before);
+	free(log->before_len);
 	for (size_t i = 0; i < log->n_dirs; i++)
 		free(log->dirs[i]);
 	free(log->files);

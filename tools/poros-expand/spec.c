@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "cell.h"
+#include "cell_hash.h"
 #include "model_config.h"
 #include "spec.h"
 #include "util.h"
@@ -580,7 +581,7 @@ static void set_defaults(struct spec *s)
 	struct cell *c = &s->shared;
 
 	memset(s, 0, sizeof *s);
-	c->hardware.gpu_name = xstrdup("unspecified");
+	/* hardware.gpu_name stays NULL (null in JSON) unless the spec names it. */
 	c->training.batch_size = 1;
 	c->training.gradient_accumulation_steps = 1;
 	c->training.warmup_steps = -1; /* derived from steps when not given */
@@ -782,7 +783,7 @@ void spec_cell(const struct spec *s, size_t i, struct cell *c)
 cJSON *spec_to_json(const struct spec *s)
 {
 	static const char *const shared_sections[] = { "hardware", "training", "lora", "poros" };
-	cJSON *root = cJSON_CreateObject(), *models, *list, *rep, *ids, *first;
+	cJSON *root = cJSON_CreateObject(), *models, *list, *rep, *ids, *hashes, *first;
 	struct cell c;
 	int ok = root != NULL;
 
@@ -806,7 +807,10 @@ cJSON *spec_to_json(const struct spec *s)
 		ok &= m != NULL && cJSON_AddItemToArray(models, m);
 		ok &= m && cJSON_AddStringToObject(m, "model_id", s->models[i].model_id) != NULL;
 		ok &= m && cJSON_AddStringToObject(m, "display_name", s->models[i].display_name) != NULL;
-		ok &= m && cJSON_AddNumberToObject(m, "param_count_b", s->models[i].param_count_b) != NULL;
+		/* 0: neither given nor counted from a model config: unknown */
+		ok &= m && (s->models[i].param_count_b > 0
+		                ? cJSON_AddNumberToObject(m, "param_count_b", s->models[i].param_count_b)
+		                : cJSON_AddNullToObject(m, "param_count_b")) != NULL;
 		ok &= m && cJSON_AddStringToObject(m, "arch", s->models[i].arch) != NULL;
 	}
 	ok &= (list = cJSON_AddArrayToObject(root, "methods")) != NULL;
@@ -824,9 +828,14 @@ cJSON *spec_to_json(const struct spec *s)
 	ok &= rep && cJSON_AddBoolToObject(rep, "markdown", s->reporting.markdown) != NULL;
 	ok &= rep && cJSON_AddBoolToObject(rep, "emit_json", s->reporting.emit_json) != NULL;
 	ok &= (ids = cJSON_AddArrayToObject(root, "cells")) != NULL;
-	for (size_t i = 0; ids && i < spec_cell_count(s); i++) {
+	ok &= (hashes = cJSON_AddObjectToObject(root, "config_hashes")) != NULL;
+	for (size_t i = 0; ids && hashes && i < spec_cell_count(s); i++) {
+		char hash[CELL_HASH_LEN + 1];
+
 		spec_cell(s, i, &c);
+		cell_config_hash(hash, &c);
 		ok &= cJSON_AddItemToArray(ids, cJSON_CreateString(c.cell_id));
+		ok &= cJSON_AddStringToObject(hashes, c.cell_id, hash) != NULL;
 		cell_free(&c);
 	}
 	cJSON_Delete(first);

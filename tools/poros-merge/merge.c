@@ -1,22 +1,151 @@
 /* tools/poros-merge/merge.c: many result files and artifact directories
- * into one row per cell. */
+ * into one row per cell; with a spec.json, only the artifacts of its
+ * current cells, in its order. */
 #include "merge.h"
 
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cell_hash.h"
 #include "jsonl.h"
 #include "util.h"
 
-int merge_inputs(struct result_set *s, char *const *paths, int n)
+int current_spec_load(struct current_spec *cs, const char *path, char *err, size_t errsz)
 {
+	const cJSON *schema;
+
+	memset(cs, 0, sizeof *cs);
+	if ((cs->json = json_read_file(path, err, errsz)) == NULL)
+		return -1;
+	schema = cJSON_GetObjectItemCaseSensitive(cs->json, "schema");
+	cs->cells = cJSON_GetObjectItemCaseSensitive(cs->json, "cells");
+	cs->hashes = cJSON_GetObjectItemCaseSensitive(cs->json, "config_hashes");
+	if (!cJSON_IsString(schema) || strcmp(schema->valuestring, "poros.spec/1") != 0) {
+		snprintf(err, errsz, "%s: not a spec.json (schema \"poros.spec/1\")", path);
+	} else if (!cJSON_IsArray(cs->cells) || !cJSON_IsObject(cs->hashes)) {
+		snprintf(err, errsz, "%s: no cells or config_hashes (written by an older poros-expand: "
+		         "expand the spec again)", path);
+	} else {
+		return 0;
+	}
+	current_spec_free(cs);
+	return -1;
+}
+
+void current_spec_free(struct current_spec *cs)
+{
+	cJSON_Delete(cs->json);
+	memset(cs, 0, sizeof *cs);
+}
+
+/* Where cell_id stands among the spec's cells, or -1. */
+static int spec_index(const struct current_spec *cs, const char *cell_id)
+{
+	const cJSON *id;
+	int i = 0;
+
+	cJSON_ArrayForEach(id, cs->cells) {
+		if (cJSON_IsString(id) && strcmp(id->valuestring, cell_id) == 0)
+			return i;
+		i++;
+	}
+	return -1;
+}
+
+/* True when the artifact measured the spec's cell as it is now: both the
+ * hash it records and the hash of the cell it carries are the spec's. */
+static int is_current(const struct current_spec *cs, const cJSON *obj)
+{
+	struct artifact a;
+	char err[256], hash[CELL_HASH_LEN + 1];
+	const cJSON *want;
+	int ok;
+
+	if (artifact_from_json(&a, obj, err, sizeof err) < 0)
+		return 1; /* not for us to judge: results_record reports it */
+	want = cJSON_GetObjectItemCaseSensitive(cs->hashes, a.cell_id);
+	cell_config_hash(hash, &a.cell);
+	ok = spec_index(cs, a.cell_id) >= 0 && cJSON_IsString(want) && strcmp(want->valuestring, a.config_hash) == 0 &&
+	     strcmp(hash, a.config_hash) == 0;
+	artifact_free(&a);
+	return ok;
+}
+
+struct filter {
+	struct result_set *s;
+	const struct current_spec *cs;
+	cJSON *left_out;   /* the cell ids whose artifacts were left out, once each */
+};
+
+static int current_record(void *ctx, const cJSON *obj, const char *source, long line, char *err, size_t errsz)
+{
+	struct filter *f = ctx;
+	const cJSON *id = cJSON_GetObjectItemCaseSensitive(obj, "cell_id"), *seen;
+
+	if (report_is_artifact(obj) && !is_current(f->cs, obj)) {
+		int known = 0;
+		cJSON_ArrayForEach(seen, f->left_out)
+			known |= cJSON_IsString(id) && strcmp(seen->valuestring, id->valuestring) == 0;
+		if (!known)
+			cJSON_AddItemToArray(f->left_out, cJSON_CreateString(cJSON_IsString(id) ? id->valuestring : "?"));
+		return 0;
+	}
+	return results_record(f->s, obj, source, line, err, errsz);
+}
+
+/* "a, b, c and 5 more" */
+static void note_left_out(const cJSON *ids)
+{
+	int n = cJSON_GetArraySize(ids), shown = 0;
+	struct sbuf list;
+	const cJSON *id;
+
+	if (n == 0)
+		return;
+	sb_init(&list);
+	cJSON_ArrayForEach(id, ids) {
+		if (shown == 4) {
+			sb_printf(&list, " and %d more", n - shown);
+			break;
+		}
+		sb_printf(&list, "%s%s", shown ? ", " : "", id->valuestring);
+		shown++;
+	}
+	warnmsg("note: artifacts of %d cell%s left out: they measured another configuration than the spec's now, "
+	        "or the cell is no longer in it (%s)", n, n == 1 ? "" : "s", list.s);
+	sb_free(&list);
+}
+
+static const struct current_spec *order_cs;
+
+static int by_spec_order(const void *a, const void *b)
+{
+	int ia = spec_index(order_cs, ((const struct result_entry *)a)->art.cell_id);
+	int ib = spec_index(order_cs, ((const struct result_entry *)b)->art.cell_id);
+	return (ia > ib) - (ia < ib);
+}
+
+int merge_inputs(struct result_set *s, char *const *paths, int n, const struct current_spec *cs)
+{
+	struct filter f = { s, cs, cJSON_CreateArray() };
 	long bad = 0;
 	int status = EXIT_OK;
 
 	for (int i = 0; i < n; i++)
-		if (report_read_path(paths[i], results_record, s, &bad) < 0)
+		if (report_read_path(paths[i], cs ? current_record : results_record, cs ? (void *)&f : (void *)s, &bad) < 0)
 			status = EXIT_RUNTIME;
 	if (status == EXIT_OK && bad > 0) {
 		warnmsg("%ld malformed line%s or file%s skipped", bad, bad == 1 ? "" : "s", bad == 1 ? "" : "s");
 		status = EXIT_USAGE;
 	}
+	if (cs) {
+		note_left_out(f.left_out);
+		order_cs = cs;
+		qsort(s->e, (size_t)s->n, sizeof *s->e, by_spec_order);
+		order_cs = NULL;
+	}
+	cJSON_Delete(f.left_out);
 	return status;
 }
 

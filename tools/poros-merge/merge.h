@@ -6,20 +6,38 @@
 
 #include "report.h"
 
-/* Reads every input into s (latest artifact per cell wins).  Returns the
- * exit status so far: 0, EXIT_USAGE when a line or file was malformed
+/* A spec.json (poros-expand): its cells in spec order and their
+ * config_hash, the identity of what each cell measures now. */
+struct current_spec {
+	cJSON *json;
+	const cJSON *cells;   /* ["cell_id", ...] */
+	const cJSON *hashes;  /* {"cell_id": "sha256:...", ...} */
+};
+
+/* 0, or -1 with err set (unreadable, not a spec.json, no config_hashes). */
+int current_spec_load(struct current_spec *cs, const char *path, char *err, size_t errsz);
+void current_spec_free(struct current_spec *cs);
+
+/* Reads every input into s (latest artifact per cell wins).  With cs, an
+ * artifact counts only when it measured one of cs's cells as it is now
+ * (its config_hash, recorded and recomputed, is the spec's); the others
+ * are counted in a note on stderr, and s is put in spec order.  Returns
+ * the exit status so far: 0, EXIT_USAGE when a line or file was malformed
  * (reported and skipped), EXIT_RUNTIME when an input could not be read. */
-int merge_inputs(struct result_set *s, char *const *paths, int n);
+int merge_inputs(struct result_set *s, char *const *paths, int n, const struct current_spec *cs);
 
 /* One compact artifact line per cell on out. */
 int merge_write(FILE *out, const struct result_set *s);
 
-enum compare_format { COMPARE_JSONL, COMPARE_MD };
+enum compare_format { COMPARE_JSONL, COMPARE_MD, COMPARE_TABLE };
 
-/* Per cell in a or b: s/step, tokens/s and VRAM peak of each side, the
- * delta b - a and the ratio b / a; cells of one side only are marked so.
- * Warns on stderr (and in Markdown, in the table's caption) when the two
- * runs' environments differ. */
+/* Per cell in a or b (a's order, then b's cells a lacks): s/step,
+ * tokens/s and VRAM peak of each side, the delta b - a and the ratio
+ * b / a, marked as noise when the two sides' s/step spreads (min..max)
+ * overlap; cells of one side only are marked so.  Warns on stderr (and
+ * in Markdown, under the title) for each cell whose configuration
+ * differs, naming the fields, and when the runs' environments differ.
+ * COMPARE_TABLE is a plain aligned table for a terminal. */
 int compare_write(FILE *out, const struct result_set *a, const struct result_set *b, const char *name_a,
                   const char *name_b, enum compare_format format);
 

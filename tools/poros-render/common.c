@@ -149,7 +149,7 @@ void spec_items(struct sbuf *b, const struct report *r, const struct markup *mk)
 	spec_ids(b, r, mk->text);
 	sb_puts(b, mk->item_close);
 	item(b, mk, "Hardware");
-	mk->text(b, c->hardware.gpu_name);
+	mk->text(b, c->hardware.gpu_name ? c->hardware.gpu_name : "not named in the spec");
 	hardware_numbers(b, c->hardware.vram_gb, c->hardware.pcie_gen);
 	sb_puts(b, mk->item_close);
 	item(b, mk, "Models");

@@ -147,7 +147,8 @@ static void charts(struct sbuf *b, const struct report_model *m)
 		bars[i] = (struct bar){ method_names[a->cell.method], precision_names[a->cell.precision],
 		                        artifact_status_names[a->status], a->metrics.vram_peak_mb / div, NAN, NAN };
 	}
-	snprintf(ref_label, sizeof ref_label, "%s: %g GB", c->hardware.gpu_name, c->hardware.vram_gb);
+	snprintf(ref_label, sizeof ref_label, "%s: %g GB", c->hardware.gpu_name ? c->hardware.gpu_name : "GPU",
+	         c->hardware.vram_gb);
 	caption = xasprintf("VRAM peak by method (%s), %s", unit, c->model.display_name);
 	sb_puts(b, "<div class=\"charts\">\n<figure>\n<figcaption>VRAM peak by method");
 	legend(b, m);

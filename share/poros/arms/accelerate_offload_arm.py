@@ -33,8 +33,8 @@ def host_available_gib():
 
 
 def max_memory(torch, cell):
-    vram = float(cell["hardware"]["vram_gb"])
-    if vram <= 0:  # the spec named no hardware: this device
+    vram = float(cell["hardware"]["vram_gb"] or 0)
+    if vram <= 0:  # the spec named no hardware (null): this device
         vram = torch.cuda.get_device_properties(0).total_memory / 2**30
     gpu = max(vram - max(RESERVE_MIN_GIB, RESERVE_FRACTION * vram), 0.1)
     host = max(host_available_gib() * 0.9, 1.0)

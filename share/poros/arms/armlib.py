@@ -229,10 +229,10 @@ def cap_device_memory(torch, cell):
     """Makes the device as large as the cell's hardware says (a 24 GB card
     emulated on an 80 GB one): what does not fit there is an honest oom.
     POROS_ARM_NO_VRAM_CAP=1 turns this off."""
-    want = float(cell["hardware"]["vram_gb"]) * 2**30
+    want = float(cell["hardware"]["vram_gb"] or 0) * 2**30
     total = torch.cuda.get_device_properties(0).total_memory
     if os.environ.get("POROS_ARM_NO_VRAM_CAP") == "1" or want <= 0 or want >= total:
-        return  # vram_gb 0: the spec named no hardware
+        return  # vram_gb null: the spec named no hardware
     torch.cuda.set_per_process_memory_fraction(want / total, 0)
     log(f"device memory capped at {want / 2**30:.1f} GiB of {total / 2**30:.1f} GiB (hardware.vram_gb)")
 
