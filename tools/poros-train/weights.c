@@ -39,12 +39,6 @@ static size_t reserve(size_t *off, size_t bytes)
 	return at;
 }
 
-/* Llama and Qwen3 with attention_bias put one on o_proj too; Qwen2 never. */
-static int has_o_bias(const struct model_config *mc)
-{
-	return mc->attention_bias && strcmp(mc->model_type, "qwen2") != 0;
-}
-
 int layer_layout_init(struct layer_layout *lay, const struct model_config *mc, int nf4, char *err, size_t errsz)
 {
 	size_t off = 0;
@@ -60,7 +54,7 @@ int layer_layout_init(struct layer_layout *lay, const struct model_config *mc, i
 	lay->bias[0] = mc->attention_bias ? reserve(&off, (size_t)q * 2) : LAYOUT_NONE;
 	lay->bias[1] = mc->attention_bias ? reserve(&off, (size_t)kv * 2) : LAYOUT_NONE;
 	lay->bias[2] = mc->attention_bias ? reserve(&off, (size_t)kv * 2) : LAYOUT_NONE;
-	lay->bias[3] = has_o_bias(mc) ? reserve(&off, (size_t)c * 2) : LAYOUT_NONE;
+	lay->bias[3] = model_config_o_bias(mc) ? reserve(&off, (size_t)c * 2) : LAYOUT_NONE;
 	for (int m = 0; m < N_PROJ; m++) {
 		size_t numel;
 
