@@ -265,6 +265,7 @@ int cell_validate(const struct cell *c, char *err, size_t errsz)
 	    check_bound("training.gradient_accumulation_steps", c->training.gradient_accumulation_steps, err, errsz) ||
 	    check_bound("training.warmup_steps", c->training.warmup_steps, err, errsz) ||
 	    check_text("training.dataset", c->training.dataset, CELL_PATH_MAX, err, errsz) ||
+	    (c->training.tokenizer && check_text("training.tokenizer", c->training.tokenizer, CELL_PATH_MAX, err, errsz)) ||
 	    check_bound("training.learning_rate", c->training.learning_rate, err, errsz) ||
 	    check_bound("training.weight_decay", c->training.weight_decay, err, errsz) ||
 	    check_bound("training.max_grad_norm", c->training.max_grad_norm, err, errsz) ||
@@ -370,6 +371,8 @@ cJSON *cell_to_json(const struct cell *c)
 	add_num(&b, o, "timeout_s", c->training.timeout_s);
 	/* Last, after the older keys, so their order stays what it was. */
 	add_bool(&b, o, "gradient_checkpointing", c->training.gradient_checkpointing);
+	if (c->training.tokenizer)
+		add_str(&b, o, "tokenizer", c->training.tokenizer);
 
 	o = add_obj(&b, root, "lora");
 	add_num(&b, o, "rank", c->lora.rank);
@@ -415,7 +418,7 @@ static const char *const hardware_keys[] = { "gpu_name", "vram_gb", "pcie_gen" }
 static const char *const training_keys[] = {
 	"steps", "seq_len", "batch_size", "gradient_accumulation_steps", "warmup_steps", "dataset",
 	"seed", "learning_rate", "lr_schedule", "weight_decay", "max_grad_norm", "timeout_s",
-	"gradient_checkpointing",
+	"gradient_checkpointing", "tokenizer",
 };
 static const char *const lora_keys[] = { "rank", "alpha", "dropout", "target_modules" };
 static const char *const poros_keys[] = { "block_size", "enable_prefetch" };
@@ -423,7 +426,7 @@ static const char *const poros_keys[] = { "block_size", "enable_prefetch" };
 /* Fields a reader may find absent, by path: they were added to
  * poros.cell/1 later, and cells and artifacts written before must still
  * read.  Each reads as 0 when absent. */
-static const char *const optional_fields[] = { "training.gradient_checkpointing" };
+static const char *const optional_fields[] = { "training.gradient_checkpointing", "training.tokenizer" };
 
 #define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -648,6 +651,9 @@ static int read_cell(struct reader *r, struct cell *c, const cJSON *obj)
 	if (cJSON_GetObjectItemCaseSensitive(tr, "gradient_checkpointing") &&
 	    get_bool(r, tr, "training", "gradient_checkpointing", &c->training.gradient_checkpointing))
 		return -1;
+	if (cJSON_GetObjectItemCaseSensitive(tr, "tokenizer") &&
+	    get_str(r, tr, "training", "tokenizer", CELL_PATH_MAX, &c->training.tokenizer))
+		return -1;
 
 	if (get_int(r, lora, "lora", "rank", &c->lora.rank) ||
 	    get_num(r, lora, "lora", "alpha", &c->lora.alpha) ||
@@ -692,6 +698,7 @@ void cell_copy(struct cell *dst, const struct cell *src)
 	dst->model.arch = dup_or_null(src->model.arch);
 	dst->hardware.gpu_name = dup_or_null(src->hardware.gpu_name);
 	dst->training.dataset = dup_or_null(src->training.dataset);
+	dst->training.tokenizer = dup_or_null(src->training.tokenizer);
 	dst->output_dir = dup_or_null(src->output_dir);
 }
 
@@ -706,6 +713,7 @@ void cell_free(struct cell *c)
 	free(c->model.arch);
 	free(c->hardware.gpu_name);
 	free(c->training.dataset);
+	free(c->training.tokenizer);
 	free(c->output_dir);
 	memset(c, 0, sizeof *c);
 }

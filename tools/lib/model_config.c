@@ -747,6 +747,7 @@ void model_config_free(struct model_config *m)
 	free(m->model_id);
 	free(m->config_path);
 	free(m->checkpoint_dir);
+	free(m->tokenizer_path);
 	memset(m, 0, sizeof *m);
 }
 

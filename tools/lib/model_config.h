@@ -16,6 +16,8 @@ struct model_config {
 	int bos_token_id, eos_token_id;                    /* -1 when absent */
 	char *config_path;       /* the config.json read */
 	char *checkpoint_dir;    /* the checkpoint directory (weights must load from it), or NULL: synthetic weights */
+	char *tokenizer_path;    /* a tokenizer.json or its directory given for this run (--tokenizer), or NULL:
+	                          * the model's own; set by the caller, freed by model_config_free */
 	int max_position_embeddings;  /* 0 when absent */
 	/* RoPE scaling from rope_scaling or rope_parameters: rope_type "" for
 	 * plain RoPE, else linear or llama3 (the only ones accepted) with the
