@@ -225,6 +225,34 @@ static void test_counts_match_transformers(void)
 	}
 }
 
+/* config.json files transformers 5.17's save_pretrained wrote (the tiny
+ * models of tests/gpu/hf_agreement.py): rope_parameters, dtype,
+ * layer_types, no rope_theta at the top. */
+static void test_transformers5_written(void)
+{
+	struct model_config m;
+
+	if (parse_fixture(&m, "tf5-qwen2.config.json") == 0) {
+		CHECKF(m.rope_theta == 1e6 && m.rope_scaling_type[0] == '\0' && m.attention_bias == 1 && m.head_dim == 32,
+		       "tf5 qwen2: theta %g", m.rope_theta);
+		model_config_free(&m);
+	}
+	if (parse_fixture(&m, "tf5-qwen3.config.json") == 0) {
+		CHECKF(m.rope_theta == 1e6 && m.qk_norm == 1 && m.attention_bias == 0 && m.head_dim == 32, "tf5 qwen3");
+		model_config_free(&m);
+	}
+	if (parse_fixture(&m, "tf5-llama.config.json") == 0) {
+		CHECKF(m.rope_theta == 5e5 && m.rope_scaling_type[0] == '\0' && m.tie_word_embeddings == 1, "tf5 llama");
+		model_config_free(&m);
+	}
+	if (parse_fixture(&m, "tf5-llama3_rope.config.json") == 0) {
+		CHECKF(m.rope_theta == 5e5 && strcmp(m.rope_scaling_type, "llama3") == 0 && m.rope_scaling_factor == 8 &&
+		           m.rope_low_freq_factor == 1 && m.rope_high_freq_factor == 4 && m.rope_original_max_position == 16,
+		       "tf5 llama3 rope");
+		model_config_free(&m);
+	}
+}
+
 /* The same model as transformers 4 and 5 write it: one struct. */
 static void test_rope_v4_v5(void)
 {
@@ -506,6 +534,7 @@ int main(void)
 	test_qwen3_8b();
 	test_defaults();
 	test_counts_match_transformers();
+	test_transformers5_written();
 	test_rope_v4_v5();
 	test_rejections();
 	test_resolve();
