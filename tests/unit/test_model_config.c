@@ -11,6 +11,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "arch.h"
+#include "cell.h"
 #include "model_config.h"
 #include "util.h"
 #include "test_common.h"
@@ -222,6 +224,26 @@ static void test_counts_match_transformers(void)
 		}
 		free(text);
 		cJSON_Delete(o);
+	}
+}
+
+/* The family table: each row found by its name, the projection names in
+ * cell.h's order (adapter keys and checkpoint names are built from them). */
+static void test_arch_table(void)
+{
+	const struct arch *a = arch_find("qwen2");
+
+	CHECKF(a != NULL && a->qkv_bias == 1 && !a->o_bias_follows_qkv && !a->qk_norm, "qwen2 row");
+	a = arch_find("qwen3");
+	CHECKF(a != NULL && a->qk_norm && a->head_dim_default == 128 && a->qkv_bias == -1, "qwen3 row");
+	CHECKF(arch_find("mistral") == NULL && strcmp(arch_type_list(), "llama, qwen2, qwen3") == 0, "type list %s",
+	       arch_type_list());
+	for (int m = 0; m < CELL_MAX_TARGETS; m++) {
+		size_t n = strlen(arch_proj_name[m]), k = strlen(lora_module_names[m]);
+
+		CHECKF(n > k + 1 && strcmp(arch_proj_name[m] + n - k, lora_module_names[m]) == 0 &&
+		           arch_proj_name[m][n - k - 1] == '.',
+		       "projection %d: %s ends with .%s", m, arch_proj_name[m], lora_module_names[m]);
 	}
 }
 
@@ -534,6 +556,7 @@ int main(void)
 	test_qwen3_8b();
 	test_defaults();
 	test_counts_match_transformers();
+	test_arch_table();
 	test_transformers5_written();
 	test_rope_v4_v5();
 	test_rejections();

@@ -30,8 +30,11 @@ const char *arch_type_list(void);
 #define ARCH_EMBED "model.embed_tokens.weight"
 #define ARCH_FINAL_NORM "model.norm.weight"
 #define ARCH_LM_HEAD "lm_head.weight"
-/* printf patterns over the layer index */
-#define ARCH_LAYER_PREFIX "model.layers.%d."
+#define ARCH_LAYERS "model.layers."
+/* printf pattern over the layer index */
+#define ARCH_LAYER_PREFIX ARCH_LAYERS "%d."
+/* PEFT's key of a base tensor in an adapter file: this + the HF name */
+#define ARCH_ADAPTER_PREFIX "base_model.model."
 extern const char *const arch_proj_name[7];  /* "self_attn.q_proj" ... "mlp.down_proj", cell.h's order */
 extern const char *const arch_norm_name[4];  /* input, post-attention, q, k norms */
 
