@@ -527,6 +527,36 @@ static void test_resolve(void)
 	       "places looked: %s", err);
 	CHECKF(m.model_id == NULL && m.config_path == NULL, "failed resolve leaves nothing");
 
+	/* refs/main's snapshot with a dangling config.json (an interrupted
+	 * download) is an error naming it, not the older snapshot */
+	unsetenv("HF_HUB_CACHE");
+	p = xasprintf("%s/refs/main", repo);
+	make_file(p, "1111aaaa");
+	free(p);
+	p = xasprintf("%s/config.json", old);
+	unlink(p);
+	CHECKF(symlink("../../blobs/cfg.incomplete", p) == 0, "symlink");
+	CHECKF(model_config_resolve(&m, "Qwen/Qwen2.5-7B", configs, err, sizeof err) < 0 &&
+	           strstr(err, "1111aaaa/config.json: a dangling symbolic link"),
+	       "dangling snapshot config: %s", err);
+	free(p);
+	p = xasprintf("%s/refs/main", repo);
+	unlink(p);
+	free(p);
+	/* a local directory's config.json that is a FIFO: refused, not waited on */
+	p = xasprintf("%s/fifo-model", tmpdir);
+	mkdir(p, 0755);
+	{
+		char *cfg = xasprintf("%s/config.json", p);
+
+		CHECKF(mkfifo(cfg, 0644) == 0, "mkfifo");
+		CHECKF(model_config_resolve(&m, p, configs, err, sizeof err) < 0 && strstr(err, "config.json: not a regular file"),
+		       "fifo config: %s", err);
+		unlink(cfg);
+		free(cfg);
+	}
+	free(p);
+
 	/* a config that is there but bad is reported, not skipped */
 	unsetenv("HF_HUB_CACHE");
 	p = xasprintf("%s/config.json", new);

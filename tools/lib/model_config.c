@@ -15,6 +15,7 @@
 
 #include "arch.h"
 #include "cell.h"
+#include "safetensors.h"
 #include "util.h"
 
 /* Upper bounds far above any released model, low enough that the products
@@ -566,9 +567,11 @@ static char *hub_cache_dir(void)
 	return NULL;
 }
 
-/* The snapshot of a cached repo: the one refs/main names when it exists
- * (what huggingface_hub itself loads), else the newest snapshot holding a
- * config.json by mtime.  Returns a malloc'd directory or NULL. */
+/* The snapshot of a cached repo: the one refs/main names when that
+ * directory exists (what huggingface_hub itself loads; a broken config.json
+ * there is then an error, not a reason to take another snapshot), else the
+ * newest snapshot holding a config.json by mtime.  Returns a malloc'd
+ * directory or NULL. */
 static char *pick_snapshot(const char *repo_dir)
 {
 	char *snaps = xasprintf("%s/snapshots", repo_dir);
@@ -582,11 +585,12 @@ static char *pick_snapshot(const char *repo_dir)
 	if (text != NULL) {
 		text[strcspn(text, " \t\r\n")] = '\0';
 		if (name_is_safe(text)) {
-			char *cfg = xasprintf("%s/%s/config.json", snaps, text);
+			char *dir = xasprintf("%s/%s", snaps, text);
 
-			if (is_file(cfg))
-				best = xasprintf("%s/%s", snaps, text);
-			free(cfg);
+			if (is_dir(dir))
+				best = dir;
+			else
+				free(dir);
 		}
 		free(text);
 		if (best != NULL) {
@@ -654,8 +658,12 @@ static int try_local_dir(struct model_config *m, const char *model_id, char **li
 	char *cfg = xasprintf("%s/config.json", model_id);
 	int rc = 0;
 
-	if (is_dir(model_id) && is_file(cfg))
-		rc = load_config(m, cfg, model_id, model_id, err, errsz) < 0 ? -1 : 1;
+	struct stat st;
+
+	/* a config.json that is there but a dangling link, a FIFO or unreadable
+	 * is an error naming it (and never blocks), not "not found" */
+	if (is_dir(model_id) && lstat(cfg, &st) == 0)
+		rc = st_check_regular(cfg, err, errsz) < 0 || load_config(m, cfg, model_id, model_id, err, errsz) < 0 ? -1 : 1;
 	else
 		looked(list, cfg);
 	free(cfg);
@@ -687,7 +695,7 @@ static int try_hub_cache(struct model_config *m, const char *model_id, char **li
 		return 0;
 	}
 	cfg = xasprintf("%s/config.json", snap);
-	rc = load_config(m, cfg, model_id, snap, err, errsz) < 0 ? -1 : 1;
+	rc = st_check_regular(cfg, err, errsz) < 0 || load_config(m, cfg, model_id, snap, err, errsz) < 0 ? -1 : 1;
 	free(cfg);
 	free(snap);
 	free(cache);
