@@ -11,6 +11,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "arch.h"
+#include "cell.h"
 #include "model_config.h"
 #include "util.h"
 #include "test_common.h"
@@ -113,6 +115,7 @@ static const char *minimal(const char *type, const char *overrides)
 	cJSON_AddNumberToObject(o, "num_hidden_layers", 2);
 	cJSON_AddNumberToObject(o, "num_attention_heads", 4);
 	cJSON_AddNumberToObject(o, "vocab_size", 100);
+	cJSON_AddNumberToObject(o, "rope_theta", 10000);
 	if (ov == NULL) {
 		fprintf(stderr, "test bug: bad overrides %s\n", overrides);
 		exit(1);
@@ -157,16 +160,31 @@ static void test_defaults(void)
 	CHECKF(model_config_parse(&m, minimal("qwen2", "{}"), "q2.json", err, sizeof err) == 0 && m.attention_bias == 1,
 	       "qwen2 bias default");
 	model_config_free(&m);
-	CHECKF(model_config_parse(&m, minimal("qwen2", "{\"attention_bias\": false}"), "q2.json", err, sizeof err) == 0 &&
-	           m.attention_bias == 0,
-	       "qwen2 explicit false");
-	model_config_free(&m);
 	CHECKF(model_config_parse(&m, minimal("qwen3", "{\"use_qk_norm\": false, \"head_dim\": 32}"), "q3.json", err, sizeof err) == 0 &&
 	           m.qk_norm == 1 && m.head_dim == 32,
 	       "qwen3 always has qk norm; explicit head_dim kept");
 	model_config_free(&m);
-	CHECKF(model_config_parse(&m, minimal("llama", "{\"use_qk_norm\": true}"), "l.json", err, sizeof err) == 0 && m.qk_norm == 1,
-	       "use_qk_norm true");
+	/* Qwen3Config's head_dim default is 128, not hidden/heads */
+	CHECKF(model_config_parse(&m, minimal("qwen3", "{}"), "q3.json", err, sizeof err) == 0 && m.head_dim == 128,
+	       "qwen3 head_dim default: %d", m.head_dim);
+	model_config_free(&m);
+	CHECKF(model_config_parse(&m, minimal("qwen2", "{}"), "q2.json", err, sizeof err) == 0 && m.head_dim == 16,
+	       "qwen2 head_dim default hidden/heads: %d", m.head_dim);
+	model_config_free(&m);
+	/* keys transformers ignores for a family are ignored here too */
+	CHECKF(model_config_parse(&m, minimal("qwen2", "{\"mlp_bias\": true, \"pretraining_tp\": 2}"), "q2.json", err,
+	                          sizeof err) == 0,
+	       "qwen2 ignores llama-only keys: %s", err);
+	model_config_free(&m);
+	CHECKF(model_config_parse(&m, minimal("llama", "{\"use_sliding_window\": true, \"sliding_window\": 4}"), "l.json",
+	                          err, sizeof err) == 0,
+	       "llama ignores qwen's sliding window keys: %s", err);
+	model_config_free(&m);
+	/* Qwen2.5 ships use_sliding_window false with a sliding_window and max_window_layers */
+	CHECKF(model_config_parse(&m, minimal("qwen2", "{\"use_sliding_window\": false, \"sliding_window\": 131072, "
+	                                               "\"max_window_layers\": 28, \"layer_types\": [\"full_attention\", "
+	                                               "\"full_attention\"]}"), "q2.json", err, sizeof err) == 0,
+	       "qwen2 sliding window off: %s", err);
 	model_config_free(&m);
 }
 
@@ -209,6 +227,120 @@ static void test_counts_match_transformers(void)
 	}
 }
 
+/* The family table: each row found by its name, the projection names in
+ * cell.h's order (adapter keys and checkpoint names are built from them). */
+static void test_arch_table(void)
+{
+	const struct arch *a = arch_find("qwen2");
+
+	CHECKF(a != NULL && a->qkv_bias == 1 && !a->o_bias_follows_qkv && !a->qk_norm, "qwen2 row");
+	a = arch_find("qwen3");
+	CHECKF(a != NULL && a->qk_norm && a->head_dim_default == 128 && a->qkv_bias == -1, "qwen3 row");
+	CHECKF(arch_find("mistral") == NULL && strcmp(arch_type_list(), "llama, qwen2, qwen3") == 0, "type list %s",
+	       arch_type_list());
+	for (int m = 0; m < CELL_MAX_TARGETS; m++) {
+		size_t n = strlen(arch_proj_name[m]), k = strlen(lora_module_names[m]);
+
+		CHECKF(n > k + 1 && strcmp(arch_proj_name[m] + n - k, lora_module_names[m]) == 0 &&
+		           arch_proj_name[m][n - k - 1] == '.',
+		       "projection %d: %s ends with .%s", m, arch_proj_name[m], lora_module_names[m]);
+	}
+}
+
+/* config.json files transformers 5.17's save_pretrained wrote (the tiny
+ * models of tests/gpu/hf_agreement.py): rope_parameters, dtype,
+ * layer_types, no rope_theta at the top. */
+static void test_transformers5_written(void)
+{
+	struct model_config m;
+
+	if (parse_fixture(&m, "tf5-qwen2.config.json") == 0) {
+		CHECKF(m.rope_theta == 1e6 && m.rope_scaling_type[0] == '\0' && m.attention_bias == 1 && m.head_dim == 32,
+		       "tf5 qwen2: theta %g", m.rope_theta);
+		model_config_free(&m);
+	}
+	if (parse_fixture(&m, "tf5-qwen3.config.json") == 0) {
+		CHECKF(m.rope_theta == 1e6 && m.qk_norm == 1 && m.attention_bias == 0 && m.head_dim == 32, "tf5 qwen3");
+		model_config_free(&m);
+	}
+	if (parse_fixture(&m, "tf5-llama.config.json") == 0) {
+		CHECKF(m.rope_theta == 5e5 && m.rope_scaling_type[0] == '\0' && m.tie_word_embeddings == 1, "tf5 llama");
+		model_config_free(&m);
+	}
+	if (parse_fixture(&m, "tf5-llama3_rope.config.json") == 0) {
+		CHECKF(m.rope_theta == 5e5 && strcmp(m.rope_scaling_type, "llama3") == 0 && m.rope_scaling_factor == 8 &&
+		           m.rope_low_freq_factor == 1 && m.rope_high_freq_factor == 4 && m.rope_original_max_position == 16,
+		       "tf5 llama3 rope");
+		model_config_free(&m);
+	}
+}
+
+/* The same model as transformers 4 and 5 write it: one struct. */
+static void test_rope_v4_v5(void)
+{
+	static const struct {
+		const char *type, *v4, *v5;
+	} cases[] = {
+		{ "llama", "{\"rope_theta\": 500000.0, \"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 1.0, "
+		           "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}}",
+		  "{\"rope_parameters\": {\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+		  "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\", \"rope_theta\": 500000.0}}" },
+		{ "llama", "{\"rope_theta\": 500000.0, \"rope_scaling\": null}",
+		  "{\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 500000.0}}" },
+		{ "qwen2", "{\"rope_theta\": 1000000.0, \"rope_scaling\": null, \"torch_dtype\": \"bfloat16\"}",
+		  "{\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1000000.0}, \"dtype\": \"bfloat16\"}" },
+		{ "qwen3", "{\"rope_theta\": 1000000, \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2}}",
+		  "{\"rope_parameters\": {\"rope_type\": \"linear\", \"factor\": 2, \"rope_theta\": 1000000}}" },
+	};
+	struct model_config a, b, both;
+	char err[512];
+
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		cJSON *v4 = cJSON_Parse(cases[i].v4), *v5 = cJSON_Parse(cases[i].v5), *e;
+		char *merged;
+		int ok;
+
+		ok = model_config_parse(&a, minimal(cases[i].type, cases[i].v4), "v4.json", err, sizeof err) == 0;
+		CHECKF(ok, "case %zu v4: %s", i, err);
+		/* minimal() adds rope_theta: the transformers 5 config has none at the top */
+		{
+			cJSON *o = cJSON_Parse(minimal(cases[i].type, cases[i].v5));
+			char *text;
+
+			cJSON_DeleteItemFromObject(o, "rope_theta");
+			text = cJSON_PrintUnformatted(o);
+			ok = model_config_parse(&b, text, "v5.json", err, sizeof err) == 0;
+			CHECKF(ok, "case %zu v5: %s", i, err);
+			free(text);
+			cJSON_Delete(o);
+		}
+		for (e = v5->child; e != NULL; e = e->next)
+			cJSON_AddItemToObject(v4, e->string, cJSON_Duplicate(e, 1));
+		merged = cJSON_PrintUnformatted(v4);
+		CHECKF(model_config_parse(&both, minimal(cases[i].type, merged), "both.json", err, sizeof err) == 0,
+		       "case %zu: both styles, agreeing: %s", i, err);
+		CHECKF(a.rope_theta == b.rope_theta && strcmp(a.rope_scaling_type, b.rope_scaling_type) == 0 &&
+		           a.rope_scaling_factor == b.rope_scaling_factor && a.rope_low_freq_factor == b.rope_low_freq_factor &&
+		           a.rope_high_freq_factor == b.rope_high_freq_factor &&
+		           a.rope_original_max_position == b.rope_original_max_position,
+		       "case %zu: v4 (%g %s %g) and v5 (%g %s %g) differ", i, a.rope_theta, a.rope_scaling_type,
+		       a.rope_scaling_factor, b.rope_theta, b.rope_scaling_type, b.rope_scaling_factor);
+		CHECKF(both.rope_theta == a.rope_theta && strcmp(both.rope_scaling_type, a.rope_scaling_type) == 0, "case %zu both", i);
+		CHECKF(a.rope_theta != 10000.0, "case %zu: theta read, not defaulted", i);
+		free(merged);
+		cJSON_Delete(v4);
+		cJSON_Delete(v5);
+		model_config_free(&a);
+		model_config_free(&b);
+		model_config_free(&both);
+	}
+	CHECKF(model_config_parse(&a, minimal("llama", cases[0].v4), "v4.json", err, sizeof err) == 0 &&
+	           strcmp(a.rope_scaling_type, "llama3") == 0 && a.rope_scaling_factor == 8 && a.rope_high_freq_factor == 4 &&
+	           a.rope_original_max_position == 8192 && a.rope_theta == 500000,
+	       "llama3 fields");
+	model_config_free(&a);
+}
+
 static void test_rejections(void)
 {
 	/* min: the text is overrides of a minimal llama config */
@@ -235,7 +367,45 @@ static void test_rejections(void)
 		{ 0, "{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, "
 		       "\"num_attention_heads\": 4, \"vocab_size\": 100, \"rope_theta\": 1e999}", "\"rope_theta\" is not a finite number" },
 		{ 0, "{\"model_type\": \"llama\", \"hidden_size\": 64, \"hidden_size\": 128}", "key \"hidden_size\" appears twice" },
-		{ 1, "{\"use_sliding_window\": true}", "\"use_sliding_window\": true is not supported" },
+		{ 0, "{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, "
+		       "\"num_attention_heads\": 4, \"vocab_size\": 100}", "\"rope_theta\" is missing" },
+		{ 1, "{\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1e6}}",
+		  "\"rope_theta\" 10000 and \"rope_parameters.rope_theta\" 1e+06 disagree" },
+		{ 1, "{\"rope_parameters\": {\"rope_theta\": 1e4}}", "\"rope_parameters.rope_type\" is missing" },
+		{ 1, "{\"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 1e4, \"factor\": 8, "
+		       "\"low_freq_factor\": 1, \"high_freq_factor\": 4, \"original_max_position_embeddings\": 64}}",
+		  "\"rope_scaling\" says rope_type default but \"rope_parameters.rope_type\" says llama3" },
+		{ 1, "{\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2}, \"rope_parameters\": "
+		       "{\"rope_type\": \"linear\", \"factor\": 4, \"rope_theta\": 1e4}}",
+		  "\"rope_scaling.factor\" 2 and \"rope_parameters.factor\" 4 disagree" },
+		{ 1, "{\"rope_scaling\": {\"rope_type\": \"linear\", \"type\": \"dynamic\", \"factor\": 2}}",
+		  "\"rope_scaling.rope_type\" \"linear\" and \"rope_scaling.type\" \"dynamic\" disagree" },
+		{ 1, "{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 2}}", "\"rope_scaling.rope_type\" \"yarn\" is not supported" },
+		{ 1, "{\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2}}", "\"rope_scaling.type\" \"dynamic\" is not supported" },
+		{ 1, "{\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2, \"attention_factor\": 1}}",
+		  "\"rope_scaling.attention_factor\" is not supported" },
+		{ 1, "{\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8}}",
+		  "\"rope_scaling.low_freq_factor\" is missing (rope_type llama3 needs it)" },
+		{ 1, "{\"rope_scaling\": {\"rope_type\": \"default\", \"factor\": 8}}",
+		  "\"rope_scaling.factor\" is not used by rope_type default" },
+		{ 1, "{\"rope_parameters\": {\"full_attention\": {\"rope_type\": \"default\"}}}", "per-layer-type RoPE" },
+		{ 1, "{\"partial_rotary_factor\": 0.5}", "\"partial_rotary_factor\" other than 1 is not supported" },
+		{ 1, "{\"torch_dtype\": \"bfloat16\", \"dtype\": \"float32\"}", "\"torch_dtype\" \"bfloat16\" and \"dtype\" \"float32\" disagree" },
+		{ 1, "{\"dtype\": \"float8_e4m3fn\"}", "\"dtype\" \"float8_e4m3fn\" is not supported" },
+		{ 1, "{\"quantization_config\": {\"quant_method\": \"awq\"}}", "\"quantization_config\": pre-quantized" },
+		{ 1, "{\"attention_dropout\": 0.1}", "\"attention_dropout\" other than 0 is not supported" },
+		{ 1, "{\"pretraining_tp\": 2}", "\"pretraining_tp\" other than 1" },
+		{ 1, "{\"use_qk_norm\": true}", "\"use_qk_norm\": true is not supported for llama" },
+		{ 1, "{\"architectures\": [\"LlamaForSequenceClassification\"]}", "\"architectures\" [\"LlamaForSequenceClassification\"] is not supported" },
+		{ 0, "{\"model_type\": \"qwen2\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, "
+		       "\"num_attention_heads\": 4, \"vocab_size\": 100, \"rope_theta\": 1e4, \"attention_bias\": false}",
+		  "\"attention_bias\": false is not supported for qwen2" },
+		{ 0, "{\"model_type\": \"qwen3\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, "
+		       "\"num_attention_heads\": 4, \"vocab_size\": 100, \"rope_theta\": 1e4, \"use_sliding_window\": true}",
+		  "\"use_sliding_window\": true is not supported" },
+		{ 0, "{\"model_type\": \"qwen3\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, "
+		       "\"num_attention_heads\": 4, \"vocab_size\": 100, \"rope_theta\": 1e4, \"layer_types\": [\"full_attention\"]}",
+		  "\"layer_types\" is not a list of 2 names" },
 		{ 1, "{\"mlp_bias\": true}", "\"mlp_bias\": true is not supported" },
 		{ 1, "{\"hidden_act\": \"gelu\"}", "\"hidden_act\" must be \"silu\"" },
 		{ 1, "{\"tie_word_embeddings\": 1}", "\"tie_word_embeddings\" is not true or false" },
@@ -315,8 +485,10 @@ static void test_resolve(void)
 	free(p);
 	p = xasprintf("%s/refs/main", repo);
 	make_file(p, "1111aaaa");
+	/* a snapshot is a checkpoint whether or not its weights are there:
+	 * loading them then fails, never falls back to synthetic weights */
 	CHECKF(model_config_resolve(&m, "Qwen/Qwen2.5-7B", configs, err, sizeof err) == 0 && m.num_hidden_layers == 2 &&
-	           m.checkpoint_dir == NULL,
+	           m.checkpoint_dir != NULL && strcmp(m.checkpoint_dir, old) == 0,
 	       "refs/main snapshot (no weights there): %d layers", m.num_hidden_layers);
 	model_config_free(&m);
 	make_file(p, "no-such-commit\n");
@@ -355,6 +527,36 @@ static void test_resolve(void)
 	       "places looked: %s", err);
 	CHECKF(m.model_id == NULL && m.config_path == NULL, "failed resolve leaves nothing");
 
+	/* refs/main's snapshot with a dangling config.json (an interrupted
+	 * download) is an error naming it, not the older snapshot */
+	unsetenv("HF_HUB_CACHE");
+	p = xasprintf("%s/refs/main", repo);
+	make_file(p, "1111aaaa");
+	free(p);
+	p = xasprintf("%s/config.json", old);
+	unlink(p);
+	CHECKF(symlink("../../blobs/cfg.incomplete", p) == 0, "symlink");
+	CHECKF(model_config_resolve(&m, "Qwen/Qwen2.5-7B", configs, err, sizeof err) < 0 &&
+	           strstr(err, "1111aaaa/config.json: a dangling symbolic link"),
+	       "dangling snapshot config: %s", err);
+	free(p);
+	p = xasprintf("%s/refs/main", repo);
+	unlink(p);
+	free(p);
+	/* a local directory's config.json that is a FIFO: refused, not waited on */
+	p = xasprintf("%s/fifo-model", tmpdir);
+	mkdir(p, 0755);
+	{
+		char *cfg = xasprintf("%s/config.json", p);
+
+		CHECKF(mkfifo(cfg, 0644) == 0, "mkfifo");
+		CHECKF(model_config_resolve(&m, p, configs, err, sizeof err) < 0 && strstr(err, "config.json: not a regular file"),
+		       "fifo config: %s", err);
+		unlink(cfg);
+		free(cfg);
+	}
+	free(p);
+
 	/* a config that is there but bad is reported, not skipped */
 	unsetenv("HF_HUB_CACHE");
 	p = xasprintf("%s/config.json", new);
@@ -384,6 +586,9 @@ int main(void)
 	test_qwen3_8b();
 	test_defaults();
 	test_counts_match_transformers();
+	test_arch_table();
+	test_transformers5_written();
+	test_rope_v4_v5();
 	test_rejections();
 	test_resolve();
 	scratch_remove(tmpdir);

@@ -433,6 +433,53 @@ static void test_torch_written(void)
 	free(path);
 }
 
+/* Shapes whose product does not fit 64 bits, or does only through a zero:
+ * checked without overflow (UBSan would flag a signed wrap). */
+static void test_huge_shapes(void)
+{
+	char err[512];
+	struct st_file f;
+	char *p;
+
+	/* 2^53 x 1024 x 0: an empty tensor, whatever the other dimensions */
+	static const char zero_dim[] = "{\"a\":{\"dtype\":\"U8\",\"shape\":[9007199254740992,1024,0],\"data_offsets\":[0,0]}}";
+	static const char huge_dim[] = "{\"a\":{\"dtype\":\"U8\",\"shape\":[9007199254740992,1024],\"data_offsets\":[0,0]}}";
+
+	p = write_raw("zero_dim.safetensors", strlen(zero_dim), zero_dim, 0);
+	CHECKF(st_open(&f, p, err, sizeof err) == 0, "zero-dim tensor: %s", err);
+	if (f.n == 1)
+		CHECKF(st_numel(&f.t[0]) == 0 && f.t[0].nbytes == 0, "numel %lld", st_numel(&f.t[0]));
+	st_close(&f);
+	free(p);
+	/* 2^53 x 1024 bytes: more than 2^63 */
+	p = write_raw("huge_dim.safetensors", strlen(huge_dim), huge_dim, 0);
+	CHECKF(st_open(&f, p, err, sizeof err) < 0 && strstr(err, "shape overflows the size of a tensor"), "huge: %s", err);
+	free(p);
+}
+
+/* A FIFO, a directory and a dangling link are refused at once (the FIFO
+ * open must not wait for a writer: a blocked test would hang here). */
+static void test_not_regular(void)
+{
+	char *fifo = xasprintf("%s/fifo.safetensors", tmpdir), *dir = xasprintf("%s/dir.safetensors", tmpdir);
+	char *link = xasprintf("%s/link.safetensors", tmpdir), err[512];
+	struct st_file f;
+
+	CHECKF(mkfifo(fifo, 0644) == 0 && mkdir(dir, 0755) == 0 && symlink("nowhere/blob", link) == 0, "make files");
+	CHECKF(st_open(&f, fifo, err, sizeof err) < 0 && strstr(err, "fifo.safetensors: not a regular file"), "fifo: %s", err);
+	CHECKF(st_check_regular(fifo, err, sizeof err) < 0 && strstr(err, "not a regular file"), "fifo check: %s", err);
+	CHECKF(st_open(&f, dir, err, sizeof err) < 0 && strstr(err, "not a regular file"), "dir: %s", err);
+	CHECKF(st_open(&f, link, err, sizeof err) < 0 && strstr(err, "link.safetensors: a dangling symbolic link"),
+	       "link: %s", err);
+	CHECKF(st_check_regular(link, err, sizeof err) < 0 && strstr(err, "a dangling symbolic link"), "link check: %s", err);
+	unlink(fifo);
+	rmdir(dir);
+	unlink(link);
+	free(fifo);
+	free(dir);
+	free(link);
+}
+
 int main(void)
 {
 	if (scratch_make(tmpdir) < 0)
@@ -444,6 +491,8 @@ int main(void)
 	test_write_errors();
 	test_checkpoint();
 	test_torch_written();
+	test_huge_shapes();
+	test_not_regular();
 	scratch_remove(tmpdir);
 	return test_verdict("test_safetensors");
 }

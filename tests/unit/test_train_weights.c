@@ -4,9 +4,16 @@
  *   - a tiny HF checkpoint (config.json + model.safetensors with HF names,
  *     bf16 and f32 tensors) loads value for value (NF4: exactly what
  *     nf4_quantize gives), a missing or misshapen tensor is an error naming
- *     it, and poros-train's run trains from it with "weights": "real".
+ *     it, and poros-train's run trains from it with "weights": "real";
+ *   - BF16, F16 and F32 files of the same values load to the same bits,
+ *     F64 is refused; a dangling link, a FIFO, a directory or no weights
+ *     at all are errors naming the file (never synthetic weights); a
+ *     config claiming a larger model than its checkpoint is refused from
+ *     the headers with a small peak RSS.
  * `test_train_weights --write-checkpoint DIR` only writes the checkpoint
  * (tests/train.bats uses it as a fixture generator). */
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test_train_common.h"
@@ -153,9 +160,30 @@ static int list_tensors(const struct model_config *mc, struct ck_tensor *t, cons
 	return n;
 }
 
+/* How tensors are stored: MIXED as HF mixes them (norms and biases F32,
+ * the rest BF16); the others every tensor in one dtype, with values that
+ * BF16, F16 and F32 all hold exactly (the same checkpoint three ways). */
+enum ck_dtype { CK_MIXED, CK_BF16, CK_F16, CK_F32, CK_F64 };
+
+/* A value BF16 and F16 both represent: the bf16 rounding, kept only when
+ * F16 holds it exactly (else 0, which both hold). */
+static float exact_value(float v)
+{
+	float b = f32_from_bf16(bf16_from_f32(v));
+
+	return st_f32_from_f16(st_f16_from_f32(b)) == b ? b : 0.0f;
+}
+
+static int write_checkpoint_as(const char *dir, const char *skip, const char *bad_shape, enum ck_dtype dt);
+
 /* Writes DIR/config.json (the tiny Qwen2's) and DIR/model.safetensors;
  * skip leaves one tensor out, bad_shape gives that tensor one row less. */
 static int write_checkpoint(const char *dir, const char *skip, const char *bad_shape)
+{
+	return write_checkpoint_as(dir, skip, bad_shape, CK_MIXED);
+}
+
+static int write_checkpoint_as(const char *dir, const char *skip, const char *bad_shape, enum ck_dtype dt)
 {
 	struct model_config mc;
 	struct ck_tensor *t = xcalloc(512, sizeof *t);
@@ -178,7 +206,9 @@ static int write_checkpoint(const char *dir, const char *skip, const char *bad_s
 	n = list_tensors(&mc, t, skip);
 	for (int i = 0; i < n; i++) {
 		long long numel = t[i].rows * (t[i].cols ? t[i].cols : 1);
-		void *data = xmalloc((size_t)numel * 4);
+		void *data = xmalloc((size_t)numel * 8);
+		enum st_dtype sd = dt == CK_MIXED ? (t[i].f32 ? ST_F32 : ST_BF16) :
+		                   dt == CK_BF16 ? ST_BF16 : dt == CK_F16 ? ST_F16 : dt == CK_F32 ? ST_F32 : ST_F64;
 
 		if (bad_shape && strcmp(bad_shape, t[i].name) == 0)
 			t[i].rows--;
@@ -186,13 +216,19 @@ static int write_checkpoint(const char *dir, const char *skip, const char *bad_s
 		for (long long j = 0; j < numel; j++) {
 			float v = t[i].offset + value_of(t[i].name, (long)j);
 
-			if (t[i].f32)
+			if (dt != CK_MIXED)
+				v = exact_value(v);
+			if (sd == ST_F32)
 				((float *)data)[j] = v;
-			else
+			else if (sd == ST_BF16)
 				((bf16 *)data)[j] = bf16_from_f32(v);
+			else if (sd == ST_F16)
+				((uint16_t *)data)[j] = st_f16_from_f32(v);
+			else
+				((double *)data)[j] = v;
 		}
 		out[i].name = t[i].name;
-		out[i].dtype = t[i].f32 ? ST_F32 : ST_BF16;
+		out[i].dtype = sd;
 		out[i].ndim = t[i].cols ? 2 : 1;
 		out[i].shape[0] = t[i].rows;
 		out[i].shape[1] = t[i].cols;
@@ -300,6 +336,145 @@ static void check_bad_checkpoint(const char *base, const char *skip, const char 
 	free(dir);
 }
 
+/* The host copy of a checkpoint, or NULL with a failed check. */
+static int load_dir(struct host_weights *w, struct model_config *mc, const char *dir, int nf4, char *err, size_t errsz)
+{
+	if (model_config_resolve(mc, dir, NULL, err, errsz) < 0)
+		return -1;
+	if (host_weights_load(w, backend_cpu(), mc, nf4, 42, err, errsz) < 0) {
+		model_config_free(mc);
+		return -1;
+	}
+	return 0;
+}
+
+/* BF16, F16 and F32 files of the same values give the same host bytes
+ * (each converted to bf16 once, round to nearest even); F64 is refused. */
+static void check_dtypes(const char *base)
+{
+	static const char *const names[3] = { "bf16", "f16", "f32" };
+	static const enum ck_dtype dts[3] = { CK_BF16, CK_F16, CK_F32 };
+	struct host_weights w[3];
+	struct model_config mc[3], m64;
+	struct host_weights w64;
+	char err[1024], *dir;
+	int loaded = 0;
+
+	for (int i = 0; i < 3; i++) {
+		dir = xasprintf("%s/dtype-%s", base, names[i]);
+		CHECKF(write_checkpoint_as(dir, NULL, NULL, dts[i]) == 0, "write %s", dir);
+		if (load_dir(&w[i], &mc[i], dir, 0, err, sizeof err) < 0)
+			CHECKF(0, "%s checkpoint: %s", names[i], err);
+		else
+			loaded |= 1 << i;
+		free(dir);
+	}
+	if (loaded == 7) {
+		for (int i = 1; i < 3; i++) {
+			size_t layers = w[0].lay.stride * (size_t)w[0].n_layers;
+
+			CHECKF(w[i].real && memcmp(w[0].layers, w[i].layers, layers) == 0 &&
+			           memcmp(w[0].globals, w[i].globals, w[0].glob.bytes) == 0,
+			       "%s checkpoint loads to the bf16 checkpoint's bits", names[i]);
+		}
+		/* and the values are not all the zeros exact_value falls back to */
+		CHECKF(((const bf16 *)(w[0].globals + w[0].glob.embed))[1] != 0, "embedding values are not zero");
+	}
+	for (int i = 0; i < 3; i++)
+		if (loaded & (1 << i)) {
+			host_weights_free(&w[i]);
+			model_config_free(&mc[i]);
+		}
+	dir = xasprintf("%s/dtype-f64", base);
+	CHECKF(write_checkpoint_as(dir, NULL, NULL, CK_F64) == 0, "write %s", dir);
+	CHECKF(load_dir(&w64, &m64, dir, 0, err, sizeof err) < 0 &&
+	           strstr(err, "tensor \"model.embed_tokens.weight\": dtype F64 is not supported") != NULL,
+	       "F64 refused by name: %s", err);
+	free(dir);
+}
+
+/* Weights that are not there or not a file: an error naming the file,
+ * never synthetic weights; a FIFO does not block the open. */
+static void check_unreadable(const char *base)
+{
+	static const char *const cases[] = { "dangling", "fifo", "missing", "dangling-index", "dir" };
+	struct host_weights w;
+	struct model_config mc;
+	char err[1024];
+
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char *dir = xasprintf("%s/unreadable-%s", base, cases[i]);
+		char *st = xasprintf("%s/model.safetensors", dir), *index = xasprintf("%s/model.safetensors.index.json", dir);
+		const char *want = NULL;
+
+		CHECKF(write_checkpoint(dir, NULL, NULL) == 0, "write %s", dir);
+		unlink(st);
+		switch (i) {
+		case 0:
+			CHECKF(symlink("../blobs/0123abcd.incomplete", st) == 0, "symlink");
+			want = "model.safetensors: a dangling symbolic link";
+			break;
+		case 1:
+			CHECKF(mkfifo(st, 0644) == 0, "mkfifo");
+			want = "model.safetensors: not a regular file";
+			break;
+		case 2:
+			want = "no model.safetensors or model.safetensors.index.json (a checkpoint directory must hold its weights)";
+			break;
+		case 3:
+			CHECKF(symlink("../blobs/feed.incomplete", index) == 0, "symlink");
+			want = "model.safetensors.index.json: a dangling symbolic link";
+			break;
+		default:
+			CHECKF(mkdir(st, 0755) == 0, "mkdir");
+			want = "model.safetensors: not a regular file";
+			break;
+		}
+		err[0] = '\0';
+		CHECKF(load_dir(&w, &mc, dir, 0, err, sizeof err) < 0 && strstr(err, want) != NULL, "%s: \"%s\" lacks \"%s\"",
+		       cases[i], err, want);
+		free(dir);
+		free(st);
+		free(index);
+	}
+}
+
+/* A config that claims a far larger model than its small checkpoint: the
+ * shapes are refused from the headers, before the host copy is allocated
+ * (peak RSS stays far below the 3.8 GB the claimed model would take). */
+static void check_oversized_config(const char *base)
+{
+	char *dir = xasprintf("%s/oversized", base), *cfg = xasprintf("%s/oversized/config.json", base);
+	struct host_weights w;
+	struct model_config mc;
+	struct rusage ru;
+	char err[1024], *text;
+	cJSON *o;
+
+	CHECKF(write_checkpoint(dir, NULL, NULL) == 0, "write %s", dir);
+	o = json_read_file(cfg, err, sizeof err);
+	if (o == NULL) {
+		CHECKF(0, "%s", err);
+		return;
+	}
+	cJSON_ReplaceItemInObject(o, "hidden_size", cJSON_CreateNumber(4096));
+	cJSON_ReplaceItemInObject(o, "intermediate_size", cJSON_CreateNumber(11008));
+	cJSON_ReplaceItemInObject(o, "vocab_size", cJSON_CreateNumber(32000));
+	cJSON_ReplaceItemInObject(o, "head_dim", cJSON_CreateNumber(1024));
+	text = cJSON_PrintUnformatted(o);
+	CHECKF(atomic_write(cfg, text, strlen(text)) == 0, "rewrite config");
+	CHECKF(load_dir(&w, &mc, dir, 0, err, sizeof err) < 0 &&
+	           strstr(err, "tensor \"model.embed_tokens.weight\" has shape [256,64] (expected [32000,4096]") != NULL,
+	       "oversized config refused: %s", err);
+	getrusage(RUSAGE_SELF, &ru);
+	/* ru_maxrss is in KiB; the claimed model's host copy would be GBs */
+	CHECKF(ru.ru_maxrss < 100 * 1024, "peak RSS %ld KiB after the refusal", ru.ru_maxrss);
+	free(text);
+	cJSON_Delete(o);
+	free(dir);
+	free(cfg);
+}
+
 /* The whole run (what poros-train's main calls) on the checkpoint. */
 static void check_train_from_checkpoint(const char *dir)
 {
@@ -357,12 +532,17 @@ int main(int argc, char **argv)
 		perror("mkdtemp");
 		return 1;
 	}
+	/* first, while the process has touched little memory */
+	check_oversized_config(base);
 	good = xasprintf("%s/good", base);
 	CHECKF(write_checkpoint(good, NULL, NULL) == 0, "cannot write the checkpoint");
 	check_checkpoint_values(good, 0);
 	check_checkpoint_values(good, 1);
 	check_bad_checkpoint(base, "model.layers.2.mlp.up_proj.weight", NULL, "not found");
-	check_bad_checkpoint(base, NULL, "model.layers.1.self_attn.v_proj.weight", "has shape [31,64] (expected [32,64])");
+	check_bad_checkpoint(base, NULL, "model.layers.1.self_attn.v_proj.weight",
+	                     "has shape [31,64] (expected [32,64] from config.json)");
+	check_dtypes(base);
+	check_unreadable(base);
 	check_train_from_checkpoint(good);
 	free(good);
 	snprintf(cmd, sizeof cmd, "rm -rf %s", base);

@@ -14,12 +14,13 @@
 
 #include <cjson/cJSON.h>
 
+#include "arch.h"
 #include "cell.h"
 #include "jsonl.h"
 #include "safetensors.h"
 #include "util.h"
 
-#define KEY_PREFIX "base_model.model.model.layers."
+#define KEY_PREFIX ARCH_ADAPTER_PREFIX ARCH_LAYERS
 #define CONFIG_NAME "adapter_config.json"
 #define WEIGHTS_NAME "adapter_model.safetensors"
 #define ALL_MODULES ((1u << CELL_MAX_TARGETS) - 1)
@@ -36,25 +37,19 @@ static void seterr(char *err, size_t errsz, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* q/k/v/o live under self_attn, gate/up/down under mlp (Llama and Qwen). */
-static const char *module_group(int module)
-{
-	return module < 4 ? "self_attn" : "mlp";
-}
-
 char *adapter_key(int layer, int module, int is_b)
 {
 	if (layer < 0 || module < 0 || module >= CELL_MAX_TARGETS)
 		return NULL;
-	return xasprintf(KEY_PREFIX "%d.%s.%s.lora_%c.weight", layer, module_group(module), lora_module_names[module],
-	                 is_b ? 'B' : 'A');
+	/* the projection's HF name (arch.c): self_attn.q_proj ... mlp.down_proj */
+	return xasprintf(KEY_PREFIX "%d.%s.lora_%c.weight", layer, arch_proj_name[module], is_b ? 'B' : 'A');
 }
 
 int adapter_key_parse(const char *key, int *layer, int *module, int *is_b)
 {
 	const char *p = key, *dot;
 	long l = 0;
-	size_t glen;
+	size_t plen;
 
 	if (strncmp(p, KEY_PREFIX, strlen(KEY_PREFIX)) != 0)
 		return -1;
@@ -70,13 +65,10 @@ int adapter_key_parse(const char *key, int *layer, int *module, int *is_b)
 	if (*p++ != '.')
 		return -1;
 	for (int m = 0; m < CELL_MAX_TARGETS; m++) {
-		glen = strlen(module_group(m));
-		if (strncmp(p, module_group(m), glen) != 0 || p[glen] != '.')
+		plen = strlen(arch_proj_name[m]);
+		if (strncmp(p, arch_proj_name[m], plen) != 0)
 			continue;
-		dot = p + glen + 1;
-		if (strncmp(dot, lora_module_names[m], strlen(lora_module_names[m])) != 0)
-			continue;
-		dot += strlen(lora_module_names[m]);
+		dot = p + plen;
 		if (strcmp(dot, ".lora_A.weight") != 0 && strcmp(dot, ".lora_B.weight") != 0)
 			continue;
 		*layer = (int)l;

@@ -266,6 +266,7 @@ int cell_validate(const struct cell *c, char *err, size_t errsz)
 	    check_bound("training.gradient_accumulation_steps", c->training.gradient_accumulation_steps, err, errsz) ||
 	    check_bound("training.warmup_steps", c->training.warmup_steps, err, errsz) ||
 	    check_text("training.dataset", c->training.dataset, CELL_PATH_MAX, err, errsz) ||
+	    (c->training.tokenizer && check_text("training.tokenizer", c->training.tokenizer, CELL_PATH_MAX, err, errsz)) ||
 	    check_bound("training.learning_rate", c->training.learning_rate, err, errsz) ||
 	    check_bound("training.weight_decay", c->training.weight_decay, err, errsz) ||
 	    check_bound("training.max_grad_norm", c->training.max_grad_norm, err, errsz) ||
@@ -393,6 +394,8 @@ cJSON *cell_to_json(const struct cell *c)
 		add_str(&b, o, "eval_dataset", c->training.eval_dataset);
 		add_num(&b, o, "eval_every", c->training.eval_every);
 	}
+	if (c->training.tokenizer)
+		add_str(&b, o, "tokenizer", c->training.tokenizer);
 
 	o = add_obj(&b, root, "lora");
 	add_num(&b, o, "rank", c->lora.rank);
@@ -438,7 +441,7 @@ static const char *const hardware_keys[] = { "gpu_name", "vram_gb", "pcie_gen" }
 static const char *const training_keys[] = {
 	"steps", "seq_len", "batch_size", "gradient_accumulation_steps", "warmup_steps", "dataset",
 	"seed", "learning_rate", "lr_schedule", "weight_decay", "max_grad_norm", "timeout_s",
-	"gradient_checkpointing", "eval_dataset", "eval_every",
+	"gradient_checkpointing", "eval_dataset", "eval_every", "tokenizer",
 };
 static const char *const lora_keys[] = { "rank", "alpha", "dropout", "target_modules" };
 static const char *const poros_keys[] = { "block_size", "enable_prefetch" };
@@ -447,7 +450,7 @@ static const char *const poros_keys[] = { "block_size", "enable_prefetch" };
  * poros.cell/1 later, and cells and artifacts written before must still
  * read.  Each reads as 0 when absent. */
 static const char *const optional_fields[] = { "training.gradient_checkpointing", "training.eval_dataset",
-	                                       "training.eval_every" };
+	                                       "training.eval_every", "training.tokenizer" };
 
 #define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -698,6 +701,9 @@ static int read_cell(struct reader *r, struct cell *c, const cJSON *obj)
 	    (cJSON_GetObjectItemCaseSensitive(tr, "eval_every") &&
 	     get_int(r, tr, "training", "eval_every", &c->training.eval_every)))
 		return -1;
+	if (cJSON_GetObjectItemCaseSensitive(tr, "tokenizer") &&
+	    get_str(r, tr, "training", "tokenizer", CELL_PATH_MAX, &c->training.tokenizer))
+		return -1;
 
 	if (get_int(r, lora, "lora", "rank", &c->lora.rank) ||
 	    get_num(r, lora, "lora", "alpha", &c->lora.alpha) ||
@@ -743,6 +749,7 @@ void cell_copy(struct cell *dst, const struct cell *src)
 	dst->hardware.gpu_name = dup_or_null(src->hardware.gpu_name);
 	dst->training.dataset = dup_or_null(src->training.dataset);
 	dst->training.eval_dataset = dup_or_null(src->training.eval_dataset);
+	dst->training.tokenizer = dup_or_null(src->training.tokenizer);
 	dst->output_dir = dup_or_null(src->output_dir);
 }
 
@@ -758,6 +765,7 @@ void cell_free(struct cell *c)
 	free(c->hardware.gpu_name);
 	free(c->training.dataset);
 	free(c->training.eval_dataset);
+	free(c->training.tokenizer);
 	free(c->output_dir);
 	memset(c, 0, sizeof *c);
 }

@@ -41,6 +41,9 @@ struct cell {
 	struct {
 		int steps, seq_len, batch_size, gradient_accumulation_steps, warmup_steps;
 		char *dataset;      /* "synthetic" or a path / dataset id */
+		char *tokenizer;    /* tokenizer.json or a directory holding one, for text and
+		                     * messages datasets; NULL: the model's own.  Optional in
+		                     * cell JSON (absent: NULL) and written only when set. */
 		unsigned long long seed;
 		double learning_rate, weight_decay, max_grad_norm;
 		enum lr_schedule lr_schedule;

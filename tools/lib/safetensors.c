@@ -71,9 +71,16 @@ static void seterr(char *err, size_t errsz, const char *fmt, ...)
 /* a * b into *out unless it overflows size_t. */
 static int mul_size(size_t a, size_t b, size_t *out)
 {
-	if (a != 0 && b > SIZE_MAX / a)
-		return -1;
-	*out = a * b;
+	return __builtin_mul_overflow(a, b, out) ? -1 : 0;
+}
+
+/* Any zero dimension makes the product zero, however large the others
+ * ([2^53, 1024, 0] is an empty tensor, not an overflow). */
+static int shape_has_zero(const long long *shape, int ndim)
+{
+	for (int i = 0; i < ndim; i++)
+		if (shape[i] == 0)
+			return 1;
 	return 0;
 }
 
@@ -81,9 +88,38 @@ long long st_numel(const struct st_tensor *t)
 {
 	long long n = 1;
 
+	if (shape_has_zero(t->shape, t->ndim))
+		return 0;
 	for (int i = 0; i < t->ndim; i++)
-		n *= t->shape[i];
+		if (__builtin_mul_overflow(n, t->shape[i], &n))
+			return -1;
 	return n;
+}
+
+int st_check_regular(const char *path, char *err, size_t errsz)
+{
+	struct stat st, lst;
+	int fd;
+
+	if (stat(path, &st) < 0) {
+		int e = errno;
+
+		if (e == ENOENT && lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode))
+			return seterr(err, errsz, "%s: a dangling symbolic link (an interrupted download?)", path), -1;
+		return seterr(err, errsz, "%s: %s", path, strerror(e)), -1;
+	}
+	if (!S_ISREG(st.st_mode))
+		return seterr(err, errsz, "%s: not a regular file", path), -1;
+	/* O_NONBLOCK: should it have become a FIFO since, open does not wait */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return seterr(err, errsz, "%s: %s", path, strerror(errno)), -1;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return seterr(err, errsz, "%s: not a regular file", path), -1;
+	}
+	close(fd);
+	return 0;
 }
 
 /* A non-negative integer JSON number that doubles represent exactly. */
@@ -132,8 +168,14 @@ static int parse_entry(struct st_tensor *t, const cJSON *e, size_t data_size, co
 		if (json_uint(v, &dim) < 0)
 			return seterr(err, errsz, "%s: tensor \"%s\": shape[%d] is not a non-negative integer", path, t->name, i), -1;
 		t->shape[i++] = (long long)dim;
-		if (dim > SIZE_MAX || mul_size(need, (size_t)dim, &need) < 0)
-			return seterr(err, errsz, "%s: tensor \"%s\": shape overflows the size of a tensor", path, t->name), -1;
+	}
+	if (shape_has_zero(t->shape, t->ndim)) {
+		need = 0;
+	} else {
+		for (i = 0; i < t->ndim; i++)
+			if (mul_size(need, (size_t)t->shape[i], &need) < 0 || need > (size_t)LLONG_MAX)
+				return seterr(err, errsz, "%s: tensor \"%s\": shape overflows the size of a tensor", path,
+				              t->name), -1;
 	}
 	if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
 		return seterr(err, errsz, "%s: tensor \"%s\": data_offsets is not an array of two integers", path, t->name), -1;
@@ -268,8 +310,19 @@ int st_open(struct st_file *f, const char *path, char *err, size_t errsz)
 
 	memset(f, 0, sizeof *f);
 	f->path = xstrdup(path);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &st) < 0) {
+	/* O_NONBLOCK: a FIFO is refused below instead of waiting for a writer */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0) {
+		struct stat lst;
+		int e = errno;
+
+		if (e == ENOENT && lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode))
+			seterr(err, errsz, "%s: a dangling symbolic link (an interrupted download?)", path);
+		else
+			seterr(err, errsz, "%s: %s", path, strerror(e));
+		goto fail_fd;
+	}
+	if (fstat(fd, &st) < 0) {
 		seterr(err, errsz, "%s: %s", path, strerror(errno));
 		goto fail_fd;
 	}
@@ -413,7 +466,7 @@ static int check_float_tensor(const struct st_file *f, const struct st_tensor *t
 	if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
 		return seterr(err, errsz, "%s: tensor \"%s\": dtype %s is not a float type (expected F32, F16 or BF16)",
 		              f->path, t->name, st_dtype_name(t->dtype)), -1;
-	if ((unsigned long long)st_numel(t) != (unsigned long long)n)
+	if (st_numel(t) < 0 || (unsigned long long)st_numel(t) != (unsigned long long)n)
 		return seterr(err, errsz, "%s: tensor \"%s\": has %lld elements, expected %zu", f->path, t->name, st_numel(t), n), -1;
 	return 0;
 }
@@ -586,11 +639,12 @@ fail:
 
 /* --- checkpoints --------------------------------------------------------- */
 
-static int file_exists(const char *path)
+/* 1: a directory entry exists at path (a dangling link counts), 0: none. */
+static int entry_exists(const char *path)
 {
 	struct stat st;
 
-	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+	return lstat(path, &st) == 0;
 }
 
 /* Opens every shard named by the index's weight_map, each once, and checks
@@ -598,12 +652,14 @@ static int file_exists(const char *path)
 static int open_indexed(struct st_checkpoint *c, const char *index_path, char *err, size_t errsz)
 {
 	char jerr[512];
-	cJSON *root = json_read_file(index_path, jerr, sizeof jerr);
+	cJSON *root;
 	const cJSON *map, *e;
 	const char **names = NULL;
 	int nnames = 0, rc = -1;
 
-	if (root == NULL)
+	if (st_check_regular(index_path, err, errsz) < 0)
+		return -1;
+	if ((root = json_read_file(index_path, jerr, sizeof jerr)) == NULL)
 		return seterr(err, errsz, "%s", jerr), -1;
 	map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
 	if (!cJSON_IsObject(map) || map->child == NULL) {
@@ -667,14 +723,25 @@ int st_checkpoint_open(struct st_checkpoint *c, const char *dir, char *err, size
 
 	memset(c, 0, sizeof *c);
 	c->dir = xstrdup(dir);
-	if (file_exists(index)) {
+	/* what is there decides, readable or not: a broken index or file is
+	 * an error naming it, never a reason to look elsewhere */
+	if (entry_exists(index)) {
 		rc = open_indexed(c, index, err, errsz);
-	} else if (file_exists(single)) {
+	} else if (entry_exists(single)) {
 		c->files = xcalloc(1, sizeof *c->files);
 		rc = st_open(&c->files[0], single, err, errsz);
 		c->nfiles = rc == 0;
 	} else {
-		seterr(err, errsz, "%s: no model.safetensors or model.safetensors.index.json", dir);
+		char *bin = xasprintf("%s/pytorch_model.bin", dir), *bin_index = xasprintf("%s/pytorch_model.bin.index.json", dir);
+
+		if (entry_exists(bin) || entry_exists(bin_index))
+			seterr(err, errsz, "%s: no model.safetensors or model.safetensors.index.json (only pytorch_model.bin "
+			       "weights, which poros-train does not read: convert them to safetensors)", dir);
+		else
+			seterr(err, errsz, "%s: no model.safetensors or model.safetensors.index.json (a checkpoint "
+			       "directory must hold its weights)", dir);
+		free(bin);
+		free(bin_index);
 	}
 	free(index);
 	free(single);

@@ -49,10 +49,18 @@ int st_open(struct st_file *f, const char *path, char *err, size_t errsz);
 void st_close(struct st_file *f);
 const struct st_tensor *st_find(const struct st_file *f, const char *name);
 const void *st_data(const struct st_file *f, const struct st_tensor *t);
-/* Product of the shape (1 for a scalar). */
+/* Product of the shape (1 for a scalar, 0 with any zero dimension); -1 if
+ * it does not fit in 64 bits (never for a tensor st_open accepted). */
 long long st_numel(const struct st_tensor *t);
+/* 0 if path is a regular file that opens for reading, without blocking on
+ * a FIFO; -1 with err naming it ("a dangling symbolic link", "not a
+ * regular file", or the system's reason). */
+int st_check_regular(const char *path, char *err, size_t errsz);
 
-/* A checkpoint directory: model.safetensors, or model.safetensors.index.json + shards. */
+/* A checkpoint directory: model.safetensors.index.json + shards when the
+ * index is there, else model.safetensors.  Every file is opened without
+ * blocking and must be a regular file; a missing or dangling one is an
+ * error that names it. */
 struct st_checkpoint { char *dir; int nfiles; struct st_file *files; };
 int st_checkpoint_open(struct st_checkpoint *c, const char *dir, char *err, size_t errsz);
 void st_checkpoint_close(struct st_checkpoint *c);

@@ -57,6 +57,7 @@ static const struct field training_fields[] = {
 	SF("batch_size", FK_INT, 0, 0, shared.training.batch_size),
 	SF("gradient_accumulation_steps", FK_INT, 0, 0, shared.training.gradient_accumulation_steps),
 	SF("dataset", FK_PATH, 0, 0, shared.training.dataset),
+	SF("tokenizer", FK_PATH, 0, 0, shared.training.tokenizer),
 	SF("seed", FK_SEED, 0, 0, shared.training.seed),
 	SF("warmup_steps", FK_INT, 0, 0, shared.training.warmup_steps),
 	SF("learning_rate", FK_REAL, 0, 0, shared.training.learning_rate),

@@ -87,14 +87,20 @@ static int open_dataset(struct token_source *d, const char *spec, const struct m
 	char why[512] = "", lerr[1024];
 	int eos;
 
-	if (tokenizer_resolve(&d->tok, mc->checkpoint_dir ? mc->checkpoint_dir : mc->model_id, why, sizeof why) < 0)
+	/* a tokenizer given for the run must load: no quiet fall back to the model's */
+	if (mc->tokenizer_path != NULL) {
+		if (tokenizer_load(&d->tok, mc->tokenizer_path, lerr, sizeof lerr) < 0)
+			return seterr(err, errsz, "--tokenizer: %s", lerr);
+	} else if (tokenizer_resolve(&d->tok, mc->checkpoint_dir ? mc->checkpoint_dir : mc->model_id, why,
+	                             sizeof why) < 0) {
 		d->tok = NULL;
+	}
 	eos = d->tok ? tokenizer_eos_id(d->tok) : -1;
 	if (eos < 0)
 		eos = mc->eos_token_id;
 	if (dataset_open(&d->ds, spec, d->tok, d->seq_len, seed, eos, lerr, sizeof lerr) < 0) {
 		if (d->tok == NULL && strstr(lerr, "tokenizer") != NULL)
-			return seterr(err, errsz, "%s (the model has none: %s)", lerr, why);
+			return seterr(err, errsz, "%s (the model has none: %s; --tokenizer gives one)", lerr, why);
 		return seterr(err, errsz, "%s", lerr);
 	}
 	if (dataset_max_token_id(d->ds) >= d->vocab)
@@ -120,6 +126,13 @@ int token_source_open(struct token_source *d, const char *spec, const struct mod
 	d->seq_len = seq_len;
 	d->key = poros_mix64(seed ^ 0xda7a5eedull);
 	d->seq = xmalloc(((size_t)seq_len + 1) * sizeof *d->seq);
+	/* token streams are never tokenized: a tokenizer there would be ignored */
+	if (mc->tokenizer_path != NULL &&
+	    (strcmp(spec, "synthetic") == 0 || strcmp(spec, "synthetic:repeat") == 0 || has_raw_suffix(spec, &width))) {
+		token_source_free(d);
+		return seterr(err, errsz, "--tokenizer: dataset %s is token ids already (a tokenizer is used for text and "
+		              "messages datasets only)", spec);
+	}
 	if (strcmp(spec, "synthetic") == 0) {
 		d->kind = SOURCE_SYNTHETIC;
 		return 0;

@@ -46,6 +46,7 @@ void train_config_free(struct train_config *c)
 	free(c->model_id);
 	free(c->configs_dir);
 	free(c->dataset);
+	free(c->tokenizer);
 	free(c->backend);
 	free(c->out_dir);
 	free(c->init_adapter);
@@ -78,6 +79,7 @@ int train_config_from_cell(struct train_config *c, const struct cell *cell, char
 	c->accum = cell->training.gradient_accumulation_steps;
 	c->warmup_steps = cell->training.warmup_steps;
 	replace(&c->dataset, cell->training.dataset);
+	replace(&c->tokenizer, cell->training.tokenizer);
 	c->seed = cell->training.seed;
 	c->lr = cell->training.learning_rate;
 	c->weight_decay = cell->training.weight_decay;
@@ -271,6 +273,8 @@ static void apply_flags(struct train_config *c, char *const v[OPT_COUNT])
 		c->seed = (uint64_t)opt_long("--seed", v[OPT_SEED], 0, 9007199254740991L);
 	if (v[OPT_DATASET])
 		replace(&c->dataset, v[OPT_DATASET]);
+	if (v[OPT_TOKENIZER])
+		replace(&c->tokenizer, v[OPT_TOKENIZER]);
 	if (v[OPT_BACKEND])
 		replace(&c->backend, v[OPT_BACKEND]);
 	if (v[OPT_VRAM_BUDGET])

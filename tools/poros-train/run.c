@@ -443,6 +443,7 @@ static int open_inputs(struct run *x, char *err, size_t errsz)
 	if (model_config_resolve(&x->mc, c->model_id, c->configs_dir, err, errsz) < 0)
 		return -1;
 	x->have_mc = 1;
+	x->mc.tokenizer_path = c->tokenizer ? xstrdup(c->tokenizer) : NULL;
 	if (x->mc.head_dim % 2 != 0)
 		return snprintf(err, errsz, "%s: head_dim %d is odd (rotary embedding needs pairs)", c->model_id,
 		                x->mc.head_dim), -1;

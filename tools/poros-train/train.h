@@ -19,6 +19,7 @@ struct train_config {
 	enum precision precision;
 	int steps, seq_len, batch_size, accum, warmup_steps;
 	char *dataset;           /* "synthetic", "synthetic:repeat" or a path */
+	char *tokenizer;         /* --tokenizer / training.tokenizer; NULL: the model's own */
 	uint64_t seed;
 	double lr, weight_decay, max_grad_norm;
 	enum lr_schedule lr_schedule;
@@ -52,7 +53,7 @@ enum train_opt {
 	OPT_ALPHA, OPT_DROPOUT, OPT_TARGETS, OPT_BLOCK_SIZE, OPT_NO_PREFETCH, OPT_LR, OPT_LR_SCHEDULE, OPT_WARMUP,
 	OPT_WEIGHT_DECAY, OPT_MAX_GRAD_NORM, OPT_SEED, OPT_DATASET, OPT_BACKEND, OPT_VRAM_BUDGET, OPT_CONFIGS, OPT_OUT,
 	OPT_INIT_ADAPTER, OPT_SAVE_EVERY, OPT_QUIET, OPT_GRAD_CKPT, OPT_RESUME, OPT_EVAL_DATASET, OPT_EVAL_EVERY,
-	OPT_COUNT
+	OPT_TOKENIZER, OPT_COUNT
 };
 
 #define TRAIN_SYNOPSIS \
@@ -60,7 +61,8 @@ enum train_opt {
 	"                   [--steps N] [--seq-len N] [--batch-size N] [--accum K] [--rank R] [--alpha A]\n" \
 	"                   [--dropout P] [--targets LIST] [--block-size N] [--no-prefetch] [--lr LR]\n" \
 	"                   [--lr-schedule constant|linear|cosine] [--warmup N] [--weight-decay W]\n" \
-	"                   [--max-grad-norm G] [--seed S] [--dataset SPEC] [--backend cpu|cuda|auto]\n" \
+	"                   [--max-grad-norm G] [--seed S] [--dataset SPEC] [--tokenizer PATH]\n" \
+	"                   [--backend cpu|cuda|auto]\n" \
 	"                   [--vram-budget BYTES] [--configs DIR] [--out DIR] [--init-adapter DIR]\n" \
 	"                   [--save-every N] [--resume DIR] [--eval-dataset SPEC] [--eval-every N]\n" \
 	"                   [--gradient-checkpointing on|off] [--quiet]\n"

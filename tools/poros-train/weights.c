@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "arch.h"
 #include "nf4.h"
 #include "ops.h"
 #include "safetensors.h"
@@ -39,12 +40,6 @@ static size_t reserve(size_t *off, size_t bytes)
 	return at;
 }
 
-/* Llama and Qwen3 with attention_bias put one on o_proj too; Qwen2 never. */
-static int has_o_bias(const struct model_config *mc)
-{
-	return mc->attention_bias && strcmp(mc->model_type, "qwen2") != 0;
-}
-
 int layer_layout_init(struct layer_layout *lay, const struct model_config *mc, int nf4, char *err, size_t errsz)
 {
 	size_t off = 0;
@@ -60,7 +55,7 @@ int layer_layout_init(struct layer_layout *lay, const struct model_config *mc, i
 	lay->bias[0] = mc->attention_bias ? reserve(&off, (size_t)q * 2) : LAYOUT_NONE;
 	lay->bias[1] = mc->attention_bias ? reserve(&off, (size_t)kv * 2) : LAYOUT_NONE;
 	lay->bias[2] = mc->attention_bias ? reserve(&off, (size_t)kv * 2) : LAYOUT_NONE;
-	lay->bias[3] = has_o_bias(mc) ? reserve(&off, (size_t)c * 2) : LAYOUT_NONE;
+	lay->bias[3] = model_config_o_bias(mc) ? reserve(&off, (size_t)c * 2) : LAYOUT_NONE;
 	for (int m = 0; m < N_PROJ; m++) {
 		size_t numel;
 
@@ -196,96 +191,130 @@ static void synth_globals(unsigned char *g, const struct global_layout *gl, cons
 		fill_normal((bf16 *)(g + gl->lm_head), table, tensor_key(seed, GLOBAL_ID + 2), 0.0f, unit);
 }
 
-/* --- checkpoint ----------------------------------------------------------- */
+/* --- checkpoint -----------------------------------------------------------
+ * Two passes over the same names: every tensor is found and its shape and
+ * dtype checked against the headers before a byte of the host copy is
+ * allocated (a config that claims a larger model than its checkpoint
+ * costs nothing), then the values are read. */
 
-static const char *const proj_hf_name[N_PROJ] = {
-	"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-	"mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj",
-};
-
-/* Reads tensor `name` of shape (rows[, cols]) as bf16 into out. */
-static int read_tensor(const struct st_checkpoint *ck, const char *name, long long rows, long long cols, bf16 *out,
-                       char *err, size_t errsz)
+/* The tensor `name` of shape (rows[, cols]) in a dtype we convert from;
+ * NULL with err otherwise. */
+static const struct st_tensor *checked_tensor(const struct st_checkpoint *ck, const char *name, long long rows,
+                                              long long cols, const struct st_file **f, char *err, size_t errsz)
 {
-	const struct st_file *f;
-	const struct st_tensor *t = st_checkpoint_find(ck, name, &f);
+	const struct st_tensor *t = st_checkpoint_find(ck, name, f);
 	int ndim = cols > 0 ? 2 : 1;
-	char shape[96], lerr[256];
+	char shape[96];
 	int n = 0;
 
 	if (t == NULL)
-		return seterr(err, errsz, "%s: tensor \"%s\" not found", ck->dir, name);
+		return seterr(err, errsz, "%s: tensor \"%s\" not found", ck->dir, name), NULL;
 	if (t->ndim != ndim || t->shape[0] != rows || (ndim == 2 && t->shape[1] != cols)) {
 		shape[0] = '\0';
 		for (int i = 0; i < t->ndim && n < (int)sizeof shape - 24; i++)
 			n += snprintf(shape + n, sizeof shape - (size_t)n, "%s%lld", i ? "," : "", t->shape[i]);
 		if (ndim == 2)
-			return seterr(err, errsz, "%s: tensor \"%s\" has shape [%s] (expected [%lld,%lld])", ck->dir, name,
-			              shape, rows, cols);
-		return seterr(err, errsz, "%s: tensor \"%s\" has shape [%s] (expected [%lld])", ck->dir, name, shape, rows);
+			return seterr(err, errsz, "%s: tensor \"%s\" has shape [%s] (expected [%lld,%lld] from config.json)",
+			              ck->dir, name, shape, rows, cols), NULL;
+		return seterr(err, errsz, "%s: tensor \"%s\" has shape [%s] (expected [%lld] from config.json)", ck->dir,
+		              name, shape, rows), NULL;
 	}
-	if (st_read_bf16(f, t, out, (size_t)(rows * (cols > 0 ? cols : 1)), lerr, sizeof lerr) < 0)
+	if (t->dtype != ST_BF16 && t->dtype != ST_F16 && t->dtype != ST_F32)
+		return seterr(err, errsz, "%s: tensor \"%s\": dtype %s is not supported (poros-train reads BF16, F16 and "
+		              "F32 weights)", ck->dir, name, st_dtype_name(t->dtype)), NULL;
+	return t;
+}
+
+/* Checks (out == NULL) or reads as bf16, rounding to nearest even once. */
+static int read_tensor(const struct st_checkpoint *ck, const char *name, long long rows, long long cols, bf16 *out,
+                       char *err, size_t errsz)
+{
+	const struct st_file *f;
+	const struct st_tensor *t = checked_tensor(ck, name, rows, cols, &f, err, errsz);
+	char lerr[256];
+
+	if (t == NULL)
+		return -1;
+	if (out != NULL && st_read_bf16(f, t, out, (size_t)(rows * (cols > 0 ? cols : 1)), lerr, sizeof lerr) < 0)
 		return seterr(err, errsz, "%s: %s", ck->dir, lerr);
 	return 0;
 }
 
+/* rec == NULL: check only. */
 static int load_layer(unsigned char *rec, const struct layer_layout *lay, const struct model_config *mc,
                       const struct st_checkpoint *ck, int layer, bf16 *tmp, char *err, size_t errsz)
 {
-	static const char *const norm_name[4] = {
-		"input_layernorm", "post_attention_layernorm", "self_attn.q_norm", "self_attn.k_norm",
-	};
-	static const char *const bias_name[4] = { "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-		                                      "self_attn.o_proj" };
 	const size_t norm_off[4] = { lay->in_norm, lay->post_norm, lay->q_norm, lay->k_norm };
 	const long norm_len[4] = { mc->hidden_size, mc->hidden_size, mc->head_dim, mc->head_dim };
 	char name[160];
+	int at;
 
+	at = snprintf(name, sizeof name, ARCH_LAYER_PREFIX, layer);
 	for (int i = 0; i < 4; i++) {
 		if (norm_off[i] == LAYOUT_NONE)
 			continue;
-		snprintf(name, sizeof name, "model.layers.%d.%s.weight", layer, norm_name[i]);
-		if (read_tensor(ck, name, norm_len[i], 0, (bf16 *)(rec + norm_off[i]), err, errsz) < 0)
+		snprintf(name + at, sizeof name - (size_t)at, "%s.weight", arch_norm_name[i]);
+		if (read_tensor(ck, name, norm_len[i], 0, rec ? (bf16 *)(rec + norm_off[i]) : NULL, err, errsz) < 0)
 			return -1;
 	}
 	for (int i = 0; i < 4; i++) {
 		if (lay->bias[i] == LAYOUT_NONE)
 			continue;
-		snprintf(name, sizeof name, "model.layers.%d.%s.bias", layer, bias_name[i]);
-		if (read_tensor(ck, name, lay->n_out[i], 0, (bf16 *)(rec + lay->bias[i]), err, errsz) < 0)
+		snprintf(name + at, sizeof name - (size_t)at, "%s.bias", arch_proj_name[i]);
+		if (read_tensor(ck, name, lay->n_out[i], 0, rec ? (bf16 *)(rec + lay->bias[i]) : NULL, err, errsz) < 0)
 			return -1;
 	}
 	for (int m = 0; m < N_PROJ; m++) {
 		long n = (long)lay->n_out[m] * lay->n_in[m];
-		bf16 *dst = lay->nf4 ? tmp : (bf16 *)(rec + lay->weight[m]);
+		bf16 *dst = rec == NULL ? NULL : lay->nf4 ? tmp : (bf16 *)(rec + lay->weight[m]);
 
-		snprintf(name, sizeof name, "model.layers.%d.%s.weight", layer, proj_hf_name[m]);
+		snprintf(name + at, sizeof name - (size_t)at, "%s.weight", arch_proj_name[m]);
 		if (read_tensor(ck, name, lay->n_out[m], lay->n_in[m], dst, err, errsz) < 0)
 			return -1;
 		/* QLoRA quantizes the bf16 checkpoint values, so do we */
-		if (lay->nf4)
+		if (rec != NULL && lay->nf4)
 			nf4_quantize_bf16(rec + lay->weight[m], (float *)(rec + lay->absmax[m]), tmp, n);
 	}
 	return 0;
 }
 
-static int load_checkpoint(struct host_weights *w, const struct model_config *mc, char *err, size_t errsz)
+/* The globals: check (w == NULL) or read. */
+static int load_globals(const struct host_weights *w, const struct global_layout *glob, const struct model_config *mc,
+                        const struct st_checkpoint *ck, char *err, size_t errsz)
 {
-	struct st_checkpoint ck;
-	long long table_rows = mc->vocab_size, c = mc->hidden_size;
+	long long rows = mc->vocab_size, c = mc->hidden_size;
+	unsigned char *g = w ? w->globals : NULL;
+
+	if (read_tensor(ck, ARCH_EMBED, rows, c, g ? (bf16 *)(g + glob->embed) : NULL, err, errsz) < 0 ||
+	    read_tensor(ck, ARCH_FINAL_NORM, c, 0, g ? (bf16 *)(g + glob->final_norm) : NULL, err, errsz) < 0)
+		return -1;
+	/* tied: lm_head is the embedding, as transformers ties it (a stored
+	 * lm_head.weight is then not read, there as here) */
+	if (glob->lm_head != glob->embed &&
+	    read_tensor(ck, ARCH_LM_HEAD, rows, c, g ? (bf16 *)(g + glob->lm_head) : NULL, err, errsz) < 0)
+		return -1;
+	return 0;
+}
+
+static int check_checkpoint(const struct st_checkpoint *ck, const struct layer_layout *lay,
+                            const struct global_layout *glob, const struct model_config *mc, char *err, size_t errsz)
+{
+	if (load_globals(NULL, glob, mc, ck, err, errsz) < 0)
+		return -1;
+	for (int l = 0; l < mc->num_hidden_layers; l++)
+		if (load_layer(NULL, lay, mc, ck, l, NULL, err, errsz) < 0)
+			return -1;
+	return 0;
+}
+
+static int load_checkpoint(struct host_weights *w, const struct st_checkpoint *ck, const struct model_config *mc,
+                           char *err, size_t errsz)
+{
 	size_t tmp_elems = 0;
 	int failed = 0;
 
-	if (st_checkpoint_open(&ck, mc->checkpoint_dir, err, errsz) < 0)
+	if (load_globals(w, &w->glob, mc, ck, err, errsz) < 0)
 		return -1;
-	if (read_tensor(&ck, "model.embed_tokens.weight", table_rows, c, (bf16 *)(w->globals + w->glob.embed), err,
-	                errsz) < 0 ||
-	    read_tensor(&ck, "model.norm.weight", c, 0, (bf16 *)(w->globals + w->glob.final_norm), err, errsz) < 0 ||
-	    (w->glob.lm_head != w->glob.embed &&
-	     read_tensor(&ck, "lm_head.weight", table_rows, c, (bf16 *)(w->globals + w->glob.lm_head), err, errsz) < 0)) {
-		st_checkpoint_close(&ck);
-		return -1;
-	}
 	if (w->lay.nf4)
 		for (int m = 0; m < N_PROJ; m++)
 			if ((size_t)w->lay.n_out[m] * (size_t)w->lay.n_in[m] > tmp_elems)
@@ -312,7 +341,7 @@ static int load_checkpoint(struct host_weights *w, const struct model_config *mc
 			stop = failed;
 			if (stop || (tmp_elems && tmp == NULL))
 				continue;
-			if (load_layer(w->layers + (size_t)l * w->lay.stride, &w->lay, mc, &ck, l, tmp, lerr, sizeof lerr) < 0) {
+			if (load_layer(w->layers + (size_t)l * w->lay.stride, &w->lay, mc, ck, l, tmp, lerr, sizeof lerr) < 0) {
 #pragma omp critical(weights_err)
 				if (!failed) {
 					failed = 1;
@@ -322,7 +351,6 @@ static int load_checkpoint(struct host_weights *w, const struct model_config *mc
 		}
 		free(tmp);
 	}
-	st_checkpoint_close(&ck);
 	return failed ? -1 : 0;
 }
 
@@ -343,8 +371,10 @@ static void parallel_zero(unsigned char *p, size_t bytes)
 int host_weights_load(struct host_weights *w, const struct backend *be, const struct model_config *mc, int nf4,
                       uint64_t seed, char *err, size_t errsz)
 {
+	struct st_checkpoint ck;
 	char sz[32];
 	size_t total;
+	int rc;
 
 	memset(w, 0, sizeof *w);
 	w->be = be;
@@ -352,15 +382,27 @@ int host_weights_load(struct host_weights *w, const struct backend *be, const st
 	if (layer_layout_init(&w->lay, mc, nf4, err, errsz) < 0)
 		return -1;
 	global_layout_init(&w->glob, mc);
+	/* a checkpoint directory's weights load or the run stops: never
+	 * synthetic weights in place of a missing or unreadable file */
+	if (mc->checkpoint_dir && (st_checkpoint_open(&ck, mc->checkpoint_dir, err, errsz) < 0))
+		return -1;
+	if (mc->checkpoint_dir && check_checkpoint(&ck, &w->lay, &w->glob, mc, err, errsz) < 0) {
+		st_checkpoint_close(&ck);
+		return -1;
+	}
 	total = w->lay.stride * (size_t)w->n_layers;
 	if (be->host_alloc((void **)&w->layers, total) != 0) {
 		w->layers = NULL;
+		if (mc->checkpoint_dir)
+			st_checkpoint_close(&ck);
 		return seterr(err, errsz, "allocating host memory for %d layers' weights (%s) failed", w->n_layers,
 		              format_bytes(sz, sizeof sz, (double)total)), -2;
 	}
 	if (be->host_alloc((void **)&w->globals, w->glob.bytes) != 0) {
 		w->globals = NULL;
 		host_weights_free(w);
+		if (mc->checkpoint_dir)
+			st_checkpoint_close(&ck);
 		return seterr(err, errsz, "allocating host memory for the embedding and lm_head (%s) failed",
 		              format_bytes(sz, sizeof sz, (double)w->glob.bytes)), -2;
 	}
@@ -369,7 +411,9 @@ int host_weights_load(struct host_weights *w, const struct backend *be, const st
 	parallel_zero(w->layers, total);
 	if (mc->checkpoint_dir) {
 		w->real = 1;
-		if (load_checkpoint(w, mc, err, errsz) < 0) {
+		rc = load_checkpoint(w, &ck, mc, err, errsz);
+		st_checkpoint_close(&ck);
+		if (rc < 0) {
 			host_weights_free(w);
 			return -1;
 		}
