@@ -73,6 +73,11 @@ adapter() {
 	cmp b/config.json merged/config.json
 	# and merging changed the weights (the check above would also pass for B = 0)
 	run -1 cmp -s b/model.safetensors merged/model.safetensors
+	# one thread or three: the same bytes
+	OMP_NUM_THREADS=1 poros-export --base b --adapter run/adapter --out one >/dev/null 2>&1
+	OMP_NUM_THREADS=3 poros-export --base b --adapter run/adapter --out three >/dev/null 2>&1
+	cmp one/model.safetensors merged/model.safetensors
+	cmp three/model.safetensors merged/model.safetensors
 }
 
 @test "an F32 sharded Qwen2 base: shards read through the index, every tensor rounded to BF16, dtype set" {

@@ -870,6 +870,8 @@ static void merge_lora(uint16_t *out, const unsigned char *w, enum st_dtype wdt,
 			for (int r = 0; r < R; r++) {
 				const float br = b[n * R + r], *ar = a + (size_t)r * K;
 
+				/* columns are independent: vector lanes change no result */
+#pragma omp simd
 				for (long k = 0; k < K; k++)
 					acc[k] += br * ar[k];
 			}
