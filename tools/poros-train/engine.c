@@ -727,10 +727,10 @@ static void layer_forward(struct engine *e, const struct layer_view *w, struct l
 		op->rmsnorm_forward(a->k, NULL, e->D, a->rstd_k, a->k_pre, w->k_norm, e->eps, T * e->G, e->D);
 	}
 	prof_mark(e, PROF_ROPE);
-	op->rope_forward(a->q, e->d_cos, e->d_sin, e->B, e->S, e->H, e->D);
-	op->rope_forward(a->k, e->d_cos, e->d_sin, e->B, e->S, e->G, e->D);
+	op->rope_forward(a->q, e->d_cos, e->d_sin, NULL, e->B, e->S, e->H, e->D);
+	op->rope_forward(a->k, e->d_cos, e->d_sin, NULL, e->B, e->S, e->G, e->D);
 	prof_mark(e, PROF_ATTN_FWD);
-	op->attention_forward(a->att, e->HD + e->E, a->lse, e->attn_scratch, a->q, a->k, a->v, e->B, e->S, e->H, e->G, e->D);
+	op->attention_forward(a->att, e->HD + e->E, a->lse, e->attn_scratch, a->q, a->k, a->v, NULL, e->B, e->S, e->H, e->G, e->D);
 	proj_forward(e, w, a, layer, PROJ_O, a->att, a->x2, p);
 	prof_mark(e, PROF_ELEMENTWISE);
 	op->add_inplace(a->x2, x, (long)T * e->C);
@@ -778,11 +778,11 @@ static void layer_backward(struct engine *e, const struct layer_view *w, const s
 	/* attention: x2 = x + o(attn(rope(q), rope(k), v)), q/k/v of n1 = norm(x) */
 	proj_backward(e, w, a, layer, PROJ_O, a->att, dx, NULL, g->datt, 0, p);
 	prof_mark(e, PROF_ATTN_BWD);
-	op->attention_backward(g->dq, g->dk, g->dv, e->attn_scratch, g->datt, a->q, a->k, a->v, a->lse, e->B, e->S, e->H,
+	op->attention_backward(g->dq, g->dk, g->dv, e->attn_scratch, g->datt, a->q, a->k, a->v, a->lse, NULL, e->B, e->S, e->H,
 	                       e->G, e->D);
 	prof_mark(e, PROF_ROPE);
-	op->rope_backward(g->dq, e->d_cos, e->d_sin, e->B, e->S, e->H, e->D);
-	op->rope_backward(g->dk, e->d_cos, e->d_sin, e->B, e->S, e->G, e->D);
+	op->rope_backward(g->dq, e->d_cos, e->d_sin, NULL, e->B, e->S, e->H, e->D);
+	op->rope_backward(g->dk, e->d_cos, e->d_sin, NULL, e->B, e->S, e->G, e->D);
 	if (qk) {
 		prof_mark(e, PROF_NORM);
 		e->be->memset_zero(g->dq_pre, (size_t)T * e->HD * sizeof(float), STREAM_COMPUTE);
