@@ -19,8 +19,10 @@
 //
 // Forward, one block per (query tile of 64 rows, head, sequence):
 //   q16 rows -> registers; for each key tile from the one holding the tile's
-//   earliest first key up to the diagonal: K and V^T into shared memory,
-//   S = q K^T, mask, running max and sum, acc = acc c + bf16(p) V.
+//   earliest first key up to the diagonal: K and V into shared memory (the
+//   next tile's copy in flight under this one's products), S = q K^T, mask
+//   (the diagonal tile and document masks only), running max and sum, acc
+//   = acc c + bf16(p) V.
 // Backward, three launches after the casts:
 //   dq kernel, per (query tile, head): pass 1 over the key tiles sums delta
 //     = rowsum(P dP), saved; pass 2 rebuilds P and dP, dS = P (dP - delta),
@@ -140,42 +142,41 @@ __global__ void attention_group_sum_kernel(float *dst, const float *heads, long 
 }
 
 // ---------------------------------------------------------------------------
-// Tiles and tensor-core fragments.  A row-major tile of ROWS rows of DP
-// bf16 sits in shared memory with a pitch of DP + 8 (rows 16 bytes apart
-// mod 128, so a warp's fragment loads hit 32 banks); a transposed tile
-// (DP rows of ROWS) with a pitch of ROWS + 8.
+// Tiles and tensor-core fragments.  A tile of ROWS rows of DP bf16 sits in
+// shared memory row-major with a pitch of DP + 8 (rows 16 bytes apart mod
+// 128 bytes, so the 8 rows an ldmatrix phase reads hit all 32 banks).  The
+// tiles arrive by cp.async, two buffers deep where a loop walks them, so
+// the next tile's copy runs under the current tile's products.  Every
+// fragment comes from ldmatrix (four 8x8 matrices a warp instruction);
+// the .trans form hands out the transposed fragments (V for P V, K for
+// dS K, q and dout for the key-side products), so no tile is stored twice.
 
-// dst (ROWS, DP+8) = rows 0..ROWS-1 of src (rows of DP), zeros from row valid.
+// Rows 0..ROWS-1 of src (rows of DP) into dst (ROWS, DP+8) by cp.async,
+// zeros from row valid (the copy reads no bytes there).
 template <int DP, int ROWS>
-__device__ __forceinline__ void load_rows(bf16 *dst, const bf16 *src, int valid)
+__device__ __forceinline__ void load_rows_async(bf16 *dst, const bf16 *src, int valid)
 {
 	constexpr int VEC = DP / 8;
 	for (int w = threadIdx.x; w < ROWS * VEC; w += ATTN_THREADS) {
 		int r = w / VEC, c = w % VEC * 8;
-		uint4 x = make_uint4(0, 0, 0, 0);
-		if (r < valid)
-			x = *(const uint4 *)(src + (size_t)r * DP + c);
-		*(uint4 *)(dst + r * (DP + 8) + c) = x;
+		bool in = r < valid;
+		const bf16 *g = src + (size_t)(in ? r : 0) * DP + c;
+		uint32_t s = (uint32_t)__cvta_generic_to_shared(dst + r * (DP + 8) + c);
+		asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(g), "r"(in ? 16 : 0)
+		             : "memory");
 	}
 }
 
-// dst (DP, ROWS+8) = the transpose of rows 0..ROWS-1 of src, zeros from row
-// valid.  An item moves a 2x2 block (two 32-bit loads, two stores); a warp
-// takes 4 row pairs by 8 column pairs, so its loads cover 32-byte
-// segments and its stores fall in 16 banks.
-template <int DP, int ROWS>
-__device__ __forceinline__ void load_rows_t(bf16 *dst, const bf16 *src, int valid)
+__device__ __forceinline__ void async_commit(void)
 {
-	constexpr int PT = ROWS + 8, RP4 = ROWS / 8; // row pairs / 4
-	for (int w = threadIdx.x; w < ROWS / 2 * DP / 2; w += ATTN_THREADS) {
-		int chunk = w >> 5;
-		int r = 2 * ((chunk % RP4) * 4 + ((w >> 3) & 3));
-		int d = 2 * ((chunk / RP4) * 8 + (w & 7));
-		uint32_t x = r < valid ? *(const uint32_t *)(src + (size_t)r * DP + d) : 0u;
-		uint32_t y = r + 1 < valid ? *(const uint32_t *)(src + (size_t)(r + 1) * DP + d) : 0u;
-		*(uint32_t *)(dst + d * PT + r) = (x & 0xffffu) | (y << 16);
-		*(uint32_t *)(dst + (d + 1) * PT + r) = (x >> 16) | (y & 0xffff0000u);
-	}
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits until at most n of this thread's copy groups are in flight.
+template <int N>
+__device__ __forceinline__ void async_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // c (16x8 fp32) += a (16x16 bf16, row) b (16x8 bf16, col).
@@ -187,30 +188,54 @@ __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], const 
 	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// The A fragment of rows r0..r0+15, columns k0..k0+15 of a row-major tile:
-// lane (gr = lane/4, tq = lane%4) holds (gr, 2tq..), (gr+8, 2tq..),
-// (gr, 2tq+8..), (gr+8, 2tq+8..), two bf16 a register, lower column low.
-__device__ __forceinline__ void frag_a(uint32_t a[4], const bf16 *tile, int pitch, int r0, int k0, int gr, int tq)
+// Four 8x8 bf16 matrices; lane l gives the address of row l % 8 of matrix
+// l / 8, and gets in register m row lane/4, columns 2(lane%4).. of matrix
+// m (.trans: rows 2(lane%4)..+1 of column lane/4).
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const bf16 *p)
 {
-	const bf16 *p = tile + (r0 + gr) * pitch + k0 + 2 * tq;
-	a[0] = *(const uint32_t *)p;
-	a[1] = *(const uint32_t *)(p + 8 * pitch);
-	a[2] = *(const uint32_t *)(p + 8);
-	a[3] = *(const uint32_t *)(p + 8 * pitch + 8);
+	uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(a));
 }
 
-// The B fragment (k0..k0+15 by n0..n0+7) of B = Y^T, Y a row-major tile
-// with rows n: lane holds Y[n0+gr][k0+2tq..] and Y[n0+gr][k0+2tq+8..].
-__device__ __forceinline__ void frag_b(uint32_t b[2], const bf16 *tile, int pitch, int n0, int k0, int gr, int tq)
+__device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const bf16 *p)
 {
-	const bf16 *p = tile + (n0 + gr) * pitch + k0 + 2 * tq;
-	b[0] = *(const uint32_t *)p;
-	b[1] = *(const uint32_t *)(p + 8);
+	uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(a));
 }
 
-// An accumulator (16 rows by 8*2*KS columns in n-tiles of 8, C layout) as
-// the A fragments of KS k-steps: n-tile 2k gives registers 0, 1 of k-step
-// k, n-tile 2k+1 registers 2, 3, rounded to bf16.
+// The A fragment of rows r0..r0+15, columns k0..k0+15 of a row-major tile
+// (matrices: rows r0, r0+8 by columns k0, then k0+8).
+__device__ __forceinline__ void frag_a(uint32_t a[4], const bf16 *tile, int pitch, int r0, int k0, int lane)
+{
+	ldsm_x4(a, tile + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * pitch + k0 + (lane >> 4) * 8);
+}
+
+// B fragments of n-tiles n0 and n0+8, k0..k0+15, for B = Y^T with Y a
+// row-major tile of rows n (matrices: rows n0 by k0, k0+8, rows n0+8 by
+// k0, k0+8).
+__device__ __forceinline__ void frag_b2(uint32_t b[2][2], const bf16 *tile, int pitch, int n0, int k0, int lane)
+{
+	uint32_t r[4];
+	ldsm_x4(r, tile + (n0 + (lane & 7) + (lane >> 4) * 8) * pitch + k0 + ((lane >> 3) & 1) * 8);
+	b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
+}
+
+// The same for B = X with X a row-major tile of rows k (transposed loads;
+// matrices: rows k0, k0+8 by columns n0, then n0+8).
+__device__ __forceinline__ void frag_bt2(uint32_t b[2][2], const bf16 *tile, int pitch, int k0, int n0, int lane)
+{
+	uint32_t r[4];
+	ldsm_x4_t(r, tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * pitch + n0 + (lane >> 4) * 8);
+	b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
+}
+
+// An accumulator (16 rows by 8*NT columns in n-tiles of 8, C layout) as
+// the A fragments of NT/2 k-steps: n-tile 2k gives registers 0, 1 of
+// k-step k, n-tile 2k+1 registers 2, 3, rounded to bf16.
 template <int NT>
 __device__ __forceinline__ void c_to_a(uint32_t a[][4], float c[NT][4])
 {
@@ -218,6 +243,35 @@ __device__ __forceinline__ void c_to_a(uint32_t a[][4], float c[NT][4])
 	for (int n = 0; n < NT; n++) {
 		a[n >> 1][(n & 1) * 2] = pack_bf16x2(c[n][0], c[n][1]);
 		a[n >> 1][(n & 1) * 2 + 1] = pack_bf16x2(c[n][2], c[n][3]);
+	}
+}
+
+// c[NT] += a (16 rows, k0..k0+15 of tile kt) @ B for NT n-tiles of B = Y^T
+// (Y rows n, row-major).
+template <int NT>
+__device__ __forceinline__ void mma_row_b(float c[NT][4], const uint32_t a[4], const bf16 *Y, int pitch, int k0,
+                                          int lane)
+{
+#pragma unroll
+	for (int n = 0; n < NT; n += 2) {
+		uint32_t b[2][2];
+		frag_b2(b, Y, pitch, n * 8, k0, lane);
+		mma_bf16(c[n], a, b[0]);
+		mma_bf16(c[n + 1], a, b[1]);
+	}
+}
+
+// The same for B = X (X rows k, row-major).
+template <int NT>
+__device__ __forceinline__ void mma_row_bt(float c[NT][4], const uint32_t a[4], const bf16 *X, int pitch, int k0,
+                                           int lane)
+{
+#pragma unroll
+	for (int n = 0; n < NT; n += 2) {
+		uint32_t b[2][2];
+		frag_bt2(b, X, pitch, k0, n * 8, lane);
+		mma_bf16(c[n], a, b[0]);
+		mma_bf16(c[n + 1], a, b[1]);
 	}
 }
 
@@ -245,9 +299,19 @@ __device__ __forceinline__ int first_tile(const int *first, int b, int qt, int S
 	return m / ATTN_KEY_TILE;
 }
 
+template <int N>
+__device__ __forceinline__ void zero(float c[N][4])
+{
+#pragma unroll
+	for (int n = 0; n < N; n++)
+		c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
+}
+
 // ---------------------------------------------------------------------------
 // Forward.  grid (query tiles, H, B), the longest rows (last tiles) first.
-// Shared: q tile (64, DP+8), K tile (64, DP+8), V^T tile (DP, 72).
+// Shared: the q tile, then two buffers each of K and V tiles (64, DP+8).
+// Only the diagonal tile and document masks need the mask; below the
+// diagonal every key of a real row is seen (rows past S are never stored).
 template <int DP>
 __global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_kernel(bf16 *out, int ld_out, float *lse,
                                                                      const bf16 *q16, const bf16 *k16,
@@ -255,56 +319,59 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_kernel(bf16 *out, 
                                                                      const int *first, int S, int H, int G, int D,
                                                                      float scale)
 {
-	constexpr int PQ = DP + 8, PT = 64 + 8, KS = DP / 16, NT = DP / 8;
+	constexpr int PQ = DP + 8, KS = DP / 16, NT = DP / 8, TILE = 64 * PQ;
 	extern __shared__ uint4 attn_smem[];
-	bf16 *sQ = (bf16 *)attn_smem, *sK = sQ + 64 * PQ, *sVt = sK + 64 * PQ;
+	bf16 *sQ = (bf16 *)attn_smem, *sK = sQ + TILE, *sV = sK + 2 * TILE;
 	int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, g = h / (H / G);
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
-	int q0 = qt * 64;
+	int q0 = qt * 64, kt0 = first_tile(first, b, qt, S);
 	const bf16 *qh = q16 + ((size_t)b * H + h) * S * DP;
 	const bf16 *kh = k16 + ((size_t)b * G + g) * S * DP, *vh = v16 + ((size_t)b * G + g) * S * DP;
 
-	load_rows<DP, 64>(sQ, qh + (size_t)q0 * DP, S - q0);
+	load_rows_async<DP, 64>(sQ, qh + (size_t)q0 * DP, S - q0);
+	load_rows_async<DP, 64>(sK, kh + (size_t)kt0 * 64 * DP, S - kt0 * 64);
+	load_rows_async<DP, 64>(sV, vh + (size_t)kt0 * 64 * DP, S - kt0 * 64);
+	async_commit();
+	async_wait<0>();
 	__syncthreads();
 	uint32_t qa[KS][4];
 #pragma unroll
 	for (int ks = 0; ks < KS; ks++)
-		frag_a(qa[ks], sQ, PQ, warp * 16, ks * 16, gr, tq);
+		frag_a(qa[ks], sQ, PQ, warp * 16, ks * 16, lane);
 
 	int r0 = q0 + warp * 16 + gr, r1 = r0 + 8; // this thread's two rows
 	int f0 = r0 < S ? first_key(pos, b, S, r0) : 0, f1 = r1 < S ? first_key(pos, b, S, r1) : 0;
 	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 	float o[NT][4];
-#pragma unroll
-	for (int n = 0; n < NT; n++)
-		o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+	zero<NT>(o);
 
-	for (int kt = first_tile(first, b, qt, S); kt <= qt; kt++) {
-		int k0 = kt * 64;
-		__syncthreads(); // the last tile's readers are done
-		load_rows<DP, 64>(sK, kh + (size_t)k0 * DP, S - k0);
-		load_rows_t<DP, 64>(sVt, vh + (size_t)k0 * DP, S - k0);
+	for (int kt = kt0, it = 0; kt <= qt; kt++, it++) {
+		const bf16 *cK = sK + (it & 1) * TILE, *cV = sV + (it & 1) * TILE;
+		if (kt < qt) { // the next tile into the other buffers, read one iteration ago
+			int k1 = (kt + 1) * 64;
+			load_rows_async<DP, 64>(sK + ((it + 1) & 1) * TILE, kh + (size_t)k1 * DP, S - k1);
+			load_rows_async<DP, 64>(sV + ((it + 1) & 1) * TILE, vh + (size_t)k1 * DP, S - k1);
+			async_commit();
+			async_wait<1>();
+		} else {
+			async_wait<0>();
+		}
 		__syncthreads();
 
 		float s[8][4];
-#pragma unroll
-		for (int n = 0; n < 8; n++)
-			s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+		zero<8>(s);
 #pragma unroll
 		for (int ks = 0; ks < KS; ks++)
-#pragma unroll
-			for (int n = 0; n < 8; n++) {
-				uint32_t bb[2];
-				frag_b(bb, sK, PQ, n * 8, ks * 16, gr, tq);
-				mma_bf16(s[n], qa[ks], bb);
-			}
+			mma_row_b<8>(s, qa[ks], cK, PQ, ks * 16, lane);
+		int k0 = kt * 64;
+		bool masked = pos != NULL || kt == qt;
 		float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
 		for (int n = 0; n < 8; n++)
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
 				int j = k0 + n * 8 + 2 * tq + (e & 1), r = e < 2 ? r0 : r1, f = e < 2 ? f0 : f1;
-				bool ok = r < S && j <= r && j >= f;
+				bool ok = !masked || (r < S && j <= r && j >= f);
 				s[n][e] = ok ? s[n][e] * scale : -INFINITY;
 				if (e < 2)
 					mx0 = fmaxf(mx0, s[n][e]);
@@ -329,12 +396,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_kernel(bf16 *out, 
 		c_to_a<8>(pa, s);
 #pragma unroll
 		for (int ks = 0; ks < 4; ks++)
-#pragma unroll
-			for (int n = 0; n < NT; n++) {
-				uint32_t bb[2];
-				frag_b(bb, sVt, PT, n * 8, ks * 16, gr, tq);
-				mma_bf16(o[n], pa[ks], bb);
-			}
+			mma_row_bt<NT>(o, pa[ks], cV, PQ, ks * 16, lane);
+		__syncthreads(); // this tile's buffers are free for the copy after next
 	}
 	l0 = quad_sum(l0), l1 = quad_sum(l1);
 #pragma unroll
@@ -365,33 +428,11 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_kernel(bf16 *out, 
 
 // ---------------------------------------------------------------------------
 // Backward, dq and delta.  grid (query tiles, H, B), longest rows first.
-// Shared: q, dout, K, V tiles (64, DP+8), K^T (DP, 72).
-
-// s = q K^T, dp = dout V^T for the warp's 16 rows and the tile's 64 keys.
-template <int DP>
-__device__ __forceinline__ void scores_and_dp(float s[8][4], float dp[8][4], const bf16 *sQ, const bf16 *sdO,
-                                              const bf16 *sK, const bf16 *sV, int warp, int gr, int tq)
-{
-	constexpr int PQ = DP + 8;
-#pragma unroll
-	for (int n = 0; n < 8; n++)
-		s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
-#pragma unroll
-	for (int ks = 0; ks < DP / 16; ks++) {
-		uint32_t a[4], ad[4];
-		frag_a(a, sQ, PQ, warp * 16, ks * 16, gr, tq);
-		frag_a(ad, sdO, PQ, warp * 16, ks * 16, gr, tq);
-#pragma unroll
-		for (int n = 0; n < 8; n++) {
-			uint32_t bb[2];
-			frag_b(bb, sK, PQ, n * 8, ks * 16, gr, tq);
-			mma_bf16(s[n], a, bb);
-			frag_b(bb, sV, PQ, n * 8, ks * 16, gr, tq);
-			mma_bf16(dp[n], ad, bb);
-		}
-	}
-}
-
+// Shared: the q and dout tiles, two buffers each of K and V tiles.  The
+// loop walks the key tiles twice (pass 1: delta = rowsum(P dP); pass 2:
+// dS = P (dP - delta), dq = scale bf16(dS) K), the copies running one
+// tile ahead across the passes too.  Rows past S compute garbage-free
+// zeros (their q, dout are 0) and are never stored.
 template <int DP>
 __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, float *delta, const bf16 *q16,
                                                                     const bf16 *k16, const bf16 *v16,
@@ -399,86 +440,87 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, f
                                                                     const int32_t *pos, const int *first, int S,
                                                                     int H, int G, int D, float scale)
 {
-	constexpr int PQ = DP + 8, PT = 64 + 8, NT = DP / 8;
+	constexpr int PQ = DP + 8, KS = DP / 16, NT = DP / 8, TILE = 64 * PQ;
 	extern __shared__ uint4 attn_smem[];
-	bf16 *sQ = (bf16 *)attn_smem, *sdO = sQ + 64 * PQ, *sK = sdO + 64 * PQ, *sV = sK + 64 * PQ;
-	bf16 *sKt = sV + 64 * PQ;
+	bf16 *sQ = (bf16 *)attn_smem, *sdO = sQ + TILE, *sK = sdO + TILE, *sV = sK + 2 * TILE;
 	int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, g = h / (H / G);
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
-	int q0 = qt * 64;
+	int q0 = qt * 64, kt0 = first_tile(first, b, qt, S), nk = qt - kt0 + 1;
 	size_t head = ((size_t)b * H + h) * S;
 	const bf16 *kh = k16 + ((size_t)b * G + g) * S * DP, *vh = v16 + ((size_t)b * G + g) * S * DP;
 
-	load_rows<DP, 64>(sQ, q16 + (head + q0) * DP, S - q0);
-	load_rows<DP, 64>(sdO, do16 + (head + q0) * DP, S - q0);
+	load_rows_async<DP, 64>(sQ, q16 + (head + q0) * DP, S - q0);
+	load_rows_async<DP, 64>(sdO, do16 + (head + q0) * DP, S - q0);
+	load_rows_async<DP, 64>(sK, kh + (size_t)kt0 * 64 * DP, S - kt0 * 64);
+	load_rows_async<DP, 64>(sV, vh + (size_t)kt0 * 64 * DP, S - kt0 * 64);
+	async_commit();
 	int r0 = q0 + warp * 16 + gr, r1 = r0 + 8;
 	int f0 = r0 < S ? first_key(pos, b, S, r0) : 0, f1 = r1 < S ? first_key(pos, b, S, r1) : 0;
 	float lse0 = r0 < S ? lse[head + r0] : 0.0f, lse1 = r1 < S ? lse[head + r1] : 0.0f;
-	int kt0 = first_tile(first, b, qt, S);
-	float s[8][4], dp[8][4];
-
-	// pass 1: delta = sum_j P dP
-	float sum0 = 0.0f, sum1 = 0.0f;
-	for (int kt = kt0; kt <= qt; kt++) {
-		int k0 = kt * 64;
-		__syncthreads();
-		load_rows<DP, 64>(sK, kh + (size_t)k0 * DP, S - k0);
-		load_rows<DP, 64>(sV, vh + (size_t)k0 * DP, S - k0);
-		__syncthreads();
-		scores_and_dp<DP>(s, dp, sQ, sdO, sK, sV, warp, gr, tq);
-#pragma unroll
-		for (int n = 0; n < 8; n++)
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				int j = k0 + n * 8 + 2 * tq + (e & 1), r = e < 2 ? r0 : r1, f = e < 2 ? f0 : f1;
-				bool ok = r < S && j <= r && j >= f;
-				float p = ok ? expf(s[n][e] * scale - (e < 2 ? lse0 : lse1)) : 0.0f;
-				if (e < 2)
-					sum0 += p * dp[n][e];
-				else
-					sum1 += p * dp[n][e];
-			}
-	}
-	float delta0 = quad_sum(sum0), delta1 = quad_sum(sum1);
-	if (tq == 0) {
-		if (r0 < S)
-			delta[head + r0] = delta0;
-		if (r1 < S)
-			delta[head + r1] = delta1;
-	}
-
-	// pass 2: dS = P (dP - delta), dq = scale bf16(dS) K
+	float sum0 = 0.0f, sum1 = 0.0f, delta0 = 0.0f, delta1 = 0.0f;
 	float acc[NT][4];
+	zero<NT>(acc);
+
+	for (int it = 0; it < 2 * nk; it++) {
+		int kt = kt0 + it % nk;
+		const bf16 *cK = sK + (it & 1) * TILE, *cV = sV + (it & 1) * TILE;
+		if (it + 1 < 2 * nk) {
+			int k1 = (kt0 + (it + 1) % nk) * 64;
+			load_rows_async<DP, 64>(sK + ((it + 1) & 1) * TILE, kh + (size_t)k1 * DP, S - k1);
+			load_rows_async<DP, 64>(sV + ((it + 1) & 1) * TILE, vh + (size_t)k1 * DP, S - k1);
+			async_commit();
+			async_wait<1>();
+		} else {
+			async_wait<0>();
+		}
+		__syncthreads();
+		if (it == nk) { // pass 1 done: delta, saved for the dk/dv kernel
+			delta0 = quad_sum(sum0), delta1 = quad_sum(sum1);
+			if (tq == 0) {
+				if (r0 < S)
+					delta[head + r0] = delta0;
+				if (r1 < S)
+					delta[head + r1] = delta1;
+			}
+		}
+
+		float s[8][4], dp[8][4];
+		zero<8>(s);
+		zero<8>(dp);
 #pragma unroll
-	for (int n = 0; n < NT; n++)
-		acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-	for (int kt = kt0; kt <= qt; kt++) {
+		for (int ks = 0; ks < KS; ks++) {
+			uint32_t a[4];
+			frag_a(a, sQ, PQ, warp * 16, ks * 16, lane);
+			mma_row_b<8>(s, a, cK, PQ, ks * 16, lane);
+			frag_a(a, sdO, PQ, warp * 16, ks * 16, lane);
+			mma_row_b<8>(dp, a, cV, PQ, ks * 16, lane);
+		}
 		int k0 = kt * 64;
-		__syncthreads();
-		load_rows<DP, 64>(sK, kh + (size_t)k0 * DP, S - k0);
-		load_rows<DP, 64>(sV, vh + (size_t)k0 * DP, S - k0);
-		load_rows_t<DP, 64>(sKt, kh + (size_t)k0 * DP, S - k0);
-		__syncthreads();
-		scores_and_dp<DP>(s, dp, sQ, sdO, sK, sV, warp, gr, tq);
+		bool masked = pos != NULL || kt == qt;
+		bool pass2 = it >= nk;
 #pragma unroll
 		for (int n = 0; n < 8; n++)
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
 				int j = k0 + n * 8 + 2 * tq + (e & 1), r = e < 2 ? r0 : r1, f = e < 2 ? f0 : f1;
-				bool ok = r < S && j <= r && j >= f;
+				bool ok = !masked || (r < S && j <= r && j >= f);
 				float p = ok ? expf(s[n][e] * scale - (e < 2 ? lse0 : lse1)) : 0.0f;
+				if (!pass2) {
+					if (e < 2)
+						sum0 += p * dp[n][e];
+					else
+						sum1 += p * dp[n][e];
+				}
 				s[n][e] = ok ? p * (dp[n][e] - (e < 2 ? delta0 : delta1)) : 0.0f;
 			}
-		uint32_t da[4][4];
-		c_to_a<8>(da, s);
+		if (pass2) {
+			uint32_t da[4][4];
+			c_to_a<8>(da, s);
 #pragma unroll
-		for (int ks = 0; ks < 4; ks++)
-#pragma unroll
-			for (int n = 0; n < NT; n++) {
-				uint32_t bb[2];
-				frag_b(bb, sKt, PT, n * 8, ks * 16, gr, tq);
-				mma_bf16(acc[n], da[ks], bb);
-			}
+			for (int ks = 0; ks < 4; ks++)
+				mma_row_bt<NT>(acc, da[ks], cK, PQ, ks * 16, lane);
+		}
+		__syncthreads();
 	}
 #pragma unroll
 	for (int n = 0; n < NT; n++) {
@@ -494,9 +536,36 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, f
 
 // ---------------------------------------------------------------------------
 // Backward, dk and dv of one query head.  grid (key tiles, H, B), the
-// first key tiles (the most query rows) first.  Shared: K, V tiles (64,
-// DP+8); per group of 32 query rows q, dout (32, DP+8), q^T, dout^T (DP,
-// 40), and the rows' lse, delta and first key.  dk, dv (T,H,D): head h's.
+// first key tiles (the most query rows) first.  Shared: the K and V tiles
+// (64, DP+8); two buffers of q and dout (32, DP+8) for a group of 32 query
+// rows, with the rows' lse, delta and first key.  A row past S gets lse =
+// +inf, so P = 0 and dS = 0 exactly.  dk, dv (T,H,D): head h's.
+
+// The next group of 32 query rows from qg on that reaches keys up to k_end.
+__device__ __forceinline__ int next_group(const int *first, int b, int groups, int qg, int k_end)
+{
+	while (first && qg < groups && first[b * groups + qg] > k_end)
+		qg++;
+	return qg;
+}
+
+template <int DP>
+__device__ __forceinline__ void load_group(bf16 *sQ, bf16 *sdO, float *sL, float *sD, int *sF, const bf16 *q16,
+                                           const bf16 *do16, const float *lse, const float *delta,
+                                           const int32_t *pos, size_t head, int b, int S, int i0)
+{
+	load_rows_async<DP, 32>(sQ, q16 + (head + i0) * DP, S - i0);
+	load_rows_async<DP, 32>(sdO, do16 + (head + i0) * DP, S - i0);
+	async_commit();
+	if (threadIdx.x < 32) {
+		int i = i0 + threadIdx.x;
+		bool in = i < S;
+		sL[threadIdx.x] = in ? lse[head + i] : INFINITY;
+		sD[threadIdx.x] = in ? delta[head + i] : 0.0f;
+		sF[threadIdx.x] = in ? first_key(pos, b, S, i) : INT_MAX;
+	}
+}
+
 template <int DP>
 __global__ void __launch_bounds__(ATTN_THREADS) attention_dkdv_kernel(float *dk, float *dv, const bf16 *q16,
                                                                       const bf16 *k16, const bf16 *v16,
@@ -505,87 +574,80 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dkdv_kernel(float *dk,
                                                                       const int *first, int S, int H, int G, int D,
                                                                       float scale)
 {
-	constexpr int PQ = DP + 8, PT = 32 + 8, NT = DP / 8;
+	constexpr int PQ = DP + 8, KS = DP / 16, NT = DP / 8, TILE = 64 * PQ, HALF = 32 * PQ;
 	extern __shared__ uint4 attn_smem[];
-	bf16 *sK = (bf16 *)attn_smem, *sV = sK + 64 * PQ, *sQ = sV + 64 * PQ, *sdO = sQ + 32 * PQ;
-	bf16 *sQt = sdO + 32 * PQ, *sdOt = sQt + DP * PT;
-	float *sL = (float *)(sdOt + DP * PT), *sD = sL + 32;
-	int *sF = (int *)(sD + 32);
+	bf16 *sK = (bf16 *)attn_smem, *sV = sK + TILE, *sQ = sV + TILE, *sdO = sQ + 2 * HALF;
+	float *sL = (float *)(sdO + 2 * HALF), *sD = sL + 64;
+	int *sF = (int *)(sD + 64);
 	int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, g = h / (H / G);
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
 	int k0 = kt * 64, groups = (S + 31) / 32;
 	size_t head = ((size_t)b * H + h) * S;
 	const bf16 *kh = k16 + ((size_t)b * G + g) * S * DP, *vh = v16 + ((size_t)b * G + g) * S * DP;
 
-	load_rows<DP, 64>(sK, kh + (size_t)k0 * DP, S - k0);
-	load_rows<DP, 64>(sV, vh + (size_t)k0 * DP, S - k0);
+	load_rows_async<DP, 64>(sK, kh + (size_t)k0 * DP, S - k0);
+	load_rows_async<DP, 64>(sV, vh + (size_t)k0 * DP, S - k0);
+	int qg = next_group(first, b, groups, k0 / 32, k0 + 63);
+	if (qg < groups)
+		load_group<DP>(sQ, sdO, sL, sD, sF, q16, do16, lse, delta, pos, head, b, S, qg * 32);
+	else
+		async_commit();
 	int j0 = k0 + warp * 16 + gr, j1 = j0 + 8; // this thread's two keys
 	float adk[NT][4], adv[NT][4];
-#pragma unroll
-	for (int n = 0; n < NT; n++)
-		adk[n][0] = adk[n][1] = adk[n][2] = adk[n][3] = adv[n][0] = adv[n][1] = adv[n][2] = adv[n][3] = 0.0f;
+	zero<NT>(adk);
+	zero<NT>(adv);
 
-	for (int qg = k0 / 32; qg < groups; qg++) {
-		if (first && first[b * groups + qg] > k0 + 63)
-			continue; // no row of the group reaches this key tile
-		int i0 = qg * 32;
-		__syncthreads();
-		load_rows<DP, 32>(sQ, q16 + (head + i0) * DP, S - i0);
-		load_rows<DP, 32>(sdO, do16 + (head + i0) * DP, S - i0);
-		load_rows_t<DP, 32>(sQt, q16 + (head + i0) * DP, S - i0);
-		load_rows_t<DP, 32>(sdOt, do16 + (head + i0) * DP, S - i0);
-		if (threadIdx.x < 32) {
-			int i = i0 + threadIdx.x;
-			bool in = i < S;
-			sL[threadIdx.x] = in ? lse[head + i] : 0.0f;
-			sD[threadIdx.x] = in ? delta[head + i] : 0.0f;
-			sF[threadIdx.x] = in ? first_key(pos, b, S, i) : INT_MAX;
+	for (int it = 0; qg < groups; it++) {
+		int cur = it & 1, nq = next_group(first, b, groups, qg + 1, k0 + 63);
+		const bf16 *cQ = sQ + cur * HALF, *cdO = sdO + cur * HALF;
+		const float *cL = sL + cur * 32, *cD = sD + cur * 32;
+		const int *cF = sF + cur * 32;
+		if (nq < groups) {
+			int nx = cur ^ 1;
+			load_group<DP>(sQ + nx * HALF, sdO + nx * HALF, sL + nx * 32, sD + nx * 32, sF + nx * 32, q16,
+			               do16, lse, delta, pos, head, b, S, nq * 32);
+			async_wait<1>();
+		} else {
+			async_wait<0>();
 		}
 		__syncthreads();
 
 		// s^T = K q^T, dp^T = V dout^T: the warp's 16 keys by 32 rows
 		float st[4][4], dpt[4][4];
+		zero<4>(st);
+		zero<4>(dpt);
 #pragma unroll
-		for (int n = 0; n < 4; n++)
-			st[n][0] = st[n][1] = st[n][2] = st[n][3] = dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.0f;
-#pragma unroll
-		for (int ks = 0; ks < DP / 16; ks++) {
-			uint32_t a[4], av[4];
-			frag_a(a, sK, PQ, warp * 16, ks * 16, gr, tq);
-			frag_a(av, sV, PQ, warp * 16, ks * 16, gr, tq);
-#pragma unroll
-			for (int n = 0; n < 4; n++) {
-				uint32_t bb[2];
-				frag_b(bb, sQ, PQ, n * 8, ks * 16, gr, tq);
-				mma_bf16(st[n], a, bb);
-				frag_b(bb, sdO, PQ, n * 8, ks * 16, gr, tq);
-				mma_bf16(dpt[n], av, bb);
-			}
+		for (int ks = 0; ks < KS; ks++) {
+			uint32_t a[4];
+			frag_a(a, sK, PQ, warp * 16, ks * 16, lane);
+			mma_row_b<4>(st, a, cQ, PQ, ks * 16, lane);
+			frag_a(a, sV, PQ, warp * 16, ks * 16, lane);
+			mma_row_b<4>(dpt, a, cdO, PQ, ks * 16, lane);
 		}
+		int i0 = qg * 32;
+		bool masked = pos != NULL || i0 < k0 + 64;
 #pragma unroll
 		for (int n = 0; n < 4; n++)
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
 				int ii = n * 8 + 2 * tq + (e & 1), i = i0 + ii, j = e < 2 ? j0 : j1;
-				bool ok = j <= i && j >= sF[ii];
-				float p = ok ? expf(st[n][e] * scale - sL[ii]) : 0.0f;
-				dpt[n][e] = ok ? p * (dpt[n][e] - sD[ii]) : 0.0f;
+				bool ok = !masked || (j <= i && j >= cF[ii]);
+				float p = ok ? expf(st[n][e] * scale - cL[ii]) : 0.0f;
+				dpt[n][e] = ok ? p * (dpt[n][e] - cD[ii]) : 0.0f;
 				st[n][e] = p;
 			}
 		uint32_t pa[2][4], da[2][4];
 		c_to_a<4>(pa, st);
 		c_to_a<4>(da, dpt);
 #pragma unroll
-		for (int ks = 0; ks < 2; ks++)
-#pragma unroll
-			for (int n = 0; n < NT; n++) {
-				uint32_t bb[2];
-				frag_b(bb, sdOt, PT, n * 8, ks * 16, gr, tq);
-				mma_bf16(adv[n], pa[ks], bb);
-				frag_b(bb, sQt, PT, n * 8, ks * 16, gr, tq);
-				mma_bf16(adk[n], da[ks], bb);
-			}
+		for (int ks = 0; ks < 2; ks++) {
+			mma_row_bt<NT>(adv, pa[ks], cdO, PQ, ks * 16, lane);
+			mma_row_bt<NT>(adk, da[ks], cQ, PQ, ks * 16, lane);
+		}
+		__syncthreads();
+		qg = nq;
 	}
+	async_wait<0>(); // no copy outlives the block (none is pending when a group ran)
 #pragma unroll
 	for (int n = 0; n < NT; n++) {
 		int col = n * 8 + 2 * tq;
@@ -662,19 +724,20 @@ static void allow_smem(K kernel, size_t bytes)
 template <int DP>
 static size_t fwd_smem(void)
 {
-	return (size_t)(2 * 64 * (DP + 8) + DP * 72) * sizeof(bf16);
+	return (size_t)5 * 64 * (DP + 8) * sizeof(bf16); // q, 2 K, 2 V
 }
 
 template <int DP>
 static size_t dq_smem(void)
 {
-	return (size_t)(4 * 64 * (DP + 8) + DP * 72) * sizeof(bf16);
+	return (size_t)6 * 64 * (DP + 8) * sizeof(bf16); // q, dout, 2 K, 2 V
 }
 
 template <int DP>
 static size_t dkdv_smem(void)
 {
-	return (size_t)(2 * 64 * (DP + 8) + 2 * 32 * (DP + 8) + 2 * DP * 40) * sizeof(bf16) + 3 * 32 * 4;
+	// K, V; 2 q, 2 dout of 32 rows; 2 x 32 lse, delta, first
+	return (size_t)(2 * 64 + 4 * 32) * (DP + 8) * sizeof(bf16) + 3 * 64 * 4;
 }
 
 template <int DP>
