@@ -22,12 +22,15 @@
  *   - GEMMs accumulate in fp32
  *   - attention: q, k, v (and the upstream gradient dout in backward) are
  *     rounded to bf16 before every product that reads them; the scores
- *     scale * q.k accumulate in fp32 and the softmax runs in fp32 (lse kept
- *     in fp32); the probabilities are rounded to bf16 (P16) for out = P16 v
- *     and dv = sum_h P16^T dout; in backward P is rebuilt in fp32 from lse,
- *     dP = dout v^T accumulates in fp32, delta_i = sum_j P_ij dP_ij and
- *     dS = P (dP - delta) are fp32, and dS is rounded to bf16 (dS16) for
- *     dq = scale dS16 k and dk = scale sum_h dS16^T q
+ *     s = scale * q.k accumulate in fp32.  Forward: an online softmax over
+ *     key tiles of ATTN_KEY_TILE keys (tile t holds keys 64t..64t+63 of
+ *     the row): per tile, m' = max(m, max_j s_j), p_j = e^(s_j - m') in
+ *     fp32, l = l e^(m - m') + sum_j p_j, acc = acc e^(m - m') + sum_j
+ *     bf16(p_j) v_j; out = bf16(acc / l), lse = m + log(l) in fp32.  So
+ *     the bf16 probability is the tile's unnormalised one.  Backward: P =
+ *     e^(s - lse) in fp32, dP = dout v^T in fp32, delta_i = sum_j P_ij
+ *     dP_ij and dS = P (dP - delta) in fp32; bf16(P) for dv = sum_h P^T
+ *     dout, bf16(dS) for dq = scale dS k and dk = scale sum_h dS^T q
  *   - LoRA A, B, their grads and AdamW states: fp32; the LoRA products are
  *     fp32 sums of exact products (the bf16 input x, the bf16 upstream
  *     gradient, fp32 A, B, u and du)
@@ -175,24 +178,33 @@ X(void, lora_backward, (float *din, float *dA, float *dB, float *du, bf16 *ext, 
  * corner (rows >= N, columns >= K) is not touched (no GEMM reads it). */ \
 X(void, lora_weight_ext, (bf16 *w, int ld_w, const float *A, const float *B, const bf16 *bias, float scale, int K, int N, int R)) \
 /* Rotary embedding, HF rotate_half layout, in place on x (T,nh,D); \
- * position of token t is t % S; cos, sin (S, D/2). */ \
-X(void, rope_forward, (float *x, const float *cos, const float *sin, int B, int S, int nh, int D)) \
+ * cos, sin (S, D/2).  pos (T) int32, device memory on CUDA: the position \
+ * of token t (its angle index), or NULL for t % S.  A position outside \
+ * [0, t % S] is clamped into it (see attention_forward). */ \
+X(void, rope_forward, (float *x, const float *cos, const float *sin, const int32_t *pos, int B, int S, int nh, int D)) \
 /* Inverse rotation of the gradient, in place on dx (T,nh,D). */ \
-X(void, rope_backward, (float *dx, const float *cos, const float *sin, int B, int S, int nh, int D)) \
-/* Causal GQA attention, softmax scale 1/sqrt(D).  q (T,H,D), k, v (T,G,D); \
- * out (T,H*D) bf16, rows ld_out (>= H*D) apart; lse (B,H,S) log-sum-exp \
- * of the scaled scores, saved. \
+X(void, rope_backward, (float *dx, const float *cos, const float *sin, const int32_t *pos, int B, int S, int nh, int D)) \
+/* Causal GQA attention with document masks, softmax scale 1/sqrt(D). \
+ * q (T,H,D), k, v (T,G,D); out (T,H*D) bf16, rows ld_out (>= H*D) \
+ * apart; lse (B,H,S) log-sum-exp of the scaled scores, saved. \
+ * pos (T) int32, device memory on CUDA, or NULL for pos[t] = t % S: \
+ * token i of a row attends key j of the same row iff i - pos[i] <= j <= \
+ * i, so a row packed with documents gives each its own causal attention \
+ * when pos counts from 0 at each document's first token.  pos[i] is \
+ * clamped into [0, i] (a device array cannot be checked without a \
+ * synchronisation; the clamp keeps a bad one inside the row). \
  * Inside, bf16 products with fp32 accumulation (the contract above): \
- * scores = scale * bf16(q) . bf16(k), softmax in fp32, out = bf16(P) @ \
- * bf16(v) rounded to bf16.  Keys j > i get P = 0 exactly. \
- * scratch: attention_scratch_floats(B,S,H,G,D) floats. */ \
-X(void, attention_forward, (bf16 *out, int ld_out, float *lse, float *scratch, const float *q, const float *k, const float *v, int B, int S, int H, int G, int D)) \
-/* dq (T,H,D), dk, dv (T,G,D) written (not accumulated) from dout (T,H*D): \
+ * scores = scale * bf16(q) . bf16(k), online softmax over key tiles in \
+ * fp32, out = bf16(acc / l).  Masked keys get p = 0 exactly. \
+ * scratch: attention_scratch_floats(B,S,H,G,D) floats, O(B*S*H*D). */ \
+X(void, attention_forward, (bf16 *out, int ld_out, float *lse, float *scratch, const float *q, const float *k, const float *v, const int32_t *pos, int B, int S, int H, int G, int D)) \
+/* dq (T,H,D), dk, dv (T,G,D) written (not accumulated) from dout (T,H*D) \
+ * and the forward's lse, under the same mask (pos as in forward): \
  * P = exp(scale bf16(q).bf16(k) - lse) in fp32, dP = bf16(dout) @ bf16(v)^T \
  * in fp32, dS = P (dP - rowsum(P dP)) in fp32; dv = sum_h bf16(P)^T \
  * bf16(dout), dq = scale bf16(dS) @ bf16(k), dk = scale sum_h bf16(dS)^T \
  * bf16(q), all accumulated in fp32. */ \
-X(void, attention_backward, (float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *q, const float *k, const float *v, const float *lse, int B, int S, int H, int G, int D)) \
+X(void, attention_backward, (float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *q, const float *k, const float *v, const float *lse, const int32_t *pos, int B, int S, int H, int G, int D)) \
 /* out (T,F) = silu(gate) * up, bf16, rows ld_out (>= F) apart; gate, up \
  * (T,F) contiguous */ \
 X(void, swiglu_forward, (bf16 *out, int ld_out, const float *gate, const float *up, int T, int F)) \
@@ -226,15 +238,32 @@ X(void, adamw_update, (float *param, const float *grad, float *m, float *v, long
 size_t attention_scratch_floats(int B, int S, int H, int G, int D);
 size_t sumsq_scratch_floats(long n);
 
-/* The CUDA backend's attention scratch (kernels/cuda/attention.cu says what
- * goes where and when): two score-shaped squares, (B,H,S,S) fp32 each, and
- * four (T,H,D) bf16 copies (q, k and v expanded to the H query heads, dout),
- * two of which later hold one (T,H,D) fp32 buffer.  In floats, each part
- * rounded up to 4 (16 bytes).  attention_scratch_floats covers this and the
- * CPU's own layout. */
+/* The attention's tiles: ATTN_KEY_TILE keys per online-softmax step
+ * (both backends, so they round at the same places); the CUDA kernels
+ * also take query tiles of 64 rows and, in backward's key pass, 32. */
+#define ATTN_KEY_TILE 64
+#define ATTN_ROW_GROUP 32
+
+/* The head dimension the CUDA kernels compute with: D padded with zeros to
+ * 64 or 128 (larger D: to 16, which only the CPU runs). */
+static inline int attention_dpad(int D)
+{
+	return D <= 64 ? 64 : D <= 128 ? 128 : (D + 15) / 16 * 16;
+}
+
+/* The attention scratch, O(B*S*H*D) floats (kernels/cuda/attention.cu
+ * says what goes where): bf16 copies of q, dout (per query head) and k, v
+ * (per key/value head), each head's rows of attention_dpad(D) elements;
+ * delta (B,H,S) fp32; the earliest key of every group of ATTN_ROW_GROUP
+ * query rows (int32); and, with G < H, the per-query-head dk and dv (T,H,D)
+ * fp32 before their group sum.  In floats, each part rounded up to 4 (16
+ * bytes).  The CPU's layout (the same copies at D elements, delta) fits. */
 struct attention_parts {
-	size_t square; /* B*H*S*S: scores, then P16 (or dP, then dS16) in place */
-	size_t copy;   /* (T,H,D) bf16 */
+	size_t q16;   /* (B,H,S,Dp) bf16: q, and dout in backward (twice) */
+	size_t kv16;  /* (B,G,S,Dp) bf16: k, and v (twice) */
+	size_t delta; /* (B,H,S) fp32 */
+	size_t lo;    /* (B, ceil(S/32)) int32 */
+	size_t heads; /* (T,H,D) fp32, 0 when G == H: dk_h, dv_h (twice) */
 };
 
 static inline size_t attention_round4(size_t floats)
@@ -242,19 +271,23 @@ static inline size_t attention_round4(size_t floats)
 	return (floats + 3) / 4 * 4;
 }
 
-static inline struct attention_parts attention_parts_of(int B, int S, int H, int D)
+static inline struct attention_parts attention_parts_of(int B, int S, int H, int G, int D)
 {
 	struct attention_parts p;
-	p.square = attention_round4((size_t)B * H * S * S);
-	p.copy = attention_round4(((size_t)B * S * H * D + 1) / 2);
+	size_t dp = (size_t)attention_dpad(D);
+	p.q16 = attention_round4(((size_t)B * H * S * dp + 1) / 2);
+	p.kv16 = attention_round4(((size_t)B * G * S * dp + 1) / 2);
+	p.delta = attention_round4((size_t)B * H * S);
+	p.lo = attention_round4((size_t)B * ((S + ATTN_ROW_GROUP - 1) / ATTN_ROW_GROUP));
+	p.heads = G == H ? 0 : attention_round4((size_t)B * S * H * D);
 	return p;
 }
 
-/* 2*B*H*S*S + 2*T*H*D floats, but for the rounding. */
-static inline size_t attention_cuda_floats(int B, int S, int H, int D)
+/* The whole scratch: 2 q16 + 2 kv16 + delta + lo + 2 heads. */
+static inline size_t attention_cuda_floats(int B, int S, int H, int G, int D)
 {
-	struct attention_parts p = attention_parts_of(B, S, H, D);
-	return 2 * p.square + 4 * p.copy;
+	struct attention_parts p = attention_parts_of(B, S, H, G, D);
+	return 2 * p.q16 + 2 * p.kv16 + p.delta + p.lo + 2 * p.heads;
 }
 
 #define POROS_DECLARE_CPU(ret, name, args) ret name##_cpu args;

@@ -1,58 +1,46 @@
 // defines: attention_forward_cpu attention_backward_cpu attention_scratch_floats
-/* Causal grouped-query attention, the reference for the CUDA backend's
- * tensor-core products: scores = (q . k) * D^-1/2, softmax over keys j <= i,
- * out = P @ v; query head h reads key/value head h / (H/G).  The forward
- * saves each row's log-sum-exp so the backward rebuilds P = exp(score -
- * lse) without another max/sum pass.
+/* Causal grouped-query attention with document masks: the specification
+ * the CUDA kernels are tested against, written for reading.
  *
- * Rounding follows ops.h's precision contract, at exactly the places where
- * CUDA stores bf16, so the two backends differ only in the order of their
- * fp32 sums: q, k, v and dout are rounded to bf16 before every product,
- * the probabilities to bf16 (P16) before out = P16 v and dv = P16^T dout,
- * and the score gradients to bf16 (dS16) before dq = dS16 k and dk =
- * dS16^T q.  Dot products sum d = 0..D-1 in fp32; the softmax sums and
- * delta run in double.  Parallel loops give each output row to one thread,
- * so the bits do not depend on the thread count.
+ * Query head h reads key/value head h / (H/G).  Token i of a row attends
+ * key j of the same row iff first <= j <= i, first = i - pos[i] (pos NULL:
+ * first = 0, plain causal).  Scores s_ij = scale * bf16(q_i) . bf16(k_j),
+ * summed d = 0..D-1 in fp32, scale = D^-1/2.
  *
- * Scratch layout (floats), inside attention_scratch_floats(B,S,H,G,D), the
- * larger of this and the CUDA backend's layout (attention_cuda_floats,
- * ops.h), which is always the larger:
- *   [0, Y)       per head (b,h) a triangle: row i holds keys 0..i, i+1
- *                floats at i(i+1)/2; Y = B*H*S(S+1)/2 rounded up to 4.
- *                Forward: the row's scores, then P16 (as fp32 values).
- *                Backward: the scores, then P (fp32), then per key j the
- *                pair (P16, dS16) packed into the key's float.
- *   [Y, Y+T*H*D) bf16 copies: k16 and v16 (T,G,D) each while rows are
- *                computed; in the backward's key pass q16 and dout16
- *                (T,H*D) each, which only that pass reads.
- * A row's q and dout are rounded on the stack (D floats each) instead, so
- * no pass needs all four copies at once. */
+ * Forward, one query row at a time: an online softmax over the key tiles
+ * of ATTN_KEY_TILE keys that hold the row's keys (tile t: keys 64t..),
+ * exactly the steps ops.h's contract gives, so the CUDA kernel differs
+ * only in the order of its fp32 sums:
+ *   m' = max(m, tile max),  p_j = e^(s_j - m'),  c = e^(m - m')
+ *   l = l c + sum p_j,      acc = acc c + sum bf16(p_j) bf16(v_j)
+ *   out = bf16(acc / l),    lse = m + log(l)
+ * While no key of the row has been seen, m' is -inf and the exponent is
+ * taken against 0 instead, so p and c are 0 (not NaN) and a tile wholly
+ * before the row's first key leaves l = acc = 0: skipping it or not gives
+ * the same bits.
+ *
+ * Backward: P_ij = e^(s_ij - lse_i), dP_ij = bf16(dout_i) . bf16(v_j),
+ * delta_i = sum_j P_ij dP_ij (fp32, keys in order), dS_ij = P_ij (dP_ij -
+ * delta_i); then
+ *   dq_i = scale sum_j bf16(dS_ij) k_j                  (pass 1, per query row)
+ *   dk_j = scale sum_h sum_i bf16(dS_ij) q_i,  dv_j = sum_h sum_i bf16(P_ij) dout_i
+ *                                                       (pass 2, per key row)
+ * with heads h of the group ascending, then rows i ascending.  Both passes
+ * rebuild P and dS with one function, so they agree bit for bit.
+ *
+ * Memory: no score square.  The scratch (attention_scratch_floats, ops.h's
+ * attention_parts) holds bf16 copies of q, k, v, dout (T rows of D) and
+ * delta (B,H,S); each row works on its own stack (D floats, one key tile of
+ * scores).  Parallel loops give each output row to one thread, so the
+ * bits do not depend on the thread count. */
 #include <math.h>
-#include <string.h>
 
 #include "ops.h"
 #include "cpu_par.h"
 
-/* Head-dim columns of an output row accumulated together on the stack. */
-#define ATTN_D_TILE 128
-
-static size_t triangle(size_t n)
-{
-	return n * (n + 1) / 2;
-}
-
-/* Floats before the bf16 copies: every head's triangle of rows. */
-static size_t rows_floats(int B, int S, int H)
-{
-	return attention_round4((size_t)B * H * triangle((size_t)S));
-}
-
 size_t attention_scratch_floats(int B, int S, int H, int G, int D)
 {
-	(void)G; /* both layouts hold every query head's rows, whatever the grouping */
-	size_t cpu = rows_floats(B, S, H) + (size_t)B * S * H * D;
-	size_t cuda = attention_cuda_floats(B, S, H, D);
-	return cpu > cuda ? cpu : cuda;
+	return attention_cuda_floats(B, S, H, G, D);
 }
 
 /* The softmax scale as torch applies a Python float to an fp32 tensor. */
@@ -74,190 +62,187 @@ static void copy_bf16(bf16 *out, const float *in, size_t n)
 		out[i] = bf16_from_f32(in[i]);
 }
 
-/* a (n) holds values already rounded to bf16 */
-static inline float dot_bf16(const float *a, const bf16 *b, int n)
+static inline float dot_bf16(const bf16 *a, const bf16 *b, int n)
 {
 	float acc = 0.0f;
 	for (int i = 0; i < n; i++)
-		acc += a[i] * f32_from_bf16(b[i]);
+		acc += f32_from_bf16(a[i]) * f32_from_bf16(b[i]);
 	return acc;
 }
 
-/* A key's (P16, dS16) pair lives in the float that held its P; memcpy,
- * because the slot is read as a float and written as two bf16. */
-static inline void pair_store(float *slot, bf16 p16, bf16 ds16)
+/* The first key token i (0..S-1 in its row b) attends: i - pos, pos
+ * clamped into [0, i]. */
+static inline int first_key(const int32_t *pos, int b, int S, int i)
 {
-	uint32_t w = (uint32_t)p16 | (uint32_t)ds16 << 16;
-	memcpy(slot, &w, sizeof w);
+	if (!pos)
+		return 0;
+	int p = pos[(size_t)b * S + i];
+	p = p < 0 ? 0 : p > i ? i : p;
+	return i - p;
 }
 
-static inline uint32_t pair_load(const float *slot)
-{
-	uint32_t w;
-	memcpy(&w, slot, sizeof w);
-	return w;
-}
+/* The bf16 copies in the scratch, rows of D elements: q16 and dout16
+ * (T,H,D), k16 and v16 (T,G,D); delta (B,H,S). */
+struct copies {
+	bf16 *q16, *k16, *v16, *dout16;
+	float *delta;
+};
 
-static inline float pair_p(uint32_t w)
+static struct copies copies_of(float *scratch, int B, int S, int H, int G, int D)
 {
-	return f32_from_bf16((bf16)(w & 0xffffu));
-}
-
-static inline float pair_ds(uint32_t w)
-{
-	return f32_from_bf16((bf16)(w >> 16));
+	struct attention_parts p = attention_parts_of(B, S, H, G, D);
+	struct copies c;
+	c.q16 = (bf16 *)scratch;
+	c.dout16 = (bf16 *)(scratch + p.q16);
+	c.k16 = (bf16 *)(scratch + 2 * p.q16);
+	c.v16 = (bf16 *)(scratch + 2 * p.q16 + p.kv16);
+	c.delta = scratch + 2 * p.q16 + 2 * p.kv16;
+	return c;
 }
 
 /* out (T,H*D) bf16, rows ld_out apart; lse (B,H,S), q (T,H,D), k, v
- * (T,G,D), T = B*S */
+ * (T,G,D), pos (T) or NULL, T = B*S */
 void attention_forward_cpu(bf16 *out, int ld_out, float *lse, float *scratch, const float *q, const float *k,
-			   const float *v, int B, int S, int H, int G, int D)
+			   const float *v, const int32_t *pos, int B, int S, int H, int G, int D)
 {
 	if (B <= 0 || S <= 0 || H <= 0 || D <= 0)
 		return;
 	int group = H / G;
 	float scale = softmax_scale(D);
-	size_t tokens = (size_t)B * S, head_rows = triangle((size_t)S);
-	bf16 *k16 = (bf16 *)(scratch + rows_floats(B, S, H)), *v16 = k16 + tokens * G * D;
+	size_t tokens = (size_t)B * S;
+	struct copies c = copies_of(scratch, B, S, H, G, D);
 
-	copy_bf16(k16, k, tokens * G * D);
-	copy_bf16(v16, v, tokens * G * D);
+	copy_bf16(c.q16, q, tokens * H * D);
+	copy_bf16(c.k16, k, tokens * G * D);
+	copy_bf16(c.v16, v, tokens * G * D);
 #pragma omp parallel for collapse(3) schedule(static) if ((long)B * H * S * S * D >= POROS_CPU_PAR_MIN)
 	for (int b = 0; b < B; b++) {
 		for (int h = 0; h < H; h++) {
 			for (int i = 0; i < S; i++) {
-				size_t row = ((size_t)b * H + h) * S + i;
-				int kvh = h / group;
-				const float *qi = q + (((size_t)b * S + i) * H + h) * D;
-				float *p = scratch + ((size_t)b * H + h) * head_rows + triangle((size_t)i);
-				float q16[D]; /* this row's q, rounded once */
+				int g = h / group, first = first_key(pos, b, S, i);
+				const bf16 *qi = c.q16 + (((size_t)b * S + i) * H + h) * D;
+				float acc[D], s[ATTN_KEY_TILE];
+				float m = -INFINITY, l = 0.0f;
 				for (int d = 0; d < D; d++)
-					q16[d] = round_bf16(qi[d]);
-				float max = -INFINITY;
-				for (int j = 0; j <= i; j++) {
-					const bf16 *kj = k16 + (((size_t)b * S + j) * G + kvh) * D;
-					p[j] = dot_bf16(q16, kj, D) * scale;
-					if (p[j] > max)
-						max = p[j];
-				}
-				double sum = 0.0;
-				for (int j = 0; j <= i; j++) {
-					p[j] = expf(p[j] - max);
-					sum += p[j];
-				}
-				float sumf = (float)sum;
-				for (int j = 0; j <= i; j++)
-					p[j] = round_bf16(p[j] / sumf); /* P16 */
-				lse[row] = (float)(max + log(sum));
-
-				bf16 *o = out + ((size_t)b * S + i) * ld_out + (size_t)h * D;
-				for (int d0 = 0; d0 < D; d0 += ATTN_D_TILE) {
-					int dn = D - d0 < ATTN_D_TILE ? D - d0 : ATTN_D_TILE;
-					float acc[ATTN_D_TILE] = { 0 };
-					for (int j = 0; j <= i; j++) {
-						const bf16 *vj = v16 + (((size_t)b * S + j) * G + kvh) * D + d0;
-						for (int dd = 0; dd < dn; dd++)
-							acc[dd] += p[j] * f32_from_bf16(vj[dd]);
+					acc[d] = 0.0f;
+				for (int t0 = first / ATTN_KEY_TILE * ATTN_KEY_TILE; t0 <= i; t0 += ATTN_KEY_TILE) {
+					int n = i + 1 - t0 < ATTN_KEY_TILE ? i + 1 - t0 : ATTN_KEY_TILE;
+					float tile_max = -INFINITY;
+					for (int u = 0; u < n; u++) {
+						int j = t0 + u;
+						const bf16 *kj = c.k16 + (((size_t)b * S + j) * G + g) * D;
+						s[u] = j < first ? -INFINITY : dot_bf16(qi, kj, D) * scale;
+						tile_max = fmaxf(tile_max, s[u]);
 					}
-					for (int dd = 0; dd < dn; dd++)
-						o[d0 + dd] = bf16_from_f32(acc[dd]);
+					float m_new = fmaxf(m, tile_max);
+					float base = m_new == -INFINITY ? 0.0f : m_new;
+					float c_old = expf(m - base);
+					l *= c_old;
+					for (int d = 0; d < D; d++)
+						acc[d] *= c_old;
+					for (int u = 0; u < n; u++) {
+						float p = expf(s[u] - base), p16 = round_bf16(p);
+						const bf16 *vj = c.v16 + (((size_t)b * S + t0 + u) * G + g) * D;
+						l += p;
+						for (int d = 0; d < D; d++)
+							acc[d] += p16 * f32_from_bf16(vj[d]);
+					}
+					m = m_new;
 				}
+				bf16 *o = out + ((size_t)b * S + i) * ld_out + (size_t)h * D;
+				for (int d = 0; d < D; d++)
+					o[d] = bf16_from_f32(acc[d] / l);
+				lse[((size_t)b * H + h) * S + i] = m + logf(l);
 			}
 		}
 	}
 }
 
+/* P_ij and dS_ij of query row (b,i) of head h and key j of its group g,
+ * given lse_i and delta_i: the one definition both backward passes use. */
+static inline void prob_and_grad(float *p, float *ds, const struct copies *c, int b, int h, int g, int i, int j,
+				 int S, int H, int G, int D, float scale, float lse_i, float delta_i)
+{
+	size_t qo = (((size_t)b * S + i) * H + h) * D, ko = (((size_t)b * S + j) * G + g) * D;
+	*p = expf(dot_bf16(c->q16 + qo, c->k16 + ko, D) * scale - lse_i);
+	*ds = *p * (dot_bf16(c->dout16 + qo, c->v16 + ko, D) - delta_i);
+}
+
 /* dq (T,H,D), dk, dv (T,G,D) written from dout (T,H*D) and the forward's
- * q, k, v, lse.  With P the probabilities and dP = dout . v:
- *   dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij')
- *   dq_i = scale sum_j dS_ij k_j,  dk_j = scale sum_{h in group, i >= j} dS_ij q_i,
- *   dv_j = sum_{h in group, i >= j} P_ij dout_i
- * dP_ij is computed twice per row (for delta, then for dS) rather than
- * stored: a row's scratch holds one float per key. */
+ * q, k, v, lse; pos as in forward. */
 void attention_backward_cpu(float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *q,
-			    const float *k, const float *v, const float *lse, int B, int S, int H, int G, int D)
+			    const float *k, const float *v, const float *lse, const int32_t *pos, int B, int S, int H,
+			    int G, int D)
 {
 	if (B <= 0 || S <= 0 || H <= 0 || D <= 0)
 		return;
 	int group = H / G;
 	float scale = softmax_scale(D);
-	size_t tokens = (size_t)B * S, head_rows = triangle((size_t)S);
-	bf16 *copies = (bf16 *)(scratch + rows_floats(B, S, H));
-	bf16 *k16 = copies, *v16 = copies + tokens * G * D;
+	size_t tokens = (size_t)B * S;
+	struct copies c = copies_of(scratch, B, S, H, G, D);
 
-	/* pass 1, one query row per iteration: P, dS and dq */
-	copy_bf16(k16, k, tokens * G * D);
-	copy_bf16(v16, v, tokens * G * D);
+	copy_bf16(c.q16, q, tokens * H * D);
+	copy_bf16(c.dout16, dout, tokens * H * D);
+	copy_bf16(c.k16, k, tokens * G * D);
+	copy_bf16(c.v16, v, tokens * G * D);
+
+	/* pass 1, one query row per iteration: delta, then dq */
 #pragma omp parallel for collapse(3) schedule(static) if ((long)B * H * S * S * D >= POROS_CPU_PAR_MIN)
 	for (int b = 0; b < B; b++) {
 		for (int h = 0; h < H; h++) {
 			for (int i = 0; i < S; i++) {
+				int g = h / group, first = first_key(pos, b, S, i);
 				size_t row = ((size_t)b * H + h) * S + i;
-				int kvh = h / group;
-				size_t qoff = (((size_t)b * S + i) * H + h) * D;
-				float *p = scratch + ((size_t)b * H + h) * head_rows + triangle((size_t)i);
-				float q16[D], dout16[D]; /* this row's q and dout, rounded once */
-				for (int d = 0; d < D; d++) {
-					q16[d] = round_bf16(q[qoff + d]);
-					dout16[d] = round_bf16(dout[qoff + d]);
+				float delta = 0.0f, p, ds, acc[D];
+				for (int j = first; j <= i; j++) {
+					prob_and_grad(&p, &ds, &c, b, h, g, i, j, S, H, G, D, scale, lse[row], 0.0f);
+					delta += ds; /* with delta 0, ds is P dP */
 				}
-				double delta = 0.0;
-				for (int j = 0; j <= i; j++) {
-					size_t kvoff = (((size_t)b * S + j) * G + kvh) * D;
-					p[j] = expf(dot_bf16(q16, k16 + kvoff, D) * scale - lse[row]);
-					delta += (double)p[j] * dot_bf16(dout16, v16 + kvoff, D);
+				c.delta[row] = delta;
+				for (int d = 0; d < D; d++)
+					acc[d] = 0.0f;
+				for (int j = first; j <= i; j++) {
+					prob_and_grad(&p, &ds, &c, b, h, g, i, j, S, H, G, D, scale, lse[row], delta);
+					float ds16 = round_bf16(ds);
+					const bf16 *kj = c.k16 + (((size_t)b * S + j) * G + g) * D;
+					for (int d = 0; d < D; d++)
+						acc[d] += ds16 * f32_from_bf16(kj[d]);
 				}
-				float deltaf = (float)delta;
-				for (int j = 0; j <= i; j++) {
-					size_t kvoff = (((size_t)b * S + j) * G + kvh) * D;
-					float ds = p[j] * (dot_bf16(dout16, v16 + kvoff, D) - deltaf);
-					pair_store(p + j, bf16_from_f32(p[j]), bf16_from_f32(ds));
-				}
-				for (int d0 = 0; d0 < D; d0 += ATTN_D_TILE) {
-					int dn = D - d0 < ATTN_D_TILE ? D - d0 : ATTN_D_TILE;
-					float acc[ATTN_D_TILE] = { 0 };
-					for (int j = 0; j <= i; j++) {
-						float ds16 = pair_ds(pair_load(p + j));
-						const bf16 *kj = k16 + (((size_t)b * S + j) * G + kvh) * D + d0;
-						for (int dd = 0; dd < dn; dd++)
-							acc[dd] += ds16 * f32_from_bf16(kj[dd]);
-					}
-					for (int dd = 0; dd < dn; dd++)
-						dq[qoff + d0 + dd] = scale * acc[dd];
-				}
+				float *dqi = dq + (((size_t)b * S + i) * H + h) * D;
+				for (int d = 0; d < D; d++)
+					dqi[d] = scale * acc[d];
 			}
 		}
 	}
 
-	/* pass 2, one key row per iteration: dk and dv sum the group's query
-	 * heads in order, then the query rows i = j..S-1 in order */
-	bf16 *q16 = copies, *dout16 = copies + tokens * H * D;
-	copy_bf16(q16, q, tokens * H * D);
-	copy_bf16(dout16, dout, tokens * H * D);
+	/* pass 2, one key row per iteration: the group's query heads in order,
+	 * then the query rows that attend key j in order */
 #pragma omp parallel for collapse(3) schedule(static) if ((long)B * H * S * S * D >= POROS_CPU_PAR_MIN)
 	for (int b = 0; b < B; b++) {
 		for (int g = 0; g < G; g++) {
 			for (int j = 0; j < S; j++) {
-				size_t kvoff = (((size_t)b * S + j) * G + g) * D;
-				for (int d0 = 0; d0 < D; d0 += ATTN_D_TILE) {
-					int dn = D - d0 < ATTN_D_TILE ? D - d0 : ATTN_D_TILE;
-					float acc_k[ATTN_D_TILE] = { 0 }, acc_v[ATTN_D_TILE] = { 0 };
-					for (int h = g * group; h < (g + 1) * group; h++) {
-						const float *rows = scratch + ((size_t)b * H + h) * head_rows;
-						for (int i = j; i < S; i++) {
-							uint32_t w = pair_load(rows + triangle((size_t)i) + j);
-							float p16 = pair_p(w), ds16 = pair_ds(w);
-							size_t qoff = (((size_t)b * S + i) * H + h) * D + d0;
-							for (int dd = 0; dd < dn; dd++) {
-								acc_k[dd] += ds16 * f32_from_bf16(q16[qoff + dd]);
-								acc_v[dd] += p16 * f32_from_bf16(dout16[qoff + dd]);
-							}
+				float acc_k[D], acc_v[D], p, ds;
+				for (int d = 0; d < D; d++)
+					acc_k[d] = acc_v[d] = 0.0f;
+				for (int h = g * group; h < (g + 1) * group; h++) {
+					for (int i = j; i < S; i++) {
+						if (j < first_key(pos, b, S, i))
+							continue;
+						size_t row = ((size_t)b * H + h) * S + i;
+						prob_and_grad(&p, &ds, &c, b, h, g, i, j, S, H, G, D, scale, lse[row],
+							      c.delta[row]);
+						float p16 = round_bf16(p), ds16 = round_bf16(ds);
+						size_t qo = (((size_t)b * S + i) * H + h) * D;
+						for (int d = 0; d < D; d++) {
+							acc_k[d] += ds16 * f32_from_bf16(c.q16[qo + d]);
+							acc_v[d] += p16 * f32_from_bf16(c.dout16[qo + d]);
 						}
 					}
-					for (int dd = 0; dd < dn; dd++) {
-						dk[kvoff + d0 + dd] = scale * acc_k[dd];
-						dv[kvoff + d0 + dd] = acc_v[dd];
-					}
+				}
+				size_t kvo = (((size_t)b * S + j) * G + g) * D;
+				for (int d = 0; d < D; d++) {
+					dk[kvo + d] = scale * acc_k[d];
+					dv[kvo + d] = acc_v[d];
 				}
 			}
 		}

@@ -3,19 +3,29 @@
  * a head, x1 = x[:D/2] and x2 = x[D/2:], rotate as pairs (x1[i], x2[i]):
  *   out = x * cos + rotate_half(x) * sin,  rotate_half(x) = cat(-x2, x1)
  * HF's cos/sin rows are cat(freqs, freqs), so a (S, D/2) table holds all.
- * The backward applies the transposed (inverse) rotation to the gradient. */
+ * The backward applies the transposed (inverse) rotation to the gradient.
+ * Token t takes the angles of position pos[t] (NULL: t % S), clamped into
+ * [0, t % S] as ops.h says. */
 #include "ops.h"
 #include "cpu_par.h"
 
-/* x (T,nh,D) in place, T = B*S, token t at position t % S; cos, sin (S, D/2) */
-void rope_forward_cpu(float *x, const float *cos, const float *sin, int B, int S, int nh, int D)
+static inline int position(const int32_t *pos, int S, int t)
+{
+	int i = t % S;
+	if (!pos)
+		return i;
+	return pos[t] < 0 ? 0 : pos[t] > i ? i : pos[t];
+}
+
+/* x (T,nh,D) in place, T = B*S; cos, sin (S, D/2); pos (T) or NULL */
+void rope_forward_cpu(float *x, const float *cos, const float *sin, const int32_t *pos, int B, int S, int nh, int D)
 {
 	int half = D / 2;
 #pragma omp parallel for collapse(2) schedule(static) if ((long)B * S * nh * D >= POROS_CPU_PAR_MIN)
 	for (int t = 0; t < B * S; t++) {
 		for (int h = 0; h < nh; h++) {
-			const float *c = cos + (size_t)(t % S) * half;
-			const float *s = sin + (size_t)(t % S) * half;
+			const float *c = cos + (size_t)position(pos, S, t) * half;
+			const float *s = sin + (size_t)position(pos, S, t) * half;
 			float *x1 = x + ((size_t)t * nh + h) * D;
 			float *x2 = x1 + half;
 			for (int i = 0; i < half; i++) {
@@ -28,14 +38,14 @@ void rope_forward_cpu(float *x, const float *cos, const float *sin, int B, int S
 }
 
 /* dx (T,nh,D) in place: dx1 = dy1 cos + dy2 sin, dx2 = dy2 cos - dy1 sin */
-void rope_backward_cpu(float *dx, const float *cos, const float *sin, int B, int S, int nh, int D)
+void rope_backward_cpu(float *dx, const float *cos, const float *sin, const int32_t *pos, int B, int S, int nh, int D)
 {
 	int half = D / 2;
 #pragma omp parallel for collapse(2) schedule(static) if ((long)B * S * nh * D >= POROS_CPU_PAR_MIN)
 	for (int t = 0; t < B * S; t++) {
 		for (int h = 0; h < nh; h++) {
-			const float *c = cos + (size_t)(t % S) * half;
-			const float *s = sin + (size_t)(t % S) * half;
+			const float *c = cos + (size_t)position(pos, S, t) * half;
+			const float *s = sin + (size_t)position(pos, S, t) * half;
 			float *d1 = dx + ((size_t)t * nh + h) * D;
 			float *d2 = d1 + half;
 			for (int i = 0; i < half; i++) {

@@ -1,264 +1,114 @@
 // defines: attention_forward_cuda, attention_backward_cuda,
-//          attention_cast_kernel, attention_softmax_kernel,
-//          attention_softmax_backward_kernel, attention_group_sum_kernel
+//          attention_pack_kernel, attention_first_kernel, attention_fwd_kernel,
+//          attention_dq_kernel, attention_dkdv_kernel, attention_group_sum_kernel
 //
-// Causal grouped-query attention, softmax scale 1/sqrt(D): query head h
-// reads key/value head g = h / (H/G).  Every product is a bf16 cuBLAS GEMM
-// on tensor cores with fp32 accumulation, rounded as ops.h's precision
-// contract says (q, k, v, dout, P and dS to bf16 before the products that
-// read them; scores, softmax, dP and dS in fp32), so the CPU reference
-// differs only in the order of its sums.  The softmax and its gradient are
-// row kernels with fixed-order block reductions; nothing is allocated.
+// Causal grouped-query attention with document masks, fused in the manner
+// of FlashAttention: tiles of q, k, v in shared memory, the products on
+// tensor cores (mma.sync m16n8k16, bf16 operands, fp32 accumulators), an
+// online softmax in registers, and no (S,S) tensor anywhere in device
+// memory.  Query head h reads key/value head g = h / (H/G).  Token i of a
+// row attends key j iff first_i <= j <= i, first_i = i - pos[i] (ops.h).
+// The rounding is ops.h's contract, the steps those of kernels/cpu/
+// attention.c (the reference), so the two differ in the order of fp32 sums.
 //
-// Few, large products: each one is ONE strided-batched GEMM per sequence b
-// over all H query heads and the whole S x S square.  The masked half
-// (keys j > i) is computed too, but P16 and dS16 are exactly 0 there, so
-// it adds nothing to out, dv, dq or dk; the tensor-core FLOPs are cheap
-// next to the launches and latency of many small per-block calls.  The
-// key/value heads are cast EXPANDED to (T,H,D) (query head h gets its
-// group's row), so every product has constant strides over the H heads.
+// Shapes: the head dimension is padded with zeros to Dp = 64 or 128
+// (attention_dpad), the template parameter DP; D > 128 is refused.
+// Blocks of 128 threads, 4 warps; each warp owns 16 rows of the block's
+// tile.  Key tiles are ATTN_KEY_TILE = 64 keys, aligned at multiples of
+// 64 in the row (the online softmax's steps, as on the CPU).
 //
-// Scratch (attention_cuda_floats(B,S,H,D) floats, ops.h's attention_parts;
-// each part starts on 16 bytes when the scratch does):
-//   A   (B,H,S,S) fp32: the scores; the row kernels turn each row into P16
-//       (S bf16 in the row's first half), in place
-//   D   (B,H,S,S) fp32, backward only: dP; then dS16 in each row's first
-//       half, in place
-//   C0  (T,H,D) bf16: q16
-//   C1  (T,H,D) bf16: k16e, k expanded
-//   C2  (T,H,D) bf16: v16e, v expanded (backward)
-//   C3  (T,H,D) bf16: dout16 (backward), v16e (forward)
-//   E   (T,H,D) fp32 over C1..C2 (two bf16 copies' worth): forward's
-//       output before its bf16 cast; backward's per-head dv_h, then dk_h,
-//       each summed over the group into dv, dk.  E only comes to life
-//       after the last product that reads k16e (and v16e in backward).
-// In floats: 2*B*H*S*S + 2*T*H*D (+ rounding), against 2*B*H*S*S +
-// 4*B*H*S for the fp32 attention before the blocked one; Qwen2.5-72B
-// (H=64, D=128) at S=512: 41943040 against 33685504 (+33.0 MB).
+// Forward, one block per (query tile of 64 rows, head, sequence):
+//   q16 rows -> registers; for each key tile from the one holding the tile's
+//   earliest first key up to the diagonal: K and V into shared memory (the
+//   next tile's copy in flight under this one's products), S = q K^T, mask
+//   (the diagonal tile and document masks only), running max and sum, acc
+//   = acc c + bf16(p) V.
+// Backward, three launches after the casts:
+//   dq kernel, per (query tile, head): pass 1 over the key tiles sums delta
+//     = rowsum(P dP), saved; pass 2 rebuilds P and dP, dS = P (dP - delta),
+//     dq = scale bf16(dS) K
+//   dk/dv kernel, per (key tile, head): over the query groups of 32 rows
+//     that reach the tile, P^T and dS^T from lse and delta, dv_h += bf16(P)^T
+//     dout, dk_h += bf16(dS)^T q; with G < H into per-head buffers that
+//   the group sum adds, heads ascending.
+// Determinism: every output element is summed by one thread in a fixed
+// order of tiles (and the tensor core's fixed order inside a product);
+// the cross-thread sums are fixed xor butterflies.  No atomics.
 //
-// Forward (one sequence b: 2 GEMMs; kernels: cast, softmax, out cast):
-//   cast q, k, v -> C0, C1, C3
-//   A = scale q16 k16e^T                        scores (b,h,i,j)
-//   softmax rows: lse saved, P16 in place in A
-//   E = P16 v16e                                (T,H*D) fp32
-//   out = bf16(E), rows ld_out apart
-// Backward (5 GEMMs per b; kernels: cast, gradient rows, 2 group sums):
-//   cast q, k, v, dout -> C0, C1, C2, C3
-//   A = scale q16 k16e^T;  D = dout16 v16e^T    (v16e dead)
-//   gradient rows: P = e^(s - lse), delta = sum_j P dP, P16 in place in A,
-//                  dS16 = bf16(P (dP - delta)) in place in D
-//   dq = scale dS16 k16e                        (k16e dead: E may start)
-//   E = P16^T dout16;          dv = group sum of E
-//   E = scale dS16^T q16;      dk = group sum of E
-//
-// Determinism: every GEMM's shape and operands depend on the shape alone,
-// each product is computed whole by one GEMM with beta 0, and the group
-// sums add the group's heads in ascending order.  No atomics.
-//
-// Layouts (row-major): q (T,H,D), k, v (T,G,D), out (T,H*D), T = B*S; the
-// rows of one head are H*D elements apart (in the expanded copies too),
-// which is the leading dimension cuBLAS is given, and the heads D apart,
-// the batch stride.  P16 and dS16 rows are 2*S bf16 apart, S*S fp32 = 2*S*S
-// bf16 between heads.  In cuBLAS's column-major view a row-major (rows,
-// cols) matrix with row stride ld is a (cols, rows) one with leading
-// dimension ld.
+// Scratch (ops.h's attention_parts, in this order):
+//   q16 (B,H,S,Dp) bf16, dout16 (B,H,S,Dp), k16 (B,G,S,Dp), v16 (B,G,S,Dp),
+//   delta (B,H,S) fp32, first (B, ceil(S/32)) int32: the earliest first key
+//   of each group of 32 query rows (with pos only), then with G < H dk_h,
+//   dv_h (T,H,D) fp32.  O(B*S*H*D): 7B at S=8192 (H=28, G=4) takes 353 MiB
+//   where the cuBLAS squares took 14.2 GiB.
 #include <limits.h>
 #include <math.h>
 
 #include "common.cuh"
 
-#define ROW_THREADS 128
-#define CAST_THREADS 256
+#define ATTN_THREADS 128
+#define PACK_THREADS 256
 #define SUM_THREADS 256
 
-// Where the scratch's parts are for one shape; unused parts are NULL.
 struct attn_plan {
-	int B, S, H, G, D;
-	float *scores; // A
-	float *grads;  // D (backward)
-	bf16 *q16, *k16e, *v16e, *dout16;
-	float *heads; // E
+	bf16 *q16, *dout16, *k16, *v16;
+	float *delta;
+	int *first;
+	float *dk_h, *dv_h;
 };
 
-static struct attn_plan plan_of(float *scratch, int B, int S, int H, int G, int D, bool backward)
+static struct attn_plan plan_of(float *scratch, int B, int S, int H, int G, int D)
 {
-	struct attention_parts parts = attention_parts_of(B, S, H, D);
-	struct attn_plan p;
-	p.B = B, p.S = S, p.H = H, p.G = G, p.D = D;
-	p.scores = scratch;
-	p.grads = scratch + parts.square;
-	float *copies = scratch + 2 * parts.square;
-	p.q16 = (bf16 *)copies;
-	p.k16e = (bf16 *)(copies + parts.copy);
-	p.heads = copies + parts.copy;
-	if (backward) {
-		p.v16e = (bf16 *)(copies + 2 * parts.copy);
-		p.dout16 = (bf16 *)(copies + 3 * parts.copy);
-	} else { // E covers C1..C2, so v16e lives where dout16 would
-		p.grads = NULL;
-		p.v16e = (bf16 *)(copies + 3 * parts.copy);
-		p.dout16 = NULL;
-	}
-	return p;
+	struct attention_parts p = attention_parts_of(B, S, H, G, D);
+	struct attn_plan a;
+	a.q16 = (bf16 *)scratch;
+	a.dout16 = (bf16 *)(scratch + p.q16);
+	a.k16 = (bf16 *)(scratch + 2 * p.q16);
+	a.v16 = (bf16 *)(scratch + 2 * p.q16 + p.kv16);
+	a.delta = scratch + 2 * p.q16 + 2 * p.kv16;
+	a.first = (int *)(a.delta + p.delta);
+	a.dk_h = G == H ? NULL : a.delta + p.delta + p.lo;
+	a.dv_h = G == H ? NULL : a.dk_h + p.heads;
+	return a;
 }
 
 // ---------------------------------------------------------------------------
-// Kernels.  The row kernels give each thread four consecutive keys of a
-// chunk of 4*blockDim.x keys, walked in chunk order; vec only widens the
-// loads and stores (S % 4 == 0 and 16-byte rows), so the order of every
-// sum, and the bits, depend on S alone.
+// Small kernels.
 
-// q16 (T,H,D) = bf16(q); k16e, v16e (T,H,D) = bf16 of k, v (T,G,D) at the
-// query head's key/value head; dout16 = bf16(dout) unless dout is NULL.
-// n = T*H*D elements, four per item when vec (D % 4 == 0, aligned).
-__global__ void attention_cast_kernel(bf16 *q16, bf16 *k16e, bf16 *v16e, bf16 *dout16, const float *q,
-                                      const float *k, const float *v, const float *dout, long n, int H, int G,
-                                      int D, bool vec)
+// dst (B,nh,S,DP) bf16 = bf16(src (B*S,nh,D)), zeros for d >= D; two
+// elements per item.
+__global__ void attention_pack_kernel(bf16 *dst, const float *src, int S, int nh, int D, int DP, long items)
 {
-	int group = H / G;
-	int per = vec ? 4 : 1;
-	long items = n / per, stride = (long)gridDim.x * blockDim.x;
-	for (long it = (long)blockIdx.x * blockDim.x + threadIdx.x; it < items; it += stride) {
-		long e = it * per;
-		long t = e / ((long)H * D);
-		int h = (int)(e / D % H), d = (int)(e % D);
-		long kv = (t * G + h / group) * D + d;
-		if (vec) {
-			float4 x = *(const float4 *)(q + e);
-			*(uint2 *)(q16 + e) = make_uint2(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w));
-			x = *(const float4 *)(k + kv);
-			*(uint2 *)(k16e + e) = make_uint2(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w));
-			x = *(const float4 *)(v + kv);
-			*(uint2 *)(v16e + e) = make_uint2(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w));
-			if (dout) {
-				x = *(const float4 *)(dout + e);
-				*(uint2 *)(dout16 + e) = make_uint2(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w));
-			}
-		} else {
-			q16[e] = f32_to_bf16(q[e]);
-			k16e[e] = f32_to_bf16(k[kv]);
-			v16e[e] = f32_to_bf16(v[kv]);
-			if (dout)
-				dout16[e] = f32_to_bf16(dout[e]);
-		}
+	for (long it = (long)blockIdx.x * blockDim.x + threadIdx.x; it < items; it += (long)gridDim.x * blockDim.x) {
+		long e = it * 2, row = e / DP;
+		int d = (int)(e % DP), s = (int)(row % S), h = (int)(row / S % nh);
+		long b = row / S / nh;
+		const float *x = src + ((b * S + s) * nh + h) * D;
+		float lo = d < D ? x[d] : 0.0f, hi = d + 1 < D ? x[d + 1] : 0.0f;
+		*(uint32_t *)(dst + e) = pack_bf16x2(lo, hi);
 	}
 }
 
-// Keys j..j+3 of a row of S floats (j < S); those past S read as 0.
-__device__ __forceinline__ void load_keys(float x[4], const float *row, int j, int S, bool vec)
+// The first key row i (0..S-1 of row b) attends: i - pos clamped into [0, i].
+__device__ __forceinline__ int first_key(const int32_t *pos, int b, int S, int i)
 {
-	if (vec) { // S % 4 == 0 and j % 4 == 0, so j + 3 < S
-		float4 w = *(const float4 *)(row + j);
-		x[0] = w.x, x[1] = w.y, x[2] = w.z, x[3] = w.w;
-		return;
-	}
-	for (int u = 0; u < 4; u++)
-		x[u] = j + u < S ? row[j + u] : 0.0f;
+	if (!pos)
+		return 0;
+	int p = pos[(size_t)b * S + i];
+	p = p < 0 ? 0 : p > i ? i : p;
+	return i - p;
 }
 
-// bf16 of keys j..j+3 into a row of S bf16 (j < S); those past S dropped.
-__device__ __forceinline__ void store_keys16(bf16 *row, int j, int S, const float x[4], bool vec)
+// first (B, ceil(S/32)): the least first key over each group of 32 rows.
+__global__ void attention_first_kernel(int *first, const int32_t *pos, int B, int S)
 {
-	if (vec) {
-		*(uint2 *)(row + j) = make_uint2(pack_bf16x2(x[0], x[1]), pack_bf16x2(x[2], x[3]));
-		return;
-	}
-	for (int u = 0; u < 4; u++)
-		if (j + u < S)
-			row[j + u] = f32_to_bf16(x[u]);
-}
-
-// One block per row (b,h,i) of S fp32 scores: P_ij = e^(s_ij - max) / sum
-// over keys j <= i, 0 beyond; lse = max + log(sum).  P16 is written in
-// place over the row's first S bf16: key j's bf16 lands on float j/2, so
-// in each chunk every thread reads its keys before the barrier and writes
-// after it, and a chunk's writes reach only floats of that chunk or
-// earlier ones, all read by then.
-__global__ void attention_softmax_kernel(float *scores, float *lse, int S, bool vec)
-{
-	long row = blockIdx.x; // (b*H + h)*S + i
-	int L = (int)(row % S) + 1, chunk = 4 * blockDim.x, j0 = 4 * threadIdx.x;
-	float *s = scores + row * S;
-	float x[4];
-	float m = -INFINITY;
-	for (int c0 = 0; c0 < L; c0 += chunk) {
-		int j = c0 + j0;
-		if (j < L) {
-			load_keys(x, s, j, S, vec);
-			for (int u = 0; u < 4; u++)
-				if (j + u < L)
-					m = fmaxf(m, x[u]);
-		}
-	}
-	m = block_max(m);
-	float sum = 0.0f;
-	for (int c0 = 0; c0 < L; c0 += chunk) {
-		int j = c0 + j0;
-		if (j < L) {
-			load_keys(x, s, j, S, vec);
-			for (int u = 0; u < 4; u++)
-				if (j + u < L)
-					sum += expf(x[u] - m);
-		}
-	}
-	sum = block_sum(sum);
-	if (threadIdx.x == 0)
-		lse[row] = m + logf(sum);
-	for (int c0 = 0; c0 < S; c0 += chunk) {
-		int j = c0 + j0;
-		float p[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-		if (j < L) {
-			load_keys(x, s, j, S, vec);
-			for (int u = 0; u < 4; u++)
-				if (j + u < L)
-					p[u] = expf(x[u] - m) / sum;
-		}
-		__syncthreads();
-		if (j < S)
-			store_keys16((bf16 *)s, j, S, p, vec);
-	}
-}
-
-// One block per row (b,h,i): scores s in A, dP in D.  P = e^(s - lse) for
-// keys j <= i (0 beyond), delta = sum_j P dP, dS = P (dP - delta).  P16
-// goes in place over the score row's first S bf16, dS16 over the dP row's,
-// with the forward's read-then-barrier-then-write order in each chunk.
-__global__ void attention_softmax_backward_kernel(float *scores, float *dP, const float *lse, int S, bool vec)
-{
-	long row = blockIdx.x;
-	int L = (int)(row % S) + 1, chunk = 4 * blockDim.x, j0 = 4 * threadIdx.x;
-	float *s = scores + row * S, *dp = dP + row * S;
-	float l = lse[row];
-	float x[4], y[4];
-	float delta = 0.0f;
-	for (int c0 = 0; c0 < L; c0 += chunk) {
-		int j = c0 + j0;
-		if (j < L) {
-			load_keys(x, s, j, S, vec);
-			load_keys(y, dp, j, S, vec);
-			for (int u = 0; u < 4; u++)
-				if (j + u < L)
-					delta += expf(x[u] - l) * y[u];
-		}
-	}
-	delta = block_sum(delta);
-	for (int c0 = 0; c0 < S; c0 += chunk) {
-		int j = c0 + j0;
-		float p[4] = { 0.0f, 0.0f, 0.0f, 0.0f }, ds[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-		if (j < L) {
-			load_keys(x, s, j, S, vec);
-			load_keys(y, dp, j, S, vec);
-			for (int u = 0; u < 4; u++)
-				if (j + u < L) {
-					p[u] = expf(x[u] - l);
-					ds[u] = p[u] * (y[u] - delta);
-				}
-		}
-		__syncthreads();
-		if (j < S) {
-			store_keys16((bf16 *)s, j, S, p, vec);
-			store_keys16((bf16 *)dp, j, S, ds, vec);
-		}
+	int groups = (S + ATTN_ROW_GROUP - 1) / ATTN_ROW_GROUP;
+	for (long w = (long)blockIdx.x * blockDim.x + threadIdx.x; w < (long)B * groups;
+	     w += (long)gridDim.x * blockDim.x) {
+		int b = (int)(w / groups), i0 = (int)(w % groups) * ATTN_ROW_GROUP, m = INT_MAX;
+		for (int i = i0; i < i0 + ATTN_ROW_GROUP && i < S; i++)
+			m = min(m, first_key(pos, b, S, i));
+		first[w] = m;
 	}
 }
 
@@ -292,37 +142,524 @@ __global__ void attention_group_sum_kernel(float *dst, const float *heads, long 
 }
 
 // ---------------------------------------------------------------------------
-// Products, one GEMM per sequence b batched over the H heads.  Operands
-// a, c are (T,H,D) bf16 copies; a square is (B,H,S,S) fp32, or its bf16
-// P16/dS16 (rows 2*S bf16 apart, heads 2*S*S).
+// Tiles and tensor-core fragments.  A tile of ROWS rows of DP bf16 sits in
+// shared memory row-major with a pitch of DP + 8 (rows 16 bytes apart mod
+// 128 bytes, so the 8 rows an ldmatrix phase reads hit all 32 banks).  The
+// tiles arrive by cp.async, two buffers deep where a loop walks them, so
+// the next tile's copy runs under the current tile's products.  Every
+// fragment comes from ldmatrix (four 8x8 matrices a warp instruction);
+// the .trans form hands out the transposed fragments (V for P V, K for
+// dS K, q and dout for the key-side products), so no tile is stored twice.
 
-// X_h (S_i, S_j) = alpha a_h (S_i, D) @ c_h (S_j, D)^T.  cuBLAS: X_cm
-// (S_j, S_i) = c_cm^T (S_j, D) @ a_cm (D, S_i).
-static void heads_abT(float *X, const bf16 *a, const bf16 *c, float alpha, const struct attn_plan *p)
+// Rows 0..ROWS-1 of src (rows of DP) into dst (ROWS, DP+8) by cp.async,
+// zeros from row valid (the copy reads no bytes there).
+template <int DP, int ROWS>
+__device__ __forceinline__ void load_rows_async(bf16 *dst, const bf16 *src, int valid)
 {
-	int S = p->S, hd = p->H * p->D;
-	long long ss = (long long)S * S;
-	for (int b = 0; b < p->B; b++) {
-		size_t first = (size_t)b * S * hd; // row 0 of sequence b
-		gemm_bf16_strided(CUBLAS_OP_T, CUBLAS_OP_N, S, S, p->D, alpha, c + first, hd, p->D, a + first, hd,
-		                  p->D, 0.0f, X + (size_t)b * p->H * ss, S, ss, p->H);
+	constexpr int VEC = DP / 8;
+	for (int w = threadIdx.x; w < ROWS * VEC; w += ATTN_THREADS) {
+		int r = w / VEC, c = w % VEC * 8;
+		bool in = r < valid;
+		const bf16 *g = src + (size_t)(in ? r : 0) * DP + c;
+		uint32_t s = (uint32_t)__cvta_generic_to_shared(dst + r * (DP + 8) + c);
+		asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(g), "r"(in ? 16 : 0)
+		             : "memory");
 	}
 }
 
-// Y_h (S, D) = alpha op(X16_h) @ c_h (S, D), Y (T,H,D) fp32, X16_h the
-// (S_i, S_j) bf16 square of head h: op = X (transpose false: E or dq, rows
-// i) or X^T (true: E, rows j).  cuBLAS: Y_cm (D, S) = c_cm (D, S) @
-// op(X_cm), X_cm being (S_j, S_i).
-static void heads_X16c(float *Y, const float *square, bool transpose, const bf16 *c, float alpha,
-                       const struct attn_plan *p)
+__device__ __forceinline__ void async_commit(void)
 {
-	int S = p->S, hd = p->H * p->D;
-	long long ss2 = 2LL * S * S;
-	const bf16 *X16 = (const bf16 *)square;
-	for (int b = 0; b < p->B; b++) {
-		size_t first = (size_t)b * S * hd;
-		gemm_bf16_strided(CUBLAS_OP_N, transpose ? CUBLAS_OP_T : CUBLAS_OP_N, p->D, S, S, alpha, c + first, hd,
-		                  p->D, X16 + (size_t)b * p->H * ss2, 2 * S, ss2, 0.0f, Y + first, hd, p->D, p->H);
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits until at most n of this thread's copy groups are in flight.
+template <int N>
+__device__ __forceinline__ void async_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// c (16x8 fp32) += a (16x16 bf16, row) b (16x8 bf16, col).
+__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], const uint32_t b[2])
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+	             "{%8,%9}, {%0,%1,%2,%3};\n"
+	             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Four 8x8 bf16 matrices; lane l gives the address of row l % 8 of matrix
+// l / 8, and gets in register m row lane/4, columns 2(lane%4).. of matrix
+// m (.trans: rows 2(lane%4)..+1 of column lane/4).
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const bf16 *p)
+{
+	uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(a));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const bf16 *p)
+{
+	uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(a));
+}
+
+// The A fragment of rows r0..r0+15, columns k0..k0+15 of a row-major tile
+// (matrices: rows r0, r0+8 by columns k0, then k0+8).
+__device__ __forceinline__ void frag_a(uint32_t a[4], const bf16 *tile, int pitch, int r0, int k0, int lane)
+{
+	ldsm_x4(a, tile + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * pitch + k0 + (lane >> 4) * 8);
+}
+
+// B fragments of n-tiles n0 and n0+8, k0..k0+15, for B = Y^T with Y a
+// row-major tile of rows n (matrices: rows n0 by k0, k0+8, rows n0+8 by
+// k0, k0+8).
+__device__ __forceinline__ void frag_b2(uint32_t b[2][2], const bf16 *tile, int pitch, int n0, int k0, int lane)
+{
+	uint32_t r[4];
+	ldsm_x4(r, tile + (n0 + (lane & 7) + (lane >> 4) * 8) * pitch + k0 + ((lane >> 3) & 1) * 8);
+	b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
+}
+
+// The same for B = X with X a row-major tile of rows k (transposed loads;
+// matrices: rows k0, k0+8 by columns n0, then n0+8).
+__device__ __forceinline__ void frag_bt2(uint32_t b[2][2], const bf16 *tile, int pitch, int k0, int n0, int lane)
+{
+	uint32_t r[4];
+	ldsm_x4_t(r, tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * pitch + n0 + (lane >> 4) * 8);
+	b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
+}
+
+// An accumulator (16 rows by 8*NT columns in n-tiles of 8, C layout) as
+// the A fragments of NT/2 k-steps: n-tile 2k gives registers 0, 1 of
+// k-step k, n-tile 2k+1 registers 2, 3, rounded to bf16.
+template <int NT>
+__device__ __forceinline__ void c_to_a(uint32_t a[][4], float c[NT][4])
+{
+#pragma unroll
+	for (int n = 0; n < NT; n++) {
+		a[n >> 1][(n & 1) * 2] = pack_bf16x2(c[n][0], c[n][1]);
+		a[n >> 1][(n & 1) * 2 + 1] = pack_bf16x2(c[n][2], c[n][3]);
+	}
+}
+
+// c[NT] += a (16 rows, k0..k0+15 of tile kt) @ B for NT n-tiles of B = Y^T
+// (Y rows n, row-major).
+template <int NT>
+__device__ __forceinline__ void mma_row_b(float c[NT][4], const uint32_t a[4], const bf16 *Y, int pitch, int k0,
+                                          int lane)
+{
+#pragma unroll
+	for (int n = 0; n < NT; n += 2) {
+		uint32_t b[2][2];
+		frag_b2(b, Y, pitch, n * 8, k0, lane);
+		mma_bf16(c[n], a, b[0]);
+		mma_bf16(c[n + 1], a, b[1]);
+	}
+}
+
+// The same for B = X (X rows k, row-major).
+template <int NT>
+__device__ __forceinline__ void mma_row_bt(float c[NT][4], const uint32_t a[4], const bf16 *X, int pitch, int k0,
+                                           int lane)
+{
+#pragma unroll
+	for (int n = 0; n < NT; n += 2) {
+		uint32_t b[2][2];
+		frag_bt2(b, X, pitch, k0, n * 8, lane);
+		mma_bf16(c[n], a, b[0]);
+		mma_bf16(c[n + 1], a, b[1]);
+	}
+}
+
+__device__ __forceinline__ float quad_max(float x)
+{
+	x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+	return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x)
+{
+	x += __shfl_xor_sync(0xffffffffu, x, 1);
+	return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// The first key tile a query tile of 64 rows (rows 64 qt..) reaches.
+__device__ __forceinline__ int first_tile(const int *first, int b, int qt, int S)
+{
+	if (!first)
+		return 0;
+	int groups = (S + ATTN_ROW_GROUP - 1) / ATTN_ROW_GROUP;
+	int m = first[b * groups + 2 * qt];
+	if (2 * qt + 1 < groups)
+		m = min(m, first[b * groups + 2 * qt + 1]);
+	return m / ATTN_KEY_TILE;
+}
+
+template <int N>
+__device__ __forceinline__ void zero(float c[N][4])
+{
+#pragma unroll
+	for (int n = 0; n < N; n++)
+		c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
+}
+
+// ---------------------------------------------------------------------------
+// Forward.  grid (query tiles, H, B), the longest rows (last tiles) first.
+// Shared: the q tile, then two buffers each of K and V tiles (64, DP+8).
+// Only the diagonal tile and document masks need the mask; below the
+// diagonal every key of a real row is seen (rows past S are never stored).
+template <int DP>
+__global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_kernel(bf16 *out, int ld_out, float *lse,
+                                                                     const bf16 *q16, const bf16 *k16,
+                                                                     const bf16 *v16, const int32_t *pos,
+                                                                     const int *first, int S, int H, int G, int D,
+                                                                     float scale)
+{
+	constexpr int PQ = DP + 8, KS = DP / 16, NT = DP / 8, TILE = 64 * PQ;
+	extern __shared__ uint4 attn_smem[];
+	bf16 *sQ = (bf16 *)attn_smem, *sK = sQ + TILE, *sV = sK + 2 * TILE;
+	int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, g = h / (H / G);
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+	int q0 = qt * 64, kt0 = first_tile(first, b, qt, S);
+	const bf16 *qh = q16 + ((size_t)b * H + h) * S * DP;
+	const bf16 *kh = k16 + ((size_t)b * G + g) * S * DP, *vh = v16 + ((size_t)b * G + g) * S * DP;
+
+	load_rows_async<DP, 64>(sQ, qh + (size_t)q0 * DP, S - q0);
+	load_rows_async<DP, 64>(sK, kh + (size_t)kt0 * 64 * DP, S - kt0 * 64);
+	load_rows_async<DP, 64>(sV, vh + (size_t)kt0 * 64 * DP, S - kt0 * 64);
+	async_commit();
+	async_wait<0>();
+	__syncthreads();
+	uint32_t qa[KS][4];
+#pragma unroll
+	for (int ks = 0; ks < KS; ks++)
+		frag_a(qa[ks], sQ, PQ, warp * 16, ks * 16, lane);
+
+	int r0 = q0 + warp * 16 + gr, r1 = r0 + 8; // this thread's two rows
+	int f0 = r0 < S ? first_key(pos, b, S, r0) : 0, f1 = r1 < S ? first_key(pos, b, S, r1) : 0;
+	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+	float o[NT][4];
+	zero<NT>(o);
+
+	for (int kt = kt0, it = 0; kt <= qt; kt++, it++) {
+		const bf16 *cK = sK + (it & 1) * TILE, *cV = sV + (it & 1) * TILE;
+		if (kt < qt) { // the next tile into the other buffers, read one iteration ago
+			int k1 = (kt + 1) * 64;
+			load_rows_async<DP, 64>(sK + ((it + 1) & 1) * TILE, kh + (size_t)k1 * DP, S - k1);
+			load_rows_async<DP, 64>(sV + ((it + 1) & 1) * TILE, vh + (size_t)k1 * DP, S - k1);
+			async_commit();
+			async_wait<1>();
+		} else {
+			async_wait<0>();
+		}
+		__syncthreads();
+
+		float s[8][4];
+		zero<8>(s);
+#pragma unroll
+		for (int ks = 0; ks < KS; ks++)
+			mma_row_b<8>(s, qa[ks], cK, PQ, ks * 16, lane);
+		int k0 = kt * 64;
+		bool masked = pos != NULL || kt == qt;
+		float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+		for (int n = 0; n < 8; n++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int j = k0 + n * 8 + 2 * tq + (e & 1), r = e < 2 ? r0 : r1, f = e < 2 ? f0 : f1;
+				bool ok = !masked || (r < S && j <= r && j >= f);
+				s[n][e] = ok ? s[n][e] * scale : -INFINITY;
+				if (e < 2)
+					mx0 = fmaxf(mx0, s[n][e]);
+				else
+					mx1 = fmaxf(mx1, s[n][e]);
+			}
+		float n0 = fmaxf(m0, quad_max(mx0)), n1 = fmaxf(m1, quad_max(mx1));
+		float base0 = n0 == -INFINITY ? 0.0f : n0, base1 = n1 == -INFINITY ? 0.0f : n1;
+		float c0 = expf(m0 - base0), c1 = expf(m1 - base1);
+		m0 = n0, m1 = n1;
+		l0 *= c0, l1 *= c1;
+#pragma unroll
+		for (int n = 0; n < NT; n++)
+			o[n][0] *= c0, o[n][1] *= c0, o[n][2] *= c1, o[n][3] *= c1;
+#pragma unroll
+		for (int n = 0; n < 8; n++) {
+			s[n][0] = expf(s[n][0] - base0), s[n][1] = expf(s[n][1] - base0);
+			s[n][2] = expf(s[n][2] - base1), s[n][3] = expf(s[n][3] - base1);
+			l0 += s[n][0], l0 += s[n][1], l1 += s[n][2], l1 += s[n][3];
+		}
+		uint32_t pa[4][4];
+		c_to_a<8>(pa, s);
+#pragma unroll
+		for (int ks = 0; ks < 4; ks++)
+			mma_row_bt<NT>(o, pa[ks], cV, PQ, ks * 16, lane);
+		__syncthreads(); // this tile's buffers are free for the copy after next
+	}
+	l0 = quad_sum(l0), l1 = quad_sum(l1);
+#pragma unroll
+	for (int n = 0; n < NT; n++) {
+		int col = n * 8 + 2 * tq;
+		if (r0 < S) {
+			bf16 *dst = out + ((size_t)b * S + r0) * ld_out + (size_t)h * D + col;
+			if (col < D)
+				dst[0] = f32_to_bf16(o[n][0] / l0);
+			if (col + 1 < D)
+				dst[1] = f32_to_bf16(o[n][1] / l0);
+		}
+		if (r1 < S) {
+			bf16 *dst = out + ((size_t)b * S + r1) * ld_out + (size_t)h * D + col;
+			if (col < D)
+				dst[0] = f32_to_bf16(o[n][2] / l1);
+			if (col + 1 < D)
+				dst[1] = f32_to_bf16(o[n][3] / l1);
+		}
+	}
+	if (tq == 0) {
+		if (r0 < S)
+			lse[((size_t)b * H + h) * S + r0] = m0 + logf(l0);
+		if (r1 < S)
+			lse[((size_t)b * H + h) * S + r1] = m1 + logf(l1);
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Backward, dq and delta.  grid (query tiles, H, B), longest rows first.
+// Shared: the q and dout tiles, two buffers each of K and V tiles.  The
+// loop walks the key tiles twice (pass 1: delta = rowsum(P dP); pass 2:
+// dS = P (dP - delta), dq = scale bf16(dS) K), the copies running one
+// tile ahead across the passes too.  Rows past S compute garbage-free
+// zeros (their q, dout are 0) and are never stored.
+template <int DP>
+__global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, float *delta, const bf16 *q16,
+                                                                    const bf16 *k16, const bf16 *v16,
+                                                                    const bf16 *do16, const float *lse,
+                                                                    const int32_t *pos, const int *first, int S,
+                                                                    int H, int G, int D, float scale)
+{
+	constexpr int PQ = DP + 8, KS = DP / 16, NT = DP / 8, TILE = 64 * PQ;
+	extern __shared__ uint4 attn_smem[];
+	bf16 *sQ = (bf16 *)attn_smem, *sdO = sQ + TILE, *sK = sdO + TILE, *sV = sK + 2 * TILE;
+	int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, g = h / (H / G);
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+	int q0 = qt * 64, kt0 = first_tile(first, b, qt, S), nk = qt - kt0 + 1;
+	size_t head = ((size_t)b * H + h) * S;
+	const bf16 *kh = k16 + ((size_t)b * G + g) * S * DP, *vh = v16 + ((size_t)b * G + g) * S * DP;
+
+	load_rows_async<DP, 64>(sQ, q16 + (head + q0) * DP, S - q0);
+	load_rows_async<DP, 64>(sdO, do16 + (head + q0) * DP, S - q0);
+	load_rows_async<DP, 64>(sK, kh + (size_t)kt0 * 64 * DP, S - kt0 * 64);
+	load_rows_async<DP, 64>(sV, vh + (size_t)kt0 * 64 * DP, S - kt0 * 64);
+	async_commit();
+	int r0 = q0 + warp * 16 + gr, r1 = r0 + 8;
+	int f0 = r0 < S ? first_key(pos, b, S, r0) : 0, f1 = r1 < S ? first_key(pos, b, S, r1) : 0;
+	float lse0 = r0 < S ? lse[head + r0] : 0.0f, lse1 = r1 < S ? lse[head + r1] : 0.0f;
+	float sum0 = 0.0f, sum1 = 0.0f, delta0 = 0.0f, delta1 = 0.0f;
+	float acc[NT][4];
+	zero<NT>(acc);
+
+	for (int it = 0; it < 2 * nk; it++) {
+		int kt = kt0 + it % nk;
+		const bf16 *cK = sK + (it & 1) * TILE, *cV = sV + (it & 1) * TILE;
+		if (it + 1 < 2 * nk) {
+			int k1 = (kt0 + (it + 1) % nk) * 64;
+			load_rows_async<DP, 64>(sK + ((it + 1) & 1) * TILE, kh + (size_t)k1 * DP, S - k1);
+			load_rows_async<DP, 64>(sV + ((it + 1) & 1) * TILE, vh + (size_t)k1 * DP, S - k1);
+			async_commit();
+			async_wait<1>();
+		} else {
+			async_wait<0>();
+		}
+		__syncthreads();
+		if (it == nk) { // pass 1 done: delta, saved for the dk/dv kernel
+			delta0 = quad_sum(sum0), delta1 = quad_sum(sum1);
+			if (tq == 0) {
+				if (r0 < S)
+					delta[head + r0] = delta0;
+				if (r1 < S)
+					delta[head + r1] = delta1;
+			}
+		}
+
+		float s[8][4], dp[8][4];
+		zero<8>(s);
+		zero<8>(dp);
+#pragma unroll
+		for (int ks = 0; ks < KS; ks++) {
+			uint32_t a[4];
+			frag_a(a, sQ, PQ, warp * 16, ks * 16, lane);
+			mma_row_b<8>(s, a, cK, PQ, ks * 16, lane);
+			frag_a(a, sdO, PQ, warp * 16, ks * 16, lane);
+			mma_row_b<8>(dp, a, cV, PQ, ks * 16, lane);
+		}
+		int k0 = kt * 64;
+		bool masked = pos != NULL || kt == qt;
+		bool pass2 = it >= nk;
+#pragma unroll
+		for (int n = 0; n < 8; n++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int j = k0 + n * 8 + 2 * tq + (e & 1), r = e < 2 ? r0 : r1, f = e < 2 ? f0 : f1;
+				bool ok = !masked || (r < S && j <= r && j >= f);
+				float p = ok ? expf(s[n][e] * scale - (e < 2 ? lse0 : lse1)) : 0.0f;
+				if (!pass2) {
+					if (e < 2)
+						sum0 += p * dp[n][e];
+					else
+						sum1 += p * dp[n][e];
+				}
+				s[n][e] = ok ? p * (dp[n][e] - (e < 2 ? delta0 : delta1)) : 0.0f;
+			}
+		if (pass2) {
+			uint32_t da[4][4];
+			c_to_a<8>(da, s);
+#pragma unroll
+			for (int ks = 0; ks < 4; ks++)
+				mma_row_bt<NT>(acc, da[ks], cK, PQ, ks * 16, lane);
+		}
+		__syncthreads();
+	}
+#pragma unroll
+	for (int n = 0; n < NT; n++) {
+		int col = n * 8 + 2 * tq;
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			int r = e < 2 ? r0 : r1, c = col + (e & 1);
+			if (r < S && c < D)
+				dq[(((size_t)b * S + r) * H + h) * D + c] = scale * acc[n][e];
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Backward, dk and dv of one query head.  grid (key tiles, H, B), the
+// first key tiles (the most query rows) first.  Shared: the K and V tiles
+// (64, DP+8); two buffers of q and dout (32, DP+8) for a group of 32 query
+// rows, with the rows' lse, delta and first key.  A row past S gets lse =
+// +inf, so P = 0 and dS = 0 exactly.  dk, dv (T,H,D): head h's.
+
+// The next group of 32 query rows from qg on that reaches keys up to k_end.
+__device__ __forceinline__ int next_group(const int *first, int b, int groups, int qg, int k_end)
+{
+	while (first && qg < groups && first[b * groups + qg] > k_end)
+		qg++;
+	return qg;
+}
+
+template <int DP>
+__device__ __forceinline__ void load_group(bf16 *sQ, bf16 *sdO, float *sL, float *sD, int *sF, const bf16 *q16,
+                                           const bf16 *do16, const float *lse, const float *delta,
+                                           const int32_t *pos, size_t head, int b, int S, int i0)
+{
+	load_rows_async<DP, 32>(sQ, q16 + (head + i0) * DP, S - i0);
+	load_rows_async<DP, 32>(sdO, do16 + (head + i0) * DP, S - i0);
+	async_commit();
+	if (threadIdx.x < 32) {
+		int i = i0 + threadIdx.x;
+		bool in = i < S;
+		sL[threadIdx.x] = in ? lse[head + i] : INFINITY;
+		sD[threadIdx.x] = in ? delta[head + i] : 0.0f;
+		sF[threadIdx.x] = in ? first_key(pos, b, S, i) : INT_MAX;
+	}
+}
+
+template <int DP>
+__global__ void __launch_bounds__(ATTN_THREADS) attention_dkdv_kernel(float *dk, float *dv, const bf16 *q16,
+                                                                      const bf16 *k16, const bf16 *v16,
+                                                                      const bf16 *do16, const float *lse,
+                                                                      const float *delta, const int32_t *pos,
+                                                                      const int *first, int S, int H, int G, int D,
+                                                                      float scale)
+{
+	constexpr int PQ = DP + 8, KS = DP / 16, NT = DP / 8, TILE = 64 * PQ, HALF = 32 * PQ;
+	extern __shared__ uint4 attn_smem[];
+	bf16 *sK = (bf16 *)attn_smem, *sV = sK + TILE, *sQ = sV + TILE, *sdO = sQ + 2 * HALF;
+	float *sL = (float *)(sdO + 2 * HALF), *sD = sL + 64;
+	int *sF = (int *)(sD + 64);
+	int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, g = h / (H / G);
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+	int k0 = kt * 64, groups = (S + 31) / 32;
+	size_t head = ((size_t)b * H + h) * S;
+	const bf16 *kh = k16 + ((size_t)b * G + g) * S * DP, *vh = v16 + ((size_t)b * G + g) * S * DP;
+
+	load_rows_async<DP, 64>(sK, kh + (size_t)k0 * DP, S - k0);
+	load_rows_async<DP, 64>(sV, vh + (size_t)k0 * DP, S - k0);
+	int qg = next_group(first, b, groups, k0 / 32, k0 + 63);
+	if (qg < groups)
+		load_group<DP>(sQ, sdO, sL, sD, sF, q16, do16, lse, delta, pos, head, b, S, qg * 32);
+	else
+		async_commit();
+	int j0 = k0 + warp * 16 + gr, j1 = j0 + 8; // this thread's two keys
+	float adk[NT][4], adv[NT][4];
+	zero<NT>(adk);
+	zero<NT>(adv);
+
+	for (int it = 0; qg < groups; it++) {
+		int cur = it & 1, nq = next_group(first, b, groups, qg + 1, k0 + 63);
+		const bf16 *cQ = sQ + cur * HALF, *cdO = sdO + cur * HALF;
+		const float *cL = sL + cur * 32, *cD = sD + cur * 32;
+		const int *cF = sF + cur * 32;
+		if (nq < groups) {
+			int nx = cur ^ 1;
+			load_group<DP>(sQ + nx * HALF, sdO + nx * HALF, sL + nx * 32, sD + nx * 32, sF + nx * 32, q16,
+			               do16, lse, delta, pos, head, b, S, nq * 32);
+			async_wait<1>();
+		} else {
+			async_wait<0>();
+		}
+		__syncthreads();
+
+		// s^T = K q^T, dp^T = V dout^T: the warp's 16 keys by 32 rows
+		float st[4][4], dpt[4][4];
+		zero<4>(st);
+		zero<4>(dpt);
+#pragma unroll
+		for (int ks = 0; ks < KS; ks++) {
+			uint32_t a[4];
+			frag_a(a, sK, PQ, warp * 16, ks * 16, lane);
+			mma_row_b<4>(st, a, cQ, PQ, ks * 16, lane);
+			frag_a(a, sV, PQ, warp * 16, ks * 16, lane);
+			mma_row_b<4>(dpt, a, cdO, PQ, ks * 16, lane);
+		}
+		int i0 = qg * 32;
+		bool masked = pos != NULL || i0 < k0 + 64;
+#pragma unroll
+		for (int n = 0; n < 4; n++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int ii = n * 8 + 2 * tq + (e & 1), i = i0 + ii, j = e < 2 ? j0 : j1;
+				bool ok = !masked || (j <= i && j >= cF[ii]);
+				float p = ok ? expf(st[n][e] * scale - cL[ii]) : 0.0f;
+				dpt[n][e] = ok ? p * (dpt[n][e] - cD[ii]) : 0.0f;
+				st[n][e] = p;
+			}
+		uint32_t pa[2][4], da[2][4];
+		c_to_a<4>(pa, st);
+		c_to_a<4>(da, dpt);
+#pragma unroll
+		for (int ks = 0; ks < 2; ks++) {
+			mma_row_bt<NT>(adv, pa[ks], cdO, PQ, ks * 16, lane);
+			mma_row_bt<NT>(adk, da[ks], cQ, PQ, ks * 16, lane);
+		}
+		__syncthreads();
+		qg = nq;
+	}
+	async_wait<0>(); // no copy outlives the block (none is pending when a group ran)
+#pragma unroll
+	for (int n = 0; n < NT; n++) {
+		int col = n * 8 + 2 * tq;
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			int j = e < 2 ? j0 : j1, c = col + (e & 1);
+			if (j < S && c < D) {
+				size_t o = (((size_t)b * S + j) * H + h) * D + c;
+				dk[o] = scale * adk[n][e];
+				dv[o] = adv[n][e];
+			}
+		}
 	}
 }
 
@@ -335,88 +672,153 @@ static float softmax_scale(int D)
 	return (float)(1.0 / sqrt((double)D));
 }
 
-// Shapes the launches can express: the row kernels take one block per
-// (b,h,i) row, and cuBLAS takes int dimensions and leading dimensions.
-static void check_shape(const char *op, int B, int S, int H, int G, int D)
+static void check_shape(const char *op, const float *scratch, int B, int S, int H, int G, int D)
 {
 	if (G <= 0 || H % G != 0) {
 		fprintf(stderr, "%s: %s: %d query heads do not split into %d key/value groups\n", poros_cuda_progname(),
 		        op, H, G);
 		exit(1);
 	}
-	if ((long long)B * H * S > INT_MAX || S > INT_MAX / 2 || (long long)H * D > INT_MAX) {
-		fprintf(stderr, "%s: %s: B=%d S=%d H=%d D=%d is too large (B*H*S rows, 2*S and H*D must fit in %d)\n",
-		        poros_cuda_progname(), op, B, S, H, D, INT_MAX);
+	if (D > 128) {
+		fprintf(stderr, "%s: %s: head dim %d is over 128, which the CUDA attention kernels do not take\n",
+		        poros_cuda_progname(), op, D);
+		exit(1);
+	}
+	if (H > 65535 || B > 65535 || (long long)B * S > INT_MAX || (long long)H * D > INT_MAX) {
+		fprintf(stderr, "%s: %s: B=%d S=%d H=%d is too large for the launch grid\n", poros_cuda_progname(), op,
+		        B, S, H);
+		exit(1);
+	}
+	if (!aligned16(scratch)) {
+		fprintf(stderr, "%s: %s: the scratch is not 16-byte aligned\n", poros_cuda_progname(), op);
 		exit(1);
 	}
 }
 
-static void cast_inputs(const struct attn_plan *p, const float *q, const float *k, const float *v,
-                        const float *dout)
+static void pack(bf16 *dst, const float *src, int B, int S, int nh, int D)
 {
-	long n = (long)p->B * p->S * p->H * p->D;
-	bool vec = p->D % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && (!dout || aligned16(dout)) &&
-	           ((uintptr_t)p->q16 & 7u) == 0 && ((uintptr_t)p->k16e & 7u) == 0 &&
-	           ((uintptr_t)p->v16e & 7u) == 0 && (!dout || ((uintptr_t)p->dout16 & 7u) == 0);
-	attention_cast_kernel<<<grid_for(vec ? n / 4 : n, CAST_THREADS), CAST_THREADS, 0,
-	                        poros_cuda_compute_stream()>>>(p->q16, p->k16e, p->v16e, dout ? p->dout16 : NULL, q, k,
-	                                                       v, dout, n, p->H, p->G, p->D, vec);
+	int dp = attention_dpad(D);
+	long items = (long)B * nh * S * dp / 2;
+	attention_pack_kernel<<<grid_for(items, PACK_THREADS), PACK_THREADS, 0, poros_cuda_compute_stream()>>>(
+		dst, src, S, nh, D, dp, items);
 	launchCheck();
 }
 
-static void group_sum(float *dst, const struct attn_plan *p)
+// The first-key table when pos is given; NULL (no mask beyond causal) else.
+static const int *first_keys(const struct attn_plan *p, const int32_t *pos, int B, int S)
 {
-	long n = (long)p->B * p->S * p->G * p->D;
-	bool vec = p->D % 4 == 0 && aligned16(dst) && aligned16(p->heads);
+	if (!pos)
+		return NULL;
+	long n = (long)B * ((S + ATTN_ROW_GROUP - 1) / ATTN_ROW_GROUP);
+	attention_first_kernel<<<grid_for(n, 128), 128, 0, poros_cuda_compute_stream()>>>(p->first, pos, B, S);
+	launchCheck();
+	return p->first;
+}
+
+template <typename K>
+static void allow_smem(K kernel, size_t bytes)
+{
+	cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+template <int DP>
+static size_t fwd_smem(void)
+{
+	return (size_t)5 * 64 * (DP + 8) * sizeof(bf16); // q, 2 K, 2 V
+}
+
+template <int DP>
+static size_t dq_smem(void)
+{
+	return (size_t)6 * 64 * (DP + 8) * sizeof(bf16); // q, dout, 2 K, 2 V
+}
+
+template <int DP>
+static size_t dkdv_smem(void)
+{
+	// K, V; 2 q, 2 dout of 32 rows; 2 x 32 lse, delta, first
+	return (size_t)(2 * 64 + 4 * 32) * (DP + 8) * sizeof(bf16) + 3 * 64 * 4;
+}
+
+template <int DP>
+static void forward_launch(bf16 *out, int ld_out, float *lse, const struct attn_plan *p, const int32_t *pos,
+                           const int *first, int B, int S, int H, int G, int D)
+{
+	dim3 grid((unsigned)((S + 63) / 64), (unsigned)H, (unsigned)B);
+	allow_smem(attention_fwd_kernel<DP>, fwd_smem<DP>());
+	attention_fwd_kernel<DP><<<grid, ATTN_THREADS, fwd_smem<DP>(), poros_cuda_compute_stream()>>>(
+		out, ld_out, lse, p->q16, p->k16, p->v16, pos, first, S, H, G, D, softmax_scale(D));
+	launchCheck();
+}
+
+template <int DP>
+static void backward_launch(float *dq, float *dk_h, float *dv_h, const float *lse, const struct attn_plan *p,
+                            const int32_t *pos, const int *first, int B, int S, int H, int G, int D)
+{
+	float scale = softmax_scale(D);
+	dim3 grid_q((unsigned)((S + 63) / 64), (unsigned)H, (unsigned)B);
+	allow_smem(attention_dq_kernel<DP>, dq_smem<DP>());
+	attention_dq_kernel<DP><<<grid_q, ATTN_THREADS, dq_smem<DP>(), poros_cuda_compute_stream()>>>(
+		dq, p->delta, p->q16, p->k16, p->v16, p->dout16, lse, pos, first, S, H, G, D, scale);
+	launchCheck();
+	allow_smem(attention_dkdv_kernel<DP>, dkdv_smem<DP>());
+	attention_dkdv_kernel<DP><<<grid_q, ATTN_THREADS, dkdv_smem<DP>(), poros_cuda_compute_stream()>>>(
+		dk_h, dv_h, p->q16, p->k16, p->v16, p->dout16, lse, p->delta, pos, first, S, H, G, D, scale);
+	launchCheck();
+}
+
+static void group_sum(float *dst, const float *heads, int B, int S, int H, int G, int D)
+{
+	long n = (long)B * S * G * D;
+	bool vec = D % 4 == 0 && aligned16(dst) && aligned16(heads);
 	attention_group_sum_kernel<<<grid_for(vec ? n / 4 : n, SUM_THREADS), SUM_THREADS, 0,
-	                             poros_cuda_compute_stream()>>>(dst, p->heads, n, p->H, p->G, p->D, vec);
+	                             poros_cuda_compute_stream()>>>(dst, heads, n, H, G, D, vec);
 	launchCheck();
 }
 
 // out (T,H*D) bf16, rows ld_out apart (the o projection's input, with room
-// for its LoRA extension); lse (B,H,S); q (T,H,D), k, v (T,G,D).
+// for its LoRA extension); lse (B,H,S); q (T,H,D), k, v (T,G,D); pos (T)
+// or NULL.
 extern "C" void attention_forward_cuda(bf16 *out, int ld_out, float *lse, float *scratch, const float *q,
-                                       const float *k, const float *v, int B, int S, int H, int G, int D)
+                                       const float *k, const float *v, const int32_t *pos, int B, int S, int H,
+                                       int G, int D)
 {
 	if (B <= 0 || S <= 0 || H <= 0 || D <= 0)
 		return;
-	check_shape("attention_forward_cuda", B, S, H, G, D);
+	check_shape("attention_forward_cuda", scratch, B, S, H, G, D);
 	check_pitch("attention_forward_cuda", "ld_out", ld_out, (long)H * D);
-	struct attn_plan p = plan_of(scratch, B, S, H, G, D, false);
-	bool vec = S % 4 == 0 && aligned16(p.scores);
-
-	cast_inputs(&p, q, k, v, NULL);
-	heads_abT(p.scores, p.q16, p.k16e, softmax_scale(D), &p);
-	attention_softmax_kernel<<<(unsigned)((long)B * H * S), ROW_THREADS, 0, poros_cuda_compute_stream()>>>(
-		p.scores, lse, S, vec);
-	launchCheck();
-	heads_X16c(p.heads, p.scores, false, p.v16e, 1.0f, &p);
-	cast_f32_to_bf16_cuda(out, ld_out, p.heads, (long)B * S, H * D);
+	struct attn_plan p = plan_of(scratch, B, S, H, G, D);
+	pack(p.q16, q, B, S, H, D);
+	pack(p.k16, k, B, S, G, D);
+	pack(p.v16, v, B, S, G, D);
+	const int *first = first_keys(&p, pos, B, S);
+	if (attention_dpad(D) == 64)
+		forward_launch<64>(out, ld_out, lse, &p, pos, first, B, S, H, G, D);
+	else
+		forward_launch<128>(out, ld_out, lse, &p, pos, first, B, S, H, G, D);
 }
 
-// dq (T,H,D), dk, dv (T,G,D) written from dout (T,H*D), q, k, v, lse.
-//   P = e^(scale q.k - lse),  dv = sum_h P^T dout,  dP = dout v^T,
-//   dS = P (dP - rowsum(P dP)),  dq = scale dS k,  dk = scale sum_h dS^T q
+// dq (T,H,D), dk, dv (T,G,D) written from dout (T,H*D), q, k, v, lse, pos.
 extern "C" void attention_backward_cuda(float *dq, float *dk, float *dv, float *scratch, const float *dout,
-                                        const float *q, const float *k, const float *v, const float *lse, int B,
-                                        int S, int H, int G, int D)
+                                        const float *q, const float *k, const float *v, const float *lse,
+                                        const int32_t *pos, int B, int S, int H, int G, int D)
 {
 	if (B <= 0 || S <= 0 || H <= 0 || D <= 0)
 		return;
-	check_shape("attention_backward_cuda", B, S, H, G, D);
-	struct attn_plan p = plan_of(scratch, B, S, H, G, D, true);
-	float scale = softmax_scale(D);
-	bool vec = S % 4 == 0 && aligned16(p.scores) && aligned16(p.grads);
-
-	cast_inputs(&p, q, k, v, dout);
-	heads_abT(p.scores, p.q16, p.k16e, scale, &p);
-	heads_abT(p.grads, p.dout16, p.v16e, 1.0f, &p);
-	attention_softmax_backward_kernel<<<(unsigned)((long)B * H * S), ROW_THREADS, 0,
-	                                    poros_cuda_compute_stream()>>>(p.scores, p.grads, lse, S, vec);
-	launchCheck();
-	heads_X16c(dq, p.grads, false, p.k16e, scale, &p);
-	heads_X16c(p.heads, p.scores, true, p.dout16, 1.0f, &p); // E over k16e, v16e: both read for the last time above
-	group_sum(dv, &p);
-	heads_X16c(p.heads, p.grads, true, p.q16, scale, &p);
-	group_sum(dk, &p);
+	check_shape("attention_backward_cuda", scratch, B, S, H, G, D);
+	struct attn_plan p = plan_of(scratch, B, S, H, G, D);
+	pack(p.q16, q, B, S, H, D);
+	pack(p.dout16, dout, B, S, H, D);
+	pack(p.k16, k, B, S, G, D);
+	pack(p.v16, v, B, S, G, D);
+	const int *first = first_keys(&p, pos, B, S);
+	float *dk_h = G == H ? dk : p.dk_h, *dv_h = G == H ? dv : p.dv_h;
+	if (attention_dpad(D) == 64)
+		backward_launch<64>(dq, dk_h, dv_h, lse, &p, pos, first, B, S, H, G, D);
+	else
+		backward_launch<128>(dq, dk_h, dv_h, lse, &p, pos, first, B, S, H, G, D);
+	if (G != H) {
+		group_sum(dk, dk_h, B, S, H, G, D);
+		group_sum(dv, dv_h, B, S, H, G, D);
+	}
 }

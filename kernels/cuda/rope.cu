@@ -9,19 +9,25 @@
 
 #define ROPE_THREADS 256
 
-// x (B*S, nh, D) in place; cos, sin (S, D/2); token t at position t % S.
+// x (B*S, nh, D) in place; cos, sin (S, D/2); token t at position pos[t]
+// clamped into [0, t % S] (pos NULL: t % S), as ops.h says.
 //   forward:  x1' = x1 cos - x2 sin,  x2' = x2 cos + x1 sin
 //   backward: x1' = x1 cos + x2 sin,  x2' = x2 cos - x1 sin   (inverse)
-__global__ void rope_kernel(float *x, const float *cos, const float *sin, long pairs, int S, int nh, int D,
-                            bool inverse)
+__global__ void rope_kernel(float *x, const float *cos, const float *sin, const int32_t *pos, long pairs, int S,
+                            int nh, int D, bool inverse)
 {
 	int half = D / 2;
 	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < pairs; i += (long)gridDim.x * blockDim.x) {
 		int d = (int)(i % half);
 		long head = i / half; // t * nh + h
-		int pos = (int)((head / nh) % S);
-		float c = cos[(size_t)pos * half + d];
-		float s = sin[(size_t)pos * half + d];
+		long t = head / nh;
+		int at = (int)(t % S);
+		if (pos) {
+			int p = pos[t];
+			at = p < 0 ? 0 : p > at ? at : p;
+		}
+		float c = cos[(size_t)at * half + d];
+		float s = sin[(size_t)at * half + d];
 		float *x1 = x + head * D + d, *x2 = x1 + half;
 		float a = *x1, b = *x2;
 		if (inverse) {
@@ -34,22 +40,25 @@ __global__ void rope_kernel(float *x, const float *cos, const float *sin, long p
 	}
 }
 
-static void rope_launch(float *x, const float *cos, const float *sin, int B, int S, int nh, int D, bool inverse)
+static void rope_launch(float *x, const float *cos, const float *sin, const int32_t *pos, int B, int S, int nh, int D,
+                        bool inverse)
 {
 	long pairs = (long)B * S * nh * (D / 2);
 	if (pairs <= 0)
 		return;
 	rope_kernel<<<grid_for(pairs, ROPE_THREADS), ROPE_THREADS, 0, poros_cuda_compute_stream()>>>(
-		x, cos, sin, pairs, S, nh, D, inverse);
+		x, cos, sin, pos, pairs, S, nh, D, inverse);
 	launchCheck();
 }
 
-extern "C" void rope_forward_cuda(float *x, const float *cos, const float *sin, int B, int S, int nh, int D)
+extern "C" void rope_forward_cuda(float *x, const float *cos, const float *sin, const int32_t *pos, int B, int S,
+                                  int nh, int D)
 {
-	rope_launch(x, cos, sin, B, S, nh, D, false);
+	rope_launch(x, cos, sin, pos, B, S, nh, D, false);
 }
 
-extern "C" void rope_backward_cuda(float *dx, const float *cos, const float *sin, int B, int S, int nh, int D)
+extern "C" void rope_backward_cuda(float *dx, const float *cos, const float *sin, const int32_t *pos, int B, int S,
+                                   int nh, int D)
 {
-	rope_launch(dx, cos, sin, B, S, nh, D, true);
+	rope_launch(dx, cos, sin, pos, B, S, nh, D, true);
 }

@@ -1022,29 +1022,52 @@ static void test_lora_ext(int T, int K, int N, int R, float p, int backward, int
 struct rope_args {
 	float *x;
 	const float *cos, *sin;
+	const int32_t *pos;
 	int B, S, nh, D;
 };
+
+/* pos (T) for rows packed with `docs` documents (0: NULL, plain t % S):
+ * document k of a row starts at k*S/docs + 3 (k > 0), so the boundaries
+ * fall inside key tiles; returns NULL for docs == 0. */
+static int32_t *doc_positions(int B, int S, int docs)
+{
+	if (docs <= 0)
+		return NULL;
+	int32_t *pos = xmalloc((size_t)B * S * sizeof *pos);
+	for (int b = 0; b < B; b++) {
+		int start = 0;
+		for (int i = 0; i < S; i++) {
+			for (int k = 1; k < docs; k++)
+				if (i == (int)((long)k * S / docs) + 3 && i < S)
+					start = i;
+			pos[(size_t)b * S + i] = i - start;
+		}
+	}
+	return pos;
+}
 
 static void rope_fwd_gpu(const void *p)
 {
 	const struct rope_args *a = p;
-	gpu->ops->rope_forward(a->x, a->cos, a->sin, a->B, a->S, a->nh, a->D);
+	gpu->ops->rope_forward(a->x, a->cos, a->sin, a->pos, a->B, a->S, a->nh, a->D);
 }
 
 static void rope_bwd_gpu(const void *p)
 {
 	const struct rope_args *a = p;
-	gpu->ops->rope_backward(a->x, a->cos, a->sin, a->B, a->S, a->nh, a->D);
+	gpu->ops->rope_backward(a->x, a->cos, a->sin, a->pos, a->B, a->S, a->nh, a->D);
 }
 
 /* One rotation per pair: x1 c - x2 s.  The GPU fuses one product into the
  * subtraction, the CPU rounds both: they differ by at most ~2 ulps of the
  * larger product, so 1e-6 of max|x| (about 16 ulps) plus 1e-6 relative. */
-static void test_rope(int B, int S, int nh, int D, int backward)
+static void test_rope(int B, int S, int nh, int D, int backward, int docs)
 {
 	struct gpu_case c;
-	if (!case_begin(&c, "rope_%s B=%d S=%d nh=%d D=%d", backward ? "backward" : "forward", B, S, nh, D))
+	if (!case_begin(&c, "rope_%s B=%d S=%d nh=%d D=%d docs=%d", backward ? "backward" : "forward", B, S, nh, D,
+	                docs))
 		return;
+	int32_t *pos = doc_positions(B, S, docs);
 	size_t n = (size_t)B * S * nh * D, half = (size_t)D / 2;
 	float *x0 = rand_f32(n, -2, 2);
 	float *cs = xmalloc((size_t)S * half * 4), *sn = xmalloc((size_t)S * half * 4);
@@ -1058,13 +1081,13 @@ static void test_rope(int B, int S, int nh, int D, int backward)
 	float *ref = dup_bytes(x0, n * 4);
 	double t0 = now_ms();
 	if (backward)
-		rope_backward_cpu(ref, cs, sn, B, S, nh, D);
+		rope_backward_cpu(ref, cs, sn, pos, B, S, nh, D);
 	else
-		rope_forward_cpu(ref, cs, sn, B, S, nh, D);
+		rope_forward_cpu(ref, cs, sn, pos, B, S, nh, D);
 	c.cpu_ms = now_ms() - t0;
 
-	struct rope_args a = { NULL, dev_from(cs, (size_t)S * half * 4, 0), dev_from(sn, (size_t)S * half * 4, 0), B,
-	                       S, nh, D };
+	struct rope_args a = { NULL, dev_from(cs, (size_t)S * half * 4, 0), dev_from(sn, (size_t)S * half * 4, 0),
+	                       pos ? dev_from(pos, (size_t)B * S * 4, 0) : NULL, B, S, nh, D };
 	a.x = case_out(&c, "x", n * 4, x0, 0);
 	case_run(&c, backward ? rope_bwd_gpu : rope_fwd_gpu, &a);
 	check(&c, "x", ref, n, 0, 1e-6, 1e-6);
@@ -1073,6 +1096,7 @@ static void test_rope(int B, int S, int nh, int D, int backward)
 	free(cs);
 	free(sn);
 	free(ref);
+	free(pos);
 }
 
 /* --- attention ----------------------------------------------------------- */
@@ -1081,45 +1105,48 @@ struct attention_args {
 	bf16 *out;
 	float *lse, *scratch, *dq, *dk, *dv;
 	const float *q, *k, *v, *dout, *lse_in;
+	const int32_t *pos;
 	int B, S, H, G, D, ld_out;
 };
 
 static void attention_fwd_gpu(const void *p)
 {
 	const struct attention_args *a = p;
-	gpu->ops->attention_forward(a->out, a->ld_out, a->lse, a->scratch, a->q, a->k, a->v, a->B, a->S, a->H, a->G,
-	                            a->D);
+	gpu->ops->attention_forward(a->out, a->ld_out, a->lse, a->scratch, a->q, a->k, a->v, a->pos, a->B, a->S, a->H,
+	                            a->G, a->D);
 }
 
 static void attention_bwd_gpu(const void *p)
 {
 	const struct attention_args *a = p;
-	gpu->ops->attention_backward(a->dq, a->dk, a->dv, a->scratch, a->dout, a->q, a->k, a->v, a->lse_in, a->B,
-	                             a->S, a->H, a->G, a->D);
+	gpu->ops->attention_backward(a->dq, a->dk, a->dv, a->scratch, a->dout, a->q, a->k, a->v, a->lse_in, a->pos,
+	                             a->B, a->S, a->H, a->G, a->D);
 }
 
-/* Both sides round q, k, v, P to bf16 at the same places (ops.h), so they
- * differ by the order of fp32 sums: the scores are D-term dots of exact
- * bf16 products (tensor cores vs sequential), the softmax sums run in
- * double on the CPU and fp32 on the GPU, P16 @ v16 sums S terms; all near
- * 1e-7 of the largest output.  But an fp32 probability that sits near a
- * bf16 rounding boundary can round to neighbouring bf16 values on the two
- * sides: one ulp of P_j (<= 2^-8 P_j) times v_j moves the row's output by
- * up to 2^-8 P_j max|v|, and max|out| ~ max|v| (row 0's out is v_0).  Such
- * flips are rare and hit large P (short rows) more rarely still: a CPU
- * emulation of this file's GPU path with another summation order needed
- * at most 4e-4 of max|out| over 30 draws of these shapes, while a CPU that
- * skipped the contract's roundings needs 1.4e-3 and more: 1e-3 absolute,
- * and bf16 out adds one ulp (rtol).  lse = max + log(sum) sees no bf16
- * rounding after the products and is good to a few ulps of its terms
- * (|lse| <= ~8 here, ulp 5e-7), and can cancel to near zero: 2e-6 of
- * max|lse| absolute, 1e-5 relative (a CPU that did not round q and k
- * misses by 2.4e-4).  ld_out > H*D: out pitched, the pads kept. */
-static void test_attention_forward(int B, int S, int H, int G, int D, int ld_out)
+/* Both sides run the same online softmax over the same key tiles of 64
+ * and round q, k, v and each tile's p to bf16 at the same places (ops.h),
+ * so they differ by the order of fp32 sums: the scores are D-term dots of
+ * exact bf16 products (tensor cores vs sequential), the row sums and the
+ * p v sums split differently over threads; all near 1e-7 of the largest
+ * output.  But an fp32 p that sits near a bf16 rounding boundary can round
+ * to neighbouring bf16 values on the two sides: one ulp of p_j (<= 2^-8
+ * p_j) times v_j moves the row's output by up to 2^-8 P_j max|v|, and
+ * max|out| ~ max|v| (row 0's out is v_0).  Such flips are rare and hit
+ * large P (short rows) more rarely still; the cuBLAS path before needed at
+ * most 4e-4 of max|out| in a CPU emulation, while a CPU that skipped the
+ * contract's roundings needs 1.4e-3 and more: 1e-3 absolute, and bf16 out
+ * adds one ulp (rtol).  lse = m + log(l) sees no bf16 rounding after the
+ * products and is good to a few ulps of its terms (|lse| <= ~8 here, ulp
+ * 5e-7), and can cancel to near zero: 2e-6 of max|lse| absolute, 1e-5
+ * relative.  ld_out > H*D: out pitched, the pads kept.  docs > 0: rows
+ * packed with documents (doc_positions), the same pos on both sides. */
+static void test_attention_forward(int B, int S, int H, int G, int D, int ld_out, int docs)
 {
 	struct gpu_case c;
-	if (!case_begin(&c, "attention_forward B=%d S=%d H=%d G=%d D=%d ld_out=%d", B, S, H, G, D, ld_out))
+	if (!case_begin(&c, "attention_forward B=%d S=%d H=%d G=%d D=%d ld_out=%d docs=%d", B, S, H, G, D, ld_out,
+	                docs))
 		return;
+	int32_t *pos = doc_positions(B, S, docs);
 	size_t T = (size_t)B * S, HD = (size_t)H * D;
 	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
 	size_t sf = attention_scratch_floats(B, S, H, G, D);
@@ -1127,10 +1154,11 @@ static void test_attention_forward(int B, int S, int H, int G, int D, int ld_out
 	bf16 *init = pitched_out_init(T, HD, (size_t)ld_out, 2);
 	bf16 *ref = dup_bytes(init, T * ld_out * 2);
 	double t0 = now_ms();
-	attention_forward_cpu(ref, ld_out, ref_lse, scratch, q, k, v, B, S, H, G, D);
+	attention_forward_cpu(ref, ld_out, ref_lse, scratch, q, k, v, pos, B, S, H, G, D);
 	c.cpu_ms = now_ms() - t0;
 
 	struct attention_args a = { 0 };
+	a.pos = pos ? dev_from(pos, T * 4, 0) : NULL;
 	a.q = dev_from(q, T * H * D * 4, 0);
 	a.k = dev_from(k, T * G * D * 4, 0);
 	a.v = dev_from(v, T * G * D * 4, 0);
@@ -1150,6 +1178,7 @@ static void test_attention_forward(int B, int S, int H, int G, int D, int ld_out
 	free(ref_lse);
 	free(init);
 	free(ref);
+	free(pos);
 }
 
 /* A chain of fp32 sums in different orders: P rebuilt from lse, dP (D
@@ -1162,24 +1191,26 @@ static void test_attention_forward(int B, int S, int H, int G, int D, int ld_out
  * 2.9e-4 (dk), 5.5e-5 (dv) of the largest value over 30 draws; a CPU that
  * skipped the contract's roundings needs 2.6e-3 (dq, dk), 1.4e-3 (dv) and
  * more: 1e-3, 1e-3, 5e-4 of the largest value, 1e-4 relative. */
-static void test_attention_backward(int B, int S, int H, int G, int D)
+static void test_attention_backward(int B, int S, int H, int G, int D, int docs)
 {
 	struct gpu_case c;
-	if (!case_begin(&c, "attention_backward B=%d S=%d H=%d G=%d D=%d", B, S, H, G, D))
+	if (!case_begin(&c, "attention_backward B=%d S=%d H=%d G=%d D=%d docs=%d", B, S, H, G, D, docs))
 		return;
+	int32_t *pos = doc_positions(B, S, docs);
 	size_t T = (size_t)B * S;
 	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
 	float *dout = rand_f32(T * H * D, -1, 1);
 	size_t sf = attention_scratch_floats(B, S, H, G, D);
 	float *scratch = xmalloc(sf * 4), *lse = xmalloc((size_t)B * H * S * 4);
 	bf16 *out = xmalloc(T * H * D * 2);
-	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, B, S, H, G, D);
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, pos, B, S, H, G, D);
 	float *ref_dq = xmalloc(T * H * D * 4), *ref_dk = xmalloc(T * G * D * 4), *ref_dv = xmalloc(T * G * D * 4);
 	double t0 = now_ms();
-	attention_backward_cpu(ref_dq, ref_dk, ref_dv, scratch, dout, q, k, v, lse, B, S, H, G, D);
+	attention_backward_cpu(ref_dq, ref_dk, ref_dv, scratch, dout, q, k, v, lse, pos, B, S, H, G, D);
 	c.cpu_ms = now_ms() - t0;
 
 	struct attention_args a = { 0 };
+	a.pos = pos ? dev_from(pos, T * 4, 0) : NULL;
 	a.q = dev_from(q, T * H * D * 4, 0);
 	a.k = dev_from(k, T * G * D * 4, 0);
 	a.v = dev_from(v, T * G * D * 4, 0);
@@ -1205,6 +1236,7 @@ static void test_attention_backward(int B, int S, int H, int G, int D)
 	free(ref_dq);
 	free(ref_dk);
 	free(ref_dv);
+	free(pos);
 }
 
 /* --- swiglu -------------------------------------------------------------- */
@@ -1591,17 +1623,25 @@ static void run_small(void)
 		test_lora_ext(40, 128, 24, 4, 0.3f, 0, scratch);
 		test_lora_ext(40, 128, 24, 4, 0.0f, 1, scratch);
 	}
-	test_rope(2, 3, 3, 6, 0);
-	test_rope(2, 3, 3, 6, 1);
-	test_attention_forward(3, 5, 6, 3, 8, 48);
-	test_attention_forward(2, 7, 4, 2, 16, 64);  /* S < D: (T,H,D) buffers larger than a square */
-	test_attention_forward(1, 33, 2, 2, 64, 128); /* MHA, odd S: rows off 16 bytes, the scalar row path */
-	test_attention_forward(3, 5, 6, 3, 8, 53);   /* pitched out, odd ld: the scalar cast */
-	test_attention_forward(2, 7, 4, 2, 16, 72);  /* pitched out, ld % 4 == 0: the vector cast */
-	test_attention_backward(3, 5, 6, 3, 8);
-	test_attention_backward(1, 33, 2, 2, 64);
-	test_attention_forward(1, 601, 2, 1, 16, 32); /* odd S over two chunks: scalar in-place path */
-	test_attention_backward(1, 601, 2, 1, 16);
+	test_rope(2, 3, 3, 6, 0, 0);
+	test_rope(2, 3, 3, 6, 1, 0);
+	test_rope(2, 40, 3, 8, 0, 3); /* document positions */
+	test_rope(2, 40, 3, 8, 1, 3);
+	/* attention: D < 64 takes the 64-wide kernels with zero columns, S not
+	 * a multiple of the tiles leaves partial tiles of rows and keys */
+	test_attention_forward(3, 5, 6, 3, 8, 48, 0);
+	test_attention_forward(2, 7, 4, 2, 16, 64, 0);
+	test_attention_forward(1, 33, 2, 2, 64, 128, 0); /* MHA: dk, dv straight from the kernel */
+	test_attention_forward(3, 5, 6, 3, 8, 53, 0);    /* pitched out, odd ld */
+	test_attention_forward(2, 7, 4, 2, 16, 72, 0);   /* pitched out */
+	test_attention_forward(1, 150, 4, 2, 128, 512, 0); /* 128-wide kernels, three key tiles */
+	test_attention_forward(2, 150, 4, 2, 16, 64, 3);   /* documents, boundaries inside tiles */
+	test_attention_backward(3, 5, 6, 3, 8, 0);
+	test_attention_backward(1, 33, 2, 2, 64, 0);
+	test_attention_backward(1, 150, 4, 2, 128, 0);
+	test_attention_backward(2, 150, 4, 2, 16, 3);
+	test_attention_forward(1, 601, 2, 1, 16, 32, 0);
+	test_attention_backward(1, 601, 2, 1, 16, 0);
 	for (int backward = 0; backward <= 1; backward++) {
 		test_swiglu(7, 143, 143, 1, backward);
 		test_swiglu(7, 143, 150, 0, backward); /* pitched, odd F: scalar rows */
@@ -1665,17 +1705,22 @@ static void run_realistic(void)
 		test_lora_ext(512, 5120, 5120, 16, 0.0f, 1, scratch);
 		test_lora_ext(512, 27648, 5120, 16, 0.0f, 1, scratch); /* 32B down */
 	}
-	test_rope(1, 512, 32, 128, 0);
-	test_rope(1, 512, 32, 128, 1);
-	test_attention_forward(1, 512, 32, 8, 128, 4096);
-	test_attention_forward(1, 512, 32, 8, 128, 4096 + 160); /* into the o projection's extension-sized buffer */
-	test_attention_forward(2, 64, 8, 2, 64, 512);  /* two sequences: one GEMM per product and sequence */
-	test_attention_forward(2, 300, 8, 2, 64, 512); /* S % 4 == 0: vector row path, one partial chunk of 512 keys */
-	test_attention_forward(1, 1100, 4, 2, 64, 256); /* three chunks: P16 written in place over read chunks */
-	test_attention_backward(1, 512, 32, 8, 128);
-	test_attention_backward(2, 64, 8, 2, 64);
-	test_attention_backward(2, 300, 8, 2, 64);
-	test_attention_backward(1, 1100, 4, 2, 64);
+	test_rope(1, 512, 32, 128, 0, 0);
+	test_rope(1, 512, 32, 128, 1, 0);
+	test_rope(2, 512, 28, 128, 0, 4);
+	test_attention_forward(1, 512, 32, 8, 128, 4096, 0);
+	test_attention_forward(1, 512, 32, 8, 128, 4096 + 160, 0); /* into the o projection's extension-sized buffer */
+	test_attention_forward(2, 64, 8, 2, 64, 512, 0);  /* two sequences, one tile each */
+	test_attention_forward(2, 300, 8, 2, 64, 512, 0);
+	test_attention_forward(1, 1100, 4, 2, 64, 256, 0);
+	test_attention_forward(1, 1100, 28, 4, 128, 3584, 0); /* Qwen2.5-7B's heads */
+	test_attention_forward(2, 1100, 8, 2, 128, 1024, 5);  /* five documents a row */
+	test_attention_backward(1, 512, 32, 8, 128, 0);
+	test_attention_backward(2, 64, 8, 2, 64, 0);
+	test_attention_backward(2, 300, 8, 2, 64, 0);
+	test_attention_backward(1, 1100, 4, 2, 64, 0);
+	test_attention_backward(1, 1100, 28, 4, 128, 0);
+	test_attention_backward(2, 1100, 8, 2, 128, 5);
 	for (int backward = 0; backward <= 1; backward++) {
 		test_swiglu(512, 11008, 11008, 0, backward);
 		test_swiglu(512, 27648, 27648 + 160, 0, backward); /* 32B's F into the down projection's buffer */

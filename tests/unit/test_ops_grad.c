@@ -330,7 +330,7 @@ static void test_rope_backward(void)
 	fill_f32(x, N, -1.0, 1.0);
 	fill_f32(lw, N, -1.0, 1.0);
 	memcpy(dx, lw, sizeof dx);
-	rope_backward_cpu(dx, cos_t, sin_t, B, S, NH, D);
+	rope_backward_cpu(dx, cos_t, sin_t, NULL, B, S, NH, D);
 
 	widen_f32(cosd, cos_t, S * D / 2);
 	widen_f32(sind, sin_t, S * D / 2);
@@ -452,11 +452,11 @@ static void test_attention_backward(void)
 	fill_bf16_values(k, NK, -2.0, 2.0);
 	fill_bf16_values(v, NK, -1.0, 1.0);
 	fill_bf16_values(lw, NQ, -1.0, 1.0);
-	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, B, S, H, G, D);
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, B, S, H, G, D);
 	fill_nan(dq, NQ); /* written, not accumulated: every element must be set */
 	fill_nan(dk, NK);
 	fill_nan(dv, NK);
-	attention_backward_cpu(dq, dk, dv, scratch, lw, q, k, v, lse, B, S, H, G, D);
+	attention_backward_cpu(dq, dk, dv, scratch, lw, q, k, v, lse, NULL, B, S, H, G, D);
 
 	widen_f32(qd, q, NQ);
 	widen_f32(kd, k, NK);
@@ -491,7 +491,7 @@ static void test_attention_backward(void)
 			k2[i] = k[i] * nudge;
 			v2[i] = v[i] * nudge;
 		}
-		attention_backward_cpu(dq2, dk2, dv2, scratch, lw2, q2, k2, v2, lse, B, S, H, G, D);
+		attention_backward_cpu(dq2, dk2, dv2, scratch, lw2, q2, k2, v2, lse, NULL, B, S, H, G, D);
 		int same = memcmp(dq, dq2, sizeof dq) == 0 && memcmp(dk, dk2, sizeof dk) == 0 &&
 			   memcmp(dv, dv2, sizeof dv) == 0;
 		int ok = pass == 0 ? same : !same;

@@ -208,7 +208,7 @@ static void test_rope_values(void)
 		}
 	fill_f32(x, N, -1.0, 1.0);
 	memcpy(y, x, sizeof y);
-	rope_forward_cpu(y, cos_t, sin_t, B, S, NH, D);
+	rope_forward_cpu(y, cos_t, sin_t, NULL, B, S, NH, D);
 
 	/* position 0 (the first token of each sequence) is the identity, bit for bit */
 	int same = 1;
@@ -230,7 +230,7 @@ static void test_rope_values(void)
 
 	/* the backward is the inverse rotation: it maps the output back to x */
 	memcpy(back, y, sizeof back);
-	rope_backward_cpu(back, cos_t, sin_t, B, S, NH, D);
+	rope_backward_cpu(back, cos_t, sin_t, NULL, B, S, NH, D);
 	widen_f32(orig, x, N);
 	check_close("rope_backward inverts rope_forward", back, orig, N, 1e-6, 1e-6);
 }
@@ -295,7 +295,7 @@ static void test_attention_values(void)
 	fill_bf16_values(q, NQ, -2.0, 2.0);
 	fill_bf16_values(k, NK, -2.0, 2.0);
 	fill_bf16_values(v, NK, -1.0, 1.0);
-	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, B, S, H, G, D);
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, B, S, H, G, D);
 	attention_reference(want, want_lse, bound, q, k, v, B, S, H, G, D);
 	for (int i = 0; i < NQ; i++)
 		outf[i] = f32_from_bf16(out[i]);
@@ -318,7 +318,7 @@ static void test_attention_values(void)
 			k2[i] = k[i] * nudge;
 			v2[i] = v[i] * nudge;
 		}
-		attention_forward_cpu(out2, H * D, lse2, scratch, q2, k2, v2, B, S, H, G, D);
+		attention_forward_cpu(out2, H * D, lse2, scratch, q2, k2, v2, NULL, B, S, H, G, D);
 		int same = memcmp(out, out2, sizeof out) == 0 && memcmp(lse, lse2, sizeof lse) == 0;
 		int ok = pass == 0 ? same : !same;
 		printf("%s attention_forward with inputs moved by %s bf16 ulp: %s bits\n", ok ? "ok  " : "FAIL",
@@ -336,7 +336,7 @@ static void test_attention_values(void)
 			v[last * G * D + i] *= -3.0f;
 		}
 	}
-	attention_forward_cpu(out2, H * D, lse2, scratch, q, k, v, B, S, H, G, D);
+	attention_forward_cpu(out2, H * D, lse2, scratch, q, k, v, NULL, B, S, H, G, D);
 	int same = 1, last_changed = 0;
 	for (int b = 0; b < B; b++) {
 		size_t first = (size_t)b * S * H * D, rows = (size_t)(S - 1) * H * D;
@@ -365,7 +365,7 @@ static void test_attention_single_token(void)
 	fill_f32(q, B * H * D, -3.0, 3.0);
 	fill_f32(k, B * G * D, -3.0, 3.0);
 	fill_f32(v, B * G * D, -1.0, 1.0);
-	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, B, S, H, G, D);
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, B, S, H, G, D);
 	for (int b = 0; b < B; b++)
 		for (int h = 0; h < H; h++)
 			for (int d = 0; d < D; d++)
@@ -376,49 +376,204 @@ static void test_attention_single_token(void)
 	free(scratch);
 }
 
-/* The scratch: attention_scratch_floats is the CUDA layout (ops.h's
- * attention_parts: two (B,H,S,S) fp32 squares and four (T,H,D) bf16
- * copies, each rounded up to 16 bytes), which holds the CPU's layout
- * (every head's triangle of rows, rounded to 4, then T*H*D floats) and
- * stays within 2*B*H*S*S + 3*T*H*D floats plus the rounding. */
+/* The scratch: O(B*S*H*D), no score square (ops.h's attention_parts):
+ * two bf16 copies per query head and per key/value head at the padded head
+ * dim, delta (B,H,S), the first-key table, and with G < H two (T,H,D) fp32
+ * buffers for the per-head dk, dv; each part rounded up to 16 bytes.  It
+ * holds the CPU's layout (the copies at D, then delta) by construction. */
 static void test_attention_scratch(void)
 {
 	static const int heads[][2] = { { 32, 32 }, { 32, 8 }, { 40, 8 }, { 64, 8 }, { 28, 4 }, { 6, 3 }, { 2, 1 } };
-	static const int lengths[] = { 1, 5, 7, 33, 128, 300, 512, 1000 };
-	static const int dims[] = { 5, 8, 64, 128 };
+	static const int lengths[] = { 1, 5, 7, 33, 128, 300, 512, 1000, 8192 };
+	static const int dims[] = { 5, 8, 64, 128, 160 };
 	int bad = 0;
 	for (int b = 1; b <= 3; b += 2)
 		for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
 			for (size_t si = 0; si < sizeof lengths / sizeof lengths[0]; si++)
 				for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
 					int H = heads[hi][0], G = heads[hi][1], S = lengths[si], D = dims[di];
-					size_t bhs = (size_t)b * H * S, thd = (size_t)b * S * H * D;
+					size_t dp = (size_t)attention_dpad(D), t = (size_t)b * S;
 					size_t got = attention_scratch_floats(b, S, H, G, D);
-					size_t cpu = attention_round4(bhs * (S + 1) / 2) + thd;
-					size_t most = 2 * bhs * S + 3 * thd + 16;
-					struct attention_parts parts = attention_parts_of(b, S, H, D);
-					/* the fp32 buffer E lies over two copies */
-					int ok = got >= cpu && got <= most && got == attention_cuda_floats(b, S, H, D) &&
-						 parts.square % 4 == 0 && parts.copy % 4 == 0 && 2 * parts.copy >= thd;
+					/* what the CPU reads and writes: 4 copies at D, delta */
+					size_t cpu = t * H * D + t * G * D + t * H;
+					/* linear in S: copies, delta, table, heads, and the rounding */
+					size_t most = t * H * dp + t * G * dp + t * H + (t + 31) / 32 + 1 +
+						      (G == H ? 0 : 2 * t * H * D) + 7 * 4;
+					struct attention_parts parts = attention_parts_of(b, S, H, G, D);
+					int ok = got >= cpu && got <= most && got == attention_cuda_floats(b, S, H, G, D) &&
+						 parts.q16 % 4 == 0 && parts.kv16 % 4 == 0 && parts.delta % 4 == 0 &&
+						 parts.lo % 4 == 0 && parts.heads % 4 == 0 && dp >= (size_t)D && dp % 16 == 0;
 					if (!ok && bad++ < 5)
 						printf("  B=%d S=%d H=%d G=%d D=%d: %zu floats (CPU needs %zu, at most %zu)\n", b,
 						       S, H, G, D, got, cpu, most);
 				}
-	printf("%s attention scratch holds the CPU layout and stays within 2*BHSS + 3*THD (%d bad)\n",
-	       bad ? "FAIL" : "ok  ", bad);
+	printf("%s attention scratch holds the CPU layout and is linear in S (%d bad)\n", bad ? "FAIL" : "ok  ", bad);
 	failures += bad != 0;
-	/* Qwen2.5-72B at S=512: 2 * 64*512*512 + 4 * 512*64*128/2 =
-	 * 33554432 + 8388608; the fp32 attention before took 2*BHSS + 4*BHS =
-	 * 33685504 */
-	CHECK(attention_scratch_floats(1, 512, 64, 8, 128) == 41943040);
-	/* Qwen2.5-32B: 2 * 40*512*512 + 4 * 512*40*128/2 */
-	CHECK(attention_scratch_floats(1, 512, 40, 8, 128) == 26214400);
-	/* odd shapes round each part up to 4 floats: B*H*S*S = 450 -> 452,
-	 * T*H*D/2 = 360; 2178 -> 2180, 165 -> 168 */
-	CHECK(attention_scratch_floats(3, 5, 6, 3, 8) == 2 * 452 + 4 * 360);
-	CHECK(attention_scratch_floats(1, 33, 2, 2, 5) == 2 * 2180 + 4 * 168);
-	/* the grouping changes nothing: k and v are expanded to the H heads */
-	CHECK(attention_scratch_floats(1, 33, 2, 1, 5) == attention_scratch_floats(1, 33, 2, 2, 5));
+	/* Qwen2.5-7B at S=8192 (H=28, G=4, D=128): 2 * 28*8192*128/2 + 2 *
+	 * 4*8192*128/2 + 28*8192 + 256 + 2 * 8192*28*128 = 92504320 floats (353
+	 * MiB), where the two fp32 score squares alone took 2*28*8192^2 */
+	CHECK(attention_scratch_floats(1, 8192, 28, 4, 128) == 92504320);
+	/* MHA needs no per-head buffers: 4 copies of 512*32*128/2, delta, table */
+	CHECK(attention_scratch_floats(1, 512, 32, 32, 128) == 4 * 1048576 + 16384 + 16);
+	/* odd shapes round each part up to 4 floats: 3*6*5*64/2 = 2880, 3*3*5*64/2
+	 * = 1440, delta 90 -> 92, table 3 -> 4, heads 720 */
+	CHECK(attention_scratch_floats(3, 5, 6, 3, 8) == 2 * 2880 + 2 * 1440 + 92 + 4 + 2 * 720);
+	CHECK(attention_dpad(8) == 64 && attention_dpad(64) == 64 && attention_dpad(65) == 128 &&
+	      attention_dpad(128) == 128 && attention_dpad(130) == 144);
+}
+
+/* More rows than one key tile (S = 150: tiles of 64, 64, 22): the online
+ * softmax's rescaling across tiles against the double reference, with
+ * scores large enough (q, k in [-3, 3]) that the running max moves. */
+static void test_attention_tiles(void)
+{
+	enum { B = 1, S = 150, H = 2, G = 1, D = 16, T = B * S, NQ = T * H * D, NK = T * G * D };
+	float *q = NEW(float, NQ), *k = NEW(float, NK), *v = NEW(float, NK), *lse = NEW(float, B * H * S);
+	float *outf = NEW(float, NQ);
+	bf16 *out = NEW(bf16, NQ);
+	double *want = NEW(double, NQ), *want_lse = NEW(double, B * H * S), *bound = NEW(double, NQ);
+	float *scratch = NEW(float, attention_scratch_floats(B, S, H, G, D));
+
+	fill_bf16_values(q, NQ, -3.0, 3.0);
+	fill_bf16_values(k, NK, -3.0, 3.0);
+	fill_bf16_values(v, NK, -1.0, 1.0);
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, B, S, H, G, D);
+	attention_reference(want, want_lse, bound, q, k, v, B, S, H, G, D);
+	for (int i = 0; i < NQ; i++)
+		outf[i] = f32_from_bf16(out[i]);
+	/* each p is rounded once, relative to the running max: still 2^-8 of
+	 * its term, and out's own rounding 2^-8 of |out| (as above); the
+	 * rescaling adds fp32 steps, ~1e-6 */
+	check_bounded("attention_forward out over 3 key tiles", outf, want, bound, NQ, 1.01 / 128, 1e-6, 0.0);
+	check_close("attention_forward lse over 3 key tiles", lse, want_lse, B * H * S, 2e-6, 1e-6);
+	free(q), free(k), free(v), free(lse), free(outf), free(out), free(want), free(want_lse), free(bound);
+	free(scratch);
+}
+
+/* pos (T) for rows packed with documents of the given lengths, the same
+ * lengths in every row */
+static void doc_positions(int32_t *pos, int B, int S, const int *len, int ndocs)
+{
+	for (int b = 0; b < B; b++) {
+		int t = 0;
+		for (int d = 0; d < ndocs; d++)
+			for (int i = 0; i < len[d]; i++, t++)
+				pos[b * S + t] = i;
+	}
+}
+
+/* Document masks: a row packed with documents gives each document what it
+ * gets alone.  The backward sums over the same keys and rows in the same
+ * order, so with the same lse it is bit-identical; the forward too when the
+ * documents start on key tiles (multiples of 64), and otherwise the
+ * online softmax's steps fall elsewhere: within the rounding bound of the
+ * double reference (each p rounded once; twice the bound for two sides). */
+static void test_attention_documents(void)
+{
+	enum { B = 2, S = 150, H = 4, G = 2, D = 16, T = B * S, NQ = T * H * D, NK = T * G * D };
+	static const int split[2][3] = { { 64, 86, 0 }, { 70, 5, 75 } };
+	float *q = NEW(float, NQ), *k = NEW(float, NK), *v = NEW(float, NK), *dout = NEW(float, NQ);
+	float *lse = NEW(float, B * H * S), *dq = NEW(float, NQ), *dk = NEW(float, NK), *dv = NEW(float, NK);
+	float *lse1 = NEW(float, H * S), *dq1 = NEW(float, NQ), *dk1 = NEW(float, NK), *dv1 = NEW(float, NK);
+	bf16 *out = NEW(bf16, NQ), *out1 = NEW(bf16, NQ);
+	double *want = NEW(double, NQ), *want_lse = NEW(double, H * S), *bound = NEW(double, NQ);
+	int32_t pos[T];
+	float *scratch = NEW(float, attention_scratch_floats(B, S, H, G, D));
+
+	fill_bf16_values(q, NQ, -3.0, 3.0);
+	fill_bf16_values(k, NK, -3.0, 3.0);
+	fill_bf16_values(v, NK, -1.0, 1.0);
+	fill_bf16_values(dout, NQ, -1.0, 1.0);
+	for (int c = 0; c < 2; c++) {
+		int ndocs = split[c][2] ? 3 : 2;
+		doc_positions(pos, B, S, split[c], ndocs);
+		attention_forward_cpu(out, H * D, lse, scratch, q, k, v, pos, B, S, H, G, D);
+		attention_backward_cpu(dq, dk, dv, scratch, dout, q, k, v, lse, pos, B, S, H, G, D);
+		int exact_fwd = 1, exact_bwd = 1, t0 = 0;
+		long bad_fwd = 0;
+		for (int d = 0; d < ndocs; d++) {
+			int n = split[c][d];
+			for (int b = 0; b < B; b++) {
+				size_t row = (size_t)b * S + t0; /* the document's first token */
+				/* the document alone: a batch of one sequence of n tokens */
+				attention_forward_cpu(out1, H * D, lse1, scratch, q + row * H * D, k + row * G * D,
+						      v + row * G * D, NULL, 1, n, H, G, D);
+				attention_reference(want, want_lse, bound, q + row * H * D, k + row * G * D,
+						    v + row * G * D, 1, n, H, G, D);
+				for (int i = 0; i < n * H * D; i++) {
+					double a = f32_from_bf16(out[row * H * D + i]), e = f32_from_bf16(out1[i]);
+					bad_fwd += !(fabs(a - e) <= 2 * 1.01 / 128 * bound[i] + 1e-6);
+				}
+				exact_fwd &= memcmp(out + row * H * D, out1, (size_t)n * H * D * sizeof(bf16)) == 0;
+				/* the backward alone, fed the packed row's lse for the document */
+				for (int h = 0; h < H; h++)
+					memcpy(lse1 + (size_t)h * n, lse + ((size_t)b * H + h) * S + t0, n * sizeof(float));
+				attention_backward_cpu(dq1, dk1, dv1, scratch, dout + row * H * D, q + row * H * D,
+						       k + row * G * D, v + row * G * D, lse1, NULL, 1, n, H, G, D);
+				exact_bwd &= memcmp(dq + row * H * D, dq1, (size_t)n * H * D * 4) == 0 &&
+					     memcmp(dk + row * G * D, dk1, (size_t)n * G * D * 4) == 0 &&
+					     memcmp(dv + row * G * D, dv1, (size_t)n * G * D * 4) == 0;
+			}
+			t0 += n;
+		}
+		int ok_fwd = bad_fwd == 0 && (c != 0 || exact_fwd);
+		printf("%s attention_forward packed %d documents (%d+%d%s): each as alone, %s (%ld out of bound)\n",
+		       ok_fwd ? "ok  " : "FAIL", ndocs, split[c][0], split[c][1], c ? "+75" : "",
+		       exact_fwd ? "bit for bit" : "within rounding", bad_fwd);
+		failures += !ok_fwd;
+		printf("%s attention_backward packed %d documents: dq, dk, dv bit-identical to each alone\n",
+		       exact_bwd ? "ok  " : "FAIL", ndocs);
+		failures += !exact_bwd;
+	}
+	/* pos[t] = t % S is the plain causal mask, bit for bit */
+	for (int t = 0; t < T; t++)
+		pos[t] = t % S;
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, B, S, H, G, D);
+	attention_forward_cpu(out1, H * D, dq1, scratch, q, k, v, pos, B, S, H, G, D); /* dq1: room for lse */
+	check_same_bits("attention_forward with pos = t % S against NULL", out1, out, NQ * sizeof(bf16));
+	check_same_bits("attention_forward lse with pos = t % S against NULL", dq1, lse, B * H * S * sizeof(float));
+	free(q), free(k), free(v), free(dout), free(lse), free(dq), free(dk), free(dv), free(lse1), free(dq1);
+	free(dk1), free(dv1), free(out), free(out1), free(want), free(want_lse), free(bound), free(scratch);
+}
+
+/* RoPE with document positions: each document rotates as if alone, and
+ * pos[t] = t % S is NULL's rotation, bit for bit. */
+static void test_rope_documents(void)
+{
+	enum { B = 2, S = 12, NH = 3, D = 8, HALF = D / 2, N = B * S * NH * D };
+	static const int len[3] = { 5, 3, 4 };
+	float cos_t[S * HALF], sin_t[S * HALF], x[N], y[N], z[N];
+	int32_t pos[B * S];
+	int same_alone = 1;
+
+	for (int s = 0; s < S; s++)
+		for (int i = 0; i < HALF; i++) {
+			float angle = (float)s * (float)(1.0 / pow(10000.0, 2.0 * i / D));
+			cos_t[s * HALF + i] = cosf(angle);
+			sin_t[s * HALF + i] = sinf(angle);
+		}
+	fill_f32(x, N, -1.0, 1.0);
+	doc_positions(pos, B, S, len, 3);
+	for (int back = 0; back < 2; back++) {
+		memcpy(y, x, sizeof y);
+		(back ? rope_backward_cpu : rope_forward_cpu)(y, cos_t, sin_t, pos, B, S, NH, D);
+		for (int b = 0, t0 = 0; b < B; b++, t0 = 0)
+			for (int d = 0; d < 3; t0 += len[d++]) {
+				size_t off = ((size_t)b * S + t0) * NH * D, n = (size_t)len[d] * NH * D;
+				memcpy(z, x + off, n * sizeof(float));
+				(back ? rope_backward_cpu : rope_forward_cpu)(z, cos_t, sin_t, NULL, 1, len[d], NH, D);
+				same_alone &= memcmp(z, y + off, n * sizeof(float)) == 0;
+			}
+	}
+	printf("%s rope with document positions rotates each document as alone\n", same_alone ? "ok  " : "FAIL");
+	failures += !same_alone;
+	for (int t = 0; t < B * S; t++)
+		pos[t] = t % S;
+	memcpy(y, x, sizeof y);
+	memcpy(z, x, sizeof z);
+	rope_forward_cpu(y, cos_t, sin_t, pos, B, S, NH, D);
+	rope_forward_cpu(z, cos_t, sin_t, NULL, B, S, NH, D);
+	check_same_bits("rope_forward with pos = t % S against NULL", y, z, sizeof y);
 }
 
 /* --- SwiGLU ----------------------------------------------------------------------------- */
@@ -630,9 +785,9 @@ static void test_pitched_attention(void)
 	fill_f32(q, T * HD, -2.0, 2.0);
 	fill_f32(k, T * G * D, -2.0, 2.0);
 	fill_f32(v, T * G * D, -1.0, 1.0);
-	attention_forward_cpu(out, HD, lse, scratch, q, k, v, B, S, H, G, D);
+	attention_forward_cpu(out, HD, lse, scratch, q, k, v, NULL, B, S, H, G, D);
 	fill_bf16_bits(outp, T * LD, PAD_BF16);
-	attention_forward_cpu(outp, LD, lsep, scratch, q, k, v, B, S, H, G, D);
+	attention_forward_cpu(outp, LD, lsep, scratch, q, k, v, NULL, B, S, H, G, D);
 	check_pitched("attention_forward out at ld_out 96", outp, LD, out, T, HD, sizeof(bf16), &pad_bf16);
 	check_same_bits("attention_forward lse with ld_out 96", lsep, lse, sizeof lse);
 	free(scratch);
@@ -804,7 +959,7 @@ struct det_inputs {
 	float dy[DT * DN], gate[DT * DN], up[DT * DN], logits[DT * DV], cos_t[DS * DD / 2], sin_t[DS * DD / 2];
 	float big[DSQ], absmax[DNF4 / 64], dout_attn[DT * DH * DD];
 	bf16 xb[DT * DC], W[DN * DC], bias[DN], wnorm[DC], wte[DV * DC], dyb[DT * DN];
-	int32_t tokens[DT], targets[DT];
+	int32_t tokens[DT], targets[DT], pos[DT];
 	uint8_t packed[DNF4 / 2];
 };
 
@@ -834,16 +989,16 @@ static void run_every_op(struct arena *a, const struct det_inputs *in, float *sc
 			  in->A, in->B, NULL, 0, 2.0f, 0.1f, 7, DT, DC, DN, DR, 0);
 	f = take(a, "rope_forward", sizeof in->q);
 	memcpy(f, in->q, sizeof in->q);
-	rope_forward_cpu(f, in->cos_t, in->sin_t, DB, DS, DH, DD);
+	rope_forward_cpu(f, in->cos_t, in->sin_t, in->pos, DB, DS, DH, DD);
 	f = take(a, "rope_backward", sizeof in->q);
 	memcpy(f, in->q, sizeof in->q);
-	rope_backward_cpu(f, in->cos_t, in->sin_t, DB, DS, DH, DD);
+	rope_backward_cpu(f, in->cos_t, in->sin_t, in->pos, DB, DS, DH, DD);
 	float *lse = take(a, "attention_forward lse", sizeof(float) * DB * DH * DS);
 	attention_forward_cpu(take(a, "attention_forward out", sizeof(bf16) * DT * DH * DD), DH * DD, lse, scratch, in->q,
-			      in->k, in->v, DB, DS, DH, DG, DD);
+			      in->k, in->v, in->pos, DB, DS, DH, DG, DD);
 	attention_backward_cpu(take(a, "attention_backward dq", sizeof in->q), take(a, "attention_backward dk", sizeof in->k),
 			       take(a, "attention_backward dv", sizeof in->v), scratch, in->dout_attn, in->q, in->k,
-			       in->v, lse, DB, DS, DH, DG, DD);
+			       in->v, lse, in->pos, DB, DS, DH, DG, DD);
 	swiglu_forward_cpu(take(a, "swiglu_forward", sizeof(bf16) * DT * DN), DN, in->gate, in->up, DT, DN);
 	swiglu_backward_cpu(take(a, "swiglu_backward dgate", sizeof(bf16) * DT * DN),
 			    take(a, "swiglu_backward dup", sizeof(bf16) * DT * DN), DN, in->dy, in->gate, in->up, DT, DN);
@@ -897,6 +1052,7 @@ static void test_thread_determinism(void)
 	for (int t = 0; t < DT; t++) {
 		in->tokens[t] = (int32_t)(rng_uniform(0, DV - 1e-9));
 		in->targets[t] = t % 7 == 3 ? -1 : (int32_t)(rng_uniform(0, DV - 1e-9));
+		in->pos[t] = t % DS < 10 ? t % DS : t % DS - 10; /* two documents a row */
 	}
 	for (int i = 0; i < DNF4 / 2; i++)
 		in->packed[i] = (uint8_t)rng_uniform(0, 256 - 1e-9);
@@ -937,6 +1093,9 @@ int main(void)
 	test_attention_values();
 	test_attention_single_token();
 	test_attention_scratch();
+	test_attention_tiles();
+	test_attention_documents();
+	test_rope_documents();
 	test_swiglu_values();
 	test_crossentropy_values();
 	test_nf4_values();

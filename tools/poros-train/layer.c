@@ -106,6 +106,7 @@ void layer_forward(const struct layer_ctx *c, const struct layer_view *w, struct
 {
 	const struct poros_ops *op = c->op;
 	int T = c->T, C = c->C, E = c->E, qk = c->qk_norm;
+	const int32_t *pos = c->pos ? c->pos + (size_t)p.mb * T : NULL; /* (T) */
 
 	/* attention block */
 	a->x = x;
@@ -117,9 +118,10 @@ void layer_forward(const struct layer_ctx *c, const struct layer_view *w, struct
 		op->rmsnorm_forward(a->q, NULL, c->D, a->rstd_q, a->q_pre, w->q_norm, c->eps, T * c->H, c->D);
 		op->rmsnorm_forward(a->k, NULL, c->D, a->rstd_k, a->k_pre, w->k_norm, c->eps, T * c->G, c->D);
 	}
-	op->rope_forward(a->q, c->rope_cos, c->rope_sin, c->B, c->S, c->H, c->D);
-	op->rope_forward(a->k, c->rope_cos, c->rope_sin, c->B, c->S, c->G, c->D);
-	op->attention_forward(a->att, c->HD + E, a->lse, c->attn_scratch, a->q, a->k, a->v, c->B, c->S, c->H, c->G, c->D);
+	op->rope_forward(a->q, c->rope_cos, c->rope_sin, pos, c->B, c->S, c->H, c->D);
+	op->rope_forward(a->k, c->rope_cos, c->rope_sin, pos, c->B, c->S, c->G, c->D);
+	op->attention_forward(a->att, c->HD + E, a->lse, c->attn_scratch, a->q, a->k, a->v, pos, c->B, c->S, c->H, c->G,
+	                      c->D);
 	proj_forward(c, w, a, layer, PROJ_O, a->att, a->x2, p);
 	op->add_inplace(a->x2, x, (long)T * C);
 
@@ -149,6 +151,7 @@ void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const
 	const struct grad_scratch *g = &c->g;
 	int T = c->T, qk = c->qk_norm;
 	float *dq = g->dq, *dk = g->dk;
+	const int32_t *pos = c->pos ? c->pos + (size_t)p.mb * T : NULL; /* (T) */
 
 	/* MLP: out = x2 + down(silu(gate(xn2)) * up(xn2)); dx holds dout, then dx2 */
 	proj_backward(c, w, a, layer, PROJ_DOWN, a->h, dx, NULL, g->dh, 0, p);
@@ -159,10 +162,10 @@ void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const
 
 	/* attention: x2 = x + o(attn(rope(q), rope(k), v)), q/k/v of xn = norm(x) */
 	proj_backward(c, w, a, layer, PROJ_O, a->att, dx, NULL, g->datt, 0, p);
-	op->attention_backward(g->dq, g->dk, g->dv, c->attn_scratch, g->datt, a->q, a->k, a->v, a->lse, c->B, c->S,
+	op->attention_backward(g->dq, g->dk, g->dv, c->attn_scratch, g->datt, a->q, a->k, a->v, a->lse, pos, c->B, c->S,
 	                       c->H, c->G, c->D);
-	op->rope_backward(g->dq, c->rope_cos, c->rope_sin, c->B, c->S, c->H, c->D);
-	op->rope_backward(g->dk, c->rope_cos, c->rope_sin, c->B, c->S, c->G, c->D);
+	op->rope_backward(g->dq, c->rope_cos, c->rope_sin, pos, c->B, c->S, c->H, c->D);
+	op->rope_backward(g->dk, c->rope_cos, c->rope_sin, pos, c->B, c->S, c->G, c->D);
 	if (qk) { /* through the per-head norms (rmsnorm_backward accumulates) */
 		c->be->memset_zero(g->dq_pre, (size_t)T * c->HD * sizeof(float), STREAM_COMPUTE);
 		c->be->memset_zero(g->dk_pre, (size_t)T * c->GD * sizeof(float), STREAM_COMPUTE);

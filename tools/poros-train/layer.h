@@ -89,6 +89,7 @@ struct layer_ctx {
 	uint64_t seed;                   /* of the dropout masks */
 
 	const float *rope_cos, *rope_sin; /* (S, D/2) */
+	const int32_t *pos;              /* (k,T) each token's position in its document; NULL: t % S */
 	float *attn_scratch;             /* shares its region with lora_scratch and the logits */
 	struct grad_scratch g;
 

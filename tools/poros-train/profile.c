@@ -146,15 +146,17 @@ WRAP(lora_backward, (float *din, float *dA, float *dB, float *du, bf16 *ext, flo
 WRAP(lora_weight_ext, (bf16 *w, int ld_w, const float *A, const float *B, const bf16 *bias, float scale, int K, int N,
                        int R),
      w, ld_w, A, B, bias, scale, K, N, R)
-WRAP(rope_forward, (float *x, const float *cos, const float *sin, int B, int S, int nh, int D), x, cos, sin, B, S, nh, D)
-WRAP(rope_backward, (float *dx, const float *cos, const float *sin, int B, int S, int nh, int D), dx, cos, sin, B, S,
-     nh, D)
+WRAP(rope_forward, (float *x, const float *cos, const float *sin, const int32_t *pos, int B, int S, int nh, int D),
+     x, cos, sin, pos, B, S, nh, D)
+WRAP(rope_backward, (float *dx, const float *cos, const float *sin, const int32_t *pos, int B, int S, int nh, int D),
+     dx, cos, sin, pos, B, S, nh, D)
 WRAP(attention_forward, (bf16 *out, int ld_out, float *lse, float *scratch, const float *q, const float *k,
-                         const float *v, int B, int S, int H, int G, int D),
-     out, ld_out, lse, scratch, q, k, v, B, S, H, G, D)
+                         const float *v, const int32_t *pos, int B, int S, int H, int G, int D),
+     out, ld_out, lse, scratch, q, k, v, pos, B, S, H, G, D)
 WRAP(attention_backward, (float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *q,
-                          const float *k, const float *v, const float *lse, int B, int S, int H, int G, int D),
-     dq, dk, dv, scratch, dout, q, k, v, lse, B, S, H, G, D)
+                          const float *k, const float *v, const float *lse, const int32_t *pos, int B, int S, int H,
+                          int G, int D),
+     dq, dk, dv, scratch, dout, q, k, v, lse, pos, B, S, H, G, D)
 WRAP(swiglu_forward, (bf16 *out, int ld_out, const float *gate, const float *up, int T, int F), out, ld_out, gate, up,
      T, F)
 WRAP(swiglu_backward, (bf16 *dgate, bf16 *dup, int ld_d, const float *dout, const float *gate, const float *up, int T,
