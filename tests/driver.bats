@@ -162,7 +162,7 @@ fake_poros() {
 	run -0 --separate-stderr poros bench compare a b
 	[ -z "$stderr" ]
 	assert_line --index 0 "Comparing A = a with B = b (delta = B - A, ratio = B / A)."
-	assert_line --partial "| poros\\_tiny\\_qwen2\\_nf4 | ok | ok | 0.5 | 0.25 | -0.25 | 0.5 | 512 | 512 | 0 | 1.00 |"
+	assert_line --partial "| poros\\_tiny\\_qwen2\\_nf4 | ok | ok | 0.5 | 0.25 | -0.25 | 0.5 | 256 | 512 | +256 | 2.00 |"
 	[ "$(echo "$output" | grep -c '^| [a-z]')" -eq 8 ]
 	run -0 --separate-stderr poros bench compare --json a b
 	[ "${#lines[@]}" -eq 8 ]

@@ -21,13 +21,27 @@
 enum artifact_status { STATUS_OK, STATUS_OOM, STATUS_ERROR, STATUS_SKIPPED, STATUS_COUNT };
 extern const char *const artifact_status_names[STATUS_COUNT]; /* "ok", "oom", "error", "skipped" */
 
+/* One pass: one trainer process's timed (post-warmup) steps. */
+struct artifact_pass {
+	int n;
+	double *step_s;                            /* (n) seconds per step */
+	double median_s;
+};
+
+/* The timing fields are computed from passes (timing.h); passes is owned. */
 struct artifact_metrics {
 	double vram_peak_mb, vram_avg_mb;          /* MiB, device allocator peak / per-step mean */
 	double s_per_step, s_per_step_min, s_per_step_max;
+	double s_per_step_spread, s_per_step_mad;  /* across passes / the steps' noise */
+	int passes_agree;                          /* 1 true, 0 false, -1 null */
 	double tokens_per_s;
 	int steps_measured, warmup_steps;          /* -1: null */
 	double loss_first, loss_last;
+	int n_passes;
+	struct artifact_pass *passes;              /* (n_passes); NULL: null */
 };
+/* Frees m's passes and leaves m all null. */
+void artifact_metrics_free(struct artifact_metrics *m);
 
 struct artifact_parity {
 	double loss_max_abs_delta, adapter_max_abs_delta;
@@ -43,6 +57,8 @@ struct artifact_env {
 	char *poros_version, *git_sha;
 	char *python, *torch, *transformers, *peft;
 	char *weights;                             /* "real", "synthetic" or NULL */
+	char *backend;                             /* what computed: "cpu" or "cuda" (the child's summary) */
+	char *device;                              /* its name: the GPU's, or the host CPU's for cpu */
 	char *cuda_visible_devices;                /* poros-arm's CUDA_VISIBLE_DEVICES: the GPU a scheduler gave the cell */
 };
 

@@ -50,6 +50,10 @@ struct cell {
 		 * blockwise method recomputes each block whatever this says.
 		 * Optional in cell JSON (absent: 0), so older cells still read. */
 		int gradient_checkpointing;
+		/* Optional too (absent: 0 and 1): linear LR warmup steps, apart
+		 * from warmup_steps (which are only left out of the timing), and
+		 * how many fresh trainer processes poros-arm times. */
+		int lr_warmup_steps, passes;
 	} training;
 	struct {
 		int rank;

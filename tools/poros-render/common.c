@@ -66,43 +66,42 @@ static const char *env_value(const struct artifact_env *env, const char *field, 
 
 int env_values(struct sbuf *out, const struct report *r, const char *field, escape_fn text)
 {
-	char **seen = xcalloc((size_t)r->results.n + 1, sizeof *seen);
-	int n = 0;
+	struct strmap seen;
+	int n;
 
+	strmap_init(&seen);
 	for (int i = 0; i < r->results.n; i++) {
 		char buf[64];
 		const char *v = env_value(&r->results.e[i].art.env, field, buf, sizeof buf);
-		int dup = 0;
-		if (v == NULL)
+
+		if (v == NULL || strmap_get(&seen, v) >= 0)
 			continue;
-		for (int k = 0; k < n; k++)
-			dup |= strcmp(seen[k], v) == 0;
-		if (dup)
-			continue;
-		if (n > 0)
+		if (seen.n > 0)
 			sb_puts(out, ", ");
 		text(out, v);
-		seen[n++] = xstrdup(v);
+		strmap_put(&seen, v, 1);
 	}
-	for (int k = 0; k < n; k++)
-		free(seen[k]);
-	free(seen);
+	n = seen.n;
+	strmap_free(&seen);
 	return n;
 }
 
 void spec_ids(struct sbuf *b, const struct report *r, escape_fn text)
 {
+	struct strmap seen;
+
+	strmap_init(&seen);
 	for (int i = 0; i < r->results.n; i++) {
 		const char *id = r->results.e[i].art.cell.spec_id;
-		int seen = 0;
-		for (int k = 0; k < i; k++)
-			seen |= strcmp(r->results.e[k].art.cell.spec_id, id) == 0;
-		if (seen)
+
+		if (strmap_get(&seen, id) >= 0)
 			continue;
-		if (i > 0)
+		if (seen.n > 0)
 			sb_puts(b, ", ");
 		text(b, id);
+		strmap_put(&seen, id, 1);
 	}
+	strmap_free(&seen);
 }
 
 /* --- the spec summary --------------------------------------------------------- */

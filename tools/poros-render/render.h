@@ -30,6 +30,9 @@ struct report {
 	struct report_model *models;        /* in order of first appearance */
 	int n_parity_rows;
 	struct parity_row *parity_rows;
+	/* lookups that keep reading and organizing linear in the inputs */
+	struct strmap model_index;          /* arch -> models[] */
+	struct strmap parity_index;         /* pair_key -> parity[] */
 };
 
 void report_init(struct report *r);
