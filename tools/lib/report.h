@@ -102,7 +102,8 @@ void sb_html(struct sbuf *b, const char *s);
 void sb_md(struct sbuf *b, const char *s);
 
 /* Human numbers: about 3 significant digits, never exponent notation for
- * the ranges a bench produces; "--" for NaN (not measured). */
+ * the ranges a bench produces (1e-4 and up: "0.000902"); "--" for NaN
+ * (not measured). */
 const char *fmt_num(char *buf, size_t n, double v);
 /* A MiB amount as "812 MiB" below 1 GiB, else "6.85 GiB"; "--" for NaN. */
 const char *fmt_mib(char *buf, size_t n, double mib);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonl.h"
 #include "util.h"
 
 void report_init(struct report *r)
@@ -192,4 +193,66 @@ void report_organize(struct report *r)
 	for (int i = 0; i < r->n_models; i++)
 		qsort(r->models[i].rows, (size_t)r->models[i].n, sizeof *r->models[i].rows, row_order);
 	build_parity_rows(r);
+}
+
+/* The directory an artifact was read from: its file's, or "." for stdin. */
+static char *source_dir(const char *source)
+{
+	const char *slash = strrchr(source, '/');
+
+	if (source[0] == '<' || slash == NULL)
+		return xstrdup(".");
+	return xasprintf("%.*s", (int)(slash - source), source);
+}
+
+int load_losses(const struct result_entry *e, double *step, double *loss, int max)
+{
+	struct jsonl_reader rd;
+	char *dir, *path;
+	double *all_s = NULL, *all_l = NULL;
+	long n = 0, cap = 0;
+	cJSON *obj;
+	FILE *f;
+	int got, k = 0;
+
+	if (e->art.run_dir == NULL || e->source == NULL || max <= 0)
+		return 0;
+	dir = source_dir(e->source);
+	path = xasprintf("%s/%s/events.jsonl", dir, e->art.run_dir);
+	free(dir);
+	f = fopen(path, "r");
+	free(path);
+	if (f == NULL)
+		return 0;
+	jsonl_init(&rd, f, "events.jsonl");
+	/* a bad line ends the curve where it is: the report is not a validator */
+	while ((got = jsonl_next(&rd, &obj)) > 0) {
+		const cJSON *s = cJSON_GetObjectItemCaseSensitive(obj, "step");
+		const cJSON *l = cJSON_GetObjectItemCaseSensitive(obj, "loss");
+
+		if (cJSON_IsNumber(s) && cJSON_IsNumber(l) && isfinite(l->valuedouble)) {
+			if (n == cap) {
+				cap = cap ? 2 * cap : 64;
+				all_s = xrealloc(all_s, (size_t)cap * sizeof *all_s);
+				all_l = xrealloc(all_l, (size_t)cap * sizeof *all_l);
+			}
+			all_s[n] = s->valuedouble;
+			all_l[n++] = l->valuedouble;
+		}
+		cJSON_Delete(obj);
+	}
+	jsonl_free(&rd);
+	fclose(f);
+	/* evenly thinned to max points, the first and the last kept */
+	for (long i = 0; i < n && k < max; i++) {
+		long pick = n <= max ? i : (long)((double)i * (double)(n - 1) / (double)(max - 1) + 0.5);
+
+		if (n > max && i >= max)
+			break;
+		step[k] = all_s[pick];
+		loss[k++] = all_l[pick];
+	}
+	free(all_s);
+	free(all_l);
+	return k;
 }

@@ -694,8 +694,9 @@ def save_adapter(model, out_dir, source):
 # --- the driver -----------------------------------------------------------
 
 def new_summary(method, out_dir):
+    # backend: null until a CUDA device is found (a skipped arm computed nothing)
     return {"schema": SUMMARY_SCHEMA, "status": "error", "error": None, "method": method, "mode": method,
-            "backend": "cuda", "steps": None, "warmup_steps": None, "steps_measured": None,
+            "backend": None, "steps": None, "warmup_steps": None, "steps_measured": None,
             "step_s": None, "s_per_step": None, "s_per_step_min": None, "s_per_step_max": None,
             "tokens_per_s": None,
             "vram_peak_mb": None, "vram_avg_mb": None, "loss_first": None, "loss_last": None,
@@ -722,6 +723,7 @@ def main(method, modules, run):
         torch = import_torch()
         summary["env"] = environment(torch)
         require(torch, cell, modules)
+        summary["backend"] = "cuda"
         summary.update(steps=cell["training"]["steps"], warmup_steps=cell["training"]["warmup_steps"])
         source = resolve_model(cell["model"]["model_id"])
         summary["weights"] = source.weights
