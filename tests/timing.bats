@@ -142,3 +142,32 @@ fake_passes() {
 	jq -e '.status == "ok" and .env.backend == "cpu" and .env.device == .env.cpu and (.env.device | type) == "string"' \
 		<<< "$output"
 }
+
+@test "an artifact's s_per_step is the median of its passes' medians of the recorded step_s (real poros-train)" {
+	jq -c '.training.passes = 3 | .training.steps = 5' "$FIX/cell.json" > c.json
+	run -0 --separate-stderr poros-arm c.json
+	jq -e '.status == "ok" and (.metrics.passes | length) == 3
+		and all(.metrics.passes[]; (.step_s | length) == 4 and .median_s == (.step_s | sort | (.[1] + .[2]) / 2))
+		and .metrics.s_per_step == ([.metrics.passes[].median_s] | sort | .[1])
+		and .metrics.s_per_step_min == ([.metrics.passes[].step_s[]] | min)
+		and .metrics.s_per_step_max == ([.metrics.passes[].step_s[]] | max)' <<< "$output"
+	# the run directory holds the last pass: its timed steps are the events'
+	jq -e --slurpfile ev out/runs/poros_tiny_llama_bf16/events.jsonl \
+		'.metrics.passes[2].step_s == [$ev[1:][].step_s]' <<< "$output"
+}
+
+@test "a Python arm's timing reaches the artifact as the same median (armlib.step_timing through poros-arm)" {
+	cat > py-train <<-PY
+	#!/usr/bin/env python3
+	import json, sys
+	sys.path.insert(0, "$ARMS")
+	import armlib
+	s = armlib.new_summary("poros", "run")
+	s.update(armlib.step_timing([0.31, 0.1, 0.2, 0.4], 64), status="ok", backend="cuda", steps=5, warmup_steps=1)
+	print(json.dumps(s))
+	PY
+	chmod +x py-train
+	POROS_TRAIN="$PWD/py-train" run -0 --separate-stderr poros-arm "$FIX/cell.json"
+	jq -e '.status == "ok" and .metrics.passes[0].step_s == [0.31, 0.1, 0.2, 0.4]
+		and .metrics.s_per_step == 0.255 and .metrics.tokens_per_s == 64 / 0.255 and .env.backend == "cuda"' <<< "$output"
+}

@@ -169,16 +169,16 @@ cJSON *artifact_to_json(const struct artifact *a)
 	m = cJSON_AddObjectToObject(o, "metrics");
 	add_num(m, "vram_peak_mb", a->metrics.vram_peak_mb);
 	add_num(m, "vram_avg_mb", a->metrics.vram_avg_mb);
-	add_num(m, "s_per_step", a->metrics.s_per_step);
-	add_num(m, "s_per_step_min", a->metrics.s_per_step_min);
-	add_num(m, "s_per_step_max", a->metrics.s_per_step_max);
-	add_num(m, "tokens_per_s", a->metrics.tokens_per_s);
+	cJSON_AddItemToObject(m, "s_per_step", timing_json_number(a->metrics.s_per_step));
+	cJSON_AddItemToObject(m, "s_per_step_min", timing_json_number(a->metrics.s_per_step_min));
+	cJSON_AddItemToObject(m, "s_per_step_max", timing_json_number(a->metrics.s_per_step_max));
+	cJSON_AddItemToObject(m, "tokens_per_s", timing_json_number(a->metrics.tokens_per_s));
 	add_count(m, "steps_measured", a->metrics.steps_measured);
 	add_count(m, "warmup_steps", a->metrics.warmup_steps);
 	add_num(m, "loss_first", a->metrics.loss_first);
 	add_num(m, "loss_last", a->metrics.loss_last);
-	add_num(m, "s_per_step_spread", a->metrics.s_per_step_spread);
-	add_num(m, "s_per_step_mad", a->metrics.s_per_step_mad);
+	cJSON_AddItemToObject(m, "s_per_step_spread", timing_json_number(a->metrics.s_per_step_spread));
+	cJSON_AddItemToObject(m, "s_per_step_mad", timing_json_number(a->metrics.s_per_step_mad));
 	cJSON_AddItemToObject(m, "passes_agree",
 	                      a->metrics.passes_agree < 0 ? cJSON_CreateNull() : cJSON_CreateBool(a->metrics.passes_agree));
 	if (a->metrics.passes) {
@@ -189,8 +189,8 @@ cJSON *artifact_to_json(const struct artifact *a)
 			cJSON *po = cJSON_CreateObject(), *steps = cJSON_AddArrayToObject(po, "step_s");
 
 			for (int k = 0; k < ps->n; k++)
-				cJSON_AddItemToArray(steps, json_number_or_null(ps->step_s[k]));
-			add_num(po, "median_s", ps->median_s);
+				cJSON_AddItemToArray(steps, timing_json_number(ps->step_s[k]));
+			cJSON_AddItemToObject(po, "median_s", timing_json_number(ps->median_s));
 			cJSON_AddItemToArray(passes, po);
 		}
 	} else {
@@ -732,7 +732,7 @@ static int summary_pass(struct artifact_metrics *m, const cJSON *summary, int st
 		return bad(err, errsz, "step_s: %d times for %d measured steps", ps.n, m->steps_measured);
 	}
 	ps.median_s = timing_median(ps.step_s, ps.n);
-	if (isfinite(reported) && !(fabs(reported - ps.median_s) <= 1e-9 * fmax(1.0, ps.median_s))) {
+	if (isfinite(reported) && reported != ps.median_s) {
 		free(ps.step_s);
 		return bad(err, errsz, "s_per_step: %.9g is not the median of step_s (%.9g)", reported, ps.median_s);
 	}

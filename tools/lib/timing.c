@@ -25,6 +25,20 @@ static double median_sorted_in_place(double *v, int n)
 	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+cJSON *timing_json_number(double v)
+{
+	char buf[40];
+
+	if (!isfinite(v))
+		return cJSON_CreateNull();
+	for (int digits = 15; digits <= 17; digits++) {
+		snprintf(buf, sizeof buf, "%.*g", digits, v);
+		if (strtod(buf, NULL) == v)
+			break;
+	}
+	return cJSON_CreateRaw(buf);
+}
+
 double timing_median(const double *v, int n)
 {
 	double *t, med;

@@ -32,6 +32,12 @@ double timing_median(const double *v, int n);
 /* The median of |v[i] - center|. */
 double timing_mad(const double *v, int n, double center);
 
+/* A JSON number that reads back as exactly v (the shortest of 15, 16 or
+ * 17 significant digits that does; cJSON's own printer settles for 15
+ * digits within an epsilon), or null when v is not finite: a median in
+ * an artifact is then bit for bit the median of the times listed. */
+cJSON *timing_json_number(double v);
+
 /* Fills m's timing fields (s_per_step, _min, _max, _spread, _mad,
  * passes_agree, each pass's median_s, steps_measured and tokens_per_s
  * from tokens_per_step) from m->passes.  With no pass, or a pass without

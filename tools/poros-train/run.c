@@ -255,10 +255,10 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	cJSON_AddNumberToObject(o, "warmup_steps", c->warmup_steps);
 	cJSON_AddNumberToObject(o, "steps_measured", measured);
 	cJSON_AddItemToObject(o, "step_s", steps);
-	cJSON_AddItemToObject(o, "s_per_step", num_or_null(med));
-	cJSON_AddItemToObject(o, "s_per_step_min", num_or_null(lo));
-	cJSON_AddItemToObject(o, "s_per_step_max", num_or_null(hi));
-	cJSON_AddItemToObject(o, "tokens_per_s", num_or_null(tps));
+	cJSON_AddItemToObject(o, "s_per_step", timing_json_number(med));
+	cJSON_AddItemToObject(o, "s_per_step_min", timing_json_number(lo));
+	cJSON_AddItemToObject(o, "s_per_step_max", timing_json_number(hi));
+	cJSON_AddItemToObject(o, "tokens_per_s", timing_json_number(tps));
 	cJSON_AddItemToObject(o, "vram_peak_mb", num_or_null(r->vram_peak_mb));
 	cJSON_AddItemToObject(o, "vram_avg_mb", num_or_null(r->steps_done ? r->vram_sum_bytes / r->steps_done / MIB : NAN));
 	cJSON_AddItemToObject(o, "vram_breakdown_mb",
