@@ -368,3 +368,16 @@ layout_probe() { # width
 		[ "$tables" -ge 3 ] && [ "$scrolled" -eq "$tables" ]
 	done
 }
+
+@test "thousands of cells: one row each, and a later rerun of every cell replaces its row in place" {
+	jq -c 'range(0; 1500) as $i | .cell.model.arch = "m\($i % 300)" | .cell.method = (["poros","resident","peft","unsloth","accelerate_offload"][$i / 300 | floor])
+		| .cell_id = "\(.cell.method)_\(.cell.model.arch)_nf4" | .cell.cell_id = .cell_id | .metrics.s_per_step = $i' \
+		"$POROS_ROOT/tests/fixtures/merge/artifact.json" > many.jsonl
+	jq -c '.finished_at = "2026-11-30T00:00:00Z" | .metrics.s_per_step += 100000' many.jsonl > rerun.jsonl
+	poros-render --md many.jsonl rerun.jsonl > report.md
+	[ "$(grep -c ' | nf4 | \*\*ok\*\* | ' report.md)" -eq 1500 ]
+	# 300 models, and the Spec, Parity and Environment sections
+	[ "$(grep -c '^## ' report.md)" -eq 303 ]
+	# every row is the rerun's (s/step 100000 and up), none the first run's
+	[ "$(grep ' | nf4 | \*\*ok\*\* | ' report.md | awk -F'|' '$8 + 0 < 100000' | wc -l)" -eq 0 ]
+}

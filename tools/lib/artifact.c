@@ -284,20 +284,39 @@ static int get_str(const cJSON *o, const char *prefix, const char *k, char **out
 	return 0;
 }
 
+/* A number, or the raw number text timing_json_number writes (an
+ * artifact_to_json object read back in memory, before any printing). */
+static cJSON_bool is_number(const cJSON *j)
+{
+	char *end;
+
+	if (cJSON_IsNumber(j))
+		return 1;
+	if (!cJSON_IsRaw(j) || j->valuestring == NULL || j->valuestring[0] == '\0')
+		return 0;
+	strtod(j->valuestring, &end);
+	return *end == '\0';
+}
+
+static double number_value(const cJSON *j)
+{
+	return cJSON_IsRaw(j) ? strtod(j->valuestring, NULL) : j->valuedouble;
+}
+
 static int get_num(const cJSON *o, const char *prefix, const char *k, double *out, char *err, size_t errsz)
 {
 	const cJSON *v;
 
 	*out = NAN;
-	if (get_typed(o, prefix, k, cJSON_IsNumber, "a number", &v, err, errsz) < 0)
+	if (get_typed(o, prefix, k, is_number, "a number", &v, err, errsz) < 0)
 		return -1;
 	if (v == NULL)
 		return 0;
 	/* cJSON reads an overflowing literal (1e309) as infinity: refuse it
 	 * rather than carry a number no artifact writer could have meant. */
-	if (!isfinite(v->valuedouble))
+	if (!isfinite(number_value(v)))
 		return bad(err, errsz, "%s%s: number out of range", prefix, k);
-	*out = v->valuedouble;
+	*out = number_value(v);
 	return 0;
 }
 
@@ -390,12 +409,12 @@ static int step_list(const cJSON *arr, const char *what, double **out, int *n, c
 	if (*n > 0)
 		*out = xmalloc((size_t)*n * sizeof **out);
 	cJSON_ArrayForEach(it, arr) {
-		if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble < 0) {
+		if (!is_number(it) || !isfinite(number_value(it)) || number_value(it) < 0) {
 			free(*out);
 			*out = NULL;
 			return bad(err, errsz, "%s[%d]: not a time in seconds", what, k);
 		}
-		(*out)[k++] = it->valuedouble;
+		(*out)[k++] = number_value(it);
 	}
 	return 0;
 }

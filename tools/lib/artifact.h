@@ -91,7 +91,10 @@ void artifact_set_str(char **field, const char *s);
 /* Copies argv (argc entries). */
 void artifact_set_argv(struct artifact *a, int argc, char *const argv[]);
 
-/* The JSON object, every key present, stable order as in docs/schemas.md. */
+/* The JSON object, every key present, stable order as in docs/schemas.md.
+ * The timing figures are raw number items (timing_json_number: exact
+ * digits), which print as numbers but are not cJSON_IsNumber in memory;
+ * artifact_from_json reads both. */
 cJSON *artifact_to_json(const struct artifact *a);
 /* Reads and validates an artifact object.  Returns 0, or -1 with err set
  * to a one-line reason naming the field ("metrics.s_per_step: not a number"). */

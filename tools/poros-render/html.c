@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "svg.h"
 #include "util.h"
@@ -42,13 +43,8 @@ static const char css[] =
 	"code{font-size:.95em}\n"
 	"footer{margin-top:3em;color:var(--muted);font-size:.9em}\n";
 
-static void num_td(struct sbuf *b, double v)
-{
-	char num[32];
-	sb_printf(b, "<td class=\"num\">%s</td>", fmt_num(num, sizeof num, v));
-}
-
 static void badge(struct sbuf *b, const struct result_entry *e);
+static void verdict_badge(struct sbuf *b, int exact);
 
 static void badge(struct sbuf *b, const struct result_entry *e)
 {
@@ -72,6 +68,7 @@ static const struct markup html_markup = {
 	.warn_open = "<span class=\"flag\">", .warn_close = "</span>",
 	.muted_open = "<span class=\"muted\">", .muted_close = "</span>",
 	.status = badge,
+	.verdict = verdict_badge,
 };
 
 /* The headline's lines: items of a list, the term in bold. */
@@ -84,6 +81,7 @@ static const struct markup html_headline = {
 	.warn_open = "<span class=\"flag\">", .warn_close = "</span>",
 	.muted_open = "<span class=\"muted\">", .muted_close = "</span>",
 	.status = badge,
+	.verdict = verdict_badge,
 };
 
 static void spec_summary(struct sbuf *b, const struct report *r)
@@ -153,12 +151,16 @@ static void loss_chart(struct sbuf *b, const struct report_model *m)
 	}
 	sb_puts(b, "<figure>\n<figcaption>Loss by step");
 	for (int i = 0; i < n; i++) {
-		sb_printf(b, "<span class=\"swatch\" style=\"background:%s\"></span>", method_color(s[i].method));
+		/* the swatch drawn as its line: solid for nf4, dashed otherwise */
+		sb_printf(b, "<span class=\"swatch\" style=\"width:1.6em;height:0;border-top:3px %s %s\"></span>",
+		          strcmp(s[i].precision, "nf4") == 0 ? "solid" : "dashed", method_color(s[i].method));
 		sb_html(b, s[i].method);
 		sb_puts(b, " ");
 		sb_html(b, s[i].precision);
 	}
 	sb_puts(b, "</figcaption>\n");
+	if (n > 1)
+		sb_puts(b, "<p class=\"muted\">Bit-identical runs (poros and resident of one precision) draw one line.</p>\n");
 	if (n == 0) {
 		sb_puts(b, "<p class=\"muted\">No events.jsonl found beside the artifacts (runs&#47;&lt;cell_id&gt;&#47;): "
 		           "no curves.</p>\n");
@@ -254,41 +256,9 @@ static void model_section(struct sbuf *b, const struct report_model *m)
 
 /* --- parity, environment, notes ---------------------------------------------- */
 
-static void bitwise_td(struct sbuf *b, int bitwise_exact)
+static void verdict_badge(struct sbuf *b, int exact)
 {
-	if (bitwise_exact < 0)
-		sb_puts(b, "<td>--</td>");
-	else
-		sb_printf(b, "<td><span class=\"badge %s\">%s</span></td>", bitwise_exact ? "exact" : "differs",
-		          bitwise_exact ? "exact" : "differs");
-}
-
-static void parity_cells(struct sbuf *b, const struct parity_row *row)
-{
-	const struct parity *p = row->record;
-
-	if (p != NULL) {
-		if (p->steps_compared < 0)
-			sb_puts(b, "<td class=\"num\">--</td>");
-		else
-			sb_printf(b, "<td class=\"num\">%ld</td>", p->steps_compared);
-		num_td(b, p->loss_max_abs_delta);
-		num_td(b, p->adapter_max_abs_delta);
-		sb_puts(b, "<td>");
-		parity_where(b, p, &html_markup);
-		sb_puts(b, "</td>");
-		bitwise_td(b, p->bitwise_exact);
-	} else if (row->artifact != NULL) {
-		/* A cell that carries its own parity fields: no step count or location. */
-		sb_puts(b, "<td class=\"num\">--</td>");
-		num_td(b, row->artifact->parity.loss_max_abs_delta);
-		num_td(b, row->artifact->parity.adapter_max_abs_delta);
-		sb_puts(b, "<td>--</td>");
-		bitwise_td(b, row->artifact->parity.bitwise_exact);
-	} else {
-		sb_puts(b, "<td class=\"num\">--</td><td class=\"num\">--</td><td class=\"num\">--</td>"
-		           "<td>--</td><td>--</td>");
-	}
+	sb_printf(b, "<span class=\"badge %s\">%s</span>", exact ? "exact" : "differs", exact ? "exact" : "differs");
 }
 
 static int any_parity_measured(const struct report *r)
@@ -308,17 +278,20 @@ static void parity_section(struct sbuf *b, const struct report *r)
 		sb_puts(b, "<p>No parity was measured for these results: <code>poros parity SPEC</code> trains each "
 		           "model and precision blockwise and resident and fills this table (<code>make bench</code> "
 		           "runs it).</p>\n");
-	sb_puts(b, "<div class=\"scroll\">\n<table class=\"parity\">\n<thead><tr><th>Model</th><th>Precision</th><th>Steps</th>"
-	           "<th>loss max |&Delta;|</th><th>adapter max |&Delta;|</th><th>where</th><th>bitwise</th>"
-	           "</tr></thead>\n<tbody>\n");
+	sb_puts(b, "<div class=\"scroll\">\n<table class=\"parity\">\n<thead><tr>");
+	for (const struct parity_column *col = parity_columns; col->head; col++) {
+		sb_puts(b, "<th>");
+		sb_html(b, col->head);
+		sb_puts(b, "</th>");
+	}
+	sb_puts(b, "</tr></thead>\n<tbody>\n");
 	for (int i = 0; i < r->n_parity_rows; i++) {
-		const struct parity_row *row = &r->parity_rows[i];
-		sb_puts(b, "<tr><td>");
-		parity_label(b, row, sb_html);
-		sb_puts(b, "</td><td>");
-		sb_html(b, row->precision ? row->precision : "--");
-		sb_puts(b, "</td>");
-		parity_cells(b, row);
+		sb_puts(b, "<tr>");
+		for (const struct parity_column *col = parity_columns; col->head; col++) {
+			sb_puts(b, col->num ? "<td class=\"num\">" : "<td>");
+			col->cell(b, &r->parity_rows[i], &html_markup);
+			sb_puts(b, "</td>");
+		}
 		sb_puts(b, "</tr>\n");
 	}
 	if (r->n_parity_rows == 0)

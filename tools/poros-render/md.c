@@ -4,11 +4,7 @@
 
 #include <math.h>
 
-static void num_cell(struct sbuf *b, double v)
-{
-	char num[32];
-	sb_printf(b, " %s |", fmt_num(num, sizeof num, v));
-}
+static void md_verdict(struct sbuf *b, int exact);
 
 static void md_status(struct sbuf *b, const struct result_entry *e)
 {
@@ -24,6 +20,7 @@ static const struct markup md_markup = {
 	.warn_open = "**", .warn_close = "**",
 	.muted_open = "", .muted_close = "",
 	.status = md_status,
+	.verdict = md_verdict,
 };
 
 /* The headline's lines: "- **poros nf4** ..." */
@@ -36,6 +33,7 @@ static const struct markup md_headline = {
 	.warn_open = "**", .warn_close = "**",
 	.muted_open = "", .muted_close = "",
 	.status = md_status,
+	.verdict = md_verdict,
 };
 
 static void spec_summary(struct sbuf *b, const struct report *r)
@@ -82,9 +80,9 @@ static void model_table(struct sbuf *b, const struct report_model *m)
 	sb_puts(b, "\n");
 }
 
-static void bitwise_cell(struct sbuf *b, int exact)
+static void md_verdict(struct sbuf *b, int exact)
 {
-	sb_printf(b, " %s |\n", exact < 0 ? "--" : exact ? "exact" : "**differs**");
+	sb_puts(b, exact ? "exact" : "**differs**");
 }
 
 static void parity_table(struct sbuf *b, const struct report *r)
@@ -98,37 +96,24 @@ static void parity_table(struct sbuf *b, const struct report *r)
 	if (!measured)
 		sb_puts(b, "No parity was measured for these results: `poros parity SPEC` trains each model and precision "
 		           "blockwise and resident and fills this table (`make bench` runs it).\n\n");
-	sb_puts(b, "| Model | Precision | Steps | loss max abs delta | adapter max abs delta | where | bitwise |\n"
-	           "|---|---|---:|---:|---:|---|---|\n");
-	for (int i = 0; i < r->n_parity_rows; i++) {
-		const struct parity_row *row = &r->parity_rows[i];
-		const struct parity *p = row->record;
-
-		sb_puts(b, "| ");
-		parity_label(b, row, sb_md);
-		sb_puts(b, " | ");
-		sb_md(b, row->precision ? row->precision : "--");
+	sb_puts(b, "|");
+	for (const struct parity_column *col = parity_columns; col->head; col++) {
+		sb_puts(b, " ");
+		sb_md(b, col->head);
 		sb_puts(b, " |");
-		if (p != NULL) {
-			if (p->steps_compared < 0)
-				sb_puts(b, " -- |");
-			else
-				sb_printf(b, " %ld |", p->steps_compared);
-			num_cell(b, p->loss_max_abs_delta);
-			num_cell(b, p->adapter_max_abs_delta);
+	}
+	sb_puts(b, "\n|");
+	for (const struct parity_column *col = parity_columns; col->head; col++)
+		sb_puts(b, col->num ? "---:|" : "---|");
+	sb_puts(b, "\n");
+	for (int i = 0; i < r->n_parity_rows; i++) {
+		sb_puts(b, "|");
+		for (const struct parity_column *col = parity_columns; col->head; col++) {
 			sb_puts(b, " ");
-			parity_where(b, p, &md_markup);
+			col->cell(b, &r->parity_rows[i], &md_markup);
 			sb_puts(b, " |");
-			bitwise_cell(b, p->bitwise_exact);
-		} else if (row->artifact != NULL) {
-			sb_puts(b, " -- |");
-			num_cell(b, row->artifact->parity.loss_max_abs_delta);
-			num_cell(b, row->artifact->parity.adapter_max_abs_delta);
-			sb_puts(b, " -- |");
-			bitwise_cell(b, row->artifact->parity.bitwise_exact);
-		} else {
-			sb_puts(b, " -- | -- | -- | -- | -- |\n");
 		}
+		sb_puts(b, "\n");
 	}
 	sb_puts(b, "\n");
 }

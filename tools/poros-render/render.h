@@ -62,6 +62,7 @@ struct markup {
 	const char *warn_open, *warn_close;             /* a flag a reader must not miss */
 	const char *muted_open, *muted_close;           /* a note beside a value */
 	void (*status)(struct sbuf *b, const struct result_entry *e); /* a cell's status */
+	void (*verdict)(struct sbuf *b, int bitwise_exact);             /* parity: exact or differs */
 };
 
 /* --- the results table: one list of columns, both writers (table.c) --- */
@@ -73,6 +74,14 @@ struct column {
 	void (*cell)(struct sbuf *b, const struct result_entry *e, const struct markup *mk);
 };
 extern const struct column result_columns[];        /* ends with a NULL head */
+
+/* The parity table's columns, likewise. */
+struct parity_column {
+	const char *head;
+	int num;
+	void (*cell)(struct sbuf *b, const struct parity_row *row, const struct markup *mk);
+};
+extern const struct parity_column parity_columns[];
 
 /* True when the cell ran on the CPU backend (its memory is host memory). */
 int is_cpu_run(const struct artifact *a);

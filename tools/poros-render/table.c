@@ -157,3 +157,69 @@ const struct column result_columns[] = {
 	{ "Loss first -> last", 1, 0, col_loss },
 	{ NULL, 0, 0, NULL },
 };
+
+/* --- the parity table ------------------------------------------------------- */
+
+/* A row's figures: the record's, else the artifact's own parity fields
+ * (no step count or location there), else nothing measured. */
+static void par_model(struct sbuf *b, const struct parity_row *row, const struct markup *mk)
+{
+	parity_label(b, row, mk->text);
+}
+
+static void par_precision(struct sbuf *b, const struct parity_row *row, const struct markup *mk)
+{
+	mk->text(b, row->precision ? row->precision : "--");
+}
+
+static void par_steps(struct sbuf *b, const struct parity_row *row, const struct markup *mk)
+{
+	(void)mk;
+	if (row->record && row->record->steps_compared >= 0)
+		sb_printf(b, "%ld", row->record->steps_compared);
+	else
+		sb_puts(b, "--");
+}
+
+static void par_loss(struct sbuf *b, const struct parity_row *row, const struct markup *mk)
+{
+	(void)mk;
+	num(b, row->record ? row->record->loss_max_abs_delta
+	        : row->artifact ? row->artifact->parity.loss_max_abs_delta : NAN);
+}
+
+static void par_adapter(struct sbuf *b, const struct parity_row *row, const struct markup *mk)
+{
+	(void)mk;
+	num(b, row->record ? row->record->adapter_max_abs_delta
+	        : row->artifact ? row->artifact->parity.adapter_max_abs_delta : NAN);
+}
+
+static void par_where(struct sbuf *b, const struct parity_row *row, const struct markup *mk)
+{
+	if (row->record)
+		parity_where(b, row->record, mk);
+	else
+		sb_puts(b, "--");
+}
+
+static void par_bitwise(struct sbuf *b, const struct parity_row *row, const struct markup *mk)
+{
+	int exact = row->record ? row->record->bitwise_exact : row->artifact ? row->artifact->parity.bitwise_exact : -1;
+
+	if (exact < 0)
+		sb_puts(b, "--");
+	else
+		mk->verdict(b, exact);
+}
+
+const struct parity_column parity_columns[] = {
+	{ "Model", 0, par_model },
+	{ "Precision", 0, par_precision },
+	{ "Steps", 1, par_steps },
+	{ "loss max abs delta", 1, par_loss },
+	{ "adapter max abs delta", 1, par_adapter },
+	{ "where", 0, par_where },
+	{ "bitwise", 0, par_bitwise },
+	{ NULL, 0, NULL },
+};
