@@ -253,11 +253,13 @@ static cJSON *pass_summary(double base)
 struct fake_passes {
 	double base[4];
 	int fail_at; /* -1: none */
+	int pass;    /* the next pass, from 0 */
 };
 
-static void fake_pass(struct artifact *a, int pass, void *ctx)
+static void fake_pass(struct artifact *a, void *ctx)
 {
 	struct fake_passes *f = ctx;
+	int pass = f->pass++;
 	cJSON *s = pass == f->fail_at
 	           ? cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"oom\",\"error\":\"no room\"}")
 	           : pass_summary(f->base[pass]);
@@ -271,7 +273,7 @@ static void fake_pass(struct artifact *a, int pass, void *ctx)
 static void test_timing(void)
 {
 	double v[] = { 3, 1, 2, 10 }, one = 7;
-	struct fake_passes f = { { 1.0, 1.2, 1.1, 0 }, -1 };
+	struct fake_passes f = { { 1.0, 1.2, 1.1, 0 }, -1, 0 };
 	struct artifact a;
 	cJSON *s;
 	char err[256];
@@ -301,6 +303,7 @@ static void test_timing(void)
 	f.base[0] = 1.0;
 	f.base[1] = 1.001;
 	f.base[2] = 1.0;
+	f.pass = 0;
 	make_full(&a);
 	a.cell.training.passes = 3;
 	timing_run_passes(&a, fake_pass, &f);
@@ -309,6 +312,7 @@ static void test_timing(void)
 
 	/* a failing pass ends the loop and says which */
 	f.fail_at = 1;
+	f.pass = 0;
 	make_full(&a);
 	a.cell.training.passes = 3;
 	timing_run_passes(&a, fake_pass, &f);

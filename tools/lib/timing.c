@@ -136,7 +136,7 @@ void timing_run_passes(struct artifact *a, timing_pass_fn run, void *ctx)
 	for (int pass = 0; pass < want; pass++) {
 		if (want > 1)
 			fprintf(stderr, "%s[pass %d/%d]", pass ? " " : "", pass + 1, want);
-		run(a, pass, ctx);
+		run(a, ctx);
 		if (isfinite(a->wall_s))
 			wall += a->wall_s;
 		if (isfinite(a->metrics.vram_peak_mb))

@@ -45,9 +45,8 @@ cJSON *timing_json_number(double v);
 void timing_aggregate(struct artifact_metrics *m, long long tokens_per_step);
 
 /* Runs one pass of a cell: a fresh trainer process whose summary lands
- * in a (artifact_apply_summary: one pass in a->metrics.passes).  pass
- * counts from 0. */
-typedef void (*timing_pass_fn)(struct artifact *a, int pass, void *ctx);
+ * in a (artifact_apply_summary: one pass in a->metrics.passes). */
+typedef void (*timing_pass_fn)(struct artifact *a, void *ctx);
 
 /* training.passes passes of a's cell, one after another: stops at the
  * first that is not ok (the artifact then says which pass failed, and

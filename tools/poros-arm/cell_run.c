@@ -528,11 +528,10 @@ struct pass_ctx {
 	long long log_dropped;
 };
 
-static void run_pass(struct artifact *a, int pass, void *ctx)
+static void run_pass(struct artifact *a, void *ctx)
 {
 	struct pass_ctx *x = ctx;
 
-	(void)pass;
 	x->log_dropped += run_child(a, x->p, x->cmd, x->o, x->c);
 }
 
