@@ -171,3 +171,21 @@ fake_passes() {
 	jq -e '.status == "ok" and .metrics.passes[0].step_s == [0.31, 0.1, 0.2, 0.4]
 		and .metrics.s_per_step == 0.255 and .metrics.tokens_per_s == 64 / 0.255 and .env.backend == "cuda"' <<< "$output"
 }
+
+@test "the python arms train on poros-train's synthetic:repeat stream, token for token" {
+	# the same golden values as tests/unit/test_train_data.c checks in C
+	run -0 --separate-stderr python3 - "$ARMS" <<-'PY'
+	import sys
+	sys.path.insert(0, sys.argv[1])
+	import armlib
+	cycle = [215, 102, 105, 136, 140, 37, 135, 133, 195, 65, 116, 9, 248, 250, 197, 92]
+	assert armlib.repeat_cycle(42, 256) == cycle
+	# sequence i starts at position i * (seq_len + 1) of the endless cycle
+	assert armlib.repeat_rows(42, 256, 8, 0, 2) == [cycle[:8], cycle[9:16] + cycle[:1]]
+	cell = {"training": {"seed": 42, "seq_len": 8, "batch_size": 1, "gradient_accumulation_steps": 2,
+	                     "dataset": "synthetic:repeat"}}
+	assert armlib.step_rows(cell, 256, 1) == [[cycle[:8]], [cycle[9:16] + cycle[:1]]]
+	print("same")
+	PY
+	assert_output same
+}
