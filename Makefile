@@ -181,7 +181,7 @@ fuzz:
 	FUZZ_SECONDS='$(FUZZ_SECONDS)' sh tests/fuzz/run.sh
 
 bench: all
-	bin/poros bench run configs/bench/tiny.yaml
+	bin/poros bench run configs/bench/tiny.yaml && bin/poros parity configs/bench/tiny.yaml
 
 # --- install --------------------------------------------------------------
 install: all

@@ -133,22 +133,31 @@ poros_tiny_qwen3_bf16"
 @test "every field given in the spec reaches the cell as written" {
 	run --separate-stderr bash -c "poros-expand '$FIX/full.yaml' --jsonl | head -1 | jq -c 'del(.schema, .cell_id, .method, .precision)'"
 	assert_success
-	assert_output '{"spec_id":"full-1.0","model":{"model_id":"poros/tiny-llama","display_name":"Tiny Llama","param_count_b":0.5,"arch":"tiny_llama"},"hardware":{"gpu_name":"NVIDIA A10G","vram_gb":22.5,"pcie_gen":4},"training":{"steps":10,"seq_len":32,"batch_size":2,"gradient_accumulation_steps":3,"warmup_steps":2,"dataset":"data/train.jsonl","seed":7,"learning_rate":0.00015,"lr_schedule":"cosine","weight_decay":0.01,"max_grad_norm":0.5,"timeout_s":600,"gradient_checkpointing":false},"lora":{"rank":4,"alpha":12,"dropout":0.1,"target_modules":["q_proj","v_proj","down_proj"]},"poros":{"block_size":1,"enable_prefetch":false},"output_dir":"results/full","tokens_per_step":192}'
+	assert_output '{"spec_id":"full-1.0","model":{"model_id":"poros/tiny-llama","display_name":"Tiny Llama","param_count_b":0.5,"arch":"tiny_llama"},"hardware":{"gpu_name":"NVIDIA A10G","vram_gb":22.5,"pcie_gen":4},"training":{"steps":10,"seq_len":32,"batch_size":2,"gradient_accumulation_steps":3,"warmup_steps":2,"dataset":"data/train.jsonl","seed":7,"learning_rate":0.00015,"lr_schedule":"cosine","weight_decay":0.01,"max_grad_norm":0.5,"timeout_s":600,"gradient_checkpointing":false,"lr_warmup_steps":0,"passes":1},"lora":{"rank":4,"alpha":12,"dropout":0.1,"target_modules":["q_proj","v_proj","down_proj"]},"poros":{"block_size":1,"enable_prefetch":false},"output_dir":"results/full","tokens_per_step":192}'
 }
 
 @test "a spec with only the required fields gets every documented default" {
 	run --separate-stderr bash -c "poros-expand '$FIX/minimal.yaml' --jsonl | head -1 | jq -c '[.hardware, .training, .lora, .poros, .output_dir, .model.display_name]'"
 	assert_success
-	assert_output '[{"gpu_name":null,"vram_gb":null,"pcie_gen":null},{"steps":4,"seq_len":16,"batch_size":1,"gradient_accumulation_steps":1,"warmup_steps":1,"dataset":"synthetic","seed":42,"learning_rate":0.0002,"lr_schedule":"constant","weight_decay":0,"max_grad_norm":1,"timeout_s":3600,"gradient_checkpointing":false},{"rank":16,"alpha":32,"dropout":0.05,"target_modules":["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"]},{"block_size":4,"enable_prefetch":true},"out/mini","tiny-qwen2"]'
+	assert_output '[{"gpu_name":null,"vram_gb":null,"pcie_gen":null},{"steps":4,"seq_len":16,"batch_size":1,"gradient_accumulation_steps":1,"warmup_steps":1,"dataset":"synthetic","seed":42,"learning_rate":0.0002,"lr_schedule":"constant","weight_decay":0,"max_grad_norm":1,"timeout_s":3600,"gradient_checkpointing":false,"lr_warmup_steps":0,"passes":1},{"rank":16,"alpha":32,"dropout":0.05,"target_modules":["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"]},{"block_size":4,"enable_prefetch":true},"out/mini","tiny-qwen2"]'
 }
 
-@test "training.gradient_checkpointing true reaches every cell, last in training" {
+@test "training.gradient_checkpointing true reaches every cell, after the older keys of training" {
 	append "  gradient_checkpointing: true"
-	run --separate-stderr bash -c "poros-expand s.yaml --jsonl | jq -c -s '(map(.training.gradient_checkpointing) | unique), (.[0].training | keys_unsorted[-2:])'"
+	run --separate-stderr bash -c "poros-expand s.yaml --jsonl | jq -c -s '(map(.training.gradient_checkpointing) | unique), (.[0].training | keys_unsorted[-4:])'"
 	assert_success
 	assert_output '[true]
-["timeout_s","gradient_checkpointing"]'
+["timeout_s","gradient_checkpointing","lr_warmup_steps","passes"]'
 	assert_equal "$stderr" ""
+}
+
+@test "training.passes and training.lr_warmup_steps reach every cell; passes must be at least 1" {
+	append "  passes: 3" "  lr_warmup_steps: 2"
+	run -0 --separate-stderr bash -c "poros-expand s.yaml --jsonl | jq -c -s 'map([.training.passes, .training.lr_warmup_steps]) | unique'"
+	assert_output '[[3,2]]'
+	sed -i 's/passes: 3/passes: 0/' s.yaml
+	run -2 --separate-stderr poros-expand s.yaml --jsonl
+	[[ "$stderr" == *"training.passes: must be at least 1, got 0"* ]]
 }
 
 @test "training.gradient_checkpointing true is also in spec.json" {

@@ -18,7 +18,7 @@ setup() {
 
 @test "poros-parity --help prints the synopsis on stdout and exits 0" {
 	run -0 --separate-stderr poros-parity --help
-	assert_line --index 0 "usage: poros-parity [--arch NAME] [--precision NAME] RUN_A RUN_B"
+	assert_line --index 0 "usage: poros-parity [--arch NAME] [--precision NAME] [--artifacts DIR] RUN_A RUN_B"
 	[ -z "$stderr" ]
 }
 
@@ -185,4 +185,33 @@ setup() {
 	run -0 --separate-stderr poros-parity bw res
 	echo "$output" | jq -e '.bitwise_exact == true and .steps_compared == 6 and .loss_max_abs_delta == 0
 		and .adapter_max_abs_delta == 0 and (.tensors | length) > 0'
+}
+
+@test "--artifacts writes the result into the poros and resident artifacts of that model and precision" {
+	. "$POROS_ROOT/tests/fixtures/merge/artifact.bash"
+	mkdir arts
+	art poros tiny_qwen2 nf4 ok 2026-11-29T10:00:00Z > arts/poros_tiny_qwen2_nf4.json
+	art resident tiny_qwen2 nf4 ok 2026-11-29T10:00:01Z > arts/resident_tiny_qwen2_nf4.json
+	art poros tiny_qwen2 bf16 ok 2026-11-29T10:00:02Z > arts/poros_tiny_qwen2_bf16.json
+	cp arts/poros_tiny_qwen2_bf16.json bf16.before
+	"$MAKE_RUN" a
+	"$MAKE_RUN" b --bump-loss 2
+	run -0 --separate-stderr poros-parity --arch tiny_qwen2 --precision nf4 --artifacts arts a b
+	[ -z "$stderr" ]
+	for m in poros resident; do
+		jq -e --argjson p "$output" '.parity == {"loss_max_abs_delta": $p.loss_max_abs_delta,
+			"adapter_max_abs_delta": $p.adapter_max_abs_delta, "bitwise_exact": false}
+			and $p.loss_max_abs_delta > 0' "arts/${m}_tiny_qwen2_nf4.json"
+		# the rest of the artifact is as it was, and it still reads
+		poros-merge "arts/${m}_tiny_qwen2_nf4.json" > /dev/null
+	done
+	# another precision's artifact is left alone
+	cmp arts/poros_tiny_qwen2_bf16.json bf16.before
+	# the report shows it from the artifact alone
+	poros-render --md arts > report.md
+	grep -F ' | nf4 | -- | ' report.md | grep -F '**differs**'
+	run -2 --separate-stderr poros-parity --artifacts arts a b
+	[ "$stderr" = "poros-parity: --artifacts: needs --arch and --precision (nf4 or bf16)" ]
+	run -0 --separate-stderr poros-parity --arch other --precision nf4 --artifacts arts a b
+	[ "$stderr" = "poros-parity: --artifacts arts: no poros or resident artifact of other nf4 to update" ]
 }

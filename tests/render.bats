@@ -80,11 +80,11 @@ section() {
 @test "the model table has status badges, VRAM peak, derived fits-on, s/step median and range, tokens/s" {
 	make_results
 	poros-render --html results.jsonl > report.html
-	grep -F '<tr id="cell-poros_tiny_qwen2_nf4"><td>poros</td><td>nf4</td><td><span class="badge ok">ok</span></td><td class="num">19.5 GiB</td><td class="num derived">24 GB</td><td class="num">1.52</td><td class="num">1.40 &ndash; 1.90</td><td class="num">2695</td>' report.html
-	grep -F '<tr id="cell-resident_tiny_qwen2_nf4"><td>resident</td><td>nf4</td><td><span class="badge ok">ok</span></td><td class="num">29.3 GiB</td><td class="num derived">40 GB</td>' report.html
-	# 8192 MiB does not fit in 8 GB: fits-on is the next card up
-	grep -F '<td class="num">8.00 GiB</td><td class="num derived">12 GB</td>' report.html
-	grep -F '<tr id="cell-peft_tiny_qwen2_nf4"><td>peft</td><td>nf4</td><td><span class="badge oom" title="CUDA out of memory | tried &lt;b&gt;2 GiB&lt;&#47;b&gt;, see https:&#47;&#47;example.org&#47;&#47;oom">oom</span></td><td class="num">--</td><td class="num">--</td>' report.html
+	grep -F '<tr id="cell-poros_tiny_qwen2_nf4"><td>poros</td><td>nf4</td><td><span class="badge ok">ok</span></td><td>--</td><td class="num">19.5 GiB</td><td class="num derived">24 GB</td><td class="num">1.52</td><td class="num">--</td><td class="num">--</td><td class="num">1.40 - 1.90</td><td class="num">2695</td>' report.html
+	grep -F '<tr id="cell-resident_tiny_qwen2_nf4"><td>resident</td><td>nf4</td><td><span class="badge ok">ok</span></td><td>--</td><td class="num">29.3 GiB</td><td class="num derived">40 GB</td>' report.html
+	# 8192 MiB does not fit in 8 GB: fits-on is the next card up; the device is named
+	grep -F '<td>NVIDIA H200</td><td class="num">8.00 GiB</td><td class="num derived">12 GB</td>' report.html
+	grep -F '<tr id="cell-peft_tiny_qwen2_nf4"><td>peft</td><td>nf4</td><td><span class="badge oom" title="CUDA out of memory | tried &lt;b&gt;2 GiB&lt;&#47;b&gt;, see https:&#47;&#47;example.org&#47;&#47;oom">oom</span></td><td>--</td><td class="num">--</td><td class="num derived">--</td>' report.html
 	grep -F '<span class="badge skipped" title="skipped: fixture reason">skipped</span>' report.html
 	# rows in method order, then precision order
 	[ "$(grep -o 'tr id="cell-[a-z0-9_]*"' report.html | paste -sd ' ')" = 'tr id="cell-poros_tiny_qwen2_nf4" tr id="cell-poros_tiny_qwen2_bf16" tr id="cell-resident_tiny_qwen2_nf4" tr id="cell-peft_tiny_qwen2_nf4" tr id="cell-accelerate_offload_tiny_qwen2_bf16"' ]
@@ -99,8 +99,8 @@ section() {
 		art poros oom nf4 oom 2026-11-29T10:00:00Z '.metrics.vram_peak_mb = 100'
 	} > r.jsonl
 	poros-render --html r.jsonl > report.html
-	[ "$(grep -o '<td class="num derived">[^<]*</td>' report.html | sed 's/<[^>]*>//g' | paste -sd ,)" = "8 GB,24 GB,141 GB,&gt; 141 GB" ]
-	grep -F '<tr id="cell-poros_oom_nf4"><td>poros</td><td>nf4</td><td><span class="badge oom" title="oom: fixture reason">oom</span></td><td class="num">100 MiB</td><td class="num">--</td>' report.html
+	[ "$(grep -o '<td class="num derived">[^<]*</td>' report.html | sed 's/<[^>]*>//g' | paste -sd ,)" = "8 GB,24 GB,141 GB,&gt; 141 GB,--" ]
+	grep -F '<tr id="cell-poros_oom_nf4"><td>poros</td><td>nf4</td><td><span class="badge oom" title="oom: fixture reason">oom</span></td><td>--</td><td class="num">100 MiB</td><td class="num derived">--</td>' report.html
 }
 
 @test "the spec summary comes from the cells" {
@@ -108,7 +108,7 @@ section() {
 	poros-render --html results.jsonl > report.html
 	section spec | grep -F '<dt>Hardware</dt><dd>RTX 3090, 24 GB, PCIe gen 4</dd>'
 	section spec | grep -F '<dt>Methods</dt><dd>poros, resident, peft, accelerate_offload</dd>'
-	section spec | grep -F '<dt>Training</dt><dd>6 steps (the first 1 excluded from timing); 64 tokens &times; batch 1 &times; accumulation 2 = 128 tokens per step;'
+	section spec | grep -F '<dt>Training</dt><dd>6 steps (the first 1 excluded from timing; LR warmup 0; 1 pass timed); 64 tokens &times; batch 1 &times; accumulation 2 = 128 tokens per step;'
 	section spec | grep -F '<dt>Cells</dt><dd>5: 3 ok, 1 oom, 0 error, 1 skipped</dd>'
 	# the fixture's cells predate the setting: read as off
 	section spec | grep -F '; max grad norm 1; gradient checkpointing off</dd>'
@@ -173,8 +173,8 @@ section() {
 	[ -z "$stderr" ]
 	assert_line --index 0 "# Poros Bench report: tiny"
 	assert_line "## &lt;script&gt;alert(1)&lt;/script&gt; (poros/tiny-qwen2, 0.0001 B parameters)"
-	assert_line "| poros | nf4 | **ok** | 19.5 GiB | 24 GB\\* | 1.52 | 1.40 - 1.90 | 2695 | 5.60 -> 5.40 |"
-	assert_line "| peft | nf4 | **oom** | -- | -- | -- | -- | -- | -- -> -- |"
+	assert_line "| poros | nf4 | **ok** | -- | 19.5 GiB | 24 GB | 1.52 | -- | -- | 1.40 - 1.90 | 2695 | 5.60 -&gt; 5.40 |"
+	assert_line "| peft | nf4 | **oom** | -- | -- | -- | -- | -- | -- | -- | -- | -- -&gt; -- |"
 	assert_line "| &lt;script&gt;alert(1)&lt;/script&gt; | nf4 | 4 | 0.125 | 0 | loss: step 2 | **differs** |"
 	assert_line "| &lt;script&gt;alert(1)&lt;/script&gt; | bf16 | -- | -- | -- | -- | -- |"
 	assert_line "- peft\\_tiny\\_qwen2\\_nf4 **oom**: CUDA out of memory \\| tried &lt;b&gt;2 GiB&lt;/b&gt;, see https://example.org//oom (log: logs/peft\\_tiny\\_qwen2\\_nf4.log)"
@@ -235,5 +235,149 @@ section() {
 	run -1 grep -F "$XSS" dom.html
 	grep -F '<td class="num">19.5 GiB</td><td class="num derived">24 GB</td><td class="num">1.52</td>' dom.html
 	grep -F '<td class="num">0.125</td>' dom.html
-	grep -F '<rect x="210"' dom.html
+	grep -F '<rect x="170"' dom.html
+}
+
+@test "html and md write one table: the same columns in the same order" {
+	make_results
+	poros-render --html results.jsonl > report.html
+	poros-render --md results.jsonl > report.md
+	html=$(sed -n '/<table class="results">/,/<\/thead>/p' report.html | head -3 | grep -o '<th[^>]*>[^<]*</th>' | sed 's/<[^>]*>//g; s/&gt;/>/g; s/&#47;/\//g' | paste -sd '|')
+	md=$(grep -m1 '^| Method |' report.md | sed 's/^| //; s/ |$//; s/ | /|/g; s/[\\]//g; s/&gt;/>/g')
+	[ -n "$html" ]
+	[ "$html" = "$md" ]
+	[ "$html" = "Method|Precision|Status|Device|Memory peak|Fits on*|s/step (median)|Passes|Noise (MAD)|Step range|tokens/s|Loss first -> last" ]
+}
+
+@test "each model has a headline of ratios against resident and each baseline, speed and memory" {
+	make_results
+	poros-render --html results.jsonl > report.html
+	grep -F '<li><strong>poros nf4:</strong> 1.52 s/step, 19.5 GiB peak; vs resident: 1.27&times; the time, 0.67&times; the memory; vs peft: oom</li>' report.html
+	# bf16 has no resident: the skipped baseline is named
+	grep -F '<li><strong>poros bf16:</strong> 1.62 s/step, 8.00 GiB peak; vs accelerate_offload: skipped</li>' report.html
+	poros-render --md results.jsonl > report.md
+	grep -Fx -- '- **poros nf4:** 1.52 s/step, 19.5 GiB peak; vs resident: 1.27x the time, 0.67x the memory; vs peft: oom' report.md
+}
+
+@test "the report names its date, commit and config hash" {
+	make_results
+	poros-render --html results.jsonl > report.html
+	sha=$(jq -r .env.git_sha "$POROS_ROOT/tests/fixtures/merge/artifact.json")
+	grep -E "<p class=\"muted\" id=\"stamp\">Run [0-9T:-]+Z to 2026-11-29T10:00:04Z; commit <code>$sha</code>; config <code>[0-9a-f]{16}</code></p>" report.html
+	poros-render --md results.jsonl > report.md
+	h1=$(grep -o 'config [0-9a-f]\{16\}' report.md)
+	# the hash follows the shared config: another learning rate, another hash
+	jq -c '.cell.training.learning_rate = 0.001' results.jsonl > lr.jsonl
+	h2=$(poros-render --md lr.jsonl | grep -o 'config [0-9a-f]\{16\}')
+	[ -n "$h1" ] && [ -n "$h2" ] && [ "$h1" != "$h2" ]
+}
+
+@test "a CPU run says CPU and host memory, not VRAM, and the hardware comes from the environment" {
+	art poros tiny_qwen2 nf4 ok 2026-11-29T10:00:00Z '.cell.hardware = {"gpu_name":"unspecified","vram_gb":0,"pcie_gen":0}
+		| .metrics.vram_peak_mb = 1.7 | .env.backend = "cpu" | .env.cpu = "Test CPU 9000" | .env.host_mem_gb = 31.2
+		| .env.device = "Test CPU 9000" | .env.gpu_name = null' > cpu.jsonl
+	poros-render --html cpu.jsonl > report.html
+	section spec | grep -F '<dt>Hardware</dt><dd>CPU: Test CPU 9000, 31.2 GiB host memory<span class="muted"> (from the artifacts: the spec names no hardware)</span></dd>'
+	grep -F '<td>CPU</td><td class="num">1.70 MiB<span class="muted"> host</span></td><td class="num derived"><span class="muted">CPU run</span></td>' report.html
+	grep -F '<figcaption>Memory peak (host memory for CPU runs) by method' report.html
+	run -1 grep -F '8 GB' report.html
+	section env | grep -F '<tr><th>backend</th><td>cpu</td></tr>'
+	poros-render --md cpu.jsonl | grep -F '| poros | nf4 | **ok** | CPU | 1.70 MiB host | CPU run |'
+}
+
+@test "passes: their count and spread, and a flag when they disagree beyond the noise" {
+	art poros tiny_qwen2 nf4 ok 2026-11-29T10:00:00Z '.metrics.passes = [{"step_s":[1,1.001],"median_s":1.0005},
+		{"step_s":[1.2,1.201],"median_s":1.2005},{"step_s":[1.1,1.101],"median_s":1.1005}]
+		| .metrics.s_per_step = 1.1005 | .metrics.s_per_step_spread = 0.2 | .metrics.s_per_step_mad = 0.0005
+		| .metrics.passes_agree = false' > p.jsonl
+	poros-render --html p.jsonl > report.html
+	grep -F '<td class="num">1.10</td><td class="num">3<span class="muted"> spread 0.2</span><br><span class="flag">passes disagree</span></td><td class="num">0.0005</td>' report.html
+	poros-render --md p.jsonl | grep -F '| 1.10 | 3 spread 0.2; **passes disagree** | 0.0005 |'
+	grep -F 'more than 3 &times; 1.4826 &times; MAD from s/step' report.html
+}
+
+@test "loss curves come from each cell's events.jsonl beside its artifact" {
+	mkdir -p res/runs/poros_tiny_qwen2_nf4 res/runs/resident_tiny_qwen2_nf4
+	art poros tiny_qwen2 nf4 ok 2026-11-29T10:00:00Z > res/poros_tiny_qwen2_nf4.json
+	art resident tiny_qwen2 nf4 ok 2026-11-29T10:00:01Z > res/resident_tiny_qwen2_nf4.json
+	for s in 1 2 3 4; do
+		echo "{\"step\":$s,\"loss\":$(awk -v s=$s 'BEGIN{print 6 - s / 2}')}" >> res/runs/poros_tiny_qwen2_nf4/events.jsonl
+	done
+	poros-render --html res > report.html
+	[ "$(grep -c '<polyline ' report.html)" -eq 1 ]
+	grep -F '<svg class="chart" width="560" height="260"' report.html
+	grep -F 'aria-label="Training loss by optimizer step, Tiny Qwen2 (solid nf4, dashed bf16)"' report.html
+	# four points, the first at the top left (loss 5.5 of an axis 3.5 to 5.5), the last at the bottom right
+	points=$(grep -o '<polyline [^>]*points="[^"]*"' report.html | sed 's/.*points="//; s/"$//')
+	[ "$(wc -w <<< "$points")" -eq 4 ]
+	[ "$(awk '{print $1}' <<< "$points")" = "56.0,12.0" ]
+	[ "$(awk '{print $4}' <<< "$points")" = "548.0,220.0" ]
+	# a results file with no run directories beside it says so instead
+	cat res/*.json > flat.jsonl
+	mkdir elsewhere && mv flat.jsonl elsewhere/
+	poros-render --html elsewhere/flat.jsonl > r2.html
+	grep -F 'No events.jsonl found beside the artifacts' r2.html
+}
+
+@test "chart axes label every tick with the same decimals" {
+	make_results
+	poros-render --html results.jsonl > report.html
+	# s/step axis: 0 to 2 by 0.5
+	ticks=$(grep -o '<text [^>]*class="tick">[0-9.]*</text>' report.html | sed 's/<[^>]*>//g' | paste -sd ' ')
+	[[ "$ticks" == *"0.0 0.5 1.0 1.5 2.0"* ]]
+	run -1 grep -E 'class="tick">[0-9]+\.[0-9]*e' report.html
+}
+
+@test "with no parity measured the table says how to get it" {
+	make_results
+	poros-render --html results.jsonl > report.html
+	section parity | grep -F '<code>poros parity SPEC</code> trains each model and precision blockwise and resident'
+	parity_record tiny_qwen2 nf4 0 > parity.jsonl
+	poros-render --html results.jsonl parity.jsonl > report.html
+	run -1 grep -F 'No parity was measured' report.html
+}
+
+# Chromium lays the page out at a width and reports what a reader would
+# see: the page never wider than its viewport (tables and charts scroll in
+# their boxes) and chart text at its full size.  The report sits in an
+# iframe of that width (a headless window is at least 500 px wide); the
+# probe is the outer page's: the report itself has no script.
+layout_probe() { # width
+	cat > probe.html <<-HTML
+	<html><body><iframe src="report.html" width="$1" height="2000" style="border:0" onload="var d=this.contentDocument,
+	t=d.querySelector('svg.chart text'),r=t.getBoundingClientRect();document.body.setAttribute('data-probe',
+	d.documentElement.scrollWidth+' '+Math.round(r.height)+' '+d.querySelectorAll('table').length+' '+
+	d.querySelectorAll('.scroll > table').length)"></iframe></body></html>
+	HTML
+	timeout 120 /usr/bin/chromium --headless --no-sandbox --disable-gpu --disable-background-networking --no-first-run \
+		--disable-extensions --allow-file-access-from-files "--user-data-dir=$BATS_TEST_TMPDIR/chromium-profile" \
+		--window-size=1500,2000 --dump-dom "file://$BATS_TEST_TMPDIR/probe.html" 2>/dev/null |
+		grep -o 'data-probe="[^"]*"' | sed 's/.*="//; s/"//'
+}
+
+@test "in Chromium at 1400 and 420 px the page fits its window and chart text stays readable" {
+	[ -x /usr/bin/chromium ] || skip "/usr/bin/chromium is not installed (apt-get install chromium)"
+	make_results
+	parity_record tiny_qwen2 nf4 2 > parity.jsonl
+	poros-render --html -o report.html results.jsonl parity.jsonl
+	for w in 1400 420; do
+		read -r page text tables scrolled <<< "$(layout_probe $w)"
+		echo "width $w: page $page, chart text ${text} px, $scrolled of $tables tables in a scroll box"
+		[ -n "$page" ] && [ "$page" -le "$w" ]
+		[ "$text" -ge 11 ]
+		[ "$tables" -ge 3 ] && [ "$scrolled" -eq "$tables" ]
+	done
+}
+
+@test "thousands of cells: one row each, and a later rerun of every cell replaces its row in place" {
+	jq -c 'range(0; 1500) as $i | .cell.model.arch = "m\($i % 300)" | .cell.method = (["poros","resident","peft","unsloth","accelerate_offload"][$i / 300 | floor])
+		| .cell_id = "\(.cell.method)_\(.cell.model.arch)_nf4" | .cell.cell_id = .cell_id | .metrics.s_per_step = $i' \
+		"$POROS_ROOT/tests/fixtures/merge/artifact.json" > many.jsonl
+	jq -c '.finished_at = "2026-11-30T00:00:00Z" | .metrics.s_per_step += 100000' many.jsonl > rerun.jsonl
+	poros-render --md many.jsonl rerun.jsonl > report.md
+	[ "$(grep -c ' | nf4 | \*\*ok\*\* | ' report.md)" -eq 1500 ]
+	# 300 models, and the Spec, Parity and Environment sections
+	[ "$(grep -c '^## ' report.md)" -eq 303 ]
+	# every row is the rerun's (s/step 100000 and up), none the first run's
+	[ "$(grep ' | nf4 | \*\*ok\*\* | ' report.md | awk -F'|' '$8 + 0 < 100000' | wc -l)" -eq 0 ]
 }

@@ -68,10 +68,13 @@ train() {
 		and all(.[]; (keys_unsorted == ["step","loss","lr","grad_norm","step_s","tokens","vram_alloc_mb",
 			"vram_peak_mb","h2d_bytes","h2d_s","compute_s","copy_hidden_frac"])
 			and .tokens == 64 and .loss > 0 and .grad_norm > 0 and .step_s > 0)
-		and .[0].lr == 0 and .[1].lr == 0.001
+		and .[0].lr == 0.001 and .[1].lr == 0.001
 		and .[0].h2d_bytes > 0 and .[0].copy_hidden_frac == 0' run/events.jsonl
-	# warmup steps are left out of the timing
+	# warmup steps are left out of the timing, and nothing else: the LR has no warmup
 	jq -e '.warmup_steps == 1 and .steps_measured == 2' run.json
+	# the timed steps are listed with the events' digits, and s_per_step is their median
+	jq -e --slurpfile ev run/events.jsonl '.step_s == [$ev[1].step_s, $ev[2].step_s]
+		and .s_per_step == ((.step_s[0] + .step_s[1]) / 2)' run.json
 	# the summary's losses are the events' first and last, digit for digit
 	[ "$(jq -r .loss_first run.json)" = "$(head -1 run/events.jsonl | jq -r .loss)" ]
 	[ "$(jq -r .loss_last run.json)" = "$(tail -1 run/events.jsonl | jq -r .loss)" ]

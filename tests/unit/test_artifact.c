@@ -7,6 +7,7 @@
 
 #include "artifact.h"
 #include "jsonl.h"
+#include "timing.h"
 #include "util.h"
 #include "test_common.h"
 
@@ -34,7 +35,9 @@ static const char *const CELL_TEXT =
 
 static const char *const SUMMARY_OK =
 	"{\"schema\":\"poros.summary/1\",\"status\":\"ok\",\"error\":null,\"method\":\"peft\",\"mode\":\"peft\","
-	"\"steps\":20,\"warmup_steps\":3,\"steps_measured\":17,\"s_per_step\":1.52,\"s_per_step_min\":1.49,"
+	"\"steps\":20,\"warmup_steps\":3,\"steps_measured\":17,\"backend\":\"cuda\","
+	"\"step_s\":[1.5,1.49,1.5,1.5,1.5,1.51,1.51,1.51,1.52,1.52,1.53,1.53,1.54,1.55,1.57,1.6,1.61],"
+	"\"s_per_step\":1.52,\"s_per_step_min\":1.49,"
 	"\"s_per_step_max\":1.61,\"tokens_per_s\":2694.7,\"vram_peak_mb\":7012.4,\"vram_avg_mb\":6500.1,"
 	"\"loss_first\":11.93,\"loss_last\":11.2,\"weights\":\"synthetic\","
 	"\"env\":{\"gpu_name\":\"NVIDIA H200\",\"gpu_mem_mb\":143771,\"driver\":\"580.1\",\"cuda_runtime\":\"13.0\","
@@ -87,7 +90,13 @@ static void test_round_trip(void)
 	CHECK(b.cell.method == METHOD_PEFT);
 	CHECK(b.status == STATUS_OK && b.error == NULL);
 	CHECK(b.metrics.steps_measured == 17 && b.metrics.warmup_steps == 3);
-	CHECK(b.metrics.vram_peak_mb == 7012.4 && b.metrics.tokens_per_s == 2694.7);
+	/* every timing figure is C's, from step_s: tokens_per_step / median */
+	CHECK(b.metrics.vram_peak_mb == 7012.4 && b.metrics.tokens_per_s == 4096 / 1.52);
+	CHECK(b.metrics.s_per_step == 1.52 && b.metrics.s_per_step_min == 1.49 && b.metrics.s_per_step_max == 1.61);
+	CHECK(b.metrics.n_passes == 1 && b.metrics.passes[0].n == 17 && b.metrics.passes[0].median_s == 1.52);
+	CHECK(b.metrics.s_per_step_spread == 0 && b.metrics.passes_agree == 1);
+	check_str(b.env.backend, "cuda", "env.backend");
+	check_str(b.env.device, "NVIDIA H200", "env.device");
 	CHECK(isnan(b.parity.adapter_max_abs_delta) && b.parity.bitwise_exact == 1);
 	check_str(b.env.gpu_name, "NVIDIA H200", "env.gpu_name");
 	CHECK(b.env.gpu_mem_mb == 143771);
@@ -230,6 +239,106 @@ static void test_summary(void)
 	artifact_free(&a);
 }
 
+/* A summary for one pass whose steps are base + k * 0.001 s, k = 0..4. */
+static cJSON *pass_summary(double base)
+{
+	char buf[512];
+
+	snprintf(buf, sizeof buf,
+	         "{\"schema\":\"poros.summary/1\",\"status\":\"ok\",\"backend\":\"cpu\",\"steps_measured\":5,"
+	         "\"step_s\":[%.3f,%.3f,%.3f,%.3f,%.3f]}", base + 0.004, base, base + 0.001, base + 0.003, base + 0.002);
+	return cJSON_Parse(buf);
+}
+
+struct fake_passes {
+	double base[4];
+	int fail_at; /* -1: none */
+	int pass;    /* the next pass, from 0 */
+};
+
+static void fake_pass(struct artifact *a, void *ctx)
+{
+	struct fake_passes *f = ctx;
+	int pass = f->pass++;
+	cJSON *s = pass == f->fail_at
+	           ? cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"oom\",\"error\":\"no room\"}")
+	           : pass_summary(f->base[pass]);
+	char err[256];
+
+	CHECK(artifact_apply_summary(a, s, err, sizeof err) == 0);
+	a->wall_s = 2.0;
+	cJSON_Delete(s);
+}
+
+static void test_timing(void)
+{
+	double v[] = { 3, 1, 2, 10 }, one = 7;
+	struct fake_passes f = { { 1.0, 1.2, 1.1, 0 }, -1, 0 };
+	struct artifact a;
+	cJSON *s;
+	char err[256];
+
+	CHECK(timing_median(v, 4) == 2.5 && timing_median(v, 3) == 2 && timing_median(&one, 1) == 7);
+	CHECK(isnan(timing_median(v, 0)) && v[0] == 3); /* not sorted in place */
+	CHECK(timing_mad(v, 3, 2) == 1);
+
+	/* three passes: each its own median, s_per_step the median of those */
+	make_full(&a);
+	a.cell.training.passes = 3;
+	timing_run_passes(&a, fake_pass, &f);
+	CHECK(a.status == STATUS_OK && a.metrics.n_passes == 3);
+	CHECK(fabs(a.metrics.passes[0].median_s - 1.002) < 1e-12 && fabs(a.metrics.passes[1].median_s - 1.202) < 1e-12);
+	CHECK(a.metrics.s_per_step == a.metrics.passes[2].median_s); /* 1.102: the middle one */
+	CHECK(a.metrics.s_per_step_min == 1.0 && a.metrics.s_per_step_max == 1.204);
+	CHECK(fabs(a.metrics.s_per_step_spread - 0.2) < 1e-12);
+	/* 0.1 s between passes against 1 ms of noise: they disagree */
+	CHECK(fabs(a.metrics.s_per_step_mad - 0.001) < 1e-12 && a.metrics.passes_agree == 0);
+	CHECK(a.wall_s == 6.0 && a.metrics.steps_measured == 5);
+	CHECK(fabs(a.metrics.tokens_per_s - 4096 / a.metrics.s_per_step) < 1e-9);
+	check_str(a.env.backend, "cpu", "env.backend");
+	CHECK((a.env.cpu == NULL && a.env.device == NULL) || strcmp(a.env.device, a.env.cpu) == 0);
+	artifact_free(&a);
+
+	/* passes within the noise agree */
+	f.base[0] = 1.0;
+	f.base[1] = 1.001;
+	f.base[2] = 1.0;
+	f.pass = 0;
+	make_full(&a);
+	a.cell.training.passes = 3;
+	timing_run_passes(&a, fake_pass, &f);
+	CHECK(a.metrics.passes_agree == 1 && a.metrics.s_per_step == 1.002);
+	artifact_free(&a);
+
+	/* a failing pass ends the loop and says which */
+	f.fail_at = 1;
+	f.pass = 0;
+	make_full(&a);
+	a.cell.training.passes = 3;
+	timing_run_passes(&a, fake_pass, &f);
+	CHECK(a.status == STATUS_OOM && a.metrics.n_passes == 0 && a.wall_s == 4.0);
+	check_str(a.error, "pass 2 of 3: no room", "failed pass");
+	artifact_free(&a);
+
+	/* a summary's own s_per_step must be the median of its step_s */
+	make_full(&a);
+	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"ok\",\"steps_measured\":3,"
+	                "\"step_s\":[1,2,6],\"s_per_step\":3}");
+	CHECK(artifact_apply_summary(&a, s, err, sizeof err) < 0);
+	check_str(err, "s_per_step: 3 is not the median of step_s (2)", "mean, not median");
+	cJSON_Delete(s);
+	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"ok\",\"steps_measured\":3,\"s_per_step\":2}");
+	CHECK(artifact_apply_summary(&a, s, err, sizeof err) < 0);
+	check_str(err, "step_s: missing (a run that timed 3 steps must list their times)", "no step list");
+	cJSON_Delete(s);
+	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"ok\",\"steps_measured\":2,\"step_s\":[1,-2]}");
+	CHECK(artifact_apply_summary(&a, s, err, sizeof err) < 0);
+	check_str(err, "step_s[1]: not a time in seconds", "negative step");
+	cJSON_Delete(s);
+	CHECK(a.metrics.s_per_step == 1.52); /* unchanged by all three */
+	artifact_free(&a);
+}
+
 static void test_host_env(void)
 {
 	struct artifact_env e;
@@ -261,6 +370,7 @@ int main(void)
 	test_nulls();
 	test_bad_artifacts();
 	test_summary();
+	test_timing();
 	test_host_env();
 	test_status_names();
 	return test_verdict("test_artifact");

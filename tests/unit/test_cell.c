@@ -36,6 +36,7 @@ static void example_cell(struct cell *c)
 	c->training.weight_decay = 0.0;
 	c->training.max_grad_norm = 1.0;
 	c->training.timeout_s = 3600;
+	c->training.passes = 1;
 	c->lora.rank = 16;
 	c->lora.alpha = 32;
 	c->lora.dropout = 0.05;
@@ -56,7 +57,8 @@ static const char doc_example[] =
 	"\"hardware\":{\"gpu_name\":\"RTX 3090\",\"vram_gb\":24,\"pcie_gen\":4},"
 	"\"training\":{\"steps\":20,\"seq_len\":512,\"batch_size\":1,\"gradient_accumulation_steps\":8,\"warmup_steps\":3,"
 	"\"dataset\":\"synthetic\",\"seed\":42,\"learning_rate\":0.0002,\"lr_schedule\":\"constant\","
-	"\"weight_decay\":0,\"max_grad_norm\":1,\"timeout_s\":3600,\"gradient_checkpointing\":false},"
+	"\"weight_decay\":0,\"max_grad_norm\":1,\"timeout_s\":3600,\"gradient_checkpointing\":false,"
+	"\"lr_warmup_steps\":0,\"passes\":1},"
 	"\"lora\":{\"rank\":16,\"alpha\":32,\"dropout\":0.05,"
 	"\"target_modules\":[\"q_proj\",\"k_proj\",\"v_proj\",\"o_proj\",\"gate_proj\",\"up_proj\",\"down_proj\"]},"
 	"\"poros\":{\"block_size\":4,\"enable_prefetch\":true},"
@@ -186,6 +188,9 @@ static void test_rejections(void)
 	REJECT("\"steps\":20", "\"steps\":null", "training.steps: expected a number, got null");
 	REJECT("\"model_id\":\"Qwen/Qwen2.5-32B\"", "\"model_id\":7", "model.model_id: expected a string, got a number");
 	REJECT("\"enable_prefetch\":true", "\"enable_prefetch\":1", "poros.enable_prefetch: expected true or false");
+	REJECT("\"passes\":1", "\"passes\":0", "training.passes: must be at least 1, got 0");
+	REJECT("\"passes\":1", "\"passes\":2.5", "training.passes: must be a whole number, got 2.5");
+	REJECT("\"lr_warmup_steps\":0", "\"lr_warmup_steps\":-1", "training.lr_warmup_steps: must be at least 0, got -1");
 	REJECT("\"gradient_checkpointing\":false", "\"gradient_checkpointing\":\"yes\"",
 	       "training.gradient_checkpointing: expected true or false, got a string");
 	REJECT("\"gradient_checkpointing\":false", "\"gradient_checkpointing\":0",
@@ -317,9 +322,27 @@ static void test_gradient_checkpointing(void)
 	CHECK(c.training.gradient_checkpointing == 0);
 	CHECKF(back && strcmp(back, doc_example) == 0, "absent wrote back\n  %s\nnot\n  %s",
 	       back ? back : "(nothing)", doc_example);
-	CHECK(back && strstr(back, "\"timeout_s\":3600,\"gradient_checkpointing\":false}") != NULL);
+	CHECK(back && strstr(back, "\"timeout_s\":3600,\"gradient_checkpointing\":false,") != NULL);
 	cell_free(&c);
 	cJSON_free(back);
+
+	/* lr_warmup_steps and passes are optional too: absent, 0 and 1. */
+	{
+		char *old = example_edited(",\"lr_warmup_steps\":0,\"passes\":1", "");
+		char *set = example_edited("\"lr_warmup_steps\":0,\"passes\":1", "\"lr_warmup_steps\":5,\"passes\":3");
+
+		CHECKF(old && read_text(old, &c, &back, err, sizeof err) == 0, "no passes refused: %s", err);
+		CHECK(c.training.passes == 1 && c.training.lr_warmup_steps == 0);
+		CHECK(back && strcmp(back, doc_example) == 0);
+		cell_free(&c);
+		cJSON_free(back);
+		CHECKF(set && read_text(set, &c, &back, err, sizeof err) == 0, "passes 3 refused: %s", err);
+		CHECK(c.training.passes == 3 && c.training.lr_warmup_steps == 5);
+		cell_free(&c);
+		cJSON_free(back);
+		free(old);
+		free(set);
+	}
 
 	/* In memory, only 0 and 1 are valid. */
 	example_cell(&c);

@@ -96,8 +96,34 @@ static void test_fits_on(void)
 	CHECK(fits_on_gb(144384) == 0);  /* above every card */
 }
 
+/* The map behind results_add and the report's lookups: every key found
+ * after many inserts and rehashes, a replaced value wins, absent is -1. */
+static void test_strmap(void)
+{
+	struct strmap m;
+	char key[32];
+	int bad = 0;
+
+	strmap_init(&m);
+	CHECK(strmap_get(&m, "x") == -1);
+	for (int i = 0; i < 5000; i++) {
+		snprintf(key, sizeof key, "cell_%d", i);
+		strmap_put(&m, key, i);
+	}
+	strmap_put(&m, "cell_17", -17);
+	for (int i = 0; i < 5000; i++) {
+		snprintf(key, sizeof key, "cell_%d", i);
+		bad += strmap_get(&m, key) != (i == 17 ? -17 : i);
+	}
+	CHECK(bad == 0 && m.n == 5000 && m.nslots > 2 * m.n);
+	CHECK(strmap_get(&m, "cell_5000") == -1 && strmap_get(&m, "") == -1);
+	strmap_free(&m);
+	CHECK(m.n == 0 && strmap_get(&m, "cell_1") == -1);
+}
+
 int main(void)
 {
+	test_strmap();
 	test_iso();
 	test_html();
 	test_md();

@@ -26,7 +26,7 @@ static void check_lr(void)
 		double got;
 
 		c.lr_schedule = cases[i].sched;
-		c.warmup_steps = cases[i].warmup;
+		c.lr_warmup_steps = cases[i].warmup;
 		got = lr_at(&c, cases[i].step);
 		CHECKF(fabs(got - cases[i].want * 1e-3) < 1e-15, "%s warmup %d step %d: lr %.9g, want %.9g",
 		         lr_schedule_names[cases[i].sched], cases[i].warmup, cases[i].step, got, cases[i].want * 1e-3);

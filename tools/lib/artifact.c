@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "jsonl.h"
+#include "timing.h"
 #include "util.h"
 
 #ifndef POROS_GIT_SHA
@@ -34,6 +35,18 @@ static void metrics_init(struct artifact_metrics *m)
 	m->tokens_per_s = NAN;
 	m->steps_measured = m->warmup_steps = -1;
 	m->loss_first = m->loss_last = NAN;
+	m->s_per_step_spread = m->s_per_step_mad = NAN;
+	m->passes_agree = -1;
+	m->n_passes = 0;
+	m->passes = NULL;
+}
+
+void artifact_metrics_free(struct artifact_metrics *m)
+{
+	for (int i = 0; i < m->n_passes; i++)
+		free(m->passes[i].step_s);
+	free(m->passes);
+	metrics_init(m);
 }
 
 static void env_init(struct artifact_env *e)
@@ -46,7 +59,7 @@ static void env_init(struct artifact_env *e)
 /* Every string of an env, for freeing and copying in one place. */
 #define ENV_STRINGS(X) X(hostname) X(os) X(kernel) X(cpu) X(gpu_name) X(driver) \
 	X(cuda_runtime) X(poros_version) X(git_sha) X(python) X(torch) X(transformers) X(peft) X(weights) \
-	X(cuda_visible_devices)
+	X(cuda_visible_devices) X(backend) X(device)
 
 static void env_free(struct artifact_env *e)
 {
@@ -79,6 +92,7 @@ void artifact_free(struct artifact *a)
 	if (have_cell(a))
 		cell_free(&a->cell);
 	free(a->error);
+	artifact_metrics_free(&a->metrics);
 	env_free(&a->env);
 	for (int i = 0; i < a->argc; i++)
 		free(a->argv[i]);
@@ -161,14 +175,33 @@ cJSON *artifact_to_json(const struct artifact *a)
 	m = cJSON_AddObjectToObject(o, "metrics");
 	add_num(m, "vram_peak_mb", a->metrics.vram_peak_mb);
 	add_num(m, "vram_avg_mb", a->metrics.vram_avg_mb);
-	add_num(m, "s_per_step", a->metrics.s_per_step);
-	add_num(m, "s_per_step_min", a->metrics.s_per_step_min);
-	add_num(m, "s_per_step_max", a->metrics.s_per_step_max);
-	add_num(m, "tokens_per_s", a->metrics.tokens_per_s);
+	cJSON_AddItemToObject(m, "s_per_step", timing_json_number(a->metrics.s_per_step));
+	cJSON_AddItemToObject(m, "s_per_step_min", timing_json_number(a->metrics.s_per_step_min));
+	cJSON_AddItemToObject(m, "s_per_step_max", timing_json_number(a->metrics.s_per_step_max));
+	cJSON_AddItemToObject(m, "tokens_per_s", timing_json_number(a->metrics.tokens_per_s));
 	add_count(m, "steps_measured", a->metrics.steps_measured);
 	add_count(m, "warmup_steps", a->metrics.warmup_steps);
 	add_num(m, "loss_first", a->metrics.loss_first);
 	add_num(m, "loss_last", a->metrics.loss_last);
+	cJSON_AddItemToObject(m, "s_per_step_spread", timing_json_number(a->metrics.s_per_step_spread));
+	cJSON_AddItemToObject(m, "s_per_step_mad", timing_json_number(a->metrics.s_per_step_mad));
+	cJSON_AddItemToObject(m, "passes_agree",
+	                      a->metrics.passes_agree < 0 ? cJSON_CreateNull() : cJSON_CreateBool(a->metrics.passes_agree));
+	if (a->metrics.passes) {
+		cJSON *passes = cJSON_AddArrayToObject(m, "passes");
+
+		for (int i = 0; i < a->metrics.n_passes; i++) {
+			const struct artifact_pass *ps = &a->metrics.passes[i];
+			cJSON *po = cJSON_CreateObject(), *steps = cJSON_AddArrayToObject(po, "step_s");
+
+			for (int k = 0; k < ps->n; k++)
+				cJSON_AddItemToArray(steps, timing_json_number(ps->step_s[k]));
+			cJSON_AddItemToObject(po, "median_s", timing_json_number(ps->median_s));
+			cJSON_AddItemToArray(passes, po);
+		}
+	} else {
+		cJSON_AddNullToObject(m, "passes");
+	}
 
 	p = cJSON_AddObjectToObject(o, "parity");
 	add_num(p, "loss_max_abs_delta", a->parity.loss_max_abs_delta);
@@ -195,6 +228,8 @@ cJSON *artifact_to_json(const struct artifact *a)
 	add_str(e, "peft", a->env.peft);
 	add_str(e, "weights", a->env.weights);
 	add_str(e, "cuda_visible_devices", a->env.cuda_visible_devices);
+	add_str(e, "backend", a->env.backend);
+	add_str(e, "device", a->env.device);
 
 	add_str(o, "started_at", a->started_at[0] ? a->started_at : NULL);
 	add_str(o, "finished_at", a->finished_at[0] ? a->finished_at : NULL);
@@ -255,20 +290,39 @@ static int get_str(const cJSON *o, const char *prefix, const char *k, char **out
 	return 0;
 }
 
+/* A number, or the raw number text timing_json_number writes (an
+ * artifact_to_json object read back in memory, before any printing). */
+static cJSON_bool is_number(const cJSON *j)
+{
+	char *end;
+
+	if (cJSON_IsNumber(j))
+		return 1;
+	if (!cJSON_IsRaw(j) || j->valuestring == NULL || j->valuestring[0] == '\0')
+		return 0;
+	strtod(j->valuestring, &end);
+	return *end == '\0';
+}
+
+static double number_value(const cJSON *j)
+{
+	return cJSON_IsRaw(j) ? strtod(j->valuestring, NULL) : j->valuedouble;
+}
+
 static int get_num(const cJSON *o, const char *prefix, const char *k, double *out, char *err, size_t errsz)
 {
 	const cJSON *v;
 
 	*out = NAN;
-	if (get_typed(o, prefix, k, cJSON_IsNumber, "a number", &v, err, errsz) < 0)
+	if (get_typed(o, prefix, k, is_number, "a number", &v, err, errsz) < 0)
 		return -1;
 	if (v == NULL)
 		return 0;
 	/* cJSON reads an overflowing literal (1e309) as infinity: refuse it
 	 * rather than carry a number no artifact writer could have meant. */
-	if (!isfinite(v->valuedouble))
+	if (!isfinite(number_value(v)))
 		return bad(err, errsz, "%s%s: number out of range", prefix, k);
-	*out = v->valuedouble;
+	*out = number_value(v);
 	return 0;
 }
 
@@ -306,12 +360,14 @@ static const char *const artifact_keys[] = {
 };
 static const char *const metrics_keys[] = {
 	"vram_peak_mb", "vram_avg_mb", "s_per_step", "s_per_step_min", "s_per_step_max", "tokens_per_s",
-	"steps_measured", "warmup_steps", "loss_first", "loss_last", NULL,
+	"steps_measured", "warmup_steps", "loss_first", "loss_last", "s_per_step_spread", "s_per_step_mad",
+	"passes_agree", "passes", NULL,
 };
 static const char *const parity_keys[] = { "loss_max_abs_delta", "adapter_max_abs_delta", "bitwise_exact", NULL };
 static const char *const env_keys[] = {
 	"hostname", "os", "kernel", "cpu", "host_mem_gb", "gpu_name", "gpu_mem_mb", "driver", "cuda_runtime",
-	"poros_version", "git_sha", "python", "torch", "transformers", "peft", "weights", "cuda_visible_devices", NULL,
+	"poros_version", "git_sha", "python", "torch", "transformers", "peft", "weights", "cuda_visible_devices",
+	"backend", "device", NULL,
 };
 
 static int get_count(const cJSON *o, const char *prefix, const char *k, int *out, char *err, size_t errsz)
@@ -335,6 +391,73 @@ static int get_obj(const cJSON *o, const char *k, const cJSON **out, char *err, 
 	return get_typed(o, "", k, cJSON_IsObject, "an object", out, err, errsz);
 }
 
+static int get_flag(const cJSON *o, const char *prefix, const char *k, int *out, char *err, size_t errsz)
+{
+	const cJSON *v;
+
+	*out = -1;
+	if (get_typed(o, prefix, k, cJSON_IsBool, "a boolean", &v, err, errsz) < 0)
+		return -1;
+	if (v != NULL)
+		*out = cJSON_IsTrue(v) ? 1 : 0;
+	return 0;
+}
+
+/* A list of step times: finite, not negative.  *out is malloc'd (NULL
+ * for an empty list). */
+static int step_list(const cJSON *arr, const char *what, double **out, int *n, char *err, size_t errsz)
+{
+	const cJSON *it;
+	int k = 0;
+
+	*out = NULL;
+	*n = cJSON_GetArraySize(arr);
+	if (*n > 0)
+		*out = xmalloc((size_t)*n * sizeof **out);
+	cJSON_ArrayForEach(it, arr) {
+		if (!is_number(it) || !isfinite(number_value(it)) || number_value(it) < 0) {
+			free(*out);
+			*out = NULL;
+			return bad(err, errsz, "%s[%d]: not a time in seconds", what, k);
+		}
+		(*out)[k++] = number_value(it);
+	}
+	return 0;
+}
+
+/* metrics.passes: null, or [{"step_s":[...],"median_s":M}, ...]. */
+static int passes_from_json(struct artifact_metrics *m, const cJSON *o, const char *pre, char *err, size_t errsz)
+{
+	static const char *const pass_keys[] = { "step_s", "median_s", NULL };
+	const cJSON *arr, *it;
+	char what[64];
+	int i = 0;
+
+	if (get_typed(o, pre, "passes", cJSON_IsArray, "an array", &arr, err, errsz) < 0)
+		return -1;
+	if (arr == NULL)
+		return 0;
+	m->n_passes = cJSON_GetArraySize(arr);
+	m->passes = xcalloc((size_t)m->n_passes + 1, sizeof *m->passes);
+	cJSON_ArrayForEach(it, arr) {
+		struct artifact_pass *ps = &m->passes[i];
+		const cJSON *steps;
+
+		snprintf(what, sizeof what, "%spasses[%d].", pre, i);
+		if (!cJSON_IsObject(it))
+			return bad(err, errsz, "%spasses[%d]: not an object", pre, i);
+		if (check_keys(it, what, pass_keys, err, errsz) < 0 ||
+		    get_measure(it, what, "median_s", &ps->median_s, err, errsz) < 0 ||
+		    get_typed(it, what, "step_s", cJSON_IsArray, "an array", &steps, err, errsz) < 0)
+			return -1;
+		snprintf(what, sizeof what, "%spasses[%d].step_s", pre, i);
+		if (steps && step_list(steps, what, &ps->step_s, &ps->n, err, errsz) < 0)
+			return -1;
+		i++;
+	}
+	return 0;
+}
+
 static int metrics_from_json(struct artifact_metrics *m, const cJSON *o, const char *pre, char *err, size_t errsz)
 {
 	metrics_init(m);
@@ -349,8 +472,14 @@ static int metrics_from_json(struct artifact_metrics *m, const cJSON *o, const c
 	    get_count(o, pre, "steps_measured", &m->steps_measured, err, errsz) < 0 ||
 	    get_count(o, pre, "warmup_steps", &m->warmup_steps, err, errsz) < 0 ||
 	    get_num(o, pre, "loss_first", &m->loss_first, err, errsz) < 0 ||
-	    get_num(o, pre, "loss_last", &m->loss_last, err, errsz) < 0)
+	    get_num(o, pre, "loss_last", &m->loss_last, err, errsz) < 0 ||
+	    get_measure(o, pre, "s_per_step_spread", &m->s_per_step_spread, err, errsz) < 0 ||
+	    get_measure(o, pre, "s_per_step_mad", &m->s_per_step_mad, err, errsz) < 0 ||
+	    get_flag(o, pre, "passes_agree", &m->passes_agree, err, errsz) < 0 ||
+	    passes_from_json(m, o, pre, err, errsz) < 0) {
+		artifact_metrics_free(m);
 		return -1;
+	}
 	return 0;
 }
 
@@ -387,6 +516,8 @@ static int env_from_json(struct artifact_env *e, const cJSON *o, char *err, size
 	    get_str(o, pre, "git_sha", &e->git_sha, err, errsz) < 0 ||
 	    get_str(o, pre, "weights", &e->weights, err, errsz) < 0 ||
 	    get_str(o, pre, "cuda_visible_devices", &e->cuda_visible_devices, err, errsz) < 0 ||
+	    get_str(o, pre, "backend", &e->backend, err, errsz) < 0 ||
+	    get_str(o, pre, "device", &e->device, err, errsz) < 0 ||
 	    child_env_from_json(e, o, pre, err, errsz) < 0) {
 		env_free(e);
 		return -1;
@@ -638,6 +769,43 @@ void artifact_env_collect_host(struct artifact_env *env)
 
 /* --- the trainer summary -------------------------------------------------- */
 
+/* The summary's "step_s", its timed steps, as the one pass of m; then
+ * every timing field from it (timing.h), so no arm's own statistic
+ * reaches an artifact.  A summary of a run that timed steps must list
+ * them, and its own s_per_step, when it gives one, must be their median. */
+static int summary_pass(struct artifact_metrics *m, const cJSON *summary, int st, long long tokens_per_step,
+                        char *err, size_t errsz)
+{
+	const cJSON *arr;
+	struct artifact_pass ps = { 0, NULL, NAN };
+	double reported = m->s_per_step;
+
+	if (get_typed(summary, "", "step_s", cJSON_IsArray, "an array", &arr, err, errsz) < 0)
+		return -1;
+	if (arr == NULL) {
+		if (st == STATUS_OK && m->steps_measured > 0)
+			return bad(err, errsz, "step_s: missing (a run that timed %d steps must list their times)",
+			           m->steps_measured);
+		return 0;
+	}
+	if (step_list(arr, "step_s", &ps.step_s, &ps.n, err, errsz) < 0)
+		return -1;
+	if (m->steps_measured >= 0 && ps.n != m->steps_measured) {
+		free(ps.step_s);
+		return bad(err, errsz, "step_s: %d times for %d measured steps", ps.n, m->steps_measured);
+	}
+	ps.median_s = timing_median(ps.step_s, ps.n);
+	if (isfinite(reported) && reported != ps.median_s) {
+		free(ps.step_s);
+		return bad(err, errsz, "s_per_step: %.9g is not the median of step_s (%.9g)", reported, ps.median_s);
+	}
+	m->passes = xmalloc(sizeof *m->passes);
+	m->passes[0] = ps;
+	m->n_passes = 1;
+	timing_aggregate(m, tokens_per_step);
+	return 0;
+}
+
 int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, size_t errsz)
 {
 	const cJSON *schema = cJSON_GetObjectItemCaseSensitive(summary, "schema");
@@ -645,7 +813,7 @@ int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, 
 	const cJSON *env_obj;
 	struct artifact_metrics m;
 	struct artifact_env child;
-	char *error = NULL, *weights = NULL;
+	char *error = NULL, *weights = NULL, *backend = NULL;
 	int st;
 
 	if (!cJSON_IsObject(summary))
@@ -659,13 +827,24 @@ int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, 
 		return -1;
 	if (metrics_from_json(&m, summary, "", err, errsz) < 0)
 		return -1;
+	if (m.passes != NULL) {
+		artifact_metrics_free(&m);
+		return bad(err, errsz, "passes: not a summary field (a summary is one pass: step_s)");
+	}
+	if (summary_pass(&m, summary, st, have_cell(a) ? a->cell.tokens_per_step : -1, err, errsz) < 0) {
+		artifact_metrics_free(&m);
+		return -1;
+	}
 	env_init(&child);
-	if (get_obj(summary, "env", &env_obj, err, errsz) < 0 ||
+	if (get_str(summary, "", "backend", &backend, err, errsz) < 0 ||
+	    get_obj(summary, "env", &env_obj, err, errsz) < 0 ||
 	    child_env_from_json(&child, env_obj, "env.", err, errsz) < 0 ||
 	    get_str(summary, "", "weights", &weights, err, errsz) < 0 ||
 	    get_str(summary, "", "error", &error, err, errsz) < 0) {
 		env_free(&child);
 		free(weights);
+		free(backend);
+		artifact_metrics_free(&m);
 		return -1;
 	}
 	if ((st == STATUS_OOM || st == STATUS_ERROR || st == STATUS_SKIPPED) && error == NULL)
@@ -680,6 +859,7 @@ int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, 
 		free(a->error);
 		a->error = NULL;
 	}
+	artifact_metrics_free(&a->metrics);
 	a->metrics = m;
 #define TAKE(f) free(a->env.f); a->env.f = child.f;
 	TAKE(gpu_name) TAKE(driver) TAKE(cuda_runtime) TAKE(python) TAKE(torch) TAKE(transformers) TAKE(peft)
@@ -687,5 +867,9 @@ int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, 
 	a->env.gpu_mem_mb = child.gpu_mem_mb;
 	free(a->env.weights);
 	a->env.weights = weights;
+	free(a->env.backend);
+	a->env.backend = backend;
+	/* the device that computed: the GPU, or for the CPU backend the host's CPU */
+	artifact_set_str(&a->env.device, backend && strcmp(backend, "cpu") == 0 ? a->env.cpu : a->env.gpu_name);
 	return 0;
 }

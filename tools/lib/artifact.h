@@ -22,13 +22,27 @@
 enum artifact_status { STATUS_OK, STATUS_OOM, STATUS_ERROR, STATUS_SKIPPED, STATUS_COUNT };
 extern const char *const artifact_status_names[STATUS_COUNT]; /* "ok", "oom", "error", "skipped" */
 
+/* One pass: one trainer process's timed (post-warmup) steps. */
+struct artifact_pass {
+	int n;
+	double *step_s;                            /* (n) seconds per step */
+	double median_s;
+};
+
+/* The timing fields are computed from passes (timing.h); passes is owned. */
 struct artifact_metrics {
 	double vram_peak_mb, vram_avg_mb;          /* MiB, device allocator peak / per-step mean */
 	double s_per_step, s_per_step_min, s_per_step_max;
+	double s_per_step_spread, s_per_step_mad;  /* across passes / the steps' noise */
+	int passes_agree;                          /* 1 true, 0 false, -1 null */
 	double tokens_per_s;
 	int steps_measured, warmup_steps;          /* -1: null */
 	double loss_first, loss_last;
+	int n_passes;
+	struct artifact_pass *passes;              /* (n_passes); NULL: null */
 };
+/* Frees m's passes and leaves m all null. */
+void artifact_metrics_free(struct artifact_metrics *m);
 
 struct artifact_parity {
 	double loss_max_abs_delta, adapter_max_abs_delta;
@@ -44,6 +58,8 @@ struct artifact_env {
 	char *poros_version, *git_sha;
 	char *python, *torch, *transformers, *peft;
 	char *weights;                             /* "real", "synthetic" or NULL */
+	char *backend;                             /* what computed: "cpu" or "cuda" (the child's summary) */
+	char *device;                              /* its name: the GPU's, or the host CPU's for cpu */
 	char *cuda_visible_devices;                /* poros-arm's CUDA_VISIBLE_DEVICES: the GPU a scheduler gave the cell */
 };
 
@@ -79,7 +95,10 @@ void artifact_set_str(char **field, const char *s);
 /* Copies argv (argc entries). */
 void artifact_set_argv(struct artifact *a, int argc, char *const argv[]);
 
-/* The JSON object, every key present, stable order as in docs/schemas.md. */
+/* The JSON object, every key present, stable order as in docs/schemas.md.
+ * The timing figures are raw number items (timing_json_number: exact
+ * digits), which print as numbers but are not cJSON_IsNumber in memory;
+ * artifact_from_json reads both. */
 cJSON *artifact_to_json(const struct artifact *a);
 /* Reads and validates an artifact object.  Returns 0, or -1 with err set
  * to a one-line reason naming the field ("metrics.s_per_step: not a number"). */

@@ -44,6 +44,8 @@ static const struct cell_bound bounds[] = {
 	{ "training.weight_decay",               0,    1,           0, 0, 0 },
 	{ "training.max_grad_norm",              0,    1e6,         0, 0, 0 },
 	{ "training.timeout_s",                  1,    604800,      0, 0, 1 },
+	{ "training.lr_warmup_steps",            0,    999999,      0, 0, 1 },
+	{ "training.passes",                     1,    1000,        0, 0, 1 },
 	{ "training.eval_every",                 0,    1000000,     0, 0, 1 },
 	{ "lora.rank",                           1,    1024,        0, 0, 1 },
 	{ "lora.alpha",                          0,    65536,       1, 0, 0 },
@@ -270,7 +272,9 @@ int cell_validate(const struct cell *c, char *err, size_t errsz)
 	    check_bound("training.learning_rate", c->training.learning_rate, err, errsz) ||
 	    check_bound("training.weight_decay", c->training.weight_decay, err, errsz) ||
 	    check_bound("training.max_grad_norm", c->training.max_grad_norm, err, errsz) ||
-	    check_bound("training.timeout_s", c->training.timeout_s, err, errsz))
+	    check_bound("training.timeout_s", c->training.timeout_s, err, errsz) ||
+	    check_bound("training.lr_warmup_steps", c->training.lr_warmup_steps, err, errsz) ||
+	    check_bound("training.passes", c->training.passes, err, errsz))
 		return -1;
 	/* Compared as an integer: a double would round seeds above 2^53. */
 	if (c->training.seed > (unsigned long long)SEED_MAX)
@@ -390,6 +394,8 @@ cJSON *cell_to_json(const struct cell *c)
 	add_num(&b, o, "timeout_s", c->training.timeout_s);
 	/* Last, after the older keys, so their order stays what it was. */
 	add_bool(&b, o, "gradient_checkpointing", c->training.gradient_checkpointing);
+	add_num(&b, o, "lr_warmup_steps", c->training.lr_warmup_steps);
+	add_num(&b, o, "passes", c->training.passes);
 	if (c->training.eval_dataset) { /* optional: cells without evaluation read as before */
 		add_str(&b, o, "eval_dataset", c->training.eval_dataset);
 		add_num(&b, o, "eval_every", c->training.eval_every);
@@ -441,16 +447,18 @@ static const char *const hardware_keys[] = { "gpu_name", "vram_gb", "pcie_gen" }
 static const char *const training_keys[] = {
 	"steps", "seq_len", "batch_size", "gradient_accumulation_steps", "warmup_steps", "dataset",
 	"seed", "learning_rate", "lr_schedule", "weight_decay", "max_grad_norm", "timeout_s",
-	"gradient_checkpointing", "eval_dataset", "eval_every", "tokenizer",
+	"gradient_checkpointing", "lr_warmup_steps", "passes", "eval_dataset", "eval_every", "tokenizer",
 };
 static const char *const lora_keys[] = { "rank", "alpha", "dropout", "target_modules" };
 static const char *const poros_keys[] = { "block_size", "enable_prefetch" };
 
 /* Fields a reader may find absent, by path: they were added to
  * poros.cell/1 later, and cells and artifacts written before must still
- * read.  Each reads as 0 when absent. */
-static const char *const optional_fields[] = { "training.gradient_checkpointing", "training.eval_dataset",
-	                                       "training.eval_every", "training.tokenizer" };
+ * read.  Each reads as 0 when absent, training.passes as 1. */
+static const char *const optional_fields[] = {
+	"training.gradient_checkpointing", "training.lr_warmup_steps", "training.passes",
+	"training.eval_dataset", "training.eval_every", "training.tokenizer",
+};
 
 #define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -695,6 +703,12 @@ static int read_cell(struct reader *r, struct cell *c, const cJSON *obj)
 		return -1;
 	if (cJSON_GetObjectItemCaseSensitive(tr, "gradient_checkpointing") &&
 	    get_bool(r, tr, "training", "gradient_checkpointing", &c->training.gradient_checkpointing))
+		return -1;
+	c->training.passes = 1; /* absent: one pass, as before the field */
+	if ((cJSON_GetObjectItemCaseSensitive(tr, "lr_warmup_steps") &&
+	     get_int(r, tr, "training", "lr_warmup_steps", &c->training.lr_warmup_steps)) ||
+	    (cJSON_GetObjectItemCaseSensitive(tr, "passes") &&
+	     get_int(r, tr, "training", "passes", &c->training.passes)))
 		return -1;
 	if ((cJSON_GetObjectItemCaseSensitive(tr, "eval_dataset") &&
 	     get_str(r, tr, "training", "eval_dataset", CELL_PATH_MAX, &c->training.eval_dataset)) ||

@@ -58,6 +58,10 @@ struct cell {
 		 * supervised tokens) every eval_every steps and after the last. */
 		char *eval_dataset;
 		int eval_every;
+		/* Optional too (absent: 0 and 1): linear LR warmup steps, apart
+		 * from warmup_steps (which are only left out of the timing), and
+		 * how many fresh trainer processes poros-arm times. */
+		int lr_warmup_steps, passes;
 	} training;
 	struct {
 		int rank;

@@ -37,11 +37,32 @@ struct result_entry {
 	long line;
 };
 
-/* One row per cell_id, in order of first appearance. */
+/* One row per cell_id, in order of first appearance; an open-addressing
+ * table of cell_id -> row keeps adding linear in the number of rows. */
 struct result_set {
 	int n, cap;
 	struct result_entry *e;
+	int *slot;               /* (nslots) row index + 1; 0: empty */
+	int nslots;              /* a power of two, more than 2 n */
 };
+
+/* FNV-1a, 64 bits: the hash of the tables here and of the report's
+ * config fingerprint. */
+unsigned long long report_hash(const char *s, unsigned long long h);
+#define REPORT_HASH_INIT 0xcbf29ce484222325ull
+
+/* A string -> int map (keys copied), for lookups that must not be linear. */
+struct strmap {
+	char **key;
+	int *val;
+	int n, nslots;
+};
+void strmap_init(struct strmap *m);
+void strmap_free(struct strmap *m);
+/* The value of key, or -1. */
+int strmap_get(const struct strmap *m, const char *key);
+/* Sets (or replaces) key's value. */
+void strmap_put(struct strmap *m, const char *key, int val);
 
 void results_init(struct result_set *s);
 void results_free(struct result_set *s);
@@ -81,7 +102,8 @@ void sb_html(struct sbuf *b, const char *s);
 void sb_md(struct sbuf *b, const char *s);
 
 /* Human numbers: about 3 significant digits, never exponent notation for
- * the ranges a bench produces; "--" for NaN (not measured). */
+ * the ranges a bench produces (1e-4 and up: "0.000902"); "--" for NaN
+ * (not measured). */
 const char *fmt_num(char *buf, size_t n, double v);
 /* A MiB amount as "812 MiB" below 1 GiB, else "6.85 GiB"; "--" for NaN. */
 const char *fmt_mib(char *buf, size_t n, double mib);

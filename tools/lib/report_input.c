@@ -83,21 +83,111 @@ void results_free(struct result_set *s)
 	for (int i = 0; i < s->n; i++)
 		entry_free(&s->e[i]);
 	free(s->e);
+	free(s->slot);
 	results_init(s);
+}
+
+unsigned long long report_hash(const char *s, unsigned long long h)
+{
+	for (; *s; s++) {
+		h ^= (unsigned char)*s;
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+/* The slot of cell_id: its row's, or the empty one where it would go. */
+static int *slot_of(const struct result_set *s, const char *cell_id)
+{
+	size_t mask = (size_t)s->nslots - 1, i = (size_t)report_hash(cell_id, REPORT_HASH_INIT) & mask;
+
+	while (s->slot[i] != 0 && strcmp(s->e[s->slot[i] - 1].art.cell_id, cell_id) != 0)
+		i = (i + 1) & mask;
+	return &s->slot[i];
 }
 
 static int find_index(const struct result_set *s, const char *cell_id)
 {
+	return s->nslots == 0 ? -1 : *slot_of(s, cell_id) - 1;
+}
+
+/* Room for one more row in the table (rehashed when it is half full). */
+static void slots_reserve(struct result_set *s)
+{
+	if (2 * (s->n + 1) < s->nslots)
+		return;
+	free(s->slot);
+	s->nslots = s->nslots ? 2 * s->nslots : 64;
+	s->slot = xcalloc((size_t)s->nslots, sizeof *s->slot);
 	for (int i = 0; i < s->n; i++)
-		if (strcmp(s->e[i].art.cell_id, cell_id) == 0)
-			return i;
-	return -1;
+		*slot_of(s, s->e[i].art.cell_id) = i + 1;
 }
 
 const struct result_entry *results_find(const struct result_set *s, const char *cell_id)
 {
 	int i = find_index(s, cell_id);
 	return i < 0 ? NULL : &s->e[i];
+}
+
+void strmap_init(struct strmap *m)
+{
+	memset(m, 0, sizeof *m);
+}
+
+void strmap_free(struct strmap *m)
+{
+	for (int i = 0; i < m->nslots; i++)
+		free(m->key[i]);
+	free(m->key);
+	free(m->val);
+	strmap_init(m);
+}
+
+static int strmap_slot(const struct strmap *m, const char *key)
+{
+	size_t mask = (size_t)m->nslots - 1, i = (size_t)report_hash(key, REPORT_HASH_INIT) & mask;
+
+	while (m->key[i] != NULL && strcmp(m->key[i], key) != 0)
+		i = (i + 1) & mask;
+	return (int)i;
+}
+
+int strmap_get(const struct strmap *m, const char *key)
+{
+	int i;
+
+	if (m->nslots == 0)
+		return -1;
+	i = strmap_slot(m, key);
+	return m->key[i] ? m->val[i] : -1;
+}
+
+void strmap_put(struct strmap *m, const char *key, int val)
+{
+	int i;
+
+	if (2 * (m->n + 1) >= m->nslots) {
+		struct strmap old = *m;
+
+		m->nslots = old.nslots ? 2 * old.nslots : 64;
+		m->key = xcalloc((size_t)m->nslots, sizeof *m->key);
+		m->val = xcalloc((size_t)m->nslots, sizeof *m->val);
+		for (int k = 0; k < old.nslots; k++)
+			if (old.key[k]) {
+				int j = strmap_slot(m, old.key[k]);
+
+				m->key[j] = old.key[k];
+				m->val[j] = old.val[k];
+			}
+		free(old.key);
+		free(old.val);
+	}
+	i = strmap_slot(m, key);
+	if (m->key[i] == NULL) {
+		m->key[i] = xstrdup(key);
+		m->n++;
+	}
+	m->val[i] = val;
 }
 
 int results_add(struct result_set *s, const cJSON *obj, const char *source, long line, char *err, size_t errsz)
@@ -140,7 +230,10 @@ int results_add(struct result_set *s, const cJSON *obj, const char *source, long
 		s->cap = s->cap ? 2 * s->cap : 16;
 		s->e = xrealloc(s->e, (size_t)s->cap * sizeof *s->e);
 	}
-	s->e[s->n++] = e;
+	slots_reserve(s);
+	s->e[s->n] = e;
+	*slot_of(s, e.art.cell_id) = s->n + 1;
+	s->n++;
 	return 0;
 }
 

@@ -124,7 +124,7 @@ const char *fmt_num(char *buf, size_t n, double v)
 		snprintf(buf, n, "%.1f", v);
 	else if (a >= 1)
 		snprintf(buf, n, "%.2f", v);
-	else if (a >= 0.001)
+	else if (a >= 0.0001)
 		snprintf(buf, n, "%.3g", v);
 	else if (a == 0)
 		snprintf(buf, n, "0");

@@ -15,6 +15,7 @@
 #include "artifact.h"
 #include "cell.h"
 #include "jsonl.h"
+#include "timing.h"
 #include "util.h"
 
 extern char **environ;
@@ -518,6 +519,22 @@ static long long run_child(struct artifact *a, const struct cell_paths *p, const
 	return dropped;
 }
 
+/* One pass of timing_run_passes: one fresh child. */
+struct pass_ctx {
+	const struct cell_paths *p;
+	const struct command *cmd;
+	const struct arm_options *o;
+	const struct cell *c;
+	long long log_dropped;
+};
+
+static void run_pass(struct artifact *a, void *ctx)
+{
+	struct pass_ctx *x = ctx;
+
+	x->log_dropped += run_child(a, x->p, x->cmd, x->o, x->c);
+}
+
 /* Writes the artifact file, then (once it is safely on disk, so that a
  * consumer of stdout never holds a result the directory lacks) its line
  * on stdout.  0, or 1 after a message. */
@@ -581,7 +598,10 @@ int arm_run_cell(const struct arm_options *o, const cJSON *cell_json, const char
 		artifact_set_str(&a.log, NULL); /* nothing ran, so nothing was logged */
 		a.wall_s = round((now_seconds() - t0) * 1000.0) / 1000.0;
 	} else {
-		log_dropped = run_child(&a, &p, &cmd, o, &c);
+		struct pass_ctx x = { &p, &cmd, o, &c, 0 };
+
+		timing_run_passes(&a, run_pass, &x);
+		log_dropped = x.log_dropped;
 	}
 	utc_now_iso(a.finished_at, sizeof a.finished_at);
 	progress_end(&a, index, total, o->verbose, log_dropped);

@@ -66,6 +66,8 @@ static const struct field training_fields[] = {
 	SF("max_grad_norm", FK_REAL, 0, 0, shared.training.max_grad_norm),
 	SF("timeout_s", FK_INT, 0, 0, shared.training.timeout_s),
 	SF("gradient_checkpointing", FK_BOOL, 0, 0, shared.training.gradient_checkpointing),
+	SF("lr_warmup_steps", FK_INT, 0, 0, shared.training.lr_warmup_steps),
+	SF("passes", FK_INT, 0, 0, shared.training.passes),
 };
 static const struct field lora_fields[] = {
 	SF("rank", FK_INT, 0, 0, shared.lora.rank),
@@ -595,6 +597,8 @@ static void set_defaults(struct spec *s)
 	c->training.timeout_s = 3600;
 	/* Off: every arm keeps its activations where its method allows. */
 	c->training.gradient_checkpointing = 0;
+	c->training.lr_warmup_steps = 0; /* no LR warmup unless the spec asks */
+	c->training.passes = 1;
 	c->lora.rank = 16;
 	c->lora.alpha = NAN; /* derived from rank when not given */
 	c->lora.dropout = 0.05;

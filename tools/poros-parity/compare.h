@@ -27,4 +27,10 @@ void events_free(struct run_events *ev);
  * never a partial compare.  Returns 0, or an exit code with err set. */
 int compare_runs(struct parity *p, const char *run_a, const char *run_b, char *err, size_t errsz);
 
+/* Sets the "parity" field of DIR/poros_<arch>_<precision>.json and
+ * DIR/resident_<arch>_<precision>.json, those that exist, from p (whose
+ * arch and precision must be set); *updated counts them.  Returns 0, or
+ * -1 with err set (a file that is not an artifact, a write that failed). */
+int parity_update_artifacts(const char *dir, const struct parity *p, int *updated, char *err, size_t errsz);
+
 #endif

@@ -5,12 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cell.h"
 #include "compare.h"
 #include "jsonl.h"
 #include "parity.h"
 #include "util.h"
 
-static const char synopsis[] = "usage: poros-parity [--arch NAME] [--precision NAME] RUN_A RUN_B\n";
+static const char synopsis[] =
+	"usage: poros-parity [--arch NAME] [--precision NAME] [--artifacts DIR] RUN_A RUN_B\n";
 
 static noreturn void usage(void)
 {
@@ -25,6 +27,8 @@ static void help(void)
 	      "adapter weight max |delta|, where it occurs, and whether every bit is the same.\n"
 	      "  --arch NAME       label the record with the model (the driver passes the arch slug)\n"
 	      "  --precision NAME  label the record with the base precision\n"
+	      "  --artifacts DIR   also set the parity field of DIR's poros and resident artifacts\n"
+	      "                    of that arch and precision\n"
 	      "  --help, --version\n"
 	      "Exit status: 0 compared (whatever the result), 1 runtime failure, 2 usage or\n"
 	      "mismatched/malformed runs.\n", stdout);
@@ -43,6 +47,7 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{ "arch", required_argument, NULL, 'a' },
 		{ "precision", required_argument, NULL, 'p' },
+		{ "artifacts", required_argument, NULL, 'A' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -50,7 +55,8 @@ int main(int argc, char **argv)
 	struct parity p;
 	char err[1024];
 	cJSON *out;
-	int c, rc;
+	char *artifacts = NULL;
+	int c, rc, updated;
 
 	set_progname(argv[0]);
 	stdout_check_at_exit();
@@ -59,6 +65,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'a': free(p.arch); p.arch = label("--arch", optarg); break;
 		case 'p': free(p.precision); p.precision = label("--precision", optarg); break;
+		case 'A': artifacts = label("--artifacts", optarg); break;
 		case 'h': help(); break;
 		case 'V': print_version();
 		default: usage();
@@ -66,6 +73,8 @@ int main(int argc, char **argv)
 	}
 	if (argc - optind != 2)
 		usage();
+	if (artifacts && (p.arch == NULL || precision_from_name(p.precision) < 0))
+		die(EXIT_USAGE, "--artifacts: needs --arch and --precision (nf4 or bf16)");
 
 	rc = compare_runs(&p, argv[optind], argv[optind + 1], err, sizeof err);
 	if (rc != 0)
@@ -74,6 +83,11 @@ int main(int argc, char **argv)
 	if (jsonl_write(stdout, out) < 0)
 		diesys(EXIT_RUNTIME, "writing output failed");
 	cJSON_Delete(out);
+	if (artifacts && parity_update_artifacts(artifacts, &p, &updated, err, sizeof err) < 0)
+		die(EXIT_RUNTIME, "%s", err);
+	if (artifacts && updated == 0)
+		warnmsg("--artifacts %s: no poros or resident artifact of %s %s to update", artifacts, p.arch, p.precision);
 	parity_free(&p);
+	free(artifacts);
 	return EXIT_OK;
 }

@@ -32,7 +32,7 @@ int all_cells_ok(const struct report *r)
 
 const char *const env_field_names[] = {
 	"hostname", "os", "kernel", "cpu", "host_mem_gb", "gpu_name", "gpu_mem_mb", "driver", "cuda_runtime",
-	"poros_version", "git_sha", "python", "torch", "transformers", "peft", "weights", NULL,
+	"poros_version", "git_sha", "python", "torch", "transformers", "peft", "weights", "backend", "device", NULL,
 };
 
 /* One env field of one artifact as text, or NULL when not known. */
@@ -58,6 +58,8 @@ static const char *env_value(const struct artifact_env *env, const char *field, 
 	else if (strcmp(field, "transformers") == 0) return env->transformers;
 	else if (strcmp(field, "peft") == 0) return env->peft;
 	else if (strcmp(field, "weights") == 0) return env->weights;
+	else if (strcmp(field, "backend") == 0) return env->backend;
+	else if (strcmp(field, "device") == 0) return env->device;
 	if (isnan(num))
 		return NULL;
 	snprintf(buf, n, "%g", num);
@@ -66,43 +68,42 @@ static const char *env_value(const struct artifact_env *env, const char *field, 
 
 int env_values(struct sbuf *out, const struct report *r, const char *field, escape_fn text)
 {
-	char **seen = xcalloc((size_t)r->results.n + 1, sizeof *seen);
-	int n = 0;
+	struct strmap seen;
+	int n;
 
+	strmap_init(&seen);
 	for (int i = 0; i < r->results.n; i++) {
 		char buf[64];
 		const char *v = env_value(&r->results.e[i].art.env, field, buf, sizeof buf);
-		int dup = 0;
-		if (v == NULL)
+
+		if (v == NULL || strmap_get(&seen, v) >= 0)
 			continue;
-		for (int k = 0; k < n; k++)
-			dup |= strcmp(seen[k], v) == 0;
-		if (dup)
-			continue;
-		if (n > 0)
+		if (seen.n > 0)
 			sb_puts(out, ", ");
 		text(out, v);
-		seen[n++] = xstrdup(v);
+		strmap_put(&seen, v, 1);
 	}
-	for (int k = 0; k < n; k++)
-		free(seen[k]);
-	free(seen);
+	n = seen.n;
+	strmap_free(&seen);
 	return n;
 }
 
 void spec_ids(struct sbuf *b, const struct report *r, escape_fn text)
 {
+	struct strmap seen;
+
+	strmap_init(&seen);
 	for (int i = 0; i < r->results.n; i++) {
 		const char *id = r->results.e[i].art.cell.spec_id;
-		int seen = 0;
-		for (int k = 0; k < i; k++)
-			seen |= strcmp(r->results.e[k].art.cell.spec_id, id) == 0;
-		if (seen)
+
+		if (strmap_get(&seen, id) >= 0)
 			continue;
-		if (i > 0)
+		if (seen.n > 0)
 			sb_puts(b, ", ");
 		text(b, id);
+		strmap_put(&seen, id, 1);
 	}
+	strmap_free(&seen);
 }
 
 /* --- the spec summary --------------------------------------------------------- */
@@ -133,6 +134,47 @@ static void present_names(struct sbuf *b, const struct report *r, int methods, e
 	}
 }
 
+/* The spec named no hardware: what the artifacts say ran them, the GPUs
+ * of CUDA runs and the CPU and host memory of CPU runs. */
+static void measured_hardware(struct sbuf *b, const struct report *r, const struct markup *mk)
+{
+	struct strmap seen;
+	int n = 0;
+
+	strmap_init(&seen);
+	for (int i = 0; i < r->results.n; i++) {
+		const struct artifact *a = &r->results.e[i].art;
+		struct sbuf one;
+
+		if (a->env.backend == NULL || a->status == STATUS_SKIPPED)
+			continue;
+		sb_init(&one);
+		if (is_cpu_run(a)) {
+			sb_puts(&one, "CPU: ");
+			mk->text(&one, a->env.cpu ? a->env.cpu : "unknown model");
+			if (a->env.host_mem_gb > 0)
+				sb_printf(&one, ", %g GiB host memory", a->env.host_mem_gb);
+		} else {
+			mk->text(&one, a->env.gpu_name ? a->env.gpu_name : "unknown GPU");
+			if (a->env.gpu_mem_mb > 0)
+				sb_printf(&one, ", %.0f MiB", a->env.gpu_mem_mb);
+		}
+		if (strmap_get(&seen, one.s) < 0) {
+			sb_printf(b, "%s%s", n++ ? "; " : "", one.s);
+			strmap_put(&seen, one.s, 1);
+		}
+		sb_free(&one);
+	}
+	strmap_free(&seen);
+	if (n == 0)
+		sb_puts(b, "unspecified (the spec names none, and no artifact says what ran it)");
+	else {
+		sb_puts(b, mk->muted_open);
+		sb_puts(b, " (from the artifacts: the spec names no hardware)");
+		sb_puts(b, mk->muted_close);
+	}
+}
+
 static void item(struct sbuf *b, const struct markup *mk, const char *term)
 {
 	sb_puts(b, mk->item_open);
@@ -149,8 +191,12 @@ void spec_items(struct sbuf *b, const struct report *r, const struct markup *mk)
 	spec_ids(b, r, mk->text);
 	sb_puts(b, mk->item_close);
 	item(b, mk, "Hardware");
-	mk->text(b, c->hardware.gpu_name ? c->hardware.gpu_name : "not named in the spec");
-	hardware_numbers(b, c->hardware.vram_gb, c->hardware.pcie_gen);
+	if (c->hardware.gpu_name == NULL && !(c->hardware.vram_gb > 0))
+		measured_hardware(b, r, mk);
+	else {
+		mk->text(b, c->hardware.gpu_name ? c->hardware.gpu_name : "not named in the spec");
+		hardware_numbers(b, c->hardware.vram_gb, c->hardware.pcie_gen);
+	}
 	sb_puts(b, mk->item_close);
 	item(b, mk, "Models");
 	for (int m = 0; m < r->n_models; m++) {
@@ -169,9 +215,11 @@ void spec_items(struct sbuf *b, const struct report *r, const struct markup *mk)
 	present_names(b, r, 0, mk->text);
 	sb_puts(b, mk->item_close);
 	item(b, mk, "Training");
-	sb_printf(b, "%d steps (the first %d excluded from timing); %d tokens %s batch %d %s "
+	sb_printf(b, "%d steps (the first %d excluded from timing; LR warmup %d; %d pass%s timed); "
+	             "%d tokens %s batch %d %s "
 	             "accumulation %d = %lld tokens per step; dataset ",
-	          c->training.steps, c->training.warmup_steps, c->training.seq_len, mk->times, c->training.batch_size,
+	          c->training.steps, c->training.warmup_steps, c->training.lr_warmup_steps, c->training.passes,
+	          c->training.passes == 1 ? "" : "es", c->training.seq_len, mk->times, c->training.batch_size,
 	          mk->times, c->training.gradient_accumulation_steps, c->tokens_per_step);
 	mk->text(b, c->training.dataset);
 	sb_printf(b, "; seed %llu; learning rate %g (%s); weight decay %g; max grad norm %g; gradient checkpointing %s",
@@ -228,4 +276,100 @@ void parity_where(struct sbuf *b, const struct parity *p, const struct markup *m
 	}
 	if (p->loss_max_step < 0 && p->adapter_max_tensor == NULL)
 		sb_puts(b, "--");
+}
+
+/* --- the headline, the stamp ---------------------------------------------------- */
+
+/* "1.27x" (the ratio a / b), or NULL when either is not measured. */
+static const char *ratio(char *buf, size_t n, double a, double b, const char *times)
+{
+	if (!(a > 0) || !(b > 0) || !isfinite(a) || !isfinite(b))
+		return NULL;
+	snprintf(buf, n, "%.2f%s", a / b, times);
+	return buf;
+}
+
+void model_headline(struct sbuf *b, const struct report_model *m, const struct markup *mk)
+{
+	for (int p = 0; p < PRECISION_COUNT; p++) {
+		const struct result_entry *poros = NULL;
+		char t[32], v[32], num[32];
+		int others = 0;
+
+		for (int i = 0; i < m->n; i++)
+			if ((int)m->rows[i]->art.cell.precision == p && m->rows[i]->art.cell.method == METHOD_POROS)
+				poros = m->rows[i];
+		if (poros == NULL || poros->art.status != STATUS_OK)
+			continue;
+		sb_puts(b, mk->item_open);
+		sb_printf(b, "poros %s:", precision_names[p]);
+		sb_puts(b, mk->item_mid);
+		sb_printf(b, "%s s/step, ", fmt_num(num, sizeof num, poros->art.metrics.s_per_step));
+		sb_printf(b, "%s peak", fmt_mib(num, sizeof num, poros->art.metrics.vram_peak_mb));
+		for (int i = 0; i < m->n; i++) {
+			const struct artifact *o = &m->rows[i]->art;
+			const char *rt, *rv;
+
+			if ((int)o->cell.precision != p || o->cell.method == METHOD_POROS)
+				continue;
+			sb_puts(b, "; vs ");
+			others++;
+			mk->text(b, method_names[o->cell.method]);
+			if (o->status != STATUS_OK) {
+				sb_printf(b, ": %s", artifact_status_names[o->status]);
+				continue;
+			}
+			rt = ratio(t, sizeof t, poros->art.metrics.s_per_step, o->metrics.s_per_step, mk->times);
+			rv = ratio(v, sizeof v, poros->art.metrics.vram_peak_mb, o->metrics.vram_peak_mb, mk->times);
+			sb_printf(b, ": %s the time, %s the memory", rt ? rt : "--", rv ? rv : "--");
+		}
+		if (others == 0)
+			sb_puts(b, " (no other method of this precision to compare with)");
+		sb_puts(b, mk->item_close);
+	}
+}
+
+void config_hash(char out[17], const struct cell *c)
+{
+	cJSON *j = cell_to_json(c), *shared = cJSON_CreateObject();
+	static const char *const keys[] = { "spec_id", "hardware", "training", "lora", "poros" };
+	unsigned long long h = REPORT_HASH_INIT;
+	char *text;
+
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+		cJSON_AddItemToObject(shared, keys[i], cJSON_DetachItemFromObjectCaseSensitive(j, keys[i]));
+	text = cJSON_PrintUnformatted(shared);
+	h = report_hash(text ? text : "", h);
+	snprintf(out, 17, "%016llx", h);
+	cJSON_free(text);
+	cJSON_Delete(shared);
+	cJSON_Delete(j);
+}
+
+void report_stamp(struct sbuf *b, const struct report *r, const struct markup *mk)
+{
+	const char *first = NULL, *last = NULL;
+	char hash[17];
+	struct sbuf sha;
+
+	for (int i = 0; i < r->results.n; i++) {
+		const struct artifact *a = &r->results.e[i].art;
+		const char *start = a->started_at[0] ? a->started_at : a->finished_at;
+
+		if (first == NULL || strcmp(start, first) < 0)
+			first = start;
+		if (last == NULL || strcmp(a->finished_at, last) > 0)
+			last = a->finished_at;
+	}
+	sb_init(&sha);
+	if (env_values(&sha, r, "git_sha", mk->text) == 0)
+		sb_puts(&sha, "--");
+	config_hash(hash, &r->results.e[0].art.cell);
+	sb_puts(b, "Run ");
+	mk->text(b, first);
+	sb_puts(b, " to ");
+	mk->text(b, last);
+	sb_printf(b, "; commit %s%s%s; config %s%s%s", mk->code_open, sha.s, mk->code_close, mk->code_open, hash,
+	          mk->code_close);
+	sb_free(&sha);
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonl.h"
 #include "util.h"
 
 void report_init(struct report *r)
@@ -24,40 +25,43 @@ void report_free(struct report *r)
 		parity_free(&r->parity[i]);
 	free(r->parity);
 	free(r->parity_rows);
+	strmap_free(&r->model_index);
+	strmap_free(&r->parity_index);
 	results_free(&r->results);
 	memset(r, 0, sizeof *r);
 }
 
-static int str_eq(const char *a, const char *b)
-{
-	return (a == NULL && b == NULL) || (a && b && strcmp(a, b) == 0);
-}
-
 /* Two records are about the same pair when their labels match, or, for
- * unlabelled records, when they compared the same two directories. */
-static int same_pair(const struct parity *a, const struct parity *b)
+ * unlabelled records, when they compared the same two directories: the
+ * key says which ("\001" cannot be in a label or a path from a record). */
+static char *pair_key(const char *arch, const char *precision, const char *run_a, const char *run_b)
 {
-	if (a->arch || b->arch)
-		return str_eq(a->arch, b->arch) && str_eq(a->precision, b->precision);
-	return str_eq(a->run_a, b->run_a) && str_eq(a->run_b, b->run_b);
+	if (arch)
+		return xasprintf("L\001%s\001%s%s", arch, precision ? "+" : "-", precision ? precision : "");
+	return xasprintf("R\001%s\001%s", run_a ? run_a : "", run_b ? run_b : "");
 }
 
 static int parity_add(struct report *r, const cJSON *obj, char *err, size_t errsz)
 {
 	struct parity p;
+	char *key;
+	int i;
 
 	if (parity_from_json(&p, obj, err, errsz) < 0)
 		return -1;
+	key = pair_key(p.arch, p.precision, p.run_a, p.run_b);
 	/* parity.jsonl is appended by each `poros parity` run: the last line of a pair wins. */
-	for (int i = 0; i < r->n_parity; i++) {
-		if (same_pair(&r->parity[i], &p)) {
-			parity_free(&r->parity[i]);
-			r->parity[i] = p;
-			return 0;
-		}
+	if ((i = strmap_get(&r->parity_index, key)) >= 0) {
+		parity_free(&r->parity[i]);
+		r->parity[i] = p;
+		free(key);
+		return 0;
 	}
-	r->parity = xrealloc(r->parity, (size_t)(r->n_parity + 1) * sizeof *r->parity);
+	if ((r->n_parity & (r->n_parity - 1)) == 0) /* capacity: the next power of two */
+		r->parity = xrealloc(r->parity, (size_t)(r->n_parity ? 2 * r->n_parity : 1) * sizeof *r->parity);
+	strmap_put(&r->parity_index, key, r->n_parity);
 	r->parity[r->n_parity++] = p;
+	free(key);
 	return 0;
 }
 
@@ -88,15 +92,18 @@ static int row_order(const void *pa, const void *pb)
 	return strcmp(a->art.cell_id, b->art.cell_id);
 }
 
-static struct report_model *model_of(struct report *r, const struct cell *c)
+static int model_of(struct report *r, const struct cell *c)
 {
-	for (int i = 0; i < r->n_models; i++)
-		if (strcmp(r->models[i].cell->model.arch, c->model.arch) == 0)
-			return &r->models[i];
-	r->models = xrealloc(r->models, (size_t)(r->n_models + 1) * sizeof *r->models);
+	int i = strmap_get(&r->model_index, c->model.arch);
+
+	if (i >= 0)
+		return i;
+	if ((r->n_models & (r->n_models - 1)) == 0)
+		r->models = xrealloc(r->models, (size_t)(r->n_models ? 2 * r->n_models : 1) * sizeof *r->models);
 	memset(&r->models[r->n_models], 0, sizeof r->models[0]);
 	r->models[r->n_models].cell = c;
-	return &r->models[r->n_models++];
+	strmap_put(&r->model_index, c->model.arch, r->n_models);
+	return r->n_models++;
 }
 
 static int artifact_parity_measured(const struct artifact *a)
@@ -107,7 +114,9 @@ static int artifact_parity_measured(const struct artifact *a)
 
 static struct parity_row *add_parity_row(struct report *r)
 {
-	r->parity_rows = xrealloc(r->parity_rows, (size_t)(r->n_parity_rows + 1) * sizeof *r->parity_rows);
+	if ((r->n_parity_rows & (r->n_parity_rows - 1)) == 0)
+		r->parity_rows = xrealloc(r->parity_rows, (size_t)(r->n_parity_rows ? 2 * r->n_parity_rows : 1) *
+		                                          sizeof *r->parity_rows);
 	memset(&r->parity_rows[r->n_parity_rows], 0, sizeof r->parity_rows[0]);
 	return &r->parity_rows[r->n_parity_rows++];
 }
@@ -138,8 +147,12 @@ static void build_parity_rows(struct report *r)
 			}
 			if (row == NULL)
 				continue;
-			for (int k = 0; k < r->n_parity; k++) {
-				if (str_eq(r->parity[k].arch, row->arch) && str_eq(r->parity[k].precision, row->precision)) {
+			{
+				char *key = pair_key(row->arch, row->precision, NULL, NULL);
+				int k = strmap_get(&r->parity_index, key);
+
+				free(key);
+				if (k >= 0) {
 					row->record = &r->parity[k];
 					used[k] = 1;
 				}
@@ -160,13 +173,86 @@ static void build_parity_rows(struct report *r)
 
 void report_organize(struct report *r)
 {
+	int *model = xcalloc((size_t)r->results.n + 1, sizeof *model);
+
+	/* count, then fill: each model's rows allocated once */
 	for (int i = 0; i < r->results.n; i++) {
-		const struct result_entry *e = &r->results.e[i];
-		struct report_model *m = model_of(r, &e->art.cell);
-		m->rows = xrealloc(m->rows, (size_t)(m->n + 1) * sizeof *m->rows);
-		m->rows[m->n++] = e;
+		model[i] = model_of(r, &r->results.e[i].art.cell);
+		r->models[model[i]].n++;
 	}
+	for (int m = 0; m < r->n_models; m++) {
+		r->models[m].rows = xcalloc((size_t)r->models[m].n, sizeof *r->models[m].rows);
+		r->models[m].n = 0;
+	}
+	for (int i = 0; i < r->results.n; i++) {
+		struct report_model *m = &r->models[model[i]];
+
+		m->rows[m->n++] = &r->results.e[i];
+	}
+	free(model);
 	for (int i = 0; i < r->n_models; i++)
 		qsort(r->models[i].rows, (size_t)r->models[i].n, sizeof *r->models[i].rows, row_order);
 	build_parity_rows(r);
+}
+
+/* The directory an artifact was read from: its file's, or "." for stdin. */
+static char *source_dir(const char *source)
+{
+	const char *slash = strrchr(source, '/');
+
+	if (source[0] == '<' || slash == NULL)
+		return xstrdup(".");
+	return xasprintf("%.*s", (int)(slash - source), source);
+}
+
+int load_losses(const struct result_entry *e, double *step, double *loss, int max)
+{
+	struct jsonl_reader rd;
+	char *dir, *path;
+	double *all_s = NULL, *all_l = NULL;
+	long n = 0, cap = 0;
+	cJSON *obj;
+	FILE *f;
+	int got, k = 0;
+
+	if (e->art.run_dir == NULL || e->source == NULL || max <= 0)
+		return 0;
+	dir = source_dir(e->source);
+	path = xasprintf("%s/%s/events.jsonl", dir, e->art.run_dir);
+	free(dir);
+	f = fopen(path, "r");
+	free(path);
+	if (f == NULL)
+		return 0;
+	jsonl_init(&rd, f, "events.jsonl");
+	/* a bad line ends the curve where it is: the report is not a validator */
+	while ((got = jsonl_next(&rd, &obj)) > 0) {
+		const cJSON *s = cJSON_GetObjectItemCaseSensitive(obj, "step");
+		const cJSON *l = cJSON_GetObjectItemCaseSensitive(obj, "loss");
+
+		if (cJSON_IsNumber(s) && cJSON_IsNumber(l) && isfinite(l->valuedouble)) {
+			if (n == cap) {
+				cap = cap ? 2 * cap : 64;
+				all_s = xrealloc(all_s, (size_t)cap * sizeof *all_s);
+				all_l = xrealloc(all_l, (size_t)cap * sizeof *all_l);
+			}
+			all_s[n] = s->valuedouble;
+			all_l[n++] = l->valuedouble;
+		}
+		cJSON_Delete(obj);
+	}
+	jsonl_free(&rd);
+	fclose(f);
+	/* evenly thinned to max points, the first and the last kept */
+	for (long i = 0; i < n && k < max; i++) {
+		long pick = n <= max ? i : (long)((double)i * (double)(n - 1) / (double)(max - 1) + 0.5);
+
+		if (n > max && i >= max)
+			break;
+		step[k] = all_s[pick];
+		loss[k++] = all_l[pick];
+	}
+	free(all_s);
+	free(all_l);
+	return k;
 }

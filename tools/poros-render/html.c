@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "svg.h"
 #include "util.h"
@@ -18,7 +19,8 @@ static const char css[] =
 	"h1{font-size:1.6em;margin:0 0 .2em}\n"
 	"h2{font-size:1.25em;border-bottom:1px solid var(--line);padding-bottom:.2em;margin-top:2em}\n"
 	"h2 small,.muted{color:var(--muted);font-weight:normal}\n"
-	"table{border-collapse:collapse;margin:.6em 0;font-variant-numeric:tabular-nums}\n"
+	".scroll{overflow-x:auto;max-width:100%;margin:.6em 0}\n"
+	"table{border-collapse:collapse;font-variant-numeric:tabular-nums}\n"
 	"th,td{border:1px solid var(--line);padding:.3em .6em;text-align:left;vertical-align:top}\n"
 	"th{background:var(--head)}\n"
 	"td.num{text-align:right;white-space:nowrap}\n"
@@ -26,11 +28,14 @@ static const char css[] =
 	".ok{background:var(--ok)}.oom{background:var(--oom)}.error{background:var(--error)}"
 	".skipped{background:var(--skipped)}.exact{background:var(--ok)}.differs{background:var(--error)}\n"
 	".derived{font-style:italic}\n"
+	".flag{color:var(--error);font-weight:600}\n"
+	"ul.headline{margin:.4em 0 .8em;padding-left:1.2em}\n"
 	"dl.spec{display:grid;grid-template-columns:max-content 1fr;gap:.25em 1.2em}\n"
 	"dl.spec dt{font-weight:600}dl.spec dd{margin:0}\n"
 	"figure{margin:1em 0}figcaption{font-weight:600;margin-bottom:.3em}\n"
 	".swatch{display:inline-block;width:.8em;height:.8em;margin:0 .3em 0 .8em;vertical-align:-.05em}\n"
-	"svg.chart{max-width:100%;height:auto}\n"
+	/* never scaled down: on a narrow screen a chart scrolls in its box, its text stays 11-12 px */
+	"svg.chart{max-width:none;height:auto;display:block}\n"
 	"svg.chart text{font-size:12px;fill:var(--fg)}\n"
 	"svg.chart text.tick{fill:var(--muted);font-size:11px}\n"
 	"svg.chart text.none{fill:var(--muted);font-style:italic}\n"
@@ -38,11 +43,8 @@ static const char css[] =
 	"code{font-size:.95em}\n"
 	"footer{margin-top:3em;color:var(--muted);font-size:.9em}\n";
 
-static void num_td(struct sbuf *b, double v)
-{
-	char num[32];
-	sb_printf(b, "<td class=\"num\">%s</td>", fmt_num(num, sizeof num, v));
-}
+static void badge(struct sbuf *b, const struct result_entry *e);
+static void verdict_badge(struct sbuf *b, int exact);
 
 static void badge(struct sbuf *b, const struct result_entry *e)
 {
@@ -63,6 +65,23 @@ static const struct markup html_markup = {
 	.code_open = "<code>", .code_close = "</code>",
 	.times = "&times;",
 	.line_break = "<br>",
+	.warn_open = "<span class=\"flag\">", .warn_close = "</span>",
+	.muted_open = "<span class=\"muted\">", .muted_close = "</span>",
+	.status = badge,
+	.verdict = verdict_badge,
+};
+
+/* The headline's lines: items of a list, the term in bold. */
+static const struct markup html_headline = {
+	.text = sb_html,
+	.item_open = "<li><strong>", .item_mid = "</strong> ", .item_close = "</li>\n",
+	.code_open = "<code>", .code_close = "</code>",
+	.times = "&times;",
+	.line_break = "<br>",
+	.warn_open = "<span class=\"flag\">", .warn_close = "</span>",
+	.muted_open = "<span class=\"muted\">", .muted_close = "</span>",
+	.status = badge,
+	.verdict = verdict_badge,
 };
 
 static void spec_summary(struct sbuf *b, const struct report *r)
@@ -74,46 +93,30 @@ static void spec_summary(struct sbuf *b, const struct report *r)
 
 /* --- one model ---------------------------------------------------------------- */
 
-static void fits_td(struct sbuf *b, const struct result_entry *e)
-{
-	int gb = e->art.status == STATUS_OK ? fits_on_gb(e->art.metrics.vram_peak_mb) : -1;
-
-	if (gb < 0)
-		sb_puts(b, "<td class=\"num\">--</td>");
-	else if (gb == 0)
-		sb_puts(b, "<td class=\"num derived\">&gt; 141 GB</td>");
-	else
-		sb_printf(b, "<td class=\"num derived\">%d GB</td>", gb);
-}
-
 static void results_table(struct sbuf *b, const struct report_model *m)
 {
-	char num[32], lo[32], hi[32];
-
-	sb_puts(b, "<table class=\"results\">\n<thead><tr><th>Method</th><th>Precision</th><th>Status</th>"
-	           "<th>VRAM peak</th><th class=\"derived\">Fits on*</th><th>s/step (median)</th>"
-	           "<th>s/step range</th><th>tokens/s</th><th>loss first &rarr; last</th></tr></thead>\n<tbody>\n");
+	sb_puts(b, "<div class=\"scroll\">\n<table class=\"results\">\n<thead><tr>");
+	for (const struct column *col = result_columns; col->head; col++) {
+		sb_printf(b, "<th%s>", col->derived ? " class=\"derived\"" : "");
+		sb_html(b, col->head);
+		sb_puts(b, "</th>");
+	}
+	sb_puts(b, "</tr></thead>\n<tbody>\n");
 	for (int i = 0; i < m->n; i++) {
 		const struct result_entry *e = m->rows[i];
-		const struct artifact_metrics *mt = &e->art.metrics;
+
 		sb_puts(b, "<tr id=\"cell-");
 		sb_html(b, e->art.cell_id);
-		sb_printf(b, "\"><td>%s</td><td>%s</td><td>", method_names[e->art.cell.method],
-		          precision_names[e->art.cell.precision]);
-		badge(b, e);
-		sb_printf(b, "</td><td class=\"num\">%s</td>", fmt_mib(num, sizeof num, mt->vram_peak_mb));
-		fits_td(b, e);
-		num_td(b, mt->s_per_step);
-		if (isnan(mt->s_per_step_min) || isnan(mt->s_per_step_max))
-			sb_puts(b, "<td class=\"num\">--</td>");
-		else
-			sb_printf(b, "<td class=\"num\">%s &ndash; %s</td>", fmt_num(lo, sizeof lo, mt->s_per_step_min),
-			          fmt_num(hi, sizeof hi, mt->s_per_step_max));
-		num_td(b, mt->tokens_per_s);
-		sb_printf(b, "<td class=\"num\">%s &rarr; ", fmt_num(lo, sizeof lo, mt->loss_first));
-		sb_printf(b, "%s</td></tr>\n", fmt_num(hi, sizeof hi, mt->loss_last));
+		sb_puts(b, "\">");
+		for (const struct column *col = result_columns; col->head; col++) {
+			sb_printf(b, "<td%s%s%s>", col->num || col->derived ? " class=\"" : "", col->num ? "num" : "",
+			          col->derived ? (col->num ? " derived\"" : "derived\"") : (col->num ? "\"" : ""));
+			col->cell(b, e, &html_markup);
+			sb_puts(b, "</td>");
+		}
+		sb_puts(b, "</tr>\n");
 	}
-	sb_puts(b, "</tbody>\n</table>\n");
+	sb_puts(b, "</tbody>\n</table>\n</div>\n");
 }
 
 static void legend(struct sbuf *b, const struct report_model *m)
@@ -128,17 +131,68 @@ static void legend(struct sbuf *b, const struct report_model *m)
 	}
 }
 
+enum { LOSS_POINTS = 400 };
+
+/* The cells' losses from their events.jsonl, one line each. */
+static void loss_chart(struct sbuf *b, const struct report_model *m)
+{
+	struct series *s = xcalloc((size_t)m->n + 1, sizeof *s);
+	double *xy = xmalloc(((size_t)m->n + 1) * 2 * LOSS_POINTS * sizeof *xy);
+	char *caption;
+	int n = 0;
+
+	for (int i = 0; i < m->n; i++) {
+		double *x = xy + (size_t)n * 2 * LOSS_POINTS, *y = x + LOSS_POINTS;
+		int k = load_losses(m->rows[i], x, y, LOSS_POINTS);
+
+		if (k > 0)
+			s[n++] = (struct series){ method_names[m->rows[i]->art.cell.method],
+			                          precision_names[m->rows[i]->art.cell.precision], x, y, k };
+	}
+	sb_puts(b, "<figure>\n<figcaption>Loss by step");
+	for (int i = 0; i < n; i++) {
+		/* the swatch drawn as its line: solid for nf4, dashed otherwise */
+		sb_printf(b, "<span class=\"swatch\" style=\"width:1.6em;height:0;border-top:3px %s %s\"></span>",
+		          strcmp(s[i].precision, "nf4") == 0 ? "solid" : "dashed", method_color(s[i].method));
+		sb_html(b, s[i].method);
+		sb_puts(b, " ");
+		sb_html(b, s[i].precision);
+	}
+	sb_puts(b, "</figcaption>\n");
+	if (n > 1)
+		sb_puts(b, "<p class=\"muted\">Bit-identical runs (poros and resident of one precision) draw one line.</p>\n");
+	if (n == 0) {
+		sb_puts(b, "<p class=\"muted\">No events.jsonl found beside the artifacts (runs&#47;&lt;cell_id&gt;&#47;): "
+		           "no curves.</p>\n");
+	} else {
+		caption = xasprintf("Training loss by optimizer step, %s (solid nf4, dashed bf16)", m->cell->model.display_name);
+		sb_puts(b, "<div class=\"scroll\">\n");
+		svg_line_chart(b, caption, s, n, "step", "loss");
+		sb_puts(b, "</div>\n");
+		free(caption);
+	}
+	sb_puts(b, "</figure>\n");
+	free(xy);
+	free(s);
+}
+
 static void charts(struct sbuf *b, const struct report_model *m)
 {
 	struct bar *bars = xcalloc((size_t)m->n + 1, sizeof *bars);
 	const struct cell *c = m->cell;
 	double max_vram = 0, ref_mib = c->hardware.vram_gb * 1024.0, div;
 	char ref_label[160], *caption;
-	const char *unit;
+	const char *unit, *what = "VRAM peak";
+	int cpu = 0;
 
-	for (int i = 0; i < m->n; i++)
+	for (int i = 0; i < m->n; i++) {
 		if (m->rows[i]->art.metrics.vram_peak_mb > max_vram)
 			max_vram = m->rows[i]->art.metrics.vram_peak_mb;
+		cpu |= is_cpu_run(&m->rows[i]->art);
+	}
+	/* a CPU run's allocator holds host memory: the chart says so */
+	if (cpu)
+		what = "Memory peak (host memory for CPU runs)";
 	/* One unit per chart: GiB unless every peak is below one (the CPU test models). */
 	div = max_vram >= 1024 ? 1024.0 : 1.0;
 	unit = div > 1 ? "GiB" : "MiB";
@@ -149,13 +203,13 @@ static void charts(struct sbuf *b, const struct report_model *m)
 	}
 	snprintf(ref_label, sizeof ref_label, "%s: %g GB", c->hardware.gpu_name ? c->hardware.gpu_name : "GPU",
 	         c->hardware.vram_gb);
-	caption = xasprintf("VRAM peak by method (%s), %s", unit, c->model.display_name);
-	sb_puts(b, "<div class=\"charts\">\n<figure>\n<figcaption>VRAM peak by method");
+	caption = xasprintf("%s by method (%s), %s", what, unit, c->model.display_name);
+	sb_printf(b, "<div class=\"charts\">\n<figure>\n<figcaption>%s by method", what);
 	legend(b, m);
-	sb_puts(b, "</figcaption>\n");
+	sb_puts(b, "</figcaption>\n<div class=\"scroll\">\n");
 	/* The card's line only helps when it is on the same scale as the bars. */
-	svg_bar_chart(b, caption, bars, m->n, unit, div > 1 ? ref_mib / div : NAN, ref_label);
-	sb_puts(b, "</figure>\n");
+	svg_bar_chart(b, caption, bars, m->n, unit, div > 1 && ref_mib > 0 ? ref_mib / div : NAN, ref_label);
+	sb_puts(b, "</div>\n</figure>\n");
 	free(caption);
 
 	for (int i = 0; i < m->n; i++) {
@@ -167,11 +221,13 @@ static void charts(struct sbuf *b, const struct report_model *m)
 	caption = xasprintf("Seconds per optimizer step by method (median, min to max), %s", c->model.display_name);
 	sb_puts(b, "<figure>\n<figcaption>s/step by method (median; whiskers: min to max)");
 	legend(b, m);
-	sb_puts(b, "</figcaption>\n");
+	sb_puts(b, "</figcaption>\n<div class=\"scroll\">\n");
 	svg_bar_chart(b, caption, bars, m->n, "s/step", NAN, NULL);
-	sb_puts(b, "</figure>\n</div>\n");
+	sb_puts(b, "</div>\n</figure>\n");
 	free(caption);
 	free(bars);
+	loss_chart(b, m);
+	sb_puts(b, "</div>\n");
 }
 
 static void model_section(struct sbuf *b, const struct report_model *m)
@@ -185,6 +241,15 @@ static void model_section(struct sbuf *b, const struct report_model *m)
 	sb_puts(b, " <small>");
 	sb_html(b, c->model.model_id);
 	sb_printf(b, ", %g B parameters</small></h2>\n", c->model.param_count_b);
+	{
+		struct sbuf h;
+
+		sb_init(&h);
+		model_headline(&h, m, &html_headline);
+		if (h.len)
+			sb_printf(b, "<ul class=\"headline\">\n%s</ul>\n", h.s);
+		sb_free(&h);
+	}
 	results_table(b, m);
 	charts(b, m);
 	sb_puts(b, "</section>\n");
@@ -192,69 +257,52 @@ static void model_section(struct sbuf *b, const struct report_model *m)
 
 /* --- parity, environment, notes ---------------------------------------------- */
 
-static void bitwise_td(struct sbuf *b, int bitwise_exact)
+static void verdict_badge(struct sbuf *b, int exact)
 {
-	if (bitwise_exact < 0)
-		sb_puts(b, "<td>--</td>");
-	else
-		sb_printf(b, "<td><span class=\"badge %s\">%s</span></td>", bitwise_exact ? "exact" : "differs",
-		          bitwise_exact ? "exact" : "differs");
+	sb_printf(b, "<span class=\"badge %s\">%s</span>", exact ? "exact" : "differs", exact ? "exact" : "differs");
 }
 
-static void parity_cells(struct sbuf *b, const struct parity_row *row)
+static int any_parity_measured(const struct report *r)
 {
-	const struct parity *p = row->record;
-
-	if (p != NULL) {
-		if (p->steps_compared < 0)
-			sb_puts(b, "<td class=\"num\">--</td>");
-		else
-			sb_printf(b, "<td class=\"num\">%ld</td>", p->steps_compared);
-		num_td(b, p->loss_max_abs_delta);
-		num_td(b, p->adapter_max_abs_delta);
-		sb_puts(b, "<td>");
-		parity_where(b, p, &html_markup);
-		sb_puts(b, "</td>");
-		bitwise_td(b, p->bitwise_exact);
-	} else if (row->artifact != NULL) {
-		/* A cell that carries its own parity fields: no step count or location. */
-		sb_puts(b, "<td class=\"num\">--</td>");
-		num_td(b, row->artifact->parity.loss_max_abs_delta);
-		num_td(b, row->artifact->parity.adapter_max_abs_delta);
-		sb_puts(b, "<td>--</td>");
-		bitwise_td(b, row->artifact->parity.bitwise_exact);
-	} else {
-		sb_puts(b, "<td class=\"num\">--</td><td class=\"num\">--</td><td class=\"num\">--</td>"
-		           "<td>--</td><td>--</td>");
-	}
+	for (int i = 0; i < r->n_parity_rows; i++)
+		if (r->parity_rows[i].record || r->parity_rows[i].artifact)
+			return 1;
+	return 0;
 }
 
 static void parity_section(struct sbuf *b, const struct report *r)
 {
 	sb_puts(b, "<section id=\"parity\">\n<h2>Parity: blockwise vs resident</h2>\n"
 	           "<p class=\"muted\">Same seed, same backend: every loss and every adapter weight should be "
-	           "bit-identical.  &ldquo;--&rdquo; means not measured.</p>\n"
-	           "<table class=\"parity\">\n<thead><tr><th>Model</th><th>Precision</th><th>Steps</th>"
-	           "<th>loss max |&Delta;|</th><th>adapter max |&Delta;|</th><th>where</th><th>bitwise</th>"
-	           "</tr></thead>\n<tbody>\n");
+	           "bit-identical.  &ldquo;--&rdquo; means not measured.</p>\n");
+	if (!any_parity_measured(r))
+		sb_puts(b, "<p>No parity was measured for these results: <code>poros parity SPEC</code> trains each "
+		           "model and precision blockwise and resident and fills this table (<code>make bench</code> "
+		           "runs it).</p>\n");
+	sb_puts(b, "<div class=\"scroll\">\n<table class=\"parity\">\n<thead><tr>");
+	for (const struct parity_column *col = parity_columns; col->head; col++) {
+		sb_puts(b, "<th>");
+		sb_html(b, col->head);
+		sb_puts(b, "</th>");
+	}
+	sb_puts(b, "</tr></thead>\n<tbody>\n");
 	for (int i = 0; i < r->n_parity_rows; i++) {
-		const struct parity_row *row = &r->parity_rows[i];
-		sb_puts(b, "<tr><td>");
-		parity_label(b, row, sb_html);
-		sb_puts(b, "</td><td>");
-		sb_html(b, row->precision ? row->precision : "--");
-		sb_puts(b, "</td>");
-		parity_cells(b, row);
+		sb_puts(b, "<tr>");
+		for (const struct parity_column *col = parity_columns; col->head; col++) {
+			sb_puts(b, col->num ? "<td class=\"num\">" : "<td>");
+			col->cell(b, &r->parity_rows[i], &html_markup);
+			sb_puts(b, "</td>");
+		}
 		sb_puts(b, "</tr>\n");
 	}
 	if (r->n_parity_rows == 0)
 		sb_puts(b, "<tr><td colspan=\"7\">--</td></tr>\n");
-	sb_puts(b, "</tbody>\n</table>\n</section>\n");
+	sb_puts(b, "</tbody>\n</table>\n</div>\n</section>\n");
 }
 
 static void env_section(struct sbuf *b, const struct report *r)
 {
-	sb_puts(b, "<section id=\"env\">\n<h2>Environment</h2>\n<table class=\"env\">\n<tbody>\n");
+	sb_puts(b, "<section id=\"env\">\n<h2>Environment</h2>\n<div class=\"scroll\">\n<table class=\"env\">\n<tbody>\n");
 	for (int i = 0; env_field_names[i]; i++) {
 		struct sbuf v;
 		sb_init(&v);
@@ -266,7 +314,7 @@ static void env_section(struct sbuf *b, const struct report *r)
 		sb_puts(b, "</td></tr>\n");
 		sb_free(&v);
 	}
-	sb_puts(b, "</tbody>\n</table>\n</section>\n");
+	sb_puts(b, "</tbody>\n</table>\n</div>\n</section>\n");
 }
 
 static void notes_section(struct sbuf *b, const struct report *r)
@@ -308,8 +356,10 @@ void render_html(struct sbuf *b, const struct report *r)
 	} else {
 		sb_puts(b, "<p class=\"muted\">");
 		spec_ids(b, r, sb_html);
-		sb_printf(b, ": %d cell%s, %d model%s.</p>\n</header>\n", r->results.n, r->results.n == 1 ? "" : "s",
-		          r->n_models, r->n_models == 1 ? "" : "s");
+		sb_printf(b, ": %d cell%s, %d model%s.</p>\n<p class=\"muted\" id=\"stamp\">", r->results.n,
+		          r->results.n == 1 ? "" : "s", r->n_models, r->n_models == 1 ? "" : "s");
+		report_stamp(b, r, &html_markup);
+		sb_puts(b, "</p>\n</header>\n");
 		spec_summary(b, r);
 		for (int m = 0; m < r->n_models; m++)
 			model_section(b, &r->models[m]);
@@ -321,6 +371,11 @@ void render_html(struct sbuf *b, const struct report *r)
 	sb_puts(b, "<footer>\n<p>* Fits on is derived, not measured: the smallest common card (8, 12, 16, 24, 40, 48, "
 	           "80 or 141 GB) with more memory than the measured peak of the training process's allocations. "
 	           "A CUDA context and fragmentation need some more.</p>\n"
-	           "<p>VRAM peak: the largest device memory the run's allocator held at once.  s/step: median over the "
-	           "steps after warmup.  &ldquo;--&rdquo;: not measured.</p>\n</footer>\n</body>\n</html>\n");
+	           "<p>Memory peak: the largest memory the run's allocator held at once, device memory on a GPU, "
+	           "host memory for a CPU run.  s/step: each pass (a fresh trainer process) times every step after "
+	           "warmup_steps; a pass's figure is the median of its steps, and s/step the median of the passes'. "
+	           "Spread: the slowest pass's median minus the fastest's.  Noise: the median absolute deviation "
+	           "(MAD) of the steps from their pass's median.  Passes disagree when a pass's median lies more "
+	           "than 3 &times; 1.4826 &times; MAD from s/step (hyperfine's modified z-score).  "
+	           "&ldquo;--&rdquo;: not measured.</p>\n</footer>\n</body>\n</html>\n");
 }

@@ -4,10 +4,11 @@
 
 #include <math.h>
 
-static void num_cell(struct sbuf *b, double v)
+static void md_verdict(struct sbuf *b, int exact);
+
+static void md_status(struct sbuf *b, const struct result_entry *e)
 {
-	char num[32];
-	sb_printf(b, " %s |", fmt_num(num, sizeof num, v));
+	sb_printf(b, "**%s**", status_name(e));
 }
 
 static const struct markup md_markup = {
@@ -16,6 +17,23 @@ static const struct markup md_markup = {
 	.code_open = "", .code_close = "",
 	.times = "x",
 	.line_break = "; ",
+	.warn_open = "**", .warn_close = "**",
+	.muted_open = "", .muted_close = "",
+	.status = md_status,
+	.verdict = md_verdict,
+};
+
+/* The headline's lines: "- **poros nf4** ..." */
+static const struct markup md_headline = {
+	.text = sb_md,
+	.item_open = "- **", .item_mid = "** ", .item_close = "\n",
+	.code_open = "", .code_close = "",
+	.times = "x",
+	.line_break = "; ",
+	.warn_open = "**", .warn_close = "**",
+	.muted_open = "", .muted_close = "",
+	.status = md_status,
+	.verdict = md_verdict,
 };
 
 static void spec_summary(struct sbuf *b, const struct report *r)
@@ -28,84 +46,74 @@ static void spec_summary(struct sbuf *b, const struct report *r)
 static void model_table(struct sbuf *b, const struct report_model *m)
 {
 	const struct cell *c = m->cell;
-	char num[32], lo[32], hi[32];
+	struct sbuf h;
 
 	sb_puts(b, "## ");
 	sb_md(b, c->model.display_name);
 	sb_puts(b, " (");
 	sb_md(b, c->model.model_id);
 	sb_printf(b, ", %g B parameters)\n\n", c->model.param_count_b);
-	sb_puts(b, "| Method | Precision | Status | VRAM peak | Fits on\\* | s/step (median) | s/step range | tokens/s "
-	           "| loss first -> last |\n|---|---|---|---:|---:|---:|---:|---:|---:|\n");
+	sb_init(&h);
+	model_headline(&h, m, &md_headline);
+	if (h.len)
+		sb_printf(b, "%s\n", h.s);
+	sb_free(&h);
+	sb_puts(b, "|");
+	for (const struct column *col = result_columns; col->head; col++) {
+		sb_puts(b, " ");
+		sb_md(b, col->head);
+		sb_puts(b, " |");
+	}
+	sb_puts(b, "\n|");
+	for (const struct column *col = result_columns; col->head; col++)
+		sb_puts(b, col->num ? "---:|" : "---|");
+	sb_puts(b, "\n");
 	for (int i = 0; i < m->n; i++) {
-		const struct result_entry *e = m->rows[i];
-		const struct artifact_metrics *mt = &e->art.metrics;
-		int gb = e->art.status == STATUS_OK ? fits_on_gb(mt->vram_peak_mb) : -1;
-
-		sb_puts(b, "| ");
-		sb_md(b, method_names[e->art.cell.method]);
-		sb_puts(b, " | ");
-		sb_md(b, precision_names[e->art.cell.precision]);
-		sb_printf(b, " | **%s** | %s |", status_name(e), fmt_mib(num, sizeof num, mt->vram_peak_mb));
-		if (gb < 0)
-			sb_puts(b, " -- |");
-		else if (gb == 0)
-			sb_puts(b, " &gt; 141 GB\\* |");
-		else
-			sb_printf(b, " %d GB\\* |", gb);
-		num_cell(b, mt->s_per_step);
-		if (isnan(mt->s_per_step_min) || isnan(mt->s_per_step_max))
-			sb_puts(b, " -- |");
-		else
-			sb_printf(b, " %s - %s |", fmt_num(lo, sizeof lo, mt->s_per_step_min),
-			          fmt_num(hi, sizeof hi, mt->s_per_step_max));
-		num_cell(b, mt->tokens_per_s);
-		sb_printf(b, " %s -> ", fmt_num(lo, sizeof lo, mt->loss_first));
-		sb_printf(b, "%s |\n", fmt_num(hi, sizeof hi, mt->loss_last));
+		sb_puts(b, "|");
+		for (const struct column *col = result_columns; col->head; col++) {
+			sb_puts(b, " ");
+			col->cell(b, m->rows[i], &md_markup);
+			sb_puts(b, " |");
+		}
+		sb_puts(b, "\n");
 	}
 	sb_puts(b, "\n");
 }
 
-static void bitwise_cell(struct sbuf *b, int exact)
+static void md_verdict(struct sbuf *b, int exact)
 {
-	sb_printf(b, " %s |\n", exact < 0 ? "--" : exact ? "exact" : "**differs**");
+	sb_puts(b, exact ? "exact" : "**differs**");
 }
 
 static void parity_table(struct sbuf *b, const struct report *r)
 {
-	sb_puts(b, "## Parity: blockwise vs resident\n\nSame seed, same backend: every loss and every adapter "
-	           "weight should be bit-identical. -- means not measured.\n\n"
-	           "| Model | Precision | Steps | loss max abs delta | adapter max abs delta | where | bitwise |\n"
-	           "|---|---|---:|---:|---:|---|---|\n");
-	for (int i = 0; i < r->n_parity_rows; i++) {
-		const struct parity_row *row = &r->parity_rows[i];
-		const struct parity *p = row->record;
+	int measured = 0;
 
-		sb_puts(b, "| ");
-		parity_label(b, row, sb_md);
-		sb_puts(b, " | ");
-		sb_md(b, row->precision ? row->precision : "--");
+	for (int i = 0; i < r->n_parity_rows; i++)
+		measured |= r->parity_rows[i].record != NULL || r->parity_rows[i].artifact != NULL;
+	sb_puts(b, "## Parity: blockwise vs resident\n\nSame seed, same backend: every loss and every adapter "
+	           "weight should be bit-identical. -- means not measured.\n\n");
+	if (!measured)
+		sb_puts(b, "No parity was measured for these results: `poros parity SPEC` trains each model and precision "
+		           "blockwise and resident and fills this table (`make bench` runs it).\n\n");
+	sb_puts(b, "|");
+	for (const struct parity_column *col = parity_columns; col->head; col++) {
+		sb_puts(b, " ");
+		sb_md(b, col->head);
 		sb_puts(b, " |");
-		if (p != NULL) {
-			if (p->steps_compared < 0)
-				sb_puts(b, " -- |");
-			else
-				sb_printf(b, " %ld |", p->steps_compared);
-			num_cell(b, p->loss_max_abs_delta);
-			num_cell(b, p->adapter_max_abs_delta);
+	}
+	sb_puts(b, "\n|");
+	for (const struct parity_column *col = parity_columns; col->head; col++)
+		sb_puts(b, col->num ? "---:|" : "---|");
+	sb_puts(b, "\n");
+	for (int i = 0; i < r->n_parity_rows; i++) {
+		sb_puts(b, "|");
+		for (const struct parity_column *col = parity_columns; col->head; col++) {
 			sb_puts(b, " ");
-			parity_where(b, p, &md_markup);
+			col->cell(b, &r->parity_rows[i], &md_markup);
 			sb_puts(b, " |");
-			bitwise_cell(b, p->bitwise_exact);
-		} else if (row->artifact != NULL) {
-			sb_puts(b, " -- |");
-			num_cell(b, row->artifact->parity.loss_max_abs_delta);
-			num_cell(b, row->artifact->parity.adapter_max_abs_delta);
-			sb_puts(b, " -- |");
-			bitwise_cell(b, row->artifact->parity.bitwise_exact);
-		} else {
-			sb_puts(b, " -- | -- | -- | -- | -- |\n");
 		}
+		sb_puts(b, "\n");
 	}
 	sb_puts(b, "\n");
 }
@@ -156,6 +164,8 @@ void render_md(struct sbuf *b, const struct report *r)
 		sb_puts(b, ": ");
 		spec_ids(b, r, sb_md);
 		sb_puts(b, "\n\n");
+		report_stamp(b, r, &md_markup);
+		sb_puts(b, "\n\n");
 		spec_summary(b, r);
 		for (int m = 0; m < r->n_models; m++)
 			model_table(b, &r->models[m]);
@@ -165,5 +175,9 @@ void render_md(struct sbuf *b, const struct report *r)
 		env_table(b, r);
 	notes(b, r);
 	sb_puts(b, "\\* Fits on is derived, not measured: the smallest common card (8, 12, 16, 24, 40, 48, 80 or "
-	           "141 GB) with more memory than the measured peak.\n");
+	           "141 GB) with more memory than the measured peak.\n\n"
+	           "s/step: the median over passes (fresh trainer processes) of each pass's median step after "
+	           "warmup\\_steps; spread: slowest minus fastest pass median; noise: the median absolute deviation "
+	           "(MAD) of the steps from their pass's median; passes disagree when a pass median lies more than "
+	           "3 x 1.4826 x MAD from s/step.  Memory peak is host memory for a CPU run.\n");
 }

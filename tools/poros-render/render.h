@@ -30,6 +30,9 @@ struct report {
 	struct report_model *models;        /* in order of first appearance */
 	int n_parity_rows;
 	struct parity_row *parity_rows;
+	/* lookups that keep reading and organizing linear in the inputs */
+	struct strmap model_index;          /* arch -> models[] */
+	struct strmap parity_index;         /* pair_key -> parity[] */
 };
 
 void report_init(struct report *r);
@@ -56,7 +59,46 @@ struct markup {
 	const char *code_open, *code_close;             /* an identifier: a model id, a tensor name */
 	const char *times;                              /* the multiplication sign */
 	const char *line_break;                         /* between two facts in one table cell */
+	const char *warn_open, *warn_close;             /* a flag a reader must not miss */
+	const char *muted_open, *muted_close;           /* a note beside a value */
+	void (*status)(struct sbuf *b, const struct result_entry *e); /* a cell's status */
+	void (*verdict)(struct sbuf *b, int bitwise_exact);             /* parity: exact or differs */
 };
+
+/* --- the results table: one list of columns, both writers (table.c) --- */
+
+struct column {
+	const char *head;                               /* plain text: each writer escapes it */
+	int num;                                        /* a number: right-aligned */
+	int derived;                                    /* computed from a measurement, not one */
+	void (*cell)(struct sbuf *b, const struct result_entry *e, const struct markup *mk);
+};
+extern const struct column result_columns[];        /* ends with a NULL head */
+
+/* The parity table's columns, likewise. */
+struct parity_column {
+	const char *head;
+	int num;
+	void (*cell)(struct sbuf *b, const struct parity_row *row, const struct markup *mk);
+};
+extern const struct parity_column parity_columns[];
+
+/* True when the cell ran on the CPU backend (its memory is host memory). */
+int is_cpu_run(const struct artifact *a);
+
+/* One line per precision with a finished poros cell: its s/step and
+ * memory as ratios of each other method's (resident and the baselines). */
+void model_headline(struct sbuf *b, const struct report_model *m, const struct markup *mk);
+/* "Run <first start> to <last finish>; commit ...; config ...". */
+void report_stamp(struct sbuf *b, const struct report *r, const struct markup *mk);
+/* A fingerprint of what the cells share (spec_id, hardware, training,
+ * lora, poros): 16 hex digits of FNV-1a over their JSON. */
+void config_hash(char out[17], const struct cell *c);
+
+/* The losses of a cell's events.jsonl (run_dir under the directory its
+ * artifact was read from), at most max points (evenly thinned); 0 when it
+ * has none to read. */
+int load_losses(const struct result_entry *e, double *step, double *loss, int max);
 
 /* Shared by both writers (common.c). */
 const char *status_name(const struct result_entry *e);

@@ -20,4 +20,18 @@ const char *precision_color(const char *precision);
 void svg_bar_chart(struct sbuf *b, const char *caption, const struct bar *bars, int n, const char *unit,
                    double ref, const char *ref_label);
 
+/* One line of a line chart: a cell's losses by step. */
+struct series {
+	const char *method, *precision;  /* colour by method, dashed unless nf4 */
+	const double *x, *y;
+	int n;
+};
+
+const char *method_color(const char *method);
+
+/* Every series on shared axes, ticks at round steps; nothing when no
+ * series has a point.  Strings HTML-escaped. */
+void svg_line_chart(struct sbuf *b, const char *caption, const struct series *s, int n, const char *x_label,
+                    const char *y_label);
+
 #endif

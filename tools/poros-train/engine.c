@@ -131,7 +131,7 @@ double lr_at(const struct train_config *c, int step)
 {
 	/* HF counts scheduler steps from 0: the first optimizer step uses
 	 * lr_lambda(0) */
-	double s = step - 1, w = c->warmup_steps, n = c->steps, progress;
+	double s = step - 1, w = c->lr_warmup_steps, n = c->steps, progress;
 
 	if (s < w)
 		return c->lr * s / (w > 1 ? w : 1);

@@ -108,7 +108,7 @@ int engine_vram_breakdown_json(const struct engine *e, char *buf, size_t n);
 int engine_profile_json(const struct engine *e, char *buf, size_t n);
 
 /* The learning rate of a (1-based) step: HF's schedulers with linear
- * warmup over warmup_steps (step 1 of a warmup has lr 0, as in HF). */
+ * warmup over lr_warmup_steps (step 1 of a warmup has lr 0, as in HF). */
 double lr_at(const struct train_config *c, int step);
 
 /* HF's RoPE tables (S, D/2) for the model, fp32, with the rope_scaling

@@ -39,6 +39,7 @@ int main(int argc, char **argv)
 		{ "lr", required_argument, NULL, LONG_ONLY(OPT_LR) },
 		{ "lr-schedule", required_argument, NULL, LONG_ONLY(OPT_LR_SCHEDULE) },
 		{ "warmup", required_argument, NULL, LONG_ONLY(OPT_WARMUP) },
+		{ "lr-warmup", required_argument, NULL, LONG_ONLY(OPT_LR_WARMUP) },
 		{ "weight-decay", required_argument, NULL, LONG_ONLY(OPT_WEIGHT_DECAY) },
 		{ "max-grad-norm", required_argument, NULL, LONG_ONLY(OPT_MAX_GRAD_NORM) },
 		{ "seed", required_argument, NULL, LONG_ONLY(OPT_SEED) },

@@ -78,6 +78,7 @@ int train_config_from_cell(struct train_config *c, const struct cell *cell, char
 	c->batch_size = cell->training.batch_size;
 	c->accum = cell->training.gradient_accumulation_steps;
 	c->warmup_steps = cell->training.warmup_steps;
+	c->lr_warmup_steps = cell->training.lr_warmup_steps;
 	replace(&c->dataset, cell->training.dataset);
 	replace(&c->tokenizer, cell->training.tokenizer);
 	c->seed = cell->training.seed;
@@ -265,6 +266,8 @@ static void apply_flags(struct train_config *c, char *const v[OPT_COUNT])
 		c->lr_schedule = (enum lr_schedule)pick("--lr-schedule", v[OPT_LR_SCHEDULE], lr_schedule_names, LR_COUNT);
 	if (v[OPT_WARMUP])
 		c->warmup_steps = (int)opt_long("--warmup", v[OPT_WARMUP], 0, 999999);
+	if (v[OPT_LR_WARMUP])
+		c->lr_warmup_steps = (int)opt_long("--lr-warmup", v[OPT_LR_WARMUP], 0, 999999);
 	if (v[OPT_WEIGHT_DECAY])
 		c->weight_decay = opt_double("--weight-decay", v[OPT_WEIGHT_DECAY], 0, 1);
 	if (v[OPT_MAX_GRAD_NORM])

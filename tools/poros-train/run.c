@@ -14,6 +14,7 @@
 #include "checkpoint.h"
 #include "engine.h"
 #include "jsonl.h"
+#include "timing.h"
 #include "train.h"
 #include "util.h"
 
@@ -203,13 +204,6 @@ static int append_event(const char *path, int step, const struct step_stats *st,
 	return append_line(path, line, strlen(line));
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 static cJSON *num_or_null(double v)
 {
 	return json_number_or_null(v);
@@ -231,28 +225,45 @@ static cJSON *str_or_null(const char *s)
 	return s ? cJSON_CreateString(s) : cJSON_CreateNull();
 }
 
+/* The timed steps (after warmup_steps), each with the 6 decimals of
+ * events.jsonl: the list poros-arm computes every timing figure from, and
+ * the median of that list is s_per_step here too (timing.h). */
+static cJSON *timed_steps(const struct run_result *r, int first, int n, double *rounded)
+{
+	cJSON *arr = cJSON_CreateArray();
+	char buf[40];
+
+	for (int i = 0; i < n; i++) {
+		snprintf(buf, sizeof buf, "%.6f", r->step_s[first + i]);
+		rounded[i] = strtod(buf, NULL);
+		cJSON_AddItemToArray(arr, cJSON_CreateRaw(buf));
+	}
+	return arr;
+}
+
 static int print_summary(FILE *out, const struct train_config *c, const struct run_result *r)
 {
-	cJSON *o = cJSON_CreateObject(), *env;
+	cJSON *o = cJSON_CreateObject(), *env, *steps;
 	int skip = c->warmup_steps > r->resumed_at ? c->warmup_steps : r->resumed_at; /* not timed here */
 	int measured = r->steps_done - skip;
-	double med = NAN, lo = NAN, hi = NAN, tps = NAN;
+	double med = NAN, lo = NAN, hi = NAN, tps = NAN, *t;
 	long long tokens_per_step = (long long)c->batch_size * c->seq_len * c->accum;
 	int rc;
 
-	if (measured > 0) {
-		double *t = xmalloc((size_t)measured * sizeof *t);
-
-		memcpy(t, r->step_s + skip, (size_t)measured * sizeof *t);
-		qsort(t, (size_t)measured, sizeof *t, cmp_double);
-		med = measured % 2 ? t[measured / 2] : 0.5 * (t[measured / 2 - 1] + t[measured / 2]);
-		lo = t[0];
-		hi = t[measured - 1];
-		tps = med > 0 ? (double)tokens_per_step / med : NAN;
-		free(t);
-	} else {
+	if (measured < 0)
 		measured = 0;
+	t = xmalloc(((size_t)measured + 1) * sizeof *t);
+	steps = timed_steps(r, skip, measured, t);
+	if (measured > 0) {
+		med = timing_median(t, measured);
+		lo = hi = t[0];
+		for (int i = 1; i < measured; i++) {
+			lo = fmin(lo, t[i]);
+			hi = fmax(hi, t[i]);
+		}
+		tps = med > 0 ? (double)tokens_per_step / med : NAN;
 	}
+	free(t);
 	cJSON_AddStringToObject(o, "schema", SUMMARY_SCHEMA);
 	cJSON_AddStringToObject(o, "status", r->status);
 	cJSON_AddItemToObject(o, "error", str_or_null(r->error[0] ? r->error : NULL));
@@ -262,10 +273,11 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	cJSON_AddNumberToObject(o, "steps", r->steps_done);
 	cJSON_AddNumberToObject(o, "warmup_steps", c->warmup_steps);
 	cJSON_AddNumberToObject(o, "steps_measured", measured);
-	cJSON_AddItemToObject(o, "s_per_step", num_or_null(med));
-	cJSON_AddItemToObject(o, "s_per_step_min", num_or_null(lo));
-	cJSON_AddItemToObject(o, "s_per_step_max", num_or_null(hi));
-	cJSON_AddItemToObject(o, "tokens_per_s", num_or_null(tps));
+	cJSON_AddItemToObject(o, "step_s", steps);
+	cJSON_AddItemToObject(o, "s_per_step", timing_json_number(med));
+	cJSON_AddItemToObject(o, "s_per_step_min", timing_json_number(lo));
+	cJSON_AddItemToObject(o, "s_per_step_max", timing_json_number(hi));
+	cJSON_AddItemToObject(o, "tokens_per_s", timing_json_number(tps));
 	cJSON_AddItemToObject(o, "vram_peak_mb", num_or_null(r->vram_peak_mb));
 	cJSON_AddItemToObject(o, "vram_avg_mb", num_or_null(r->steps_done > r->resumed_at ? r->vram_sum_bytes /
 	                                                    (r->steps_done - r->resumed_at) / MIB : NAN));

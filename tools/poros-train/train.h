@@ -17,7 +17,8 @@ struct train_config {
 	enum method method;      /* poros (blockwise) or resident, for the summary */
 	enum train_mode mode;
 	enum precision precision;
-	int steps, seq_len, batch_size, accum, warmup_steps;
+	int steps, seq_len, batch_size, accum, warmup_steps; /* warmup_steps: left out of the timing only */
+	int lr_warmup_steps;     /* linear LR warmup from 0 (lr_at) */
 	char *dataset;           /* "synthetic", "synthetic:repeat" or a path */
 	char *tokenizer;         /* --tokenizer / training.tokenizer; NULL: the model's own */
 	uint64_t seed;
@@ -53,15 +54,15 @@ enum train_opt {
 	OPT_ALPHA, OPT_DROPOUT, OPT_TARGETS, OPT_BLOCK_SIZE, OPT_NO_PREFETCH, OPT_LR, OPT_LR_SCHEDULE, OPT_WARMUP,
 	OPT_WEIGHT_DECAY, OPT_MAX_GRAD_NORM, OPT_SEED, OPT_DATASET, OPT_BACKEND, OPT_VRAM_BUDGET, OPT_CONFIGS, OPT_OUT,
 	OPT_INIT_ADAPTER, OPT_SAVE_EVERY, OPT_QUIET, OPT_GRAD_CKPT, OPT_RESUME, OPT_EVAL_DATASET, OPT_EVAL_EVERY,
-	OPT_TOKENIZER, OPT_COUNT
+	OPT_TOKENIZER, OPT_LR_WARMUP, OPT_COUNT
 };
 
 #define TRAIN_SYNOPSIS \
 	"usage: poros-train [--cell FILE | --model ID] [--mode blockwise|resident] [--precision nf4|bf16]\n" \
 	"                   [--steps N] [--seq-len N] [--batch-size N] [--accum K] [--rank R] [--alpha A]\n" \
 	"                   [--dropout P] [--targets LIST] [--block-size N] [--no-prefetch] [--lr LR]\n" \
-	"                   [--lr-schedule constant|linear|cosine] [--warmup N] [--weight-decay W]\n" \
-	"                   [--max-grad-norm G] [--seed S] [--dataset SPEC] [--tokenizer PATH]\n" \
+	"                   [--lr-schedule constant|linear|cosine] [--lr-warmup N] [--warmup N]\n" \
+	"                   [--weight-decay W] [--max-grad-norm G] [--seed S] [--dataset SPEC] [--tokenizer PATH]\n" \
 	"                   [--backend cpu|cuda|auto]\n" \
 	"                   [--vram-budget BYTES] [--configs DIR] [--out DIR] [--init-adapter DIR]\n" \
 	"                   [--save-every N] [--resume DIR] [--eval-dataset SPEC] [--eval-every N]\n" \

@@ -6,12 +6,17 @@ poros-arm as
     python3 ARM.py --cell CELL.json --out RUN_DIR
 
 and trains LoRA adapters for one cell with a third-party stack, under the
-same protocol as poros-train: a bare AdamW loop on poros-train's own
-synthetic token stream (the same tokens, step for step and micro-batch for
-micro-batch), warmup steps excluded from timing, device memory from
-torch's allocator.  It writes RUN_DIR/events.jsonl (one line per optimizer
-step) and RUN_DIR/adapter/ (PEFT format), and prints exactly one line on
-stdout: the summary ("poros.summary/1", docs/schemas.md).  Everything else
+same protocol as poros-train: a bare AdamW loop (betas 0.9/0.999, eps
+1e-8, the cell's weight decay and gradient clipping) under poros-train's
+LR schedule (lr_factor: the cell's lr_schedule after lr_warmup_steps of
+linear warmup), on poros-train's own synthetic token streams (the same
+tokens, step for step and micro-batch for micro-batch), warmup_steps left
+out of the timing only, device memory from torch's allocator.  The
+summary lists every timed step's wall time (step_s); s_per_step is their
+median (step_timing), which poros-arm checks and recomputes in C.  It
+writes RUN_DIR/events.jsonl (one line per optimizer step) and
+RUN_DIR/adapter/ (PEFT format), and prints exactly one line on stdout:
+the summary ("poros.summary/1", docs/schemas.md).  Everything else
 (library chatter included) goes to stderr.
 
 An arm that cannot run on this machine (no torch, no CUDA device, a missing
@@ -124,7 +129,10 @@ def load_cell(path, method):
         raise BadInput(f"{path}: method is \"{cell.get('method')}\", this arm runs \"{method}\"")
     try:
         tr, lora = cell["training"], cell["lora"]
-        for k in ("steps", "seq_len", "batch_size", "gradient_accumulation_steps", "warmup_steps", "seed"):
+        # lr_warmup_steps is optional: cells written before it lack it (0).
+        tr.setdefault("lr_warmup_steps", 0)
+        for k in ("steps", "seq_len", "batch_size", "gradient_accumulation_steps", "warmup_steps", "seed",
+                  "lr_warmup_steps"):
             if not isinstance(tr[k], int) or tr[k] < 0:
                 raise BadInput(f"{path}: training.{k}: not a count: {tr[k]!r}")
         for k in ("learning_rate", "weight_decay", "max_grad_norm"):
@@ -143,9 +151,9 @@ def load_cell(path, method):
         cell["model"]["model_id"], cell["precision"], cell["hardware"]["vram_gb"]
     except KeyError as e:
         raise BadInput(f"{path}: missing field {e.args[0]}") from None
-    if tr["dataset"] != "synthetic":
+    if tr["dataset"] not in ("synthetic", "synthetic:repeat"):
         raise BadInput(f"{path}: training.dataset \"{tr['dataset']}\": the baseline arms train on "
-                       "\"synthetic\" only (poros-train's synthetic stream)")
+                       "\"synthetic\" and \"synthetic:repeat\" only (poros-train's synthetic streams)")
     return cell
 
 
@@ -498,13 +506,41 @@ def bnb_config(torch, **extra):
 
 # --- the training protocol ------------------------------------------------
 
-def lr_factor(schedule, step0, steps):
-    """Multiplier of the base learning rate at 0-based step step0."""
+def lr_factor(schedule, step0, steps, warmup=0):
+    """Multiplier of the base learning rate at 0-based step step0: poros-train's
+    lr_at (tools/poros-train/engine.c) term for term, HF's
+    get_*_schedule_with_warmup: linear warmup from 0 over `warmup` steps,
+    then the schedule over the steps after it."""
+    s, w, n = float(step0), float(warmup), float(steps)
+    if s < w:
+        return s / (w if w > 1 else 1.0)
+    rest = n - w if n - w > 1 else 1.0
     if schedule == "linear":
-        return 1.0 - step0 / steps
+        return max(0.0, (n - s) / rest)
     if schedule == "cosine":
-        return 0.5 * (1.0 + math.cos(math.pi * step0 / steps))
+        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * ((s - w) / rest))))
     return 1.0
+
+
+def median(xs):
+    """The median poros-arm computes (tools/lib/timing.c): the middle value,
+    or the mean of the middle two."""
+    v = sorted(xs)
+    n = len(v)
+    if n == 0:
+        return None
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def step_timing(times, tokens_per_step):
+    """The summary's timing fields from the timed steps' wall times (seconds,
+    warmup steps already left out), as every arm reports them: the list
+    itself (step_s), its median, its extremes, tokens per second at the median."""
+    times = [float(f"{t:.6f}") for t in times]  # the 6 decimals events.jsonl has
+    med = median(times)
+    return {"step_s": times, "steps_measured": len(times), "s_per_step": med,
+            "s_per_step_min": min(times) if times else None, "s_per_step_max": max(times) if times else None,
+            "tokens_per_s": tokens_per_step / med if med else None}
 
 
 def is_oom(torch, e):
@@ -539,13 +575,36 @@ def synthetic_rows(seed, vocab, seq_len, first, count):
     return rows
 
 
+REPEAT_PERIOD = 16  # tools/poros-train/data.h
+
+
+def repeat_cycle(seed, vocab):
+    """poros-train's "synthetic:repeat" cycle: the first min(vocab, 16)
+    distinct values of mix64(key ^ draw) % vocab, draw = 0, 1, ..."""
+    key = mix64((seed ^ 0xDA7A5EED) & _MASK64)
+    period, cycle, draw = min(vocab, REPEAT_PERIOD), [], 0
+    while len(cycle) < period:
+        t = mix64(key ^ draw) % vocab
+        draw += 1
+        if t not in cycle:
+            cycle.append(t)
+    return cycle
+
+
+def repeat_rows(seed, vocab, seq_len, first, count):
+    """Input rows of "synthetic:repeat": position p holds cycle[p % period]."""
+    cycle = repeat_cycle(seed, vocab)
+    return [[cycle[(i * (seq_len + 1) + t) % len(cycle)] for t in range(seq_len)] for i in range(first, first + count)]
+
+
 def step_rows(cell, vocab, step):
     """The rows of 1-based optimizer step `step`, one list of batch_size rows
     per micro-batch, in poros-train's order (micro-batch-major)."""
     tr = cell["training"]
     accum, batch, seq = tr["gradient_accumulation_steps"], tr["batch_size"], tr["seq_len"]
     first = (step - 1) * accum * batch
-    return [synthetic_rows(tr["seed"], vocab, seq, first + j * batch, batch) for j in range(accum)]
+    rows = repeat_rows if tr.get("dataset") == "synthetic:repeat" else synthetic_rows
+    return [rows(tr["seed"], vocab, seq, first + j * batch, batch) for j in range(accum)]
 
 
 def train(torch, model, cell, out_dir, summary, input_device="cuda"):
@@ -561,7 +620,9 @@ def train(torch, model, cell, out_dir, summary, input_device="cuda"):
     log(f"trainable parameters: {n_train} in {len(params)} tensors ({params[0].dtype})")
     opt = torch.optim.AdamW(params, lr=tr["learning_rate"], betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=tr["weight_decay"])
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(tr["lr_schedule"], s, steps))
+    # LambdaLR calls the lambda with 0 first: step k (1-based) runs at lr_factor(k - 1), as lr_at(k)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_factor(tr["lr_schedule"], s, steps, tr.get("lr_warmup_steps", 0)))
     vocab = model.config.vocab_size
     model.train()
 
@@ -597,7 +658,8 @@ def train(torch, model, cell, out_dir, summary, input_device="cuda"):
                 times.append(dt)
                 allocs.append(alloc)
             ev = {"step": step, "loss": float(f"{loss_v:.9g}"), "lr": lr, "grad_norm": finite_or_none(grad_norm),
-                  "step_s": dt, "tokens": tokens, "vram_alloc_mb": alloc / 2**20, "vram_peak_mb": peak / 2**20,
+                  "step_s": float(f"{dt:.6f}"), "tokens": tokens, "vram_alloc_mb": alloc / 2**20,
+                  "vram_peak_mb": peak / 2**20,
                   "h2d_bytes": None, "h2d_s": None, "compute_s": None, "copy_hidden_frac": None}
             events.write(json.dumps(ev, separators=(",", ":")) + "\n")
             events.flush()
@@ -608,11 +670,9 @@ def train(torch, model, cell, out_dir, summary, input_device="cuda"):
         summary["vram_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
         summary["loss_first"] = losses[0] if losses else None
         summary["loss_last"] = losses[-1] if losses else None
-        summary["steps_measured"] = len(times)
-        if times:
-            mean = sum(times) / len(times)
-            summary.update(s_per_step=mean, s_per_step_min=min(times), s_per_step_max=max(times),
-                           tokens_per_s=tokens / mean, vram_avg_mb=sum(allocs) / len(allocs) / 2**20)
+        summary.update(step_timing(times, tokens))
+        if allocs:
+            summary["vram_avg_mb"] = sum(allocs) / len(allocs) / 2**20
 
 
 def save_adapter(model, out_dir, source):
@@ -634,9 +694,11 @@ def save_adapter(model, out_dir, source):
 # --- the driver -----------------------------------------------------------
 
 def new_summary(method, out_dir):
+    # backend: null until a CUDA device is found (a skipped arm computed nothing)
     return {"schema": SUMMARY_SCHEMA, "status": "error", "error": None, "method": method, "mode": method,
-            "backend": "cuda", "steps": None, "warmup_steps": None, "steps_measured": None,
-            "s_per_step": None, "s_per_step_min": None, "s_per_step_max": None, "tokens_per_s": None,
+            "backend": None, "steps": None, "warmup_steps": None, "steps_measured": None,
+            "step_s": None, "s_per_step": None, "s_per_step_min": None, "s_per_step_max": None,
+            "tokens_per_s": None,
             "vram_peak_mb": None, "vram_avg_mb": None, "loss_first": None, "loss_last": None,
             "weights": None, "run_dir": out_dir,
             "events": os.path.join(out_dir, "events.jsonl") if out_dir else None,
@@ -661,6 +723,7 @@ def main(method, modules, run):
         torch = import_torch()
         summary["env"] = environment(torch)
         require(torch, cell, modules)
+        summary["backend"] = "cuda"
         summary.update(steps=cell["training"]["steps"], warmup_steps=cell["training"]["warmup_steps"])
         source = resolve_model(cell["model"]["model_id"])
         summary["weights"] = source.weights

@@ -1,0 +1,225 @@
+/* tools/poros-render/table.c: the results table's columns, once: what a
+ * column is called and what each of its cells says.  html.c and md.c
+ * only wrap them in their own markup. */
+#include "render.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+int is_cpu_run(const struct artifact *a)
+{
+	return a->env.backend != NULL && strcmp(a->env.backend, "cpu") == 0;
+}
+
+static void num(struct sbuf *b, double v)
+{
+	char buf[32];
+
+	sb_puts(b, fmt_num(buf, sizeof buf, v));
+}
+
+static void col_method(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
+{
+	mk->text(b, method_names[e->art.cell.method]);
+}
+
+static void col_precision(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
+{
+	mk->text(b, precision_names[e->art.cell.precision]);
+}
+
+static void col_status(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
+{
+	mk->status(b, e);
+}
+
+/* What computed: the device's name, "CPU" for the CPU backend. */
+static void col_device(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
+{
+	const struct artifact *a = &e->art;
+
+	if (is_cpu_run(a))
+		sb_puts(b, "CPU");
+	else if (a->env.device || a->env.gpu_name)
+		mk->text(b, a->env.device ? a->env.device : a->env.gpu_name);
+	else
+		sb_puts(b, "--");
+}
+
+/* The allocator's peak: device memory, or host memory for a CPU run. */
+static void col_memory(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
+{
+	char buf[32];
+
+	sb_puts(b, fmt_mib(buf, sizeof buf, e->art.metrics.vram_peak_mb));
+	if (is_cpu_run(&e->art) && !isnan(e->art.metrics.vram_peak_mb)) {
+		sb_puts(b, mk->muted_open);
+		sb_puts(b, " host");
+		sb_puts(b, mk->muted_close);
+	}
+}
+
+static void col_fits(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
+{
+	int gb = e->art.status == STATUS_OK ? fits_on_gb(e->art.metrics.vram_peak_mb) : -1;
+
+	/* a host-memory peak says nothing about a card */
+	if (gb >= 0 && is_cpu_run(&e->art)) {
+		sb_puts(b, mk->muted_open);
+		sb_puts(b, "CPU run");
+		sb_puts(b, mk->muted_close);
+	} else if (gb < 0) {
+		sb_puts(b, "--");
+	} else if (gb == 0) {
+		sb_puts(b, "&gt; 141 GB");
+	} else {
+		sb_printf(b, "%d GB", gb);
+	}
+}
+
+static void col_s_per_step(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
+{
+	(void)mk;
+	num(b, e->art.metrics.s_per_step);
+}
+
+/* How many passes, their spread, and a flag when they disagree. */
+static void col_passes(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
+{
+	const struct artifact_metrics *m = &e->art.metrics;
+
+	if (m->n_passes <= 0) {
+		sb_puts(b, "--");
+		return;
+	}
+	sb_printf(b, "%d", m->n_passes);
+	if (m->n_passes > 1) {
+		sb_puts(b, mk->muted_open);
+		sb_puts(b, " spread ");
+		num(b, m->s_per_step_spread);
+		sb_puts(b, mk->muted_close);
+	}
+	if (m->passes_agree == 0) {
+		sb_puts(b, mk->line_break);
+		sb_puts(b, mk->warn_open);
+		sb_puts(b, "passes disagree");
+		sb_puts(b, mk->warn_close);
+	}
+}
+
+static void col_noise(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
+{
+	(void)mk;
+	num(b, e->art.metrics.s_per_step_mad);
+}
+
+static void col_range(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
+{
+	const struct artifact_metrics *m = &e->art.metrics;
+
+	(void)mk;
+	if (isnan(m->s_per_step_min) || isnan(m->s_per_step_max)) {
+		sb_puts(b, "--");
+		return;
+	}
+	num(b, m->s_per_step_min);
+	sb_puts(b, " - ");
+	num(b, m->s_per_step_max);
+}
+
+static void col_tokens(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
+{
+	(void)mk;
+	num(b, e->art.metrics.tokens_per_s);
+}
+
+static void col_loss(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
+{
+	(void)mk;
+	num(b, e->art.metrics.loss_first);
+	sb_puts(b, " -&gt; ");
+	num(b, e->art.metrics.loss_last);
+}
+
+const struct column result_columns[] = {
+	{ "Method", 0, 0, col_method },
+	{ "Precision", 0, 0, col_precision },
+	{ "Status", 0, 0, col_status },
+	{ "Device", 0, 0, col_device },
+	{ "Memory peak", 1, 0, col_memory },
+	{ "Fits on*", 1, 1, col_fits },
+	{ "s/step (median)", 1, 0, col_s_per_step },
+	{ "Passes", 1, 0, col_passes },
+	{ "Noise (MAD)", 1, 0, col_noise },
+	{ "Step range", 1, 0, col_range },
+	{ "tokens/s", 1, 0, col_tokens },
+	{ "Loss first -> last", 1, 0, col_loss },
+	{ NULL, 0, 0, NULL },
+};
+
+/* --- the parity table ------------------------------------------------------- */
+
+/* A row's figures: the record's, else the artifact's own parity fields
+ * (no step count or location there), else nothing measured. */
+static void par_model(struct sbuf *b, const struct parity_row *row, const struct markup *mk)
+{
+	parity_label(b, row, mk->text);
+}
+
+static void par_precision(struct sbuf *b, const struct parity_row *row, const struct markup *mk)
+{
+	mk->text(b, row->precision ? row->precision : "--");
+}
+
+static void par_steps(struct sbuf *b, const struct parity_row *row, const struct markup *mk)
+{
+	(void)mk;
+	if (row->record && row->record->steps_compared >= 0)
+		sb_printf(b, "%ld", row->record->steps_compared);
+	else
+		sb_puts(b, "--");
+}
+
+static void par_loss(struct sbuf *b, const struct parity_row *row, const struct markup *mk)
+{
+	(void)mk;
+	num(b, row->record ? row->record->loss_max_abs_delta
+	        : row->artifact ? row->artifact->parity.loss_max_abs_delta : NAN);
+}
+
+static void par_adapter(struct sbuf *b, const struct parity_row *row, const struct markup *mk)
+{
+	(void)mk;
+	num(b, row->record ? row->record->adapter_max_abs_delta
+	        : row->artifact ? row->artifact->parity.adapter_max_abs_delta : NAN);
+}
+
+static void par_where(struct sbuf *b, const struct parity_row *row, const struct markup *mk)
+{
+	if (row->record)
+		parity_where(b, row->record, mk);
+	else
+		sb_puts(b, "--");
+}
+
+static void par_bitwise(struct sbuf *b, const struct parity_row *row, const struct markup *mk)
+{
+	int exact = row->record ? row->record->bitwise_exact : row->artifact ? row->artifact->parity.bitwise_exact : -1;
+
+	if (exact < 0)
+		sb_puts(b, "--");
+	else
+		mk->verdict(b, exact);
+}
+
+const struct parity_column parity_columns[] = {
+	{ "Model", 0, par_model },
+	{ "Precision", 0, par_precision },
+	{ "Steps", 1, par_steps },
+	{ "loss max abs delta", 1, par_loss },
+	{ "adapter max abs delta", 1, par_adapter },
+	{ "where", 0, par_where },
+	{ "bitwise", 0, par_bitwise },
+	{ NULL, 0, NULL },
+};
