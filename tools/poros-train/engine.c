@@ -1103,7 +1103,7 @@ static void stage_batch(struct engine *e, struct staging *st, int step)
 	for (int j = 0; j < e->k && st->rc == 0; j++) {
 		int32_t *tg = st->targets + (size_t)j * e->T;
 
-		if (token_source_next(e->data, st->tokens + (size_t)j * e->T, tg, e->B, st->err, sizeof st->err) < 0) {
+		if (token_source_next(e->data, st->tokens + (size_t)j * e->T, tg, NULL, e->B, st->err, sizeof st->err) < 0) {
 			st->rc = -1;
 			break;
 		}

@@ -408,7 +408,7 @@ static int open_inputs(struct run *x, char *err, size_t errsz)
 	/* an unsupported rope_scaling is refused before any work is done */
 	if (rope_tables(NULL, NULL, &x->mc, 0, err, errsz) < 0)
 		return -1;
-	if (token_source_open(&x->data, c->dataset, &x->mc, c->seq_len, c->seed, err, errsz) < 0)
+	if (token_source_open(&x->data, c->dataset, &x->mc, c->seq_len, c->seed, (enum train_on)c->train_on, err, errsz) < 0)
 		return -1;
 	x->have_data = 1;
 	return 0;

@@ -19,6 +19,7 @@ struct train_config {
 	enum precision precision;
 	int steps, seq_len, batch_size, accum, warmup_steps;
 	char *dataset;           /* "synthetic", "synthetic:repeat" or a path */
+	int train_on;            /* enum train_on (tools/lib/dataset.h): which tokens are targets */
 	uint64_t seed;
 	double lr, weight_decay, max_grad_norm;
 	enum lr_schedule lr_schedule;
