@@ -296,13 +296,15 @@ void jv_to_buf(struct jctx *c, struct jbuf *b, struct jv v, int repr)
 			jbuf_put_str(c, b, v.u.s, 0, v.u.s->n);
 		break;
 	case JV_LIST:
-		jbuf_put(c, b, "[", 1, 0);
+		jbuf_put(c, b, v.u.l->is_tuple ? "(" : "[", 1, 0);
 		for (size_t i = 0; i < v.u.l->n; i++) {
 			if (i)
 				jbuf_put(c, b, ", ", 2, 0);
 			jv_to_buf(c, b, v.u.l->v[i], 1);
 		}
-		jbuf_put(c, b, "]", 1, 0);
+		if (v.u.l->is_tuple && v.u.l->n == 1)
+			jbuf_put(c, b, ",", 1, 0);
+		jbuf_put(c, b, v.u.l->is_tuple ? ")" : "]", 1, 0);
 		break;
 	case JV_DICT:
 		if (v.u.d->is_ns) {
@@ -659,6 +661,7 @@ struct jv jeval(struct jctx *c, const struct jnode *n)
 	case N_TUPLE:
 		v.t = JV_LIST;
 		v.u.l = jlist_new(c);
+		v.u.l->is_tuple = n->kind == N_TUPLE;
 		for (int i = 0; i < n->n_kids; i++)
 			jlist_push(c, v.u.l, jeval(c, n->kids[i]));
 		return v;

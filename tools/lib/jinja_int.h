@@ -77,6 +77,7 @@ struct jv {
 struct jlist {
 	struct jv *v;
 	size_t n, cap;
+	int is_tuple; /* printed as (a, b) */
 };
 
 struct jdict {
