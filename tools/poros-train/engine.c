@@ -183,6 +183,7 @@ struct engine {
 	int32_t *h_tokens, *h_targets; /* the loaded step's staging */
 	int loaded_step;               /* the step whose tokens are on the device */
 	int *n_pred;                   /* (k) predicted tokens of each micro-batch */
+	long long n_supervised;        /* their sum: the step's loss is the mean over these */
 
 	float **ckpt;   /* resident: L+1 inputs of layers */
 	int n_ckpt;
@@ -815,9 +816,10 @@ static void head(struct engine *e, const float *hidden, int mb, float *dres)
 {
 	const struct poros_ops *op = e->op;
 	int T = e->T, C = e->C, V = e->V;
-	/* dloss per token: the step loss is the mean over k micro-batches of
-	 * each one's mean over its predicted tokens (targets < 0 are not) */
-	float dloss = e->n_pred[mb] ? (float)(1.0 / ((double)e->n_pred[mb] * e->k)) : 0.0f;
+	/* dloss per token: the step loss is the mean over every predicted
+	 * token of the step's k micro-batches (targets < 0 are not), so
+	 * accumulation does not change it */
+	float dloss = e->n_supervised ? (float)(1.0 / (double)e->n_supervised) : 0.0f;
 
 	prof_mark(e, PROF_HEAD);
 	op->rmsnorm_forward(NULL, e->hn, C, e->head_rstd, hidden, e->final_norm, e->eps, T, C);
@@ -1179,6 +1181,9 @@ static int load_batch(struct engine *e, int step)
 	e->h_tokens = st->tokens;
 	e->h_targets = st->targets;
 	memcpy(e->n_pred, st->n_pred, (size_t)e->k * sizeof *e->n_pred);
+	e->n_supervised = 0;
+	for (int j = 0; j < e->k; j++)
+		e->n_supervised += e->n_pred[j];
 	/* The other staging was last read by the previous step's copies, which
 	 * that step's end (reading its losses back) has waited for. */
 	e->be->copy_h2d(e->d_embed_rows, st->rows, n * e->C * sizeof(bf16), STREAM_COMPUTE);
@@ -1209,14 +1214,10 @@ double engine_forward_backward(struct engine *e, int step)
 	e->be->copy_d2h(e->h_losses, e->losses, (size_t)e->k * e->T * sizeof(float));
 	/* summed on the host in one fixed order, the same for both schedules;
 	 * ignored targets have loss 0 */
-	for (int j = 0; j < e->k; j++) {
-		double sum = 0;
-
+	for (int j = 0; j < e->k; j++)
 		for (int t = 0; t < e->T; t++)
-			sum += e->h_losses[(size_t)j * e->T + t];
-		loss += e->n_pred[j] ? sum / e->n_pred[j] : 0.0;
-	}
-	return loss / e->k;
+			loss += e->h_losses[(size_t)j * e->T + t];
+	return e->n_supervised ? loss / (double)e->n_supervised : NAN; /* no target: no loss */
 }
 
 const char *engine_error(const struct engine *e)
@@ -1351,6 +1352,7 @@ int engine_step(struct engine *e, int step, struct step_stats *st)
 
 	memset(st, 0, sizeof *st);
 	st->loss = engine_forward_backward(e, step);
+	st->tokens_supervised = e->n_supervised;
 	compute_open(e);
 	prof_mark(e, PROF_OPTIM);
 	e->op->sumsq(e->d_sumsq, e->d_sumsq_scratch, e->d_grad, e->lora.total);
@@ -1358,7 +1360,7 @@ int engine_step(struct engine *e, int step, struct step_stats *st)
 	norm = sqrtf(sumsq);
 	st->grad_norm = norm;
 	st->lr = lr_at(e->cfg, step);
-	if (!isfinite(st->loss) || !isfinite(norm)) {
+	if ((!isfinite(st->loss) && (e->n_supervised > 0 || e->err[0])) || !isfinite(norm)) {
 		prof_close(e);
 		compute_close(e);
 		e->be->synchronize();
@@ -1374,9 +1376,11 @@ int engine_step(struct engine *e, int step, struct step_stats *st)
 		scale = coef < 1.0f ? coef : 1.0f;
 	}
 	prof_mark(e, PROF_OPTIM);
-	e->op->adamw_update(e->d_lora, e->d_grad, e->d_m, e->d_v, e->lora.total, (float)st->lr, 0.9f, 0.999f, 1e-8f,
-	                    (float)e->cfg->weight_decay, scale, step);
-	e->lora_ver++;
+	if (e->n_supervised > 0) { /* a step without a target leaves the adapter as it was */
+		e->op->adamw_update(e->d_lora, e->d_grad, e->d_m, e->d_v, e->lora.total, (float)st->lr, 0.9f, 0.999f,
+		                    1e-8f, (float)e->cfg->weight_decay, scale, step);
+		e->lora_ver++;
+	}
 	prof_close(e);
 	compute_close(e);
 	e->be->synchronize();

@@ -43,6 +43,7 @@ int main(int argc, char **argv)
 		{ "max-grad-norm", required_argument, NULL, LONG_ONLY(OPT_MAX_GRAD_NORM) },
 		{ "seed", required_argument, NULL, LONG_ONLY(OPT_SEED) },
 		{ "dataset", required_argument, NULL, LONG_ONLY(OPT_DATASET) },
+		{ "train-on", required_argument, NULL, LONG_ONLY(OPT_TRAIN_ON) },
 		{ "backend", required_argument, NULL, LONG_ONLY(OPT_BACKEND) },
 		{ "vram-budget", required_argument, NULL, LONG_ONLY(OPT_VRAM_BUDGET) },
 		{ "configs", required_argument, NULL, LONG_ONLY(OPT_CONFIGS) },

@@ -178,9 +178,11 @@ static int append_event(const char *path, int step, const struct step_stats *st,
 	put_num(frac, sizeof frac, "%.4f", st->copy_hidden_frac);
 	snprintf(line, sizeof line,
 	         "{\"step\":%d,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"step_s\":%.6f,\"tokens\":%lld,"
+	         "\"tokens_supervised\":%lld,"
 	         "\"vram_alloc_mb\":%.1f,\"vram_peak_mb\":%.1f,\"h2d_bytes\":%lld,\"h2d_s\":%.6f,\"compute_s\":%.6f,"
 	         "\"copy_hidden_frac\":%s%s%s}\n",
-	         step, loss, lr, gn, st->step_s, tokens, alloc_mb, peak_mb, st->h2d_bytes, st->h2d_s, st->compute_s, frac,
+	         step, loss, lr, gn, st->step_s, tokens, st->tokens_supervised, alloc_mb, peak_mb, st->h2d_bytes, st->h2d_s,
+	         st->compute_s, frac,
 	         *profile ? ",\"profile\":" : "", profile);
 	return append_line(path, line, strlen(line));
 }

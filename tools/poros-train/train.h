@@ -45,7 +45,7 @@ enum train_opt {
 	OPT_CELL, OPT_MODEL, OPT_MODE, OPT_PRECISION, OPT_STEPS, OPT_SEQ_LEN, OPT_BATCH_SIZE, OPT_ACCUM, OPT_RANK,
 	OPT_ALPHA, OPT_DROPOUT, OPT_TARGETS, OPT_BLOCK_SIZE, OPT_NO_PREFETCH, OPT_LR, OPT_LR_SCHEDULE, OPT_WARMUP,
 	OPT_WEIGHT_DECAY, OPT_MAX_GRAD_NORM, OPT_SEED, OPT_DATASET, OPT_BACKEND, OPT_VRAM_BUDGET, OPT_CONFIGS, OPT_OUT,
-	OPT_INIT_ADAPTER, OPT_SAVE_EVERY, OPT_QUIET, OPT_GRAD_CKPT, OPT_COUNT
+	OPT_INIT_ADAPTER, OPT_SAVE_EVERY, OPT_QUIET, OPT_GRAD_CKPT, OPT_TRAIN_ON, OPT_COUNT
 };
 
 #define TRAIN_SYNOPSIS \
@@ -53,7 +53,8 @@ enum train_opt {
 	"                   [--steps N] [--seq-len N] [--batch-size N] [--accum K] [--rank R] [--alpha A]\n" \
 	"                   [--dropout P] [--targets LIST] [--block-size N] [--no-prefetch] [--lr LR]\n" \
 	"                   [--lr-schedule constant|linear|cosine] [--warmup N] [--weight-decay W]\n" \
-	"                   [--max-grad-norm G] [--seed S] [--dataset SPEC] [--backend cpu|cuda|auto]\n" \
+	"                   [--max-grad-norm G] [--seed S] [--dataset SPEC] [--train-on assistant|all]\n" \
+	"                   [--backend cpu|cuda|auto]\n" \
 	"                   [--vram-budget BYTES] [--configs DIR] [--out DIR] [--init-adapter DIR]\n" \
 	"                   [--save-every N] [--gradient-checkpointing on|off] [--quiet]\n"
 
