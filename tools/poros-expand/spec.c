@@ -29,6 +29,7 @@ enum fkind {
 	FK_NAME,     /* char *, up to CELL_NAME_MAX bytes */
 	FK_DIR,      /* char *, an output directory */
 	FK_SCHEDULE, /* enum lr_schedule */
+	FK_TRAIN_ON, /* int: 1 + index in train_on_names + 1 */
 	FK_TARGETS,  /* lora target mask: a list of projections or "all-linear" */
 };
 
@@ -64,6 +65,7 @@ static const struct field training_fields[] = {
 	SF("max_grad_norm", FK_REAL, 0, 0, shared.training.max_grad_norm),
 	SF("timeout_s", FK_INT, 0, 0, shared.training.timeout_s),
 	SF("gradient_checkpointing", FK_BOOL, 0, 0, shared.training.gradient_checkpointing),
+	SF("train_on", FK_TRAIN_ON, 0, 0, shared.training.train_on),
 };
 static const struct field lora_fields[] = {
 	SF("rank", FK_INT, 0, 0, shared.lora.rank),
@@ -448,6 +450,9 @@ static void set_field(const char *file, const struct field *f, const struct ynod
 		break;
 	case FK_TARGETS:
 		set_targets(file, n, path, (unsigned *)(void *)slot);
+		break;
+	case FK_TRAIN_ON: /* train_on_names[0] stands for "not given" */
+		*(int *)(void *)slot = 1 + name_value(file, n, path, "train_on", train_on_names + 1, TRAIN_ON_COUNT - 1);
 		break;
 	}
 }
