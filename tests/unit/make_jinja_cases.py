@@ -97,6 +97,9 @@ CASES = [
     ("nested loops", "{% for a in [1, 2] %}{% for b in ['x', 'y'] %}{{ a }}{{ b }}{{ loop.index }}{% endfor %}"
                      "{{ loop.index }}{% endfor %}"),
     ("strip unicode whitespace", "[{{ '\u3000\u00a0 x\u2003' | trim }}]"),
+    ("one trailing newline dropped", "a\n{% if true %}b{% endif %}\n\n"),
+    ("newlines normalized", "a\r\nb\rc{{ 'd\r\ne' }}"),
+    ("string escapes", "{{ '\\101\\x42\\u0043\\U00000044\\t|\\d' }}"),
 ]
 
 

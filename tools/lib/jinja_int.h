@@ -113,6 +113,33 @@ struct jctx {
 	int depth;
 };
 
+/* ---- lexer and parser (jinja_lex.c, jinja_parse.c) ---------------- */
+enum tok_kind { T_TEXT, T_VAR_BEGIN, T_VAR_END, T_BLOCK_BEGIN, T_BLOCK_END, T_NAME, T_STRING, T_INT, T_FLOAT, T_OP,
+		T_EOF };
+
+struct tok {
+	enum tok_kind kind;
+	const char *s; /* T_TEXT, T_NAME, T_OP: into the source; T_STRING: unescaped copy */
+	size_t n;
+	long long i;
+	double f;
+	int line, col;
+};
+
+struct parser {
+	struct jarena *arena;
+	const char *src;
+	size_t len;
+	struct tok *t;
+	size_t n, cap, at;
+	char *err;
+	size_t errsz;
+	jmp_buf fail;
+};
+
+void jlex(struct parser *p);
+_Noreturn void perr(struct parser *p, int line, int col, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 /* jinja_eval.c */
 _Noreturn void jfail(struct jctx *c, const struct jnode *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 struct jv jeval(struct jctx *c, const struct jnode *n);
