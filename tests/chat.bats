@@ -212,6 +212,17 @@ tiny_chat_model() {
 	jq -e '.loss > 0 and .tokens_supervised > 0' ra/events.jsonl
 }
 
+@test "the trainer refuses messages for a model without a template, and a template it cannot run" {
+	tiny_chat_model
+	rm m/chat_template.jinja
+	run -2 --separate-stderr poros-train --backend cpu --model ./m --dataset chat.jsonl --steps 1 --out r
+	[[ "$stderr" == *"chat.jsonl:1: the data has messages, but the model has no chat template"* ]]
+	printf '{{ messages | wordcount }}' >m/chat_template.jinja
+	run -2 --separate-stderr poros-train --backend cpu --model ./m --dataset chat.jsonl --steps 1 --out r
+	[[ "$stderr" == *"chat.jsonl:1: ./m/chat_template.jinja: chat template 1:15: unsupported filter \"wordcount\"" ]]
+	[ ! -e r/events.jsonl ]
+}
+
 @test "--train-on assistant refuses data that has no chats; a bad value is a usage error" {
 	run -2 --separate-stderr poros-train --backend cpu --model poros/tiny-qwen2 --dataset synthetic --train-on assistant \
 		--steps 1 --out r
