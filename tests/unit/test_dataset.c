@@ -331,6 +331,65 @@ static void test_threads(const struct tokenizer *tok)
 	free(buf);
 }
 
+/* A chat through a ChatML template: which targets each train_on keeps.
+ * Tiny ids: 301 <|im_start|>, 302 <|im_end|>, 300 EOS, 259 hello, 10 \n,
+ * then the bytes of "user", "assistant", "hi". */
+static void test_chat_targets(void)
+{
+	char err[1024], *data, *dir = xasprintf("%s/chat_tok", tmp);
+	struct tokenizer *tok = NULL;
+	int32_t tokens[32], targets[32], pos[32];
+	static const char *const rec =
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"hello\"}]}\n";
+
+	free(put("chat_tok/tokenizer_config.json", "{\"eos_token\": \"<|endoftext|>\"}"));
+	free(put("chat_tok/chat_template.jinja",
+		 "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"));
+	{
+		size_t len;
+		char *json = read_whole_file("tests/fixtures/tokenizer/tiny/tokenizer.json", &len);
+		free(put("chat_tok/tokenizer.json", json));
+		free(json);
+	}
+	data = put("chat/a.jsonl", rec);
+	CHECK(tokenizer_load(&tok, dir, err, sizeof err) == 0);
+	for (int mode = TRAIN_ON_DEFAULT; tok && mode <= TRAIN_ON_ALL; mode++) {
+		struct dataset *ds = dataset_new(tok, 32, 0, 300, 0);
+		int rc;
+		CHECK(dataset_set_train_on(ds, (enum train_on)mode) == 0);
+		rc = dataset_add_path(ds, data, err, sizeof err);
+		CHECK(rc == 0);
+		CHECK(dataset_next(ds, tokens, targets, pos, 1, err, sizeof err) == 0);
+		/* <|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n EOS */
+		static const int32_t want_tokens[25] = { 301, 117, 115, 101, 114, 10, 104, 105, 302, 10, 301, 97, 115,
+							 115, 105, 115, 116, 97, 110, 116, 10, 259, 302, 10, 300 };
+		CHECK(memcmp(tokens, want_tokens, sizeof want_tokens) == 0);
+		for (int j = 0; j < 24; j++) {
+			/* the answer "hello" (259) and its <|im_end|> are what is predicted at 20 and 21 */
+			int32_t want = mode == TRAIN_ON_ALL || j == 20 || j == 21 ? want_tokens[j + 1] : -100;
+			CHECKF(targets[j] == want, "train_on %d: target %d is %d, want %d", mode, j, targets[j], want);
+			CHECK(pos[j] == j);
+		}
+		CHECKF(targets[24] == -1 && pos[24] == 24 && pos[25] == 0, "after the chat: %d %d %d", targets[24], pos[24],
+		       pos[25]);
+		dataset_close(ds);
+	}
+	/* assistant refuses what is not a chat, and a late switch is refused */
+	{
+		struct dataset *ds = dataset_new(tok, 32, 0, 300, 0);
+		char *txt = put("chat/b.txt", "hello\n");
+		CHECK(dataset_set_train_on(ds, TRAIN_ON_ASSISTANT) == 0);
+		CHECK(dataset_add_path(ds, txt, err, sizeof err) < 0 && strstr(err, "b.txt:1: train_on \"assistant\" needs"));
+		CHECK(dataset_add_path(ds, data, err, sizeof err) == 0);
+		CHECK(dataset_set_train_on(ds, TRAIN_ON_ALL) < 0);
+		dataset_close(ds);
+		free(txt);
+	}
+	tokenizer_free(tok);
+	free(data);
+	free(dir);
+}
+
 int main(void)
 {
 	struct tokenizer *tok = NULL;
@@ -350,6 +409,7 @@ int main(void)
 	test_directories(tok);
 	test_errors(tok);
 	test_threads(tok);
+	test_chat_targets();
 	tokenizer_free(tok);
 	scratch_remove(tmp);
 	return test_verdict("test_dataset");
