@@ -42,7 +42,11 @@ need_hf_fixture() {
 
 @test "JSONL records are encoded from text or from chat messages" {
 	printf '%s\n' '{"text":"hello\nworld"}' '{"messages":[{"role":"user","content":"hi"}]}' > in.jsonl
-	run -0 --separate-stderr poros-tokenize --tokenizer "$TINY/tokenizer.json" in.jsonl
+	# messages go through the model's chat template (tests/chat.bats has the real ones)
+	mkdir tiny && cp "$TINY"/* tiny/
+	printf '{%% for m in messages %%}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%% endfor %%}' \
+		>tiny/chat_template.jinja
+	run -0 --separate-stderr poros-tokenize --tokenizer tiny/tokenizer.json in.jsonl
 	assert_equal "${lines[0]}" '{"ids":[259,10,119,261,108,100]}'
 	assert_equal "${lines[1]}" '{"ids":[301,117,115,101,114,10,104,105,302,10]}'
 }
@@ -79,21 +83,21 @@ need_hf_fixture() {
 @test "--pack shows the trainer's rows: documents joined by EOS, the last row padded and masked" {
 	printf 'hello world\nlll\n' > docs.txt
 	run -0 --separate-stderr poros-tokenize --pack 4 --tokenizer "$TINY" docs.txt
-	assert_equal "${lines[0]}" '{"tokens":[259,263,100,300],"targets":[263,100,300,257]}'
-	assert_equal "${lines[1]}" '{"tokens":[257,108,300,300],"targets":[108,300,-1,-1]}'
+	assert_equal "${lines[0]}" '{"tokens":[259,263,100,300],"targets":[263,100,300,257],"pos":[0,1,2,3]}'
+	assert_equal "${lines[1]}" '{"tokens":[257,108,300,300],"targets":[108,300,-1,-1],"pos":[0,1,2,0]}'
 	assert_equal "${#lines[@]}" 2
 	[ -z "$stderr" ]
 }
 
 @test "--pack encodes documents as the trainer does: Llama-3's BOS first" {
 	run -0 poros-tokenize --pack 8 --tokenizer "$FIX/tiny_llama3" <<< 'hello world'
-	assert_output '{"tokens":[310,259,266,311,311,311,311,311],"targets":[259,266,311,-1,-1,-1,-1,-1]}'
+	assert_output '{"tokens":[310,259,266,311,311,311,311,311],"targets":[259,266,311,-1,-1,-1,-1,-1],"pos":[0,1,2,3,0,1,2,3]}'
 }
 
 @test "--pack --seed shuffles documents the same way every time" {
 	for i in $(seq 1 20); do printf '{"input_ids":[%d]}\n' "$i"; done > docs.jsonl
 	run -0 poros-tokenize --pack 40 --tokenizer "$TINY" docs.jsonl
-	assert_output '{"tokens":[1,300,2,300,3,300,4,300,5,300,6,300,7,300,8,300,9,300,10,300,11,300,12,300,13,300,14,300,15,300,16,300,17,300,18,300,19,300,20,300],"targets":[300,2,300,3,300,4,300,5,300,6,300,7,300,8,300,9,300,10,300,11,300,12,300,13,300,14,300,15,300,16,300,17,300,18,300,19,300,20,300,-1]}'
+	assert_output '{"tokens":[1,300,2,300,3,300,4,300,5,300,6,300,7,300,8,300,9,300,10,300,11,300,12,300,13,300,14,300,15,300,16,300,17,300,18,300,19,300,20,300],"targets":[300,2,300,3,300,4,300,5,300,6,300,7,300,8,300,9,300,10,300,11,300,12,300,13,300,14,300,15,300,16,300,17,300,18,300,19,300,20,300,-1],"pos":[0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1]}'
 	in_order="$output"
 	run -0 poros-tokenize --pack 40 --seed 5 --tokenizer "$TINY" docs.jsonl
 	first="$output"
@@ -111,7 +115,7 @@ need_hf_fixture() {
 	assert_equal "$stderr" "poros-tokenize: bare/tokenizer.json: no eos_token in a tokenizer_config.json beside it: give --eos"
 	[ -z "$output" ]
 	run -0 poros-tokenize --pack 4 --eos '<|im_end|>' --tokenizer bare <<< 'hi'
-	assert_output '{"tokens":[104,105,302,302],"targets":[105,302,-1,-1]}'
+	assert_output '{"tokens":[104,105,302,302],"targets":[105,302,-1,-1],"pos":[0,1,2,0]}'
 }
 
 @test "--model finds the tokenizer in the local HF cache" {
@@ -127,7 +131,7 @@ need_hf_fixture() {
 	run -2 --separate-stderr poros-tokenize
 	assert_equal "$stderr" "poros-tokenize: give one of --tokenizer PATH or --model ID"
 	run -2 --separate-stderr poros-tokenize --tokenizer "$TINY" --decode --pack 4
-	assert_equal "$stderr" "poros-tokenize: --decode and --pack do not go together"
+	assert_equal "$stderr" "poros-tokenize: --decode, --chat and --pack do not go together"
 	run -2 --separate-stderr poros-tokenize --tokenizer "$TINY" --pack 0
 	assert_equal "$stderr" "poros-tokenize: --pack: too small: 0"
 	run -2 --separate-stderr poros-tokenize --tokenizer "$TINY" --skip-special

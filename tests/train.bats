@@ -65,9 +65,9 @@ train() {
 	train run --model poros/tiny-llama --steps 3 --warmup 1 --lr 1e-3 --block-size 2
 	[ "$(wc -l <run/events.jsonl)" -eq 3 ]
 	jq -e -s 'length == 3 and ([.[].step] == [1, 2, 3])
-		and all(.[]; (keys_unsorted == ["step","loss","lr","grad_norm","step_s","tokens","vram_alloc_mb",
-			"vram_peak_mb","h2d_bytes","h2d_s","compute_s","copy_hidden_frac"])
-			and .tokens == 64 and .loss > 0 and .grad_norm > 0 and .step_s > 0)
+		and all(.[]; (keys_unsorted == ["step","loss","lr","grad_norm","step_s","tokens","tokens_supervised",
+			"vram_alloc_mb","vram_peak_mb","h2d_bytes","h2d_s","compute_s","copy_hidden_frac"])
+			and .tokens == 64 and .tokens_supervised == 64 and .loss > 0 and .grad_norm > 0 and .step_s > 0)
 		and .[0].lr == 0.001 and .[1].lr == 0.001
 		and .[0].h2d_bytes > 0 and .[0].copy_hidden_frac == 0' run/events.jsonl
 	# warmup steps are left out of the timing, and nothing else: the LR has no warmup

@@ -84,19 +84,19 @@ static void test_packing(void)
 
 	CHECK(dataset_documents(ds) == 3 && dataset_tokens(ds) == 9 && dataset_rows_per_epoch(ds) == 2);
 	CHECK(dataset_max_token_id(ds) == 6);
-	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
+	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
 	ROW(4, 1, 2, 3, 0, 2, 3, 0, 4);
-	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
+	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
 	ROW(4, 4, 5, 0, 6, 5, 0, 6, 0);
 	/* the next epoch starts a new row (no shuffle here) */
-	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
+	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
 	ROW(4, 1, 2, 3, 0, 2, 3, 0, 4);
 	dataset_close(ds);
 
 	/* a short last row: padded with EOS, targets masked */
 	ds = load_ids_dataset(5);
 	CHECK(dataset_rows_per_epoch(ds) == 2);
-	CHECK(dataset_next(ds, tokens, targets, 2, err, sizeof err) == 0);
+	CHECK(dataset_next(ds, tokens, targets, NULL, 2, err, sizeof err) == 0);
 	ROW(5, 1, 2, 3, 0, 4, 2, 3, 0, 4, 5);
 	expect_row(__LINE__, tokens + 5, targets + 5, 5, 5, 0, 6, 0, 0, 0, 6, 0, -1, -1);
 	dataset_close(ds);
@@ -104,13 +104,13 @@ static void test_packing(void)
 	/* rows overlap by one token: nothing is lost between them */
 	ds = load_ids_dataset(3);
 	CHECK(dataset_rows_per_epoch(ds) == 3);
-	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
+	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
 	ROW(3, 1, 2, 3, 2, 3, 0);
-	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
+	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
 	ROW(3, 0, 4, 5, 4, 5, 0);
-	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
+	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
 	ROW(3, 0, 6, 0, 6, 0, -1);
-	CHECK(dataset_next(ds, tokens, targets, 0, err, sizeof err) < 0 && strstr(err, "batch") != NULL);
+	CHECK(dataset_next(ds, tokens, targets, NULL, 0, err, sizeof err) < 0 && strstr(err, "batch") != NULL);
 	dataset_close(ds);
 }
 
@@ -119,23 +119,23 @@ static void test_text_formats(const struct tokenizer *tok)
 	int32_t tokens[32], targets[32];
 	char err[512];
 	struct dataset *ds = dataset_new(tok, 16, 0, 300, 0);
+	int32_t pos[32];
 	char *txt = put("fmt/a.txt", "hello world\n\nhello\nworld\n\n\n  \nlll\n");
-	char *chat = put("fmt/b.jsonl", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}\n");
 
 	CHECK(dataset_add_path(ds, txt, err, sizeof err) == 0);
-	CHECK(dataset_add_path(ds, chat, err, sizeof err) == 0);
 	CHECK(dataset_prepare(ds, err, sizeof err) == 0);
-	CHECK(dataset_documents(ds) == 4);
-	/* "hello world" | "hello\nworld" | "lll" | the chat, each + EOS 300 */
-	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
-	ROW(16, 259, 263, 100, 300, 259, 10, 119, 261, 108, 100, 300, 257, 108, 300, 301, 117,
-	    263, 100, 300, 259, 10, 119, 261, 108, 100, 300, 257, 108, 300, 301, 117, 115);
-	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
-	ROW(16, 115, 101, 114, 10, 104, 105, 302, 10, 300, 300, 300, 300, 300, 300, 300, 300,
-	    101, 114, 10, 104, 105, 302, 10, 300, -1, -1, -1, -1, -1, -1, -1, -1);
+	CHECK(dataset_documents(ds) == 3);
+	/* "hello world" | "hello\nworld" | "lll", each + EOS 300, then padding */
+	CHECK(dataset_next(ds, tokens, targets, pos, 1, err, sizeof err) == 0);
+	ROW(16, 259, 263, 100, 300, 259, 10, 119, 261, 108, 100, 300, 257, 108, 300, 300, 300,
+	    263, 100, 300, 259, 10, 119, 261, 108, 100, 300, 257, 108, 300, -1, -1, -1);
+	{
+		/* each document from 0, its EOS with it; the padding its own */
+		static const int32_t want[16] = { 0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 0, 1 };
+		CHECK(memcmp(pos, want, sizeof want) == 0);
+	}
 	dataset_close(ds);
 	free(txt);
-	free(chat);
 }
 
 /* Text is encoded as HF's tokenizer(text): Llama-3's BOS starts each document. */
@@ -147,9 +147,9 @@ static void test_bos(void)
 	int32_t tokens[6], targets[6];
 
 	CHECK(tokenizer_load(&tok, "tests/fixtures/tokenizer/tiny_llama3", err, sizeof err) == 0);
-	CHECK(dataset_open(&ds, p, tok, 6, 0, tokenizer_eos_id(tok), err, sizeof err) == 0);
+	CHECK(dataset_open(&ds, p, tok, 6, 0, tokenizer_eos_id(tok), TRAIN_ON_DEFAULT, err, sizeof err) == 0);
 	CHECK(dataset_tokens(ds) == 6);
-	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
+	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
 	/* either order of the two documents; ids are never given a BOS */
 	if (tokens[0] == 310)
 		ROW(6, 310, 259, 266, 311, 7, 311, 259, 266, 311, 7, 311, -1);
@@ -173,7 +173,7 @@ static void test_json_and_gz(const struct tokenizer *tok)
 	CHECK(gz != NULL && gzwrite(gz, line, (unsigned)strlen(line)) == (int)strlen(line) && gzclose(gz) == Z_OK);
 	CHECK(dataset_add_path(ds, arr, err, sizeof err) == 0);
 	CHECK(dataset_add_path(ds, gzpath, err, sizeof err) == 0);
-	CHECK(dataset_next(ds, tokens, targets, 2, err, sizeof err) == 0);
+	CHECK(dataset_next(ds, tokens, targets, NULL, 2, err, sizeof err) == 0);
 	/* 259 EOS 7 8 EOS 257 108 EOS */
 	ROW(4, 259, 300, 7, 8, 300, 7, 8, 300);
 	expect_row(__LINE__, tokens + 4, targets + 4, 4, 300, 257, 108, 300, 257, 108, 300, -1);
@@ -199,14 +199,14 @@ static void test_shuffle(void)
 	free(p);
 	/* one epoch is 100 tokens (50 docs + 50 EOS): one row of 99 + its target */
 	p = xasprintf("%s/shuf", tmp);
-	CHECK(dataset_open(&a, p, NULL, 99, 7, 0, err, sizeof err) == 0);
-	CHECK(dataset_open(&b, p, NULL, 99, 7, 0, err, sizeof err) == 0);
-	CHECK(dataset_open(&c, p, NULL, 99, 8, 0, err, sizeof err) == 0);
+	CHECK(dataset_open(&a, p, NULL, 99, 7, 0, TRAIN_ON_DEFAULT, err, sizeof err) == 0);
+	CHECK(dataset_open(&b, p, NULL, 99, 7, 0, TRAIN_ON_DEFAULT, err, sizeof err) == 0);
+	CHECK(dataset_open(&c, p, NULL, 99, 8, 0, TRAIN_ON_DEFAULT, err, sizeof err) == 0);
 	free(p);
 	for (int e = 0; e < 2; e++) {
-		CHECK(dataset_next(a, ta, ga, 1, err, sizeof err) == 0);
-		CHECK(dataset_next(b, tb, gb, 1, err, sizeof err) == 0);
-		CHECK(dataset_next(c, tc, gc, 1, err, sizeof err) == 0);
+		CHECK(dataset_next(a, ta, ga, NULL, 1, err, sizeof err) == 0);
+		CHECK(dataset_next(b, tb, gb, NULL, 1, err, sizeof err) == 0);
+		CHECK(dataset_next(c, tc, gc, NULL, 1, err, sizeof err) == 0);
 		same_ab &= memcmp(ta, tb, sizeof ta[0] * 99) == 0 && memcmp(ga, gb, sizeof ga[0] * 99) == 0;
 		same_ac &= memcmp(ta, tc, sizeof ta[0] * 99) == 0;
 		memset(seen, 0, sizeof seen);
@@ -246,7 +246,7 @@ static void test_directories(const struct tokenizer *tok)
 	p = xasprintf("%s/dir", tmp);
 	ds = dataset_new(NULL, 4, 0, 0, 0);
 	CHECK(dataset_add_path(ds, p, err, sizeof err) == 0);
-	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
+	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
 	ROW(4, 1, 0, 2, 0, 0, 2, 0, -1); /* sorted: train-00000 before train-00001; no 9 */
 	dataset_close(ds);
 	free(p);
@@ -256,11 +256,11 @@ static void test_directories(const struct tokenizer *tok)
 	free(put("hf/hub/datasets--Org--Data/snapshots/abc123/train.jsonl", "{\"text\":\"hello\"}\n"));
 	setenv("HF_HOME", home, 1);
 	unsetenv("HF_HUB_CACHE");
-	CHECK(dataset_open(&ds, "Org/Data", tok, 2, 1, 300, err, sizeof err) == 0);
-	CHECK(dataset_next(ds, tokens, targets, 1, err, sizeof err) == 0);
+	CHECK(dataset_open(&ds, "Org/Data", tok, 2, 1, 300, TRAIN_ON_DEFAULT, err, sizeof err) == 0);
+	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
 	ROW(2, 259, 300, 300, -1);
 	dataset_close(ds);
-	CHECK(dataset_open(&ds, "Org/Nope", tok, 2, 1, 300, err, sizeof err) < 0 && ds == NULL);
+	CHECK(dataset_open(&ds, "Org/Nope", tok, 2, 1, 300, TRAIN_ON_DEFAULT, err, sizeof err) < 0 && ds == NULL);
 	p = xasprintf("%s/hub/datasets--Org--Nope/snapshots", home);
 	CHECK(strstr(err, "Org/Nope") != NULL && strstr(err, p) != NULL);
 	free(p);
@@ -273,7 +273,7 @@ static void expect_error(const struct tokenizer *tok, int line, const char *rel,
 	char err[1024] = "", *p = content ? put(rel, content) : xasprintf("%s/%s", tmp, rel);
 	struct dataset *ds = NULL;
 
-	if (dataset_open(&ds, p, tok, 8, 1, eos, err, sizeof err) == 0 || ds != NULL || strstr(err, want) == NULL) {
+	if (dataset_open(&ds, p, tok, 8, 1, eos, TRAIN_ON_DEFAULT, err, sizeof err) == 0 || ds != NULL || strstr(err, want) == NULL) {
 		fprintf(stderr, "%s:%d: %s: error \"%s\", want one saying \"%s\"\n", __FILE__, line, rel, err, want);
 		failures++;
 	}
@@ -295,8 +295,8 @@ static void test_errors(const struct tokenizer *tok)
 	expect_error(tok, __LINE__, "e8", NULL, 300, "No such file");
 	expect_error(tok, __LINE__, "e9/empty.jsonl", "\n\n{\"text\":\"\"}\n", 300, "no documents");
 	expect_error(tok, __LINE__, "e10/x.jsonl", "[1,2]\n", 300, "not a JSON object");
-	expect_error(tok, __LINE__, "e11/x.jsonl", "{\"messages\":[{\"role\":\"user\"}]}\n", 300,
-		     "x.jsonl:1: messages[0]: needs string \"role\" and \"content\"");
+	expect_error(tok, __LINE__, "e11/x.jsonl", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}\n", 300,
+		     "x.jsonl:1: the data has messages, but the model has no chat template");
 	free(put("e12/data.parquet", "PAR1"));
 	expect_error(tok, __LINE__, "e12", NULL, 300, "no .jsonl, .json or .txt files in it (other files are there");
 	free(bad_txt);
@@ -315,13 +315,13 @@ static void test_threads(const struct tokenizer *tok)
 		n += (size_t)snprintf(buf + n, (1 << 20) - n, "{\"text\":\"hello world %d lll it's <|im_end|>\"}\n", i);
 	p = put("thr/train.jsonl", buf);
 	omp_set_num_threads(1);
-	CHECK(dataset_open(&one, p, tok, 512, 3, 300, err, sizeof err) == 0);
+	CHECK(dataset_open(&one, p, tok, 512, 3, 300, TRAIN_ON_DEFAULT, err, sizeof err) == 0);
 	omp_set_num_threads(4);
-	CHECK(dataset_open(&many, p, tok, 512, 3, 300, err, sizeof err) == 0);
+	CHECK(dataset_open(&many, p, tok, 512, 3, 300, TRAIN_ON_DEFAULT, err, sizeof err) == 0);
 	CHECK(dataset_tokens(one) == dataset_tokens(many));
 	for (long long r = 0; r < dataset_rows_per_epoch(one); r++) {
-		CHECK(dataset_next(one, t1, g1, 1, err, sizeof err) == 0);
-		CHECK(dataset_next(many, t2, g2, 1, err, sizeof err) == 0);
+		CHECK(dataset_next(one, t1, g1, NULL, 1, err, sizeof err) == 0);
+		CHECK(dataset_next(many, t2, g2, NULL, 1, err, sizeof err) == 0);
 		same &= memcmp(t1, t2, sizeof t1) == 0 && memcmp(g1, g2, sizeof g1) == 0;
 	}
 	CHECK(same);
@@ -331,16 +331,63 @@ static void test_threads(const struct tokenizer *tok)
 	free(buf);
 }
 
-static void test_render_chat(void)
+/* A chat through a ChatML template: which targets each train_on keeps.
+ * Tiny ids: 301 <|im_start|>, 302 <|im_end|>, 300 EOS, 259 hello, 10 \n,
+ * then the bytes of "user", "assistant", "hi". */
+static void test_chat_targets(void)
 {
-	char err[128];
-	cJSON *m = cJSON_Parse("[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi\"}]");
-	char *s = dataset_render_chat(m, err, sizeof err);
+	char err[1024], *data, *dir = xasprintf("%s/chat_tok", tmp);
+	struct tokenizer *tok = NULL;
+	int32_t tokens[32], targets[32], pos[32];
+	static const char *const rec =
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"hello\"}]}\n";
 
-	CHECK(s && strcmp(s, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n") == 0);
-	free(s);
-	cJSON_Delete(m);
-	CHECK(dataset_render_chat(NULL, err, sizeof err) == NULL && strstr(err, "not an array"));
+	free(put("chat_tok/tokenizer_config.json", "{\"eos_token\": \"<|endoftext|>\"}"));
+	free(put("chat_tok/chat_template.jinja",
+		 "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"));
+	{
+		size_t len;
+		char *json = read_whole_file("tests/fixtures/tokenizer/tiny/tokenizer.json", &len);
+		free(put("chat_tok/tokenizer.json", json));
+		free(json);
+	}
+	data = put("chat/a.jsonl", rec);
+	CHECK(tokenizer_load(&tok, dir, err, sizeof err) == 0);
+	for (int mode = TRAIN_ON_DEFAULT; tok && mode <= TRAIN_ON_ALL; mode++) {
+		struct dataset *ds = dataset_new(tok, 32, 0, 300, 0);
+		int rc;
+		CHECK(dataset_set_train_on(ds, (enum train_on)mode) == 0);
+		rc = dataset_add_path(ds, data, err, sizeof err);
+		CHECK(rc == 0);
+		CHECK(dataset_next(ds, tokens, targets, pos, 1, err, sizeof err) == 0);
+		/* <|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n EOS */
+		static const int32_t want_tokens[25] = { 301, 117, 115, 101, 114, 10, 104, 105, 302, 10, 301, 97, 115,
+							 115, 105, 115, 116, 97, 110, 116, 10, 259, 302, 10, 300 };
+		CHECK(memcmp(tokens, want_tokens, sizeof want_tokens) == 0);
+		for (int j = 0; j < 24; j++) {
+			/* the answer "hello" (259) and its <|im_end|> are what is predicted at 20 and 21 */
+			int32_t want = mode == TRAIN_ON_ALL || j == 20 || j == 21 ? want_tokens[j + 1] : -100;
+			CHECKF(targets[j] == want, "train_on %d: target %d is %d, want %d", mode, j, targets[j], want);
+			CHECK(pos[j] == j);
+		}
+		CHECKF(targets[24] == -1 && pos[24] == 24 && pos[25] == 0, "after the chat: %d %d %d", targets[24], pos[24],
+		       pos[25]);
+		dataset_close(ds);
+	}
+	/* assistant refuses what is not a chat, and a late switch is refused */
+	{
+		struct dataset *ds = dataset_new(tok, 32, 0, 300, 0);
+		char *txt = put("chat/b.txt", "hello\n");
+		CHECK(dataset_set_train_on(ds, TRAIN_ON_ASSISTANT) == 0);
+		CHECK(dataset_add_path(ds, txt, err, sizeof err) < 0 && strstr(err, "b.txt:1: train_on \"assistant\" needs"));
+		CHECK(dataset_add_path(ds, data, err, sizeof err) == 0);
+		CHECK(dataset_set_train_on(ds, TRAIN_ON_ALL) < 0);
+		dataset_close(ds);
+		free(txt);
+	}
+	tokenizer_free(tok);
+	free(data);
+	free(dir);
 }
 
 int main(void)
@@ -362,7 +409,7 @@ int main(void)
 	test_directories(tok);
 	test_errors(tok);
 	test_threads(tok);
-	test_render_chat();
+	test_chat_targets();
 	tokenizer_free(tok);
 	scratch_remove(tmp);
 	return test_verdict("test_dataset");

@@ -48,7 +48,7 @@ static size_t engine_peak_on(const struct backend *be, int mode, int nf4, long l
 	r.cfg = cfg;
 	*oom = 0;
 	if (model_config_resolve(&r.mc, cfg.model_id, cfg.configs_dir, err, errsz) < 0 ||
-	    token_source_open(&r.data, cfg.dataset, &r.mc, cfg.seq_len, cfg.seed, err, errsz) < 0 ||
+	    token_source_open(&r.data, cfg.dataset, &r.mc, cfg.seq_len, cfg.seed, TRAIN_ON_DEFAULT, err, errsz) < 0 ||
 	    host_weights_load(&r.hw, be, &r.mc, nf4, cfg.seed, err, errsz) < 0)
 		return 0;
 	if (engine_create(&r.e, &r.cfg, &r.mc, &r.hw, &r.data, be, err, errsz) < 0) {

@@ -59,7 +59,7 @@ static inline int tt_open(struct tt_run *r, const struct train_config *cfg)
 		fprintf(stderr, "tt_open: %s\n", err);
 		return -1;
 	}
-	if (token_source_open(&r->data, r->cfg.dataset, &r->mc, r->cfg.seq_len, r->cfg.seed, err, sizeof err) < 0) {
+	if (token_source_open(&r->data, r->cfg.dataset, &r->mc, r->cfg.seq_len, r->cfg.seed, TRAIN_ON_DEFAULT, err, sizeof err) < 0) {
 		fprintf(stderr, "tt_open: %s\n", err);
 		return -1;
 	}

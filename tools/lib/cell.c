@@ -17,6 +17,7 @@ const char *const method_names[METHOD_COUNT] = {
 };
 const char *const precision_names[PRECISION_COUNT] = { "nf4", "bf16" };
 const char *const lr_schedule_names[LR_COUNT] = { "constant", "linear", "cosine" };
+const char *const train_on_names[TRAIN_ON_COUNT] = { "", "assistant", "all" };
 const char *const lora_module_names[CELL_MAX_TARGETS] = {
 	"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
 };
@@ -301,6 +302,8 @@ int cell_validate(const struct cell *c, char *err, size_t errsz)
 		return -1;
 	if (c->training.eval_every > 0 && c->training.eval_dataset == NULL)
 		return fail(err, errsz, "training.eval_every: needs training.eval_dataset");
+	if (c->training.train_on < 0 || c->training.train_on >= TRAIN_ON_COUNT)
+		return fail(err, errsz, "training.train_on: out of range");
 	if (c->poros.enable_prefetch != 0 && c->poros.enable_prefetch != 1)
 		return fail(err, errsz, "poros.enable_prefetch: must be 0 or 1");
 	if ((why = cell_output_dir_problem(c->output_dir)))
@@ -402,6 +405,8 @@ cJSON *cell_to_json(const struct cell *c)
 	}
 	if (c->training.tokenizer)
 		add_str(&b, o, "tokenizer", c->training.tokenizer);
+	if (c->training.train_on) /* absent means the per-record default */
+		add_str(&b, o, "train_on", train_on_names[c->training.train_on]);
 
 	o = add_obj(&b, root, "lora");
 	add_num(&b, o, "rank", c->lora.rank);
@@ -447,7 +452,7 @@ static const char *const hardware_keys[] = { "gpu_name", "vram_gb", "pcie_gen" }
 static const char *const training_keys[] = {
 	"steps", "seq_len", "batch_size", "gradient_accumulation_steps", "warmup_steps", "dataset",
 	"seed", "learning_rate", "lr_schedule", "weight_decay", "max_grad_norm", "timeout_s",
-	"gradient_checkpointing", "lr_warmup_steps", "passes", "eval_dataset", "eval_every", "tokenizer",
+	"gradient_checkpointing", "lr_warmup_steps", "passes", "eval_dataset", "eval_every", "tokenizer", "train_on",
 };
 static const char *const lora_keys[] = { "rank", "alpha", "dropout", "target_modules" };
 static const char *const poros_keys[] = { "block_size", "enable_prefetch" };
@@ -457,7 +462,7 @@ static const char *const poros_keys[] = { "block_size", "enable_prefetch" };
  * read.  Each reads as 0 when absent, training.passes as 1. */
 static const char *const optional_fields[] = {
 	"training.gradient_checkpointing", "training.lr_warmup_steps", "training.passes",
-	"training.eval_dataset", "training.eval_every", "training.tokenizer",
+	"training.eval_dataset", "training.eval_every", "training.tokenizer", "training.train_on",
 };
 
 #define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -718,6 +723,11 @@ static int read_cell(struct reader *r, struct cell *c, const cJSON *obj)
 	if (cJSON_GetObjectItemCaseSensitive(tr, "tokenizer") &&
 	    get_str(r, tr, "training", "tokenizer", CELL_PATH_MAX, &c->training.tokenizer))
 		return -1;
+	if (cJSON_GetObjectItemCaseSensitive(tr, "train_on")) {
+		if (get_enum(r, tr, "training", "train_on", "train_on", train_on_names + 1, TRAIN_ON_COUNT - 1, &e))
+			return -1;
+		c->training.train_on = e + 1;
+	}
 
 	if (get_int(r, lora, "lora", "rank", &c->lora.rank) ||
 	    get_num(r, lora, "lora", "alpha", &c->lora.alpha) ||

@@ -19,6 +19,10 @@ enum lr_schedule { LR_CONSTANT, LR_LINEAR, LR_COSINE, LR_COUNT };
 extern const char *const method_names[METHOD_COUNT];       /* "poros", "resident", "unsloth", "peft", "accelerate_offload" */
 extern const char *const precision_names[PRECISION_COUNT]; /* "nf4", "bf16" */
 extern const char *const lr_schedule_names[LR_COUNT];      /* "constant", "linear", "cosine" */
+/* training.train_on: index 0 is "absent" (answers of chats, all of text),
+ * then "assistant", "all"; the numbers of enum train_on (dataset.h) */
+#define TRAIN_ON_COUNT 3
+extern const char *const train_on_names[TRAIN_ON_COUNT];   /* "", "assistant", "all" */
 /* The seven projections, in this order: q_proj k_proj v_proj o_proj gate_proj up_proj down_proj */
 extern const char *const lora_module_names[CELL_MAX_TARGETS];
 
@@ -62,6 +66,9 @@ struct cell {
 		 * from warmup_steps (which are only left out of the timing), and
 		 * how many fresh trainer processes poros-arm times. */
 		int lr_warmup_steps, passes;
+		/* 0: absent (per record kind), 1: "assistant", 2: "all";
+		 * optional, written only when set */
+		int train_on;
 	} training;
 	struct {
 		int rank;

@@ -14,6 +14,7 @@
 #include <zlib.h>
 
 #include "cell.h" /* utf8_valid_prefix */
+#include "chat_template.h"
 #include "util.h"
 
 static void seterr(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -28,21 +29,30 @@ static void seterr(char *err, size_t errsz, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* A document before tokenization: text to encode, or ids as given. */
+/* A document before tokenization: text to encode, a rendered chat, or
+ * ids as given; all_targets: every token is a target (else the chat's
+ * answers only). */
 struct pending_doc {
 	char *text;
 	size_t len;
+	struct chat_render *chat;
+	int all_targets;
 	struct token_ids ids;
+	uint8_t *sup;        /* (ids.n) after tokenizing */
 };
 
 struct dataset {
 	const struct tokenizer *tok;
 	int seq_len, eos_id, shuffle;
+	enum train_on train_on;
+	struct chat_template *chat; /* loaded at the first messages record */
 	unsigned long long seed;
 	struct pending_doc *pending;
 	size_t n_pending, cap_pending;
 	int prepared;
 	int32_t *tokens;     /* every document's tokens, back to back */
+	uint8_t *sup;        /* (n_tokens) 1: a target when it is the next token */
+	uint8_t *sep_sup;    /* (n_docs) the same for the EOS after document d */
 	size_t n_tokens;
 	size_t *doc_off;     /* document d: tokens[doc_off[d] .. doc_off[d+1]) */
 	size_t n_docs;
@@ -70,6 +80,14 @@ struct dataset *dataset_new(const struct tokenizer *tok, int seq_len, unsigned l
 	return ds;
 }
 
+int dataset_set_train_on(struct dataset *ds, enum train_on mode)
+{
+	if (ds->n_pending || ds->prepared)
+		return -1;
+	ds->train_on = mode;
+	return 0;
+}
+
 static struct pending_doc *new_pending(struct dataset *ds)
 {
 	if (ds->n_pending == ds->cap_pending) {
@@ -77,6 +95,7 @@ static struct pending_doc *new_pending(struct dataset *ds)
 		ds->pending = xrealloc(ds->pending, ds->cap_pending * sizeof *ds->pending);
 	}
 	memset(&ds->pending[ds->n_pending], 0, sizeof *ds->pending);
+	ds->pending[ds->n_pending].all_targets = 1;
 	return &ds->pending[ds->n_pending++];
 }
 
@@ -91,6 +110,10 @@ int dataset_add_text(struct dataset *ds, const char *text, size_t len, const cha
 	}
 	if (ds->tok == NULL) {
 		seterr(err, errsz, "%s: text needs a tokenizer, and none was given", where);
+		return -1;
+	}
+	if (ds->train_on == TRAIN_ON_ASSISTANT) {
+		seterr(err, errsz, "%s: train_on \"assistant\" needs \"messages\" records, and this one is text", where);
 		return -1;
 	}
 	ok = utf8_valid_prefix(text, len);
@@ -108,37 +131,42 @@ int dataset_add_text(struct dataset *ds, const char *text, size_t len, const cha
 	return 0;
 }
 
-char *dataset_render_chat(const cJSON *messages, char *err, size_t errsz)
+/* A messages record, rendered by the model's own chat template. */
+static int add_chat(struct dataset *ds, const cJSON *messages, const char *where, char *err, size_t errsz)
 {
-	const cJSON *m;
-	size_t len = 0, cap = 256;
-	char *out;
-	int i = 0;
+	struct pending_doc *d;
+	struct chat_render *r;
+	char why[1024];
 
-	if (!cJSON_IsArray(messages)) {
-		seterr(err, errsz, "\"messages\" is not an array");
-		return NULL;
+	if (ds->tok == NULL) {
+		seterr(err, errsz, "%s: messages need the model's tokenizer and chat template, and there is none", where);
+		return -1;
 	}
-	out = xmalloc(cap);
-	out[0] = '\0';
-	cJSON_ArrayForEach(m, messages) {
-		const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-		const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-		if (!cJSON_IsString(role) || !cJSON_IsString(content)) {
-			seterr(err, errsz, "messages[%d]: needs string \"role\" and \"content\"", i);
-			free(out);
-			return NULL;
+	if (ds->chat == NULL) {
+		int rc = chat_template_load(&ds->chat, tokenizer_path(ds->tok), why, sizeof why);
+		if (rc <= 0) {
+			seterr(err, errsz, rc == 0 ? "%s: the data has messages, but the model has no chat template: %s"
+						   : "%s: %s", where, why);
+			return -1;
 		}
-		size_t need = strlen(role->valuestring) + strlen(content->valuestring) + 32;
-		if (len + need > cap) {
-			cap = (len + need) * 2;
-			out = xrealloc(out, cap);
-		}
-		len += (size_t)snprintf(out + len, cap - len, "<|im_start|>%s\n%s<|im_end|>\n", role->valuestring,
-					content->valuestring);
-		i++;
 	}
-	return out;
+	r = xcalloc(1, sizeof *r);
+	if (chat_template_render(r, ds->chat, messages, why, sizeof why) < 0) {
+		seterr(err, errsz, "%s: %s", where, why);
+		free(r);
+		return -1;
+	}
+	if (r->len == 0) {
+		chat_render_free(r);
+		free(r);
+		return 0;
+	}
+	d = new_pending(ds);
+	d->chat = r;
+	d->text = r->text;
+	d->len = r->len;
+	d->all_targets = ds->train_on == TRAIN_ON_ALL;
+	return 0;
 }
 
 static int add_ids(struct dataset *ds, const cJSON *ids, const char *where, char *err, size_t errsz)
@@ -173,7 +201,6 @@ int dataset_add_record(struct dataset *ds, const cJSON *rec, const char *where, 
 	const cJSON *ids = cJSON_GetObjectItemCaseSensitive(rec, "input_ids");
 	const cJSON *messages = cJSON_GetObjectItemCaseSensitive(rec, "messages");
 	const cJSON *text = cJSON_GetObjectItemCaseSensitive(rec, "text");
-	char why[256];
 
 	if (!cJSON_IsObject(rec)) {
 		seterr(err, errsz, "%s: not a JSON object", where);
@@ -183,19 +210,15 @@ int dataset_add_record(struct dataset *ds, const cJSON *rec, const char *where, 
 		seterr(err, errsz, "%s: the dataset is already prepared", where);
 		return -1;
 	}
+	if (ids && ds->train_on == TRAIN_ON_ASSISTANT) {
+		seterr(err, errsz, "%s: train_on \"assistant\" needs \"messages\" records, and this one is input_ids",
+		       where);
+		return -1;
+	}
 	if (ids)
 		return add_ids(ds, ids, where, err, errsz);
-	if (messages) {
-		char *chat = dataset_render_chat(messages, why, sizeof why);
-		int rc;
-		if (chat == NULL) {
-			seterr(err, errsz, "%s: %s", where, why);
-			return -1;
-		}
-		rc = dataset_add_text(ds, chat, strlen(chat), where, err, errsz);
-		free(chat);
-		return rc;
-	}
+	if (messages)
+		return add_chat(ds, messages, where, err, errsz);
 	if (cJSON_IsString(text))
 		return dataset_add_text(ds, text->valuestring, strlen(text->valuestring), where, err, errsz);
 	seterr(err, errsz, "%s: no \"text\" (string), \"messages\" or \"input_ids\" field", where);
@@ -565,16 +588,30 @@ int dataset_prepare(struct dataset *ds, char *err, size_t errsz)
 #pragma omp for schedule(dynamic, 16)
 		for (size_t i = 0; i < n; i++) {
 			struct pending_doc *p = &ds->pending[i];
-			if (p->text == NULL)
-				continue;
-			if (tokenizer_encode(ds->tok, ws, p->text, p->len, TOK_ADD_SPECIAL, &p->ids, why, sizeof why) < 0) {
+			int rc = 0;
+			if (p->text != NULL) {
+				/* a chat is tokenized as apply_chat_template does it: the
+				 * template wrote the special tokens it wants */
+				rc = tokenizer_encode(ds->tok, ws, p->text, p->len, p->chat ? 0 : TOK_ADD_SPECIAL, &p->ids, why,
+						      sizeof why);
+			}
+			p->sup = xmalloc(p->ids.n ? p->ids.n : 1);
+			memset(p->sup, 1, p->ids.n);
+			if (rc == 0 && p->chat && !p->all_targets)
+				rc = chat_supervised(p->sup, ds->tok, p->ids.v, p->ids.n, p->chat, why, sizeof why);
+			if (rc < 0) {
 #pragma omp critical(dataset_error)
 				if (first_bad < 0 || (long)i < first_bad) {
 					first_bad = (long)i;
 					snprintf(bad_err, sizeof bad_err, "%s", why);
 				}
 			}
-			free(p->text);
+			if (p->chat) {
+				chat_render_free(p->chat); /* frees the text too */
+				free(p->chat);
+				p->chat = NULL;
+			} else
+				free(p->text);
 			p->text = NULL;
 		}
 		tok_workspace_free(ws);
@@ -586,14 +623,22 @@ int dataset_prepare(struct dataset *ds, char *err, size_t errsz)
 	for (size_t i = 0; i < n; i++)
 		total += ds->pending[i].ids.n;
 	ds->tokens = xmalloc((total ? total : 1) * sizeof *ds->tokens);
+	ds->sup = xmalloc(total ? total : 1);
+	ds->sep_sup = xmalloc(n ? n : 1);
 	ds->doc_off = xmalloc((n + 1) * sizeof *ds->doc_off);
 	ds->doc_off[0] = 0;
 	ds->max_id = ds->eos_id;
 	for (size_t i = 0; i < n; i++) {
 		struct token_ids *t = &ds->pending[i].ids;
-		if (t->n == 0) /* text that encoded to nothing */
+		if (t->n == 0) { /* text that encoded to nothing */
+			free(ds->pending[i].sup);
 			continue;
+		}
 		memcpy(ds->tokens + ds->doc_off[d], t->v, t->n * sizeof *t->v);
+		memcpy(ds->sup + ds->doc_off[d], ds->pending[i].sup, t->n);
+		/* the EOS between documents is an answer only where all is */
+		ds->sep_sup[d] = (uint8_t)ds->pending[i].all_targets;
+		free(ds->pending[i].sup);
 		for (size_t k = 0; k < t->n; k++)
 			if (t->v[k] > ds->max_id)
 				ds->max_id = t->v[k];
@@ -656,44 +701,64 @@ static void start_epoch(struct dataset *ds)
 	ds->stream_pos = ds->cur_doc = ds->cur_off = 0;
 }
 
-/* The stream's token at the cursor, then one step on; -1 past the end. */
-static int32_t stream_next(const struct dataset *ds, size_t *doc, size_t *off)
+/* The stream's token at the cursor, then one step on; -1 past the end.
+ * *sup: whether it is a target; *off: its offset in its document. */
+static int32_t stream_next(const struct dataset *ds, size_t *doc, size_t *off, uint8_t *sup, size_t *at)
 {
 	size_t d, len;
 
+	*sup = 0;
+	*at = 0;
 	if (*doc >= ds->n_docs)
 		return -1;
 	d = ds->order[*doc];
 	len = ds->doc_off[d + 1] - ds->doc_off[d];
-	if (*off < len)
+	*at = *off;
+	if (*off < len) {
+		*sup = ds->sup[ds->doc_off[d] + *off];
 		return ds->tokens[ds->doc_off[d] + (*off)++];
+	}
 	(*doc)++;
 	*off = 0;
+	*sup = ds->sep_sup[d];
 	return ds->eos_id;
 }
 
-static void fill_row(struct dataset *ds, int32_t *tokens, int32_t *targets)
+static void fill_row(struct dataset *ds, int32_t *tokens, int32_t *targets, int32_t *pos)
 {
-	int L = ds->seq_len;
-	size_t stream_len = ds->n_tokens + ds->n_docs;
+	int L = ds->seq_len, pad_start = -1;
+	size_t stream_len = ds->n_tokens + ds->n_docs, prev_at, next_at;
+	uint8_t prev_sup, next_sup;
 	int32_t prev;
 
 	/* a row needs an input and its target: two tokens left */
 	if (ds->epoch < 0 || ds->stream_pos + 2 > stream_len)
 		start_epoch(ds);
-	prev = stream_next(ds, &ds->cur_doc, &ds->cur_off);
+	prev = stream_next(ds, &ds->cur_doc, &ds->cur_off, &prev_sup, &prev_at);
+	(void)prev_sup; /* an input's own flag does not matter, its target's does */
 	for (int j = 0; j < L; j++) {
 		size_t doc = ds->cur_doc, off = ds->cur_off;
 		/* the row's last target is the next row's first input: peek it */
-		int32_t next = j + 1 < L ? stream_next(ds, &ds->cur_doc, &ds->cur_off) : stream_next(ds, &doc, &off);
+		int32_t next = j + 1 < L ? stream_next(ds, &ds->cur_doc, &ds->cur_off, &next_sup, &next_at)
+					 : stream_next(ds, &doc, &off, &next_sup, &next_at);
 		tokens[j] = prev >= 0 ? prev : ds->eos_id;
-		targets[j] = prev >= 0 && next >= 0 ? next : -1;
+		targets[j] = prev >= 0 && next >= 0 ? (next_sup ? next : -100) : -1;
+		if (pos) {
+			/* the place in the document, counted from the row's start
+			 * when the document began in an earlier row; the padding
+			 * is a document of its own */
+			if (prev < 0 && pad_start < 0)
+				pad_start = j;
+			pos[j] = prev >= 0 ? (int32_t)(prev_at < (size_t)j ? prev_at : (size_t)j) : j - pad_start;
+		}
 		prev = next;
+		prev_at = next_at;
 	}
 	ds->stream_pos += (size_t)L;
 }
 
-int dataset_next(struct dataset *ds, int32_t *tokens, int32_t *targets, int batch, char *err, size_t errsz)
+int dataset_next(struct dataset *ds, int32_t *tokens, int32_t *targets, int32_t *pos, int batch, char *err,
+		 size_t errsz)
 {
 	if (!ds->prepared && dataset_prepare(ds, err, errsz) < 0)
 		return -1;
@@ -701,8 +766,10 @@ int dataset_next(struct dataset *ds, int32_t *tokens, int32_t *targets, int batc
 		seterr(err, errsz, "batch must be at least 1 (got %d)", batch);
 		return -1;
 	}
-	for (int b = 0; b < batch; b++)
-		fill_row(ds, tokens + (size_t)b * (size_t)ds->seq_len, targets + (size_t)b * (size_t)ds->seq_len);
+	for (int b = 0; b < batch; b++) {
+		size_t o = (size_t)b * (size_t)ds->seq_len;
+		fill_row(ds, tokens + o, targets + o, pos ? pos + o : NULL);
+	}
 	return 0;
 }
 
@@ -721,9 +788,17 @@ void dataset_close(struct dataset *ds)
 	if (ds == NULL)
 		return;
 	for (size_t i = 0; i < ds->n_pending; i++) {
-		free(ds->pending[i].text);
+		if (ds->pending[i].chat) {
+			chat_render_free(ds->pending[i].chat);
+			free(ds->pending[i].chat);
+		} else
+			free(ds->pending[i].text);
+		free(ds->pending[i].sup);
 		token_ids_free(&ds->pending[i].ids);
 	}
+	chat_template_free(ds->chat);
+	free(ds->sup);
+	free(ds->sep_sup);
 	free(ds->pending);
 	free(ds->tokens);
 	free(ds->doc_off);
@@ -734,7 +809,7 @@ void dataset_close(struct dataset *ds)
 /* ---- opening a spec ---------------------------------------------------- */
 
 int dataset_open(struct dataset **out, const char *spec, const struct tokenizer *tok, int seq_len,
-		 unsigned long long seed, int eos_id, char *err, size_t errsz)
+		 unsigned long long seed, int eos_id, enum train_on train_on, char *err, size_t errsz)
 {
 	struct dataset *ds;
 	struct stat st;
@@ -758,6 +833,7 @@ int dataset_open(struct dataset **out, const char *spec, const struct tokenizer 
 		path = snap;
 	}
 	ds = dataset_new(tok, seq_len, seed, eos_id, 1);
+	ds->train_on = train_on;
 	rc = dataset_add_path(ds, path, why, sizeof why);
 	if (rc == 0)
 		rc = dataset_prepare(ds, why, sizeof why);

@@ -16,11 +16,18 @@
  *
  * A record is a JSON object with one of:
  *   "text": "..."                        the document's text
- *   "messages": [{"role", "content"}...] rendered as
- *                 <|im_start|>{role}\n{content}<|im_end|>\n  per message
- *                 (the markers are split out as special tokens when the
- *                 tokenizer has them)
+ *   "messages": [{"role", "content"}...] rendered by the model's own chat
+ *                 template and tokenized as transformers'
+ *                 apply_chat_template(messages, tokenize=True) does
+ *                 (tools/lib/chat_template.h); a model without a template
+ *                 is an error, never a stand-in format
  *   "input_ids": [int...]                 already tokenized (no tokenizer needed)
+ *
+ * Targets (train_on): by default every token of a text or input_ids
+ * document is a target, and of a chat only the assistant's contents and
+ * the end-of-turn token after each (chat_template.h); TRAIN_ON_ALL makes
+ * every token a target, TRAIN_ON_ASSISTANT refuses records that are not
+ * messages.  A token that is not a target has target -100.
  *
  * A text document is encoded as HF's tokenizer(text) encodes it by default
  * (add_special_tokens: the post-processor's additions, i.e. Llama-3's
@@ -31,7 +38,15 @@
  * tokens (rows overlap by one token, so no token is lost).  Each epoch
  * shuffles the DOCUMENT order (Fisher-Yates driven by splitmix64 of seed
  * and epoch); its last row is padded with eos_id and target -1; the next
- * epoch starts a new row.  Empty documents are skipped.  Tokenization runs
+ * epoch starts a new row.  Empty documents are skipped.  The EOS after a
+ * chat is a target only under TRAIN_ON_ALL.
+ *
+ * Positions: pos[t] is token t's place in its document (the EOS after a
+ * document belongs to it), restarting at 0 where a document starts and
+ * at the row's start (a document begun in an earlier row continues at 0);
+ * the padding counts as one document.  The attention rule built on it:
+ * token i of a row sees token j of the same row iff i - pos[i] <= j <= i,
+ * and RoPE rotates token i by pos[i].  Tokenization runs
  * once, at open, on all cores (OpenMP); the result does not depend on the
  * thread count. */
 #ifndef POROS_DATASET_H
@@ -46,18 +61,29 @@
 
 struct dataset;
 
+enum train_on {
+	TRAIN_ON_DEFAULT,   /* chats: the answers; text and input_ids: all */
+	TRAIN_ON_ASSISTANT, /* the answers; only messages records */
+	TRAIN_ON_ALL,       /* every token */
+};
+
 /* tok may be NULL when every record is "input_ids".  0, or -1 with err
  * ("data/train.jsonl:12: ..."). */
 int dataset_open(struct dataset **out, const char *spec_dataset, const struct tokenizer *tok, int seq_len,
-		 unsigned long long seed, int eos_id, char *err, size_t errsz);
-/* Next micro-batch: tokens (B, seq_len) and targets (B, seq_len), -1 where
- * masked.  Never runs dry: a finished epoch starts the next. */
-int dataset_next(struct dataset *ds, int32_t *tokens, int32_t *targets, int batch, char *err, size_t errsz);
+		 unsigned long long seed, int eos_id, enum train_on train_on, char *err, size_t errsz);
+/* Next micro-batch: tokens (B, seq_len), targets (B, seq_len) (-100 for
+ * a token that is not a target, -1 for padding) and, unless pos is NULL,
+ * pos (B, seq_len) as above.  Never runs dry: a finished epoch starts the
+ * next. */
+int dataset_next(struct dataset *ds, int32_t *tokens, int32_t *targets, int32_t *pos, int batch, char *err,
+		 size_t errsz);
 void dataset_close(struct dataset *ds);
 
 /* Building one from records by hand (poros-tokenize --pack): shuffle 0
  * keeps the documents in the order added, every epoch. */
 struct dataset *dataset_new(const struct tokenizer *tok, int seq_len, unsigned long long seed, int eos_id, int shuffle);
+/* Before the first record; -1 after. */
+int dataset_set_train_on(struct dataset *ds, enum train_on mode);
 /* where: "file:line", for messages.  Empty documents are dropped. */
 int dataset_add_text(struct dataset *ds, const char *text, size_t len, const char *where, char *err, size_t errsz);
 int dataset_add_record(struct dataset *ds, const cJSON *rec, const char *where, char *err, size_t errsz);
@@ -80,8 +106,4 @@ struct dataset_cursor {
 };
 void dataset_tell(const struct dataset *ds, struct dataset_cursor *cur);
 int dataset_seek(struct dataset *ds, const struct dataset_cursor *cur, char *err, size_t errsz);
-
-/* The chat template above, malloc'd; NULL with err. */
-char *dataset_render_chat(const cJSON *messages, char *err, size_t errsz);
-
 #endif

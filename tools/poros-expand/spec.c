@@ -30,6 +30,7 @@ enum fkind {
 	FK_NAME,     /* char *, up to CELL_NAME_MAX bytes */
 	FK_DIR,      /* char *, an output directory */
 	FK_SCHEDULE, /* enum lr_schedule */
+	FK_TRAIN_ON, /* int: 1 + index in train_on_names + 1 */
 	FK_TARGETS,  /* lora target mask: a list of projections or "all-linear" */
 };
 
@@ -68,6 +69,7 @@ static const struct field training_fields[] = {
 	SF("gradient_checkpointing", FK_BOOL, 0, 0, shared.training.gradient_checkpointing),
 	SF("lr_warmup_steps", FK_INT, 0, 0, shared.training.lr_warmup_steps),
 	SF("passes", FK_INT, 0, 0, shared.training.passes),
+	SF("train_on", FK_TRAIN_ON, 0, 0, shared.training.train_on),
 };
 static const struct field lora_fields[] = {
 	SF("rank", FK_INT, 0, 0, shared.lora.rank),
@@ -452,6 +454,9 @@ static void set_field(const char *file, const struct field *f, const struct ynod
 		break;
 	case FK_TARGETS:
 		set_targets(file, n, path, (unsigned *)(void *)slot);
+		break;
+	case FK_TRAIN_ON: /* train_on_names[0] stands for "not given" */
+		*(int *)(void *)slot = 1 + name_value(file, n, path, "train_on", train_on_names + 1, TRAIN_ON_COUNT - 1);
 		break;
 	}
 }

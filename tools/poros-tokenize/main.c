@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat_template.h"
 #include "dataset.h"
 #include "jsonl.h"
 #include "tokenizer.h"
@@ -16,12 +17,14 @@
 static const char synopsis[] =
 	"usage: poros-tokenize {--tokenizer PATH | --model ID} [--add-special] [--text] [--stats] [FILE ...]\n"
 	"       poros-tokenize {--tokenizer PATH | --model ID} --decode [--skip-special] [FILE ...]\n"
-	"       poros-tokenize {--tokenizer PATH | --model ID} --pack SEQ_LEN [--eos ID] [--seed N] [--text] [--stats]\n"
-	"                      [FILE ...]\n";
+	"       poros-tokenize {--tokenizer PATH | --model ID} --chat [--train-on assistant|all] [FILE ...]\n"
+	"       poros-tokenize {--tokenizer PATH | --model ID} --pack SEQ_LEN [--eos ID] [--seed N]\n"
+	"                      [--train-on assistant|all] [--text] [--stats] [FILE ...]\n";
 
 struct opts {
 	const char *tokenizer_path, *model_id, *eos;
-	int decode, pack_len, add_special, skip_special, raw_text, stats, seeded;
+	int decode, chat, pack_len, add_special, skip_special, raw_text, stats, seeded;
+	enum train_on train_on;
 	unsigned long long seed;
 };
 
@@ -30,6 +33,7 @@ struct run {
 	struct tokenizer *tok;
 	struct tok_workspace *ws;
 	struct dataset *pack;
+	struct chat_template *chat; /* at the first messages record */
 	struct token_ids ids;
 	long long bytes, tokens;
 	double seconds; /* spent in the tokenizer, for --stats */
@@ -103,22 +107,79 @@ static cJSON *line_record(const struct opts *o, const char *where, const char *l
 	return rec;
 }
 
+static const struct chat_template *chat_of(struct run *r, const char *where)
+{
+	char why[1024];
+	int rc;
+
+	if (r->chat)
+		return r->chat;
+	rc = chat_template_load(&r->chat, tokenizer_path(r->tok), why, sizeof why);
+	if (rc == 0)
+		die(EXIT_USAGE, "%s: a messages record, but the model has no chat template: %s", where, why);
+	if (rc < 0)
+		die(EXIT_USAGE, "%s: %s", where, why);
+	return r->chat;
+}
+
+/* A messages record: the ids apply_chat_template gives; with --chat, the
+ * labels too (the id where it is a target, else -100). */
+static void encode_chat(struct run *r, const char *where, const cJSON *messages)
+{
+	struct chat_render cr;
+	char why[1024];
+	uint8_t *sup;
+	int32_t *labels;
+	double t0 = now_seconds();
+
+	if (chat_template_render(&cr, chat_of(r, where), messages, why, sizeof why) < 0)
+		die(EXIT_USAGE, "%s: %s", where, why);
+	r->ids.n = 0;
+	if (tokenizer_encode(r->tok, r->ws, cr.text, cr.len, 0, &r->ids, why, sizeof why) < 0)
+		die(EXIT_USAGE, "%s: %s", where, why);
+	r->seconds += now_seconds() - t0;
+	r->bytes += (long long)cr.len;
+	r->tokens += (long long)r->ids.n;
+	putchar('{');
+	put_ids(stdout, "ids", r->ids.v, r->ids.n);
+	if (r->o->chat) {
+		sup = xmalloc(r->ids.n ? r->ids.n : 1);
+		labels = xmalloc((r->ids.n ? r->ids.n : 1) * sizeof *labels);
+		memset(sup, 1, r->ids.n);
+		if (r->o->train_on != TRAIN_ON_ALL &&
+		    chat_supervised(sup, r->tok, r->ids.v, r->ids.n, &cr, why, sizeof why) < 0)
+			die(EXIT_RUNTIME, "%s: %s", where, why);
+		for (size_t i = 0; i < r->ids.n; i++)
+			labels[i] = sup[i] ? r->ids.v[i] : -100;
+		putchar(',');
+		put_ids(stdout, "labels", labels, r->ids.n);
+		free(sup);
+		free(labels);
+	}
+	fputs("}\n", stdout);
+	chat_render_free(&cr);
+}
+
 static void encode_line(struct run *r, const char *where, const char *line, size_t len)
 {
 	cJSON *rec = line_record(r->o, where, line, len);
 	const char *text = line;
-	char *chat = NULL, why[512];
+	char why[512];
 	double t0;
 
+	if (r->o->chat && !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(rec, "messages")))
+		die(EXIT_USAGE, "%s: --chat reads records with a \"messages\" array", where);
 	if (rec) {
 		const cJSON *t = cJSON_GetObjectItemCaseSensitive(rec, "text");
 		const cJSON *m = cJSON_GetObjectItemCaseSensitive(rec, "messages");
 		if (m) {
-			chat = dataset_render_chat(m, why, sizeof why);
-			if (chat == NULL)
-				die(EXIT_USAGE, "%s: %s", where, why);
-			text = chat;
-		} else if (cJSON_IsString(t))
+			if (r->o->add_special)
+				die(EXIT_USAGE, "%s: --add-special does not apply to messages (the template writes them)", where);
+			encode_chat(r, where, m);
+			cJSON_Delete(rec);
+			return;
+		}
+		if (cJSON_IsString(t))
 			text = t->valuestring;
 		else
 			die(EXIT_USAGE, "%s: no \"text\" (string) or \"messages\" field", where);
@@ -135,7 +196,6 @@ static void encode_line(struct run *r, const char *where, const char *line, size
 	putchar('{');
 	put_ids(stdout, "ids", r->ids.v, r->ids.n);
 	fputs("}\n", stdout);
-	free(chat);
 	cJSON_Delete(rec);
 }
 
@@ -223,6 +283,7 @@ static void emit_rows(struct run *r)
 	long long rows;
 	int32_t *tokens = xmalloc((size_t)r->o->pack_len * sizeof *tokens);
 	int32_t *targets = xmalloc((size_t)r->o->pack_len * sizeof *targets);
+	int32_t *pos = xmalloc((size_t)r->o->pack_len * sizeof *pos);
 	double t0 = now_seconds();
 
 	if (dataset_prepare(r->pack, why, sizeof why) < 0)
@@ -231,16 +292,19 @@ static void emit_rows(struct run *r)
 	r->tokens = dataset_tokens(r->pack);
 	rows = dataset_rows_per_epoch(r->pack);
 	for (long long i = 0; i < rows; i++) {
-		if (dataset_next(r->pack, tokens, targets, 1, why, sizeof why) < 0)
+		if (dataset_next(r->pack, tokens, targets, pos, 1, why, sizeof why) < 0)
 			die(EXIT_RUNTIME, "%s", why);
 		putchar('{');
 		put_ids(stdout, "tokens", tokens, (size_t)r->o->pack_len);
 		putchar(',');
 		put_ids(stdout, "targets", targets, (size_t)r->o->pack_len);
+		putchar(',');
+		put_ids(stdout, "pos", pos, (size_t)r->o->pack_len);
 		fputs("}\n", stdout);
 	}
 	free(tokens);
 	free(targets);
+	free(pos);
 }
 
 static int eos_id(const struct opts *o, const struct tokenizer *tok)
@@ -270,6 +334,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		{ "eos", required_argument, NULL, 'e' },       { "seed", required_argument, NULL, 's' },
 		{ "add-special", no_argument, NULL, 'a' },     { "skip-special", no_argument, NULL, 'k' },
 		{ "text", no_argument, NULL, 'x' },            { "stats", no_argument, NULL, 'S' },
+		{ "chat", no_argument, NULL, 'c' },            { "train-on", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },            { "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -280,6 +345,15 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case 't': o->tokenizer_path = optarg; break;
 		case 'm': o->model_id = optarg; break;
 		case 'd': o->decode = 1; break;
+		case 'c': o->chat = 1; break;
+		case 'T':
+			if (strcmp(optarg, "assistant") == 0)
+				o->train_on = TRAIN_ON_ASSISTANT;
+			else if (strcmp(optarg, "all") == 0)
+				o->train_on = TRAIN_ON_ALL;
+			else
+				die(EXIT_USAGE, "--train-on: \"%s\" is not assistant or all", optarg);
+			break;
 		case 'p': o->pack_len = (int)opt_long("--pack", optarg, 1, 1 << 24); break;
 		case 'e': o->eos = optarg; break;
 		case 's': o->seed = (unsigned long long)opt_long("--seed", optarg, 0, LONG_MAX); o->seeded = 1; break;
@@ -294,8 +368,10 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 	}
 	if (!o->tokenizer_path == !o->model_id)
 		die(EXIT_USAGE, "give one of --tokenizer PATH or --model ID");
-	if (o->decode && o->pack_len)
-		die(EXIT_USAGE, "--decode and --pack do not go together");
+	if (o->decode + o->chat + !!o->pack_len > 1)
+		die(EXIT_USAGE, "--decode, --chat and --pack do not go together");
+	if (o->train_on != TRAIN_ON_DEFAULT && !o->chat && !o->pack_len)
+		die(EXIT_USAGE, "--train-on only applies to --chat and --pack");
 	if ((o->eos || o->seeded) && !o->pack_len)
 		die(EXIT_USAGE, "--eos and --seed only apply to --pack");
 	if (o->skip_special && !o->decode)
@@ -304,6 +380,8 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		die(EXIT_USAGE, "--add-special only applies to encoding (--pack adds what the trainer adds)");
 	if ((o->stats || o->raw_text) && o->decode)
 		die(EXIT_USAGE, "--stats and --text do not apply to --decode");
+	if ((o->raw_text || o->add_special) && o->chat)
+		die(EXIT_USAGE, "--text and --add-special do not apply to --chat");
 }
 
 int main(int argc, char **argv)
@@ -322,8 +400,10 @@ int main(int argc, char **argv)
 	if (rc < 0)
 		die(EXIT_USAGE, "%s", why);
 	r.ws = tok_workspace_new(r.tok);
-	if (o.pack_len)
+	if (o.pack_len) {
 		r.pack = dataset_new(r.tok, o.pack_len, o.seed, eos_id(&o, r.tok), o.seeded);
+		dataset_set_train_on(r.pack, o.train_on);
+	}
 	if (optind == argc)
 		process_file(&r, "-");
 	for (int i = optind; i < argc; i++)
@@ -335,6 +415,7 @@ int main(int argc, char **argv)
 			r.tokens, r.seconds, r.seconds > 0 ? r.bytes / r.seconds / 1e6 : 0.0,
 			r.seconds > 0 ? r.tokens / r.seconds / 1e6 : 0.0);
 	dataset_close(r.pack);
+	chat_template_free(r.chat);
 	token_ids_free(&r.ids);
 	tok_workspace_free(r.ws);
 	tokenizer_free(r.tok);

@@ -49,6 +49,7 @@ static cJSON *config_json(const struct train_config *c)
 	cJSON_AddStringToObject(o, "lr_schedule", lr_schedule_names[c->lr_schedule]);
 	cJSON_AddNumberToObject(o, "warmup_steps", c->warmup_steps);
 	cJSON_AddNumberToObject(o, "lr_warmup_steps", c->lr_warmup_steps);
+	cJSON_AddNumberToObject(o, "train_on", c->train_on);
 	cJSON_AddNumberToObject(o, "weight_decay", c->weight_decay);
 	cJSON_AddNumberToObject(o, "max_grad_norm", c->max_grad_norm);
 	cJSON_AddNumberToObject(o, "lora_ext", c->lora_ext);

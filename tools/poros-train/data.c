@@ -82,7 +82,7 @@ static void make_repeat(struct token_source *d)
 /* tools/lib/dataset: documents tokenized with the model's tokenizer when
  * it has one (records of input_ids need none). */
 static int open_dataset(struct token_source *d, const char *spec, const struct model_config *mc, uint64_t seed,
-                        char *err, size_t errsz)
+                        enum train_on train_on, char *err, size_t errsz)
 {
 	char why[512] = "", lerr[1024];
 	int eos;
@@ -98,7 +98,7 @@ static int open_dataset(struct token_source *d, const char *spec, const struct m
 	eos = d->tok ? tokenizer_eos_id(d->tok) : -1;
 	if (eos < 0)
 		eos = mc->eos_token_id;
-	if (dataset_open(&d->ds, spec, d->tok, d->seq_len, seed, eos, lerr, sizeof lerr) < 0) {
+	if (dataset_open(&d->ds, spec, d->tok, d->seq_len, seed, eos, train_on, lerr, sizeof lerr) < 0) {
 		if (d->tok == NULL && strstr(lerr, "tokenizer") != NULL)
 			return seterr(err, errsz, "%s (the model has none: %s; --tokenizer gives one)", lerr, why);
 		return seterr(err, errsz, "%s", lerr);
@@ -116,7 +116,7 @@ static int has_raw_suffix(const char *spec, int *width)
 }
 
 int token_source_open(struct token_source *d, const char *spec, const struct model_config *mc, int seq_len,
-                      uint64_t seed, char *err, size_t errsz)
+                      uint64_t seed, enum train_on train_on, char *err, size_t errsz)
 {
 	int width, rc;
 
@@ -132,6 +132,11 @@ int token_source_open(struct token_source *d, const char *spec, const struct mod
 		token_source_free(d);
 		return seterr(err, errsz, "--tokenizer: dataset %s is token ids already (a tokenizer is used for text and "
 		              "messages datasets only)", spec);
+	}
+	if (train_on == TRAIN_ON_ASSISTANT && (strncmp(spec, "synthetic", 9) == 0 || has_raw_suffix(spec, &width))) {
+		rc = seterr(err, errsz, "dataset %s: train_on \"assistant\" needs chat (messages) records", spec);
+		token_source_free(d);
+		return rc;
 	}
 	if (strcmp(spec, "synthetic") == 0) {
 		d->kind = SOURCE_SYNTHETIC;
@@ -151,7 +156,7 @@ int token_source_open(struct token_source *d, const char *spec, const struct mod
 		/* never a silent fallback to synthetic data: what cannot be
 		 * found is an error that names it */
 		d->kind = SOURCE_DATASET;
-		rc = open_dataset(d, spec, mc, seed, err, errsz);
+		rc = open_dataset(d, spec, mc, seed, train_on, err, errsz);
 	}
 	if (rc < 0)
 		token_source_free(d);
@@ -172,16 +177,19 @@ static void stream_sequence(const struct token_source *d, uint64_t index, int32_
 	}
 }
 
-int token_source_next(struct token_source *d, int32_t *tokens, int32_t *targets, int batch, char *err, size_t errsz)
+int token_source_next(struct token_source *d, int32_t *tokens, int32_t *targets, int32_t *pos, int batch, char *err,
+                      size_t errsz)
 {
 	int S = d->seq_len;
 
 	if (d->kind == SOURCE_DATASET)
-		return dataset_next(d->ds, tokens, targets, batch, err, errsz);
+		return dataset_next(d->ds, tokens, targets, pos, batch, err, errsz);
 	for (int b = 0; b < batch; b++) {
 		stream_sequence(d, d->next_seq++, d->seq);
 		memcpy(tokens + (size_t)b * S, d->seq, (size_t)S * sizeof *tokens);
 		memcpy(targets + (size_t)b * S, d->seq + 1, (size_t)S * sizeof *targets);
+		for (int t = 0; pos && t < S; t++)
+			pos[(size_t)b * S + t] = t;
 	}
 	return 0;
 }

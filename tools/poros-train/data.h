@@ -1,7 +1,10 @@
 /* tools/poros-train/data.h: where training tokens come from.
  *
- * A token source hands out micro-batches in order: tokens (B,S) and
- * targets (B,S), a target of -1 meaning "not predicted".  The engine asks
+ * A token source hands out micro-batches in order: tokens (B,S),
+ * targets (B,S), a negative target meaning "not predicted" (-100: not an
+ * answer, -1: padding), and positions pos (B,S): a token's place in its
+ * document (tools/lib/dataset.h; t for the synthetic and raw streams,
+ * whose rows are one document each).  The engine asks
  * for the k micro-batches of a step at the start of the step, in order, so
  * both schedules see the same tokens.
  *
@@ -30,7 +33,6 @@ enum source_kind { SOURCE_SYNTHETIC, SOURCE_REPEAT, SOURCE_RAW, SOURCE_DATASET }
 
 #define REPEAT_PERIOD 16
 
-struct dataset;
 struct tokenizer;
 
 struct token_source {
@@ -49,9 +51,10 @@ struct token_source {
 /* 0, or -1 with err naming the path and, for a token the model cannot
  * embed, its position (or, for tools/lib/dataset sources, its value). */
 int token_source_open(struct token_source *s, const char *spec, const struct model_config *mc, int seq_len,
-                      uint64_t seed, char *err, size_t errsz);
-/* The next `batch` sequences.  0, or -1 with err. */
-int token_source_next(struct token_source *s, int32_t *tokens, int32_t *targets, int batch, char *err, size_t errsz);
+                      uint64_t seed, enum train_on train_on, char *err, size_t errsz);
+/* The next `batch` sequences (pos may be NULL).  0, or -1 with err. */
+int token_source_next(struct token_source *s, int32_t *tokens, int32_t *targets, int32_t *pos, int batch, char *err,
+                      size_t errsz);
 void token_source_free(struct token_source *s);
 
 /* Where a token source stands (--save-every's checkpoints), with the size

@@ -111,15 +111,12 @@ double engine_forward_backward(struct engine *e, int step)
 		resident_pass(e, step);
 	e->be->copy_d2h(e->h_losses, e->lc.losses, (size_t)e->k * T * sizeof(float));
 	/* summed on the host in one fixed order, the same for both schedules;
-	 * ignored targets have loss 0 */
-	for (int j = 0; j < e->k; j++) {
-		double sum = 0;
-
+	 * ignored targets have loss 0.  The mean over every target of the
+	 * step, so gradient accumulation does not change it. */
+	for (int j = 0; j < e->k; j++)
 		for (int t = 0; t < T; t++)
-			sum += e->h_losses[(size_t)j * T + t];
-		loss += e->n_pred[j] ? sum / e->n_pred[j] : 0.0;
-	}
-	return loss / e->k;
+			loss += e->h_losses[(size_t)j * T + t];
+	return e->n_supervised ? loss / (double)e->n_supervised : NAN; /* no target: no loss */
 }
 
 const char *engine_error(const struct engine *e)
@@ -167,11 +164,13 @@ int engine_step(struct engine *e, int step, struct step_stats *st)
 
 	memset(st, 0, sizeof *st);
 	st->loss = engine_forward_backward(e, step);
+	st->tokens_supervised = e->n_supervised;
 	compute_open(e);
 	norm = sqrtf(lora_grad_sumsq(e));
 	st->grad_norm = norm;
 	st->lr = lr_at(e->cfg, step);
-	if (!isfinite(st->loss) || !isfinite(norm)) {
+	/* a step without a target has no loss (NaN) and nothing to learn */
+	if ((!isfinite(st->loss) && (e->n_supervised > 0 || e->err[0])) || !isfinite(norm)) {
 		step_end(e, st, t0);
 		return -1;
 	}
@@ -181,7 +180,8 @@ int engine_step(struct engine *e, int step, struct step_stats *st)
 
 		scale = coef < 1.0f ? coef : 1.0f;
 	}
-	lora_adamw(e, (float)st->lr, scale, step);
+	if (e->n_supervised > 0) /* a step without a target leaves the adapter as it was */
+		lora_adamw(e, (float)st->lr, scale, step);
 	step_end(e, st, t0);
 	if (e->prof) { /* on stderr too, so a run that keeps only its log still has it */
 		char buf[4096];

@@ -34,6 +34,7 @@ struct step_stats {
 	double lr;
 	double step_s;
 	long long h2d_bytes;
+	long long tokens_supervised; /* targets of the step (all micro-batches); 0: loss NaN, no update */
 	double h2d_s, compute_s;
 	double copy_hidden_frac; /* NaN when nothing was copied */
 };
@@ -56,13 +57,15 @@ int engine_oom(const struct engine *e);
  * micro-batches (step is 1-based; it picks the dropout masks, and a step
  * other than the last one seen takes the next k micro-batches from the
  * token source, so steps go in order; repeating a step reuses its data).
- * Gradients are left in the engine; returns the step's loss, NaN when the
- * token source failed (engine_error says why). */
+ * Gradients are left in the engine; returns the step's loss, the mean over
+ * every target of its k micro-batches; NaN when the step has none, or when
+ * the token source failed (engine_error says why). */
 double engine_forward_backward(struct engine *e, int step);
 const char *engine_error(const struct engine *e);
 /* One optimizer step: forward_backward, clipping, AdamW.  Returns 0, or
  * -1 when the loss or the gradient norm is not finite (parameters are
- * then left as they were). */
+ * then left as they were).  A step without a target (tokens_supervised 0,
+ * loss NaN) is no failure: it leaves the parameters as they were. */
 int engine_step(struct engine *e, int step, struct step_stats *st);
 
 const struct lora_layout *engine_lora_layout(const struct engine *e);

@@ -38,6 +38,7 @@ struct ckpt_sets {
 /* One host staging of a step's batch (pinned host memory). */
 struct staging {
 	int32_t *tokens, *targets; /* (k,T) */
+	int32_t *pos;              /* (k,T) each token's position in its document */
 	bf16 *rows;                /* (k,T,C) the tokens' embedding rows */
 	int *n_pred;               /* (k) */
 	struct token_cursor after; /* the token source once this batch was read */
@@ -65,6 +66,7 @@ struct engine {
 	size_t glob_start;
 	bf16 *embed_rows;          /* (k,T,C) the step's embedding rows */
 	int32_t *targets;          /* (k,T) */
+	int32_t *pos;              /* (k,T) positions within documents (RoPE, document masks) */
 	int32_t *iota;             /* (T) 0..T-1: row t of the gathered rows */
 	unsigned char *layers;     /* resident: all layers */
 	struct slab slab[2];       /* blockwise */
@@ -96,6 +98,7 @@ struct engine {
 	int batch_stale;           /* an evaluation overwrote them: copy again */
 	struct staging eval;       /* the evaluation's batch (host_alloc'd at the first one) */
 	int *n_pred;               /* host (k) predicted tokens of each micro-batch */
+	long long n_supervised;    /* their sum: the step's loss is the mean over these */
 
 	float **ckpt;              /* resident: L+1 inputs of layers */
 	int n_ckpt;

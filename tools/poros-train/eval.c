@@ -16,7 +16,7 @@ static int eval_alloc(struct engine *e, char *err, size_t errsz)
 	if (st->tokens)
 		return 0;
 	if (e->be->host_alloc((void **)&st->tokens, tok) != 0 || e->be->host_alloc((void **)&st->targets, tok) != 0 ||
-	    e->be->host_alloc((void **)&st->rows, rows) != 0)
+	    e->be->host_alloc((void **)&st->pos, tok) != 0 || e->be->host_alloc((void **)&st->rows, rows) != 0)
 		return seterr(err, errsz, "allocating host memory for the evaluation's tokens failed");
 	return 0;
 }
@@ -40,7 +40,7 @@ int engine_eval(struct engine *e, struct token_source *src, long rows, double *l
 		for (; nmb < e->k && row + (long)nmb * B < rows; nmb++) {
 			int32_t *tg = st->targets + (size_t)nmb * T;
 
-			if (token_source_next(src, st->tokens + (size_t)nmb * T, tg, B, err, errsz) < 0)
+			if (token_source_next(src, st->tokens + (size_t)nmb * T, tg, st->pos + (size_t)nmb * T, B, err, errsz) < 0)
 				goto fail;
 			for (int b = 0; b < B; b++)
 				if (row + (long)nmb * B + b >= rows)
@@ -49,12 +49,14 @@ int engine_eval(struct engine *e, struct token_source *src, long rows, double *l
 		}
 		/* the unused micro-batches' rows are gathered too: make them valid */
 		memset(st->tokens + (size_t)nmb * T, 0, (size_t)(e->k - nmb) * T * sizeof *st->tokens);
+		memset(st->pos + (size_t)nmb * T, 0, (size_t)(e->k - nmb) * T * sizeof *st->pos);
 		if (staging_gather(e, st) < 0) {
 			seterr(err, errsz, "%s", st->err);
 			goto fail;
 		}
 		e->be->copy_h2d(e->embed_rows, st->rows, (size_t)nmb * T * e->lc.C * sizeof(bf16), STREAM_COMPUTE);
 		e->be->copy_h2d(e->targets, st->targets, (size_t)nmb * T * sizeof(int32_t), STREAM_COMPUTE);
+		e->be->copy_h2d(e->pos, st->pos, (size_t)nmb * T * sizeof(int32_t), STREAM_COMPUTE);
 		e->batch_stale = 1;
 		eval_pass(e, nmb);
 		e->be->copy_d2h(e->h_losses, e->lc.losses, (size_t)nmb * T * sizeof(float));

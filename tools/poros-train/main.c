@@ -45,6 +45,7 @@ int main(int argc, char **argv)
 		{ "seed", required_argument, NULL, LONG_ONLY(OPT_SEED) },
 		{ "dataset", required_argument, NULL, LONG_ONLY(OPT_DATASET) },
 		{ "tokenizer", required_argument, NULL, LONG_ONLY(OPT_TOKENIZER) },
+		{ "train-on", required_argument, NULL, LONG_ONLY(OPT_TRAIN_ON) },
 		{ "backend", required_argument, NULL, LONG_ONLY(OPT_BACKEND) },
 		{ "vram-budget", required_argument, NULL, LONG_ONLY(OPT_VRAM_BUDGET) },
 		{ "configs", required_argument, NULL, LONG_ONLY(OPT_CONFIGS) },

@@ -95,6 +95,7 @@ int train_config_from_cell(struct train_config *c, const struct cell *cell, char
 	c->recompute = cell->training.gradient_checkpointing;
 	replace(&c->eval_dataset, cell->training.eval_dataset);
 	c->eval_every = cell->training.eval_every;
+	c->train_on = cell->training.train_on;
 	replace(&c->cell_id, cell->cell_id);
 	free(c->out_dir);
 	c->out_dir = xasprintf("%s/runs/%s", cell->output_dir, cell->cell_id);
@@ -278,6 +279,8 @@ static void apply_flags(struct train_config *c, char *const v[OPT_COUNT])
 		replace(&c->dataset, v[OPT_DATASET]);
 	if (v[OPT_TOKENIZER])
 		replace(&c->tokenizer, v[OPT_TOKENIZER]);
+	if (v[OPT_TRAIN_ON]) /* train_on_names[0] is "absent", not a value */
+		c->train_on = 1 + pick("--train-on", v[OPT_TRAIN_ON], train_on_names + 1, TRAIN_ON_COUNT - 1);
 	if (v[OPT_BACKEND])
 		replace(&c->backend, v[OPT_BACKEND]);
 	if (v[OPT_VRAM_BUDGET])

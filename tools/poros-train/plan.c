@@ -193,6 +193,7 @@ static void plan_misc(struct engine *e, struct carver *cv)
 	struct layer_ctx *c = &e->lc;
 
 	e->targets = carve(cv, (size_t)e->k * c->T * sizeof(int32_t));
+	e->pos = carve(cv, (size_t)e->k * c->T * sizeof(int32_t));
 	e->iota = carve(cv, (size_t)c->T * sizeof(int32_t));
 	e->rope_cos = CARVE_F32(cv, (long)c->S * (c->D / 2));
 	e->rope_sin = CARVE_F32(cv, (long)c->S * (c->D / 2));
@@ -338,6 +339,7 @@ int plan_device(struct engine *e, char *err, size_t errsz)
 	c->rope_sin = e->rope_sin;
 	c->embed_rows = e->embed_rows;
 	c->targets = e->targets;
+	c->pos = e->pos;
 	c->iota = e->iota;
 	return 0;
 }

@@ -197,10 +197,11 @@ static int append_event(const char *path, int step, const struct step_stats *st,
 	}
 	snprintf(line, sizeof line,
 	         "{\"step\":%d,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"step_s\":%.6f,\"tokens\":%lld,"
+	         "\"tokens_supervised\":%lld,"
 	         "\"vram_alloc_mb\":%.1f,\"vram_peak_mb\":%.1f,\"h2d_bytes\":%lld,\"h2d_s\":%.6f,\"compute_s\":%.6f,"
 	         "\"copy_hidden_frac\":%s%s%s%s}\n",
-	         step, loss, lr, gn, st->step_s, tokens, alloc_mb, peak_mb, st->h2d_bytes, st->h2d_s, st->compute_s, frac,
-	         eval, *profile ? ",\"profile\":" : "", profile);
+	         step, loss, lr, gn, st->step_s, tokens, st->tokens_supervised, alloc_mb, peak_mb, st->h2d_bytes, st->h2d_s,
+	         st->compute_s, frac, eval, *profile ? ",\"profile\":" : "", profile);
 	return append_line(path, line, strlen(line));
 }
 
@@ -462,13 +463,14 @@ static int open_inputs(struct run *x, char *err, size_t errsz)
 	/* an unsupported rope_scaling is refused before any work is done */
 	if (rope_tables(NULL, NULL, &x->mc, 0, err, errsz) < 0)
 		return -1;
-	if (token_source_open(&x->data, c->dataset, &x->mc, c->seq_len, c->seed, err, errsz) < 0)
+	if (token_source_open(&x->data, c->dataset, &x->mc, c->seq_len, c->seed, (enum train_on)c->train_on, err, errsz) < 0)
 		return -1;
 	x->have_data = 1;
 	if (c->eval_dataset) {
 		char why[768];
 
-		if (token_source_open(&x->eval.src, c->eval_dataset, &x->mc, c->seq_len, c->seed, why, sizeof why) < 0)
+		if (token_source_open(&x->eval.src, c->eval_dataset, &x->mc, c->seq_len, c->seed, (enum train_on)c->train_on, why,
+		                      sizeof why) < 0)
 			return snprintf(err, errsz, "--eval-dataset: %s", why), -1;
 		x->eval.open = 1;
 		x->eval.rows = token_source_rows(&x->eval.src);

@@ -89,12 +89,12 @@ static void make_view(struct engine *e, struct layer_view *v, const unsigned cha
 	e->dequant_ext_ver = e->lora_ver;
 }
 
-/* The gradient of each token's loss in micro-batch mb: the step loss is
- * the mean over k micro-batches of each one's mean over its predicted
- * tokens (targets < 0 are not). */
-static float head_dloss(const struct engine *e, int mb)
+/* The gradient of each token's loss: the step loss is the mean over
+ * every predicted token of the step's k micro-batches (targets < 0 are
+ * not), the same for each micro-batch. */
+static float head_dloss(const struct engine *e)
 {
-	return e->n_pred[mb] ? (float)(1.0 / ((double)e->n_pred[mb] * e->k)) : 0.0f;
+	return e->n_supervised ? (float)(1.0 / (double)e->n_supervised) : 0.0f;
 }
 
 /* Recomputes layer `layer` from its input checkpoint x (activations kept),
@@ -133,7 +133,7 @@ void resident_pass(struct engine *e, int step)
 			resident_view(e, &v, l);
 			layer_forward(&e->lc, &v, e->acts ? &e->acts[l] : &e->act, l, e->ckpt[l], e->ckpt[l + 1], p);
 		}
-		head_forward_backward(&e->lc, e->dresid[0], e->ckpt[e->L], j, head_dloss(e, j));
+		head_forward_backward(&e->lc, e->dresid[0], e->ckpt[e->L], j, head_dloss(e));
 		for (int l = e->L - 1; l >= 0; l--) {
 			resident_view(e, &v, l);
 			if (e->acts)
@@ -301,7 +301,7 @@ void blockwise_pass(struct engine *e, int step)
 	}
 	compute_open(e);
 	for (int j = 0; j < k; j++)
-		head_forward_backward(&e->lc, e->dresid[j], ckpt_buf(e, e->L, j), j, head_dloss(e, j));
+		head_forward_backward(&e->lc, e->dresid[j], ckpt_buf(e, e->L, j), j, head_dloss(e));
 	/* the set that held the last layer's outputs is free for layer L-2 */
 	e->be->event_record(cs->freed[e->L % 2], STREAM_COMPUTE);
 	cs->freed_rec[e->L % 2] = 1;

@@ -39,7 +39,8 @@ static void stage_batch(struct engine *e, struct staging *st, int step)
 	for (int j = 0; j < e->k && st->rc == 0; j++) {
 		int32_t *tg = st->targets + (size_t)j * T;
 
-		if (token_source_next(e->data, st->tokens + (size_t)j * T, tg, e->lc.B, st->err, sizeof st->err) < 0) {
+		if (token_source_next(e->data, st->tokens + (size_t)j * T, tg, st->pos + (size_t)j * T, e->lc.B, st->err,
+		                      sizeof st->err) < 0) {
 			st->rc = -1;
 			break;
 		}
@@ -112,10 +113,14 @@ int staging_load(struct engine *e, int step)
 	if (st->rc < 0)
 		return seterr(e->err, sizeof e->err, "%s", st->err);
 	memcpy(e->n_pred, st->n_pred, (size_t)e->k * sizeof *e->n_pred);
+	e->n_supervised = 0;
+	for (int j = 0; j < e->k; j++)
+		e->n_supervised += e->n_pred[j];
 	/* The other staging was last read by the previous step's copies, which
 	 * that step's end (reading its losses back) has waited for. */
 	e->be->copy_h2d(e->embed_rows, st->rows, n * e->lc.C * sizeof(bf16), STREAM_COMPUTE);
 	e->be->copy_h2d(e->targets, st->targets, n * sizeof(int32_t), STREAM_COMPUTE);
+	e->be->copy_h2d(e->pos, st->pos, n * sizeof(int32_t), STREAM_COMPUTE);
 	e->batch_stale = 0;
 	if (!again) {
 		e->loaded_step = step;
@@ -142,7 +147,7 @@ int staging_alloc(struct engine *e, char *err, size_t errsz)
 		struct staging *st = &e->stage[i];
 
 		if (be->host_alloc((void **)&st->tokens, tok_bytes) != 0 || be->host_alloc((void **)&st->targets, tok_bytes) != 0 ||
-		    be->host_alloc((void **)&st->rows, rows_bytes) != 0)
+		    be->host_alloc((void **)&st->pos, tok_bytes) != 0 || be->host_alloc((void **)&st->rows, rows_bytes) != 0)
 			return seterr(err, errsz, "allocating host memory for tokens failed");
 		st->n_pred = xcalloc((size_t)e->k, sizeof *st->n_pred);
 	}
@@ -157,6 +162,8 @@ void staging_free(struct engine *e)
 			e->be->host_free(e->stage[i].tokens);
 		if (e->stage[i].targets)
 			e->be->host_free(e->stage[i].targets);
+		if (e->stage[i].pos)
+			e->be->host_free(e->stage[i].pos);
 		if (e->stage[i].rows)
 			e->be->host_free(e->stage[i].rows);
 		free(e->stage[i].n_pred);
@@ -165,6 +172,8 @@ void staging_free(struct engine *e)
 		e->be->host_free(e->eval.tokens);
 	if (e->eval.targets)
 		e->be->host_free(e->eval.targets);
+	if (e->eval.pos)
+		e->be->host_free(e->eval.pos);
 	if (e->eval.rows)
 		e->be->host_free(e->eval.rows);
 }

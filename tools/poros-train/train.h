@@ -21,6 +21,7 @@ struct train_config {
 	int lr_warmup_steps;     /* linear LR warmup from 0 (lr_at) */
 	char *dataset;           /* "synthetic", "synthetic:repeat" or a path */
 	char *tokenizer;         /* --tokenizer / training.tokenizer; NULL: the model's own */
+	int train_on;            /* enum train_on (tools/lib/dataset.h): which tokens are targets */
 	uint64_t seed;
 	double lr, weight_decay, max_grad_norm;
 	enum lr_schedule lr_schedule;
@@ -54,7 +55,7 @@ enum train_opt {
 	OPT_ALPHA, OPT_DROPOUT, OPT_TARGETS, OPT_BLOCK_SIZE, OPT_NO_PREFETCH, OPT_LR, OPT_LR_SCHEDULE, OPT_WARMUP,
 	OPT_WEIGHT_DECAY, OPT_MAX_GRAD_NORM, OPT_SEED, OPT_DATASET, OPT_BACKEND, OPT_VRAM_BUDGET, OPT_CONFIGS, OPT_OUT,
 	OPT_INIT_ADAPTER, OPT_SAVE_EVERY, OPT_QUIET, OPT_GRAD_CKPT, OPT_RESUME, OPT_EVAL_DATASET, OPT_EVAL_EVERY,
-	OPT_TOKENIZER, OPT_LR_WARMUP, OPT_COUNT
+	OPT_TOKENIZER, OPT_LR_WARMUP, OPT_TRAIN_ON, OPT_COUNT
 };
 
 #define TRAIN_SYNOPSIS \
@@ -63,6 +64,7 @@ enum train_opt {
 	"                   [--dropout P] [--targets LIST] [--block-size N] [--no-prefetch] [--lr LR]\n" \
 	"                   [--lr-schedule constant|linear|cosine] [--lr-warmup N] [--warmup N]\n" \
 	"                   [--weight-decay W] [--max-grad-norm G] [--seed S] [--dataset SPEC] [--tokenizer PATH]\n" \
+	"                   [--train-on assistant|all]\n" \
 	"                   [--backend cpu|cuda|auto]\n" \
 	"                   [--vram-budget BYTES] [--configs DIR] [--out DIR] [--init-adapter DIR]\n" \
 	"                   [--save-every N] [--resume DIR] [--eval-dataset SPEC] [--eval-every N]\n" \

@@ -1,0 +1,247 @@
+#!/usr/bin/env bats
+# Chat records: the model's own chat template (tools/lib/jinja*.c,
+# chat_template.c) against what transformers' apply_chat_template gives
+# (tests/fixtures/chat/, made by tests/chat/make_expected.py), the answer
+# masks, document positions in packed rows, and the trainer's loss over
+# the answers.
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+	load test_helper/common-setup
+	_common_setup
+	FIX="$POROS_ROOT/tests/fixtures/chat"
+}
+
+# chat_ids SET: the messages of SET's expected.jsonl through --chat
+chat_ids() {
+	jq -c '{messages}' "$FIX/$1/expected.jsonl" | poros-tokenize --tokenizer "$FIX/$1" --chat
+}
+
+# expect_transformers SET: every conversation's ids are transformers'
+expect_transformers() {
+	chat_ids "$1" >got.jsonl
+	[ "$(wc -l <got.jsonl)" -eq 10 ]
+	diff <(jq -c .ids "$FIX/$1/expected.jsonl") <(jq -c .ids got.jsonl)
+}
+
+# a tokenizer directory holding the fixture's tokenizer and the template given
+with_template() {
+	mkdir -p tok
+	cp "$FIX/qwen3/tokenizer.json" tok/
+	echo '{"eos_token": "<|im_end|>"}' >tok/tokenizer_config.json
+	printf '%s' "$1" >tok/chat_template.jinja
+}
+
+@test "Qwen3's template gives transformers' ids (with and without system, turns, empty and unicode content, <think>)" {
+	expect_transformers qwen3
+}
+
+@test "Llama-3's template gives transformers' ids" {
+	expect_transformers llama3
+}
+
+@test "Llama-3.1's template gives transformers' ids" {
+	expect_transformers llama3_1
+}
+
+@test "a Qwen2-style template with a default system prompt gives transformers' ids (Qwen3's tokenizer)" {
+	expect_transformers qwen2_style
+	# the default system prompt is there when the record has none
+	[ "$(head -1 "$FIX/qwen2_style/expected.jsonl" | jq -r .text | head -1)" = "<|im_start|>system" ]
+}
+
+@test "chat_template.jinja wins over tokenizer_config.json's template, as in transformers" {
+	# both are there; only the .jinja (a Llama-3.1-Instruct-style template) writes the date header
+	jq -e '.chat_template | type == "string"' "$FIX/llama31_style/tokenizer_config.json"
+	expect_transformers llama31_style
+	head -1 "$FIX/llama31_style/expected.jsonl" | jq -e '.text | contains("Today Date: 26 Jul 2024")'
+}
+
+@test "a template given as a list of named templates uses the default one" {
+	mkdir tok
+	cp "$FIX/qwen3/tokenizer.json" tok/
+	jq -n '{eos_token: "<|im_end|>", chat_template: [{name: "tool_use", template: "TOOLS"},
+		{name: "default", template: "{% for m in messages %}<|im_start|>{{ m.content }}<|im_end|>{% endfor %}"}]}' \
+		>tok/tokenizer_config.json
+	run -0 poros-tokenize --tokenizer tok --chat <<<'{"messages":[{"role":"user","content":"hi"}]}'
+	assert_output '{"ids":[151644,6023,151645],"labels":[-100,-100,-100]}'
+}
+
+@test "only the answer and its end-of-turn token are targets (Qwen3, checked by hand)" {
+	chat_ids qwen3 >got.jsonl
+	# conversation 1: "I am a helpful assistant." then <|im_end|> (151645); the
+	# <think>\n\n</think>\n\n block the template inserts is not an answer
+	sed -n 1p got.jsonl | jq -e '[.labels[] | select(. != -100)] == [40, 1079, 264, 10950, 17847, 13, 151645]
+		and (.labels | length) == 26 and .labels[14:18] == [-100, -100, -100, -100] and .ids[14] == 151667'
+	# conversation 9: an earlier turn's reasoning is dropped by the template,
+	# the last turn's is the model's to write
+	sed -n 9p got.jsonl | jq -c '{ids: [.labels[] | select(. != -100)]}' |
+		poros-tokenize --tokenizer "$FIX/qwen3" --decode >text.jsonl
+	run jq -r .text text.jsonl
+	assert_output "a1<|im_end|>r2a2<|im_end|>"
+	# a conversation that ends with the user: nothing to learn
+	sed -n 10p got.jsonl | jq -e '[.labels[] | select(. != -100)] == []'
+}
+
+@test "two answers, and an empty one, keep their end-of-turn tokens (Llama-3, checked by hand)" {
+	chat_ids llama3 >got.jsonl
+	sed -n 3p got.jsonl | jq -c '{ids: [.labels[] | select(. != -100)]}' |
+		poros-tokenize --tokenizer "$FIX/llama3" --decode >text.jsonl
+	run jq -r .text text.jsonl
+	assert_output "$(printf 'Bonjour !<|eot_id|>Bonne nuit.\nDors bien.<|eot_id|>')"
+	# an empty answer: its <|eot_id|> (128009, position 10) alone; the
+	# trailing header this template always adds is not an answer
+	sed -n 4p got.jsonl | jq -e '.ids == [128000,128006,882,128007,271,128009,128006,78191,128007,271,128009,128006,78191,128007,271]
+		and [.labels | to_entries[] | select(.value != -100) | .key] == [10]'
+	# trimmed content: the template's trim is followed, the padding is not an answer
+	sed -n 7p got.jsonl | jq -c '{ids: [.labels[] | select(. != -100)]}' |
+		poros-tokenize --tokenizer "$FIX/llama3" --decode >text.jsonl
+	run jq -r .text text.jsonl
+	assert_output "padded answer<|eot_id|>"
+}
+
+@test "--train-on all makes every token a target; the plain encoding of a record is the same ids" {
+	jq -c '{messages}' "$FIX/qwen3/expected.jsonl" | head -2 >in.jsonl
+	run -0 poros-tokenize --tokenizer "$FIX/qwen3" --chat --train-on all in.jsonl
+	echo "$output" | jq -e -s 'all(.[]; .labels == .ids)'
+	diff <(poros-tokenize --tokenizer "$FIX/qwen3" in.jsonl | jq -c .ids) <(echo "$output" | jq -c .ids)
+}
+
+@test "a template Poros cannot run is refused by name and place, never rendered another way" {
+	with_template "{% for m in messages %}{{ m.content | wordcount }}{% endfor %}"
+	run -2 --separate-stderr poros-tokenize --tokenizer tok --chat <<<'{"messages":[{"role":"user","content":"hi"}]}'
+	[ -z "$output" ]
+	[[ "$stderr" == "poros-tokenize: <stdin>:1: tok/chat_template.jinja: chat template 1:39: unsupported filter \"wordcount\"" ]]
+	with_template "{% macro m() %}x{% endmacro %}"
+	run -2 --separate-stderr poros-tokenize --tokenizer tok --chat <<<'{"messages":[{"role":"user","content":"hi"}]}'
+	[[ "$stderr" == *"chat template 1:4: unsupported tag \"macro\""* ]]
+	# the trainer refuses it the same way
+	run -2 --separate-stderr poros-tokenize --tokenizer tok --pack 8 <<<'{"messages":[{"role":"user","content":"hi"}]}'
+	[[ "$stderr" == *"unsupported tag \"macro\""* ]]
+}
+
+@test "a template's raise_exception is an error with its message" {
+	with_template "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}x"
+	run -2 --separate-stderr poros-tokenize --tokenizer tok --chat <<<'{"messages":[{"role":"system","content":"s"}]}'
+	[[ "$stderr" == *"template raised: System role not supported" ]]
+}
+
+@test "messages for a model without a chat template are an error naming it, not ChatML" {
+	tok="$POROS_ROOT/tests/fixtures/tokenizer/tiny"
+	run -2 --separate-stderr poros-tokenize --tokenizer "$tok" <<<'{"messages":[{"role":"user","content":"hi"}]}'
+	[ -z "$output" ]
+	[[ "$stderr" == *"<stdin>:1: a messages record, but the model has no chat template: no chat template beside $tok/tokenizer.json"* ]]
+	run -2 --separate-stderr poros-tokenize --tokenizer "$tok" --pack 8 <<<'{"messages":[{"role":"user","content":"hi"}]}'
+	[[ "$stderr" == *"the data has messages, but the model has no chat template"* ]]
+}
+
+@test "--pack shows the answer mask (-100) and each token's place in its document" {
+	jq -c '{messages}' "$FIX/qwen2_style/expected.jsonl" | sed -n 2p >in.jsonl
+	echo '{"text":"abc"}' >>in.jsonl
+	chat_len=$(poros-tokenize --tokenizer "$FIX/qwen2_style" --chat <(sed -n 1p in.jsonl) | jq '.ids | length')
+	run -0 poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 64 in.jsonl
+	[ "${#lines[@]}" -eq 1 ]
+	# the chat (with its EOS) is positions 0..chat_len, then the text starts at 0
+	echo "$output" | jq -e --argjson n "$chat_len" '.pos[0:$n + 1] == [range(0; $n + 1)] and .pos[$n + 1] == 0
+		and (.pos | length) == 64'
+	# targets: of the chat's tokens, the answer "4" and its <|im_end|>
+	# (151645) only, and not the EOS after the chat; at that EOS the text's
+	# first token "a" (64), and the text's tokens all are
+	echo "$output" | jq -e --argjson n "$chat_len" '[.targets[0:$n][] | select(. >= 0)] == [19, 151645]
+		and ([.targets[0:$n][] | select(. == -100)] | length) == $n - 2
+		and .tokens[$n] == 151645 and .targets[$n:$n + 4] == [64, 65, 66, 151645]'
+	# --train-on all: nothing masked, only the padding at the end
+	run -0 poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 64 --train-on all in.jsonl
+	echo "$output" | jq -e '[.targets[] | select(. == -100)] == []'
+	# --train-on assistant refuses the text record by name
+	run -2 --separate-stderr poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 64 --train-on assistant in.jsonl
+	[[ "$stderr" == *"in.jsonl:2: train_on \"assistant\" needs \"messages\" records, and this one is text" ]]
+}
+
+@test "a packed row that starts inside a document counts positions from the row's start" {
+	jq -c '{messages}' "$FIX/qwen3/expected.jsonl" | head -1 >in.jsonl
+	run -0 poros-tokenize --tokenizer "$FIX/qwen3" --pack 10 in.jsonl
+	[ "${#lines[@]}" -eq 3 ]
+	# 26 tokens + EOS in rows of 10 (each row's last target is the next
+	# row's first token): the third row holds 6 tokens, the EOS, then padding
+	echo "${lines[1]}" | jq -e '.pos == [0,1,2,3,4,5,6,7,8,9] and .tokens[0] == 198'
+	echo "${lines[2]}" | jq -e '.pos == [0,1,2,3,4,5,6,0,1,2] and .tokens[6] == 151645 and .targets[6:] == [-1,-1,-1,-1]'
+}
+
+# a tiny Qwen2 with synthetic weights whose vocabulary holds the tiny
+# tokenizer's ids, and that tokenizer with a ChatML template
+tiny_chat_model() {
+	mkdir -p m
+	jq '.vocab_size = 320 | del(.model_id)' "$POROS_ROOT/configs/models/tiny_qwen2.json" >m/config.json
+	cp "$POROS_ROOT/tests/fixtures/tokenizer/tiny/"* m/
+	cp "$FIX/qwen2_style/chat_template.jinja" m/
+	for i in 0 1 2 3 4 5; do
+		jq -nc --argjson i $i '{messages: [{role: "user", content: ("hello world" * ($i % 3 + 1))},
+			{role: "assistant", content: ("hello" + (" world" * $i))}]}'
+	done >chat.jsonl
+}
+
+@test "the loss is the mean over the answers of the whole step: accumulation does not change it" {
+	tiny_chat_model
+	for acc in 1 2 4; do
+		poros-train --backend cpu --seq-len 32 --batch-size $((4 / acc)) --accum $acc --rank 4 --alpha 8 \
+			--dropout 0 --quiet --model ./m --dataset chat.jsonl --steps 3 --out "r$acc" >"r$acc.json"
+	done
+	jq -e -s 'map(.tokens_supervised) | all(. > 0) and .[0] < 128' r1/events.jsonl
+	diff <(jq -c '[.loss, .grad_norm, .tokens_supervised]' r1/events.jsonl) \
+		<(jq -c '[.loss, .grad_norm, .tokens_supervised]' r2/events.jsonl)
+	diff <(jq -c '[.loss, .grad_norm, .tokens_supervised]' r1/events.jsonl) \
+		<(jq -c '[.loss, .grad_norm, .tokens_supervised]' r4/events.jsonl)
+	# the supervised count is the packed rows' own: the targets that are ids
+	want=$(poros-tokenize --tokenizer m --pack 32 chat.jsonl | head -4 | jq -s '[.[].targets[] | select(. >= 0)] | length')
+	[ "$(head -1 r1/events.jsonl | jq .tokens_supervised)" -eq "$want" ]
+}
+
+@test "a step without an answer reports loss null and 0 supervised tokens, never NaN" {
+	tiny_chat_model
+	echo '{"messages":[{"role":"user","content":"hello world hello"}]}' >q.jsonl
+	run -0 --separate-stderr poros-train --backend cpu --seq-len 32 --batch-size 2 --rank 4 --alpha 8 --quiet \
+		--model ./m --dataset q.jsonl --steps 2 --out rq
+	echo "$output" | jq -e '.status == "ok" and .loss_first == null and .loss_last == null'
+	jq -e -s 'length == 2 and all(.[]; .loss == null and .tokens_supervised == 0 and .grad_norm == 0)' rq/events.jsonl
+	! grep -qi nan rq/events.jsonl
+	# the same prompts under --train-on all are all targets
+	poros-train --backend cpu --seq-len 32 --batch-size 2 --rank 4 --alpha 8 --quiet --model ./m --dataset q.jsonl \
+		--steps 1 --train-on all --out ra >ra.json
+	jq -e '.loss > 0 and .tokens_supervised > 0' ra/events.jsonl
+}
+
+@test "the trainer refuses messages for a model without a template, and a template it cannot run" {
+	tiny_chat_model
+	rm m/chat_template.jinja
+	run -2 --separate-stderr poros-train --backend cpu --model ./m --dataset chat.jsonl --steps 1 --out r
+	[[ "$stderr" == *"chat.jsonl:1: the data has messages, but the model has no chat template"* ]]
+	printf '{{ messages | wordcount }}' >m/chat_template.jinja
+	run -2 --separate-stderr poros-train --backend cpu --model ./m --dataset chat.jsonl --steps 1 --out r
+	[[ "$stderr" == *"chat.jsonl:1: ./m/chat_template.jinja: chat template 1:15: unsupported filter \"wordcount\"" ]]
+	[ ! -e r/events.jsonl ]
+}
+
+@test "--train-on assistant refuses data that has no chats; a bad value is a usage error" {
+	run -2 --separate-stderr poros-train --backend cpu --model poros/tiny-qwen2 --dataset synthetic --train-on assistant \
+		--steps 1 --out r
+	[[ "$stderr" == *"dataset synthetic: train_on \"assistant\" needs chat (messages) records"* ]]
+	run -2 --separate-stderr poros-train --model poros/tiny-qwen2 --train-on answers
+	[[ "$stderr" == *"--train-on: unknown value \"answers\" (expected one of: assistant, all)"* ]]
+}
+
+@test "training.train_on goes from the spec into the cell and the trainer" {
+	sed 's/^training:/training:\n  train_on: assistant/' "$POROS_ROOT/configs/bench/tiny.yaml" >spec.yaml
+	grep -q 'train_on: assistant' spec.yaml
+	poros-expand spec.yaml -o bench --jsonl | grep '"cell_id":"resident_tiny_qwen2_bf16"' >cell.json
+	jq -e '.training.train_on == "assistant"' cell.json
+	# the cell's training is synthetic: the trainer refuses it under assistant
+	run -2 --separate-stderr poros-train --cell cell.json --backend cpu --steps 1 --out r
+	[[ "$stderr" == *"train_on \"assistant\" needs chat (messages) records"* ]]
+	# without the key the cells carry none, as before
+	poros-expand "$POROS_ROOT/configs/bench/tiny.yaml" -o bench2 --jsonl | head -1 | jq -e '.training | has("train_on") | not'
+	jq '.training.train_on = "some"' cell.json >bad.json
+	run -2 --separate-stderr poros-train --cell bad.json
+	[[ "$stderr" == *"training.train_on: unknown train_on \"some\" (expected one of: assistant, all)"* ]]
+}

@@ -1,0 +1,159 @@
+/* tests/unit/test_jinja.c: tools/lib/jinja against what jinja2 renders
+ * (tests/fixtures/jinja/cases.jsonl, written by make_jinja_cases.py), the
+ * provenance of content bytes, and the refusals.  Run from the repository
+ * root. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jinja.h"
+#include "util.h"
+#include "test_common.h"
+
+/* Renders src with vars (JSON text); the output, or NULL with err. */
+static char *render(const char *src, const char *vars_json, int taint, struct jinja_output *out, char *err,
+		    size_t errsz)
+{
+	struct jinja_template *t;
+	cJSON *vars = cJSON_Parse(vars_json);
+	int rc;
+
+	memset(out, 0, sizeof *out);
+	if (jinja_parse(&t, src, strlen(src), err, errsz) < 0) {
+		cJSON_Delete(vars);
+		return NULL;
+	}
+	rc = jinja_render(out, t, vars, taint, err, errsz);
+	jinja_free(t);
+	cJSON_Delete(vars);
+	return rc < 0 ? NULL : out->text;
+}
+
+static void test_cases(void)
+{
+	size_t len;
+	char *buf = read_whole_file("tests/fixtures/jinja/cases.jsonl", &len), *line, *save = NULL;
+	int n = 0;
+
+	CHECK(buf != NULL);
+	if (buf == NULL)
+		return;
+	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		cJSON *c = cJSON_Parse(line);
+		const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
+		const char *src = cJSON_GetObjectItem(c, "template")->valuestring;
+		const cJSON *want = cJSON_GetObjectItem(c, "expected"), *want_err = cJSON_GetObjectItem(c, "error");
+		char *vars = cJSON_PrintUnformatted(cJSON_GetObjectItem(c, "vars")), err[512] = "";
+		struct jinja_output out;
+		char *got = render(src, vars, 0, &out, err, sizeof err);
+
+		if (want_err)
+			CHECKF(got == NULL && strstr(err, want_err->valuestring), "%s: want the error \"%s\", got %s%s", name,
+			       want_err->valuestring, got ? "output " : "error ", got ? got : err);
+		else
+			CHECKF(got && strcmp(got, want->valuestring) == 0, "%s:\n  want \"%s\"\n  got  \"%s\"", name,
+			       want->valuestring, got ? got : err);
+		jinja_output_free(&out);
+		free(vars);
+		cJSON_Delete(c);
+		n++;
+	}
+	CHECKF(n >= 25, "only %d cases read", n);
+	free(buf);
+}
+
+/* The origin of each output byte: a digit per byte, '.' for template text. */
+static void origins(const struct jinja_output *o, char *s)
+{
+	for (size_t i = 0; i < o->len; i++)
+		s[i] = o->origin[i] ? (char)('0' + o->origin[i]) : '.';
+	s[o->len] = '\0';
+}
+
+static void test_provenance(void)
+{
+	static const char *const msgs =
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"  hi \"},{\"role\":\"assistant\",\"content\":\"<think>r</think>ok\"},"
+		"{\"role\":\"assistant\",\"content\":\"\"}],\"bos\":\"B\"}";
+	struct jinja_output o;
+	char err[512], org[256];
+
+	/* trim, concatenation and literals */
+	CHECK(render("{{ bos }}{% for m in messages %}[{{ m.content | trim + '|' }}]{% endfor %}", msgs, 1, &o, err,
+		     sizeof err));
+	CHECKF(strcmp(o.text, "B[hi|][<think>r</think>ok|][|]") == 0, "text %s", o.text);
+	origins(&o, org);
+	CHECKF(strcmp(org, "..11...222222222222222222.....") == 0, "origins %s", org);
+	/* the empty content keeps its place */
+	CHECKF(o.n_anchor == 1 && o.anchor_pos[0] == 28 && o.anchor_origin[0] == 3, "anchors %zu", o.n_anchor);
+	jinja_output_free(&o);
+
+	/* split and strip: Qwen3's reasoning extraction */
+	CHECK(render("{% set c = messages[1].content %}{{ c.split('</think>')[-1].lstrip('\\n') }}/"
+		     "{{ c.split('</think>')[0].split('<think>')[-1] }}/{{ c[::-1] }}", msgs, 1, &o, err, sizeof err));
+	CHECKF(strcmp(o.text, "ok/r/ko>kniht/<r>kniht<") == 0, "text %s", o.text);
+	origins(&o, org);
+	CHECKF(strcmp(org, "22.2.222222222222222222") == 0, "origins %s", org);
+	jinja_output_free(&o);
+
+	/* only content is followed, not the role; without taint nothing is */
+	CHECK(render("{{ messages[0].role }}{{ messages[0].content }}", msgs, 1, &o, err, sizeof err));
+	origins(&o, org);
+	CHECKF(strcmp(org, "....11111") == 0, "origins %s", org);
+	jinja_output_free(&o);
+	CHECK(render("{{ messages[0].content }}", msgs, 0, &o, err, sizeof err));
+	origins(&o, org);
+	CHECKF(strcmp(org, ".....") == 0, "origins %s", org);
+	jinja_output_free(&o);
+}
+
+static void expect_refused(int line, const char *src, const char *want)
+{
+	struct jinja_output o;
+	char err[512] = "";
+
+	if (render(src, "{\"s\":\"x\",\"ms\":[]}", 0, &o, err, sizeof err) != NULL || strstr(err, want) == NULL) {
+		fprintf(stderr, "%s:%d: %s: error \"%s\", want one saying \"%s\"\n", __FILE__, line, src, err, want);
+		failures++;
+	}
+	jinja_output_free(&o);
+}
+
+static void test_refusals(void)
+{
+	expect_refused(__LINE__, "ab{% macro m() %}x{% endmacro %}", "1:6: unsupported tag \"macro\"");
+	expect_refused(__LINE__, "{{ s | wordcount }}", "1:8: unsupported filter \"wordcount\"");
+	expect_refused(__LINE__, "{{ s.zfill(3) }}", "unsupported method \"zfill\" of a string");
+	expect_refused(__LINE__, "\n{{ s is sameas }}", "2:9: unsupported test \"sameas\"");
+	expect_refused(__LINE__, "{{ nope.attr }}", "undefined value has no attribute \"attr\"");
+	expect_refused(__LINE__, "{% set x %}y{% endset %}", "block assignments");
+	expect_refused(__LINE__, "{% if s %}x", "missing {% endif %}");
+	expect_refused(__LINE__, "{% for x in ms %}x{% endif %}", "unexpected {% endif %}");
+	expect_refused(__LINE__, "{{ s + 1 }}", "unsupported operand types for +: string and integer");
+	expect_refused(__LINE__, "{{ ms.append(1) }}", "unsupported method \"append\" of a list");
+	expect_refused(__LINE__, "{{ 'É' | lower }}", "non-ASCII");
+	expect_refused(__LINE__, "{{ raise_exception('no ' ~ s) }}", "template raised: no x");
+	expect_refused(__LINE__, "{{ 'abc }}", "unterminated string literal");
+	expect_refused(__LINE__, "{% set ns = 1 %}{% set ns.a = 2 %}", "only of a namespace()");
+	expect_refused(__LINE__, "{{ strftime_now() }}", "strftime_now needs a string");
+}
+
+static void test_strftime(void)
+{
+	struct jinja_output o;
+	char err[256];
+
+	/* today's date: only its shape can be checked */
+	CHECK(render("{{ strftime_now('%Y-%m-%d') }}", "{}", 0, &o, err, sizeof err));
+	CHECKF(o.len == 10 && o.text[4] == '-' && o.text[7] == '-', "date %s", o.text);
+	jinja_output_free(&o);
+}
+
+int main(void)
+{
+	test_cases();
+	test_provenance();
+	test_refusals();
+	test_strftime();
+	return test_verdict("test_jinja");
+}

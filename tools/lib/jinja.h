@@ -1,0 +1,53 @@
+/* tools/lib/jinja.h: the subset of Jinja2 that model chat templates use,
+ * rendered as transformers renders them (trim_blocks, lstrip_blocks,
+ * loopcontrols; raise_exception, strftime_now, namespace, tojson with
+ * ensure_ascii=False).
+ *
+ * Supported: text, {{ }}, {# #}, {% if/elif/else %}, {% for %} (tuple
+ * targets, an inline `if` filter, else, loop.index/index0/revindex/
+ * revindex0/first/last/length/previtem/nextitem, break/continue), {% set %}
+ * (names, tuples, namespace attributes), {% generation %} (rendered as its
+ * body), whitespace control {%- -%} {%+; expressions with literals,
+ * lists, dicts, attributes, indexing and slicing (negative, steps), calls,
+ * filters, tests, `in`, `~`, arithmetic, comparisons, and/or/not and
+ * `a if c else b`.  Filters, tests, methods and globals are listed in
+ * jinja_lib.c.  Anything else (an unknown tag, filter, test, method or
+ * global) is an error naming it and its place: a template is rendered
+ * exactly or not at all.
+ *
+ * Provenance: each output byte carries an origin, 0 for template text and
+ * i+1 for a byte that came from messages[i].content (through string
+ * filters, methods, slicing and concatenation).  Where such a content is
+ * empty, its place in the output is kept as an anchor. */
+#ifndef POROS_JINJA_H
+#define POROS_JINJA_H
+
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+struct jinja_template;
+
+/* src[0..len) is the template; err gets "LINE:COL: what" on failure.
+ * 0 or -1. */
+int jinja_parse(struct jinja_template **out, const char *src, size_t len, char *err, size_t errsz);
+void jinja_free(struct jinja_template *t);
+
+struct jinja_output {
+	char *text;         /* NUL-terminated */
+	size_t len;
+	int *origin;        /* (len) */
+	size_t n_anchor;
+	size_t *anchor_pos; /* (n_anchor) byte offsets, ascending */
+	int *anchor_origin; /* (n_anchor) */
+};
+
+/* Renders with the members of vars (a JSON object) as the context; with
+ * taint_messages, vars.messages[i].content carries origin i+1.  0, or -1
+ * with err ("LINE:COL: what"; raise_exception's message as "LINE:COL:
+ * template raised: MESSAGE").  out is freed with jinja_output_free. */
+int jinja_render(struct jinja_output *out, const struct jinja_template *t, const cJSON *vars, int taint_messages,
+		 char *err, size_t errsz);
+void jinja_output_free(struct jinja_output *out);
+
+#endif
