@@ -108,7 +108,8 @@ static void test_round_trip(void)
 	CHECK(b.wall_s == 41.2);
 	check_str(b.started_at, "2026-11-29T15:21:41Z", "started_at");
 	/* stable key order, as docs/schemas.md lists it */
-	CHECK(strncmp(s1, "{\"schema\":\"poros.artifact/1\",\"cell_id\":\"peft_qwen2_5_32b_bf16\",\"cell\":{", 70) == 0);
+	CHECK(strncmp(s1, "{\"schema\":\"poros.artifact/1\",\"cell_id\":\"peft_qwen2_5_32b_bf16\",\"config_hash\":\"sha256:", 83) == 0);
+	CHECK(strstr(s1, "\",\"method\":\"peft\",\"model_id\":\"Qwen/Qwen2.5-32B\",\"precision\":\"bf16\",\"cell\":{") != NULL);
 	CHECK(strstr(s1, "\"status\":\"ok\",\"error\":null,\"metrics\":{\"vram_peak_mb\":7012.4,") != NULL);
 	CHECK(strstr(s1, "\"parity\":{\"loss_max_abs_delta\":0,\"adapter_max_abs_delta\":null,\"bitwise_exact\":true}") != NULL);
 	CHECK(strstr(s1, "\"log\":\"logs/peft_qwen2_5_32b_bf16.log\",\"run_dir\":\"runs/peft_qwen2_5_32b_bf16\"}\n") != NULL);
