@@ -174,6 +174,11 @@ artifact_with() {
 	skipped poros-merge "cut.jsonl:1: skipped: line does not end in a newline" -- poros-merge cut.jsonl
 }
 
+@test "a tokenizer.json whose template names an id with no token is refused at load (found by fuzz_tokenizer)" {
+	refused poros-tokenize 2 "template-id-gap.json: post_processor: special id 309 names no token of the vocabulary" -- \
+		poros-tokenize --tokenizer "$POROS_ROOT/tests/fuzz/regress/fuzz_tokenizer/template-id-gap.json" /dev/null
+}
+
 @test "invalid UTF-8 is refused with the line and byte wherever text is read" {
 	printf 'spec_id: caf\303\050\n' > bad.yaml
 	refused poros-expand 2 "bad.yaml:1:13: not valid UTF-8 (byte 0xc3)" -- poros-expand -o out bad.yaml
