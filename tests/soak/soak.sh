@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/soak/soak.sh: SIGKILL at random points, many times, and check what
 # Poros promises after each kill (docs/robustness.md):
-#   bench   `poros bench run` of tests/fixtures/robustness/bench.yaml (the
-#           real poros-train, 8 tiny CPU cells) killed with its process group:
+#   bench   `poros bench run` of tests/fixtures/robustness/bench.yaml with 30
+#           steps a cell (the real poros-train, 8 tiny CPU cells) killed with
+#           its process group:
 #           results.jsonl holds whole lines, no cell twice, every artifact and
 #           cell file is whole JSON; after the kills one rerun completes every
 #           cell exactly once, with the losses of an uninterrupted run.
@@ -55,7 +56,10 @@ kill_group() {
 }
 
 # --- bench ---------------------------------------------------------------------
-SPEC=$ROOT/tests/fixtures/robustness/bench.yaml
+# the robustness spec with longer cells, so that kills land inside the trainer too
+SPEC=$WORK/bench.yaml
+sed 's/^  steps: 2$/  steps: 30/' "$ROOT/tests/fixtures/robustness/bench.yaml" > "$SPEC"
+grep -q '^  steps: 30$' "$SPEC" || { echo "soak: tests/fixtures/robustness/bench.yaml has no \"  steps: 2\" line to lengthen" >&2; exit 2; }
 bench_consistent() {
 	local out=$1 f dup
 	whole_lines "$out/results.jsonl" || return
