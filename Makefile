@@ -71,7 +71,7 @@ ifeq ($(NVCC),)
 	@echo "poros: nvcc not found (set CUDA_HOME to build it): CPU-only build" >&2
 endif
 
-.PHONY: all cuda-note deps deps-test test test-unit test-bats test-gpu test-asan bench install clean bundle fuzz FORCE
+.PHONY: all cuda-note deps deps-test test test-unit test-bats test-gpu test-asan bench install clean bundle fuzz soak FORCE
 
 # --- dependencies ---------------------------------------------------------
 # $(call install_missing,PACKAGES): installs those of the Debian packages
@@ -179,6 +179,13 @@ test-asan:
 FUZZ_SECONDS ?= 60
 fuzz:
 	FUZZ_SECONDS='$(FUZZ_SECONDS)' sh tests/fuzz/run.sh
+
+# SIGKILLs `poros bench run` and poros-train at random points and checks
+# what docs/robustness.md promises after each kill (tests/soak/soak.sh).
+# Not part of `make test`: a few minutes.  SOAK_KILLS kills per part
+# (default 20), SOAK_SEED repeats a run's kill times, SOAK_ONLY=bench|train.
+soak: all
+	bash tests/soak/soak.sh
 
 bench: all
 	bin/poros bench run configs/bench/tiny.yaml && bin/poros parity configs/bench/tiny.yaml

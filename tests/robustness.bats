@@ -174,6 +174,11 @@ artifact_with() {
 	skipped poros-merge "cut.jsonl:1: skipped: line does not end in a newline" -- poros-merge cut.jsonl
 }
 
+@test "a tokenizer.json whose template names an id with no token is refused at load (found by fuzz_tokenizer)" {
+	refused poros-tokenize 2 "template-id-gap.json: post_processor: special id 309 names no token of the vocabulary" -- \
+		poros-tokenize --tokenizer "$POROS_ROOT/tests/fuzz/regress/fuzz_tokenizer/template-id-gap.json" /dev/null
+}
+
 @test "invalid UTF-8 is refused with the line and byte wherever text is read" {
 	printf 'spec_id: caf\303\050\n' > bad.yaml
 	refused poros-expand 2 "bad.yaml:1:13: not valid UTF-8 (byte 0xc3)" -- poros-expand -o out bad.yaml
@@ -368,6 +373,78 @@ artifact_with() {
 	refused poros-expand 1 "out2/cells: is a symbolic link; refusing to write through it" -- poros-expand -o out2 "$SPEC"
 	[ "$(cat "elsewhere/$id.json")" = precious ] && [ "$(ls elsewhere | wc -l)" -eq 1 ]
 	[ ! -e out2/spec.json ]
+}
+
+@test "a symlink planted at a run's adapter or adapter-stepN directory is refused: nothing lands outside" {
+	mkdir -p elsewhere run
+	ln -s ../elsewhere run/adapter
+	local train=(poros-train --model poros/tiny-qwen2 --backend cpu --steps 2 --seq-len 8 --rank 2 --targets q_proj --quiet)
+	run -1 --separate-stderr "${train[@]}" --out run
+	[ "$(jq -r .error <<< "$output")" = "run/adapter: is a symbolic link; refusing to write through it" ]
+	stderr_has "poros-train: run/adapter: is a symbolic link"
+	rm run/adapter
+	ln -s ../elsewhere run/adapter-step1
+	run -1 --separate-stderr "${train[@]}" --save-every 1 --out run
+	[ "$(jq -r .error <<< "$output")" = "run/adapter-step1: is a symbolic link; refusing to write through it" ]
+	[ -L run/adapter-step1 ]
+	[ -z "$(ls -A elsewhere)" ] || fail "written outside the run directory: $(ls elsewhere)"
+}
+
+@test "temporaries of a save killed mid-write are gone once the run directory is trained again" {
+	local dead
+	sh -c 'exit 0' &
+	dead=$!
+	wait "$dead"
+	mkdir -p run/adapter run/adapter-step1 run/adapter-step7
+	printf torn > "run/adapter/adapter_model.safetensors.tmp.$dead"
+	printf torn > "run/adapter-step1/adapter_model.safetensors.tmp.$dead"
+	# a step this run does not save again, and a writer that is still alive
+	printf torn > "run/adapter-step7/adapter_config.json.tmp.$dead"
+	printf live > "run/adapter-step7/adapter_model.safetensors.tmp.$$"
+	run -0 --separate-stderr poros-train --model poros/tiny-qwen2 --backend cpu --steps 2 --seq-len 8 --rank 2 \
+		--targets q_proj --save-every 1 --out run --quiet
+	[ "$(jq -r .status <<< "$output")" = ok ]
+	[ -z "$(find run -name "*.tmp.$dead")" ] || fail "left behind: $(find run -name "*.tmp.$dead")"
+	[ "$(cat "run/adapter-step7/adapter_model.safetensors.tmp.$$")" = live ]
+	[ -s run/adapter-step1/adapter_model.safetensors ] && [ -s run/adapter/adapter_model.safetensors ]
+}
+
+@test "an output_dir with a leading blank runs every cell there, never another directory's cells" {
+	export POROS_TRAIN="$FAKE"
+	sed "s|output_dir: out/robust|output_dir: ' out'|" "$SPEC" > s.yaml
+	# a decoy: another spec's cells in the directory named without the blank
+	sed "s|output_dir: out/robust|output_dir: out|; s|^spec_id: robust|spec_id: decoy|" "$SPEC" > decoy.yaml
+	poros-expand decoy.yaml > /dev/null
+	run -0 --separate-stderr poros bench run s.yaml
+	[ "$(wc -l < " out/results.jsonl")" -eq 8 ]
+	[ "$(jq -r '.cell.spec_id + " " + .status' " out/results.jsonl" | sort -u)" = "robust ok" ]
+	[ ! -e out/results.jsonl ] && [ ! -e out/logs ] && [ -z "$(find out -maxdepth 1 -name '*_*.json')" ]
+}
+
+@test "an output_dir named like an option (-rf) stays a directory name for the driver and every tool" {
+	export POROS_TRAIN="$FAKE"
+	sed "s|output_dir: out/robust|output_dir: '-rf'|" "$SPEC" > s.yaml
+	run -0 --separate-stderr poros bench run s.yaml
+	[ "$(jq -s 'map(select(.status == "ok")) | length' ./-rf/results.jsonl)" -eq 8 ]
+	grep -q '<html' ./-rf/report.html
+	run -0 --separate-stderr poros train s.yaml
+	[ "$(find ./-rf/runs -name events.jsonl | wc -l)" -eq 8 ]
+}
+
+@test "a record over the 1 MiB line bound is refused by name and the results file is untouched" {
+	artifact_with . > results.jsonl
+	cp results.jsonl before.jsonl
+	head -c 2000000 /dev/zero | tr '\0' e > e.txt
+	jq -c --rawfile e e.txt '.error = $e' "$ARTIFACT" > big.jsonl
+	run -2 --separate-stderr poros-merge --append-to results.jsonl < big.jsonl
+	stderr_has "poros-merge: <stdin>:1: not appended: the record is $(wc -c < big.jsonl) bytes, over the 1048576-byte bound on a line"
+	cmp before.jsonl results.jsonl
+	# one under the bound goes in whole
+	head -c 1000000 /dev/zero | tr '\0' e > e.txt
+	jq -c --rawfile e e.txt '.error = $e' "$ARTIFACT" > ok.jsonl
+	run -0 --separate-stderr poros-merge --append-to results.jsonl < ok.jsonl
+	[ "$(wc -l < results.jsonl)" -eq 2 ]
+	whole_lines results.jsonl
 }
 
 @test "no spec value reaches a shell: metacharacters stay literal through the whole bench" {

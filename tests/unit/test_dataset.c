@@ -302,6 +302,181 @@ static void test_errors(const struct tokenizer *tok)
 	free(bad_txt);
 }
 
+/* A .gz whose content is over 2 GiB: zlib reads at most INT_MAX bytes a
+ * call, and a JSON Lines file is read a line at a time, not held whole.
+ * Made of concatenated gzip members (one compressed block of blank lines,
+ * written many times), so the file itself stays small. */
+static void test_big_gz(void)
+{
+	char err[512];
+	const size_t block = (size_t)64 << 20, line = (size_t)1 << 20;
+	char *text = xmalloc(block), *p = xasprintf("%s/big/train.jsonl.gz", tmp);
+	const char *rec = "{\"input_ids\":[5,6]}\n";
+	z_stream z;
+	unsigned char *gz;
+	uLong gz_len;
+	FILE *f;
+	struct dataset *ds;
+	int32_t tokens[4], targets[4];
+	int copies = 33; /* 33 x 64 MiB = 2.06 GiB */
+
+	/* lines of 1 MiB of spaces: blank, so skipped */
+	memset(text, ' ', block);
+	for (size_t i = line - 1; i < block; i += line)
+		text[i] = '\n';
+	memset(&z, 0, sizeof z);
+	CHECK(deflateInit2(&z, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+	gz_len = deflateBound(&z, (uLong)block);
+	gz = xmalloc(gz_len);
+	z.next_in = (unsigned char *)text;
+	z.avail_in = (uInt)block;
+	z.next_out = gz;
+	z.avail_out = (uInt)gz_len;
+	CHECK(deflate(&z, Z_FINISH) == Z_STREAM_END);
+	gz_len = z.total_out;
+	deflateEnd(&z);
+	free(put("big/README.md", "x\n"));
+	f = fopen(p, "wb");
+	CHECK(f != NULL);
+	for (int i = 0; f && i < copies; i++)
+		CHECK(fwrite(gz, 1, gz_len, f) == gz_len);
+	/* the one record, as a last member */
+	gzFile g = f ? gzdopen(dup(fileno(f)), "ab") : NULL;
+	if (f)
+		fflush(f);
+	CHECK(g != NULL && gzwrite(g, rec, (unsigned)strlen(rec)) == (int)strlen(rec) && gzclose(g) == Z_OK);
+	if (f)
+		fclose(f);
+	ds = dataset_new(NULL, 2, 0, 0, 0);
+	CHECKF(dataset_add_path(ds, p, err, sizeof err) == 0, "%s", err);
+	CHECK(dataset_documents(ds) == 1);
+	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
+	ROW(2, 5, 6, 6, 0);
+	dataset_close(ds);
+	unlink(p);
+	free(p);
+	free(gz);
+	free(text);
+}
+
+/* Lines longer than the read buffer, a last line without its newline,
+ * CRLF, and line numbers that stay right after a long line. */
+static void test_long_lines(void)
+{
+	char err[1024];
+	size_t n_ids = 1500000, cap = n_ids * 2 + 256, n = 0;
+	char *buf = xmalloc(cap), *p;
+	struct dataset *ds;
+
+	n += (size_t)snprintf(buf + n, cap - n, "{\"input_ids\":[");
+	for (size_t i = 0; i < n_ids; i++) {
+		buf[n++] = '3';
+		buf[n++] = i + 1 < n_ids ? ',' : ']';
+	}
+	n += (size_t)snprintf(buf + n, cap - n, "}\r\n{\"input_ids\":[4]}\n{\"input_ids\":[5]}");
+	p = put("long/a.jsonl", buf);
+	ds = dataset_new(NULL, 4, 0, 0, 0);
+	CHECKF(dataset_add_path(ds, p, err, sizeof err) == 0, "%s", err);
+	CHECK(dataset_prepare(ds, err, sizeof err) == 0);
+	CHECK(dataset_documents(ds) == 3);
+	CHECK(dataset_tokens(ds) == (long long)n_ids + 2 + 3);
+	dataset_close(ds);
+	free(p);
+	/* the same with a bad third line: its number, not the buffer's */
+	memcpy(buf + n - strlen("{\"input_ids\":[5]}"), "{\"input_ids\":[5]x", strlen("{\"input_ids\":[5]}"));
+	p = put("long/b.jsonl", buf);
+	ds = dataset_new(NULL, 4, 0, 0, 0);
+	CHECK(dataset_add_path(ds, p, err, sizeof err) < 0);
+	CHECKF(strstr(err, "long/b.jsonl:3:17: not valid JSON") != NULL, "%s", err);
+	dataset_close(ds);
+	free(p);
+	free(buf);
+}
+
+/* A key given twice: the last value counts, as in Python's json (HF). */
+static void test_duplicate_keys(const struct tokenizer *tok)
+{
+	char err[512], *p;
+	struct dataset *ds;
+	int32_t tokens[8], targets[8];
+
+	p = put("dup/a.jsonl", "{\"text\":\"hello\",\"text\":\"lll\"}\n"
+			       "{\"input_ids\":[1],\"x\":{\"k\":1,\"k\":2},\"input_ids\":[7,8]}\n");
+	ds = dataset_new(tok, 8, 0, 300, 0);
+	CHECKF(dataset_add_path(ds, p, err, sizeof err) == 0, "%s", err);
+	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
+	ROW(8, 257, 108, 300, 7, 8, 300, 300, 300, 108, 300, 7, 8, 300, -1, -1, -1);
+	dataset_close(ds);
+	free(p);
+	/* in a JSON array file, and inside messages: as if given once */
+	p = put("dup/b.json", "[{\"input_ids\":[1],\"input_ids\":[2]},"
+			      "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"content\":\"hello\"}]}]");
+	char *q = put("dup/c.json", "[{\"input_ids\":[2]},{\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}]");
+	struct dataset *once = dataset_new(tok, 8, 0, 300, 0);
+	int32_t t_once[8], g_once[8];
+	ds = dataset_new(tok, 8, 0, 300, 0);
+	CHECKF(dataset_add_path(ds, p, err, sizeof err) == 0, "%s", err);
+	CHECKF(dataset_add_path(once, q, err, sizeof err) == 0, "%s", err);
+	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
+	CHECK(dataset_next(once, t_once, g_once, NULL, 1, err, sizeof err) == 0);
+	CHECK(tokens[0] == 2 && memcmp(tokens, t_once, sizeof tokens) == 0 && memcmp(targets, g_once, sizeof targets) == 0);
+	dataset_close(ds);
+	dataset_close(once);
+	free(p);
+	free(q);
+}
+
+/* A directory walk that fails says why: never "no documents". */
+static void test_walk_errors(const struct tokenizer *tok)
+{
+	char *d, *deep;
+
+	free(put("w1/train.jsonl", "{\"input_ids\":[1]}\n"));
+	d = xasprintf("%s/w1/train-b.jsonl", tmp);
+	CHECK(symlink("../blobs/missing", d) == 0);
+	free(d);
+	expect_error(tok, __LINE__, "w1", NULL, 300, "w1/train-b.jsonl: a symbolic link to a missing file");
+	free(put("w2/a/x.jsonl", "{\"input_ids\":[1]}\n"));
+	d = xasprintf("%s/w2/a/loop", tmp);
+	CHECK(symlink("..", d) == 0);
+	free(d);
+	expect_error(tok, __LINE__, "w2", NULL, 300, "w2/a/loop: a symbolic link loop");
+	free(put("w3/x.jsonl", "{\"input_ids\":[1]}\n"));
+	d = xasprintf("%s/w3/p", tmp);
+	CHECK(symlink("q", d) == 0);
+	free(d);
+	d = xasprintf("%s/w3/q", tmp);
+	CHECK(symlink("p", d) == 0);
+	free(d);
+	expect_error(tok, __LINE__, "w3", NULL, 300, "w3/p: Too many levels of symbolic links");
+	deep = xstrdup("w4");
+	for (int i = 0; i < 40; i++) {
+		char *next = xasprintf("%s/d", deep);
+		free(deep);
+		deep = next;
+	}
+	d = xasprintf("%s/x.jsonl", deep);
+	free(put(d, "{\"input_ids\":[1]}\n"));
+	free(d);
+	free(deep);
+	expect_error(tok, __LINE__, "w4", NULL, 300, "more than 32 directories deep");
+	/* a link to a directory elsewhere is followed */
+	free(put("w5/data/train.jsonl", "{\"input_ids\":[1]}\n"));
+	free(put("w6/README.md", "x\n"));
+	d = xasprintf("%s/w6/data", tmp);
+	CHECK(symlink("../w5/data", d) == 0);
+	{
+		char err[512];
+		struct dataset *ds = dataset_new(NULL, 2, 0, 0, 0);
+		char *w6 = xasprintf("%s/w6", tmp);
+		CHECKF(dataset_add_path(ds, w6, err, sizeof err) == 0, "%s", err);
+		CHECK(dataset_documents(ds) == 1);
+		dataset_close(ds);
+		free(w6);
+	}
+	free(d);
+}
+
 /* Tokenizing on many threads gives what one thread gives. */
 static void test_threads(const struct tokenizer *tok)
 {
@@ -410,6 +585,10 @@ int main(void)
 	test_errors(tok);
 	test_threads(tok);
 	test_chat_targets();
+	test_long_lines();
+	test_duplicate_keys(tok);
+	test_walk_errors(tok);
+	test_big_gz();
 	tokenizer_free(tok);
 	scratch_remove(tmp);
 	return test_verdict("test_dataset");

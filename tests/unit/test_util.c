@@ -205,6 +205,49 @@ static void test_jsonl(const char *dir)
 	free(path);
 }
 
+/* A directory a tool owns is never a link; a dead writer's temporary goes,
+ * whatever its age, and a live one's stays; a line over the bound is
+ * refused and the file kept. */
+static void test_owned_dirs_and_bounds(const char *dir)
+{
+	char *real = xasprintf("%s/owned", dir), *link = xasprintf("%s/owned-link", dir);
+	char *sub = xasprintf("%s/owned/a/b", dir), *dead_tmp, *live_tmp, *other, *lines = xasprintf("%s/bound.jsonl", dir);
+	size_t big = APPEND_LINE_MAX + 1;
+	char *line = xmalloc(big);
+	struct stat st;
+	pid_t dead = fork();
+
+	if (dead == 0)
+		_exit(0);
+	waitpid(dead, NULL, 0);
+	CHECK(mkdir_owned(sub, 0755) == 0 && stat(sub, &st) == 0 && S_ISDIR(st.st_mode));
+	CHECK(symlink("owned", link) == 0);
+	errno = 0;
+	CHECK(mkdir_owned(link, 0755) < 0 && errno == ELOOP);
+	dead_tmp = xasprintf("%s/adapter_model.safetensors.tmp.%ld", real, (long)dead);
+	live_tmp = xasprintf("%s/adapter_config.json.tmp.%ld", real, (long)getpid());
+	other = xasprintf("%s/adapter_model.safetensors", real);
+	CHECK(atomic_write(dead_tmp, "torn", 4) == 0 && atomic_write(live_tmp, "live", 4) == 0 &&
+	      atomic_write(other, "kept", 4) == 0);
+	CHECK(remove_dead_tmp(real) == 1);
+	CHECK(access(dead_tmp, F_OK) < 0 && access(live_tmp, F_OK) == 0 && access(other, F_OK) == 0);
+	memset(line, 'x', big);
+	line[big - 1] = '\n';
+	CHECK(append_line(lines, "{}\n", 3) == 0);
+	errno = 0;
+	CHECK(append_line(lines, line, big) < 0 && errno == EMSGSIZE);
+	CHECK(stat(lines, &st) == 0 && st.st_size == 3);
+	CHECK(append_line(lines, line + 1, big - 1) == 0); /* exactly the bound */
+	free(line);
+	free(lines);
+	free(dead_tmp);
+	free(live_tmp);
+	free(other);
+	free(real);
+	free(link);
+	free(sub);
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/poros-test-util-XXXXXX";
@@ -219,6 +262,7 @@ int main(void)
 	test_atomic_and_append(dir);
 	test_stale_sweep(dir);
 	test_jsonl(dir);
+	test_owned_dirs_and_bounds(dir);
 	scratch_remove(dir);
 	return test_verdict("test_util");
 }

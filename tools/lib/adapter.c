@@ -4,6 +4,7 @@
  * so an adapter is never silently applied with the wrong math. */
 #include "adapter.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -186,8 +187,11 @@ int adapter_save(const char *dir, const struct adapter *a, char *err, size_t err
 
 	if (check_header(a, dir, err, errsz) < 0 || check_tensors(a, dir, err, errsz) < 0)
 		return -1;
-	if (mkdir_p(dir, 0755) < 0)
-		return seterr(err, errsz, "%s: %s", dir, strerror(errno)), -1;
+	/* the adapter directory is the trainer's own: a planted link is refused */
+	if (mkdir_owned(dir, 0755) < 0)
+		return seterr(err, errsz, "%s: %s", dir,
+			      errno == ELOOP ? "is a symbolic link; refusing to write through it" : strerror(errno)), -1;
+	remove_dead_tmp(dir); /* what a killed save of this directory left */
 	out = xcalloc((size_t)a->n + 1, sizeof *out);
 	for (int i = 0; i < a->n; i++) {
 		out[i].name = a->t[i].name;
@@ -225,6 +229,26 @@ out:
 	free(cpath);
 	free(out);
 	return rc;
+}
+
+void adapter_remove_leftovers(const char *run_dir)
+{
+	DIR *d = opendir(run_dir);
+	struct dirent *ent;
+
+	while (d && (ent = readdir(d)) != NULL) {
+		struct stat st;
+		char *sub;
+
+		if (strcmp(ent->d_name, "adapter") != 0 && strncmp(ent->d_name, "adapter-step", 12) != 0)
+			continue;
+		sub = xasprintf("%s/%s", run_dir, ent->d_name);
+		if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
+			remove_dead_tmp(sub);
+		free(sub);
+	}
+	if (d)
+		closedir(d);
 }
 
 /* --- loading ------------------------------------------------------------- */

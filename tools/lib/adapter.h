@@ -23,7 +23,12 @@ char *adapter_key(int layer, int module, int is_b);
 int adapter_key_parse(const char *key, int *layer, int *module, int *is_b);
 /* The tensor named key, or NULL. */
 const struct adapter_tensor *adapter_find(const struct adapter *a, const char *key);
-int adapter_save(const char *dir, const struct adapter *a, char *err, size_t errsz);  /* mkdir_p, each file atomic, F32 */
+/* Each file atomic, F32; dir is made as needed and must not be a symbolic
+ * link (refused: it would send the files elsewhere). */
+int adapter_save(const char *dir, const struct adapter *a, char *err, size_t errsz);
+/* Removes what killed saves left in run_dir's adapter/ and adapter-stepN/
+ * (see remove_dead_tmp): a run directory has one trainer at a time. */
+void adapter_remove_leftovers(const char *run_dir);
 int adapter_load(const char *dir, struct adapter *a, char *err, size_t errsz);        /* F32/BF16/F16 accepted */
 void adapter_free(struct adapter *a);
 

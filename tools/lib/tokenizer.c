@@ -1057,6 +1057,11 @@ int tokenizer_load(struct tokenizer **out, const char *path, char *err, size_t e
 			seterr(why, sizeof why, "post_processor: special id %d is beyond the vocabulary (%d)", id, t->n_ids);
 			goto fail;
 		}
+		/* a gap in the ids: encode would emit a token that decode cannot name */
+		if (t->id_token[id] == NULL) {
+			seterr(why, sizeof why, "post_processor: special id %d names no token of the vocabulary", id);
+			goto fail;
+		}
 	}
 	if (t->n_norm > 0)
 		build_inert_bmp(t);

@@ -413,6 +413,10 @@ int append_line(const char *path, const char *line, size_t len)
 		errno = EINVAL;
 		return -1;
 	}
+	if (len > APPEND_LINE_MAX) {
+		errno = EMSGSIZE;
+		return -1;
+	}
 	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -1;
@@ -474,6 +478,44 @@ int mkdir_p(const char *path, mode_t mode)
 		return -1;
 	}
 	return 0;
+}
+
+int mkdir_owned(const char *path, mode_t mode)
+{
+	struct stat st;
+
+	if (mkdir_p(path, mode) < 0)
+		return -1;
+	if (lstat(path, &st) < 0)
+		return -1;
+	if (S_ISLNK(st.st_mode)) {
+		errno = ELOOP;
+		return -1;
+	}
+	return 0;
+}
+
+int remove_dead_tmp(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *ent;
+	int removed = 0;
+
+	while (d && (ent = readdir(d)) != NULL) {
+		long pid = tmp_writer(ent->d_name);
+		struct stat st;
+		char *full;
+
+		if (pid < 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		full = xasprintf("%s/%s", dir, ent->d_name);
+		if (lstat(full, &st) == 0 && S_ISREG(st.st_mode) && unlink(full) == 0)
+			removed++;
+		free(full);
+	}
+	if (d)
+		closedir(d);
+	return removed;
 }
 
 int path_is_confined(const char *rel)

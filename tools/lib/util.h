@@ -60,13 +60,30 @@ char *read_whole_file(const char *path, size_t *len);
  * later writes into it do not read the directory again. */
 int atomic_write(const char *path, const void *data, size_t len);
 
-/* Appends one whole line (data must end in '\n') to path with O_APPEND in
- * a single write, fsync'd.  A short write is truncated back off.
- * Returns 0 or -1 with errno. */
+/* The longest line append_line writes (1 MiB; Poros's own lines are a few
+ * KiB).  A SIGKILL can cut a write(2) short between pages, so a line's
+ * size is its window to tear: bounded, it stays small, and a record that
+ * needs more is an error, not a risk. */
+#define APPEND_LINE_MAX (1 << 20)
+
+/* Appends one whole line (data must end in '\n', at most APPEND_LINE_MAX
+ * bytes, else EMSGSIZE) to path with O_APPEND in a single write, fsync'd.
+ * A short write is truncated back off.  Returns 0 or -1 with errno. */
 int append_line(const char *path, const char *line, size_t len);
 
 /* mkdir -p; 0 or -1 with errno. */
 int mkdir_p(const char *path, mode_t mode);
+/* mkdir -p for a directory a tool owns inside its output directory: the
+ * last component must be a real directory, never a symbolic link (errno
+ * ELOOP), so a planted link cannot send files elsewhere.  0 or -1. */
+int mkdir_owned(const char *path, mode_t mode);
+
+/* Removes the temporaries ("<name>.tmp.<pid>", regular files) in dir whose
+ * writer is no longer a process on this host, whatever their age: for a
+ * directory that only one process writes at a time (an adapter directory
+ * of a run), where atomic_write's hour-old rule would keep a killed
+ * writer's leftover for good.  Best effort; returns how many it removed. */
+int remove_dead_tmp(const char *dir);
 
 /* A relative name that stays inside its directory: not empty, no NUL, not
  * absolute, no ".." component.  Returns 1 if safe. */

@@ -94,7 +94,12 @@ int append_lines(const char *path, FILE *in, const char *in_name)
 		cJSON_Delete(obj);
 		if (line == NULL)
 			die(EXIT_RUNTIME, "out of memory");
-		if (append_locked(path, line) < 0) {
+		if (strlen(line) > APPEND_LINE_MAX) {
+			/* too big to append in one safe write: refused, the file untouched */
+			warnmsg("%s:%ld: not appended: the record is %zu bytes, over the %d-byte bound on a line", in_name,
+			        r.line, strlen(line), APPEND_LINE_MAX);
+			status = EXIT_USAGE;
+		} else if (append_locked(path, line) < 0) {
 			warnsys("%s: appending a line failed", path);
 			status = EXIT_RUNTIME;
 		}

@@ -340,6 +340,7 @@ static int prepare_run_dir(const struct train_config *c, struct run_result *r, c
 		return snprintf(err, errsz, "%s: %s", c->out_dir, strerror(errno)), -1;
 	r->events_path = xasprintf("%s/events.jsonl", c->out_dir);
 	r->adapter_path = xasprintf("%s/adapter", c->out_dir);
+	adapter_remove_leftovers(c->out_dir);
 	if (unlink(r->events_path) < 0 && errno != ENOENT)
 		return snprintf(err, errsz, "%s: %s", r->events_path, strerror(errno)), -1;
 	return 0;
