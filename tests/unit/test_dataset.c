@@ -408,10 +408,9 @@ static void test_duplicate_keys(const struct tokenizer *tok)
 	ROW(8, 257, 108, 300, 7, 8, 300, 300, 300, 108, 300, 7, 8, 300, -1, -1, -1);
 	dataset_close(ds);
 	free(p);
-	/* in a JSON array file, and inside messages: as if given once */
-	p = put("dup/b.json", "[{\"input_ids\":[1],\"input_ids\":[2]},"
-			      "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"content\":\"hello\"}]}]");
-	char *q = put("dup/c.json", "[{\"input_ids\":[2]},{\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}]");
+	/* in a JSON array file (messages need a chat template: tests/chat.bats) */
+	p = put("dup/b.json", "[{\"input_ids\":[1],\"input_ids\":[2]},{\"text\":\"x\",\"text\":\"hello\"}]");
+	char *q = put("dup/c.json", "[{\"input_ids\":[2]},{\"text\":\"hello\"}]");
 	struct dataset *once = dataset_new(tok, 8, 0, 300, 0);
 	int32_t t_once[8], g_once[8];
 	ds = dataset_new(tok, 8, 0, 300, 0);
