@@ -169,11 +169,10 @@ with_template() {
 	echo "${lines[2]}" | jq -e '.pos == [0,1,2,3,4,5,6,0,1,2] and .tokens[6] == 151645 and .targets[6:] == [-1,-1,-1,-1]'
 }
 
-# a tiny Qwen2 with synthetic weights whose vocabulary holds the tiny
+# a tiny random Qwen2 checkpoint whose vocabulary holds the tiny
 # tokenizer's ids, and that tokenizer with a ChatML template
 tiny_chat_model() {
-	mkdir -p m
-	jq '.vocab_size = 320 | del(.model_id)' "$POROS_ROOT/configs/models/tiny_qwen2.json" >m/config.json
+	python3 "$POROS_ROOT/tests/fixtures/checkpoint/make_checkpoint.py" m --family qwen2 --vocab 320
 	cp "$POROS_ROOT/tests/fixtures/tokenizer/tiny/"* m/
 	cp "$FIX/qwen2_style/chat_template.jinja" m/
 	for i in 0 1 2 3 4 5; do

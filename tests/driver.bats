@@ -162,12 +162,13 @@ fake_poros() {
 	[ -z "$stderr" ]
 	assert_line --index 0 "A = a, B = b (ratio B/A; noise: inside both runs' s/step spread)"
 	assert_line --index 1 --regexp '^cell +A +B +s/step A +s/step B +B/A +tokens/s A'
-	# spec order, not alphabetical; the fake's spreads (0.2..0.3) overlap
+	# spec order, not alphabetical; the fake's steps (all 0.5, all 0.25) have no
+	# spread, so the ratio is not noise; tokens/s is the median's
 	[ "$(echo "$output" | sed -n '3,$p' | cut -d ' ' -f 1 | paste -sd ' ')" = "$CELLS" ]
-	assert_line --index 2 --regexp '^poros_tiny_qwen2_nf4 +ok +ok +0\.5 +0\.25 +0\.5 \(noise\) +512 +512 +1\.00 \(noise\)'
+	assert_line --index 2 --regexp '^poros_tiny_qwen2_nf4 +ok +ok +0\.5 +0\.25 +0\.5 +256 +512 +2\.00 +1234 +1234 +1\.00$'
 	run -0 --separate-stderr poros bench compare --md a b
 	assert_line --index 0 "Comparing A = a with B = b (delta = B - A, ratio = B / A; \"noise\": inside the two runs' s/step spread)."
-	assert_line --partial "| poros\\_tiny\\_qwen2\\_nf4 | ok | ok | 0.5 | 0.25 | -0.25 | 0.5 (noise) | 512 | 512 | 0 | 1.00 (noise) |"
+	assert_line --partial "| poros\\_tiny\\_qwen2\\_nf4 | ok | ok | 0.5 | 0.25 | -0.25 | 0.5 | 256 | 512 | +256 | 2.00 |"
 	[ "$(echo "$output" | grep -c '^| [a-z]')" -eq 8 ]
 	run -0 --separate-stderr poros bench compare --json a b
 	[ "${#lines[@]}" -eq 8 ]

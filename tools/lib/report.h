@@ -71,6 +71,8 @@ void results_free(struct result_set *s);
  * read last wins.  Returns 0, or -1 with err set. */
 int results_add(struct result_set *s, const cJSON *obj, const char *source, long line, char *err,
                 size_t errsz);
+/* Rebuilds the cell_id index after the rows were reordered in place. */
+void results_reindex(struct result_set *s);
 /* The row of cell_id, or NULL. */
 const struct result_entry *results_find(const struct result_set *s, const char *cell_id);
 /* A report_record_fn that adds artifacts to the result_set ctx and

@@ -123,6 +123,15 @@ static void slots_reserve(struct result_set *s)
 		*slot_of(s, s->e[i].art.cell_id) = i + 1;
 }
 
+void results_reindex(struct result_set *s)
+{
+	if (s->nslots == 0)
+		return;
+	memset(s->slot, 0, (size_t)s->nslots * sizeof *s->slot);
+	for (int i = 0; i < s->n; i++)
+		*slot_of(s, s->e[i].art.cell_id) = i + 1;
+}
+
 const struct result_entry *results_find(const struct result_set *s, const char *cell_id)
 {
 	int i = find_index(s, cell_id);

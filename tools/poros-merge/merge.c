@@ -144,6 +144,7 @@ int merge_inputs(struct result_set *s, char *const *paths, int n, const struct c
 		order_cs = cs;
 		qsort(s->e, (size_t)s->n, sizeof *s->e, by_spec_order);
 		order_cs = NULL;
+		results_reindex(s); /* the rows moved: their slots with them */
 	}
 	cJSON_Delete(f.left_out);
 	return status;
