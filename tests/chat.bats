@@ -146,14 +146,15 @@ with_template() {
 	echo "$output" | jq -e --argjson n "$chat_len" '.pos[0:$n + 1] == [range(0; $n + 1)] and .pos[$n + 1] == 0
 		and (.pos | length) == 64'
 	# targets: of the chat's tokens, the answer "4" and its <|im_end|>
-	# (151645) only, and not the EOS after the chat; at that EOS the text's
-	# first token "a" (64), and the text's tokens all are
+	# (151645) only, and not the EOS after the chat; that EOS does not
+	# predict the text's first token (another document), the text's tokens
+	# all are targets
 	echo "$output" | jq -e --argjson n "$chat_len" '[.targets[0:$n][] | select(. >= 0)] == [19, 151645]
 		and ([.targets[0:$n][] | select(. == -100)] | length) == $n - 2
-		and .tokens[$n] == 151645 and .targets[$n:$n + 4] == [64, 65, 66, 151645]'
-	# --train-on all: nothing masked, only the padding at the end
+		and .tokens[$n] == 151645 and .targets[$n:$n + 4] == [-100, 65, 66, 151645]'
+	# --train-on all: nothing masked but the document boundary, and the padding at the end
 	run -0 poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 64 --train-on all in.jsonl
-	echo "$output" | jq -e '[.targets[] | select(. == -100)] == []'
+	echo "$output" | jq -e --argjson n "$chat_len" '[.targets[] | select(. == -100)] == [-100] and .targets[$n] == -100'
 	# --train-on assistant refuses the text record by name
 	run -2 --separate-stderr poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 64 --train-on assistant in.jsonl
 	[[ "$stderr" == *"in.jsonl:2: train_on \"assistant\" needs \"messages\" records, and this one is text" ]]

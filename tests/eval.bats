@@ -47,17 +47,18 @@ setup() {
 	[ "$(jq -s -r '.[1].eval_loss' eval/events.jsonl)" != "$(jq -s -r '.[2].loss' eval/events.jsonl)" ]
 }
 
-@test "eval_tokens counts the supervised targets of one pass: every token of a JSONL set but the first" {
-	# 6 documents of 40 ids, each followed by EOS: 246 tokens, 245 targets;
-	# rows of 32 overlap by one, the last is padded with masked targets
+@test "eval_tokens counts the supervised targets of one pass: every token of a JSONL set but the first of each document" {
+	# 6 documents of 40 ids, each followed by EOS: 246 tokens, 245 - 5 = 240
+	# targets (no document's EOS predicts the next one's first token); rows
+	# of 32 overlap by one, the last is padded with masked targets
 	for d in 1 2 3 4 5 6; do
 		jq -cn --argjson d "$d" '{input_ids: [range(0; 40) | (. * 7 + $d * 13) % 250]}'
 	done >eval.jsonl
 	poros-train "${RUN[@]}" --seq-len 32 --batch-size 2 --accum 3 --eval-dataset eval.jsonl --steps 2 --out run >run.json
 	# without --eval-every: after the last step only
 	[ "$(jq -s 'map(select(has("eval_loss"))) | length' run/events.jsonl)" -eq 1 ]
-	jq -e -s '.[1].eval_tokens == 245 and (.[1].eval_loss | . > 0 and . < 20)' run/events.jsonl
-	jq -e '.eval_tokens == 245' run.json
+	jq -e -s '.[1].eval_tokens == 240 and (.[1].eval_loss | . > 0 and . < 20)' run/events.jsonl
+	jq -e '.eval_tokens == 240' run.json
 	# a run without an eval set has no eval keys
 	poros-train "${RUN[@]}" --seq-len 32 --steps 1 --out none >none.json
 	jq -e 'has("eval_loss") | not' none.json

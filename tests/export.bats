@@ -180,7 +180,7 @@ adapter() {
 	mkdir cfgonly
 	cp b/config.json cfgonly/
 	run -2 --separate-stderr poros-export --base cfgonly --adapter run/adapter --out o
-	[[ "$stderr" == *"--base cfgonly: config.json but no model.safetensors"*"synthetic weights"* ]]
+	[[ "$stderr" == "poros-export: cfgonly: no model.safetensors or model.safetensors.index.json (a checkpoint directory must hold its weights)" ]]
 	[ ! -e o ]
 }
 

@@ -83,7 +83,8 @@ need_hf_fixture() {
 @test "--pack shows the trainer's rows: documents joined by EOS, the last row padded and masked" {
 	printf 'hello world\nlll\n' > docs.txt
 	run -0 --separate-stderr poros-tokenize --pack 4 --tokenizer "$TINY" docs.txt
-	assert_equal "${lines[0]}" '{"tokens":[259,263,100,300],"targets":[263,100,300,257],"pos":[0,1,2,3]}'
+	# no target across documents: the EOS does not predict the next one's first token
+	assert_equal "${lines[0]}" '{"tokens":[259,263,100,300],"targets":[263,100,300,-100],"pos":[0,1,2,3]}'
 	assert_equal "${lines[1]}" '{"tokens":[257,108,300,300],"targets":[108,300,-1,-1],"pos":[0,1,2,0]}'
 	assert_equal "${#lines[@]}" 2
 	[ -z "$stderr" ]
@@ -97,7 +98,7 @@ need_hf_fixture() {
 @test "--pack --seed shuffles documents the same way every time" {
 	for i in $(seq 1 20); do printf '{"input_ids":[%d]}\n' "$i"; done > docs.jsonl
 	run -0 poros-tokenize --pack 40 --tokenizer "$TINY" docs.jsonl
-	assert_output '{"tokens":[1,300,2,300,3,300,4,300,5,300,6,300,7,300,8,300,9,300,10,300,11,300,12,300,13,300,14,300,15,300,16,300,17,300,18,300,19,300,20,300],"targets":[300,2,300,3,300,4,300,5,300,6,300,7,300,8,300,9,300,10,300,11,300,12,300,13,300,14,300,15,300,16,300,17,300,18,300,19,300,20,300,-1],"pos":[0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1]}'
+	assert_output '{"tokens":[1,300,2,300,3,300,4,300,5,300,6,300,7,300,8,300,9,300,10,300,11,300,12,300,13,300,14,300,15,300,16,300,17,300,18,300,19,300,20,300],"targets":[300,-100,300,-100,300,-100,300,-100,300,-100,300,-100,300,-100,300,-100,300,-100,300,-100,300,-100,300,-100,300,-100,300,-100,300,-100,300,-100,300,-100,300,-100,300,-100,300,-1],"pos":[0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1,0,1]}'
 	in_order="$output"
 	run -0 poros-tokenize --pack 40 --seed 5 --tokenizer "$TINY" docs.jsonl
 	first="$output"

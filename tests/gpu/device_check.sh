@@ -53,11 +53,62 @@ for m in poros/tiny-qwen2 poros/tiny-llama poros/tiny-qwen3; do
 				if (d > 5e-3 * ($i < 0 ? -$i : $i)) exit 1 } }' || { echo "FAIL: cpu vs cuda losses differ"; fail=1; }
 	done
 done
+note "resume on the GPU: 6 steps straight = 3 + 3 resumed, bit for bit"
+for mode in blockwise resident; do
+	R="--model poros/tiny-qwen2 --backend cuda --mode $mode --precision nf4 --block-size 2 --accum 2 --seq-len 64
+		--rank 8 --alpha 16 --dropout 0.05 --lr-schedule cosine --lr-warmup 2 --quiet"
+	# shellcheck disable=SC2086
+	{ $P/poros-train $R --steps 6 --out "$out/runs/full_$mode" &&
+		$P/poros-train $R --steps 6 --save-every 3 --out "$out/runs/half_$mode" &&
+		$P/poros-train $R --steps 6 --resume "$out/runs/half_$mode/checkpoint-step3" --out "$out/runs/res_$mode"
+	} >/dev/null 2>"$out/runs/resume_$mode.log" || { fail=1; tail -2 "$out/runs/resume_$mode.log"; }
+	if cmp -s "$out/runs/full_$mode/adapter/adapter_model.safetensors" "$out/runs/res_$mode/adapter/adapter_model.safetensors" &&
+		[ "$(jq -c '[.loss,.grad_norm]' "$out/runs/full_$mode/events.jsonl")" = "$(jq -c '[.loss,.grad_norm]' "$out/runs/res_$mode/events.jsonl")" ]; then
+		echo "resume $mode: bit-identical"
+	else
+		echo "FAIL: resume $mode differs"; fail=1
+	fi
+done
+note "packed documents (positions restart, no attention across them): CPU vs CUDA, blockwise vs resident"
+python3 tests/fixtures/checkpoint/make_checkpoint.py "$out/packed_model" --family qwen2 --vocab 320 &&
+	cp tests/fixtures/tokenizer/tiny/* "$out/packed_model/" || fail=1
+for i in 1 2 3 4 5 6 7 8; do
+	printf '{"text":"hello world %s"}\n' "$(printf 'lo wor%.0s' $(seq $i))"
+done >"$out/packed.jsonl"
+for run in cpu:resident cuda:resident cuda:blockwise; do
+	$P/poros-train --model "$out/packed_model" --backend "${run%%:*}" --mode "${run#*:}" --precision bf16 --block-size 1 \
+		--seq-len 48 --batch-size 2 --accum 2 --steps 3 --rank 8 --alpha 16 --dropout 0 --dataset "$out/packed.jsonl" \
+		--out "$out/runs/packed_${run%%:*}_${run#*:}" --quiet >/dev/null 2>"$out/runs/packed.log" || { fail=1; tail -2 "$out/runs/packed.log"; }
+done
+$P/poros-parity "$out/runs/packed_cuda_resident" "$out/runs/packed_cuda_blockwise" >"$out/runs/packed_parity.json" 2>&1
+jq -e '.bitwise_exact == true' "$out/runs/packed_parity.json" >/dev/null && echo "packed blockwise vs resident: bit-identical" ||
+	{ echo "FAIL: packed blockwise vs resident"; fail=1; }
+cpu_l=$(jq -r .loss "$out/runs/packed_cpu_resident/events.jsonl" | tr '\n' ' ')
+gpu_l=$(jq -r .loss "$out/runs/packed_cuda_resident/events.jsonl" | tr '\n' ' ')
+printf 'packed cpu vs cuda loss: %s | %s\n' "$cpu_l" "$gpu_l"
+echo "$cpu_l | $gpu_l" | awk '{ n = (NF - 1) / 2; if (n < 1) exit 1
+	for (i = 1; i <= n; i++) { d = $i - $(i + n + 1); if (d < 0) d = -d
+		if (d > 5e-3 * ($i < 0 ? -$i : $i)) exit 1 } }' || { echo "FAIL: packed cpu vs cuda losses differ"; fail=1; }
+note "seq 8192: blockwise vs resident bit parity (Qwen2.5-0.5B shapes, fused attention)"
+for mode in blockwise resident; do
+	$P/poros-train --model Qwen/Qwen2.5-0.5B --backend cuda --mode "$mode" --precision bf16 --block-size 4 --seq-len 8192 \
+		--accum 2 --steps 2 --rank 8 --alpha 16 --dropout 0 --out "$out/runs/long_$mode" --quiet >/dev/null \
+		2>"$out/runs/long_$mode.log" || { fail=1; tail -2 "$out/runs/long_$mode.log"; }
+done
+$P/poros-parity "$out/runs/long_resident" "$out/runs/long_blockwise" >"$out/runs/long_parity.json" 2>&1
+jq -e '.bitwise_exact == true' "$out/runs/long_parity.json" >/dev/null && echo "seq 8192 blockwise vs resident: bit-identical" ||
+	{ echo "FAIL: seq 8192 blockwise vs resident"; cat "$out/runs/long_parity.json"; fail=1; }
 note "HF transformers agreement"
 if python3 -c 'import torch, transformers' 2>/dev/null; then
 	python3 tests/gpu/hf_agreement.py --poros-train $P/poros-train --backend cuda --workdir "$out/hf" || fail=1
 else
 	echo "skipped: python3 with torch and transformers not found"
+fi
+note "poros-export against transformers and PEFT"
+if python3 -c 'import torch, transformers, peft' 2>/dev/null; then
+	python3 tests/gpu/export_check.py --bindir $P --workdir "$out/export" || fail=1
+else
+	echo "skipped: python3 with torch, transformers and peft not found"
 fi
 note "compute-sanitizer memcheck (tiny blockwise run)"
 if command -v compute-sanitizer >/dev/null; then

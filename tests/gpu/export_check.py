@@ -5,7 +5,8 @@ PEFT's base + adapter vs fp32 truth, on one batch.
 For Llama (tied embeddings) and Qwen2 (q/k/v biases) this saves a tiny random
 model with transformers (initializer_range 0.15, bf16, sharded so the index is
 read), makes three adapters: a random non-zero PEFT one (init_lora_weights=False),
-the same with use_rslora, and one trained by poros-train (CUDA, 5 steps), and
+the same with use_rslora, and one trained by poros-train (CUDA, 20 steps on a
+repeating pattern, so that it moves the loss well past the bar), and
 exports each with poros-export.  Then, on one batch of random tokens:
 
   truth        base fp32 + PEFT adapter fp32, unmerged (TF32 off)
@@ -153,7 +154,8 @@ def check_arch(arch, cfg, bindir, work, device, backend, results):
         del pm, m
     run_dir = os.path.join(work, arch, "poros_run")
     proc = subprocess.run([os.path.join(bindir, "poros-train"), "--model", base_dir, "--backend", backend,
-                           "--precision", "bf16", "--steps", "5", "--lr", "3e-2", "--seq-len", str(SEQ),
+                           "--precision", "bf16", "--steps", "20", "--lr", "5e-2", "--seq-len", str(SEQ),
+                           "--dataset", "synthetic:repeat",
                            "--rank", "8", "--alpha", "16", "--quiet", "--out", run_dir],
                           capture_output=True, text=True)
     if proc.returncode != 0:

@@ -4,7 +4,8 @@
 # real shapes, LoRA r16 on all linear layers, dropout 0, block size 4), one
 # sequence per step.  usage: sh tests/gpu/long_check.sh OUTDIR [RUN...]
 # where RUN is MODEL:PRECISION:MODE:SEQ:ACCUM:STEPS (defaults below); prints
-# one line per run and keeps each summary and log under OUTDIR.
+# one line per run and keeps each summary and log under OUTDIR.  Each run is
+# bounded by RUN_TIMEOUT seconds (default 240).
 set -u
 out=${1:?usage: long_check.sh OUTDIR [RUN...]}
 shift
@@ -22,7 +23,7 @@ for r in "$@"; do
 	name=$(printf '%s_%s_%s_%s_%s' "$model" "$prec" "$mode" "$seq" "$accum" | tr '/.' '__')
 	ckpt=off
 	[ "$mode" = resident ] && ckpt=on # one layer's activations, as PEFT with checkpointing
-	$P/poros-train --model "$model" --backend cuda --mode "$mode" --precision "$prec" --block-size 4 \
+	timeout "${RUN_TIMEOUT:-240}" $P/poros-train --model "$model" --backend cuda --mode "$mode" --precision "$prec" --block-size 4 \
 		--seq-len "$seq" --accum "$accum" --steps "$steps" --warmup 1 --rank 16 --alpha 32 --dropout 0 \
 		--gradient-checkpointing "$ckpt" --out "$out/$name" --quiet >"$out/$name.summary" 2>"$out/$name.log"
 	jq -r --arg n "$name" '[$n, .status, .s_per_step, .s_per_step_min, .s_per_step_max, .vram_peak_mb,

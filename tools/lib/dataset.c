@@ -968,7 +968,10 @@ static void fill_row(struct dataset *ds, int32_t *tokens, int32_t *targets, int3
 		int32_t next = j + 1 < L ? stream_next(ds, &ds->cur_doc, &ds->cur_off, &next_sup, &next_at)
 					 : stream_next(ds, &doc, &off, &next_sup, &next_at);
 		tokens[j] = prev >= 0 ? prev : ds->eos_id;
-		targets[j] = prev >= 0 && next >= 0 ? (next_sup ? next : -100) : -1;
+		/* no target across a document boundary: the next document's first
+		 * token cannot be predicted from a context it does not attend to
+		 * (as transformers' packing with position_ids drops it) */
+		targets[j] = prev >= 0 && next >= 0 ? (next_sup && next_at > 0 ? next : -100) : -1;
 		if (pos) {
 			/* the place in the document, counted from the row's start
 			 * when the document began in an earlier row; the padding

@@ -467,9 +467,11 @@ static void set_field(const char *file, const struct field *f, const struct ynod
 static void parse_fields(const char *file, const struct ynode *map, const char *shown, const char *bound,
                          const struct field *fields, int n, void *base)
 {
-	const char *keys[16];
+	const char *keys[64]; /* a section's field names; the tables above have at most ~20 */
 	char where[96], path[160], bpath[160], d[200];
 
+	if (n > (int)(sizeof keys / sizeof *keys))
+		die(EXIT_RUNTIME, "%s: %d fields in section %s, more than the parser holds", file, n, shown);
 	if (map->kind != YN_MAP)
 		ytree_die(file, map, "%s: expected a mapping, got %s", shown, describe(map, d, sizeof d));
 	for (int k = 0; k < n; k++)

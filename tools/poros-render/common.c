@@ -191,7 +191,9 @@ void spec_items(struct sbuf *b, const struct report *r, const struct markup *mk)
 	spec_ids(b, r, mk->text);
 	sb_puts(b, mk->item_close);
 	item(b, mk, "Hardware");
-	if (c->hardware.gpu_name == NULL && !(c->hardware.vram_gb > 0))
+	/* not named in the spec: null, or "unspecified" in artifacts written before null */
+	if ((c->hardware.gpu_name == NULL || strcmp(c->hardware.gpu_name, "unspecified") == 0) &&
+	    !(c->hardware.vram_gb > 0))
 		measured_hardware(b, r, mk);
 	else {
 		mk->text(b, c->hardware.gpu_name ? c->hardware.gpu_name : "not named in the spec");
