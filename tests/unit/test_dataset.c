@@ -85,20 +85,20 @@ static void test_packing(void)
 	CHECK(dataset_documents(ds) == 3 && dataset_tokens(ds) == 9 && dataset_rows_per_epoch(ds) == 2);
 	CHECK(dataset_max_token_id(ds) == 6);
 	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
-	ROW(4, 1, 2, 3, 0, 2, 3, 0, 4);
+	ROW(4, 1, 2, 3, 0, 2, 3, 0, -100);
 	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
-	ROW(4, 4, 5, 0, 6, 5, 0, 6, 0);
+	ROW(4, 4, 5, 0, 6, 5, 0, -100, 0);
 	/* the next epoch starts a new row (no shuffle here) */
 	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
-	ROW(4, 1, 2, 3, 0, 2, 3, 0, 4);
+	ROW(4, 1, 2, 3, 0, 2, 3, 0, -100);
 	dataset_close(ds);
 
 	/* a short last row: padded with EOS, targets masked */
 	ds = load_ids_dataset(5);
 	CHECK(dataset_rows_per_epoch(ds) == 2);
 	CHECK(dataset_next(ds, tokens, targets, NULL, 2, err, sizeof err) == 0);
-	ROW(5, 1, 2, 3, 0, 4, 2, 3, 0, 4, 5);
-	expect_row(__LINE__, tokens + 5, targets + 5, 5, 5, 0, 6, 0, 0, 0, 6, 0, -1, -1);
+	ROW(5, 1, 2, 3, 0, 4, 2, 3, 0, -100, 5);
+	expect_row(__LINE__, tokens + 5, targets + 5, 5, 5, 0, 6, 0, 0, 0, -100, 0, -1, -1);
 	dataset_close(ds);
 
 	/* rows overlap by one token: nothing is lost between them */
@@ -107,9 +107,9 @@ static void test_packing(void)
 	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
 	ROW(3, 1, 2, 3, 2, 3, 0);
 	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
-	ROW(3, 0, 4, 5, 4, 5, 0);
+	ROW(3, 0, 4, 5, -100, 5, 0);
 	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
-	ROW(3, 0, 6, 0, 6, 0, -1);
+	ROW(3, 0, 6, 0, -100, 0, -1);
 	CHECK(dataset_next(ds, tokens, targets, NULL, 0, err, sizeof err) < 0 && strstr(err, "batch") != NULL);
 	dataset_close(ds);
 }
@@ -127,8 +127,9 @@ static void test_text_formats(const struct tokenizer *tok)
 	CHECK(dataset_documents(ds) == 3);
 	/* "hello world" | "hello\nworld" | "lll", each + EOS 300, then padding */
 	CHECK(dataset_next(ds, tokens, targets, pos, 1, err, sizeof err) == 0);
+	/* no target across documents: an EOS does not predict the next first token */
 	ROW(16, 259, 263, 100, 300, 259, 10, 119, 261, 108, 100, 300, 257, 108, 300, 300, 300,
-	    263, 100, 300, 259, 10, 119, 261, 108, 100, 300, 257, 108, 300, -1, -1, -1);
+	    263, 100, 300, -100, 10, 119, 261, 108, 100, 300, -100, 108, 300, -1, -1, -1);
 	{
 		/* each document from 0, its EOS with it; the padding its own */
 		static const int32_t want[16] = { 0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 0, 1 };
@@ -154,7 +155,7 @@ static void test_bos(void)
 	if (tokens[0] == 310)
 		ROW(6, 310, 259, 266, 311, 7, 311, 259, 266, 311, 7, 311, -1);
 	else
-		ROW(6, 7, 311, 310, 259, 266, 311, 311, 310, 259, 266, 311, -1);
+		ROW(6, 7, 311, 310, 259, 266, 311, 311, -100, 259, 266, 311, -1);
 	dataset_close(ds);
 	tokenizer_free(tok);
 	free(p);
@@ -175,8 +176,8 @@ static void test_json_and_gz(const struct tokenizer *tok)
 	CHECK(dataset_add_path(ds, gzpath, err, sizeof err) == 0);
 	CHECK(dataset_next(ds, tokens, targets, NULL, 2, err, sizeof err) == 0);
 	/* 259 EOS 7 8 EOS 257 108 EOS */
-	ROW(4, 259, 300, 7, 8, 300, 7, 8, 300);
-	expect_row(__LINE__, tokens + 4, targets + 4, 4, 300, 257, 108, 300, 257, 108, 300, -1);
+	ROW(4, 259, 300, 7, 8, 300, -100, 8, 300);
+	expect_row(__LINE__, tokens + 4, targets + 4, 4, 300, 257, 108, 300, -100, 108, 300, -1);
 	dataset_close(ds);
 	free(arr);
 	free(gzpath);
@@ -247,7 +248,7 @@ static void test_directories(const struct tokenizer *tok)
 	ds = dataset_new(NULL, 4, 0, 0, 0);
 	CHECK(dataset_add_path(ds, p, err, sizeof err) == 0);
 	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
-	ROW(4, 1, 0, 2, 0, 0, 2, 0, -1); /* sorted: train-00000 before train-00001; no 9 */
+	ROW(4, 1, 0, 2, 0, 0, -100, 0, -1); /* sorted: train-00000 before train-00001; no 9 */
 	dataset_close(ds);
 	free(p);
 
@@ -405,7 +406,7 @@ static void test_duplicate_keys(const struct tokenizer *tok)
 	ds = dataset_new(tok, 8, 0, 300, 0);
 	CHECKF(dataset_add_path(ds, p, err, sizeof err) == 0, "%s", err);
 	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
-	ROW(8, 257, 108, 300, 7, 8, 300, 300, 300, 108, 300, 7, 8, 300, -1, -1, -1);
+	ROW(8, 257, 108, 300, 7, 8, 300, 300, 300, 108, 300, -100, 8, 300, -1, -1, -1);
 	dataset_close(ds);
 	free(p);
 	/* in a JSON array file (messages need a chat template: tests/chat.bats) */
