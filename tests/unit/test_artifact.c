@@ -108,8 +108,9 @@ static void test_round_trip(void)
 	CHECK(b.wall_s == 41.2);
 	check_str(b.started_at, "2026-11-29T15:21:41Z", "started_at");
 	/* stable key order, as docs/schemas.md lists it */
-	CHECK(strncmp(s1, "{\"schema\":\"poros.artifact/1\",\"cell_id\":\"peft_qwen2_5_32b_bf16\",\"config_hash\":\"sha256:", 83) == 0);
+	CHECK(strncmp(s1, "{\"schema\":\"poros.artifact/1\",\"cell_id\":\"peft_qwen2_5_32b_bf16\",\"config_hash\":\"sha256:", 80) == 0);
 	CHECK(strstr(s1, "\",\"method\":\"peft\",\"model_id\":\"Qwen/Qwen2.5-32B\",\"precision\":\"bf16\",\"cell\":{") != NULL);
+	check_str(b.config_hash, a.config_hash, "config_hash read back");
 	CHECK(strstr(s1, "\"status\":\"ok\",\"error\":null,\"metrics\":{\"vram_peak_mb\":7012.4,") != NULL);
 	CHECK(strstr(s1, "\"parity\":{\"loss_max_abs_delta\":0,\"adapter_max_abs_delta\":null,\"bitwise_exact\":true}") != NULL);
 	CHECK(strstr(s1, "\"log\":\"logs/peft_qwen2_5_32b_bf16.log\",\"run_dir\":\"runs/peft_qwen2_5_32b_bf16\"}\n") != NULL);
@@ -180,6 +181,10 @@ static void test_bad_artifacts(void)
 {
 	expect_bad("schema", "\"poros.artifact/2\"", "schema: \"poros.artifact/2\"");
 	expect_bad("status", "\"fine\"", "status: unknown \"fine\"");
+	expect_bad("method", "\"poros\"", "method: \"poros\" differs from cell.method \"peft\"");
+	expect_bad("model_id", "\"Qwen/Qwen2.5-7B\"", "model_id: \"Qwen/Qwen2.5-7B\" differs from cell.model.model_id");
+	expect_bad("precision", "\"nf4\"", "precision: \"nf4\" differs from cell.precision \"bf16\"");
+	expect_bad("config_hash", "\"md5:abc\"", "config_hash: not \"sha256:\" and 64 hex digits");
 	expect_bad("cell_id", "\"other\"", "cell_id: \"other\" differs");
 	expect_bad("cell", "[]", "cell: missing or not an object");
 	expect_bad("metrics.s_per_step", "\"fast\"", "metrics.s_per_step: not a number");
