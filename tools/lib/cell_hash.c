@@ -103,7 +103,8 @@ static void sort_keys(cJSON *o)
 		sort_keys(k);
 		kids[i++] = k;
 	}
-	qsort(kids, n, sizeof *kids, by_key);
+	if (n > 1) /* qsort may not take a NULL base, even for 0 */
+		qsort(kids, n, sizeof *kids, by_key);
 	for (i = 0; i < n; i++) {
 		kids[i]->prev = i > 0 ? kids[i - 1] : kids[n - 1]; /* cJSON: the head's prev is the tail */
 		kids[i]->next = i + 1 < n ? kids[i + 1] : NULL;

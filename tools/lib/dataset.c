@@ -435,7 +435,8 @@ static void last_key_wins(cJSON *v)
 	size_t i = 0;
 	for (c = v->child; c; c = c->next, i++)
 		k[i] = (struct keyed){ c->string ? c->string : "", i, c };
-	qsort(k, n, sizeof *k, cmp_keyed);
+	if (n > 1) /* qsort may not take a NULL base, even for 0 */
+		qsort(k, n, sizeof *k, cmp_keyed);
 	for (i = 0; i + 1 < n; i++)
 		if (strcmp(k[i].key, k[i + 1].key) == 0)
 			cJSON_Delete(cJSON_DetachItemViaPointer(v, k[i].item));
@@ -684,7 +685,8 @@ static int walk(const char *root, const char *rel, const struct dir_chain *up, s
 		rc = -1;
 	}
 	closedir(d);
-	qsort(names.v, names.n, sizeof *names.v, cmp_str);
+	if (names.n > 1) /* qsort may not take a NULL base, even for 0 */
+		qsort(names.v, names.n, sizeof *names.v, cmp_str);
 	for (size_t i = 0; i < names.n && rc == 0; i++) {
 		char *sub = rel[0] ? xasprintf("%s/%s", rel, names.v[i]) : xstrdup(names.v[i]);
 		char *full = xasprintf("%s/%s", root, sub);

@@ -337,7 +337,8 @@ static int read_dir(const char *dir, report_record_fn fn, void *ctx, long *bad)
 		rc = -1;
 	}
 	closedir(d);
-	qsort(names, n, sizeof *names, by_name);
+	if (n > 1) /* qsort may not take a NULL base, even for 0 */
+		qsort(names, n, sizeof *names, by_name);
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		char err[512];
 		struct stat st;

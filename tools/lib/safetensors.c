@@ -220,8 +220,10 @@ static int check_names_and_ranges(struct st_file *f, char *err, size_t errsz)
 	for (int i = 0; i < f->n; i++)
 		f->by_name[i] = order[i] = i;
 	sort_file = f;
-	qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_by_name);
-	qsort(order, (size_t)f->n, sizeof *order, cmp_by_offset);
+	if (f->n > 1) /* qsort may not take a NULL base, even for 0 */
+		qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_by_name);
+	if (f->n > 1) /* qsort may not take a NULL base, even for 0 */
+		qsort(order, (size_t)f->n, sizeof *order, cmp_by_offset);
 	sort_file = NULL;
 	for (int i = 1; i < f->n; i++) {
 		if (strcmp(f->t[f->by_name[i]].name, f->t[f->by_name[i - 1]].name) == 0) {

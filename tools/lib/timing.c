@@ -21,7 +21,8 @@ static double median_sorted_in_place(double *v, int n)
 {
 	if (n <= 0)
 		return NAN;
-	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	if (n > 1) /* qsort may not take a NULL base, even for 0 */
+		qsort(v, (size_t)n, sizeof *v, cmp_double);
 	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 

@@ -79,7 +79,8 @@ static void env_values(struct sbuf *out, const struct result_set *s, size_t off)
 		if (x != NULL)
 			v[n++] = x;
 	}
-	qsort(v, (size_t)n, sizeof *v, by_str);
+	if (n > 1) /* qsort may not take a NULL base, even for 0 */
+		qsort(v, (size_t)n, sizeof *v, by_str);
 	if (n == 0)
 		sb_puts(out, "null");
 	for (int i = 0; i < n; i++) {

@@ -142,7 +142,8 @@ int merge_inputs(struct result_set *s, char *const *paths, int n, const struct c
 	if (cs) {
 		note_left_out(f.left_out);
 		order_cs = cs;
-		qsort(s->e, (size_t)s->n, sizeof *s->e, by_spec_order);
+		if (s->n > 1) /* qsort's base may not be NULL, even for no rows */
+			qsort(s->e, (size_t)s->n, sizeof *s->e, by_spec_order);
 		order_cs = NULL;
 		results_reindex(s); /* the rows moved: their slots with them */
 	}
