@@ -547,6 +547,49 @@ gone() {
 	jq -e --arg d "$PWD/ckpt" '.status == "error" and (.error | contains("\($d): no model.safetensors"))' <<< "$output"
 }
 
+@test "the python arms refuse by name the training fields they do not implement (exit 2, error summary, before torch)" {
+	local ev="the baseline arms do not evaluate (eval_loss is poros-train's: methods poros and resident)"
+	for m in peft unsloth accelerate_offload; do
+		cell "$m" | jq -c '.training.eval_dataset = "eval.jsonl" | .training.eval_every = 2' > eval.json
+		cell "$m" | jq -c '.training.eval_every = 2' > every.json
+		cell "$m" | jq -c '.training.tokenizer = "tok/tokenizer.json"' > tok.json
+		cell "$m" | jq -c '.training.train_on = "assistant"' > on.json
+		cell "$m" | jq -c '.training.dataset = "data.jsonl"' > data.json
+		for c in eval every tok on data; do
+			run -2 --separate-stderr python3 "$POROS_ROOT/share/poros/arms/${m}_arm.py" --cell $c.json --out run
+			[ "${#lines[@]}" -eq 1 ]
+			jq -e --arg m "$m" '.schema == "poros.summary/1" and .status == "error" and .method == $m
+			       and .env.torch == null and .backend == null' <<< "$output"
+			case $c in
+			eval) want="eval.json: training.eval_dataset: $ev" ;;
+			every) want="every.json: training.eval_every: $ev" ;;
+			tok) want="tok.json: training.tokenizer: the baseline arms tokenize nothing (they train on the synthetic token streams)" ;;
+			on) want='on.json: training.train_on "assistant": the baseline arms train on every token of the synthetic streams (only "all"; "assistant" needs chat records)' ;;
+			data) want='data.json: training.dataset "data.jsonl": the baseline arms train on "synthetic" and "synthetic:repeat" only (poros-train'"'"'s synthetic streams)' ;;
+			esac
+			[ "$(jq -r .error <<< "$output")" = "$want" ]
+			[[ "$stderr" == *"${m}_arm.py: $want"* ]]
+		done
+		# through poros-arm: an error artifact that says why
+		run -0 --separate-stderr poros-arm -o "out/$m" eval.json
+		assert_artifact "out/$m/${m}_tiny_llama_bf16.json"
+		# (-o: poros-arm hands the child the cell as run, under out/$m/cells/)
+		jq -e --arg w "${m}_tiny_llama_bf16.json: training.eval_dataset: $ev" '.status == "error"
+		       and (.error | endswith($w)) and .cell.training.eval_dataset == "eval.jsonl"' <<< "$output"
+	done
+	# a key the arms do not know, were a cell to carry one
+	cell peft | jq -c '.training.frobnicate = 1' > odd.json
+	run -2 --separate-stderr python3 "$POROS_ROOT/share/poros/arms/peft_arm.py" --cell odd.json --out run
+	jq -e '.error == "odd.json: training.frobnicate: not implemented by the baseline arms"' <<< "$output"
+}
+
+@test "train_on \"all\" is what the python arms do, so they accept it" {
+	python3 -c 'import torch' 2>/dev/null && skip "torch is installed here"
+	cell peft | jq -c '.training.train_on = "all"' > all.json
+	run -0 --separate-stderr python3 "$POROS_ROOT/share/poros/arms/peft_arm.py" --cell all.json --out run
+	jq -e '.status == "skipped" and (.error | startswith("torch is not installed"))' <<< "$output"
+}
+
 @test "apply_checkpointing turns HF checkpointing on (non-reentrant, input grads) or keeps it off, and says which" {
 	run -0 --separate-stderr python3 - "$POROS_ROOT/share/poros/arms" <<-'PY'
 	import json, sys

@@ -155,7 +155,38 @@ def load_cell(path, method):
     if tr["dataset"] not in ("synthetic", "synthetic:repeat"):
         raise BadInput(f"{path}: training.dataset \"{tr['dataset']}\": the baseline arms train on "
                        "\"synthetic\" and \"synthetic:repeat\" only (poros-train's synthetic streams)")
+    refuse_unimplemented(path, tr)
     return cell
+
+
+# training keys the arms implement, or that poros-arm itself acts on
+# (timeout_s, passes); cell.c's training_keys less the ones refused below
+TRAINING_KEYS = ("steps", "seq_len", "batch_size", "gradient_accumulation_steps", "warmup_steps", "dataset",
+                 "seed", "learning_rate", "lr_schedule", "weight_decay", "max_grad_norm", "timeout_s",
+                 "gradient_checkpointing", "lr_warmup_steps", "passes")
+
+# poros-train's, which the arms do not do: refused by name, never ignored
+UNIMPLEMENTED = {
+    "eval_dataset": "the baseline arms do not evaluate (eval_loss is poros-train's: methods poros and resident)",
+    "eval_every": "the baseline arms do not evaluate (eval_loss is poros-train's: methods poros and resident)",
+    "tokenizer": "the baseline arms tokenize nothing (they train on the synthetic token streams)",
+}
+
+
+def refuse_unimplemented(path, tr):
+    """A training field this arm would otherwise leave unread is the cell's
+    error (exit 2), before torch is imported."""
+    for k in tr:
+        if k in UNIMPLEMENTED:
+            raise BadInput(f"{path}: training.{k}: {UNIMPLEMENTED[k]}")
+        if k == "train_on":
+            # every token of a synthetic stream is a target, as in poros-train:
+            # "all" is what the arms do; "assistant" needs chat records
+            if tr[k] != "all":
+                raise BadInput(f"{path}: training.train_on {json.dumps(tr[k])}: the baseline arms train on every "
+                               "token of the synthetic streams (only \"all\"; \"assistant\" needs chat records)")
+        elif k not in TRAINING_KEYS:
+            raise BadInput(f"{path}: training.{k}: not implemented by the baseline arms")
 
 
 # --- what this machine has ------------------------------------------------
