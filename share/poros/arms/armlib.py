@@ -729,6 +729,8 @@ def train(torch, model, cell, out_dir, summary, input_device="cuda"):
     steps, warmup = tr["steps"], tr["warmup_steps"]
     accum, batch, seq = tr["gradient_accumulation_steps"], tr["batch_size"], tr["seq_len"]
     tokens = batch * seq * accum
+    # transformers shifts labels=ids inside: seq_len - 1 targets a row
+    supervised = batch * (seq - 1) * accum
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise RuntimeError("no trainable parameters: LoRA matched none of lora.target_modules")
@@ -774,7 +776,8 @@ def train(torch, model, cell, out_dir, summary, input_device="cuda"):
                 times.append(dt)
                 allocs.append(alloc)
             ev = {"step": step, "loss": float(f"{loss_v:.9g}"), "lr": lr, "grad_norm": finite_or_none(grad_norm),
-                  "step_s": float(f"{dt:.6f}"), "tokens": tokens, "vram_alloc_mb": alloc / 2**20,
+                  "step_s": float(f"{dt:.6f}"), "tokens": tokens, "tokens_supervised": supervised,
+                  "vram_alloc_mb": alloc / 2**20,
                   "vram_peak_mb": peak / 2**20,
                   "h2d_bytes": None, "h2d_s": None, "compute_s": None, "copy_hidden_frac": None}
             events.write(json.dumps(ev, separators=(",", ":")) + "\n")
