@@ -452,6 +452,144 @@ gone() {
 	jq -e '.status == "error" and .error == "p.json: training.gradient_checkpointing: expected true or false, got '"'yes'"'"' <<< "$output"
 }
 
+@test "a python arm's model id resolves as poros-train's: a checkpoint loads its own weights or fails naming the file" {
+	mkfifo fifo-weights
+	timeout 5 python3 - "$POROS_ROOT/share/poros/arms" <<-'PY'
+	import json, os, sys
+	sys.path.insert(0, sys.argv[1])
+	import armlib
+
+	def ckpt(d, **files):
+	    os.makedirs(d)
+	    with open(os.path.join(d, "config.json"), "w") as f:
+	        f.write('{"model_type": "llama"}')
+	    for name, body in files.items():
+	        with open(os.path.join(d, name.replace("__", ".")), "w") as f:
+	            f.write(body)
+
+	def refused(model_id):
+	    try:
+	        armlib.resolve_model(model_id)
+	    except armlib.BadInput as e:
+	        return str(e)
+	    raise AssertionError(f"{model_id}: not refused")
+
+	# a local directory: its safetensors, one file or the index's shards
+	ckpt("one", model__safetensors="x")
+	s = armlib.resolve_model("one")
+	assert (s.weights, s.checkpoint_dir, s.config_path, s.weight_files) == \
+	    ("real", "one", "one/config.json", ["one/model.safetensors"]), vars(s)
+	ckpt("sharded", **{"model__safetensors__index__json": json.dumps({"weight_map": {
+	    "a": "model-1.safetensors", "b": "model-2.safetensors", "c": "model-1.safetensors"}}),
+	    "model-1__safetensors": "x", "model-2__safetensors": "y"})
+	assert armlib.resolve_model("sharded").weight_files == ["sharded/model-1.safetensors", "sharded/model-2.safetensors"]
+
+	# what is there decides: never synthetic weights in place of a broken file
+	ckpt("empty")
+	assert refused("empty") == "empty: no model.safetensors or model.safetensors.index.json " \
+	    "(a checkpoint directory must hold its weights)"
+	ckpt("pt", pytorch_model__bin="x")
+	assert "only pytorch_model.bin weights" in refused("pt")
+	ckpt("dangling")
+	os.symlink("blobs/gone", "dangling/model.safetensors")
+	assert refused("dangling") == "dangling/model.safetensors: a dangling symbolic link (an interrupted download?)"
+	ckpt("fifo")
+	os.symlink("../fifo-weights", "fifo/model.safetensors")  # a FIFO: refused, never waited on
+	assert refused("fifo") == "fifo/model.safetensors: not a regular file"
+	ckpt("adir")
+	os.mkdir("adir/model.safetensors")
+	assert refused("adir") == "adir/model.safetensors: not a regular file"
+	ckpt("shard", model__safetensors__index__json='{"weight_map": {"a": "model-1.safetensors"}}')
+	assert refused("shard") == "shard/model-1.safetensors: No such file or directory"
+	ckpt("escape", model__safetensors__index__json='{"weight_map": {"a": "../one/model.safetensors"}}')
+	assert refused("escape") == 'escape/model.safetensors.index.json: weight_map "a": not a file name ' \
+	    'inside the checkpoint directory'
+	ckpt("noindex", model__safetensors__index__json='{"weight_map": {}}')
+	assert "no \"weight_map\" object" in refused("noindex")
+	os.makedirs("badcfg")
+	os.symlink("gone.json", "badcfg/config.json")
+	assert refused("badcfg") == "badcfg/config.json: a dangling symbolic link (an interrupted download?)"
+
+	# the HF cache: refs/main's snapshot, whose weights load or the run stops,
+	# even where Poros ships a shape of that name (tiny_llama.json)
+	hub = os.path.join(os.environ["HF_HOME"], "hub", "models--poros--tiny-llama")
+	ckpt(os.path.join(hub, "snapshots", "abc"))
+	ckpt(os.path.join(hub, "snapshots", "def"), model__safetensors="x")
+	os.makedirs(os.path.join(hub, "refs"))
+	with open(os.path.join(hub, "refs", "main"), "w") as f:
+	    f.write("abc\n")
+	assert refused("poros/tiny-llama") == os.path.join(hub, "snapshots", "abc") + ": no model.safetensors or " \
+	    "model.safetensors.index.json (a checkpoint directory must hold its weights)"
+	with open(os.path.join(hub, "refs", "main"), "w") as f:
+	    f.write("def\n")
+	s = armlib.resolve_model("poros/tiny-llama")
+	assert (s.weights, s.checkpoint_dir) == ("real", os.path.join(hub, "snapshots", "def")), vars(s)
+
+	# no checkpoint anywhere: Poros' shipped shape, synthetic weights
+	s = armlib.resolve_model("poros/tiny-qwen2")
+	assert s.weights == "synthetic" and s.checkpoint_dir is None and s.weight_files == []
+	assert s.config_path.endswith("/configs/models/tiny_qwen2.json"), s.config_path
+	assert refused("nobody/no-such-model").startswith("model nobody/no-such-model: no config found (looked in: ")
+	print("ok")
+	PY
+}
+
+@test "a python arm whose checkpoint has no weights stops with exit 2 and an error summary, before torch" {
+	mkdir ckpt
+	printf '{"model_type": "llama"}' > ckpt/config.json
+	cell peft | jq -c --arg m "$PWD/ckpt" '.model.model_id = $m' > p.json
+	run -2 --separate-stderr python3 "$POROS_ROOT/share/poros/arms/peft_arm.py" --cell p.json --out run
+	[ "${#lines[@]}" -eq 1 ]
+	jq -e --arg d "$PWD/ckpt" '.status == "error" and .weights == null and .error == "\($d): no model.safetensors or model.safetensors.index.json (a checkpoint directory must hold its weights)"' <<< "$output"
+	[[ "$stderr" == *"peft_arm.py: $PWD/ckpt: no model.safetensors"* ]]
+	run -0 --separate-stderr poros-arm p.json
+	assert_artifact out/peft_tiny_llama_bf16.json
+	jq -e --arg d "$PWD/ckpt" '.status == "error" and (.error | contains("\($d): no model.safetensors"))' <<< "$output"
+}
+
+@test "the python arms refuse by name the training fields they do not implement (exit 2, error summary, before torch)" {
+	local ev="the baseline arms do not evaluate (eval_loss is poros-train's: methods poros and resident)"
+	for m in peft unsloth accelerate_offload; do
+		cell "$m" | jq -c '.training.eval_dataset = "eval.jsonl" | .training.eval_every = 2' > eval.json
+		cell "$m" | jq -c '.training.eval_every = 2' > every.json
+		cell "$m" | jq -c '.training.tokenizer = "tok/tokenizer.json"' > tok.json
+		cell "$m" | jq -c '.training.train_on = "assistant"' > on.json
+		cell "$m" | jq -c '.training.dataset = "data.jsonl"' > data.json
+		for c in eval every tok on data; do
+			run -2 --separate-stderr python3 "$POROS_ROOT/share/poros/arms/${m}_arm.py" --cell $c.json --out run
+			[ "${#lines[@]}" -eq 1 ]
+			jq -e --arg m "$m" '.schema == "poros.summary/1" and .status == "error" and .method == $m
+			       and .env.torch == null and .backend == null' <<< "$output"
+			case $c in
+			eval) want="eval.json: training.eval_dataset: $ev" ;;
+			every) want="every.json: training.eval_every: $ev" ;;
+			tok) want="tok.json: training.tokenizer: the baseline arms tokenize nothing (they train on the synthetic token streams)" ;;
+			on) want='on.json: training.train_on "assistant": the baseline arms train on every token of the synthetic streams (only "all"; "assistant" needs chat records)' ;;
+			data) want='data.json: training.dataset "data.jsonl": the baseline arms train on "synthetic" and "synthetic:repeat" only (poros-train'"'"'s synthetic streams)' ;;
+			esac
+			[ "$(jq -r .error <<< "$output")" = "$want" ]
+			[[ "$stderr" == *"${m}_arm.py: $want"* ]]
+		done
+		# through poros-arm: an error artifact that says why
+		run -0 --separate-stderr poros-arm -o "out/$m" eval.json
+		assert_artifact "out/$m/${m}_tiny_llama_bf16.json"
+		# (-o: poros-arm hands the child the cell as run, under out/$m/cells/)
+		jq -e --arg w "${m}_tiny_llama_bf16.json: training.eval_dataset: $ev" '.status == "error"
+		       and (.error | endswith($w)) and .cell.training.eval_dataset == "eval.jsonl"' <<< "$output"
+	done
+	# a key the arms do not know, were a cell to carry one
+	cell peft | jq -c '.training.frobnicate = 1' > odd.json
+	run -2 --separate-stderr python3 "$POROS_ROOT/share/poros/arms/peft_arm.py" --cell odd.json --out run
+	jq -e '.error == "odd.json: training.frobnicate: not implemented by the baseline arms"' <<< "$output"
+}
+
+@test "train_on \"all\" is what the python arms do, so they accept it" {
+	python3 -c 'import torch' 2>/dev/null && skip "torch is installed here"
+	cell peft | jq -c '.training.train_on = "all"' > all.json
+	run -0 --separate-stderr python3 "$POROS_ROOT/share/poros/arms/peft_arm.py" --cell all.json --out run
+	jq -e '.status == "skipped" and (.error | startswith("torch is not installed"))' <<< "$output"
+}
+
 @test "apply_checkpointing turns HF checkpointing on (non-reentrant, input grads) or keeps it off, and says which" {
 	run -0 --separate-stderr python3 - "$POROS_ROOT/share/poros/arms" <<-'PY'
 	import json, sys

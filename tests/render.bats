@@ -319,6 +319,36 @@ section() {
 	grep -F 'No events.jsonl found beside the artifacts' r2.html
 }
 
+@test "eval_loss in events.jsonl is drawn as dots beside the training loss, with a legend entry" {
+	mkdir -p res/runs/poros_tiny_qwen2_nf4
+	art poros tiny_qwen2 nf4 ok 2026-11-29T10:00:00Z > res/poros_tiny_qwen2_nf4.json
+	cat > res/runs/poros_tiny_qwen2_nf4/events.jsonl <<-'EOF'
+		{"step":1,"loss":5.5}
+		{"step":2,"loss":5,"eval_loss":4.75,"eval_tokens":96}
+		{"step":3,"loss":4.5,"eval_loss":null,"eval_tokens":0}
+		{"step":4,"loss":4,"eval_loss":4.25,"eval_tokens":96}
+	EOF
+	poros-render --html res > report.html
+	[ "$(grep -c '<polyline ' report.html)" -eq 1 ]
+	grep -F 'aria-label="Training loss by optimizer step, Tiny Qwen2 (solid nf4, dashed bf16; dots: eval_loss)"' report.html
+	# the legend: the line, then the dots, in poros' colour
+	grep -F 'border-top:3px solid #0969da"></span>poros nf4<span class="swatch" style="width:.5em;height:.5em;border-radius:50%;background:#0969da"></span>poros nf4 eval_loss</figcaption>' report.html
+	# two dots (step 3's null is no point), on the training loss's axes (x 1 to 4, loss 4 to 5.5)
+	grep -F '<g class="dots" fill="#0969da"><title>poros nf4 eval_loss</title>' report.html
+	[ "$(grep -c '<circle ' report.html)" -eq 2 ]
+	grep -o '<circle [^>]*>' report.html > dots
+	[ "$(sed -n 1p dots)" = '<circle cx="220.0" cy="116.0" r="3"/>' ]
+	[ "$(sed -n 2p dots)" = '<circle cx="548.0" cy="185.3" r="3"/>' ]
+	points=$(grep -o '<polyline [^>]*points="[^"]*"' report.html | sed 's/.*points="//; s/"$//')
+	[ "$(wc -w <<< "$points")" -eq 4 ]
+	[ "$(awk '{print $4}' <<< "$points")" = "548.0,220.0" ]
+	# no eval_loss anywhere: no dots, no legend entry, the caption as before
+	jq -c 'del(.eval_loss, .eval_tokens)' res/runs/poros_tiny_qwen2_nf4/events.jsonl > e && mv e res/runs/poros_tiny_qwen2_nf4/events.jsonl
+	poros-render --html res > r2.html
+	! grep -q '<circle \|eval_loss' r2.html
+	grep -F 'aria-label="Training loss by optimizer step, Tiny Qwen2 (solid nf4, dashed bf16)"' r2.html
+}
+
 @test "chart axes label every tick with the same decimals" {
 	make_results
 	poros-render --html results.jsonl > report.html

@@ -168,6 +168,33 @@ need_hf_fixture() {
 	assert_equal "$stderr" "poros-tokenize: nowhere: No such file or directory"
 }
 
+@test "a FIFO, a directory or a dangling link as tokenizer.json or a file beside it is refused by name, never waited on" {
+	mkfifo fifo
+	run -2 --separate-stderr timeout 5 poros-tokenize --tokenizer fifo <<< 'x'
+	assert_equal "$stderr" "poros-tokenize: fifo: not a regular file"
+	mkdir t1
+	mkfifo t1/tokenizer.json
+	run -2 --separate-stderr timeout 5 poros-tokenize --tokenizer t1 <<< 'x'
+	assert_equal "$stderr" "poros-tokenize: t1/tokenizer.json: not a regular file"
+	for f in tokenizer_config.json chat_template.jinja; do
+		rm -rf t2 && mkdir t2 && cp "$TINY/tokenizer.json" t2/
+		mkfifo "t2/$f"
+		run -2 --separate-stderr timeout 5 poros-tokenize --tokenizer t2 <<< 'x'
+		assert_equal "$stderr" "poros-tokenize: t2/$f: not a regular file"
+		rm "t2/$f" && mkdir "t2/$f"
+		run -2 --separate-stderr timeout 5 poros-tokenize --tokenizer t2/tokenizer.json <<< 'x'
+		assert_equal "$stderr" "poros-tokenize: t2/$f: not a regular file"
+		rmdir "t2/$f" && ln -s ../blobs/gone "t2/$f"
+		run -2 --separate-stderr timeout 5 poros-tokenize --tokenizer t2 <<< 'x'
+		assert_equal "$stderr" "poros-tokenize: t2/$f: a dangling symbolic link (an interrupted download?)"
+	done
+	# regular files (and links to them) load as before
+	rm t2/chat_template.jinja
+	ln -s "$TINY/tokenizer_config.json" t2/tokenizer_config.json
+	run -0 --separate-stderr timeout 5 poros-tokenize --tokenizer t2 <<< 'hello world'
+	assert_output '{"ids":[259,263,100]}'
+}
+
 @test "ids match HF tokenizers on the Qwen2-style fixture (multilingual, emoji, digits, white space, specials)" {
 	need_hf_fixture qwen_like
 	d="$FIX/qwen_like"

@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pcre2.h>
 #include <pthread.h>
@@ -971,6 +972,53 @@ static int max_added_id(const struct tokenizer *t)
 	return m;
 }
 
+/* 0: a regular file at path; 1: nothing there; -1: something else (a
+ * FIFO, a directory, a dangling link, unreadable), err naming it.  Opened
+ * with O_NONBLOCK: a FIFO is refused, never waited on. */
+static int check_regular(const char *path, char *err, size_t errsz)
+{
+	struct stat lst, st;
+	int fd;
+
+	if (lstat(path, &lst) < 0) {
+		if (errno == ENOENT)
+			return 1;
+		return seterr(err, errsz, "%s: %s", path, strerror(errno)), -1;
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0) {
+		if (errno == ENOENT && S_ISLNK(lst.st_mode))
+			return seterr(err, errsz, "%s: a dangling symbolic link (an interrupted download?)", path), -1;
+		return seterr(err, errsz, "%s: %s", path, strerror(errno)), -1;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return seterr(err, errsz, "%s: not a regular file", path), -1;
+	}
+	close(fd);
+	return 0;
+}
+
+/* The files read beside a tokenizer.json, by this file (eos_token) and by
+ * chat_template.c: each is absent or a regular file, so that no later read
+ * of them blocks on a FIFO. */
+static int check_beside(const char *tokenizer_json, char *err, size_t errsz)
+{
+	static const char *const names[] = { "tokenizer_config.json", "chat_template.jinja" };
+	const char *slash = strrchr(tokenizer_json, '/');
+
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+		char *p = slash ? xasprintf("%.*s/%s", (int)(slash - tokenizer_json), tokenizer_json, names[i])
+				: xstrdup(names[i]);
+		int rc = check_regular(p, err, errsz);
+
+		free(p);
+		if (rc < 0)
+			return -1;
+	}
+	return 0;
+}
+
 /* eos_token of a tokenizer_config.json beside the tokenizer: a string or
  * {"content": ...}.  Absent or unknown: -1. */
 static int32_t eos_from_config(const struct tokenizer *t, const char *tokenizer_json)
@@ -1013,6 +1061,10 @@ int tokenizer_load(struct tokenizer **out, const char *path, char *err, size_t e
 		file = xasprintf("%s/tokenizer.json", path);
 	else
 		file = xstrdup(path);
+	if (check_regular(file, err, errsz) < 0 || check_beside(file, err, errsz) < 0) {
+		free(file);
+		return -1;
+	}
 	root = json_read_file(file, why, sizeof why);
 	if (root == NULL) {
 		if (access(file, F_OK) != 0)

@@ -205,7 +205,7 @@ static char *source_dir(const char *source)
 	return xasprintf("%.*s", (int)(slash - source), source);
 }
 
-int load_losses(const struct result_entry *e, double *step, double *loss, int max)
+int load_losses(const struct result_entry *e, const char *key, double *step, double *loss, int max)
 {
 	struct jsonl_reader rd;
 	char *dir, *path;
@@ -228,7 +228,7 @@ int load_losses(const struct result_entry *e, double *step, double *loss, int ma
 	/* a bad line ends the curve where it is: the report is not a validator */
 	while ((got = jsonl_next(&rd, &obj)) > 0) {
 		const cJSON *s = cJSON_GetObjectItemCaseSensitive(obj, "step");
-		const cJSON *l = cJSON_GetObjectItemCaseSensitive(obj, "loss");
+		const cJSON *l = cJSON_GetObjectItemCaseSensitive(obj, key);
 
 		if (cJSON_IsNumber(s) && cJSON_IsNumber(l) && isfinite(l->valuedouble)) {
 			if (n == cap) {

@@ -133,39 +133,51 @@ static void legend(struct sbuf *b, const struct report_model *m)
 
 enum { LOSS_POINTS = 400 };
 
-/* The cells' losses from their events.jsonl, one line each. */
+/* The cells' losses from their events.jsonl, one line each, and their
+ * eval_loss (the steps that have one) as dots beside it. */
 static void loss_chart(struct sbuf *b, const struct report_model *m)
 {
-	struct series *s = xcalloc((size_t)m->n + 1, sizeof *s);
-	double *xy = xmalloc(((size_t)m->n + 1) * 2 * LOSS_POINTS * sizeof *xy);
+	struct series *s = xcalloc(2 * ((size_t)m->n + 1), sizeof *s);
+	double *xy = xmalloc(2 * ((size_t)m->n + 1) * 2 * LOSS_POINTS * sizeof *xy);
 	char *caption;
-	int n = 0;
+	int n = 0, n_eval = 0;
 
-	for (int i = 0; i < m->n; i++) {
-		double *x = xy + (size_t)n * 2 * LOSS_POINTS, *y = x + LOSS_POINTS;
-		int k = load_losses(m->rows[i], x, y, LOSS_POINTS);
+	for (int i = 0; i < m->n; i++)
+		for (int ev = 0; ev < 2; ev++) {
+			double *x = xy + (size_t)n * 2 * LOSS_POINTS, *y = x + LOSS_POINTS;
+			int k = load_losses(m->rows[i], ev ? "eval_loss" : "loss", x, y, LOSS_POINTS);
 
-		if (k > 0)
-			s[n++] = (struct series){ method_names[m->rows[i]->art.cell.method],
-			                          precision_names[m->rows[i]->art.cell.precision], x, y, k };
-	}
+			if (k > 0)
+				s[n++] = (struct series){ method_names[m->rows[i]->art.cell.method],
+				                          precision_names[m->rows[i]->art.cell.precision], x, y, k,
+				                          ev ? "eval_loss" : NULL };
+			n_eval += k > 0 && ev;
+		}
 	sb_puts(b, "<figure>\n<figcaption>Loss by step");
 	for (int i = 0; i < n; i++) {
-		/* the swatch drawn as its line: solid for nf4, dashed otherwise */
-		sb_printf(b, "<span class=\"swatch\" style=\"width:1.6em;height:0;border-top:3px %s %s\"></span>",
-		          strcmp(s[i].precision, "nf4") == 0 ? "solid" : "dashed", method_color(s[i].method));
+		if (s[i].points) /* the swatch drawn as its dot */
+			sb_printf(b, "<span class=\"swatch\" style=\"width:.5em;height:.5em;border-radius:50%%;"
+			             "background:%s\"></span>", method_color(s[i].method));
+		else /* the swatch drawn as its line: solid for nf4, dashed otherwise */
+			sb_printf(b, "<span class=\"swatch\" style=\"width:1.6em;height:0;border-top:3px %s %s\"></span>",
+			          strcmp(s[i].precision, "nf4") == 0 ? "solid" : "dashed", method_color(s[i].method));
 		sb_html(b, s[i].method);
 		sb_puts(b, " ");
 		sb_html(b, s[i].precision);
+		if (s[i].points) {
+			sb_puts(b, " ");
+			sb_html(b, s[i].points);
+		}
 	}
 	sb_puts(b, "</figcaption>\n");
-	if (n > 1)
+	if (n - n_eval > 1)
 		sb_puts(b, "<p class=\"muted\">Bit-identical runs (poros and resident of one precision) draw one line.</p>\n");
 	if (n == 0) {
 		sb_puts(b, "<p class=\"muted\">No events.jsonl found beside the artifacts (runs&#47;&lt;cell_id&gt;&#47;): "
 		           "no curves.</p>\n");
 	} else {
-		caption = xasprintf("Training loss by optimizer step, %s (solid nf4, dashed bf16)", m->cell->model.display_name);
+		caption = xasprintf("Training loss by optimizer step, %s (solid nf4, dashed bf16%s)",
+		                    m->cell->model.display_name, n_eval ? "; dots: eval_loss" : "");
 		sb_puts(b, "<div class=\"scroll\">\n");
 		svg_line_chart(b, caption, s, n, "step", "loss");
 		sb_puts(b, "</div>\n");

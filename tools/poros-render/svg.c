@@ -227,6 +227,20 @@ void svg_line_chart(struct sbuf *b, const char *caption, const struct series *s,
 	sb_html(b, y_label);
 	sb_puts(b, "</text>\n");
 	for (int i = 0; i < n; i++) {
+		if (s[i].points) { /* evaluated on some steps only: a dot each */
+			sb_printf(b, "<g class=\"dots\" fill=\"%s\"><title>", method_color(s[i].method));
+			sb_html(b, s[i].method);
+			sb_puts(b, " ");
+			sb_html(b, s[i].precision);
+			sb_puts(b, " ");
+			sb_html(b, s[i].points);
+			sb_puts(b, "</title>\n");
+			for (int k = 0; k < s[i].n; k++)
+				sb_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\"/>\n",
+				          PAD_L + (s[i].x[k] - xlo) / (xhi - xlo) * pw, PAD_T + ph - (s[i].y[k] - ylo) / (yhi - ylo) * ph);
+			sb_puts(b, "</g>\n");
+			continue;
+		}
 		sb_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\"%s points=\"",
 		          method_color(s[i].method), strcmp(s[i].precision, "nf4") == 0 ? "" : " stroke-dasharray=\"5 3\"");
 		for (int k = 0; k < s[i].n; k++)

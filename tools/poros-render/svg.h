@@ -25,6 +25,7 @@ struct series {
 	const char *method, *precision;  /* colour by method, dashed unless nf4 */
 	const double *x, *y;
 	int n;
+	const char *points;              /* non-NULL: dots, not a line, titled with this (e.g. "eval_loss") */
 };
 
 const char *method_color(const char *method);

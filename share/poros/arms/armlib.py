@@ -37,6 +37,7 @@ import os
 import platform
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -154,7 +155,38 @@ def load_cell(path, method):
     if tr["dataset"] not in ("synthetic", "synthetic:repeat"):
         raise BadInput(f"{path}: training.dataset \"{tr['dataset']}\": the baseline arms train on "
                        "\"synthetic\" and \"synthetic:repeat\" only (poros-train's synthetic streams)")
+    refuse_unimplemented(path, tr)
     return cell
+
+
+# training keys the arms implement, or that poros-arm itself acts on
+# (timeout_s, passes); cell.c's training_keys less the ones refused below
+TRAINING_KEYS = ("steps", "seq_len", "batch_size", "gradient_accumulation_steps", "warmup_steps", "dataset",
+                 "seed", "learning_rate", "lr_schedule", "weight_decay", "max_grad_norm", "timeout_s",
+                 "gradient_checkpointing", "lr_warmup_steps", "passes")
+
+# poros-train's, which the arms do not do: refused by name, never ignored
+UNIMPLEMENTED = {
+    "eval_dataset": "the baseline arms do not evaluate (eval_loss is poros-train's: methods poros and resident)",
+    "eval_every": "the baseline arms do not evaluate (eval_loss is poros-train's: methods poros and resident)",
+    "tokenizer": "the baseline arms tokenize nothing (they train on the synthetic token streams)",
+}
+
+
+def refuse_unimplemented(path, tr):
+    """A training field this arm would otherwise leave unread is the cell's
+    error (exit 2), before torch is imported."""
+    for k in tr:
+        if k in UNIMPLEMENTED:
+            raise BadInput(f"{path}: training.{k}: {UNIMPLEMENTED[k]}")
+        if k == "train_on":
+            # every token of a synthetic stream is a target, as in poros-train:
+            # "all" is what the arms do; "assistant" needs chat records
+            if tr[k] != "all":
+                raise BadInput(f"{path}: training.train_on {json.dumps(tr[k])}: the baseline arms train on every "
+                               "token of the synthetic streams (only \"all\"; \"assistant\" needs chat records)")
+        elif k not in TRAINING_KEYS:
+            raise BadInput(f"{path}: training.{k}: not implemented by the baseline arms")
 
 
 # --- what this machine has ------------------------------------------------
@@ -263,9 +295,73 @@ def slugify(s, strip_org=True):
     return "".join(out)
 
 
-def has_weights(d):
-    return (os.path.isfile(os.path.join(d, "model.safetensors"))
-            or os.path.isfile(os.path.join(d, "model.safetensors.index.json")))
+def check_regular(path):
+    """Refuses what is not a readable regular file, naming it, as
+    tools/lib/safetensors.c's st_check_regular does: a dangling link (an
+    interrupted download), a FIFO, a directory, an unreadable file.  Opened
+    with O_NONBLOCK and checked with fstat, so that a FIFO never blocks."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise BadInput(f"{path}: a dangling symbolic link (an interrupted download?)") from None
+        raise BadInput(f"{path}: No such file or directory") from None
+    except OSError as e:
+        raise BadInput(f"{path}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise BadInput(f"{path}: not a regular file")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as e:
+        raise BadInput(f"{path}: {e.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadInput(f"{path}: not a regular file")
+    finally:
+        os.close(fd)
+
+
+def name_is_confined(rel):
+    """A relative path that stays inside its directory (util.c's path_is_confined)."""
+    return bool(rel) and not rel.startswith("/") and ".." not in rel.split("/")
+
+
+def checkpoint_weights(d):
+    """The weight files of checkpoint directory d, each checked, as
+    poros-train's st_checkpoint_open finds them: what is there decides, and
+    a broken index or file is an error naming it, never a reason to fall
+    back to synthetic weights."""
+    index, single = os.path.join(d, "model.safetensors.index.json"), os.path.join(d, "model.safetensors")
+    if os.path.lexists(index):
+        check_regular(index)
+        try:
+            with open(index, encoding="utf-8") as f:
+                wmap = json.load(f).get("weight_map")
+        except OSError as e:
+            raise BadInput(f"{index}: {e.strerror}") from None
+        except (ValueError, AttributeError):
+            raise BadInput(f"{index}: not a JSON object") from None
+        if not isinstance(wmap, dict) or not wmap:
+            raise BadInput(f"{index}: no \"weight_map\" object (or it is empty)")
+        files = []
+        for name, shard in wmap.items():
+            if not isinstance(shard, str) or not name_is_confined(shard):
+                raise BadInput(f"{index}: weight_map \"{name}\": not a file name inside the checkpoint directory")
+            if shard not in files:
+                files.append(shard)
+        paths = [os.path.join(d, f) for f in files]
+    elif os.path.lexists(single):
+        paths = [single]
+    elif (os.path.lexists(os.path.join(d, "pytorch_model.bin"))
+          or os.path.lexists(os.path.join(d, "pytorch_model.bin.index.json"))):
+        raise BadInput(f"{d}: no model.safetensors or model.safetensors.index.json (only pytorch_model.bin "
+                       "weights, which the arms do not read: convert them to safetensors)")
+    else:
+        raise BadInput(f"{d}: no model.safetensors or model.safetensors.index.json (a checkpoint "
+                       "directory must hold its weights)")
+    for p in paths:
+        check_regular(p)
+    return paths
 
 
 def hub_cache_dir():
@@ -278,14 +374,17 @@ def hub_cache_dir():
 
 
 def pick_snapshot(repo_dir):
-    """refs/main's snapshot when it has a config.json, else the newest one that does."""
+    """The snapshot refs/main names when that directory exists (what
+    huggingface_hub loads: a broken config.json there is then an error, not
+    a reason to take another), else the newest one holding a config.json;
+    model_config.c's pick_snapshot."""
     snaps = os.path.join(repo_dir, "snapshots")
     try:
         with open(os.path.join(repo_dir, "refs", "main"), encoding="utf-8") as f:
             ref = f.read().strip()
-        if re.fullmatch(r"[A-Za-z0-9._-]+", ref) and os.path.isfile(os.path.join(snaps, ref, "config.json")):
+        if re.fullmatch(r"[A-Za-z0-9._-]+", ref) and ref not in (".", "..") and os.path.isdir(os.path.join(snaps, ref)):
             return os.path.join(snaps, ref)
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         pass
     best, best_t = None, None
     try:
@@ -315,37 +414,54 @@ def models_dirs():
 
 
 class ModelSource:
-    """Where a model comes from: config_path always; checkpoint_dir when
-    real weights exist (else the weights are synthetic, drawn from the seed)."""
+    """Where a model comes from: config_path always; checkpoint_dir when the
+    id resolved to a checkpoint (a local directory or an HF cache snapshot),
+    whose weights were found and checked (weight_files); None only for a
+    shipped configs/models shape, whose weights are synthetic, from the seed."""
 
-    def __init__(self, model_id, config_path, checkpoint_dir):
+    def __init__(self, model_id, config_path, checkpoint_dir, weight_files=()):
         self.model_id = model_id
         self.config_path = config_path
         self.checkpoint_dir = checkpoint_dir
+        self.weight_files = list(weight_files)
 
     @property
     def weights(self):
         return "real" if self.checkpoint_dir else "synthetic"
 
 
+def checkpoint_source(model_id, d):
+    cfg = os.path.join(d, "config.json")
+    check_regular(cfg)
+    return ModelSource(model_id, cfg, d, checkpoint_weights(d))
+
+
 def resolve_model(model_id):
-    """The same order as poros-train: a local directory, the HF cache, then
-    Poros' own configs/models/<slug>.json.  Never the network."""
+    """poros-train's rule (tools/lib/model_config.c, docs/checkpoints.md): a
+    local directory with a config.json, then the HF cache, then Poros' own
+    configs/models/<slug>.json.  A checkpoint loads its own weights or the
+    run stops naming the file (BadInput, exit 2); synthetic weights only
+    for a shipped shape.  Never the network."""
+    if not model_id:
+        raise BadInput("empty model id")
     looked = []
     cfg = os.path.join(model_id, "config.json")
-    if os.path.isdir(model_id) and os.path.isfile(cfg):
-        return ModelSource(model_id, cfg, model_id if has_weights(model_id) else None)
+    # a config.json that is there but broken is an error naming it, not "not found"
+    if os.path.isdir(model_id) and os.path.lexists(cfg):
+        return checkpoint_source(model_id, model_id)
     looked.append(cfg)
     cache = hub_cache_dir()
     parts = model_id.split("/")
-    if cache and len(parts) == 2 and all(re.fullmatch(r"[A-Za-z0-9._-]+", p) for p in parts):
+    if cache is None:
+        looked.append("the HF cache (no HF_HUB_CACHE, HF_HOME or HOME)")
+    elif len(parts) == 2 and all(re.fullmatch(r"[A-Za-z0-9._-]+", p) and p not in (".", "..") for p in parts):
         repo_dir = os.path.join(cache, f"models--{parts[0]}--{parts[1]}")
         snap = pick_snapshot(repo_dir)
         if snap:
-            return ModelSource(model_id, os.path.join(snap, "config.json"), snap if has_weights(snap) else None)
+            return checkpoint_source(model_id, snap)
         looked.append(os.path.join(repo_dir, "snapshots", "*", "config.json"))
     slug = slugify(model_id)
-    for d in models_dirs():
+    for d in models_dirs() if slug else ():
         p = os.path.join(d, slug + ".json")
         if os.path.isfile(p):
             return ModelSource(model_id, p, None)
@@ -613,6 +729,8 @@ def train(torch, model, cell, out_dir, summary, input_device="cuda"):
     steps, warmup = tr["steps"], tr["warmup_steps"]
     accum, batch, seq = tr["gradient_accumulation_steps"], tr["batch_size"], tr["seq_len"]
     tokens = batch * seq * accum
+    # transformers shifts labels=ids inside: seq_len - 1 targets a row
+    supervised = batch * (seq - 1) * accum
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise RuntimeError("no trainable parameters: LoRA matched none of lora.target_modules")
@@ -658,7 +776,8 @@ def train(torch, model, cell, out_dir, summary, input_device="cuda"):
                 times.append(dt)
                 allocs.append(alloc)
             ev = {"step": step, "loss": float(f"{loss_v:.9g}"), "lr": lr, "grad_norm": finite_or_none(grad_norm),
-                  "step_s": float(f"{dt:.6f}"), "tokens": tokens, "vram_alloc_mb": alloc / 2**20,
+                  "step_s": float(f"{dt:.6f}"), "tokens": tokens, "tokens_supervised": supervised,
+                  "vram_alloc_mb": alloc / 2**20,
                   "vram_peak_mb": peak / 2**20,
                   "h2d_bytes": None, "h2d_s": None, "compute_s": None, "copy_hidden_frac": None}
             events.write(json.dumps(ev, separators=(",", ":")) + "\n")
@@ -720,12 +839,14 @@ def main(method, modules, run):
         args = parse_args()
         summary.update(run_dir=args.out, events=os.path.join(args.out, "events.jsonl"))
         cell = load_cell(args.cell, method)
+        # before torch: a checkpoint that cannot load is the cell's error
+        # (exit 2) on any machine, as it is in poros-train
+        source = resolve_model(cell["model"]["model_id"])
         torch = import_torch()
         summary["env"] = environment(torch)
         require(torch, cell, modules)
         summary["backend"] = "cuda"
         summary.update(steps=cell["training"]["steps"], warmup_steps=cell["training"]["warmup_steps"])
-        source = resolve_model(cell["model"]["model_id"])
         summary["weights"] = source.weights
         log(f"{cell['cell_id']}: model {source.model_id} from {source.config_path} ({source.weights} weights), "
             f"{cell['precision']}, {torch.cuda.get_device_name(0)}")
