@@ -158,3 +158,32 @@ plan_and_train() {
 	jq -e '.cell_id == "resident_tiny_llama_bf16" and .mode == "resident" and .precision == "bf16"' <<<"$output"
 	[ ! -e bench ]
 }
+
+@test "poros plan SPEC prints each poros and resident cell's plan, what its run then takes, and writes nothing" {
+	local spec="$POROS_ROOT/configs/bench/tiny.yaml"
+	run -0 --separate-stderr poros plan "$spec" -o out
+	[ ! -e out ]
+	# every poros and resident cell, in spec order, and no other
+	diff <(jq -r .cell_id <<<"$output") \
+		<(poros-expand --jsonl -o out "$spec" | jq -r 'select(.method == "poros" or .method == "resident") | .cell_id')
+	[ "${#lines[@]}" -eq 12 ]
+	jq -e -s 'all(.schema == "poros.plan/1" and .vram_plan_mb > 0)' <<<"$output"
+	# one cell's line is its own --plan and its run's peak
+	poros-expand --jsonl -o out "$spec" | grep '"cell_id":"resident_tiny_qwen3_nf4"' >cell.json
+	grep '"cell_id":"resident_tiny_qwen3_nf4"' <<<"$output" >planned.json
+	diff planned.json <(poros-train --cell - --quiet --plan <cell.json)
+	poros-train --cell - --quiet --steps 2 --out run <cell.json >run.json
+	[ "$(jq -r .vram_peak_mb run.json)" = "$(jq -r .vram_plan_mb planned.json)" ]
+	jq -e --slurpfile p planned.json '.vram_breakdown_mb == $p[0].vram_breakdown_mb' run.json
+}
+
+@test "poros plan: a spec without a poros or resident cell is exit 2, a bad spec too" {
+	sed 's/^methods: .*/methods: [peft]/' "$POROS_ROOT/configs/bench/tiny.yaml" >peft.yaml
+	run -2 --separate-stderr poros plan peft.yaml -o out
+	[[ "$stderr" == *"no poros or resident cells to plan"* ]]
+	[ -z "$output" ]
+	run -2 --separate-stderr poros plan nowhere.yaml
+	[ -z "$output" ]
+	run -0 poros plan --help
+	assert_line --index 0 "usage: poros plan SPEC [-o DIR]"
+}
