@@ -61,6 +61,10 @@ struct backend {
 	size_t library_device_bytes;
 };
 
+/* The CUDA backend's library_device_bytes (the cuBLAS workspace), known
+ * without a device so that a plan (poros-train --plan) needs none. */
+#define POROS_CUDA_LIBRARY_BYTES (32u << 20)
+
 /* The CPU backend; always available. */
 const struct backend *backend_cpu(void);
 /* The CUDA backend on device 0, or NULL with a reason in err ("built

@@ -37,7 +37,7 @@ fake_poros() {
 	[ -z "$output" ]
 	[[ "$stderr" == "usage: poros bench run SPEC"* ]]
 	run -2 --separate-stderr poros frobnicate
-	[ "$stderr" = 'poros: unknown command "frobnicate" (expected bench, train, parity, export or help)' ]
+	[ "$stderr" = 'poros: unknown command "frobnicate" (expected bench, train, plan, parity, export or help)' ]
 	run -2 --separate-stderr poros bench frobnicate
 	[ "$stderr" = 'poros: unknown bench command "frobnicate" (expected run, matrix, collect, compare or report)' ]
 	run -2 --separate-stderr poros bench run "$SPEC" --bogus

@@ -80,10 +80,10 @@ section() {
 @test "the model table has status badges, VRAM peak, derived fits-on, s/step median and range, tokens/s" {
 	make_results
 	poros-render --html results.jsonl > report.html
-	grep -F '<tr id="cell-poros_tiny_qwen2_nf4"><td>poros</td><td>nf4</td><td><span class="badge ok">ok</span></td><td>--</td><td class="num">19.5 GiB</td><td class="num derived">24 GB</td><td class="num">1.52</td><td class="num">--</td><td class="num">--</td><td class="num">1.40 - 1.90</td><td class="num">2695</td>' report.html
-	grep -F '<tr id="cell-resident_tiny_qwen2_nf4"><td>resident</td><td>nf4</td><td><span class="badge ok">ok</span></td><td>--</td><td class="num">29.3 GiB</td><td class="num derived">40 GB</td>' report.html
+	grep -F '<tr id="cell-poros_tiny_qwen2_nf4"><td>poros</td><td>nf4</td><td><span class="badge ok">ok</span></td><td>--</td><td class="num">19.5 GiB</td><td class="num derived">24 GB<span class="muted"> derived</span></td><td class="num">1.52</td><td class="num">--</td><td class="num">--</td><td class="num">1.40 - 1.90</td><td class="num">2695</td>' report.html
+	grep -F '<tr id="cell-resident_tiny_qwen2_nf4"><td>resident</td><td>nf4</td><td><span class="badge ok">ok</span></td><td>--</td><td class="num">29.3 GiB</td><td class="num derived">40 GB<span class="muted"> derived</span></td>' report.html
 	# 8192 MiB does not fit in 8 GB: fits-on is the next card up; the device is named
-	grep -F '<td>NVIDIA H200</td><td class="num">8.00 GiB</td><td class="num derived">12 GB</td>' report.html
+	grep -F '<td>NVIDIA H200</td><td class="num">8.00 GiB</td><td class="num derived">12 GB<span class="muted"> derived</span></td>' report.html
 	grep -F '<tr id="cell-peft_tiny_qwen2_nf4"><td>peft</td><td>nf4</td><td><span class="badge oom" title="CUDA out of memory | tried &lt;b&gt;2 GiB&lt;&#47;b&gt;, see https:&#47;&#47;example.org&#47;&#47;oom">oom</span></td><td>--</td><td class="num">--</td><td class="num derived">--</td>' report.html
 	grep -F '<span class="badge skipped" title="skipped: fixture reason">skipped</span>' report.html
 	# rows in method order, then precision order
@@ -99,8 +99,21 @@ section() {
 		art poros oom nf4 oom 2026-11-29T10:00:00Z '.metrics.vram_peak_mb = 100'
 	} > r.jsonl
 	poros-render --html r.jsonl > report.html
-	[ "$(grep -o '<td class="num derived">[^<]*</td>' report.html | sed 's/<[^>]*>//g' | paste -sd ,)" = "8 GB,24 GB,141 GB,&gt; 141 GB,--" ]
+	[ "$(grep -o '<td class="num derived">.*</td>' report.html | sed 's/<\/td>.*//; s/<[^>]*>//g' | paste -sd ,)" = "8 GB derived,24 GB derived,141 GB derived,&gt; 141 GB derived,--" ]
 	grep -F '<tr id="cell-poros_oom_nf4"><td>poros</td><td>nf4</td><td><span class="badge oom" title="oom: fixture reason">oom</span></td><td>--</td><td class="num">100 MiB</td><td class="num derived">--</td>' report.html
+}
+
+@test "fits-on comes from the trainer's plan when the artifact has one, for any status" {
+	{
+		# the plan (8191 MiB) fits 8 GB although the peak (9000) would not
+		art poros m8 nf4 ok 2026-11-29T10:00:00Z '.metrics.vram_plan_mb = 8191 | .metrics.vram_peak_mb = 9000'
+		# an oom refused before it started still has its plan
+		art poros m24 nf4 oom 2026-11-29T10:00:00Z '.metrics.vram_plan_mb = 24575'
+		art poros cpu nf4 ok 2026-11-29T10:00:00Z '.metrics.vram_plan_mb = 10 | .env.backend = "cpu"'
+	} > r.jsonl
+	poros-render --html r.jsonl > report.html
+	[ "$(grep -o '<td class="num derived">.*</td>' report.html | sed 's/<\/td>.*//; s/<[^>]*>//g' | paste -sd ,)" = "8 GB planned,24 GB planned,CPU run" ]
+	poros-render --md r.jsonl | grep -F '| poros | nf4 | **oom** | -- | -- | 24 GB planned |'
 }
 
 @test "the spec summary comes from the cells" {
@@ -173,7 +186,7 @@ section() {
 	[ -z "$stderr" ]
 	assert_line --index 0 "# Poros Bench report: tiny"
 	assert_line "## &lt;script&gt;alert(1)&lt;/script&gt; (poros/tiny-qwen2, 0.0001 B parameters)"
-	assert_line "| poros | nf4 | **ok** | -- | 19.5 GiB | 24 GB | 1.52 | -- | -- | 1.40 - 1.90 | 2695 | 5.60 -&gt; 5.40 |"
+	assert_line "| poros | nf4 | **ok** | -- | 19.5 GiB | 24 GB derived | 1.52 | -- | -- | 1.40 - 1.90 | 2695 | 5.60 -&gt; 5.40 |"
 	assert_line "| peft | nf4 | **oom** | -- | -- | -- | -- | -- | -- | -- | -- | -- -&gt; -- |"
 	assert_line "| &lt;script&gt;alert(1)&lt;/script&gt; | nf4 | 4 | 0.125 | 0 | loss: step 2 | **differs** |"
 	assert_line "| &lt;script&gt;alert(1)&lt;/script&gt; | bf16 | -- | -- | -- | -- | -- |"
@@ -233,7 +246,7 @@ section() {
 	# the parsed document: the attack is text, the table holds the values
 	grep -F '<h2>&lt;script&gt;alert(1)&lt;/script&gt; <small>' dom.html
 	run -1 grep -F "$XSS" dom.html
-	grep -F '<td class="num">19.5 GiB</td><td class="num derived">24 GB</td><td class="num">1.52</td>' dom.html
+	grep -F '<td class="num">19.5 GiB</td><td class="num derived">24 GB<span class="muted"> derived</span></td><td class="num">1.52</td>' dom.html
 	grep -F '<td class="num">0.125</td>' dom.html
 	grep -F '<rect x="170"' dom.html
 }

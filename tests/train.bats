@@ -186,9 +186,9 @@ parity() {
 @test "a VRAM budget too small is an oom with exit 1 and nothing written" {
 	run -1 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 2 --out run --vram-budget 64K
 	[ "${#lines[@]}" -eq 1 ]
-	echo "$output" | jq -e '.status == "oom" and (.error | test("^allocating .*: budget 64.0 KiB exceeded"))
+	echo "$output" | jq -e '.status == "oom" and (.error | test("^the run needs .* of device memory, over --vram-budget 64.0 KiB; the largest: "))
 		and .steps == 0 and .events == null and .adapter == null and .loss_first == null'
-	[[ "$stderr" == "poros-train: allocating "*"budget 64.0 KiB exceeded"* ]]
+	[[ "$stderr" == "poros-train: the run needs "*"over --vram-budget 64.0 KiB"* ]]
 	[ ! -e run/events.jsonl ]
 	[ ! -e run/adapter ]
 }

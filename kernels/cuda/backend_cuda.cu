@@ -15,7 +15,7 @@
 // a changing workspace could change bits.  It sits outside the engine's
 // allocator (allocated once, before any training memory), which counts it
 // through library_device_bytes.
-#define CUBLAS_WORKSPACE_BYTES (32u << 20)
+#define CUBLAS_WORKSPACE_BYTES POROS_CUDA_LIBRARY_BYTES
 
 static struct cuda_state {
 	int ready;

@@ -111,7 +111,9 @@ static void test_round_trip(void)
 	CHECK(strncmp(s1, "{\"schema\":\"poros.artifact/1\",\"cell_id\":\"peft_qwen2_5_32b_bf16\",\"config_hash\":\"sha256:", 80) == 0);
 	CHECK(strstr(s1, "\",\"method\":\"peft\",\"model_id\":\"Qwen/Qwen2.5-32B\",\"precision\":\"bf16\",\"cell\":{") != NULL);
 	check_str(b.config_hash, a.config_hash, "config_hash read back");
-	CHECK(strstr(s1, "\"status\":\"ok\",\"error\":null,\"metrics\":{\"vram_peak_mb\":7012.4,") != NULL);
+	/* a Python arm's summary has no plan: null, first of the metrics */
+	CHECK(isnan(b.metrics.vram_plan_mb));
+	CHECK(strstr(s1, "\"status\":\"ok\",\"error\":null,\"metrics\":{\"vram_plan_mb\":null,\"vram_peak_mb\":7012.4,") != NULL);
 	CHECK(strstr(s1, "\"parity\":{\"loss_max_abs_delta\":0,\"adapter_max_abs_delta\":null,\"bitwise_exact\":true}") != NULL);
 	CHECK(strstr(s1, "\"log\":\"logs/peft_qwen2_5_32b_bf16.log\",\"run_dir\":\"runs/peft_qwen2_5_32b_bf16\"}\n") != NULL);
 	free(s1);
@@ -223,12 +225,32 @@ static void test_summary(void)
 	check_str(err, "schema: missing (expected \"poros.summary/1\")", "no schema");
 	cJSON_Delete(s);
 
+	/* poros-train's plan is taken, and refused when negative */
+	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"oom\",\"error\":\"over\",\"vram_plan_mb\":-1}");
+	CHECK(artifact_apply_summary(&a, s, err, sizeof err) < 0);
+	check_str(err, "vram_plan_mb: must not be negative, got -1", "negative plan");
+	cJSON_Delete(s);
+	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"oom\",\"error\":\"over\",\"vram_plan_mb\":12160.5}");
+	CHECK(artifact_apply_summary(&a, s, err, sizeof err) == 0);
+	CHECK(a.status == STATUS_OOM && a.metrics.vram_plan_mb == 12160.5 && isnan(a.metrics.vram_peak_mb));
+	{
+		cJSON *j = artifact_to_json(&a), *m = cJSON_GetObjectItemCaseSensitive(j, "metrics");
+		struct artifact back;
+
+		CHECK(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "vram_plan_mb")) == 12160.5);
+		CHECK(artifact_from_json(&back, j, err, sizeof err) == 0 && back.metrics.vram_plan_mb == 12160.5);
+		artifact_free(&back);
+		cJSON_Delete(j);
+	}
+	cJSON_Delete(s);
+
 	/* oom without a reason still gets one; absent metrics become null */
 	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"oom\",\"vram_peak_mb\":24000}");
 	CHECK(artifact_apply_summary(&a, s, err, sizeof err) == 0);
 	CHECK(a.status == STATUS_OOM);
 	check_str(a.error, "the child reported status oom without a reason", "oom error");
 	CHECK(a.metrics.vram_peak_mb == 24000 && isnan(a.metrics.s_per_step) && a.metrics.steps_measured == -1);
+	CHECK(isnan(a.metrics.vram_plan_mb));
 	CHECK(a.env.gpu_name == NULL && a.env.hostname != NULL); /* the child's half only */
 	cJSON_Delete(s);
 

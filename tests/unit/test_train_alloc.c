@@ -9,21 +9,36 @@
 static void check_allocator(void)
 {
 	struct dev_alloc a;
-	char buf[64];
+	char buf[64], big[256];
 	void *p, *q;
 
 	dev_alloc_init(&a, backend_cpu(), 1000);
-	p = dev_alloc(&a, 600, "the first %d bytes", 600);
-	CHECKF(p != NULL && a.current == 600 && a.peak == 600, "600 of 1000: p %p current %zu", p, a.current);
-	q = dev_alloc(&a, 500, "2 slabs of %s", "250 B");
-	CHECKF(q == NULL && a.oom, "500 more must not fit a 1000-byte budget");
+	CHECKF(dev_alloc(&a, &p, 600, "the first %d bytes", 600) == 0 && p != NULL && a.current == 600 && a.peak == 600,
+	       "600 of 1000: p %p current %zu", p, a.current);
+	CHECKF(dev_alloc(&a, &q, 500, "2 slabs of %s", "250 B") < 0 && q == NULL && a.oom,
+	       "500 more must not fit a 1000-byte budget");
 	CHECKF(strcmp(a.err, "allocating 2 slabs of 250 B: budget 1000 B exceeded (600 B in use)") == 0,
 	         "message: \"%s\"", a.err);
 	CHECKF(a.current == 600 && a.peak == 600, "a refused request counts nothing: current %zu", a.current);
-	q = dev_alloc(&a, 400, "the rest");
-	CHECKF(q != NULL && a.current == 1000 && a.peak == 1000, "exactly the budget fits: current %zu", a.current);
+	CHECKF(dev_alloc(&a, &q, 400, "the rest") == 0 && q != NULL && a.current == 1000 && a.peak == 1000, "exactly the budget fits: current %zu", a.current);
 	dev_alloc_release_all(&a);
 	CHECKF(a.current == 0 && a.peak == 1000, "release: current %zu peak %zu", a.current, a.peak);
+
+	/* a dry allocator counts the same, with no memory and no budget */
+	dev_alloc_init_dry(&a);
+	dev_alloc_set_purpose(&a, "small");
+	CHECKF(dev_alloc(&a, &p, 1000, "a") == 0 && p == NULL, "dry: no pointer");
+	dev_alloc_set_purpose(&a, "big");
+	CHECKF(dev_alloc(&a, &p, 3u << 20, "b") == 0 && dev_alloc_count_held(&a, 2048, "c") == 0, "dry: all fit");
+	dev_alloc_set_purpose(&a, "mid");
+	CHECKF(dev_alloc(&a, &p, 2048, "d") == 0 && a.peak == 1000 + (3u << 20) + 4096, "dry peak %zu", a.peak);
+	CHECKF(strcmp(dev_alloc_largest(&a, 3, big, sizeof big), "big 3.0 MiB, mid 2.0 KiB, small 1000 B") == 0,
+	       "largest: \"%s\"", big);
+	CHECKF(strcmp(dev_alloc_largest(&a, 1, big, sizeof big), "big 3.0 MiB") == 0, "largest 1: \"%s\"", big);
+	CHECKF(dev_alloc_breakdown_json(&a, big, sizeof big) > 0 &&
+	       strcmp(big, "{\"small\":0.001,\"big\":3.002,\"mid\":0.002}") == 0, "dry breakdown: %s", big);
+	CHECKF(dev_alloc_breakdown_json(&a, big, 10) == -1, "a short buffer is -1");
+	dev_alloc_release_all(&a);
 
 	CHECKF(strcmp(format_bytes(buf, sizeof buf, 100), "100 B") == 0, "format 100: %s", buf);
 	CHECKF(strcmp(format_bytes(buf, sizeof buf, 1536), "1.5 KiB") == 0, "format 1536: %s", buf);
@@ -37,6 +52,8 @@ static size_t engine_peak_on(const struct backend *be, int mode, int nf4, long l
 	struct train_config cfg;
 	struct tt_run r;
 	struct step_stats st;
+	struct dev_alloc plan;
+	char planned[1024], made[1024];
 	size_t peak = 0;
 
 	tt_config(&cfg, "poros/tiny-qwen2");
@@ -51,12 +68,23 @@ static size_t engine_peak_on(const struct backend *be, int mode, int nf4, long l
 	    token_source_open(&r.data, cfg.dataset, &r.mc, cfg.seq_len, cfg.seed, TRAIN_ON_DEFAULT, err, errsz) < 0 ||
 	    host_weights_load(&r.hw, be, &r.mc, nf4, cfg.seed, err, errsz) < 0)
 		return 0;
+	/* the plan, from the layouts alone, before the engine */
+	CHECKF(engine_plan(&plan, &r.cfg, &r.mc, &r.hw, be->library_device_bytes, err, errsz) == 0 && plan.dry,
+	       "mode %d: the plan: %s", mode, err);
+	dev_alloc_breakdown_json(&plan, planned, sizeof planned);
 	if (engine_create(&r.e, &r.cfg, &r.mc, &r.hw, &r.data, be, err, errsz) < 0) {
 		*oom = engine_oom(r.e);
+		CHECKF(budget > 0 && plan.peak > (size_t)budget, "mode %d: an oom (%s) with a plan of %zu in %lld bytes",
+		       mode, err, plan.peak, budget);
+		dev_alloc_release_all(&plan);
 		tt_close(&r);
 		return 0;
 	}
 	peak = engine_vram_peak(r.e);
+	engine_vram_breakdown_json(r.e, made, sizeof made);
+	CHECKF(plan.peak == peak && strcmp(planned, made) == 0, "mode %d: planned %zu %s, allocated %zu %s", mode,
+	       plan.peak, planned, peak, made);
+	dev_alloc_release_all(&plan);
 	if (breakdown)
 		engine_vram_breakdown_json(r.e, breakdown, bsz);
 	/* nothing more is allocated while training */
@@ -110,6 +138,7 @@ static void check_library_bytes(void)
 	char err[1024], breakdown[1024];
 	int oom;
 	size_t plain, with;
+	void *p;
 
 	lib.library_device_bytes = 3u << 20;
 	lib.device_free = counting_free;
@@ -117,7 +146,7 @@ static void check_library_bytes(void)
 	dev_alloc_set_purpose(&a, "lib");
 	CHECKF(dev_alloc_count_held(&a, 700, "a workspace") == 0 && a.current == 700 && a.peak == 700,
 	       "700 held of 1000: current %zu", a.current);
-	CHECKF(dev_alloc(&a, 400, "the rest") == NULL && a.oom, "held bytes count against the budget");
+	CHECKF(dev_alloc(&a, &p, 400, "the rest") < 0 && a.oom, "held bytes count against the budget");
 	CHECKF(dev_alloc_count_held(&a, 400, "another") < 0, "so do further held bytes");
 	dev_alloc_release_all(&a);
 	CHECKF(null_frees == 0, "held bytes are not the allocator's to free (%d NULL frees)", null_frees);

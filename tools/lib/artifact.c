@@ -30,7 +30,7 @@ int artifact_status_from_name(const char *s)
 
 static void metrics_init(struct artifact_metrics *m)
 {
-	m->vram_peak_mb = m->vram_avg_mb = NAN;
+	m->vram_plan_mb = m->vram_peak_mb = m->vram_avg_mb = NAN;
 	m->s_per_step = m->s_per_step_min = m->s_per_step_max = NAN;
 	m->tokens_per_s = NAN;
 	m->steps_measured = m->warmup_steps = -1;
@@ -173,6 +173,7 @@ cJSON *artifact_to_json(const struct artifact *a)
 	add_str(o, "error", a->error);
 
 	m = cJSON_AddObjectToObject(o, "metrics");
+	add_num(m, "vram_plan_mb", a->metrics.vram_plan_mb);
 	add_num(m, "vram_peak_mb", a->metrics.vram_peak_mb);
 	add_num(m, "vram_avg_mb", a->metrics.vram_avg_mb);
 	cJSON_AddItemToObject(m, "s_per_step", timing_json_number(a->metrics.s_per_step));
@@ -359,7 +360,7 @@ static const char *const artifact_keys[] = {
 	"metrics", "parity", "env", "started_at", "finished_at", "wall_s", "argv", "log", "run_dir", NULL,
 };
 static const char *const metrics_keys[] = {
-	"vram_peak_mb", "vram_avg_mb", "s_per_step", "s_per_step_min", "s_per_step_max", "tokens_per_s",
+	"vram_plan_mb", "vram_peak_mb", "vram_avg_mb", "s_per_step", "s_per_step_min", "s_per_step_max", "tokens_per_s",
 	"steps_measured", "warmup_steps", "loss_first", "loss_last", "s_per_step_spread", "s_per_step_mad",
 	"passes_agree", "passes", NULL,
 };
@@ -463,7 +464,8 @@ static int metrics_from_json(struct artifact_metrics *m, const cJSON *o, const c
 	metrics_init(m);
 	if (o == NULL)
 		return 0;
-	if (get_measure(o, pre, "vram_peak_mb", &m->vram_peak_mb, err, errsz) < 0 ||
+	if (get_measure(o, pre, "vram_plan_mb", &m->vram_plan_mb, err, errsz) < 0 ||
+	    get_measure(o, pre, "vram_peak_mb", &m->vram_peak_mb, err, errsz) < 0 ||
 	    get_measure(o, pre, "vram_avg_mb", &m->vram_avg_mb, err, errsz) < 0 ||
 	    get_measure(o, pre, "s_per_step", &m->s_per_step, err, errsz) < 0 ||
 	    get_measure(o, pre, "s_per_step_min", &m->s_per_step_min, err, errsz) < 0 ||

@@ -18,6 +18,7 @@
 
 #define ARTIFACT_SCHEMA "poros.artifact/1"
 #define SUMMARY_SCHEMA "poros.summary/1"
+#define PLAN_SCHEMA "poros.plan/1" /* poros-train --plan's line */
 
 enum artifact_status { STATUS_OK, STATUS_OOM, STATUS_ERROR, STATUS_SKIPPED, STATUS_COUNT };
 extern const char *const artifact_status_names[STATUS_COUNT]; /* "ok", "oom", "error", "skipped" */
@@ -31,6 +32,7 @@ struct artifact_pass {
 
 /* The timing fields are computed from passes (timing.h); passes is owned. */
 struct artifact_metrics {
+	double vram_plan_mb;                       /* MiB, the trainer's plan before any work (NaN: none) */
 	double vram_peak_mb, vram_avg_mb;          /* MiB, device allocator peak / per-step mean */
 	double s_per_step, s_per_step_min, s_per_step_max;
 	double s_per_step_spread, s_per_step_mad;  /* across passes / the steps' noise */

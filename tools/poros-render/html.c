@@ -380,9 +380,10 @@ void render_html(struct sbuf *b, const struct report *r)
 	if (r->results.n > 0)
 		env_section(b, r);
 	notes_section(b, r);
-	sb_puts(b, "<footer>\n<p>* Fits on is derived, not measured: the smallest common card (8, 12, 16, 24, 40, 48, "
-	           "80 or 141 GB) with more memory than the measured peak of the training process's allocations. "
-	           "A CUDA context and fragmentation need some more.</p>\n"
+	sb_puts(b, "<footer>\n<p>* Fits on: the smallest common card (8, 12, 16, 24, 40, 48, 80 or 141 GB) with "
+	           "more memory than poros-train's plan, made before any work and equal to its allocator's peak "
+	           "(planned), or, for an arm without a plan, than the measured peak of the training process's "
+	           "allocations (derived).  A CUDA context and fragmentation need some more.</p>\n"
 	           "<p>Memory peak: the largest memory the run's allocator held at once, device memory on a GPU, "
 	           "host memory for a CPU run.  s/step: each pass (a fresh trainer process) times every step after "
 	           "warmup_steps; a pass's figure is the median of its steps, and s/step the median of the passes'. "

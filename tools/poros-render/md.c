@@ -174,8 +174,9 @@ void render_md(struct sbuf *b, const struct report *r)
 	if (r->results.n > 0)
 		env_table(b, r);
 	notes(b, r);
-	sb_puts(b, "\\* Fits on is derived, not measured: the smallest common card (8, 12, 16, 24, 40, 48, 80 or "
-	           "141 GB) with more memory than the measured peak.\n\n"
+	sb_puts(b, "\\* Fits on: the smallest common card (8, 12, 16, 24, 40, 48, 80 or 141 GB) with more memory "
+	           "than poros-train's plan (planned, equal to its peak) or, without a plan, the measured peak "
+	           "(derived).\n\n"
 	           "s/step: the median over passes (fresh trainer processes) of each pass's median step after "
 	           "warmup\\_steps; spread: slowest minus fastest pass median; noise: the median absolute deviation "
 	           "(MAD) of the steps from their pass's median; passes disagree when a pass median lies more than "

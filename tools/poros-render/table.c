@@ -60,22 +60,33 @@ static void col_memory(struct sbuf *b, const struct result_entry *e, const struc
 	}
 }
 
+/* The smallest common card the run fits on: from the trainer's plan when
+ * the artifact has one (poros-train's, exact, whatever the run's status),
+ * else derived from an ok run's measured peak (the Python arms). */
 static void col_fits(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
 {
-	int gb = e->art.status == STATUS_OK ? fits_on_gb(e->art.metrics.vram_peak_mb) : -1;
+	const struct artifact_metrics *m = &e->art.metrics;
+	int planned = !isnan(m->vram_plan_mb);
+	int gb = planned ? fits_on_gb(m->vram_plan_mb) : e->art.status == STATUS_OK ? fits_on_gb(m->vram_peak_mb) : -1;
 
-	/* a host-memory peak says nothing about a card */
+	/* a host-memory figure says nothing about a card */
 	if (gb >= 0 && is_cpu_run(&e->art)) {
 		sb_puts(b, mk->muted_open);
 		sb_puts(b, "CPU run");
 		sb_puts(b, mk->muted_close);
-	} else if (gb < 0) {
-		sb_puts(b, "--");
-	} else if (gb == 0) {
-		sb_puts(b, "&gt; 141 GB");
-	} else {
-		sb_printf(b, "%d GB", gb);
+		return;
 	}
+	if (gb < 0) {
+		sb_puts(b, "--");
+		return;
+	}
+	if (gb == 0)
+		sb_puts(b, "&gt; 141 GB");
+	else
+		sb_printf(b, "%d GB", gb);
+	sb_puts(b, mk->muted_open);
+	sb_puts(b, planned ? " planned" : " derived");
+	sb_puts(b, mk->muted_close);
 }
 
 static void col_s_per_step(struct sbuf *b, const struct result_entry *e, const struct markup *mk)

@@ -31,6 +31,12 @@ void dev_alloc_init(struct dev_alloc *a, const struct backend *be, size_t budget
 	a->budget = budget;
 }
 
+void dev_alloc_init_dry(struct dev_alloc *a)
+{
+	memset(a, 0, sizeof *a);
+	a->dry = 1;
+}
+
 /* The budget check shared by both ways of taking memory: 0, or -1 with
  * a->err and a->oom set. */
 static int within_budget(struct dev_alloc *a, size_t bytes, const char *what)
@@ -67,26 +73,27 @@ static void record(struct dev_alloc *a, void *p, size_t bytes)
 		a->peak = a->current;
 }
 
-void *dev_alloc(struct dev_alloc *a, size_t bytes, const char *what_fmt, ...)
+int dev_alloc(struct dev_alloc *a, void **p, size_t bytes, const char *what_fmt, ...)
 {
 	char what[160], need[32], used[32];
 	va_list ap;
-	void *p = NULL;
 
+	*p = NULL;
 	va_start(ap, what_fmt);
 	vsnprintf(what, sizeof what, what_fmt, ap);
 	va_end(ap);
 	if (within_budget(a, bytes, what) < 0)
-		return NULL;
-	if (a->be->device_alloc(&p, bytes) != 0 || p == NULL) {
+		return -1;
+	if (!a->dry && (a->be->device_alloc(p, bytes) != 0 || *p == NULL)) {
+		*p = NULL;
 		snprintf(a->err, sizeof a->err, "allocating %s (%s): out of %s memory (%s in use)", what,
 		         format_bytes(need, sizeof need, (double)bytes), a->be->name,
 		         format_bytes(used, sizeof used, (double)a->current));
 		a->oom = 1;
-		return NULL;
+		return -1;
 	}
-	record(a, p, bytes);
-	return p;
+	record(a, *p, bytes); /* dry: NULL, nothing to free */
+	return 0;
 }
 
 int dev_alloc_count_held(struct dev_alloc *a, size_t bytes, const char *what)
@@ -128,6 +135,48 @@ int dev_alloc_breakdown(const struct dev_alloc *a, const char **name, size_t *by
 			bytes[j] += a->blocks[i].bytes;
 	}
 	return n;
+}
+
+int dev_alloc_breakdown_json(const struct dev_alloc *a, char *buf, size_t n)
+{
+	const char *name[32];
+	size_t bytes[32];
+	int np = dev_alloc_breakdown(a, name, bytes, 32), off = 0;
+
+	for (int i = 0; i <= np && i <= 32; i++) {
+		int w = i == np || i == 32 ? snprintf(buf + off, n - (size_t)off, "}")
+		                           : snprintf(buf + off, n - (size_t)off, "%s\"%s\":%.3f", i ? "," : "{", name[i],
+		                                      (double)bytes[i] / MIB);
+
+		if (w < 0 || (size_t)w >= n - (size_t)off)
+			return -1;
+		off += w;
+	}
+	return off;
+}
+
+const char *dev_alloc_largest(const struct dev_alloc *a, int n, char *buf, size_t bufsz)
+{
+	const char *name[32];
+	size_t bytes[32], off = 0;
+	int np = dev_alloc_breakdown(a, name, bytes, 32), taken[32] = { 0 };
+
+	if (np > 32)
+		np = 32;
+	buf[0] = '\0';
+	for (int i = 0; i < n && i < np && off < bufsz; i++) {
+		int best = -1;
+		char sz[32];
+
+		/* the largest not yet named; a tie goes to the first allocated */
+		for (int j = 0; j < np; j++)
+			if (!taken[j] && (best < 0 || bytes[j] > bytes[best]))
+				best = j;
+		taken[best] = 1;
+		off += (size_t)snprintf(buf + off, bufsz - off, "%s%s %s", i ? ", " : "", name[best],
+		                        format_bytes(sz, sizeof sz, (double)bytes[best]));
+	}
+	return buf;
 }
 
 void dev_alloc_release_all(struct dev_alloc *a)

@@ -204,15 +204,7 @@ int engine_profile_json(const struct engine *e, char *buf, size_t n)
 
 int engine_vram_breakdown_json(const struct engine *e, char *buf, size_t n)
 {
-	const char *name[32];
-	size_t bytes[32], off = 0;
-	int np = dev_alloc_breakdown(&e->alloc, name, bytes, 32);
-
-	bprintf(buf, n, &off, "{");
-	for (int i = 0; i < np && i < 32; i++)
-		bprintf(buf, n, &off, "%s\"%s\":%.3f", i ? "," : "", name[i], (double)bytes[i] / MIB);
-	bprintf(buf, n, &off, "}");
-	return off < n ? (int)off : -1;
+	return dev_alloc_breakdown_json(&e->alloc, buf, n);
 }
 
 /* --- setup ------------------------------------------------------------------ */
@@ -248,6 +240,52 @@ static void set_dims(struct engine *e)
 	c->seed = cfg->seed;
 }
 
+/* What a run and its plan do alike, in the same order: the dimensions,
+ * the library's device memory, the adapter's and the dequant buffer's
+ * layouts.  0, or -1 with err (over the budget already). */
+static int engine_setup(struct engine *e, const struct train_config *cfg, const struct model_config *mc,
+                        const struct host_weights *hw, size_t library_bytes, char *err, size_t errsz)
+{
+	e->cfg = cfg;
+	e->mc = mc;
+	e->hw = hw;
+	set_dims(e);
+	if (library_bytes) {
+		dev_alloc_set_purpose(&e->alloc, "blas_workspace");
+		if (dev_alloc_count_held(&e->alloc, library_bytes, "the cuBLAS workspace") < 0)
+			return seterr(err, errsz, "%s", e->alloc.err);
+	}
+	lora_layout_init(&e->lora, &hw->lay, e->L, e->lc.R, cfg->target_mask);
+	e->lc.slot = e->lora.slot;
+	plan_dequant_layout(e);
+	return 0;
+}
+
+/* The host arrays engine_setup and plan_device make. */
+static void engine_free_host(struct engine *e)
+{
+	free(e->lora.slot);
+	free(e->ckpt);
+	free(e->acts);
+	free(e->dresid);
+}
+
+int engine_plan(struct dev_alloc *plan, const struct train_config *cfg, const struct model_config *mc,
+                const struct host_weights *hw, size_t library_bytes, char *err, size_t errsz)
+{
+	struct engine *e = xcalloc(1, sizeof *e);
+	int rc;
+
+	dev_alloc_init_dry(&e->alloc);
+	rc = engine_setup(e, cfg, mc, hw, library_bytes, err, errsz);
+	if (rc == 0)
+		rc = plan_device(e, err, errsz);
+	*plan = e->alloc; /* the blocks move to the caller */
+	engine_free_host(e);
+	free(e);
+	return rc;
+}
+
 int engine_create(struct engine **out, const struct train_config *cfg, const struct model_config *mc,
                   const struct host_weights *hw, struct token_source *data, const struct backend *be, char *err,
                   size_t errsz)
@@ -260,23 +298,13 @@ int engine_create(struct engine **out, const struct train_config *cfg, const str
 		be = profile_backend(e->prof);
 	}
 	e->be = be;
-	e->cfg = cfg;
-	e->mc = mc;
-	e->hw = hw;
 	e->data = data;
-	set_dims(e);
 	e->lc.op = be->ops;
 	e->lc.head_op = e->prof ? profile_head_ops(e->prof) : be->ops;
 	e->lc.be = be;
 	dev_alloc_init(&e->alloc, be, (size_t)cfg->vram_budget);
-	if (be->library_device_bytes) {
-		dev_alloc_set_purpose(&e->alloc, "blas_workspace");
-		if (dev_alloc_count_held(&e->alloc, be->library_device_bytes, "the cuBLAS workspace") < 0)
-			return seterr(err, errsz, "%s", e->alloc.err);
-	}
-	lora_layout_init(&e->lora, &hw->lay, e->L, e->lc.R, cfg->target_mask);
-	e->lc.slot = e->lora.slot;
-	plan_dequant_layout(e);
+	if (engine_setup(e, cfg, mc, hw, be->library_device_bytes, err, errsz) < 0)
+		return -1;
 	if (schedule_events_create(e) < 0)
 		return seterr(err, errsz, "%s backend: cannot create events", be->name);
 	e->n_pred = xcalloc((size_t)e->k, sizeof *e->n_pred);
@@ -305,10 +333,7 @@ void engine_destroy(struct engine *e)
 		e->be->host_free(e->cs.host);
 	free(e->n_pred);
 	free(e->h_losses);
-	free(e->lora.slot);
-	free(e->ckpt);
-	free(e->acts);
-	free(e->dresid);
+	engine_free_host(e);
 	profile_destroy(e->prof); /* last: e->be may be its timed backend */
 	free(e);
 }

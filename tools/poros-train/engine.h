@@ -51,6 +51,14 @@ int engine_create(struct engine **out, const struct train_config *cfg, const str
                   const struct host_weights *hw, struct token_source *data, const struct backend *be, char *err,
                   size_t errsz);
 void engine_destroy(struct engine *e);
+/* The device memory engine_create would take for this run, from the same
+ * plan (plan.c) carved by a dry allocator: no device, no weights (hw needs
+ * only its layouts, lay and glob), nothing allocated.  library_bytes is
+ * the backend's library_device_bytes.  *plan holds the blocks: its peak is
+ * the total, dev_alloc_breakdown the purposes; dev_alloc_release_all it.
+ * 0, or -1 with err.  The budget is not applied: compare plan->peak. */
+int engine_plan(struct dev_alloc *plan, const struct train_config *cfg, const struct model_config *mc,
+                const struct host_weights *hw, size_t library_bytes, char *err, size_t errsz);
 int engine_oom(const struct engine *e);
 
 /* Zeroes the gradients, then forward and backward over the step's k

@@ -57,6 +57,7 @@ int main(int argc, char **argv)
 		{ "resume", required_argument, NULL, LONG_ONLY(OPT_RESUME) },
 		{ "eval-dataset", required_argument, NULL, LONG_ONLY(OPT_EVAL_DATASET) },
 		{ "eval-every", required_argument, NULL, LONG_ONLY(OPT_EVAL_EVERY) },
+		{ "plan", no_argument, NULL, LONG_ONLY(OPT_PLAN) },
 		{ "help", no_argument, NULL, LONG_ONLY(OPT_HELP) },
 		{ "version", no_argument, NULL, LONG_ONLY(OPT_VERSION) },
 		{ NULL, 0, NULL, 0 },

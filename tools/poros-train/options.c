@@ -293,6 +293,8 @@ static void apply_flags(struct train_config *c, char *const v[OPT_COUNT])
 		c->save_every = (int)opt_long("--save-every", v[OPT_SAVE_EVERY], 0, 1000000);
 	if (v[OPT_QUIET])
 		c->quiet = 1;
+	if (v[OPT_PLAN])
+		c->plan = 1;
 	if (v[OPT_RESUME])
 		replace(&c->resume, v[OPT_RESUME]);
 	if (v[OPT_EVAL_DATASET])

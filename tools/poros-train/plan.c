@@ -201,9 +201,10 @@ static void plan_misc(struct engine *e, struct carver *cv)
 	e->sumsq_scratch = CARVE_F32(cv, sumsq_scratch_floats(e->lora.total));
 }
 
-/* One allocation for purpose, carved by plan. */
-static void *alloc_plan(struct engine *e, void (*plan)(struct engine *, struct carver *), const char *purpose,
-                        const char *what)
+/* One allocation for purpose, carved by plan (a dry allocator gives a
+ * NULL base: the pieces stay NULL, the sizes are the same).  0 or -1. */
+static int alloc_plan(struct engine *e, void (*plan)(struct engine *, struct carver *), const char *purpose,
+                      const char *what)
 {
 	struct carver cv = { NULL, 0 };
 	char sz[32];
@@ -211,13 +212,12 @@ static void *alloc_plan(struct engine *e, void (*plan)(struct engine *, struct c
 
 	plan(e, &cv);
 	dev_alloc_set_purpose(&e->alloc, purpose);
-	base = dev_alloc(&e->alloc, cv.off, "%s (%s)", what, format_bytes(sz, sizeof sz, (double)cv.off));
-	if (base == NULL)
-		return NULL;
+	if (dev_alloc(&e->alloc, &base, cv.off, "%s (%s)", what, format_bytes(sz, sizeof sz, (double)cv.off)) < 0)
+		return -1;
 	cv.base = base;
 	cv.off = 0;
 	plan(e, &cv);
-	return base;
+	return 0;
 }
 
 static int alloc_weights(struct engine *e, char *err, size_t errsz)
@@ -226,43 +226,42 @@ static int alloc_weights(struct engine *e, char *err, size_t errsz)
 	const struct global_layout *glob = &e->hw->glob;
 	size_t glob_bytes;
 	char sz[32];
+	void *p;
 
 	/* the embedding stays on the host unless lm_head is the same table */
 	e->glob_start = glob->lm_head == glob->embed ? 0 : glob->final_norm;
 	glob_bytes = glob->bytes - e->glob_start;
 	dev_alloc_set_purpose(&e->alloc, "lm_head");
-	e->globals = dev_alloc(&e->alloc, glob_bytes, "the final norm and lm_head (%s)",
-	                       format_bytes(sz, sizeof sz, (double)glob_bytes));
-	if (e->globals == NULL)
+	if (dev_alloc(&e->alloc, &p, glob_bytes, "the final norm and lm_head (%s)",
+	              format_bytes(sz, sizeof sz, (double)glob_bytes)) < 0)
 		return seterr(err, errsz, "%s", e->alloc.err);
+	e->globals = p;
 	if (e->blockwise) {
 		size_t slab = (size_t)e->bs * lay->stride;
-		unsigned char *both;
 
 		dev_alloc_set_purpose(&e->alloc, "slabs");
-		both = dev_alloc(&e->alloc, 2 * slab, "2 slabs of %s", format_bytes(sz, sizeof sz, (double)slab));
-		if (both == NULL)
+		if (dev_alloc(&e->alloc, &p, 2 * slab, "2 slabs of %s", format_bytes(sz, sizeof sz, (double)slab)) < 0)
 			return seterr(err, errsz, "%s", e->alloc.err);
-		e->slab[0].mem = both;
-		e->slab[1].mem = both + slab;
+		e->slab[0].mem = p;
+		e->slab[1].mem = p ? (unsigned char *)p + slab : NULL; /* NULL: a plan */
 	} else {
 		size_t all = (size_t)e->L * lay->stride;
 
 		dev_alloc_set_purpose(&e->alloc, "layers");
-		e->layers = dev_alloc(&e->alloc, all, "all %d layers' weights (%s)", e->L,
-		                      format_bytes(sz, sizeof sz, (double)all));
-		if (e->layers == NULL)
+		if (dev_alloc(&e->alloc, &p, all, "all %d layers' weights (%s)", e->L,
+		              format_bytes(sz, sizeof sz, (double)all)) < 0)
 			return seterr(err, errsz, "%s", e->alloc.err);
+		e->layers = p;
 	}
 	e->dequant_layer = -1;
 	if (lay->nf4) {
 		/* one layer: both schedules use a layer's weights for every
 		 * micro-batch it serves before moving to the next */
 		dev_alloc_set_purpose(&e->alloc, "dequant");
-		e->dequant = dev_alloc(&e->alloc, e->dequant_bytes, "a dequantization buffer for one layer (%s)",
-		                       format_bytes(sz, sizeof sz, (double)e->dequant_bytes));
-		if (e->dequant == NULL)
+		if (dev_alloc(&e->alloc, &p, e->dequant_bytes, "a dequantization buffer for one layer (%s)",
+		              format_bytes(sz, sizeof sz, (double)e->dequant_bytes)) < 0)
 			return seterr(err, errsz, "%s", e->alloc.err);
+		e->dequant = p;
 	}
 	return 0;
 }
@@ -271,22 +270,25 @@ static int alloc_state(struct engine *e, char *err, size_t errsz)
 {
 	size_t lora_bytes = (size_t)e->lora.total * sizeof(float);
 	char sz[32], what[96];
+	void *p;
 	float *state;
 
 	dev_alloc_set_purpose(&e->alloc, "lora_state");
-	state = dev_alloc(&e->alloc, 4 * lora_bytes, "LoRA parameters, gradients and AdamW state (%s)",
-	                  format_bytes(sz, sizeof sz, 4.0 * (double)lora_bytes));
-	if (state == NULL)
+	if (dev_alloc(&e->alloc, &p, 4 * lora_bytes, "LoRA parameters, gradients and AdamW state (%s)",
+	              format_bytes(sz, sizeof sz, 4.0 * (double)lora_bytes)) < 0)
 		return seterr(err, errsz, "%s", e->alloc.err);
-	e->params = state;
-	e->grads = state + e->lora.total;
-	e->adam_m = state + 2 * e->lora.total;
-	e->adam_v = state + 3 * e->lora.total;
+	state = p;
+	if (state) { /* NULL: a plan */
+		e->params = state;
+		e->grads = state + e->lora.total;
+		e->adam_m = state + 2 * e->lora.total;
+		e->adam_v = state + 3 * e->lora.total;
+	}
 
 	if (!e->blockwise && !e->cfg->recompute)
 		e->acts = xcalloc((size_t)e->L, sizeof *e->acts);
 	snprintf(what, sizeof what, "activations of %d layer%s", e->acts ? e->L : 1, e->acts && e->L > 1 ? "s" : "");
-	if (alloc_plan(e, plan_acts, "activations", what) == NULL)
+	if (alloc_plan(e, plan_acts, "activations", what) < 0)
 		return seterr(err, errsz, "%s", e->alloc.err);
 	if (e->blockwise) {
 		snprintf(what, sizeof what, "2 sets of %d layer-input checkpoints", e->k);
@@ -295,14 +297,14 @@ static int alloc_state(struct engine *e, char *err, size_t errsz)
 		e->ckpt = xcalloc((size_t)e->n_ckpt, sizeof *e->ckpt);
 		snprintf(what, sizeof what, "%d activation checkpoints", e->n_ckpt);
 	}
-	if (alloc_plan(e, plan_ckpts, "checkpoints", what) == NULL)
+	if (alloc_plan(e, plan_ckpts, "checkpoints", what) < 0)
 		return seterr(err, errsz, "%s", e->alloc.err);
 	e->dresid = xcalloc((size_t)e->k, sizeof *e->dresid);
-	if (alloc_plan(e, plan_dresid, "residual_grads", "residual-stream gradients") == NULL ||
-	    alloc_plan(e, plan_scratch, "workspace", "backward scratch") == NULL ||
-	    alloc_plan(e, plan_head, "head", "the lm_head and loss buffers") == NULL ||
-	    alloc_plan(e, plan_embed_rows, "embedding", "the step's embedding rows") == NULL ||
-	    alloc_plan(e, plan_misc, "misc", "targets, rope tables and norm scratch") == NULL)
+	if (alloc_plan(e, plan_dresid, "residual_grads", "residual-stream gradients") < 0 ||
+	    alloc_plan(e, plan_scratch, "workspace", "backward scratch") < 0 ||
+	    alloc_plan(e, plan_head, "head", "the lm_head and loss buffers") < 0 ||
+	    alloc_plan(e, plan_embed_rows, "embedding", "the step's embedding rows") < 0 ||
+	    alloc_plan(e, plan_misc, "misc", "targets, rope tables and norm scratch") < 0)
 		return seterr(err, errsz, "%s", e->alloc.err);
 	return 0;
 }
@@ -312,7 +314,9 @@ int plan_device(struct engine *e, char *err, size_t errsz)
 	struct layer_ctx *c = &e->lc;
 	char sz[32];
 
-	if (e->blockwise) { /* every layer's input checkpoints, pinned on the host */
+	/* every layer's input checkpoints, pinned on the host (host memory:
+	 * not in a plan, which allocates nothing) */
+	if (e->blockwise && !e->alloc.dry) {
 		size_t bytes = (size_t)e->L * e->k * c->T * c->C * sizeof(float);
 
 		if (e->be->host_alloc((void **)&e->cs.host, bytes) != 0) {

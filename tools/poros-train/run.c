@@ -27,6 +27,7 @@ struct run_result {
 	double *step_s;     /* per step */
 	double loss_first, loss_last;
 	double vram_peak_mb;
+	double vram_plan_mb;   /* engine_plan's total, NaN before it is made */
 	double vram_sum_bytes; /* exact: whole numbers far below 2^53 */
 	char vram_breakdown[1024]; /* engine_vram_breakdown_json, "" when no engine */
 	char *events_path, *adapter_path;
@@ -279,6 +280,7 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	cJSON_AddItemToObject(o, "s_per_step_min", timing_json_number(lo));
 	cJSON_AddItemToObject(o, "s_per_step_max", timing_json_number(hi));
 	cJSON_AddItemToObject(o, "tokens_per_s", timing_json_number(tps));
+	cJSON_AddItemToObject(o, "vram_plan_mb", num_or_null(r->vram_plan_mb));
 	cJSON_AddItemToObject(o, "vram_peak_mb", num_or_null(r->vram_peak_mb));
 	cJSON_AddItemToObject(o, "vram_avg_mb", num_or_null(r->steps_done > r->resumed_at ? r->vram_sum_bytes /
 	                                                    (r->steps_done - r->resumed_at) / MIB : NAN));
@@ -431,6 +433,7 @@ struct run {
 	int have_mc, have_data, have_hw;
 	struct eval_set eval;
 	struct run_result r;
+	size_t plan_bytes;  /* the plan's total */
 };
 
 static void run_close(struct run *x)
@@ -449,8 +452,8 @@ static void run_close(struct run *x)
 	free(x->r.adapter_path);
 }
 
-/* The model's shape and the data: what is wrong here is bad input. */
-static int open_inputs(struct run *x, char *err, size_t errsz)
+/* The model's shape: what is wrong here is bad input. */
+static int open_model(struct run *x, char *err, size_t errsz)
 {
 	const struct train_config *c = x->c;
 
@@ -463,6 +466,16 @@ static int open_inputs(struct run *x, char *err, size_t errsz)
 		                x->mc.head_dim), -1;
 	/* an unsupported rope_scaling is refused before any work is done */
 	if (rope_tables(NULL, NULL, &x->mc, 0, err, errsz) < 0)
+		return -1;
+	return 0;
+}
+
+/* The model's shape and the data: what is wrong here is bad input. */
+static int open_inputs(struct run *x, char *err, size_t errsz)
+{
+	const struct train_config *c = x->c;
+
+	if (open_model(x, err, errsz) < 0)
 		return -1;
 	if (token_source_open(&x->data, c->dataset, &x->mc, c->seq_len, c->seed, (enum train_on)c->train_on, err, errsz) < 0)
 		return -1;
@@ -485,6 +498,44 @@ static int open_inputs(struct run *x, char *err, size_t errsz)
 
 enum { RUN_OK = 0, RUN_FAILED = -1, RUN_BAD_INPUT = -2 };
 
+/* The run's device memory from the engine's own plan, before any weight
+ * exists: the host weights' layouts come from the model's shape alone.
+ * 0, or -1 with err (bad input: NF4 cannot hold a projection). */
+static int make_plan(struct run *x, size_t library_bytes, struct dev_alloc *plan, char *err, size_t errsz)
+{
+	struct host_weights shape;
+
+	memset(&shape, 0, sizeof shape);
+	shape.n_layers = x->mc.num_hidden_layers;
+	if (layer_layout_init(&shape.lay, &x->mc, x->c->precision == PRECISION_NF4, err, errsz) < 0)
+		return -1;
+	global_layout_init(&shape.glob, &x->mc);
+	if (engine_plan(plan, x->c, &x->mc, &shape, library_bytes, err, errsz) < 0) {
+		dev_alloc_release_all(plan);
+		return -1;
+	}
+	return 0;
+}
+
+/* "the run needs 4.3 GiB of device memory, over --vram-budget 2.0 GiB; the
+ * largest: lm_head 1.0 GiB, slabs 1000.3 MiB, lora_state 616.0 MiB" */
+static void over_budget(char *err, size_t errsz, const struct train_config *c, const struct dev_alloc *plan,
+                        int n_layers)
+{
+	char need[32], have[32], largest[256];
+	int len;
+
+	len = snprintf(err, errsz, "the run needs %s of device memory, over --vram-budget %s; the largest: %s",
+	               format_bytes(need, sizeof need, (double)plan->peak),
+	               format_bytes(have, sizeof have, (double)c->vram_budget),
+	               dev_alloc_largest(plan, 3, largest, sizeof largest));
+
+	/* what the user can trade for memory, said where it runs out */
+	if (c->mode == MODE_RESIDENT && !c->recompute && len > 0 && (size_t)len < errsz)
+		snprintf(err + len, errsz - (size_t)len, " (resident keeps all %d layers' activations: "
+		         "--gradient-checkpointing on keeps one layer's)", n_layers);
+}
+
 /* Backend, host weights, run directory, engine, steps.  RUN_FAILED with
  * the reason in x->r.error (it goes into the summary), RUN_BAD_INPUT with
  * it in err (a checkpoint or an --init-adapter that does not fit). */
@@ -492,11 +543,31 @@ static int run_training(struct run *x, char *err, size_t errsz)
 {
 	const struct train_config *c = x->c;
 	struct run_result *r = &x->r;
+	struct dev_alloc plan;
+	char why[512];
 	int rc;
 
 	r->step_s = xcalloc((size_t)c->steps, sizeof *r->step_s);
 	if ((r->be = select_backend(c, err, errsz)) == NULL)
 		goto failed;
+	/* the plan first: a run that cannot fit its budget stops before a
+	 * weight is loaded */
+	if (make_plan(x, r->be->library_device_bytes, &plan, err, errsz) < 0)
+		return RUN_BAD_INPUT;
+	r->vram_plan_mb = (double)plan.peak / MIB;
+	x->plan_bytes = plan.peak;
+	if (c->vram_budget && plan.peak > (size_t)c->vram_budget) {
+		over_budget(err, errsz, c, &plan, x->mc.num_hidden_layers);
+		dev_alloc_release_all(&plan);
+		r->status = "oom";
+		/* as any failed run: no earlier run's events left beside its summary */
+		if (prepare_run_dir(c, r, why, sizeof why) < 0) {
+			snprintf(err, errsz, "%s", why);
+			r->status = "error";
+		}
+		goto failed;
+	}
+	dev_alloc_release_all(&plan);
 	rc = host_weights_load(&x->hw, r->be, &x->mc, c->precision == PRECISION_NF4, c->seed, err, errsz);
 	if (rc == -1)
 		return RUN_BAD_INPUT;
@@ -513,6 +584,11 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		r->vram_breakdown[0] = '\0';
 	if (rc < 0) {
 		r->status = engine_oom(x->e) ? "oom" : "error";
+		goto failed;
+	}
+	if (engine_vram_peak(x->e) != x->plan_bytes) { /* the plan is exact, or it is a bug */
+		snprintf(err, errsz, "internal error: %zu bytes of device memory allocated, %zu planned",
+		         engine_vram_peak(x->e), x->plan_bytes);
 		goto failed;
 	}
 	if (c->init_adapter && load_init_adapter(x->e, c, err, errsz) < 0)
@@ -534,6 +610,69 @@ failed:
 	return RUN_FAILED;
 }
 
+/* --plan: the backend the run would use, for its library's device
+ * memory, without initialising a device where the name says which. */
+static int plan_library_bytes(const struct train_config *c, size_t *bytes, const char **name, char *err,
+                              size_t errsz)
+{
+	const struct backend *be;
+
+	if (strcmp(c->backend, "cpu") == 0 || strcmp(c->backend, "cuda") == 0) {
+		*bytes = strcmp(c->backend, "cuda") == 0 ? POROS_CUDA_LIBRARY_BYTES : 0;
+		*name = c->backend;
+		return 0;
+	}
+	/* auto: which one the run would get depends on the device there is */
+	if ((be = select_backend(c, err, errsz)) == NULL)
+		return -1;
+	*bytes = be->library_device_bytes;
+	*name = be->name;
+	return 0;
+}
+
+/* --plan: one JSON line with the plan; exit 1 when it is over the budget. */
+static int print_plan(struct run *x, FILE *out)
+{
+	const struct train_config *c = x->c;
+	struct dev_alloc plan;
+	const char *backend;
+	char err[1024], breakdown[1024];
+	size_t lib;
+	int over, rc;
+	cJSON *o;
+
+	if (open_model(x, err, sizeof err) < 0 || plan_library_bytes(c, &lib, &backend, err, sizeof err) < 0 ||
+	    make_plan(x, lib, &plan, err, sizeof err) < 0) {
+		warnmsg("%s", err);
+		return EXIT_USAGE;
+	}
+	over = c->vram_budget && plan.peak > (size_t)c->vram_budget;
+	if (dev_alloc_breakdown_json(&plan, breakdown, sizeof breakdown) < 0)
+		breakdown[0] = '\0';
+	o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "schema", PLAN_SCHEMA);
+	cJSON_AddItemToObject(o, "cell_id", str_or_null(c->cell_id));
+	cJSON_AddStringToObject(o, "method", method_names[c->method]);
+	cJSON_AddStringToObject(o, "mode", train_mode_names[c->mode]);
+	cJSON_AddStringToObject(o, "precision", precision_names[c->precision]);
+	cJSON_AddStringToObject(o, "backend", backend);
+	cJSON_AddItemToObject(o, "vram_plan_mb", num_or_null((double)plan.peak / MIB));
+	cJSON_AddItemToObject(o, "vram_breakdown_mb", breakdown[0] ? cJSON_Parse(breakdown) : cJSON_CreateNull());
+	cJSON_AddItemToObject(o, "vram_budget_mb", c->vram_budget ? cJSON_CreateNumber((double)c->vram_budget / MIB)
+	                                                          : cJSON_CreateNull());
+	cJSON_AddItemToObject(o, "fits", c->vram_budget ? cJSON_CreateBool(!over) : cJSON_CreateNull());
+	rc = jsonl_write(out, o) < 0 ? EXIT_RUNTIME : EXIT_OK;
+	fflush(out);
+	cJSON_Delete(o);
+	if (over) {
+		over_budget(err, sizeof err, c, &plan, x->mc.num_hidden_layers);
+		warnmsg("%s", err);
+		rc = EXIT_RUNTIME;
+	}
+	dev_alloc_release_all(&plan);
+	return rc;
+}
+
 int train_run(const struct train_config *c, FILE *summary_out)
 {
 	struct run x = { .c = c };
@@ -541,7 +680,12 @@ int train_run(const struct train_config *c, FILE *summary_out)
 	int rc;
 
 	x.r = (struct run_result){ .status = "error", .loss_first = NAN, .loss_last = NAN, .vram_peak_mb = NAN,
-	                           .eval_loss = NAN };
+	                           .vram_plan_mb = NAN, .eval_loss = NAN };
+	if (c->plan) {
+		rc = print_plan(&x, summary_out);
+		run_close(&x);
+		return rc;
+	}
 	/* bad input: a message and exit 2, no summary */
 	if (open_inputs(&x, err, sizeof err) < 0 || run_training(&x, err, sizeof err) == RUN_BAD_INPUT) {
 		warnmsg("%s", err);

@@ -42,6 +42,7 @@ struct train_config {
 	int eval_every;          /* evaluate after every N steps (and after the last); 0: only after the last */
 	char *cell_id;
 	int quiet;               /* no per-step progress on stderr */
+	int plan;                /* --plan: print the device memory plan, run nothing */
 	/* from the environment (options.c reads it once; man/poros-train.1) */
 	int lora_ext;            /* POROS_LORA_EXT: NF4 LoRA terms ride in the base GEMMs (1) or not */
 	int data_prefetch;       /* not POROS_NO_DATA_PREFETCH: stage the next batch on a thread */
@@ -55,7 +56,7 @@ enum train_opt {
 	OPT_ALPHA, OPT_DROPOUT, OPT_TARGETS, OPT_BLOCK_SIZE, OPT_NO_PREFETCH, OPT_LR, OPT_LR_SCHEDULE, OPT_WARMUP,
 	OPT_WEIGHT_DECAY, OPT_MAX_GRAD_NORM, OPT_SEED, OPT_DATASET, OPT_BACKEND, OPT_VRAM_BUDGET, OPT_CONFIGS, OPT_OUT,
 	OPT_INIT_ADAPTER, OPT_SAVE_EVERY, OPT_QUIET, OPT_GRAD_CKPT, OPT_RESUME, OPT_EVAL_DATASET, OPT_EVAL_EVERY,
-	OPT_TOKENIZER, OPT_LR_WARMUP, OPT_TRAIN_ON, OPT_COUNT
+	OPT_TOKENIZER, OPT_LR_WARMUP, OPT_TRAIN_ON, OPT_PLAN, OPT_COUNT
 };
 
 #define TRAIN_SYNOPSIS \
@@ -68,7 +69,7 @@ enum train_opt {
 	"                   [--backend cpu|cuda|auto]\n" \
 	"                   [--vram-budget BYTES] [--configs DIR] [--out DIR] [--init-adapter DIR]\n" \
 	"                   [--save-every N] [--resume DIR] [--eval-dataset SPEC] [--eval-every N]\n" \
-	"                   [--gradient-checkpointing on|off] [--quiet]\n"
+	"                   [--gradient-checkpointing on|off] [--quiet] [--plan]\n"
 
 /* Defaults, then the cell (--cell), then every other flag on top; dies
  * with EXIT_USAGE and a one-line message on a bad value. */
@@ -83,7 +84,7 @@ int train_config_from_cell(struct train_config *c, const struct cell *cell, char
 /* Checks values that only make sense together; -1 with err. */
 int train_config_check(const struct train_config *c, char *err, size_t errsz);
 
-/* Runs the whole training: resolves the model and dataset, builds host
+/* Runs the whole training (with c->plan, prints the plan line instead): resolves the model and dataset, builds host
  * weights and the engine, trains, writes events.jsonl and the adapter
  * into c->out_dir, and prints the summary line to summary_out.  Returns
  * the exit status (EXIT_OK, EXIT_RUNTIME for oom and runtime errors with

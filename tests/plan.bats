@@ -1,0 +1,189 @@
+#!/usr/bin/env bats
+# The device memory plan: poros-train --plan, the summary's vram_plan_mb
+# (the allocator's peak equals it), --vram-budget refused from the plan
+# before any weight is loaded, and poros plan SPEC.  CPU backend; the
+# CUDA plan needs no device.
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+	load test_helper/common-setup
+	_common_setup
+	TINY=(--backend cpu --seq-len 32 --batch-size 2 --rank 4 --alpha 8)
+}
+
+# plan_and_train NAME ARGS...: NAME.plan (the --plan line) and NAME.json
+# (the summary of a 2-step run into NAME/)
+plan_and_train() {
+	local name=$1
+	shift
+	poros-train "${TINY[@]}" --quiet --plan "$@" >"$name.plan"
+	poros-train "${TINY[@]}" --quiet --steps 2 --out "$name" "$@" >"$name.json"
+}
+
+@test "the peak equals the plan, to the byte, across schedules, precisions, accumulation and models" {
+	local n=0
+	while read -r name args; do
+		# shellcheck disable=SC2086 # args is a word list
+		plan_and_train "$name" $args
+		jq -e '.status == "ok" and .vram_plan_mb > 0' "$name.json"
+		# printed the same: the same number of bytes
+		[ "$(jq -r .vram_peak_mb "$name.json")" = "$(jq -r .vram_plan_mb "$name.json")" ]
+		# --plan says what the run then reports, breakdown included
+		[ "$(jq -r .vram_plan_mb "$name.plan")" = "$(jq -r .vram_plan_mb "$name.json")" ]
+		[ "$(jq -c .vram_breakdown_mb "$name.plan")" = "$(jq -c .vram_breakdown_mb "$name.json")" ]
+		n=$((n + 1))
+	done <<-'EOF'
+		blk_nf4 --model poros/tiny-qwen2 --mode blockwise --precision nf4
+		blk_bf16 --model poros/tiny-qwen2 --mode blockwise --precision bf16
+		res_nf4 --model poros/tiny-qwen2 --mode resident --precision nf4
+		res_bf16 --model poros/tiny-qwen2 --mode resident --precision bf16
+		blk_acc4 --model poros/tiny-qwen2 --mode blockwise --accum 4 --block-size 3
+		res_acc4 --model poros/tiny-qwen2 --mode resident --accum 4
+		res_gc --model poros/tiny-qwen2 --mode resident --gradient-checkpointing on
+		res_gc_acc4 --model poros/tiny-qwen2 --mode resident --gradient-checkpointing on --accum 4 --precision bf16
+		blk_gc --model poros/tiny-qwen2 --mode blockwise --gradient-checkpointing on
+		qwen3_blk --model poros/tiny-qwen3 --mode blockwise --accum 4
+		qwen3_res --model poros/tiny-qwen3 --mode resident --precision bf16
+		llama_blk --model poros/tiny-llama --mode blockwise --dropout 0
+		llama_res --model poros/tiny-llama --mode resident --targets q_proj,v_proj
+	EOF
+	[ "$n" -eq 13 ]
+	# the configurations differ where they should: the plan is not one number
+	[ "$(jq -r .vram_plan_mb blk_nf4.json)" != "$(jq -r .vram_plan_mb res_nf4.json)" ]
+	jq -n -e --slurpfile a res_nf4.json --slurpfile b res_gc.json \
+		'$a[0].vram_breakdown_mb.activations > $b[0].vram_breakdown_mb.activations'
+	jq -n -e --slurpfile a blk_nf4.json --slurpfile b blk_acc4.json \
+		'$a[0].vram_breakdown_mb.checkpoints < $b[0].vram_breakdown_mb.checkpoints'
+	jq -e '.vram_breakdown_mb | has("dequant")' blk_nf4.json
+	jq -e '.vram_breakdown_mb | has("dequant") | not' blk_bf16.json
+}
+
+@test "the plan holds with the LoRA extension off, an eval set and a resumed run" {
+	POROS_LORA_EXT=0 plan_and_train noext --model poros/tiny-qwen2
+	[ "$(jq -r .vram_peak_mb noext.json)" = "$(jq -r .vram_plan_mb noext.json)" ]
+	[ "$(jq -r .vram_plan_mb noext.plan)" = "$(jq -r .vram_plan_mb noext.json)" ]
+	jq -cn '{input_ids: [range(0; 40) | (. * 7) % 250]}' >eval.jsonl
+	plan_and_train eval --model poros/tiny-qwen2 --mode resident --eval-dataset eval.jsonl
+	jq -e '.status == "ok" and .eval_tokens > 0 and .vram_peak_mb == .vram_plan_mb' eval.json
+	[ "$(jq -r .vram_plan_mb eval.plan)" = "$(jq -r .vram_plan_mb eval.json)" ]
+	poros-train "${TINY[@]}" --quiet --model poros/tiny-qwen2 --steps 3 --save-every 1 --out full >full.json
+	poros-train "${TINY[@]}" --quiet --model poros/tiny-qwen2 --steps 3 --resume full/checkpoint-step1 \
+		--out resumed >resumed.json
+	jq -e '.status == "ok" and .vram_peak_mb == .vram_plan_mb' full.json resumed.json
+	[ "$(jq -r .vram_plan_mb full.json)" = "$(jq -r .vram_plan_mb resumed.json)" ]
+}
+
+@test "--plan prints one line and touches nothing: no run directory, no dataset read" {
+	run -0 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --plan --out run \
+		--dataset nowhere/data.jsonl
+	[ "${#lines[@]}" -eq 1 ]
+	[ -z "$stderr" ]
+	[ ! -e run ]
+	jq -e '.schema == "poros.plan/1" and .cell_id == "poros_tiny_qwen2_nf4" and .method == "poros"
+		and .mode == "blockwise" and .precision == "nf4" and .backend == "cpu"
+		and .vram_plan_mb > 0 and .vram_budget_mb == null and .fits == null
+		and (.vram_breakdown_mb | keys_unsorted | .[0:3] == ["lm_head", "slabs", "dequant"])
+		and (.vram_breakdown_mb | has("blas_workspace") | not)' <<<"$output"
+	# the breakdown adds up to the total (MiB rounded to 3 places each)
+	jq -e '(.vram_breakdown_mb | length) as $n | (.vram_plan_mb - ([.vram_breakdown_mb[]] | add) | fabs) < 0.001 * $n' <<<"$output"
+}
+
+@test "--plan of a 72B model takes no weights: it is the same line at once" {
+	run -0 --separate-stderr poros-train --model Qwen/Qwen2.5-72B --backend cpu --seq-len 1024 --plan
+	# 80 layers of NF4 in 2 slabs of 4, the 152064 x 8192 bf16 lm_head
+	jq -e '.vram_plan_mb > 12000 and .vram_breakdown_mb.lm_head > 2376 and .vram_breakdown_mb.lm_head < 2377
+		and .vram_breakdown_mb.slabs > 1000' <<<"$output"
+	run -0 --separate-stderr poros-train --model Qwen/Qwen2.5-72B --backend cpu --mode resident --precision bf16 --plan
+	# every layer resident in bf16: more than 130 GB
+	jq -e '.mode == "resident" and .vram_breakdown_mb.layers > 130000' <<<"$output"
+}
+
+@test "--plan --backend cuda needs no device: the CPU plan and the 32 MiB cuBLAS workspace" {
+	poros-train "${TINY[@]}" --model poros/tiny-qwen3 --plan >cpu.plan
+	run -0 --separate-stderr poros-train "${TINY[@]}" --backend cuda --model poros/tiny-qwen3 --plan
+	jq -e '.backend == "cuda" and .vram_breakdown_mb.blas_workspace == 32
+		and (.vram_breakdown_mb | keys_unsorted | .[0] == "blas_workspace")' <<<"$output"
+	jq -n -e --argjson c "$(cat cpu.plan)" --argjson g "$output" \
+		'$g.vram_plan_mb == $c.vram_plan_mb + 32 and ($g.vram_breakdown_mb | del(.blas_workspace)) == $c.vram_breakdown_mb'
+}
+
+@test "a run over --vram-budget is refused from the plan before any weight, naming the three largest" {
+	local plan budget top3
+	plan=$(poros-train --model Qwen/Qwen2.5-72B --backend cpu --seq-len 1024 --plan)
+	top3=$(jq -r '.vram_breakdown_mb | to_entries | sort_by(-.value) | .[0:3] | map(.key) | join(",")' <<<"$plan")
+	[ "$top3" = "slabs,lora_state,lm_head" ]
+	# 72B synthetic weights would take 40 GB of host memory and minutes: an
+	# oom here, not a host allocation failure, is the plan's refusal
+	run -1 --separate-stderr poros-train --model Qwen/Qwen2.5-72B --backend cpu --seq-len 1024 --steps 1 \
+		--vram-budget 1G --out big
+	[ "${#lines[@]}" -eq 1 ]
+	jq -e --argjson p "$plan" '.schema == "poros.summary/1" and .status == "oom" and .steps == 0
+		and .vram_plan_mb == $p.vram_plan_mb and .vram_peak_mb == null and .weights == null
+		and .events == null and .adapter == null
+		and (.error | test("^the run needs 11\\.9 GiB of device memory, over --vram-budget 1\\.0 GiB; the largest: slabs 3\\.7 GiB, lora_state 3\\.1 GiB, lm_head 2\\.3 GiB$"))' <<<"$output"
+	[[ "$stderr" == "poros-train: the run needs 11.9 GiB of device memory"*"; the largest: slabs "* ]]
+	[ ! -e big/events.jsonl ] && [ ! -e big/adapter ]
+	# the budget of exactly the plan is enough; a byte less is not
+	budget=$(poros-train "${TINY[@]}" --model poros/tiny-qwen2 --plan | jq '.vram_plan_mb * 1048576 | round')
+	poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 1 --quiet --out fits --vram-budget "$budget" |
+		jq -e '.status == "ok"'
+	run -1 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 1 --out short \
+		--vram-budget $((budget - 1))
+	jq -e '.status == "oom" and (.error | contains("; the largest: "))' <<<"$output"
+}
+
+@test "--plan with --vram-budget says whether it fits, exit 1 when not" {
+	run -0 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --plan --vram-budget 1G
+	jq -e '.vram_budget_mb == 1024 and .fits == true' <<<"$output"
+	[ -z "$stderr" ]
+	run -1 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --plan --vram-budget 64K
+	[ "${#lines[@]}" -eq 1 ]
+	jq -e '.vram_budget_mb == 0.0625 and .fits == false' <<<"$output"
+	[[ "$stderr" == "poros-train: the run needs "*" over --vram-budget 64.0 KiB; the largest: "* ]]
+	# resident with every layer's activations kept says what to trade
+	run -1 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --mode resident --plan --vram-budget 64K
+	[[ "$stderr" == *"(resident keeps all 4 layers' activations: --gradient-checkpointing on keeps one layer's)" ]]
+}
+
+@test "--plan refuses bad input like a run: an unknown model is exit 2" {
+	run -2 --separate-stderr poros-train --backend cpu --model nobody/nothing --plan
+	[ -z "$output" ]
+	[[ "$stderr" == "poros-train: "*"nobody/nothing"* ]]
+}
+
+@test "a cell's plan carries its cell_id" {
+	poros-expand "$POROS_ROOT/configs/bench/tiny.yaml" -o bench --jsonl | grep '"cell_id":"resident_tiny_llama_bf16"' >cell.json
+	run -0 --separate-stderr poros-train --cell - --backend cpu --plan <cell.json
+	jq -e '.cell_id == "resident_tiny_llama_bf16" and .mode == "resident" and .precision == "bf16"' <<<"$output"
+	[ ! -e bench ]
+}
+
+@test "poros plan SPEC prints each poros and resident cell's plan, what its run then takes, and writes nothing" {
+	local spec="$POROS_ROOT/configs/bench/tiny.yaml"
+	run -0 --separate-stderr poros plan "$spec" -o out
+	[ ! -e out ]
+	# every poros and resident cell, in spec order, and no other
+	diff <(jq -r .cell_id <<<"$output") \
+		<(poros-expand --jsonl -o out "$spec" | jq -r 'select(.method == "poros" or .method == "resident") | .cell_id')
+	[ "${#lines[@]}" -eq 12 ]
+	jq -e -s 'all(.schema == "poros.plan/1" and .vram_plan_mb > 0)' <<<"$output"
+	# one cell's line is its own --plan and its run's peak
+	poros-expand --jsonl -o out "$spec" | grep '"cell_id":"resident_tiny_qwen3_nf4"' >cell.json
+	grep '"cell_id":"resident_tiny_qwen3_nf4"' <<<"$output" >planned.json
+	diff planned.json <(poros-train --cell - --quiet --plan <cell.json)
+	poros-train --cell - --quiet --steps 2 --out run <cell.json >run.json
+	[ "$(jq -r .vram_peak_mb run.json)" = "$(jq -r .vram_plan_mb planned.json)" ]
+	jq -e --slurpfile p planned.json '.vram_breakdown_mb == $p[0].vram_breakdown_mb' run.json
+}
+
+@test "poros plan: a spec without a poros or resident cell is exit 2, a bad spec too" {
+	sed 's/^methods: .*/methods: [peft]/' "$POROS_ROOT/configs/bench/tiny.yaml" >peft.yaml
+	run -2 --separate-stderr poros plan peft.yaml -o out
+	[[ "$stderr" == *"no poros or resident cells to plan"* ]]
+	[ -z "$output" ]
+	run -2 --separate-stderr poros plan nowhere.yaml
+	[ -z "$output" ]
+	run -0 poros plan --help
+	assert_line --index 0 "usage: poros plan SPEC [-o DIR]"
+}
