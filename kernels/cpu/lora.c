@@ -51,13 +51,17 @@ static void ext_row(bf16 *ext, const float *v, int R, int with_one)
 
 /* u (T,R) = xd @ A^T (saved), where in (T,K) bf16 (rows ld_in apart), A
  * (R,K); then out (T,N) = scale * u @ B^T with B (N,R), or u's extension
- * parts into ext.  The CPU hashes the mask tile by tile and has no use for
- * the scratch. */
-void lora_forward_cpu(float *out, float *u, bf16 *ext, float *scratch, const bf16 *in, int ld_in, const float *A,
-		      const bf16 *A3, int ld_a3, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T,
-		      int K, int N, int R)
+ * parts into ext.  The CPU hashes the mask tile by tile and sums A in
+ * fp32 itself: it reads none of the hints (scratch, A3). */
+void lora_forward_cpu(const struct lora_fwd_args *args)
 {
-	(void)scratch, (void)A3, (void)ld_a3; /* sums A in fp32 itself */
+	float *out = args->out, *u = args->u;
+	bf16 *ext = args->ext;
+	const bf16 *in = args->in;
+	const float *A = args->A, *B = args->B;
+	float scale = args->scale, dropout_p = args->dropout_p;
+	uint64_t dropout_seed = args->dropout_seed;
+	int ld_in = args->ld_in, T = args->T, K = args->K, N = args->N, R = args->R;
 	float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
 #pragma omp parallel for schedule(static) if ((long)T * K * R >= POROS_CPU_PAR_MIN)
 	for (int t = 0; t < T; t++) {
@@ -100,13 +104,18 @@ void lora_forward_cpu(float *out, float *u, bf16 *ext, float *scratch, const bf1
  *   dA (R,K) += du^T @ xd
  *   din (T,K) = (du @ A) * keep / (1-p), or += when accumulate (skipped
  *               when din is NULL; a dropped element gets 0, or keeps its
- *               value), or du's extension parts into ext (no dropout) */
-void lora_backward_cpu(float *din, float *dA, float *dB, float *du, bf16 *ext, float *scratch, const bf16 *dout,
-		       int ld_dout, const bf16 *in, int ld_in, const float *u, const float *A, const float *B,
-		       const bf16 *B3, int ld_b3, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N,
-		       int R, int accumulate)
+ *               value), or du's extension parts into ext (no dropout)
+ * The CPU sums B in fp32 itself: it reads none of the hints (scratch, B3). */
+void lora_backward_cpu(const struct lora_bwd_args *args)
 {
-	(void)scratch, (void)B3, (void)ld_b3; /* sums B in fp32 itself */
+	float *din = args->din, *dA = args->dA, *dB = args->dB, *du = args->du;
+	bf16 *ext = args->ext;
+	const bf16 *dout = args->dout, *in = args->in;
+	const float *u = args->u, *A = args->A, *B = args->B;
+	float scale = args->scale, dropout_p = args->dropout_p;
+	uint64_t dropout_seed = args->dropout_seed;
+	int ld_dout = args->ld_dout, ld_in = args->ld_in, T = args->T, K = args->K, N = args->N, R = args->R;
+	int accumulate = args->accumulate;
 	float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
 	int r_tiles = (R + LORA_TILE - 1) / LORA_TILE;
 	int k_tiles = (K + LORA_TILE - 1) / LORA_TILE;

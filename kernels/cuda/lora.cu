@@ -21,7 +21,11 @@
 // All four run on tensor cores when the scratch holds their operands (the
 // exact three-way bf16 split of the fp32 side, below; the other side, x or
 // dout, is bf16 already); the fallback when the scratch is short is our
-// CUDA-core sums.  A
+// CUDA-core sums.  The engine reaches that fallback: its scratch is T x
+// the largest K, which the op counts as T*K, and the split operands and
+// sums outgrow it at small T, e.g. dB (u's parts, 1.5TR floats, and the
+// (N,3R) sums) once 1.5TR + 3NR > TK: gate/up (N ~ 3.5K) below T ~ 10.5R,
+// about 670 at rank 64.  Keep it while that holds.  A
 // GEMM library tiles the short side (R = 16) of an fp32 product and leaves
 // most of a large GPU idle or walks the long sum serially, so those are our
 // own kernels:
@@ -90,7 +94,7 @@ __device__ __forceinline__ float dropped(float x, int t, int k, int K, float p, 
 {
 	if (p == 0.0f)
 		return x;
-	return dropout_keep_dev(seed, (uint64_t)t * K + k, p) ? x * keep_scale : 0.0f;
+	return poros_dropout_keep(seed, (uint64_t)t * K + k, p) ? x * keep_scale : 0.0f;
 }
 
 // Four elements of row t of X (rows ld apart) from column k, zero past
@@ -419,7 +423,7 @@ __global__ void __launch_bounds__(DIN_K, 4)
 		size_t idx = (size_t)t * K + k;
 		if (p == 0.0f)
 			din[idx] = prev[i] + acc[i];
-		else if (dropout_keep_dev(seed, (uint64_t)t * K + k, p))
+		else if (poros_dropout_keep(seed, (uint64_t)t * K + k, p))
 			din[idx] = prev[i] + acc[i] * keep_scale;
 		else if (!accumulate)
 			din[idx] = 0.0f;
@@ -438,14 +442,6 @@ __global__ void __launch_bounds__(DIN_K, 4)
 // Dropout: the masked input (x or 0) is exact in bf16 too, and the 1/(1-p)
 // scale multiplies the result instead of each kept element.
 
-__device__ __forceinline__ void split3(float w, bf16 &hi, bf16 &mid, bf16 &lo)
-{
-	hi = f32_to_bf16(w);
-	float r = w - bf16_to_f32(hi);
-	mid = f32_to_bf16(r);
-	lo = f32_to_bf16(r - bf16_to_f32(mid));
-}
-
 // W (rows, cols) fp32 -> W3 (3 rows, cols) bf16 when parts_in_rows (A: the
 // parts stacked as three row blocks), else W3 (rows, 3 cols) (du: the parts
 // side by side in each row).
@@ -453,14 +449,14 @@ __global__ void lora_split3_kernel(bf16 *W3, const float *W, int rows, int cols,
 {
 	long n = (long)rows * cols;
 	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-		bf16 hi, mid, lo;
-		split3(W[i], hi, mid, lo);
+		bf16 part[3]; // hi, mid, lo
+		lora_split3(W[i], part);
 		if (parts_in_rows) {
-			W3[i] = hi, W3[n + i] = mid, W3[2 * n + i] = lo;
+			W3[i] = part[0], W3[n + i] = part[1], W3[2 * n + i] = part[2];
 		} else {
 			long r = i / cols, c = i % cols;
 			bf16 *row = W3 + r * 3 * cols;
-			row[c] = hi, row[cols + c] = mid, row[2 * cols + c] = lo;
+			row[c] = part[0], row[cols + c] = part[1], row[2 * cols + c] = part[2];
 		}
 	}
 }
@@ -470,7 +466,7 @@ __global__ void lora_split3_kernel(bf16 *W3, const float *W, int rows, int cols,
 __global__ void lora_mask_kernel(bf16 *xm, const bf16 *x, int ld, float p, uint64_t seed, int K, long n)
 {
 	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-		xm[i] = dropout_keep_dev(seed, (uint64_t)i, p) ? x[(i / K) * ld + i % K] : (bf16)0;
+		xm[i] = poros_dropout_keep(seed, (uint64_t)i, p) ? x[(i / K) * ld + i % K] : (bf16)0;
 }
 
 // Element (t, r) of u or du into its row of the activation side of the
@@ -479,7 +475,7 @@ __global__ void lora_mask_kernel(bf16 *xm, const bf16 *x, int ld, float p, uint6
 __device__ __forceinline__ void put_ext(bf16 *ext_row, float v, int r, int R, int E, bool one)
 {
 	bf16 part[3];
-	split3(v, part[0], part[1], part[2]);
+	lora_split3(v, part);
 #pragma unroll
 	for (int i = 0; i < 3; i++)
 #pragma unroll
@@ -514,7 +510,7 @@ __global__ void lora_weight_ext_cols_kernel(bf16 *w, int ld, const float *B, con
 		bf16 v = f32_to_bf16(0.0f);
 		if (c < 9 * R) {
 			bf16 part[3];
-			split3(scale * B[(size_t)n * R + c % R], part[0], part[1], part[2]);
+			lora_split3(scale * B[(size_t)n * R + c % R], part);
 			v = part[(c / R) % 3];
 		} else if (c == 9 * R && bias) {
 			v = bias[n];
@@ -531,7 +527,7 @@ __global__ void lora_weight_ext_rows_kernel(bf16 *w, int ld, const float *A, int
 	bf16 v = f32_to_bf16(0.0f);
 	if (c < 9 * R) {
 		bf16 part[3];
-		split3(A[(size_t)(c % R) * K + k], part[0], part[1], part[2]);
+		lora_split3(A[(size_t)(c % R) * K + k], part);
 		v = part[(c / R) % 3];
 	}
 	w[(size_t)(N + c) * ld + k] = v;
@@ -776,10 +772,15 @@ static void row_products(float *dst, float *scratch, long scratch_cols, const TX
 // u (T,R) = xd @ A^T saved; then out (T,N) = scale * u @ B^T (written), or
 // u's extension parts into ext; in (T,K) bf16 rows ld_in apart, A (R,K),
 // B (N,R).
-extern "C" void lora_forward_cuda(float *out, float *u, bf16 *ext, float *scratch, const bf16 *in, int ld_in,
-                                  const float *A, const bf16 *A3, int ld_a3, const float *B, float scale,
-                                  float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)
+extern "C" void lora_forward_cuda(const struct lora_fwd_args *args)
 {
+	float *out = args->out, *u = args->u, *scratch = args->scratch;
+	bf16 *ext = args->ext;
+	const bf16 *in = args->in, *A3 = args->A3;
+	const float *A = args->A, *B = args->B;
+	float scale = args->scale, dropout_p = args->dropout_p;
+	uint64_t dropout_seed = args->dropout_seed;
+	int ld_in = args->ld_in, ld_a3 = args->ld_a3, T = args->T, K = args->K, N = args->N, R = args->R;
 	if (T <= 0 || R <= 0)
 		return;
 	bool joined = false;
@@ -807,11 +808,16 @@ extern "C" void lora_forward_cuda(float *out, float *u, bf16 *ext, float *scratc
 //   dA (R,K)  += du^T @ xd
 //   din (T,K)  = (du @ A) * mask / (1-p), or += when accumulate (skipped
 //                when din is NULL), or du's extension parts into ext
-extern "C" void lora_backward_cuda(float *din, float *dA, float *dB, float *du, bf16 *ext, float *scratch,
-                                   const bf16 *dout, int ld_dout, const bf16 *in, int ld_in, const float *u,
-                                   const float *A, const float *B, const bf16 *B3, int ld_b3, float scale,
-                                   float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R, int accumulate)
+extern "C" void lora_backward_cuda(const struct lora_bwd_args *args)
 {
+	float *din = args->din, *dA = args->dA, *dB = args->dB, *du = args->du, *scratch = args->scratch;
+	bf16 *ext = args->ext;
+	const bf16 *dout = args->dout, *in = args->in, *B3 = args->B3;
+	const float *u = args->u, *A = args->A, *B = args->B;
+	float scale = args->scale, dropout_p = args->dropout_p;
+	uint64_t dropout_seed = args->dropout_seed;
+	int ld_dout = args->ld_dout, ld_in = args->ld_in, ld_b3 = args->ld_b3;
+	int T = args->T, K = args->K, N = args->N, R = args->R, accumulate = args->accumulate;
 	if (T <= 0 || R <= 0)
 		return;
 	cudaStream_t stream = poros_cuda_compute_stream();
