@@ -16,6 +16,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __CUDACC__
 #define POROS_HD static inline __host__ __device__
@@ -25,25 +26,20 @@
 
 typedef uint16_t bf16;
 
-/* The bits of an fp32 value and back. */
+/* The bits of an fp32 value and back (a 4-byte memcpy is a register move
+ * on both host and device). */
 POROS_HD uint32_t poros_f32_bits(float f)
 {
-#ifdef __CUDA_ARCH__
-	return __float_as_uint(f);
-#else
-	union { float f; uint32_t u; } v = { f };
-	return v.u;
-#endif
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	return u;
 }
 
 POROS_HD float poros_f32_of_bits(uint32_t u)
 {
-#ifdef __CUDA_ARCH__
-	return __uint_as_float(u);
-#else
-	union { uint32_t u; float f; } v = { u };
-	return v.f;
-#endif
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
 }
 
 /* Round-to-nearest-even fp32 -> bf16; NaN stays NaN (quiet, sign kept). */
@@ -75,6 +71,22 @@ POROS_HD int poros_dropout_keep(uint64_t seed, uint64_t i, float p)
 {
 	uint32_t r = (uint32_t)(poros_mix64(seed ^ poros_mix64(i)) >> 40); /* 24 bits */
 	return (float)r * (1.0f / 16777216.0f) >= p;
+}
+
+/* PEFT's dropout scales a kept element by 1/(1-p): this float, on both
+ * backends. */
+POROS_HD float poros_dropout_keep_scale(float p)
+{
+	return p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+}
+
+/* Element i of a tensor after dropout: x * keep_scale when kept, else 0
+ * (p = 0: x itself). */
+POROS_HD float poros_dropped(float x, uint64_t seed, uint64_t i, float p, float keep_scale)
+{
+	if (p == 0.0f)
+		return x;
+	return poros_dropout_keep(seed, i, p) ? x * keep_scale : 0.0f;
 }
 
 /* The exact three-way split of an fp32 value into bf16 parts: hi =

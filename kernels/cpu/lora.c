@@ -19,10 +19,7 @@
 static inline float dropped_input(const bf16 *in, int ld, float p, float keep_scale, uint64_t seed, int t, int k,
 				  int K)
 {
-	float x = f32_from_bf16(in[(size_t)t * ld + k]);
-	if (p == 0.0f)
-		return x;
-	return poros_dropout_keep(seed, (uint64_t)t * K + k, p) ? x * keep_scale : 0.0f;
+	return poros_dropped(f32_from_bf16(in[(size_t)t * ld + k]), seed, (uint64_t)t * K + k, p, keep_scale);
 }
 
 static inline int min_int(int a, int b)
@@ -62,7 +59,7 @@ void lora_forward_cpu(const struct lora_fwd_args *args)
 	float scale = args->scale, dropout_p = args->dropout_p;
 	uint64_t dropout_seed = args->dropout_seed;
 	int ld_in = args->ld_in, T = args->T, K = args->K, N = args->N, R = args->R;
-	float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
+	float keep_scale = poros_dropout_keep_scale(dropout_p);
 #pragma omp parallel for schedule(static) if ((long)T * K * R >= POROS_CPU_PAR_MIN)
 	for (int t = 0; t < T; t++) {
 		float *ut = u + (size_t)t * R;
@@ -116,7 +113,7 @@ void lora_backward_cpu(const struct lora_bwd_args *args)
 	uint64_t dropout_seed = args->dropout_seed;
 	int ld_dout = args->ld_dout, ld_in = args->ld_in, T = args->T, K = args->K, N = args->N, R = args->R;
 	int accumulate = args->accumulate;
-	float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
+	float keep_scale = poros_dropout_keep_scale(dropout_p);
 	int r_tiles = (R + LORA_TILE - 1) / LORA_TILE;
 	int k_tiles = (K + LORA_TILE - 1) / LORA_TILE;
 	int ra_tiles = (R + LORA_R_TILE - 1) / LORA_R_TILE;

@@ -92,9 +92,7 @@ __device__ __forceinline__ float load1(const bf16 *p)
 
 __device__ __forceinline__ float dropped(float x, int t, int k, int K, float p, float keep_scale, uint64_t seed)
 {
-	if (p == 0.0f)
-		return x;
-	return poros_dropout_keep(seed, (uint64_t)t * K + k, p) ? x * keep_scale : 0.0f;
+	return poros_dropped(x, seed, (uint64_t)t * K + k, p, keep_scale);
 }
 
 // Four elements of row t of X (rows ld apart) from column k, zero past
@@ -559,12 +557,6 @@ __global__ void lora_join3_kernel(float *dst, const float *P, float scale, int r
 
 #define SUM_THREADS 64 // T*R outputs: small blocks spread them over more SMs
 
-static float keep_scale_of(float p)
-{
-	// the CPU's expression, so kept elements scale by the same float
-	return p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-}
-
 // Slices of a sum of length len, for `tiles` output tiles: about
 // SPLIT_BLOCKS blocks in all, slices a multiple of `step` and at least
 // SPLIT_MIN long, and at most max_slices of them (what the scratch holds).
@@ -652,7 +644,7 @@ static bool lora_u_tc(float *u, bf16 *ext, float *scratch, const bf16 *in, int l
 	// x as (K,T) ld ldx.
 	gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, 3 * R, T, K, 1.0f, A3, lda, x, ldx, 0.0f, U3, 3 * R);
 	lora_join3_kernel<<<grid_for((long)T * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(
-		u, U3, keep_scale_of(p), T, R, false, false, ext, ld_in, lora_ext_cols(R), true);
+		u, U3, poros_dropout_keep_scale(p), T, R, false, false, ext, ld_in, lora_ext_cols(R), true);
 	launchCheck();
 	return true;
 }
@@ -677,7 +669,7 @@ static bool lora_dA_tc(float *dA, float *scratch, const float *du, const bf16 *i
 	// (T,3R) row-major read as (3R,T) ld 3R.
 	gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, K, 3 * R, T, 1.0f, x, ldx, D3, 3 * R, 0.0f, P3, K);
 	lora_join3_kernel<<<grid_for((long)R * K, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(
-		dA, P3, keep_scale_of(p), R, K, true, true, NULL, 0, 0, false);
+		dA, P3, poros_dropout_keep_scale(p), R, K, true, true, NULL, 0, 0, false);
 	launchCheck();
 	return true;
 }
@@ -741,7 +733,8 @@ static void rank_outer(float *dst, float *scratch, long scratch_floats, const fl
 	bool vec_g = R % 4 == 0 && aligned16(G);
 	dim3 grid(ceil_div_u(L, DA_K), ceil_div_u(R, DA_R), nslice);
 	lora_dA_kernel<<<grid, DA_THREADS, 0, poros_cuda_compute_stream()>>>(
-		dst, scratch, G, X, ldx, scale, p, keep_scale_of(p), seed, T, L, R, slice, vec_x, vec_g, transposed);
+		dst, scratch, G, X, ldx, scale, p, poros_dropout_keep_scale(p), seed, T, L, R, slice, vec_x, vec_g,
+		transposed);
 	launchCheck();
 	if (nslice > 1)
 		slice_sum(dst, scratch, scale, nslice, (long)R * L, true);
@@ -763,7 +756,8 @@ static void row_products(float *dst, float *scratch, long scratch_cols, const TX
 	bool vec_w = (W_IS_B ? R % 4 == 0 : L % 4 == 0) && aligned16(W);
 	dim3 grid(ceil_div_u(T, RP_T), ceil_div_u(R, RP_R), nslice);
 	lora_rowprod_kernel<TX, W_IS_B><<<grid, RP_THREADS, 0, poros_cuda_compute_stream()>>>(
-		nslice > 1 ? scratch : dst, X, ldx, W, scale, p, keep_scale_of(p), seed, T, L, R, slice, vec_x, vec_w);
+		nslice > 1 ? scratch : dst, X, ldx, W, scale, p, poros_dropout_keep_scale(p), seed, T, L, R, slice, vec_x,
+		vec_w);
 	launchCheck();
 	if (nslice > 1)
 		slice_sum(dst, scratch, scale, nslice, (long)T * R, false);
@@ -853,8 +847,8 @@ extern "C" void lora_backward_cuda(const struct lora_bwd_args *args)
 		        48 * 1024 / (int)sizeof(float) / DIN_T);
 		exit(1);
 	}
-	lora_din_kernel<<<grid_d, DIN_K, smem, stream>>>(din, du, A, dropout_p, keep_scale_of(dropout_p), dropout_seed, T,
-	                                                 K, R, accumulate != 0);
+	lora_din_kernel<<<grid_d, DIN_K, smem, stream>>>(din, du, A, dropout_p, poros_dropout_keep_scale(dropout_p),
+	                                                 dropout_seed, T, K, R, accumulate != 0);
 	launchCheck();
 }
 
