@@ -102,6 +102,27 @@ POROS_HD void lora_split3(float w, bf16 part[3])
 	part[2] = bf16_from_f32(r - f32_from_bf16(part[1]));
 }
 
+/* The activation side of the LoRA extension (ops.h): value r of u's or
+ * du's row (R values) into its extension row, part i of it at columns
+ * (3i + j)R + r for j < 3, to meet part j of the weight side's. */
+POROS_HD void lora_ext_put(bf16 *row, float v, int r, int R)
+{
+	bf16 part[3];
+	lora_split3(v, part);
+	for (int i = 0; i < 3; i++)
+		for (int j = 0; j < 3; j++)
+			row[(i * 3 + j) * R + r] = part[i];
+}
+
+/* The weight side's column c < 9R (ops.h): part (c / R) % 3 of w, the
+ * column's element c % R of scale*B's row or of A's column. */
+POROS_HD bf16 lora_ext_weight_at(float w, int c, int R)
+{
+	bf16 part[3];
+	lora_split3(w, part);
+	return part[(c / R) % 3];
+}
+
 /* NF4 code book (QLoRA NormalFloat4, Dettmers et al. 2023): 16 quantiles
  * of N(0,1) scaled to [-1, 1] with an exact zero at index 7; the values
  * are bitsandbytes' table, so weights quantized there dequantize to the

@@ -71,7 +71,8 @@ extern const float poros_nf4_code[16];
  * the weight side, part_j of scale*B[n][r] (the product rounded once in
  * fp32, exact for a power-of-two scale), with i = c / (3R), j = (c / R)
  * % 3, r = c % R; column 9R holds 1 and the bias (0 without one); the
- * rest, up to E, are 0 on both sides.  Forward: [x | ext] (T,K+E) @ [W |
+ * rest, up to E, are 0 on both sides (numerics.h: lora_ext_put,
+ * lora_ext_weight_at).  Forward: [x | ext] (T,K+E) @ [W |
  * Bext]^T = x W^T + scale u B^T + bias in one fp32 sum.  Backward (no
  * dropout): [dout | ext(du)] (T,N+E) @ [W ; Aext] (N+E,K), rows N+c of
  * the weight holding part_j of A[r][k], gives dout W + du A in one sum. */

@@ -33,13 +33,8 @@ static void ext_row(bf16 *ext, const float *v, int R, int with_one)
 {
 	int E = lora_ext_cols(R);
 
-	for (int r = 0; r < R; r++) {
-		bf16 part[3];
-		lora_split3(v[r], part);
-		for (int i = 0; i < 3; i++)
-			for (int j = 0; j < 3; j++)
-				ext[(i * 3 + j) * R + r] = part[i];
-	}
+	for (int r = 0; r < R; r++)
+		lora_ext_put(ext, v[r], r, R);
 	for (int c = 9 * R; c < E; c++)
 		ext[c] = 0;
 	if (with_one)
@@ -220,13 +215,8 @@ void lora_weight_ext_cpu(bf16 *w, int ld_w, const float *A, const float *B, cons
 #pragma omp parallel for schedule(static) if ((long)N * E >= POROS_CPU_PAR_MIN)
 	for (int n = 0; n < N; n++) {
 		bf16 *row = w + (size_t)n * ld_w + K;
-		for (int r = 0; r < R; r++) {
-			bf16 part[3];
-			lora_split3(scale * B[(size_t)n * R + r], part);
-			for (int i = 0; i < 3; i++)
-				for (int j = 0; j < 3; j++)
-					row[(i * 3 + j) * R + r] = part[j];
-		}
+		for (int c = 0; c < 9 * R; c++)
+			row[c] = lora_ext_weight_at(scale * B[(size_t)n * R + c % R], c, R);
 		for (int c = 9 * R; c < E; c++)
 			row[c] = 0;
 		if (bias)
@@ -235,15 +225,7 @@ void lora_weight_ext_cpu(bf16 *w, int ld_w, const float *A, const float *B, cons
 #pragma omp parallel for schedule(static) if ((long)E * K >= POROS_CPU_PAR_MIN)
 	for (int c = 0; c < E; c++) {
 		bf16 *row = w + (size_t)(N + c) * ld_w;
-		int j = (c / R) % 3, r = c % R;
-		for (int k = 0; k < K; k++) {
-			bf16 part[3];
-			if (c >= 9 * R) {
-				row[k] = 0;
-				continue;
-			}
-			lora_split3(A[(size_t)r * K + k], part);
-			row[k] = part[j];
-		}
+		for (int k = 0; k < K; k++)
+			row[k] = c < 9 * R ? lora_ext_weight_at(A[(size_t)(c % R) * K + k], c, R) : 0;
 	}
 }

@@ -472,13 +472,7 @@ __global__ void lora_mask_kernel(bf16 *xm, const bf16 *x, int ld, float p, uint6
 // thread of r = 0 also writes the row's tail (1 or 0 at 9R, then zeros).
 __device__ __forceinline__ void put_ext(bf16 *ext_row, float v, int r, int R, int E, bool one)
 {
-	bf16 part[3];
-	lora_split3(v, part);
-#pragma unroll
-	for (int i = 0; i < 3; i++)
-#pragma unroll
-		for (int j = 0; j < 3; j++)
-			ext_row[(i * 3 + j) * R + r] = part[i];
+	lora_ext_put(ext_row, v, r, R);
 	if (r == 0)
 		for (int c = 9 * R; c < E; c++)
 			ext_row[c] = f32_to_bf16(c == 9 * R && one ? 1.0f : 0.0f);
@@ -506,13 +500,10 @@ __global__ void lora_weight_ext_cols_kernel(bf16 *w, int ld, const float *B, con
 	for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
 		int n = e / E, c = e - n * E;
 		bf16 v = f32_to_bf16(0.0f);
-		if (c < 9 * R) {
-			bf16 part[3];
-			lora_split3(scale * B[(size_t)n * R + c % R], part);
-			v = part[(c / R) % 3];
-		} else if (c == 9 * R && bias) {
+		if (c < 9 * R)
+			v = lora_ext_weight_at(scale * B[(size_t)n * R + c % R], c, R);
+		else if (c == 9 * R && bias)
 			v = bias[n];
-		}
 		w[(size_t)n * ld + K + c] = v;
 	}
 }
@@ -523,11 +514,8 @@ __global__ void lora_weight_ext_rows_kernel(bf16 *w, int ld, const float *A, int
 	if (k >= K)
 		return;
 	bf16 v = f32_to_bf16(0.0f);
-	if (c < 9 * R) {
-		bf16 part[3];
-		lora_split3(A[(size_t)(c % R) * K + k], part);
-		v = part[(c / R) % 3];
-	}
+	if (c < 9 * R)
+		v = lora_ext_weight_at(A[(size_t)(c % R) * K + k], c, R);
 	w[(size_t)(N + c) * ld + k] = v;
 }
 
