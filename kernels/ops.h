@@ -54,43 +54,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef uint16_t bf16;
+#include "numerics.h" /* bf16, its rounding, the dropout hash, the split, NF4, AdamW */
 
-/* Round-to-nearest-even fp32 -> bf16; NaN stays NaN. */
-static inline bf16 bf16_from_f32(float f)
-{
-	union { float f; uint32_t u; } v = { f };
-	if ((v.u & 0x7fffffffu) > 0x7f800000u)
-		return (bf16)((v.u >> 16) | 0x40);
-	v.u += 0x7fffu + ((v.u >> 16) & 1u);
-	return (bf16)(v.u >> 16);
-}
-
-static inline float f32_from_bf16(bf16 h)
-{
-	union { uint32_t u; float f; } v = { (uint32_t)h << 16 };
-	return v.f;
-}
-
-/* Deterministic per-element dropout keep test shared by both backends:
- * element i of a tensor is kept iff poros_dropout_keep(seed, i, p). */
-static inline uint64_t poros_mix64(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
-static inline int poros_dropout_keep(uint64_t seed, uint64_t i, float p)
-{
-	uint32_t r = (uint32_t)(poros_mix64(seed ^ poros_mix64(i)) >> 40); /* 24 bits */
-	return (float)r * (1.0f / 16777216.0f) >= p;
-}
-
-/* NF4 code book (QLoRA, Dettmers et al. 2023), index 0..15. */
+/* NF4 code book (numerics.h's POROS_NF4_CODE_INIT), index 0..15. */
 extern const float poros_nf4_code[16];
-#define POROS_NF4_BLOCK 64
 
 /* LoRA extension: the adapter's terms ride in the base GEMM as E extra
  * columns of its reduction.  An fp32 value splits exactly into three bf16
@@ -104,7 +71,8 @@ extern const float poros_nf4_code[16];
  * the weight side, part_j of scale*B[n][r] (the product rounded once in
  * fp32, exact for a power-of-two scale), with i = c / (3R), j = (c / R)
  * % 3, r = c % R; column 9R holds 1 and the bias (0 without one); the
- * rest, up to E, are 0 on both sides.  Forward: [x | ext] (T,K+E) @ [W |
+ * rest, up to E, are 0 on both sides (numerics.h: lora_ext_put,
+ * lora_ext_weight_at).  Forward: [x | ext] (T,K+E) @ [W |
  * Bext]^T = x W^T + scale u B^T + bias in one fp32 sum.  Backward (no
  * dropout): [dout | ext(du)] (T,N+E) @ [W ; Aext] (N+E,K), rows N+c of
  * the weight holding part_j of A[r][k], gives dout W + du A in one sum. */
@@ -113,13 +81,49 @@ static inline int lora_ext_cols(int R)
 	return R > 0 ? (9 * R + 1 + 31) / 32 * 32 : 0;
 }
 
-static inline void lora_split3(float w, bf16 part[3])
-{
-	part[0] = bf16_from_f32(w);
-	float r = w - f32_from_bf16(part[0]);
-	part[1] = bf16_from_f32(r);
-	part[2] = bf16_from_f32(r - f32_from_bf16(part[1]));
-}
+/* The LoRA ops' arguments, by name (see lora_forward and lora_backward in
+ * the list below for what each computes).  The fields under "hints" change
+ * only how a backend computes, never the result: the CPU reads none of
+ * them; CUDA uses them to run the long sums on tensor cores. */
+struct lora_fwd_args {
+	float *out;      /* (T,N) scale * u B^T, written; or NULL */
+	float *u;        /* (T,R) xd A^T, written (saved for backward) */
+	bf16 *ext;       /* (T,E) u's extension parts, rows ld_in apart; or NULL */
+	const bf16 *in;  /* (T,K), rows ld_in apart */
+	int ld_in;
+	const float *A;  /* (R,K) */
+	const float *B;  /* (N,R) */
+	float scale, dropout_p;
+	uint64_t dropout_seed;
+	int T, K, N, R;
+	/* hints */
+	float *scratch;  /* NULL, or T*K floats, contents undefined afterwards */
+	const bf16 *A3;  /* NULL, or A's three parts (3R rows, ld_a3 apart) */
+	int ld_a3;
+};
+
+struct lora_bwd_args {
+	float *din;        /* (T,K) du A through the mask, (+)=; or NULL */
+	float *dA;         /* (R,K) += */
+	float *dB;         /* (N,R) += */
+	float *du;         /* (T,R) written */
+	bf16 *ext;         /* (T,E) du's extension parts, rows ld_dout apart; or NULL */
+	const bf16 *dout;  /* (T,N), rows ld_dout apart */
+	int ld_dout;
+	const bf16 *in;    /* (T,K), rows ld_in apart, as in forward */
+	int ld_in;
+	const float *u;    /* (T,R) from forward */
+	const float *A;    /* (R,K) */
+	const float *B;    /* (N,R) */
+	float scale, dropout_p;
+	uint64_t dropout_seed;
+	int T, K, N, R;
+	int accumulate;    /* din += rather than = */
+	/* hints */
+	float *scratch;    /* as in lora_fwd_args */
+	const bf16 *B3;    /* NULL, or scale*B's three parts ((N,3R), rows ld_b3 apart) */
+	int ld_b3;
+};
 
 #define POROS_OPS_LIST(X) \
 /* out (T,C) = wte[tokens[t]] as fp32; tokens (T), wte (V,C) */ \
@@ -139,7 +143,7 @@ X(void, matmul_forward, (float *out, const bf16 *in, int ld_in, const bf16 *weig
  * Rows of dout are ld_dout (>= N) apart, rows of weight ld_w (>= K); din \
  * is (T,K) contiguous. */ \
 X(void, matmul_backward_input, (float *din, const bf16 *dout, int ld_dout, const bf16 *weight, int ld_w, int T, int K, int N, int accumulate)) \
-/* LoRA (PEFT): xd = dropout_p ? x * keep / (1-p) : x (keep from \
+/* LoRA (PEFT), struct lora_fwd_args' fields: xd = dropout_p ? x * keep / (1-p) : x (keep from \
  * poros_dropout_keep(seed, t*K+k, p)); u (T,R) = xd @ A^T, A (R,K), \
  * written and saved for backward; in (T,K) rows ld_in apart.  Then one of: \
  *  - out != NULL: out (T,N) = scale * u @ B^T, B (N,R), written (contiguous); \
@@ -155,8 +159,9 @@ X(void, matmul_backward_input, (float *din, const bf16 *dout, int ld_dout, const
  * lora_weight_ext leaves them in rows N..N+3R-1 of the weight (hi, mid, \
  * lo blocks of R rows, rows ld_a3 apart), which a backend may read rather \
  * than split A again (the CPU sums A itself: same values). */ \
-X(void, lora_forward, (float *out, float *u, bf16 *ext, float *scratch, const bf16 *in, int ld_in, const float *A, const bf16 *A3, int ld_a3, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)) \
-/* Given dout (T,N) bf16, rows ld_dout apart, and in as in lora_forward: \
+X(void, lora_forward, (const struct lora_fwd_args *a)) \
+/* struct lora_bwd_args' fields: given dout (T,N) bf16, rows ld_dout \
+ * apart, and in as in lora_forward: \
  * dB (N,R) += scale * dout^T @ u; du (T,R) = scale * dout @ B (written); \
  * dA (R,K) += du^T @ xd; then one of: \
  *  - din != NULL: din (T,K) = du @ A through the dropout mask, or += when \
@@ -170,7 +175,7 @@ X(void, lora_forward, (float *out, float *u, bf16 *ext, float *scratch, const bf
  * at columns K..K+3R-1 of the weight; a backend may then form du as \
  * dout @ (scale*B), the product rounded once in fp32, rather than split B \
  * (the CPU sums B itself). */ \
-X(void, lora_backward, (float *din, float *dA, float *dB, float *du, bf16 *ext, float *scratch, const bf16 *dout, int ld_dout, const bf16 *in, int ld_in, const float *u, const float *A, const float *B, const bf16 *B3, int ld_b3, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R, int accumulate)) \
+X(void, lora_backward, (const struct lora_bwd_args *a)) \
 /* The weight side of the LoRA extension of a base weight W (N,K), rows \
  * ld_w (>= K + E) apart in a buffer of N + E rows: columns K..K+E-1 of \
  * rows 0..N-1 get scale*B's parts, bias[n] (0 when bias is NULL) and \

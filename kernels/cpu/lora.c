@@ -19,10 +19,7 @@
 static inline float dropped_input(const bf16 *in, int ld, float p, float keep_scale, uint64_t seed, int t, int k,
 				  int K)
 {
-	float x = f32_from_bf16(in[(size_t)t * ld + k]);
-	if (p == 0.0f)
-		return x;
-	return poros_dropout_keep(seed, (uint64_t)t * K + k, p) ? x * keep_scale : 0.0f;
+	return poros_dropped(f32_from_bf16(in[(size_t)t * ld + k]), seed, (uint64_t)t * K + k, p, keep_scale);
 }
 
 static inline int min_int(int a, int b)
@@ -36,13 +33,8 @@ static void ext_row(bf16 *ext, const float *v, int R, int with_one)
 {
 	int E = lora_ext_cols(R);
 
-	for (int r = 0; r < R; r++) {
-		bf16 part[3];
-		lora_split3(v[r], part);
-		for (int i = 0; i < 3; i++)
-			for (int j = 0; j < 3; j++)
-				ext[(i * 3 + j) * R + r] = part[i];
-	}
+	for (int r = 0; r < R; r++)
+		lora_ext_put(ext, v[r], r, R);
 	for (int c = 9 * R; c < E; c++)
 		ext[c] = 0;
 	if (with_one)
@@ -51,14 +43,18 @@ static void ext_row(bf16 *ext, const float *v, int R, int with_one)
 
 /* u (T,R) = xd @ A^T (saved), where in (T,K) bf16 (rows ld_in apart), A
  * (R,K); then out (T,N) = scale * u @ B^T with B (N,R), or u's extension
- * parts into ext.  The CPU hashes the mask tile by tile and has no use for
- * the scratch. */
-void lora_forward_cpu(float *out, float *u, bf16 *ext, float *scratch, const bf16 *in, int ld_in, const float *A,
-		      const bf16 *A3, int ld_a3, const float *B, float scale, float dropout_p, uint64_t dropout_seed, int T,
-		      int K, int N, int R)
+ * parts into ext.  The CPU hashes the mask tile by tile and sums A in
+ * fp32 itself: it reads none of the hints (scratch, A3). */
+void lora_forward_cpu(const struct lora_fwd_args *args)
 {
-	(void)scratch, (void)A3, (void)ld_a3; /* sums A in fp32 itself */
-	float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
+	float *out = args->out, *u = args->u;
+	bf16 *ext = args->ext;
+	const bf16 *in = args->in;
+	const float *A = args->A, *B = args->B;
+	float scale = args->scale, dropout_p = args->dropout_p;
+	uint64_t dropout_seed = args->dropout_seed;
+	int ld_in = args->ld_in, T = args->T, K = args->K, N = args->N, R = args->R;
+	float keep_scale = poros_dropout_keep_scale(dropout_p);
 #pragma omp parallel for schedule(static) if ((long)T * K * R >= POROS_CPU_PAR_MIN)
 	for (int t = 0; t < T; t++) {
 		float *ut = u + (size_t)t * R;
@@ -100,14 +96,19 @@ void lora_forward_cpu(float *out, float *u, bf16 *ext, float *scratch, const bf1
  *   dA (R,K) += du^T @ xd
  *   din (T,K) = (du @ A) * keep / (1-p), or += when accumulate (skipped
  *               when din is NULL; a dropped element gets 0, or keeps its
- *               value), or du's extension parts into ext (no dropout) */
-void lora_backward_cpu(float *din, float *dA, float *dB, float *du, bf16 *ext, float *scratch, const bf16 *dout,
-		       int ld_dout, const bf16 *in, int ld_in, const float *u, const float *A, const float *B,
-		       const bf16 *B3, int ld_b3, float scale, float dropout_p, uint64_t dropout_seed, int T, int K, int N,
-		       int R, int accumulate)
+ *               value), or du's extension parts into ext (no dropout)
+ * The CPU sums B in fp32 itself: it reads none of the hints (scratch, B3). */
+void lora_backward_cpu(const struct lora_bwd_args *args)
 {
-	(void)scratch, (void)B3, (void)ld_b3; /* sums B in fp32 itself */
-	float keep_scale = dropout_p > 0.0f ? 1.0f / (1.0f - dropout_p) : 1.0f;
+	float *din = args->din, *dA = args->dA, *dB = args->dB, *du = args->du;
+	bf16 *ext = args->ext;
+	const bf16 *dout = args->dout, *in = args->in;
+	const float *u = args->u, *A = args->A, *B = args->B;
+	float scale = args->scale, dropout_p = args->dropout_p;
+	uint64_t dropout_seed = args->dropout_seed;
+	int ld_dout = args->ld_dout, ld_in = args->ld_in, T = args->T, K = args->K, N = args->N, R = args->R;
+	int accumulate = args->accumulate;
+	float keep_scale = poros_dropout_keep_scale(dropout_p);
 	int r_tiles = (R + LORA_TILE - 1) / LORA_TILE;
 	int k_tiles = (K + LORA_TILE - 1) / LORA_TILE;
 	int ra_tiles = (R + LORA_R_TILE - 1) / LORA_R_TILE;
@@ -214,13 +215,8 @@ void lora_weight_ext_cpu(bf16 *w, int ld_w, const float *A, const float *B, cons
 #pragma omp parallel for schedule(static) if ((long)N * E >= POROS_CPU_PAR_MIN)
 	for (int n = 0; n < N; n++) {
 		bf16 *row = w + (size_t)n * ld_w + K;
-		for (int r = 0; r < R; r++) {
-			bf16 part[3];
-			lora_split3(scale * B[(size_t)n * R + r], part);
-			for (int i = 0; i < 3; i++)
-				for (int j = 0; j < 3; j++)
-					row[(i * 3 + j) * R + r] = part[j];
-		}
+		for (int c = 0; c < 9 * R; c++)
+			row[c] = lora_ext_weight_at(scale * B[(size_t)n * R + c % R], c, R);
 		for (int c = 9 * R; c < E; c++)
 			row[c] = 0;
 		if (bias)
@@ -229,15 +225,7 @@ void lora_weight_ext_cpu(bf16 *w, int ld_w, const float *A, const float *B, cons
 #pragma omp parallel for schedule(static) if ((long)E * K >= POROS_CPU_PAR_MIN)
 	for (int c = 0; c < E; c++) {
 		bf16 *row = w + (size_t)(N + c) * ld_w;
-		int j = (c / R) % 3, r = c % R;
-		for (int k = 0; k < K; k++) {
-			bf16 part[3];
-			if (c >= 9 * R) {
-				row[k] = 0;
-				continue;
-			}
-			lora_split3(A[(size_t)r * K + k], part);
-			row[k] = part[j];
-		}
+		for (int k = 0; k < K; k++)
+			row[k] = c < 9 * R ? lora_ext_weight_at(A[(size_t)(c % R) * K + k], c, R) : 0;
 	}
 }

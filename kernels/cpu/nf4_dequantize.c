@@ -1,28 +1,10 @@
 // defines: poros_nf4_code nf4_dequantize_cpu
-/* QLoRA NormalFloat4 (Dettmers et al. 2023): 16 quantiles of N(0,1) scaled
- * to [-1, 1], with an exact zero; the values are bitsandbytes' table, so
- * weights quantized there dequantize to the same numbers here. */
+/* QLoRA NormalFloat4: the code book is numerics.h's, shared with the
+ * CUDA kernel's constant table. */
 #include "ops.h"
 #include "cpu_par.h"
 
-const float poros_nf4_code[16] = {
-	-1.0f,
-	-0.6961928009986877f,
-	-0.5250730514526367f,
-	-0.39491748809814453f,
-	-0.28444138169288635f,
-	-0.18477343022823334f,
-	-0.09105003625154495f,
-	0.0f,
-	0.07958029955625534f,
-	0.16093020141124725f,
-	0.24611230194568634f,
-	0.33791524171829224f,
-	0.44070982933044434f,
-	0.5626170039176941f,
-	0.7229568362236023f,
-	1.0f,
-};
+const float poros_nf4_code[16] = POROS_NF4_CODE_INIT;
 
 /* out (rows,cols) bf16, rows ld_out apart: element e = row*cols + col of
  * the unpitched row-major stream is code[nibble e] * absmax[e / 64];

@@ -1,36 +1,23 @@
 // defines: adamw_update_cuda, adamw_kernel
 //
-// AdamW as torch.optim.AdamW computes it, in the CPU's fp32 operation order:
-//   p *= 1 - lr*wd;  m = lerp(m, g, 1-b1);  v = v*b2 + (1-b2)*g*g
-//   p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps)
-// with g = grad * grad_scale and the step constants computed on the host in
-// double exactly as kernels/cpu/adamw.c does.  Elementwise.
-#include <math.h>
-
+// AdamW as torch.optim.AdamW computes it, numerics.h's update
+// (poros_adamw_element), the step constants computed on the host in
+// double by poros_adamw_step_of as on the CPU.  Elementwise.
 #include "common.cuh"
 
 #define ADAMW_THREADS 256
 
-// torch.lerp: start + w (end - start), or from the end side when w >= 0.5
-__device__ __forceinline__ float lerp_torch(float start, float end, float w)
-{
-	return fabsf(w) < 0.5f ? start + w * (end - start) : end - (end - start) * (1.0f - w);
-}
-
-// param, m, v (n) in place from grad (n)
+// param, m, v (n) in place from grad (n); the step's constants one by
+// one, not as the struct: so the kernel compiles to the very code of its
+// earlier copy of the update (same PTX), whose bits the runs were pinned to.
 __global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, long n, float beta2,
                              float eps, float grad_scale, float step_size, float bias_correction2_sqrt,
                              float decay, float avg_weight, float sq_weight)
 {
-	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-		float g = grad[i] * grad_scale;
-		float mi = lerp_torch(m[i], g, avg_weight);
-		float vi = v[i] * beta2 + sq_weight * g * g;
-		float denom = sqrtf(vi) / bias_correction2_sqrt + eps;
-		param[i] = param[i] * decay - step_size * (mi / denom);
-		m[i] = mi;
-		v[i] = vi;
-	}
+	struct poros_adamw_step s = { beta2, eps, grad_scale, step_size, bias_correction2_sqrt, decay, avg_weight,
+	                              sq_weight };
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+		poros_adamw_element(param, grad, m, v, i, s);
 }
 
 extern "C" void adamw_update_cuda(float *param, const float *grad, float *m, float *v, long n, float lr,
@@ -38,13 +25,9 @@ extern "C" void adamw_update_cuda(float *param, const float *grad, float *m, flo
 {
 	if (n <= 0)
 		return;
-	float step_size = (float)((double)lr / (1.0 - pow((double)beta1, t)));
-	float bias_correction2_sqrt = (float)sqrt(1.0 - pow((double)beta2, t));
-	float decay = (float)(1.0 - (double)lr * weight_decay);
-	float avg_weight = (float)(1.0 - (double)beta1);
-	float sq_weight = (float)(1.0 - (double)beta2);
+	struct poros_adamw_step s = poros_adamw_step_of(lr, beta1, beta2, eps, weight_decay, grad_scale, t);
 	adamw_kernel<<<grid_for(n, ADAMW_THREADS), ADAMW_THREADS, 0, poros_cuda_compute_stream()>>>(
-		param, grad, m, v, n, beta2, eps, grad_scale, step_size, bias_correction2_sqrt, decay, avg_weight,
-		sq_weight);
+		param, grad, m, v, n, s.beta2, s.eps, s.grad_scale, s.step_size, s.bias_correction2_sqrt, s.decay,
+		s.avg_weight, s.sq_weight);
 	launchCheck();
 }

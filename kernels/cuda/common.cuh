@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "numerics.h" // host+device: bf16 rounding, dropout hash, split, NF4, AdamW
+
 extern "C" {
 #include "ops.h"
 #include "backend.h"
@@ -72,23 +74,19 @@ cublasLtHandle_t poros_cuda_cublaslt(void);
 }
 
 // ---------------------------------------------------------------------------
-// bf16: the ops traffic in uint16_t bit patterns (ops.h's bf16); these
-// convert on the device with exactly the rounding of ops.h's
-// bf16_from_f32 (round to nearest even, NaN kept quiet with its sign), so
-// CPU and CUDA produce the same bits from the same fp32 value.
+// bf16: the ops traffic in uint16_t bit patterns (numerics.h's bf16);
+// these are the CUDA kernels' spellings of numerics.h's conversions (round
+// to nearest even, NaN kept quiet with its sign), so CPU and CUDA produce
+// the same bits from the same fp32 value.
 
 __device__ __forceinline__ float bf16_to_f32(bf16 h)
 {
-	return __uint_as_float((uint32_t)h << 16);
+	return f32_from_bf16(h);
 }
 
 __device__ __forceinline__ bf16 f32_to_bf16(float f)
 {
-	uint32_t u = __float_as_uint(f);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (bf16)((u >> 16) | 0x40u);
-	u += 0x7fffu + ((u >> 16) & 1u);
-	return (bf16)(u >> 16);
+	return bf16_from_f32(f);
 }
 
 // Bit casts between our bf16 and CUDA's type, for code that wants the
@@ -111,23 +109,6 @@ __host__ __device__ __forceinline__ bf16 bf16_from_nv(__nv_bfloat16 h)
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
 {
 	return (uint32_t)f32_to_bf16(lo) | ((uint32_t)f32_to_bf16(hi) << 16);
-}
-
-// ---------------------------------------------------------------------------
-// LoRA dropout, identical to ops.h's poros_dropout_keep (same hash, same
-// 24-bit threshold), so both backends drop the same elements.
-__device__ __forceinline__ uint64_t mix64_dev(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
-__device__ __forceinline__ bool dropout_keep_dev(uint64_t seed, uint64_t i, float p)
-{
-	uint32_t r = (uint32_t)(mix64_dev(seed ^ mix64_dev(i)) >> 40);
-	return (float)r * (1.0f / 16777216.0f) >= p;
 }
 
 // ---------------------------------------------------------------------------

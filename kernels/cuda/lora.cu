@@ -21,7 +21,11 @@
 // All four run on tensor cores when the scratch holds their operands (the
 // exact three-way bf16 split of the fp32 side, below; the other side, x or
 // dout, is bf16 already); the fallback when the scratch is short is our
-// CUDA-core sums.  A
+// CUDA-core sums.  The engine reaches that fallback: its scratch is T x
+// the largest K, which the op counts as T*K, and the split operands and
+// sums outgrow it at small T, e.g. dB (u's parts, 1.5TR floats, and the
+// (N,3R) sums) once 1.5TR + 3NR > TK: gate/up (N ~ 3.5K) below T ~ 10.5R,
+// about 670 at rank 64.  Keep it while that holds.  A
 // GEMM library tiles the short side (R = 16) of an fp32 product and leaves
 // most of a large GPU idle or walks the long sum serially, so those are our
 // own kernels:
@@ -88,9 +92,7 @@ __device__ __forceinline__ float load1(const bf16 *p)
 
 __device__ __forceinline__ float dropped(float x, int t, int k, int K, float p, float keep_scale, uint64_t seed)
 {
-	if (p == 0.0f)
-		return x;
-	return dropout_keep_dev(seed, (uint64_t)t * K + k, p) ? x * keep_scale : 0.0f;
+	return poros_dropped(x, seed, (uint64_t)t * K + k, p, keep_scale);
 }
 
 // Four elements of row t of X (rows ld apart) from column k, zero past
@@ -419,7 +421,7 @@ __global__ void __launch_bounds__(DIN_K, 4)
 		size_t idx = (size_t)t * K + k;
 		if (p == 0.0f)
 			din[idx] = prev[i] + acc[i];
-		else if (dropout_keep_dev(seed, (uint64_t)t * K + k, p))
+		else if (poros_dropout_keep(seed, (uint64_t)t * K + k, p))
 			din[idx] = prev[i] + acc[i] * keep_scale;
 		else if (!accumulate)
 			din[idx] = 0.0f;
@@ -438,14 +440,6 @@ __global__ void __launch_bounds__(DIN_K, 4)
 // Dropout: the masked input (x or 0) is exact in bf16 too, and the 1/(1-p)
 // scale multiplies the result instead of each kept element.
 
-__device__ __forceinline__ void split3(float w, bf16 &hi, bf16 &mid, bf16 &lo)
-{
-	hi = f32_to_bf16(w);
-	float r = w - bf16_to_f32(hi);
-	mid = f32_to_bf16(r);
-	lo = f32_to_bf16(r - bf16_to_f32(mid));
-}
-
 // W (rows, cols) fp32 -> W3 (3 rows, cols) bf16 when parts_in_rows (A: the
 // parts stacked as three row blocks), else W3 (rows, 3 cols) (du: the parts
 // side by side in each row).
@@ -453,14 +447,14 @@ __global__ void lora_split3_kernel(bf16 *W3, const float *W, int rows, int cols,
 {
 	long n = (long)rows * cols;
 	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-		bf16 hi, mid, lo;
-		split3(W[i], hi, mid, lo);
+		bf16 part[3]; // hi, mid, lo
+		lora_split3(W[i], part);
 		if (parts_in_rows) {
-			W3[i] = hi, W3[n + i] = mid, W3[2 * n + i] = lo;
+			W3[i] = part[0], W3[n + i] = part[1], W3[2 * n + i] = part[2];
 		} else {
 			long r = i / cols, c = i % cols;
 			bf16 *row = W3 + r * 3 * cols;
-			row[c] = hi, row[cols + c] = mid, row[2 * cols + c] = lo;
+			row[c] = part[0], row[cols + c] = part[1], row[2 * cols + c] = part[2];
 		}
 	}
 }
@@ -470,7 +464,7 @@ __global__ void lora_split3_kernel(bf16 *W3, const float *W, int rows, int cols,
 __global__ void lora_mask_kernel(bf16 *xm, const bf16 *x, int ld, float p, uint64_t seed, int K, long n)
 {
 	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-		xm[i] = dropout_keep_dev(seed, (uint64_t)i, p) ? x[(i / K) * ld + i % K] : (bf16)0;
+		xm[i] = poros_dropout_keep(seed, (uint64_t)i, p) ? x[(i / K) * ld + i % K] : (bf16)0;
 }
 
 // Element (t, r) of u or du into its row of the activation side of the
@@ -478,13 +472,7 @@ __global__ void lora_mask_kernel(bf16 *xm, const bf16 *x, int ld, float p, uint6
 // thread of r = 0 also writes the row's tail (1 or 0 at 9R, then zeros).
 __device__ __forceinline__ void put_ext(bf16 *ext_row, float v, int r, int R, int E, bool one)
 {
-	bf16 part[3];
-	split3(v, part[0], part[1], part[2]);
-#pragma unroll
-	for (int i = 0; i < 3; i++)
-#pragma unroll
-		for (int j = 0; j < 3; j++)
-			ext_row[(i * 3 + j) * R + r] = part[i];
+	lora_ext_put(ext_row, v, r, R);
 	if (r == 0)
 		for (int c = 9 * R; c < E; c++)
 			ext_row[c] = f32_to_bf16(c == 9 * R && one ? 1.0f : 0.0f);
@@ -512,13 +500,10 @@ __global__ void lora_weight_ext_cols_kernel(bf16 *w, int ld, const float *B, con
 	for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
 		int n = e / E, c = e - n * E;
 		bf16 v = f32_to_bf16(0.0f);
-		if (c < 9 * R) {
-			bf16 part[3];
-			split3(scale * B[(size_t)n * R + c % R], part[0], part[1], part[2]);
-			v = part[(c / R) % 3];
-		} else if (c == 9 * R && bias) {
+		if (c < 9 * R)
+			v = lora_ext_weight_at(scale * B[(size_t)n * R + c % R], c, R);
+		else if (c == 9 * R && bias)
 			v = bias[n];
-		}
 		w[(size_t)n * ld + K + c] = v;
 	}
 }
@@ -529,11 +514,8 @@ __global__ void lora_weight_ext_rows_kernel(bf16 *w, int ld, const float *A, int
 	if (k >= K)
 		return;
 	bf16 v = f32_to_bf16(0.0f);
-	if (c < 9 * R) {
-		bf16 part[3];
-		split3(A[(size_t)(c % R) * K + k], part[0], part[1], part[2]);
-		v = part[(c / R) % 3];
-	}
+	if (c < 9 * R)
+		v = lora_ext_weight_at(A[(size_t)(c % R) * K + k], c, R);
 	w[(size_t)(N + c) * ld + k] = v;
 }
 
@@ -562,12 +544,6 @@ __global__ void lora_join3_kernel(float *dst, const float *P, float scale, int r
 }
 
 #define SUM_THREADS 64 // T*R outputs: small blocks spread them over more SMs
-
-static float keep_scale_of(float p)
-{
-	// the CPU's expression, so kept elements scale by the same float
-	return p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-}
 
 // Slices of a sum of length len, for `tiles` output tiles: about
 // SPLIT_BLOCKS blocks in all, slices a multiple of `step` and at least
@@ -656,7 +632,7 @@ static bool lora_u_tc(float *u, bf16 *ext, float *scratch, const bf16 *in, int l
 	// x as (K,T) ld ldx.
 	gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, 3 * R, T, K, 1.0f, A3, lda, x, ldx, 0.0f, U3, 3 * R);
 	lora_join3_kernel<<<grid_for((long)T * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(
-		u, U3, keep_scale_of(p), T, R, false, false, ext, ld_in, lora_ext_cols(R), true);
+		u, U3, poros_dropout_keep_scale(p), T, R, false, false, ext, ld_in, lora_ext_cols(R), true);
 	launchCheck();
 	return true;
 }
@@ -681,7 +657,7 @@ static bool lora_dA_tc(float *dA, float *scratch, const float *du, const bf16 *i
 	// (T,3R) row-major read as (3R,T) ld 3R.
 	gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, K, 3 * R, T, 1.0f, x, ldx, D3, 3 * R, 0.0f, P3, K);
 	lora_join3_kernel<<<grid_for((long)R * K, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(
-		dA, P3, keep_scale_of(p), R, K, true, true, NULL, 0, 0, false);
+		dA, P3, poros_dropout_keep_scale(p), R, K, true, true, NULL, 0, 0, false);
 	launchCheck();
 	return true;
 }
@@ -745,7 +721,8 @@ static void rank_outer(float *dst, float *scratch, long scratch_floats, const fl
 	bool vec_g = R % 4 == 0 && aligned16(G);
 	dim3 grid(ceil_div_u(L, DA_K), ceil_div_u(R, DA_R), nslice);
 	lora_dA_kernel<<<grid, DA_THREADS, 0, poros_cuda_compute_stream()>>>(
-		dst, scratch, G, X, ldx, scale, p, keep_scale_of(p), seed, T, L, R, slice, vec_x, vec_g, transposed);
+		dst, scratch, G, X, ldx, scale, p, poros_dropout_keep_scale(p), seed, T, L, R, slice, vec_x, vec_g,
+		transposed);
 	launchCheck();
 	if (nslice > 1)
 		slice_sum(dst, scratch, scale, nslice, (long)R * L, true);
@@ -767,7 +744,8 @@ static void row_products(float *dst, float *scratch, long scratch_cols, const TX
 	bool vec_w = (W_IS_B ? R % 4 == 0 : L % 4 == 0) && aligned16(W);
 	dim3 grid(ceil_div_u(T, RP_T), ceil_div_u(R, RP_R), nslice);
 	lora_rowprod_kernel<TX, W_IS_B><<<grid, RP_THREADS, 0, poros_cuda_compute_stream()>>>(
-		nslice > 1 ? scratch : dst, X, ldx, W, scale, p, keep_scale_of(p), seed, T, L, R, slice, vec_x, vec_w);
+		nslice > 1 ? scratch : dst, X, ldx, W, scale, p, poros_dropout_keep_scale(p), seed, T, L, R, slice, vec_x,
+		vec_w);
 	launchCheck();
 	if (nslice > 1)
 		slice_sum(dst, scratch, scale, nslice, (long)T * R, false);
@@ -776,10 +754,15 @@ static void row_products(float *dst, float *scratch, long scratch_cols, const TX
 // u (T,R) = xd @ A^T saved; then out (T,N) = scale * u @ B^T (written), or
 // u's extension parts into ext; in (T,K) bf16 rows ld_in apart, A (R,K),
 // B (N,R).
-extern "C" void lora_forward_cuda(float *out, float *u, bf16 *ext, float *scratch, const bf16 *in, int ld_in,
-                                  const float *A, const bf16 *A3, int ld_a3, const float *B, float scale,
-                                  float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R)
+extern "C" void lora_forward_cuda(const struct lora_fwd_args *args)
 {
+	float *out = args->out, *u = args->u, *scratch = args->scratch;
+	bf16 *ext = args->ext;
+	const bf16 *in = args->in, *A3 = args->A3;
+	const float *A = args->A, *B = args->B;
+	float scale = args->scale, dropout_p = args->dropout_p;
+	uint64_t dropout_seed = args->dropout_seed;
+	int ld_in = args->ld_in, ld_a3 = args->ld_a3, T = args->T, K = args->K, N = args->N, R = args->R;
 	if (T <= 0 || R <= 0)
 		return;
 	bool joined = false;
@@ -807,11 +790,16 @@ extern "C" void lora_forward_cuda(float *out, float *u, bf16 *ext, float *scratc
 //   dA (R,K)  += du^T @ xd
 //   din (T,K)  = (du @ A) * mask / (1-p), or += when accumulate (skipped
 //                when din is NULL), or du's extension parts into ext
-extern "C" void lora_backward_cuda(float *din, float *dA, float *dB, float *du, bf16 *ext, float *scratch,
-                                   const bf16 *dout, int ld_dout, const bf16 *in, int ld_in, const float *u,
-                                   const float *A, const float *B, const bf16 *B3, int ld_b3, float scale,
-                                   float dropout_p, uint64_t dropout_seed, int T, int K, int N, int R, int accumulate)
+extern "C" void lora_backward_cuda(const struct lora_bwd_args *args)
 {
+	float *din = args->din, *dA = args->dA, *dB = args->dB, *du = args->du, *scratch = args->scratch;
+	bf16 *ext = args->ext;
+	const bf16 *dout = args->dout, *in = args->in, *B3 = args->B3;
+	const float *u = args->u, *A = args->A, *B = args->B;
+	float scale = args->scale, dropout_p = args->dropout_p;
+	uint64_t dropout_seed = args->dropout_seed;
+	int ld_dout = args->ld_dout, ld_in = args->ld_in, ld_b3 = args->ld_b3;
+	int T = args->T, K = args->K, N = args->N, R = args->R, accumulate = args->accumulate;
 	if (T <= 0 || R <= 0)
 		return;
 	cudaStream_t stream = poros_cuda_compute_stream();
@@ -847,8 +835,8 @@ extern "C" void lora_backward_cuda(float *din, float *dA, float *dB, float *du, 
 		        48 * 1024 / (int)sizeof(float) / DIN_T);
 		exit(1);
 	}
-	lora_din_kernel<<<grid_d, DIN_K, smem, stream>>>(din, du, A, dropout_p, keep_scale_of(dropout_p), dropout_seed, T,
-	                                                 K, R, accumulate != 0);
+	lora_din_kernel<<<grid_d, DIN_K, smem, stream>>>(din, du, A, dropout_p, poros_dropout_keep_scale(dropout_p),
+	                                                 dropout_seed, T, K, R, accumulate != 0);
 	launchCheck();
 }
 

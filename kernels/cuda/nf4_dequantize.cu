@@ -17,28 +17,11 @@
 
 #define NF4_THREADS 256
 
-// bitsandbytes' NF4 table, the values of poros_nf4_code (kernels/cpu):
-// repeated here so this library does not reach into the CPU one at link
-// time; test_ops_cuda requires the dequantized outputs of the two to be
-// identical bit for bit.
-__constant__ float nf4_code_dev[16] = {
-	-1.0f,
-	-0.6961928009986877f,
-	-0.5250730514526367f,
-	-0.39491748809814453f,
-	-0.28444138169288635f,
-	-0.18477343022823334f,
-	-0.09105003625154495f,
-	0.0f,
-	0.07958029955625534f,
-	0.16093020141124725f,
-	0.24611230194568634f,
-	0.33791524171829224f,
-	0.44070982933044434f,
-	0.5626170039176941f,
-	0.7229568362236023f,
-	1.0f,
-};
+// bitsandbytes' NF4 table, numerics.h's (the CPU's poros_nf4_code is
+// defined from the same initializer; this library does not reach into the
+// CPU one at link time); test_ops_cuda requires the dequantized outputs of
+// the two to be identical bit for bit.
+__constant__ float nf4_code_dev[16] = POROS_NF4_CODE_INIT;
 
 // One packed byte: element 2i in the high nibble, 2i+1 in the low one,
 // returned as two bf16 in a word (first element low, as in memory).

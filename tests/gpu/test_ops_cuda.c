@@ -772,16 +772,18 @@ struct lora_args {
 static void lora_fwd_gpu(const void *p)
 {
 	const struct lora_args *a = p;
-	gpu->ops->lora_forward(a->out, a->u, NULL /* ext */, a->scratch, a->in, a->K /* ld_in */, a->A, NULL, 0, a->B,
-	                       a->scale, a->p, a->seed, a->T, a->K, a->N, a->R);
+	gpu->ops->lora_forward(&(struct lora_fwd_args){ .out = a->out, .u = a->u, .scratch = a->scratch, .in = a->in,
+		.ld_in = a->K, .A = a->A, .B = a->B, .scale = a->scale, .dropout_p = a->p, .dropout_seed = a->seed,
+		.T = a->T, .K = a->K, .N = a->N, .R = a->R });
 }
 
 static void lora_bwd_gpu(const void *p)
 {
 	const struct lora_args *a = p;
-	gpu->ops->lora_backward(a->din, a->dA, a->dB, a->du, NULL /* ext */, a->scratch, a->dout, a->N /* ld_dout */,
-	                        a->in, a->K /* ld_in */, a->u_in, a->A, a->B, NULL, 0, a->scale, a->p, a->seed, a->T,
-	                        a->K, a->N, a->R, a->accumulate);
+	gpu->ops->lora_backward(&(struct lora_bwd_args){ .din = a->din, .dA = a->dA, .dB = a->dB, .du = a->du,
+		.scratch = a->scratch, .dout = a->dout, .ld_dout = a->N, .in = a->in, .ld_in = a->K, .u = a->u_in,
+		.A = a->A, .B = a->B, .scale = a->scale, .dropout_p = a->p, .dropout_seed = a->seed, .T = a->T,
+		.K = a->K, .N = a->N, .R = a->R, .accumulate = a->accumulate });
 }
 
 /* u is a K-term fp32 sum (the CPU in order; the GPU's CUDA-core kernel in
@@ -803,7 +805,8 @@ static void test_lora_forward(int T, int K, int N, int R, float p, int scratch)
 	uint64_t seed = 0xd40b0u + (uint64_t)K;
 	float *ref = dup_bytes(out0, (size_t)T * N * 4), *ref_u = xmalloc((size_t)T * R * 4);
 	double t0 = now_ms();
-	lora_forward_cpu(ref, ref_u, NULL, NULL, in, K, A, NULL, 0, B, scale, p, seed, T, K, N, R);
+	lora_forward_cpu(&(struct lora_fwd_args){ .out = ref, .u = ref_u, .in = in, .ld_in = K, .A = A, .B = B,
+		.scale = scale, .dropout_p = p, .dropout_seed = seed, .T = T, .K = K, .N = N, .R = R });
 	c.cpu_ms = now_ms() - t0;
 
 	struct lora_args a = { 0 };
@@ -851,12 +854,15 @@ static void test_lora_backward(int T, int K, int N, int R, float p, int with_din
 	/* u as the CPU forward leaves it, the same input for both backwards */
 	float *u = xmalloc((size_t)T * R * 4), *scratch_out = xmalloc((size_t)T * N * 4);
 	memset(scratch_out, 0, (size_t)T * N * 4);
-	lora_forward_cpu(scratch_out, u, NULL, NULL, in, K, A, NULL, 0, B, scale, p, seed, T, K, N, R);
+	lora_forward_cpu(&(struct lora_fwd_args){ .out = scratch_out, .u = u, .in = in, .ld_in = K, .A = A, .B = B,
+		.scale = scale, .dropout_p = p, .dropout_seed = seed, .T = T, .K = K, .N = N, .R = R });
 	float *ref_dA = dup_bytes(dA0, (size_t)R * K * 4), *ref_dB = dup_bytes(dB0, (size_t)N * R * 4);
 	float *ref_din = dup_bytes(din0, (size_t)T * K * 4), *ref_du = xmalloc((size_t)T * R * 4);
 	double t0 = now_ms();
-	lora_backward_cpu(with_din ? ref_din : NULL, ref_dA, ref_dB, ref_du, NULL, NULL, dout, N, in, K, u, A, B,
-	                  NULL, 0, scale, p, seed, T, K, N, R, with_din == 2);
+	lora_backward_cpu(&(struct lora_bwd_args){ .din = with_din ? ref_din : NULL, .dA = ref_dA, .dB = ref_dB,
+		.du = ref_du, .dout = dout, .ld_dout = N, .in = in, .ld_in = K, .u = u, .A = A, .B = B,
+		.scale = scale, .dropout_p = p, .dropout_seed = seed, .T = T, .K = K, .N = N, .R = R,
+		.accumulate = with_din == 2 });
 	c.cpu_ms = now_ms() - t0;
 
 	struct lora_args a = { 0 };
@@ -919,8 +925,10 @@ static void ext_fwd_gpu(const void *p)
 	const struct ext_args *a = p;
 	int ld = a->K + a->E;
 	gpu->ops->lora_weight_ext(a->W, ld, a->A, a->B, a->bias, a->scale, a->K, a->N, a->R);
-	gpu->ops->lora_forward(NULL, a->u, a->x + a->K, a->scratch, a->x, ld, a->A, a->W + (size_t)a->N * ld, ld, a->B,
-	                       a->scale, a->p, 77, a->T, a->K, a->N, a->R);
+	gpu->ops->lora_forward(&(struct lora_fwd_args){ .u = a->u, .ext = a->x + a->K, .scratch = a->scratch,
+		.in = a->x, .ld_in = ld, .A = a->A, .A3 = a->W + (size_t)a->N * ld, .ld_a3 = ld, .B = a->B,
+		.scale = a->scale, .dropout_p = a->p, .dropout_seed = 77, .T = a->T, .K = a->K, .N = a->N,
+		.R = a->R });
 	gpu->ops->matmul_forward(a->out, a->x, ld, a->W, ld, NULL, a->T, ld, a->N, 0);
 }
 
@@ -932,8 +940,10 @@ static void ext_bwd_gpu(const void *p)
 	const struct ext_args *a = p;
 	int ldw = a->K + a->E, ldd = a->N + a->E;
 	gpu->ops->lora_weight_ext(a->W, ldw, a->A, a->B, a->bias, a->scale, a->K, a->N, a->R);
-	gpu->ops->lora_backward(NULL, a->dA, a->dB, a->du, a->dout + a->N, a->scratch, a->dout, ldd, a->x, ldw, a->u_in,
-	                        a->A, a->B, a->W + a->K, ldw, a->scale, 0.0f, 0, a->T, a->K, a->N, a->R, 0);
+	gpu->ops->lora_backward(&(struct lora_bwd_args){ .dA = a->dA, .dB = a->dB, .du = a->du, .ext = a->dout + a->N,
+		.scratch = a->scratch, .dout = a->dout, .ld_dout = ldd, .in = a->x, .ld_in = ldw, .u = a->u_in,
+		.A = a->A, .B = a->B, .B3 = a->W + a->K, .ld_b3 = ldw, .scale = a->scale, .dropout_p = 0.0f,
+		.dropout_seed = 0, .T = a->T, .K = a->K, .N = a->N, .R = a->R });
 	gpu->ops->matmul_backward_input(a->din, a->dout, ldd, a->W, ldw, a->T, a->K, ldd, 0);
 }
 
@@ -964,12 +974,14 @@ static void test_lora_ext(int T, int K, int N, int R, float p, int backward, int
 	float *zA = dup_bytes(dA, (size_t)R * K * 4), *zB = dup_bytes(dB, (size_t)N * R * 4);
 	double t0 = now_ms();
 	lora_weight_ext_cpu(refW, ldx, A, B, bias, scale, K, N, R);
-	lora_forward_cpu(NULL, u, refx + K, NULL, refx, ldx, A, NULL, 0, B, scale, p, 77, T, K, N, R);
+	lora_forward_cpu(&(struct lora_fwd_args){ .u = u, .ext = refx + K, .in = refx, .ld_in = ldx, .A = A, .B = B,
+		.scale = scale, .dropout_p = p, .dropout_seed = 77, .T = T, .K = K, .N = N, .R = R });
 	if (!backward) {
 		matmul_forward_cpu(out, refx, ldx, refW, ldx, NULL, T, ldx, N, 0);
 	} else {
-		lora_backward_cpu(NULL, dA, dB, du, refd + N, NULL, refd, ldd, refx, ldx, u, A, B, NULL, 0, scale, 0.0f, 0,
-		                  T, K, N, R, 0);
+		lora_backward_cpu(&(struct lora_bwd_args){ .dA = dA, .dB = dB, .du = du, .ext = refd + N,
+			.dout = refd, .ld_dout = ldd, .in = refx, .ld_in = ldx, .u = u, .A = A, .B = B,
+			.scale = scale, .dropout_p = 0.0f, .dropout_seed = 0, .T = T, .K = K, .N = N, .R = R });
 		matmul_backward_input_cpu(din, refd, ldd, refW, ldx, T, K, ldd, 0);
 	}
 	c.cpu_ms = now_ms() - t0;

@@ -9,10 +9,7 @@
  * written. */
 #include "ops_check.h"
 
-#define T 5
-#define K 64
-#define N 40
-#define R 4
+enum { T = 5, K = 64, N = 40, R = 4 }; /* constants, not macros: the op's fields share the names */
 
 /* The sum of the three parts, in double (exact: 3 x 8 bits hold 24, for
  * |w| >= 2^-100; nearer the subnormals the last part would fall below
@@ -130,13 +127,15 @@ static void test_forward(const struct fixture *f0, float scale, float p)
 	double *want = NEW(double, T * N), *bound = NEW(double, T * N);
 	char name[96];
 
-	lora_forward_cpu(out1, u1, NULL, NULL, f.x, f.ldx, f.A, NULL, 0, f.B, scale, p, 99, T, K, N, R);
+	lora_forward_cpu(&(struct lora_fwd_args){ .out = out1, .u = u1, .in = f.x, .ld_in = f.ldx, .A = f.A, .B = f.B,
+		.scale = scale, .dropout_p = p, .dropout_seed = 99, .T = T, .K = K, .N = N, .R = R });
 	matmul_forward_cpu(out1, f.x, f.ldx, f.W, f.ldw, f.bias, T, K, N, 1);
 
 	for (int t = 0; t < T; t++) /* garbage where the op must write */
 		for (int c = 0; c < f.E; c++)
 			f.x[t * f.ldx + K + c] = 0x7fc1;
-	lora_forward_cpu(NULL, u2, f.x + K, NULL, f.x, f.ldx, f.A, NULL, 0, f.B, scale, p, 99, T, K, N, R);
+	lora_forward_cpu(&(struct lora_fwd_args){ .u = u2, .ext = f.x + K, .in = f.x, .ld_in = f.ldx, .A = f.A,
+		.B = f.B, .scale = scale, .dropout_p = p, .dropout_seed = 99, .T = T, .K = K, .N = N, .R = R });
 	lora_weight_ext_cpu(f.W, f.ldw, f.A, f.B, f.bias, scale, K, N, R);
 	matmul_forward_cpu(out2, f.x, f.ldx, f.W, f.ldw, NULL, T, K + f.E, N, 0);
 
@@ -174,17 +173,20 @@ static void test_backward(const struct fixture *f0, float scale)
 	float *din1 = NEW(float, T * K), *din2 = NEW(float, T * K);
 	double *want = NEW(double, T * K), *bound = NEW(double, T * K);
 
-	lora_forward_cpu(NULL, u, NULL, NULL, f.x, f.ldx, f.A, NULL, 0, f.B, scale, 0.0f, 1, T, K, N, R);
-	lora_backward_cpu(din1, dA1, dB1, du1, NULL, NULL, f.dout, f.ldd, f.x, f.ldx, u, f.A, f.B, NULL, 0, scale,
-	                  0.0f, 1, T, K, N, R, 0);
+	lora_forward_cpu(&(struct lora_fwd_args){ .u = u, .in = f.x, .ld_in = f.ldx, .A = f.A, .B = f.B,
+		.scale = scale, .dropout_p = 0.0f, .dropout_seed = 1, .T = T, .K = K, .N = N, .R = R });
+	lora_backward_cpu(&(struct lora_bwd_args){ .din = din1, .dA = dA1, .dB = dB1, .du = du1, .dout = f.dout,
+		.ld_dout = f.ldd, .in = f.x, .ld_in = f.ldx, .u = u, .A = f.A, .B = f.B, .scale = scale,
+		.dropout_p = 0.0f, .dropout_seed = 1, .T = T, .K = K, .N = N, .R = R });
 	matmul_backward_input_cpu(din1, f.dout, f.ldd, f.W, f.ldw, T, K, N, 1);
 
 	for (int t = 0; t < T; t++)
 		for (int c = 0; c < f.E; c++)
 			f.dout[t * f.ldd + N + c] = 0x7fc1;
 	lora_weight_ext_cpu(f.W, f.ldw, f.A, f.B, f.bias, scale, K, N, R);
-	lora_backward_cpu(NULL, dA2, dB2, du2, f.dout + N, NULL, f.dout, f.ldd, f.x, f.ldx, u, f.A, f.B, NULL, 0,
-	                  scale, 0.0f, 1, T, K, N, R, 0);
+	lora_backward_cpu(&(struct lora_bwd_args){ .dA = dA2, .dB = dB2, .du = du2, .ext = f.dout + N, .dout = f.dout,
+		.ld_dout = f.ldd, .in = f.x, .ld_in = f.ldx, .u = u, .A = f.A, .B = f.B, .scale = scale,
+		.dropout_p = 0.0f, .dropout_seed = 1, .T = T, .K = K, .N = N, .R = R });
 	for (int t = 0; t < T; t++) {
 		const bf16 *row = f.dout + t * f.ldd + N;
 		int tail_ok = 1;

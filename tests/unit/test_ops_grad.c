@@ -227,8 +227,11 @@ static void test_lora_backward(float p)
 	if (p > 0.0f)
 		CHECK(dropped > 0 && dropped < T * K); /* the mask must matter */
 
-	lora_forward_cpu(out, u, NULL, NULL, x, K, A, NULL, 0, B, scale, p, seed, T, K, N, R);
-	lora_backward_cpu(din, dA, dB, du, NULL, NULL, lw16, N, x, K, u, A, B, NULL, 0, scale, p, seed, T, K, N, R, 0);
+	lora_forward_cpu(&(struct lora_fwd_args){ .out = out, .u = u, .in = x, .ld_in = K, .A = A, .B = B,
+		.scale = scale, .dropout_p = p, .dropout_seed = seed, .T = T, .K = K, .N = N, .R = R });
+	lora_backward_cpu(&(struct lora_bwd_args){ .din = din, .dA = dA, .dB = dB, .du = du, .dout = lw16,
+		.ld_dout = N, .in = x, .ld_in = K, .u = u, .A = A, .B = B, .scale = scale, .dropout_p = p,
+		.dropout_seed = seed, .T = T, .K = K, .N = N, .R = R });
 
 	widen_bf16(xd, x, T * K);
 	widen_f32(Ad, A, R * K);
@@ -268,14 +271,18 @@ static void test_lora_backward(float p)
 	memcpy(dA2, dA, sizeof dA);
 	memcpy(dB2, dB, sizeof dB);
 	memcpy(din2, din, sizeof din);
-	lora_backward_cpu(din2, dA2, dB2, du, NULL, NULL, lw16, N, x, K, u, A, B, NULL, 0, scale, p, seed, T, K, N, R, 1);
+	lora_backward_cpu(&(struct lora_bwd_args){ .din = din2, .dA = dA2, .dB = dB2, .du = du, .dout = lw16,
+		.ld_dout = N, .in = x, .ld_in = K, .u = u, .A = A, .B = B, .scale = scale, .dropout_p = p,
+		.dropout_seed = seed, .T = T, .K = K, .N = N, .R = R, .accumulate = 1 });
 	check_accumulated("lora_backward dA", dA2, dA, R * K);
 	check_accumulated("lora_backward dB", dB2, dB, N * R);
 	check_accumulated("lora_backward din", din2, din, T * K);
 
 	/* din == NULL: the parameter gradients alone, unchanged */
 	float dA3[R * K] = { 0 }, dB3[N * R] = { 0 };
-	lora_backward_cpu(NULL, dA3, dB3, du, NULL, NULL, lw16, N, x, K, u, A, B, NULL, 0, scale, p, seed, T, K, N, R, 0);
+	lora_backward_cpu(&(struct lora_bwd_args){ .dA = dA3, .dB = dB3, .du = du, .dout = lw16, .ld_dout = N,
+		.in = x, .ld_in = K, .u = u, .A = A, .B = B, .scale = scale, .dropout_p = p, .dropout_seed = seed,
+		.T = T, .K = K, .N = N, .R = R });
 	CHECK(memcmp(dA3, dA, sizeof dA) == 0 && memcmp(dB3, dB, sizeof dB) == 0);
 }
 

@@ -158,7 +158,8 @@ static void test_lora_forward(float p)
 	fill_f32(A, R * K, -0.5, 0.5);
 	fill_f32(B, N * R, -0.5, 0.5);
 	fill_f32(out, T * N, -1.0, 1.0); /* written over, not added to */
-	lora_forward_cpu(out, u, NULL, NULL, x, K, A, NULL, 0, B, scale, p, seed, T, K, N, R);
+	lora_forward_cpu(&(struct lora_fwd_args){ .out = out, .u = u, .in = x, .ld_in = K, .A = A, .B = B,
+		.scale = scale, .dropout_p = p, .dropout_seed = seed, .T = T, .K = K, .N = N, .R = R });
 
 	for (int t = 0; t < T; t++) {
 		for (int r = 0; r < R; r++) {
@@ -981,12 +982,16 @@ static void run_every_op(struct arena *a, const struct det_inputs *in, float *sc
 				  DC, DN, 0);
 	float *lora_out = take(a, "lora_forward out", sizeof(float) * DT * DN);
 	float *u = take(a, "lora_forward u", sizeof(float) * DT * DR);
-	lora_forward_cpu(lora_out, u, NULL, NULL, in->xb, DC, in->A, NULL, 0, in->B, 2.0f, 0.1f, 7, DT, DC, DN, DR);
-	lora_backward_cpu(take(a, "lora_backward din", sizeof(float) * DT * DC),
-			  take(a, "lora_backward dA", sizeof(float) * DR * DC),
-			  take(a, "lora_backward dB", sizeof(float) * DN * DR),
-			  take(a, "lora_backward du", sizeof(float) * DT * DR), NULL, NULL, in->dyb, DN, in->xb, DC, u,
-			  in->A, in->B, NULL, 0, 2.0f, 0.1f, 7, DT, DC, DN, DR, 0);
+	lora_forward_cpu(&(struct lora_fwd_args){ .out = lora_out, .u = u, .in = in->xb, .ld_in = DC, .A = in->A,
+		.B = in->B, .scale = 2.0f, .dropout_p = 0.1f, .dropout_seed = 7, .T = DT, .K = DC, .N = DN, .R = DR });
+	/* taken one by one: the order of a call's arguments is unspecified */
+	float *din = take(a, "lora_backward din", sizeof(float) * DT * DC);
+	float *dA = take(a, "lora_backward dA", sizeof(float) * DR * DC);
+	float *dB = take(a, "lora_backward dB", sizeof(float) * DN * DR);
+	float *du = take(a, "lora_backward du", sizeof(float) * DT * DR);
+	lora_backward_cpu(&(struct lora_bwd_args){ .din = din, .dA = dA, .dB = dB, .du = du, .dout = in->dyb,
+		.ld_dout = DN, .in = in->xb, .ld_in = DC, .u = u, .A = in->A, .B = in->B, .scale = 2.0f,
+		.dropout_p = 0.1f, .dropout_seed = 7, .T = DT, .K = DC, .N = DN, .R = DR });
 	f = take(a, "rope_forward", sizeof in->q);
 	memcpy(f, in->q, sizeof in->q);
 	rope_forward_cpu(f, in->cos_t, in->sin_t, in->pos, DB, DS, DH, DD);

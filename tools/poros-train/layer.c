@@ -54,9 +54,11 @@ static void proj_forward(const struct layer_ctx *c, const struct layer_view *w, 
 	int K = s->n_in, ldx = K + c->E, ext = s->a >= 0 && c->E > 0;
 
 	if (s->a >= 0) /* u (T,R) = dropout(in) A^T; out = scale * u B^T, or u's parts into in's spare columns */
-		c->op->lora_forward(ext ? NULL : out, a->u[m], ext ? in + K : NULL, c->g.lora_scratch, in, ldx,
-		                    c->lora + s->a, ext_a3(c, w, s, m), w->ld[m], c->lora + s->b, c->lora_scale,
-		                    c->dropout, dropout_seed(c, p, layer, m), c->T, K, s->n_out, c->R);
+		c->op->lora_forward(&(struct lora_fwd_args){
+			.out = ext ? NULL : out, .u = a->u[m], .ext = ext ? in + K : NULL, .in = in, .ld_in = ldx,
+			.A = c->lora + s->a, .B = c->lora + s->b, .scale = c->lora_scale, .dropout_p = c->dropout,
+			.dropout_seed = dropout_seed(c, p, layer, m), .T = c->T, .K = K, .N = s->n_out, .R = c->R,
+			.scratch = c->g.lora_scratch, .A3 = ext_a3(c, w, s, m), .ld_a3 = w->ld[m] });
 	if (ext) /* the bias rides in the extension too */
 		c->op->matmul_forward(out, in, ldx, w->w[m], w->ld[m], NULL, c->T, K + c->E, s->n_out, 0);
 	else
@@ -83,11 +85,13 @@ static void proj_backward(const struct layer_ctx *c, const struct layer_view *w,
 	}
 	if (s->a >= 0) {
 		/* dA (R,K) += du^T in, dB (N,R) += scale * dout^T u, din (+)= du A */
-		c->op->lora_backward(ext ? NULL : din, c->lora_grad + s->a, c->lora_grad + s->b, c->g.du,
-		                     ext ? (bf16 *)dout16 + N : NULL, c->g.lora_scratch, dout16, ld, in, K + c->E, a->u[m],
-		                     c->lora + s->a, c->lora + s->b, c->E > 0 ? w->w[m] + K : NULL, w->ld[m],
-		                     c->lora_scale, c->dropout, dropout_seed(c, p, layer, m), c->T, K, N, c->R,
-		                     accumulate);
+		c->op->lora_backward(&(struct lora_bwd_args){
+			.din = ext ? NULL : din, .dA = c->lora_grad + s->a, .dB = c->lora_grad + s->b, .du = c->g.du,
+			.ext = ext ? (bf16 *)dout16 + N : NULL, .dout = dout16, .ld_dout = ld, .in = in, .ld_in = K + c->E,
+			.u = a->u[m], .A = c->lora + s->a, .B = c->lora + s->b, .scale = c->lora_scale,
+			.dropout_p = c->dropout, .dropout_seed = dropout_seed(c, p, layer, m), .T = c->T, .K = K, .N = N,
+			.R = c->R, .accumulate = accumulate, .scratch = c->g.lora_scratch,
+			.B3 = c->E > 0 ? w->w[m] + K : NULL, .ld_b3 = w->ld[m] });
 		if (!ext)
 			accumulate = 1;
 	}
@@ -134,9 +138,12 @@ void layer_forward(const struct layer_ctx *c, const struct layer_view *w, struct
 		const struct lora_slot *s = &c->slot[layer * N_PROJ + PROJ_DOWN];
 
 		if (s->a >= 0)
-			op->lora_forward(NULL, a->u[PROJ_DOWN], NULL, c->g.lora_scratch, a->h, c->F + E, c->lora + s->a,
-			                 ext_a3(c, w, s, PROJ_DOWN), w->ld[PROJ_DOWN], c->lora + s->b, c->lora_scale,
-			                 c->dropout, dropout_seed(c, p, layer, PROJ_DOWN), T, s->n_in, 0, c->R);
+			op->lora_forward(&(struct lora_fwd_args){
+				.u = a->u[PROJ_DOWN], .in = a->h, .ld_in = c->F + E, .A = c->lora + s->a,
+				.B = c->lora + s->b, .scale = c->lora_scale, .dropout_p = c->dropout,
+				.dropout_seed = dropout_seed(c, p, layer, PROJ_DOWN), .T = T, .K = s->n_in, .N = 0,
+				.R = c->R, .scratch = c->g.lora_scratch, .A3 = ext_a3(c, w, s, PROJ_DOWN),
+				.ld_a3 = w->ld[PROJ_DOWN] });
 		return;
 	}
 	/* x is dead from here on, so out may alias it */

@@ -133,16 +133,8 @@ WRAP(matmul_forward, (float *out, const bf16 *in, int ld_in, const bf16 *weight,
 WRAP(matmul_backward_input, (float *din, const bf16 *dout, int ld_dout, const bf16 *weight, int ld_w, int T, int K,
                              int N, int accumulate),
      din, dout, ld_dout, weight, ld_w, T, K, N, accumulate)
-WRAP(lora_forward, (float *out, float *u, bf16 *ext, float *scratch, const bf16 *in, int ld_in, const float *A,
-                    const bf16 *A3, int ld_a3, const float *B, float scale, float dropout_p, uint64_t dropout_seed,
-                    int T, int K, int N, int R),
-     out, u, ext, scratch, in, ld_in, A, A3, ld_a3, B, scale, dropout_p, dropout_seed, T, K, N, R)
-WRAP(lora_backward, (float *din, float *dA, float *dB, float *du, bf16 *ext, float *scratch, const bf16 *dout,
-                     int ld_dout, const bf16 *in, int ld_in, const float *u, const float *A, const float *B,
-                     const bf16 *B3, int ld_b3, float scale, float dropout_p, uint64_t dropout_seed, int T, int K,
-                     int N, int R, int accumulate),
-     din, dA, dB, du, ext, scratch, dout, ld_dout, in, ld_in, u, A, B, B3, ld_b3, scale, dropout_p, dropout_seed, T,
-     K, N, R, accumulate)
+WRAP(lora_forward, (const struct lora_fwd_args *a), a)
+WRAP(lora_backward, (const struct lora_bwd_args *a), a)
 WRAP(lora_weight_ext, (bf16 *w, int ld_w, const float *A, const float *B, const bf16 *bias, float scale, int K, int N,
                        int R),
      w, ld_w, A, B, bias, scale, K, N, R)
