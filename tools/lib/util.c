@@ -78,6 +78,18 @@ void diesys(int code, const char *fmt, ...)
 	exit(code);
 }
 
+int set_error(char *err, size_t errsz, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err == NULL || errsz == 0)
+		return -1;
+	va_start(ap, fmt);
+	vsnprintf(err, errsz, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
 void print_version(void)
 {
 	printf("%s %s\n", progname, POROS_VERSION);

@@ -29,6 +29,10 @@ void warnmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void warnsys(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 noreturn void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 noreturn void diesys(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The error message of a library call: formats into err (errsz bytes,
+ * truncated; nothing when err is NULL or errsz 0) and returns -1, so that
+ * `return set_error(err, errsz, "...")` both says why and fails. */
+int set_error(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Prints "progname VERSION" to stdout and exits 0. */
 noreturn void print_version(void);
