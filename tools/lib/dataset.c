@@ -16,6 +16,7 @@
 
 #include "cell.h" /* utf8_valid_prefix */
 #include "chat_template.h"
+#include "hf_cache.h"
 #include "util.h"
 
 /* A document before tokenization: text to encode, a rendered chat, or
@@ -1040,7 +1041,7 @@ int dataset_open(struct dataset **out, const char *spec, const struct tokenizer 
 	}
 	if (stat(spec, &st) != 0) {
 		int local_errno = errno;
-		snap = hf_cache_snapshot("dataset", spec, why, sizeof why);
+		snap = hf_cache_find("dataset", spec, why, sizeof why);
 		if (snap == NULL) {
 			set_error(err, errsz, "dataset \"%s\": not a local file or directory (%s), nor in the HF cache (%s)", spec,
 			          strerror(local_errno), why);

@@ -2,7 +2,6 @@
  * where a model_id's config lives on this machine. */
 #include "model_config.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +13,7 @@
 
 #include "arch.h"
 #include "cell.h"
+#include "hf_cache.h"
 #include "safetensors.h"
 #include "util.h"
 
@@ -538,97 +538,6 @@ static int load_config(struct model_config *m, const char *path, const char *mod
 	return 0;
 }
 
-/* The hub cache root, as huggingface_hub finds it. */
-static char *hub_cache_dir(void)
-{
-	const char *v;
-
-	if ((v = getenv("HF_HUB_CACHE")) != NULL && *v)
-		return xstrdup(v);
-	if ((v = getenv("HF_HOME")) != NULL && *v)
-		return xasprintf("%s/hub", v);
-	if ((v = getenv("XDG_CACHE_HOME")) != NULL && *v)
-		return xasprintf("%s/huggingface/hub", v);
-	if ((v = getenv("HOME")) != NULL && *v)
-		return xasprintf("%s/.cache/huggingface/hub", v);
-	return NULL;
-}
-
-/* The snapshot of a cached repo: the one refs/main names when that
- * directory exists (what huggingface_hub itself loads; a broken config.json
- * there is then an error, not a reason to take another snapshot), else the
- * newest snapshot holding a config.json by mtime.  Returns a malloc'd
- * directory or NULL. */
-static char *pick_snapshot(const char *repo_dir)
-{
-	char *snaps = xasprintf("%s/snapshots", repo_dir);
-	char *ref = xasprintf("%s/refs/main", repo_dir);
-	char *text = read_whole_file(ref, NULL), *best = NULL;
-	struct timespec best_t = { 0, 0 };
-	DIR *d;
-	struct dirent *e;
-
-	free(ref);
-	if (text != NULL) {
-		text[strcspn(text, " \t\r\n")] = '\0';
-		if (name_is_safe(text)) {
-			char *dir = xasprintf("%s/%s", snaps, text);
-
-			if (is_dir(dir))
-				best = dir;
-			else
-				free(dir);
-		}
-		free(text);
-		if (best != NULL) {
-			free(snaps);
-			return best;
-		}
-	}
-	if ((d = opendir(snaps)) == NULL) {
-		free(snaps);
-		return NULL;
-	}
-	while ((e = readdir(d)) != NULL) {
-		char *dir, *cfg;
-		struct stat st;
-
-		if (!name_is_safe(e->d_name))
-			continue;
-		dir = xasprintf("%s/%s", snaps, e->d_name);
-		cfg = xasprintf("%s/config.json", dir);
-		if (is_file(cfg) && stat(dir, &st) == 0 && S_ISDIR(st.st_mode) &&
-		    (best == NULL || st.st_mtim.tv_sec > best_t.tv_sec ||
-		     (st.st_mtim.tv_sec == best_t.tv_sec && st.st_mtim.tv_nsec > best_t.tv_nsec))) {
-			free(best);
-			best = dir;
-			dir = NULL;
-			best_t = st.st_mtim;
-		}
-		free(dir);
-		free(cfg);
-	}
-	closedir(d);
-	free(snaps);
-	return best;
-}
-
-/* "Org/Name" -> "models--Org--Name", or NULL when model_id is not a repo id. */
-static char *hub_repo_name(const char *model_id)
-{
-	const char *slash = strchr(model_id, '/');
-	char *org, *name, *out;
-
-	if (slash == NULL || strchr(slash + 1, '/') != NULL || slash == model_id)
-		return NULL;
-	org = xstrdup(model_id);
-	org[slash - model_id] = '\0';
-	name = org + (slash - model_id) + 1;
-	out = name_is_safe(org) && name_is_safe(name) ? xasprintf("models--%s--%s", org, name) : NULL;
-	free(org);
-	return out;
-}
-
 /* Appends "; place" to the list of places looked at. */
 static void looked(char **list, const char *place)
 {
@@ -659,25 +568,23 @@ static int try_local_dir(struct model_config *m, const char *model_id, char **li
 
 static int try_hub_cache(struct model_config *m, const char *model_id, char **list, char *err, size_t errsz)
 {
-	char *cache = hub_cache_dir(), *repo = hub_repo_name(model_id), *repo_dir, *snap, *cfg;
+	char *cache = hf_hub_cache_dir(), *repo_dir, *snap, *cfg;
 	int rc;
 
-	if (cache == NULL || repo == NULL) {
-		if (cache == NULL)
-			looked(list, "the HF cache (no HF_HUB_CACHE, HF_HOME or HOME)");
-		free(cache);
-		free(repo);
+	if (cache == NULL) {
+		looked(list, "the HF cache (no HF_HUB_CACHE, HF_HOME or HOME)");
 		return 0;
 	}
-	repo_dir = xasprintf("%s/%s", cache, repo);
-	snap = pick_snapshot(repo_dir);
+	repo_dir = hf_cache_repo_dir(cache, "model", model_id);
+	free(cache);
+	if (repo_dir == NULL)
+		return 0;
+	snap = hf_cache_pick_snapshot(repo_dir, "config.json");
 	if (snap == NULL) {
 		char *place = xasprintf("%s/snapshots/*/config.json", repo_dir);
 
 		looked(list, place);
 		free(place);
-		free(cache);
-		free(repo);
 		free(repo_dir);
 		return 0;
 	}
@@ -685,8 +592,6 @@ static int try_hub_cache(struct model_config *m, const char *model_id, char **li
 	rc = st_check_regular(cfg, err, errsz) < 0 || load_config(m, cfg, model_id, snap, err, errsz) < 0 ? -1 : 1;
 	free(cfg);
 	free(snap);
-	free(cache);
-	free(repo);
 	free(repo_dir);
 	return rc;
 }
