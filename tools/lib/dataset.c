@@ -14,7 +14,6 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "cell.h" /* utf8_valid_prefix */
 #include "chat_template.h"
 #include "hf_cache.h"
 #include "util.h"

@@ -113,6 +113,10 @@ double now_seconds(void); /* monotonic */
  * Returns a malloc'd path or NULL. */
 char *poros_resource(const char *rel);
 
+/* The length of the longest valid UTF-8 prefix of s[0..n): n when all of
+ * it is valid (overlong forms, surrogates and > U+10FFFF are invalid). */
+size_t utf8_valid_prefix(const char *s, size_t n);
+
 /* Levenshtein distance, for did-you-mean hints. */
 int edit_distance(const char *a, const char *b);
 
