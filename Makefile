@@ -191,6 +191,9 @@ bench: all
 	bin/poros bench run configs/bench/tiny.yaml && bin/poros parity configs/bench/tiny.yaml
 
 # --- install --------------------------------------------------------------
+# share/poros/ holds the arms, the schemas and lib/, the driver's sourced
+# parts: bin/poros finds them as ../share/poros/lib beside itself, here, under
+# PREFIX and in the bundle alike.
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/poros $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
 	install -m 755 $(BINS) bin/poros $(DESTDIR)$(PREFIX)/bin/

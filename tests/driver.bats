@@ -402,3 +402,27 @@ fake_poros() {
 	run -0 --separate-stderr poros bench compare a a
 	[ -z "$stderr" ]
 }
+
+@test "the driver finds its Slurm part in share/poros/lib: in its tree, installed, through a link; without it a clear error for --slurm" {
+	mkdir run1
+	# bench collect is the Slurm part's: it answers only when the file was sourced
+	run -2 --separate-stderr poros bench collect run1
+	[ "$stderr" = "poros: run1/slurm/all-cells.txt: no such file (bench collect finishes a bench run --slurm)" ]
+	run -0 make -s -C "$POROS_ROOT" install DESTDIR="$BATS_TEST_TMPDIR/inst" PREFIX=/opt/poros
+	local root="$BATS_TEST_TMPDIR/inst/opt/poros"
+	[ -f "$root/share/poros/lib/slurm.sh" ]
+	run -2 --separate-stderr "$root/bin/poros" bench collect run1
+	[ "$stderr" = "poros: run1/slurm/all-cells.txt: no such file (bench collect finishes a bench run --slurm)" ]
+	mkdir links
+	ln -s "$root/bin/poros" links/poros
+	run -2 --separate-stderr links/poros bench collect run1
+	[ "$stderr" = "poros: run1/slurm/all-cells.txt: no such file (bench collect finishes a bench run --slurm)" ]
+	# without it only the Slurm commands fail
+	rm "$root/share/poros/lib/slurm.sh"
+	run -1 --separate-stderr "$root/bin/poros" bench collect run1
+	[ "$stderr" = "poros: $root/bin/../share/poros/lib/slurm.sh not found (the driver's Slurm part): run make install again, or run bin/poros from its tree" ]
+	run -1 --separate-stderr "$root/bin/poros" bench run "$SPEC" --slurm
+	[ "$stderr" = "poros: $root/bin/../share/poros/lib/slurm.sh not found (the driver's Slurm part): run make install again, or run bin/poros from its tree" ]
+	[ ! -e $OUT ]
+	run -0 "$root/bin/poros" --version
+}

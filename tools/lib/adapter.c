@@ -7,7 +7,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,18 +24,6 @@
 #define CONFIG_NAME "adapter_config.json"
 #define WEIGHTS_NAME "adapter_model.safetensors"
 #define ALL_MODULES ((1u << CELL_MAX_TARGETS) - 1)
-
-static void seterr(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errsz, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err == NULL || errsz == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errsz, fmt, ap);
-	va_end(ap);
-}
 
 char *adapter_key(int layer, int module, int is_b)
 {
@@ -98,23 +85,23 @@ static int check_tensors(const struct adapter *a, const char *where, char *err, 
 		char *pair;
 
 		if (t->name == NULL || adapter_key_parse(t->name, &layer, &module, &is_b) < 0)
-			return seterr(err, errsz, "%s: tensor \"%s\" is not a LoRA weight of q/k/v/o/gate/up/down_proj (%s<L>.self_attn.q_proj.lora_A.weight ...)",
-			              where, t->name ? t->name : "(null)", KEY_PREFIX), -1;
+			return set_error(err, errsz, "%s: tensor \"%s\" is not a LoRA weight of q/k/v/o/gate/up/down_proj (%s<L>.self_attn.q_proj.lora_A.weight ...)",
+			                 where, t->name ? t->name : "(null)", KEY_PREFIX);
 		if (!(a->target_mask >> module & 1u))
-			return seterr(err, errsz, "%s: tensor \"%s\": %s is not in target_modules", where, t->name,
-			              lora_module_names[module]), -1;
+			return set_error(err, errsz, "%s: tensor \"%s\": %s is not in target_modules", where, t->name,
+			                 lora_module_names[module]);
 		if (t->rows <= 0 || t->cols <= 0)
-			return seterr(err, errsz, "%s: tensor \"%s\": shape [%d, %d] is empty", where, t->name, t->rows, t->cols), -1;
+			return set_error(err, errsz, "%s: tensor \"%s\": shape [%d, %d] is empty", where, t->name, t->rows, t->cols);
 		if ((is_b ? t->cols : t->rows) != a->rank)
-			return seterr(err, errsz, "%s: tensor \"%s\": shape [%d, %d] does not have rank %d in its %s dimension", where,
-			              t->name, t->rows, t->cols, a->rank, is_b ? "second" : "first"), -1;
+			return set_error(err, errsz, "%s: tensor \"%s\": shape [%d, %d] does not have rank %d in its %s dimension", where,
+			                 t->name, t->rows, t->cols, a->rank, is_b ? "second" : "first");
 		if (is_b)
 			continue;
 		pair = adapter_key(layer, module, 1);
 		other = adapter_find(a, pair);
 		free(pair);
 		if (other == NULL)
-			return seterr(err, errsz, "%s: tensor \"%s\" has no lora_B", where, t->name), -1;
+			return set_error(err, errsz, "%s: tensor \"%s\" has no lora_B", where, t->name);
 	}
 	for (int i = 0; i < a->n; i++) {
 		int layer, module, is_b;
@@ -125,7 +112,7 @@ static int check_tensors(const struct adapter *a, const char *where, char *err, 
 			continue;
 		pair = adapter_key(layer, module, 0);
 		if (adapter_find(a, pair) == NULL) {
-			seterr(err, errsz, "%s: tensor \"%s\" has no lora_A", where, a->t[i].name);
+			set_error(err, errsz, "%s: tensor \"%s\" has no lora_A", where, a->t[i].name);
 			free(pair);
 			return -1;
 		}
@@ -167,14 +154,14 @@ static cJSON *config_to_json(const struct adapter *a)
 static int check_header(const struct adapter *a, const char *dir, char *err, size_t errsz)
 {
 	if (a->rank < 1)
-		return seterr(err, errsz, "%s: rank %d: must be >= 1", dir, a->rank), -1;
+		return set_error(err, errsz, "%s: rank %d: must be >= 1", dir, a->rank);
 	if (!isfinite(a->alpha))
-		return seterr(err, errsz, "%s: lora_alpha is not finite", dir), -1;
+		return set_error(err, errsz, "%s: lora_alpha is not finite", dir);
 	if (!(a->dropout >= 0 && a->dropout < 1))
-		return seterr(err, errsz, "%s: lora_dropout %g: must be in [0, 1)", dir, a->dropout), -1;
+		return set_error(err, errsz, "%s: lora_dropout %g: must be in [0, 1)", dir, a->dropout);
 	if (a->target_mask == 0 || (a->target_mask & ~ALL_MODULES) != 0)
-		return seterr(err, errsz, "%s: target mask 0x%x: must name some of the %d projections", dir, a->target_mask,
-		              CELL_MAX_TARGETS), -1;
+		return set_error(err, errsz, "%s: target mask 0x%x: must name some of the %d projections", dir, a->target_mask,
+		                 CELL_MAX_TARGETS);
 	return 0;
 }
 
@@ -189,8 +176,8 @@ int adapter_save(const char *dir, const struct adapter *a, char *err, size_t err
 		return -1;
 	/* the adapter directory is the trainer's own: a planted link is refused */
 	if (mkdir_owned(dir, 0755) < 0)
-		return seterr(err, errsz, "%s: %s", dir,
-			      errno == ELOOP ? "is a symbolic link; refusing to write through it" : strerror(errno)), -1;
+		return set_error(err, errsz, "%s: %s", dir,
+			         errno == ELOOP ? "is a symbolic link; refusing to write through it" : strerror(errno));
 	remove_dead_tmp(dir); /* what a killed save of this directory left */
 	out = xcalloc((size_t)a->n + 1, sizeof *out);
 	for (int i = 0; i < a->n; i++) {
@@ -211,13 +198,13 @@ int adapter_save(const char *dir, const struct adapter *a, char *err, size_t err
 	if (st_write(wpath, out, a->n, meta, err, errsz) < 0)
 		goto out;
 	if (text == NULL) {
-		seterr(err, errsz, "%s: out of memory", cpath);
+		set_error(err, errsz, "%s: out of memory", cpath);
 		goto out;
 	}
 	text = xrealloc(text, strlen(text) + 2);
 	strcat(text, "\n");
 	if (atomic_write(cpath, text, strlen(text)) < 0) {
-		seterr(err, errsz, "%s: %s", cpath, strerror(errno));
+		set_error(err, errsz, "%s: %s", cpath, strerror(errno));
 		goto out;
 	}
 	rc = 0;
@@ -263,7 +250,7 @@ static int config_number(const cJSON *cfg, const char *key, double def, double *
 		return 0;
 	}
 	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-		return seterr(err, errsz, "%s: \"%s\" is not a number", path, key), -1;
+		return set_error(err, errsz, "%s: \"%s\" is not a number", path, key);
 	*out = v->valuedouble;
 	return 0;
 }
@@ -280,17 +267,17 @@ static int parse_targets(struct adapter *a, const cJSON *cfg, const char *path, 
 		return 0;
 	}
 	if (cJSON_IsString(tm))
-		return seterr(err, errsz, "%s: target_modules \"%s\": a regular expression is not supported (give a list)", path,
-		              tm->valuestring), -1;
+		return set_error(err, errsz, "%s: target_modules \"%s\": a regular expression is not supported (give a list)", path,
+		                 tm->valuestring);
 	if (!cJSON_IsArray(tm))
-		return seterr(err, errsz, "%s: \"target_modules\" is missing or not a list", path), -1;
+		return set_error(err, errsz, "%s: \"target_modules\" is missing or not a list", path);
 	cJSON_ArrayForEach(v, tm) {
 		int m = cJSON_IsString(v) ? lora_module_from_name(v->valuestring) : -1;
 
 		if (m < 0)
-			return seterr(err, errsz, "%s: target module %s%s%s is not supported (expected: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)",
-			              path, cJSON_IsString(v) ? "\"" : "", cJSON_IsString(v) ? v->valuestring : "(not a string)",
-			              cJSON_IsString(v) ? "\"" : ""), -1;
+			return set_error(err, errsz, "%s: target module %s%s%s is not supported (expected: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)",
+			                 path, cJSON_IsString(v) ? "\"" : "", cJSON_IsString(v) ? v->valuestring : "(not a string)",
+			                 cJSON_IsString(v) ? "\"" : "");
 		a->target_mask |= 1u << m;
 	}
 	return 0;
@@ -305,15 +292,15 @@ static int refuse_unsupported(const cJSON *cfg, const char *path, char *err, siz
 
 	for (size_t i = 0; i < sizeof must_be_false / sizeof *must_be_false; i++)
 		if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, must_be_false[i])))
-			return seterr(err, errsz, "%s: \"%s\": true is not supported", path, must_be_false[i]), -1;
+			return set_error(err, errsz, "%s: \"%s\": true is not supported", path, must_be_false[i]);
 	for (size_t i = 0; i < sizeof must_be_empty / sizeof *must_be_empty; i++) {
 		v = cJSON_GetObjectItemCaseSensitive(cfg, must_be_empty[i]);
 		if (v != NULL && !cJSON_IsNull(v) && !(cJSON_IsObject(v) && v->child == NULL))
-			return seterr(err, errsz, "%s: \"%s\": per-module values are not supported", path, must_be_empty[i]), -1;
+			return set_error(err, errsz, "%s: \"%s\": per-module values are not supported", path, must_be_empty[i]);
 	}
 	v = cJSON_GetObjectItemCaseSensitive(cfg, "bias");
 	if (v != NULL && !cJSON_IsNull(v) && !(cJSON_IsString(v) && strcmp(v->valuestring, "none") == 0))
-		return seterr(err, errsz, "%s: \"bias\": only \"none\" is supported", path), -1;
+		return set_error(err, errsz, "%s: \"bias\": only \"none\" is supported", path);
 	return 0;
 }
 
@@ -326,21 +313,21 @@ static int load_config(struct adapter *a, const char *path, char *err, size_t er
 	int rc = -1;
 
 	if (cfg == NULL)
-		return seterr(err, errsz, "%s", jerr), -1;
+		return set_error(err, errsz, "%s", jerr);
 	if (!cJSON_IsObject(cfg)) {
-		seterr(err, errsz, "%s: not a JSON object", path);
+		set_error(err, errsz, "%s: not a JSON object", path);
 		goto out;
 	}
 	v = cJSON_GetObjectItemCaseSensitive(cfg, "peft_type");
 	if (v != NULL && !(cJSON_IsString(v) && strcmp(v->valuestring, "LORA") == 0)) {
-		seterr(err, errsz, "%s: peft_type %s%s%s is not supported (expected \"LORA\")", path, cJSON_IsString(v) ? "\"" : "",
-		       cJSON_IsString(v) ? v->valuestring : "(not a string)", cJSON_IsString(v) ? "\"" : "");
+		set_error(err, errsz, "%s: peft_type %s%s%s is not supported (expected \"LORA\")", path, cJSON_IsString(v) ? "\"" : "",
+		          cJSON_IsString(v) ? v->valuestring : "(not a string)", cJSON_IsString(v) ? "\"" : "");
 		goto out;
 	}
 	v = cJSON_GetObjectItemCaseSensitive(cfg, "r");
 	r = cJSON_IsNumber(v) ? v->valuedouble : 0;
 	if (!(r >= 1 && r <= 65536 && r == floor(r))) {
-		seterr(err, errsz, "%s: \"r\" is missing or not an integer in [1, 65536]", path);
+		set_error(err, errsz, "%s: \"r\" is missing or not an integer in [1, 65536]", path);
 		goto out;
 	}
 	a->rank = (int)r;
@@ -350,7 +337,7 @@ static int load_config(struct adapter *a, const char *path, char *err, size_t er
 	    parse_targets(a, cfg, path, err, errsz) < 0 || refuse_unsupported(cfg, path, err, errsz) < 0)
 		goto out;
 	if (!(a->dropout >= 0 && a->dropout < 1)) {
-		seterr(err, errsz, "%s: \"lora_dropout\" %g: must be in [0, 1)", path, a->dropout);
+		set_error(err, errsz, "%s: \"lora_dropout\" %g: must be in [0, 1)", path, a->dropout);
 		goto out;
 	}
 	v = cJSON_GetObjectItemCaseSensitive(cfg, "base_model_name_or_path");
@@ -376,7 +363,7 @@ static int load_weights(struct adapter *a, const char *path, char *err, size_t e
 		t->name = xstrdup(s->name);
 		a->n = i + 1;
 		if (s->ndim != 2 || s->shape[0] > 1 << 30 || s->shape[1] > 1 << 30) {
-			seterr(err, errsz, "%s: tensor \"%s\": not a 2-D matrix", path, s->name);
+			set_error(err, errsz, "%s: tensor \"%s\": not a 2-D matrix", path, s->name);
 			goto fail;
 		}
 		t->rows = (int)s->shape[0];
@@ -404,7 +391,7 @@ int adapter_load(const char *dir, struct adapter *a, char *err, size_t errsz)
 	if (load_config(a, cpath, err, errsz) < 0)
 		goto out;
 	if (stat(wpath, &st) < 0 && stat(bin, &st) == 0) {
-		seterr(err, errsz, "%s: only adapter_model.bin (a pickle); Poros reads " WEIGHTS_NAME " only", dir);
+		set_error(err, errsz, "%s: only adapter_model.bin (a pickle); Poros reads " WEIGHTS_NAME " only", dir);
 		goto out;
 	}
 	if (load_weights(a, wpath, err, errsz) < 0 || check_tensors(a, wpath, err, errsz) < 0)

@@ -4,7 +4,6 @@
  * out-of-range numbers are all rejected, naming the field; only the
  * fields in optional_fields may be absent). */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,19 +69,6 @@ int precision_from_name(const char *s) { return name_index(precision_names, PREC
 int lr_schedule_from_name(const char *s) { return name_index(lr_schedule_names, LR_COUNT, s); }
 int lora_module_from_name(const char *s) { return name_index(lora_module_names, CELL_MAX_TARGETS, s); }
 
-static int fail(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errsz, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errsz) {
-		va_start(ap, fmt);
-		vsnprintf(err, errsz, fmt, ap);
-		va_end(ap);
-	}
-	return -1;
-}
-
 /* Whole numbers print exactly ("1048576", not "1.04858e+06"). */
 static const char *fmt_num(char *buf, size_t n, double v)
 {
@@ -106,58 +92,17 @@ int cell_bound_check(const struct cell_bound *b, const char *shown, double v, ch
 	char got[40], lim[40];
 
 	if (!isfinite(v))
-		return fail(err, errsz, "%s: must be a finite number", shown);
+		return set_error(err, errsz, "%s: must be a finite number", shown);
 	fmt_num(got, sizeof got, v);
 	if (b->integer && v != floor(v))
-		return fail(err, errsz, "%s: must be a whole number, got %s", shown, got);
+		return set_error(err, errsz, "%s: must be a whole number, got %s", shown, got);
 	if (b->min_open ? v <= b->min : v < b->min)
-		return fail(err, errsz, "%s: must be %s %s, got %s", shown,
-		            b->min_open ? "greater than" : "at least", fmt_num(lim, sizeof lim, b->min), got);
+		return set_error(err, errsz, "%s: must be %s %s, got %s", shown,
+		                 b->min_open ? "greater than" : "at least", fmt_num(lim, sizeof lim, b->min), got);
 	if (b->max_open ? v >= b->max : v > b->max)
-		return fail(err, errsz, "%s: must be %s %s, got %s", shown,
-		            b->max_open ? "less than" : "at most", fmt_num(lim, sizeof lim, b->max), got);
+		return set_error(err, errsz, "%s: must be %s %s, got %s", shown,
+		                 b->max_open ? "less than" : "at most", fmt_num(lim, sizeof lim, b->max), got);
 	return 0;
-}
-
-size_t utf8_valid_prefix(const char *str, size_t n)
-{
-	const unsigned char *s = (const unsigned char *)str;
-	size_t i = 0;
-
-	while (i < n) {
-		unsigned c = s[i];
-		size_t len;
-		unsigned cp;
-
-		if (c < 0x80) {
-			i++;
-			continue;
-		}
-		if (c >= 0xc2 && c <= 0xdf) {
-			len = 2;
-			cp = c & 0x1f;
-		} else if (c >= 0xe0 && c <= 0xef) {
-			len = 3;
-			cp = c & 0x0f;
-		} else if (c >= 0xf0 && c <= 0xf4) {
-			len = 4;
-			cp = c & 0x07;
-		} else {
-			return i; /* a continuation byte, 0xc0/0xc1 (overlong) or > 0xf4 */
-		}
-		if (n - i < len)
-			return i;
-		for (size_t k = 1; k < len; k++) {
-			if ((s[i + k] & 0xc0) != 0x80)
-				return i;
-			cp = cp << 6 | (s[i + k] & 0x3f);
-		}
-		if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-		    (cp >= 0xd800 && cp <= 0xdfff))
-			return i;
-		i += len;
-	}
-	return n;
 }
 
 /* Why a string cannot be a cell's text, or NULL.  Control characters are
@@ -219,8 +164,8 @@ static int check_text(const char *path, const char *s, size_t max, char *err, si
 	if (!why)
 		return 0;
 	if (strcmp(why, "too long") == 0)
-		return fail(err, errsz, "%s: too long (%zu bytes; at most %zu)", path, strlen(s), max);
-	return fail(err, errsz, "%s: %s", path, why);
+		return set_error(err, errsz, "%s: too long (%zu bytes; at most %zu)", path, strlen(s), max);
+	return set_error(err, errsz, "%s: %s", path, why);
 }
 
 static int check_bound(const char *path, double v, char *err, size_t errsz)
@@ -234,27 +179,27 @@ int cell_validate(const struct cell *c, char *err, size_t errsz)
 	long long tokens;
 
 	if ((unsigned)c->method >= METHOD_COUNT)
-		return fail(err, errsz, "method: out of range");
+		return set_error(err, errsz, "method: out of range");
 	if ((unsigned)c->precision >= PRECISION_COUNT)
-		return fail(err, errsz, "precision: out of range");
+		return set_error(err, errsz, "precision: out of range");
 	if ((unsigned)c->training.lr_schedule >= LR_COUNT)
-		return fail(err, errsz, "training.lr_schedule: out of range");
+		return set_error(err, errsz, "training.lr_schedule: out of range");
 	if (!c->spec_id || !name_is_safe(c->spec_id))
-		return fail(err, errsz, "spec_id: not a safe name (letters, digits, '.', '_', '-'; at most 128 bytes)");
+		return set_error(err, errsz, "spec_id: not a safe name (letters, digits, '.', '_', '-'; at most 128 bytes)");
 	if (check_text("model.model_id", c->model.model_id, CELL_PATH_MAX, err, errsz) ||
 	    check_text("model.display_name", c->model.display_name, CELL_NAME_MAX, err, errsz) ||
 	    check_bound("model.param_count_b", c->model.param_count_b, err, errsz))
 		return -1;
 	if (!is_slug(c->model.arch))
-		return fail(err, errsz, "model.arch: must be 1 to 128 of [a-z0-9_]");
+		return set_error(err, errsz, "model.arch: must be 1 to 128 of [a-z0-9_]");
 	if (!c->cell_id || !name_is_safe(c->cell_id))
-		return fail(err, errsz, "cell_id: not a safe name");
+		return set_error(err, errsz, "cell_id: not a safe name");
 	{
 		char *want = cell_make_id(c->method, c->model.arch, c->precision);
 		int same = strcmp(want, c->cell_id) == 0;
 
 		if (!same)
-			fail(err, errsz, "cell_id: \"%s\" does not match method, arch and precision (\"%s\")", c->cell_id, want);
+			set_error(err, errsz, "cell_id: \"%s\" does not match method, arch and precision (\"%s\")", c->cell_id, want);
 		free(want);
 		if (!same)
 			return -1;
@@ -279,42 +224,42 @@ int cell_validate(const struct cell *c, char *err, size_t errsz)
 		return -1;
 	/* Compared as an integer: a double would round seeds above 2^53. */
 	if (c->training.seed > (unsigned long long)SEED_MAX)
-		return fail(err, errsz, "training.seed: must be at most %.0f, got %llu", SEED_MAX, c->training.seed);
+		return set_error(err, errsz, "training.seed: must be at most %.0f, got %llu", SEED_MAX, c->training.seed);
 	/* At least one step must be measured after the warmup. */
 	if (c->training.warmup_steps >= c->training.steps)
-		return fail(err, errsz, "training.warmup_steps: must be less than training.steps (%d), got %d",
-		            c->training.steps, c->training.warmup_steps);
+		return set_error(err, errsz, "training.warmup_steps: must be less than training.steps (%d), got %d",
+		                 c->training.steps, c->training.warmup_steps);
 	if (check_bound("lora.rank", c->lora.rank, err, errsz) ||
 	    check_bound("lora.alpha", c->lora.alpha, err, errsz) ||
 	    check_bound("lora.dropout", c->lora.dropout, err, errsz))
 		return -1;
 	if (c->lora.target_mask == 0 || c->lora.target_mask >= 1u << CELL_MAX_TARGETS)
-		return fail(err, errsz, "lora.target_modules: must name 1 to %d of the projections", CELL_MAX_TARGETS);
+		return set_error(err, errsz, "lora.target_modules: must name 1 to %d of the projections", CELL_MAX_TARGETS);
 	if (c->lora.n_targets != __builtin_popcount(c->lora.target_mask))
-		return fail(err, errsz, "lora.n_targets: %d does not match target_mask", c->lora.n_targets);
+		return set_error(err, errsz, "lora.n_targets: %d does not match target_mask", c->lora.n_targets);
 	if (check_bound("poros.block_size", c->poros.block_size, err, errsz))
 		return -1;
 	if (c->training.gradient_checkpointing != 0 && c->training.gradient_checkpointing != 1)
-		return fail(err, errsz, "training.gradient_checkpointing: must be 0 or 1");
+		return set_error(err, errsz, "training.gradient_checkpointing: must be 0 or 1");
 	if ((c->training.eval_dataset &&
 	     check_text("training.eval_dataset", c->training.eval_dataset, CELL_PATH_MAX, err, errsz)) ||
 	    check_bound("training.eval_every", c->training.eval_every, err, errsz))
 		return -1;
 	if (c->training.eval_every > 0 && c->training.eval_dataset == NULL)
-		return fail(err, errsz, "training.eval_every: needs training.eval_dataset");
+		return set_error(err, errsz, "training.eval_every: needs training.eval_dataset");
 	if (c->training.train_on < 0 || c->training.train_on >= TRAIN_ON_COUNT)
-		return fail(err, errsz, "training.train_on: out of range");
+		return set_error(err, errsz, "training.train_on: out of range");
 	if (c->poros.enable_prefetch != 0 && c->poros.enable_prefetch != 1)
-		return fail(err, errsz, "poros.enable_prefetch: must be 0 or 1");
+		return set_error(err, errsz, "poros.enable_prefetch: must be 0 or 1");
 	if ((why = cell_output_dir_problem(c->output_dir)))
-		return fail(err, errsz, "output_dir: %s", why);
+		return set_error(err, errsz, "output_dir: %s", why);
 	tokens = (long long)c->training.batch_size * c->training.seq_len * c->training.gradient_accumulation_steps;
 	if (check_bound("tokens_per_step", (double)tokens, err, errsz))
-		return fail(err, errsz, "tokens_per_step: batch_size x seq_len x gradient_accumulation_steps = %lld, more than %.0f",
-		            tokens, cell_bound_find("tokens_per_step")->max);
+		return set_error(err, errsz, "tokens_per_step: batch_size x seq_len x gradient_accumulation_steps = %lld, more than %.0f",
+		                 tokens, cell_bound_find("tokens_per_step")->max);
 	if (c->tokens_per_step != tokens)
-		return fail(err, errsz, "tokens_per_step: %lld is not batch_size x seq_len x gradient_accumulation_steps (%lld)",
-		            c->tokens_per_step, tokens);
+		return set_error(err, errsz, "tokens_per_step: %lld is not batch_size x seq_len x gradient_accumulation_steps (%lld)",
+		                 c->tokens_per_step, tokens);
 	return 0;
 }
 
@@ -501,20 +446,20 @@ static int check_keys(struct reader *r, const cJSON *obj, const char *path,
 	const cJSON *child;
 
 	if (!cJSON_IsObject(obj))
-		return fail(r->err, r->errsz, "%s: expected an object, got %s", *path ? path : "cell", json_type_name(obj));
+		return set_error(r->err, r->errsz, "%s: expected an object, got %s", *path ? path : "cell", json_type_name(obj));
 	cJSON_ArrayForEach(child, obj) {
 		int i = name_index(keys, n, child->string);
 
 		if (i < 0)
-			return fail(r->err, r->errsz, "%s: unknown field", join(p, sizeof p, path, child->string ? child->string : ""));
+			return set_error(r->err, r->errsz, "%s: unknown field", join(p, sizeof p, path, child->string ? child->string : ""));
 		if (seen & 1u << i)
-			return fail(r->err, r->errsz, "%s: duplicate field", join(p, sizeof p, path, keys[i]));
+			return set_error(r->err, r->errsz, "%s: duplicate field", join(p, sizeof p, path, keys[i]));
 		seen |= 1u << i;
 	}
 	for (int i = 0; i < n; i++)
 		if (!(seen & 1u << i) &&
 		    name_index(optional_fields, NKEYS(optional_fields), join(p, sizeof p, path, keys[i])) < 0)
-			return fail(r->err, r->errsz, "%s: missing", p);
+			return set_error(r->err, r->errsz, "%s: missing", p);
 	return 0;
 }
 
@@ -525,7 +470,7 @@ static int get_num(struct reader *r, const cJSON *obj, const char *parent, const
 
 	join(p, sizeof p, parent, key);
 	if (!cJSON_IsNumber(j))
-		return fail(r->err, r->errsz, "%s: expected a number, got %s", p, json_type_name(j));
+		return set_error(r->err, r->errsz, "%s: expected a number, got %s", p, json_type_name(j));
 	if (cell_bound_check(cell_bound_find(p), p, j->valuedouble, r->err, r->errsz))
 		return -1;
 	*out = j->valuedouble;
@@ -550,7 +495,7 @@ static int get_str(struct reader *r, const cJSON *obj, const char *parent, const
 
 	join(p, sizeof p, parent, key);
 	if (!cJSON_IsString(j))
-		return fail(r->err, r->errsz, "%s: expected a string, got %s", p, json_type_name(j));
+		return set_error(r->err, r->errsz, "%s: expected a string, got %s", p, json_type_name(j));
 	if (check_text(p, j->valuestring, max, r->err, r->errsz))
 		return -1;
 	*out = xstrdup(j->valuestring);
@@ -595,10 +540,10 @@ static int get_enum(struct reader *r, const cJSON *obj, const char *parent, cons
 
 	join(p, sizeof p, parent, key);
 	if (!cJSON_IsString(j))
-		return fail(r->err, r->errsz, "%s: expected a string, got %s", p, json_type_name(j));
+		return set_error(r->err, r->errsz, "%s: expected a string, got %s", p, json_type_name(j));
 	if ((*out = name_index(names, count, j->valuestring)) < 0) {
 		list_names(list, sizeof list, names, count);
-		return fail(r->err, r->errsz, "%s: unknown %s \"%.64s\" (expected one of: %s)", p, what, j->valuestring, list);
+		return set_error(r->err, r->errsz, "%s: unknown %s \"%.64s\" (expected one of: %s)", p, what, j->valuestring, list);
 	}
 	return 0;
 }
@@ -610,25 +555,25 @@ static int get_targets(struct reader *r, const cJSON *lora, struct cell *c)
 	int k = 0;
 
 	if (!cJSON_IsArray(arr))
-		return fail(r->err, r->errsz, "lora.target_modules: expected an array, got %s", json_type_name(arr));
+		return set_error(r->err, r->errsz, "lora.target_modules: expected an array, got %s", json_type_name(arr));
 	c->lora.target_mask = 0;
 	cJSON_ArrayForEach(j, arr) {
 		int i = cJSON_IsString(j) ? lora_module_from_name(j->valuestring) : -1;
 
 		if (!cJSON_IsString(j))
-			return fail(r->err, r->errsz, "lora.target_modules[%d]: expected a string, got %s", k, json_type_name(j));
+			return set_error(r->err, r->errsz, "lora.target_modules[%d]: expected a string, got %s", k, json_type_name(j));
 		if (i < 0) {
 			list_names(list, sizeof list, lora_module_names, CELL_MAX_TARGETS);
-			return fail(r->err, r->errsz, "lora.target_modules[%d]: unknown module \"%.64s\" (expected one of: %s)",
-			            k, j->valuestring, list);
+			return set_error(r->err, r->errsz, "lora.target_modules[%d]: unknown module \"%.64s\" (expected one of: %s)",
+			                 k, j->valuestring, list);
 		}
 		if (c->lora.target_mask & 1u << i)
-			return fail(r->err, r->errsz, "lora.target_modules[%d]: \"%s\" is listed twice", k, j->valuestring);
+			return set_error(r->err, r->errsz, "lora.target_modules[%d]: \"%s\" is listed twice", k, j->valuestring);
 		c->lora.target_mask |= 1u << i;
 		k++;
 	}
 	if (k == 0)
-		return fail(r->err, r->errsz, "lora.target_modules: must not be empty");
+		return set_error(r->err, r->errsz, "lora.target_modules: must not be empty");
 	c->lora.n_targets = k;
 	return 0;
 }
@@ -639,7 +584,7 @@ static int get_bool(struct reader *r, const cJSON *obj, const char *parent, cons
 	char p[128];
 
 	if (!cJSON_IsBool(j))
-		return fail(r->err, r->errsz, "%s: expected true or false, got %s", join(p, sizeof p, parent, key), json_type_name(j));
+		return set_error(r->err, r->errsz, "%s: expected true or false, got %s", join(p, sizeof p, parent, key), json_type_name(j));
 	*out = cJSON_IsTrue(j);
 	return 0;
 }
@@ -654,7 +599,7 @@ static int read_cell(struct reader *r, struct cell *c, const cJSON *obj)
 		return -1;
 	schema = cJSON_GetObjectItemCaseSensitive(obj, "schema");
 	if (!cJSON_IsString(schema) || strcmp(schema->valuestring, CELL_SCHEMA) != 0)
-		return fail(r->err, r->errsz, "schema: expected \"%s\"", CELL_SCHEMA);
+		return set_error(r->err, r->errsz, "schema: expected \"%s\"", CELL_SCHEMA);
 	model = cJSON_GetObjectItemCaseSensitive(obj, "model");
 	hw = cJSON_GetObjectItemCaseSensitive(obj, "hardware");
 	tr = cJSON_GetObjectItemCaseSensitive(obj, "training");

@@ -136,8 +136,5 @@ const char *cell_text_problem(const char *s, size_t max);
  * bytes, no control characters, no ".." component; relative or absolute.
  * Returns NULL when fine, else why not ("has a \"..\" component"). */
 const char *cell_output_dir_problem(const char *dir);
-/* The length of the longest valid UTF-8 prefix of s[0..n): n when all of
- * it is valid (overlong forms, surrogates and > U+10FFFF are invalid). */
-size_t utf8_valid_prefix(const char *s, size_t n);
 
 #endif

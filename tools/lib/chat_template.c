@@ -3,7 +3,6 @@
 #include "chat_template.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,16 +15,6 @@ struct chat_template {
 	char *path;
 	cJSON *special; /* the config's special tokens, as strings */
 };
-
-static void seterr(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errsz, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, errsz, fmt, ap);
-	va_end(ap);
-}
 
 static char *beside(const char *tokenizer_json, const char *name)
 {
@@ -68,18 +57,18 @@ int chat_template_load(struct chat_template **out, const char *tokenizer_json, c
 		cfg = cJSON_ParseWithLength(cfg_text, len);
 		free(cfg_text);
 		if (cfg == NULL) {
-			seterr(err, errsz, "%s: not valid JSON", cfg_path);
+			set_error(err, errsz, "%s: not valid JSON", cfg_path);
 			goto out;
 		}
 	} else if (errno != ENOENT) {
-		seterr(err, errsz, "%s: %s", cfg_path, strerror(errno));
+		set_error(err, errsz, "%s: %s", cfg_path, strerror(errno));
 		goto out;
 	}
 	src = read_whole_file(jinja_path, &len);
 	if (src) {
 		path = jinja_path;
 	} else if (errno != ENOENT) {
-		seterr(err, errsz, "%s: %s", jinja_path, strerror(errno));
+		set_error(err, errsz, "%s: %s", jinja_path, strerror(errno));
 		goto out;
 	} else {
 		const cJSON *t = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
@@ -91,18 +80,18 @@ int chat_template_load(struct chat_template **out, const char *tokenizer_json, c
 					found = cJSON_GetObjectItemCaseSensitive(e, "template");
 			}
 			if (!cJSON_IsString(found)) {
-				seterr(err, errsz, "%s: \"chat_template\" is a list without a \"default\" template", cfg_path);
+				set_error(err, errsz, "%s: \"chat_template\" is a list without a \"default\" template", cfg_path);
 				goto out;
 			}
 			t = found;
 		}
 		if (t != NULL && !cJSON_IsString(t) && !cJSON_IsNull(t)) {
-			seterr(err, errsz, "%s: \"chat_template\" is neither a string nor a list of named templates", cfg_path);
+			set_error(err, errsz, "%s: \"chat_template\" is neither a string nor a list of named templates", cfg_path);
 			goto out;
 		}
 		if (!cJSON_IsString(t)) {
-			seterr(err, errsz, "no chat template beside %s (no %s, no \"chat_template\" in %s)", tokenizer_json,
-			       jinja_path, cfg_path);
+			set_error(err, errsz, "no chat template beside %s (no %s, no \"chat_template\" in %s)", tokenizer_json,
+			          jinja_path, cfg_path);
 			rc = 0;
 			goto out;
 		}
@@ -113,7 +102,7 @@ int chat_template_load(struct chat_template **out, const char *tokenizer_json, c
 	ct = xcalloc(1, sizeof *ct);
 	ct->path = xstrdup(path);
 	if (jinja_parse(&ct->t, src, len, why, sizeof why) < 0) {
-		seterr(err, errsz, "%s: chat template %s", path, why);
+		set_error(err, errsz, "%s: chat template %s", path, why);
 		chat_template_free(ct);
 		goto out;
 	}
@@ -157,7 +146,7 @@ int chat_template_render(struct chat_render *out, const struct chat_template *ct
 
 	memset(out, 0, sizeof *out);
 	if (!cJSON_IsArray(messages)) {
-		seterr(err, errsz, "\"messages\" is not an array");
+		set_error(err, errsz, "\"messages\" is not an array");
 		return -1;
 	}
 	n_msg = (size_t)cJSON_GetArraySize(messages);
@@ -165,7 +154,7 @@ int chat_template_render(struct chat_render *out, const struct chat_template *ct
 		const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
 		const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
 		if (!cJSON_IsString(role) || !cJSON_IsString(content)) {
-			seterr(err, errsz, "messages[%d]: needs string \"role\" and \"content\"", i);
+			set_error(err, errsz, "messages[%d]: needs string \"role\" and \"content\"", i);
 			return -1;
 		}
 		i++;
@@ -178,7 +167,7 @@ int chat_template_render(struct chat_render *out, const struct chat_template *ct
 	rc = jinja_render(&jo, ct->t, vars, 1, why, sizeof why);
 	cJSON_Delete(vars);
 	if (rc < 0) {
-		seterr(err, errsz, "%s: chat template %s", ct->path, why);
+		set_error(err, errsz, "%s: chat template %s", ct->path, why);
 		return -1;
 	}
 	is_assistant = xcalloc(n_msg + 1, sizeof *is_assistant);
@@ -278,7 +267,7 @@ int chat_supervised(uint8_t *sup, const struct tokenizer *tok, const int32_t *id
 	for (size_t i = 0; i < n; i++) {
 		size_t len = token_bytes(tok, ids[i], &buf, &cap);
 		if (at + len > r->len || memcmp(r->text + at, buf, len) != 0) {
-			seterr(err, errsz, "token %zu (id %d) does not match the rendered text at byte %zu", i, ids[i], at);
+			set_error(err, errsz, "token %zu (id %d) does not match the rendered text at byte %zu", i, ids[i], at);
 			free(start);
 			free(owner);
 			free(buf);
@@ -293,7 +282,7 @@ int chat_supervised(uint8_t *sup, const struct tokenizer *tok, const int32_t *id
 	start[n] = at;
 	free(buf);
 	if (at != r->len) {
-		seterr(err, errsz, "the tokens spell %zu of the %zu bytes of the rendered text", at, r->len);
+		set_error(err, errsz, "the tokens spell %zu of the %zu bytes of the rendered text", at, r->len);
 		free(start);
 		free(owner);
 		return -1;

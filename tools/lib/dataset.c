@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,21 +14,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "cell.h" /* utf8_valid_prefix */
 #include "chat_template.h"
+#include "hf_cache.h"
 #include "util.h"
-
-static void seterr(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errsz, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err == NULL || errsz == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errsz, fmt, ap);
-	va_end(ap);
-}
 
 /* A document before tokenization: text to encode, a rendered chat, or
  * ids as given; all_targets: every token is a target (else the chat's
@@ -107,20 +94,20 @@ int dataset_add_text(struct dataset *ds, const char *text, size_t len, const cha
 	struct pending_doc *d;
 
 	if (ds->prepared) {
-		seterr(err, errsz, "%s: the dataset is already prepared", where);
+		set_error(err, errsz, "%s: the dataset is already prepared", where);
 		return -1;
 	}
 	if (ds->tok == NULL) {
-		seterr(err, errsz, "%s: text needs a tokenizer, and none was given", where);
+		set_error(err, errsz, "%s: text needs a tokenizer, and none was given", where);
 		return -1;
 	}
 	if (ds->train_on == TRAIN_ON_ASSISTANT) {
-		seterr(err, errsz, "%s: train_on \"assistant\" needs \"messages\" records, and this one is text", where);
+		set_error(err, errsz, "%s: train_on \"assistant\" needs \"messages\" records, and this one is text", where);
 		return -1;
 	}
 	ok = utf8_valid_prefix(text, len);
 	if (ok != len) {
-		seterr(err, errsz, "%s: invalid UTF-8 at byte %zu of the text", where, ok);
+		set_error(err, errsz, "%s: invalid UTF-8 at byte %zu of the text", where, ok);
 		return -1;
 	}
 	if (len == 0)
@@ -141,20 +128,20 @@ static int add_chat(struct dataset *ds, const cJSON *messages, const char *where
 	char why[1024];
 
 	if (ds->tok == NULL) {
-		seterr(err, errsz, "%s: messages need the model's tokenizer and chat template, and there is none", where);
+		set_error(err, errsz, "%s: messages need the model's tokenizer and chat template, and there is none", where);
 		return -1;
 	}
 	if (ds->chat == NULL) {
 		int rc = chat_template_load(&ds->chat, tokenizer_path(ds->tok), why, sizeof why);
 		if (rc <= 0) {
-			seterr(err, errsz, rc == 0 ? "%s: the data has messages, but the model has no chat template: %s"
+			set_error(err, errsz, rc == 0 ? "%s: the data has messages, but the model has no chat template: %s"
 						   : "%s: %s", where, why);
 			return -1;
 		}
 	}
 	r = xcalloc(1, sizeof *r);
 	if (chat_template_render(r, ds->chat, messages, why, sizeof why) < 0) {
-		seterr(err, errsz, "%s: %s", where, why);
+		set_error(err, errsz, "%s: %s", where, why);
 		free(r);
 		return -1;
 	}
@@ -179,13 +166,13 @@ static int add_ids(struct dataset *ds, const cJSON *ids, const char *where, char
 	size_t i = 0;
 
 	if (!cJSON_IsArray(ids)) {
-		seterr(err, errsz, "%s: \"input_ids\" is not an array", where);
+		set_error(err, errsz, "%s: \"input_ids\" is not an array", where);
 		return -1;
 	}
 	cJSON_ArrayForEach(v, ids) {
 		if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= vocab ||
 		    v->valuedouble != (double)(int32_t)v->valuedouble) {
-			seterr(err, errsz, "%s: input_ids[%zu] is not a token id in [0, %d)", where, i, vocab);
+			set_error(err, errsz, "%s: input_ids[%zu] is not a token id in [0, %d)", where, i, vocab);
 			token_ids_free(&t);
 			return -1;
 		}
@@ -205,16 +192,16 @@ int dataset_add_record(struct dataset *ds, const cJSON *rec, const char *where, 
 	const cJSON *text = cJSON_GetObjectItemCaseSensitive(rec, "text");
 
 	if (!cJSON_IsObject(rec)) {
-		seterr(err, errsz, "%s: not a JSON object", where);
+		set_error(err, errsz, "%s: not a JSON object", where);
 		return -1;
 	}
 	if (ds->prepared) {
-		seterr(err, errsz, "%s: the dataset is already prepared", where);
+		set_error(err, errsz, "%s: the dataset is already prepared", where);
 		return -1;
 	}
 	if (ids && ds->train_on == TRAIN_ON_ASSISTANT) {
-		seterr(err, errsz, "%s: train_on \"assistant\" needs \"messages\" records, and this one is input_ids",
-		       where);
+		set_error(err, errsz, "%s: train_on \"assistant\" needs \"messages\" records, and this one is input_ids",
+		          where);
 		return -1;
 	}
 	if (ids)
@@ -223,7 +210,7 @@ int dataset_add_record(struct dataset *ds, const cJSON *rec, const char *where, 
 		return add_chat(ds, messages, where, err, errsz);
 	if (cJSON_IsString(text))
 		return dataset_add_text(ds, text->valuestring, strlen(text->valuestring), where, err, errsz);
-	seterr(err, errsz, "%s: no \"text\" (string), \"messages\" or \"input_ids\" field", where);
+	set_error(err, errsz, "%s: no \"text\" (string), \"messages\" or \"input_ids\" field", where);
 	return -1;
 }
 
@@ -278,13 +265,13 @@ static int reader_open(struct reader *r, const char *path, int gz, char *err, si
 	r->path = path;
 	r->fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (r->fd < 0) {
-		seterr(err, errsz, "%s: %s", path, strerror(errno));
+		set_error(err, errsz, "%s: %s", path, strerror(errno));
 		return -1;
 	}
 	if (gz) {
 		r->gz = gzdopen(r->fd, "rb");
 		if (r->gz == NULL) {
-			seterr(err, errsz, "%s: cannot open (out of memory)", path);
+			set_error(err, errsz, "%s: cannot open (out of memory)", path);
 			close(r->fd);
 			return -1;
 		}
@@ -321,7 +308,7 @@ static int reader_fill(struct reader *r, char *err, size_t errsz)
 	}
 	if (r->end == r->cap) {
 		if (r->cap > SIZE_MAX / 2 - 1) {
-			seterr(err, errsz, "%s: too large to read", r->path);
+			set_error(err, errsz, "%s: too large to read", r->path);
 			return -1;
 		}
 		r->cap = r->cap ? r->cap * 2 : (size_t)1 << 20;
@@ -333,7 +320,7 @@ static int reader_fill(struct reader *r, char *err, size_t errsz)
 		if (n < 0) {
 			int zerr;
 			const char *why = gzerror(r->gz, &zerr);
-			seterr(err, errsz, "%s: %s", r->path, zerr == Z_ERRNO ? strerror(errno) : why);
+			set_error(err, errsz, "%s: %s", r->path, zerr == Z_ERRNO ? strerror(errno) : why);
 			return -1;
 		}
 		got = n;
@@ -342,7 +329,7 @@ static int reader_fill(struct reader *r, char *err, size_t errsz)
 			got = read(r->fd, r->buf + r->end, want);
 		while (got < 0 && errno == EINTR);
 		if (got < 0) {
-			seterr(err, errsz, "%s: %s", r->path, strerror(errno));
+			set_error(err, errsz, "%s: %s", r->path, strerror(errno));
 			return -1;
 		}
 	}
@@ -462,7 +449,7 @@ static int add_jsonl_line(struct dataset *ds, struct reader *r, long line, const
 	if (rec == NULL) {
 		const char *at = cJSON_GetErrorPtr();
 		long col = at && at >= s && at <= s + n ? (long)(at - s) + 1 : 1;
-		seterr(err, errsz, "%s:%ld: not valid JSON", where, col);
+		set_error(err, errsz, "%s:%ld: not valid JSON", where, col);
 		return -1;
 	}
 	/* the line is parsed: a buffer grown for it goes before the record is
@@ -513,7 +500,7 @@ static int add_json(struct dataset *ds, struct reader *r, char *err, size_t errs
 		return -1;
 	arr = cJSON_ParseWithLength(buf, len);
 	if (arr == NULL) {
-		seterr(err, errsz, "%s: not valid JSON", path);
+		set_error(err, errsz, "%s: not valid JSON", path);
 		return -1;
 	}
 	last_key_wins(arr);
@@ -577,7 +564,7 @@ static int add_file(struct dataset *ds, const char *path, char *err, size_t errs
 	struct reader r;
 
 	if (kind == KIND_NONE) {
-		seterr(err, errsz, "%s: not a dataset file (expected .jsonl, .json or .txt, optionally .gz)", path);
+		set_error(err, errsz, "%s: not a dataset file (expected .jsonl, .json or .txt, optionally .gz)", path);
 		return -1;
 	}
 	if (reader_open(&r, path, gz, err, errsz) < 0)
@@ -650,19 +637,19 @@ static int walk(const char *root, const char *rel, const struct dir_chain *up, s
 	int rc = 0;
 
 	if (stat(dir, &st) != 0) {
-		seterr(err, errsz, "%s: %s", dir, strerror(errno));
+		set_error(err, errsz, "%s: %s", dir, strerror(errno));
 		free(dir);
 		return -1;
 	}
 	for (const struct dir_chain *c = up; c; c = c->up) {
 		if (c->dev == st.st_dev && c->ino == st.st_ino) {
-			seterr(err, errsz, "%s: a symbolic link loop (it leads back to a directory above it)", dir);
+			set_error(err, errsz, "%s: a symbolic link loop (it leads back to a directory above it)", dir);
 			free(dir);
 			return -1;
 		}
 	}
 	if (here.depth > WALK_MAX_DEPTH) {
-		seterr(err, errsz, "%s: more than %d directories deep", dir, WALK_MAX_DEPTH);
+		set_error(err, errsz, "%s: more than %d directories deep", dir, WALK_MAX_DEPTH);
 		free(dir);
 		return -1;
 	}
@@ -670,7 +657,7 @@ static int walk(const char *root, const char *rel, const struct dir_chain *up, s
 	here.ino = st.st_ino;
 	d = opendir(dir);
 	if (d == NULL) {
-		seterr(err, errsz, "%s: %s", dir, strerror(errno));
+		set_error(err, errsz, "%s: %s", dir, strerror(errno));
 		free(dir);
 		return -1;
 	}
@@ -681,7 +668,7 @@ static int walk(const char *root, const char *rel, const struct dir_chain *up, s
 		errno = 0;
 	}
 	if (errno != 0) {
-		seterr(err, errsz, "%s: %s", dir, strerror(errno));
+		set_error(err, errsz, "%s: %s", dir, strerror(errno));
 		rc = -1;
 	}
 	closedir(d);
@@ -696,9 +683,9 @@ static int walk(const char *root, const char *rel, const struct dir_chain *up, s
 			struct stat lst;
 			if (lstat(full, &lst) == 0 && S_ISLNK(lst.st_mode) && e_stat == ENOENT)
 				/* in a HF snapshot: a blob not downloaded */
-				seterr(err, errsz, "%s: a symbolic link to a missing file", full);
+				set_error(err, errsz, "%s: a symbolic link to a missing file", full);
 			else
-				seterr(err, errsz, "%s: %s", full, strerror(e_stat));
+				set_error(err, errsz, "%s: %s", full, strerror(e_stat));
 			rc = -1;
 		} else if (S_ISDIR(st.st_mode)) {
 			rc = walk(root, sub, &here, out, others, err, errsz);
@@ -743,8 +730,8 @@ static int add_dir(struct dataset *ds, const char *dir, char *err, size_t errsz)
 		goto out;
 	}
 	if (files.n == 0) {
-		seterr(err, errsz, "%s: no .jsonl, .json or .txt files in it%s", dir,
-		       others ? " (other files are there: convert e.g. .parquet to .jsonl first)" : "");
+		set_error(err, errsz, "%s: no .jsonl, .json or .txt files in it%s", dir,
+		          others ? " (other files are there: convert e.g. .parquet to .jsonl first)" : "");
 		rc = -1;
 		goto out;
 	}
@@ -769,11 +756,11 @@ int dataset_add_path(struct dataset *ds, const char *path, char *err, size_t err
 	struct stat st;
 
 	if (stat(path, &st) != 0) {
-		seterr(err, errsz, "%s: %s", path, strerror(errno));
+		set_error(err, errsz, "%s: %s", path, strerror(errno));
 		return -1;
 	}
 	if (ds->prepared) {
-		seterr(err, errsz, "%s: the dataset is already prepared", path);
+		set_error(err, errsz, "%s: the dataset is already prepared", path);
 		return -1;
 	}
 	return S_ISDIR(st.st_mode) ? add_dir(ds, path, err, errsz) : add_file(ds, path, err, errsz);
@@ -790,20 +777,20 @@ int dataset_prepare(struct dataset *ds, char *err, size_t errsz)
 	if (ds->prepared)
 		return 0;
 	if (ds->eos_id < 0) {
-		seterr(err, errsz, "no EOS id to put between documents");
+		set_error(err, errsz, "no EOS id to put between documents");
 		return -1;
 	}
 	if (ds->tok && ds->eos_id >= tokenizer_vocab_size(ds->tok)) {
-		seterr(err, errsz, "EOS id %d is beyond the tokenizer's vocabulary (%d)", ds->eos_id,
-		       tokenizer_vocab_size(ds->tok));
+		set_error(err, errsz, "EOS id %d is beyond the tokenizer's vocabulary (%d)", ds->eos_id,
+		          tokenizer_vocab_size(ds->tok));
 		return -1;
 	}
 	if (ds->seq_len < 1) {
-		seterr(err, errsz, "seq_len must be at least 1 (got %d)", ds->seq_len);
+		set_error(err, errsz, "seq_len must be at least 1 (got %d)", ds->seq_len);
 		return -1;
 	}
 	if (n == 0) {
-		seterr(err, errsz, "no documents (every record was empty)");
+		set_error(err, errsz, "no documents (every record was empty)");
 		return -1;
 	}
 	/* Each thread its own workspace; documents are independent, and their
@@ -845,7 +832,7 @@ int dataset_prepare(struct dataset *ds, char *err, size_t errsz)
 		tok_workspace_free(ws);
 	}
 	if (first_bad >= 0) {
-		seterr(err, errsz, "document %ld: %s", first_bad + 1, bad_err);
+		set_error(err, errsz, "document %ld: %s", first_bad + 1, bad_err);
 		return -1;
 	}
 	for (size_t i = 0; i < n; i++)
@@ -880,7 +867,7 @@ int dataset_prepare(struct dataset *ds, char *err, size_t errsz)
 	ds->n_docs = d;
 	ds->n_tokens = ds->doc_off[d];
 	if (d == 0) {
-		seterr(err, errsz, "no documents (every text encoded to no tokens)");
+		set_error(err, errsz, "no documents (every text encoded to no tokens)");
 		return -1;
 	}
 	ds->order = xmalloc(d * sizeof *ds->order);
@@ -994,7 +981,7 @@ int dataset_next(struct dataset *ds, int32_t *tokens, int32_t *targets, int32_t 
 	if (!ds->prepared && dataset_prepare(ds, err, errsz) < 0)
 		return -1;
 	if (batch < 1) {
-		seterr(err, errsz, "batch must be at least 1 (got %d)", batch);
+		set_error(err, errsz, "batch must be at least 1 (got %d)", batch);
 		return -1;
 	}
 	for (int b = 0; b < batch; b++) {
@@ -1050,15 +1037,15 @@ int dataset_open(struct dataset **out, const char *spec, const struct tokenizer 
 
 	*out = NULL;
 	if (spec == NULL || *spec == '\0') {
-		seterr(err, errsz, "dataset: empty spec");
+		set_error(err, errsz, "dataset: empty spec");
 		return -1;
 	}
 	if (stat(spec, &st) != 0) {
 		int local_errno = errno;
-		snap = hf_cache_snapshot("dataset", spec, why, sizeof why);
+		snap = hf_cache_find("dataset", spec, why, sizeof why);
 		if (snap == NULL) {
-			seterr(err, errsz, "dataset \"%s\": not a local file or directory (%s), nor in the HF cache (%s)", spec,
-			       strerror(local_errno), why);
+			set_error(err, errsz, "dataset \"%s\": not a local file or directory (%s), nor in the HF cache (%s)", spec,
+			          strerror(local_errno), why);
 			return -1;
 		}
 		path = snap;
@@ -1071,9 +1058,9 @@ int dataset_open(struct dataset **out, const char *spec, const struct tokenizer 
 	if (rc < 0) {
 		/* name the spec when the message is about the whole of it */
 		if (strncmp(why, path, strlen(path)) == 0)
-			seterr(err, errsz, "dataset: %s", why);
+			set_error(err, errsz, "dataset: %s", why);
 		else
-			seterr(err, errsz, "dataset \"%s\": %s", spec, why);
+			set_error(err, errsz, "dataset \"%s\": %s", spec, why);
 		dataset_close(ds);
 		free(snap);
 		return -1;
@@ -1101,8 +1088,8 @@ int dataset_seek(struct dataset *ds, const struct dataset_cursor *cur, char *err
 		return -1;
 	stream_len = ds->n_tokens + ds->n_docs;
 	if (cur->epoch < -1 || cur->stream_pos > stream_len || cur->doc > ds->n_docs) {
-		seterr(err, errsz, "cursor (epoch %lld, position %zu, document %zu) is outside this dataset's %zu tokens",
-		       cur->epoch, cur->stream_pos, cur->doc, stream_len);
+		set_error(err, errsz, "cursor (epoch %lld, position %zu, document %zu) is outside this dataset's %zu tokens",
+		          cur->epoch, cur->stream_pos, cur->doc, stream_len);
 		return -1;
 	}
 	if (cur->epoch >= 0) {
@@ -1111,8 +1098,8 @@ int dataset_seek(struct dataset *ds, const struct dataset_cursor *cur, char *err
 		start_epoch(ds);
 		if (cur->doc < ds->n_docs &&
 		    cur->off > ds->doc_off[ds->order[cur->doc] + 1] - ds->doc_off[ds->order[cur->doc]]) {
-			seterr(err, errsz, "cursor offset %zu is past document %zu of epoch %lld", cur->off, cur->doc,
-			       cur->epoch);
+			set_error(err, errsz, "cursor offset %zu is past document %zu of epoch %lld", cur->off, cur->doc,
+			          cur->epoch);
 			return -1;
 		}
 	} else {

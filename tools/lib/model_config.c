@@ -2,10 +2,8 @@
  * where a model_id's config lives on this machine. */
 #include "model_config.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +13,7 @@
 
 #include "arch.h"
 #include "cell.h"
+#include "hf_cache.h"
 #include "safetensors.h"
 #include "util.h"
 
@@ -26,18 +25,6 @@
 #define MAX_HEADS 1024
 #define MAX_HEAD_DIM 1024
 #define MAX_VOCAB (1 << 24)
-
-static void seterr(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errsz, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err == NULL || errsz == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errsz, fmt, ap);
-	va_end(ap);
-}
 
 /* A field that is absent or JSON null counts as absent: HF writes null for
  * "use the default" (head_dim, rope_scaling, sliding_window). */
@@ -57,17 +44,17 @@ static int get_int(const cJSON *root, const char *key, long min, long max, long 
 
 	if (v == NULL) {
 		if (def < min)
-			return seterr(err, errsz, "%s: \"%s\" is missing", name, key), -1;
+			return set_error(err, errsz, "%s: \"%s\" is missing", name, key);
 		*out = (int)def;
 		return 0;
 	}
 	if (!cJSON_IsNumber(v))
-		return seterr(err, errsz, "%s: \"%s\" is not a number", name, key), -1;
+		return set_error(err, errsz, "%s: \"%s\" is not a number", name, key);
 	d = v->valuedouble;
 	if (!isfinite(d) || d != floor(d))
-		return seterr(err, errsz, "%s: \"%s\" is not an integer: %g", name, key, d), -1;
+		return set_error(err, errsz, "%s: \"%s\" is not an integer: %g", name, key, d);
 	if (d < (double)min || d > (double)max)
-		return seterr(err, errsz, "%s: \"%s\" is %.0f, outside [%ld, %ld]", name, key, d, min, max), -1;
+		return set_error(err, errsz, "%s: \"%s\" is %.0f, outside [%ld, %ld]", name, key, d, min, max);
 	*out = (int)d;
 	return 0;
 }
@@ -83,9 +70,9 @@ static int get_double(const cJSON *root, const char *key, double min, double max
 		return 0;
 	}
 	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-		return seterr(err, errsz, "%s: \"%s\" is not a finite number", name, key), -1;
+		return set_error(err, errsz, "%s: \"%s\" is not a finite number", name, key);
 	if (!(v->valuedouble > min && v->valuedouble < max))
-		return seterr(err, errsz, "%s: \"%s\" is %g, outside (%g, %g)", name, key, v->valuedouble, min, max), -1;
+		return set_error(err, errsz, "%s: \"%s\" is %g, outside (%g, %g)", name, key, v->valuedouble, min, max);
 	*out = v->valuedouble;
 	return 0;
 }
@@ -99,7 +86,7 @@ static int get_bool(const cJSON *root, const char *key, int def, int *out, const
 		return 0;
 	}
 	if (!cJSON_IsBool(v))
-		return seterr(err, errsz, "%s: \"%s\" is not true or false", name, key), -1;
+		return set_error(err, errsz, "%s: \"%s\" is not true or false", name, key);
 	*out = cJSON_IsTrue(v);
 	return 0;
 }
@@ -138,7 +125,7 @@ static int check_unique_keys(const cJSON *root, const char *name, char *err, siz
 	for (const cJSON *a = root->child; a != NULL; a = a->next)
 		for (const cJSON *b = a->next; b != NULL; b = b->next)
 			if (strcmp(a->string, b->string) == 0)
-				return seterr(err, errsz, "%s: key \"%s\" appears twice", name, a->string), -1;
+				return set_error(err, errsz, "%s: key \"%s\" appears twice", name, a->string);
 	return 0;
 }
 
@@ -148,12 +135,12 @@ static int parse_type(struct model_config *m, const struct arch **a, const cJSON
 	const cJSON *v = field(root, "model_type"), *archs;
 
 	if (v == NULL)
-		return seterr(err, errsz, "%s: \"model_type\" is missing (expected one of: %s)", name, arch_type_list()), -1;
+		return set_error(err, errsz, "%s: \"model_type\" is missing (expected one of: %s)", name, arch_type_list());
 	if (!cJSON_IsString(v))
-		return seterr(err, errsz, "%s: \"model_type\" is not a string", name), -1;
+		return set_error(err, errsz, "%s: \"model_type\" is not a string", name);
 	if ((*a = arch_find(v->valuestring)) == NULL)
-		return seterr(err, errsz, "%s: model_type \"%.64s\" is not supported (expected one of: %s)", name,
-		              v->valuestring, arch_type_list()), -1;
+		return set_error(err, errsz, "%s: model_type \"%.64s\" is not supported (expected one of: %s)", name,
+		                 v->valuestring, arch_type_list());
 	snprintf(m->model_type, sizeof m->model_type, "%s", (*a)->model_type);
 	/* a classification or other head has no lm_head to train against */
 	archs = field(root, "architectures");
@@ -161,10 +148,10 @@ static int parse_type(struct model_config *m, const struct arch **a, const cJSON
 		const cJSON *first = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
 
 		if (cJSON_GetArraySize(archs) != 1 || !cJSON_IsString(first))
-			return seterr(err, errsz, "%s: \"architectures\" is not a list of one name", name), -1;
+			return set_error(err, errsz, "%s: \"architectures\" is not a list of one name", name);
 		if (strcmp(first->valuestring, (*a)->architecture) != 0)
-			return seterr(err, errsz, "%s: \"architectures\" [\"%.64s\"] is not supported for model_type %s "
-			              "(expected [\"%s\"])", name, first->valuestring, (*a)->model_type, (*a)->architecture), -1;
+			return set_error(err, errsz, "%s: \"architectures\" [\"%.64s\"] is not supported for model_type %s "
+			                 "(expected [\"%s\"])", name, first->valuestring, (*a)->model_type, (*a)->architecture);
 	}
 	return 0;
 }
@@ -192,7 +179,7 @@ static int rope_number(const cJSON *obj, const cJSON *v, const char *label, doub
 		char inner[400];
 
 		snprintf(inner, sizeof inner, "%s", err);
-		return seterr(err, errsz, "%s: in \"%s\": %s", name, label, inner + strlen(name) + 2), -1;
+		return set_error(err, errsz, "%s: in \"%s\": %s", name, label, inner + strlen(name) + 2);
 	}
 	*have = 1;
 	return 0;
@@ -206,7 +193,7 @@ static int read_rope_object(struct rope_src *s, const cJSON *obj, const char *la
 	const cJSON *v;
 
 	if (!cJSON_IsObject(obj))
-		return seterr(err, errsz, "%s: \"%s\" is not an object", name, label), -1;
+		return set_error(err, errsz, "%s: \"%s\" is not an object", name, label);
 	if (check_unique_keys(obj, name, err, errsz) < 0)
 		return -1;
 	s->present = 1;
@@ -216,14 +203,14 @@ static int read_rope_object(struct rope_src *s, const cJSON *obj, const char *la
 		if (cJSON_IsNull(v))
 			continue;
 		if (cJSON_IsObject(v))
-			return seterr(err, errsz, "%s: \"%s\" holds per-layer-type RoPE settings (\"%.40s\"): not supported",
-			              name, label, k), -1;
+			return set_error(err, errsz, "%s: \"%s\" holds per-layer-type RoPE settings (\"%.40s\"): not supported",
+			                 name, label, k);
 		if (strcmp(k, "rope_type") == 0 || strcmp(k, "type") == 0) {
 			if (!cJSON_IsString(v))
-				return seterr(err, errsz, "%s: \"%s.%s\" is not a string", name, label, k), -1;
+				return set_error(err, errsz, "%s: \"%s.%s\" is not a string", name, label, k);
 			if (s->have_type && strcmp(s->type, v->valuestring) != 0)
-				return seterr(err, errsz, "%s: \"%s\" \"%s\" and \"%s.%s\" \"%.31s\" disagree", name, s->type_key,
-				              s->type, label, k, v->valuestring), -1;
+				return set_error(err, errsz, "%s: \"%s\" \"%s\" and \"%s.%s\" \"%.31s\" disagree", name, s->type_key,
+				                 s->type, label, k, v->valuestring);
 			snprintf(s->type, sizeof s->type, "%.31s", v->valuestring);
 			snprintf(s->type_key, sizeof s->type_key, "%.30s.%.12s", label, k);
 			s->have_type = 1;
@@ -247,9 +234,9 @@ static int read_rope_object(struct rope_src *s, const cJSON *obj, const char *la
 		} else if (strcmp(k, "partial_rotary_factor") == 0 && cJSON_IsNumber(v) && v->valuedouble == 1.0) {
 			continue; /* the whole head rotates: what poros-train does */
 		} else {
-			return seterr(err, errsz, "%s: \"%s.%.40s\" is not supported (poros-train reads rope_type, rope_theta, "
-			              "factor, low_freq_factor, high_freq_factor, original_max_position_embeddings)",
-			              name, label, k), -1;
+			return set_error(err, errsz, "%s: \"%s.%.40s\" is not supported (poros-train reads rope_type, rope_theta, "
+			                 "factor, low_freq_factor, high_freq_factor, original_max_position_embeddings)",
+			                 name, label, k);
 		}
 	}
 	return 0;
@@ -269,15 +256,15 @@ static int check_rope_fields(const struct rope_src *s, const char *label, const 
 	};
 
 	if (!linear && !llama3 && strcmp(type, "default") != 0)
-		return seterr(err, errsz, "%s: \"%s\" \"%.31s\" is not supported (poros-train implements default, linear, "
-		              "llama3)", name, s->type_key, type), -1;
+		return set_error(err, errsz, "%s: \"%s\" \"%.31s\" is not supported (poros-train implements default, linear, "
+		                 "llama3)", name, s->type_key, type);
 	for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
 		if (f[i].used && !f[i].have)
-			return seterr(err, errsz, "%s: \"%s.%s\" is missing (rope_type %s needs it)", name, label, f[i].key,
-			              type), -1;
+			return set_error(err, errsz, "%s: \"%s.%s\" is missing (rope_type %s needs it)", name, label, f[i].key,
+			                 type);
 		if (!f[i].used && f[i].have)
-			return seterr(err, errsz, "%s: \"%s.%s\" is not used by rope_type %s: refused rather than ignored",
-			              name, label, f[i].key, type), -1;
+			return set_error(err, errsz, "%s: \"%s.%s\" is not used by rope_type %s: refused rather than ignored",
+			                 name, label, f[i].key, type);
 	}
 	return 0;
 }
@@ -286,8 +273,8 @@ static int rope_agree(int have_a, double a, int have_b, double b, const char *ke
                       size_t errsz)
 {
 	if (have_a && have_b && a != b)
-		return seterr(err, errsz, "%s: \"rope_scaling.%s\" %g and \"rope_parameters.%s\" %g disagree", name, key, a,
-		              key, b), -1;
+		return set_error(err, errsz, "%s: \"rope_scaling.%s\" %g and \"rope_parameters.%s\" %g disagree", name, key, a,
+		                 key, b);
 	return 0;
 }
 
@@ -301,8 +288,8 @@ static int parse_rope(struct model_config *m, const cJSON *root, const char *nam
 	memset(&old, 0, sizeof old);
 	memset(&new, 0, sizeof new);
 	if (prf != NULL && !(cJSON_IsNumber(prf) && prf->valuedouble == 1.0))
-		return seterr(err, errsz, "%s: \"partial_rotary_factor\" other than 1 is not supported (RoPE rotates the "
-		              "whole head)", name), -1;
+		return set_error(err, errsz, "%s: \"partial_rotary_factor\" other than 1 is not supported (RoPE rotates the "
+		                 "whole head)", name);
 	if (theta != NULL) {
 		if (get_double(root, "rope_theta", 0, 1e12, 0, &old.theta, name, err, errsz) < 0)
 			return -1;
@@ -316,23 +303,23 @@ static int parse_rope(struct model_config *m, const cJSON *root, const char *nam
 	if (old.present && !old.have_type) {
 		/* no rope_scaling (or one without a type): plain RoPE */
 		if (scaling != NULL)
-			return seterr(err, errsz, "%s: \"rope_scaling.rope_type\" is missing or not a string", name), -1;
+			return set_error(err, errsz, "%s: \"rope_scaling.rope_type\" is missing or not a string", name);
 		snprintf(old.type, sizeof old.type, "default");
 		snprintf(old.type_key, sizeof old.type_key, "rope_scaling");
 		old.have_type = 1;
 	}
 	if (new.present && !new.have_type)
-		return seterr(err, errsz, "%s: \"rope_parameters.rope_type\" is missing", name), -1;
+		return set_error(err, errsz, "%s: \"rope_parameters.rope_type\" is missing", name);
 	if ((old.present && check_rope_fields(&old, "rope_scaling", name, err, errsz) < 0) ||
 	    (new.present && check_rope_fields(&new, "rope_parameters", name, err, errsz) < 0))
 		return -1;
 	if (old.present && new.present) {
 		if (strcmp(old.type, new.type) != 0)
-			return seterr(err, errsz, "%s: \"%s\" says rope_type %s but \"rope_parameters.rope_type\" says %s",
-			              name, old.type_key, old.type, new.type), -1;
+			return set_error(err, errsz, "%s: \"%s\" says rope_type %s but \"rope_parameters.rope_type\" says %s",
+			                 name, old.type_key, old.type, new.type);
 		if (old.have_theta && new.have_theta && old.theta != new.theta)
-			return seterr(err, errsz, "%s: \"%s\" %g and \"rope_parameters.rope_theta\" %g disagree", name,
-			              old.theta_key, old.theta, new.theta), -1;
+			return set_error(err, errsz, "%s: \"%s\" %g and \"rope_parameters.rope_theta\" %g disagree", name,
+			                 old.theta_key, old.theta, new.theta);
 		if (rope_agree(old.have_factor, old.factor, new.have_factor, new.factor, "factor", name, err, errsz) < 0 ||
 		    rope_agree(old.have_low, old.low, new.have_low, new.low, "low_freq_factor", name, err, errsz) < 0 ||
 		    rope_agree(old.have_high, old.high, new.have_high, new.high, "high_freq_factor", name, err, errsz) < 0 ||
@@ -342,8 +329,8 @@ static int parse_rope(struct model_config *m, const cJSON *root, const char *nam
 	}
 	use = new.present ? &new : &old;
 	if (!(old.have_theta || new.have_theta))
-		return seterr(err, errsz, "%s: \"rope_theta\" is missing (neither \"rope_theta\" nor "
-		              "\"rope_parameters.rope_theta\"): poros-train does not guess it", name), -1;
+		return set_error(err, errsz, "%s: \"rope_theta\" is missing (neither \"rope_theta\" nor "
+		                 "\"rope_parameters.rope_theta\"): poros-train does not guess it", name);
 	m->rope_theta = new.have_theta ? new.theta : old.theta;
 	m->rope_scaling_type[0] = '\0';
 	if (strcmp(use->type, "default") != 0)
@@ -371,14 +358,14 @@ static int parse_dtype(const cJSON *root, const char *name, char *err, size_t er
 		if (v == NULL)
 			continue;
 		if (!cJSON_IsString(v))
-			return seterr(err, errsz, "%s: \"%s\" is not a string", name, keys[i]), -1;
+			return set_error(err, errsz, "%s: \"%s\" is not a string", name, keys[i]);
 		if (strcmp(v->valuestring, "bfloat16") && strcmp(v->valuestring, "float16") &&
 		    strcmp(v->valuestring, "float32"))
-			return seterr(err, errsz, "%s: \"%s\" \"%.32s\" is not supported (expected bfloat16, float16 or float32)",
-			              name, keys[i], v->valuestring), -1;
+			return set_error(err, errsz, "%s: \"%s\" \"%.32s\" is not supported (expected bfloat16, float16 or float32)",
+			                 name, keys[i], v->valuestring);
 		if (seen != NULL && strcmp(seen, v->valuestring) != 0)
-			return seterr(err, errsz, "%s: \"torch_dtype\" \"%s\" and \"dtype\" \"%s\" disagree", name, seen,
-			              v->valuestring), -1;
+			return set_error(err, errsz, "%s: \"torch_dtype\" \"%s\" and \"dtype\" \"%s\" disagree", name, seen,
+			                 v->valuestring);
 		seen = v->valuestring;
 	}
 	return 0;
@@ -398,19 +385,19 @@ static int parse_sliding(const struct arch *a, const struct model_config *m, con
 	if (get_bool(root, "use_sliding_window", 0, &on, name, err, errsz) < 0)
 		return -1;
 	if (on)
-		return seterr(err, errsz, "%s: \"use_sliding_window\": true is not supported (full causal attention only)",
-		              name), -1;
+		return set_error(err, errsz, "%s: \"use_sliding_window\": true is not supported (full causal attention only)",
+		                 name);
 	if (types == NULL)
 		return 0;
 	if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != m->num_hidden_layers)
-		return seterr(err, errsz, "%s: \"layer_types\" is not a list of %d names", name, m->num_hidden_layers), -1;
+		return set_error(err, errsz, "%s: \"layer_types\" is not a list of %d names", name, m->num_hidden_layers);
 	cJSON_ArrayForEach(v, types)
 		if (!cJSON_IsString(v) ||
 		    (strcmp(v->valuestring, "full_attention") && strcmp(v->valuestring, "sliding_attention")))
-			return seterr(err, errsz, "%s: \"layer_types\" entry %s%.32s%s is not supported (expected "
-			              "full_attention; sliding_attention is full while use_sliding_window is false)", name,
-			              cJSON_IsString(v) ? "\"" : "", cJSON_IsString(v) ? v->valuestring : "(not a string)",
-			              cJSON_IsString(v) ? "\"" : ""), -1;
+			return set_error(err, errsz, "%s: \"layer_types\" entry %s%.32s%s is not supported (expected "
+			                 "full_attention; sliding_attention is full while use_sliding_window is false)", name,
+			                 cJSON_IsString(v) ? "\"" : "", cJSON_IsString(v) ? v->valuestring : "(not a string)",
+			                 cJSON_IsString(v) ? "\"" : "");
 	return 0;
 }
 
@@ -422,22 +409,22 @@ static int parse_refused(const struct arch *a, const cJSON *root, const char *na
 	int flag;
 
 	if ((v = field(root, "hidden_act")) != NULL && !(cJSON_IsString(v) && strcmp(v->valuestring, a->hidden_act) == 0))
-		return seterr(err, errsz, "%s: \"hidden_act\" must be \"%s\" (the SwiGLU MLP of %s)", name, a->hidden_act,
-		              a->model_type), -1;
+		return set_error(err, errsz, "%s: \"hidden_act\" must be \"%s\" (the SwiGLU MLP of %s)", name, a->hidden_act,
+		                 a->model_type);
 	if (field(root, "quantization_config") != NULL)
-		return seterr(err, errsz, "%s: \"quantization_config\": pre-quantized checkpoints are not supported (give "
-		              "the bf16, fp16 or fp32 checkpoint; poros-train quantizes it to NF4 itself)", name), -1;
+		return set_error(err, errsz, "%s: \"quantization_config\": pre-quantized checkpoints are not supported (give "
+		                 "the bf16, fp16 or fp32 checkpoint; poros-train quantizes it to NF4 itself)", name);
 	if ((v = field(root, "attention_dropout")) != NULL && !(cJSON_IsNumber(v) && v->valuedouble == 0))
-		return seterr(err, errsz, "%s: \"attention_dropout\" other than 0 is not supported", name), -1;
+		return set_error(err, errsz, "%s: \"attention_dropout\" other than 0 is not supported", name);
 	if (a->reads_mlp_bias) {
 		if (get_bool(root, "mlp_bias", 0, &flag, name, err, errsz) < 0)
 			return -1;
 		if (flag)
-			return seterr(err, errsz, "%s: \"mlp_bias\": true is not supported", name), -1;
+			return set_error(err, errsz, "%s: \"mlp_bias\": true is not supported", name);
 	}
 	if (a->reads_pretraining_tp && (v = field(root, "pretraining_tp")) != NULL &&
 	    !(cJSON_IsNumber(v) && v->valuedouble == 1))
-		return seterr(err, errsz, "%s: \"pretraining_tp\" other than 1 is not supported", name), -1;
+		return set_error(err, errsz, "%s: \"pretraining_tp\" other than 1 is not supported", name);
 	return 0;
 }
 
@@ -450,9 +437,9 @@ int model_config_parse(struct model_config *m, const char *json, const char *nam
 	memset(m, 0, sizeof *m);
 	root = cJSON_Parse(json);
 	if (root == NULL)
-		return seterr(err, errsz, "%s: not valid JSON", name), -1;
+		return set_error(err, errsz, "%s: not valid JSON", name);
 	if (!cJSON_IsObject(root)) {
-		seterr(err, errsz, "%s: not a JSON object", name);
+		set_error(err, errsz, "%s: not a JSON object", name);
 		goto out;
 	}
 	if (check_unique_keys(root, name, err, errsz) < 0 || parse_type(m, &a, root, name, err, errsz) < 0 ||
@@ -469,8 +456,8 @@ int model_config_parse(struct model_config *m, const char *json, const char *nam
 	head_dim_default = a->head_dim_default;
 	if (head_dim_default == 0 && field(root, "head_dim") == NULL) {
 		if (m->hidden_size % m->num_attention_heads != 0) {
-			seterr(err, errsz, "%s: \"hidden_size\" %d is not a multiple of \"num_attention_heads\" %d (and no "
-			       "\"head_dim\")", name, m->hidden_size, m->num_attention_heads);
+			set_error(err, errsz, "%s: \"hidden_size\" %d is not a multiple of \"num_attention_heads\" %d (and no "
+			          "\"head_dim\")", name, m->hidden_size, m->num_attention_heads);
 			goto out;
 		}
 	}
@@ -479,12 +466,12 @@ int model_config_parse(struct model_config *m, const char *json, const char *nam
 	if (get_int(root, "head_dim", 2, MAX_HEAD_DIM, head_dim_default, &m->head_dim, name, err, errsz) < 0)
 		goto out;
 	if (m->head_dim % 2 != 0 || m->head_dim < 2) {
-		seterr(err, errsz, "%s: \"head_dim\" %d is not even (RoPE rotates pairs)", name, m->head_dim);
+		set_error(err, errsz, "%s: \"head_dim\" %d is not even (RoPE rotates pairs)", name, m->head_dim);
 		goto out;
 	}
 	if (m->num_attention_heads % m->num_key_value_heads != 0) {
-		seterr(err, errsz, "%s: \"num_attention_heads\" %d is not a multiple of \"num_key_value_heads\" %d", name,
-		       m->num_attention_heads, m->num_key_value_heads);
+		set_error(err, errsz, "%s: \"num_attention_heads\" %d is not a multiple of \"num_key_value_heads\" %d", name,
+		          m->num_attention_heads, m->num_key_value_heads);
 		goto out;
 	}
 	if (parse_rope(m, root, name, err, errsz) < 0 || parse_sliding(a, m, root, name, err, errsz) < 0 ||
@@ -497,15 +484,15 @@ int model_config_parse(struct model_config *m, const char *json, const char *nam
 		goto out;
 	/* transformers' Qwen2 builds the q/k/v biases whatever attention_bias says */
 	if (a->qkv_bias > 0 && !m->attention_bias) {
-		seterr(err, errsz, "%s: \"attention_bias\": false is not supported for %s (its q/k/v projections always "
-		       "have biases)", name, a->model_type);
+		set_error(err, errsz, "%s: \"attention_bias\": false is not supported for %s (its q/k/v projections always "
+		          "have biases)", name, a->model_type);
 		goto out;
 	}
 	/* q/k norms belong to the architecture (Qwen3) or not at all: no
 	 * transformers class of these types reads use_qk_norm */
 	if (flag && !a->qk_norm) {
-		seterr(err, errsz, "%s: \"use_qk_norm\": true is not supported for %s (transformers' %s has no q/k norm)",
-		       name, a->model_type, a->architecture);
+		set_error(err, errsz, "%s: \"use_qk_norm\": true is not supported for %s (transformers' %s has no q/k norm)",
+		          name, a->model_type, a->architecture);
 		goto out;
 	}
 	m->qk_norm = a->qk_norm;
@@ -539,7 +526,7 @@ static int load_config(struct model_config *m, const char *path, const char *mod
 	char *text = read_whole_file(path, NULL);
 
 	if (text == NULL)
-		return seterr(err, errsz, "%s: %s", path, strerror(errno)), -1;
+		return set_error(err, errsz, "%s: %s", path, strerror(errno));
 	if (model_config_parse(m, text, path, err, errsz) < 0) {
 		free(text);
 		return -1;
@@ -549,97 +536,6 @@ static int load_config(struct model_config *m, const char *path, const char *mod
 	m->config_path = xstrdup(path);
 	m->checkpoint_dir = weights_dir != NULL ? xstrdup(weights_dir) : NULL;
 	return 0;
-}
-
-/* The hub cache root, as huggingface_hub finds it. */
-static char *hub_cache_dir(void)
-{
-	const char *v;
-
-	if ((v = getenv("HF_HUB_CACHE")) != NULL && *v)
-		return xstrdup(v);
-	if ((v = getenv("HF_HOME")) != NULL && *v)
-		return xasprintf("%s/hub", v);
-	if ((v = getenv("XDG_CACHE_HOME")) != NULL && *v)
-		return xasprintf("%s/huggingface/hub", v);
-	if ((v = getenv("HOME")) != NULL && *v)
-		return xasprintf("%s/.cache/huggingface/hub", v);
-	return NULL;
-}
-
-/* The snapshot of a cached repo: the one refs/main names when that
- * directory exists (what huggingface_hub itself loads; a broken config.json
- * there is then an error, not a reason to take another snapshot), else the
- * newest snapshot holding a config.json by mtime.  Returns a malloc'd
- * directory or NULL. */
-static char *pick_snapshot(const char *repo_dir)
-{
-	char *snaps = xasprintf("%s/snapshots", repo_dir);
-	char *ref = xasprintf("%s/refs/main", repo_dir);
-	char *text = read_whole_file(ref, NULL), *best = NULL;
-	struct timespec best_t = { 0, 0 };
-	DIR *d;
-	struct dirent *e;
-
-	free(ref);
-	if (text != NULL) {
-		text[strcspn(text, " \t\r\n")] = '\0';
-		if (name_is_safe(text)) {
-			char *dir = xasprintf("%s/%s", snaps, text);
-
-			if (is_dir(dir))
-				best = dir;
-			else
-				free(dir);
-		}
-		free(text);
-		if (best != NULL) {
-			free(snaps);
-			return best;
-		}
-	}
-	if ((d = opendir(snaps)) == NULL) {
-		free(snaps);
-		return NULL;
-	}
-	while ((e = readdir(d)) != NULL) {
-		char *dir, *cfg;
-		struct stat st;
-
-		if (!name_is_safe(e->d_name))
-			continue;
-		dir = xasprintf("%s/%s", snaps, e->d_name);
-		cfg = xasprintf("%s/config.json", dir);
-		if (is_file(cfg) && stat(dir, &st) == 0 && S_ISDIR(st.st_mode) &&
-		    (best == NULL || st.st_mtim.tv_sec > best_t.tv_sec ||
-		     (st.st_mtim.tv_sec == best_t.tv_sec && st.st_mtim.tv_nsec > best_t.tv_nsec))) {
-			free(best);
-			best = dir;
-			dir = NULL;
-			best_t = st.st_mtim;
-		}
-		free(dir);
-		free(cfg);
-	}
-	closedir(d);
-	free(snaps);
-	return best;
-}
-
-/* "Org/Name" -> "models--Org--Name", or NULL when model_id is not a repo id. */
-static char *hub_repo_name(const char *model_id)
-{
-	const char *slash = strchr(model_id, '/');
-	char *org, *name, *out;
-
-	if (slash == NULL || strchr(slash + 1, '/') != NULL || slash == model_id)
-		return NULL;
-	org = xstrdup(model_id);
-	org[slash - model_id] = '\0';
-	name = org + (slash - model_id) + 1;
-	out = name_is_safe(org) && name_is_safe(name) ? xasprintf("models--%s--%s", org, name) : NULL;
-	free(org);
-	return out;
 }
 
 /* Appends "; place" to the list of places looked at. */
@@ -672,25 +568,23 @@ static int try_local_dir(struct model_config *m, const char *model_id, char **li
 
 static int try_hub_cache(struct model_config *m, const char *model_id, char **list, char *err, size_t errsz)
 {
-	char *cache = hub_cache_dir(), *repo = hub_repo_name(model_id), *repo_dir, *snap, *cfg;
+	char *cache = hf_hub_cache_dir(), *repo_dir, *snap, *cfg;
 	int rc;
 
-	if (cache == NULL || repo == NULL) {
-		if (cache == NULL)
-			looked(list, "the HF cache (no HF_HUB_CACHE, HF_HOME or HOME)");
-		free(cache);
-		free(repo);
+	if (cache == NULL) {
+		looked(list, "the HF cache (no HF_HUB_CACHE, HF_HOME or HOME)");
 		return 0;
 	}
-	repo_dir = xasprintf("%s/%s", cache, repo);
-	snap = pick_snapshot(repo_dir);
+	repo_dir = hf_cache_repo_dir(cache, "model", model_id);
+	free(cache);
+	if (repo_dir == NULL)
+		return 0;
+	snap = hf_cache_pick_snapshot(repo_dir, "config.json");
 	if (snap == NULL) {
 		char *place = xasprintf("%s/snapshots/*/config.json", repo_dir);
 
 		looked(list, place);
 		free(place);
-		free(cache);
-		free(repo);
 		free(repo_dir);
 		return 0;
 	}
@@ -698,8 +592,6 @@ static int try_hub_cache(struct model_config *m, const char *model_id, char **li
 	rc = st_check_regular(cfg, err, errsz) < 0 || load_config(m, cfg, model_id, snap, err, errsz) < 0 ? -1 : 1;
 	free(cfg);
 	free(snap);
-	free(cache);
-	free(repo);
 	free(repo_dir);
 	return rc;
 }
@@ -734,14 +626,14 @@ int model_config_resolve(struct model_config *m, const char *model_id, const cha
 
 	memset(m, 0, sizeof *m);
 	if (model_id == NULL || *model_id == '\0')
-		return seterr(err, errsz, "empty model id"), -1;
+		return set_error(err, errsz, "empty model id");
 	rc = try_local_dir(m, model_id, &list, err, errsz);
 	if (rc == 0)
 		rc = try_hub_cache(m, model_id, &list, err, errsz);
 	if (rc == 0)
 		rc = try_configs_dir(m, model_id, configs_dir, &list, err, errsz);
 	if (rc == 0)
-		seterr(err, errsz, "model \"%s\": no config.json found (looked in: %s)", model_id, list ? list : "nowhere");
+		set_error(err, errsz, "model \"%s\": no config.json found (looked in: %s)", model_id, list ? list : "nowhere");
 	free(list);
 	if (rc < 0 || rc == 0) {
 		model_config_free(m);

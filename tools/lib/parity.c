@@ -2,7 +2,6 @@
 #include "parity.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,28 +81,18 @@ cJSON *parity_to_json(const struct parity *p)
 
 /* --- reading ---------------------------------------------------------- */
 
-static int fail(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errsz, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errsz, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
 /* A string or null into *out (NULL for null). */
 static int get_str(const cJSON *o, const char *key, const char *path, char **out, char *err, size_t errsz)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
 	if (v == NULL)
-		return fail(err, errsz, "%s%s: missing", path, key);
+		return set_error(err, errsz, "%s%s: missing", path, key);
 	if (cJSON_IsNull(v)) {
 		*out = NULL;
 		return 0;
 	}
 	if (!cJSON_IsString(v))
-		return fail(err, errsz, "%s%s: expected a string or null", path, key);
+		return set_error(err, errsz, "%s%s: expected a string or null", path, key);
 	*out = xstrdup(v->valuestring);
 	return 0;
 }
@@ -113,15 +102,15 @@ static int get_delta(const cJSON *o, const char *key, const char *path, double *
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
 	if (v == NULL)
-		return fail(err, errsz, "%s%s: missing", path, key);
+		return set_error(err, errsz, "%s%s: missing", path, key);
 	if (cJSON_IsNull(v)) {
 		*out = NAN;
 		return 0;
 	}
 	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-		return fail(err, errsz, "%s%s: not a number", path, key);
+		return set_error(err, errsz, "%s%s: not a number", path, key);
 	if (v->valuedouble < 0)
-		return fail(err, errsz, "%s%s: must be >= 0", path, key);
+		return set_error(err, errsz, "%s%s: must be >= 0", path, key);
 	*out = v->valuedouble;
 	return 0;
 }
@@ -133,17 +122,17 @@ static int get_count(const cJSON *o, const char *key, const char *path, long lon
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
 	double d;
 	if (v == NULL)
-		return fail(err, errsz, "%s%s: missing", path, key);
+		return set_error(err, errsz, "%s%s: missing", path, key);
 	if (cJSON_IsNull(v)) {
 		*out = -1;
 		return 0;
 	}
 	if (!cJSON_IsNumber(v))
-		return fail(err, errsz, "%s%s: expected an integer or null", path, key);
+		return set_error(err, errsz, "%s%s: expected an integer or null", path, key);
 	d = v->valuedouble;
 	/* 2^53: beyond it a double no longer holds every integer. */
 	if (!isfinite(d) || d != floor(d) || d < (double)min || d > 9007199254740992.0)
-		return fail(err, errsz, "%s%s: expected an integer >= %lld", path, key, min);
+		return set_error(err, errsz, "%s%s: expected an integer >= %lld", path, key, min);
 	*out = (long long)d;
 	return 0;
 }
@@ -156,11 +145,11 @@ static int check_keys(const cJSON *o, const char *const *known, const char *path
 			if (strcmp(c->string, known[i]) == 0)
 				found = 1;
 		if (!found)
-			return fail(err, errsz, "%sunknown field \"%s\"", path, c->string);
+			return set_error(err, errsz, "%sunknown field \"%s\"", path, c->string);
 		/* cJSON keeps duplicate keys; a record with two values for one field is ambiguous. */
 		for (const cJSON *d = c->next; d; d = d->next)
 			if (strcmp(c->string, d->string) == 0)
-				return fail(err, errsz, "%s%s: duplicate field", path, c->string);
+				return set_error(err, errsz, "%s%s: duplicate field", path, c->string);
 	}
 	return 0;
 }
@@ -173,12 +162,12 @@ static int tensor_from_json(struct parity_tensor *t, const cJSON *o, int i, char
 
 	snprintf(path, sizeof path, "tensors[%d].", i);
 	if (!cJSON_IsObject(o))
-		return fail(err, errsz, "tensors[%d]: expected an object", i);
+		return set_error(err, errsz, "tensors[%d]: expected an object", i);
 	if (check_keys(o, known, path, err, errsz) < 0)
 		return -1;
 	name = cJSON_GetObjectItemCaseSensitive(o, "name");
 	if (!cJSON_IsString(name) || name->valuestring[0] == '\0')
-		return fail(err, errsz, "%sname: expected a non-empty string", path);
+		return set_error(err, errsz, "%sname: expected a non-empty string", path);
 	if (get_delta(o, "max_abs_delta", path, &t->max_abs_delta, err, errsz) < 0)
 		return -1;
 	/* Older records carry only name and max_abs_delta: the rest may be absent. */
@@ -205,10 +194,10 @@ static int parity_fields(struct parity *p, const cJSON *obj, char *err, size_t e
 	long long n;
 
 	if (!cJSON_IsObject(obj))
-		return fail(err, errsz, "not a JSON object");
+		return set_error(err, errsz, "not a JSON object");
 	v = cJSON_GetObjectItemCaseSensitive(obj, "schema");
 	if (!cJSON_IsString(v) || strcmp(v->valuestring, PARITY_SCHEMA) != 0)
-		return fail(err, errsz, "schema: expected \"%s\"", PARITY_SCHEMA);
+		return set_error(err, errsz, "schema: expected \"%s\"", PARITY_SCHEMA);
 	if (check_keys(obj, known, "", err, errsz) < 0)
 		return -1;
 	if (get_str(obj, "run_a", "", &p->run_a, err, errsz) < 0 ||
@@ -238,11 +227,11 @@ static int parity_fields(struct parity *p, const cJSON *obj, char *err, size_t e
 
 	v = cJSON_GetObjectItemCaseSensitive(obj, "tensors");
 	if (v == NULL)
-		return fail(err, errsz, "tensors: missing");
+		return set_error(err, errsz, "tensors: missing");
 	if (!cJSON_IsNull(v)) {
 		int count;
 		if (!cJSON_IsArray(v))
-			return fail(err, errsz, "tensors: expected an array or null");
+			return set_error(err, errsz, "tensors: expected an array or null");
 		count = cJSON_GetArraySize(v);
 		p->tensors = xcalloc(count ? (size_t)count : 1, sizeof *p->tensors);
 		for (const cJSON *t = v->child; t; t = t->next) {
@@ -254,13 +243,13 @@ static int parity_fields(struct parity *p, const cJSON *obj, char *err, size_t e
 
 	v = cJSON_GetObjectItemCaseSensitive(obj, "bitwise_exact");
 	if (v == NULL)
-		return fail(err, errsz, "bitwise_exact: missing");
+		return set_error(err, errsz, "bitwise_exact: missing");
 	if (cJSON_IsNull(v))
 		p->bitwise_exact = -1;
 	else if (cJSON_IsBool(v))
 		p->bitwise_exact = cJSON_IsTrue(v);
 	else
-		return fail(err, errsz, "bitwise_exact: expected true, false or null");
+		return set_error(err, errsz, "bitwise_exact: expected true, false or null");
 	return 0;
 }
 

@@ -5,7 +5,6 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,16 +13,6 @@
 
 #include "jsonl.h"
 #include "util.h"
-
-static int fail(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errsz, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errsz, fmt, ap);
-	va_end(ap);
-	return -1;
-}
 
 int iso_utc_parse(const char *s, double *out)
 {
@@ -211,10 +200,10 @@ int results_add(struct result_set *s, const cJSON *obj, const char *source, long
 		return -1;
 	if (e.art.finished_at[0] == '\0') {
 		artifact_free(&e.art);
-		return fail(err, errsz, "finished_at: null (not a complete artifact)");
+		return set_error(err, errsz, "finished_at: null (not a complete artifact)");
 	}
 	if (iso_utc_parse(e.art.finished_at, &e.finished) < 0) {
-		fail(err, errsz, "finished_at: not an ISO-8601 UTC time: \"%.40s\"", e.art.finished_at);
+		set_error(err, errsz, "finished_at: not an ISO-8601 UTC time: \"%.40s\"", e.art.finished_at);
 		artifact_free(&e.art);
 		return -1;
 	}
@@ -259,8 +248,8 @@ int results_record(void *ctx, const cJSON *obj, const char *source, long line, c
 	const cJSON *schema = cJSON_GetObjectItemCaseSensitive(obj, "schema");
 	if (!report_is_artifact(obj)) {
 		if (cJSON_IsString(schema))
-			return fail(err, errsz, "not a run artifact (schema \"%.60s\")", schema->valuestring);
-		return fail(err, errsz, "not a run artifact (no schema)");
+			return set_error(err, errsz, "not a run artifact (schema \"%.60s\")", schema->valuestring);
+		return set_error(err, errsz, "not a run artifact (no schema)");
 	}
 	return results_add(ctx, obj, source, line, err, errsz);
 }

@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,18 +55,6 @@ int st_dtype_from_name(const char *s)
 	return -1;
 }
 
-static void seterr(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errsz, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err == NULL || errsz == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errsz, fmt, ap);
-	va_end(ap);
-}
-
 /* a * b into *out unless it overflows size_t. */
 static int mul_size(size_t a, size_t b, size_t *out)
 {
@@ -105,18 +92,18 @@ int st_check_regular(const char *path, char *err, size_t errsz)
 		int e = errno;
 
 		if (e == ENOENT && lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode))
-			return seterr(err, errsz, "%s: a dangling symbolic link (an interrupted download?)", path), -1;
-		return seterr(err, errsz, "%s: %s", path, strerror(e)), -1;
+			return set_error(err, errsz, "%s: a dangling symbolic link (an interrupted download?)", path);
+		return set_error(err, errsz, "%s: %s", path, strerror(e));
 	}
 	if (!S_ISREG(st.st_mode))
-		return seterr(err, errsz, "%s: not a regular file", path), -1;
+		return set_error(err, errsz, "%s: not a regular file", path);
 	/* O_NONBLOCK: should it have become a FIFO since, open does not wait */
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
-		return seterr(err, errsz, "%s: %s", path, strerror(errno)), -1;
+		return set_error(err, errsz, "%s: %s", path, strerror(errno));
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
-		return seterr(err, errsz, "%s: not a regular file", path), -1;
+		return set_error(err, errsz, "%s: not a regular file", path);
 	}
 	close(fd);
 	return 0;
@@ -145,28 +132,28 @@ static int parse_entry(struct st_tensor *t, const cJSON *e, size_t data_size, co
 	int d, i;
 
 	if (!cJSON_IsObject(e))
-		return seterr(err, errsz, "%s: tensor \"%s\": entry is not an object", path, t->name), -1;
+		return set_error(err, errsz, "%s: tensor \"%s\": entry is not an object", path, t->name);
 	dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
 	shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
 	offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
 	if (dt == NULL || shape == NULL || offs == NULL)
-		return seterr(err, errsz, "%s: tensor \"%s\": missing \"%s\"", path, t->name,
-		              dt == NULL ? "dtype" : shape == NULL ? "shape" : "data_offsets"), -1;
+		return set_error(err, errsz, "%s: tensor \"%s\": missing \"%s\"", path, t->name,
+		                 dt == NULL ? "dtype" : shape == NULL ? "shape" : "data_offsets");
 	if (!cJSON_IsString(dt) || (d = st_dtype_from_name(dt->valuestring)) < 0)
-		return seterr(err, errsz, "%s: tensor \"%s\": unknown dtype %s%s%s (expected one of: F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL)",
-		              path, t->name, cJSON_IsString(dt) ? "\"" : "", cJSON_IsString(dt) ? dt->valuestring : "(not a string)",
-		              cJSON_IsString(dt) ? "\"" : ""), -1;
+		return set_error(err, errsz, "%s: tensor \"%s\": unknown dtype %s%s%s (expected one of: F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL)",
+		                 path, t->name, cJSON_IsString(dt) ? "\"" : "", cJSON_IsString(dt) ? dt->valuestring : "(not a string)",
+		                 cJSON_IsString(dt) ? "\"" : "");
 	t->dtype = (enum st_dtype)d;
 	if (!cJSON_IsArray(shape))
-		return seterr(err, errsz, "%s: tensor \"%s\": shape is not an array", path, t->name), -1;
+		return set_error(err, errsz, "%s: tensor \"%s\": shape is not an array", path, t->name);
 	t->ndim = cJSON_GetArraySize(shape);
 	if (t->ndim > ST_MAX_DIMS)
-		return seterr(err, errsz, "%s: tensor \"%s\": %d dimensions (at most %d)", path, t->name, t->ndim, ST_MAX_DIMS), -1;
+		return set_error(err, errsz, "%s: tensor \"%s\": %d dimensions (at most %d)", path, t->name, t->ndim, ST_MAX_DIMS);
 	need = st_dtype_size(t->dtype);
 	i = 0;
 	cJSON_ArrayForEach(v, shape) {
 		if (json_uint(v, &dim) < 0)
-			return seterr(err, errsz, "%s: tensor \"%s\": shape[%d] is not a non-negative integer", path, t->name, i), -1;
+			return set_error(err, errsz, "%s: tensor \"%s\": shape[%d] is not a non-negative integer", path, t->name, i);
 		t->shape[i++] = (long long)dim;
 	}
 	if (shape_has_zero(t->shape, t->ndim)) {
@@ -174,21 +161,21 @@ static int parse_entry(struct st_tensor *t, const cJSON *e, size_t data_size, co
 	} else {
 		for (i = 0; i < t->ndim; i++)
 			if (mul_size(need, (size_t)t->shape[i], &need) < 0 || need > (size_t)LLONG_MAX)
-				return seterr(err, errsz, "%s: tensor \"%s\": shape overflows the size of a tensor", path,
-				              t->name), -1;
+				return set_error(err, errsz, "%s: tensor \"%s\": shape overflows the size of a tensor", path,
+				                 t->name);
 	}
 	if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
-		return seterr(err, errsz, "%s: tensor \"%s\": data_offsets is not an array of two integers", path, t->name), -1;
+		return set_error(err, errsz, "%s: tensor \"%s\": data_offsets is not an array of two integers", path, t->name);
 	if (json_uint(cJSON_GetArrayItem(offs, 0), &begin) < 0 || json_uint(cJSON_GetArrayItem(offs, 1), &end) < 0)
-		return seterr(err, errsz, "%s: tensor \"%s\": data_offsets are not non-negative integers", path, t->name), -1;
+		return set_error(err, errsz, "%s: tensor \"%s\": data_offsets are not non-negative integers", path, t->name);
 	if (end < begin)
-		return seterr(err, errsz, "%s: tensor \"%s\": data_offsets end %llu before begin %llu", path, t->name, end, begin), -1;
+		return set_error(err, errsz, "%s: tensor \"%s\": data_offsets end %llu before begin %llu", path, t->name, end, begin);
 	if (end > data_size)
-		return seterr(err, errsz, "%s: tensor \"%s\": data_offsets end %llu past the end of the data (%zu bytes)",
-		              path, t->name, end, data_size), -1;
+		return set_error(err, errsz, "%s: tensor \"%s\": data_offsets end %llu past the end of the data (%zu bytes)",
+		                 path, t->name, end, data_size);
 	if (end - begin != need)
-		return seterr(err, errsz, "%s: tensor \"%s\": shape and dtype %s need %zu bytes, data_offsets give %llu",
-		              path, t->name, st_dtype_name(t->dtype), need, end - begin), -1;
+		return set_error(err, errsz, "%s: tensor \"%s\": shape and dtype %s need %zu bytes, data_offsets give %llu",
+		                 path, t->name, st_dtype_name(t->dtype), need, end - begin);
 	t->offset = (size_t)begin;
 	t->nbytes = need;
 	return 0;
@@ -227,7 +214,7 @@ static int check_names_and_ranges(struct st_file *f, char *err, size_t errsz)
 	sort_file = NULL;
 	for (int i = 1; i < f->n; i++) {
 		if (strcmp(f->t[f->by_name[i]].name, f->t[f->by_name[i - 1]].name) == 0) {
-			seterr(err, errsz, "%s: duplicate tensor name \"%s\"", f->path, f->t[f->by_name[i]].name);
+			set_error(err, errsz, "%s: duplicate tensor name \"%s\"", f->path, f->t[f->by_name[i]].name);
 			free(order);
 			return -1;
 		}
@@ -238,7 +225,7 @@ static int check_names_and_ranges(struct st_file *f, char *err, size_t errsz)
 		if (t->nbytes == 0) /* an empty tensor occupies no bytes */
 			continue;
 		if (prev != NULL && t->offset < prev->offset + prev->nbytes) {
-			seterr(err, errsz, "%s: tensors \"%s\" and \"%s\" overlap", f->path, prev->name, t->name);
+			set_error(err, errsz, "%s: tensors \"%s\" and \"%s\" overlap", f->path, prev->name, t->name);
 			free(order);
 			return -1;
 		}
@@ -260,19 +247,19 @@ static int parse_header(struct st_file *f, size_t hlen, char *err, size_t errsz)
 	if (root == NULL) {
 		const char *at = cJSON_GetErrorPtr();
 		long off = (at >= text && at <= text + hlen) ? (long)(at - text) : 0;
-		return seterr(err, errsz, "%s: header is not valid JSON (near byte %ld of the header)", f->path, off + 8), -1;
+		return set_error(err, errsz, "%s: header is not valid JSON (near byte %ld of the header)", f->path, off + 8);
 	}
 	/* Only the padding spaces the format allows may follow the object. */
 	for (const char *p = endp; p < text + hlen; p++) {
 		if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
 			cJSON_Delete(root);
-			return seterr(err, errsz, "%s: header has trailing bytes after the JSON object (byte %ld)", f->path,
-			              (long)(p - text) + 8), -1;
+			return set_error(err, errsz, "%s: header has trailing bytes after the JSON object (byte %ld)", f->path,
+			                 (long)(p - text) + 8);
 		}
 	}
 	if (!cJSON_IsObject(root)) {
 		cJSON_Delete(root);
-		return seterr(err, errsz, "%s: header is not a JSON object", f->path), -1;
+		return set_error(err, errsz, "%s: header is not a JSON object", f->path);
 	}
 	cJSON_ArrayForEach(e, root)
 		n++;
@@ -301,7 +288,7 @@ static int parse_header(struct st_file *f, size_t hlen, char *err, size_t errsz)
 	return check_names_and_ranges(f, err, errsz);
 bad_meta:
 	cJSON_Delete(root);
-	return seterr(err, errsz, "%s: __metadata__ is not a single object of strings", f->path), -1;
+	return set_error(err, errsz, "%s: __metadata__ is not a single object of strings", f->path);
 }
 
 int st_open(struct st_file *f, const char *path, char *err, size_t errsz)
@@ -319,39 +306,39 @@ int st_open(struct st_file *f, const char *path, char *err, size_t errsz)
 		int e = errno;
 
 		if (e == ENOENT && lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode))
-			seterr(err, errsz, "%s: a dangling symbolic link (an interrupted download?)", path);
+			set_error(err, errsz, "%s: a dangling symbolic link (an interrupted download?)", path);
 		else
-			seterr(err, errsz, "%s: %s", path, strerror(e));
+			set_error(err, errsz, "%s: %s", path, strerror(e));
 		goto fail_fd;
 	}
 	if (fstat(fd, &st) < 0) {
-		seterr(err, errsz, "%s: %s", path, strerror(errno));
+		set_error(err, errsz, "%s: %s", path, strerror(errno));
 		goto fail_fd;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		seterr(err, errsz, "%s: not a regular file", path);
+		set_error(err, errsz, "%s: not a regular file", path);
 		goto fail_fd;
 	}
 	if (st.st_size < 8) {
-		seterr(err, errsz, "%s: file is %lld bytes, shorter than the 8-byte header length", path, (long long)st.st_size);
+		set_error(err, errsz, "%s: file is %lld bytes, shorter than the 8-byte header length", path, (long long)st.st_size);
 		goto fail_fd;
 	}
 	f->size = (size_t)st.st_size;
 	f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
 	if (f->map == MAP_FAILED) {
 		f->map = NULL;
-		seterr(err, errsz, "%s: mmap: %s", path, strerror(errno));
+		set_error(err, errsz, "%s: mmap: %s", path, strerror(errno));
 		goto fail_fd;
 	}
 	close(fd);
 	fd = -1;
 	memcpy(&hlen, f->map, 8); /* little-endian host */
 	if (hlen > ST_MAX_HEADER) {
-		seterr(err, errsz, "%s: header length %llu is larger than %u bytes", path, (unsigned long long)hlen, ST_MAX_HEADER);
+		set_error(err, errsz, "%s: header length %llu is larger than %u bytes", path, (unsigned long long)hlen, ST_MAX_HEADER);
 		goto fail;
 	}
 	if (hlen > f->size - 8) {
-		seterr(err, errsz, "%s: header length %llu is larger than the file (%zu bytes)", path, (unsigned long long)hlen, f->size);
+		set_error(err, errsz, "%s: header length %llu is larger than the file (%zu bytes)", path, (unsigned long long)hlen, f->size);
 		goto fail;
 	}
 	f->data_start = 8 + (size_t)hlen;
@@ -466,10 +453,10 @@ uint16_t st_f16_from_f32(float f)
 static int check_float_tensor(const struct st_file *f, const struct st_tensor *t, size_t n, char *err, size_t errsz)
 {
 	if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
-		return seterr(err, errsz, "%s: tensor \"%s\": dtype %s is not a float type (expected F32, F16 or BF16)",
-		              f->path, t->name, st_dtype_name(t->dtype)), -1;
+		return set_error(err, errsz, "%s: tensor \"%s\": dtype %s is not a float type (expected F32, F16 or BF16)",
+		                 f->path, t->name, st_dtype_name(t->dtype));
 	if (st_numel(t) < 0 || (unsigned long long)st_numel(t) != (unsigned long long)n)
-		return seterr(err, errsz, "%s: tensor \"%s\": has %lld elements, expected %zu", f->path, t->name, st_numel(t), n), -1;
+		return set_error(err, errsz, "%s: tensor \"%s\": has %lld elements, expected %zu", f->path, t->name, st_numel(t), n);
 	return 0;
 }
 
@@ -537,28 +524,28 @@ static int check_out(const struct st_out *t, int n, const cJSON *metadata, const
 	const cJSON *v;
 
 	if (n < 0)
-		return seterr(err, errsz, "%s: negative tensor count", path), -1;
+		return set_error(err, errsz, "%s: negative tensor count", path);
 	for (int i = 0; i < n; i++) {
 		if (t[i].name == NULL || t[i].name[0] == '\0' || strcmp(t[i].name, "__metadata__") == 0)
-			return seterr(err, errsz, "%s: tensor %d: name is empty or reserved", path, i), -1;
+			return set_error(err, errsz, "%s: tensor %d: name is empty or reserved", path, i);
 		if ((unsigned)t[i].dtype >= ST_DTYPE_COUNT)
-			return seterr(err, errsz, "%s: tensor \"%s\": unknown dtype %d", path, t[i].name, (int)t[i].dtype), -1;
+			return set_error(err, errsz, "%s: tensor \"%s\": unknown dtype %d", path, t[i].name, (int)t[i].dtype);
 		if (t[i].ndim < 0 || t[i].ndim > ST_MAX_DIMS)
-			return seterr(err, errsz, "%s: tensor \"%s\": %d dimensions (0 to %d)", path, t[i].name, t[i].ndim, ST_MAX_DIMS), -1;
+			return set_error(err, errsz, "%s: tensor \"%s\": %d dimensions (0 to %d)", path, t[i].name, t[i].ndim, ST_MAX_DIMS);
 		for (int d = 0; d < t[i].ndim; d++)
 			if (t[i].shape[d] < 0)
-				return seterr(err, errsz, "%s: tensor \"%s\": shape[%d] is negative", path, t[i].name, d), -1;
+				return set_error(err, errsz, "%s: tensor \"%s\": shape[%d] is negative", path, t[i].name, d);
 		for (int j = 0; j < i; j++)
 			if (strcmp(t[i].name, t[j].name) == 0)
-				return seterr(err, errsz, "%s: duplicate tensor name \"%s\"", path, t[i].name), -1;
+				return set_error(err, errsz, "%s: duplicate tensor name \"%s\"", path, t[i].name);
 	}
 	if (metadata != NULL) {
 		if (!cJSON_IsObject(metadata))
-			return seterr(err, errsz, "%s: metadata is not an object", path), -1;
+			return set_error(err, errsz, "%s: metadata is not an object", path);
 		cJSON_ArrayForEach(v, metadata)
 			if (!cJSON_IsString(v))
-				return seterr(err, errsz, "%s: metadata \"%s\" is not a string (safetensors metadata is a string map)",
-				              path, v->string), -1;
+				return set_error(err, errsz, "%s: metadata \"%s\" is not a string (safetensors metadata is a string map)",
+				                 path, v->string);
 	}
 	return 0;
 }
@@ -585,7 +572,7 @@ int st_write(const char *path, const struct st_out *t, int n, const cJSON *metad
 				goto overflow;
 		}
 		if (sz > 0 && t[i].data == NULL) {
-			seterr(err, errsz, "%s: tensor \"%s\": no data", path, t[i].name);
+			set_error(err, errsz, "%s: tensor \"%s\": no data", path, t[i].name);
 			goto fail;
 		}
 		if (offset + sz < offset || (double)(offset + sz) > ST_MAX_EXACT)
@@ -603,7 +590,7 @@ int st_write(const char *path, const struct st_out *t, int n, const cJSON *metad
 	}
 	json = cJSON_PrintUnformatted(root);
 	if (json == NULL) {
-		seterr(err, errsz, "%s: out of memory", path);
+		set_error(err, errsz, "%s: out of memory", path);
 		goto fail;
 	}
 	cJSON_Delete(root);
@@ -625,14 +612,14 @@ int st_write(const char *path, const struct st_out *t, int n, const cJSON *metad
 	}
 	free(nbytes);
 	if (atomic_write(path, buf, total) < 0) {
-		seterr(err, errsz, "%s: %s", path, strerror(errno));
+		set_error(err, errsz, "%s: %s", path, strerror(errno));
 		free(buf);
 		return -1;
 	}
 	free(buf);
 	return 0;
 overflow:
-	seterr(err, errsz, "%s: tensor sizes overflow", path);
+	set_error(err, errsz, "%s: tensor sizes overflow", path);
 fail:
 	cJSON_Delete(root);
 	free(nbytes);
@@ -662,17 +649,17 @@ static int open_indexed(struct st_checkpoint *c, const char *index_path, char *e
 	if (st_check_regular(index_path, err, errsz) < 0)
 		return -1;
 	if ((root = json_read_file(index_path, jerr, sizeof jerr)) == NULL)
-		return seterr(err, errsz, "%s", jerr), -1;
+		return set_error(err, errsz, "%s", jerr);
 	map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
 	if (!cJSON_IsObject(map) || map->child == NULL) {
-		seterr(err, errsz, "%s: no \"weight_map\" object (or it is empty)", index_path);
+		set_error(err, errsz, "%s: no \"weight_map\" object (or it is empty)", index_path);
 		goto out;
 	}
 	cJSON_ArrayForEach(e, map) {
 		int seen = 0;
 
 		if (!cJSON_IsString(e) || !path_is_confined(e->valuestring)) {
-			seterr(err, errsz, "%s: weight_map \"%s\": not a file name inside the checkpoint directory", index_path, e->string);
+			set_error(err, errsz, "%s: weight_map \"%s\": not a file name inside the checkpoint directory", index_path, e->string);
 			goto out;
 		}
 		for (int i = 0; i < nnames && !seen; i++)
@@ -702,11 +689,11 @@ static int open_indexed(struct st_checkpoint *c, const char *index_path, char *e
 		for (int i = 0; i < c->nfiles; i++)
 			found += st_find(&c->files[i], e->string) != NULL;
 		if (st_find(f, e->string) == NULL) {
-			seterr(err, errsz, "%s: tensor \"%s\" is not in %s, where the index puts it", index_path, e->string, e->valuestring);
+			set_error(err, errsz, "%s: tensor \"%s\" is not in %s, where the index puts it", index_path, e->string, e->valuestring);
 			goto out;
 		}
 		if (found > 1) {
-			seterr(err, errsz, "%s: tensor \"%s\" is in %d shards", index_path, e->string, found);
+			set_error(err, errsz, "%s: tensor \"%s\" is in %d shards", index_path, e->string, found);
 			goto out;
 		}
 	}
@@ -737,11 +724,11 @@ int st_checkpoint_open(struct st_checkpoint *c, const char *dir, char *err, size
 		char *bin = xasprintf("%s/pytorch_model.bin", dir), *bin_index = xasprintf("%s/pytorch_model.bin.index.json", dir);
 
 		if (entry_exists(bin) || entry_exists(bin_index))
-			seterr(err, errsz, "%s: no model.safetensors or model.safetensors.index.json (only pytorch_model.bin "
-			       "weights, which poros-train does not read: convert them to safetensors)", dir);
+			set_error(err, errsz, "%s: no model.safetensors or model.safetensors.index.json (only pytorch_model.bin "
+			          "weights, which poros-train does not read: convert them to safetensors)", dir);
 		else
-			seterr(err, errsz, "%s: no model.safetensors or model.safetensors.index.json (a checkpoint "
-			       "directory must hold its weights)", dir);
+			set_error(err, errsz, "%s: no model.safetensors or model.safetensors.index.json (a checkpoint "
+			          "directory must hold its weights)", dir);
 		free(bin);
 		free(bin_index);
 	}

@@ -78,6 +78,18 @@ void diesys(int code, const char *fmt, ...)
 	exit(code);
 }
 
+int set_error(char *err, size_t errsz, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err == NULL || errsz == 0)
+		return -1;
+	va_start(ap, fmt);
+	vsnprintf(err, errsz, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
 void print_version(void)
 {
 	printf("%s %s\n", progname, POROS_VERSION);
@@ -558,6 +570,47 @@ int name_is_safe(const char *s)
 			return 0;
 	}
 	return n <= 128;
+}
+
+size_t utf8_valid_prefix(const char *str, size_t n)
+{
+	const unsigned char *s = (const unsigned char *)str;
+	size_t i = 0;
+
+	while (i < n) {
+		unsigned c = s[i];
+		size_t len;
+		unsigned cp;
+
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		if (c >= 0xc2 && c <= 0xdf) {
+			len = 2;
+			cp = c & 0x1f;
+		} else if (c >= 0xe0 && c <= 0xef) {
+			len = 3;
+			cp = c & 0x0f;
+		} else if (c >= 0xf0 && c <= 0xf4) {
+			len = 4;
+			cp = c & 0x07;
+		} else {
+			return i; /* a continuation byte, 0xc0/0xc1 (overlong) or > 0xf4 */
+		}
+		if (n - i < len)
+			return i;
+		for (size_t k = 1; k < len; k++) {
+			if ((s[i + k] & 0xc0) != 0x80)
+				return i;
+			cp = cp << 6 | (s[i + k] & 0x3f);
+		}
+		if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+		    (cp >= 0xd800 && cp <= 0xdfff))
+			return i;
+		i += len;
+	}
+	return n;
 }
 
 char *slugify(const char *s, int strip_org)

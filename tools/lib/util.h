@@ -29,6 +29,10 @@ void warnmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void warnsys(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 noreturn void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 noreturn void diesys(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The error message of a library call: formats into err (errsz bytes,
+ * truncated; nothing when err is NULL or errsz 0) and returns -1, so that
+ * `return set_error(err, errsz, "...")` both says why and fails. */
+int set_error(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Prints "progname VERSION" to stdout and exits 0. */
 noreturn void print_version(void);
@@ -108,6 +112,10 @@ double now_seconds(void); /* monotonic */
  * $POROS_HOME/rel, <exe dir>/../rel, <exe dir>/../share/poros/rel.
  * Returns a malloc'd path or NULL. */
 char *poros_resource(const char *rel);
+
+/* The length of the longest valid UTF-8 prefix of s[0..n): n when all of
+ * it is valid (overlong forms, surrogates and > U+10FFFF are invalid). */
+size_t utf8_valid_prefix(const char *s, size_t n);
 
 /* Levenshtein distance, for did-you-mean hints. */
 int edit_distance(const char *a, const char *b);

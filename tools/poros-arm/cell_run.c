@@ -290,7 +290,7 @@ static char *with_log_tail(const char *reason, const struct child_result *r, con
 	return s;
 }
 
-static void set_error(struct artifact *a, enum artifact_status st, char *msg)
+static void set_failure(struct artifact *a, enum artifact_status st, char *msg)
 {
 	a->status = st;
 	free(a->error);
@@ -315,13 +315,13 @@ static void classify(struct artifact *a, const struct child_result *r, const str
 	cJSON *summary;
 
 	if (!r->spawned) {
-		set_error(a, STATUS_ERROR, xasprintf("cannot execute %s: %s", cmd->path, strerror(r->spawn_errno)));
+		set_failure(a, STATUS_ERROR, xasprintf("cannot execute %s: %s", cmd->path, strerror(r->spawn_errno)));
 		return;
 	}
 	if (r->interrupted) {
 		snprintf(msg, sizeof msg, "interrupted: poros-arm got %s and ended the arm's process group",
 		         signal_name(child_interrupted_by()));
-		set_error(a, STATUS_ERROR, with_log_tail(msg, r, log_rel));
+		set_failure(a, STATUS_ERROR, with_log_tail(msg, r, log_rel));
 		return;
 	}
 	summary = find_summary(r->out, r->out_len, why, sizeof why);
@@ -335,27 +335,27 @@ static void classify(struct artifact *a, const struct child_result *r, const str
 	if (r->timed_out) {
 		snprintf(msg, sizeof msg, "timed out after %g s: its process group was sent SIGTERM, then SIGKILL",
 		         timeout_s);
-		set_error(a, STATUS_ERROR, with_log_tail(msg, r, log_rel));
+		set_failure(a, STATUS_ERROR, with_log_tail(msg, r, log_rel));
 		return;
 	}
 	describe_end(r, end, sizeof end);
 	if (have_summary) {
 		if (a->status == STATUS_OK && !clean_exit) {
 			snprintf(msg, sizeof msg, "%s after a summary with status ok", end);
-			set_error(a, STATUS_ERROR, with_log_tail(msg, r, log_rel));
+			set_failure(a, STATUS_ERROR, with_log_tail(msg, r, log_rel));
 		} else if (a->status == STATUS_ERROR && r->oom_line) {
 			/* The child did not see it as one, but its log says so. */
-			set_error(a, STATUS_OOM, xasprintf("%s (log: %s)", a->error, r->oom_line));
+			set_failure(a, STATUS_OOM, xasprintf("%s (log: %s)", a->error, r->oom_line));
 		}
 		return;
 	}
 	if (r->oom_line) {
 		snprintf(msg, sizeof msg, "out of memory: %s (%s; %s)", r->oom_line, end, why);
-		set_error(a, STATUS_OOM, xstrdup(msg));
+		set_failure(a, STATUS_OOM, xstrdup(msg));
 		return;
 	}
 	snprintf(msg, sizeof msg, "%s; %s", end, why);
-	set_error(a, STATUS_ERROR, with_log_tail(msg, r, log_rel));
+	set_failure(a, STATUS_ERROR, with_log_tail(msg, r, log_rel));
 }
 
 /* --- one cell ------------------------------------------------------------- */
@@ -496,7 +496,7 @@ static long long run_child(struct artifact *a, const struct cell_paths *p, const
 	int fd = open(p->log, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
 
 	if (fd < 0) {
-		set_error(a, STATUS_ERROR, xasprintf("%s: cannot write the log: %s", p->log, strerror(errno)));
+		set_failure(a, STATUS_ERROR, xasprintf("%s: cannot write the log: %s", p->log, strerror(errno)));
 		return 0;
 	}
 	spec.log_fd = fd;
@@ -594,7 +594,7 @@ int arm_run_cell(const struct arm_options *o, const cJSON *cell_json, const char
 	utc_now_iso(a.started_at, sizeof a.started_at);
 	build_command(&cmd, &c, p.cell_file, p.run_dir);
 	if (cmd.path == NULL) {
-		set_error(&a, cmd.cannot_status, xstrdup(cmd.reason));
+		set_failure(&a, cmd.cannot_status, xstrdup(cmd.reason));
 		artifact_set_str(&a.log, NULL); /* nothing ran, so nothing was logged */
 		a.wall_s = round((now_seconds() - t0) * 1000.0) / 1000.0;
 	} else {

@@ -9,7 +9,6 @@
 
 #include <yaml.h>
 
-#include "cell.h"
 #include "util.h"
 #include "yaml_tree.h"
 
