@@ -7,6 +7,7 @@
  * Word::merge_all does, so ties resolve the same way. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer.h"
+#include "hf_cache.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -31,18 +32,6 @@
 #define CACHE_MAX_WORD 256     /* longer words are not cached: rare, and they would crowd the cache */
 #define CACHE_MAX_ENTRIES (1u << 19)
 #define CACHE_MAX_BYTES (64u << 20)
-
-static void seterr(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errsz, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err == NULL || errsz == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errsz, fmt, ap);
-	va_end(ap);
-}
 
 /* ---- hashing ------------------------------------------------------------ */
 
@@ -231,47 +220,6 @@ static void pairmap_put(struct pairmap *m, int32_t a, int32_t b, int32_t rank, i
 
 /* ---- UTF-8 and GPT-2's byte <-> character map ----------------------------- */
 
-/* The length of the valid UTF-8 prefix of s[0..n) (n when all of it is):
- * no overlongs, surrogates or code points past U+10FFFF. */
-static size_t utf8_valid_prefix_u(const unsigned char *s, size_t n)
-{
-	size_t i = 0;
-
-	while (i < n) {
-		unsigned c = s[i];
-		if (c < 0x80) {
-			i++;
-			continue;
-		}
-		size_t need;
-		unsigned lo = 0x80, hi = 0xbf;
-		if (c >= 0xc2 && c <= 0xdf)
-			need = 1;
-		else if (c >= 0xe0 && c <= 0xef) {
-			need = 2;
-			if (c == 0xe0)
-				lo = 0xa0;
-			else if (c == 0xed)
-				hi = 0x9f; /* no surrogates */
-		} else if (c >= 0xf0 && c <= 0xf4) {
-			need = 3;
-			if (c == 0xf0)
-				lo = 0x90;
-			else if (c == 0xf4)
-				hi = 0x8f;
-		} else
-			return i;
-		if (i + need >= n)
-			return i;
-		if (s[i + 1] < lo || s[i + 1] > hi)
-			return i;
-		for (size_t k = 2; k <= need; k++)
-			if ((s[i + k] & 0xc0) != 0x80)
-				return i;
-		i += need + 1;
-	}
-	return n;
-}
 
 static int utf8_encode(uint32_t cp, char *out)
 {
@@ -505,7 +453,7 @@ static char *rewrite_space_classes(const char *pat, char *err, size_t errsz)
 				o += (size_t)sprintf(out + o, in_class ? "%s" : "[%s]", ONIG_SPACE);
 			} else if (e == 'S') {
 				if (in_class) {
-					seterr(err, errsz, "\\S inside a character class is not supported");
+					set_error(err, errsz, "\\S inside a character class is not supported");
 					free(out);
 					return NULL;
 				}
@@ -560,7 +508,7 @@ static pcre2_code *compile_regex(const char *pat, int literal, char *err, size_t
 	if (re == NULL) {
 		PCRE2_UCHAR msg[160];
 		pcre2_get_error_message(ec, msg, sizeof msg);
-		seterr(err, errsz, "regex does not compile: %s", (char *)msg);
+		set_error(err, errsz, "regex does not compile: %s", (char *)msg);
 		return NULL;
 	}
 	/* JIT is a speed-up only: without it pcre2_match interprets. */
@@ -579,13 +527,13 @@ static int load_normalizer(struct tokenizer *t, const cJSON *n, char *err, size_
 		return 0;
 	type = json_type_str(n, "type");
 	if (type == NULL) {
-		seterr(err, errsz, "normalizer: no \"type\"");
+		set_error(err, errsz, "normalizer: no \"type\"");
 		return -1;
 	}
 	if (strcmp(type, "Sequence") == 0) {
 		const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, "normalizers"), *item;
 		if (!cJSON_IsArray(list)) {
-			seterr(err, errsz, "normalizer: Sequence without a \"normalizers\" array");
+			set_error(err, errsz, "normalizer: Sequence without a \"normalizers\" array");
 			return -1;
 		}
 		cJSON_ArrayForEach(item, list)
@@ -594,7 +542,7 @@ static int load_normalizer(struct tokenizer *t, const cJSON *n, char *err, size_
 		return 0;
 	}
 	if (t->n_norm == MAX_STEPS) {
-		seterr(err, errsz, "normalizer: more than %d steps", MAX_STEPS);
+		set_error(err, errsz, "normalizer: more than %d steps", MAX_STEPS);
 		return -1;
 	}
 	if (strcmp(type, "NFC") == 0)
@@ -606,7 +554,7 @@ static int load_normalizer(struct tokenizer *t, const cJSON *n, char *err, size_
 	else if (strcmp(type, "NFKD") == 0)
 		t->norm[t->n_norm++] = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
 	else {
-		seterr(err, errsz, "normalizer \"%s\" is not supported (supported: NFC, NFD, NFKC, NFKD, Sequence)", type);
+		set_error(err, errsz, "normalizer \"%s\" is not supported (supported: NFC, NFD, NFKC, NFKD, Sequence)", type);
 		return -1;
 	}
 	return 0;
@@ -621,13 +569,13 @@ static int load_pre_tokenizer(struct tokenizer *t, const cJSON *p, char *err, si
 		return 0;
 	type = json_type_str(p, "type");
 	if (type == NULL) {
-		seterr(err, errsz, "pre_tokenizer: no \"type\"");
+		set_error(err, errsz, "pre_tokenizer: no \"type\"");
 		return -1;
 	}
 	if (strcmp(type, "Sequence") == 0) {
 		const cJSON *list = cJSON_GetObjectItemCaseSensitive(p, "pretokenizers"), *item;
 		if (!cJSON_IsArray(list)) {
-			seterr(err, errsz, "pre_tokenizer: Sequence without a \"pretokenizers\" array");
+			set_error(err, errsz, "pre_tokenizer: Sequence without a \"pretokenizers\" array");
 			return -1;
 		}
 		cJSON_ArrayForEach(item, list)
@@ -636,7 +584,7 @@ static int load_pre_tokenizer(struct tokenizer *t, const cJSON *p, char *err, si
 		return 0;
 	}
 	if (t->n_pre == MAX_STEPS) {
-		seterr(err, errsz, "pre_tokenizer: more than %d steps", MAX_STEPS);
+		set_error(err, errsz, "pre_tokenizer: more than %d steps", MAX_STEPS);
 		return -1;
 	}
 	s = &t->pre[t->n_pre];
@@ -647,23 +595,23 @@ static int load_pre_tokenizer(struct tokenizer *t, const cJSON *p, char *err, si
 		const char *rx = json_type_str(pat, "Regex"), *lit = json_type_str(pat, "String");
 		char why[256];
 		if (rx == NULL && lit == NULL) {
-			seterr(err, errsz, "pre_tokenizer Split: \"pattern\" is neither {\"Regex\": ...} nor {\"String\": ...}");
+			set_error(err, errsz, "pre_tokenizer Split: \"pattern\" is neither {\"Regex\": ...} nor {\"String\": ...}");
 			return -1;
 		}
 		if (behavior == NULL || (strcmp(behavior, "Isolated") != 0 && strcmp(behavior, "Removed") != 0)) {
-			seterr(err, errsz, "pre_tokenizer Split: behavior \"%s\" is not supported (supported: Isolated, Removed)",
+			set_error(err, errsz, "pre_tokenizer Split: behavior \"%s\" is not supported (supported: Isolated, Removed)",
 			       behavior ? behavior : "(none)");
 			return -1;
 		}
 		if (json_flag(p, "invert")) {
-			seterr(err, errsz, "pre_tokenizer Split: \"invert\": true is not supported");
+			set_error(err, errsz, "pre_tokenizer Split: \"invert\": true is not supported");
 			return -1;
 		}
 		s->kind = PRE_SPLIT;
 		s->removed = strcmp(behavior, "Removed") == 0;
 		s->re = compile_regex(rx ? rx : lit, rx == NULL, why, sizeof why);
 		if (s->re == NULL) {
-			seterr(err, errsz, "pre_tokenizer Split: %s", why);
+			set_error(err, errsz, "pre_tokenizer Split: %s", why);
 			return -1;
 		}
 	} else if (strcmp(type, "ByteLevel") == 0) {
@@ -675,12 +623,12 @@ static int load_pre_tokenizer(struct tokenizer *t, const cJSON *p, char *err, si
 		if (ur == NULL || cJSON_IsTrue(ur)) {
 			s->re = compile_regex(GPT2_PATTERN, 0, why, sizeof why);
 			if (s->re == NULL) {
-				seterr(err, errsz, "pre_tokenizer ByteLevel: %s", why);
+				set_error(err, errsz, "pre_tokenizer ByteLevel: %s", why);
 				return -1;
 			}
 		}
 	} else {
-		seterr(err, errsz, "pre_tokenizer \"%s\" is not supported (supported: Split, ByteLevel, Sequence)", type);
+		set_error(err, errsz, "pre_tokenizer \"%s\" is not supported (supported: Split, ByteLevel, Sequence)", type);
 		return -1;
 	}
 	t->n_pre++;
@@ -697,7 +645,7 @@ static int load_post_processor(struct tokenizer *t, const cJSON *p, char *err, s
 		return 0;
 	type = json_type_str(p, "type");
 	if (type == NULL) {
-		seterr(err, errsz, "post_processor: no \"type\"");
+		set_error(err, errsz, "post_processor: no \"type\"");
 		return -1;
 	}
 	if (strcmp(type, "ByteLevel") == 0) /* only trims offsets: ids unchanged */
@@ -714,7 +662,7 @@ static int load_post_processor(struct tokenizer *t, const cJSON *p, char *err, s
 		const cJSON *specials = cJSON_GetObjectItemCaseSensitive(p, "special_tokens");
 		int seen_seq = 0;
 		if (!cJSON_IsArray(single)) {
-			seterr(err, errsz, "post_processor TemplateProcessing: no \"single\" array");
+			set_error(err, errsz, "post_processor TemplateProcessing: no \"single\" array");
 			return -1;
 		}
 		t->n_tmpl_pre = t->n_tmpl_post = 0;
@@ -728,7 +676,7 @@ static int load_post_processor(struct tokenizer *t, const cJSON *p, char *err, s
 			const cJSON *entry = name ? cJSON_GetObjectItemCaseSensitive(specials, name) : NULL;
 			const cJSON *ids = cJSON_GetObjectItemCaseSensitive(entry, "ids"), *idv;
 			if (name == NULL || !cJSON_IsArray(ids)) {
-				seterr(err, errsz, "post_processor TemplateProcessing: special token %s has no \"ids\"",
+				set_error(err, errsz, "post_processor TemplateProcessing: special token %s has no \"ids\"",
 				       name ? name : "(unnamed)");
 				return -1;
 			}
@@ -736,11 +684,11 @@ static int load_post_processor(struct tokenizer *t, const cJSON *p, char *err, s
 				int *n = seen_seq ? &t->n_tmpl_post : &t->n_tmpl_pre;
 				int32_t *dst = seen_seq ? t->tmpl_post : t->tmpl_pre;
 				if (!cJSON_IsNumber(idv) || idv->valuedouble < 0 || idv->valuedouble >= INT32_MAX) {
-					seterr(err, errsz, "post_processor TemplateProcessing: %s: bad id", name);
+					set_error(err, errsz, "post_processor TemplateProcessing: %s: bad id", name);
 					return -1;
 				}
 				if (*n == MAX_TEMPLATE) {
-					seterr(err, errsz, "post_processor TemplateProcessing: more than %d special ids", MAX_TEMPLATE);
+					set_error(err, errsz, "post_processor TemplateProcessing: more than %d special ids", MAX_TEMPLATE);
 					return -1;
 				}
 				dst[(*n)++] = (int32_t)idv->valuedouble;
@@ -748,7 +696,7 @@ static int load_post_processor(struct tokenizer *t, const cJSON *p, char *err, s
 		}
 		return 0;
 	}
-	seterr(err, errsz, "post_processor \"%s\" is not supported (supported: ByteLevel, TemplateProcessing, Sequence)",
+	set_error(err, errsz, "post_processor \"%s\" is not supported (supported: ByteLevel, TemplateProcessing, Sequence)",
 	       type);
 	return -1;
 }
@@ -764,7 +712,7 @@ static int load_decoder(struct tokenizer *t, const cJSON *d, char *err, size_t e
 		t->decoder_bytelevel = 1;
 		return 0;
 	}
-	seterr(err, errsz, "decoder \"%s\" is not supported (supported: ByteLevel)", type ? type : "(no type)");
+	set_error(err, errsz, "decoder \"%s\" is not supported (supported: ByteLevel)", type ? type : "(no type)");
 	return -1;
 }
 
@@ -792,38 +740,38 @@ static int load_model(struct tokenizer *t, const cJSON *m, int max_added_id, cha
 	int32_t rank = 0;
 
 	if (type == NULL || strcmp(type, "BPE") != 0) {
-		seterr(err, errsz, "model \"%s\" is not supported (supported: BPE)", type ? type : "(no type)");
+		set_error(err, errsz, "model \"%s\" is not supported (supported: BPE)", type ? type : "(no type)");
 		return -1;
 	}
 	v = cJSON_GetObjectItemCaseSensitive(m, "dropout");
 	if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 0)) {
-		seterr(err, errsz, "model: BPE dropout is not supported (it makes encoding random)");
+		set_error(err, errsz, "model: BPE dropout is not supported (it makes encoding random)");
 		return -1;
 	}
 	if (json_flag(m, "byte_fallback")) {
-		seterr(err, errsz, "model: byte_fallback (SentencePiece-style BPE) is not supported");
+		set_error(err, errsz, "model: byte_fallback (SentencePiece-style BPE) is not supported");
 		return -1;
 	}
 	const char *pfx = json_type_str(m, "continuing_subword_prefix"), *sfx = json_type_str(m, "end_of_word_suffix");
 	if ((pfx && *pfx) || (sfx && *sfx)) {
-		seterr(err, errsz, "model: continuing_subword_prefix / end_of_word_suffix are not supported");
+		set_error(err, errsz, "model: continuing_subword_prefix / end_of_word_suffix are not supported");
 		return -1;
 	}
 	t->ignore_merges = json_flag(m, "ignore_merges");
 	t->fuse_unk = json_flag(m, "fuse_unk");
 	if (!cJSON_IsObject(vocab)) {
-		seterr(err, errsz, "model: no \"vocab\" object");
+		set_error(err, errsz, "model: no \"vocab\" object");
 		return -1;
 	}
 	if (!cJSON_IsArray(merges)) {
-		seterr(err, errsz, "model: no \"merges\" array");
+		set_error(err, errsz, "model: no \"merges\" array");
 		return -1;
 	}
 	strmap_init(&t->vocab, (size_t)cJSON_GetArraySize(vocab));
 	cJSON_ArrayForEach(e, vocab) {
 		if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= INT32_MAX / 2 ||
 		    e->valuedouble != (double)(int32_t)e->valuedouble) {
-			seterr(err, errsz, "model.vocab: \"%s\": id is not a non-negative integer", e->string);
+			set_error(err, errsz, "model.vocab: \"%s\": id is not a non-negative integer", e->string);
 			return -1;
 		}
 		strmap_put(&t->vocab, e->string, strlen(e->string), (int32_t)e->valuedouble);
@@ -839,7 +787,7 @@ static int load_model(struct tokenizer *t, const cJSON *m, int max_added_id, cha
 	const char *unk = json_type_str(m, "unk_token");
 	t->unk_id = unk ? vocab_lookup(t, unk, strlen(unk)) : -1;
 	if (unk && t->unk_id < 0) {
-		seterr(err, errsz, "model: unk_token \"%s\" is not in the vocabulary", unk);
+		set_error(err, errsz, "model: unk_token \"%s\" is not in the vocabulary", unk);
 		return -1;
 	}
 
@@ -851,7 +799,7 @@ static int load_model(struct tokenizer *t, const cJSON *m, int max_added_id, cha
 		if (cJSON_IsString(e)) {
 			const char *sp = strchr(e->valuestring, ' ');
 			if (sp == NULL || strchr(sp + 1, ' ') != NULL) {
-				seterr(err, errsz, "model.merges[%d]: \"%s\" is not two tokens separated by one space", rank,
+				set_error(err, errsz, "model.merges[%d]: \"%s\" is not two tokens separated by one space", rank,
 				       e->valuestring);
 				return -1;
 			}
@@ -866,12 +814,12 @@ static int load_model(struct tokenizer *t, const cJSON *m, int max_added_id, cha
 			la = strlen(a);
 			lb = strlen(b);
 		} else {
-			seterr(err, errsz, "model.merges[%d]: neither \"a b\" nor [\"a\", \"b\"]", rank);
+			set_error(err, errsz, "model.merges[%d]: neither \"a b\" nor [\"a\", \"b\"]", rank);
 			return -1;
 		}
 		int32_t ia = vocab_lookup(t, a, la), ib = vocab_lookup(t, b, lb);
 		if (ia < 0 || ib < 0) {
-			seterr(err, errsz, "model.merges[%d]: \"%.*s\" is not in the vocabulary", rank,
+			set_error(err, errsz, "model.merges[%d]: \"%.*s\" is not in the vocabulary", rank,
 			       (int)(ia < 0 ? la : lb), ia < 0 ? a : b);
 			return -1;
 		}
@@ -881,7 +829,7 @@ static int load_model(struct tokenizer *t, const cJSON *m, int max_added_id, cha
 		joined[la + lb] = '\0';
 		int32_t ij = vocab_lookup(t, joined, la + lb);
 		if (ij < 0) {
-			seterr(err, errsz, "model.merges[%d]: the merged token \"%s\" is not in the vocabulary", rank, joined);
+			set_error(err, errsz, "model.merges[%d]: the merged token \"%s\" is not in the vocabulary", rank, joined);
 			free(joined);
 			return -1;
 		}
@@ -929,7 +877,7 @@ static int load_added_tokens(struct tokenizer *t, const cJSON *list, char *err, 
 	if (list == NULL || cJSON_IsNull(list))
 		return 0;
 	if (!cJSON_IsArray(list)) {
-		seterr(err, errsz, "added_tokens: not an array");
+		set_error(err, errsz, "added_tokens: not an array");
 		return -1;
 	}
 	t->added = xcalloc((size_t)cJSON_GetArraySize(list) + 1, sizeof *t->added);
@@ -938,15 +886,15 @@ static int load_added_tokens(struct tokenizer *t, const cJSON *list, char *err, 
 		const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
 		struct added_token *a = &t->added[t->n_added];
 		if (content == NULL || !cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= INT32_MAX / 2) {
-			seterr(err, errsz, "added_tokens[%d]: needs \"content\" and a non-negative \"id\"", i);
+			set_error(err, errsz, "added_tokens[%d]: needs \"content\" and a non-negative \"id\"", i);
 			return -1;
 		}
 		if (json_flag(e, "single_word")) {
-			seterr(err, errsz, "added_tokens[%d] \"%s\": single_word is not supported", i, content);
+			set_error(err, errsz, "added_tokens[%d] \"%s\": single_word is not supported", i, content);
 			return -1;
 		}
-		if (utf8_valid_prefix_u((const unsigned char *)content, strlen(content)) != strlen(content)) {
-			seterr(err, errsz, "added_tokens[%d]: content is not valid UTF-8", i);
+		if (utf8_valid_prefix(content, strlen(content)) != strlen(content)) {
+			set_error(err, errsz, "added_tokens[%d]: content is not valid UTF-8", i);
 			return -1;
 		}
 		a->content = xstrdup(content);
@@ -983,17 +931,17 @@ static int check_regular(const char *path, char *err, size_t errsz)
 	if (lstat(path, &lst) < 0) {
 		if (errno == ENOENT)
 			return 1;
-		return seterr(err, errsz, "%s: %s", path, strerror(errno)), -1;
+		return set_error(err, errsz, "%s: %s", path, strerror(errno)), -1;
 	}
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
 		if (errno == ENOENT && S_ISLNK(lst.st_mode))
-			return seterr(err, errsz, "%s: a dangling symbolic link (an interrupted download?)", path), -1;
-		return seterr(err, errsz, "%s: %s", path, strerror(errno)), -1;
+			return set_error(err, errsz, "%s: a dangling symbolic link (an interrupted download?)", path), -1;
+		return set_error(err, errsz, "%s: %s", path, strerror(errno)), -1;
 	}
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
-		return seterr(err, errsz, "%s: not a regular file", path), -1;
+		return set_error(err, errsz, "%s: not a regular file", path), -1;
 	}
 	close(fd);
 	return 0;
@@ -1068,9 +1016,9 @@ int tokenizer_load(struct tokenizer **out, const char *path, char *err, size_t e
 	root = json_read_file(file, why, sizeof why);
 	if (root == NULL) {
 		if (access(file, F_OK) != 0)
-			seterr(err, errsz, "%s: %s", file, strerror(errno));
+			set_error(err, errsz, "%s: %s", file, strerror(errno));
 		else
-			seterr(err, errsz, "%s", why);
+			set_error(err, errsz, "%s", why);
 		free(file);
 		return -1;
 	}
@@ -1078,7 +1026,7 @@ int tokenizer_load(struct tokenizer **out, const char *path, char *err, size_t e
 	t->path = file;
 	t->eos_id = -1;
 	if (!cJSON_IsObject(root) || !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(root, "model"))) {
-		seterr(why, sizeof why, "not a tokenizer.json (no \"model\" object)");
+		set_error(why, sizeof why, "not a tokenizer.json (no \"model\" object)");
 		goto fail;
 	}
 	if (load_added_tokens(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), why, sizeof why) < 0 ||
@@ -1106,12 +1054,12 @@ int tokenizer_load(struct tokenizer **out, const char *path, char *err, size_t e
 	for (int i = 0; i < t->n_tmpl_pre + t->n_tmpl_post; i++) {
 		int32_t id = i < t->n_tmpl_pre ? t->tmpl_pre[i] : t->tmpl_post[i - t->n_tmpl_pre];
 		if (id >= t->n_ids) {
-			seterr(why, sizeof why, "post_processor: special id %d is beyond the vocabulary (%d)", id, t->n_ids);
+			set_error(why, sizeof why, "post_processor: special id %d is beyond the vocabulary (%d)", id, t->n_ids);
 			goto fail;
 		}
 		/* a gap in the ids: encode would emit a token that decode cannot name */
 		if (t->id_token[id] == NULL) {
-			seterr(why, sizeof why, "post_processor: special id %d names no token of the vocabulary", id);
+			set_error(why, sizeof why, "post_processor: special id %d names no token of the vocabulary", id);
 			goto fail;
 		}
 	}
@@ -1124,7 +1072,7 @@ int tokenizer_load(struct tokenizer **out, const char *path, char *err, size_t e
 	*out = t;
 	return 0;
 fail:
-	seterr(err, errsz, "%s: %s", file, why);
+	set_error(err, errsz, "%s: %s", file, why);
 	cJSON_Delete(root);
 	tokenizer_free(t);
 	return -1;
@@ -1446,7 +1394,7 @@ static int split_regex(struct tok_workspace *ws, int k, const char *s, size_t n,
 		if (m < 0) {
 			PCRE2_UCHAR msg[120];
 			pcre2_get_error_message(m, msg, sizeof msg);
-			seterr(err, errsz, "pre-tokenizer regex failed: %s", (char *)msg);
+			set_error(err, errsz, "pre-tokenizer regex failed: %s", (char *)msg);
 			return -1;
 		}
 		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(ws->md);
@@ -1666,11 +1614,11 @@ int tokenizer_encode(const struct tokenizer *t, struct tok_workspace *ws, const 
 		     struct token_ids *out, char *err, size_t errsz)
 {
 	struct tok_workspace *own = NULL;
-	size_t valid = utf8_valid_prefix_u((const unsigned char *)text, len), done = 0, ms, me;
+	size_t valid = utf8_valid_prefix(text, len), done = 0, ms, me;
 	int a, rc = 0;
 
 	if (valid != len) {
-		seterr(err, errsz, "invalid UTF-8 at byte %zu", valid);
+		set_error(err, errsz, "invalid UTF-8 at byte %zu", valid);
 		return -1;
 	}
 	if (ws == NULL)
@@ -1719,7 +1667,7 @@ static char *utf8_lossy(const char *s, size_t n, size_t *out_len)
 
 	bytes_add(&b, "", 0);
 	while (i < n) {
-		size_t ok = utf8_valid_prefix_u(u + i, n - i);
+		size_t ok = utf8_valid_prefix((const char *)u + i, n - i);
 		bytes_add(&b, u + i, ok);
 		i += ok;
 		if (i >= n)
@@ -1765,7 +1713,7 @@ char *tokenizer_decode(const struct tokenizer *t, const int32_t *ids, size_t n, 
 		int32_t id = ids[i];
 		const char *tok = tokenizer_id_token(t, id);
 		if (tok == NULL) {
-			seterr(err, errsz, "id %d at position %zu is not in the vocabulary (size %d)", id, i, t->n_ids);
+			set_error(err, errsz, "id %d at position %zu is not in the vocabulary (size %d)", id, i, t->n_ids);
 			free(raw.p);
 			return NULL;
 		}
@@ -1802,99 +1750,6 @@ char *tokenizer_decode(const struct tokenizer *t, const int32_t *ids, size_t n, 
 
 /* ---- where tokenizers and datasets live ---------------------------------- */
 
-static char *hf_hub_dir(void)
-{
-	const char *v = getenv("HF_HUB_CACHE");
-
-	if (v && *v)
-		return xstrdup(v);
-	v = getenv("HF_HOME");
-	if (v && *v)
-		return xasprintf("%s/hub", v);
-	v = getenv("HOME");
-	return xasprintf("%s/.cache/huggingface/hub", v && *v ? v : ".");
-}
-
-/* The snapshot refs/main names, when it names one that is there. */
-static char *snapshot_from_ref(const char *repo_dir)
-{
-	char *ref = xasprintf("%s/refs/main", repo_dir), *text, *snap = NULL;
-	size_t len;
-	struct stat st;
-
-	text = read_whole_file(ref, &len);
-	free(ref);
-	if (text == NULL)
-		return NULL;
-	while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
-		text[--len] = '\0';
-	if (len > 0 && name_is_safe(text)) {
-		snap = xasprintf("%s/snapshots/%s", repo_dir, text);
-		if (stat(snap, &st) != 0 || !S_ISDIR(st.st_mode)) {
-			free(snap);
-			snap = NULL;
-		}
-	}
-	free(text);
-	return snap;
-}
-
-char *hf_cache_snapshot(const char *kind, const char *repo_id, char *err, size_t errsz)
-{
-	char *hub = hf_hub_dir(), *flat = xstrdup(repo_id), *repo_dir, *snaps, *best;
-	const char *slash = strchr(repo_id, '/');
-	struct timespec best_t = { 0, 0 };
-	DIR *d;
-	struct dirent *e;
-
-	/* Org/Name -> <kind>s--Org--Name, as huggingface_hub names cache folders */
-	if (slash == NULL || strchr(slash + 1, '/') != NULL || slash == repo_id || slash[1] == '\0' ||
-	    strstr(repo_id, "..") != NULL) {
-		seterr(err, errsz, "\"%s\" is not a hub id (Org/Name)", repo_id);
-		free(hub);
-		free(flat);
-		return NULL;
-	}
-	flat[slash - repo_id] = '\0';
-	repo_dir = xasprintf("%s/%ss--%s--%s", hub, kind, flat, slash + 1);
-	free(flat);
-	free(hub);
-	best = snapshot_from_ref(repo_dir);
-	if (best) {
-		free(repo_dir);
-		return best;
-	}
-	/* no usable refs/main: the newest snapshot */
-	snaps = xasprintf("%s/snapshots", repo_dir);
-	free(repo_dir);
-	d = opendir(snaps);
-	if (d == NULL) {
-		seterr(err, errsz, "%s: %s", snaps, strerror(errno));
-		free(snaps);
-		return NULL;
-	}
-	while ((e = readdir(d)) != NULL) {
-		struct stat st;
-		char *p;
-		if (e->d_name[0] == '.')
-			continue;
-		p = xasprintf("%s/%s", snaps, e->d_name);
-		if (stat(p, &st) == 0 && S_ISDIR(st.st_mode) &&
-		    (best == NULL || st.st_mtim.tv_sec > best_t.tv_sec ||
-		     (st.st_mtim.tv_sec == best_t.tv_sec && st.st_mtim.tv_nsec > best_t.tv_nsec))) {
-			free(best);
-			best = p;
-			best_t = st.st_mtim;
-		} else
-			free(p);
-	}
-	closedir(d);
-	if (best == NULL)
-		seterr(err, errsz, "%s: no snapshot in it", snaps);
-	free(snaps);
-	return best;
-}
-
 int tokenizer_resolve(struct tokenizer **out, const char *model_id, char *err, size_t errsz)
 {
 	struct stat st;
@@ -1904,15 +1759,15 @@ int tokenizer_resolve(struct tokenizer **out, const char *model_id, char *err, s
 	*out = NULL;
 	if (stat(model_id, &st) == 0)
 		return tokenizer_load(out, model_id, err, errsz);
-	snap = hf_cache_snapshot("model", model_id, why, sizeof why);
+	snap = hf_cache_find("model", model_id, why, sizeof why);
 	if (snap == NULL) {
-		seterr(err, errsz, "no tokenizer for \"%s\": not a local path, and not in the HF cache (%s)", model_id, why);
+		set_error(err, errsz, "no tokenizer for \"%s\": not a local path, and not in the HF cache (%s)", model_id, why);
 		return -1;
 	}
 	file = xasprintf("%s/tokenizer.json", snap);
 	free(snap);
 	if (access(file, R_OK) != 0) {
-		seterr(err, errsz, "no tokenizer for \"%s\": %s: %s", model_id, file, strerror(errno));
+		set_error(err, errsz, "no tokenizer for \"%s\": %s: %s", model_id, file, strerror(errno));
 		free(file);
 		return -1;
 	}

@@ -46,7 +46,7 @@ void token_ids_free(struct token_ids *t);
  * tokenizer_eos_id.  0, or -1 with err ("path: what is wrong"). */
 int tokenizer_load(struct tokenizer **out, const char *path, char *err, size_t errsz);
 /* model_id: a local directory holding tokenizer.json, else the HF cache
- * (see hf_cache_snapshot) models--Org--Name/snapshots/<rev>/tokenizer.json.
+ * (tools/lib/hf_cache.h) models--Org--Name/snapshots/<rev>/tokenizer.json.
  * The error lists every place looked at. */
 int tokenizer_resolve(struct tokenizer **out, const char *model_id, char *err, size_t errsz);
 void tokenizer_free(struct tokenizer *tok);
@@ -76,12 +76,5 @@ const char *tokenizer_id_token(const struct tokenizer *tok, int id);  /* NULL wh
 int tokenizer_is_special(const struct tokenizer *tok, int id);
 int tokenizer_eos_id(const struct tokenizer *tok);              /* -1 when unknown */
 const char *tokenizer_path(const struct tokenizer *tok);        /* the tokenizer.json read */
-
-/* The snapshot directory of a HF hub cache entry:
- * <hub>/<kind>s--Org--Name/snapshots/<rev>/ with hub = $HF_HUB_CACHE, else
- * $HF_HOME/hub, else ~/.cache/huggingface/hub; kind "model" or "dataset";
- * rev the one refs/main names, else the newest.  malloc'd path, or NULL
- * with err naming the directory looked at. */
-char *hf_cache_snapshot(const char *kind, const char *repo_id, char *err, size_t errsz);
 
 #endif
