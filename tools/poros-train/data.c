@@ -3,7 +3,6 @@
 #include "data.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,17 +11,6 @@
 #include "ops.h"
 #include "tokenizer.h"
 #include "util.h"
-
-static int seterr(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int seterr(char *err, size_t errsz, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, errsz, fmt, ap);
-	va_end(ap);
-	return -1;
-}
 
 static int ends_with(const char *s, const char *suffix)
 {
@@ -37,10 +25,10 @@ static int open_raw(struct token_source *d, const char *path, int width, char *e
 	unsigned char *buf = (unsigned char *)read_whole_file(path, &len);
 
 	if (buf == NULL)
-		return seterr(err, errsz, "dataset %s: %s", path, strerror(errno));
+		return set_error(err, errsz, "dataset %s: %s", path, strerror(errno));
 	if (len % (size_t)width != 0) {
 		free(buf);
-		return seterr(err, errsz, "%s: %zu bytes is not a whole number of %d-byte tokens", path, len, width);
+		return set_error(err, errsz, "%s: %zu bytes is not a whole number of %d-byte tokens", path, len, width);
 	}
 	d->n = len / (size_t)width;
 	d->tokens = xmalloc((d->n ? d->n : 1) * sizeof *d->tokens);
@@ -51,7 +39,7 @@ static int open_raw(struct token_source *d, const char *path, int width, char *e
 
 		if (t >= (uint32_t)d->vocab) {
 			free(buf);
-			return seterr(err, errsz, "%s: token %u at index %zu (byte %zu) >= vocabulary size %d", path, t, i,
+			return set_error(err, errsz, "%s: token %u at index %zu (byte %zu) >= vocabulary size %d", path, t, i,
 			              i * (size_t)width, d->vocab);
 		}
 		d->tokens[i] = t;
@@ -90,7 +78,7 @@ static int open_dataset(struct token_source *d, const char *spec, const struct m
 	/* a tokenizer given for the run must load: no quiet fall back to the model's */
 	if (mc->tokenizer_path != NULL) {
 		if (tokenizer_load(&d->tok, mc->tokenizer_path, lerr, sizeof lerr) < 0)
-			return seterr(err, errsz, "--tokenizer: %s", lerr);
+			return set_error(err, errsz, "--tokenizer: %s", lerr);
 	} else if (tokenizer_resolve(&d->tok, mc->checkpoint_dir ? mc->checkpoint_dir : mc->model_id, why,
 	                             sizeof why) < 0) {
 		d->tok = NULL;
@@ -100,11 +88,11 @@ static int open_dataset(struct token_source *d, const char *spec, const struct m
 		eos = mc->eos_token_id;
 	if (dataset_open(&d->ds, spec, d->tok, d->seq_len, seed, eos, train_on, lerr, sizeof lerr) < 0) {
 		if (d->tok == NULL && strstr(lerr, "tokenizer") != NULL)
-			return seterr(err, errsz, "%s (the model has none: %s; --tokenizer gives one)", lerr, why);
-		return seterr(err, errsz, "%s", lerr);
+			return set_error(err, errsz, "%s (the model has none: %s; --tokenizer gives one)", lerr, why);
+		return set_error(err, errsz, "%s", lerr);
 	}
 	if (dataset_max_token_id(d->ds) >= d->vocab)
-		return seterr(err, errsz, "dataset %s: token %d >= vocabulary size %d of %s", spec,
+		return set_error(err, errsz, "dataset %s: token %d >= vocabulary size %d of %s", spec,
 		              dataset_max_token_id(d->ds), d->vocab, mc->model_id);
 	return 0;
 }
@@ -130,11 +118,11 @@ int token_source_open(struct token_source *d, const char *spec, const struct mod
 	if (mc->tokenizer_path != NULL &&
 	    (strcmp(spec, "synthetic") == 0 || strcmp(spec, "synthetic:repeat") == 0 || has_raw_suffix(spec, &width))) {
 		token_source_free(d);
-		return seterr(err, errsz, "--tokenizer: dataset %s is token ids already (a tokenizer is used for text and "
+		return set_error(err, errsz, "--tokenizer: dataset %s is token ids already (a tokenizer is used for text and "
 		              "messages datasets only)", spec);
 	}
 	if (train_on == TRAIN_ON_ASSISTANT && (strncmp(spec, "synthetic", 9) == 0 || has_raw_suffix(spec, &width))) {
-		rc = seterr(err, errsz, "dataset %s: train_on \"assistant\" needs chat (messages) records", spec);
+		rc = set_error(err, errsz, "dataset %s: train_on \"assistant\" needs chat (messages) records", spec);
 		token_source_free(d);
 		return rc;
 	}
@@ -151,7 +139,7 @@ int token_source_open(struct token_source *d, const char *spec, const struct mod
 		d->kind = SOURCE_RAW;
 		rc = open_raw(d, spec, width, err, errsz);
 		if (rc == 0 && d->n == 0)
-			rc = seterr(err, errsz, "dataset %s: holds no tokens", spec);
+			rc = set_error(err, errsz, "dataset %s: holds no tokens", spec);
 	} else {
 		/* never a silent fallback to synthetic data: what cannot be
 		 * found is an error that names it */
@@ -228,14 +216,14 @@ int token_source_seek(struct token_source *d, const struct token_cursor *cur, ch
 	char why[512];
 
 	if (cur->size != source_size(d))
-		return seterr(err, errsz, "dataset %s: holds %lld tokens, the checkpoint's had %lld", d->name,
+		return set_error(err, errsz, "dataset %s: holds %lld tokens, the checkpoint's had %lld", d->name,
 		              source_size(d), cur->size);
 	if (d->kind != SOURCE_DATASET) {
 		d->next_seq = cur->next_seq;
 		return 0;
 	}
 	if (dataset_seek(d->ds, &cur->ds, why, sizeof why) < 0)
-		return seterr(err, errsz, "dataset %s: %s", d->name, why);
+		return set_error(err, errsz, "dataset %s: %s", d->name, why);
 	return 0;
 }
 

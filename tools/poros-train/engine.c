@@ -12,16 +12,6 @@
 
 #include "util.h"
 
-int seterr(char *err, size_t errsz, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, errsz, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
 void bprintf(char *buf, size_t n, size_t *off, const char *fmt, ...)
 {
 	va_list ap;
@@ -44,7 +34,7 @@ int rope_tables(float *cos_t, float *sin_t, const struct model_config *mc, int S
 
 	if (*type && strcmp(type, "default") != 0 && strcmp(type, "linear") != 0 && strcmp(type, "llama3") != 0) {
 		free(inv);
-		return seterr(err, errsz,
+		return set_error(err, errsz,
 		              "%s: rope_scaling type \"%s\" is not supported (poros-train implements default, linear, llama3)",
 		              mc->model_id, type);
 	}
@@ -65,7 +55,7 @@ int rope_tables(float *cos_t, float *sin_t, const struct model_config *mc, int S
 
 		if (mc->rope_original_max_position <= 0 || hi == lo) {
 			free(inv);
-			return seterr(err, errsz, "%s: rope_scaling llama3 needs original_max_position_embeddings and "
+			return set_error(err, errsz, "%s: rope_scaling llama3 needs original_max_position_embeddings and "
 			              "high_freq_factor != low_freq_factor", mc->model_id);
 		}
 		for (int i = 0; i < half; i++) {
@@ -253,7 +243,7 @@ static int engine_setup(struct engine *e, const struct train_config *cfg, const 
 	if (library_bytes) {
 		dev_alloc_set_purpose(&e->alloc, "blas_workspace");
 		if (dev_alloc_count_held(&e->alloc, library_bytes, "the cuBLAS workspace") < 0)
-			return seterr(err, errsz, "%s", e->alloc.err);
+			return set_error(err, errsz, "%s", e->alloc.err);
 	}
 	lora_layout_init(&e->lora, &hw->lay, e->L, e->lc.R, cfg->target_mask);
 	e->lc.slot = e->lora.slot;
@@ -306,7 +296,7 @@ int engine_create(struct engine **out, const struct train_config *cfg, const str
 	if (engine_setup(e, cfg, mc, hw, be->library_device_bytes, err, errsz) < 0)
 		return -1;
 	if (schedule_events_create(e) < 0)
-		return seterr(err, errsz, "%s backend: cannot create events", be->name);
+		return set_error(err, errsz, "%s backend: cannot create events", be->name);
 	e->n_pred = xcalloc((size_t)e->k, sizeof *e->n_pred);
 	e->h_losses = xmalloc((size_t)e->k * e->lc.T * sizeof *e->h_losses);
 	if (staging_alloc(e, err, errsz) < 0 || plan_device(e, err, errsz) < 0)

@@ -118,7 +118,6 @@ struct engine {
 	struct profile *prof;      /* NULL: profiling off */
 };
 
-int seterr(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* snprintf into buf at *off, never past n (the length still counts). */
 void bprintf(char *buf, size_t n, size_t *off, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 

@@ -17,7 +17,7 @@ static int eval_alloc(struct engine *e, char *err, size_t errsz)
 		return 0;
 	if (e->be->host_alloc((void **)&st->tokens, tok) != 0 || e->be->host_alloc((void **)&st->targets, tok) != 0 ||
 	    e->be->host_alloc((void **)&st->pos, tok) != 0 || e->be->host_alloc((void **)&st->rows, rows) != 0)
-		return seterr(err, errsz, "allocating host memory for the evaluation's tokens failed");
+		return set_error(err, errsz, "allocating host memory for the evaluation's tokens failed");
 	return 0;
 }
 
@@ -51,7 +51,7 @@ int engine_eval(struct engine *e, struct token_source *src, long rows, double *l
 		memset(st->tokens + (size_t)nmb * T, 0, (size_t)(e->k - nmb) * T * sizeof *st->tokens);
 		memset(st->pos + (size_t)nmb * T, 0, (size_t)(e->k - nmb) * T * sizeof *st->pos);
 		if (staging_gather(e, st) < 0) {
-			seterr(err, errsz, "%s", st->err);
+			set_error(err, errsz, "%s", st->err);
 			goto fail;
 		}
 		e->be->copy_h2d(e->embed_rows, st->rows, (size_t)nmb * T * e->lc.C * sizeof(bf16), STREAM_COMPUTE);
@@ -71,7 +71,7 @@ int engine_eval(struct engine *e, struct token_source *src, long rows, double *l
 	*loss = count ? sum / (double)count : 0.0;
 	*tokens = count;
 	if (count == 0)
-		return seterr(err, errsz, "the evaluation set has no supervised tokens");
+		return set_error(err, errsz, "the evaluation set has no supervised tokens");
 	return 0;
 fail:
 	e->lc.dropout = dropout;

@@ -234,14 +234,14 @@ static int alloc_weights(struct engine *e, char *err, size_t errsz)
 	dev_alloc_set_purpose(&e->alloc, "lm_head");
 	if (dev_alloc(&e->alloc, &p, glob_bytes, "the final norm and lm_head (%s)",
 	              format_bytes(sz, sizeof sz, (double)glob_bytes)) < 0)
-		return seterr(err, errsz, "%s", e->alloc.err);
+		return set_error(err, errsz, "%s", e->alloc.err);
 	e->globals = p;
 	if (e->blockwise) {
 		size_t slab = (size_t)e->bs * lay->stride;
 
 		dev_alloc_set_purpose(&e->alloc, "slabs");
 		if (dev_alloc(&e->alloc, &p, 2 * slab, "2 slabs of %s", format_bytes(sz, sizeof sz, (double)slab)) < 0)
-			return seterr(err, errsz, "%s", e->alloc.err);
+			return set_error(err, errsz, "%s", e->alloc.err);
 		e->slab[0].mem = p;
 		e->slab[1].mem = p ? (unsigned char *)p + slab : NULL; /* NULL: a plan */
 	} else {
@@ -250,7 +250,7 @@ static int alloc_weights(struct engine *e, char *err, size_t errsz)
 		dev_alloc_set_purpose(&e->alloc, "layers");
 		if (dev_alloc(&e->alloc, &p, all, "all %d layers' weights (%s)", e->L,
 		              format_bytes(sz, sizeof sz, (double)all)) < 0)
-			return seterr(err, errsz, "%s", e->alloc.err);
+			return set_error(err, errsz, "%s", e->alloc.err);
 		e->layers = p;
 	}
 	e->dequant_layer = -1;
@@ -260,7 +260,7 @@ static int alloc_weights(struct engine *e, char *err, size_t errsz)
 		dev_alloc_set_purpose(&e->alloc, "dequant");
 		if (dev_alloc(&e->alloc, &p, e->dequant_bytes, "a dequantization buffer for one layer (%s)",
 		              format_bytes(sz, sizeof sz, (double)e->dequant_bytes)) < 0)
-			return seterr(err, errsz, "%s", e->alloc.err);
+			return set_error(err, errsz, "%s", e->alloc.err);
 		e->dequant = p;
 	}
 	return 0;
@@ -276,7 +276,7 @@ static int alloc_state(struct engine *e, char *err, size_t errsz)
 	dev_alloc_set_purpose(&e->alloc, "lora_state");
 	if (dev_alloc(&e->alloc, &p, 4 * lora_bytes, "LoRA parameters, gradients and AdamW state (%s)",
 	              format_bytes(sz, sizeof sz, 4.0 * (double)lora_bytes)) < 0)
-		return seterr(err, errsz, "%s", e->alloc.err);
+		return set_error(err, errsz, "%s", e->alloc.err);
 	state = p;
 	if (state) { /* NULL: a plan */
 		e->params = state;
@@ -289,7 +289,7 @@ static int alloc_state(struct engine *e, char *err, size_t errsz)
 		e->acts = xcalloc((size_t)e->L, sizeof *e->acts);
 	snprintf(what, sizeof what, "activations of %d layer%s", e->acts ? e->L : 1, e->acts && e->L > 1 ? "s" : "");
 	if (alloc_plan(e, plan_acts, "activations", what) < 0)
-		return seterr(err, errsz, "%s", e->alloc.err);
+		return set_error(err, errsz, "%s", e->alloc.err);
 	if (e->blockwise) {
 		snprintf(what, sizeof what, "2 sets of %d layer-input checkpoints", e->k);
 	} else {
@@ -298,14 +298,14 @@ static int alloc_state(struct engine *e, char *err, size_t errsz)
 		snprintf(what, sizeof what, "%d activation checkpoints", e->n_ckpt);
 	}
 	if (alloc_plan(e, plan_ckpts, "checkpoints", what) < 0)
-		return seterr(err, errsz, "%s", e->alloc.err);
+		return set_error(err, errsz, "%s", e->alloc.err);
 	e->dresid = xcalloc((size_t)e->k, sizeof *e->dresid);
 	if (alloc_plan(e, plan_dresid, "residual_grads", "residual-stream gradients") < 0 ||
 	    alloc_plan(e, plan_scratch, "workspace", "backward scratch") < 0 ||
 	    alloc_plan(e, plan_head, "head", "the lm_head and loss buffers") < 0 ||
 	    alloc_plan(e, plan_embed_rows, "embedding", "the step's embedding rows") < 0 ||
 	    alloc_plan(e, plan_misc, "misc", "targets, rope tables and norm scratch") < 0)
-		return seterr(err, errsz, "%s", e->alloc.err);
+		return set_error(err, errsz, "%s", e->alloc.err);
 	return 0;
 }
 
@@ -321,7 +321,7 @@ int plan_device(struct engine *e, char *err, size_t errsz)
 
 		if (e->be->host_alloc((void **)&e->cs.host, bytes) != 0) {
 			e->cs.host = NULL;
-			return seterr(err, errsz, "allocating host memory for %d layers' activation checkpoints (%s) failed",
+			return set_error(err, errsz, "allocating host memory for %d layers' activation checkpoints (%s) failed",
 			              e->L, format_bytes(sz, sizeof sz, (double)bytes));
 		}
 	}

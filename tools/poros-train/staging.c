@@ -21,7 +21,7 @@ int staging_gather(const struct engine *e, struct staging *st)
 		int32_t tok = st->tokens[i];
 
 		if (tok < 0 || tok >= V)
-			return seterr(st->err, sizeof st->err, "token id %d out of the vocabulary (%d)", (int)tok, V);
+			return set_error(st->err, sizeof st->err, "token id %d out of the vocabulary (%d)", (int)tok, V);
 		memcpy(st->rows + (size_t)i * C, table + (size_t)tok * C, (size_t)C * sizeof(bf16));
 	}
 	return 0;
@@ -111,7 +111,7 @@ int staging_load(struct engine *e, int step)
 	}
 	st = &e->stage[e->cur];
 	if (st->rc < 0)
-		return seterr(e->err, sizeof e->err, "%s", st->err);
+		return set_error(e->err, sizeof e->err, "%s", st->err);
 	memcpy(e->n_pred, st->n_pred, (size_t)e->k * sizeof *e->n_pred);
 	e->n_supervised = 0;
 	for (int j = 0; j < e->k; j++)
@@ -148,7 +148,7 @@ int staging_alloc(struct engine *e, char *err, size_t errsz)
 
 		if (be->host_alloc((void **)&st->tokens, tok_bytes) != 0 || be->host_alloc((void **)&st->targets, tok_bytes) != 0 ||
 		    be->host_alloc((void **)&st->pos, tok_bytes) != 0 || be->host_alloc((void **)&st->rows, rows_bytes) != 0)
-			return seterr(err, errsz, "allocating host memory for tokens failed");
+			return set_error(err, errsz, "allocating host memory for tokens failed");
 		st->n_pred = xcalloc((size_t)e->k, sizeof *st->n_pred);
 	}
 	return 0;

@@ -3,7 +3,6 @@
 #include "weights.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,17 +13,6 @@
 #include "ops.h"
 #include "safetensors.h"
 #include "util.h"
-
-static int seterr(char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int seterr(char *err, size_t errsz, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, errsz, fmt, ap);
-	va_end(ap);
-	return -1;
-}
 
 static size_t align_up(size_t n)
 {
@@ -63,7 +51,7 @@ int layer_layout_init(struct layer_layout *lay, const struct model_config *mc, i
 		numel = (size_t)lay->n_out[m] * (size_t)lay->n_in[m];
 		if (nf4) {
 			if (numel % POROS_NF4_BLOCK != 0)
-				return seterr(err, errsz, "%s: %s has %zu elements, not a multiple of the NF4 block (%d)",
+				return set_error(err, errsz, "%s: %s has %zu elements, not a multiple of the NF4 block (%d)",
 				              mc->model_id, lora_module_names[m], numel, POROS_NF4_BLOCK);
 			lay->weight[m] = reserve(&off, numel / 2);
 			lay->absmax[m] = reserve(&off, numel / POROS_NF4_BLOCK * sizeof(float));
@@ -208,19 +196,19 @@ static const struct st_tensor *checked_tensor(const struct st_checkpoint *ck, co
 	int n = 0;
 
 	if (t == NULL)
-		return seterr(err, errsz, "%s: tensor \"%s\" not found", ck->dir, name), NULL;
+		return set_error(err, errsz, "%s: tensor \"%s\" not found", ck->dir, name), NULL;
 	if (t->ndim != ndim || t->shape[0] != rows || (ndim == 2 && t->shape[1] != cols)) {
 		shape[0] = '\0';
 		for (int i = 0; i < t->ndim && n < (int)sizeof shape - 24; i++)
 			n += snprintf(shape + n, sizeof shape - (size_t)n, "%s%lld", i ? "," : "", t->shape[i]);
 		if (ndim == 2)
-			return seterr(err, errsz, "%s: tensor \"%s\" has shape [%s] (expected [%lld,%lld] from config.json)",
+			return set_error(err, errsz, "%s: tensor \"%s\" has shape [%s] (expected [%lld,%lld] from config.json)",
 			              ck->dir, name, shape, rows, cols), NULL;
-		return seterr(err, errsz, "%s: tensor \"%s\" has shape [%s] (expected [%lld] from config.json)", ck->dir,
+		return set_error(err, errsz, "%s: tensor \"%s\" has shape [%s] (expected [%lld] from config.json)", ck->dir,
 		              name, shape, rows), NULL;
 	}
 	if (t->dtype != ST_BF16 && t->dtype != ST_F16 && t->dtype != ST_F32)
-		return seterr(err, errsz, "%s: tensor \"%s\": dtype %s is not supported (poros-train reads BF16, F16 and "
+		return set_error(err, errsz, "%s: tensor \"%s\": dtype %s is not supported (poros-train reads BF16, F16 and "
 		              "F32 weights)", ck->dir, name, st_dtype_name(t->dtype)), NULL;
 	return t;
 }
@@ -236,7 +224,7 @@ static int read_tensor(const struct st_checkpoint *ck, const char *name, long lo
 	if (t == NULL)
 		return -1;
 	if (out != NULL && st_read_bf16(f, t, out, (size_t)(rows * (cols > 0 ? cols : 1)), lerr, sizeof lerr) < 0)
-		return seterr(err, errsz, "%s: %s", ck->dir, lerr);
+		return set_error(err, errsz, "%s: %s", ck->dir, lerr);
 	return 0;
 }
 
@@ -395,7 +383,7 @@ int host_weights_load(struct host_weights *w, const struct backend *be, const st
 		w->layers = NULL;
 		if (mc->checkpoint_dir)
 			st_checkpoint_close(&ck);
-		return seterr(err, errsz, "allocating host memory for %d layers' weights (%s) failed", w->n_layers,
+		return set_error(err, errsz, "allocating host memory for %d layers' weights (%s) failed", w->n_layers,
 		              format_bytes(sz, sizeof sz, (double)total)), -2;
 	}
 	if (be->host_alloc((void **)&w->globals, w->glob.bytes) != 0) {
@@ -403,7 +391,7 @@ int host_weights_load(struct host_weights *w, const struct backend *be, const st
 		host_weights_free(w);
 		if (mc->checkpoint_dir)
 			st_checkpoint_close(&ck);
-		return seterr(err, errsz, "allocating host memory for the embedding and lm_head (%s) failed",
+		return set_error(err, errsz, "allocating host memory for the embedding and lm_head (%s) failed",
 		              format_bytes(sz, sizeof sz, (double)w->glob.bytes)), -2;
 	}
 	/* the alignment gaps too, so no copy ever carries uninitialised bytes */
