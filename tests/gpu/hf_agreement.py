@@ -11,7 +11,9 @@ for Llama) and initializer_range 0.15, so attention is far from uniform and a
 RoPE read wrong (a defaulted theta, a dropped scaling) shows in the loss.
 Needs torch + transformers; no network.
 
-usage: hf_agreement.py [--poros-train PATH] [--backend cpu|cuda] [--workdir DIR]
+usage: hf_agreement.py [--poros-train PATH] [--backend cpu|cuda] [--workdir DIR] [--seed N]
+--seed N draws other weights and tokens (default: the fixed pair 1234, 7), to
+tell a formula error (every seed) from one bf16 sample (one seed).
 Prints one JSON line per architecture; exit 1 if any is off: poros more than
 2e-2 relative from transformers bf16, or farther from transformers fp32 than
 FP32_FACTOR times transformers bf16's own distance to it (plus a 1e-3 floor).
@@ -89,10 +91,11 @@ def main():
     ap.add_argument("--poros-train", default=os.path.join(here, "..", "..", "bin", "poros-train"))
     ap.add_argument("--backend", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--seed", type=int, default=None)
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     work = args.workdir or tempfile.mkdtemp(prefix="poros-hf-")
-    torch.manual_seed(1234)
+    torch.manual_seed(1234 if args.seed is None else args.seed)
     failed = 0
     for name, cfg in tiny_configs():
         model_dir = os.path.join(work, name)
@@ -105,7 +108,7 @@ def main():
                 elif "bias" in n:
                     p.normal_(0.0, 0.02)
         model.save_pretrained(model_dir, safe_serialization=True)
-        gen = torch.Generator().manual_seed(7)
+        gen = torch.Generator().manual_seed(7 if args.seed is None else args.seed + 7)
         ids = torch.randint(0, cfg.vocab_size, (SEQ + 1,), generator=gen).tolist()
         data_path = os.path.join(work, name + ".jsonl")
         with open(data_path, "w") as f:
@@ -131,7 +134,7 @@ def main():
         print(json.dumps({"arch": name, "config_style": style, "hf_loss": ref, "hf_fp32_loss": ref32,
                           "poros_loss": got, "rel_diff": rel, "poros_vs_fp32": poros_vs_fp32,
                           "hf_bf16_vs_fp32": hf_bf16_vs_fp32, "tolerance": REL_TOL, "backend": args.backend,
-                          "ok": ok, "transformers": transformers.__version__}), flush=True)
+                          "ok": ok, "seed": args.seed, "transformers": transformers.__version__}), flush=True)
     return 1 if failed else 0
 
 
