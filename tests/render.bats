@@ -424,3 +424,26 @@ layout_probe() { # width
 	# every row is the rerun's (s/step 100000 and up), none the first run's
 	[ "$(grep ' | nf4 | \*\*ok\*\* | ' report.md | awk -F'|' '$8 + 0 < 100000' | wc -l)" -eq 0 ]
 }
+
+@test "--spec names the spec's cells with no artifact as not measured, in both formats" {
+	make_results
+	ids=$(jq -r .cell_id results.jsonl | jq -R . | jq -s -c '. + ["resident_tiny_qwen2_bf16", "peft_tiny_qwen2_bf16"]')
+	jq -n --argjson c "$ids" '{schema: "poros.spec/1", spec_id: "t", cells: $c}' > spec.json
+	run -0 poros-render --md --spec spec.json results.jsonl
+	[[ "$output" == *'**2 of the spec'"'"'s 7 cells not measured**'* ]]
+	[[ "$output" == *'- resident\_tiny\_qwen2\_bf16 **not measured**: a cell of the spec with no current artifact'* ]]
+	[[ "$output" == *'- peft\_tiny\_qwen2\_bf16 **not measured**'* ]]
+	poros-render --html --spec spec.json results.jsonl > report.html
+	section notes | grep -F '<li><code>resident_tiny_qwen2_bf16</code> <strong>not measured</strong>'
+	# every cell measured: no such line
+	jq --argjson c "$(jq -c '.cells[:5]' spec.json)" '.cells = $c' spec.json > all.json
+	run -0 poros-render --md --spec all.json results.jsonl
+	[[ "$output" != *'**not measured**'* && "$output" != *'cells not measured'* ]]
+	# an unreadable spec exits 1, one with no cells list 2; nothing is written
+	run -1 --separate-stderr poros-render --md -o r.md --spec nope.json results.jsonl
+	[[ "$stderr" == 'poros-render: --spec: nope.json: No such file or directory' ]]
+	echo '{"spec_id": "t"}' > nocells.json
+	run -2 --separate-stderr poros-render --md -o r.md --spec nocells.json results.jsonl
+	[[ "$stderr" == *'nocells.json: not a spec.json of poros-expand (no "cells" list)' ]]
+	[ ! -e r.md ]
+}

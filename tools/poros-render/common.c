@@ -27,7 +27,7 @@ int all_cells_ok(const struct report *r)
 	for (int i = 0; i < r->results.n; i++)
 		if (r->results.e[i].art.status != STATUS_OK)
 			return 0;
-	return 1;
+	return r->n_missing == 0;
 }
 
 const char *const env_field_names[] = {
@@ -243,6 +243,9 @@ void spec_items(struct sbuf *b, const struct report *r, const struct markup *mk)
 	item(b, mk, "Cells");
 	sb_printf(b, "%d: %d ok, %d oom, %d error, %d skipped", r->results.n, counts[STATUS_OK], counts[STATUS_OOM],
 	          counts[STATUS_ERROR], counts[STATUS_SKIPPED]);
+	if (r->n_missing > 0)
+		sb_printf(b, "; %s%d of the spec's %d cells not measured%s", mk->warn_open, r->n_missing, r->spec_cells,
+		          mk->warn_close);
 	sb_puts(b, mk->item_close);
 }
 

@@ -2,6 +2,7 @@
  * parity rows. */
 #include "render.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,9 @@ void report_free(struct report *r)
 	free(r->parity_rows);
 	strmap_free(&r->model_index);
 	strmap_free(&r->parity_index);
+	for (int i = 0; i < r->n_missing; i++)
+		free(r->missing[i]);
+	free(r->missing);
 	results_free(&r->results);
 	memset(r, 0, sizeof *r);
 }
@@ -255,4 +259,35 @@ int load_losses(const struct result_entry *e, const char *key, double *step, dou
 	free(all_s);
 	free(all_l);
 	return k;
+}
+
+int report_spec_cells(struct report *r, const char *spec, char *err, size_t errsz)
+{
+	size_t len;
+	char *text = read_whole_file(spec, &len);
+	cJSON *root, *cells, *id;
+
+	if (text == NULL) {
+		set_error(err, errsz, "%s: %s", spec, strerror(errno));
+		return -2;
+	}
+	root = cJSON_ParseWithLength(text, len);
+	free(text);
+	cells = root ? cJSON_GetObjectItemCaseSensitive(root, "cells") : NULL;
+	if (!cJSON_IsArray(cells)) {
+		cJSON_Delete(root);
+		return set_error(err, errsz, "%s: not a spec.json of poros-expand (no \"cells\" list)", spec);
+	}
+	r->missing = xcalloc((size_t)cJSON_GetArraySize(cells) + 1, sizeof *r->missing);
+	cJSON_ArrayForEach(id, cells) {
+		if (!cJSON_IsString(id)) {
+			cJSON_Delete(root);
+			return set_error(err, errsz, "%s: \"cells\" holds a non-string", spec);
+		}
+		r->spec_cells++;
+		if (results_find(&r->results, id->valuestring) == NULL)
+			r->missing[r->n_missing++] = xstrdup(id->valuestring);
+	}
+	cJSON_Delete(root);
+	return 0;
 }

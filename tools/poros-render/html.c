@@ -351,6 +351,11 @@ static void notes_section(struct sbuf *b, const struct report *r)
 		}
 		sb_puts(b, "</li>\n");
 	}
+	for (int i = 0; i < r->n_missing; i++) {
+		sb_puts(b, "<li><code>");
+		sb_html(b, r->missing[i]);
+		sb_puts(b, "</code> <strong>not measured</strong>: a cell of the spec with no current artifact</li>\n");
+	}
 	sb_puts(b, "</ul>\n</section>\n");
 }
 

@@ -7,7 +7,7 @@
 #include "render.h"
 #include "util.h"
 
-static const char synopsis[] = "usage: poros-render --html|--md [-o FILE] [FILE|DIR|- ...]\n";
+static const char synopsis[] = "usage: poros-render --html|--md [-o FILE] [--spec SPEC.json] [FILE|DIR|- ...]\n";
 
 static noreturn void usage(void)
 {
@@ -23,6 +23,8 @@ static void help(void)
 	      "  --html      report.html: inline CSS and SVG charts, no script, no external URL\n"
 	      "  --md        report.md: the same tables in Markdown\n"
 	      "  -o FILE     write FILE atomically instead of stdout\n"
+	      "  --spec SPEC.json  name the spec's cells that have no artifact in the input as\n"
+	      "              not measured (poros-expand's spec.json)\n"
 	      "  --help, --version\n"
 	      "Exit status: 0 ok, 1 an input could not be read or the output written, 2 usage, or a\n"
 	      "malformed line was reported and skipped (the report is still written without it).\n", stdout);
@@ -61,15 +63,17 @@ int main(int argc, char **argv)
 		{ "html", no_argument, NULL, 'H' },
 		{ "md", no_argument, NULL, 'M' },
 		{ "output", required_argument, NULL, 'o' },
+		{ "spec", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	enum format format = FORMAT_NONE;
-	const char *out_path = NULL;
+	const char *out_path = NULL, *spec = NULL;
+	char err[512];
 	struct report r;
 	struct sbuf doc;
-	int c, status;
+	int c, status, spec_rc;
 
 	set_progname(argv[0]);
 	stdout_check_at_exit();
@@ -78,6 +82,7 @@ int main(int argc, char **argv)
 		case 'H': set_format(&format, FORMAT_HTML); break;
 		case 'M': set_format(&format, FORMAT_MD); break;
 		case 'o': out_path = optarg; break;
+		case 'S': spec = optarg; break;
 		case 'h': help(); break;
 		case 'V': print_version();
 		default: usage();
@@ -92,6 +97,11 @@ int main(int argc, char **argv)
 	if (status == EXIT_RUNTIME) {
 		report_free(&r);
 		return status;
+	}
+	if (spec != NULL && (spec_rc = report_spec_cells(&r, spec, err, sizeof err)) < 0) {
+		warnmsg("--spec: %s", err);
+		report_free(&r);
+		return spec_rc == -2 ? EXIT_RUNTIME : EXIT_USAGE;
 	}
 	report_organize(&r);
 	sb_init(&doc);

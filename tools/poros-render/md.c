@@ -152,6 +152,11 @@ static void notes(struct sbuf *b, const struct report *r)
 		}
 		sb_puts(b, "\n");
 	}
+	for (int i = 0; i < r->n_missing; i++) {
+		sb_puts(b, "- ");
+		sb_md(b, r->missing[i]);
+		sb_puts(b, " **not measured**: a cell of the spec with no current artifact\n");
+	}
 	sb_puts(b, "\n");
 }
 

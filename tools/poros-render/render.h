@@ -33,6 +33,10 @@ struct report {
 	/* lookups that keep reading and organizing linear in the inputs */
 	struct strmap model_index;          /* arch -> models[] */
 	struct strmap parity_index;         /* pair_key -> parity[] */
+	/* --spec: the spec's cells that have no artifact, in spec order; spec_cells
+	 * is how many cells the spec has (0: no spec given) */
+	int spec_cells, n_missing;
+	char **missing;
 };
 
 void report_init(struct report *r);
@@ -43,6 +47,10 @@ int report_record(void *ctx, const cJSON *obj, const char *source, long line, ch
 /* Groups the results by model and builds the parity rows; call once every
  * input is read. */
 void report_organize(struct report *r);
+/* Reads the cell ids of spec (a poros-expand spec.json: its "cells") and keeps
+ * those without an artifact in r->missing.  Call after every input is read.
+ * Returns 0, -1 with err set when spec is malformed, -2 when it cannot be read. */
+int report_spec_cells(struct report *r, const char *spec, char *err, size_t errsz);
 
 /* The whole page / document into out. */
 void render_html(struct sbuf *out, const struct report *r);
@@ -103,7 +111,8 @@ int load_losses(const struct result_entry *e, const char *key, double *step, dou
 
 /* Shared by both writers (common.c). */
 const char *status_name(const struct result_entry *e);
-/* True when every cell ran to the end: the notes have nothing to say. */
+/* True when every cell ran to the end and none of the spec's is missing: the
+ * notes have nothing to say. */
 int all_cells_ok(const struct report *r);
 /* The distinct values of an env field over every artifact, ", "-joined
  * into out; returns how many there were (0: not known anywhere). */
