@@ -496,6 +496,8 @@ static cJSON *modules_json(const struct cell *c)
 /* The value of f as JSON (null where a nullable field is not set). */
 static cJSON *field_json(const struct cell *c, const struct cell_field *f)
 {
+	int i;
+
 	if (f->presence == CP_NULLABLE && !field_is_set(c, f))
 		return cJSON_CreateNull();
 	switch (f->kind) {
@@ -505,8 +507,9 @@ static cJSON *field_json(const struct cell *c, const struct cell_field *f)
 		return cJSON_CreateString(field_text(c, f));
 	case CK_BOOL:
 		return cJSON_CreateBool(*(const int *)field_at(c, f));
-	case CK_ENUM:
-		return cJSON_CreateString(f->names[*(const int *)field_at(c, f) - f->base]);
+	case CK_ENUM: /* out of range: no JSON (cell_validate says why) */
+		i = *(const int *)field_at(c, f) - f->base;
+		return i >= 0 && i < f->n_names ? cJSON_CreateString(f->names[i]) : NULL;
 	case CK_MODULES:
 		return modules_json(c);
 	default:
@@ -579,17 +582,18 @@ static const char *json_type_name(const cJSON *j)
 
 /* The keys of one object of the cell (the top: parent ""), in table
  * order: its fields' keys and, at the top, the sub-objects' names. */
+#define OBJECT_KEYS_MAX 32 /* bits of check_keys' seen; training has 19 */
 struct object_keys {
 	int n;
-	const char *key[32];
-	size_t len[32];
-	unsigned char optional[32];
+	const char *key[OBJECT_KEYS_MAX];
+	size_t len[OBJECT_KEYS_MAX];
+	unsigned char optional[OBJECT_KEYS_MAX];
 };
 
 static void object_keys(struct object_keys *k, const char *parent, size_t plen)
 {
 	k->n = 0;
-	for (int i = 0; i < cell_field_count && k->n < 32; i++) {
+	for (int i = 0; i < cell_field_count; i++) {
 		const struct cell_field *f = &cell_fields[i];
 		size_t fl = parent_len(f);
 		const char *key;
@@ -609,6 +613,8 @@ static void object_keys(struct object_keys *k, const char *parent, size_t plen)
 		}
 		if (k->n > 0 && k->len[k->n - 1] == len && strncmp(k->key[k->n - 1], key, len) == 0)
 			continue;
+		if (k->n == OBJECT_KEYS_MAX)
+			die(EXIT_RUNTIME, "cell.c: more than %d fields in one object of the cell table", OBJECT_KEYS_MAX);
 		k->key[k->n] = key;
 		k->len[k->n] = len;
 		k->optional[k->n] = (unsigned char)optional;
