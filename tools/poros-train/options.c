@@ -61,7 +61,7 @@ int train_config_from_cell(struct train_config *c, const struct cell *cell, char
 
 int train_config_check(const struct train_config *c, char *err, size_t errsz)
 {
-	if (c->cell.model.model_id == NULL || *c->cell.model.model_id == '\0')
+	if (c->cell.model.model_id == NULL) /* an empty one is refused as --model's text */
 		return snprintf(err, errsz, "no model: give --cell FILE or --model ID"), -1;
 	/* each value's range is its cell field's (cell_field_parse, cell_from_json) */
 	if ((long long)c->cell.training.seq_len * c->cell.training.batch_size > (1LL << 24))
