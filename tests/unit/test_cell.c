@@ -408,6 +408,77 @@ static void test_names_and_text(void)
 	}
 }
 
+/* Text for field path as a flag gives it: 0, or -1 with err. */
+static int parse_as_flag(struct cell *c, const char *path, const char *text, char *err, size_t errsz)
+{
+	const struct cell_field *f = cell_field_find(path);
+
+	if (f == NULL) {
+		snprintf(err, errsz, "no row %s", path);
+		return -2;
+	}
+	return cell_field_parse(c, f, f->flag ? f->flag : path, text, err, errsz);
+}
+
+/* The table's defaults, and its fields set from a flag's text. */
+static void test_defaults_and_flags(void)
+{
+	struct cell c;
+	char err[256] = "";
+
+	cell_defaults(&c);
+	CHECK(c.method == METHOD_POROS && c.precision == PRECISION_NF4);
+	CHECK(c.training.steps == 10 && c.training.seq_len == 128 && c.training.batch_size == 1 &&
+	      c.training.gradient_accumulation_steps == 1 && c.training.warmup_steps == 0 && c.tokens_per_step == 128);
+	CHECK(c.training.dataset && strcmp(c.training.dataset, "synthetic") == 0 && c.training.tokenizer == NULL &&
+	      c.training.eval_dataset == NULL && c.cell_id == NULL && c.output_dir == NULL);
+	CHECK(c.training.seed == 42 && c.training.learning_rate == 2e-4 && c.training.lr_schedule == LR_CONSTANT &&
+	      c.training.weight_decay == 0 && c.training.max_grad_norm == 1 && c.training.timeout_s == 3600);
+	CHECK(c.training.gradient_checkpointing == 0 && c.training.lr_warmup_steps == 0 && c.training.passes == 1 &&
+	      c.training.eval_every == 0 && c.training.train_on == 0);
+	CHECK(c.lora.rank == 16 && c.lora.alpha == 32 && c.lora.dropout == 0.05 && c.lora.target_mask == 127 &&
+	      c.lora.n_targets == 7 && c.poros.block_size == 4 && c.poros.enable_prefetch == 1);
+
+	/* a flag's range is the cell field's: the seed stops at 2^32 - 1 */
+	CHECK(parse_as_flag(&c, "training.seed", "5000000000", err, sizeof err) == -1);
+	CHECKF(strcmp(err, "--seed: must be at most 4294967295, got 5000000000") == 0, "got \"%s\"", err);
+	CHECK(parse_as_flag(&c, "training.seed", "4294967295", err, sizeof err) == 0 && c.training.seed == 4294967295ULL);
+	CHECK(parse_as_flag(&c, "training.steps", "1e3", err, sizeof err) == -1 &&
+	      strcmp(err, "--steps: not a number: 1e3") == 0);
+	CHECK(parse_as_flag(&c, "training.steps", " 5", err, sizeof err) == -1);
+	CHECK(parse_as_flag(&c, "training.steps", "99999999999999999999", err, sizeof err) == -1 &&
+	      strcmp(err, "--steps: too large: 99999999999999999999") == 0);
+	CHECK(parse_as_flag(&c, "training.steps", "0", err, sizeof err) == -1 &&
+	      strcmp(err, "--steps: must be at least 1, got 0") == 0);
+	CHECK(parse_as_flag(&c, "training.steps", "7", err, sizeof err) == 0 && c.training.steps == 7);
+	CHECK(parse_as_flag(&c, "lora.alpha", "0", err, sizeof err) == -1 &&
+	      strcmp(err, "--alpha: must be greater than 0, got 0") == 0);
+	CHECK(parse_as_flag(&c, "training.learning_rate", "inf", err, sizeof err) == -1 &&
+	      strcmp(err, "--lr: must be a finite number") == 0);
+	CHECK(parse_as_flag(&c, "lora.dropout", "0.1", err, sizeof err) == 0 && c.lora.dropout == 0.1);
+	CHECK(parse_as_flag(&c, "training.dataset", "", err, sizeof err) == -1 &&
+	      strcmp(err, "--dataset: must not be empty") == 0);
+	CHECK(parse_as_flag(&c, "training.dataset", "d.jsonl", err, sizeof err) == 0 &&
+	      strcmp(c.training.dataset, "d.jsonl") == 0);
+	CHECK(parse_as_flag(&c, "training.lr_schedule", "cosine", err, sizeof err) == 0 &&
+	      c.training.lr_schedule == LR_COSINE);
+	CHECK(parse_as_flag(&c, "precision", "fp8", err, sizeof err) == -1 &&
+	      strcmp(err, "--precision: unknown value \"fp8\" (expected one of: nf4, bf16)") == 0);
+	CHECK(parse_as_flag(&c, "training.train_on", "all", err, sizeof err) == 0 && c.training.train_on == 2);
+	CHECK(parse_as_flag(&c, "training.gradient_checkpointing", "on", err, sizeof err) == 0 &&
+	      c.training.gradient_checkpointing == 1);
+	CHECK(parse_as_flag(&c, "training.gradient_checkpointing", "yes", err, sizeof err) == -1);
+	CHECK(parse_as_flag(&c, "poros.enable_prefetch", "1", err, sizeof err) == 0 && c.poros.enable_prefetch == 0);
+	CHECK(parse_as_flag(&c, "lora.target_modules", "q_proj,v_proj", err, sizeof err) == 0 &&
+	      c.lora.target_mask == 5 && c.lora.n_targets == 2);
+	CHECK(parse_as_flag(&c, "lora.target_modules", "q_proj,qkv", err, sizeof err) == -1 &&
+	      strstr(err, "--targets: unknown module \"qkv\"") == err);
+	CHECK(parse_as_flag(&c, "lora.target_modules", ",", err, sizeof err) == -1 &&
+	      strcmp(err, "--targets: names no module") == 0);
+	CHECK(c.lora.target_mask == 5); /* a refused value leaves the field as it was */
+	cell_free(&c);
+}
+
 int main(void)
 {
 	test_round_trip();
@@ -417,5 +488,6 @@ int main(void)
 	test_gradient_checkpointing();
 	test_bounds();
 	test_names_and_text();
+	test_defaults_and_flags();
 	return test_verdict("test_cell");
 }

@@ -58,15 +58,16 @@ static size_t engine_peak_on(const struct backend *be, int mode, int nf4, long l
 
 	tt_config(&cfg, "poros/tiny-qwen2");
 	cfg.mode = mode;
-	cfg.precision = nf4 ? PRECISION_NF4 : PRECISION_BF16;
-	cfg.accum = 2;
+	cfg.cell.precision = nf4 ? PRECISION_NF4 : PRECISION_BF16;
+	cfg.cell.training.gradient_accumulation_steps = 2;
 	cfg.vram_budget = budget;
 	memset(&r, 0, sizeof r);
 	r.cfg = cfg;
 	*oom = 0;
-	if (model_config_resolve(&r.mc, cfg.model_id, cfg.configs_dir, err, errsz) < 0 ||
-	    token_source_open(&r.data, cfg.dataset, &r.mc, cfg.seq_len, cfg.seed, TRAIN_ON_DEFAULT, err, errsz) < 0 ||
-	    host_weights_load(&r.hw, be, &r.mc, nf4, cfg.seed, err, errsz) < 0)
+	if (model_config_resolve(&r.mc, cfg.cell.model.model_id, cfg.configs_dir, err, errsz) < 0 ||
+	    token_source_open(&r.data, cfg.cell.training.dataset, &r.mc, cfg.cell.training.seq_len, cfg.cell.training.seed,
+	                      TRAIN_ON_DEFAULT, err, errsz) < 0 ||
+	    host_weights_load(&r.hw, be, &r.mc, nf4, cfg.cell.training.seed, err, errsz) < 0)
 		return 0;
 	/* the plan, from the layouts alone, before the engine */
 	CHECKF(engine_plan(&plan, &r.cfg, &r.mc, &r.hw, be->library_device_bytes, err, errsz) == 0 && plan.dry,

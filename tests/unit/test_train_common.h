@@ -28,20 +28,20 @@ struct tt_run {
 static inline void tt_config(struct train_config *c, const char *model)
 {
 	train_config_defaults(c);
-	c->model_id = xstrdup(model);
+	c->cell.model.model_id = xstrdup(model);
 	c->configs_dir = xstrdup("configs/models");
-	c->precision = PRECISION_BF16;
+	c->cell.precision = PRECISION_BF16;
 	c->mode = MODE_RESIDENT;
-	c->method = METHOD_RESIDENT;
-	c->steps = 3;
-	c->seq_len = 16;
-	c->batch_size = 2;
-	c->accum = 1;
-	c->rank = 4;
-	c->alpha = 8;
-	c->dropout = 0;
-	c->lr = 1e-3;
-	c->block_size = 2;
+	c->cell.method = METHOD_RESIDENT;
+	c->cell.training.steps = 3;
+	c->cell.training.seq_len = 16;
+	c->cell.training.batch_size = 2;
+	c->cell.training.gradient_accumulation_steps = 1;
+	c->cell.lora.rank = 4;
+	c->cell.lora.alpha = 8;
+	c->cell.lora.dropout = 0;
+	c->cell.training.learning_rate = 1e-3;
+	c->cell.poros.block_size = 2;
 	c->quiet = 1;
 	free(c->backend);
 	c->backend = xstrdup("cpu");
@@ -55,16 +55,17 @@ static inline int tt_open(struct tt_run *r, const struct train_config *cfg)
 
 	memset(r, 0, sizeof *r);
 	r->cfg = *cfg;
-	if (model_config_resolve(&r->mc, r->cfg.model_id, r->cfg.configs_dir, err, sizeof err) < 0) {
+	if (model_config_resolve(&r->mc, r->cfg.cell.model.model_id, r->cfg.configs_dir, err, sizeof err) < 0) {
 		fprintf(stderr, "tt_open: %s\n", err);
 		return -1;
 	}
-	if (token_source_open(&r->data, r->cfg.dataset, &r->mc, r->cfg.seq_len, r->cfg.seed, TRAIN_ON_DEFAULT, err, sizeof err) < 0) {
+	if (token_source_open(&r->data, r->cfg.cell.training.dataset, &r->mc, r->cfg.cell.training.seq_len,
+	                      r->cfg.cell.training.seed, TRAIN_ON_DEFAULT, err, sizeof err) < 0) {
 		fprintf(stderr, "tt_open: %s\n", err);
 		return -1;
 	}
-	if (host_weights_load(&r->hw, backend_cpu(), &r->mc, r->cfg.precision == PRECISION_NF4, r->cfg.seed, err,
-	                      sizeof err) < 0) {
+	if (host_weights_load(&r->hw, backend_cpu(), &r->mc, r->cfg.cell.precision == PRECISION_NF4,
+	                      r->cfg.cell.training.seed, err, sizeof err) < 0) {
 		fprintf(stderr, "tt_open: %s\n", err);
 		return -1;
 	}

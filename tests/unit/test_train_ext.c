@@ -30,13 +30,13 @@ static int open_run(struct tt_run *r, const char *model, int ext, int mode, doub
 	int rc;
 
 	tt_config(&cfg, model);
-	cfg.precision = PRECISION_NF4;
+	cfg.cell.precision = PRECISION_NF4;
 	cfg.mode = mode;
-	cfg.block_size = 1;
-	cfg.accum = 2;
-	cfg.dropout = dropout;
-	cfg.steps = 3;
-	cfg.lr = 5e-3;
+	cfg.cell.poros.block_size = 1;
+	cfg.cell.training.gradient_accumulation_steps = 2;
+	cfg.cell.lora.dropout = dropout;
+	cfg.cell.training.steps = 3;
+	cfg.cell.training.learning_rate = 5e-3;
 	cfg.lora_ext = ext;
 	rc = tt_open(r, &cfg);
 	return rc;

@@ -73,7 +73,7 @@ static void check_model(const char *model)
 	long n;
 
 	tt_config(&cfg, model);
-	cfg.accum = 2;
+	cfg.cell.training.gradient_accumulation_steps = 2;
 
 	if (tt_open(&r, &cfg) < 0) {
 		CHECKF(0, "%s: cannot build the engine", model);

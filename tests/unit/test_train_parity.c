@@ -24,16 +24,16 @@ static int train(struct outcome *o, const char *model, int mode, int block_size,
 
 	tt_config(&cfg, model);
 	cfg.mode = mode;
-	cfg.block_size = block_size;
-	cfg.prefetch = prefetch;
-	cfg.precision = nf4 ? PRECISION_NF4 : PRECISION_BF16;
-	cfg.accum = accum;
-	cfg.dropout = dropout;
-	cfg.steps = STEPS;
-	cfg.warmup_steps = 1;
-	cfg.lr_schedule = LR_COSINE;
-	cfg.weight_decay = 0.01;
-	cfg.lr = 5e-3;
+	cfg.cell.poros.block_size = block_size;
+	cfg.cell.poros.enable_prefetch = prefetch;
+	cfg.cell.precision = nf4 ? PRECISION_NF4 : PRECISION_BF16;
+	cfg.cell.training.gradient_accumulation_steps = accum;
+	cfg.cell.lora.dropout = dropout;
+	cfg.cell.training.steps = STEPS;
+	cfg.cell.training.warmup_steps = 1;
+	cfg.cell.training.lr_schedule = LR_COSINE;
+	cfg.cell.training.weight_decay = 0.01;
+	cfg.cell.training.learning_rate = 5e-3;
 	if (tt_open(&r, &cfg) < 0)
 		return -1;
 	for (int s = 1; s <= STEPS; s++) {

@@ -31,14 +31,14 @@ static int train(struct outcome *o, int mode, int nf4, int accum, int recompute,
 	tt_config(&cfg, "poros/tiny-qwen2");
 	cfg.profile = profile;
 	cfg.mode = mode;
-	cfg.method = mode == MODE_BLOCKWISE ? METHOD_POROS : METHOD_RESIDENT;
-	cfg.precision = nf4 ? PRECISION_NF4 : PRECISION_BF16;
-	cfg.accum = accum;
-	cfg.recompute = recompute;
-	cfg.block_size = 2;
-	cfg.steps = STEPS;
-	cfg.dropout = 0.1;
-	cfg.lr = 5e-3;
+	cfg.cell.method = mode == MODE_BLOCKWISE ? METHOD_POROS : METHOD_RESIDENT;
+	cfg.cell.precision = nf4 ? PRECISION_NF4 : PRECISION_BF16;
+	cfg.cell.training.gradient_accumulation_steps = accum;
+	cfg.cell.training.gradient_checkpointing = recompute;
+	cfg.cell.poros.block_size = 2;
+	cfg.cell.training.steps = STEPS;
+	cfg.cell.lora.dropout = 0.1;
+	cfg.cell.training.learning_rate = 5e-3;
 	if (tt_open(&r, &cfg) < 0)
 		return -1;
 	for (int s = 1; s <= STEPS && rc == 0; s++) {
@@ -53,7 +53,7 @@ static int train(struct outcome *o, int mode, int nf4, int accum, int recompute,
 	CHECKF(engine_vram_breakdown_json(r.e, o->breakdown, sizeof o->breakdown) > 0, "breakdown does not fit");
 	o->peak = engine_vram_peak(r.e);
 	o->L = r.mc.num_hidden_layers;
-	o->T = cfg.seq_len * cfg.batch_size;
+	o->T = cfg.cell.training.seq_len * cfg.cell.training.batch_size;
 	o->C = r.mc.hidden_size;
 	tt_close(&r);
 	return rc;

@@ -20,13 +20,13 @@ static void check_lr(void)
 	};
 
 	train_config_defaults(&c);
-	c.lr = 1e-3;
-	c.steps = 10;
+	c.cell.training.learning_rate = 1e-3;
+	c.cell.training.steps = 10;
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
 		double got;
 
-		c.lr_schedule = cases[i].sched;
-		c.lr_warmup_steps = cases[i].warmup;
+		c.cell.training.lr_schedule = cases[i].sched;
+		c.cell.training.lr_warmup_steps = cases[i].warmup;
 		got = lr_at(&c, cases[i].step);
 		CHECKF(fabs(got - cases[i].want * 1e-3) < 1e-15, "%s warmup %d step %d: lr %.9g, want %.9g",
 		         lr_schedule_names[cases[i].sched], cases[i].warmup, cases[i].step, got, cases[i].want * 1e-3);

@@ -533,9 +533,9 @@ static void check_train_from_checkpoint(const char *dir)
 	tt_config(&cfg, dir);
 	free(cfg.configs_dir);
 	cfg.configs_dir = NULL;
-	cfg.precision = PRECISION_NF4;
+	cfg.cell.precision = PRECISION_NF4;
 	cfg.mode = MODE_BLOCKWISE;
-	cfg.method = METHOD_POROS;
+	cfg.cell.method = METHOD_POROS;
 	cfg.out_dir = xasprintf("%s/run", dir);
 	CHECKF(train_run(&cfg, out) == 0, "train_run on the checkpoint failed");
 	rewind(out);

@@ -1,9 +1,13 @@
-/* tools/lib/cell.c: the cell schema "poros.cell/1": the one table of
- * valid ranges, the JSON writer, and the strict reader every tool uses
- * (unknown, missing and duplicate fields, wrong types, non-finite and
- * out-of-range numbers are all rejected, naming the field; only the
- * fields in optional_fields may be absent). */
+/* tools/lib/cell.c: the cell schema "poros.cell/1": the one table of its
+ * fields (cell_fields: kind, range, default, flag), and by it the JSON
+ * writer, the strict reader every tool uses (unknown, missing and
+ * duplicate fields, wrong types, non-finite and out-of-range numbers are
+ * all rejected, naming the field; only optional fields may be absent),
+ * the checks and poros-train's flag parser. */
+#include <ctype.h>
+#include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,34 +29,101 @@ const char *const lora_module_names[CELL_MAX_TARGETS] = {
  * arms) refuses larger ones; cJSON also prints only 15 digits exactly. */
 #define SEED_MAX 4294967295.0
 
-/* Every numeric field and its range.  The maxima are sanity bounds, far
- * above any real run, so a typo (an extra few zeros) is caught early
- * rather than as an allocation failure an hour into a bench.  Zero for
- * vram_gb and pcie_gen means "not specified" (the spec left hardware out). */
-static const struct cell_bound bounds[] = {
-	/* path                                 min   max          mino maxo int */
-	{ "model.param_count_b",                 0,    100000,      0, 0, 0 },
-	{ "hardware.vram_gb",                    0,    65536,       0, 0, 0 },
-	{ "hardware.pcie_gen",                   0,    7,           0, 0, 1 },
-	{ "training.steps",                      1,    1000000,     0, 0, 1 },
-	{ "training.seq_len",                    1,    1048576,     0, 0, 1 },
-	{ "training.batch_size",                 1,    4096,        0, 0, 1 },
-	{ "training.gradient_accumulation_steps", 1,   65536,       0, 0, 1 },
-	{ "training.warmup_steps",               0,    999999,      0, 0, 1 },
-	{ "training.seed",                       0,    SEED_MAX,    0, 0, 1 },
-	{ "training.learning_rate",              0,    1,           1, 0, 0 },
-	{ "training.weight_decay",               0,    1,           0, 0, 0 },
-	{ "training.max_grad_norm",              0,    1e6,         0, 0, 0 },
-	{ "training.timeout_s",                  1,    604800,      0, 0, 1 },
-	{ "training.lr_warmup_steps",            0,    999999,      0, 0, 1 },
-	{ "training.passes",                     1,    1000,        0, 0, 1 },
-	{ "training.eval_every",                 0,    1000000,     0, 0, 1 },
-	{ "lora.rank",                           1,    1024,        0, 0, 1 },
-	{ "lora.alpha",                          0,    65536,       1, 0, 0 },
-	{ "lora.dropout",                        0,    1,           0, 1, 0 },
-	{ "poros.block_size",                    1,    1024,        0, 0, 1 },
-	{ "tokens_per_step",                     1,    1073741824,  0, 0, 1 },
+/* Every enum member is read and written through an int. */
+_Static_assert(sizeof(enum method) == sizeof(int) && sizeof(enum precision) == sizeof(int) &&
+               sizeof(enum lr_schedule) == sizeof(int), "enums are int-sized");
+
+#define ROW(p, k, member, pres) \
+	.path = p, .bound.path = p, .kind = k, .offset = offsetof(struct cell, member), .presence = pres, \
+	.bound.integer = (k) != CK_NUM
+#define RANGE(lo, hi) .bound.min = lo, .bound.max = hi
+#define TEXT(max, rule) .max_len = max, .text = rule
+#define NAMES(list, n, noun) .names = list, .n_names = n, .what = noun
+#define FLAG(f, arg) .flag = f, .flag_arg = arg
+
+/* The cell, field by field, in the order it is written.  The maxima are
+ * sanity bounds, far above any real run, so a typo (an extra few zeros)
+ * is caught early rather than as an allocation failure an hour into a
+ * bench.  Zero for vram_gb and pcie_gen means "not specified" (the spec
+ * left hardware out).  A new field is a row here, a property in
+ * share/poros/schema/cell.schema.json and a line in man/poros-spec.5. */
+const struct cell_field cell_fields[] = {
+	{ .path = "schema", .bound.path = "schema", .kind = CK_CONST, .def_str = CELL_SCHEMA },
+	{ ROW("cell_id", CK_STR, cell_id, CP_REQUIRED), TEXT(128, CT_SAFE_NAME) },
+	{ ROW("spec_id", CK_STR, spec_id, CP_REQUIRED), TEXT(128, CT_SAFE_NAME) },
+	{ ROW("method", CK_ENUM, method, CP_REQUIRED), NAMES(method_names, METHOD_COUNT, "method"),
+	  .def = METHOD_POROS }, /* poros-train's --mode picks poros or resident */
+	{ ROW("precision", CK_ENUM, precision, CP_REQUIRED), NAMES(precision_names, PRECISION_COUNT, "precision"),
+	  .def = PRECISION_NF4, FLAG("--precision", "nf4|bf16") },
+
+	{ ROW("model.model_id", CK_STR, model.model_id, CP_REQUIRED), TEXT(CELL_PATH_MAX, CT_PLAIN),
+	  FLAG("--model", "ID") },
+	{ ROW("model.display_name", CK_STR, model.display_name, CP_REQUIRED), TEXT(CELL_NAME_MAX, CT_PLAIN) },
+	{ ROW("model.param_count_b", CK_NUM, model.param_count_b, CP_NULLABLE), RANGE(0, 100000) },
+	{ ROW("model.arch", CK_STR, model.arch, CP_REQUIRED), TEXT(128, CT_SLUG) },
+
+	{ ROW("hardware.gpu_name", CK_STR, hardware.gpu_name, CP_NULLABLE), TEXT(CELL_NAME_MAX, CT_PLAIN) },
+	{ ROW("hardware.vram_gb", CK_NUM, hardware.vram_gb, CP_NULLABLE), RANGE(0, 65536) },
+	{ ROW("hardware.pcie_gen", CK_INT, hardware.pcie_gen, CP_NULLABLE), RANGE(0, 7) },
+
+	{ ROW("training.steps", CK_INT, training.steps, CP_REQUIRED), RANGE(1, 1000000), .def = 10,
+	  FLAG("--steps", "N") },
+	{ ROW("training.seq_len", CK_INT, training.seq_len, CP_REQUIRED), RANGE(1, 1048576), .def = 128,
+	  FLAG("--seq-len", "N") },
+	{ ROW("training.batch_size", CK_INT, training.batch_size, CP_REQUIRED), RANGE(1, 4096), .def = 1,
+	  FLAG("--batch-size", "N") },
+	{ ROW("training.gradient_accumulation_steps", CK_INT, training.gradient_accumulation_steps, CP_REQUIRED),
+	  RANGE(1, 65536), .def = 1, FLAG("--accum", "K") },
+	{ ROW("training.warmup_steps", CK_INT, training.warmup_steps, CP_REQUIRED), RANGE(0, 999999), .def = 0,
+	  FLAG("--warmup", "N") },
+	{ ROW("training.dataset", CK_STR, training.dataset, CP_REQUIRED), TEXT(CELL_PATH_MAX, CT_PLAIN),
+	  .def_str = "synthetic", FLAG("--dataset", "SPEC") },
+	{ ROW("training.seed", CK_U64, training.seed, CP_REQUIRED), RANGE(0, SEED_MAX), .def = 42,
+	  FLAG("--seed", "S") },
+	{ ROW("training.learning_rate", CK_NUM, training.learning_rate, CP_REQUIRED), RANGE(0, 1),
+	  .bound.min_open = 1, .def = 2e-4, FLAG("--lr", "LR") },
+	{ ROW("training.lr_schedule", CK_ENUM, training.lr_schedule, CP_REQUIRED),
+	  NAMES(lr_schedule_names, LR_COUNT, "schedule"), .def = LR_CONSTANT,
+	  FLAG("--lr-schedule", "constant|linear|cosine") },
+	{ ROW("training.weight_decay", CK_NUM, training.weight_decay, CP_REQUIRED), RANGE(0, 1), .def = 0,
+	  FLAG("--weight-decay", "W") },
+	{ ROW("training.max_grad_norm", CK_NUM, training.max_grad_norm, CP_REQUIRED), RANGE(0, 1e6), .def = 1,
+	  FLAG("--max-grad-norm", "G") },
+	{ ROW("training.timeout_s", CK_INT, training.timeout_s, CP_REQUIRED), RANGE(1, 604800), .def = 3600 },
+	/* Added to poros.cell/1 later: older cells and artifacts still read. */
+	{ ROW("training.gradient_checkpointing", CK_BOOL, training.gradient_checkpointing, CP_OPTIONAL), .def = 0,
+	  FLAG("--gradient-checkpointing", "on|off") },
+	{ ROW("training.lr_warmup_steps", CK_INT, training.lr_warmup_steps, CP_OPTIONAL), RANGE(0, 999999),
+	  .def = 0, FLAG("--lr-warmup", "N") },
+	{ ROW("training.passes", CK_INT, training.passes, CP_OPTIONAL), RANGE(1, 1000), .def = 1 },
+	{ ROW("training.eval_dataset", CK_STR, training.eval_dataset, CP_IF_SET), TEXT(CELL_PATH_MAX, CT_PLAIN),
+	  FLAG("--eval-dataset", "SPEC") },
+	{ ROW("training.eval_every", CK_INT, training.eval_every, CP_WITH_PREV), RANGE(0, 1000000), .def = 0,
+	  FLAG("--eval-every", "N") },
+	{ ROW("training.tokenizer", CK_STR, training.tokenizer, CP_IF_SET), TEXT(CELL_PATH_MAX, CT_PLAIN),
+	  FLAG("--tokenizer", "PATH") },
+	/* 0 (absent): the per-record default; train_on_names[0] is no value */
+	{ ROW("training.train_on", CK_ENUM, training.train_on, CP_IF_SET),
+	  NAMES(train_on_names + 1, TRAIN_ON_COUNT - 1, "train_on"), .base = 1, .def = 0,
+	  FLAG("--train-on", "assistant|all") },
+
+	{ ROW("lora.rank", CK_INT, lora.rank, CP_REQUIRED), RANGE(1, 1024), .def = 16, FLAG("--rank", "R") },
+	{ ROW("lora.alpha", CK_NUM, lora.alpha, CP_REQUIRED), RANGE(0, 65536), .bound.min_open = 1, .def = 32,
+	  FLAG("--alpha", "A") },
+	{ ROW("lora.dropout", CK_NUM, lora.dropout, CP_REQUIRED), RANGE(0, 1), .bound.max_open = 1, .def = 0.05,
+	  FLAG("--dropout", "P") },
+	{ ROW("lora.target_modules", CK_MODULES, lora.target_mask, CP_REQUIRED),
+	  .def = (1u << CELL_MAX_TARGETS) - 1, FLAG("--targets", "LIST") },
+
+	{ ROW("poros.block_size", CK_INT, poros.block_size, CP_REQUIRED), RANGE(1, 1024), .def = 4,
+	  FLAG("--block-size", "N") },
+	{ ROW("poros.enable_prefetch", CK_BOOL, poros.enable_prefetch, CP_REQUIRED), .def = 1,
+	  FLAG("--no-prefetch", NULL) },
+
+	{ ROW("output_dir", CK_STR, output_dir, CP_REQUIRED), TEXT(CELL_PATH_MAX, CT_OUTPUT_DIR) },
+	{ ROW("tokens_per_step", CK_I64, tokens_per_step, CP_REQUIRED), RANGE(1, 1073741824), .derived = 1 },
 };
+const int cell_field_count = (int)(sizeof cell_fields / sizeof cell_fields[0]);
 
 static int name_index(const char *const *names, int n, const char *s)
 {
@@ -79,12 +150,24 @@ static const char *fmt_num(char *buf, size_t n, double v)
 	return buf;
 }
 
+const struct cell_field *cell_field_find(const char *path)
+{
+	for (int i = 0; i < cell_field_count; i++)
+		if (strcmp(cell_fields[i].path, path) == 0)
+			return &cell_fields[i];
+	return NULL;
+}
+
+static int is_number_kind(enum cell_kind k)
+{
+	return k == CK_INT || k == CK_U64 || k == CK_I64 || k == CK_NUM;
+}
+
 const struct cell_bound *cell_bound_find(const char *path)
 {
-	for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++)
-		if (strcmp(bounds[i].path, path) == 0)
-			return &bounds[i];
-	return NULL;
+	const struct cell_field *f = cell_field_find(path);
+
+	return f && is_number_kind(f->kind) ? &f->bound : NULL;
 }
 
 int cell_bound_check(const struct cell_bound *b, const char *shown, double v, char *err, size_t errsz)
@@ -168,212 +251,304 @@ static int check_text(const char *path, const char *s, size_t max, char *err, si
 	return set_error(err, errsz, "%s: %s", path, why);
 }
 
-static int check_bound(const char *path, double v, char *err, size_t errsz)
+/* --- one field of a struct cell ------------------------------------------ */
+
+/* "steps" of "training.steps", "cell_id" of "cell_id". */
+static const char *field_key(const struct cell_field *f)
 {
-	return cell_bound_check(cell_bound_find(path), path, v, err, errsz);
+	const char *dot = strchr(f->path, '.');
+
+	return dot ? dot + 1 : f->path;
 }
 
-int cell_validate(const struct cell *c, char *err, size_t errsz)
+/* The length of "training" in "training.steps"; 0 at the top. */
+static size_t parent_len(const struct cell_field *f)
 {
-	const char *why;
+	const char *dot = strchr(f->path, '.');
+
+	return dot ? (size_t)(dot - f->path) : 0;
+}
+
+static const void *field_at(const struct cell *c, const struct cell_field *f)
+{
+	return (const char *)c + f->offset;
+}
+
+static void *field_slot(struct cell *c, const struct cell_field *f)
+{
+	return (char *)c + f->offset;
+}
+
+/* A number, bool, enum or mask as a double (seeds are at most 2^32 - 1). */
+static double field_number(const struct cell *c, const struct cell_field *f)
+{
+	const void *p = field_at(c, f);
+
+	switch (f->kind) {
+	case CK_U64:
+		return (double)*(const unsigned long long *)p;
+	case CK_I64:
+		return (double)*(const long long *)p;
+	case CK_NUM:
+		return *(const double *)p;
+	case CK_MODULES:
+		return *(const unsigned *)p;
+	default: /* CK_INT, CK_BOOL, CK_ENUM */
+		return *(const int *)p;
+	}
+}
+
+/* v is bounded and whole where the field is integral: the casts are defined. */
+static void field_set_number(struct cell *c, const struct cell_field *f, double v)
+{
+	void *p = field_slot(c, f);
+
+	switch (f->kind) {
+	case CK_U64:
+		*(unsigned long long *)p = (unsigned long long)v;
+		break;
+	case CK_I64:
+		*(long long *)p = (long long)v;
+		break;
+	case CK_NUM:
+		*(double *)p = v;
+		break;
+	case CK_MODULES:
+		*(unsigned *)p = (unsigned)v;
+		c->lora.n_targets = __builtin_popcount((unsigned)v);
+		break;
+	default:
+		*(int *)p = (int)v;
+		break;
+	}
+}
+
+static const char *field_text(const struct cell *c, const struct cell_field *f)
+{
+	return *(char *const *)field_at(c, f);
+}
+
+static void field_set_text(struct cell *c, const struct cell_field *f, const char *s)
+{
+	char **p = field_slot(c, f);
+
+	free(*p);
+	*p = s ? xstrdup(s) : NULL;
+}
+
+/* Whether a field that may be left out or null holds a value. */
+static int field_is_set(const struct cell *c, const struct cell_field *f)
+{
+	if (f->kind == CK_STR)
+		return field_text(c, f) != NULL;
+	if (f->presence == CP_NULLABLE) /* 0: the spec did not say */
+		return field_number(c, f) > 0;
+	return field_number(c, f) != f->def;
+}
+
+void cell_defaults(struct cell *c)
+{
+	memset(c, 0, sizeof *c);
+	for (int i = 0; i < cell_field_count; i++) {
+		const struct cell_field *f = &cell_fields[i];
+
+		if (f->kind == CK_STR)
+			field_set_text(c, f, f->def_str);
+		else if (f->kind != CK_CONST && !f->derived)
+			field_set_number(c, f, f->def);
+	}
+	c->tokens_per_step = (long long)c->training.batch_size * c->training.seq_len *
+	                     c->training.gradient_accumulation_steps;
+}
+
+/* --- checking ------------------------------------------------------------ */
+
+static int check_string(const struct cell *c, const struct cell_field *f, char *err, size_t errsz)
+{
+	const char *s = field_text(c, f), *why;
+
+	if (s == NULL && f->presence != CP_REQUIRED)
+		return 0;
+	switch (f->text) {
+	case CT_SAFE_NAME:
+		if (!s || !name_is_safe(s))
+			return set_error(err, errsz, "%s: not a safe name (letters, digits, '.', '_', '-'; at most 128 bytes)",
+			                 f->path);
+		return 0;
+	case CT_SLUG:
+		if (!is_slug(s))
+			return set_error(err, errsz, "%s: must be 1 to 128 of [a-z0-9_]", f->path);
+		return 0;
+	case CT_OUTPUT_DIR:
+		if ((why = cell_output_dir_problem(s)))
+			return set_error(err, errsz, "%s: %s", f->path, why);
+		return 0;
+	default:
+		return check_text(f->path, s, f->max_len, err, errsz);
+	}
+}
+
+static int check_field(const struct cell *c, const struct cell_field *f, char *err, size_t errsz)
+{
+	double v;
+
+	if (f->derived || f->kind == CK_CONST)
+		return 0;
+	switch (f->kind) {
+	case CK_STR:
+		return check_string(c, f, err, errsz);
+	case CK_U64: /* compared as an integer: a double would round seeds above 2^53 */
+		if (*(const unsigned long long *)field_at(c, f) > (unsigned long long)f->bound.max)
+			return set_error(err, errsz, "%s: must be at most %.0f, got %llu", f->path, f->bound.max,
+			                 *(const unsigned long long *)field_at(c, f));
+		return 0;
+	case CK_BOOL:
+		v = field_number(c, f);
+		if (v != 0 && v != 1)
+			return set_error(err, errsz, "%s: must be 0 or 1", f->path);
+		return 0;
+	case CK_ENUM: /* an optional enum's default (train_on 0) names no value */
+		v = field_number(c, f);
+		if (!(f->presence != CP_REQUIRED && v == f->def) && !(v >= f->base && v < f->base + f->n_names))
+			return set_error(err, errsz, "%s: out of range", f->path);
+		return 0;
+	case CK_MODULES:
+		if (c->lora.target_mask == 0 || c->lora.target_mask >= 1u << CELL_MAX_TARGETS)
+			return set_error(err, errsz, "%s: must name 1 to %d of the projections", f->path, CELL_MAX_TARGETS);
+		if (c->lora.n_targets != __builtin_popcount(c->lora.target_mask))
+			return set_error(err, errsz, "lora.n_targets: %d does not match target_mask", c->lora.n_targets);
+		return 0;
+	default:
+		return cell_bound_check(&f->bound, f->path, field_number(c, f), err, errsz);
+	}
+}
+
+/* The rules that span fields. */
+static int check_across(const struct cell *c, char *err, size_t errsz)
+{
+	const struct cell_bound *tb = cell_bound_find("tokens_per_step");
+	char *want = cell_make_id(c->method, c->model.arch, c->precision);
+	int same = strcmp(want, c->cell_id) == 0;
 	long long tokens;
 
-	if ((unsigned)c->method >= METHOD_COUNT)
-		return set_error(err, errsz, "method: out of range");
-	if ((unsigned)c->precision >= PRECISION_COUNT)
-		return set_error(err, errsz, "precision: out of range");
-	if ((unsigned)c->training.lr_schedule >= LR_COUNT)
-		return set_error(err, errsz, "training.lr_schedule: out of range");
-	if (!c->spec_id || !name_is_safe(c->spec_id))
-		return set_error(err, errsz, "spec_id: not a safe name (letters, digits, '.', '_', '-'; at most 128 bytes)");
-	if (check_text("model.model_id", c->model.model_id, CELL_PATH_MAX, err, errsz) ||
-	    check_text("model.display_name", c->model.display_name, CELL_NAME_MAX, err, errsz) ||
-	    check_bound("model.param_count_b", c->model.param_count_b, err, errsz))
+	if (!same)
+		set_error(err, errsz, "cell_id: \"%s\" does not match method, arch and precision (\"%s\")", c->cell_id, want);
+	free(want);
+	if (!same)
 		return -1;
-	if (!is_slug(c->model.arch))
-		return set_error(err, errsz, "model.arch: must be 1 to 128 of [a-z0-9_]");
-	if (!c->cell_id || !name_is_safe(c->cell_id))
-		return set_error(err, errsz, "cell_id: not a safe name");
-	{
-		char *want = cell_make_id(c->method, c->model.arch, c->precision);
-		int same = strcmp(want, c->cell_id) == 0;
-
-		if (!same)
-			set_error(err, errsz, "cell_id: \"%s\" does not match method, arch and precision (\"%s\")", c->cell_id, want);
-		free(want);
-		if (!same)
-			return -1;
-	}
-	if ((c->hardware.gpu_name && check_text("hardware.gpu_name", c->hardware.gpu_name, CELL_NAME_MAX, err, errsz)) ||
-	    check_bound("hardware.vram_gb", c->hardware.vram_gb, err, errsz) ||
-	    check_bound("hardware.pcie_gen", c->hardware.pcie_gen, err, errsz))
-		return -1;
-	if (check_bound("training.steps", c->training.steps, err, errsz) ||
-	    check_bound("training.seq_len", c->training.seq_len, err, errsz) ||
-	    check_bound("training.batch_size", c->training.batch_size, err, errsz) ||
-	    check_bound("training.gradient_accumulation_steps", c->training.gradient_accumulation_steps, err, errsz) ||
-	    check_bound("training.warmup_steps", c->training.warmup_steps, err, errsz) ||
-	    check_text("training.dataset", c->training.dataset, CELL_PATH_MAX, err, errsz) ||
-	    (c->training.tokenizer && check_text("training.tokenizer", c->training.tokenizer, CELL_PATH_MAX, err, errsz)) ||
-	    check_bound("training.learning_rate", c->training.learning_rate, err, errsz) ||
-	    check_bound("training.weight_decay", c->training.weight_decay, err, errsz) ||
-	    check_bound("training.max_grad_norm", c->training.max_grad_norm, err, errsz) ||
-	    check_bound("training.timeout_s", c->training.timeout_s, err, errsz) ||
-	    check_bound("training.lr_warmup_steps", c->training.lr_warmup_steps, err, errsz) ||
-	    check_bound("training.passes", c->training.passes, err, errsz))
-		return -1;
-	/* Compared as an integer: a double would round seeds above 2^53. */
-	if (c->training.seed > (unsigned long long)SEED_MAX)
-		return set_error(err, errsz, "training.seed: must be at most %.0f, got %llu", SEED_MAX, c->training.seed);
 	/* At least one step must be measured after the warmup. */
 	if (c->training.warmup_steps >= c->training.steps)
 		return set_error(err, errsz, "training.warmup_steps: must be less than training.steps (%d), got %d",
 		                 c->training.steps, c->training.warmup_steps);
-	if (check_bound("lora.rank", c->lora.rank, err, errsz) ||
-	    check_bound("lora.alpha", c->lora.alpha, err, errsz) ||
-	    check_bound("lora.dropout", c->lora.dropout, err, errsz))
-		return -1;
-	if (c->lora.target_mask == 0 || c->lora.target_mask >= 1u << CELL_MAX_TARGETS)
-		return set_error(err, errsz, "lora.target_modules: must name 1 to %d of the projections", CELL_MAX_TARGETS);
-	if (c->lora.n_targets != __builtin_popcount(c->lora.target_mask))
-		return set_error(err, errsz, "lora.n_targets: %d does not match target_mask", c->lora.n_targets);
-	if (check_bound("poros.block_size", c->poros.block_size, err, errsz))
-		return -1;
-	if (c->training.gradient_checkpointing != 0 && c->training.gradient_checkpointing != 1)
-		return set_error(err, errsz, "training.gradient_checkpointing: must be 0 or 1");
-	if ((c->training.eval_dataset &&
-	     check_text("training.eval_dataset", c->training.eval_dataset, CELL_PATH_MAX, err, errsz)) ||
-	    check_bound("training.eval_every", c->training.eval_every, err, errsz))
-		return -1;
 	if (c->training.eval_every > 0 && c->training.eval_dataset == NULL)
 		return set_error(err, errsz, "training.eval_every: needs training.eval_dataset");
-	if (c->training.train_on < 0 || c->training.train_on >= TRAIN_ON_COUNT)
-		return set_error(err, errsz, "training.train_on: out of range");
-	if (c->poros.enable_prefetch != 0 && c->poros.enable_prefetch != 1)
-		return set_error(err, errsz, "poros.enable_prefetch: must be 0 or 1");
-	if ((why = cell_output_dir_problem(c->output_dir)))
-		return set_error(err, errsz, "output_dir: %s", why);
 	tokens = (long long)c->training.batch_size * c->training.seq_len * c->training.gradient_accumulation_steps;
-	if (check_bound("tokens_per_step", (double)tokens, err, errsz))
+	if (cell_bound_check(tb, "tokens_per_step", (double)tokens, err, errsz))
 		return set_error(err, errsz, "tokens_per_step: batch_size x seq_len x gradient_accumulation_steps = %lld, more than %.0f",
-		                 tokens, cell_bound_find("tokens_per_step")->max);
+		                 tokens, tb->max);
 	if (c->tokens_per_step != tokens)
 		return set_error(err, errsz, "tokens_per_step: %lld is not batch_size x seq_len x gradient_accumulation_steps (%lld)",
 		                 c->tokens_per_step, tokens);
 	return 0;
 }
 
+int cell_validate(const struct cell *c, char *err, size_t errsz)
+{
+	for (int i = 0; i < cell_field_count; i++)
+		if (check_field(c, &cell_fields[i], err, errsz))
+			return -1;
+	return check_across(c, err, errsz);
+}
+
+/* --- writing ------------------------------------------------------------- */
+
 /* cJSON_Add* return NULL only when out of memory; one flag collects them. */
 struct builder {
 	int ok;
 };
 
-static cJSON *add_obj(struct builder *b, cJSON *parent, const char *key)
+static void add_item(struct builder *b, cJSON *o, const char *key, cJSON *item)
 {
-	cJSON *o = cJSON_AddObjectToObject(parent, key);
-
-	b->ok &= o != NULL;
-	return o ? o : parent; /* keep going; the result is discarded anyway */
-}
-
-static void add_str(struct builder *b, cJSON *o, const char *key, const char *v)
-{
-	b->ok &= cJSON_AddStringToObject(o, key, v) != NULL;
-}
-
-static void add_num(struct builder *b, cJSON *o, const char *key, double v)
-{
-	b->ok &= cJSON_AddNumberToObject(o, key, v) != NULL;
-}
-
-/* What the spec did not say is null: a gpu_name of NULL, a vram_gb,
- * pcie_gen or param_count_b of 0. */
-static void add_known_str(struct builder *b, cJSON *o, const char *key, const char *v)
-{
-	b->ok &= (v ? cJSON_AddStringToObject(o, key, v) : cJSON_AddNullToObject(o, key)) != NULL;
-}
-
-static void add_known_num(struct builder *b, cJSON *o, const char *key, double v)
-{
-	b->ok &= (v > 0 ? cJSON_AddNumberToObject(o, key, v) : cJSON_AddNullToObject(o, key)) != NULL;
-}
-
-static void add_bool(struct builder *b, cJSON *o, const char *key, int v)
-{
-	b->ok &= cJSON_AddBoolToObject(o, key, v) != NULL;
-}
-
-cJSON *cell_to_json(const struct cell *c)
-{
-	struct builder b = { 1 };
-	cJSON *root = cJSON_CreateObject(), *o, *targets;
-
-	if (!root)
-		return NULL;
-	add_str(&b, root, "schema", CELL_SCHEMA);
-	add_str(&b, root, "cell_id", c->cell_id);
-	add_str(&b, root, "spec_id", c->spec_id);
-	add_str(&b, root, "method", method_names[c->method]);
-	add_str(&b, root, "precision", precision_names[c->precision]);
-
-	o = add_obj(&b, root, "model");
-	add_str(&b, o, "model_id", c->model.model_id);
-	add_str(&b, o, "display_name", c->model.display_name);
-	add_known_num(&b, o, "param_count_b", c->model.param_count_b);
-	add_str(&b, o, "arch", c->model.arch);
-
-	o = add_obj(&b, root, "hardware");
-	add_known_str(&b, o, "gpu_name", c->hardware.gpu_name);
-	add_known_num(&b, o, "vram_gb", c->hardware.vram_gb);
-	add_known_num(&b, o, "pcie_gen", c->hardware.pcie_gen);
-
-	o = add_obj(&b, root, "training");
-	add_num(&b, o, "steps", c->training.steps);
-	add_num(&b, o, "seq_len", c->training.seq_len);
-	add_num(&b, o, "batch_size", c->training.batch_size);
-	add_num(&b, o, "gradient_accumulation_steps", c->training.gradient_accumulation_steps);
-	add_num(&b, o, "warmup_steps", c->training.warmup_steps);
-	add_str(&b, o, "dataset", c->training.dataset);
-	add_num(&b, o, "seed", (double)c->training.seed);
-	add_num(&b, o, "learning_rate", c->training.learning_rate);
-	add_str(&b, o, "lr_schedule", lr_schedule_names[c->training.lr_schedule]);
-	add_num(&b, o, "weight_decay", c->training.weight_decay);
-	add_num(&b, o, "max_grad_norm", c->training.max_grad_norm);
-	add_num(&b, o, "timeout_s", c->training.timeout_s);
-	/* Last, after the older keys, so their order stays what it was. */
-	add_bool(&b, o, "gradient_checkpointing", c->training.gradient_checkpointing);
-	add_num(&b, o, "lr_warmup_steps", c->training.lr_warmup_steps);
-	add_num(&b, o, "passes", c->training.passes);
-	if (c->training.eval_dataset) { /* optional: cells without evaluation read as before */
-		add_str(&b, o, "eval_dataset", c->training.eval_dataset);
-		add_num(&b, o, "eval_every", c->training.eval_every);
+	if (!item || !cJSON_AddItemToObject(o, key, item)) {
+		cJSON_Delete(item); /* not attached */
+		b->ok = 0;
 	}
-	if (c->training.tokenizer)
-		add_str(&b, o, "tokenizer", c->training.tokenizer);
-	if (c->training.train_on) /* absent means the per-record default */
-		add_str(&b, o, "train_on", train_on_names[c->training.train_on]);
+}
 
-	o = add_obj(&b, root, "lora");
-	add_num(&b, o, "rank", c->lora.rank);
-	add_num(&b, o, "alpha", c->lora.alpha);
-	add_num(&b, o, "dropout", c->lora.dropout);
-	targets = cJSON_AddArrayToObject(o, "target_modules");
-	b.ok &= targets != NULL;
+static cJSON *modules_json(const struct cell *c)
+{
+	cJSON *targets = cJSON_CreateArray();
+
 	for (int i = 0; targets && i < CELL_MAX_TARGETS; i++) {
 		cJSON *name;
 
 		if (!(c->lora.target_mask & 1u << i))
 			continue;
-		name = cJSON_CreateString(lora_module_names[i]);
-		b.ok &= name != NULL && cJSON_AddItemToArray(targets, name);
+		if (!(name = cJSON_CreateString(lora_module_names[i])) || !cJSON_AddItemToArray(targets, name)) {
+			cJSON_Delete(name);
+			cJSON_Delete(targets);
+			return NULL;
+		}
 	}
+	return targets;
+}
 
-	o = add_obj(&b, root, "poros");
-	add_num(&b, o, "block_size", c->poros.block_size);
-	add_bool(&b, o, "enable_prefetch", c->poros.enable_prefetch);
+/* The value of f as JSON (null where a nullable field is not set). */
+static cJSON *field_json(const struct cell *c, const struct cell_field *f)
+{
+	int i;
 
-	add_str(&b, root, "output_dir", c->output_dir);
-	add_num(&b, root, "tokens_per_step", (double)c->tokens_per_step);
+	if (f->presence == CP_NULLABLE && !field_is_set(c, f))
+		return cJSON_CreateNull();
+	switch (f->kind) {
+	case CK_CONST:
+		return cJSON_CreateString(f->def_str);
+	case CK_STR:
+		return cJSON_CreateString(field_text(c, f));
+	case CK_BOOL:
+		return cJSON_CreateBool(*(const int *)field_at(c, f));
+	case CK_ENUM: /* out of range: no JSON (cell_validate says why) */
+		i = *(const int *)field_at(c, f) - f->base;
+		return i >= 0 && i < f->n_names ? cJSON_CreateString(f->names[i]) : NULL;
+	case CK_MODULES:
+		return modules_json(c);
+	default:
+		return cJSON_CreateNumber(field_number(c, f));
+	}
+}
+
+cJSON *cell_to_json(const struct cell *c)
+{
+	struct builder b = { 1 };
+	cJSON *root = cJSON_CreateObject(), *o = root;
+	const char *open = "";  /* the path whose parent o is */
+	size_t open_len = 0;
+	int written = 0;        /* the row before was written */
+
+	if (!root)
+		return NULL;
+	for (int i = 0; i < cell_field_count && b.ok; i++) {
+		const struct cell_field *f = &cell_fields[i];
+		size_t plen = parent_len(f);
+
+		if (plen != open_len || strncmp(f->path, open, plen) != 0) {
+			char name[64];
+
+			snprintf(name, sizeof name, "%.*s", (int)plen, f->path);
+			o = plen ? cJSON_AddObjectToObject(root, name) : root;
+			b.ok &= o != NULL;
+			if (!o)
+				break;
+			open = f->path;
+			open_len = plen;
+		}
+		if ((f->presence == CP_WITH_PREV && !written) || (f->presence == CP_IF_SET && !field_is_set(c, f))) {
+			written = 0;
+			continue;
+		}
+		add_item(&b, o, field_key(f), field_json(c, f));
+		written = 1;
+	}
 	if (!b.ok) {
 		cJSON_Delete(root);
 		return NULL;
@@ -387,30 +562,6 @@ struct reader {
 	char *err;
 	size_t errsz;
 };
-
-static const char *const top_keys[] = {
-	"schema", "cell_id", "spec_id", "method", "precision", "model", "hardware",
-	"training", "lora", "poros", "output_dir", "tokens_per_step",
-};
-static const char *const model_keys[] = { "model_id", "display_name", "param_count_b", "arch" };
-static const char *const hardware_keys[] = { "gpu_name", "vram_gb", "pcie_gen" };
-static const char *const training_keys[] = {
-	"steps", "seq_len", "batch_size", "gradient_accumulation_steps", "warmup_steps", "dataset",
-	"seed", "learning_rate", "lr_schedule", "weight_decay", "max_grad_norm", "timeout_s",
-	"gradient_checkpointing", "lr_warmup_steps", "passes", "eval_dataset", "eval_every", "tokenizer", "train_on",
-};
-static const char *const lora_keys[] = { "rank", "alpha", "dropout", "target_modules" };
-static const char *const poros_keys[] = { "block_size", "enable_prefetch" };
-
-/* Fields a reader may find absent, by path: they were added to
- * poros.cell/1 later, and cells and artifacts written before must still
- * read.  Each reads as 0 when absent, training.passes as 1. */
-static const char *const optional_fields[] = {
-	"training.gradient_checkpointing", "training.lr_warmup_steps", "training.passes",
-	"training.eval_dataset", "training.eval_every", "training.tokenizer", "training.train_on",
-};
-
-#define NKEYS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static const char *json_type_name(const cJSON *j)
 {
@@ -429,97 +580,86 @@ static const char *json_type_name(const cJSON *j)
 	return "an invalid value";
 }
 
-/* "training" + "steps" -> "training.steps"; "" + "spec_id" -> "spec_id". */
-static const char *join(char *buf, size_t n, const char *parent, const char *key)
+/* The keys of one object of the cell (the top: parent ""), in table
+ * order: its fields' keys and, at the top, the sub-objects' names. */
+#define OBJECT_KEYS_MAX 32 /* bits of check_keys' seen; training has 19 */
+struct object_keys {
+	int n;
+	const char *key[OBJECT_KEYS_MAX];
+	size_t len[OBJECT_KEYS_MAX];
+	unsigned char optional[OBJECT_KEYS_MAX];
+};
+
+static void object_keys(struct object_keys *k, const char *parent, size_t plen)
 {
-	snprintf(buf, n, "%s%s%s", parent, *parent ? "." : "", key);
-	return buf;
+	k->n = 0;
+	for (int i = 0; i < cell_field_count; i++) {
+		const struct cell_field *f = &cell_fields[i];
+		size_t fl = parent_len(f);
+		const char *key;
+		size_t len;
+		int optional;
+
+		if (plen == 0 && fl > 0) { /* a sub-object's name: required */
+			key = f->path;
+			len = fl;
+			optional = 0;
+		} else if (fl == plen && strncmp(f->path, parent, plen) == 0) {
+			key = field_key(f);
+			len = strlen(key);
+			optional = f->presence == CP_OPTIONAL || f->presence == CP_IF_SET || f->presence == CP_WITH_PREV;
+		} else {
+			continue;
+		}
+		if (k->n > 0 && k->len[k->n - 1] == len && strncmp(k->key[k->n - 1], key, len) == 0)
+			continue;
+		if (k->n == OBJECT_KEYS_MAX)
+			die(EXIT_RUNTIME, "cell.c: more than %d fields in one object of the cell table", OBJECT_KEYS_MAX);
+		k->key[k->n] = key;
+		k->len[k->n] = len;
+		k->optional[k->n] = (unsigned char)optional;
+		k->n++;
+	}
 }
 
-/* The object has exactly these keys, each once (cJSON keeps duplicates,
- * and a reader taking the first would silently ignore the second). */
-static int check_keys(struct reader *r, const cJSON *obj, const char *path,
-                      const char *const *keys, int n)
+static int key_index(const struct object_keys *k, const char *s)
 {
-	unsigned seen = 0;
-	char p[128];
-	const cJSON *child;
+	for (int i = 0; s && i < k->n; i++)
+		if (strlen(s) == k->len[i] && strncmp(k->key[i], s, k->len[i]) == 0)
+			return i;
+	return -1;
+}
 
+/* The object has exactly its keys, each once (cJSON keeps duplicates, and
+ * a reader taking the first would silently ignore the second); only
+ * optional fields may be absent. */
+static int check_keys(struct reader *r, const cJSON *obj, const char *parent, size_t plen)
+{
+	struct object_keys k;
+	unsigned seen = 0;
+	const cJSON *child;
+	const char *dot = plen ? "." : "";
+
+	object_keys(&k, parent, plen);
+	if (!cJSON_IsObject(obj) && plen == 0)
+		return set_error(r->err, r->errsz, "cell: expected an object, got %s", json_type_name(obj));
 	if (!cJSON_IsObject(obj))
-		return set_error(r->err, r->errsz, "%s: expected an object, got %s", *path ? path : "cell", json_type_name(obj));
+		return set_error(r->err, r->errsz, "%.*s: expected an object, got %s", (int)plen, parent, json_type_name(obj));
 	cJSON_ArrayForEach(child, obj) {
-		int i = name_index(keys, n, child->string);
+		int i = key_index(&k, child->string);
 
 		if (i < 0)
-			return set_error(r->err, r->errsz, "%s: unknown field", join(p, sizeof p, path, child->string ? child->string : ""));
+			return set_error(r->err, r->errsz, "%.*s%s%s: unknown field", (int)plen, parent, dot,
+			                 child->string ? child->string : "");
 		if (seen & 1u << i)
-			return set_error(r->err, r->errsz, "%s: duplicate field", join(p, sizeof p, path, keys[i]));
+			return set_error(r->err, r->errsz, "%.*s%s%.*s: duplicate field", (int)plen, parent, dot,
+			                 (int)k.len[i], k.key[i]);
 		seen |= 1u << i;
 	}
-	for (int i = 0; i < n; i++)
-		if (!(seen & 1u << i) &&
-		    name_index(optional_fields, NKEYS(optional_fields), join(p, sizeof p, path, keys[i])) < 0)
-			return set_error(r->err, r->errsz, "%s: missing", p);
+	for (int i = 0; i < k.n; i++)
+		if (!(seen & 1u << i) && !k.optional[i])
+			return set_error(r->err, r->errsz, "%.*s%s%.*s: missing", (int)plen, parent, dot, (int)k.len[i], k.key[i]);
 	return 0;
-}
-
-static int get_num(struct reader *r, const cJSON *obj, const char *parent, const char *key, double *out)
-{
-	const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
-	char p[128];
-
-	join(p, sizeof p, parent, key);
-	if (!cJSON_IsNumber(j))
-		return set_error(r->err, r->errsz, "%s: expected a number, got %s", p, json_type_name(j));
-	if (cell_bound_check(cell_bound_find(p), p, j->valuedouble, r->err, r->errsz))
-		return -1;
-	*out = j->valuedouble;
-	return 0;
-}
-
-/* Bounded first, so the conversion to int is always defined. */
-static int get_int(struct reader *r, const cJSON *obj, const char *parent, const char *key, int *out)
-{
-	double v;
-
-	if (get_num(r, obj, parent, key, &v))
-		return -1;
-	*out = (int)v;
-	return 0;
-}
-
-static int get_str(struct reader *r, const cJSON *obj, const char *parent, const char *key, size_t max, char **out)
-{
-	const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
-	char p[128];
-
-	join(p, sizeof p, parent, key);
-	if (!cJSON_IsString(j))
-		return set_error(r->err, r->errsz, "%s: expected a string, got %s", p, json_type_name(j));
-	if (check_text(p, j->valuestring, max, r->err, r->errsz))
-		return -1;
-	*out = xstrdup(j->valuestring);
-	return 0;
-}
-
-/* null (not known) reads as 0 or NULL, as older cells wrote 0. */
-static int get_known_num(struct reader *r, const cJSON *obj, const char *parent, const char *key, double *out)
-{
-	if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(obj, key))) {
-		*out = 0;
-		return 0;
-	}
-	return get_num(r, obj, parent, key, out);
-}
-
-static int get_known_str(struct reader *r, const cJSON *obj, const char *parent, const char *key, size_t max,
-                         char **out)
-{
-	if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(obj, key))) {
-		*out = NULL;
-		return 0;
-	}
-	return get_str(r, obj, parent, key, max, out);
 }
 
 static void list_names(char *buf, size_t n, const char *const *names, int count)
@@ -531,26 +671,9 @@ static void list_names(char *buf, size_t n, const char *const *names, int count)
 		used += snprintf(buf + used, n - used, "%s%s", i ? ", " : "", names[i]);
 }
 
-/* A string naming one of names; *out its index. */
-static int get_enum(struct reader *r, const cJSON *obj, const char *parent, const char *key,
-                    const char *what, const char *const *names, int count, int *out)
+static int read_modules(struct reader *r, const cJSON *arr, struct cell *c)
 {
-	const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
-	char p[128], list[256];
-
-	join(p, sizeof p, parent, key);
-	if (!cJSON_IsString(j))
-		return set_error(r->err, r->errsz, "%s: expected a string, got %s", p, json_type_name(j));
-	if ((*out = name_index(names, count, j->valuestring)) < 0) {
-		list_names(list, sizeof list, names, count);
-		return set_error(r->err, r->errsz, "%s: unknown %s \"%.64s\" (expected one of: %s)", p, what, j->valuestring, list);
-	}
-	return 0;
-}
-
-static int get_targets(struct reader *r, const cJSON *lora, struct cell *c)
-{
-	const cJSON *arr = cJSON_GetObjectItemCaseSensitive(lora, "target_modules"), *j;
+	const cJSON *j;
 	char list[256];
 	int k = 0;
 
@@ -578,116 +701,178 @@ static int get_targets(struct reader *r, const cJSON *lora, struct cell *c)
 	return 0;
 }
 
-static int get_bool(struct reader *r, const cJSON *obj, const char *parent, const char *key, int *out)
+/* One field from obj, its object (check_keys has run on it). */
+static int read_field(struct reader *r, struct cell *c, const struct cell_field *f, const cJSON *obj)
 {
-	const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
-	char p[128];
+	const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, field_key(f));
+	char list[256];
+	int i;
 
-	if (!cJSON_IsBool(j))
-		return set_error(r->err, r->errsz, "%s: expected true or false, got %s", join(p, sizeof p, parent, key), json_type_name(j));
-	*out = cJSON_IsTrue(j);
+	if (f->kind == CK_CONST) {
+		if (!cJSON_IsString(j) || strcmp(j->valuestring, f->def_str) != 0)
+			return set_error(r->err, r->errsz, "%s: expected \"%s\"", f->path, f->def_str);
+		return 0;
+	}
+	if (j == NULL) { /* an optional field (check_keys) */
+		if (f->kind == CK_STR)
+			field_set_text(c, f, f->def_str);
+		else
+			field_set_number(c, f, f->def);
+		return 0;
+	}
+	if (f->presence == CP_NULLABLE && cJSON_IsNull(j)) /* not known: 0 or NULL, as older cells wrote 0 */
+		return 0;
+	switch (f->kind) {
+	case CK_STR:
+		if (!cJSON_IsString(j))
+			return set_error(r->err, r->errsz, "%s: expected a string, got %s", f->path, json_type_name(j));
+		if (check_text(f->path, j->valuestring, f->max_len, r->err, r->errsz))
+			return -1;
+		field_set_text(c, f, j->valuestring);
+		return 0;
+	case CK_BOOL:
+		if (!cJSON_IsBool(j))
+			return set_error(r->err, r->errsz, "%s: expected true or false, got %s", f->path, json_type_name(j));
+		field_set_number(c, f, cJSON_IsTrue(j));
+		return 0;
+	case CK_ENUM:
+		if (!cJSON_IsString(j))
+			return set_error(r->err, r->errsz, "%s: expected a string, got %s", f->path, json_type_name(j));
+		if ((i = name_index(f->names, f->n_names, j->valuestring)) < 0) {
+			list_names(list, sizeof list, f->names, f->n_names);
+			return set_error(r->err, r->errsz, "%s: unknown %s \"%.64s\" (expected one of: %s)", f->path, f->what,
+			                 j->valuestring, list);
+		}
+		field_set_number(c, f, f->base + i);
+		return 0;
+	case CK_MODULES:
+		return read_modules(r, j, c);
+	default: /* bounded first, so the conversion to an integer is defined */
+		if (!cJSON_IsNumber(j))
+			return set_error(r->err, r->errsz, "%s: expected a number, got %s", f->path, json_type_name(j));
+		if (cell_bound_check(&f->bound, f->path, j->valuedouble, r->err, r->errsz))
+			return -1;
+		field_set_number(c, f, j->valuedouble);
+		return 0;
+	}
+}
+
+/* --- from a flag's text -------------------------------------------------- */
+
+/* "q_proj,v_proj" or "all" */
+static int parse_modules(struct cell *c, const char *shown, const char *text, char *err, size_t errsz)
+{
+	unsigned mask = 0;
+	char list[256], *copy, *tok, *save = NULL;
+
+	if (strcmp(text, "all") == 0) {
+		mask = (1u << CELL_MAX_TARGETS) - 1;
+	} else {
+		copy = xstrdup(text);
+		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+			int m = lora_module_from_name(tok);
+
+			if (m < 0) {
+				list_names(list, sizeof list, lora_module_names, CELL_MAX_TARGETS);
+				set_error(err, errsz, "%s: unknown module \"%.64s\" (expected a comma list of: %s; or all)",
+				          shown, tok, list);
+				free(copy);
+				return -1;
+			}
+			mask |= 1u << m;
+		}
+		free(copy);
+		if (mask == 0)
+			return set_error(err, errsz, "%s: names no module", shown);
+	}
+	c->lora.target_mask = mask;
+	c->lora.n_targets = __builtin_popcount(mask);
 	return 0;
+}
+
+int cell_field_parse(struct cell *c, const struct cell_field *f, const char *shown, const char *text,
+                     char *err, size_t errsz)
+{
+	char list[256], *end;
+	double v;
+	int i;
+
+	switch (f->kind) {
+	case CK_CONST:
+		return set_error(err, errsz, "%s: %s is fixed", shown, f->path);
+	case CK_STR:
+		if (check_text(shown, text, f->max_len, err, errsz))
+			return -1;
+		field_set_text(c, f, text);
+		return 0;
+	case CK_BOOL:
+		if (f->flag_arg == NULL) /* --no-prefetch */
+			v = 0;
+		else if (strcmp(text, "on") == 0 || strcmp(text, "off") == 0)
+			v = strcmp(text, "on") == 0;
+		else
+			return set_error(err, errsz, "%s: unknown value \"%s\" (expected one of: off, on)", shown, text);
+		field_set_number(c, f, v);
+		return 0;
+	case CK_ENUM:
+		if ((i = name_index(f->names, f->n_names, text)) < 0) {
+			list_names(list, sizeof list, f->names, f->n_names);
+			return set_error(err, errsz, "%s: unknown value \"%s\" (expected one of: %s)", shown, text, list);
+		}
+		field_set_number(c, f, f->base + i);
+		return 0;
+	case CK_MODULES:
+		return parse_modules(c, shown, text, err, errsz);
+	default:
+		break;
+	}
+	/* A number: integers in decimal digits only, so "1e3" is no count. */
+	if (*text == '\0' || isspace((unsigned char)*text))
+		return set_error(err, errsz, "%s: not a number: %s", shown, text);
+	errno = 0;
+	v = f->kind == CK_NUM ? strtod(text, &end) : (double)strtoll(text, &end, 10);
+	if (*end != '\0' || isnan(v))
+		return set_error(err, errsz, "%s: not a number: %s", shown, text);
+	if (errno == ERANGE && f->kind != CK_NUM)
+		return set_error(err, errsz, "%s: %s: %s", shown, v < 0 ? "too small" : "too large", text);
+	if (cell_bound_check(&f->bound, shown, v, err, errsz))
+		return -1;
+	field_set_number(c, f, v);
+	return 0;
+}
+
+/* The object holding field f: obj itself at the top. */
+static const cJSON *parent_of(const cJSON *obj, const struct cell_field *f)
+{
+	size_t plen = parent_len(f);
+	char name[64];
+
+	if (plen == 0)
+		return obj;
+	snprintf(name, sizeof name, "%.*s", (int)plen, f->path);
+	return cJSON_GetObjectItemCaseSensitive(obj, name);
 }
 
 static int read_cell(struct reader *r, struct cell *c, const cJSON *obj)
 {
-	const cJSON *model, *hw, *tr, *lora, *poros, *schema;
-	double v;
-	int e;
-
-	if (check_keys(r, obj, "", top_keys, NKEYS(top_keys)))
+	if (check_keys(r, obj, "", 0))
 		return -1;
-	schema = cJSON_GetObjectItemCaseSensitive(obj, "schema");
-	if (!cJSON_IsString(schema) || strcmp(schema->valuestring, CELL_SCHEMA) != 0)
-		return set_error(r->err, r->errsz, "schema: expected \"%s\"", CELL_SCHEMA);
-	model = cJSON_GetObjectItemCaseSensitive(obj, "model");
-	hw = cJSON_GetObjectItemCaseSensitive(obj, "hardware");
-	tr = cJSON_GetObjectItemCaseSensitive(obj, "training");
-	lora = cJSON_GetObjectItemCaseSensitive(obj, "lora");
-	poros = cJSON_GetObjectItemCaseSensitive(obj, "poros");
-	if (check_keys(r, model, "model", model_keys, NKEYS(model_keys)) ||
-	    check_keys(r, hw, "hardware", hardware_keys, NKEYS(hardware_keys)) ||
-	    check_keys(r, tr, "training", training_keys, NKEYS(training_keys)) ||
-	    check_keys(r, lora, "lora", lora_keys, NKEYS(lora_keys)) ||
-	    check_keys(r, poros, "poros", poros_keys, NKEYS(poros_keys)))
-		return -1;
-
-	if (get_str(r, obj, "", "cell_id", 128, &c->cell_id) ||
-	    get_str(r, obj, "", "spec_id", 128, &c->spec_id))
-		return -1;
-	if (get_enum(r, obj, "", "method", "method", method_names, METHOD_COUNT, &e))
-		return -1;
-	c->method = (enum method)e;
-	if (get_enum(r, obj, "", "precision", "precision", precision_names, PRECISION_COUNT, &e))
-		return -1;
-	c->precision = (enum precision)e;
-
-	if (get_str(r, model, "model", "model_id", CELL_PATH_MAX, &c->model.model_id) ||
-	    get_str(r, model, "model", "display_name", CELL_NAME_MAX, &c->model.display_name) ||
-	    get_known_num(r, model, "model", "param_count_b", &c->model.param_count_b) ||
-	    get_str(r, model, "model", "arch", 128, &c->model.arch))
-		return -1;
-
-	if (get_known_str(r, hw, "hardware", "gpu_name", CELL_NAME_MAX, &c->hardware.gpu_name) ||
-	    get_known_num(r, hw, "hardware", "vram_gb", &c->hardware.vram_gb) ||
-	    get_known_num(r, hw, "hardware", "pcie_gen", &v))
-		return -1;
-	c->hardware.pcie_gen = (int)v; /* bounded and whole: check_bound */
-
-	if (get_int(r, tr, "training", "steps", &c->training.steps) ||
-	    get_int(r, tr, "training", "seq_len", &c->training.seq_len) ||
-	    get_int(r, tr, "training", "batch_size", &c->training.batch_size) ||
-	    get_int(r, tr, "training", "gradient_accumulation_steps", &c->training.gradient_accumulation_steps) ||
-	    get_int(r, tr, "training", "warmup_steps", &c->training.warmup_steps) ||
-	    get_str(r, tr, "training", "dataset", CELL_PATH_MAX, &c->training.dataset) ||
-	    get_num(r, tr, "training", "seed", &v))
-		return -1;
-	c->training.seed = (unsigned long long)v;
-	if (get_num(r, tr, "training", "learning_rate", &c->training.learning_rate) ||
-	    get_enum(r, tr, "training", "lr_schedule", "schedule", lr_schedule_names, LR_COUNT, &e))
-		return -1;
-	c->training.lr_schedule = (enum lr_schedule)e;
-	if (get_num(r, tr, "training", "weight_decay", &c->training.weight_decay) ||
-	    get_num(r, tr, "training", "max_grad_norm", &c->training.max_grad_norm) ||
-	    get_int(r, tr, "training", "timeout_s", &c->training.timeout_s))
-		return -1;
-	if (cJSON_GetObjectItemCaseSensitive(tr, "gradient_checkpointing") &&
-	    get_bool(r, tr, "training", "gradient_checkpointing", &c->training.gradient_checkpointing))
-		return -1;
-	c->training.passes = 1; /* absent: one pass, as before the field */
-	if ((cJSON_GetObjectItemCaseSensitive(tr, "lr_warmup_steps") &&
-	     get_int(r, tr, "training", "lr_warmup_steps", &c->training.lr_warmup_steps)) ||
-	    (cJSON_GetObjectItemCaseSensitive(tr, "passes") &&
-	     get_int(r, tr, "training", "passes", &c->training.passes)))
-		return -1;
-	if ((cJSON_GetObjectItemCaseSensitive(tr, "eval_dataset") &&
-	     get_str(r, tr, "training", "eval_dataset", CELL_PATH_MAX, &c->training.eval_dataset)) ||
-	    (cJSON_GetObjectItemCaseSensitive(tr, "eval_every") &&
-	     get_int(r, tr, "training", "eval_every", &c->training.eval_every)))
-		return -1;
-	if (cJSON_GetObjectItemCaseSensitive(tr, "tokenizer") &&
-	    get_str(r, tr, "training", "tokenizer", CELL_PATH_MAX, &c->training.tokenizer))
-		return -1;
-	if (cJSON_GetObjectItemCaseSensitive(tr, "train_on")) {
-		if (get_enum(r, tr, "training", "train_on", "train_on", train_on_names + 1, TRAIN_ON_COUNT - 1, &e))
+	/* The schema first: another one's fields would only confuse. */
+	for (int i = 0; i < cell_field_count; i++)
+		if (cell_fields[i].kind == CK_CONST && read_field(r, c, &cell_fields[i], obj))
 			return -1;
-		c->training.train_on = e + 1;
+	for (int i = 0; i < cell_field_count; i++) {
+		const struct cell_field *f = &cell_fields[i];
+		size_t plen = parent_len(f);
+
+		if (plen > 0 && (i == 0 || parent_len(&cell_fields[i - 1]) != plen ||
+		                 strncmp(cell_fields[i - 1].path, f->path, plen) != 0) &&
+		    check_keys(r, parent_of(obj, f), f->path, plen))
+			return -1;
 	}
-
-	if (get_int(r, lora, "lora", "rank", &c->lora.rank) ||
-	    get_num(r, lora, "lora", "alpha", &c->lora.alpha) ||
-	    get_num(r, lora, "lora", "dropout", &c->lora.dropout) ||
-	    get_targets(r, lora, c))
-		return -1;
-
-	if (get_int(r, poros, "poros", "block_size", &c->poros.block_size) ||
-	    get_bool(r, poros, "poros", "enable_prefetch", &c->poros.enable_prefetch))
-		return -1;
-
-	if (get_str(r, obj, "", "output_dir", CELL_PATH_MAX, &c->output_dir) ||
-	    get_num(r, obj, "", "tokens_per_step", &v))
-		return -1;
-	c->tokens_per_step = (long long)v;
+	for (int i = 0; i < cell_field_count; i++)
+		if (cell_fields[i].kind != CK_CONST && read_field(r, c, &cell_fields[i], parent_of(obj, &cell_fields[i])))
+			return -1;
 	return cell_validate(c, r->err, r->errsz);
 }
 

@@ -108,8 +108,9 @@ void cell_copy(struct cell *dst, const struct cell *src);
 char *cell_make_id(enum method m, const char *arch, enum precision p);
 
 /* The range of one numeric cell field, by its path in the cell JSON
- * ("training.steps").  One table serves cell_from_json and poros-expand,
- * so a spec and a cell can never disagree on what is valid. */
+ * ("training.steps").  It lives in the field's row of cell_fields, so
+ * cell_from_json, poros-expand and poros-train's flags can never disagree
+ * on what is valid. */
 struct cell_bound {
 	const char *path;
 	double min, max;
@@ -119,6 +120,71 @@ struct cell_bound {
 };
 /* NULL if path names no numeric field. */
 const struct cell_bound *cell_bound_find(const char *path);
+
+/* --- the field table ---------------------------------------------------- */
+
+/* What a field holds in struct cell, and how it is spelled in JSON. */
+enum cell_kind {
+	CK_CONST,   /* "schema": the text def_str; no member */
+	CK_INT,     /* int; a JSON integer */
+	CK_U64,     /* unsigned long long (the seed); a JSON integer */
+	CK_I64,     /* long long (tokens_per_step); a JSON integer */
+	CK_NUM,     /* double; a JSON number */
+	CK_BOOL,    /* int 0/1; true or false */
+	CK_STR,     /* char *; a string */
+	CK_ENUM,    /* an enum (int): base + i is names[i] */
+	CK_MODULES, /* unsigned target mask (and n_targets); a list of lora_module_names */
+};
+/* When a field may be absent from a cell, and when it is written. */
+enum cell_presence {
+	CP_REQUIRED,  /* always there */
+	CP_NULLABLE,  /* always there; null when the spec did not say (0 or NULL in struct cell) */
+	CP_OPTIONAL,  /* absent reads as def (older cells); always written */
+	CP_IF_SET,    /* absent reads as def; written only when not def (a string: not NULL) */
+	CP_WITH_PREV, /* absent reads as def; written exactly when the row before it is */
+};
+/* The extra rule a string keeps (the messages are cell_validate's). */
+enum cell_text { CT_PLAIN, CT_SAFE_NAME, CT_SLUG, CT_OUTPUT_DIR };
+
+/* One row per field of the cell, in the order cell_to_json writes them.
+ * cell_to_json, cell_from_json, cell_validate, cell_defaults and
+ * poros-train's flags go by it; share/poros/schema/cell.schema.json is
+ * held against it by tests/unit/test_cell_schema.c. */
+struct cell_field {
+	const char *path;          /* "training.seq_len"; top-level fields have no dot */
+	enum cell_kind kind;
+	size_t offset;             /* of the member in struct cell */
+	enum cell_presence presence;
+	struct cell_bound bound;   /* CK_INT, CK_U64, CK_I64, CK_NUM (bound.path is path) */
+	unsigned char derived;     /* computed from other fields (tokens_per_step); never set by itself */
+	size_t max_len;            /* CK_STR: at most this many bytes */
+	enum cell_text text;       /* CK_STR */
+	const char *const *names;  /* CK_ENUM: its texts */
+	int n_names, base;         /* CK_ENUM: names[i] is the value base + i */
+	const char *what;          /* CK_ENUM: the noun in "unknown schedule \"x\"" */
+	/* What a field is when nothing gives it: an optional field absent
+	 * from a cell, a run of poros-train from flags alone, a spec that
+	 * leaves it out (poros-expand derives warmup_steps and alpha instead,
+	 * and requires steps and seq_len).  CK_STR: def_str (NULL: none). */
+	double def;
+	const char *def_str;
+	const char *flag;          /* the poros-train flag that sets it, or NULL */
+	const char *flag_arg;      /* its argument ("N"); NULL: it takes none and sets a CK_BOOL false */
+};
+extern const struct cell_field cell_fields[];
+extern const int cell_field_count;
+
+/* The row of path, or NULL. */
+const struct cell_field *cell_field_find(const char *path);
+/* Every field of c set to its row's def (strings copied; cell_free it),
+ * n_targets and tokens_per_step derived; the rest 0 / NULL. */
+void cell_defaults(struct cell *c);
+/* Sets field f of c from text, as given to a flag: numbers range-checked
+ * as in a cell, enums by name, CK_BOOL "on"/"off" (or, with no flag_arg,
+ * false), CK_MODULES "all" or a comma list.  Returns 0, or -1 with err
+ * naming shown ("--seed: must be at most 4294967295, got 5000000000"). */
+int cell_field_parse(struct cell *c, const struct cell_field *f, const char *shown, const char *text,
+                     char *err, size_t errsz);
 /* 0 when v is finite and within b; else -1 with err
  * "SHOWN: must be at least 1, got 0" (shown: the path to name, which
  * for a spec may differ from b->path, e.g. "models[1].param_count_b"). */

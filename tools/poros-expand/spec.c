@@ -591,27 +591,11 @@ static void set_defaults(struct spec *s)
 	struct cell *c = &s->shared;
 
 	memset(s, 0, sizeof *s);
-	/* hardware.gpu_name stays NULL (null in JSON) unless the spec names it. */
-	c->training.batch_size = 1;
-	c->training.gradient_accumulation_steps = 1;
+	/* The cell table's defaults (hardware.gpu_name stays NULL, null in
+	 * JSON, unless the spec names it; steps and seq_len are required). */
+	cell_defaults(c);
 	c->training.warmup_steps = -1; /* derived from steps when not given */
-	c->training.dataset = xstrdup("synthetic");
-	c->training.seed = 42;
-	c->training.learning_rate = 2e-4;
-	c->training.lr_schedule = LR_CONSTANT;
-	c->training.weight_decay = 0.0;
-	c->training.max_grad_norm = 1.0;
-	c->training.timeout_s = 3600;
-	/* Off: every arm keeps its activations where its method allows. */
-	c->training.gradient_checkpointing = 0;
-	c->training.lr_warmup_steps = 0; /* no LR warmup unless the spec asks */
-	c->training.passes = 1;
-	c->lora.rank = 16;
 	c->lora.alpha = NAN; /* derived from rank when not given */
-	c->lora.dropout = 0.05;
-	c->lora.target_mask = (1u << CELL_MAX_TARGETS) - 1;
-	c->poros.block_size = 4;
-	c->poros.enable_prefetch = 1;
 	s->reporting.html = s->reporting.markdown = s->reporting.emit_json = 1;
 }
 

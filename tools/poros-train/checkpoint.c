@@ -33,27 +33,27 @@ static cJSON *config_json(const struct train_config *c)
 	cJSON *o = cJSON_CreateObject();
 	char seed[32];
 
-	snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
-	cJSON_AddStringToObject(o, "model", c->model_id);
-	cJSON_AddStringToObject(o, "precision", precision_names[c->precision]);
-	cJSON_AddStringToObject(o, "dataset", c->dataset);
+	snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->cell.training.seed);
+	cJSON_AddStringToObject(o, "model", c->cell.model.model_id);
+	cJSON_AddStringToObject(o, "precision", precision_names[c->cell.precision]);
+	cJSON_AddStringToObject(o, "dataset", c->cell.training.dataset);
 	cJSON_AddStringToObject(o, "seed", seed);
-	cJSON_AddNumberToObject(o, "seq_len", c->seq_len);
-	cJSON_AddNumberToObject(o, "batch_size", c->batch_size);
-	cJSON_AddNumberToObject(o, "accum", c->accum);
-	cJSON_AddNumberToObject(o, "rank", c->rank);
-	cJSON_AddNumberToObject(o, "alpha", c->alpha);
-	cJSON_AddNumberToObject(o, "dropout", c->dropout);
-	cJSON_AddNumberToObject(o, "targets", c->target_mask);
-	cJSON_AddNumberToObject(o, "lr", c->lr);
-	cJSON_AddStringToObject(o, "lr_schedule", lr_schedule_names[c->lr_schedule]);
-	cJSON_AddNumberToObject(o, "warmup_steps", c->warmup_steps);
-	cJSON_AddNumberToObject(o, "lr_warmup_steps", c->lr_warmup_steps);
-	cJSON_AddNumberToObject(o, "train_on", c->train_on);
-	cJSON_AddNumberToObject(o, "weight_decay", c->weight_decay);
-	cJSON_AddNumberToObject(o, "max_grad_norm", c->max_grad_norm);
+	cJSON_AddNumberToObject(o, "seq_len", c->cell.training.seq_len);
+	cJSON_AddNumberToObject(o, "batch_size", c->cell.training.batch_size);
+	cJSON_AddNumberToObject(o, "accum", c->cell.training.gradient_accumulation_steps);
+	cJSON_AddNumberToObject(o, "rank", c->cell.lora.rank);
+	cJSON_AddNumberToObject(o, "alpha", c->cell.lora.alpha);
+	cJSON_AddNumberToObject(o, "dropout", c->cell.lora.dropout);
+	cJSON_AddNumberToObject(o, "targets", c->cell.lora.target_mask);
+	cJSON_AddNumberToObject(o, "lr", c->cell.training.learning_rate);
+	cJSON_AddStringToObject(o, "lr_schedule", lr_schedule_names[c->cell.training.lr_schedule]);
+	cJSON_AddNumberToObject(o, "warmup_steps", c->cell.training.warmup_steps);
+	cJSON_AddNumberToObject(o, "lr_warmup_steps", c->cell.training.lr_warmup_steps);
+	cJSON_AddNumberToObject(o, "train_on", c->cell.training.train_on);
+	cJSON_AddNumberToObject(o, "weight_decay", c->cell.training.weight_decay);
+	cJSON_AddNumberToObject(o, "max_grad_norm", c->cell.training.max_grad_norm);
 	cJSON_AddNumberToObject(o, "lora_ext", c->lora_ext);
-	cJSON_AddNumberToObject(o, "steps", c->steps);
+	cJSON_AddNumberToObject(o, "steps", c->cell.training.steps);
 	return o;
 }
 
@@ -81,7 +81,7 @@ static int config_check(const cJSON *saved, const struct train_config *c, char *
 		                               : cJSON_IsNumber(was) && it->valuedouble == was->valuedouble);
 		char a[256], b[256];
 
-		if (same || (strcmp(it->string, "steps") == 0 && c->lr_schedule == LR_CONSTANT))
+		if (same || (strcmp(it->string, "steps") == 0 && c->cell.training.lr_schedule == LR_CONSTANT))
 			continue;
 		value_text(a, sizeof a, was);
 		value_text(b, sizeof b, it);
@@ -251,9 +251,9 @@ int checkpoint_resume(struct engine *e, struct token_source *data, const struct 
 	if (config_check(cJSON_GetObjectItemCaseSensitive(o, "config"), c, err, errsz) < 0)
 		goto out;
 	*step = (int)jstep->valuedouble;
-	if (*step >= c->steps) {
+	if (*step >= c->cell.training.steps) {
 		snprintf(err, errsz, "--resume %s: the checkpoint is at step %d; --steps %d (the run's total) leaves "
-		         "nothing to do", c->resume, *step, c->steps);
+		         "nothing to do", c->resume, *step, c->cell.training.steps);
 		goto out;
 	}
 	if (floats->valuedouble != (double)n) {

@@ -118,19 +118,19 @@ double lr_at(const struct train_config *c, int step)
 {
 	/* HF counts scheduler steps from 0: the first optimizer step uses
 	 * lr_lambda(0) */
-	double s = step - 1, w = c->lr_warmup_steps, n = c->steps, progress;
+	double s = step - 1, w = c->cell.training.lr_warmup_steps, n = c->cell.training.steps, progress;
 
 	if (s < w)
-		return c->lr * s / (w > 1 ? w : 1);
+		return c->cell.training.learning_rate * s / (w > 1 ? w : 1);
 	progress = (s - w) / (n - w > 1 ? n - w : 1);
-	switch (c->lr_schedule) {
+	switch (c->cell.training.lr_schedule) {
 	case LR_LINEAR:
-		return c->lr * fmax(0.0, (n - s) / (n - w > 1 ? n - w : 1));
+		return c->cell.training.learning_rate * fmax(0.0, (n - s) / (n - w > 1 ? n - w : 1));
 	case LR_COSINE:
-		return c->lr * fmax(0.0, 0.5 * (1.0 + cos(M_PI * progress)));
+		return c->cell.training.learning_rate * fmax(0.0, 0.5 * (1.0 + cos(M_PI * progress)));
 	case LR_CONSTANT:
 	default:
-		return c->lr;
+		return c->cell.training.learning_rate;
 	}
 }
 
@@ -165,8 +165,8 @@ int engine_step(struct engine *e, int step, struct step_stats *st)
 		return -1;
 	}
 	/* torch.nn.utils.clip_grad_norm_: coef = max / (norm + 1e-6), clamped to 1 */
-	if (e->cfg->max_grad_norm > 0) {
-		float coef = (float)e->cfg->max_grad_norm / (norm + 1e-6f);
+	if (e->cfg->cell.training.max_grad_norm > 0) {
+		float coef = (float)e->cfg->cell.training.max_grad_norm / (norm + 1e-6f);
 
 		scale = coef < 1.0f ? coef : 1.0f;
 	}
@@ -206,9 +206,9 @@ static void set_dims(struct engine *e)
 	struct layer_ctx *c = &e->lc;
 
 	e->L = mc->num_hidden_layers;
-	e->k = cfg->accum;
+	e->k = cfg->cell.training.gradient_accumulation_steps;
 	e->blockwise = cfg->mode == MODE_BLOCKWISE;
-	e->bs = cfg->block_size < e->L ? cfg->block_size : e->L;
+	e->bs = cfg->cell.poros.block_size < e->L ? cfg->cell.poros.block_size : e->L;
 	e->nb = (e->L + e->bs - 1) / e->bs;
 	c->C = mc->hidden_size;
 	c->F = mc->intermediate_size;
@@ -218,16 +218,16 @@ static void set_dims(struct engine *e)
 	c->V = mc->vocab_size;
 	c->HD = c->H * c->D;
 	c->GD = c->G * c->D;
-	c->R = cfg->rank;
-	c->B = cfg->batch_size;
-	c->S = cfg->seq_len;
+	c->R = cfg->cell.lora.rank;
+	c->B = cfg->cell.training.batch_size;
+	c->S = cfg->cell.training.seq_len;
 	c->T = c->B * c->S;
 	c->qk_norm = mc->qk_norm;
 	c->chunk = c->T < HEAD_CHUNK ? c->T : HEAD_CHUNK;
 	c->eps = (float)mc->rms_norm_eps;
-	c->lora_scale = (float)(cfg->alpha / cfg->rank);
-	c->dropout = (float)cfg->dropout;
-	c->seed = cfg->seed;
+	c->lora_scale = (float)(cfg->cell.lora.alpha / cfg->cell.lora.rank);
+	c->dropout = (float)cfg->cell.lora.dropout;
+	c->seed = cfg->cell.training.seed;
 }
 
 /* What a run and its plan do alike, in the same order: the dimensions,
@@ -245,7 +245,7 @@ static int engine_setup(struct engine *e, const struct train_config *cfg, const 
 		if (dev_alloc_count_held(&e->alloc, library_bytes, "the cuBLAS workspace") < 0)
 			return set_error(err, errsz, "%s", e->alloc.err);
 	}
-	lora_layout_init(&e->lora, &hw->lay, e->L, e->lc.R, cfg->target_mask);
+	lora_layout_init(&e->lora, &hw->lay, e->L, e->lc.R, cfg->cell.lora.target_mask);
 	e->lc.slot = e->lora.slot;
 	plan_dequant_layout(e);
 	return 0;

@@ -77,7 +77,7 @@ float lora_grad_sumsq(struct engine *e)
 void lora_adamw(struct engine *e, float lr, float grad_scale, int step)
 {
 	e->be->ops->adamw_update(e->params, e->grads, e->adam_m, e->adam_v, e->lora.total, lr, 0.9f, 0.999f, 1e-8f,
-	                         (float)e->cfg->weight_decay, grad_scale, step);
+	                         (float)e->cfg->cell.training.weight_decay, grad_scale, step);
 	e->lora_ver++;
 }
 

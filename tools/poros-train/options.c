@@ -11,31 +11,17 @@
 
 const char *const train_mode_names[2] = { "blockwise", "resident" };
 
-#define ALL_TARGETS ((1u << CELL_MAX_TARGETS) - 1)
+const char *const train_opt_names[OPT_COUNT] = {
+#define TRAIN_OPT_NAME(id, name, has_arg) name,
+	TRAIN_OPTIONS(TRAIN_OPT_NAME)
+#undef TRAIN_OPT_NAME
+};
 
 void train_config_defaults(struct train_config *c)
 {
 	memset(c, 0, sizeof *c);
-	c->method = METHOD_POROS;
-	c->mode = MODE_BLOCKWISE;
-	c->precision = PRECISION_NF4;
-	c->steps = 10;
-	c->seq_len = 128;
-	c->batch_size = 1;
-	c->accum = 1;
-	c->warmup_steps = 0;
-	c->dataset = xstrdup("synthetic");
-	c->seed = 42;
-	c->lr = 2e-4;
-	c->weight_decay = 0.0;
-	c->max_grad_norm = 1.0;
-	c->lr_schedule = LR_CONSTANT;
-	c->rank = 16;
-	c->alpha = 32;
-	c->dropout = 0.05;
-	c->target_mask = ALL_TARGETS;
-	c->block_size = 4;
-	c->prefetch = 1;
+	cell_defaults(&c->cell); /* the cell table's defaults, as for a spec */
+	c->mode = c->cell.method == METHOD_POROS ? MODE_BLOCKWISE : MODE_RESIDENT;
 	c->backend = xstrdup("auto");
 	c->lora_ext = 1;
 	c->data_prefetch = 1;
@@ -43,16 +29,12 @@ void train_config_defaults(struct train_config *c)
 
 void train_config_free(struct train_config *c)
 {
-	free(c->model_id);
+	cell_free(&c->cell);
 	free(c->configs_dir);
-	free(c->dataset);
-	free(c->tokenizer);
 	free(c->backend);
 	free(c->out_dir);
 	free(c->init_adapter);
 	free(c->resume);
-	free(c->eval_dataset);
-	free(c->cell_id);
 	memset(c, 0, sizeof *c);
 }
 
@@ -69,34 +51,9 @@ int train_config_from_cell(struct train_config *c, const struct cell *cell, char
 		         method_names[cell->method]);
 		return -1;
 	}
-	c->method = cell->method;
+	cell_free(&c->cell);
+	cell_copy(&c->cell, cell);
 	c->mode = cell->method == METHOD_POROS ? MODE_BLOCKWISE : MODE_RESIDENT;
-	c->precision = cell->precision;
-	replace(&c->model_id, cell->model.model_id);
-	c->steps = cell->training.steps;
-	c->seq_len = cell->training.seq_len;
-	c->batch_size = cell->training.batch_size;
-	c->accum = cell->training.gradient_accumulation_steps;
-	c->warmup_steps = cell->training.warmup_steps;
-	c->lr_warmup_steps = cell->training.lr_warmup_steps;
-	replace(&c->dataset, cell->training.dataset);
-	replace(&c->tokenizer, cell->training.tokenizer);
-	c->seed = cell->training.seed;
-	c->lr = cell->training.learning_rate;
-	c->weight_decay = cell->training.weight_decay;
-	c->max_grad_norm = cell->training.max_grad_norm;
-	c->lr_schedule = cell->training.lr_schedule;
-	c->rank = cell->lora.rank;
-	c->alpha = cell->lora.alpha;
-	c->dropout = cell->lora.dropout;
-	c->target_mask = cell->lora.target_mask;
-	c->block_size = cell->poros.block_size;
-	c->prefetch = cell->poros.enable_prefetch;
-	c->recompute = cell->training.gradient_checkpointing;
-	replace(&c->eval_dataset, cell->training.eval_dataset);
-	c->eval_every = cell->training.eval_every;
-	c->train_on = cell->training.train_on;
-	replace(&c->cell_id, cell->cell_id);
 	free(c->out_dir);
 	c->out_dir = xasprintf("%s/runs/%s", cell->output_dir, cell->cell_id);
 	return 0;
@@ -104,17 +61,12 @@ int train_config_from_cell(struct train_config *c, const struct cell *cell, char
 
 int train_config_check(const struct train_config *c, char *err, size_t errsz)
 {
-	if (c->model_id == NULL || *c->model_id == '\0')
+	if (c->cell.model.model_id == NULL) /* an empty one is refused as --model's text */
 		return snprintf(err, errsz, "no model: give --cell FILE or --model ID"), -1;
-	if (!(c->lr > 0))
-		return snprintf(err, errsz, "--lr: must be > 0"), -1;
-	if (!(c->alpha > 0))
-		return snprintf(err, errsz, "--alpha: must be > 0"), -1;
-	if (!(c->dropout >= 0 && c->dropout < 1))
-		return snprintf(err, errsz, "--dropout: must be in [0, 1)"), -1;
-	if ((long long)c->seq_len * c->batch_size > (1LL << 24))
+	/* each value's range is its cell field's (cell_field_parse, cell_from_json) */
+	if ((long long)c->cell.training.seq_len * c->cell.training.batch_size > (1LL << 24))
 		return snprintf(err, errsz, "--batch-size x --seq-len: %lld tokens per micro-batch is more than %lld",
-		                (long long)c->seq_len * c->batch_size, 1LL << 24), -1;
+		                (long long)c->cell.training.seq_len * c->cell.training.batch_size, 1LL << 24), -1;
 	if (strcmp(c->backend, "cpu") && strcmp(c->backend, "cuda") && strcmp(c->backend, "auto"))
 		return snprintf(err, errsz, "--backend: unknown backend \"%s\" (expected one of: cpu, cuda, auto)",
 		                c->backend), -1;
@@ -125,7 +77,7 @@ int train_config_check(const struct train_config *c, char *err, size_t errsz)
 	if (c->resume && c->init_adapter)
 		return snprintf(err, errsz, "--resume and --init-adapter: a resumed run continues the checkpoint's "
 		                "adapter; give one of them"), -1;
-	if (c->eval_every > 0 && c->eval_dataset == NULL)
+	if (c->cell.training.eval_every > 0 && c->cell.training.eval_dataset == NULL)
 		return snprintf(err, errsz, "--eval-every: needs an evaluation dataset (--eval-dataset)"), -1;
 	return 0;
 }
@@ -208,79 +160,34 @@ static int pick(const char *opt, const char *s, const char *const *names, int n)
 	die(EXIT_USAGE, "%s: unknown value \"%s\" (expected one of: %s)", opt, s, list);
 }
 
-/* "q_proj,v_proj" or "all" */
-static unsigned parse_targets(const char *s)
+/* The option named flag ("--steps"), or -1. */
+static int option_of(const char *flag)
 {
-	unsigned mask = 0;
-	char *copy, *tok, *save = NULL;
-
-	if (strcmp(s, "all") == 0)
-		return ALL_TARGETS;
-	copy = xstrdup(s);
-	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		int m = lora_module_from_name(tok);
-
-		if (m < 0)
-			die(EXIT_USAGE, "--targets: unknown module \"%s\" (expected a comma list of: q_proj, k_proj, v_proj, "
-			    "o_proj, gate_proj, up_proj, down_proj; or all)", tok);
-		mask |= 1u << m;
-	}
-	free(copy);
-	if (mask == 0)
-		die(EXIT_USAGE, "--targets: names no module");
-	return mask;
+	for (int i = 0; i < OPT_COUNT; i++)
+		if (strncmp(flag, "--", 2) == 0 && strcmp(flag + 2, train_opt_names[i]) == 0)
+			return i;
+	return -1;
 }
 
 static void apply_flags(struct train_config *c, char *const v[OPT_COUNT])
 {
-	if (v[OPT_MODEL])
-		replace(&c->model_id, v[OPT_MODEL]);
+	char err[512];
+
+	/* The flags that set a cell field, by the cell's table: a flag takes
+	 * what a cell's field takes, with the same range. */
+	for (int i = 0; i < cell_field_count; i++) {
+		const struct cell_field *f = &cell_fields[i];
+		int o = f->flag ? option_of(f->flag) : -1;
+
+		if (f->flag && o < 0)
+			die(EXIT_RUNTIME, "%s: the cell table names %s, which is no option", f->path, f->flag);
+		if (o >= 0 && v[o] && cell_field_parse(&c->cell, f, f->flag, v[o], err, sizeof err) < 0)
+			die(EXIT_USAGE, "%s", err);
+	}
 	if (v[OPT_MODE]) {
 		c->mode = (enum train_mode)pick("--mode", v[OPT_MODE], train_mode_names, 2);
-		c->method = c->mode == MODE_BLOCKWISE ? METHOD_POROS : METHOD_RESIDENT;
+		c->cell.method = c->mode == MODE_BLOCKWISE ? METHOD_POROS : METHOD_RESIDENT;
 	}
-	if (v[OPT_PRECISION])
-		c->precision = (enum precision)pick("--precision", v[OPT_PRECISION], precision_names, PRECISION_COUNT);
-	if (v[OPT_STEPS])
-		c->steps = (int)opt_long("--steps", v[OPT_STEPS], 1, 1000000);
-	if (v[OPT_SEQ_LEN])
-		c->seq_len = (int)opt_long("--seq-len", v[OPT_SEQ_LEN], 1, 1048576);
-	if (v[OPT_BATCH_SIZE])
-		c->batch_size = (int)opt_long("--batch-size", v[OPT_BATCH_SIZE], 1, 4096);
-	if (v[OPT_ACCUM])
-		c->accum = (int)opt_long("--accum", v[OPT_ACCUM], 1, 65536);
-	if (v[OPT_RANK])
-		c->rank = (int)opt_long("--rank", v[OPT_RANK], 1, 1024);
-	if (v[OPT_ALPHA])
-		c->alpha = opt_double("--alpha", v[OPT_ALPHA], 0, 65536);
-	if (v[OPT_DROPOUT])
-		c->dropout = opt_double("--dropout", v[OPT_DROPOUT], 0, 1);
-	if (v[OPT_TARGETS])
-		c->target_mask = parse_targets(v[OPT_TARGETS]);
-	if (v[OPT_BLOCK_SIZE])
-		c->block_size = (int)opt_long("--block-size", v[OPT_BLOCK_SIZE], 1, 1024);
-	if (v[OPT_NO_PREFETCH])
-		c->prefetch = 0;
-	if (v[OPT_LR])
-		c->lr = opt_double("--lr", v[OPT_LR], 0, 1);
-	if (v[OPT_LR_SCHEDULE])
-		c->lr_schedule = (enum lr_schedule)pick("--lr-schedule", v[OPT_LR_SCHEDULE], lr_schedule_names, LR_COUNT);
-	if (v[OPT_WARMUP])
-		c->warmup_steps = (int)opt_long("--warmup", v[OPT_WARMUP], 0, 999999);
-	if (v[OPT_LR_WARMUP])
-		c->lr_warmup_steps = (int)opt_long("--lr-warmup", v[OPT_LR_WARMUP], 0, 999999);
-	if (v[OPT_WEIGHT_DECAY])
-		c->weight_decay = opt_double("--weight-decay", v[OPT_WEIGHT_DECAY], 0, 1);
-	if (v[OPT_MAX_GRAD_NORM])
-		c->max_grad_norm = opt_double("--max-grad-norm", v[OPT_MAX_GRAD_NORM], 0, 1e6);
-	if (v[OPT_SEED])
-		c->seed = (uint64_t)opt_long("--seed", v[OPT_SEED], 0, 9007199254740991L);
-	if (v[OPT_DATASET])
-		replace(&c->dataset, v[OPT_DATASET]);
-	if (v[OPT_TOKENIZER])
-		replace(&c->tokenizer, v[OPT_TOKENIZER]);
-	if (v[OPT_TRAIN_ON]) /* train_on_names[0] is "absent", not a value */
-		c->train_on = 1 + pick("--train-on", v[OPT_TRAIN_ON], train_on_names + 1, TRAIN_ON_COUNT - 1);
 	if (v[OPT_BACKEND])
 		replace(&c->backend, v[OPT_BACKEND]);
 	if (v[OPT_VRAM_BUDGET])
@@ -297,15 +204,6 @@ static void apply_flags(struct train_config *c, char *const v[OPT_COUNT])
 		c->plan = 1;
 	if (v[OPT_RESUME])
 		replace(&c->resume, v[OPT_RESUME]);
-	if (v[OPT_EVAL_DATASET])
-		replace(&c->eval_dataset, v[OPT_EVAL_DATASET]);
-	if (v[OPT_EVAL_EVERY])
-		c->eval_every = (int)opt_long("--eval-every", v[OPT_EVAL_EVERY], 0, 1000000);
-	if (v[OPT_GRAD_CKPT]) {
-		static const char *const on_off[2] = { "off", "on" };
-
-		c->recompute = pick("--gradient-checkpointing", v[OPT_GRAD_CKPT], on_off, 2);
-	}
 }
 
 /* configs/models lives beside the binary when run from the source tree
@@ -323,14 +221,16 @@ void train_config_from_options(struct train_config *c, char *const v[OPT_COUNT])
 	if (v[OPT_CELL])
 		load_cell(c, v[OPT_CELL]);
 	apply_flags(c, v);
-	if (c->cell_id == NULL && c->model_id) {
-		char *slug = slugify(c->model_id, 1);
+	if (c->cell.cell_id == NULL && c->cell.model.model_id) {
+		char *slug = slugify(c->cell.model.model_id, 1);
 
-		c->cell_id = xasprintf("%s_%s_%s", method_names[c->method], slug, precision_names[c->precision]);
+		c->cell.cell_id = cell_make_id(c->cell.method, slug, c->cell.precision);
 		free(slug);
 	}
-	if (c->out_dir == NULL && c->cell_id)
-		c->out_dir = xasprintf("out/runs/%s", c->cell_id);
+	c->cell.tokens_per_step = (long long)c->cell.training.batch_size * c->cell.training.seq_len *
+	                          c->cell.training.gradient_accumulation_steps;
+	if (c->out_dir == NULL && c->cell.cell_id)
+		c->out_dir = xasprintf("out/runs/%s", c->cell.cell_id);
 	configs = v[OPT_CONFIGS] ? xstrdup(v[OPT_CONFIGS]) : default_configs_dir();
 	if (configs) {
 		c->configs_dir = xasprintf("%s/models", configs);

@@ -285,7 +285,7 @@ static int alloc_state(struct engine *e, char *err, size_t errsz)
 		e->adam_v = state + 3 * e->lora.total;
 	}
 
-	if (!e->blockwise && !e->cfg->recompute)
+	if (!e->blockwise && !e->cfg->cell.training.gradient_checkpointing)
 		e->acts = xcalloc((size_t)e->L, sizeof *e->acts);
 	snprintf(what, sizeof what, "activations of %d layer%s", e->acts ? e->L : 1, e->acts && e->L > 1 ? "s" : "");
 	if (alloc_plan(e, plan_acts, "activations", what) < 0)
@@ -367,7 +367,7 @@ int plan_upload(struct engine *e, char *err, size_t errsz)
 	}
 	for (int t = 0; t < c->T; t++)
 		iota[t] = t;
-	lora_init_host(&e->lora, init, e->cfg->seed);
+	lora_init_host(&e->lora, init, e->cfg->cell.training.seed);
 	be->copy_h2d(e->globals, hw->globals + e->glob_start, hw->glob.bytes - e->glob_start, STREAM_COMPUTE);
 	c->final_norm = (const bf16 *)(e->globals + (hw->glob.final_norm - e->glob_start));
 	c->lm_head = (const bf16 *)(e->globals + (hw->glob.lm_head - e->glob_start));

@@ -55,10 +55,10 @@ static void adapter_from_params(struct adapter *a, const struct train_config *c,
 
 	memset(a, 0, sizeof *a);
 	a->rank = lo->rank;
-	a->alpha = c->alpha;
-	a->dropout = c->dropout;
+	a->alpha = c->cell.lora.alpha;
+	a->dropout = c->cell.lora.dropout;
 	a->target_mask = lo->mask;
-	a->base_model = c->model_id;
+	a->base_model = c->cell.model.model_id;
 	a->t = xcalloc((size_t)lo->n_layers * N_PROJ * 2, sizeof *a->t);
 	for (int l = 0; l < lo->n_layers; l++)
 		for (int m = 0; m < N_PROJ; m++) {
@@ -246,10 +246,12 @@ static cJSON *timed_steps(const struct run_result *r, int first, int n, double *
 static int print_summary(FILE *out, const struct train_config *c, const struct run_result *r)
 {
 	cJSON *o = cJSON_CreateObject(), *env, *steps;
-	int skip = c->warmup_steps > r->resumed_at ? c->warmup_steps : r->resumed_at; /* not timed here */
+	int warmup = c->cell.training.warmup_steps;
+	int skip = warmup > r->resumed_at ? warmup : r->resumed_at; /* not timed here */
 	int measured = r->steps_done - skip;
 	double med = NAN, lo = NAN, hi = NAN, tps = NAN, *t;
-	long long tokens_per_step = (long long)c->batch_size * c->seq_len * c->accum;
+	long long tokens_per_step = (long long)c->cell.training.batch_size * c->cell.training.seq_len *
+	                            c->cell.training.gradient_accumulation_steps;
 	int rc;
 
 	if (measured < 0)
@@ -269,11 +271,11 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	cJSON_AddStringToObject(o, "schema", SUMMARY_SCHEMA);
 	cJSON_AddStringToObject(o, "status", r->status);
 	cJSON_AddItemToObject(o, "error", str_or_null(r->error[0] ? r->error : NULL));
-	cJSON_AddStringToObject(o, "method", method_names[c->method]);
+	cJSON_AddStringToObject(o, "method", method_names[c->cell.method]);
 	cJSON_AddStringToObject(o, "mode", train_mode_names[c->mode]);
 	cJSON_AddItemToObject(o, "backend", str_or_null(r->be ? r->be->name : NULL));
 	cJSON_AddNumberToObject(o, "steps", r->steps_done);
-	cJSON_AddNumberToObject(o, "warmup_steps", c->warmup_steps);
+	cJSON_AddNumberToObject(o, "warmup_steps", c->cell.training.warmup_steps);
 	cJSON_AddNumberToObject(o, "steps_measured", measured);
 	cJSON_AddItemToObject(o, "step_s", steps);
 	cJSON_AddItemToObject(o, "s_per_step", timing_json_number(med));
@@ -288,7 +290,7 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	                      r->vram_breakdown[0] ? cJSON_Parse(r->vram_breakdown) : cJSON_CreateNull());
 	cJSON_AddItemToObject(o, "loss_first", loss_json(r->loss_first));
 	cJSON_AddItemToObject(o, "loss_last", loss_json(r->loss_last));
-	if (c->eval_dataset) { /* only with an evaluation set: other summaries stay as they were */
+	if (c->cell.training.eval_dataset) { /* only with an evaluation set: other summaries stay as they were */
 		cJSON_AddItemToObject(o, "eval_loss", loss_json(r->eval_loss));
 		cJSON_AddNumberToObject(o, "eval_tokens", (double)r->eval_tokens);
 	}
@@ -352,16 +354,17 @@ static void progress(const struct train_config *c, int step, const struct step_s
 {
 	if (c->quiet)
 		return;
-	fprintf(stderr, "%s: step %d/%d loss %.6f lr %.3g grad_norm %.4g %.3f s\n", progname, step, c->steps, st->loss,
-	        st->lr, st->grad_norm, st->step_s);
+	fprintf(stderr, "%s: step %d/%d loss %.6f lr %.3g grad_norm %.4g %.3f s\n", progname, step,
+	        c->cell.training.steps, st->loss, st->lr, st->grad_norm, st->step_s);
 }
 
 static int train_loop(struct engine *e, const struct train_config *c, struct run_result *r, struct eval_set *ev,
                       char *err, size_t errsz)
 {
-	long long tokens = (long long)c->batch_size * c->seq_len * c->accum;
+	long long tokens = (long long)c->cell.training.batch_size * c->cell.training.seq_len *
+	                   c->cell.training.gradient_accumulation_steps;
 
-	for (int step = r->resumed_at + 1; step <= c->steps; step++) {
+	for (int step = r->resumed_at + 1; step <= c->cell.training.steps; step++) {
 		struct step_stats st;
 		double alloc_mb = (double)engine_vram_current(e) / MIB, peak_mb = (double)engine_vram_peak(e) / MIB;
 		char profile[4096];
@@ -378,12 +381,14 @@ static int train_loop(struct engine *e, const struct train_config *c, struct run
 		if (engine_profile_json(e, profile, sizeof profile) < 0)
 			profile[0] = '\0';
 		/* after the update: the adapter as step `step` left it */
-		if (ev->open && (step == c->steps || (c->eval_every > 0 && step % c->eval_every == 0))) {
+		if (ev->open && (step == c->cell.training.steps ||
+		                 (c->cell.training.eval_every > 0 && step % c->cell.training.eval_every == 0))) {
 			char why[512];
 
 			if (token_source_seek(&ev->src, &ev->start, why, sizeof why) < 0 ||
 			    engine_eval(e, &ev->src, ev->rows, &eval_loss, &eval_tokens, why, sizeof why) < 0)
-				return snprintf(err, errsz, "step %d: --eval-dataset %s: %s", step, c->eval_dataset, why), -1;
+				return snprintf(err, errsz, "step %d: --eval-dataset %s: %s", step,
+				                c->cell.training.eval_dataset, why), -1;
 			r->eval_loss = eval_loss;
 			r->eval_tokens = eval_tokens;
 		}
@@ -397,7 +402,7 @@ static int train_loop(struct engine *e, const struct train_config *c, struct run
 		r->vram_sum_bytes += (double)engine_vram_current(e);
 		r->steps_done = step;
 		progress(c, step, &st);
-		if (c->save_every > 0 && step % c->save_every == 0 && step < c->steps) {
+		if (c->save_every > 0 && step % c->save_every == 0 && step < c->cell.training.steps) {
 			char *dir = xasprintf("%s/adapter-step%d", c->out_dir, step);
 			int rc = save_adapter(e, c, dir, err, errsz);
 
@@ -457,12 +462,12 @@ static int open_model(struct run *x, char *err, size_t errsz)
 {
 	const struct train_config *c = x->c;
 
-	if (model_config_resolve(&x->mc, c->model_id, c->configs_dir, err, errsz) < 0)
+	if (model_config_resolve(&x->mc, c->cell.model.model_id, c->configs_dir, err, errsz) < 0)
 		return -1;
 	x->have_mc = 1;
-	x->mc.tokenizer_path = c->tokenizer ? xstrdup(c->tokenizer) : NULL;
+	x->mc.tokenizer_path = c->cell.training.tokenizer ? xstrdup(c->cell.training.tokenizer) : NULL;
 	if (x->mc.head_dim % 2 != 0)
-		return snprintf(err, errsz, "%s: head_dim %d is odd (rotary embedding needs pairs)", c->model_id,
+		return snprintf(err, errsz, "%s: head_dim %d is odd (rotary embedding needs pairs)", c->cell.model.model_id,
 		                x->mc.head_dim), -1;
 	/* an unsupported rope_scaling is refused before any work is done */
 	if (rope_tables(NULL, NULL, &x->mc, 0, err, errsz) < 0)
@@ -474,23 +479,25 @@ static int open_model(struct run *x, char *err, size_t errsz)
 static int open_inputs(struct run *x, char *err, size_t errsz)
 {
 	const struct train_config *c = x->c;
+	const struct cell *cl = &c->cell;
 
 	if (open_model(x, err, errsz) < 0)
 		return -1;
-	if (token_source_open(&x->data, c->dataset, &x->mc, c->seq_len, c->seed, (enum train_on)c->train_on, err, errsz) < 0)
+	if (token_source_open(&x->data, cl->training.dataset, &x->mc, cl->training.seq_len, cl->training.seed,
+	                      (enum train_on)cl->training.train_on, err, errsz) < 0)
 		return -1;
 	x->have_data = 1;
-	if (c->eval_dataset) {
+	if (c->cell.training.eval_dataset) {
 		char why[768];
 
-		if (token_source_open(&x->eval.src, c->eval_dataset, &x->mc, c->seq_len, c->seed, (enum train_on)c->train_on, why,
-		                      sizeof why) < 0)
+		if (token_source_open(&x->eval.src, cl->training.eval_dataset, &x->mc, cl->training.seq_len,
+		                      cl->training.seed, (enum train_on)cl->training.train_on, why, sizeof why) < 0)
 			return snprintf(err, errsz, "--eval-dataset: %s", why), -1;
 		x->eval.open = 1;
 		x->eval.rows = token_source_rows(&x->eval.src);
 		if (x->eval.rows < 0)
 			return snprintf(err, errsz, "--eval-dataset %s: a synthetic stream has no end to average over; give "
-			                "a dataset or a token file", c->eval_dataset), -1;
+			                "a dataset or a token file", c->cell.training.eval_dataset), -1;
 		token_source_tell(&x->eval.src, &x->eval.start);
 	}
 	return 0;
@@ -507,7 +514,7 @@ static int make_plan(struct run *x, size_t library_bytes, struct dev_alloc *plan
 
 	memset(&shape, 0, sizeof shape);
 	shape.n_layers = x->mc.num_hidden_layers;
-	if (layer_layout_init(&shape.lay, &x->mc, x->c->precision == PRECISION_NF4, err, errsz) < 0)
+	if (layer_layout_init(&shape.lay, &x->mc, x->c->cell.precision == PRECISION_NF4, err, errsz) < 0)
 		return -1;
 	global_layout_init(&shape.glob, &x->mc);
 	if (engine_plan(plan, x->c, &x->mc, &shape, library_bytes, err, errsz) < 0) {
@@ -531,7 +538,7 @@ static void over_budget(char *err, size_t errsz, const struct train_config *c, c
 	               dev_alloc_largest(plan, 3, largest, sizeof largest));
 
 	/* what the user can trade for memory, said where it runs out */
-	if (c->mode == MODE_RESIDENT && !c->recompute && len > 0 && (size_t)len < errsz)
+	if (c->mode == MODE_RESIDENT && !c->cell.training.gradient_checkpointing && len > 0 && (size_t)len < errsz)
 		snprintf(err + len, errsz - (size_t)len, " (resident keeps all %d layers' activations: "
 		         "--gradient-checkpointing on keeps one layer's)", n_layers);
 }
@@ -547,7 +554,7 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	char why[512];
 	int rc;
 
-	r->step_s = xcalloc((size_t)c->steps, sizeof *r->step_s);
+	r->step_s = xcalloc((size_t)c->cell.training.steps, sizeof *r->step_s);
 	if ((r->be = select_backend(c, err, errsz)) == NULL)
 		goto failed;
 	/* the plan first: a run that cannot fit its budget stops before a
@@ -568,7 +575,8 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		goto failed;
 	}
 	dev_alloc_release_all(&plan);
-	rc = host_weights_load(&x->hw, r->be, &x->mc, c->precision == PRECISION_NF4, c->seed, err, errsz);
+	rc = host_weights_load(&x->hw, r->be, &x->mc, c->cell.precision == PRECISION_NF4, c->cell.training.seed,
+	                       err, errsz);
 	if (rc == -1)
 		return RUN_BAD_INPUT;
 	if (rc < 0)
@@ -651,10 +659,10 @@ static int print_plan(struct run *x, FILE *out)
 		breakdown[0] = '\0';
 	o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "schema", PLAN_SCHEMA);
-	cJSON_AddItemToObject(o, "cell_id", str_or_null(c->cell_id));
-	cJSON_AddStringToObject(o, "method", method_names[c->method]);
+	cJSON_AddItemToObject(o, "cell_id", str_or_null(c->cell.cell_id));
+	cJSON_AddStringToObject(o, "method", method_names[c->cell.method]);
 	cJSON_AddStringToObject(o, "mode", train_mode_names[c->mode]);
-	cJSON_AddStringToObject(o, "precision", precision_names[c->precision]);
+	cJSON_AddStringToObject(o, "precision", precision_names[c->cell.precision]);
 	cJSON_AddStringToObject(o, "backend", backend);
 	cJSON_AddItemToObject(o, "vram_plan_mb", num_or_null((double)plan.peak / MIB));
 	cJSON_AddItemToObject(o, "vram_breakdown_mb", breakdown[0] ? cJSON_Parse(breakdown) : cJSON_CreateNull());

@@ -183,13 +183,13 @@ static void slab_acquire(struct engine *e, int b)
 {
 	/* not prefetched (the first block, or prefetch disabled): without
 	 * prefetch the copy runs on the compute stream, in line (the ablation) */
-	slab_fetch(e, b, e->cfg->prefetch ? STREAM_COPY : STREAM_COMPUTE);
+	slab_fetch(e, b, e->cfg->cell.poros.enable_prefetch ? STREAM_COPY : STREAM_COMPUTE);
 	e->be->stream_wait_event(STREAM_COMPUTE, e->slab[b % 2].copied);
 }
 
 static void slab_prefetch(struct engine *e, int b)
 {
-	if (e->cfg->prefetch && b >= 0 && b < e->nb)
+	if (e->cfg->cell.poros.enable_prefetch && b >= 0 && b < e->nb)
 		slab_fetch(e, b, STREAM_COPY);
 }
 

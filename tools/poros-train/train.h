@@ -12,35 +12,21 @@ enum train_mode { MODE_BLOCKWISE, MODE_RESIDENT };
 extern const char *const train_mode_names[2]; /* "blockwise", "resident" */
 
 struct train_config {
-	char *model_id;
+	/* The cell this run is: the one --cell gave, or the table's defaults
+	 * (cell_defaults); flags set its fields on top (cell_fields' flag
+	 * column).  A run from flags alone has no spec_id, display_name, arch
+	 * or output_dir (NULL).  training.gradient_checkpointing, for the
+	 * resident mode: recompute each layer in backward (blockwise always
+	 * recomputes); training.warmup_steps are left out of the timing only. */
+	struct cell cell;
 	char *configs_dir;       /* holds models/<slug>.json; NULL: not searched */
-	enum method method;      /* poros (blockwise) or resident, for the summary */
-	enum train_mode mode;
-	enum precision precision;
-	int steps, seq_len, batch_size, accum, warmup_steps; /* warmup_steps: left out of the timing only */
-	int lr_warmup_steps;     /* linear LR warmup from 0 (lr_at) */
-	char *dataset;           /* "synthetic", "synthetic:repeat" or a path */
-	char *tokenizer;         /* --tokenizer / training.tokenizer; NULL: the model's own */
-	int train_on;            /* enum train_on (tools/lib/dataset.h): which tokens are targets */
-	uint64_t seed;
-	double lr, weight_decay, max_grad_norm;
-	enum lr_schedule lr_schedule;
-	int rank;
-	double alpha, dropout;
-	unsigned target_mask;    /* bit i: lora_module_names[i] */
-	int block_size, prefetch;
-	int recompute;           /* resident: recompute each layer in backward (HF gradient
-	                          * checkpointing); 0 keeps every layer's activations.
-	                          * Blockwise always recomputes. */
+	enum train_mode mode;    /* from cell.method: poros is blockwise */
 	char *backend;           /* "cpu", "cuda" or "auto" */
 	long long vram_budget;   /* bytes; 0: none */
 	char *out_dir;           /* the run directory */
 	char *init_adapter;      /* NULL: fresh LoRA init */
 	int save_every;          /* 0: only the final adapter; else also adapter-stepN and checkpoint-stepN */
 	char *resume;            /* a checkpoint-stepN directory to continue from; NULL: none */
-	char *eval_dataset;      /* NULL: no evaluation */
-	int eval_every;          /* evaluate after every N steps (and after the last); 0: only after the last */
-	char *cell_id;
 	int quiet;               /* no per-step progress on stderr */
 	int plan;                /* --plan: print the device memory plan, run nothing */
 	/* from the environment (options.c reads it once; man/poros-train.1) */
@@ -50,14 +36,29 @@ struct train_config {
 };
 
 /* The command line, one slot per option (the last one given wins); main.c
- * fills it, options.c gives it meaning. */
+ * fills it, options.c gives it meaning.  X(id, name, has_arg): the flags
+ * that set a cell field are named in tools/lib/cell.c's table too. */
+#define TRAIN_OPTIONS(X) \
+	X(CELL, "cell", 1) X(MODEL, "model", 1) X(MODE, "mode", 1) X(PRECISION, "precision", 1) \
+	X(STEPS, "steps", 1) X(SEQ_LEN, "seq-len", 1) X(BATCH_SIZE, "batch-size", 1) X(ACCUM, "accum", 1) \
+	X(RANK, "rank", 1) X(ALPHA, "alpha", 1) X(DROPOUT, "dropout", 1) X(TARGETS, "targets", 1) \
+	X(BLOCK_SIZE, "block-size", 1) X(NO_PREFETCH, "no-prefetch", 0) X(LR, "lr", 1) \
+	X(LR_SCHEDULE, "lr-schedule", 1) X(WARMUP, "warmup", 1) X(LR_WARMUP, "lr-warmup", 1) \
+	X(WEIGHT_DECAY, "weight-decay", 1) X(MAX_GRAD_NORM, "max-grad-norm", 1) X(SEED, "seed", 1) \
+	X(DATASET, "dataset", 1) X(TOKENIZER, "tokenizer", 1) X(TRAIN_ON, "train-on", 1) \
+	X(BACKEND, "backend", 1) X(VRAM_BUDGET, "vram-budget", 1) X(CONFIGS, "configs", 1) X(OUT, "out", 1) \
+	X(INIT_ADAPTER, "init-adapter", 1) X(SAVE_EVERY, "save-every", 1) X(QUIET, "quiet", 0) \
+	X(GRAD_CKPT, "gradient-checkpointing", 1) X(RESUME, "resume", 1) X(EVAL_DATASET, "eval-dataset", 1) \
+	X(EVAL_EVERY, "eval-every", 1) X(PLAN, "plan", 0)
+
 enum train_opt {
-	OPT_CELL, OPT_MODEL, OPT_MODE, OPT_PRECISION, OPT_STEPS, OPT_SEQ_LEN, OPT_BATCH_SIZE, OPT_ACCUM, OPT_RANK,
-	OPT_ALPHA, OPT_DROPOUT, OPT_TARGETS, OPT_BLOCK_SIZE, OPT_NO_PREFETCH, OPT_LR, OPT_LR_SCHEDULE, OPT_WARMUP,
-	OPT_WEIGHT_DECAY, OPT_MAX_GRAD_NORM, OPT_SEED, OPT_DATASET, OPT_BACKEND, OPT_VRAM_BUDGET, OPT_CONFIGS, OPT_OUT,
-	OPT_INIT_ADAPTER, OPT_SAVE_EVERY, OPT_QUIET, OPT_GRAD_CKPT, OPT_RESUME, OPT_EVAL_DATASET, OPT_EVAL_EVERY,
-	OPT_TOKENIZER, OPT_LR_WARMUP, OPT_TRAIN_ON, OPT_PLAN, OPT_COUNT
+#define TRAIN_OPT_ENUM(id, name, has_arg) OPT_##id,
+	TRAIN_OPTIONS(TRAIN_OPT_ENUM)
+#undef TRAIN_OPT_ENUM
+	OPT_COUNT
 };
+/* "cell", "model", ...: the long names, without "--" */
+extern const char *const train_opt_names[OPT_COUNT];
 
 #define TRAIN_SYNOPSIS \
 	"usage: poros-train [--cell FILE | --model ID] [--mode blockwise|resident] [--precision nf4|bf16]\n" \
