@@ -282,6 +282,7 @@ static void test_summary(void)
 			{ "\"backend\":\"rocm\"", "backend: unknown \"rocm\" (expected cpu or cuda)" },
 			{ "\"method\":\"lora\"", "method: unknown \"lora\"" },
 			{ "\"mode\":1", "mode: not a string" },
+			{ "\"mode\":\"sideways\"", "mode: unknown \"sideways\"" },
 			{ "\"events\":true", "events: not a string" },
 			{ "\"steps\":1.5", "steps: not a count: 1.5" },
 			{ "\"eval_tokens\":-1", "eval_tokens: not a count: -1" },

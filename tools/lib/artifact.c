@@ -804,7 +804,7 @@ static int get_name(const cJSON *o, const char *k, const char *const *names, con
  * a summary is well-formed as a whole or it is refused. */
 static int summary_check_rest(const cJSON *summary, char *err, size_t errsz)
 {
-	static const char *const paths[] = { "run_dir", "events", "adapter", "mode", NULL };
+	static const char *const paths[] = { "run_dir", "events", "adapter", NULL };
 	const cJSON *v, *it;
 	char *s;
 	double d;
@@ -814,6 +814,15 @@ static int summary_check_rest(const cJSON *summary, char *err, size_t errsz)
 		return -1;
 	if (s != NULL && method_from_name(s) < 0) {
 		bad(err, errsz, "method: unknown \"%s\"", s);
+		free(s);
+		return -1;
+	}
+	free(s);
+	/* poros-train's schedule, or a Python arm's method again */
+	if (get_str(summary, "", "mode", &s, err, errsz) < 0)
+		return -1;
+	if (s != NULL && strcmp(s, "blockwise") != 0 && strcmp(s, "resident") != 0 && method_from_name(s) < 0) {
+		bad(err, errsz, "mode: unknown \"%s\"", s);
 		free(s);
 		return -1;
 	}
