@@ -264,6 +264,46 @@ static void test_summary(void)
 	CHECK(artifact_apply_summary(&a, s, err, sizeof err) == 0);
 	CHECK(a.status == STATUS_OK && a.error == NULL);
 	cJSON_Delete(s);
+
+	/* poros-train's own keys are summary keys; anything else, or a value
+	 * the schema (share/poros/schema/summary.schema.json) refuses, is not */
+	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"error\",\"error\":\"step 2: x\",\"method\":\"poros\","
+	                "\"mode\":\"blockwise\",\"steps\":2,\"vram_plan_mb\":1.5,\"vram_breakdown_mb\":{\"slabs\":0.5,"
+	                "\"lm_head\":1},\"eval_loss\":null,\"eval_tokens\":0,\"run_dir\":\"r\",\"events\":\"r/events.jsonl\","
+	                "\"adapter\":null}");
+	CHECK(artifact_apply_summary(&a, s, err, sizeof err) == 0 && a.status == STATUS_ERROR);
+	cJSON_Delete(s);
+	{
+		static const char *const refused[][2] = {
+			{ "\"passes\":null", "passes: unknown field" },
+			{ "\"s_per_step_mad\":0.1", "s_per_step_mad: unknown field" },
+			{ "\"env\":{\"hostname\":\"h\"}", "env.hostname: unknown field" },
+			{ "\"weights\":\"random\"", "weights: unknown \"random\" (expected real or synthetic)" },
+			{ "\"backend\":\"rocm\"", "backend: unknown \"rocm\" (expected cpu or cuda)" },
+			{ "\"method\":\"lora\"", "method: unknown \"lora\"" },
+			{ "\"mode\":1", "mode: not a string" },
+			{ "\"mode\":\"sideways\"", "mode: unknown \"sideways\"" },
+			{ "\"events\":true", "events: not a string" },
+			{ "\"steps\":1.5", "steps: not a count: 1.5" },
+			{ "\"eval_tokens\":-1", "eval_tokens: not a count: -1" },
+			{ "\"eval_loss\":\"low\"", "eval_loss: not a number" },
+			{ "\"vram_breakdown_mb\":[]", "vram_breakdown_mb: not an object" },
+			{ "\"vram_breakdown_mb\":{\"slabs\":-1}", "vram_breakdown_mb.slabs: must not be negative, got -1" },
+			{ "\"env\":{\"gpu_mem_mb\":-5}", "env.gpu_mem_mb: must not be negative, got -5" },
+		};
+		char text[256];
+
+		for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+			snprintf(text, sizeof text, "{\"schema\":\"poros.summary/1\",\"status\":\"oom\",\"error\":\"x\",%s}",
+			         refused[i][0]);
+			s = cJSON_Parse(text);
+			CHECK(s != NULL);
+			CHECK(artifact_apply_summary(&a, s, err, sizeof err) < 0);
+			check_str(err, refused[i][1], refused[i][0]);
+			cJSON_Delete(s);
+		}
+	}
+	CHECK(a.status == STATUS_ERROR); /* unchanged by every refused one */
 	artifact_free(&a);
 }
 

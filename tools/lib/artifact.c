@@ -491,7 +491,7 @@ static int child_env_from_json(struct artifact_env *e, const cJSON *o, const cha
 	if (o == NULL)
 		return 0;
 	if (get_str(o, pre, "gpu_name", &e->gpu_name, err, errsz) < 0 ||
-	    get_num(o, pre, "gpu_mem_mb", &e->gpu_mem_mb, err, errsz) < 0 ||
+	    get_measure(o, pre, "gpu_mem_mb", &e->gpu_mem_mb, err, errsz) < 0 ||
 	    get_str(o, pre, "driver", &e->driver, err, errsz) < 0 ||
 	    get_str(o, pre, "cuda_runtime", &e->cuda_runtime, err, errsz) < 0 ||
 	    get_str(o, pre, "python", &e->python, err, errsz) < 0 ||
@@ -771,6 +771,78 @@ void artifact_env_collect_host(struct artifact_env *env)
 
 /* --- the trainer summary -------------------------------------------------- */
 
+/* share/poros/schema/summary.schema.json's keys: what poros-train and the
+ * Python arms print, and nothing else. */
+static const char *const summary_keys[] = {
+	"schema", "status", "error", "method", "mode", "backend", "steps", "warmup_steps", "steps_measured", "step_s",
+	"s_per_step", "s_per_step_min", "s_per_step_max", "tokens_per_s", "vram_plan_mb", "vram_peak_mb", "vram_avg_mb",
+	"vram_breakdown_mb", "loss_first", "loss_last", "eval_loss", "eval_tokens", "weights", "run_dir", "events",
+	"adapter", "env", NULL,
+};
+static const char *const summary_env_keys[] = {
+	"gpu_name", "gpu_mem_mb", "driver", "cuda_runtime", "python", "torch", "transformers", "peft", NULL,
+};
+
+/* A string field that is null or one of names (NULL-terminated). */
+static int get_name(const cJSON *o, const char *k, const char *const *names, const char *expected, char **out,
+                    char *err, size_t errsz)
+{
+	if (get_str(o, "", k, out, err, errsz) < 0)
+		return -1;
+	for (const char *const *n = names; *out && *n; n++)
+		if (strcmp(*out, *n) == 0)
+			return 0;
+	if (*out == NULL)
+		return 0;
+	bad(err, errsz, "%s: unknown \"%s\" (expected %s)", k, *out, expected);
+	free(*out);
+	*out = NULL;
+	return -1;
+}
+
+/* The keys poros-arm does not take into the artifact, checked all the same:
+ * a summary is well-formed as a whole or it is refused. */
+static int summary_check_rest(const cJSON *summary, char *err, size_t errsz)
+{
+	static const char *const paths[] = { "run_dir", "events", "adapter", NULL };
+	const cJSON *v, *it;
+	char *s;
+	double d;
+	int n;
+
+	if (get_str(summary, "", "method", &s, err, errsz) < 0)
+		return -1;
+	if (s != NULL && method_from_name(s) < 0) {
+		bad(err, errsz, "method: unknown \"%s\"", s);
+		free(s);
+		return -1;
+	}
+	free(s);
+	/* poros-train's schedule, or a Python arm's method again */
+	if (get_str(summary, "", "mode", &s, err, errsz) < 0)
+		return -1;
+	if (s != NULL && strcmp(s, "blockwise") != 0 && strcmp(s, "resident") != 0 && method_from_name(s) < 0) {
+		bad(err, errsz, "mode: unknown \"%s\"", s);
+		free(s);
+		return -1;
+	}
+	free(s);
+	for (const char *const *k = paths; *k; k++)
+		if (get_typed(summary, "", *k, cJSON_IsString, "a string", &v, err, errsz) < 0)
+			return -1;
+	if (get_count(summary, "", "steps", &n, err, errsz) < 0 || get_num(summary, "", "eval_loss", &d, err, errsz) < 0 ||
+	    get_count(summary, "", "eval_tokens", &n, err, errsz) < 0)
+		return -1;
+	/* by purpose; which purposes there are is poros-train's (the schema lists them) */
+	if (get_typed(summary, "", "vram_breakdown_mb", cJSON_IsObject, "an object", &v, err, errsz) < 0)
+		return -1;
+	cJSON_ArrayForEach(it, v) {
+		if (get_measure(v, "vram_breakdown_mb.", it->string, &d, err, errsz) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 /* The summary's "step_s", its timed steps, as the one pass of m; then
  * every timing field from it (timing.h), so no arm's own statistic
  * reaches an artifact.  A summary of a run that timed steps must list
@@ -810,6 +882,8 @@ static int summary_pass(struct artifact_metrics *m, const cJSON *summary, int st
 
 int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, size_t errsz)
 {
+	static const char *const backends[] = { "cpu", "cuda", NULL };
+	static const char *const weights_names[] = { "real", "synthetic", NULL };
 	const cJSON *schema = cJSON_GetObjectItemCaseSensitive(summary, "schema");
 	const cJSON *status = cJSON_GetObjectItemCaseSensitive(summary, "status");
 	const cJSON *env_obj;
@@ -827,21 +901,21 @@ int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, 
 	st = status_from_json(status, err, errsz);
 	if (st < 0)
 		return -1;
+	if (check_keys(summary, "", summary_keys, err, errsz) < 0 ||
+	    check_keys(cJSON_GetObjectItemCaseSensitive(summary, "env"), "env.", summary_env_keys, err, errsz) < 0 ||
+	    summary_check_rest(summary, err, errsz) < 0)
+		return -1;
 	if (metrics_from_json(&m, summary, "", err, errsz) < 0)
 		return -1;
-	if (m.passes != NULL) {
-		artifact_metrics_free(&m);
-		return bad(err, errsz, "passes: not a summary field (a summary is one pass: step_s)");
-	}
 	if (summary_pass(&m, summary, st, have_cell(a) ? a->cell.tokens_per_step : -1, err, errsz) < 0) {
 		artifact_metrics_free(&m);
 		return -1;
 	}
 	env_init(&child);
-	if (get_str(summary, "", "backend", &backend, err, errsz) < 0 ||
+	if (get_name(summary, "backend", backends, "cpu or cuda", &backend, err, errsz) < 0 ||
 	    get_obj(summary, "env", &env_obj, err, errsz) < 0 ||
 	    child_env_from_json(&child, env_obj, "env.", err, errsz) < 0 ||
-	    get_str(summary, "", "weights", &weights, err, errsz) < 0 ||
+	    get_name(summary, "weights", weights_names, "real or synthetic", &weights, err, errsz) < 0 ||
 	    get_str(summary, "", "error", &error, err, errsz) < 0) {
 		env_free(&child);
 		free(weights);

@@ -786,6 +786,10 @@ def train(torch, model, cell, out_dir, summary, input_device="cuda"):
                 f"peak {peak / 2**20:.0f} MiB")
     finally:
         events.close()
+        # as poros-train's: the steps done, and the events once they hold one
+        summary["steps"] = len(losses)
+        if losses:
+            summary["events"] = events.name
         summary["vram_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
         summary["loss_first"] = losses[0] if losses else None
         summary["loss_last"] = losses[-1] if losses else None
@@ -819,9 +823,7 @@ def new_summary(method, out_dir):
             "step_s": None, "s_per_step": None, "s_per_step_min": None, "s_per_step_max": None,
             "tokens_per_s": None,
             "vram_peak_mb": None, "vram_avg_mb": None, "loss_first": None, "loss_last": None,
-            "weights": None, "run_dir": out_dir,
-            "events": os.path.join(out_dir, "events.jsonl") if out_dir else None,
-            "adapter": None, "env": environment()}
+            "weights": None, "run_dir": out_dir, "events": None, "adapter": None, "env": environment()}
 
 
 def first_line(e):
@@ -837,7 +839,7 @@ def main(method, modules, run):
     code, torch = EXIT_OK, None
     try:
         args = parse_args()
-        summary.update(run_dir=args.out, events=os.path.join(args.out, "events.jsonl"))
+        summary["run_dir"] = args.out
         cell = load_cell(args.cell, method)
         # before torch: a checkpoint that cannot load is the cell's error
         # (exit 2) on any machine, as it is in poros-train
@@ -846,7 +848,7 @@ def main(method, modules, run):
         summary["env"] = environment(torch)
         require(torch, cell, modules)
         summary["backend"] = "cuda"
-        summary.update(steps=cell["training"]["steps"], warmup_steps=cell["training"]["warmup_steps"])
+        summary.update(steps=0, warmup_steps=cell["training"]["warmup_steps"])
         summary["weights"] = source.weights
         log(f"{cell['cell_id']}: model {source.model_id} from {source.config_path} ({source.weights} weights), "
             f"{cell['precision']}, {torch.cuda.get_device_name(0)}")
