@@ -423,6 +423,34 @@ out/mini/cells/resident_tiny_qwen2_bf16.json"
 	expect_bad s.yaml 'poros-expand: s.yaml:11:3: unknown key "colour" in poros (expected one of: block_size, enable_prefetch)'
 }
 
+@test "a cell field a spec does not set says where it is set; every other key lists all of its section" {
+	edit 's/seq_len: 16/seq_len: 16\n  eval_dataset: held.jsonl/'
+	expect_bad s.yaml 'poros-expand: s.yaml:10:3: training.eval_dataset is not a spec key: it is set per run, by poros-train --eval-dataset'
+	edit 's/seq_len: 16/seq_len: 16\n  zzzzq: 1/'
+	expect_bad s.yaml 'poros-expand: s.yaml:10:3: unknown key "zzzzq" in training (expected one of: steps, seq_len, batch_size, gradient_accumulation_steps, warmup_steps, dataset, seed, learning_rate, lr_schedule, weight_decay, max_grad_norm, timeout_s, gradient_checkpointing, lr_warmup_steps, passes, tokenizer, train_on)'
+}
+
+@test "the spec's sections are the cell table's rows: every training, lora and poros key of a cell is a spec key" {
+	# Each key a cell has under these sections, written in a spec with the
+	# value the cell holds, expands to a cell with that same value.
+	poros-expand --jsonl "$FIX/minimal.yaml" | head -1 > cell.json
+	n=0
+	for sec in training lora poros; do
+		for k in $(jq -r --arg s "$sec" '.[$s] | keys[]' cell.json); do
+			v=$(jq -c --arg s "$sec" --arg k "$k" '.[$s][$k]' cell.json)
+			if [ "$sec" = training ]; then
+				grep -v "^  $k:" "$FIX/minimal.yaml" | sed "s/^training:\$/training:\n  $k: $v/" > s.yaml
+			else
+				{ cat "$FIX/minimal.yaml"; printf '%s:\n  %s: %s\n' "$sec" "$k" "$v"; } > s.yaml
+			fi
+			run -0 poros-expand --jsonl s.yaml
+			assert_equal "$(head -1 <<< "$output" | jq -c --arg s "$sec" --arg k "$k" '.[$s][$k]')" "$v"
+			n=$((n + 1))
+		done
+	done
+	[ "$n" -ge 20 ]
+}
+
 @test "a field written at top level points to its section" {
 	append "seq_len: 16"
 	expect_bad s.yaml 'poros-expand: s.yaml:10:1: unknown key "seq_len" at top level (did you mean "training.seq_len"?)'

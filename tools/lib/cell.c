@@ -46,7 +46,9 @@ _Static_assert(sizeof(enum method) == sizeof(int) && sizeof(enum precision) == s
  * is caught early rather than as an allocation failure an hour into a
  * bench.  Zero for vram_gb and pcie_gen means "not specified" (the spec
  * left hardware out).  A new field is a row here, a property in
- * share/poros/schema/cell.schema.json and a line in man/poros-spec.5. */
+ * share/poros/schema/cell.schema.json and a line in man/poros-spec.5; a
+ * row of hardware, training, lora or poros is also a key of that spec
+ * section (poros-expand reads the spec by these rows) unless CS_NONE. */
 const struct cell_field cell_fields[] = {
 	{ .path = "schema", .bound.path = "schema", .kind = CK_CONST, .def_str = CELL_SCHEMA },
 	{ ROW("cell_id", CK_STR, cell_id, CP_REQUIRED), TEXT(128, CT_SAFE_NAME) },
@@ -63,13 +65,13 @@ const struct cell_field cell_fields[] = {
 	{ ROW("model.arch", CK_STR, model.arch, CP_REQUIRED), TEXT(128, CT_SLUG) },
 
 	{ ROW("hardware.gpu_name", CK_STR, hardware.gpu_name, CP_NULLABLE), TEXT(CELL_NAME_MAX, CT_PLAIN) },
-	{ ROW("hardware.vram_gb", CK_NUM, hardware.vram_gb, CP_NULLABLE), RANGE(0, 65536) },
-	{ ROW("hardware.pcie_gen", CK_INT, hardware.pcie_gen, CP_NULLABLE), RANGE(0, 7) },
+	{ ROW("hardware.vram_gb", CK_NUM, hardware.vram_gb, CP_NULLABLE), RANGE(0, 65536), .spec = CS_POSITIVE },
+	{ ROW("hardware.pcie_gen", CK_INT, hardware.pcie_gen, CP_NULLABLE), RANGE(0, 7), .spec = CS_POSITIVE },
 
 	{ ROW("training.steps", CK_INT, training.steps, CP_REQUIRED), RANGE(1, 1000000), .def = 10,
-	  FLAG("--steps", "N") },
+	  FLAG("--steps", "N"), .spec = CS_REQUIRED },
 	{ ROW("training.seq_len", CK_INT, training.seq_len, CP_REQUIRED), RANGE(1, 1048576), .def = 128,
-	  FLAG("--seq-len", "N") },
+	  FLAG("--seq-len", "N"), .spec = CS_REQUIRED },
 	{ ROW("training.batch_size", CK_INT, training.batch_size, CP_REQUIRED), RANGE(1, 4096), .def = 1,
 	  FLAG("--batch-size", "N") },
 	{ ROW("training.gradient_accumulation_steps", CK_INT, training.gradient_accumulation_steps, CP_REQUIRED),
@@ -97,9 +99,9 @@ const struct cell_field cell_fields[] = {
 	  .def = 0, FLAG("--lr-warmup", "N") },
 	{ ROW("training.passes", CK_INT, training.passes, CP_OPTIONAL), RANGE(1, 1000), .def = 1 },
 	{ ROW("training.eval_dataset", CK_STR, training.eval_dataset, CP_IF_SET), TEXT(CELL_PATH_MAX, CT_PLAIN),
-	  FLAG("--eval-dataset", "SPEC") },
+	  FLAG("--eval-dataset", "SPEC"), .spec = CS_NONE },
 	{ ROW("training.eval_every", CK_INT, training.eval_every, CP_WITH_PREV), RANGE(0, 1000000), .def = 0,
-	  FLAG("--eval-every", "N") },
+	  FLAG("--eval-every", "N"), .spec = CS_NONE },
 	{ ROW("training.tokenizer", CK_STR, training.tokenizer, CP_IF_SET), TEXT(CELL_PATH_MAX, CT_PLAIN),
 	  FLAG("--tokenizer", "PATH") },
 	/* 0 (absent): the per-record default; train_on_names[0] is no value */

@@ -143,6 +143,14 @@ enum cell_presence {
 	CP_IF_SET,    /* absent reads as def; written only when not def (a string: not NULL) */
 	CP_WITH_PREV, /* absent reads as def; written exactly when the row before it is */
 };
+/* How a spec (poros-expand) takes a field of its hardware, training, lora
+ * and poros sections: each such row is a key of its section unless CS_NONE. */
+enum cell_spec {
+	CS_KEY,       /* an optional key */
+	CS_REQUIRED,  /* a spec must give it */
+	CS_POSITIVE,  /* optional; a given value must be > 0, since 0 in a cell means "not said" */
+	CS_NONE,      /* never in a spec (set by poros-train's flags or derived) */
+};
 /* The extra rule a string keeps (the messages are cell_validate's). */
 enum cell_text { CT_PLAIN, CT_SAFE_NAME, CT_SLUG, CT_OUTPUT_DIR };
 
@@ -170,6 +178,7 @@ struct cell_field {
 	const char *def_str;
 	const char *flag;          /* the poros-train flag that sets it, or NULL */
 	const char *flag_arg;      /* its argument ("N"); NULL: it takes none and sets a CK_BOOL false */
+	enum cell_spec spec;       /* as a spec key */
 };
 extern const struct cell_field cell_fields[];
 extern const int cell_field_count;

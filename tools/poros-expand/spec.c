@@ -26,11 +26,9 @@ enum fkind {
 	FK_SEED,     /* unsigned long long, up to 2^32 - 1 */
 	FK_REAL,     /* double, bounded */
 	FK_BOOL,     /* int 0/1 */
-	FK_PATH,     /* char *, up to CELL_PATH_MAX bytes */
-	FK_NAME,     /* char *, up to CELL_NAME_MAX bytes */
+	FK_TEXT,     /* char *, up to max_len bytes */
 	FK_DIR,      /* char *, an output directory */
-	FK_SCHEDULE, /* enum lr_schedule */
-	FK_TRAIN_ON, /* int: 1 + index in train_on_names + 1 */
+	FK_ENUM,     /* an int: base + the index of its name in the cell row's names */
 	FK_TARGETS,  /* lora target mask: a list of projections or "all-linear" */
 };
 
@@ -42,58 +40,30 @@ struct field {
 	 * means "the spec did not say" (vram_gb, pcie_gen). */
 	unsigned char positive;
 	size_t offset; /* into struct spec, or struct spec_model for a model entry */
+	size_t max_len; /* FK_TEXT, FK_DIR */
+	const struct cell_field *row; /* the cell's row (FK_ENUM's names), or NULL */
 };
 
-#define SF(key, kind, req, pos, member) { key, kind, req, pos, offsetof(struct spec, member) }
-#define MF(key, kind, req, member) { key, kind, req, 0, offsetof(struct spec_model, member) }
+#define MF(key, kind, req, member) { key, kind, req, 0, offsetof(struct spec_model, member), CELL_PATH_MAX, NULL }
+#define NAME_MAX_LEN CELL_NAME_MAX
 
-static const struct field hardware_fields[] = {
-	SF("gpu_name", FK_NAME, 0, 0, shared.hardware.gpu_name),
-	SF("vram_gb", FK_REAL, 0, 1, shared.hardware.vram_gb),
-	SF("pcie_gen", FK_INT, 0, 1, shared.hardware.pcie_gen),
-};
-static const struct field training_fields[] = {
-	SF("steps", FK_INT, 1, 0, shared.training.steps),
-	SF("seq_len", FK_INT, 1, 0, shared.training.seq_len),
-	SF("batch_size", FK_INT, 0, 0, shared.training.batch_size),
-	SF("gradient_accumulation_steps", FK_INT, 0, 0, shared.training.gradient_accumulation_steps),
-	SF("dataset", FK_PATH, 0, 0, shared.training.dataset),
-	SF("tokenizer", FK_PATH, 0, 0, shared.training.tokenizer),
-	SF("seed", FK_SEED, 0, 0, shared.training.seed),
-	SF("warmup_steps", FK_INT, 0, 0, shared.training.warmup_steps),
-	SF("learning_rate", FK_REAL, 0, 0, shared.training.learning_rate),
-	SF("lr_schedule", FK_SCHEDULE, 0, 0, shared.training.lr_schedule),
-	SF("weight_decay", FK_REAL, 0, 0, shared.training.weight_decay),
-	SF("max_grad_norm", FK_REAL, 0, 0, shared.training.max_grad_norm),
-	SF("timeout_s", FK_INT, 0, 0, shared.training.timeout_s),
-	SF("gradient_checkpointing", FK_BOOL, 0, 0, shared.training.gradient_checkpointing),
-	SF("lr_warmup_steps", FK_INT, 0, 0, shared.training.lr_warmup_steps),
-	SF("passes", FK_INT, 0, 0, shared.training.passes),
-	SF("train_on", FK_TRAIN_ON, 0, 0, shared.training.train_on),
-};
-static const struct field lora_fields[] = {
-	SF("rank", FK_INT, 0, 0, shared.lora.rank),
-	SF("alpha", FK_REAL, 0, 0, shared.lora.alpha),
-	SF("dropout", FK_REAL, 0, 0, shared.lora.dropout),
-	SF("target_modules", FK_TARGETS, 0, 0, shared.lora.target_mask),
-};
-static const struct field poros_fields[] = {
-	SF("block_size", FK_INT, 0, 0, shared.poros.block_size),
-	SF("enable_prefetch", FK_BOOL, 0, 0, shared.poros.enable_prefetch),
-};
+/* A model entry and the reporting section are the spec's own; hardware,
+ * training, lora and poros are the cell's rows of those sections
+ * (tools/lib/cell.c), built by spec_sections below. */
 static const struct field reporting_fields[] = {
-	SF("output_dir", FK_DIR, 0, 0, shared.output_dir),
-	SF("html", FK_BOOL, 0, 0, reporting.html),
-	SF("markdown", FK_BOOL, 0, 0, reporting.markdown),
-	SF("emit_json", FK_BOOL, 0, 0, reporting.emit_json),
+	{ "output_dir", FK_DIR, 0, 0, offsetof(struct spec, shared.output_dir), CELL_PATH_MAX, NULL },
+	{ "html", FK_BOOL, 0, 0, offsetof(struct spec, reporting.html), 0, NULL },
+	{ "markdown", FK_BOOL, 0, 0, offsetof(struct spec, reporting.markdown), 0, NULL },
+	{ "emit_json", FK_BOOL, 0, 0, offsetof(struct spec, reporting.emit_json), 0, NULL },
 };
 static const struct field model_fields[] = {
-	MF("model_id", FK_PATH, 1, model_id),
-	MF("display_name", FK_NAME, 0, display_name),
+	MF("model_id", FK_TEXT, 1, model_id),
+	{ "display_name", FK_TEXT, 0, 0, offsetof(struct spec_model, display_name), NAME_MAX_LEN, NULL },
 	MF("param_count_b", FK_REAL, 0, param_count_b),
 };
 
 #define NFIELDS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define SECTION_MAX 32 /* fields of one section; the cell's largest, training, has ~20 */
 
 struct section {
 	const char *name;
@@ -101,14 +71,58 @@ struct section {
 	int n;
 };
 
-static const struct section sections[] = {
-	{ "hardware", hardware_fields, NFIELDS(hardware_fields) },
-	{ "training", training_fields, NFIELDS(training_fields) },
-	{ "lora", lora_fields, NFIELDS(lora_fields) },
-	{ "poros", poros_fields, NFIELDS(poros_fields) },
-	{ "reporting", reporting_fields, NFIELDS(reporting_fields) },
-};
-#define NSECTIONS NFIELDS(sections)
+static const char *const cell_sections[] = { "hardware", "training", "lora", "poros" };
+#define NCELL_SECTIONS NFIELDS(cell_sections)
+#define NSECTIONS (NCELL_SECTIONS + 1)
+
+/* The cell row f as a key of its spec section. */
+static struct field field_of_row(const struct cell_field *f, size_t prefix)
+{
+	struct field x = { .key = f->path + prefix, .row = f, .max_len = f->max_len,
+	                   .required = f->spec == CS_REQUIRED, .positive = f->spec == CS_POSITIVE,
+	                   .offset = offsetof(struct spec, shared) + f->offset };
+
+	switch (f->kind) {
+	case CK_INT: x.kind = FK_INT; break;
+	case CK_U64: x.kind = FK_SEED; break;
+	case CK_NUM: x.kind = FK_REAL; break;
+	case CK_BOOL: x.kind = FK_BOOL; break;
+	case CK_STR: x.kind = f->text == CT_OUTPUT_DIR ? FK_DIR : FK_TEXT; break;
+	case CK_ENUM: x.kind = FK_ENUM; break;
+	case CK_MODULES: x.kind = FK_TARGETS; break;
+	default: die(EXIT_RUNTIME, "cell field %s: a kind a spec cannot hold", f->path);
+	}
+	return x;
+}
+
+/* The spec's sections, in the order of top_keys: the cell's four, then
+ * reporting.  Built once from cell_fields. */
+static const struct section *spec_sections(void)
+{
+	static struct field rows[NCELL_SECTIONS][SECTION_MAX];
+	static struct section sec[NSECTIONS];
+
+	if (sec[0].name)
+		return sec;
+	for (int i = 0; i < NCELL_SECTIONS; i++) {
+		size_t len = strlen(cell_sections[i]);
+
+		sec[i].name = cell_sections[i];
+		sec[i].fields = rows[i];
+		for (int k = 0; k < cell_field_count; k++) {
+			const struct cell_field *f = &cell_fields[k];
+
+			if (f->spec == CS_NONE || f->derived || strncmp(f->path, cell_sections[i], len) != 0 ||
+			    f->path[len] != '.')
+				continue;
+			if (sec[i].n == SECTION_MAX)
+				die(EXIT_RUNTIME, "cell section %s: more than %d fields", cell_sections[i], SECTION_MAX);
+			rows[i][sec[i].n++] = field_of_row(f, len + 1);
+		}
+	}
+	sec[NCELL_SECTIONS] = (struct section){ "reporting", reporting_fields, NFIELDS(reporting_fields) };
+	return sec;
+}
 
 static const char *const top_keys[] = {
 	"spec_id", "hardware", "models", "methods", "precisions", "training", "lora", "poros", "reporting",
@@ -348,7 +362,7 @@ static void check_key(const char *file, const struct ynode *map, size_t i, const
                       const char *const *keys, int n)
 {
 	const struct ynode *key = map->kids[i];
-	char q[160], d[200];
+	char q[160], d[200], list[1024];
 	const char *hint;
 
 	if (key->kind != YN_SCALAR)
@@ -360,16 +374,29 @@ static void check_key(const char *file, const struct ynode *map, size_t i, const
 	for (int k = 0; k < n; k++)
 		if (strcmp(keys[k], key->text) == 0)
 			return;
+	/* A cell field of this section that a spec does not set: say where
+	 * it is set instead ("in training" and "training.eval_dataset"). */
+	for (int k = 0; k < cell_field_count; k++) {
+		const struct cell_field *f = &cell_fields[k];
+		const char *dot = strchr(f->path, '.');
+
+		if (f->spec == CS_NONE && f->flag && dot && strncmp(where, "in ", 3) == 0 &&
+		    strlen(where + 3) == (size_t)(dot - f->path) && strncmp(where + 3, f->path, (size_t)(dot - f->path)) == 0 &&
+		    strcmp(dot + 1, key->text) == 0)
+			ytree_die(file, key, "%s is not a spec key: it is set per run, by poros-train %s", f->path, f->flag);
+	}
 	if ((hint = closest(key->text, keys, n)) != NULL)
 		ytree_die(file, key, "unknown key %s %s (did you mean \"%s\"?)", quoted(key->text, q, sizeof q), where, hint);
 	/* A field written one level too high: "steps" at top level. */
+	const struct section *sections = spec_sections();
+
 	for (int s = 0; strcmp(where, "at top level") == 0 && s < NSECTIONS; s++)
 		for (int f = 0; f < sections[s].n; f++)
 			if (strcmp(sections[s].fields[f].key, key->text) == 0)
 				ytree_die(file, key, "unknown key %s %s (did you mean \"%s.%s\"?)", quoted(key->text, q, sizeof q),
 				          where, sections[s].name, key->text);
 	ytree_die(file, key, "unknown key %s %s (expected one of: %s)", quoted(key->text, q, sizeof q), where,
-	          (list_names(d, sizeof d, keys, n), d));
+	          (list_names(list, sizeof list, keys, n), list));
 }
 
 static void set_targets(const char *file, const struct ynode *n, const char *path, unsigned *mask)
@@ -436,27 +463,21 @@ static void set_field(const char *file, const struct field *f, const struct ynod
 	case FK_BOOL:
 		*(int *)(void *)slot = bool_value(file, n, path);
 		break;
-	case FK_PATH:
-		replace_string((char **)(void *)slot, text_value(file, n, path, CELL_PATH_MAX));
-		break;
-	case FK_NAME:
-		replace_string((char **)(void *)slot, text_value(file, n, path, CELL_NAME_MAX));
+	case FK_TEXT:
+		replace_string((char **)(void *)slot, text_value(file, n, path, f->max_len));
 		break;
 	case FK_DIR:
-		s = text_value(file, n, path, CELL_PATH_MAX);
+		s = text_value(file, n, path, f->max_len);
 		if ((why = cell_output_dir_problem(s)) != NULL)
 			ytree_die(file, n, "%s: %s %s", path, quoted(s, q, sizeof q), why);
 		replace_string((char **)(void *)slot, s);
 		break;
-	case FK_SCHEDULE:
-		*(enum lr_schedule *)(void *)slot =
-			(enum lr_schedule)name_value(file, n, path, "lr_schedule", lr_schedule_names, LR_COUNT);
+	case FK_ENUM: /* the noun is the key: "unknown lr_schedule" */
+		*(int *)(void *)slot =
+			f->row->base + name_value(file, n, path, f->key, f->row->names, f->row->n_names);
 		break;
 	case FK_TARGETS:
 		set_targets(file, n, path, (unsigned *)(void *)slot);
-		break;
-	case FK_TRAIN_ON: /* train_on_names[0] stands for "not given" */
-		*(int *)(void *)slot = 1 + name_value(file, n, path, "train_on", train_on_names + 1, TRAIN_ON_COUNT - 1);
 		break;
 	}
 }
@@ -645,6 +666,8 @@ static void parse_top_entry(struct spec *s, const struct ynode *key, const struc
 		for (int i = 0; i < s->n_precisions; i++)
 			s->precisions[i] = (enum precision)idx[i];
 	} else {
+		const struct section *sections = spec_sections();
+
 		for (int i = 0; i < NSECTIONS; i++)
 			if (strcmp(key->text, sections[i].name) == 0)
 				parse_fields(s->file, val, sections[i].name, sections[i].name, sections[i].fields,
