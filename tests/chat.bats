@@ -305,6 +305,24 @@ tiny_chat_model() {
 	[ ! -e r/events.jsonl ]
 }
 
+@test "the trainer refuses a template that asks for today's date, and trains when the records give it one" {
+	tiny_chat_model
+	# a Llama-3.2-style date header: strftime_now unless date_string is given
+	printf '%s' "{% if date_string is not defined %}{% set date_string = strftime_now('%d %b %Y') %}{% endif %}" \
+		"{{ date_string }}{% for m in messages %}<|im_start|>{{ m.content }}<|im_end|>{% endfor %}" >m/chat_template.jinja
+	run -2 --separate-stderr poros-train --backend cpu --seq-len 32 --batch-size 2 --rank 4 --alpha 8 --quiet \
+		--model ./m --dataset chat.jsonl --steps 1 --out r
+	[[ "$stderr" == *"chat.jsonl:1: ./m/chat_template.jinja: chat template 1:69: strftime_now: the template asks for today's date"*"chat_template_kwargs"* ]]
+	[ ! -e r/events.jsonl ]
+	jq -c '. + {chat_template_kwargs: {date_string: "hello"}}' chat.jsonl >dated.jsonl
+	run -0 --separate-stderr poros-train --backend cpu --seq-len 32 --batch-size 2 --rank 4 --alpha 8 --quiet \
+		--model ./m --dataset dated.jsonl --steps 1 --out r
+	jq -e '.tokens_supervised > 0' r/events.jsonl
+	# the date is in the rows the trainer packs: the first row starts with "hello"'s ids
+	want=$(poros-tokenize --tokenizer m <<<'{"text":"hello"}' | jq -c .ids)
+	poros-tokenize --tokenizer m --pack 32 dated.jsonl | head -1 | jq -e --argjson w "$want" '.tokens[0:($w | length)] == $w'
+}
+
 @test "--train-on assistant refuses data that has no chats; a bad value is a usage error" {
 	run -2 --separate-stderr poros-train --backend cpu --model poros/tiny-qwen2 --dataset synthetic --train-on assistant \
 		--steps 1 --out r

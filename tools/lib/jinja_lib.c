@@ -12,7 +12,8 @@
  * methods  strings: capitalize count endswith find join lower lstrip
  *          replace rstrip split startswith strip title upper;
  *          mappings: get items keys values
- * globals  dict namespace raise_exception range strftime_now */
+ * globals  dict namespace raise_exception range strftime_now (of the
+ *          caller's date only: format_date) */
 #include "jinja_int.h"
 
 #include <math.h>
@@ -804,8 +805,9 @@ struct jv jglobal_call(struct jctx *c, const struct jnode *n, const char *f, str
 		if (nargs > 1)
 			jfail(c, n, "strftime_now takes 1 argument");
 		if (c->today == NULL)
-			jfail(c, n, "strftime_now: the template asks for today's date, and Poros renders only a date the run "
-				    "fixes (--chat-date YYYY-MM-DD), so that a rerun gives the same ids");
+			jfail(c, n, "strftime_now: the template asks for today's date, and Poros renders only a date it is "
+				    "given, so that a rerun gives the same ids: the record's chat_template_kwargs (e.g. "
+				    "date_string) where the template reads one, or poros-tokenize --chat-date YYYY-MM-DD");
 		format_date(c, n, &b, fmt, c->today);
 		return jv_from_buf(c, &b);
 	}
