@@ -1,7 +1,9 @@
 #!/usr/bin/env bats
 # Chat records: the model's own chat template (tools/lib/jinja*.c,
 # chat_template.c) against what transformers' apply_chat_template gives
-# (tests/fixtures/chat/, made by tests/chat/make_expected.py), the answer
+# (tests/fixtures/chat/, made by tests/chat/make_expected.py; the shipped
+# Qwen2.5 and Llama-3.2/3.3 templates by tests/gpu/chat_fixtures.py, whose
+# `check` runs them through transformers, see tests/fixtures/chat/SOURCE), the answer
 # masks, document positions in packed rows, and the trainer's loss over
 # the answers.
 
