@@ -189,6 +189,9 @@ static void test_strftime(void)
 	CHECK(jinja_parse_date(&day, "2024-7-26", err, sizeof err) < 0 && strstr(err, "not a date YYYY-MM-DD") != NULL);
 	CHECK(jinja_parse_date(&day, "2024-07-26x", err, sizeof err) < 0);
 	CHECK(jinja_parse_date(&day, "today", err, sizeof err) < 0);
+	CHECK(jinja_parse_date(&day, "2024-07- 6", err, sizeof err) < 0);
+	CHECK(jinja_parse_date(&day, "+024-07-26", err, sizeof err) < 0);
+	CHECK(jinja_parse_date(&day, "0999-07-26", err, sizeof err) < 0);
 }
 
 int main(void)

@@ -709,7 +709,10 @@ int jinja_parse_date(struct tm *out, const char *ymd, char *err, size_t errsz)
 	int y, m, d, k = 0, yday;
 
 	memset(out, 0, sizeof *out);
-	if (strlen(ymd) != 10 || sscanf(ymd, "%4d-%2d-%2d%n", &y, &m, &d, &k) != 3 || k != 10 || ymd[4] != '-' ||
+	for (int i = 0; i < 10 && ymd[i]; i++)
+		if (i != 4 && i != 7 && (ymd[i] < '0' || ymd[i] > '9'))
+			k = -1;
+	if (k < 0 || strlen(ymd) != 10 || sscanf(ymd, "%4d-%2d-%2d%n", &y, &m, &d, &k) != 3 || k != 10 || ymd[4] != '-' ||
 	    ymd[7] != '-' || y < 1000 || m < 1 || m > 12 || d < 1 || d > mdays[m - 1] + (m == 2 && leap(y))) {
 		snprintf(err, errsz, "not a date YYYY-MM-DD: \"%s\"", ymd);
 		return -1;
