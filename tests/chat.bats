@@ -2,7 +2,7 @@
 # Chat records: the model's own chat template (tools/lib/jinja*.c,
 # chat_template.c) against what transformers' apply_chat_template gives
 # (tests/fixtures/chat/, made by tests/chat/make_expected.py; the shipped
-# Qwen2.5 and Llama-3.2/3.3 templates by tests/gpu/chat_fixtures.py, whose
+# Qwen2, Qwen2.5 and Llama-3.2/3.3 templates by tests/gpu/chat_fixtures.py, whose
 # `check` runs them through transformers, see tests/fixtures/chat/SOURCE), the answer
 # masks, document positions in packed rows, and the trainer's loss over
 # the answers.
@@ -47,6 +47,14 @@ with_template() {
 
 @test "Llama-3.1's template gives transformers' ids" {
 	expect_transformers llama3_1
+}
+
+@test "Qwen2-Instruct's shipped template gives transformers' ids (Qwen2's tokenizer has no <think> token)" {
+	expect_transformers qwen2
+	head -1 "$FIX/qwen2/expected.jsonl" | jq -e '.text | startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n")'
+	# the same text as the Qwen2-style set; only the <think> of Qwen3's tokenizer differs
+	diff <(jq -c .text "$FIX/qwen2/expected.jsonl") <(jq -c .text "$FIX/qwen2_style/expected.jsonl")
+	sed -n 8p got.jsonl | jq -e '(.ids | index(151667)) == null'
 }
 
 @test "Qwen2.5-Instruct's shipped template gives transformers' ids (its default system prompt; <think> is plain text)" {
@@ -108,8 +116,8 @@ with_template() {
 	head -1 "$FIX/llama3_3/expected.jsonl" | jq -e '.text | contains("Today Date: 26 Jul 2024\n\n")'
 }
 
-@test "the shipped Qwen2.5 and Llama-3.2/3.3 templates' other branches (tool results, a later system message) give transformers' ids" {
-	for set in qwen2_5 llama3_2 llama3_3; do
+@test "the shipped Qwen2, Qwen2.5 and Llama-3.2/3.3 templates' other branches (tool results, a later system message) give transformers' ids" {
+	for set in qwen2 qwen2_5 llama3_2 llama3_3; do
 		[ "$(wc -l <"$FIX/$set/more.jsonl")" -eq 2 ]
 		jq -c '{messages}' "$FIX/$set/more.jsonl" | poros-tokenize --tokenizer "$FIX/$set" --chat --chat-date 2024-07-26 >got.jsonl
 		diff <(jq -c .ids "$FIX/$set/more.jsonl") <(jq -c .ids got.jsonl)

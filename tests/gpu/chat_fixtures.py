@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The chat fixtures of the shipped Qwen2.5-Instruct and Llama-3.2/3.3-Instruct
-templates (tests/fixtures/chat/{qwen2_5,llama3_2,llama3_3}/), and their check
-against transformers.
+"""The chat fixtures of the shipped Qwen2-, Qwen2.5- and Llama-3.2/3.3-Instruct
+templates (tests/fixtures/chat/{qwen2,qwen2_5,llama3_2,llama3_3}/), and their
+check against transformers (of every chat set).
 
     chat_fixtures.py write SRC [--poros-tokenize PATH]
         Needs only python3 + jinja2 and the built poros-tokenize.  Renders
@@ -38,7 +38,8 @@ transformers.utils.chat_template_utils) and says so.
 Qwen2.5's tokenizer is Qwen3's without Qwen3's added tokens 151665-151668
 (<tool_response>, </tool_response>, <think>, </think>): same vocabulary,
 merges, pre-tokenizer and the added tokens 151643-151664.  So "<think>" in a
-Qwen2.5 content is plain BPE text.  Llama-3.2's and 3.3's tokenizer is
+Qwen2.5 content is plain BPE text.  Qwen2's has only 151643-151645
+(<|endoftext|>, <|im_start|>, <|im_end|>).  Llama-3.2's and 3.3's tokenizer is
 Llama-3.1's.
 """
 import argparse
@@ -61,6 +62,11 @@ QWEN_SPECIALS = ["<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object
                  "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>"]
 # set: tokenizer source, template file, tokenizer_config.json less the template
 SETS = {
+    "qwen2": ("qwen3", "Qwen-Qwen2-7B-Instruct.jinja", {
+        "add_prefix_space": False, "additional_special_tokens": ["<|im_start|>", "<|im_end|>"], "bos_token": None,
+        "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>", "errors": "replace",
+        "model_max_length": 32768, "pad_token": "<|endoftext|>", "split_special_tokens": False,
+        "tokenizer_class": "Qwen2Tokenizer", "unk_token": None}),
     "qwen2_5": ("qwen3", "Qwen-Qwen2.5-7B-Instruct.jinja", {
         "add_bos_token": False, "add_prefix_space": False, "additional_special_tokens": QWEN_SPECIALS,
         "bos_token": None, "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>", "errors": "replace",
@@ -77,6 +83,7 @@ SETS = {
 }
 # the HF hub repositories whose real tokenizer checks each set, when cached
 REAL = {
+    "qwen2": "models--Qwen--Qwen2-*-Instruct",
     "qwen2_5": "models--Qwen--Qwen2.5-*-Instruct",
     "llama3_2": "models--meta-llama--Llama-3.2-*-Instruct",
     "llama3_3": "models--meta-llama--Llama-3.3-*-Instruct",
@@ -196,8 +203,10 @@ def write(args):
         with open(os.path.join(args.src, "templates", tpl), encoding="utf-8", newline="") as f:
             template = f.read()
         tok = json.load(open(os.path.join(args.src, tsrc, "tokenizer.json"), encoding="utf-8"))
-        if name == "qwen2_5":  # Qwen2.5 has Qwen3's added tokens up to <|file_sep|> only
-            tok["added_tokens"] = [a for a in tok["added_tokens"] if a["id"] <= 151664]
+        # Qwen2.5 has Qwen3's added tokens up to <|file_sep|> only, Qwen2 up to <|im_end|>
+        if name in ("qwen2", "qwen2_5"):
+            last = 151645 if name == "qwen2" else 151664
+            tok["added_tokens"] = [a for a in tok["added_tokens"] if a["id"] <= last]
         cfg = dict(cfg)
         keys = sorted(list(cfg) + ["chat_template"])
         cfg["chat_template"] = template
