@@ -90,6 +90,10 @@ with_template() {
 	[[ "$stderr" == *'--chat-date: not a date YYYY-MM-DD: "2024-02-30"' ]]
 	run -2 --separate-stderr poros-tokenize --tokenizer "$FIX/llama3_2" --chat-date 2024-07-26 </dev/null
 	[[ "$stderr" == *"--chat-date only applies to --chat and --pack" ]]
+	# refused at once, also when no record asks for the date
+	run -2 --separate-stderr poros-tokenize --tokenizer "$FIX/llama3_2" --pack 8 --chat-date 26-07-2024 <<<'{"text":"x"}'
+	[ -z "$output" ]
+	[[ "$stderr" == *'--chat-date: not a date YYYY-MM-DD: "26-07-2024"' ]]
 }
 
 @test "a record's chat_template_kwargs are template variables: Llama-3.2's date_string, as apply_chat_template(**kwargs)" {

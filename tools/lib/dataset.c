@@ -15,8 +15,8 @@
 #include <zlib.h>
 
 #include "chat_template.h"
-#include "jinja.h"
 #include "hf_cache.h"
+#include "jinja.h"
 #include "util.h"
 
 /* A document before tokenization: text to encode, a rendered chat, or

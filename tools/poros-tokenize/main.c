@@ -10,6 +10,7 @@
 
 #include "chat_template.h"
 #include "dataset.h"
+#include "jinja.h"
 #include "jsonl.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -379,6 +380,12 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		die(EXIT_USAGE, "--train-on only applies to --chat and --pack");
 	if (o->chat_date && !o->chat && !o->pack_len)
 		die(EXIT_USAGE, "--chat-date only applies to --chat and --pack");
+	if (o->chat_date) { /* refused at once, not at the first messages record */
+		struct tm day;
+		char why[128];
+		if (jinja_parse_date(&day, o->chat_date, why, sizeof why) < 0)
+			die(EXIT_USAGE, "--chat-date: %s", why);
+	}
 	if ((o->eos || o->seeded) && !o->pack_len)
 		die(EXIT_USAGE, "--eos and --seed only apply to --pack");
 	if (o->skip_special && !o->decode)
