@@ -1,7 +1,9 @@
 #!/usr/bin/env bats
 # Chat records: the model's own chat template (tools/lib/jinja*.c,
 # chat_template.c) against what transformers' apply_chat_template gives
-# (tests/fixtures/chat/, made by tests/chat/make_expected.py), the answer
+# (tests/fixtures/chat/, made by tests/chat/make_expected.py; the shipped
+# Qwen2, Qwen2.5 and Llama-3.2/3.3 templates by tests/gpu/chat_fixtures.py, whose
+# `check` runs them through transformers, see tests/fixtures/chat/SOURCE), the answer
 # masks, document positions in packed rows, and the trainer's loss over
 # the answers.
 
@@ -13,14 +15,16 @@ setup() {
 	FIX="$POROS_ROOT/tests/fixtures/chat"
 }
 
-# chat_ids SET: the messages of SET's expected.jsonl through --chat
+# chat_ids SET [ARG...]: the messages of SET's expected.jsonl through --chat
 chat_ids() {
-	jq -c '{messages}' "$FIX/$1/expected.jsonl" | poros-tokenize --tokenizer "$FIX/$1" --chat
+	local set=$1
+	shift
+	jq -c '{messages}' "$FIX/$set/expected.jsonl" | poros-tokenize --tokenizer "$FIX/$set" --chat "$@"
 }
 
-# expect_transformers SET: every conversation's ids are transformers'
+# expect_transformers SET [ARG...]: every conversation's ids are transformers'
 expect_transformers() {
-	chat_ids "$1" >got.jsonl
+	chat_ids "$@" >got.jsonl
 	[ "$(wc -l <got.jsonl)" -eq 10 ]
 	diff <(jq -c .ids "$FIX/$1/expected.jsonl") <(jq -c .ids got.jsonl)
 }
@@ -43,6 +47,92 @@ with_template() {
 
 @test "Llama-3.1's template gives transformers' ids" {
 	expect_transformers llama3_1
+}
+
+@test "Qwen2-Instruct's shipped template gives transformers' ids (Qwen2's tokenizer has no <think> token)" {
+	expect_transformers qwen2
+	head -1 "$FIX/qwen2/expected.jsonl" | jq -e '.text | startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n")'
+	# the same text as the Qwen2-style set; only the <think> of Qwen3's tokenizer differs
+	diff <(jq -c .text "$FIX/qwen2/expected.jsonl") <(jq -c .text "$FIX/qwen2_style/expected.jsonl")
+	sed -n 8p got.jsonl | jq -e '(.ids | index(151667)) == null'
+}
+
+@test "Qwen2.5-Instruct's shipped template gives transformers' ids (its default system prompt; <think> is plain text)" {
+	expect_transformers qwen2_5
+	jq -e '.chat_template | contains("You are Qwen, created by Alibaba Cloud. You are a helpful assistant.")' \
+		"$FIX/qwen2_5/tokenizer_config.json"
+	# the default system prompt when the record has none, the record's own otherwise
+	head -1 "$FIX/qwen2_5/expected.jsonl" | jq -e '.text | startswith("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud.")'
+	sed -n 2p "$FIX/qwen2_5/expected.jsonl" | jq -e '.text | startswith("<|im_start|>system\nYou are terse.<|im_end|>")'
+	# Qwen2.5 has no <think> token (151667 is Qwen3's): the content's tag is BPE text, and a target
+	sed -n 8p got.jsonl | jq -e '(.ids | index(151667)) == null and .labels[32:35] == [13708, 766, 397]'
+	sed -n 8p got.jsonl | jq -c '{ids: [.labels[] | select(. != -100)]}' |
+		poros-tokenize --tokenizer "$FIX/qwen2_5" --decode >text.jsonl
+	run jq -r .text text.jsonl
+	assert_output "$(printf '<think>\nLet me see: 3*7=21.\n</think>\n\nThe answer is 21.<|im_end|>')"
+}
+
+@test "Llama-3.2-Instruct's template: refused without a fixed date, transformers' ids at --chat-date" {
+	# it calls strftime_now when no date_string is given; transformers reads the clock, Poros refuses
+	jq -e '.chat_template | contains("strftime_now(\"%d %b %Y\")")' "$FIX/llama3_2/tokenizer_config.json"
+	run -2 --separate-stderr poros-tokenize --tokenizer "$FIX/llama3_2" --chat < <(jq -c '{messages}' "$FIX/llama3_2/expected.jsonl")
+	[ -z "$output" ]
+	[[ "$stderr" == "poros-tokenize: <stdin>:1: $FIX/llama3_2/tokenizer_config.json: chat template 10:43: strftime_now: the template asks for today's date"*"--chat-date YYYY-MM-DD"* ]]
+	# the fixtures were rendered at 2024-07-26
+	expect_transformers llama3_2 --chat-date 2024-07-26
+	head -1 "$FIX/llama3_2/expected.jsonl" | jq -e '.text | contains("Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n")'
+	# another day is another header; the answers' targets are the same tokens
+	chat_ids llama3_2 --chat-date 2025-01-09 >other.jsonl
+	head -1 other.jsonl | jq -c '{ids}' | poros-tokenize --tokenizer "$FIX/llama3_2" --decode | jq -e '.text | contains("Today Date: 09 Jan 2025\n")'
+	diff <(jq -c '[.labels[] | select(. != -100)]' got.jsonl) <(jq -c '[.labels[] | select(. != -100)]' other.jsonl)
+	# a date that is no date is a usage error
+	run -2 --separate-stderr poros-tokenize --tokenizer "$FIX/llama3_2" --chat --chat-date 2024-02-30 < <(head -1 "$FIX/llama3_2/expected.jsonl")
+	[[ "$stderr" == *'--chat-date: not a date YYYY-MM-DD: "2024-02-30"' ]]
+	run -2 --separate-stderr poros-tokenize --tokenizer "$FIX/llama3_2" --chat-date 2024-07-26 </dev/null
+	[[ "$stderr" == *"--chat-date only applies to --chat and --pack" ]]
+	# refused at once, also when no record asks for the date
+	run -2 --separate-stderr poros-tokenize --tokenizer "$FIX/llama3_2" --pack 8 --chat-date 26-07-2024 <<<'{"text":"x"}'
+	[ -z "$output" ]
+	[[ "$stderr" == *'--chat-date: not a date YYYY-MM-DD: "26-07-2024"' ]]
+}
+
+@test "a record's chat_template_kwargs are template variables: Llama-3.2's date_string, as apply_chat_template(**kwargs)" {
+	# date_string given: the template does not ask for today, so no --chat-date is needed
+	jq -c '{messages, chat_template_kwargs: {date_string: "26 Jul 2024"}}' "$FIX/llama3_2/expected.jsonl" >in.jsonl
+	poros-tokenize --tokenizer "$FIX/llama3_2" --chat in.jsonl >got.jsonl
+	diff <(jq -c .ids "$FIX/llama3_2/expected.jsonl") <(jq -c .ids got.jsonl)
+	# the trainer's reader (--pack) takes them too: the first row starts with the same ids
+	run -0 poros-tokenize --tokenizer "$FIX/llama3_2" --pack 16 <(head -1 in.jsonl)
+	echo "${lines[0]}" | jq -e --argjson want "$(head -1 "$FIX/llama3_2/expected.jsonl" | jq -c '.ids[0:16]')" '.tokens == $want'
+	run -2 poros-tokenize --tokenizer "$FIX/llama3_2" --pack 16 < <(head -1 "$FIX/llama3_2/expected.jsonl" | jq -c '{messages}')
+	# what apply_chat_template sets itself is not a record's to set; a non-object is refused
+	echo '{"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"tools":[]}}' >bad.jsonl
+	run -2 --separate-stderr poros-tokenize --tokenizer "$FIX/llama3_2" --chat bad.jsonl
+	[[ "$stderr" == *'bad.jsonl:1: chat_template_kwargs: "tools" is not a template variable a record may set' ]]
+	echo '{"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":"26 Jul 2024"}' >bad.jsonl
+	run -2 --separate-stderr poros-tokenize --tokenizer "$FIX/llama3_2" --chat bad.jsonl
+	[[ "$stderr" == *'bad.jsonl:1: "chat_template_kwargs" is not an object' ]]
+}
+
+@test "Llama-3.3-Instruct's template (Llama-3.1-Instruct's, date_string by default) gives transformers' ids" {
+	jq -e '.chat_template | contains("strftime_now") | not' "$FIX/llama3_3/tokenizer_config.json"
+	expect_transformers llama3_3
+	head -1 "$FIX/llama3_3/expected.jsonl" | jq -e '.text | contains("Today Date: 26 Jul 2024\n\n")'
+}
+
+@test "the shipped Qwen2, Qwen2.5 and Llama-3.2/3.3 templates' other branches (tool results, a later system message) give transformers' ids" {
+	for set in qwen2 qwen2_5 llama3_2 llama3_3; do
+		[ "$(wc -l <"$FIX/$set/more.jsonl")" -eq 2 ]
+		jq -c '{messages}' "$FIX/$set/more.jsonl" | poros-tokenize --tokenizer "$FIX/$set" --chat --chat-date 2024-07-26 >got.jsonl
+		diff <(jq -c .ids "$FIX/$set/more.jsonl") <(jq -c .ids got.jsonl)
+	done
+	# Llama's ipython turn is the content as JSON (a string is iterable there)
+	sed -n 1p "$FIX/llama3_2/more.jsonl" | jq -e '.text | contains("<|start_header_id|>ipython<|end_header_id|>\n\n\"sunny\"<|eot_id|>")'
+	sed -n 1p "$FIX/qwen2_5/more.jsonl" | jq -e '.text | contains("<|im_start|>user\n<tool_response>\n{\"t\": 21")'
+	# only the assistant's answer and its end of turn are targets, not the tool results
+	sed -n 1p got.jsonl | jq -c '{ids: [.labels[] | select(. != -100)]}' | poros-tokenize --tokenizer "$FIX/llama3_3" --decode >text.jsonl
+	run jq -r .text text.jsonl
+	assert_output "21 °C and sunny.<|eot_id|>"
 }
 
 @test "a Qwen2-style template with a default system prompt gives transformers' ids (Qwen3's tokenizer)" {
@@ -82,6 +172,27 @@ with_template() {
 	assert_output "a1<|im_end|>r2a2<|im_end|>"
 	# a conversation that ends with the user: nothing to learn
 	sed -n 10p got.jsonl | jq -e '[.labels[] | select(. != -100)] == []'
+}
+
+@test "Qwen3 under train_on assistant: the template's <think> tags are prompt, the content's reasoning and answer are targets" {
+	chat_ids qwen3 --train-on assistant >got.jsonl
+	# conversation 1: <|im_start|>assistant\n (151644 77091 198, positions 11-13) and
+	# the template's <think>\n\n</think>\n\n (151667 271 151668 271, 14-17) are not
+	# targets; the answer (18-23) and its <|im_end|> (24) are; the newline after is not
+	sed -n 1p got.jsonl | jq -e '.ids[11:18] == [151644, 77091, 198, 151667, 271, 151668, 271]
+		and [.labels | to_entries[] | select(.value != -100) | .key] == [18, 19, 20, 21, 22, 23, 24]
+		and .ids[24] == 151645 and .labels[25] == -100'
+	# conversation 8: the content's own "<think>\n...\n</think>\n\n" is split by the
+	# template and written again around the reasoning: those tags (151667 at 11,
+	# 151668 at 25, with their newlines 198 and 271) are the template's, the
+	# reasoning (13-24) and the answer (27-33) with <|im_end|> (34) are the content's
+	sed -n 8p got.jsonl | jq -e '.ids[11] == 151667 and .ids[12] == 198 and .ids[25] == 151668 and .ids[26] == 271
+		and [.labels | to_entries[] | select(.value != -100) | .key] == [range(13; 25)] + [range(27; 35)]'
+	sed -n 8p got.jsonl | jq -c '{ids: [.labels[] | select(. != -100)]}' |
+		poros-tokenize --tokenizer "$FIX/qwen3" --decode >text.jsonl
+	run jq -r .text text.jsonl
+	# (".\n" is one token: it holds a content byte, so it is a target)
+	assert_output "$(printf 'Let me see: 3*7=21.\nThe answer is 21.<|im_end|>')"
 }
 
 @test "two answers, and an empty one, keep their end-of-turn tokens (Llama-3, checked by hand)" {
@@ -221,6 +332,24 @@ tiny_chat_model() {
 	run -2 --separate-stderr poros-train --backend cpu --model ./m --dataset chat.jsonl --steps 1 --out r
 	[[ "$stderr" == *"chat.jsonl:1: ./m/chat_template.jinja: chat template 1:15: unsupported filter \"wordcount\"" ]]
 	[ ! -e r/events.jsonl ]
+}
+
+@test "the trainer refuses a template that asks for today's date, and trains when the records give it one" {
+	tiny_chat_model
+	# a Llama-3.2-style date header: strftime_now unless date_string is given
+	printf '%s' "{% if date_string is not defined %}{% set date_string = strftime_now('%d %b %Y') %}{% endif %}" \
+		"{{ date_string }}{% for m in messages %}<|im_start|>{{ m.content }}<|im_end|>{% endfor %}" >m/chat_template.jinja
+	run -2 --separate-stderr poros-train --backend cpu --seq-len 32 --batch-size 2 --rank 4 --alpha 8 --quiet \
+		--model ./m --dataset chat.jsonl --steps 1 --out r
+	[[ "$stderr" == *"chat.jsonl:1: ./m/chat_template.jinja: chat template 1:69: strftime_now: the template asks for today's date"*"chat_template_kwargs"* ]]
+	[ ! -e r/events.jsonl ]
+	jq -c '. + {chat_template_kwargs: {date_string: "hello"}}' chat.jsonl >dated.jsonl
+	run -0 --separate-stderr poros-train --backend cpu --seq-len 32 --batch-size 2 --rank 4 --alpha 8 --quiet \
+		--model ./m --dataset dated.jsonl --steps 1 --out r
+	jq -e '.tokens_supervised > 0' r/events.jsonl
+	# the date is in the rows the trainer packs: the first row starts with "hello"'s ids
+	want=$(poros-tokenize --tokenizer m <<<'{"text":"hello"}' | jq -c .ids)
+	poros-tokenize --tokenizer m --pack 32 dated.jsonl | head -1 | jq -e --argjson w "$want" '.tokens[0:($w | length)] == $w'
 }
 
 @test "--train-on assistant refuses data that has no chats; a bad value is a usage error" {

@@ -21,6 +21,10 @@ The trimmed tokenizer keeps every vocabulary entry and merge whose string
 is a substring of a rendered conversation (in byte-level form), every
 byte and every added token: BPE on these texts can only use those, so it
 gives the same ids; the script checks that with `tokenizers`.
+
+The sets of the shipped Qwen2.5 and Llama-3.2/3.3 templates (qwen2_5,
+llama3_2, llama3_3), which no npm package ships, are written by
+tests/gpu/chat_fixtures.py (tests/fixtures/chat/SOURCE).
 """
 import json
 import os

@@ -23,7 +23,7 @@ static char *render(const char *src, const char *vars_json, int taint, struct ji
 		cJSON_Delete(vars);
 		return NULL;
 	}
-	rc = jinja_render(out, t, vars, taint, err, errsz);
+	rc = jinja_render(out, t, vars, taint, NULL, err, errsz);
 	jinja_free(t);
 	cJSON_Delete(vars);
 	return rc < 0 ? NULL : out->text;
@@ -138,15 +138,60 @@ static void test_refusals(void)
 	expect_refused(__LINE__, "{{ strftime_now() }}", "strftime_now needs a string");
 }
 
+/* src rendered at the day ymd, into buf; NULL with err */
+static char *render_at(const char *src, const char *ymd, char *buf, size_t n, char *err, size_t errsz)
+{
+	struct jinja_template *t;
+	struct jinja_output o;
+	struct tm day;
+	cJSON *vars = cJSON_CreateObject();
+	int rc = -1;
+
+	CHECK(jinja_parse_date(&day, ymd, err, errsz) == 0);
+	if (jinja_parse(&t, src, strlen(src), err, errsz) == 0) {
+		rc = jinja_render(&o, t, vars, 0, &day, err, errsz);
+		jinja_free(t);
+	}
+	cJSON_Delete(vars);
+	if (rc < 0)
+		return NULL;
+	snprintf(buf, n, "%s", o.text);
+	jinja_output_free(&o);
+	return buf;
+}
+
 static void test_strftime(void)
 {
-	struct jinja_output o;
-	char err[256];
+	struct tm day;
+	char buf[256], err[256] = "";
 
-	/* today's date: only its shape can be checked */
-	CHECK(render("{{ strftime_now('%Y-%m-%d') }}", "{}", 0, &o, err, sizeof err));
-	CHECKF(o.len == 10 && o.text[4] == '-' && o.text[7] == '-', "date %s", o.text);
-	jinja_output_free(&o);
+	/* no date fixed: refused by name, never today's */
+	expect_refused(__LINE__, "{{ strftime_now('%d %b %Y') }}", "1:16: strftime_now: the template asks for today's date");
+	expect_refused(__LINE__, "{{ strftime_now('%d') }}", "--chat-date YYYY-MM-DD");
+	/* Llama-3.2's format, and every directive, as Python's strftime in the C locale */
+	CHECKF(render_at("{{ strftime_now('%d %b %Y') }}", "2024-07-26", buf, sizeof buf, err, sizeof err) &&
+	       strcmp(buf, "26 Jul 2024") == 0, "got %s", err[0] ? err : buf);
+	CHECKF(render_at("{{ strftime_now('%a %A %b %h %B|%d %-d %e|%m %-m %y %Y %j|%H:%M:%S %I %p %%') }}", "2024-02-05",
+			 buf, sizeof buf, err, sizeof err) &&
+	       strcmp(buf, "Mon Monday Feb Feb February|05 5  5|02 2 24 2024 036|00:00:00 12 AM %") == 0, "got %s",
+	       err[0] ? err : buf);
+	CHECK(render_at("{{ strftime_now('%A') }}", "1970-01-01", buf, sizeof buf, err, sizeof err) &&
+	      strcmp(buf, "Thursday") == 0);
+	CHECK(render_at("{{ strftime_now('%A %j') }}", "2000-12-31", buf, sizeof buf, err, sizeof err) &&
+	      strcmp(buf, "Sunday 366") == 0);
+	CHECK(render_at("{{ strftime_now('%Z') }}", "2024-07-26", buf, sizeof buf, err, sizeof err) == NULL &&
+	      strstr(err, "unsupported directive \"%Z\"") != NULL);
+	/* dates: real calendar days only */
+	CHECK(jinja_parse_date(&day, "2000-02-29", err, sizeof err) == 0 && day.tm_wday == 2 && day.tm_yday == 59);
+	CHECK(jinja_parse_date(&day, "1900-02-29", err, sizeof err) < 0);
+	CHECK(jinja_parse_date(&day, "2023-02-29", err, sizeof err) < 0);
+	CHECK(jinja_parse_date(&day, "2024-13-01", err, sizeof err) < 0);
+	CHECK(jinja_parse_date(&day, "2024-7-26", err, sizeof err) < 0 && strstr(err, "not a date YYYY-MM-DD") != NULL);
+	CHECK(jinja_parse_date(&day, "2024-07-26x", err, sizeof err) < 0);
+	CHECK(jinja_parse_date(&day, "today", err, sizeof err) < 0);
+	CHECK(jinja_parse_date(&day, "2024-07- 6", err, sizeof err) < 0);
+	CHECK(jinja_parse_date(&day, "+024-07-26", err, sizeof err) < 0);
+	CHECK(jinja_parse_date(&day, "0999-07-26", err, sizeof err) < 0);
 }
 
 int main(void)

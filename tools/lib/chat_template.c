@@ -14,6 +14,8 @@ struct chat_template {
 	struct jinja_template *t;
 	char *path;
 	cJSON *special; /* the config's special tokens, as strings */
+	int has_date;
+	struct tm date; /* what strftime_now formats, when the run fixed one */
 };
 
 static char *beside(const char *tokenizer_json, const char *name)
@@ -134,8 +136,23 @@ void chat_template_free(struct chat_template *ct)
 
 const char *chat_template_path(const struct chat_template *ct) { return ct->path; }
 
-int chat_template_render(struct chat_render *out, const struct chat_template *ct, const cJSON *messages, char *err,
-			 size_t errsz)
+int chat_template_set_date(struct chat_template *ct, const char *ymd, char *err, size_t errsz)
+{
+	char why[128];
+
+	if (jinja_parse_date(&ct->date, ymd, why, sizeof why) < 0)
+		return set_error(err, errsz, "%s", why);
+	ct->has_date = 1;
+	return 0;
+}
+
+/* The names apply_chat_template sets itself, which a record's
+ * chat_template_kwargs may not replace (Poros messages have no tools). */
+static const char *const own_names[] = { "messages", "tools", "documents", "add_generation_prompt",
+					 "continue_final_message", NULL };
+
+int chat_template_render(struct chat_render *out, const struct chat_template *ct, const cJSON *messages,
+			 const cJSON *kwargs, char *err, size_t errsz)
 {
 	const cJSON *m;
 	cJSON *vars;
@@ -159,12 +176,34 @@ int chat_template_render(struct chat_render *out, const struct chat_template *ct
 		}
 		i++;
 	}
+	if (kwargs && !cJSON_IsObject(kwargs)) {
+		set_error(err, errsz, "\"chat_template_kwargs\" is not an object");
+		return -1;
+	}
+	if (kwargs) {
+		const cJSON *k;
+		cJSON_ArrayForEach(k, kwargs)
+			for (int j = 0; own_names[j]; j++)
+				if (strcmp(k->string, own_names[j]) == 0) {
+					set_error(err, errsz, "chat_template_kwargs: \"%s\" is not a template variable a record "
+							      "may set", k->string);
+					return -1;
+				}
+	}
 	vars = cJSON_Duplicate(ct->special, 1);
+	/* as in transformers, the caller's variables win over the special tokens */
+	if (kwargs) {
+		const cJSON *k;
+		cJSON_ArrayForEach(k, kwargs) {
+			cJSON_DeleteItemFromObjectCaseSensitive(vars, k->string);
+			cJSON_AddItemToObject(vars, k->string, cJSON_Duplicate(k, 1));
+		}
+	}
 	cJSON_AddItemToObject(vars, "messages", cJSON_Duplicate(messages, 1));
 	cJSON_AddNullToObject(vars, "tools");
 	cJSON_AddNullToObject(vars, "documents");
 	cJSON_AddFalseToObject(vars, "add_generation_prompt");
-	rc = jinja_render(&jo, ct->t, vars, 1, why, sizeof why);
+	rc = jinja_render(&jo, ct->t, vars, 1, ct->has_date ? &ct->date : NULL, why, sizeof why);
 	cJSON_Delete(vars);
 	if (rc < 0) {
 		set_error(err, errsz, "%s: chat template %s", ct->path, why);

@@ -8,15 +8,27 @@
  * present (it wins, as in transformers), else tokenizer_config.json's
  * "chat_template" (a string, or a list of {"name", "template"} of which
  * "default" is used).  The context holds messages, tools and documents
- * (none), add_generation_prompt (false) and the config's special tokens
- * (bos_token, eos_token, unk_token, pad_token, ...).
+ * (none), add_generation_prompt (false), the config's special tokens
+ * (bos_token, eos_token, unk_token, pad_token, ...) and a record's own
+ * "chat_template_kwargs" (transformers' apply_chat_template(messages,
+ * **kwargs), TRL's column of that name: e.g. {"date_string": "26 Jul
+ * 2024"} for Llama-3.2's template).  strftime_now formats the date given
+ * to chat_template_set_date; without one it is an error (transformers
+ * reads the clock, which would make a rerun give other ids).
  *
  * Supervised tokens: those holding a byte of an assistant message's
  * content (the interpreter follows each content byte through the
  * template's string operations, tools/lib/jinja.h), and the special token
  * right after each assistant content (its end of turn: <|im_end|>,
  * <|eot_id|>), also after an empty one.  Template text (role headers, an
- * inserted <think></think> block) is never supervised. */
+ * inserted <think></think> block) is never supervised: Qwen3's template
+ * puts "<think>\n\n</think>\n\n" before the last answer, the very text
+ * its generation prompt supplies with enable_thinking=False, so it is the
+ * prompt, not something to learn (training on it would teach the model
+ * to skip reasoning); a <think>...</think> written in the content itself
+ * is the answer's and is supervised.  (Unsloth's train_on_responses_only
+ * and {% generation %}-tagged templates differ: they supervise the
+ * inserted block, and the newline after <|im_end|>.) */
 #ifndef POROS_CHAT_TEMPLATE_H
 #define POROS_CHAT_TEMPLATE_H
 
@@ -36,6 +48,10 @@ int chat_template_load(struct chat_template **out, const char *tokenizer_json, c
 void chat_template_free(struct chat_template *ct);
 const char *chat_template_path(const struct chat_template *ct); /* where it was read */
 
+/* The date strftime_now formats, "YYYY-MM-DD" (at 00:00:00).  0, or -1
+ * with err. */
+int chat_template_set_date(struct chat_template *ct, const char *ymd, char *err, size_t errsz);
+
 struct chat_render {
 	char *text;
 	size_t len;
@@ -45,10 +61,12 @@ struct chat_render {
 	int *anchor_msg;        /* its message, k+1 */
 };
 
-/* messages: [{"role": string, "content": string}...].  0, or -1 with err
+/* messages: [{"role": string, "content": string}...]; kwargs: NULL or
+ * an object of extra template variables (not messages, tools, documents,
+ * add_generation_prompt, continue_final_message).  0, or -1 with err
  * ("messages[2]: ...", "PATH:LINE:COL: ..."). */
-int chat_template_render(struct chat_render *out, const struct chat_template *ct, const cJSON *messages, char *err,
-			 size_t errsz);
+int chat_template_render(struct chat_render *out, const struct chat_template *ct, const cJSON *messages,
+			 const cJSON *kwargs, char *err, size_t errsz);
 void chat_render_free(struct chat_render *r);
 
 /* sup (n) = 1 where ids[i] (the encoding of r->text) is supervised.  -1

@@ -16,6 +16,7 @@
 
 #include "chat_template.h"
 #include "hf_cache.h"
+#include "jinja.h"
 #include "util.h"
 
 /* A document before tokenization: text to encode, a rendered chat, or
@@ -35,6 +36,7 @@ struct dataset {
 	int seq_len, eos_id, shuffle;
 	enum train_on train_on;
 	struct chat_template *chat; /* loaded at the first messages record */
+	char *chat_date;            /* strftime_now's date, "YYYY-MM-DD", or NULL */
 	unsigned long long seed;
 	struct pending_doc *pending;
 	size_t n_pending, cap_pending;
@@ -54,6 +56,20 @@ struct dataset {
 };
 
 /* ---- building ------------------------------------------------------------ */
+
+int dataset_set_chat_date(struct dataset *ds, const char *ymd, char *err, size_t errsz)
+{
+	struct tm t;
+	char why[128];
+
+	if (ds->n_pending || ds->prepared)
+		return set_error(err, errsz, "the chat date is set before the first record");
+	if (jinja_parse_date(&t, ymd, why, sizeof why) < 0)
+		return set_error(err, errsz, "%s", why);
+	free(ds->chat_date);
+	ds->chat_date = xstrdup(ymd);
+	return 0;
+}
 
 struct dataset *dataset_new(const struct tokenizer *tok, int seq_len, unsigned long long seed, int eos_id, int shuffle)
 {
@@ -121,7 +137,8 @@ int dataset_add_text(struct dataset *ds, const char *text, size_t len, const cha
 }
 
 /* A messages record, rendered by the model's own chat template. */
-static int add_chat(struct dataset *ds, const cJSON *messages, const char *where, char *err, size_t errsz)
+static int add_chat(struct dataset *ds, const cJSON *messages, const cJSON *kwargs, const char *where, char *err,
+		    size_t errsz)
 {
 	struct pending_doc *d;
 	struct chat_render *r;
@@ -138,9 +155,13 @@ static int add_chat(struct dataset *ds, const cJSON *messages, const char *where
 						   : "%s: %s", where, why);
 			return -1;
 		}
+		if (ds->chat_date && chat_template_set_date(ds->chat, ds->chat_date, why, sizeof why) < 0) {
+			set_error(err, errsz, "%s: %s", where, why);
+			return -1;
+		}
 	}
 	r = xcalloc(1, sizeof *r);
-	if (chat_template_render(r, ds->chat, messages, why, sizeof why) < 0) {
+	if (chat_template_render(r, ds->chat, messages, kwargs, why, sizeof why) < 0) {
 		set_error(err, errsz, "%s: %s", where, why);
 		free(r);
 		return -1;
@@ -207,7 +228,8 @@ int dataset_add_record(struct dataset *ds, const cJSON *rec, const char *where, 
 	if (ids)
 		return add_ids(ds, ids, where, err, errsz);
 	if (messages)
-		return add_chat(ds, messages, where, err, errsz);
+		return add_chat(ds, messages, cJSON_GetObjectItemCaseSensitive(rec, "chat_template_kwargs"), where, err,
+				errsz);
 	if (cJSON_IsString(text))
 		return dataset_add_text(ds, text->valuestring, strlen(text->valuestring), where, err, errsz);
 	set_error(err, errsz, "%s: no \"text\" (string), \"messages\" or \"input_ids\" field", where);
@@ -1015,6 +1037,7 @@ void dataset_close(struct dataset *ds)
 		token_ids_free(&ds->pending[i].ids);
 	}
 	chat_template_free(ds->chat);
+	free(ds->chat_date);
 	free(ds->sup);
 	free(ds->sep_sup);
 	free(ds->pending);

@@ -20,7 +20,10 @@
  *                 template and tokenized as transformers'
  *                 apply_chat_template(messages, tokenize=True) does
  *                 (tools/lib/chat_template.h); a model without a template
- *                 is an error, never a stand-in format
+ *                 is an error, never a stand-in format; beside it an
+ *                 optional "chat_template_kwargs" object gives the
+ *                 template more variables (apply_chat_template's
+ *                 **kwargs), e.g. {"date_string": "26 Jul 2024"}
  *   "input_ids": [int...]                 already tokenized (no tokenizer needed)
  *
  * Targets (train_on): by default every token of a text or input_ids
@@ -84,6 +87,10 @@ void dataset_close(struct dataset *ds);
 struct dataset *dataset_new(const struct tokenizer *tok, int seq_len, unsigned long long seed, int eos_id, int shuffle);
 /* Before the first record; -1 after. */
 int dataset_set_train_on(struct dataset *ds, enum train_on mode);
+/* The date a chat template's strftime_now formats, "YYYY-MM-DD"; without
+ * one such a template is refused.  Before the first record; 0, or -1
+ * with err. */
+int dataset_set_chat_date(struct dataset *ds, const char *ymd, char *err, size_t errsz);
 /* where: "file:line", for messages.  Empty documents are dropped. */
 int dataset_add_text(struct dataset *ds, const char *text, size_t len, const char *where, char *err, size_t errsz);
 int dataset_add_record(struct dataset *ds, const cJSON *rec, const char *where, char *err, size_t errsz);

@@ -1,7 +1,10 @@
 /* tools/lib/jinja.h: the subset of Jinja2 that model chat templates use,
  * rendered as transformers renders them (trim_blocks, lstrip_blocks,
  * loopcontrols; raise_exception, strftime_now, namespace, tojson with
- * ensure_ascii=False).
+ * ensure_ascii=False).  strftime_now formats the date the caller fixes
+ * (jinja_render's today), never the clock: transformers reads the clock,
+ * which would make a rerun give other ids, so without a date the call is
+ * refused by name.
  *
  * Supported: text, {{ }}, {# #}, {% if/elif/else %}, {% for %} (tuple
  * targets, an inline `if` filter, else, loop.index/index0/revindex/
@@ -23,6 +26,7 @@
 #define POROS_JINJA_H
 
 #include <stddef.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -43,11 +47,18 @@ struct jinja_output {
 };
 
 /* Renders with the members of vars (a JSON object) as the context; with
- * taint_messages, vars.messages[i].content carries origin i+1.  0, or -1
- * with err ("LINE:COL: what"; raise_exception's message as "LINE:COL:
- * template raised: MESSAGE").  out is freed with jinja_output_free. */
+ * taint_messages, vars.messages[i].content carries origin i+1; today (or
+ * NULL: strftime_now is then an error) is what strftime_now formats
+ * (tm_year, tm_mon, tm_mday, tm_wday, tm_yday, tm_hour, tm_min, tm_sec).
+ * 0, or -1 with err ("LINE:COL: what"; raise_exception's message as
+ * "LINE:COL: template raised: MESSAGE").  out is freed with
+ * jinja_output_free. */
 int jinja_render(struct jinja_output *out, const struct jinja_template *t, const cJSON *vars, int taint_messages,
-		 char *err, size_t errsz);
+		 const struct tm *today, char *err, size_t errsz);
+
+/* "YYYY-MM-DD" (a real calendar date) into *out at 00:00:00, with its
+ * weekday and day of the year.  0, or -1 with err. */
+int jinja_parse_date(struct tm *out, const char *ymd, char *err, size_t errsz);
 void jinja_output_free(struct jinja_output *out);
 
 #endif

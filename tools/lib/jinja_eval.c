@@ -891,7 +891,7 @@ static void exec_body(struct jctx *c, const struct jnode *body)
 }
 
 int jinja_render(struct jinja_output *out, const struct jinja_template *t, const cJSON *vars, int taint_messages,
-		 char *err, size_t errsz)
+		 const struct tm *today, char *err, size_t errsz)
 {
 	struct jctx *c = xcalloc(1, sizeof *c);
 	const cJSON *e;
@@ -900,6 +900,7 @@ int jinja_render(struct jinja_output *out, const struct jinja_template *t, const
 	memset(out, 0, sizeof *out);
 	c->err = err;
 	c->errsz = errsz;
+	c->today = today;
 	if (setjmp(c->fail)) {
 		ja_free_all(&c->arena);
 		free(c);

@@ -110,6 +110,7 @@ struct jctx {
 	struct jscope *scope;
 	struct jbuf out;
 	int loop_ctl;            /* 1 break, 2 continue, pending */
+	const struct tm *today;  /* strftime_now's date, NULL: refused */
 	int depth;
 };
 

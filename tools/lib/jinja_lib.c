@@ -12,14 +12,14 @@
  * methods  strings: capitalize count endswith find join lower lstrip
  *          replace rstrip split startswith strip title upper;
  *          mappings: get items keys values
- * globals  dict namespace raise_exception range strftime_now */
+ * globals  dict namespace raise_exception range strftime_now (of the
+ *          caller's date only: format_date) */
 #include "jinja_int.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* The argument at position pos, or named kw; NULL when not given. */
 static struct jv *arg(const struct jnode *n, struct jv *args, int nargs, int pos, const char *kw)
@@ -694,6 +694,96 @@ struct jv jmethod(struct jctx *c, const struct jnode *n, struct jv obj, const ch
 	jfail(c, n, "unsupported method \"%s\" of a %s", m, jv_type_name(obj));
 }
 
+/* ---- dates ----------------------------------------------------------- */
+
+static const char *const day_names[] = { "Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday",
+					 "Saturday" };
+static const char *const month_names[] = { "January", "February", "March", "April", "May", "June", "July",
+					   "August", "September", "October", "November", "December" };
+
+static int leap(int y) { return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; }
+
+int jinja_parse_date(struct tm *out, const char *ymd, char *err, size_t errsz)
+{
+	static const int mdays[] = { 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+	int y, m, d, k = 0, yday;
+
+	memset(out, 0, sizeof *out);
+	for (int i = 0; i < 10 && ymd[i]; i++)
+		if (i != 4 && i != 7 && (ymd[i] < '0' || ymd[i] > '9'))
+			k = -1;
+	if (k < 0 || strlen(ymd) != 10 || sscanf(ymd, "%4d-%2d-%2d%n", &y, &m, &d, &k) != 3 || k != 10 || ymd[4] != '-' ||
+	    ymd[7] != '-' || y < 1000 || m < 1 || m > 12 || d < 1 || d > mdays[m - 1] + (m == 2 && leap(y))) {
+		snprintf(err, errsz, "not a date YYYY-MM-DD: \"%s\"", ymd);
+		return -1;
+	}
+	yday = d - 1;
+	for (int i = 0; i < m - 1; i++)
+		yday += mdays[i] + (i == 1 && leap(y));
+	/* days since 0001-01-01, a Monday (proleptic Gregorian, as Python's date) */
+	long long days = 365LL * (y - 1) + (y - 1) / 4 - (y - 1) / 100 + (y - 1) / 400 + yday;
+	out->tm_year = y - 1900;
+	out->tm_mon = m - 1;
+	out->tm_mday = d;
+	out->tm_yday = yday;
+	out->tm_wday = (int)((days + 1) % 7);
+	return 0;
+}
+
+/* Python's datetime.strftime in the C locale (its LC_TIME unless a program
+ * sets one): the directives below, '-' to drop the padding as glibc does;
+ * any other directive is refused rather than guessed. */
+static void format_date(struct jctx *c, const struct jnode *n, struct jbuf *b, const struct jstr *fmt,
+			const struct tm *t)
+{
+	for (size_t i = 0; i < fmt->n; i++) {
+		char out[64];
+		int nopad = 0, v = -1, width = 2;
+		const char *name = NULL;
+
+		if (fmt->p[i] != '%') {
+			jbuf_put(c, b, fmt->p + i, 1, 0);
+			continue;
+		}
+		if (i + 1 < fmt->n && fmt->p[i + 1] == '-') {
+			nopad = 1;
+			i++;
+		}
+		if (i + 1 >= fmt->n)
+			jfail(c, n, "strftime_now: the format ends inside a directive");
+		switch (fmt->p[++i]) {
+		case 'd': v = t->tm_mday; break;
+		case 'e': v = t->tm_mday; width = -2; break;
+		case 'm': v = t->tm_mon + 1; break;
+		case 'y': v = (t->tm_year + 1900) % 100; break;
+		case 'Y': v = t->tm_year + 1900; width = 1; break;
+		case 'H': v = t->tm_hour; break;
+		case 'I': v = t->tm_hour % 12 ? t->tm_hour % 12 : 12; break;
+		case 'M': v = t->tm_min; break;
+		case 'S': v = t->tm_sec; break;
+		case 'j': v = t->tm_yday + 1; width = 3; break;
+		case 'p': name = t->tm_hour < 12 ? "AM" : "PM"; break;
+		case 'a': case 'A': name = day_names[t->tm_wday]; break;
+		case 'b': case 'h': case 'B': name = month_names[t->tm_mon]; break;
+		case '%': name = "%"; break;
+		default:
+			jfail(c, n, "strftime_now: unsupported directive \"%%%s%c\"", nopad ? "-" : "", fmt->p[i]);
+		}
+		if (name) {
+			char d = fmt->p[i];
+			jbuf_put(c, b, name, d == 'a' || d == 'b' || d == 'h' ? 3 : strlen(name), 0);
+			continue;
+		}
+		if (nopad)
+			snprintf(out, sizeof out, "%d", v);
+		else if (width < 0)
+			snprintf(out, sizeof out, "%*d", -width, v);
+		else
+			snprintf(out, sizeof out, "%0*d", width, v);
+		jbuf_put(c, b, out, strlen(out), 0);
+	}
+}
+
 /* ---- globals --------------------------------------------------------- */
 
 static const char *const globals[] = { "raise_exception", "strftime_now", "namespace", "range", "dict", NULL };
@@ -714,15 +804,14 @@ struct jv jglobal_call(struct jctx *c, const struct jnode *n, const char *f, str
 	}
 	if (strcmp(f, "strftime_now") == 0) {
 		const struct jstr *fmt = need_str(c, n, nargs > 0 ? &args[0] : NULL, "strftime_now");
-		char spec[256], out[512];
-		time_t now = time(NULL);
-		struct tm tm;
-		size_t k;
-		snprintf(spec, sizeof spec, "%.*s", (int)fmt->n, fmt->p);
-		localtime_r(&now, &tm);
-		k = strftime(out, sizeof out, spec, &tm);
 		struct jbuf b = { 0 };
-		jbuf_put(c, &b, out, k, 0);
+		if (nargs > 1)
+			jfail(c, n, "strftime_now takes 1 argument");
+		if (c->today == NULL)
+			jfail(c, n, "strftime_now: the template asks for today's date, and Poros renders only a date it is "
+				    "given, so that a rerun gives the same ids: the record's chat_template_kwargs (e.g. "
+				    "date_string) where the template reads one, or poros-tokenize --chat-date YYYY-MM-DD");
+		format_date(c, n, &b, fmt, c->today);
 		return jv_from_buf(c, &b);
 	}
 	if (strcmp(f, "namespace") == 0 || strcmp(f, "dict") == 0) {

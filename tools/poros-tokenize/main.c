@@ -10,6 +10,7 @@
 
 #include "chat_template.h"
 #include "dataset.h"
+#include "jinja.h"
 #include "jsonl.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -17,12 +18,13 @@
 static const char synopsis[] =
 	"usage: poros-tokenize {--tokenizer PATH | --model ID} [--add-special] [--text] [--stats] [FILE ...]\n"
 	"       poros-tokenize {--tokenizer PATH | --model ID} --decode [--skip-special] [FILE ...]\n"
-	"       poros-tokenize {--tokenizer PATH | --model ID} --chat [--train-on assistant|all] [FILE ...]\n"
+	"       poros-tokenize {--tokenizer PATH | --model ID} --chat [--train-on assistant|all]\n"
+	"                      [--chat-date YYYY-MM-DD] [FILE ...]\n"
 	"       poros-tokenize {--tokenizer PATH | --model ID} --pack SEQ_LEN [--eos ID] [--seed N]\n"
-	"                      [--train-on assistant|all] [--text] [--stats] [FILE ...]\n";
+	"                      [--train-on assistant|all] [--chat-date YYYY-MM-DD] [--text] [--stats] [FILE ...]\n";
 
 struct opts {
-	const char *tokenizer_path, *model_id, *eos;
+	const char *tokenizer_path, *model_id, *eos, *chat_date;
 	int decode, chat, pack_len, add_special, skip_special, raw_text, stats, seeded;
 	enum train_on train_on;
 	unsigned long long seed;
@@ -119,12 +121,14 @@ static const struct chat_template *chat_of(struct run *r, const char *where)
 		die(EXIT_USAGE, "%s: a messages record, but the model has no chat template: %s", where, why);
 	if (rc < 0)
 		die(EXIT_USAGE, "%s: %s", where, why);
+	if (r->o->chat_date && chat_template_set_date(r->chat, r->o->chat_date, why, sizeof why) < 0)
+		die(EXIT_USAGE, "--chat-date: %s", why);
 	return r->chat;
 }
 
 /* A messages record: the ids apply_chat_template gives; with --chat, the
  * labels too (the id where it is a target, else -100). */
-static void encode_chat(struct run *r, const char *where, const cJSON *messages)
+static void encode_chat(struct run *r, const char *where, const cJSON *messages, const cJSON *kwargs)
 {
 	struct chat_render cr;
 	char why[1024];
@@ -132,7 +136,7 @@ static void encode_chat(struct run *r, const char *where, const cJSON *messages)
 	int32_t *labels;
 	double t0 = now_seconds();
 
-	if (chat_template_render(&cr, chat_of(r, where), messages, why, sizeof why) < 0)
+	if (chat_template_render(&cr, chat_of(r, where), messages, kwargs, why, sizeof why) < 0)
 		die(EXIT_USAGE, "%s: %s", where, why);
 	r->ids.n = 0;
 	if (tokenizer_encode(r->tok, r->ws, cr.text, cr.len, 0, &r->ids, why, sizeof why) < 0)
@@ -175,7 +179,7 @@ static void encode_line(struct run *r, const char *where, const char *line, size
 		if (m) {
 			if (r->o->add_special)
 				die(EXIT_USAGE, "%s: --add-special does not apply to messages (the template writes them)", where);
-			encode_chat(r, where, m);
+			encode_chat(r, where, m, cJSON_GetObjectItemCaseSensitive(rec, "chat_template_kwargs"));
 			cJSON_Delete(rec);
 			return;
 		}
@@ -335,7 +339,8 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		{ "add-special", no_argument, NULL, 'a' },     { "skip-special", no_argument, NULL, 'k' },
 		{ "text", no_argument, NULL, 'x' },            { "stats", no_argument, NULL, 'S' },
 		{ "chat", no_argument, NULL, 'c' },            { "train-on", required_argument, NULL, 'T' },
-		{ "help", no_argument, NULL, 'h' },            { "version", no_argument, NULL, 'V' },
+		{ "chat-date", required_argument, NULL, 'D' }, { "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c;
@@ -346,6 +351,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case 'm': o->model_id = optarg; break;
 		case 'd': o->decode = 1; break;
 		case 'c': o->chat = 1; break;
+		case 'D': o->chat_date = optarg; break;
 		case 'T':
 			if (strcmp(optarg, "assistant") == 0)
 				o->train_on = TRAIN_ON_ASSISTANT;
@@ -372,6 +378,14 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		die(EXIT_USAGE, "--decode, --chat and --pack do not go together");
 	if (o->train_on != TRAIN_ON_DEFAULT && !o->chat && !o->pack_len)
 		die(EXIT_USAGE, "--train-on only applies to --chat and --pack");
+	if (o->chat_date && !o->chat && !o->pack_len)
+		die(EXIT_USAGE, "--chat-date only applies to --chat and --pack");
+	if (o->chat_date) { /* refused at once, not at the first messages record */
+		struct tm day;
+		char why[128];
+		if (jinja_parse_date(&day, o->chat_date, why, sizeof why) < 0)
+			die(EXIT_USAGE, "--chat-date: %s", why);
+	}
 	if ((o->eos || o->seeded) && !o->pack_len)
 		die(EXIT_USAGE, "--eos and --seed only apply to --pack");
 	if (o->skip_special && !o->decode)
@@ -403,6 +417,8 @@ int main(int argc, char **argv)
 	if (o.pack_len) {
 		r.pack = dataset_new(r.tok, o.pack_len, o.seed, eos_id(&o, r.tok), o.seeded);
 		dataset_set_train_on(r.pack, o.train_on);
+		if (o.chat_date && dataset_set_chat_date(r.pack, o.chat_date, why, sizeof why) < 0)
+			die(EXIT_USAGE, "--chat-date: %s", why);
 	}
 	if (optind == argc)
 		process_file(&r, "-");
