@@ -106,7 +106,14 @@ $(BUILD):
 	@mkdir -p $(BUILD)
 
 # --- compile --------------------------------------------------------------
-$(BUILD)/%.o: %.c $(BUILD)/.deps-ok
+# Whether CUDA is in (POROS_HAVE_CUDA): a stamp rewritten only when that
+# changes, so `make CUDA_HOME=` after a CUDA build (or the other way) rebuilds
+# the objects instead of linking ones of the other kind.
+CUDA_STAMP := $(BUILD)/cuda-build
+$(CUDA_STAMP): FORCE
+	@mkdir -p $(BUILD); echo 'nvcc=$(NVCC)' | cmp -s - $@ || echo 'nvcc=$(NVCC)' >$@
+
+$(BUILD)/%.o: %.c $(BUILD)/.deps-ok $(CUDA_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(CUDA_DEFS) -MMD -MP -c -o $@ $<
 
