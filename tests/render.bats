@@ -46,7 +46,7 @@ section() {
 	run -0 poros-render --version
 	assert_output "poros-render 0.1.0"
 	run -0 --separate-stderr poros-render --help
-	assert_line --index 0 "usage: poros-render --html|--md [-o FILE] [FILE|DIR|- ...]"
+	assert_line --index 0 "usage: poros-render --html|--md [-o FILE] [--spec SPEC.json] [FILE|DIR|- ...]"
 	[ -z "$stderr" ]
 }
 
