@@ -83,9 +83,11 @@ static void plan_act(struct engine *e, struct carver *cv, struct layer_act *a)
 	a->x2 = CARVE_F32(cv, T * c->C);
 	a->xn2 = CARVE_BF16(cv, T * (c->C + c->E));
 	a->rstd2 = CARVE_F32(cv, T);
-	a->gate = CARVE_F32(cv, T * c->F);
-	a->up = CARVE_F32(cv, T * c->F);
-	a->h = CARVE_BF16(cv, T * (c->F + c->E));
+	/* the MLP's: every row when kept for the backward, else one chunk's */
+	a->mlp_whole = e->acts != NULL;
+	a->gate = CARVE_F32(cv, (a->mlp_whole ? T : c->mlp_chunk) * c->F);
+	a->up = CARVE_F32(cv, (a->mlp_whole ? T : c->mlp_chunk) * c->F);
+	a->h = CARVE_BF16(cv, (a->mlp_whole ? T : c->mlp_chunk) * (c->F + c->E));
 	for (int m = 0; m < N_PROJ; m++)
 		if ((e->lora.mask >> m) & 1u)
 			a->u[m] = CARVE_F32(cv, T * c->R);
@@ -102,16 +104,21 @@ static void plan_acts(struct engine *e, struct carver *cv)
 
 /* Scratch that lives only inside one op call or one head chunk, so one
  * region serves them all: the attention scratch, the LoRA ops' partial sums
- * (T, max K), and the head's logits (chunk,V) fp32 + dlogits bf16. */
-static void plan_shared(struct engine *e, struct carver *cv, long max_k)
+ * (rows, K) of the largest call (T rows of K <= max(C,H*D), or an MLP
+ * chunk's of down_proj's K = F), and the head's logits (chunk,V) fp32 +
+ * dlogits bf16. */
+static void plan_shared(struct engine *e, struct carver *cv)
 {
 	struct layer_ctx *c = &e->lc;
 	size_t attn = attention_scratch_floats(c->B, c->S, c->H, c->G, c->D) * sizeof(float);
-	size_t lora = (size_t)c->T * max_k * sizeof(float);
+	size_t lora = (size_t)c->T * (c->C > c->HD ? c->C : c->HD) * sizeof(float);
+	size_t lora_mlp = (size_t)c->mlp_chunk * (c->F > c->C ? c->F : c->C) * sizeof(float);
 	size_t logits = align_up((size_t)c->chunk * c->V * sizeof(float));
 	size_t head = logits + (size_t)c->chunk * c->V * sizeof(bf16), bytes = attn;
 	unsigned char *base;
 
+	if (lora_mlp > lora)
+		lora = lora_mlp;
 	if (lora > bytes)
 		bytes = lora;
 	if (head > bytes)
@@ -127,17 +134,15 @@ static void plan_scratch(struct engine *e, struct carver *cv)
 {
 	struct layer_ctx *c = &e->lc;
 	struct grad_scratch *g = &c->g;
-	long T = c->T, max_n = c->C;
+	long T = c->T, max_n = c->C > c->HD ? c->C : c->HD, n = c->mlp_chunk;
 
-	if (c->F > max_n)
-		max_n = c->F;
-	if (c->HD > max_n)
-		max_n = c->HD;
 	g->dxn = CARVE_F32(cv, T * c->C);
+	/* fp32 upstream gradients rounded for down, o, q, k, v (N <= max(C,H*D));
+	 * gate's and up's come rounded from swiglu_backward */
 	g->dout16 = CARVE_BF16(cv, T * (max_n + c->E));
-	g->dh = CARVE_F32(cv, T * c->F);
-	g->dgate = CARVE_BF16(cv, T * (c->F + c->E));
-	g->dup = CARVE_BF16(cv, T * (c->F + c->E));
+	g->dh = CARVE_F32(cv, n * c->F);
+	g->dgate = CARVE_BF16(cv, n * (c->F + c->E));
+	g->dup = CARVE_BF16(cv, n * (c->F + c->E));
 	g->datt = CARVE_F32(cv, T * c->HD);
 	g->dq = CARVE_F32(cv, T * c->HD);
 	g->dk = CARVE_F32(cv, T * c->GD);
@@ -147,7 +152,7 @@ static void plan_scratch(struct engine *e, struct carver *cv)
 		g->dk_pre = CARVE_F32(cv, T * c->GD);
 	}
 	g->du = CARVE_F32(cv, T * c->R);
-	plan_shared(e, cv, max_n);
+	plan_shared(e, cv);
 }
 
 static void plan_head(struct engine *e, struct carver *cv)
