@@ -156,6 +156,23 @@ parity() {
 	POROS_LORA_EXT=0 poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 1 --quiet --out zero | jq -e '.status == "ok"'
 }
 
+@test "POROS_MLP_CHUNK takes a positive row count: another value is a usage error; the same count is the same bits" {
+	POROS_MLP_CHUNK=0 run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
+	[ "$stderr" = 'poros-train: POROS_MLP_CHUNK: too small: 0' ]
+	[ -z "$output" ] && [ ! -e run ]
+	POROS_MLP_CHUNK=4k run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
+	[ "$stderr" = 'poros-train: POROS_MLP_CHUNK: not a number: 4k' ]
+	# 64 rows in chunks of 24: blockwise and resident the same bits
+	POROS_MLP_CHUNK=24 train blk --model poros/tiny-qwen2 --steps 2 --accum 2
+	POROS_MLP_CHUNK=24 train res --model poros/tiny-qwen2 --steps 2 --accum 2 --mode resident
+	cmp blk/$ADAPTER res/$ADAPTER
+	# a chunk of all 64 rows is no chunking: the default's bits
+	POROS_MLP_CHUNK=64 train whole --model poros/tiny-qwen2 --steps 2 --accum 2
+	train default --model poros/tiny-qwen2 --steps 2 --accum 2
+	cmp whole/$ADAPTER default/$ADAPTER
+	! cmp -s blk/$ADAPTER default/$ADAPTER
+}
+
 @test "--no-prefetch changes the copies, not the bits" {
 	train a --model poros/tiny-qwen2 --block-size 1 --steps 2 --accum 2
 	train b --model poros/tiny-qwen2 --block-size 1 --steps 2 --accum 2 --no-prefetch
