@@ -191,7 +191,9 @@ static void plan_head(struct engine *e, struct carver *cv)
 
 	c->hn = CARVE_BF16(cv, T * c->C);
 	c->head_rstd = CARVE_F32(cv, T);
-	c->dhn = CARVE_F32(cv, T * c->C);
+	/* the head's gradient lives only inside the head, where no layer's
+	 * backward runs: it takes the layers' norm-gradient buffer (T, >= C) */
+	c->dhn = c->g.dxn;
 	c->losses = CARVE_F32(cv, T * e->k);
 }
 
