@@ -99,6 +99,9 @@ jsonl_docs() {
 		run -2 --separate-stderr poros-train "${RUN[@]}" --steps 4 ${change%:*} --resume half/checkpoint-step2 --out r
 		[[ "$stderr" == "poros-train: --resume half/checkpoint-step2: ${change##*:} differs: "* ]]
 	done
+	# POROS_MLP_CHUNK orders the MLP's gradient sums
+	POROS_MLP_CHUNK=8 run -2 --separate-stderr poros-train "${RUN[@]}" --steps 4 --resume half/checkpoint-step2 --out r
+	[ "$stderr" = 'poros-train: --resume half/checkpoint-step2: mlp_chunk differs: nothing in the checkpoint, 8 in this run (a resumed run keeps the configuration)' ]
 	# what does not change the bits may change
 	poros-train "${RUN[@]}" --steps 4 --mode resident --no-prefetch --resume half/checkpoint-step2 --out r >/dev/null
 }

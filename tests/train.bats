@@ -127,13 +127,18 @@ parity() {
 	train ckpt --model poros/tiny-qwen2 --mode resident --steps 1 --gradient-checkpointing on
 	train blk_off --model poros/tiny-qwen2 --steps 1 --gradient-checkpointing off
 	train blk_on --model poros/tiny-qwen2 --steps 1 --gradient-checkpointing on
-	local keep ckpt layers
+	local keep ckpt layers mlp
 	keep=$(jq .vram_breakdown_mb.activations keep.json)
 	ckpt=$(jq .vram_breakdown_mb.activations ckpt.json)
 	layers=$(jq .num_hidden_layers "$BATS_TEST_DIRNAME/../configs/models/tiny_qwen2.json")
-	# kept: one set per layer; recomputed: one set (MiB rounded to 3 places)
-	jq -n -e --argjson k "$keep" --argjson c "$ckpt" --argjson l "$layers" '$l >= 2 and $c > 0
-		and ($k - $l * $c | fabs) <= 0.001 * $l'
+	# kept: one set per layer with its gate, up and h (T = 64 rows of F
+	# fp32, F fp32, F + 64 bf16: NF4 at rank 4 gives 64 extension columns);
+	# recomputed: one set, whose MLP is chunk by chunk in the workspace
+	# (MiB rounded to 3 places)
+	mlp=$(jq '64 * (8 * .intermediate_size + 2 * (.intermediate_size + 64)) / 1048576' \
+		"$BATS_TEST_DIRNAME/../configs/models/tiny_qwen2.json")
+	jq -n -e --argjson k "$keep" --argjson c "$ckpt" --argjson l "$layers" --argjson m "$mlp" '$l >= 2 and $c > 0
+		and ($k - $l * ($c + $m) | fabs) <= 0.001 * $l'
 	[ "$(jq .vram_breakdown_mb.activations blk_off.json)" = "$(jq .vram_breakdown_mb.activations blk_on.json)" ]
 	cmp keep/$ADAPTER ckpt/$ADAPTER
 }
@@ -166,6 +171,23 @@ parity() {
 	[ "$stderr" = 'poros-train: POROS_LORA_EXT: unknown value "off" (expected 0 or 1)' ]
 	[ -z "$output" ] && [ ! -e run ]
 	POROS_LORA_EXT=0 poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 1 --quiet --out zero | jq -e '.status == "ok"'
+}
+
+@test "POROS_MLP_CHUNK takes a positive row count: another value is a usage error; the same count is the same bits" {
+	POROS_MLP_CHUNK=0 run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
+	[ "$stderr" = 'poros-train: POROS_MLP_CHUNK: too small: 0' ]
+	[ -z "$output" ] && [ ! -e run ]
+	POROS_MLP_CHUNK=4k run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
+	[ "$stderr" = 'poros-train: POROS_MLP_CHUNK: not a number: 4k' ]
+	# 64 rows in chunks of 24: blockwise and resident the same bits
+	POROS_MLP_CHUNK=24 train blk --model poros/tiny-qwen2 --steps 2 --accum 2
+	POROS_MLP_CHUNK=24 train res --model poros/tiny-qwen2 --steps 2 --accum 2 --mode resident
+	cmp blk/$ADAPTER res/$ADAPTER
+	# a chunk of all 64 rows is no chunking: the default's bits
+	POROS_MLP_CHUNK=64 train whole --model poros/tiny-qwen2 --steps 2 --accum 2
+	train default --model poros/tiny-qwen2 --steps 2 --accum 2
+	cmp whole/$ADAPTER default/$ADAPTER
+	! cmp -s blk/$ADAPTER default/$ADAPTER
 }
 
 @test "--no-prefetch changes the copies, not the bits" {

@@ -5,7 +5,8 @@
 # libraries from a `make bundle` tree with POROS_BIN=dist/poros/bin:
 #   sh tests/gpu/device_check.sh OUTDIR
 # 1. every CUDA op against the CPU op; 2. tiny models: CPU vs CUDA losses,
-# blockwise vs resident bit-identical on the GPU; 3. HF transformers agreement;
+# blockwise vs resident bit-identical on the GPU (also with the MLP in token
+# chunks); 3. HF transformers agreement;
 # 4. compute-sanitizer memcheck on a tiny run.  Logs under OUTDIR.
 set -u
 out=${1:-/tmp/poros-device-check}
@@ -98,6 +99,35 @@ done
 $P/poros-parity "$out/runs/long_resident" "$out/runs/long_blockwise" >"$out/runs/long_parity.json" 2>&1
 jq -e '.bitwise_exact == true' "$out/runs/long_parity.json" >/dev/null && echo "seq 8192 blockwise vs resident: bit-identical" ||
 	{ echo "FAIL: seq 8192 blockwise vs resident"; cat "$out/runs/long_parity.json"; fail=1; }
+note "the MLP in token chunks (POROS_MLP_CHUNK=40 at T = 64: 40 + 24 rows): blockwise vs resident, and against one chunk"
+for m in poros/tiny-qwen2 poros/tiny-qwen3; do
+	a=$(echo "$m" | tr / _)
+	for prec in nf4 bf16; do
+		for run in res:resident:off:40:0.05 rgc:resident:on:40:0.05 blk:blockwise:off:40:0.05 one:blockwise:off:64:0 \
+			chk:blockwise:off:40:0; do
+			IFS=: read -r tag mode gc chunk p <<-EOR
+			$run
+			EOR
+			POROS_MLP_CHUNK=$chunk $P/poros-train --model "$m" --backend cuda --mode "$mode" --precision "$prec" \
+				--block-size 3 --accum 2 --steps 4 --seq-len 32 --batch-size 2 --rank 8 --alpha 16 --dropout "$p" \
+				--gradient-checkpointing "$gc" --out "$out/runs/mlp_${a}_${prec}_$tag" --quiet >/dev/null \
+				2>"$out/runs/mlp.log" || { fail=1; tail -2 "$out/runs/mlp.log"; }
+		done
+		for other in rgc blk; do
+			$P/poros-parity "$out/runs/mlp_${a}_${prec}_res" "$out/runs/mlp_${a}_${prec}_$other" >"$out/runs/mlp_parity.json" 2>&1
+			jq -e '.bitwise_exact == true' "$out/runs/mlp_parity.json" >/dev/null &&
+				echo "$a $prec chunked resident vs $other: bit-identical" ||
+				{ echo "FAIL: $a $prec chunked resident vs $other"; cat "$out/runs/mlp_parity.json"; fail=1; }
+		done
+		# chunked and one chunk differ only in the order of the MLP's LoRA gradient sums
+		one_l=$(jq -r .loss "$out/runs/mlp_${a}_${prec}_one/events.jsonl" 2>/dev/null | tr '\n' ' ')
+		chk_l=$(jq -r .loss "$out/runs/mlp_${a}_${prec}_chk/events.jsonl" 2>/dev/null | tr '\n' ' ')
+		printf '%s %s one chunk vs chunks of 40 loss: %s | %s\n' "$a" "$prec" "$one_l" "$chk_l"
+		echo "$one_l | $chk_l" | awk '{ n = (NF - 1) / 2; if (n < 1) exit 1
+			for (i = 1; i <= n; i++) { d = $i - $(i + n + 1); if (d < 0) d = -d
+				if (d > 1e-4 * ($i < 0 ? -$i : $i)) exit 1 } }' || { echo "FAIL: chunked vs one chunk losses differ"; fail=1; }
+	done
+done
 note "HF transformers agreement"
 if python3 -c 'import torch, transformers' 2>/dev/null; then
 	python3 tests/gpu/hf_agreement.py --poros-train $P/poros-train --backend cuda --workdir "$out/hf" || fail=1

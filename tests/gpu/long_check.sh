@@ -15,7 +15,7 @@ mkdir -p "$out"
 [ $# -gt 0 ] || set -- Qwen/Qwen2.5-7B:bf16:blockwise:8192:1:4 Qwen/Qwen2.5-7B:bf16:resident:8192:1:4 \
 	Qwen/Qwen2.5-32B:nf4:blockwise:512:8:5 Qwen/Qwen2.5-7B:nf4:blockwise:32768:1:3 \
 	Qwen/Qwen2.5-32B:nf4:blockwise:8192:1:3 Qwen/Qwen2.5-72B:nf4:blockwise:8192:1:3
-printf 'run s/step(median) min max peak_MiB loss_first loss_last\n'
+printf 'run status s/step(median) min max peak_MiB plan_MiB loss_first loss_last\n'
 for r in "$@"; do
 	IFS=: read -r model prec mode seq accum steps <<-EOR
 	$r
@@ -26,7 +26,7 @@ for r in "$@"; do
 	timeout "${RUN_TIMEOUT:-240}" $P/poros-train --model "$model" --backend cuda --mode "$mode" --precision "$prec" --block-size 4 \
 		--seq-len "$seq" --accum "$accum" --steps "$steps" --warmup 1 --rank 16 --alpha 32 --dropout 0 \
 		--gradient-checkpointing "$ckpt" --out "$out/$name" --quiet >"$out/$name.summary" 2>"$out/$name.log"
-	jq -r --arg n "$name" '[$n, .status, .s_per_step, .s_per_step_min, .s_per_step_max, .vram_peak_mb,
+	jq -r --arg n "$name" '[$n, .status, .s_per_step, .s_per_step_min, .s_per_step_max, .vram_peak_mb, .vram_plan_mb,
 		.loss_first, .loss_last] | map(tostring) | join(" ")' "$out/$name.summary" 2>/dev/null ||
 		{ printf '%s failed: ' "$name"; tail -1 "$out/$name.log"; }
 done

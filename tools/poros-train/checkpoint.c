@@ -53,6 +53,8 @@ static cJSON *config_json(const struct train_config *c)
 	cJSON_AddNumberToObject(o, "weight_decay", c->cell.training.weight_decay);
 	cJSON_AddNumberToObject(o, "max_grad_norm", c->cell.training.max_grad_norm);
 	cJSON_AddNumberToObject(o, "lora_ext", c->lora_ext);
+	if (c->mlp_chunk) /* POROS_MLP_CHUNK: the MLP gradients' order of sums (unset: as before it existed) */
+		cJSON_AddNumberToObject(o, "mlp_chunk", c->mlp_chunk);
 	cJSON_AddNumberToObject(o, "steps", c->cell.training.steps);
 	return o;
 }

@@ -224,6 +224,9 @@ static void set_dims(struct engine *e)
 	c->T = c->B * c->S;
 	c->qk_norm = mc->qk_norm;
 	c->chunk = c->T < HEAD_CHUNK ? c->T : HEAD_CHUNK;
+	c->mlp_chunk = cfg->mlp_chunk > 0 ? cfg->mlp_chunk : MLP_CHUNK_TOKENS;
+	if (c->mlp_chunk > c->T)
+		c->mlp_chunk = c->T;
 	c->eps = (float)mc->rms_norm_eps;
 	c->lora_scale = (float)(cfg->cell.lora.alpha / cfg->cell.lora.rank);
 	c->dropout = (float)cfg->cell.lora.dropout;

@@ -11,6 +11,7 @@
  *     xn2 = rmsnorm(x2)
  *     h   = silu(gate_proj(xn2)) * up_proj(xn2)          (T,F)
  *     out = x2 + down_proj(h)                            (T,C)
+ *     (the MLP mlp_chunk rows at a time: (chunk,F) buffers at long T)
  *   logits = lm_head(rmsnorm(x_L)); loss = cross_entropy (T,V), chunked
  *
  * and every proj(x) = x W^T (+ bias) + scale * B A dropout(x), A (R,K),
@@ -21,15 +22,18 @@
 
 #include "util.h"
 
-/* The dropout masks of (step, micro-batch, layer, projection): the same in
- * both schedules, the same in forward, recompute and backward. */
-static uint64_t dropout_seed(const struct layer_ctx *c, struct pass p, int layer, int m)
+/* The dropout masks of (step, micro-batch, layer, projection, first row):
+ * the same in both schedules, the same in forward, recompute and
+ * backward.  A mask element is indexed by its row within the call, so an
+ * MLP chunk starting at row t0 > 0 mixes t0 in to get masks of its own. */
+static uint64_t dropout_seed(const struct layer_ctx *c, struct pass p, int layer, int m, int t0)
 {
 	uint64_t h = poros_mix64(c->seed ^ 0xd209007ull);
 
 	h = poros_mix64(h ^ (uint64_t)p.step);
 	h = poros_mix64(h ^ (uint64_t)p.mb);
-	return poros_mix64(h ^ ((uint64_t)layer * N_PROJ + (uint64_t)m));
+	h = poros_mix64(h ^ ((uint64_t)layer * N_PROJ + (uint64_t)m));
+	return t0 > 0 ? poros_mix64(h ^ (uint64_t)t0) : h;
 }
 
 /* With the extension, A's three parts as lora_weight_ext left them in the
@@ -40,47 +44,50 @@ static const bf16 *ext_a3(const struct layer_ctx *c, const struct layer_view *w,
 	return c->E > 0 ? w->w[m] + (size_t)s->n_out * w->ld[m] : NULL;
 }
 
-/* out (T,N) = (scale * B A dropout(in) + in @ W^T) (+ bias), in (T,K)
- * with rows K + E apart.  With the LoRA extension, u's parts go into in's
- * spare columns and one GEMM over K + E sums base, LoRA and bias.
- * Otherwise the LoRA term is written first and the base GEMM adds onto it
- * in its epilogue, so the (T,N) fp32 output is written once and read once,
- * not read-modify-written by a second pass. */
-static void proj_forward(const struct layer_ctx *c, const struct layer_view *w, struct layer_act *a, int layer, int m,
-                         bf16 *in, float *out, struct pass p)
+/* out (n,N) = (scale * B A dropout(in) + in @ W^T) (+ bias) over rows
+ * t0..t0+n-1 of the micro-batch (in and out point at row t0; u's rows are
+ * a->u[m]'s from t0), in (n,K) with rows K + E apart.  With the LoRA
+ * extension, u's parts go into in's spare columns and one GEMM over K + E
+ * sums base, LoRA and bias.  Otherwise the LoRA term is written first and
+ * the base GEMM adds onto it in its epilogue, so the (n,N) fp32 output is
+ * written once and read once, not read-modify-written by a second pass. */
+static void proj_forward(const struct layer_ctx *c, const struct layer_view *w, const struct layer_act *a, int layer,
+                         int m, bf16 *in, float *out, int t0, int n, struct pass p)
 {
 	const struct lora_slot *s = &c->slot[layer * N_PROJ + m];
 	const bf16 *bias = m < 4 ? w->bias[m] : NULL;
 	int K = s->n_in, ldx = K + c->E, ext = s->a >= 0 && c->E > 0;
 
-	if (s->a >= 0) /* u (T,R) = dropout(in) A^T; out = scale * u B^T, or u's parts into in's spare columns */
+	if (s->a >= 0) /* u (n,R) = dropout(in) A^T; out = scale * u B^T, or u's parts into in's spare columns */
 		c->op->lora_forward(&(struct lora_fwd_args){
-			.out = ext ? NULL : out, .u = a->u[m], .ext = ext ? in + K : NULL, .in = in, .ld_in = ldx,
-			.A = c->lora + s->a, .B = c->lora + s->b, .scale = c->lora_scale, .dropout_p = c->dropout,
-			.dropout_seed = dropout_seed(c, p, layer, m), .T = c->T, .K = K, .N = s->n_out, .R = c->R,
-			.scratch = c->g.lora_scratch, .A3 = ext_a3(c, w, s, m), .ld_a3 = w->ld[m] });
+			.out = ext ? NULL : out, .u = a->u[m] + (size_t)t0 * c->R, .ext = ext ? in + K : NULL, .in = in,
+			.ld_in = ldx, .A = c->lora + s->a, .B = c->lora + s->b, .scale = c->lora_scale,
+			.dropout_p = c->dropout, .dropout_seed = dropout_seed(c, p, layer, m, t0), .T = n, .K = K,
+			.N = s->n_out, .R = c->R, .scratch = c->g.lora_scratch, .A3 = ext_a3(c, w, s, m),
+			.ld_a3 = w->ld[m] });
 	if (ext) /* the bias rides in the extension too */
-		c->op->matmul_forward(out, in, ldx, w->w[m], w->ld[m], NULL, c->T, K + c->E, s->n_out, 0);
+		c->op->matmul_forward(out, in, ldx, w->w[m], w->ld[m], NULL, n, K + c->E, s->n_out, 0);
 	else
-		c->op->matmul_forward(out, in, ldx, w->w[m], w->ld[m], bias, c->T, K, s->n_out, s->a >= 0);
+		c->op->matmul_forward(out, in, ldx, w->w[m], w->ld[m], bias, n, K, s->n_out, s->a >= 0);
 }
 
-/* din (T,K) (+)= gradient through projection m given dout (T,N), fp32 (then
+/* din (n,K) (+)= gradient through projection m given dout (n,N), fp32 (then
  * rounded here) or already bf16 (dout16, dout NULL; rows N + E apart, as
- * swiglu_backward writes them).  Both the base GEMM and the adapter read
- * the bf16 one.  With the extension in backward, du's parts go into its
- * spare columns and one GEMM over N + E sums both input gradients;
- * otherwise the adapter's goes first and the base GEMM adds onto it.  LoRA
- * gradients accumulate into the flat gradient buffer. */
+ * swiglu_backward writes them), over rows t0..t0+n-1 as in proj_forward.
+ * Both the base GEMM and the adapter read the bf16 one.  With the
+ * extension in backward, du's parts go into its spare columns and one GEMM
+ * over N + E sums both input gradients; otherwise the adapter's goes first
+ * and the base GEMM adds onto it.  LoRA gradients accumulate into the flat
+ * gradient buffer. */
 static void proj_backward(const struct layer_ctx *c, const struct layer_view *w, const struct layer_act *a, int layer,
                           int m, const bf16 *in, const float *dout, const bf16 *dout16, float *din, int accumulate,
-                          struct pass p)
+                          int t0, int n, struct pass p)
 {
 	const struct lora_slot *s = &c->slot[layer * N_PROJ + m];
 	int N = s->n_out, K = s->n_in, ld = N + c->E, ext = s->a >= 0 && c->ext_bwd;
 
 	if (dout) {
-		c->op->cast_f32_to_bf16(c->g.dout16, ld, dout, c->T, N);
+		c->op->cast_f32_to_bf16(c->g.dout16, ld, dout, n, N);
 		dout16 = c->g.dout16;
 	}
 	if (s->a >= 0) {
@@ -88,15 +95,65 @@ static void proj_backward(const struct layer_ctx *c, const struct layer_view *w,
 		c->op->lora_backward(&(struct lora_bwd_args){
 			.din = ext ? NULL : din, .dA = c->lora_grad + s->a, .dB = c->lora_grad + s->b, .du = c->g.du,
 			.ext = ext ? (bf16 *)dout16 + N : NULL, .dout = dout16, .ld_dout = ld, .in = in, .ld_in = K + c->E,
-			.u = a->u[m], .A = c->lora + s->a, .B = c->lora + s->b, .scale = c->lora_scale,
-			.dropout_p = c->dropout, .dropout_seed = dropout_seed(c, p, layer, m), .T = c->T, .K = K, .N = N,
-			.R = c->R, .accumulate = accumulate, .scratch = c->g.lora_scratch,
+			.u = a->u[m] + (size_t)t0 * c->R, .A = c->lora + s->a, .B = c->lora + s->b,
+			.scale = c->lora_scale, .dropout_p = c->dropout, .dropout_seed = dropout_seed(c, p, layer, m, t0),
+			.T = n, .K = K, .N = N, .R = c->R, .accumulate = accumulate, .scratch = c->g.lora_scratch,
 			.B3 = c->E > 0 ? w->w[m] + K : NULL, .ld_b3 = w->ld[m] });
 		if (!ext)
 			accumulate = 1;
 	}
-	/* din (T,K) (+)= dout W */
-	c->op->matmul_backward_input(din, dout16, ld, w->w[m], w->ld[m], c->T, K, ext ? N + c->E : N, accumulate);
+	/* din (n,K) (+)= dout W */
+	c->op->matmul_backward_input(din, dout16, ld, w->w[m], w->ld[m], n, K, ext ? N + c->E : N, accumulate);
+}
+
+/* One chunk of the MLP: rows t0..t0+n-1 of the micro-batch and their
+ * gate, up and h, at row t0 of the (T,F) buffers when a keeps them whole,
+ * else in the one chunk's buffers. */
+struct mlp_chunk {
+	int t0, n;
+	float *gate, *up;
+	bf16 *h;
+};
+
+static struct mlp_chunk mlp_chunk_at(const struct layer_ctx *c, const struct layer_act *a, int t0)
+{
+	struct mlp_chunk k = { t0, c->T - t0 < c->mlp_chunk ? c->T - t0 : c->mlp_chunk, a->gate, a->up, a->h };
+
+	if (a->mlp_whole) {
+		k.gate += (size_t)t0 * c->F;
+		k.up += (size_t)t0 * c->F;
+		k.h += (size_t)t0 * (c->F + c->E);
+	}
+	return k;
+}
+
+/* The MLP forward of one chunk: gate, up, h = silu(gate) * up, then out's
+ * rows (out (T,C), NULL when recomputing) = x2 + down(h).  A
+ * recomputation needs down_proj's u for the backward, not its output. */
+static void mlp_forward(const struct layer_ctx *c, const struct layer_view *w, const struct layer_act *a, int layer,
+                        const struct mlp_chunk *k, float *out, struct pass p)
+{
+	const struct poros_ops *op = c->op;
+	bf16 *xn2 = a->xn2 + (size_t)k->t0 * (c->C + c->E);
+	size_t row = (size_t)k->t0 * c->C;
+
+	proj_forward(c, w, a, layer, PROJ_GATE, xn2, k->gate, k->t0, k->n, p);
+	proj_forward(c, w, a, layer, PROJ_UP, xn2, k->up, k->t0, k->n, p);
+	op->swiglu_forward(k->h, c->F + c->E, k->gate, k->up, k->n, c->F);
+	if (out == NULL) {
+		const struct lora_slot *s = &c->slot[layer * N_PROJ + PROJ_DOWN];
+
+		if (s->a >= 0)
+			op->lora_forward(&(struct lora_fwd_args){
+				.u = a->u[PROJ_DOWN] + (size_t)k->t0 * c->R, .in = k->h, .ld_in = c->F + c->E,
+				.A = c->lora + s->a, .B = c->lora + s->b, .scale = c->lora_scale, .dropout_p = c->dropout,
+				.dropout_seed = dropout_seed(c, p, layer, PROJ_DOWN, k->t0), .T = k->n, .K = s->n_in, .N = 0,
+				.R = c->R, .scratch = c->g.lora_scratch, .A3 = ext_a3(c, w, s, PROJ_DOWN),
+				.ld_a3 = w->ld[PROJ_DOWN] });
+		return;
+	}
+	proj_forward(c, w, a, layer, PROJ_DOWN, k->h, out + row, k->t0, k->n, p);
+	op->add_inplace(out + row, a->x2 + row, (long)k->n * c->C);
 }
 
 void embed_forward(const struct layer_ctx *c, float *out, int mb)
@@ -115,9 +172,9 @@ void layer_forward(const struct layer_ctx *c, const struct layer_view *w, struct
 	/* attention block */
 	a->x = x;
 	op->rmsnorm_forward(NULL, a->xn, C + E, a->rstd1, x, w->in_norm, c->eps, T, C);
-	proj_forward(c, w, a, layer, PROJ_Q, a->xn, qk ? a->q_pre : a->q, p);
-	proj_forward(c, w, a, layer, PROJ_K, a->xn, qk ? a->k_pre : a->k, p);
-	proj_forward(c, w, a, layer, PROJ_V, a->xn, a->v, p);
+	proj_forward(c, w, a, layer, PROJ_Q, a->xn, qk ? a->q_pre : a->q, 0, T, p);
+	proj_forward(c, w, a, layer, PROJ_K, a->xn, qk ? a->k_pre : a->k, 0, T, p);
+	proj_forward(c, w, a, layer, PROJ_V, a->xn, a->v, 0, T, p);
 	if (qk) { /* Qwen3: RMSNorm over each head's D features, before rope */
 		op->rmsnorm_forward(a->q, NULL, c->D, a->rstd_q, a->q_pre, w->q_norm, c->eps, T * c->H, c->D);
 		op->rmsnorm_forward(a->k, NULL, c->D, a->rstd_k, a->k_pre, w->k_norm, c->eps, T * c->G, c->D);
@@ -126,29 +183,19 @@ void layer_forward(const struct layer_ctx *c, const struct layer_view *w, struct
 	op->rope_forward(a->k, c->rope_cos, c->rope_sin, pos, c->B, c->S, c->G, c->D);
 	op->attention_forward(a->att, c->HD + E, a->lse, c->attn_scratch, a->q, a->k, a->v, pos, c->B, c->S, c->H, c->G,
 	                      c->D);
-	proj_forward(c, w, a, layer, PROJ_O, a->att, a->x2, p);
+	proj_forward(c, w, a, layer, PROJ_O, a->att, a->x2, 0, T, p);
 	op->add_inplace(a->x2, x, (long)T * C);
 
-	/* MLP block */
+	/* MLP block, mlp_chunk rows at a time */
 	op->rmsnorm_forward(NULL, a->xn2, C + E, a->rstd2, a->x2, w->post_norm, c->eps, T, C);
-	proj_forward(c, w, a, layer, PROJ_GATE, a->xn2, a->gate, p);
-	proj_forward(c, w, a, layer, PROJ_UP, a->xn2, a->up, p);
-	op->swiglu_forward(a->h, c->F + E, a->gate, a->up, T, c->F);
-	if (out == NULL) { /* recompute: the backward needs down_proj's u, not its output */
-		const struct lora_slot *s = &c->slot[layer * N_PROJ + PROJ_DOWN];
-
-		if (s->a >= 0)
-			op->lora_forward(&(struct lora_fwd_args){
-				.u = a->u[PROJ_DOWN], .in = a->h, .ld_in = c->F + E, .A = c->lora + s->a,
-				.B = c->lora + s->b, .scale = c->lora_scale, .dropout_p = c->dropout,
-				.dropout_seed = dropout_seed(c, p, layer, PROJ_DOWN), .T = T, .K = s->n_in, .N = 0,
-				.R = c->R, .scratch = c->g.lora_scratch, .A3 = ext_a3(c, w, s, PROJ_DOWN),
-				.ld_a3 = w->ld[PROJ_DOWN] });
+	if (out == NULL) /* recompute: the backward recomputes the MLP chunk by chunk */
 		return;
-	}
 	/* x is dead from here on, so out may alias it */
-	proj_forward(c, w, a, layer, PROJ_DOWN, a->h, out, p);
-	op->add_inplace(out, a->x2, (long)T * C);
+	for (int t0 = 0; t0 < T; t0 += c->mlp_chunk) {
+		struct mlp_chunk k = mlp_chunk_at(c, a, t0);
+
+		mlp_forward(c, w, a, layer, &k, out, p);
+	}
 }
 
 void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const struct layer_act *a, int layer,
@@ -160,15 +207,25 @@ void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const
 	float *dq = g->dq, *dk = g->dk;
 	const int32_t *pos = c->pos ? c->pos + (size_t)p.mb * T : NULL; /* (T) */
 
-	/* MLP: out = x2 + down(silu(gate(xn2)) * up(xn2)); dx holds dout, then dx2 */
-	proj_backward(c, w, a, layer, PROJ_DOWN, a->h, dx, NULL, g->dh, 0, p);
-	op->swiglu_backward(g->dgate, g->dup, c->F + c->E, g->dh, a->gate, a->up, T, c->F);
-	proj_backward(c, w, a, layer, PROJ_GATE, a->xn2, NULL, g->dgate, g->dxn, 0, p);
-	proj_backward(c, w, a, layer, PROJ_UP, a->xn2, NULL, g->dup, g->dxn, 1, p);
+	/* MLP: out = x2 + down(silu(gate(xn2)) * up(xn2)), chunk by chunk (each
+	 * recomputed first unless kept, its LoRA gradients added in chunk
+	 * order); dx holds dout, then dx2 */
+	for (int t0 = 0; t0 < T; t0 += c->mlp_chunk) {
+		struct mlp_chunk k = mlp_chunk_at(c, a, t0);
+		const bf16 *xn2 = a->xn2 + (size_t)t0 * (c->C + c->E);
+		float *dxn = g->dxn + (size_t)t0 * c->C;
+
+		if (!a->mlp_whole)
+			mlp_forward(c, w, a, layer, &k, NULL, p);
+		proj_backward(c, w, a, layer, PROJ_DOWN, k.h, dx + (size_t)t0 * c->C, NULL, g->dh, 0, t0, k.n, p);
+		op->swiglu_backward(g->dgate, g->dup, c->F + c->E, g->dh, k.gate, k.up, k.n, c->F);
+		proj_backward(c, w, a, layer, PROJ_GATE, xn2, NULL, g->dgate, dxn, 0, t0, k.n, p);
+		proj_backward(c, w, a, layer, PROJ_UP, xn2, NULL, g->dup, dxn, 1, t0, k.n, p);
+	}
 	op->rmsnorm_backward(dx, g->dxn, a->x2, w->post_norm, a->rstd2, T, c->C); /* dx2 += norm'(dxn) */
 
 	/* attention: x2 = x + o(attn(rope(q), rope(k), v)), q/k/v of xn = norm(x) */
-	proj_backward(c, w, a, layer, PROJ_O, a->att, dx, NULL, g->datt, 0, p);
+	proj_backward(c, w, a, layer, PROJ_O, a->att, dx, NULL, g->datt, 0, 0, T, p);
 	op->attention_backward(g->dq, g->dk, g->dv, c->attn_scratch, g->datt, a->q, a->k, a->v, a->lse, pos, c->B, c->S,
 	                       c->H, c->G, c->D);
 	op->rope_backward(g->dq, c->rope_cos, c->rope_sin, pos, c->B, c->S, c->H, c->D);
@@ -181,9 +238,9 @@ void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const
 		dq = g->dq_pre;
 		dk = g->dk_pre;
 	}
-	proj_backward(c, w, a, layer, PROJ_Q, a->xn, dq, NULL, g->dxn, 0, p);
-	proj_backward(c, w, a, layer, PROJ_K, a->xn, dk, NULL, g->dxn, 1, p);
-	proj_backward(c, w, a, layer, PROJ_V, a->xn, g->dv, NULL, g->dxn, 1, p);
+	proj_backward(c, w, a, layer, PROJ_Q, a->xn, dq, NULL, g->dxn, 0, 0, T, p);
+	proj_backward(c, w, a, layer, PROJ_K, a->xn, dk, NULL, g->dxn, 1, 0, T, p);
+	proj_backward(c, w, a, layer, PROJ_V, a->xn, g->dv, NULL, g->dxn, 1, 0, T, p);
 	op->rmsnorm_backward(dx, g->dxn, a->x, w->in_norm, a->rstd1, T, c->C); /* dx = dx2 + norm'(dxn) */
 }
 

@@ -21,6 +21,13 @@ enum { PROJ_Q, PROJ_K, PROJ_V, PROJ_O, PROJ_GATE, PROJ_UP, PROJ_DOWN };
  * never needs a (T, V) buffer. */
 #define HEAD_CHUNK 128
 
+/* A micro-batch of more tokens runs its MLP this many rows at a time, so
+ * gate, up, their product and their gradients are (chunk,F), not (T,F):
+ * at F = 18944 each fp32 (T,F) buffer is 2.5 GB at T = 32768, and
+ * M = 4096 rows still fill a GEMM.  Up to it the MLP is one chunk, the
+ * same ops as before chunking (the same bits). */
+#define MLP_CHUNK_TOKENS 4096
+
 /* LoRA parameters in one flat fp32 buffer: layer-major, projections in
  * cell.h's order, A (R,K) then B (N,R); each tensor starts on a 64-float
  * boundary (zero padding, which clipping and AdamW leave at zero) so the
@@ -54,17 +61,21 @@ struct layer_act {
 	float *x2;           /* (T,C) x + o_proj(att) */
 	bf16 *xn2;           /* (T,C) post_attention_layernorm(x2) */
 	float *rstd2;        /* (T) */
-	float *gate, *up;    /* (T,F) */
-	bf16 *h;             /* (T,F) silu(gate) * up */
+	/* The MLP's, rows F apart (h: F + E): (T,F) when mlp_whole (kept
+	 * for the backward), else one chunk's (mlp_chunk,F), which the forward
+	 * uses chunk by chunk and the backward recomputes chunk by chunk. */
+	float *gate, *up;
+	bf16 *h;             /* silu(gate) * up */
+	int mlp_whole;
 	float *u[N_PROJ];    /* (T,R) LoRA A outputs of targeted projections */
 };
 
 /* Backward scratch, shared by every layer. */
 struct grad_scratch {
 	float *dxn;          /* (T,C) gradient of a norm output */
-	bf16 *dout16;        /* (T,max N + E) bf16 upstream gradient of a base GEMM, rows N + E apart */
-	float *dh;           /* (T,F) */
-	bf16 *dgate, *dup;   /* (T,F), rows F + E apart, rounded as the gate/up backward reads them */
+	bf16 *dout16;        /* (T,max(C,H*D) + E) bf16 upstream gradient of a base GEMM of N <= max(C,H*D), rows N + E apart */
+	float *dh;           /* (mlp_chunk,F) */
+	bf16 *dgate, *dup;   /* (mlp_chunk,F), rows F + E apart, rounded as the gate/up backward reads them */
 	float *datt;         /* (T,H*D) */
 	float *dq, *dk, *dv; /* (T,H*D), (T,G*D), (T,G*D) */
 	float *dq_pre, *dk_pre;
@@ -78,6 +89,7 @@ struct layer_ctx {
 	const struct poros_ops *head_op; /* the head (its own table when profiling) */
 	const struct backend *be;        /* memset_zero on the compute stream */
 	int B, S, T, C, F, H, G, D, HD, GD, V, R, E, qk_norm, chunk;
+	int mlp_chunk;                   /* rows of one MLP chunk: T, or fewer at long T (MLP_CHUNK_TOKENS) */
 	float eps;
 
 	/* LoRA: slot[layer * N_PROJ + m]; parameters and their gradients */
@@ -110,13 +122,16 @@ struct pass {
 
 /* out (T,C) = the embedding of micro-batch mb. */
 void embed_forward(const struct layer_ctx *c, float *out, int mb);
-/* out (T,C) = the decoder layer applied to x (T,C), activations kept in a;
- * out may be x, or NULL when recomputing for the backward (which skips
- * down_proj's base GEMM and the residual add). */
+/* out (T,C) = the decoder layer applied to x (T,C), activations kept in a
+ * (the MLP's in its chunk buffers unless a->mlp_whole); out may be x, or
+ * NULL when recomputing for the backward: then it stops after the
+ * post-attention norm, and the backward recomputes the MLP chunk by chunk
+ * (without down_proj's base GEMM and the residual add). */
 void layer_forward(const struct layer_ctx *c, const struct layer_view *w, struct layer_act *a, int layer,
                    const float *x, float *out, struct pass p);
 /* dx (T,C): the gradient of the layer output in, of its input out; LoRA
- * gradients accumulate into c->lora_grad. */
+ * gradients accumulate into c->lora_grad (the MLP's chunk by chunk, in
+ * order). */
 void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const struct layer_act *a, int layer,
                     float *dx, struct pass p);
 /* Final norm, lm_head and cross-entropy of micro-batch mb (per-token

@@ -86,7 +86,8 @@ int train_config_check(const struct train_config *c, char *err, size_t errsz)
 static int config_from_env(struct train_config *c, char *err, size_t errsz)
 {
 	const char *ext = getenv("POROS_LORA_EXT"), *noprefetch = getenv("POROS_NO_DATA_PREFETCH");
-	const char *prof = getenv("POROS_PROFILE");
+	const char *prof = getenv("POROS_PROFILE"), *chunk = getenv("POROS_MLP_CHUNK"), *why;
+	long rows = 0;
 
 	/* kernels/ops.h's LoRA extension: a typo must not silently leave it on */
 	if (ext && *ext && strcmp(ext, "0") && strcmp(ext, "1"))
@@ -94,6 +95,10 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	c->lora_ext = !(ext && strcmp(ext, "0") == 0);
 	c->data_prefetch = !(noprefetch && *noprefetch && strcmp(noprefetch, "0") != 0);
 	c->profile = prof && *prof && strcmp(prof, "0") != 0;
+	/* the MLP's rows per chunk (the sums' order, so bits): an ablation and test knob */
+	if (chunk && *chunk && parse_long(chunk, 1, 1L << 30, &rows, &why) < 0)
+		return snprintf(err, errsz, "POROS_MLP_CHUNK: %s: %s", why, chunk), -1;
+	c->mlp_chunk = (int)rows;
 	return 0;
 }
 

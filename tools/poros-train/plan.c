@@ -83,9 +83,14 @@ static void plan_act(struct engine *e, struct carver *cv, struct layer_act *a)
 	a->x2 = CARVE_F32(cv, T * c->C);
 	a->xn2 = CARVE_BF16(cv, T * (c->C + c->E));
 	a->rstd2 = CARVE_F32(cv, T);
-	a->gate = CARVE_F32(cv, T * c->F);
-	a->up = CARVE_F32(cv, T * c->F);
-	a->h = CARVE_BF16(cv, T * (c->F + c->E));
+	/* the MLP's, kept for the backward: every row; else one chunk's, which
+	 * live only inside the MLP and so share the workspace (plan_shared) */
+	a->mlp_whole = e->acts != NULL;
+	if (a->mlp_whole) {
+		a->gate = CARVE_F32(cv, T * c->F);
+		a->up = CARVE_F32(cv, T * c->F);
+		a->h = CARVE_BF16(cv, T * (c->F + c->E));
+	}
 	for (int m = 0; m < N_PROJ; m++)
 		if ((e->lora.mask >> m) & 1u)
 			a->u[m] = CARVE_F32(cv, T * c->R);
@@ -100,45 +105,74 @@ static void plan_acts(struct engine *e, struct carver *cv)
 		plan_act(e, cv, &e->act);
 }
 
-/* Scratch that lives only inside one op call or one head chunk, so one
- * region serves them all: the attention scratch, the LoRA ops' partial sums
- * (T, max K), and the head's logits (chunk,V) fp32 + dlogits bf16. */
-static void plan_shared(struct engine *e, struct carver *cv, long max_k)
+/* base + off, or NULL while a plan only sums sizes. */
+static void *region_at(unsigned char *base, size_t off)
+{
+	return base ? base + off : NULL;
+}
+
+/* Scratch that lives only inside one op call, one head chunk or one MLP
+ * chunk, so one region serves them all: the attention scratch; the LoRA
+ * ops' partial sums (rows, K) of the largest call outside the MLP (T rows
+ * of K <= max(C,H*D)); the head's logits (chunk,V) fp32 + dlogits bf16;
+ * and an MLP chunk's set: its LoRA calls' partial sums (mlp_chunk rows of
+ * K <= max(F,C)), then, unless the layer's activations are kept whole,
+ * gate, up and h of the chunk, then the backward's dh, dgate and dup.
+ * No attention, head or non-MLP LoRA op runs while an MLP chunk's
+ * buffers are live. */
+static void plan_shared(struct engine *e, struct carver *cv)
 {
 	struct layer_ctx *c = &e->lc;
+	struct grad_scratch *g = &c->g;
+	size_t n = (size_t)c->mlp_chunk, F = (size_t)c->F, FE = (size_t)(c->F + c->E);
 	size_t attn = attention_scratch_floats(c->B, c->S, c->H, c->G, c->D) * sizeof(float);
-	size_t lora = (size_t)c->T * max_k * sizeof(float);
+	size_t lora = (size_t)c->T * (c->C > c->HD ? c->C : c->HD) * sizeof(float);
 	size_t logits = align_up((size_t)c->chunk * c->V * sizeof(float));
 	size_t head = logits + (size_t)c->chunk * c->V * sizeof(bf16), bytes = attn;
+	size_t gate = align_up(n * (F > (size_t)c->C ? F : (size_t)c->C) * sizeof(float)), up, h, dh, dgate, dup, mlp;
 	unsigned char *base;
 
+	up = gate + align_up(n * F * sizeof(float));
+	h = up + align_up(n * F * sizeof(float));
+	dh = e->acts ? gate : h + align_up(n * FE * sizeof(bf16));
+	dgate = dh + align_up(n * F * sizeof(float));
+	dup = dgate + align_up(n * FE * sizeof(bf16));
+	mlp = dup + n * FE * sizeof(bf16);
 	if (lora > bytes)
 		bytes = lora;
 	if (head > bytes)
 		bytes = head;
+	if (mlp > bytes)
+		bytes = mlp;
 	base = carve(cv, bytes);
 	c->attn_scratch = (float *)base;
-	c->g.lora_scratch = (float *)base;
+	g->lora_scratch = (float *)base;
 	c->logits = (float *)base;
-	c->dlogits = base ? (bf16 *)(base + logits) : NULL;
+	c->dlogits = region_at(base, logits);
+	if (!e->acts) {
+		e->act.gate = region_at(base, gate);
+		e->act.up = region_at(base, up);
+		e->act.h = region_at(base, h);
+	}
+	g->dh = region_at(base, dh);
+	g->dgate = region_at(base, dgate);
+	g->dup = region_at(base, dup);
 }
 
 static void plan_scratch(struct engine *e, struct carver *cv)
 {
 	struct layer_ctx *c = &e->lc;
 	struct grad_scratch *g = &c->g;
-	long T = c->T, max_n = c->C;
+	long T = c->T, max_n = c->C > c->HD ? c->C : c->HD;
 
-	if (c->F > max_n)
-		max_n = c->F;
-	if (c->HD > max_n)
-		max_n = c->HD;
-	g->dxn = CARVE_F32(cv, T * c->C);
+	/* datt lives from o_proj's backward to the attention's, between the
+	 * two uses of dxn (the MLP's input gradient up to its norm's backward,
+	 * then q, k and v's), so they share one buffer */
+	g->dxn = CARVE_F32(cv, T * max_n);
+	g->datt = g->dxn;
+	/* fp32 upstream gradients rounded for down, o, q, k, v (N <= max(C,H*D));
+	 * gate's and up's come rounded from swiglu_backward */
 	g->dout16 = CARVE_BF16(cv, T * (max_n + c->E));
-	g->dh = CARVE_F32(cv, T * c->F);
-	g->dgate = CARVE_BF16(cv, T * (c->F + c->E));
-	g->dup = CARVE_BF16(cv, T * (c->F + c->E));
-	g->datt = CARVE_F32(cv, T * c->HD);
 	g->dq = CARVE_F32(cv, T * c->HD);
 	g->dk = CARVE_F32(cv, T * c->GD);
 	g->dv = CARVE_F32(cv, T * c->GD);
@@ -147,7 +181,7 @@ static void plan_scratch(struct engine *e, struct carver *cv)
 		g->dk_pre = CARVE_F32(cv, T * c->GD);
 	}
 	g->du = CARVE_F32(cv, T * c->R);
-	plan_shared(e, cv, max_n);
+	plan_shared(e, cv);
 }
 
 static void plan_head(struct engine *e, struct carver *cv)
@@ -157,7 +191,9 @@ static void plan_head(struct engine *e, struct carver *cv)
 
 	c->hn = CARVE_BF16(cv, T * c->C);
 	c->head_rstd = CARVE_F32(cv, T);
-	c->dhn = CARVE_F32(cv, T * c->C);
+	/* the head's gradient lives only inside the head, where no layer's
+	 * backward runs: it takes the layers' norm-gradient buffer (T, >= C) */
+	c->dhn = c->g.dxn;
 	c->losses = CARVE_F32(cv, T * e->k);
 }
 

@@ -33,6 +33,7 @@ struct train_config {
 	int lora_ext;            /* POROS_LORA_EXT: NF4 LoRA terms ride in the base GEMMs (1) or not */
 	int data_prefetch;       /* not POROS_NO_DATA_PREFETCH: stage the next batch on a thread */
 	int profile;             /* POROS_PROFILE: device time per op category */
+	int mlp_chunk;           /* POROS_MLP_CHUNK: MLP rows per chunk; 0: MLP_CHUNK_TOKENS (layer.h) */
 };
 
 /* The command line, one slot per option (the last one given wins); main.c
