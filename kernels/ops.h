@@ -81,6 +81,34 @@ static inline int lora_ext_cols(int R)
 	return R > 0 ? (9 * R + 1 + 31) / 32 * 32 : 0;
 }
 
+/* Floats a part of `bytes` takes in a scratch, kept 16-byte aligned. */
+static inline size_t lora_part_floats(size_t bytes)
+{
+	return (bytes + 15) / 16 * 4;
+}
+
+/* The LoRA ops' scratch for a projection (T,K) -> (T,N) of rank R, in
+ * floats: what CUDA's tensor-core products hold at once, the largest of
+ * u's (A's three bf16 parts, the masked input, the (T,3R) sums), du's
+ * (scale*B's parts, (T,3R)), dB's (u's parts, (N,3R)) and dA's (du's
+ * parts, the masked input, (3R,K)), each part rounded up to 16 bytes, and
+ * at least T*K.  CUDA requires a scratch this large; the CPU reads none. */
+static inline size_t lora_scratch_floats(int T, int K, int N, int R)
+{
+	size_t t = (size_t)(T > 0 ? T : 0), k = (size_t)(K > 0 ? K : 0), n = (size_t)(N > 0 ? N : 0);
+	size_t r3 = 3 * (size_t)(R > 0 ? R : 0), xm = lora_part_floats(t * k * 2), most = t * k;
+	size_t need[4] = {
+		lora_part_floats(r3 * k * 2) + xm + lora_part_floats(t * r3 * 4), /* u */
+		lora_part_floats(n * r3 * 2) + lora_part_floats(t * r3 * 4),      /* du */
+		lora_part_floats(t * r3 * 2) + lora_part_floats(n * r3 * 4),      /* dB */
+		lora_part_floats(t * r3 * 2) + xm + lora_part_floats(r3 * k * 4), /* dA */
+	};
+	for (int i = 0; i < 4; i++)
+		if (need[i] > most)
+			most = need[i];
+	return most;
+}
+
 /* The LoRA ops' arguments, by name (see lora_forward and lora_backward in
  * the list below for what each computes).  The fields under "hints" change
  * only how a backend computes, never the result: the CPU reads none of
@@ -96,8 +124,9 @@ struct lora_fwd_args {
 	float scale, dropout_p;
 	uint64_t dropout_seed;
 	int T, K, N, R;
+	float *scratch;  /* lora_scratch_floats(T,K,N,R) floats (CUDA; the CPU may
+	                  * get NULL), contents undefined afterwards */
 	/* hints */
-	float *scratch;  /* NULL, or T*K floats, contents undefined afterwards */
 	const bf16 *A3;  /* NULL, or A's three parts (3R rows, ld_a3 apart) */
 	int ld_a3;
 };
@@ -119,8 +148,8 @@ struct lora_bwd_args {
 	uint64_t dropout_seed;
 	int T, K, N, R;
 	int accumulate;    /* din += rather than = */
-	/* hints */
 	float *scratch;    /* as in lora_fwd_args */
+	/* hints */
 	const bf16 *B3;    /* NULL, or scale*B's three parts ((N,3R), rows ld_b3 apart) */
 	int ld_b3;
 };
@@ -152,10 +181,10 @@ X(void, matmul_backward_input, (float *din, const bf16 *dout, int ld_dout, const
  *    ld_in apart; ext = in + K in the engine) for the base GEMM to sum, \
  *    see "LoRA extension" below; \
  *  - both NULL: u alone. \
- * scratch: NULL, or T*K floats the backend may use for partial sums and \
- * split operands (CUDA then runs the long sums on tensor cores or over \
- * the whole GPU; contents are undefined afterwards).  Either way the \
- * result is deterministic.  A3: NULL, or A's three bf16 parts as \
+ * scratch: lora_scratch_floats(T,K,N,R) floats for the split operands \
+ * and their sums, which CUDA requires (it runs the long sums on tensor \
+ * cores; contents are undefined afterwards) and the CPU ignores (NULL \
+ * there is fine).  The result is deterministic.  A3: NULL, or A's three bf16 parts as \
  * lora_weight_ext leaves them in rows N..N+3R-1 of the weight (hi, mid, \
  * lo blocks of R rows, rows ld_a3 apart), which a backend may read rather \
  * than split A again (the CPU sums A itself: same values). */ \

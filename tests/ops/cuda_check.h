@@ -200,6 +200,15 @@ static void *case_scratch(struct gpu_case *c, size_t bytes)
 	return d;
 }
 
+/* The LoRA ops' scratch: lora_scratch_floats(T,K,N,R) floats, what CUDA
+ * requires, and with spare another T*K beyond it (as the engine's shared
+ * region can be), poisoned like every scratch. */
+static float *case_lora_scratch(struct gpu_case *c, int T, int K, int N, int R, int spare)
+{
+	size_t floats = lora_scratch_floats(T, K, N, R) + (spare ? (size_t)T * K : 0);
+	return case_scratch(c, floats * sizeof(float));
+}
+
 typedef void (*gpu_op)(const void *args);
 
 static void case_run(struct gpu_case *c, gpu_op op, const void *args)

@@ -38,17 +38,21 @@ static double lora_loss(const void *p)
 	return L;
 }
 
-static void test_lora_backward(float p)
+/* (T,K) -> (T,N) at rank R (at most 64, lora_loss's u), K = 70 spanning
+ * two of the op's 64-wide tiles; T = 1 with R = 64 (four rank tiles) is
+ * the shape CUDA's small-T cases compare against. */
+static void test_lora_backward(int T, int K, int N, int R, float p)
 {
-	enum { T = 5, K = 70, N = 6, R = 3 }; /* K spans two of the op's 64-wide tiles */
 	const float scale = 2.0f;
 	const uint64_t seed = 1234;
-	bf16 x[T * K], lw16[T * N];
-	float A[R * K], B[N * R], lw[T * N], out[T * N] = { 0 }, u[T * R], du[T * R];
-	float dA[R * K] = { 0 }, dB[N * R] = { 0 }, din[T * K];
-	float dA2[R * K], dB2[N * R], din2[T * K];
-	double xd[T * K], Ad[R * K], Bd[N * R], lwd[T * N], keep[T * K];
-	double want_A[R * K], want_B[N * R], want_x[T * K], want_du[T * R];
+	bf16 *x = NEW(bf16, T * K), *lw16 = NEW(bf16, T * N);
+	float *A = NEW(float, R * K), *B = NEW(float, N * R), *lw = NEW(float, T * N), *out = NEW(float, T * N);
+	float *u = NEW(float, T * R), *du = NEW(float, T * R), *dA = NEW(float, R * K), *dB = NEW(float, N * R);
+	float *din = NEW(float, T * K), *dA2 = NEW(float, R * K), *dB2 = NEW(float, N * R), *din2 = NEW(float, T * K);
+	float *dA3 = NEW(float, R * K), *dB3 = NEW(float, N * R);
+	double *xd = NEW(double, T * K), *Ad = NEW(double, R * K), *Bd = NEW(double, N * R), *lwd = NEW(double, T * N);
+	double *keep = NEW(double, T * K), *want_A = NEW(double, R * K), *want_B = NEW(double, N * R);
+	double *want_x = NEW(double, T * K), *want_du = NEW(double, T * R);
 	char name[96];
 	int dropped = 0;
 
@@ -95,13 +99,13 @@ static void test_lora_backward(float p)
 	/* Every gradient is a chain of two fp32 sums of at most 70 terms of O(1)
 	 * values (u itself an fp32 sum saved by the forward): accumulated
 	 * rounding stays below ~1e-6 relative; 1e-5 atol/rtol. */
-	snprintf(name, sizeof name, "lora_backward dA (dropout %.1f)", p);
+	snprintf(name, sizeof name, "lora_backward dA (T %d, R %d, dropout %.1f)", T, R, p);
 	check_close(name, dA, want_A, R * K, 1e-5, 1e-5);
-	snprintf(name, sizeof name, "lora_backward dB (dropout %.1f)", p);
+	snprintf(name, sizeof name, "lora_backward dB (T %d, R %d, dropout %.1f)", T, R, p);
 	check_close(name, dB, want_B, N * R, 1e-5, 1e-5);
-	snprintf(name, sizeof name, "lora_backward din (dropout %.1f)", p);
+	snprintf(name, sizeof name, "lora_backward din (T %d, R %d, dropout %.1f)", T, R, p);
 	check_close(name, din, want_x, T * K, 1e-5, 1e-5);
-	snprintf(name, sizeof name, "lora_backward du (dropout %.1f)", p);
+	snprintf(name, sizeof name, "lora_backward du (T %d, R %d, dropout %.1f)", T, R, p);
 	check_close(name, du, want_du, T * R, 1e-6, 1e-6);
 	if (p > 0.0f) {
 		/* a dropped input has no gradient at all, not a small one */
@@ -111,9 +115,9 @@ static void test_lora_backward(float p)
 		CHECK(leaked == 0);
 	}
 
-	memcpy(dA2, dA, sizeof dA);
-	memcpy(dB2, dB, sizeof dB);
-	memcpy(din2, din, sizeof din);
+	memcpy(dA2, dA, sizeof(float) * R * K);
+	memcpy(dB2, dB, sizeof(float) * N * R);
+	memcpy(din2, din, sizeof(float) * T * K);
 	lora_backward_cpu(&(struct lora_bwd_args){ .din = din2, .dA = dA2, .dB = dB2, .du = du, .dout = lw16,
 		.ld_dout = N, .in = x, .ld_in = K, .u = u, .A = A, .B = B, .scale = scale, .dropout_p = p,
 		.dropout_seed = seed, .T = T, .K = K, .N = N, .R = R, .accumulate = 1 });
@@ -122,17 +126,21 @@ static void test_lora_backward(float p)
 	check_accumulated("lora_backward din", din2, din, T * K);
 
 	/* din == NULL: the parameter gradients alone, unchanged */
-	float dA3[R * K] = { 0 }, dB3[N * R] = { 0 };
 	lora_backward_cpu(&(struct lora_bwd_args){ .dA = dA3, .dB = dB3, .du = du, .dout = lw16, .ld_dout = N,
 		.in = x, .ld_in = K, .u = u, .A = A, .B = B, .scale = scale, .dropout_p = p, .dropout_seed = seed,
 		.T = T, .K = K, .N = N, .R = R });
-	CHECK(memcmp(dA3, dA, sizeof dA) == 0 && memcmp(dB3, dB, sizeof dB) == 0);
+	CHECK(memcmp(dA3, dA, sizeof(float) * R * K) == 0 && memcmp(dB3, dB, sizeof(float) * N * R) == 0);
+	free(x), free(lw16), free(A), free(B), free(lw), free(out), free(u), free(du), free(dA), free(dB), free(din);
+	free(dA2), free(dB2), free(din2), free(dA3), free(dB3), free(xd), free(Ad), free(Bd), free(lwd), free(keep);
+	free(want_A), free(want_B), free(want_x), free(want_du);
 }
 
 static void lora_backward_grad_check(void)
 {
-	test_lora_backward(0.0f);
-	test_lora_backward(0.3f);
+	test_lora_backward(5, 70, 6, 3, 0.0f);
+	test_lora_backward(5, 70, 6, 3, 0.3f);
+	test_lora_backward(1, 70, 6, 64, 0.0f);
+	test_lora_backward(2, 70, 6, 16, 0.3f);
 }
 #endif
 
@@ -158,12 +166,13 @@ static void lora_bwd_gpu(const void *p)
 /* du (sum over N), dB (over T), dA (over T, using du), din (over R, using
  * du): sums of up to 27648 fp32 terms in different orders, and dA, din
  * inherit du's rounding: 5e-5 of the largest value, 1e-4 relative.
- * with_din: 0 none, 1 written, 2 added to. */
-static void test_lora_backward(int T, int K, int N, int R, float p, int with_din, int scratch)
+ * with_din: 0 none, 1 written, 2 added to.  spare: as in
+ * test_lora_forward. */
+static void test_lora_backward(int T, int K, int N, int R, float p, int with_din, int spare)
 {
 	struct gpu_case c;
 	if (!case_begin(&c, "lora_backward T=%d K=%d N=%d R=%d dropout=%g%s%s", T, K, N, R, p,
-	                with_din == 2 ? " din+=" : with_din ? " din" : "", scratch ? " scratch" : ""))
+	                with_din == 2 ? " din+=" : with_din ? " din" : "", spare ? " spare" : ""))
 		return;
 	float bound = 1.0f / sqrtf((float)K);
 	bf16 *in = rand_bf16((size_t)T * K, -1, 1);
@@ -203,8 +212,7 @@ static void test_lora_backward(int T, int K, int N, int R, float p, int with_din
 	a.du = case_out(&c, "du", (size_t)T * R * 4, NULL, 0);
 	if (with_din) /* written: the device buffer starts as garbage, not din0 */
 		a.din = case_out(&c, "din", (size_t)T * K * 4, with_din == 2 ? din0 : NULL, 0);
-	if (scratch)
-		a.scratch = case_scratch(&c, (size_t)T * K * 4);
+	a.scratch = case_lora_scratch(&c, T, K, N, R, spare);
 	case_run(&c, lora_bwd_gpu, &a);
 	check(&c, "du", ref_du, (size_t)T * R, 0, 5e-5, 1e-4);
 	check(&c, "dB", ref_dB, (size_t)N * R, 0, 5e-5, 1e-4);
@@ -232,22 +240,29 @@ static void test_lora_backward(int T, int K, int N, int R, float p, int with_din
 static void lora_backward_cuda_check(int realistic)
 {
 	if (!realistic) {
-		for (int scratch = 0; scratch <= 1; scratch++) {
-			test_lora_backward(5, 33, 7, 3, 0.5f, 1, scratch);
-			test_lora_backward(19, 300, 5, 20, 0.25f, 2, scratch); /* two rank tiles, partial K passes */
-			test_lora_backward(40, 64, 24, 4, 0.3f, 2, scratch);
-			/* N >> K: dB's tensor-core parts do not fit the T*K scratch, so dB
-			 * takes the CUDA-core sums in three token slices */
-			test_lora_backward(512, 16, 600, 4, 0.1f, 1, scratch);
+		for (int spare = 0; spare <= 1; spare++) {
+			test_lora_backward(5, 33, 7, 3, 0.5f, 1, spare);
+			test_lora_backward(19, 300, 5, 20, 0.25f, 2, spare);
+			test_lora_backward(40, 64, 24, 4, 0.3f, 2, spare);
+			/* N >> K: dB's (N,3R) sums outgrow T*K (lora_scratch_floats) */
+			test_lora_backward(512, 16, 600, 4, 0.1f, 1, spare);
+			test_lora_backward(1, 64, 48, 8, 0.5f, 1, spare);   /* one token */
+			test_lora_backward(2, 40, 300, 16, 0.0f, 2, spare); /* N >> K, T = 2 */
 		}
 	} else {
-		for (int scratch = 0; scratch <= 1; scratch++) {
-			test_lora_backward(512, 4096, 4096, 16, 0.05f, 2, scratch);
-			test_lora_backward(512, 11008, 4096, 64, 0.1f, 1, scratch);
-			test_lora_backward(512, 4096, 1024, 8, 0.0f, 0, scratch);
-			test_lora_backward(512, 27648, 5120, 16, 0.0f, 1, scratch);
-			test_lora_backward(512, 5120, 27648, 16, 0.0f, 2, scratch); /* 32B gate/up */
+		for (int spare = 0; spare <= 1; spare++) {
+			test_lora_backward(512, 4096, 4096, 16, 0.05f, 2, spare);
+			test_lora_backward(512, 11008, 4096, 64, 0.1f, 1, spare);
+			test_lora_backward(512, 4096, 1024, 8, 0.0f, 0, spare);
+			test_lora_backward(512, 27648, 5120, 16, 0.0f, 1, spare);
+			test_lora_backward(512, 5120, 27648, 16, 0.0f, 2, spare); /* 32B gate/up */
 		}
+		/* small T, every rank and projection (lora_forward.c's tables) */
+		for (int ti = 0; ti < 3; ti++)
+			for (int ri = 0; ri < 3; ri++)
+				for (int pi = 0; pi < 4; pi++)
+					test_lora_backward(lora_small_t[ti], lora_proj_shapes[pi][0], lora_proj_shapes[pi][1],
+					                   lora_ranks[ri], lora_ranks[ri] == 16 ? 0.1f : 0.0f, pi == 0 ? 2 : 1, 0);
 	}
 }
 #endif

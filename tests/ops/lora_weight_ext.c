@@ -56,12 +56,13 @@ static void ext_bwd_gpu(const void *p)
  * weight side is one rounding per element on both (bitwise equal, the
  * unused corner untouched); u, du, dA, dB are the lora ops' sums; out and
  * din are GEMMs over K + E (N + E) exact products: GEMM tolerances.  A
- * trained B (not PEFT's zeros), a bias, and a scale that rounds. */
-static void test_lora_ext(int T, int K, int N, int R, float p, int backward, int scratch)
+ * trained B (not PEFT's zeros), a bias, and a scale that rounds.  spare:
+ * as in test_lora_forward. */
+static void test_lora_ext(int T, int K, int N, int R, float p, int backward, int spare)
 {
 	struct gpu_case c;
 	if (!case_begin(&c, "lora_ext %s T=%d K=%d N=%d R=%d dropout=%g%s", backward ? "backward" : "forward", T, K, N,
-	                R, p, scratch ? " scratch" : ""))
+	                R, p, spare ? " spare" : ""))
 		return;
 	int E = lora_ext_cols(R), ldx = K + E, ldd = N + E;
 	float bound = 1.0f / sqrtf((float)K), scale = 0.75f;
@@ -99,8 +100,7 @@ static void test_lora_ext(int T, int K, int N, int R, float p, int backward, int
 	a.p = p;
 	a.T = T, a.K = K, a.N = N, a.R = R, a.E = E;
 	a.W = case_out(&c, "W", (size_t)(N + E) * ldx * 2, W, 0);
-	if (scratch)
-		a.scratch = case_scratch(&c, (size_t)T * K * 4);
+	a.scratch = case_lora_scratch(&c, T, K, N, R, spare);
 	if (!backward) {
 		a.x = case_out(&c, "x", (size_t)T * ldx * 2, x, 0);
 		a.u = case_out(&c, "u", (size_t)T * R * 4, NULL, 0);
@@ -139,19 +139,28 @@ static void test_lora_ext(int T, int K, int N, int R, float p, int backward, int
 static void lora_weight_ext_cuda_check(int realistic)
 {
 	if (!realistic) {
-		/* CUDA-core u/du (small) and tensor-core ones whose join writes the parts */
-		for (int scratch = 0; scratch <= 1; scratch++) {
-			test_lora_ext(5, 64, 7, 3, 0.5f, 0, scratch);
-			test_lora_ext(5, 64, 7, 3, 0.0f, 1, scratch);
-			test_lora_ext(40, 128, 24, 4, 0.3f, 0, scratch);
-			test_lora_ext(40, 128, 24, 4, 0.0f, 1, scratch);
+		for (int spare = 0; spare <= 1; spare++) {
+			test_lora_ext(5, 64, 7, 3, 0.5f, 0, spare);
+			test_lora_ext(5, 64, 7, 3, 0.0f, 1, spare);
+			test_lora_ext(40, 128, 24, 4, 0.3f, 0, spare);
+			test_lora_ext(40, 128, 24, 4, 0.0f, 1, spare);
+			test_lora_ext(1, 64, 7, 3, 0.0f, 0, spare); /* one token */
+			test_lora_ext(1, 64, 7, 3, 0.0f, 1, spare);
 		}
 	} else {
-		for (int scratch = 0; scratch <= 1; scratch++) {
-			test_lora_ext(512, 5120, 5120, 16, 0.0f, 0, scratch); /* 32B q/o with the extension */
-			test_lora_ext(512, 5120, 5120, 16, 0.0f, 1, scratch);
-			test_lora_ext(512, 27648, 5120, 16, 0.0f, 1, scratch); /* 32B down */
+		for (int spare = 0; spare <= 1; spare++) {
+			test_lora_ext(512, 5120, 5120, 16, 0.0f, 0, spare); /* 32B q/o with the extension */
+			test_lora_ext(512, 5120, 5120, 16, 0.0f, 1, spare);
+			test_lora_ext(512, 27648, 5120, 16, 0.0f, 1, spare); /* 32B down */
 		}
+		/* small T: 7B's gate (K 3584, N 18944) and down (18944, 3584) at
+		 * ranks 8 and 64, both directions */
+		for (int T = 1; T <= 24; T += 23)
+			for (int R = 8; R <= 64; R += 56)
+				for (int backward = 0; backward <= 1; backward++) {
+					test_lora_ext(T, 3584, 18944, R, 0.0f, backward, 0);
+					test_lora_ext(T, 18944, 3584, R, 0.0f, backward, 0);
+				}
 	}
 }
 #endif

@@ -16,9 +16,10 @@
  * A file with no check of a kind defines that name as NULL and says where
  * the op is covered, so a driver's table, generated from POROS_OPS_LIST,
  * names every op and a missing file fails to compile.  The files come in
- * POROS_OPS_LIST's order: a backward op's CUDA section may call its
- * forward's case function (rope, swiglu), which takes the direction as an
- * argument. */
+ * POROS_OPS_LIST's order: a later op's CUDA section may use an earlier
+ * one's case function or shape tables (rope_backward and swiglu_backward
+ * call their forward's, which takes the direction as an argument;
+ * lora_backward reads lora_forward's small-T shapes). */
 #ifndef POROS_OPS_ALL_H
 #define POROS_OPS_ALL_H
 

@@ -101,17 +101,25 @@ static void plan_acts(struct engine *e, struct carver *cv)
 }
 
 /* Scratch that lives only inside one op call or one head chunk, so one
- * region serves them all: the attention scratch, the LoRA ops' partial sums
- * (T, max K), and the head's logits (chunk,V) fp32 + dlogits bf16. */
-static void plan_shared(struct engine *e, struct carver *cv, long max_k)
+ * region serves them all: the attention scratch, the LoRA ops' split
+ * operands and sums (the largest projection's lora_scratch_floats), and
+ * the head's logits (chunk,V) fp32 + dlogits bf16. */
+static void plan_shared(struct engine *e, struct carver *cv)
 {
 	struct layer_ctx *c = &e->lc;
+	const struct layer_layout *lay = &e->hw->lay;
 	size_t attn = attention_scratch_floats(c->B, c->S, c->H, c->G, c->D) * sizeof(float);
-	size_t lora = (size_t)c->T * max_k * sizeof(float);
+	size_t lora = 0;
 	size_t logits = align_up((size_t)c->chunk * c->V * sizeof(float));
 	size_t head = logits + (size_t)c->chunk * c->V * sizeof(bf16), bytes = attn;
 	unsigned char *base;
 
+	for (int m = 0; m < N_PROJ; m++) {
+		size_t f = lora_scratch_floats(c->T, lay->n_in[m], lay->n_out[m], c->R) * sizeof(float);
+
+		if (f > lora)
+			lora = f;
+	}
 	if (lora > bytes)
 		bytes = lora;
 	if (head > bytes)
@@ -147,7 +155,7 @@ static void plan_scratch(struct engine *e, struct carver *cv)
 		g->dk_pre = CARVE_F32(cv, T * c->GD);
 	}
 	g->du = CARVE_F32(cv, T * c->R);
-	plan_shared(e, cv, max_n);
+	plan_shared(e, cv);
 }
 
 static void plan_head(struct engine *e, struct carver *cv)
