@@ -268,8 +268,8 @@ X(void, sumsq, (float *out, float *scratch, const float *x, long n)) \
  * the gradient is multiplied by grad_scale first (clipping). */ \
 X(void, adamw_update, (float *param, const float *grad, float *m, float *v, long n, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t))
 
-/* Scratch sizes (in floats) some ops need; same on both backends. */
-size_t attention_scratch_floats(int B, int S, int H, int G, int D);
+/* Scratch sizes (in floats) some ops need; same on both backends (the
+ * attention's and the LoRA ops' are static inline, above and below). */
 size_t sumsq_scratch_floats(long n);
 
 /* The attention's tiles: ATTN_KEY_TILE keys per online-softmax step
@@ -285,13 +285,15 @@ static inline int attention_dpad(int D)
 	return D <= 64 ? 64 : D <= 128 ? 128 : (D + 15) / 16 * 16;
 }
 
-/* The attention scratch, O(B*S*H*D) floats (kernels/cuda/attention.cu
- * says what goes where): bf16 copies of q, dout (per query head) and k, v
+/* The attention scratch, O(B*S*H*D) floats, carved by both backends with
+ * attention_scratch_at (kernels/cuda/attention.cu says what the CUDA
+ * kernels keep where): bf16 copies of q, dout (per query head) and k, v
  * (per key/value head), each head's rows of attention_dpad(D) elements;
  * delta (B,H,S) fp32; the earliest key of every group of ATTN_ROW_GROUP
  * query rows (int32); and, with G < H, the per-query-head dk and dv (T,H,D)
  * fp32 before their group sum.  In floats, each part rounded up to 4 (16
- * bytes).  The CPU's layout (the same copies at D elements, delta) fits. */
+ * bytes).  The CPU uses the copies (at D elements a row, which fit)
+ * and delta. */
 struct attention_parts {
 	size_t q16;   /* (B,H,S,Dp) bf16: q, and dout in backward (twice) */
 	size_t kv16;  /* (B,G,S,Dp) bf16: k, and v (twice) */
@@ -317,11 +319,36 @@ static inline struct attention_parts attention_parts_of(int B, int S, int H, int
 	return p;
 }
 
-/* The whole scratch: 2 q16 + 2 kv16 + delta + lo + 2 heads. */
-static inline size_t attention_cuda_floats(int B, int S, int H, int G, int D)
+/* The whole scratch: 2 q16 + 2 kv16 + delta + lo + 2 heads (what the plan
+ * carves for it, tools/poros-train/plan.c). */
+static inline size_t attention_scratch_floats(int B, int S, int H, int G, int D)
 {
 	struct attention_parts p = attention_parts_of(B, S, H, G, D);
 	return 2 * p.q16 + 2 * p.kv16 + p.delta + p.lo + 2 * p.heads;
+}
+
+/* The parts inside a scratch of attention_scratch_floats, in this order. */
+struct attention_scratch {
+	bf16 *q16, *dout16; /* (B,H,S,Dp) each */
+	bf16 *k16, *v16;    /* (B,G,S,Dp) each */
+	float *delta;       /* (B,H,S) */
+	int32_t *first;     /* (B, ceil(S/32)) */
+	float *dk_h, *dv_h; /* (T,H,D) each; NULL when G == H */
+};
+
+static inline struct attention_scratch attention_scratch_at(float *scratch, int B, int S, int H, int G, int D)
+{
+	struct attention_parts p = attention_parts_of(B, S, H, G, D);
+	struct attention_scratch a;
+	a.q16 = (bf16 *)scratch;
+	a.dout16 = (bf16 *)(scratch + p.q16);
+	a.k16 = (bf16 *)(scratch + 2 * p.q16);
+	a.v16 = (bf16 *)(scratch + 2 * p.q16 + p.kv16);
+	a.delta = scratch + 2 * p.q16 + 2 * p.kv16;
+	a.first = (int32_t *)(a.delta + p.delta);
+	a.dk_h = G == H ? NULL : a.delta + p.delta + p.lo;
+	a.dv_h = G == H ? NULL : a.delta + p.delta + p.lo + p.heads;
+	return a;
 }
 
 #define POROS_DECLARE_CPU(ret, name, args) ret name##_cpu args;
