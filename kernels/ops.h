@@ -81,6 +81,34 @@ static inline int lora_ext_cols(int R)
 	return R > 0 ? (9 * R + 1 + 31) / 32 * 32 : 0;
 }
 
+/* Floats a part of `bytes` takes in a scratch, kept 16-byte aligned. */
+static inline size_t lora_part_floats(size_t bytes)
+{
+	return (bytes + 15) / 16 * 4;
+}
+
+/* The LoRA ops' scratch for a projection (T,K) -> (T,N) of rank R, in
+ * floats: what CUDA's tensor-core products hold at once, the largest of
+ * u's (A's three bf16 parts, the masked input, the (T,3R) sums), du's
+ * (scale*B's parts, (T,3R)), dB's (u's parts, (N,3R)) and dA's (du's
+ * parts, the masked input, (3R,K)), each part rounded up to 16 bytes, and
+ * at least T*K.  CUDA requires a scratch this large; the CPU reads none. */
+static inline size_t lora_scratch_floats(int T, int K, int N, int R)
+{
+	size_t t = (size_t)(T > 0 ? T : 0), k = (size_t)(K > 0 ? K : 0), n = (size_t)(N > 0 ? N : 0);
+	size_t r3 = 3 * (size_t)(R > 0 ? R : 0), xm = lora_part_floats(t * k * 2), most = t * k;
+	size_t need[4] = {
+		lora_part_floats(r3 * k * 2) + xm + lora_part_floats(t * r3 * 4), /* u */
+		lora_part_floats(n * r3 * 2) + lora_part_floats(t * r3 * 4),      /* du */
+		lora_part_floats(t * r3 * 2) + lora_part_floats(n * r3 * 4),      /* dB */
+		lora_part_floats(t * r3 * 2) + xm + lora_part_floats(r3 * k * 4), /* dA */
+	};
+	for (int i = 0; i < 4; i++)
+		if (need[i] > most)
+			most = need[i];
+	return most;
+}
+
 /* The LoRA ops' arguments, by name (see lora_forward and lora_backward in
  * the list below for what each computes).  The fields under "hints" change
  * only how a backend computes, never the result: the CPU reads none of
@@ -96,8 +124,9 @@ struct lora_fwd_args {
 	float scale, dropout_p;
 	uint64_t dropout_seed;
 	int T, K, N, R;
+	float *scratch;  /* lora_scratch_floats(T,K,N,R) floats (CUDA; the CPU may
+	                  * get NULL), contents undefined afterwards */
 	/* hints */
-	float *scratch;  /* NULL, or T*K floats, contents undefined afterwards */
 	const bf16 *A3;  /* NULL, or A's three parts (3R rows, ld_a3 apart) */
 	int ld_a3;
 };
@@ -119,8 +148,8 @@ struct lora_bwd_args {
 	uint64_t dropout_seed;
 	int T, K, N, R;
 	int accumulate;    /* din += rather than = */
-	/* hints */
 	float *scratch;    /* as in lora_fwd_args */
+	/* hints */
 	const bf16 *B3;    /* NULL, or scale*B's three parts ((N,3R), rows ld_b3 apart) */
 	int ld_b3;
 };
@@ -152,10 +181,10 @@ X(void, matmul_backward_input, (float *din, const bf16 *dout, int ld_dout, const
  *    ld_in apart; ext = in + K in the engine) for the base GEMM to sum, \
  *    see "LoRA extension" below; \
  *  - both NULL: u alone. \
- * scratch: NULL, or T*K floats the backend may use for partial sums and \
- * split operands (CUDA then runs the long sums on tensor cores or over \
- * the whole GPU; contents are undefined afterwards).  Either way the \
- * result is deterministic.  A3: NULL, or A's three bf16 parts as \
+ * scratch: lora_scratch_floats(T,K,N,R) floats for the split operands \
+ * and their sums, which CUDA requires (it runs the long sums on tensor \
+ * cores; contents are undefined afterwards) and the CPU ignores (NULL \
+ * there is fine).  The result is deterministic.  A3: NULL, or A's three bf16 parts as \
  * lora_weight_ext leaves them in rows N..N+3R-1 of the weight (hi, mid, \
  * lo blocks of R rows, rows ld_a3 apart), which a backend may read rather \
  * than split A again (the CPU sums A itself: same values). */ \
@@ -239,8 +268,8 @@ X(void, sumsq, (float *out, float *scratch, const float *x, long n)) \
  * the gradient is multiplied by grad_scale first (clipping). */ \
 X(void, adamw_update, (float *param, const float *grad, float *m, float *v, long n, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t))
 
-/* Scratch sizes (in floats) some ops need; same on both backends. */
-size_t attention_scratch_floats(int B, int S, int H, int G, int D);
+/* Scratch sizes (in floats) some ops need; same on both backends (the
+ * attention's and the LoRA ops' are static inline, above and below). */
 size_t sumsq_scratch_floats(long n);
 
 /* The attention's tiles: ATTN_KEY_TILE keys per online-softmax step
@@ -256,13 +285,15 @@ static inline int attention_dpad(int D)
 	return D <= 64 ? 64 : D <= 128 ? 128 : (D + 15) / 16 * 16;
 }
 
-/* The attention scratch, O(B*S*H*D) floats (kernels/cuda/attention.cu
- * says what goes where): bf16 copies of q, dout (per query head) and k, v
+/* The attention scratch, O(B*S*H*D) floats, carved by both backends with
+ * attention_scratch_at (kernels/cuda/attention.cu says what the CUDA
+ * kernels keep where): bf16 copies of q, dout (per query head) and k, v
  * (per key/value head), each head's rows of attention_dpad(D) elements;
  * delta (B,H,S) fp32; the earliest key of every group of ATTN_ROW_GROUP
  * query rows (int32); and, with G < H, the per-query-head dk and dv (T,H,D)
  * fp32 before their group sum.  In floats, each part rounded up to 4 (16
- * bytes).  The CPU's layout (the same copies at D elements, delta) fits. */
+ * bytes).  The CPU uses the copies (at D elements a row, which fit)
+ * and delta. */
 struct attention_parts {
 	size_t q16;   /* (B,H,S,Dp) bf16: q, and dout in backward (twice) */
 	size_t kv16;  /* (B,G,S,Dp) bf16: k, and v (twice) */
@@ -288,11 +319,36 @@ static inline struct attention_parts attention_parts_of(int B, int S, int H, int
 	return p;
 }
 
-/* The whole scratch: 2 q16 + 2 kv16 + delta + lo + 2 heads. */
-static inline size_t attention_cuda_floats(int B, int S, int H, int G, int D)
+/* The whole scratch: 2 q16 + 2 kv16 + delta + lo + 2 heads (what the plan
+ * carves for it, tools/poros-train/plan.c). */
+static inline size_t attention_scratch_floats(int B, int S, int H, int G, int D)
 {
 	struct attention_parts p = attention_parts_of(B, S, H, G, D);
 	return 2 * p.q16 + 2 * p.kv16 + p.delta + p.lo + 2 * p.heads;
+}
+
+/* The parts inside a scratch of attention_scratch_floats, in this order. */
+struct attention_scratch {
+	bf16 *q16, *dout16; /* (B,H,S,Dp) each */
+	bf16 *k16, *v16;    /* (B,G,S,Dp) each */
+	float *delta;       /* (B,H,S) */
+	int32_t *first;     /* (B, ceil(S/32)) */
+	float *dk_h, *dv_h; /* (T,H,D) each; NULL when G == H */
+};
+
+static inline struct attention_scratch attention_scratch_at(float *scratch, int B, int S, int H, int G, int D)
+{
+	struct attention_parts p = attention_parts_of(B, S, H, G, D);
+	struct attention_scratch a;
+	a.q16 = (bf16 *)scratch;
+	a.dout16 = (bf16 *)(scratch + p.q16);
+	a.k16 = (bf16 *)(scratch + 2 * p.q16);
+	a.v16 = (bf16 *)(scratch + 2 * p.q16 + p.kv16);
+	a.delta = scratch + 2 * p.q16 + 2 * p.kv16;
+	a.first = (int32_t *)(a.delta + p.delta);
+	a.dk_h = G == H ? NULL : a.delta + p.delta + p.lo;
+	a.dv_h = G == H ? NULL : a.delta + p.delta + p.lo + p.heads;
+	return a;
 }
 
 #define POROS_DECLARE_CPU(ret, name, args) ret name##_cpu args;

@@ -1,4 +1,4 @@
-// defines: attention_forward_cpu attention_backward_cpu attention_scratch_floats
+// defines: attention_forward_cpu attention_backward_cpu
 /* Causal grouped-query attention with document masks: the specification
  * the CUDA kernels are tested against, written for reading.
  *
@@ -28,20 +28,16 @@
  * with heads h of the group ascending, then rows i ascending.  Both passes
  * rebuild P and dS with one function, so they agree bit for bit.
  *
- * Memory: no score square.  The scratch (attention_scratch_floats, ops.h's
- * attention_parts) holds bf16 copies of q, k, v, dout (T rows of D) and
- * delta (B,H,S); each row works on its own stack (D floats, one key tile of
- * scores).  Parallel loops give each output row to one thread, so the
+ * Memory: no score square.  The scratch, carved by ops.h's
+ * attention_scratch_at as CUDA's is, holds bf16 copies of q, k, v, dout,
+ * read here as rows of D elements (q16, dout16 (T,H,D), k16, v16
+ * (T,G,D)), and delta (B,H,S); each row works on its own stack (D
+ * floats, one key tile of scores).  Parallel loops give each output row to one thread, so the
  * bits do not depend on the thread count. */
 #include <math.h>
 
 #include "ops.h"
 #include "cpu_par.h"
-
-size_t attention_scratch_floats(int B, int S, int H, int G, int D)
-{
-	return attention_cuda_floats(B, S, H, G, D);
-}
 
 /* The softmax scale as torch applies a Python float to an fp32 tensor. */
 static inline float softmax_scale(int D)
@@ -81,25 +77,6 @@ static inline int first_key(const int32_t *pos, int b, int S, int i)
 	return i - p;
 }
 
-/* The bf16 copies in the scratch, rows of D elements: q16 and dout16
- * (T,H,D), k16 and v16 (T,G,D); delta (B,H,S). */
-struct copies {
-	bf16 *q16, *k16, *v16, *dout16;
-	float *delta;
-};
-
-static struct copies copies_of(float *scratch, int B, int S, int H, int G, int D)
-{
-	struct attention_parts p = attention_parts_of(B, S, H, G, D);
-	struct copies c;
-	c.q16 = (bf16 *)scratch;
-	c.dout16 = (bf16 *)(scratch + p.q16);
-	c.k16 = (bf16 *)(scratch + 2 * p.q16);
-	c.v16 = (bf16 *)(scratch + 2 * p.q16 + p.kv16);
-	c.delta = scratch + 2 * p.q16 + 2 * p.kv16;
-	return c;
-}
-
 /* out (T,H*D) bf16, rows ld_out apart; lse (B,H,S), q (T,H,D), k, v
  * (T,G,D), pos (T) or NULL, T = B*S */
 void attention_forward_cpu(bf16 *out, int ld_out, float *lse, float *scratch, const float *q, const float *k,
@@ -110,7 +87,7 @@ void attention_forward_cpu(bf16 *out, int ld_out, float *lse, float *scratch, co
 	int group = H / G;
 	float scale = softmax_scale(D);
 	size_t tokens = (size_t)B * S;
-	struct copies c = copies_of(scratch, B, S, H, G, D);
+	struct attention_scratch c = attention_scratch_at(scratch, B, S, H, G, D);
 
 	copy_bf16(c.q16, q, tokens * H * D);
 	copy_bf16(c.k16, k, tokens * G * D);
@@ -160,8 +137,8 @@ void attention_forward_cpu(bf16 *out, int ld_out, float *lse, float *scratch, co
 
 /* P_ij and dS_ij of query row (b,i) of head h and key j of its group g,
  * given lse_i and delta_i: the one definition both backward passes use. */
-static inline void prob_and_grad(float *p, float *ds, const struct copies *c, int b, int h, int g, int i, int j,
-				 int S, int H, int G, int D, float scale, float lse_i, float delta_i)
+static inline void prob_and_grad(float *p, float *ds, const struct attention_scratch *c, int b, int h, int g, int i,
+				 int j, int S, int H, int G, int D, float scale, float lse_i, float delta_i)
 {
 	size_t qo = (((size_t)b * S + i) * H + h) * D, ko = (((size_t)b * S + j) * G + g) * D;
 	*p = expf(dot_bf16(c->q16 + qo, c->k16 + ko, D) * scale - lse_i);
@@ -179,7 +156,7 @@ void attention_backward_cpu(float *dq, float *dk, float *dv, float *scratch, con
 	int group = H / G;
 	float scale = softmax_scale(D);
 	size_t tokens = (size_t)B * S;
-	struct copies c = copies_of(scratch, B, S, H, G, D);
+	struct attention_scratch c = attention_scratch_at(scratch, B, S, H, G, D);
 
 	copy_bf16(c.q16, q, tokens * H * D);
 	copy_bf16(c.dout16, dout, tokens * H * D);

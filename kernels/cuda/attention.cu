@@ -35,7 +35,8 @@
 // order of tiles (and the tensor core's fixed order inside a product);
 // the cross-thread sums are fixed xor butterflies.  No atomics.
 //
-// Scratch (ops.h's attention_parts, in this order):
+// Scratch (ops.h's attention_scratch_at, which the CPU carves too, in
+// this order):
 //   q16 (B,H,S,Dp) bf16, dout16 (B,H,S,Dp), k16 (B,G,S,Dp), v16 (B,G,S,Dp),
 //   delta (B,H,S) fp32, first (B, ceil(S/32)) int32: the earliest first key
 //   of each group of 32 query rows (with pos only), then with G < H dk_h,
@@ -49,28 +50,6 @@
 #define ATTN_THREADS 128
 #define PACK_THREADS 256
 #define SUM_THREADS 256
-
-struct attn_plan {
-	bf16 *q16, *dout16, *k16, *v16;
-	float *delta;
-	int *first;
-	float *dk_h, *dv_h;
-};
-
-static struct attn_plan plan_of(float *scratch, int B, int S, int H, int G, int D)
-{
-	struct attention_parts p = attention_parts_of(B, S, H, G, D);
-	struct attn_plan a;
-	a.q16 = (bf16 *)scratch;
-	a.dout16 = (bf16 *)(scratch + p.q16);
-	a.k16 = (bf16 *)(scratch + 2 * p.q16);
-	a.v16 = (bf16 *)(scratch + 2 * p.q16 + p.kv16);
-	a.delta = scratch + 2 * p.q16 + 2 * p.kv16;
-	a.first = (int *)(a.delta + p.delta);
-	a.dk_h = G == H ? NULL : a.delta + p.delta + p.lo;
-	a.dv_h = G == H ? NULL : a.dk_h + p.heads;
-	return a;
-}
 
 // ---------------------------------------------------------------------------
 // Small kernels.
@@ -705,7 +684,7 @@ static void pack(bf16 *dst, const float *src, int B, int S, int nh, int D)
 }
 
 // The first-key table when pos is given; NULL (no mask beyond causal) else.
-static const int *first_keys(const struct attn_plan *p, const int32_t *pos, int B, int S)
+static const int *first_keys(const struct attention_scratch *p, const int32_t *pos, int B, int S)
 {
 	if (!pos)
 		return NULL;
@@ -741,7 +720,7 @@ static size_t dkdv_smem(void)
 }
 
 template <int DP>
-static void forward_launch(bf16 *out, int ld_out, float *lse, const struct attn_plan *p, const int32_t *pos,
+static void forward_launch(bf16 *out, int ld_out, float *lse, const struct attention_scratch *p, const int32_t *pos,
                            const int *first, int B, int S, int H, int G, int D)
 {
 	dim3 grid((unsigned)((S + 63) / 64), (unsigned)H, (unsigned)B);
@@ -752,7 +731,7 @@ static void forward_launch(bf16 *out, int ld_out, float *lse, const struct attn_
 }
 
 template <int DP>
-static void backward_launch(float *dq, float *dk_h, float *dv_h, const float *lse, const struct attn_plan *p,
+static void backward_launch(float *dq, float *dk_h, float *dv_h, const float *lse, const struct attention_scratch *p,
                             const int32_t *pos, const int *first, int B, int S, int H, int G, int D)
 {
 	float scale = softmax_scale(D);
@@ -787,7 +766,7 @@ extern "C" void attention_forward_cuda(bf16 *out, int ld_out, float *lse, float 
 		return;
 	check_shape("attention_forward_cuda", scratch, B, S, H, G, D);
 	check_pitch("attention_forward_cuda", "ld_out", ld_out, (long)H * D);
-	struct attn_plan p = plan_of(scratch, B, S, H, G, D);
+	struct attention_scratch p = attention_scratch_at(scratch, B, S, H, G, D);
 	pack(p.q16, q, B, S, H, D);
 	pack(p.k16, k, B, S, G, D);
 	pack(p.v16, v, B, S, G, D);
@@ -806,7 +785,7 @@ extern "C" void attention_backward_cuda(float *dq, float *dk, float *dv, float *
 	if (B <= 0 || S <= 0 || H <= 0 || D <= 0)
 		return;
 	check_shape("attention_backward_cuda", scratch, B, S, H, G, D);
-	struct attn_plan p = plan_of(scratch, B, S, H, G, D);
+	struct attention_scratch p = attention_scratch_at(scratch, B, S, H, G, D);
 	pack(p.q16, q, B, S, H, D);
 	pack(p.dout16, dout, B, S, H, D);
 	pack(p.k16, k, B, S, G, D);

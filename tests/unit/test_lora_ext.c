@@ -7,7 +7,7 @@
  * the adapter's term is summed); the layout's pad columns are zeros, its
  * ones column meets the bias, and the weight's unused corner is not
  * written. */
-#include "ops_check.h"
+#include "../ops/ops_check.h"
 
 enum { T = 5, K = 64, N = 40, R = 4 }; /* constants, not macros: the op's fields share the names */
 

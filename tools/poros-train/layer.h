@@ -80,7 +80,7 @@ struct grad_scratch {
 	float *dq, *dk, *dv; /* (T,H*D), (T,G*D), (T,G*D) */
 	float *dq_pre, *dk_pre;
 	float *du;           /* (T,R) */
-	float *lora_scratch; /* (T,max K) fp32 for the LoRA ops' partial sums (shared region) */
+	float *lora_scratch; /* the LoRA ops' split operands and sums: lora_scratch_floats (shared region) */
 };
 
 /* What the math reads: the ops, the dimensions, the adapter, the scratch. */

@@ -111,25 +111,40 @@ static void *region_at(unsigned char *base, size_t off)
 	return base ? base + off : NULL;
 }
 
+/* The most any of projections [from, to) needs as LoRA scratch at T rows
+ * (lora_scratch_floats), in bytes. */
+static size_t lora_scratch_bytes(const struct engine *e, int from, int to, size_t T)
+{
+	const struct layer_layout *lay = &e->hw->lay;
+	size_t most = 0;
+
+	for (int m = from; m < to; m++) {
+		size_t f = lora_scratch_floats((int)T, lay->n_in[m], lay->n_out[m], e->lc.R) * sizeof(float);
+
+		if (f > most)
+			most = f;
+	}
+	return most;
+}
+
 /* Scratch that lives only inside one op call, one head chunk or one MLP
  * chunk, so one region serves them all: the attention scratch; the LoRA
- * ops' partial sums (rows, K) of the largest call outside the MLP (T rows
- * of K <= max(C,H*D)); the head's logits (chunk,V) fp32 + dlogits bf16;
- * and an MLP chunk's set: its LoRA calls' partial sums (mlp_chunk rows of
- * K <= max(F,C)), then, unless the layer's activations are kept whole,
- * gate, up and h of the chunk, then the backward's dh, dgate and dup.
- * No attention, head or non-MLP LoRA op runs while an MLP chunk's
- * buffers are live. */
+ * ops' split operands and sums of the attention projections (T rows);
+ * the head's logits (chunk,V) fp32 + dlogits bf16; and an MLP chunk's
+ * set: its projections' LoRA scratch (mlp_chunk rows), then, unless the
+ * layer's activations are kept whole, gate, up and h of the chunk, then
+ * the backward's dh, dgate and dup.  No attention, head or attention-
+ * projection LoRA op runs while an MLP chunk's buffers are live. */
 static void plan_shared(struct engine *e, struct carver *cv)
 {
 	struct layer_ctx *c = &e->lc;
 	struct grad_scratch *g = &c->g;
 	size_t n = (size_t)c->mlp_chunk, F = (size_t)c->F, FE = (size_t)(c->F + c->E);
 	size_t attn = attention_scratch_floats(c->B, c->S, c->H, c->G, c->D) * sizeof(float);
-	size_t lora = (size_t)c->T * (c->C > c->HD ? c->C : c->HD) * sizeof(float);
+	size_t lora = lora_scratch_bytes(e, 0, 4, (size_t)c->T);   /* q k v o */
 	size_t logits = align_up((size_t)c->chunk * c->V * sizeof(float));
 	size_t head = logits + (size_t)c->chunk * c->V * sizeof(bf16), bytes = attn;
-	size_t gate = align_up(n * (F > (size_t)c->C ? F : (size_t)c->C) * sizeof(float)), up, h, dh, dgate, dup, mlp;
+	size_t gate = align_up(lora_scratch_bytes(e, 4, N_PROJ, n)), up, h, dh, dgate, dup, mlp; /* gate up down */
 	unsigned char *base;
 
 	up = gate + align_up(n * F * sizeof(float));

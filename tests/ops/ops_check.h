@@ -1,7 +1,9 @@
-/* tests/unit/ops_check.h: what the CPU op tests share: a seeded generator,
- * random tensors whose values are exactly representable where the op
- * takes bf16, and an elementwise |got - want| <= atol + rtol*|want| check
- * that prints the op, its max errors and its first mismatches. */
+/* tests/ops/ops_check.h: what the CPU op tests share (tests/ops/<op>.c's
+ * value and gradient sections, tests/unit/test_lora_ext.c): a seeded
+ * generator, random tensors whose values are exactly representable where
+ * the op takes bf16, an elementwise |got - want| <= atol + rtol*|want|
+ * check that prints the op, its max errors and its first mismatches, row
+ * pitches, document positions, and central finite differences. */
 #ifndef POROS_OPS_CHECK_H
 #define POROS_OPS_CHECK_H
 
@@ -11,7 +13,7 @@
 #include <string.h>
 
 #include "ops.h"
-#include "test_common.h"
+#include "../unit/test_common.h"
 
 /* A fixed-seed generator, so a failure reproduces. */
 static uint64_t rng_counter;
@@ -196,6 +198,70 @@ static inline int check_pitched(const char *name, const void *got, int ld, const
 	if (!ok)
 		failures++;
 	return ok;
+}
+
+static const bf16 pad_bf16 = PAD_BF16;
+
+/* Values drawn as float, then rounded to bf16: the ops that round their
+ * inputs before every product (attention, ops.h) then change nothing, and
+ * the double reference sees the same function as the float op. */
+static inline void fill_bf16_values(float *x, long n, double lo, double hi)
+{
+	fill_f32(x, n, lo, hi);
+	for (long i = 0; i < n; i++)
+		x[i] = f32_from_bf16(bf16_from_f32(x[i]));
+}
+
+/* pos (T) for rows packed with documents of the given lengths, the same
+ * lengths in every row */
+static inline void doc_positions(int32_t *pos, int B, int S, const int *len, int ndocs)
+{
+	for (int b = 0; b < B; b++) {
+		int t = 0;
+		for (int d = 0; d < ndocs; d++)
+			for (int i = 0; i < len[d]; i++, t++)
+				pos[b * S + t] = i;
+	}
+}
+
+/* --- gradients: central finite differences of a double forward ----------
+ * For each op, loss = sum(w .* forward(inputs)) with random w; the float
+ * backward gets dout = w, and the reference gradient perturbs each input
+ * in double.  Inputs are drawn as float (or bf16) and widened, so both
+ * sides see the same point.  The step h = 1e-5 * max(1, |x|): the
+ * truncation error (h^2/6) f''' and the rounding error eps_double * |L| / h
+ * are both near 1e-10 for these O(1) losses, far below the float errors
+ * the tolerances allow, so a tolerance is a statement about the float op. */
+#define FD_STEP 1e-5
+
+typedef double (*loss_fn)(const void *ctx);
+
+/* grad (n) = dL/dx by central differences; x is restored afterwards. */
+static inline void finite_diff(double *grad, double *x, long n, loss_fn loss, const void *ctx)
+{
+	for (long i = 0; i < n; i++) {
+		double x0 = x[i], h = FD_STEP * fmax(1.0, fabs(x0));
+		double xp = x0 + h, xm = x0 - h;
+		x[i] = xp;
+		double lp = loss(ctx);
+		x[i] = xm;
+		double lm = loss(ctx);
+		x[i] = x0;
+		grad[i] = (lp - lm) / (xp - xm);
+	}
+}
+
+/* Checks that a second identical call doubled buf (n), i.e. the op added
+ * its result (g + g = 2g is exact in float) rather than overwriting. */
+static inline void check_accumulated(const char *name, const float *twice, const float *once, long n)
+{
+	long bad = 0;
+	for (long i = 0; i < n; i++)
+		if (twice[i] != 2.0f * once[i])
+			bad++;
+	printf("%s %s: += semantics, %ld of %ld elements not doubled\n", bad ? "FAIL" : "ok  ", name, bad, n);
+	if (bad)
+		failures++;
 }
 
 #endif

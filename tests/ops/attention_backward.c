@@ -1,0 +1,258 @@
+/* tests/ops/attention_backward.c: attention_backward's checks: dq, dk, dv of
+ * the attention, under the same masks.
+ *
+ * Included by the op-test drivers through ops_all.h, which says what each
+ * section defines. */
+
+/* no value check here: attention_forward.c's packed-documents check runs it
+ * too (bit-identical to each document alone) */
+#define attention_backward_values_check NULL
+
+#ifdef OPS_TEST_GRAD
+struct attn_ctx {
+	int B, S, H, G, D;
+	const double *lw;
+	double *q, *k, *v;
+};
+
+static double attn_loss(const void *p)
+{
+	const struct attn_ctx *c = p;
+	int B = c->B, S = c->S, H = c->H, G = c->G, D = c->D;
+	double scale = 1.0 / sqrt((double)D), L = 0.0;
+	double s[64];
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < H; h++) {
+			int g = h / (H / G);
+			for (int i = 0; i < S; i++) {
+				const double *qi = c->q + (((size_t)b * S + i) * H + h) * D;
+				double max = -INFINITY, sum = 0.0;
+				for (int j = 0; j <= i; j++) {
+					const double *kj = c->k + (((size_t)b * S + j) * G + g) * D;
+					s[j] = 0.0;
+					for (int d = 0; d < D; d++)
+						s[j] += qi[d] * kj[d];
+					s[j] *= scale;
+					max = fmax(max, s[j]);
+				}
+				for (int j = 0; j <= i; j++)
+					sum += exp(s[j] - max);
+				for (int d = 0; d < D; d++) {
+					double o = 0.0;
+					for (int j = 0; j <= i; j++)
+						o += exp(s[j] - max) / sum * c->v[(((size_t)b * S + j) * G + g) * D + d];
+					L += c->lw[(((size_t)b * S + i) * H + h) * D + d] * o;
+				}
+			}
+		}
+	return L;
+}
+
+/* The scale of the rounding the bf16 contract adds to each gradient (ops.h):
+ * dv sums P16_ij dout_i and dq, dk sum scale dS16_ij k_j and scale dS16_ij
+ * q_i, and rounding P or dS to bf16 moves each term by at most 2^-8 of
+ * itself; bq, bk, bv get the sums of |term| in double. */
+static void attn_rounding_bounds(const struct attn_ctx *c, double *bq, double *bk, double *bv)
+{
+	int B = c->B, S = c->S, H = c->H, G = c->G, D = c->D;
+	double scale = 1.0 / sqrt((double)D), s[64], P[64], dP[64];
+	memset(bq, 0, sizeof(double) * B * S * H * D);
+	memset(bk, 0, sizeof(double) * B * S * G * D);
+	memset(bv, 0, sizeof(double) * B * S * G * D);
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < H; h++) {
+			int g = h / (H / G);
+			for (int i = 0; i < S; i++) {
+				size_t qoff = (((size_t)b * S + i) * H + h) * D;
+				double max = -INFINITY, sum = 0.0, delta = 0.0;
+				for (int j = 0; j <= i; j++) {
+					size_t kvoff = (((size_t)b * S + j) * G + g) * D;
+					s[j] = dP[j] = 0.0;
+					for (int d = 0; d < D; d++) {
+						s[j] += c->q[qoff + d] * c->k[kvoff + d];
+						dP[j] += c->lw[qoff + d] * c->v[kvoff + d];
+					}
+					s[j] *= scale;
+					max = fmax(max, s[j]);
+				}
+				for (int j = 0; j <= i; j++)
+					sum += exp(s[j] - max);
+				for (int j = 0; j <= i; j++) {
+					P[j] = exp(s[j] - max) / sum;
+					delta += P[j] * dP[j];
+				}
+				for (int j = 0; j <= i; j++) {
+					size_t kvoff = (((size_t)b * S + j) * G + g) * D;
+					double ds = fabs(P[j] * (dP[j] - delta));
+					for (int d = 0; d < D; d++) {
+						bq[qoff + d] += scale * ds * fabs(c->k[kvoff + d]);
+						bk[kvoff + d] += scale * ds * fabs(c->q[qoff + d]);
+						bv[kvoff + d] += P[j] * fabs(c->lw[qoff + d]);
+					}
+				}
+			}
+		}
+}
+
+static void test_attention_backward(void)
+{
+	enum { B = 2, S = 5, H = 4, G = 2, D = 8, T = B * S, NQ = T * H * D, NK = T * G * D };
+	float q[NQ], k[NK], v[NK], lw[NQ], lse[B * H * S], dq[NQ], dk[NK], dv[NK];
+	bf16 out[NQ];
+	double qd[NQ], kd[NK], vd[NK], lwd[NQ], want_q[NQ], want_k[NK], want_v[NK], bq[NQ], bk[NK], bv[NK];
+	float *scratch = NEW(float, attention_scratch_floats(B, S, H, G, D));
+
+	/* scores up to ~8: far from uniform, so the softmax Jacobian matters */
+	fill_bf16_values(q, NQ, -2.0, 2.0);
+	fill_bf16_values(k, NK, -2.0, 2.0);
+	fill_bf16_values(v, NK, -1.0, 1.0);
+	fill_bf16_values(lw, NQ, -1.0, 1.0);
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, B, S, H, G, D);
+	fill_nan(dq, NQ); /* written, not accumulated: every element must be set */
+	fill_nan(dk, NK);
+	fill_nan(dv, NK);
+	attention_backward_cpu(dq, dk, dv, scratch, lw, q, k, v, lse, NULL, B, S, H, G, D);
+
+	widen_f32(qd, q, NQ);
+	widen_f32(kd, k, NK);
+	widen_f32(vd, v, NK);
+	widen_f32(lwd, lw, NQ);
+	struct attn_ctx ctx = { B, S, H, G, D, lwd, qd, kd, vd };
+	finite_diff(want_q, qd, NQ, attn_loss, &ctx);
+	finite_diff(want_k, kd, NK, attn_loss, &ctx);
+	finite_diff(want_v, vd, NK, attn_loss, &ctx);
+	attn_rounding_bounds(&ctx, bq, bk, bv);
+	/* The inputs are bf16 values, so their rounding changes nothing.  What
+	 * the contract rounds, P and dS, moves each gradient by at most 2^-8 of
+	 * its sum of |terms| (1% over for taking |dS| from the double side).
+	 * The rest is fp32: P is rebuilt as exp(score - lse) with lse rounded
+	 * to fp32 (|lse| <= ~10, so ~1e-6 relative in P), then two fp32 sums of
+	 * <= 2*5 terms: gradients of O(1) hold ~2e-6 relative; 1e-5 atol/rtol. */
+	check_bounded("attention_backward dq (B=2 H=4 G=2)", dq, want_q, bq, NQ, 1.01 / 256, 1e-5, 1e-5);
+	check_bounded("attention_backward dk (B=2 H=4 G=2)", dk, want_k, bk, NK, 1.01 / 256, 1e-5, 1e-5);
+	check_bounded("attention_backward dv (B=2 H=4 G=2)", dv, want_v, bv, NK, 1.01 / 256, 1e-5, 1e-5);
+
+	/* the products read q, k, v and dout rounded to bf16 and nothing finer:
+	 * moving every input by 2^-10 of itself (under half a bf16 ulp) changes
+	 * no bit, moving it by 2^-6 (over one ulp) changes the gradients */
+	float q2[NQ], k2[NK], v2[NK], lw2[NQ], dq2[NQ], dk2[NK], dv2[NK];
+	for (int pass = 0; pass < 2; pass++) {
+		float nudge = pass == 0 ? 1.0f + 1.0f / 1024 : 1.0f + 1.0f / 64;
+		for (int i = 0; i < NQ; i++) {
+			q2[i] = q[i] * nudge;
+			lw2[i] = lw[i] * nudge;
+		}
+		for (int i = 0; i < NK; i++) {
+			k2[i] = k[i] * nudge;
+			v2[i] = v[i] * nudge;
+		}
+		attention_backward_cpu(dq2, dk2, dv2, scratch, lw2, q2, k2, v2, lse, NULL, B, S, H, G, D);
+		int same = memcmp(dq, dq2, sizeof dq) == 0 && memcmp(dk, dk2, sizeof dk) == 0 &&
+			   memcmp(dv, dv2, sizeof dv) == 0;
+		int ok = pass == 0 ? same : !same;
+		printf("%s attention_backward with inputs moved by %s bf16 ulp: %s bits\n", ok ? "ok  " : "FAIL",
+		       pass == 0 ? "under half a" : "over one", same ? "same" : "different");
+		failures += !ok;
+	}
+	free(scratch);
+}
+
+static void attention_backward_grad_check(void)
+{
+	test_attention_backward();
+}
+#endif
+
+#ifdef OPS_TEST_CUDA
+struct attention_bwd_case {
+	float *scratch, *dq, *dk, *dv;
+	const float *q, *k, *v, *dout, *lse_in;
+	const int32_t *pos;
+	int B, S, H, G, D;
+};
+
+static void attention_bwd_gpu(const void *p)
+{
+	const struct attention_bwd_case *a = p;
+	gpu->ops->attention_backward(a->dq, a->dk, a->dv, a->scratch, a->dout, a->q, a->k, a->v, a->lse_in, a->pos,
+	                             a->B, a->S, a->H, a->G, a->D);
+}
+
+/* A chain of fp32 sums in different orders: P rebuilt from lse, dP (D
+ * terms), delta (S terms), dq (S terms), dk and dv (S terms times the
+ * group's heads); each stage adds ~1e-6 relative of its scale.  On top,
+ * the bf16 roundings of P (for dv) and dS (for dq, dk) can flip by one ulp
+ * between the sides, as in the forward: one flipped dS_ij moves dq_i by up
+ * to scale 2^-8 |dS_ij| |k_j|, a flipped P_ij moves dv_j by 2^-8 P_ij
+ * |dout_i|.  The CPU emulation of the GPU path needed at most 3.9e-4 (dq),
+ * 2.9e-4 (dk), 5.5e-5 (dv) of the largest value over 30 draws; a CPU that
+ * skipped the contract's roundings needs 2.6e-3 (dq, dk), 1.4e-3 (dv) and
+ * more: 1e-3, 1e-3, 5e-4 of the largest value, 1e-4 relative. */
+static void test_attention_backward(int B, int S, int H, int G, int D, int docs)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "attention_backward B=%d S=%d H=%d G=%d D=%d docs=%d", B, S, H, G, D, docs))
+		return;
+	int32_t *pos = doc_positions(B, S, docs);
+	size_t T = (size_t)B * S;
+	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
+	float *dout = rand_f32(T * H * D, -1, 1);
+	size_t sf = attention_scratch_floats(B, S, H, G, D);
+	float *scratch = xmalloc(sf * 4), *lse = xmalloc((size_t)B * H * S * 4);
+	bf16 *out = xmalloc(T * H * D * 2);
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, pos, B, S, H, G, D);
+	float *ref_dq = xmalloc(T * H * D * 4), *ref_dk = xmalloc(T * G * D * 4), *ref_dv = xmalloc(T * G * D * 4);
+	double t0 = now_ms();
+	attention_backward_cpu(ref_dq, ref_dk, ref_dv, scratch, dout, q, k, v, lse, pos, B, S, H, G, D);
+	c.cpu_ms = now_ms() - t0;
+
+	struct attention_bwd_case a = { 0 };
+	a.pos = pos ? dev_from(pos, T * 4, 0) : NULL;
+	a.q = dev_from(q, T * H * D * 4, 0);
+	a.k = dev_from(k, T * G * D * 4, 0);
+	a.v = dev_from(v, T * G * D * 4, 0);
+	a.dout = dev_from(dout, T * H * D * 4, 0);
+	a.lse_in = dev_from(lse, (size_t)B * H * S * 4, 0);
+	a.B = B, a.S = S, a.H = H, a.G = G, a.D = D;
+	a.dq = case_out(&c, "dq", T * H * D * 4, NULL, 0);
+	a.dk = case_out(&c, "dk", T * G * D * 4, NULL, 0);
+	a.dv = case_out(&c, "dv", T * G * D * 4, NULL, 0);
+	a.scratch = case_scratch(&c, sf * 4);
+	case_run(&c, attention_bwd_gpu, &a);
+	check(&c, "dq", ref_dq, T * H * D, 0, 1e-3, 1e-4);
+	check(&c, "dk", ref_dk, T * G * D, 0, 1e-3, 1e-4);
+	check(&c, "dv", ref_dv, T * G * D, 0, 5e-4, 1e-4);
+	case_end(&c);
+	free(q);
+	free(k);
+	free(v);
+	free(dout);
+	free(scratch);
+	free(lse);
+	free(out);
+	free(ref_dq);
+	free(ref_dk);
+	free(ref_dv);
+	free(pos);
+}
+
+/* realistic 0: odd small shapes (scalar, unaligned and fallback paths;
+ * quick enough for compute-sanitizer); 1: model shapes */
+static void attention_backward_cuda_check(int realistic)
+{
+	if (!realistic) {
+		test_attention_backward(3, 5, 6, 3, 8, 0);
+		test_attention_backward(1, 33, 2, 2, 64, 0);
+		test_attention_backward(1, 150, 4, 2, 128, 0);
+		test_attention_backward(2, 150, 4, 2, 16, 3);
+		test_attention_backward(1, 601, 2, 1, 16, 0);
+	} else {
+		test_attention_backward(1, 512, 32, 8, 128, 0);
+		test_attention_backward(2, 64, 8, 2, 64, 0);
+		test_attention_backward(2, 300, 8, 2, 64, 0);
+		test_attention_backward(1, 1100, 4, 2, 64, 0);
+		test_attention_backward(1, 1100, 28, 4, 128, 0);
+		test_attention_backward(2, 1100, 8, 2, 128, 5);
+	}
+}
+#endif

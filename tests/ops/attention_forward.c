@@ -1,0 +1,454 @@
+/* tests/ops/attention_forward.c: attention_forward's checks: causal GQA
+ * attention with document masks (online softmax over key tiles), and its
+ * scratch size.
+ *
+ * Included by the op-test drivers through ops_all.h, which says what each
+ * section defines. */
+
+#ifdef OPS_TEST_VALUES
+/* out and lse in double from the inputs as given; bound (T,H*D) gets
+ * sum_j P_ij |v_jd|, the scale of the rounding the bf16 contract adds. */
+static void attention_reference(double *out, double *lse, double *bound, const float *q, const float *k,
+				const float *v, int B, int S, int H, int G, int D)
+{
+	double scale = 1.0 / sqrt((double)D);
+	double *s = NEW(double, S);
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < H; h++)
+			for (int i = 0; i < S; i++) {
+				int g = h / (H / G);
+				double max = -INFINITY, sum = 0.0;
+				for (int j = 0; j <= i; j++) {
+					s[j] = 0.0;
+					for (int d = 0; d < D; d++)
+						s[j] += (double)q[(((size_t)b * S + i) * H + h) * D + d] *
+							k[(((size_t)b * S + j) * G + g) * D + d];
+					s[j] *= scale;
+					max = fmax(max, s[j]);
+				}
+				for (int j = 0; j <= i; j++)
+					sum += exp(s[j] - max);
+				lse[((size_t)b * H + h) * S + i] = max + log(sum);
+				for (int d = 0; d < D; d++) {
+					double o = 0.0, o_abs = 0.0;
+					for (int j = 0; j <= i; j++) {
+						double vj = v[(((size_t)b * S + j) * G + g) * D + d];
+						o += exp(s[j] - max) / sum * vj;
+						o_abs += exp(s[j] - max) / sum * fabs(vj);
+					}
+					out[(((size_t)b * S + i) * H + h) * D + d] = o;
+					bound[(((size_t)b * S + i) * H + h) * D + d] = o_abs;
+				}
+			}
+	free(s);
+}
+
+static void test_attention_values(void)
+{
+	enum { B = 2, S = 6, H = 4, G = 2, D = 16, T = B * S, NQ = T * H * D, NK = T * G * D };
+	float q[NQ], k[NK], v[NK], lse[B * H * S], lse2[B * H * S], outf[NQ];
+	bf16 out[NQ], out2[NQ];
+	double want[NQ], want_lse[B * H * S], bound[NQ];
+	float *scratch = NEW(float, attention_scratch_floats(B, S, H, G, D));
+
+	fill_bf16_values(q, NQ, -2.0, 2.0);
+	fill_bf16_values(k, NK, -2.0, 2.0);
+	fill_bf16_values(v, NK, -1.0, 1.0);
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, B, S, H, G, D);
+	attention_reference(want, want_lse, bound, q, k, v, B, S, H, G, D);
+	for (int i = 0; i < NQ; i++)
+		outf[i] = f32_from_bf16(out[i]);
+	/* bf16 inputs make the products exact, so the scores and the softmax
+	 * are fp32-accurate (~1e-6).  Rounding P to bf16 moves out by at most
+	 * 2^-8 sum_j P_j |v_j|, and rounding out to bf16 by 2^-8 |out|, which
+	 * is at most as much again: 2^-7 of the sum, 1% for the fp32 steps. */
+	check_bounded("attention_forward out (causal GQA)", outf, want, bound, NQ, 1.01 / 128, 1e-6, 0.0);
+	check_close("attention_forward lse", lse, want_lse, B * H * S, 1e-6, 1e-6);
+
+	/* the products read q, k, v rounded to bf16 and nothing finer: moving
+	 * every input by 2^-10 of itself (under half a bf16 ulp) changes no
+	 * bit, moving it by 2^-6 (over one ulp) changes out */
+	float q2[NQ], k2[NK], v2[NK];
+	for (int pass = 0; pass < 2; pass++) {
+		float nudge = pass == 0 ? 1.0f + 1.0f / 1024 : 1.0f + 1.0f / 64;
+		for (int i = 0; i < NQ; i++)
+			q2[i] = q[i] * nudge;
+		for (int i = 0; i < NK; i++) {
+			k2[i] = k[i] * nudge;
+			v2[i] = v[i] * nudge;
+		}
+		attention_forward_cpu(out2, H * D, lse2, scratch, q2, k2, v2, NULL, B, S, H, G, D);
+		int same = memcmp(out, out2, sizeof out) == 0 && memcmp(lse, lse2, sizeof lse) == 0;
+		int ok = pass == 0 ? same : !same;
+		printf("%s attention_forward with inputs moved by %s bf16 ulp: %s bits\n", ok ? "ok  " : "FAIL",
+		       pass == 0 ? "under half a" : "over one", same ? "same" : "different");
+		failures += !ok;
+	}
+
+	/* causal: changing the last token's q, k, v leaves every earlier row alone */
+	for (int b = 0; b < B; b++) {
+		size_t last = (size_t)b * S + S - 1;
+		for (int i = 0; i < H * D; i++)
+			q[last * H * D + i] += 0.75f;
+		for (int i = 0; i < G * D; i++) {
+			k[last * G * D + i] -= 1.5f;
+			v[last * G * D + i] *= -3.0f;
+		}
+	}
+	attention_forward_cpu(out2, H * D, lse2, scratch, q, k, v, NULL, B, S, H, G, D);
+	int same = 1, last_changed = 0;
+	for (int b = 0; b < B; b++) {
+		size_t first = (size_t)b * S * H * D, rows = (size_t)(S - 1) * H * D;
+		same &= memcmp(out + first, out2 + first, rows * sizeof(bf16)) == 0;
+		last_changed |= memcmp(out + first + rows, out2 + first + rows, (size_t)H * D * sizeof(bf16)) != 0;
+		for (int h = 0; h < H; h++)
+			same &= memcmp(lse + ((size_t)b * H + h) * S, lse2 + ((size_t)b * H + h) * S,
+				       (S - 1) * sizeof(float)) == 0;
+	}
+	printf("%s attention_forward causal mask: earlier rows bit-identical after changing the last token\n",
+	       same && last_changed ? "ok  " : "FAIL");
+	failures += !(same && last_changed);
+	free(scratch);
+}
+
+static void test_attention_single_token(void)
+{
+	/* S = 1: the only key gets probability exactly 1, so out = bf16(v) of
+	 * the query head's kv head, h / (H/G) = 0, 0, 1, 1 */
+	enum { B = 2, S = 1, H = 4, G = 2, D = 8 };
+	float q[B * H * D], k[B * G * D], v[B * G * D], lse[B * H];
+	bf16 out[B * H * D];
+	float *scratch = NEW(float, attention_scratch_floats(B, S, H, G, D));
+	int bad = 0;
+
+	fill_f32(q, B * H * D, -3.0, 3.0);
+	fill_f32(k, B * G * D, -3.0, 3.0);
+	fill_f32(v, B * G * D, -1.0, 1.0);
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, B, S, H, G, D);
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < H; h++)
+			for (int d = 0; d < D; d++)
+				bad += out[(b * H + h) * D + d] != bf16_from_f32(v[(b * G + h / 2) * D + d]);
+	printf("%s attention_forward with S=1 returns v of the head's kv group (%d mismatches)\n",
+	       bad ? "FAIL" : "ok  ", bad);
+	failures += bad != 0;
+	free(scratch);
+}
+
+/* The scratch: O(B*S*H*D), no score square (ops.h's attention_parts):
+ * two bf16 copies per query head and per key/value head at the padded head
+ * dim, delta (B,H,S), the first-key table, and with G < H two (T,H,D) fp32
+ * buffers for the per-head dk, dv; each part rounded up to 16 bytes.  It
+ * holds the CPU's layout (the copies at D, then delta) by construction. */
+/* attention_scratch_at, the one carving both backends use: in a scratch of
+ * attention_scratch_floats, the parts in order, each 16-byte aligned and
+ * large enough for its elements (the copies at attention_dpad(D), so the
+ * CPU's rows of D fit too), the last ending inside; the per-head buffers
+ * only with G < H. */
+static void test_attention_scratch_carving(void)
+{
+	static const int shapes[][5] = { { 3, 5, 6, 3, 8 }, { 1, 33, 2, 2, 64 }, { 2, 150, 4, 2, 128 }, { 1, 7, 6, 3, 160 } };
+	int bad = 0;
+	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+		int B = shapes[i][0], S = shapes[i][1], H = shapes[i][2], G = shapes[i][3], D = shapes[i][4];
+		size_t n = attention_scratch_floats(B, S, H, G, D), t = (size_t)B * S, dp = (size_t)attention_dpad(D);
+		float *base = NEW(float, n);
+		struct attention_scratch a = attention_scratch_at(base, B, S, H, G, D);
+		/* each part's start and the bytes it must hold, in carving order */
+		const unsigned char *start[8] = { (void *)a.q16, (void *)a.dout16, (void *)a.k16, (void *)a.v16,
+						  (void *)a.delta, (void *)a.first, (void *)a.dk_h, (void *)a.dv_h };
+		size_t need[8] = { t * H * dp * 2, t * H * dp * 2, t * G * dp * 2, t * G * dp * 2, t * H * 4,
+				   (size_t)B * ((S + 31) / 32) * 4, t * H * D * 4, t * H * D * 4 };
+		int parts = G == H ? 6 : 8, ok = (G == H) == (a.dk_h == NULL && a.dv_h == NULL) &&
+						 start[0] == (const unsigned char *)base;
+		for (int k = 0; k < parts; k++) {
+			const unsigned char *end = k + 1 < parts ? start[k + 1] : (const unsigned char *)(base + n);
+			ok &= (size_t)(start[k] - (const unsigned char *)base) % 16 == 0 && end >= start[k] &&
+			      (size_t)(end - start[k]) >= need[k];
+		}
+		if (!ok && bad++ < 5)
+			printf("  B=%d S=%d H=%d G=%d D=%d: a part overlaps the next, is misaligned or overruns\n", B, S,
+			       H, G, D);
+		free(base);
+	}
+	printf("%s attention_scratch_at carves aligned, ordered parts that hold their elements (%d bad)\n",
+	       bad ? "FAIL" : "ok  ", bad);
+	failures += bad != 0;
+}
+
+static void test_attention_scratch(void)
+{
+	static const int heads[][2] = { { 32, 32 }, { 32, 8 }, { 40, 8 }, { 64, 8 }, { 28, 4 }, { 6, 3 }, { 2, 1 } };
+	static const int lengths[] = { 1, 5, 7, 33, 128, 300, 512, 1000, 8192 };
+	static const int dims[] = { 5, 8, 64, 128, 160 };
+	int bad = 0;
+	for (int b = 1; b <= 3; b += 2)
+		for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++)
+			for (size_t si = 0; si < sizeof lengths / sizeof lengths[0]; si++)
+				for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+					int H = heads[hi][0], G = heads[hi][1], S = lengths[si], D = dims[di];
+					size_t dp = (size_t)attention_dpad(D), t = (size_t)b * S;
+					size_t got = attention_scratch_floats(b, S, H, G, D);
+					/* what the CPU reads and writes: 4 copies at D, delta */
+					size_t cpu = t * H * D + t * G * D + t * H;
+					/* linear in S: copies, delta, table, heads, and the rounding */
+					size_t most = t * H * dp + t * G * dp + t * H + (t + 31) / 32 + 1 +
+						      (G == H ? 0 : 2 * t * H * D) + 7 * 4;
+					struct attention_parts parts = attention_parts_of(b, S, H, G, D);
+					int ok = got >= cpu && got <= most &&
+						 parts.q16 % 4 == 0 && parts.kv16 % 4 == 0 && parts.delta % 4 == 0 &&
+						 parts.lo % 4 == 0 && parts.heads % 4 == 0 && dp >= (size_t)D && dp % 16 == 0;
+					if (!ok && bad++ < 5)
+						printf("  B=%d S=%d H=%d G=%d D=%d: %zu floats (CPU needs %zu, at most %zu)\n", b,
+						       S, H, G, D, got, cpu, most);
+				}
+	printf("%s attention scratch holds the CPU layout and is linear in S (%d bad)\n", bad ? "FAIL" : "ok  ", bad);
+	failures += bad != 0;
+	/* Qwen2.5-7B at S=8192 (H=28, G=4, D=128): 2 * 28*8192*128/2 + 2 *
+	 * 4*8192*128/2 + 28*8192 + 256 + 2 * 8192*28*128 = 92504320 floats (353
+	 * MiB), where the two fp32 score squares alone took 2*28*8192^2 */
+	CHECK(attention_scratch_floats(1, 8192, 28, 4, 128) == 92504320);
+	/* MHA needs no per-head buffers: 4 copies of 512*32*128/2, delta, table */
+	CHECK(attention_scratch_floats(1, 512, 32, 32, 128) == 4 * 1048576 + 16384 + 16);
+	/* odd shapes round each part up to 4 floats: 3*6*5*64/2 = 2880, 3*3*5*64/2
+	 * = 1440, delta 90 -> 92, table 3 -> 4, heads 720 */
+	CHECK(attention_scratch_floats(3, 5, 6, 3, 8) == 2 * 2880 + 2 * 1440 + 92 + 4 + 2 * 720);
+	CHECK(attention_dpad(8) == 64 && attention_dpad(64) == 64 && attention_dpad(65) == 128 &&
+	      attention_dpad(128) == 128 && attention_dpad(130) == 144);
+	test_attention_scratch_carving();
+}
+
+/* More rows than one key tile (S = 150: tiles of 64, 64, 22): the online
+ * softmax's rescaling across tiles against the double reference, with
+ * scores large enough (q, k in [-3, 3]) that the running max moves. */
+static void test_attention_tiles(void)
+{
+	enum { B = 1, S = 150, H = 2, G = 1, D = 16, T = B * S, NQ = T * H * D, NK = T * G * D };
+	float *q = NEW(float, NQ), *k = NEW(float, NK), *v = NEW(float, NK), *lse = NEW(float, B * H * S);
+	float *outf = NEW(float, NQ);
+	bf16 *out = NEW(bf16, NQ);
+	double *want = NEW(double, NQ), *want_lse = NEW(double, B * H * S), *bound = NEW(double, NQ);
+	float *scratch = NEW(float, attention_scratch_floats(B, S, H, G, D));
+
+	fill_bf16_values(q, NQ, -3.0, 3.0);
+	fill_bf16_values(k, NK, -3.0, 3.0);
+	fill_bf16_values(v, NK, -1.0, 1.0);
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, B, S, H, G, D);
+	attention_reference(want, want_lse, bound, q, k, v, B, S, H, G, D);
+	for (int i = 0; i < NQ; i++)
+		outf[i] = f32_from_bf16(out[i]);
+	/* each p is rounded once, relative to the running max: still 2^-8 of
+	 * its term, and out's own rounding 2^-8 of |out| (as above); the
+	 * rescaling adds fp32 steps, ~1e-6 */
+	check_bounded("attention_forward out over 3 key tiles", outf, want, bound, NQ, 1.01 / 128, 1e-6, 0.0);
+	check_close("attention_forward lse over 3 key tiles", lse, want_lse, B * H * S, 2e-6, 1e-6);
+	free(q), free(k), free(v), free(lse), free(outf), free(out), free(want), free(want_lse), free(bound);
+	free(scratch);
+}
+
+/* Document masks: a row packed with documents gives each document what it
+ * gets alone.  The backward sums over the same keys and rows in the same
+ * order, so with the same lse it is bit-identical; the forward too when the
+ * documents start on key tiles (multiples of 64), and otherwise the
+ * online softmax's steps fall elsewhere: within the rounding bound of the
+ * double reference (each p rounded once; twice the bound for two sides). */
+static void test_attention_documents(void)
+{
+	enum { B = 2, S = 150, H = 4, G = 2, D = 16, T = B * S, NQ = T * H * D, NK = T * G * D };
+	static const int split[2][3] = { { 64, 86, 0 }, { 70, 5, 75 } };
+	float *q = NEW(float, NQ), *k = NEW(float, NK), *v = NEW(float, NK), *dout = NEW(float, NQ);
+	float *lse = NEW(float, B * H * S), *dq = NEW(float, NQ), *dk = NEW(float, NK), *dv = NEW(float, NK);
+	float *lse1 = NEW(float, H * S), *dq1 = NEW(float, NQ), *dk1 = NEW(float, NK), *dv1 = NEW(float, NK);
+	bf16 *out = NEW(bf16, NQ), *out1 = NEW(bf16, NQ);
+	double *want = NEW(double, NQ), *want_lse = NEW(double, H * S), *bound = NEW(double, NQ);
+	int32_t pos[T];
+	float *scratch = NEW(float, attention_scratch_floats(B, S, H, G, D));
+
+	fill_bf16_values(q, NQ, -3.0, 3.0);
+	fill_bf16_values(k, NK, -3.0, 3.0);
+	fill_bf16_values(v, NK, -1.0, 1.0);
+	fill_bf16_values(dout, NQ, -1.0, 1.0);
+	for (int c = 0; c < 2; c++) {
+		int ndocs = split[c][2] ? 3 : 2;
+		doc_positions(pos, B, S, split[c], ndocs);
+		attention_forward_cpu(out, H * D, lse, scratch, q, k, v, pos, B, S, H, G, D);
+		attention_backward_cpu(dq, dk, dv, scratch, dout, q, k, v, lse, pos, B, S, H, G, D);
+		int exact_fwd = 1, exact_bwd = 1, t0 = 0;
+		long bad_fwd = 0;
+		for (int d = 0; d < ndocs; d++) {
+			int n = split[c][d];
+			for (int b = 0; b < B; b++) {
+				size_t row = (size_t)b * S + t0; /* the document's first token */
+				/* the document alone: a batch of one sequence of n tokens */
+				attention_forward_cpu(out1, H * D, lse1, scratch, q + row * H * D, k + row * G * D,
+						      v + row * G * D, NULL, 1, n, H, G, D);
+				attention_reference(want, want_lse, bound, q + row * H * D, k + row * G * D,
+						    v + row * G * D, 1, n, H, G, D);
+				for (int i = 0; i < n * H * D; i++) {
+					double a = f32_from_bf16(out[row * H * D + i]), e = f32_from_bf16(out1[i]);
+					bad_fwd += !(fabs(a - e) <= 2 * 1.01 / 128 * bound[i] + 1e-6);
+				}
+				exact_fwd &= memcmp(out + row * H * D, out1, (size_t)n * H * D * sizeof(bf16)) == 0;
+				/* the backward alone, fed the packed row's lse for the document */
+				for (int h = 0; h < H; h++)
+					memcpy(lse1 + (size_t)h * n, lse + ((size_t)b * H + h) * S + t0, n * sizeof(float));
+				attention_backward_cpu(dq1, dk1, dv1, scratch, dout + row * H * D, q + row * H * D,
+						       k + row * G * D, v + row * G * D, lse1, NULL, 1, n, H, G, D);
+				exact_bwd &= memcmp(dq + row * H * D, dq1, (size_t)n * H * D * 4) == 0 &&
+					     memcmp(dk + row * G * D, dk1, (size_t)n * G * D * 4) == 0 &&
+					     memcmp(dv + row * G * D, dv1, (size_t)n * G * D * 4) == 0;
+			}
+			t0 += n;
+		}
+		int ok_fwd = bad_fwd == 0 && (c != 0 || exact_fwd);
+		printf("%s attention_forward packed %d documents (%d+%d%s): each as alone, %s (%ld out of bound)\n",
+		       ok_fwd ? "ok  " : "FAIL", ndocs, split[c][0], split[c][1], c ? "+75" : "",
+		       exact_fwd ? "bit for bit" : "within rounding", bad_fwd);
+		failures += !ok_fwd;
+		printf("%s attention_backward packed %d documents: dq, dk, dv bit-identical to each alone\n",
+		       exact_bwd ? "ok  " : "FAIL", ndocs);
+		failures += !exact_bwd;
+	}
+	/* pos[t] = t % S is the plain causal mask, bit for bit */
+	for (int t = 0; t < T; t++)
+		pos[t] = t % S;
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, B, S, H, G, D);
+	attention_forward_cpu(out1, H * D, dq1, scratch, q, k, v, pos, B, S, H, G, D); /* dq1: room for lse */
+	check_same_bits("attention_forward with pos = t % S against NULL", out1, out, NQ * sizeof(bf16));
+	check_same_bits("attention_forward lse with pos = t % S against NULL", dq1, lse, B * H * S * sizeof(float));
+	free(q), free(k), free(v), free(dout), free(lse), free(dq), free(dk), free(dv), free(lse1), free(dq1);
+	free(dk1), free(dv1), free(out), free(out1), free(want), free(want_lse), free(bound), free(scratch);
+}
+
+static void test_pitched_attention(void)
+{
+	enum { B = 2, S = 5, H = 4, G = 2, D = 16, T = B * S, HD = H * D, LD = HD + 32 };
+	float q[T * HD], k[T * G * D], v[T * G * D], lse[B * H * S], lsep[B * H * S];
+	bf16 out[T * HD], outp[T * LD];
+	float *scratch = NEW(float, attention_scratch_floats(B, S, H, G, D));
+
+	fill_f32(q, T * HD, -2.0, 2.0);
+	fill_f32(k, T * G * D, -2.0, 2.0);
+	fill_f32(v, T * G * D, -1.0, 1.0);
+	attention_forward_cpu(out, HD, lse, scratch, q, k, v, NULL, B, S, H, G, D);
+	fill_bf16_bits(outp, T * LD, PAD_BF16);
+	attention_forward_cpu(outp, LD, lsep, scratch, q, k, v, NULL, B, S, H, G, D);
+	check_pitched("attention_forward out at ld_out 96", outp, LD, out, T, HD, sizeof(bf16), &pad_bf16);
+	check_same_bits("attention_forward lse with ld_out 96", lsep, lse, sizeof lse);
+	free(scratch);
+}
+
+static void attention_forward_values_check(void)
+{
+	test_attention_values();
+	test_attention_single_token();
+	test_attention_scratch();
+	test_attention_tiles();
+	test_attention_documents();
+	test_pitched_attention();
+}
+#endif
+
+/* no gradient check here: its gradients are attention_backward's check */
+#define attention_forward_grad_check NULL
+
+#ifdef OPS_TEST_CUDA
+struct attention_args {
+	bf16 *out;
+	float *lse, *scratch;
+	const float *q, *k, *v;
+	const int32_t *pos;
+	int B, S, H, G, D, ld_out;
+};
+
+static void attention_fwd_gpu(const void *p)
+{
+	const struct attention_args *a = p;
+	gpu->ops->attention_forward(a->out, a->ld_out, a->lse, a->scratch, a->q, a->k, a->v, a->pos, a->B, a->S, a->H,
+	                            a->G, a->D);
+}
+
+/* Both sides run the same online softmax over the same key tiles of 64
+ * and round q, k, v and each tile's p to bf16 at the same places (ops.h),
+ * so they differ by the order of fp32 sums: the scores are D-term dots of
+ * exact bf16 products (tensor cores vs sequential), the row sums and the
+ * p v sums split differently over threads; all near 1e-7 of the largest
+ * output.  But an fp32 p that sits near a bf16 rounding boundary can round
+ * to neighbouring bf16 values on the two sides: one ulp of p_j (<= 2^-8
+ * p_j) times v_j moves the row's output by up to 2^-8 P_j max|v|, and
+ * max|out| ~ max|v| (row 0's out is v_0).  Such flips are rare and hit
+ * large P (short rows) more rarely still; the cuBLAS path before needed at
+ * most 4e-4 of max|out| in a CPU emulation, while a CPU that skipped the
+ * contract's roundings needs 1.4e-3 and more: 1e-3 absolute, and bf16 out
+ * adds one ulp (rtol).  lse = m + log(l) sees no bf16 rounding after the
+ * products and is good to a few ulps of its terms (|lse| <= ~8 here, ulp
+ * 5e-7), and can cancel to near zero: 2e-6 of max|lse| absolute, 1e-5
+ * relative.  ld_out > H*D: out pitched, the pads kept.  docs > 0: rows
+ * packed with documents (doc_positions), the same pos on both sides. */
+static void test_attention_forward(int B, int S, int H, int G, int D, int ld_out, int docs)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "attention_forward B=%d S=%d H=%d G=%d D=%d ld_out=%d docs=%d", B, S, H, G, D, ld_out,
+	                docs))
+		return;
+	int32_t *pos = doc_positions(B, S, docs);
+	size_t T = (size_t)B * S, HD = (size_t)H * D;
+	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
+	size_t sf = attention_scratch_floats(B, S, H, G, D);
+	float *scratch = xmalloc(sf * 4), *ref_lse = xmalloc((size_t)B * H * S * 4);
+	bf16 *init = pitched_out_init(T, HD, (size_t)ld_out, 2);
+	bf16 *ref = dup_bytes(init, T * ld_out * 2);
+	double t0 = now_ms();
+	attention_forward_cpu(ref, ld_out, ref_lse, scratch, q, k, v, pos, B, S, H, G, D);
+	c.cpu_ms = now_ms() - t0;
+
+	struct attention_args a = { 0 };
+	a.pos = pos ? dev_from(pos, T * 4, 0) : NULL;
+	a.q = dev_from(q, T * H * D * 4, 0);
+	a.k = dev_from(k, T * G * D * 4, 0);
+	a.v = dev_from(v, T * G * D * 4, 0);
+	a.B = B, a.S = S, a.H = H, a.G = G, a.D = D, a.ld_out = ld_out;
+	a.out = case_out(&c, "out", T * ld_out * 2, init, 0);
+	a.lse = case_out(&c, "lse", (size_t)B * H * S * 4, NULL, 0);
+	a.scratch = case_scratch(&c, sf * 4);
+	case_run(&c, attention_fwd_gpu, &a);
+	check_rows(&c, "out", ref, T, HD, (size_t)ld_out, 1, 1e-3, BF16_RTOL);
+	check_pads(&c, "out", ref, T, HD, (size_t)ld_out, 2);
+	check(&c, "lse", ref_lse, (size_t)B * H * S, 0, 2e-6, 1e-5);
+	case_end(&c);
+	free(q);
+	free(k);
+	free(v);
+	free(scratch);
+	free(ref_lse);
+	free(init);
+	free(ref);
+	free(pos);
+}
+
+/* realistic 0: odd small shapes (scalar, unaligned and fallback paths;
+ * quick enough for compute-sanitizer); 1: model shapes */
+static void attention_forward_cuda_check(int realistic)
+{
+	if (!realistic) {
+		/* D < 64 takes the 64-wide kernels with zero columns, S not a multiple
+		 * of the tiles leaves partial tiles of rows and keys */
+		test_attention_forward(3, 5, 6, 3, 8, 48, 0);
+		test_attention_forward(2, 7, 4, 2, 16, 64, 0);
+		test_attention_forward(1, 33, 2, 2, 64, 128, 0); /* MHA */
+		test_attention_forward(3, 5, 6, 3, 8, 53, 0);    /* pitched out, odd ld */
+		test_attention_forward(2, 7, 4, 2, 16, 72, 0);   /* pitched out */
+		test_attention_forward(1, 150, 4, 2, 128, 512, 0); /* 128-wide kernels, three key tiles */
+		test_attention_forward(2, 150, 4, 2, 16, 64, 3);   /* documents, boundaries inside tiles */
+		test_attention_forward(1, 601, 2, 1, 16, 32, 0);
+	} else {
+		test_attention_forward(1, 512, 32, 8, 128, 4096, 0);
+		test_attention_forward(1, 512, 32, 8, 128, 4096 + 160, 0); /* into the o projection's extension-sized buffer */
+		test_attention_forward(2, 64, 8, 2, 64, 512, 0);  /* two sequences, one tile each */
+		test_attention_forward(2, 300, 8, 2, 64, 512, 0);
+		test_attention_forward(1, 1100, 4, 2, 64, 256, 0);
+		test_attention_forward(1, 1100, 28, 4, 128, 3584, 0); /* Qwen2.5-7B's heads */
+		test_attention_forward(2, 1100, 8, 2, 128, 1024, 5);  /* five documents a row */
+	}
+}
+#endif

@@ -1,0 +1,91 @@
+/* tests/ops/rope_backward.c: rope_backward's checks: the inverse rotation of
+ * the gradient.
+ *
+ * Included by the op-test drivers through ops_all.h, which says what each
+ * section defines. */
+
+/* no value check here: rope_forward.c checks that it inverts rope_forward and
+ * rotates documents as alone */
+#define rope_backward_values_check NULL
+
+#ifdef OPS_TEST_GRAD
+/* cos, sin (S, D/2) as HF builds them in fp32: inv_freq = theta^(-2i/D),
+ * angle = pos * inv_freq. */
+static void rope_tables(float *cos_t, float *sin_t, int S, int D, double theta)
+{
+	for (int s = 0; s < S; s++)
+		for (int i = 0; i < D / 2; i++) {
+			float inv_freq = (float)(1.0 / pow(theta, 2.0 * i / D));
+			float angle = (float)s * inv_freq;
+			cos_t[s * (D / 2) + i] = cosf(angle);
+			sin_t[s * (D / 2) + i] = sinf(angle);
+		}
+}
+
+struct rope_ctx {
+	int T, S, nh, D;
+	const double *cos_t, *sin_t, *lw;
+	double *x;
+};
+
+static double rope_loss(const void *p)
+{
+	const struct rope_ctx *c = p;
+	int half = c->D / 2;
+	double L = 0.0;
+	for (int t = 0; t < c->T; t++)
+		for (int h = 0; h < c->nh; h++) {
+			size_t off = ((size_t)t * c->nh + h) * c->D;
+			const double *cs = c->cos_t + (size_t)(t % c->S) * half, *sn = c->sin_t + (size_t)(t % c->S) * half;
+			for (int d = 0; d < c->D; d++) {
+				/* out = x cos + rotate_half(x) sin, rotate_half(x) = cat(-x2, x1) */
+				int i = d % half;
+				double rot = d < half ? -c->x[off + d + half] : c->x[off + d - half];
+				L += c->lw[off + d] * (c->x[off + d] * cs[i] + rot * sn[i]);
+			}
+		}
+	return L;
+}
+
+static void test_rope_backward(void)
+{
+	enum { B = 2, S = 3, NH = 2, D = 8, N = B * S * NH * D };
+	float cos_t[S * D / 2], sin_t[S * D / 2], lw[N], dx[N];
+	double cosd[S * D / 2], sind[S * D / 2], xd[N], lwd[N], want[N];
+	float x[N];
+
+	rope_tables(cos_t, sin_t, S, D, 10000.0);
+	fill_f32(x, N, -1.0, 1.0);
+	fill_f32(lw, N, -1.0, 1.0);
+	memcpy(dx, lw, sizeof dx);
+	rope_backward_cpu(dx, cos_t, sin_t, NULL, B, S, NH, D);
+
+	widen_f32(cosd, cos_t, S * D / 2);
+	widen_f32(sind, sin_t, S * D / 2);
+	widen_f32(xd, x, N);
+	widen_f32(lwd, lw, N);
+	struct rope_ctx ctx = { B * S, S, NH, D, cosd, sind, lwd, xd };
+	finite_diff(want, xd, N, rope_loss, &ctx);
+	/* two products and one sum in fp32 per element: ~2e-7 relative */
+	check_close("rope_backward dx", dx, want, N, 1e-6, 1e-6);
+}
+
+static void rope_backward_grad_check(void)
+{
+	test_rope_backward();
+}
+#endif
+
+#ifdef OPS_TEST_CUDA
+/* realistic 0: odd small shapes (scalar, unaligned and fallback paths;
+ * quick enough for compute-sanitizer); 1: model shapes */
+static void rope_backward_cuda_check(int realistic)
+{
+	if (!realistic) {
+		test_rope(2, 3, 3, 6, 1, 0); /* rope_forward.c's case, backward */
+		test_rope(2, 40, 3, 8, 1, 3);
+	} else {
+		test_rope(1, 512, 32, 128, 1, 0);
+	}
+}
+#endif

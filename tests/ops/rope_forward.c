@@ -1,0 +1,172 @@
+/* tests/ops/rope_forward.c: rope_forward's checks: rotary embedding, HF
+ * rotate_half layout, with document positions.
+ *
+ * Included by the op-test drivers through ops_all.h, which says what each
+ * section defines. */
+
+#ifdef OPS_TEST_VALUES
+static void test_rope_values(void)
+{
+	enum { B = 2, S = 3, NH = 2, D = 8, HALF = D / 2, N = B * S * NH * D };
+	float cos_t[S * HALF], sin_t[S * HALF], x[N], y[N], back[N];
+	double want[N], orig[N];
+
+	for (int s = 0; s < S; s++)
+		for (int i = 0; i < HALF; i++) {
+			float angle = (float)s * (float)(1.0 / pow(10000.0, 2.0 * i / D));
+			cos_t[s * HALF + i] = cosf(angle);
+			sin_t[s * HALF + i] = sinf(angle);
+		}
+	fill_f32(x, N, -1.0, 1.0);
+	memcpy(y, x, sizeof y);
+	rope_forward_cpu(y, cos_t, sin_t, NULL, B, S, NH, D);
+
+	/* position 0 (the first token of each sequence) is the identity, bit for bit */
+	int same = 1;
+	for (int b = 0; b < B; b++)
+		same &= memcmp(y + (size_t)b * S * NH * D, x + (size_t)b * S * NH * D, NH * D * sizeof(float)) == 0;
+	printf("%s rope_forward at position 0 is the identity\n", same ? "ok  " : "FAIL");
+	failures += !same;
+
+	/* elsewhere: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) per pair */
+	for (int t = 0; t < B * S; t++)
+		for (int h = 0; h < NH; h++)
+			for (int i = 0; i < HALF; i++) {
+				size_t o = ((size_t)t * NH + h) * D;
+				double c = cos_t[(t % S) * HALF + i], s = sin_t[(t % S) * HALF + i];
+				want[o + i] = x[o + i] * c - x[o + i + HALF] * s;
+				want[o + i + HALF] = x[o + i + HALF] * c + x[o + i] * s;
+			}
+	check_close("rope_forward rotate_half pairs", y, want, N, 1e-7, 1e-6);
+
+	/* the backward is the inverse rotation: it maps the output back to x */
+	memcpy(back, y, sizeof back);
+	rope_backward_cpu(back, cos_t, sin_t, NULL, B, S, NH, D);
+	widen_f32(orig, x, N);
+	check_close("rope_backward inverts rope_forward", back, orig, N, 1e-6, 1e-6);
+}
+
+/* RoPE with document positions: each document rotates as if alone, and
+ * pos[t] = t % S is NULL's rotation, bit for bit. */
+static void test_rope_documents(void)
+{
+	enum { B = 2, S = 12, NH = 3, D = 8, HALF = D / 2, N = B * S * NH * D };
+	static const int len[3] = { 5, 3, 4 };
+	float cos_t[S * HALF], sin_t[S * HALF], x[N], y[N], z[N];
+	int32_t pos[B * S];
+	int same_alone = 1;
+
+	for (int s = 0; s < S; s++)
+		for (int i = 0; i < HALF; i++) {
+			float angle = (float)s * (float)(1.0 / pow(10000.0, 2.0 * i / D));
+			cos_t[s * HALF + i] = cosf(angle);
+			sin_t[s * HALF + i] = sinf(angle);
+		}
+	fill_f32(x, N, -1.0, 1.0);
+	doc_positions(pos, B, S, len, 3);
+	for (int back = 0; back < 2; back++) {
+		memcpy(y, x, sizeof y);
+		(back ? rope_backward_cpu : rope_forward_cpu)(y, cos_t, sin_t, pos, B, S, NH, D);
+		for (int b = 0, t0 = 0; b < B; b++, t0 = 0)
+			for (int d = 0; d < 3; t0 += len[d++]) {
+				size_t off = ((size_t)b * S + t0) * NH * D, n = (size_t)len[d] * NH * D;
+				memcpy(z, x + off, n * sizeof(float));
+				(back ? rope_backward_cpu : rope_forward_cpu)(z, cos_t, sin_t, NULL, 1, len[d], NH, D);
+				same_alone &= memcmp(z, y + off, n * sizeof(float)) == 0;
+			}
+	}
+	printf("%s rope with document positions rotates each document as alone\n", same_alone ? "ok  " : "FAIL");
+	failures += !same_alone;
+	for (int t = 0; t < B * S; t++)
+		pos[t] = t % S;
+	memcpy(y, x, sizeof y);
+	memcpy(z, x, sizeof z);
+	rope_forward_cpu(y, cos_t, sin_t, pos, B, S, NH, D);
+	rope_forward_cpu(z, cos_t, sin_t, NULL, B, S, NH, D);
+	check_same_bits("rope_forward with pos = t % S against NULL", y, z, sizeof y);
+}
+
+static void rope_forward_values_check(void)
+{
+	test_rope_values();
+	test_rope_documents();
+}
+#endif
+
+/* no gradient check here: its gradient is rope_backward's check */
+#define rope_forward_grad_check NULL
+
+#ifdef OPS_TEST_CUDA
+struct rope_args {
+	float *x;
+	const float *cos, *sin;
+	const int32_t *pos;
+	int B, S, nh, D;
+};
+
+static void rope_fwd_gpu(const void *p)
+{
+	const struct rope_args *a = p;
+	gpu->ops->rope_forward(a->x, a->cos, a->sin, a->pos, a->B, a->S, a->nh, a->D);
+}
+
+static void rope_bwd_gpu(const void *p)
+{
+	const struct rope_args *a = p;
+	gpu->ops->rope_backward(a->x, a->cos, a->sin, a->pos, a->B, a->S, a->nh, a->D);
+}
+
+/* One rotation per pair: x1 c - x2 s.  The GPU fuses one product into the
+ * subtraction, the CPU rounds both: they differ by at most ~2 ulps of the
+ * larger product, so 1e-6 of max|x| (about 16 ulps) plus 1e-6 relative. */
+static void test_rope(int B, int S, int nh, int D, int backward, int docs)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "rope_%s B=%d S=%d nh=%d D=%d docs=%d", backward ? "backward" : "forward", B, S, nh, D,
+	                docs))
+		return;
+	int32_t *pos = doc_positions(B, S, docs);
+	size_t n = (size_t)B * S * nh * D, half = (size_t)D / 2;
+	float *x0 = rand_f32(n, -2, 2);
+	float *cs = xmalloc((size_t)S * half * 4), *sn = xmalloc((size_t)S * half * 4);
+	for (int s = 0; s < S; s++) {
+		for (size_t i = 0; i < half; i++) { /* HF's table: pos * theta^(-2i/D) */
+			float f = (float)s * (float)(1.0 / pow(10000.0, 2.0 * (double)i / D));
+			cs[s * half + i] = cosf(f);
+			sn[s * half + i] = sinf(f);
+		}
+	}
+	float *ref = dup_bytes(x0, n * 4);
+	double t0 = now_ms();
+	if (backward)
+		rope_backward_cpu(ref, cs, sn, pos, B, S, nh, D);
+	else
+		rope_forward_cpu(ref, cs, sn, pos, B, S, nh, D);
+	c.cpu_ms = now_ms() - t0;
+
+	struct rope_args a = { NULL, dev_from(cs, (size_t)S * half * 4, 0), dev_from(sn, (size_t)S * half * 4, 0),
+	                       pos ? dev_from(pos, (size_t)B * S * 4, 0) : NULL, B, S, nh, D };
+	a.x = case_out(&c, "x", n * 4, x0, 0);
+	case_run(&c, backward ? rope_bwd_gpu : rope_fwd_gpu, &a);
+	check(&c, "x", ref, n, 0, 1e-6, 1e-6);
+	case_end(&c);
+	free(x0);
+	free(cs);
+	free(sn);
+	free(ref);
+	free(pos);
+}
+
+/* realistic 0: odd small shapes (scalar, unaligned and fallback paths;
+ * quick enough for compute-sanitizer); 1: model shapes */
+static void rope_forward_cuda_check(int realistic)
+{
+	if (!realistic) {
+		test_rope(2, 3, 3, 6, 0, 0);
+		test_rope(2, 40, 3, 8, 0, 3); /* document positions */
+	} else {
+		test_rope(1, 512, 32, 128, 0, 0);
+		test_rope(2, 512, 28, 128, 0, 4);
+	}
+}
+#endif

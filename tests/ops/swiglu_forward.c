@@ -1,0 +1,149 @@
+/* tests/ops/swiglu_forward.c: swiglu_forward's checks: silu(gate) * up in
+ * bf16 at any row pitch.
+ *
+ * Included by the op-test drivers through ops_all.h, which says what each
+ * section defines. */
+
+#ifdef OPS_TEST_VALUES
+static void test_swiglu_values(void)
+{
+	enum { N = 40 };
+	float gate[N], up[N], outf[N];
+	bf16 out[N];
+	double want[N];
+
+	fill_f32(gate, N, -6.0, 6.0);
+	fill_f32(up, N, -2.0, 2.0);
+	gate[0] = -100.0f; /* e^100 overflows fp32: silu must be -0, not NaN */
+	gate[1] = 100.0f;
+	for (int i = 0; i < N; i++)
+		want[i] = (double)gate[i] / (1.0 + exp(-(double)gate[i])) * up[i];
+	swiglu_forward_cpu(out, N, gate, up, 1, N);
+	for (int i = 0; i < N; i++)
+		outf[i] = f32_from_bf16(out[i]);
+	/* bf16 output: up to 2^-8 relative; the atol only admits the -0 that
+	 * stands for silu(-100) * up ~ 1e-42 */
+	check_close("swiglu_forward silu(gate) * up", outf, want, N, 1e-30, 4e-3);
+	CHECK(outf[0] == 0.0f);
+}
+
+static void test_pitched_swiglu(void)
+{
+	enum { T = 6, F = 50, LD = F + 14, LD_D = F + 10 };
+	float gate[T * F], up[T * F], dout[T * F];
+	bf16 out[T * F], outp[T * LD], dgate[T * F], dup[T * F], dgatep[T * LD_D], dupp[T * LD_D];
+
+	fill_f32(gate, T * F, -8.0, 8.0);
+	fill_f32(up, T * F, -2.0, 2.0);
+	fill_f32(dout, T * F, -1.0, 1.0);
+	swiglu_forward_cpu(out, F, gate, up, T, F);
+	fill_bf16_bits(outp, T * LD, PAD_BF16);
+	swiglu_forward_cpu(outp, LD, gate, up, T, F);
+	check_pitched("swiglu_forward out at ld_out 64", outp, LD, out, T, F, sizeof(bf16), &pad_bf16);
+
+	swiglu_backward_cpu(dgate, dup, F, dout, gate, up, T, F);
+	fill_bf16_bits(dgatep, T * LD_D, PAD_BF16);
+	fill_bf16_bits(dupp, T * LD_D, PAD_BF16);
+	swiglu_backward_cpu(dgatep, dupp, LD_D, dout, gate, up, T, F);
+	check_pitched("swiglu_backward dgate at ld_d 60", dgatep, LD_D, dgate, T, F, sizeof(bf16), &pad_bf16);
+	check_pitched("swiglu_backward dup at ld_d 60", dupp, LD_D, dup, T, F, sizeof(bf16), &pad_bf16);
+}
+
+static void swiglu_forward_values_check(void)
+{
+	test_swiglu_values();
+	test_pitched_swiglu(); /* the backward's pitch too */
+}
+#endif
+
+/* no gradient check here: its gradient is swiglu_backward's check */
+#define swiglu_forward_grad_check NULL
+
+#ifdef OPS_TEST_CUDA
+struct swiglu_args {
+	bf16 *out, *dgate, *dup;
+	const float *gate, *up, *dout;
+	int T, F, ld; /* ld: rows of out, or of dgate and dup */
+};
+
+static void swiglu_fwd_gpu(const void *p)
+{
+	const struct swiglu_args *a = p;
+	gpu->ops->swiglu_forward(a->out, a->ld, a->gate, a->up, a->T, a->F);
+}
+
+static void swiglu_bwd_gpu(const void *p)
+{
+	const struct swiglu_args *a = p;
+	gpu->ops->swiglu_backward(a->dgate, a->dup, a->ld, a->dout, a->gate, a->up, a->T, a->F);
+}
+
+/* The same formula on both sides; CUDA's expf is within 2 ulps, glibc's
+ * within 1, so values differ by a few fp32 ulps (1e-6 of max plus 1e-5
+ * relative covers the cancellation in 1 + g(1 - sig)), and bf16 outputs by
+ * one bf16 ulp.  `offset` shifts every pointer by 4 bytes (the unaligned
+ * path); ld > F: the bf16 outputs pitched, the pads kept. */
+static void test_swiglu(int T, int F, int ld, int offset, int backward)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "swiglu_%s T=%d F=%d ld=%d%s", backward ? "backward" : "forward", T, F, ld,
+	                offset ? " unaligned" : ""))
+		return;
+	size_t off = offset ? 4 : 0, n = (size_t)T * F, n_out = (size_t)T * ld;
+	float *gate = rand_f32(n, -6, 6), *up = rand_f32(n, -2, 2), *dout = rand_f32(n, -1, 1);
+	bf16 *init = pitched_out_init((size_t)T, (size_t)F, (size_t)ld, 2);
+	bf16 *ref = dup_bytes(init, n_out * 2), *ref_dg = dup_bytes(init, n_out * 2);
+	bf16 *ref_du = dup_bytes(init, n_out * 2);
+	double t0 = now_ms();
+	if (backward)
+		swiglu_backward_cpu(ref_dg, ref_du, ld, dout, gate, up, T, F);
+	else
+		swiglu_forward_cpu(ref, ld, gate, up, T, F);
+	c.cpu_ms = now_ms() - t0;
+
+	struct swiglu_args a = { 0 };
+	a.gate = dev_from(gate, n * 4, off);
+	a.up = dev_from(up, n * 4, off);
+	a.dout = dev_from(dout, n * 4, off);
+	a.T = T, a.F = F, a.ld = ld;
+	if (backward) {
+		a.dgate = case_out(&c, "dgate", n_out * 2, init, off / 2);
+		a.dup = case_out(&c, "dup", n_out * 2, init, off / 2);
+	} else {
+		a.out = case_out(&c, "out", n_out * 2, init, off / 2);
+	}
+	case_run(&c, backward ? swiglu_bwd_gpu : swiglu_fwd_gpu, &a);
+	if (backward) {
+		check_rows(&c, "dgate", ref_dg, (size_t)T, (size_t)F, (size_t)ld, 1, 1e-6, BF16_RTOL);
+		check_pads(&c, "dgate", ref_dg, (size_t)T, (size_t)F, (size_t)ld, 2);
+		check_rows(&c, "dup", ref_du, (size_t)T, (size_t)F, (size_t)ld, 1, 1e-6, BF16_RTOL);
+		check_pads(&c, "dup", ref_du, (size_t)T, (size_t)F, (size_t)ld, 2);
+	} else {
+		check_rows(&c, "out", ref, (size_t)T, (size_t)F, (size_t)ld, 1, 1e-6, BF16_RTOL);
+		check_pads(&c, "out", ref, (size_t)T, (size_t)F, (size_t)ld, 2);
+	}
+	case_end(&c);
+	free(gate);
+	free(up);
+	free(dout);
+	free(init);
+	free(ref);
+	free(ref_dg);
+	free(ref_du);
+}
+
+/* realistic 0: odd small shapes (scalar, unaligned and fallback paths;
+ * quick enough for compute-sanitizer); 1: model shapes */
+static void swiglu_forward_cuda_check(int realistic)
+{
+	if (!realistic) {
+		test_swiglu(7, 143, 143, 1, 0);
+		test_swiglu(7, 143, 150, 0, 0); /* pitched, odd F: scalar rows */
+		test_swiglu(5, 64, 72, 0, 0);   /* pitched, vector rows */
+		test_swiglu(5, 64, 72, 1, 0);   /* pitched, unaligned: scalar rows */
+	} else {
+		test_swiglu(512, 11008, 11008, 0, 0);
+		test_swiglu(512, 27648, 27648 + 160, 0, 0); /* 32B's F into the down projection's buffer */
+	}
+}
+#endif
