@@ -395,23 +395,34 @@ static int make_inner_dir(const char *outdir, const char *rel)
 	return rc;
 }
 
-static void progress_start(const struct cell *c, int index, int total, int verbose)
+/* "[2/5] peft qwen2_5_32b bf16 ..." and its end " ok 41.2 s" on one
+ * line; with -v, or in a --gpus worker (whose lines the pool passes on
+ * whole), the start and the end are lines of their own. */
+static int whole_lines(const struct arm_options *o)
+{
+	return o->verbose || o->device;
+}
+
+static void progress_start(const struct cell *c, int index, int total, const struct arm_options *o, int newline)
 {
 	if (total > 0)
 		fprintf(stderr, "[%d/%d] ", index, total);
 	else
 		fprintf(stderr, "[%d] ", index);
-	fprintf(stderr, "%s %s %s ...%s", method_names[c->method], c->model.arch, precision_names[c->precision],
-	        verbose ? "\n" : "");
+	fprintf(stderr, "%s %s %s", method_names[c->method], c->model.arch, precision_names[c->precision]);
+	if (o->device)
+		fprintf(stderr, " on GPU %s", o->device);
+	fprintf(stderr, " ...%s", newline ? "\n" : "");
 }
 
-static void progress_end(const struct artifact *a, int index, int total, int verbose, long long log_dropped)
+static void progress_end(const struct artifact *a, int index, int total, const struct arm_options *o,
+                         long long log_dropped)
 {
 	const char *why = a->error ? a->error : "";
 	int n = (int)strcspn(why, "\n");
 
-	if (verbose)
-		progress_start(&a->cell, index, total, 0);
+	if (whole_lines(o))
+		progress_start(&a->cell, index, total, o, 0);
 	fprintf(stderr, " %s", artifact_status_names[a->status]);
 	if (isfinite(a->wall_s))
 		fprintf(stderr, " %.1f s", a->wall_s);
@@ -588,7 +599,7 @@ int arm_run_cell(const struct arm_options *o, const cJSON *cell_json, const char
 	artifact_env_collect_host(&a.env);
 	artifact_set_str(&a.log, p.log_rel);
 	artifact_set_str(&a.run_dir, p.run_rel);
-	progress_start(&c, index, total, o->verbose);
+	progress_start(&c, index, total, o, whole_lines(o));
 
 	t0 = now_seconds();
 	utc_now_iso(a.started_at, sizeof a.started_at);
@@ -604,12 +615,32 @@ int arm_run_cell(const struct arm_options *o, const cJSON *cell_json, const char
 		log_dropped = x.log_dropped;
 	}
 	utc_now_iso(a.finished_at, sizeof a.finished_at);
-	progress_end(&a, index, total, o->verbose, log_dropped);
+	progress_end(&a, index, total, o, log_dropped);
 	rc = emit(&a, p.artifact);
 
 	command_free(&cmd);
 	artifact_free(&a);
 	paths_free(&p);
 	cell_free(&c);
+	return rc;
+}
+
+int arm_run_file(const struct arm_options *o, const char *path, int index, int total)
+{
+	char err[512];
+	cJSON *cell = json_read_file(path, err, sizeof err);
+	int rc;
+
+	if (cell == NULL) {
+		warnmsg("%s", err);
+		return EXIT_USAGE;
+	}
+	if (!cJSON_IsObject(cell)) {
+		warnmsg("%s: not a JSON object (expected a cell)", path);
+		cJSON_Delete(cell);
+		return EXIT_USAGE;
+	}
+	rc = arm_run_cell(o, cell, path, path, index, total);
+	cJSON_Delete(cell);
 	return rc;
 }
