@@ -22,22 +22,6 @@ extern char **environ;
 
 /* --- finding the children ------------------------------------------------- */
 
-static char *exe_dir(void)
-{
-	char buf[4096];
-	ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-	char *slash;
-
-	if (n <= 0)
-		return NULL;
-	buf[n] = '\0';
-	slash = strrchr(buf, '/');
-	if (slash == NULL)
-		return NULL;
-	*slash = '\0';
-	return xstrdup(buf);
-}
-
 static int is_executable(const char *path)
 {
 	struct stat st;
@@ -79,7 +63,7 @@ static char *locate_program(const char *env_name, const char *name, int beside_u
 		         access(env, F_OK) == 0 ? "not an executable file" : strerror(errno));
 		return NULL;
 	}
-	if (beside_us && (dir = exe_dir()) != NULL) {
+	if (beside_us && (dir = poros_exe_dir()) != NULL) {
 		cand = xasprintf("%s/%s", dir, name);
 		free(dir);
 		if (is_executable(cand))
@@ -94,25 +78,30 @@ static char *locate_program(const char *env_name, const char *name, int beside_u
 	return NULL;
 }
 
+/* POROS_ARMS_DIR, else the shipped arms (poros_resource: share/poros/arms
+ * beside bin/ in the source tree and under an installed PREFIX alike). */
 static char *arms_dir(void)
 {
 	const char *env = getenv("POROS_ARMS_DIR");
-	char *dir, *d;
+	char *d, *real;
 
 	if (env && *env)
 		return xstrdup(env);
-	dir = exe_dir();
-	if (dir == NULL)
-		return xstrdup("share/poros/arms");
-	/* bin/../share/poros/arms: the source tree and an installed PREFIX alike */
-	d = xasprintf("%s/../share/poros/arms", dir);
-	free(dir);
-	{
-		char *real = realpath(d, NULL); /* a plain path in the artifact's argv */
-		if (real) {
-			free(d);
-			d = real;
-		}
+	d = poros_resource("arms");
+	if (d == NULL) {
+		/* named in the error that follows: where they should have been */
+		char *dir = poros_exe_dir();
+
+		if (dir == NULL)
+			return xstrdup("share/poros/arms");
+		d = xasprintf("%s/../share/poros/arms", dir);
+		free(dir);
+		return d;
+	}
+	real = realpath(d, NULL); /* a plain path in the artifact's argv */
+	if (real) {
+		free(d);
+		d = real;
 	}
 	return d;
 }
