@@ -395,6 +395,18 @@ gone() {
 	jq -e '.status == "error" and (.error | startswith("baseline arm /nowhere/peft_arm.py: No such file or directory"))' <<< "$output"
 }
 
+@test "the python arms are found as every tool finds shipped files: POROS_HOME/arms first" {
+	export POROS_PYTHON="$FAKE"
+	cell peft > p.json
+	mkdir -p home/arms
+	: > home/arms/peft_arm.py
+	run -0 --separate-stderr env POROS_HOME="$PWD/home" poros-arm p.json
+	jq -e --arg arm "$(pwd -P)/home/arms/peft_arm.py" '.argv[1] == $arm' <<< "$output"
+	# a POROS_HOME without arms/ (a checkout's root, for configs/) falls through to share/poros/arms
+	run -0 --separate-stderr env POROS_HOME="$POROS_ROOT" poros-arm p.json
+	jq -e --arg arm "$(cd "$POROS_ROOT/share/poros/arms" && pwd -P)/peft_arm.py" '.argv[1] == $arm' <<< "$output"
+}
+
 @test "without python3 the python arms are skipped, saying so" {
 	cell unsloth > u.json
 	run -0 --separate-stderr env POROS_PYTHON=/nonexistent/python3 poros-arm u.json

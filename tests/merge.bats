@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # poros-merge: results files and artifact directories -> one row per cell;
-# --compare A B; --append-to FILE.
+# --compare A B; --append-to FILE [--if-missing].
 
 bats_require_minimum_version 1.5.0
 
@@ -273,6 +273,76 @@ make_compare_runs() {
 	[ "$(wc -l < results.jsonl)" -eq 16 ]
 	run -0 jq -r .writer results.jsonl
 	[ "$(echo "$output" | sort -n | paste -sd ' ')" = "$(seq 1 16 | paste -sd ' ')" ]
+}
+
+# --- --append-to --if-missing (the driver's heal) -------------------------------
+
+@test "--if-missing appends an artifact file only when no line has its cell_id and finished_at" {
+	art poros tiny_qwen2 nf4 ok 2026-11-29T10:00:00Z > a.json
+	art poros tiny_qwen2 bf16 ok 2026-11-29T10:00:00Z > b.json
+	jq -c . a.json > results.jsonl
+	run -0 --separate-stderr poros-merge --append-to results.jsonl --if-missing a.json b.json
+	[ -z "$output" ] && [ -z "$stderr" ]
+	[ "$(jq -r .cell_id results.jsonl | paste -sd ' ')" = "poros_tiny_qwen2_nf4 poros_tiny_qwen2_bf16" ]
+	[ "$(sed -n 2p results.jsonl)" = "$(jq -c . b.json)" ]
+	# again: both are there, nothing changes
+	cp results.jsonl before
+	run -0 poros-merge --append-to results.jsonl --if-missing a.json b.json
+	cmp before results.jsonl
+}
+
+@test "--if-missing: a later artifact of the same cell is another record, appended" {
+	art poros tiny_qwen2 nf4 ok 2026-11-29T10:00:00Z | jq -c . > results.jsonl
+	art poros tiny_qwen2 nf4 error 2026-11-29T12:00:00Z > a.json
+	run -0 poros-merge --append-to results.jsonl --if-missing a.json
+	[ "$(jq -r '.finished_at + " " + .status' results.jsonl | paste -sd ,)" = "2026-11-29T10:00:00Z ok,2026-11-29T12:00:00Z error" ]
+	# the same finished_at under another cell_id is no match either
+	art poros tiny_llama nf4 ok 2026-11-29T10:00:00Z > c.json
+	run -0 poros-merge --append-to results.jsonl --if-missing c.json
+	[ "$(wc -l < results.jsonl)" -eq 3 ]
+}
+
+@test "--if-missing creates the results file, reads stdin lines with -, and appends a repeated input once" {
+	art poros tiny_qwen2 nf4 ok 2026-11-29T10:00:00Z > a.json
+	run -0 --separate-stderr bash -c 'cat a.json a.json | poros-merge --append-to results.jsonl --if-missing -'
+	[ "$(wc -l < results.jsonl)" -eq 1 ]
+	run -0 --separate-stderr bash -c 'poros-merge --append-to results.jsonl --if-missing < a.json'
+	[ "$(wc -l < results.jsonl)" -eq 1 ]
+}
+
+@test "--if-missing passes over malformed lines of the results file and a torn last line" {
+	art poros tiny_qwen2 nf4 ok 2026-11-29T10:00:00Z > a.json
+	{ echo 'not json'; jq -c . a.json; printf '{"cell_id":"poros_tiny_qwen2_bf16","fin'; } > results.jsonl
+	run -0 poros-merge --append-to results.jsonl --if-missing a.json
+	[ "$(wc -l < results.jsonl)" -eq 2 ]
+	art poros tiny_qwen2 bf16 ok 2026-11-29T10:00:00Z > b.json
+	run -0 --separate-stderr poros-merge --append-to results.jsonl --if-missing b.json
+	[[ "$stderr" == *"results.jsonl: last line is incomplete (a killed writer?); starting a new line"* ]]
+	[ "$(tail -n 1 results.jsonl)" = "$(jq -c . b.json)" ]
+}
+
+@test "--if-missing refuses a malformed or keyless artifact (exit 2), a missing one (exit 1), and still appends the rest" {
+	art poros tiny_qwen2 nf4 ok 2026-11-29T10:00:00Z > a.json
+	echo '{"cell_id": "x"' > bad.json
+	echo '{"cell_id": "x"}' > keyless.json
+	run -2 --separate-stderr poros-merge --append-to results.jsonl --if-missing bad.json keyless.json a.json
+	[[ "$stderr" == *"poros-merge: not appended: bad.json"* ]]
+	[[ "$stderr" == *'poros-merge: keyless.json: not appended: no "cell_id" and "finished_at" strings (expected an artifact)'* ]]
+	[ "$(cat results.jsonl)" = "$(jq -c . a.json)" ]
+	run -1 --separate-stderr poros-merge --append-to results.jsonl --if-missing nowhere.json
+	[[ "$stderr" == *"nowhere.json"* ]]
+	# --if-missing belongs to --append-to
+	run -2 --separate-stderr poros-merge --if-missing a.json
+	[[ "$stderr" == "usage: poros-merge"* ]]
+}
+
+@test "concurrent --if-missing healers append a record once" {
+	art poros tiny_qwen2 nf4 ok 2026-11-29T10:00:00Z > a.json
+	for _ in $(seq 1 8); do
+		poros-merge --append-to results.jsonl --if-missing a.json &
+	done
+	wait
+	[ "$(wc -l < results.jsonl)" -eq 1 ]
 }
 
 @test "--spec keeps only the artifacts of the spec's cells as they are now, in spec order" {

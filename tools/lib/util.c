@@ -683,11 +683,24 @@ int edit_distance(const char *a, const char *b)
 	return d;
 }
 
+char *poros_exe_dir(void)
+{
+	char exe[4096], *slash;
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+
+	if (n <= 0)
+		return NULL;
+	exe[n] = '\0';
+	slash = strrchr(exe, '/');
+	if (slash == NULL)
+		return NULL;
+	*slash = '\0';
+	return xstrdup(exe);
+}
+
 char *poros_resource(const char *rel)
 {
 	const char *home = getenv("POROS_HOME");
-	char exe[4096];
-	ssize_t n;
 	char *dir, *cand;
 
 	if (home && *home) {
@@ -696,19 +709,16 @@ char *poros_resource(const char *rel)
 			return cand;
 		free(cand);
 	}
-	n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-	if (n <= 0)
+	if ((dir = poros_exe_dir()) == NULL)
 		return NULL;
-	exe[n] = '\0';
-	dir = strrchr(exe, '/');
-	if (dir == NULL)
-		return NULL;
-	*dir = '\0';
-	cand = xasprintf("%s/../%s", exe, rel);
-	if (access(cand, F_OK) == 0)
+	cand = xasprintf("%s/../%s", dir, rel);
+	if (access(cand, F_OK) == 0) {
+		free(dir);
 		return cand;
+	}
 	free(cand);
-	cand = xasprintf("%s/../share/poros/%s", exe, rel);
+	cand = xasprintf("%s/../share/poros/%s", dir, rel);
+	free(dir);
 	if (access(cand, F_OK) == 0)
 		return cand;
 	free(cand);

@@ -108,9 +108,13 @@ char *slugify(const char *s, int strip_org);
 void utc_now_iso(char *buf, size_t n);
 double now_seconds(void); /* monotonic */
 
-/* Locates a file shipped with Poros: the first existing of
- * $POROS_HOME/rel, <exe dir>/../rel, <exe dir>/../share/poros/rel.
- * Returns a malloc'd path or NULL. */
+/* The one locator of what ships with Poros, for every tool.  The
+ * directory of the running binary (/proc/self/exe, links resolved), or
+ * NULL; malloc'd. */
+char *poros_exe_dir(void);
+/* A file shipped with Poros: the first existing of $POROS_HOME/rel,
+ * <exe dir>/../rel, <exe dir>/../share/poros/rel.  Returns a malloc'd path
+ * or NULL. */
 char *poros_resource(const char *rel);
 
 /* The length of the longest valid UTF-8 prefix of s[0..n): n when all of

@@ -5,6 +5,7 @@
 #define POROS_ARM_H
 
 #include <stddef.h>
+#include <sys/types.h>
 #include <cjson/cJSON.h>
 
 #define ARM_TAIL_LINES 8      /* last stderr lines kept for an error message */
@@ -44,6 +45,10 @@ struct child_result {
 /* Installs the handlers child_run relies on (SIGCHLD, and SIGINT, SIGTERM,
  * SIGHUP which end the current child and mark the run interrupted). */
 void child_signals_init(void);
+/* In a --gpus worker just forked with those signals blocked: its own wake
+ * pipe, subreaper and parent-death signal (the pool is its parent), then
+ * the signals unblocked. */
+void child_signals_init_worker(pid_t pool);
 /* The signal that interrupted poros-arm, or 0. */
 int child_interrupted_by(void);
 
@@ -62,6 +67,7 @@ struct arm_options {
 	double kill_grace_s;
 	long long log_max;
 	int verbose;
+	const char *device;       /* --gpus: this worker's GPU (progress says so), else NULL */
 };
 
 /* One cell (a JSON object) into one artifact.  where names the input for
@@ -71,5 +77,24 @@ struct arm_options {
  * code: 0 artifact written, 1 it could not be, 2 the cell is bad. */
 int arm_run_cell(const struct arm_options *o, const cJSON *cell_json, const char *cell_path,
                  const char *where, int index, int total);
+/* The same for the cell in a file (2 when it is not a JSON object). */
+int arm_run_file(const struct arm_options *o, const char *path, int index, int total);
+
+/* One cell of a --gpus pool: a file (path), or a cell read from a stream
+ * (cell, named where); index and total as for arm_run_cell. */
+struct pool_cell {
+	const char *path;
+	cJSON *cell;
+	char *where;
+	int index, total;
+};
+
+/* Runs the cells, at most one per GPU at a time, each in a forked worker
+ * with CUDA_VISIBLE_DEVICES set to its GPU alone; the artifact lines come
+ * on our stdout whole, in the order the cells end.  On SIGINT, SIGTERM or
+ * SIGHUP every worker is passed the signal and waited for.  Returns the
+ * worst exit code of the cells. */
+int arm_run_pool(const struct arm_options *o, const struct pool_cell *cells, int ncells, char *const *gpus,
+                 int ngpus);
 
 #endif

@@ -22,22 +22,6 @@ extern char **environ;
 
 /* --- finding the children ------------------------------------------------- */
 
-static char *exe_dir(void)
-{
-	char buf[4096];
-	ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-	char *slash;
-
-	if (n <= 0)
-		return NULL;
-	buf[n] = '\0';
-	slash = strrchr(buf, '/');
-	if (slash == NULL)
-		return NULL;
-	*slash = '\0';
-	return xstrdup(buf);
-}
-
 static int is_executable(const char *path)
 {
 	struct stat st;
@@ -79,7 +63,7 @@ static char *locate_program(const char *env_name, const char *name, int beside_u
 		         access(env, F_OK) == 0 ? "not an executable file" : strerror(errno));
 		return NULL;
 	}
-	if (beside_us && (dir = exe_dir()) != NULL) {
+	if (beside_us && (dir = poros_exe_dir()) != NULL) {
 		cand = xasprintf("%s/%s", dir, name);
 		free(dir);
 		if (is_executable(cand))
@@ -94,25 +78,30 @@ static char *locate_program(const char *env_name, const char *name, int beside_u
 	return NULL;
 }
 
+/* POROS_ARMS_DIR, else the shipped arms (poros_resource: share/poros/arms
+ * beside bin/ in the source tree and under an installed PREFIX alike). */
 static char *arms_dir(void)
 {
 	const char *env = getenv("POROS_ARMS_DIR");
-	char *dir, *d;
+	char *d, *real;
 
 	if (env && *env)
 		return xstrdup(env);
-	dir = exe_dir();
-	if (dir == NULL)
-		return xstrdup("share/poros/arms");
-	/* bin/../share/poros/arms: the source tree and an installed PREFIX alike */
-	d = xasprintf("%s/../share/poros/arms", dir);
-	free(dir);
-	{
-		char *real = realpath(d, NULL); /* a plain path in the artifact's argv */
-		if (real) {
-			free(d);
-			d = real;
-		}
+	d = poros_resource("arms");
+	if (d == NULL) {
+		/* named in the error that follows: where they should have been */
+		char *dir = poros_exe_dir();
+
+		if (dir == NULL)
+			return xstrdup("share/poros/arms");
+		d = xasprintf("%s/../share/poros/arms", dir);
+		free(dir);
+		return d;
+	}
+	real = realpath(d, NULL); /* a plain path in the artifact's argv */
+	if (real) {
+		free(d);
+		d = real;
 	}
 	return d;
 }
@@ -395,23 +384,34 @@ static int make_inner_dir(const char *outdir, const char *rel)
 	return rc;
 }
 
-static void progress_start(const struct cell *c, int index, int total, int verbose)
+/* "[2/5] peft qwen2_5_32b bf16 ..." and its end " ok 41.2 s" on one
+ * line; with -v, or in a --gpus worker (whose lines the pool passes on
+ * whole), the start and the end are lines of their own. */
+static int whole_lines(const struct arm_options *o)
+{
+	return o->verbose || o->device;
+}
+
+static void progress_start(const struct cell *c, int index, int total, const struct arm_options *o, int newline)
 {
 	if (total > 0)
 		fprintf(stderr, "[%d/%d] ", index, total);
 	else
 		fprintf(stderr, "[%d] ", index);
-	fprintf(stderr, "%s %s %s ...%s", method_names[c->method], c->model.arch, precision_names[c->precision],
-	        verbose ? "\n" : "");
+	fprintf(stderr, "%s %s %s", method_names[c->method], c->model.arch, precision_names[c->precision]);
+	if (o->device)
+		fprintf(stderr, " on GPU %s", o->device);
+	fprintf(stderr, " ...%s", newline ? "\n" : "");
 }
 
-static void progress_end(const struct artifact *a, int index, int total, int verbose, long long log_dropped)
+static void progress_end(const struct artifact *a, int index, int total, const struct arm_options *o,
+                         long long log_dropped)
 {
 	const char *why = a->error ? a->error : "";
 	int n = (int)strcspn(why, "\n");
 
-	if (verbose)
-		progress_start(&a->cell, index, total, 0);
+	if (whole_lines(o))
+		progress_start(&a->cell, index, total, o, 0);
 	fprintf(stderr, " %s", artifact_status_names[a->status]);
 	if (isfinite(a->wall_s))
 		fprintf(stderr, " %.1f s", a->wall_s);
@@ -588,7 +588,7 @@ int arm_run_cell(const struct arm_options *o, const cJSON *cell_json, const char
 	artifact_env_collect_host(&a.env);
 	artifact_set_str(&a.log, p.log_rel);
 	artifact_set_str(&a.run_dir, p.run_rel);
-	progress_start(&c, index, total, o->verbose);
+	progress_start(&c, index, total, o, whole_lines(o));
 
 	t0 = now_seconds();
 	utc_now_iso(a.started_at, sizeof a.started_at);
@@ -604,12 +604,32 @@ int arm_run_cell(const struct arm_options *o, const cJSON *cell_json, const char
 		log_dropped = x.log_dropped;
 	}
 	utc_now_iso(a.finished_at, sizeof a.finished_at);
-	progress_end(&a, index, total, o->verbose, log_dropped);
+	progress_end(&a, index, total, o, log_dropped);
 	rc = emit(&a, p.artifact);
 
 	command_free(&cmd);
 	artifact_free(&a);
 	paths_free(&p);
 	cell_free(&c);
+	return rc;
+}
+
+int arm_run_file(const struct arm_options *o, const char *path, int index, int total)
+{
+	char err[512];
+	cJSON *cell = json_read_file(path, err, sizeof err);
+	int rc;
+
+	if (cell == NULL) {
+		warnmsg("%s", err);
+		return EXIT_USAGE;
+	}
+	if (!cJSON_IsObject(cell)) {
+		warnmsg("%s: not a JSON object (expected a cell)", path);
+		cJSON_Delete(cell);
+		return EXIT_USAGE;
+	}
+	rc = arm_run_cell(o, cell, path, path, index, total);
+	cJSON_Delete(cell);
 	return rc;
 }

@@ -46,7 +46,8 @@ static void on_signal(int signo)
 	errno = saved;
 }
 
-void child_signals_init(void)
+/* The wake pipe and the handlers (SIGCHLD, SIGINT, SIGTERM, SIGHUP). */
+static void signals_install(void)
 {
 	struct sigaction sa;
 	int sigs[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
@@ -63,23 +64,33 @@ void child_signals_init(void)
 	sa.sa_flags = SA_NOCLDSTOP;
 	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
 		sigaction(sigs[i], &sa, NULL);
-	/* A closed stdout or stderr must not kill us while a child runs
-	 * (it would be left behind): writes fail with EPIPE instead.  The
-	 * child gets the default back before exec. */
-	signal(SIGPIPE, SIG_IGN);
+}
+
+/* Subreaper and parent-death signal: neither survives a fork. */
+static void process_ties(pid_t parent)
+{
 #ifdef __linux__
 	/* Orphaned grandchildren become ours, so that we can reap them and
 	 * know they are gone (and their device memory with them). */
 	prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 	/* We end with what started us: SIGTERM, so that the child is still
 	 * stopped and the cell's artifact still written (status error). */
-	{
-		pid_t parent = getppid();
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		if (getppid() != parent)
-			raise(SIGTERM);
-	}
+	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	if (getppid() != parent)
+		raise(SIGTERM);
+#else
+	(void)parent;
 #endif
+}
+
+void child_signals_init(void)
+{
+	signals_install();
+	/* A closed stdout or stderr must not kill us while a child runs
+	 * (it would be left behind): writes fail with EPIPE instead.  The
+	 * child gets the default back before exec. */
+	signal(SIGPIPE, SIG_IGN);
+	process_ties(getppid());
 	{
 		const char *w = getenv("POROS_ARM_WATCH_PID"), *why = NULL;
 		long pid;
@@ -89,6 +100,23 @@ void child_signals_init(void)
 			watch_pid = (pid_t)pid;
 		}
 	}
+}
+
+void child_signals_init_worker(pid_t pool)
+{
+	sigset_t ours;
+
+	/* The pool's wake pipe is the pool's: a worker waits on its own. */
+	close(wake_pipe[0]);
+	close(wake_pipe[1]);
+	signals_install();
+	process_ties(pool);
+	sigemptyset(&ours);
+	sigaddset(&ours, SIGCHLD);
+	sigaddset(&ours, SIGINT);
+	sigaddset(&ours, SIGTERM);
+	sigaddset(&ours, SIGHUP);
+	sigprocmask(SIG_UNBLOCK, &ours, NULL);
 }
 
 /* True when the watched pid is no more (or a zombie its parent has not

@@ -1,6 +1,7 @@
 /* poros-arm: runs each cell's arm in a fresh child process and writes one
  * RunArtifact per cell (OUTDIR/<method>_<arch>_<precision>.json), printing
- * it as one JSON line.  Cells come as files, or as JSONL on stdin. */
+ * it as one JSON line.  Cells come as files, or as JSONL on stdin; one
+ * after another, or with --gpus several at once, one per GPU (pool.c). */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -14,31 +15,21 @@
 #include "util.h"
 
 #define SYNOPSIS "usage: poros-arm [-v] [-o DIR] [--timeout SECONDS] [--kill-grace SECONDS] " \
-	"[--log-max BYTES] [CELL.json ...]\n"
+	"[--log-max BYTES] [--gpus LIST] [CELL.json ...]\n"
 
 static int worst(int a, int b)
 {
 	return a > b ? a : b;
 }
 
-static int run_file(const struct arm_options *o, const char *path, int index, int total)
+static void stream_error(const struct jsonl_reader *r, const char *name)
 {
-	char err[512];
-	cJSON *cell = json_read_file(path, err, sizeof err);
-	int rc;
+	/* a path where a cell belongs: poros-expand without --jsonl */
+	int looks_like_path = r->buf && r->buf[0] != '{' && r->buf[0] != '[' && strchr(r->buf, '.');
 
-	if (cell == NULL) {
-		warnmsg("%s", err);
-		return EXIT_USAGE;
-	}
-	if (!cJSON_IsObject(cell)) {
-		warnmsg("%s: not a JSON object (expected a cell)", path);
-		cJSON_Delete(cell);
-		return EXIT_USAGE;
-	}
-	rc = arm_run_cell(o, cell, path, path, index, total);
-	cJSON_Delete(cell);
-	return rc;
+	warnmsg("%s:%ld: %s%s", name, r->line, r->err,
+	        looks_like_path ? " (cell file paths go on the command line: "
+	                          "poros-expand SPEC | xargs poros-arm)" : "");
 }
 
 /* Cells as JSON Lines; a bad line is reported and the rest still run. */
@@ -52,11 +43,7 @@ static int run_stream(const struct arm_options *o, FILE *f, const char *name, in
 	while ((got = jsonl_next(&r, &cell)) != 0 && !child_interrupted_by()) {
 		char *where;
 		if (got < 0) {
-			/* a path where a cell belongs: poros-expand without --jsonl */
-			int looks_like_path = r.buf && r.buf[0] != '{' && r.buf[0] != '[' && strchr(r.buf, '.');
-			warnmsg("%s:%ld: %s%s", name, r.line, r.err,
-			        looks_like_path ? " (cell file paths go on the command line: "
-			                          "poros-expand SPEC | xargs poros-arm)" : "");
+			stream_error(&r, name);
 			rc = EXIT_USAGE;
 			if (ferror(f))
 				break;
@@ -71,16 +58,97 @@ static int run_stream(const struct arm_options *o, FILE *f, const char *name, in
 	return rc;
 }
 
+/* --gpus 0,1,3: GPU indices, each once.  Returns how many; gpus gets
+ * pointers into list (which is cut at the commas). */
+#define POOL_MAX_GPUS 256
+static int parse_gpus(char *list, char **gpus)
+{
+	char *g, *end = list + strlen(list);
+	int n = 0;
+
+	/* strtok would pass over an empty item: "0,,1" and "0," must be refused */
+	for (g = list; g <= end; g += strlen(g) + 1) {
+		char *comma = strchr(g, ',');
+
+		if (comma)
+			*comma = '\0';
+		if (*g == '\0' || strspn(g, "0123456789") != strlen(g) || strlen(g) > 6)
+			die(EXIT_USAGE, "--gpus: \"%s\" is not a GPU index (expected a list such as 0,1,2,3)", g);
+		for (int i = 0; i < n; i++)
+			if (strcmp(gpus[i], g) == 0)
+				die(EXIT_USAGE, "--gpus: GPU %s is listed twice", g);
+		if (n == POOL_MAX_GPUS)
+			die(EXIT_USAGE, "--gpus: more than %d GPUs", POOL_MAX_GPUS);
+		gpus[n++] = g;
+		if (!comma)
+			break;
+	}
+	return n;
+}
+
+/* The cells of a stream, for the pool; bad lines reported as run_stream does. */
+static int collect_stream(struct pool_cell **cells, int *n, FILE *f, const char *name, int *index)
+{
+	struct jsonl_reader r;
+	cJSON *cell;
+	int got, rc = EXIT_OK;
+
+	jsonl_init(&r, f, name);
+	while ((got = jsonl_next(&r, &cell)) != 0) {
+		if (got < 0) {
+			stream_error(&r, name);
+			rc = EXIT_USAGE;
+			if (ferror(f))
+				break;
+			continue;
+		}
+		*cells = xrealloc(*cells, (size_t)(*n + 1) * sizeof **cells);
+		(*cells)[(*n)++] = (struct pool_cell){
+			.cell = cell, .where = xasprintf("%s:%ld", name, r.line), .index = ++*index, .total = 0,
+		};
+	}
+	jsonl_free(&r);
+	return rc;
+}
+
+/* --gpus: every cell first (files by name, streams read whole), then the pool. */
+static int run_pool(const struct arm_options *o, char **args, int nargs, int total, char *const *gpus, int ngpus)
+{
+	struct pool_cell *cells = NULL;
+	int n = 0, index = 0, rc = EXIT_OK;
+
+	if (nargs == 0)
+		rc = collect_stream(&cells, &n, stdin, "<stdin>", &index);
+	for (int i = 0; i < nargs; i++) {
+		if (strcmp(args[i], "-") == 0) {
+			rc = worst(rc, collect_stream(&cells, &n, stdin, "<stdin>", &index));
+			continue;
+		}
+		cells = xrealloc(cells, (size_t)(n + 1) * sizeof *cells);
+		cells[n++] = (struct pool_cell){.path = args[i], .index = ++index, .total = total};
+	}
+	rc = worst(rc, arm_run_pool(o, cells, n, gpus, ngpus));
+	for (int i = 0; i < n; i++) {
+		cJSON_Delete(cells[i].cell);
+		free(cells[i].where);
+	}
+	free(cells);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{"output-dir", required_argument, NULL, 'o'}, {"timeout", required_argument, NULL, 't'},
 		{"kill-grace", required_argument, NULL, 'g'}, {"log-max", required_argument, NULL, 'l'},
 		{"verbose", no_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'}, {NULL, 0, NULL, 0},
+		{"version", no_argument, NULL, 'V'}, {"gpus", required_argument, NULL, 'G'},
+		{NULL, 0, NULL, 0},
 	};
 	struct arm_options o = {.timeout_s = -1, .kill_grace_s = 10, .log_max = 16LL << 20};
 	int ch, rc = EXIT_OK, index = 0, total;
+	char *gpu_list = NULL, *gpus[POOL_MAX_GPUS];
+	int ngpus = 0;
 
 	set_progname(argv[0]);
 	stdout_check_at_exit();
@@ -91,6 +159,7 @@ int main(int argc, char **argv)
 		case 'g': o.kill_grace_s = opt_double("--kill-grace", optarg, 0, 3600); break;
 		case 'l': o.log_max = opt_bytes("--log-max", optarg); break;
 		case 'v': o.verbose = 1; break;
+		case 'G': gpu_list = optarg; break;
 		case 'h': fputs(SYNOPSIS, stdout); return EXIT_OK;
 		case 'V': print_version(); return EXIT_OK;
 		default: fputs(SYNOPSIS, stderr); return EXIT_USAGE;
@@ -101,6 +170,8 @@ int main(int argc, char **argv)
 		    cell_output_dir_problem(o.outdir));
 	if (o.log_max < 4096)
 		die(EXIT_USAGE, "--log-max: too small: %lld (at least 4096 bytes)", o.log_max);
+	if (gpu_list)
+		ngpus = parse_gpus(gpu_list, gpus);
 	child_signals_init();
 
 	/* Numbered "[i/n]" when every input is a file; a stream's length is unknown. */
@@ -108,13 +179,15 @@ int main(int argc, char **argv)
 	for (int i = optind; i < argc; i++)
 		if (strcmp(argv[i], "-") == 0)
 			total = 0;
-	if (optind == argc)
+	if (ngpus > 0)
+		rc = run_pool(&o, argv + optind, argc - optind, total, gpus, ngpus);
+	else if (optind == argc)
 		rc = run_stream(&o, stdin, "<stdin>", &index);
-	for (int i = optind; i < argc && !child_interrupted_by(); i++) {
+	for (int i = optind; i < argc && ngpus == 0 && !child_interrupted_by(); i++) {
 		if (strcmp(argv[i], "-") == 0)
 			rc = worst(rc, run_stream(&o, stdin, "<stdin>", &index));
 		else
-			rc = worst(rc, run_file(&o, argv[i], ++index, total));
+			rc = worst(rc, arm_run_file(&o, argv[i], ++index, total));
 	}
 	if (child_interrupted_by())
 		die(EXIT_RUNTIME, "interrupted by %s", signal_name(child_interrupted_by()));

@@ -13,7 +13,7 @@
 static const char synopsis[] =
 	"usage: poros-merge [--spec SPEC.json] [FILE|DIR|- ...]\n"
 	"       poros-merge --compare [--md|--table] A B\n"
-	"       poros-merge --append-to FILE\n";
+	"       poros-merge --append-to FILE [--if-missing [ARTIFACT.json|- ...]]\n";
 
 static noreturn void usage(void)
 {
@@ -35,6 +35,8 @@ static void help(void)
 	      "                    stderr per cell whose configuration differs and when the\n"
 	      "                    environments differ (GPU, driver, CUDA, versions, commit)\n"
 	      "  --append-to FILE  append each JSON line of stdin to FILE (one write + fsync per line)\n"
+	      "  --if-missing      with --append-to: only the artifacts (files, or lines on stdin) that FILE\n"
+	      "                    lacks, by cell_id and finished_at\n"
 	      "  --help, --version\n"
 	      "Exit status: 0 ok, 1 an input or output could not be read or written, 2 usage, or a\n"
 	      "malformed line or file was reported and skipped (every good row is still written).\n",
@@ -119,12 +121,13 @@ int main(int argc, char **argv)
 		{ "table", no_argument, NULL, 't' },
 		{ "spec", required_argument, NULL, 's' },
 		{ "append-to", required_argument, NULL, 'a' },
+		{ "if-missing", no_argument, NULL, 'i' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *append_to = NULL, *spec = NULL;
-	int compare = 0, md = 0, table = 0, c;
+	int compare = 0, md = 0, table = 0, if_missing = 0, c;
 
 	set_progname(argv[0]);
 	stdout_check_at_exit();
@@ -135,6 +138,7 @@ int main(int argc, char **argv)
 		case 't': table = 1; break;
 		case 's': spec = optarg; break;
 		case 'a': append_to = optarg; break;
+		case 'i': if_missing = 1; break;
 		case 'h': help(); break;
 		case 'V': print_version();
 		default: usage();
@@ -142,8 +146,10 @@ int main(int argc, char **argv)
 	}
 	argc -= optind;
 	argv += optind;
-	if ((compare && append_to) || ((md || table) && !compare) || (md && table) || (spec && (compare || append_to)))
+	if ((compare && append_to) || (if_missing && !append_to) || ((md || table) && !compare) || (md && table) || (spec && (compare || append_to)))
 		usage();
+	if (if_missing)
+		return append_missing(append_to, argv, argc);
 	if (append_to) {
 		if (argc != 0)
 			usage();

@@ -47,4 +47,10 @@ int compare_write(FILE *out, const struct result_set *a, const struct result_set
  * appended), EXIT_RUNTIME when the file could not be written. */
 int append_lines(const char *path, FILE *in, const char *in_name);
 
+/* --if-missing: appends each record of inputs (artifact files, "-" for
+ * JSON Lines on stdin; stdin when n is 0) that path lacks, a record being
+ * its cell_id and finished_at, all under one lock on path.  Exit status as
+ * append_lines (EXIT_USAGE also for a record without those two strings). */
+int append_missing(const char *path, char *const *inputs, int n);
+
 #endif
