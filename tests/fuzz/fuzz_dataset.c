@@ -1,5 +1,5 @@
-/* tests/fuzz/fuzz_dataset.c: the dataset readers (tools/lib/dataset.c) on
- * arbitrary files, as poros-train --dataset reads them.
+/* tests/fuzz/fuzz_dataset.c: the dataset readers (tools/lib/dataset_files.c)
+ * on arbitrary files, as poros-train --dataset reads them.
  *
  * Input layout: the first byte picks the file's name (.jsonl, .json, .txt,
  * each plain or gzipped: then the rest is compressed here, or written as
