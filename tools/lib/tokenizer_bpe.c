@@ -45,14 +45,23 @@ static uint64_t hash_bytes(const void *data, size_t n)
 	return mix64(h ^ w ^ ((uint64_t)n << 56));
 }
 
-/* ---- string -> int map (the vocabulary) ---------------------------------- */
-
-static void strmap_init(struct strmap *m, size_t expect)
+/* Slots for expect keys in an open-addressing table (a power of two, so a
+ * hash is masked; at most half full, so probes stay short). */
+static size_t table_cap(size_t expect)
 {
 	size_t cap = 64;
 
 	while (cap < expect * 2)
 		cap <<= 1;
+	return cap;
+}
+
+/* ---- string -> int map (the vocabulary) ---------------------------------- */
+
+static void strmap_init(struct strmap *m, size_t expect)
+{
+	size_t cap = table_cap(expect);
+
 	m->slots = xmalloc(cap * sizeof *m->slots);
 	for (size_t i = 0; i < cap; i++)
 		m->slots[i].val = -1;
@@ -133,10 +142,8 @@ static void strmap_put(struct strmap *m, const char *s, size_t n, int32_t val)
 
 static void pairmap_init(struct pairmap *m, size_t expect)
 {
-	size_t cap = 64;
+	size_t cap = table_cap(expect);
 
-	while (cap < expect * 2)
-		cap <<= 1;
 	m->slots = xmalloc(cap * sizeof *m->slots);
 	for (size_t i = 0; i < cap; i++)
 		m->slots[i].key = UINT64_MAX;
