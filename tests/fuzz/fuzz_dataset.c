@@ -1,5 +1,5 @@
-/* tests/fuzz/fuzz_dataset.c: the dataset readers (tools/lib/dataset.c) on
- * arbitrary files, as poros-train --dataset reads them.
+/* tests/fuzz/fuzz_dataset.c: the dataset readers (tools/lib/dataset_files.c)
+ * on arbitrary files, as poros-train --dataset reads them.
  *
  * Input layout: the first byte picks the file's name (.jsonl, .json, .txt,
  * each plain or gzipped: then the rest is compressed here, or written as
@@ -24,7 +24,7 @@ static struct tokenizer *tok;
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char err[1024], name[64], path[512], dir[512];
-	int32_t tokens[2 * 16], targets[2 * 16];
+	int32_t tokens[2 * 16], targets[2 * 16], pos[2 * 16];
 
 	if (tok == NULL && tokenizer_load(&tok, "tests/fixtures/tokenizer/tiny", err, sizeof err) < 0) {
 		fprintf(stderr, "%s (run from the repository root)\n", err);
@@ -72,10 +72,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (dataset_max_token_id(ds) >= vocab || dataset_documents(ds) < 1)
 		abort();
 	for (int step = 0; step < 3; step++) {
-		if (dataset_next(ds, tokens, targets, 2, err, sizeof err) < 0)
+		if (dataset_next(ds, tokens, targets, pos, 2, err, sizeof err) < 0)
 			abort();
+		/* a target is an id, -100 (not a target) or -1 (padding); a
+		 * position never reaches back past its row's start */
 		for (int j = 0; j < 2 * 16; j++)
-			if (tokens[j] < 0 || tokens[j] >= vocab || targets[j] < -1 || targets[j] >= vocab)
+			if (tokens[j] < 0 || tokens[j] >= vocab || targets[j] < -100 || (targets[j] < -1 && targets[j] != -100) ||
+			    targets[j] >= vocab || pos[j] < 0 || pos[j] > j % 16)
 				abort();
 	}
 	dataset_close(ds);

@@ -1,0 +1,51 @@
+/* tools/lib/dataset_int.h: what the parts of the dataset share: the
+ * dataset itself and its documents before tokenization.
+ *   dataset.c        records -> documents (text, input_ids, chats and
+ *                    their targets), tokenizing them, opening a spec
+ *   dataset_files.c  dataset files and directories -> records
+ *   dataset_pack.c   documents -> packed rows, the packing cursor */
+#ifndef POROS_DATASET_INT_H
+#define POROS_DATASET_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dataset.h"
+
+/* A document before tokenization: text to encode, a rendered chat, or
+ * ids as given; all_targets: every token is a target (else the chat's
+ * answers only). */
+struct pending_doc {
+	char *text;
+	size_t len;
+	struct chat_render *chat;
+	int all_targets;
+	struct token_ids ids;
+	uint8_t *sup;        /* (ids.n) after tokenizing */
+};
+
+struct dataset {
+	const struct tokenizer *tok;
+	int seq_len, eos_id, shuffle;
+	enum train_on train_on;
+	struct chat_template *chat; /* loaded at the first messages record */
+	char *chat_date;            /* strftime_now's date, "YYYY-MM-DD", or NULL */
+	unsigned long long seed;
+	struct pending_doc *pending;
+	size_t n_pending, cap_pending;
+	int prepared;
+	int32_t *tokens;     /* every document's tokens, back to back */
+	uint8_t *sup;        /* (n_tokens) 1: a target when it is the next token */
+	uint8_t *sep_sup;    /* (n_docs) the same for the EOS after document d */
+	size_t n_tokens;
+	size_t *doc_off;     /* document d: tokens[doc_off[d] .. doc_off[d+1]) */
+	size_t n_docs;
+	int max_id;
+	/* where the packing stands: stream position and the same as
+	 * (document in epoch order, offset; offset == length is its EOS) */
+	size_t *order;
+	long long epoch;      /* -1 before the first */
+	size_t stream_pos, cur_doc, cur_off;
+};
+
+#endif
