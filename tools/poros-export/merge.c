@@ -2,8 +2,9 @@
  * into its shard's file, and the file read back.
  *
  * The library's st_write builds a whole file in memory; a 5 GB shard would
- * need that much again, so shards are streamed here, then re-read with
- * st_open as a check of what was written. */
+ * need that much again, so shards are streamed here after st_header (the
+ * start of the file st_write would write), then re-read with st_open as a
+ * check of what was written. */
 #include "export.h"
 
 #include <errno.h>
@@ -122,44 +123,31 @@ static int write_copied(struct job *j, int fd, const char *path, const struct ou
 	return 0;
 }
 
-/* The shard's safetensors header: tensors in order, data packed, the
- * length padded with spaces to a multiple of 8 (as safetensors does). */
-static char *shard_header(const struct job *j, const struct shard *s, size_t *len)
+/* The shard's safetensors header, as st_write would write it: tensors in
+ * order, data packed.  NULL with the job's error. */
+static unsigned char *shard_header(struct job *j, const struct shard *s, const char *path, size_t *len)
 {
-	cJSON *root = cJSON_CreateObject(), *meta, *e, *arr;
-	size_t off = 0, hlen, padded;
-	char *json, *out;
+	struct st_out *outs = xcalloc((size_t)s->count + 1, sizeof *outs);
+	cJSON *meta = cJSON_CreateObject();
+	unsigned char *header;
+	char lerr[512];
 
-	/* transformers refuses a safetensors file without format "pt" */
-	meta = cJSON_AddObjectToObject(root, "__metadata__");
-	cJSON_AddStringToObject(meta, "format", "pt");
-	for (int i = s->first; i < s->first + s->count; i++) {
-		const struct out_tensor *o = &j->t[i];
+	for (int i = 0; i < s->count; i++) {
+		const struct out_tensor *o = &j->t[s->first + i];
 
-		e = cJSON_AddObjectToObject(root, o->t->name);
-		cJSON_AddStringToObject(e, "dtype", st_dtype_name(o->dtype));
-		arr = cJSON_AddArrayToObject(e, "shape");
-		for (int d = 0; d < o->t->ndim; d++)
-			cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)o->t->shape[d]));
-		arr = cJSON_AddArrayToObject(e, "data_offsets");
-		cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)off));
-		cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)(off + o->nbytes)));
-		off += o->nbytes;
+		outs[i].name = o->t->name;
+		outs[i].dtype = o->dtype;
+		outs[i].ndim = o->t->ndim;
+		memcpy(outs[i].shape, o->t->shape, sizeof outs[i].shape);
 	}
-	json = cJSON_PrintUnformatted(root);
-	cJSON_Delete(root);
-	if (json == NULL)
-		die(EXIT_RUNTIME, "out of memory");
-	hlen = strlen(json);
-	padded = (hlen + 7) & ~(size_t)7;
-	out = xmalloc(8 + padded);
-	for (int i = 0; i < 8; i++)
-		out[i] = (char)((uint64_t)padded >> (8 * i) & 0xff);
-	memcpy(out + 8, json, hlen);
-	memset(out + 8 + hlen, ' ', padded - hlen);
-	free(json);
-	*len = 8 + padded;
-	return out;
+	/* transformers refuses a safetensors file without format "pt" */
+	cJSON_AddStringToObject(meta, "format", "pt");
+	header = st_header(len, outs, s->count, meta, path, lerr, sizeof lerr);
+	if (header == NULL)
+		fail(j, EXIT_RUNTIME, "%s", lerr);
+	cJSON_Delete(meta);
+	free(outs);
+	return header;
 }
 
 /* What was written, read back with the library's reader: the header parses
@@ -190,13 +178,15 @@ int write_shard(struct job *j, const struct shard *s)
 {
 	char *path = scratch_path(s->name), sz[32];
 	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644), rc = 0, merged = 0;
+	unsigned char *header;
 	size_t hlen;
-	char *header;
 
 	if (fd < 0)
 		return fail(j, EXIT_RUNTIME, "%s: %s", path, strerror(errno));
-	header = shard_header(j, s, &hlen);
-	if (write_all(fd, header, hlen) < 0)
+	header = shard_header(j, s, path, &hlen);
+	if (header == NULL)
+		rc = EXIT_RUNTIME;
+	else if (write_all(fd, header, hlen) < 0)
 		rc = fail(j, EXIT_RUNTIME, "%s: %s", path, strerror(errno));
 	free(header);
 	for (int i = s->first; rc == 0 && i < s->first + s->count; i++) {
