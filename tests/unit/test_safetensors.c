@@ -480,6 +480,42 @@ static void test_not_regular(void)
 	free(link);
 }
 
+/* st_header is the start of the file st_write writes, without the data. */
+static void test_header(void)
+{
+	float w[6] = { 1, 2, 3, 4, 5, 6 };
+	uint16_t h[3] = { 0x3f80, 0xbfc0, 0x7f80 };
+	const struct st_out outs[] = {
+		{ "w", ST_F32, 2, { 2, 3 }, w },
+		{ "empty", ST_BF16, 2, { 0, 4 }, NULL },
+		{ "h", ST_BF16, 1, { 3 }, h },
+	};
+	struct st_out bare[3], dup[2];
+	char *path = xasprintf("%s/header.safetensors", tmpdir), err[512], *file;
+	cJSON *meta = cJSON_CreateObject();
+	unsigned char *header;
+	size_t len = 0, flen = 0;
+
+	cJSON_AddStringToObject(meta, "format", "pt");
+	CHECKF(st_write(path, outs, 3, meta, err, sizeof err) == 0, "st_write: %s", err);
+	file = read_whole_file(path, &flen);
+	memcpy(bare, outs, sizeof bare);
+	for (int i = 0; i < 3; i++)
+		bare[i].data = NULL;   /* never read */
+	header = st_header(&len, bare, 3, meta, path, err, sizeof err);
+	CHECKF(header != NULL, "st_header: %s", err);
+	CHECKF(len % 8 == 0 && flen == len + sizeof w + sizeof h, "header %zu bytes, file %zu", len, flen);
+	CHECK(header != NULL && file != NULL && flen >= len && memcmp(header, file, len) == 0);
+	free(header);
+	dup[0] = outs[0];
+	dup[1] = outs[0];
+	CHECKF(st_header(&len, dup, 2, NULL, path, err, sizeof err) == NULL && strstr(err, "duplicate tensor name \"w\""),
+	       "dup: %s", err);
+	free(file);
+	free(path);
+	cJSON_Delete(meta);
+}
+
 int main(void)
 {
 	if (scratch_make(tmpdir) < 0)
@@ -489,6 +525,7 @@ int main(void)
 	test_conversions();
 	test_malformed();
 	test_write_errors();
+	test_header();
 	test_checkpoint();
 	test_torch_written();
 	test_huge_shapes();

@@ -550,20 +550,13 @@ static int check_out(const struct st_out *t, int n, const cJSON *metadata, const
 	return 0;
 }
 
-int st_write(const char *path, const struct st_out *t, int n, const cJSON *metadata, char *err, size_t errsz)
+/* Each tensor's data size into nbytes[i] and their sum into *total; with
+ * need_data, a tensor of any bytes must have its data. */
+static int out_sizes(size_t *nbytes, size_t *total, const struct st_out *t, int n, int need_data, const char *path,
+                     char *err, size_t errsz)
 {
-	cJSON *root, *e, *arr;
-	size_t *nbytes, offset = 0, hlen, padded, total;
-	unsigned char *buf;
-	char *json;
-	uint64_t hlen64;
+	size_t offset = 0;
 
-	if (check_out(t, n, metadata, path, err, errsz) < 0)
-		return -1;
-	nbytes = xcalloc((size_t)n + 1, sizeof *nbytes);
-	root = cJSON_CreateObject();
-	if (metadata != NULL)
-		cJSON_AddItemToObject(root, "__metadata__", cJSON_Duplicate(metadata, 1));
 	for (int i = 0; i < n; i++) {
 		size_t sz = st_dtype_size(t[i].dtype);
 
@@ -571,13 +564,35 @@ int st_write(const char *path, const struct st_out *t, int n, const cJSON *metad
 			if ((unsigned long long)t[i].shape[d] > SIZE_MAX || mul_size(sz, (size_t)t[i].shape[d], &sz) < 0)
 				goto overflow;
 		}
-		if (sz > 0 && t[i].data == NULL) {
-			set_error(err, errsz, "%s: tensor \"%s\": no data", path, t[i].name);
-			goto fail;
-		}
+		if (need_data && sz > 0 && t[i].data == NULL)
+			return set_error(err, errsz, "%s: tensor \"%s\": no data", path, t[i].name);
 		if (offset + sz < offset || (double)(offset + sz) > ST_MAX_EXACT)
 			goto overflow;
 		nbytes[i] = sz;
+		offset += sz;
+	}
+	*total = offset;
+	return 0;
+overflow:
+	return set_error(err, errsz, "%s: tensor sizes overflow", path);
+}
+
+/* The u64 length and the JSON header of t[0..n) packed in order, in a
+ * malloc'd buffer with room for data_size bytes after it; *hlen the
+ * header's size.  NULL with err when out of memory. */
+static unsigned char *header_bytes(size_t *hlen, const struct st_out *t, int n, const cJSON *metadata,
+                                   const size_t *nbytes, size_t data_size, const char *path, char *err, size_t errsz)
+{
+	cJSON *root, *e, *arr;
+	size_t offset = 0, jlen, padded;
+	unsigned char *buf;
+	char *json;
+	uint64_t hlen64;
+
+	root = cJSON_CreateObject();
+	if (metadata != NULL)
+		cJSON_AddItemToObject(root, "__metadata__", cJSON_Duplicate(metadata, 1));
+	for (int i = 0; i < n; i++) {
 		e = cJSON_AddObjectToObject(root, t[i].name);
 		cJSON_AddStringToObject(e, "dtype", st_dtype_name(t[i].dtype));
 		arr = cJSON_AddArrayToObject(e, "shape");
@@ -585,45 +600,69 @@ int st_write(const char *path, const struct st_out *t, int n, const cJSON *metad
 			cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)t[i].shape[d]));
 		arr = cJSON_AddArrayToObject(e, "data_offsets");
 		cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)offset));
-		cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)(offset + sz)));
-		offset += sz;
+		cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)(offset + nbytes[i])));
+		offset += nbytes[i];
 	}
 	json = cJSON_PrintUnformatted(root);
+	cJSON_Delete(root);
 	if (json == NULL) {
 		set_error(err, errsz, "%s: out of memory", path);
-		goto fail;
+		return NULL;
 	}
-	cJSON_Delete(root);
-	root = NULL;
-	hlen = strlen(json);
-	padded = (hlen + 7) & ~(size_t)7; /* keeps the data 8-byte aligned */
-	total = 8 + padded + offset;
-	buf = xmalloc(total);
+	jlen = strlen(json);
+	padded = (jlen + 7) & ~(size_t)7; /* keeps the data 8-byte aligned */
+	buf = xmalloc(8 + padded + data_size);
 	hlen64 = padded;
 	memcpy(buf, &hlen64, 8); /* little-endian host */
-	memcpy(buf + 8, json, hlen);
-	memset(buf + 8 + hlen, ' ', padded - hlen);
+	memcpy(buf + 8, json, jlen);
+	memset(buf + 8 + jlen, ' ', padded - jlen);
 	free(json);
+	*hlen = 8 + padded;
+	return buf;
+}
+
+unsigned char *st_header(size_t *len, const struct st_out *t, int n, const cJSON *metadata, const char *path, char *err,
+                         size_t errsz)
+{
+	unsigned char *header = NULL;
+	size_t *nbytes, total;
+
+	if (check_out(t, n, metadata, path, err, errsz) < 0)
+		return NULL;
+	nbytes = xcalloc((size_t)n + 1, sizeof *nbytes);
+	if (out_sizes(nbytes, &total, t, n, 0, path, err, errsz) == 0)
+		header = header_bytes(len, t, n, metadata, nbytes, 0, path, err, errsz);
+	free(nbytes);
+	return header;
+}
+
+int st_write(const char *path, const struct st_out *t, int n, const cJSON *metadata, char *err, size_t errsz)
+{
+	size_t *nbytes, offset, hlen;
+	unsigned char *buf;
+
+	if (check_out(t, n, metadata, path, err, errsz) < 0)
+		return -1;
+	nbytes = xcalloc((size_t)n + 1, sizeof *nbytes);
+	if (out_sizes(nbytes, &offset, t, n, 1, path, err, errsz) < 0 ||
+	    (buf = header_bytes(&hlen, t, n, metadata, nbytes, offset, path, err, errsz)) == NULL) {
+		free(nbytes);
+		return -1;
+	}
 	offset = 0;
 	for (int i = 0; i < n; i++) {
 		if (nbytes[i] > 0)
-			memcpy(buf + 8 + padded + offset, t[i].data, nbytes[i]);
+			memcpy(buf + hlen + offset, t[i].data, nbytes[i]);
 		offset += nbytes[i];
 	}
 	free(nbytes);
-	if (atomic_write(path, buf, total) < 0) {
+	if (atomic_write(path, buf, hlen + offset) < 0) {
 		set_error(err, errsz, "%s: %s", path, strerror(errno));
 		free(buf);
 		return -1;
 	}
 	free(buf);
 	return 0;
-overflow:
-	set_error(err, errsz, "%s: tensor sizes overflow", path);
-fail:
-	cJSON_Delete(root);
-	free(nbytes);
-	return -1;
 }
 
 /* --- checkpoints --------------------------------------------------------- */

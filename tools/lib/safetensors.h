@@ -76,6 +76,13 @@ struct st_out { const char *name; enum st_dtype dtype; int ndim; long long shape
 /* Writes a safetensors file atomically (tensors in the given order, 8-byte aligned header padded with spaces,
    optional __metadata__ string map: every value must be a string); 0 or -1 with err. */
 int st_write(const char *path, const struct st_out *t, int n, const cJSON *metadata, char *err, size_t errsz);
+/* The start of the file st_write would write (t[i].data is not read): the
+ * u64 length and the header, padded with spaces so the data, the tensors
+ * packed in order, starts 8-byte aligned; for a writer that streams the
+ * data itself.  malloc'd, *len its size; NULL with err (st_write's checks,
+ * path naming the file). */
+unsigned char *st_header(size_t *len, const struct st_out *t, int n, const cJSON *metadata, const char *path, char *err,
+                         size_t errsz);
 
 /* IEEE half <-> float (exact for every half; float -> half rounds to nearest even). */
 float st_f32_from_f16(uint16_t h);

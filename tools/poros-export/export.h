@@ -1,10 +1,24 @@
 /* tools/poros-export/export.h: merging a PEFT LoRA adapter into its base
- * checkpoint and writing the result as a bf16 Hugging Face checkpoint. */
+ * checkpoint and writing the result as a bf16 Hugging Face checkpoint.
+ *
+ * The parts, in the order a run uses them:
+ *   export.c       the run: options, the plan (tensors in order, shards), the summary
+ *   lora_config.c  adapter_config.json: what it asks for, implemented or refused by name
+ *   inputs.c       the base and the adapter opened, each LoRA pair matched to its base weight
+ *   outdir.c       --out and the scratch directory beside it, renamed into place at the end
+ *   merge.c        the merge arithmetic and the shards, streamed and read back
+ *   hf_files.c     config.json, the shard index and the tokenizer files */
 #ifndef POROS_EXPORT_H
 #define POROS_EXPORT_H
 
 #include <stddef.h>
 #include <stdio.h>
+
+#include <cjson/cJSON.h>
+
+#include "cell.h"
+#include "model_config.h"
+#include "safetensors.h"
 
 #define EXPORT_SYNOPSIS \
 	"usage: poros-export --base DIR --adapter DIR --out DIR [--max-shard-size SIZE] [--force]\n"
@@ -25,5 +39,92 @@ int export_parse_size(const char *s, long long *out, const char **why);
 /* Does the export and prints one summary line (JSON) on summary.  Returns
  * an exit code; when it is not 0, err holds the one-line message. */
 int export_run(const struct export_opts *o, FILE *summary, char *err, size_t errsz);
+
+/* --- between the parts (main.c needs none of this) ----------------------- */
+
+#define N_MODULES CELL_MAX_TARGETS
+
+struct lora_pair {
+	const struct st_tensor *a, *b;   /* (R,K), (N,R) in the adapter file */
+	const struct st_tensor *w;       /* (N,K) in the base */
+	const struct st_file *wf;
+};
+
+struct out_tensor {
+	const struct st_file *f;
+	const struct st_tensor *t;
+	enum st_dtype dtype;             /* as written */
+	size_t nbytes;                   /* as written */
+	const struct lora_pair *lora;    /* NULL: copied */
+	int shard;
+};
+
+struct shard { int first, count; size_t bytes; char *name; };
+
+struct job {
+	const struct export_opts *o;
+	char *err;
+	size_t errsz;
+	/* the base */
+	struct model_config mc;
+	cJSON *config;
+	struct st_checkpoint ck;
+	/* the adapter */
+	char *acfg_path, *aweights_path;
+	int rank, rslora;
+	double alpha;
+	float scale;
+	unsigned mask;
+	unsigned char *layer_on;         /* layers_to_transform, or NULL: every layer */
+	char *adapter_base;              /* base_model_name_or_path, or NULL */
+	struct st_file af;
+	int af_open;
+	struct lora_pair *pairs;         /* [layer * N_MODULES + module]; a == NULL: none */
+	int npairs;
+	/* the output */
+	char *out, *parent, *name;       /* --out without trailing '/', its directory and name */
+	struct out_tensor *t;
+	int n;
+	struct shard *shards;
+	int nshards;
+	size_t total_size;
+};
+
+/* export.c */
+/* Formats the job's one-line error and returns code. */
+int fail(struct job *j, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int is_float(enum st_dtype d);
+char *human_bytes(char *buf, size_t n, double b);
+
+/* lora_config.c: j->acfg_path into rank, alpha, scale, mask, layer_on, adapter_base */
+int parse_lora_config(struct job *j);
+
+/* inputs.c */
+int is_dir(const char *path);
+int is_file(const char *path);
+int open_base(struct job *j);
+int open_adapter(struct job *j);
+int load_pairs(struct job *j);
+int find_weights(struct job *j);
+int same_base(const struct job *j);
+
+/* outdir.c */
+int split_out(struct job *j);
+int check_out(struct job *j);
+int scratch_create(struct job *j, int nfiles);
+char *scratch_path(const char *name);
+int write_all(int fd, const void *data, size_t len);
+int scratch_write(struct job *j, const char *name, const void *data, size_t len);
+int commit(struct job *j);
+void scratch_remove(void);
+
+/* merge.c */
+int write_shard(struct job *j, const struct shard *s);
+
+/* hf_files.c */
+extern const size_t n_tokenizer_files;
+int write_index(struct job *j);
+int write_config(struct job *j);
+int copy_tokenizer(struct job *j, int *copied);
 
 #endif
