@@ -352,6 +352,40 @@ tiny_chat_model() {
 	poros-tokenize --tokenizer m --pack 32 dated.jsonl | head -1 | jq -e --argjson w "$want" '.tokens[0:($w | length)] == $w'
 }
 
+@test "poros-train --chat-date gives such a template its day: the same rows as poros-tokenize --chat-date, and a resume keeps it" {
+	tiny_chat_model
+	printf '%s' "{% if date_string is not defined %}{% set date_string = strftime_now('%d %b %Y') %}{% endif %}" \
+		"{{ date_string }}{% for m in messages %}<|im_start|>{{ m.content }}<|im_end|>{% endfor %}" >m/chat_template.jinja
+	train=(poros-train --backend cpu --seq-len 32 --batch-size 2 --rank 4 --alpha 8 --quiet --model ./m --dataset chat.jsonl)
+	run -0 --separate-stderr "${train[@]}" --steps 2 --chat-date 2024-07-26 --save-every 1 --out r
+	jq -e '.tokens_supervised > 0' r/events.jsonl
+	# the rows it trains on begin with the day the template wrote
+	want=$(poros-tokenize --tokenizer m <<<'{"text":"26 Jul 2024"}' | jq -c .ids)
+	poros-tokenize --tokenizer m --chat-date 2024-07-26 --pack 32 chat.jsonl | head -1 |
+		jq -e --argjson w "$want" '.tokens[0:($w | length)] == $w'
+	# another day, other data: other losses
+	run -0 --separate-stderr "${train[@]}" --steps 2 --chat-date 2025-01-02 --out r2
+	[ "$(jq -s -c 'map(.loss)' r/events.jsonl)" != "$(jq -s -c 'map(.loss)' r2/events.jsonl)" ]
+	# the day is part of the configuration a resume keeps, both ways
+	run -2 --separate-stderr "${train[@]}" --steps 2 --chat-date 2025-01-02 --resume r/checkpoint-step1 --out r3
+	[[ "$stderr" == *'chat_date differs: "2024-07-26" in the checkpoint, "2025-01-02" in this run'* ]]
+	run -2 --separate-stderr "${train[@]}" --steps 2 --resume r/checkpoint-step1 --out r3
+	[[ "$stderr" == *'strftime_now: the template asks for today'"'"'s date'* ]]
+	# (with a template that needs no date the data opens, and the checkpoint's day is still required)
+	cp "$FIX/qwen2_style/chat_template.jinja" m/
+	run -2 --separate-stderr "${train[@]}" --steps 2 --resume r/checkpoint-step1 --out r3
+	[[ "$stderr" == *'chat_date differs: "2024-07-26" in the checkpoint, not set in this run'* ]]
+	# not a calendar day; a token-id dataset; the cell field's length
+	run -2 --separate-stderr "${train[@]}" --steps 1 --chat-date 2024-02-30 --out r4
+	[[ "$stderr" == *'chat date "2024-02-30": '* ]]
+	[ ! -e r4/events.jsonl ]
+	run -2 --separate-stderr poros-train --backend cpu --model poros/tiny-qwen2 --dataset synthetic --chat-date 2024-07-26 \
+		--steps 1 --out r5
+	[[ "$stderr" == *'--chat-date: dataset synthetic is token ids already'* ]]
+	run -2 --separate-stderr poros-train --model poros/tiny-qwen2 --chat-date 2024-07-26T00:00
+	[[ "$stderr" == *'--chat-date: '*'too long'* ]]
+}
+
 @test "--train-on assistant refuses data that has no chats; a bad value is a usage error" {
 	run -2 --separate-stderr poros-train --backend cpu --model poros/tiny-qwen2 --dataset synthetic --train-on assistant \
 		--steps 1 --out r

@@ -427,7 +427,7 @@ out/mini/cells/resident_tiny_qwen2_bf16.json"
 	edit 's/seq_len: 16/seq_len: 16\n  eval_dataset: held.jsonl/'
 	expect_bad s.yaml 'poros-expand: s.yaml:10:3: training.eval_dataset is not a spec key: it is set per run, by poros-train --eval-dataset'
 	edit 's/seq_len: 16/seq_len: 16\n  zzzzq: 1/'
-	expect_bad s.yaml 'poros-expand: s.yaml:10:3: unknown key "zzzzq" in training (expected one of: steps, seq_len, batch_size, gradient_accumulation_steps, warmup_steps, dataset, seed, learning_rate, lr_schedule, weight_decay, max_grad_norm, timeout_s, gradient_checkpointing, lr_warmup_steps, passes, tokenizer, train_on)'
+	expect_bad s.yaml 'poros-expand: s.yaml:10:3: unknown key "zzzzq" in training (expected one of: steps, seq_len, batch_size, gradient_accumulation_steps, warmup_steps, dataset, seed, learning_rate, lr_schedule, weight_decay, max_grad_norm, timeout_s, gradient_checkpointing, lr_warmup_steps, passes, tokenizer, chat_date, train_on)'
 }
 
 @test "the spec's sections are the cell table's rows: every training, lora and poros key of a cell is a spec key" {

@@ -104,6 +104,9 @@ const struct cell_field cell_fields[] = {
 	  FLAG("--eval-every", "N"), .spec = CS_NONE },
 	{ ROW("training.tokenizer", CK_STR, training.tokenizer, CP_IF_SET), TEXT(CELL_PATH_MAX, CT_PLAIN),
 	  FLAG("--tokenizer", "PATH") },
+	/* the calendar check is the chat template's, when the dataset opens */
+	{ ROW("training.chat_date", CK_STR, training.chat_date, CP_IF_SET), TEXT(10, CT_PLAIN),
+	  FLAG("--chat-date", "YYYY-MM-DD") },
 	/* 0 (absent): the per-record default; train_on_names[0] is no value */
 	{ ROW("training.train_on", CK_ENUM, training.train_on, CP_IF_SET),
 	  NAMES(train_on_names + 1, TRAIN_ON_COUNT - 1, "train_on"), .base = 1, .def = 0,
@@ -906,6 +909,7 @@ void cell_copy(struct cell *dst, const struct cell *src)
 	dst->training.dataset = dup_or_null(src->training.dataset);
 	dst->training.eval_dataset = dup_or_null(src->training.eval_dataset);
 	dst->training.tokenizer = dup_or_null(src->training.tokenizer);
+	dst->training.chat_date = dup_or_null(src->training.chat_date);
 	dst->output_dir = dup_or_null(src->output_dir);
 }
 
@@ -922,6 +926,7 @@ void cell_free(struct cell *c)
 	free(c->training.dataset);
 	free(c->training.eval_dataset);
 	free(c->training.tokenizer);
+	free(c->training.chat_date);
 	free(c->output_dir);
 	memset(c, 0, sizeof *c);
 }

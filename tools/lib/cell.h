@@ -48,6 +48,9 @@ struct cell {
 		char *tokenizer;    /* tokenizer.json or a directory holding one, for text and
 		                     * messages datasets; NULL: the model's own.  Optional in
 		                     * cell JSON (absent: NULL) and written only when set. */
+		char *chat_date;    /* "YYYY-MM-DD": the day a chat template's strftime_now
+		                     * formats (Llama-3.2); NULL: none, and such a template
+		                     * is refused.  Optional, written only when set. */
 		unsigned long long seed;
 		double learning_rate, weight_decay, max_grad_norm;
 		enum lr_schedule lr_schedule;

@@ -336,7 +336,8 @@ void dataset_close(struct dataset *ds)
 /* ---- opening a spec ------------------------------------------------------ */
 
 int dataset_open(struct dataset **out, const char *spec, const struct tokenizer *tok, int seq_len,
-		 unsigned long long seed, int eos_id, enum train_on train_on, char *err, size_t errsz)
+		 unsigned long long seed, int eos_id, enum train_on train_on, const char *chat_date, char *err,
+		 size_t errsz)
 {
 	struct dataset *ds;
 	struct stat st;
@@ -361,7 +362,14 @@ int dataset_open(struct dataset **out, const char *spec, const struct tokenizer 
 	}
 	ds = dataset_new(tok, seq_len, seed, eos_id, 1);
 	ds->train_on = train_on;
-	rc = dataset_add_path(ds, path, why, sizeof why);
+	/* before any record: a template's strftime_now formats this day */
+	rc = 0;
+	if (chat_date && dataset_set_chat_date(ds, chat_date, err, errsz) < 0) {
+		set_error(why, sizeof why, "chat date \"%.20s\": %s", chat_date, err);
+		rc = -1;
+	}
+	if (rc == 0)
+		rc = dataset_add_path(ds, path, why, sizeof why);
 	if (rc == 0)
 		rc = dataset_prepare(ds, why, sizeof why);
 	if (rc < 0) {

@@ -73,7 +73,8 @@ enum train_on {
 /* tok may be NULL when every record is "input_ids".  0, or -1 with err
  * ("data/train.jsonl:12: ..."). */
 int dataset_open(struct dataset **out, const char *spec_dataset, const struct tokenizer *tok, int seq_len,
-		 unsigned long long seed, int eos_id, enum train_on train_on, char *err, size_t errsz);
+		 unsigned long long seed, int eos_id, enum train_on train_on, const char *chat_date, char *err,
+		 size_t errsz);
 /* Next micro-batch: tokens (B, seq_len), targets (B, seq_len) (-100 for
  * a token that is not a target, -1 for padding) and, unless pos is NULL,
  * pos (B, seq_len) as above.  Never runs dry: a finished epoch starts the

@@ -810,7 +810,7 @@ struct jv jglobal_call(struct jctx *c, const struct jnode *n, const char *f, str
 		if (c->today == NULL)
 			jfail(c, n, "strftime_now: the template asks for today's date, and Poros renders only a date it is "
 				    "given, so that a rerun gives the same ids: the record's chat_template_kwargs (e.g. "
-				    "date_string) where the template reads one, or poros-tokenize --chat-date YYYY-MM-DD");
+				    "date_string) where the template reads one, or --chat-date YYYY-MM-DD (poros-train, poros-tokenize)");
 		format_date(c, n, &b, fmt, c->today);
 		return jv_from_buf(c, &b);
 	}

@@ -37,6 +37,8 @@ static cJSON *config_json(const struct train_config *c)
 	cJSON_AddStringToObject(o, "model", c->cell.model.model_id);
 	cJSON_AddStringToObject(o, "precision", precision_names[c->cell.precision]);
 	cJSON_AddStringToObject(o, "dataset", c->cell.training.dataset);
+	if (c->cell.training.chat_date) /* the data a chat template renders (unset: as before it existed) */
+		cJSON_AddStringToObject(o, "chat_date", c->cell.training.chat_date);
 	cJSON_AddStringToObject(o, "seed", seed);
 	cJSON_AddNumberToObject(o, "seq_len", c->cell.training.seq_len);
 	cJSON_AddNumberToObject(o, "batch_size", c->cell.training.batch_size);
@@ -70,7 +72,8 @@ static void value_text(char *buf, size_t n, const cJSON *v)
 }
 
 /* Every key of the run's configuration must be in the checkpoint with the
- * same value; the first that is not is named. */
+ * same value, and every key of the checkpoint's in the run; the first that
+ * is not is named. */
 static int config_check(const cJSON *saved, const struct train_config *c, char *err, size_t errsz)
 {
 	cJSON *now = config_json(c), *it;
@@ -89,6 +92,20 @@ static int config_check(const cJSON *saved, const struct train_config *c, char *
 		value_text(b, sizeof b, it);
 		snprintf(err, errsz, "--resume %s: %s differs: %s in the checkpoint, %s in this run (a resumed run keeps "
 		         "the configuration)", c->resume, it->string, a, b);
+		rc = -1;
+		break;
+	}
+	/* and an optional key the checkpoint has (mlp_chunk, chat_date) must be set now too */
+	const cJSON *rest = rc == 0 ? saved : NULL;
+
+	cJSON_ArrayForEach(it, rest) {
+		char a[256];
+
+		if (cJSON_GetObjectItemCaseSensitive(now, it->string))
+			continue;
+		value_text(a, sizeof a, it);
+		snprintf(err, errsz, "--resume %s: %s differs: %s in the checkpoint, not set in this run (a resumed run "
+		         "keeps the configuration)", c->resume, it->string, a);
 		rc = -1;
 		break;
 	}

@@ -70,7 +70,7 @@ static void make_repeat(struct token_source *d)
 /* tools/lib/dataset: documents tokenized with the model's tokenizer when
  * it has one (records of input_ids need none). */
 static int open_dataset(struct token_source *d, const char *spec, const struct model_config *mc, uint64_t seed,
-                        enum train_on train_on, char *err, size_t errsz)
+                        enum train_on train_on, const char *chat_date, char *err, size_t errsz)
 {
 	char why[512] = "", lerr[1024];
 	int eos;
@@ -86,7 +86,7 @@ static int open_dataset(struct token_source *d, const char *spec, const struct m
 	eos = d->tok ? tokenizer_eos_id(d->tok) : -1;
 	if (eos < 0)
 		eos = mc->eos_token_id;
-	if (dataset_open(&d->ds, spec, d->tok, d->seq_len, seed, eos, train_on, lerr, sizeof lerr) < 0) {
+	if (dataset_open(&d->ds, spec, d->tok, d->seq_len, seed, eos, train_on, chat_date, lerr, sizeof lerr) < 0) {
 		if (d->tok == NULL && strstr(lerr, "tokenizer") != NULL)
 			return set_error(err, errsz, "%s (the model has none: %s; --tokenizer gives one)", lerr, why);
 		return set_error(err, errsz, "%s", lerr);
@@ -104,7 +104,7 @@ static int has_raw_suffix(const char *spec, int *width)
 }
 
 int token_source_open(struct token_source *d, const char *spec, const struct model_config *mc, int seq_len,
-                      uint64_t seed, enum train_on train_on, char *err, size_t errsz)
+                      uint64_t seed, enum train_on train_on, const char *chat_date, char *err, size_t errsz)
 {
 	int width, rc;
 
@@ -120,6 +120,12 @@ int token_source_open(struct token_source *d, const char *spec, const struct mod
 		token_source_free(d);
 		return set_error(err, errsz, "--tokenizer: dataset %s is token ids already (a tokenizer is used for text and "
 		              "messages datasets only)", spec);
+	}
+	if (chat_date != NULL &&
+	    (strcmp(spec, "synthetic") == 0 || strcmp(spec, "synthetic:repeat") == 0 || has_raw_suffix(spec, &width))) {
+		token_source_free(d);
+		return set_error(err, errsz, "--chat-date: dataset %s is token ids already (the date is for chat templates "
+		              "of messages records)", spec);
 	}
 	if (train_on == TRAIN_ON_ASSISTANT && (strncmp(spec, "synthetic", 9) == 0 || has_raw_suffix(spec, &width))) {
 		rc = set_error(err, errsz, "dataset %s: train_on \"assistant\" needs chat (messages) records", spec);
@@ -144,7 +150,7 @@ int token_source_open(struct token_source *d, const char *spec, const struct mod
 		/* never a silent fallback to synthetic data: what cannot be
 		 * found is an error that names it */
 		d->kind = SOURCE_DATASET;
-		rc = open_dataset(d, spec, mc, seed, train_on, err, errsz);
+		rc = open_dataset(d, spec, mc, seed, train_on, chat_date, err, errsz);
 	}
 	if (rc < 0)
 		token_source_free(d);

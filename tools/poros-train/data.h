@@ -51,7 +51,7 @@ struct token_source {
 /* 0, or -1 with err naming the path and, for a token the model cannot
  * embed, its position (or, for tools/lib/dataset sources, its value). */
 int token_source_open(struct token_source *s, const char *spec, const struct model_config *mc, int seq_len,
-                      uint64_t seed, enum train_on train_on, char *err, size_t errsz);
+                      uint64_t seed, enum train_on train_on, const char *chat_date, char *err, size_t errsz);
 /* The next `batch` sequences (pos may be NULL).  0, or -1 with err. */
 int token_source_next(struct token_source *s, int32_t *tokens, int32_t *targets, int32_t *pos, int batch, char *err,
                       size_t errsz);

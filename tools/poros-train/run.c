@@ -484,14 +484,15 @@ static int open_inputs(struct run *x, char *err, size_t errsz)
 	if (open_model(x, err, errsz) < 0)
 		return -1;
 	if (token_source_open(&x->data, cl->training.dataset, &x->mc, cl->training.seq_len, cl->training.seed,
-	                      (enum train_on)cl->training.train_on, err, errsz) < 0)
+	                      (enum train_on)cl->training.train_on, cl->training.chat_date, err, errsz) < 0)
 		return -1;
 	x->have_data = 1;
 	if (c->cell.training.eval_dataset) {
 		char why[768];
 
 		if (token_source_open(&x->eval.src, cl->training.eval_dataset, &x->mc, cl->training.seq_len,
-		                      cl->training.seed, (enum train_on)cl->training.train_on, why, sizeof why) < 0)
+		                      cl->training.seed, (enum train_on)cl->training.train_on, cl->training.chat_date, why,
+		                      sizeof why) < 0)
 			return snprintf(err, errsz, "--eval-dataset: %s", why), -1;
 		x->eval.open = 1;
 		x->eval.rows = token_source_rows(&x->eval.src);

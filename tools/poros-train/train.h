@@ -46,7 +46,7 @@ struct train_config {
 	X(BLOCK_SIZE, "block-size", 1) X(NO_PREFETCH, "no-prefetch", 0) X(LR, "lr", 1) \
 	X(LR_SCHEDULE, "lr-schedule", 1) X(WARMUP, "warmup", 1) X(LR_WARMUP, "lr-warmup", 1) \
 	X(WEIGHT_DECAY, "weight-decay", 1) X(MAX_GRAD_NORM, "max-grad-norm", 1) X(SEED, "seed", 1) \
-	X(DATASET, "dataset", 1) X(TOKENIZER, "tokenizer", 1) X(TRAIN_ON, "train-on", 1) \
+	X(DATASET, "dataset", 1) X(TOKENIZER, "tokenizer", 1) X(CHAT_DATE, "chat-date", 1) X(TRAIN_ON, "train-on", 1) \
 	X(BACKEND, "backend", 1) X(VRAM_BUDGET, "vram-budget", 1) X(CONFIGS, "configs", 1) X(OUT, "out", 1) \
 	X(INIT_ADAPTER, "init-adapter", 1) X(SAVE_EVERY, "save-every", 1) X(QUIET, "quiet", 0) \
 	X(GRAD_CKPT, "gradient-checkpointing", 1) X(RESUME, "resume", 1) X(EVAL_DATASET, "eval-dataset", 1) \
@@ -67,7 +67,7 @@ extern const char *const train_opt_names[OPT_COUNT];
 	"                   [--dropout P] [--targets LIST] [--block-size N] [--no-prefetch] [--lr LR]\n" \
 	"                   [--lr-schedule constant|linear|cosine] [--lr-warmup N] [--warmup N]\n" \
 	"                   [--weight-decay W] [--max-grad-norm G] [--seed S] [--dataset SPEC] [--tokenizer PATH]\n" \
-	"                   [--train-on assistant|all]\n" \
+	"                   [--chat-date YYYY-MM-DD] [--train-on assistant|all]\n" \
 	"                   [--backend cpu|cuda|auto]\n" \
 	"                   [--vram-budget BYTES] [--configs DIR] [--out DIR] [--init-adapter DIR]\n" \
 	"                   [--save-every N] [--resume DIR] [--eval-dataset SPEC] [--eval-every N]\n" \

@@ -170,6 +170,7 @@ UNIMPLEMENTED = {
     "eval_dataset": "the baseline arms do not evaluate (eval_loss is poros-train's: methods poros and resident)",
     "eval_every": "the baseline arms do not evaluate (eval_loss is poros-train's: methods poros and resident)",
     "tokenizer": "the baseline arms tokenize nothing (they train on the synthetic token streams)",
+    "chat_date": "the baseline arms render no chat template (they train on the synthetic token streams)",
 }
 
 
