@@ -189,4 +189,15 @@ POROS_HD void poros_adamw_element(float *param, const float *grad, float *m, flo
 	v[i] = vi;
 }
 
+/* Attention's document mask (ops.h): the first key token i (0..S-1 of row
+ * b) attends is i - pos, pos clamped into [0, i]; no pos: 0 (causal). */
+POROS_HD int poros_first_key(const int32_t *pos, int b, int S, int i)
+{
+	if (!pos)
+		return 0;
+	int p = pos[(size_t)b * S + i];
+	p = p < 0 ? 0 : p > i ? i : p;
+	return i - p;
+}
+
 #endif

@@ -66,17 +66,6 @@ static inline float dot_bf16(const bf16 *a, const bf16 *b, int n)
 	return acc;
 }
 
-/* The first key token i (0..S-1 in its row b) attends: i - pos, pos
- * clamped into [0, i]. */
-static inline int first_key(const int32_t *pos, int b, int S, int i)
-{
-	if (!pos)
-		return 0;
-	int p = pos[(size_t)b * S + i];
-	p = p < 0 ? 0 : p > i ? i : p;
-	return i - p;
-}
-
 /* out (T,H*D) bf16, rows ld_out apart; lse (B,H,S), q (T,H,D), k, v
  * (T,G,D), pos (T) or NULL, T = B*S */
 void attention_forward_cpu(bf16 *out, int ld_out, float *lse, float *scratch, const float *q, const float *k,
@@ -96,7 +85,7 @@ void attention_forward_cpu(bf16 *out, int ld_out, float *lse, float *scratch, co
 	for (int b = 0; b < B; b++) {
 		for (int h = 0; h < H; h++) {
 			for (int i = 0; i < S; i++) {
-				int g = h / group, first = first_key(pos, b, S, i);
+				int g = h / group, first = poros_first_key(pos, b, S, i);
 				const bf16 *qi = c.q16 + (((size_t)b * S + i) * H + h) * D;
 				float acc[D], s[ATTN_KEY_TILE];
 				float m = -INFINITY, l = 0.0f;
@@ -168,7 +157,7 @@ void attention_backward_cpu(float *dq, float *dk, float *dv, float *scratch, con
 	for (int b = 0; b < B; b++) {
 		for (int h = 0; h < H; h++) {
 			for (int i = 0; i < S; i++) {
-				int g = h / group, first = first_key(pos, b, S, i);
+				int g = h / group, first = poros_first_key(pos, b, S, i);
 				size_t row = ((size_t)b * H + h) * S + i;
 				float delta = 0.0f, p, ds, acc[D];
 				for (int j = first; j <= i; j++) {
@@ -203,7 +192,7 @@ void attention_backward_cpu(float *dq, float *dk, float *dv, float *scratch, con
 					acc_k[d] = acc_v[d] = 0.0f;
 				for (int h = g * group; h < (g + 1) * group; h++) {
 					for (int i = j; i < S; i++) {
-						if (j < first_key(pos, b, S, i))
+						if (j < poros_first_key(pos, b, S, i))
 							continue;
 						size_t row = ((size_t)b * H + h) * S + i;
 						prob_and_grad(&p, &ds, &c, b, h, g, i, j, S, H, G, D, scale, lse[row],

@@ -17,8 +17,11 @@ static inline int position(const int32_t *pos, int S, int t)
 	return pos[t] < 0 ? 0 : pos[t] > i ? i : pos[t];
 }
 
-/* x (T,nh,D) in place, T = B*S; cos, sin (S, D/2); pos (T) or NULL */
-void rope_forward_cpu(float *x, const float *cos, const float *sin, const int32_t *pos, int B, int S, int nh, int D)
+/* Each head of x (T,nh,D) rotated in place by its token's angles, times
+ * sign: +1 the rotation, -1 its inverse (sin -> -sin; exact, so each
+ * direction keeps the bits of writing it out). */
+static void rotate(float *x, const float *cos, const float *sin, const int32_t *pos, int B, int S, int nh, int D,
+                   float sign)
 {
 	int half = D / 2;
 #pragma omp parallel for collapse(2) schedule(static) if ((long)B * S * nh * D >= POROS_CPU_PAR_MIN)
@@ -29,30 +32,23 @@ void rope_forward_cpu(float *x, const float *cos, const float *sin, const int32_
 			float *x1 = x + ((size_t)t * nh + h) * D;
 			float *x2 = x1 + half;
 			for (int i = 0; i < half; i++) {
-				float a = x1[i], b = x2[i];
-				x1[i] = a * c[i] + -b * s[i];
-				x2[i] = b * c[i] + a * s[i];
+				float a = x1[i], b = x2[i], si = sign * s[i];
+				x1[i] = a * c[i] + -b * si;
+				x2[i] = b * c[i] + a * si;
 			}
 		}
 	}
 }
 
+/* x (T,nh,D) in place, T = B*S; cos, sin (S, D/2); pos (T) or NULL:
+ * x1 = x1 cos - x2 sin, x2 = x2 cos + x1 sin */
+void rope_forward_cpu(float *x, const float *cos, const float *sin, const int32_t *pos, int B, int S, int nh, int D)
+{
+	rotate(x, cos, sin, pos, B, S, nh, D, 1.0f);
+}
+
 /* dx (T,nh,D) in place: dx1 = dy1 cos + dy2 sin, dx2 = dy2 cos - dy1 sin */
 void rope_backward_cpu(float *dx, const float *cos, const float *sin, const int32_t *pos, int B, int S, int nh, int D)
 {
-	int half = D / 2;
-#pragma omp parallel for collapse(2) schedule(static) if ((long)B * S * nh * D >= POROS_CPU_PAR_MIN)
-	for (int t = 0; t < B * S; t++) {
-		for (int h = 0; h < nh; h++) {
-			const float *c = cos + (size_t)position(pos, S, t) * half;
-			const float *s = sin + (size_t)position(pos, S, t) * half;
-			float *d1 = dx + ((size_t)t * nh + h) * D;
-			float *d2 = d1 + half;
-			for (int i = 0; i < half; i++) {
-				float a = d1[i], b = d2[i];
-				d1[i] = a * c[i] + b * s[i];
-				d2[i] = b * c[i] - a * s[i];
-			}
-		}
-	}
+	rotate(dx, cos, sin, pos, B, S, nh, D, -1.0f);
 }

@@ -68,16 +68,6 @@ __global__ void attention_pack_kernel(bf16 *dst, const float *src, int S, int nh
 	}
 }
 
-// The first key row i (0..S-1 of row b) attends: i - pos clamped into [0, i].
-__device__ __forceinline__ int first_key(const int32_t *pos, int b, int S, int i)
-{
-	if (!pos)
-		return 0;
-	int p = pos[(size_t)b * S + i];
-	p = p < 0 ? 0 : p > i ? i : p;
-	return i - p;
-}
-
 // first (B, ceil(S/32)): the least first key over each group of 32 rows.
 __global__ void attention_first_kernel(int *first, const int32_t *pos, int B, int S)
 {
@@ -86,7 +76,7 @@ __global__ void attention_first_kernel(int *first, const int32_t *pos, int B, in
 	     w += (long)gridDim.x * blockDim.x) {
 		int b = (int)(w / groups), i0 = (int)(w % groups) * ATTN_ROW_GROUP, m = INT_MAX;
 		for (int i = i0; i < i0 + ATTN_ROW_GROUP && i < S; i++)
-			m = min(m, first_key(pos, b, S, i));
+			m = min(m, poros_first_key(pos, b, S, i));
 		first[w] = m;
 	}
 }
@@ -319,7 +309,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_kernel(bf16 *out, 
 		frag_a(qa[ks], sQ, PQ, warp * 16, ks * 16, lane);
 
 	int r0 = q0 + warp * 16 + gr, r1 = r0 + 8; // this thread's two rows
-	int f0 = r0 < S ? first_key(pos, b, S, r0) : 0, f1 = r1 < S ? first_key(pos, b, S, r1) : 0;
+	int f0 = r0 < S ? poros_first_key(pos, b, S, r0) : 0, f1 = r1 < S ? poros_first_key(pos, b, S, r1) : 0;
 	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 	float o[NT][4];
 	zero<NT>(o);
@@ -434,7 +424,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, f
 	load_rows_async<DP, 64>(sV, vh + (size_t)kt0 * 64 * DP, S - kt0 * 64);
 	async_commit();
 	int r0 = q0 + warp * 16 + gr, r1 = r0 + 8;
-	int f0 = r0 < S ? first_key(pos, b, S, r0) : 0, f1 = r1 < S ? first_key(pos, b, S, r1) : 0;
+	int f0 = r0 < S ? poros_first_key(pos, b, S, r0) : 0, f1 = r1 < S ? poros_first_key(pos, b, S, r1) : 0;
 	float lse0 = r0 < S ? lse[head + r0] : 0.0f, lse1 = r1 < S ? lse[head + r1] : 0.0f;
 	float sum0 = 0.0f, sum1 = 0.0f, delta0 = 0.0f, delta1 = 0.0f;
 	float acc[NT][4];
@@ -541,7 +531,7 @@ __device__ __forceinline__ void load_group(bf16 *sQ, bf16 *sdO, float *sL, float
 		bool in = i < S;
 		sL[threadIdx.x] = in ? lse[head + i] : INFINITY;
 		sD[threadIdx.x] = in ? delta[head + i] : 0.0f;
-		sF[threadIdx.x] = in ? first_key(pos, b, S, i) : INT_MAX;
+		sF[threadIdx.x] = in ? poros_first_key(pos, b, S, i) : INT_MAX;
 	}
 }
 

@@ -244,7 +244,11 @@ void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const
 	op->rmsnorm_backward(dx, g->dxn, a->x, w->in_norm, a->rstd1, T, c->C); /* dx = dx2 + norm'(dxn) */
 }
 
-void head_forward_backward(const struct layer_ctx *c, float *dres, const float *hidden, int mb, float dloss)
+/* The head over T tokens in chunks of c->chunk: final norm, logits (n,V) =
+ * hn lm_head^T, the loss (and dlogits, scaled by dloss); with dres, also
+ * dhn (n,C) = dlogits lm_head and dres = norm'(dhn).  Without, the loss
+ * op's dlogits (zeros at dloss 0) are left unread. */
+static void head_pass(const struct layer_ctx *c, float *dres, const float *hidden, int mb, float dloss)
 {
 	const struct poros_ops *op = c->head_op;
 	int T = c->T, C = c->C, V = c->V;
@@ -253,28 +257,24 @@ void head_forward_backward(const struct layer_ctx *c, float *dres, const float *
 	for (int off = 0; off < T; off += c->chunk) {
 		int n = T - off < c->chunk ? T - off : c->chunk;
 
-		/* logits (n,V) = hn lm_head^T; loss and dlogits; dhn (n,C) = dlogits lm_head */
 		op->matmul_forward(c->logits, c->hn + (size_t)off * C, C, c->lm_head, C, NULL, n, C, V, 0);
 		op->crossentropy_forward_backward(c->dlogits, c->losses + (size_t)mb * T + off, c->logits,
 		                                  c->targets + (size_t)mb * T + off, dloss, n, V);
-		op->matmul_backward_input(c->dhn + (size_t)off * C, c->dlogits, V, c->lm_head, C, n, C, V, 0);
+		if (dres)
+			op->matmul_backward_input(c->dhn + (size_t)off * C, c->dlogits, V, c->lm_head, C, n, C, V, 0);
 	}
-	c->be->memset_zero(dres, (size_t)T * C * sizeof(float), STREAM_COMPUTE);
-	op->rmsnorm_backward(dres, c->dhn, hidden, c->final_norm, c->head_rstd, T, C);
+	if (dres) {
+		c->be->memset_zero(dres, (size_t)T * C * sizeof(float), STREAM_COMPUTE);
+		op->rmsnorm_backward(dres, c->dhn, hidden, c->final_norm, c->head_rstd, T, C);
+	}
+}
+
+void head_forward_backward(const struct layer_ctx *c, float *dres, const float *hidden, int mb, float dloss)
+{
+	head_pass(c, dres, hidden, mb, dloss);
 }
 
 void head_loss(const struct layer_ctx *c, const float *hidden, int mb)
 {
-	const struct poros_ops *op = c->head_op;
-	int T = c->T, C = c->C, V = c->V;
-
-	op->rmsnorm_forward(NULL, c->hn, C, c->head_rstd, hidden, c->final_norm, c->eps, T, C);
-	for (int off = 0; off < T; off += c->chunk) {
-		int n = T - off < c->chunk ? T - off : c->chunk;
-
-		/* the loss op writes dlogits too; with dloss 0 they are zeros, unread */
-		op->matmul_forward(c->logits, c->hn + (size_t)off * C, C, c->lm_head, C, NULL, n, C, V, 0);
-		op->crossentropy_forward_backward(c->dlogits, c->losses + (size_t)mb * T + off, c->logits,
-		                                  c->targets + (size_t)mb * T + off, 0.0f, n, V);
-	}
+	head_pass(c, NULL, hidden, mb, 0.0f);
 }
