@@ -565,9 +565,10 @@ gone() {
 		cell "$m" | jq -c '.training.eval_dataset = "eval.jsonl" | .training.eval_every = 2' > eval.json
 		cell "$m" | jq -c '.training.eval_every = 2' > every.json
 		cell "$m" | jq -c '.training.tokenizer = "tok/tokenizer.json"' > tok.json
+		cell "$m" | jq -c '.training.chat_date = "2024-07-26"' > date.json
 		cell "$m" | jq -c '.training.train_on = "assistant"' > on.json
 		cell "$m" | jq -c '.training.dataset = "data.jsonl"' > data.json
-		for c in eval every tok on data; do
+		for c in eval every tok date on data; do
 			run -2 --separate-stderr python3 "$POROS_ROOT/share/poros/arms/${m}_arm.py" --cell $c.json --out run
 			[ "${#lines[@]}" -eq 1 ]
 			jq -e --arg m "$m" '.schema == "poros.summary/1" and .status == "error" and .method == $m
@@ -576,6 +577,7 @@ gone() {
 			eval) want="eval.json: training.eval_dataset: $ev" ;;
 			every) want="every.json: training.eval_every: $ev" ;;
 			tok) want="tok.json: training.tokenizer: the baseline arms tokenize nothing (they train on the synthetic token streams)" ;;
+			date) want="date.json: training.chat_date: the baseline arms render no chat template (they train on the synthetic token streams)" ;;
 			on) want='on.json: training.train_on "assistant": the baseline arms train on every token of the synthetic streams (only "all"; "assistant" needs chat records)' ;;
 			data) want='data.json: training.dataset "data.jsonl": the baseline arms train on "synthetic" and "synthetic:repeat" only (poros-train'"'"'s synthetic streams)' ;;
 			esac
