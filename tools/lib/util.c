@@ -287,18 +287,18 @@ char *read_whole_file(const char *path, size_t *len)
 	return buf;
 }
 
-static int write_all(int fd, const void *data, size_t len)
+int write_all(int fd, const void *data, size_t len)
 {
-	const char *p = data;
+	const unsigned char *p = data;
 
 	while (len > 0) {
-		ssize_t w = write(fd, p, len);
+		/* at most 1 GiB a call: Linux writes no more than ~2 GiB at once anyway */
+		ssize_t w = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
 
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) /* a write of nothing would loop forever */
 			return -1;
-		}
 		p += w;
 		len -= (size_t)w;
 	}

@@ -55,6 +55,8 @@ long long opt_bytes(const char *opt, const char *s);
 
 /* Whole file into memory, NUL-terminated; NULL with errno on failure. */
 char *read_whole_file(const char *path, size_t *len);
+/* All of data to fd, through EINTR and short writes; 0, or -1 with errno. */
+int write_all(int fd, const void *data, size_t len);
 
 /* Writes data to path atomically: a temporary in the same directory,
  * fsync, rename.  Never follows a symlink at path (it is replaced).

@@ -183,21 +183,6 @@ struct log_sink {
 	int err;
 };
 
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 static void log_put(struct log_sink *s, const char *p, size_t n)
 {
 	long long before = s->total;

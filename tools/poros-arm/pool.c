@@ -36,18 +36,10 @@ static void bytes_add(struct bytes *b, const char *p, size_t n)
 	b->len += n;
 }
 
-static void write_all(int fd, const char *p, size_t n)
+/* To our stderr; when it is gone there is nothing to tell it. */
+static void put_stderr(const char *p, size_t n)
 {
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return; /* our stderr is gone: nothing to tell it */
-		}
-		p += w;
-		n -= (size_t)w;
-	}
+	(void)write_all(2, p, n);
 }
 
 /* One GPU and the worker running on it (pid 0: the GPU is free). */
@@ -71,9 +63,9 @@ static void relay_err(struct worker *w, int last)
 			n--;
 	if (n == 0)
 		return;
-	write_all(2, w->err.p, n);
+	put_stderr(w->err.p, n);
 	if (last && w->err.p[n - 1] != '\n')
-		write_all(2, "\n", 1);
+		put_stderr("\n", 1);
 	memmove(w->err.p, w->err.p + n, w->err.len - n);
 	w->err.len -= n;
 }

@@ -113,7 +113,6 @@ int split_out(struct job *j);
 int check_out(struct job *j);
 int scratch_create(struct job *j, int nfiles);
 char *scratch_path(const char *name);
-int write_all(int fd, const void *data, size_t len);
 int scratch_write(struct job *j, const char *name, const void *data, size_t len);
 int commit(struct job *j);
 void scratch_remove(void);

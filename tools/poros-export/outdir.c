@@ -80,23 +80,6 @@ char *scratch_path(const char *name)
 	return p;
 }
 
-int write_all(int fd, const void *data, size_t len)
-{
-	const unsigned char *p = data;
-
-	while (len > 0) {
-		ssize_t w = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		len -= (size_t)w;
-	}
-	return 0;
-}
-
 /* A small file into the scratch directory, fsync'd. */
 int scratch_write(struct job *j, const char *name, const void *data, size_t len)
 {
