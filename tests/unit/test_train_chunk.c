@@ -15,14 +15,7 @@
  *    default at a T under MLP_CHUNK_TOKENS. */
 #include "test_train_common.h"
 
-#define STEPS 3
 #define CHUNK 5 /* T = 32 rows: chunks of 5, 5, ..., and 2 */
-
-struct outcome {
-	float loss[STEPS];
-	float *params;
-	long n;
-};
 
 static void chunk_config(struct train_config *cfg, const char *model, int mode, int recompute, int block_size,
                          int nf4, int accum, double dropout, int chunk)
@@ -34,52 +27,11 @@ static void chunk_config(struct train_config *cfg, const char *model, int mode, 
 	cfg->cell.precision = nf4 ? PRECISION_NF4 : PRECISION_BF16;
 	cfg->cell.training.gradient_accumulation_steps = accum;
 	cfg->cell.lora.dropout = dropout;
-	cfg->cell.training.steps = STEPS;
+	cfg->cell.training.steps = TT_STEPS;
 	cfg->cell.training.lr_schedule = LR_COSINE;
 	cfg->cell.training.weight_decay = 0.01;
 	cfg->cell.training.learning_rate = 5e-3;
 	cfg->mlp_chunk = chunk;
-}
-
-static int train(struct outcome *o, const struct train_config *cfg)
-{
-	struct tt_run r;
-	struct step_stats st;
-
-	if (tt_open(&r, cfg) < 0)
-		return -1;
-	for (int s = 1; s <= STEPS; s++) {
-		if (engine_step(r.e, s, &st) < 0) {
-			tt_close(&r);
-			return -1;
-		}
-		o->loss[s - 1] = (float)st.loss;
-	}
-	o->n = r.lo->total;
-	o->params = xmalloc((size_t)o->n * sizeof *o->params);
-	engine_lora_read(r.e, o->params);
-	tt_close(&r);
-	return 0;
-}
-
-static int same_bits(const char *what, const struct outcome *a, const struct outcome *b)
-{
-	long first = -1;
-
-	CHECKF(a->n == b->n, "%s: %ld vs %ld LoRA values", what, a->n, b->n);
-	if (a->n != b->n)
-		return 0;
-	for (int s = 0; s < STEPS; s++)
-		if (memcmp(&a->loss[s], &b->loss[s], sizeof(float)) != 0) {
-			CHECKF(0, "%s: step %d loss %.9g vs %.9g", what, s + 1, a->loss[s], b->loss[s]);
-			return 0;
-		}
-	for (long i = 0; i < a->n && first < 0; i++)
-		if (memcmp(&a->params[i], &b->params[i], sizeof(float)) != 0)
-			first = i;
-	CHECKF(first < 0, "%s: LoRA value %ld differs: %.9g vs %.9g", what, first, first < 0 ? 0.0 : a->params[first],
-	       first < 0 ? 0.0 : b->params[first]);
-	return first < 0;
 }
 
 /* Blockwise and resident agree bit for bit with chunking on. */
@@ -93,16 +45,16 @@ static int check_parity(void)
 		for (int nf4 = 0; nf4 < 2; nf4++)
 			for (int ri = 0; ri < 4; ri++) {
 				struct train_config cfg;
-				struct outcome ref, got;
+				struct tt_outcome ref, got;
 				char what[160];
 
 				chunk_config(&cfg, models[mi], MODE_RESIDENT, 0, 1, nf4, runs[ri].accum, runs[ri].dropout,
 				             CHUNK);
-				if (train(&ref, &cfg) < 0) {
+				if (tt_train(&ref, &cfg) < 0) {
 					CHECKF(0, "%s: resident run failed", models[mi]);
 					continue;
 				}
-				CHECKF(ref.loss[STEPS - 1] != ref.loss[0], "%s: loss did not change", models[mi]);
+				CHECKF(ref.loss[TT_STEPS - 1] != ref.loss[0], "%s: loss did not change", models[mi]);
 				for (int v = 0; v < 3; v++) {
 					int mode = v == 0 ? MODE_RESIDENT : MODE_BLOCKWISE, bs = v == 2 ? 3 : 1;
 
@@ -111,11 +63,11 @@ static int check_parity(void)
 					         v == 0 ? "resident checkpointed" : v == 1 ? "blockwise 1" : "blockwise 3");
 					chunk_config(&cfg, models[mi], mode, mode == MODE_RESIDENT, bs, nf4, runs[ri].accum,
 					             runs[ri].dropout, CHUNK);
-					if (train(&got, &cfg) < 0) {
+					if (tt_train(&got, &cfg) < 0) {
 						CHECKF(0, "%s: run failed", what);
 						continue;
 					}
-					same_bits(what, &ref, &got);
+					tt_same_bits(what, &ref, &got);
 					free(got.params);
 					combos++;
 				}
@@ -204,14 +156,14 @@ static void check_against_unchunked(const char *model, int mode, int nf4)
 static void check_whole(void)
 {
 	struct train_config cfg;
-	struct outcome a, b;
+	struct tt_outcome a, b;
 
 	chunk_config(&cfg, "poros/tiny-qwen2", MODE_BLOCKWISE, 1, 2, 1, 2, 0.1, 0);
-	if (train(&a, &cfg) < 0)
+	if (tt_train(&a, &cfg) < 0)
 		return;
 	chunk_config(&cfg, "poros/tiny-qwen2", MODE_BLOCKWISE, 1, 2, 1, 2, 0.1, 32);
-	if (train(&b, &cfg) == 0) {
-		same_bits("chunk of T rows vs the default", &a, &b);
+	if (tt_train(&b, &cfg) == 0) {
+		tt_same_bits("chunk of T rows vs the default", &a, &b);
 		free(b.params);
 	}
 	free(a.params);

@@ -87,6 +87,59 @@ static inline void tt_close(struct tt_run *r)
 	memset(r, 0, sizeof *r);
 }
 
+/* What a short run gives: the loss of each of TT_STEPS steps and the LoRA
+ * values after them (malloc'd; free params). */
+#define TT_STEPS 3
+struct tt_outcome {
+	float loss[TT_STEPS];
+	float *params;
+	long n;
+};
+
+/* Trains cfg for TT_STEPS steps into o.  0, or -1 (reported by tt_open). */
+static inline int tt_train(struct tt_outcome *o, const struct train_config *cfg)
+{
+	struct tt_run r;
+	struct step_stats st;
+
+	if (tt_open(&r, cfg) < 0)
+		return -1;
+	for (int s = 1; s <= TT_STEPS; s++) {
+		if (engine_step(r.e, s, &st) < 0) {
+			tt_close(&r);
+			return -1;
+		}
+		o->loss[s - 1] = (float)st.loss;
+	}
+	o->n = r.lo->total;
+	o->params = xmalloc((size_t)o->n * sizeof *o->params);
+	engine_lora_read(r.e, o->params);
+	tt_close(&r);
+	return 0;
+}
+
+/* Checks that a and b are the same bits, every loss and every LoRA value
+ * (memcmp: not "close"), naming the first that differs; 1 when they are. */
+static inline int tt_same_bits(const char *what, const struct tt_outcome *a, const struct tt_outcome *b)
+{
+	long first = -1;
+
+	CHECKF(a->n == b->n, "%s: %ld vs %ld LoRA values", what, a->n, b->n);
+	if (a->n != b->n)
+		return 0;
+	for (int s = 0; s < TT_STEPS; s++)
+		if (memcmp(&a->loss[s], &b->loss[s], sizeof(float)) != 0) {
+			CHECKF(0, "%s: step %d loss %.9g vs %.9g", what, s + 1, a->loss[s], b->loss[s]);
+			return 0;
+		}
+	for (long i = 0; i < a->n && first < 0; i++)
+		if (memcmp(&a->params[i], &b->params[i], sizeof(float)) != 0)
+			first = i;
+	CHECKF(first < 0, "%s: LoRA value %ld differs: %.9g vs %.9g", what, first, first < 0 ? 0.0 : a->params[first],
+	       first < 0 ? 0.0 : b->params[first]);
+	return first < 0;
+}
+
 /* Uniform in [-1, 1) from a counter. */
 static inline double tt_uniform(uint64_t seed, uint64_t i)
 {

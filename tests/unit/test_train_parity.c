@@ -7,20 +7,11 @@
  * the same bits. */
 #include "test_train_common.h"
 
-#define STEPS 3
-
-struct outcome {
-	float loss[STEPS];
-	float *params;
-	long n;
-};
-
-static int train(struct outcome *o, const char *model, int mode, int block_size, int prefetch, int nf4, int accum,
+/* resident, or blockwise at block_size, with the test's shared settings */
+static int train(struct tt_outcome *o, const char *model, int mode, int block_size, int prefetch, int nf4, int accum,
                  double dropout)
 {
 	struct train_config cfg;
-	struct tt_run r;
-	struct step_stats st;
 
 	tt_config(&cfg, model);
 	cfg.mode = mode;
@@ -29,42 +20,12 @@ static int train(struct outcome *o, const char *model, int mode, int block_size,
 	cfg.cell.precision = nf4 ? PRECISION_NF4 : PRECISION_BF16;
 	cfg.cell.training.gradient_accumulation_steps = accum;
 	cfg.cell.lora.dropout = dropout;
-	cfg.cell.training.steps = STEPS;
+	cfg.cell.training.steps = TT_STEPS;
 	cfg.cell.training.warmup_steps = 1;
 	cfg.cell.training.lr_schedule = LR_COSINE;
 	cfg.cell.training.weight_decay = 0.01;
 	cfg.cell.training.learning_rate = 5e-3;
-	if (tt_open(&r, &cfg) < 0)
-		return -1;
-	for (int s = 1; s <= STEPS; s++) {
-		if (engine_step(r.e, s, &st) < 0) {
-			tt_close(&r);
-			return -1;
-		}
-		o->loss[s - 1] = (float)st.loss;
-	}
-	o->n = r.lo->total;
-	o->params = xmalloc((size_t)o->n * sizeof *o->params);
-	engine_lora_read(r.e, o->params);
-	tt_close(&r);
-	return 0;
-}
-
-static void compare(const char *what, const struct outcome *a, const struct outcome *b)
-{
-	long first = -1;
-
-	CHECKF(a->n == b->n, "%s: %ld vs %ld LoRA values", what, a->n, b->n);
-	if (a->n != b->n)
-		return;
-	for (int s = 0; s < STEPS; s++)
-		CHECKF(memcmp(&a->loss[s], &b->loss[s], sizeof(float)) == 0, "%s: step %d loss %.9g (resident) vs %.9g",
-		         what, s + 1, a->loss[s], b->loss[s]);
-	for (long i = 0; i < a->n && first < 0; i++)
-		if (memcmp(&a->params[i], &b->params[i], sizeof(float)) != 0)
-			first = i;
-	CHECKF(first < 0, "%s: LoRA value %ld differs: %.9g (resident) vs %.9g", what, first,
-	         first < 0 ? 0.0 : a->params[first], first < 0 ? 0.0 : b->params[first]);
+	return tt_train(o, &cfg);
 }
 
 int main(void)
@@ -79,7 +40,7 @@ int main(void)
 		for (int nf4 = 0; nf4 < 2; nf4++)
 			for (int ai = 0; ai < 2; ai++)
 				for (int di = 0; di < 2; di++) {
-					struct outcome ref, got;
+					struct tt_outcome ref, got;
 					char what[160];
 
 					if (train(&ref, models[mi], MODE_RESIDENT, 1, 1, nf4, accums[ai], dropouts[di]) < 0) {
@@ -88,7 +49,7 @@ int main(void)
 					}
 					/* training must have moved the parameters, or the
 					 * comparison would prove little */
-					CHECKF(ref.loss[STEPS - 1] != ref.loss[0], "%s: loss did not change", models[mi]);
+					CHECKF(ref.loss[TT_STEPS - 1] != ref.loss[0], "%s: loss did not change", models[mi]);
 					for (int bs = 1; bs <= 3; bs++)
 						for (int prefetch = 1; prefetch >= (bs == 2 ? 0 : 1); prefetch--) {
 							snprintf(what, sizeof what, "%s %s accum %d dropout %.1f block %d%s", models[mi],
@@ -99,7 +60,7 @@ int main(void)
 								CHECKF(0, "%s: blockwise run failed", what);
 								continue;
 							}
-							compare(what, &ref, &got);
+							tt_same_bits(what, &ref, &got);
 							free(got.params);
 							combos++;
 						}
