@@ -227,6 +227,19 @@ parity() {
 	[ ! -e run/adapter ]
 }
 
+@test "a base larger than the host's available memory is an oom before anything is allocated" {
+	avail_kib=$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo)
+	[ -n "$avail_kib" ] || skip "no MemAvailable in /proc/meminfo"
+	# Qwen2.5-72B in bf16: 145 GB of host weights
+	[ "$avail_kib" -lt 140000000 ] || skip "this host has more memory than a 72B bf16 base needs"
+	run -1 --separate-stderr poros-train "${TINY[@]}" --model Qwen/Qwen2.5-72B --precision bf16 --steps 1 --out run
+	[ "${#lines[@]}" -eq 1 ]
+	echo "$output" | jq -e '.status == "oom" and .steps == 0 and .adapter == null
+		and (.error | test("^the base needs 1[0-9][0-9][.][0-9] GiB of host memory, .* available [(]MemAvailable[)]$"))'
+	[[ "$stderr" == *"poros-train: the base needs "*" of host memory"* ]]
+	[ ! -e run/adapter ]
+}
+
 @test "an oom leaves an earlier run's events out of the run directory, not half-mixed" {
 	train run --model poros/tiny-qwen2 --steps 2
 	run -1 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run --vram-budget 1K

@@ -580,9 +580,18 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	                       err, errsz);
 	if (rc == -1)
 		return RUN_BAD_INPUT;
+	if (rc == -3)
+		r->status = "oom";
 	if (rc < 0)
 		goto failed;
 	x->have_hw = 1;
+	if (!c->quiet) {
+		char sz[32];
+
+		warnmsg("host weights (%s, %s): %.1f s to allocate, %.1f s to %s",
+		        format_bytes(sz, sizeof sz, (double)(x->hw.lay.stride * (size_t)x->hw.n_layers + x->hw.glob.bytes)),
+		        x->hw.real ? "read" : "synthetic", x->hw.alloc_s, x->hw.fill_s, x->hw.real ? "read" : "generate");
+	}
 	r->weights_known = 1;
 	r->weights_real = x->hw.real;
 	if (prepare_run_dir(c, r, err, errsz) < 0)

@@ -356,12 +356,30 @@ static void parallel_zero(unsigned char *p, size_t bytes)
 	}
 }
 
+/* MemAvailable of /proc/meminfo in bytes; 0 where it cannot be read (no
+ * check is then made: the allocation itself still fails cleanly or not). */
+static size_t host_memory_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[128];
+	unsigned long long kib = 0;
+
+	if (f == NULL)
+		return 0;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+			break;
+	fclose(f);
+	return (size_t)kib * 1024;
+}
+
 int host_weights_load(struct host_weights *w, const struct backend *be, const struct model_config *mc, int nf4,
                       uint64_t seed, char *err, size_t errsz)
 {
 	struct st_checkpoint ck;
 	char sz[32];
-	size_t total;
+	size_t total, avail;
+	double t0;
 	int rc;
 
 	memset(w, 0, sizeof *w);
@@ -379,6 +397,19 @@ int host_weights_load(struct host_weights *w, const struct backend *be, const st
 		return -1;
 	}
 	total = w->lay.stride * (size_t)w->n_layers;
+	/* pinning or touching more than the host has ends in the kernel's
+	 * out-of-memory killer, not in a failed allocation: refuse first */
+	avail = host_memory_available();
+	if (avail && total + w->glob.bytes > avail) {
+		char have[32];
+
+		if (mc->checkpoint_dir)
+			st_checkpoint_close(&ck);
+		return set_error(err, errsz, "the base needs %s of host memory, %s available (MemAvailable)",
+		                 format_bytes(sz, sizeof sz, (double)(total + w->glob.bytes)),
+		                 format_bytes(have, sizeof have, (double)avail)), -3;
+	}
+	t0 = now_seconds();
 	if (be->host_alloc((void **)&w->layers, total) != 0) {
 		w->layers = NULL;
 		if (mc->checkpoint_dir)
@@ -394,6 +425,8 @@ int host_weights_load(struct host_weights *w, const struct backend *be, const st
 		return set_error(err, errsz, "allocating host memory for the embedding and lm_head (%s) failed",
 		              format_bytes(sz, sizeof sz, (double)w->glob.bytes)), -2;
 	}
+	w->alloc_s = now_seconds() - t0;
+	t0 = now_seconds();
 	/* the alignment gaps too, so no copy ever carries uninitialised bytes */
 	memset(w->globals, 0, w->glob.bytes);
 	parallel_zero(w->layers, total);
@@ -405,11 +438,12 @@ int host_weights_load(struct host_weights *w, const struct backend *be, const st
 			host_weights_free(w);
 			return -1;
 		}
-		return 0;
+	} else {
+		for (int l = 0; l < w->n_layers; l++)
+			synth_layer(w->layers + (size_t)l * w->lay.stride, &w->lay, mc, l, seed);
+		synth_globals(w->globals, &w->glob, mc, seed);
 	}
-	for (int l = 0; l < w->n_layers; l++)
-		synth_layer(w->layers + (size_t)l * w->lay.stride, &w->lay, mc, l, seed);
-	synth_globals(w->globals, &w->glob, mc, seed);
+	w->fill_s = now_seconds() - t0;
 	return 0;
 }
 

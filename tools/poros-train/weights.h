@@ -46,6 +46,7 @@ struct host_weights {
 	unsigned char *layers;  /* n_layers * lay.stride bytes */
 	unsigned char *globals; /* glob.bytes */
 	int real;               /* 1: read from a checkpoint, 0: synthetic */
+	double alloc_s, fill_s; /* seconds to allocate (and pin) and to fill */
 };
 
 /* Offsets for the model; -1 with err when NF4 cannot represent a
@@ -56,7 +57,8 @@ void global_layout_init(struct global_layout *g, const struct model_config *mc);
 /* Allocates and fills the host weights: from mc->checkpoint_dir when set,
  * else synthetic from seed.  Returns 0; -1 with err for bad input (a
  * missing tensor, a wrong shape or dtype: exit 2); -2 with err when host
- * memory could not be had (exit 1). */
+ * memory could not be had, -3 when the base is larger than the host's
+ * available memory (nothing allocated; status "oom"; both exit 1). */
 int host_weights_load(struct host_weights *w, const struct backend *be, const struct model_config *mc, int nf4,
                       uint64_t seed, char *err, size_t errsz);
 void host_weights_free(struct host_weights *w);
