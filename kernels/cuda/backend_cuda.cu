@@ -4,9 +4,12 @@
 // The CUDA backend of kernels/backend.h on device 0: raw memory, pinned host
 // memory, copies on two streams, events, device facts, and the device state
 // (streams, cuBLAS handles) the ops run on.
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "common.cuh"
 
@@ -201,9 +204,121 @@ static void cuda_device_free(void *p)
 		cudaCheck(cudaFree(p));
 }
 
+// Large pinned buffers (the base's weights: tens of GB) are mapped, faulted
+// in by every core with transparent huge pages, then registered: measured on
+// the H200 host, 16 GiB take 0.8 s this way and 14.6 s through
+// cudaHostAlloc, which faults 4 KiB pages in one thread; copies from both
+// run at the same 55 GB/s.  Small ones stay with cudaHostAlloc.
+#define MAPPED_MIN_BYTES (64ull << 20)
+#define MAPPED_MAX 64
+
+static struct mapped {
+	void *p;
+	size_t bytes;
+} mapped[MAPPED_MAX];
+static pthread_mutex_t mapped_lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct touch_part {
+	unsigned char *p;
+	size_t bytes;
+};
+
+static void *touch_pages(void *arg)
+{
+	const struct touch_part *t = (const struct touch_part *)arg;
+
+	memset(t->p, 0, t->bytes);
+	return NULL;
+}
+
+// Faults the pages of [p, p + bytes) in, zeroed, on up to 16 threads.
+static void touch_parallel(unsigned char *p, size_t bytes)
+{
+	enum { MAX_THREADS = 16 };
+	pthread_t th[MAX_THREADS];
+	struct touch_part part[MAX_THREADS];
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int n = cpus < 1 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (int)cpus, started = 0;
+	size_t each = (bytes / (size_t)n + 4095) & ~(size_t)4095;
+
+	for (int i = 0; i < n; i++) {
+		size_t at = (size_t)i * each;
+
+		part[i].p = p + at;
+		part[i].bytes = at >= bytes ? 0 : bytes - at < each ? bytes - at : each;
+	}
+	for (int i = 1; i < n; i++)
+		if (pthread_create(&th[i], NULL, touch_pages, &part[i]) != 0)
+			touch_pages(&part[i]); // no thread: this one does it
+		else
+			started |= 1 << i;
+	touch_pages(&part[0]);
+	for (int i = 1; i < n; i++)
+		if (started & (1 << i))
+			pthread_join(th[i], NULL);
+}
+
+static int mapped_host_alloc(void **p, size_t bytes)
+{
+	int slot = -1;
+	void *m;
+
+	pthread_mutex_lock(&mapped_lock);
+	for (int i = 0; i < MAPPED_MAX && slot < 0; i++)
+		if (mapped[i].p == NULL)
+			slot = i, mapped[i].p = (void *)&mapped[i]; // reserved
+	pthread_mutex_unlock(&mapped_lock);
+	if (slot < 0)
+		return 1; // table full: the caller takes cudaHostAlloc
+	m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		goto fail;
+	madvise(m, bytes, MADV_HUGEPAGE); // a hint: without THP it still works
+	touch_parallel((unsigned char *)m, bytes);
+	if (cudaHostRegister(m, bytes, cudaHostRegisterPortable) != cudaSuccess) {
+		cudaGetLastError();
+		munmap(m, bytes);
+		goto fail;
+	}
+	pthread_mutex_lock(&mapped_lock);
+	mapped[slot].p = m;
+	mapped[slot].bytes = bytes;
+	pthread_mutex_unlock(&mapped_lock);
+	*p = m;
+	return 0;
+fail:
+	pthread_mutex_lock(&mapped_lock);
+	mapped[slot].p = NULL;
+	pthread_mutex_unlock(&mapped_lock);
+	*p = NULL;
+	return -1;
+}
+
+// 1 and the size when p came from mapped_host_alloc (its slot freed).
+static int mapped_take(void *p, size_t *bytes)
+{
+	int found = 0;
+
+	pthread_mutex_lock(&mapped_lock);
+	for (int i = 0; i < MAPPED_MAX && !found; i++)
+		if (mapped[i].p == p) {
+			*bytes = mapped[i].bytes;
+			mapped[i].p = NULL;
+			found = 1;
+		}
+	pthread_mutex_unlock(&mapped_lock);
+	return found;
+}
+
 static int cuda_host_alloc(void **p, size_t bytes)
 {
 	// Portable: pinned for every context, should a second device join later.
+	if (bytes >= MAPPED_MIN_BYTES) {
+		int rc = mapped_host_alloc(p, bytes);
+
+		if (rc <= 0)
+			return rc;
+	}
 	cudaError_t e = cudaHostAlloc(p, bytes, cudaHostAllocPortable);
 	if (e != cudaSuccess) {
 		cudaGetLastError();
@@ -215,8 +330,16 @@ static int cuda_host_alloc(void **p, size_t bytes)
 
 static void cuda_host_free(void *p)
 {
-	if (p)
-		cudaCheck(cudaFreeHost(p));
+	size_t bytes;
+
+	if (p == NULL)
+		return;
+	if (mapped_take(p, &bytes)) {
+		cudaCheck(cudaHostUnregister(p));
+		munmap(p, bytes);
+		return;
+	}
+	cudaCheck(cudaFreeHost(p));
 }
 
 // --- copies -----------------------------------------------------------------
