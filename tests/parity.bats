@@ -12,14 +12,11 @@ setup() {
 }
 
 @test "poros-parity --version prints its name and version" {
-	run -0 poros-parity --version
-	assert_output "poros-parity 0.1.0"
+	assert_version poros-parity
 }
 
 @test "poros-parity --help prints the synopsis on stdout and exits 0" {
-	run -0 --separate-stderr poros-parity --help
-	assert_line --index 0 "usage: poros-parity [--arch NAME] [--precision NAME] [--artifacts DIR] RUN_A RUN_B"
-	[ -z "$stderr" ]
+	assert_help poros-parity "usage: poros-parity [--arch NAME] [--precision NAME] [--artifacts DIR] RUN_A RUN_B"
 }
 
 @test "poros-parity with one run is a usage error" {
