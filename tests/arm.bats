@@ -358,7 +358,7 @@ gone() {
 	export FAKE_PIDS="$PWD/pids" FAKE_MODE=hang
 	poros-arm poros.json > art.json 2> err.txt &
 	pid=$!
-	for _ in $(seq 50); do [ -s pids ] && break; sleep 0.1; done
+	wait_until 50 0.1 test -s pids || true
 	kill -TERM "$pid"
 	rc=0
 	wait "$pid" || rc=$?
@@ -817,17 +817,11 @@ gone() {
 	# bash stays poros-arm's parent (the ': ' keeps it from exec'ing poros-arm)
 	FAKE_MODE=hang bash -c 'poros-arm poros.json > arm.out 2> arm.err; :' &
 	parent=$!
-	for _ in $(seq 1 200); do
-		[ -s pids ] && break
-		sleep 0.05
-	done
+	wait_until 200 0.05 test -s pids
 	read -r child grandchild < pids
 	kill -KILL "$parent"
 	wait "$parent" || true
-	for _ in $(seq 1 400); do
-		[ -s arm.out ] && break
-		sleep 0.05
-	done
+	wait_until 400 0.05 test -s arm.out
 	jq -e '.status == "error" and (.error | startswith("interrupted: poros-arm got SIGTERM"))' arm.out
 	assert_artifact out/poros_tiny_llama_bf16.json
 	gone "$child"
@@ -840,10 +834,7 @@ gone() {
 	watched=$!
 	POROS_ARM_WATCH_PID=$watched FAKE_MODE=hang poros-arm poros.json poros.json > arm.out 2> arm.err &
 	arm=$!
-	for _ in $(seq 1 200); do
-		[ -s pids ] && break
-		sleep 0.05
-	done
+	wait_until 200 0.05 test -s pids
 	read -r child grandchild < pids
 	kill "$watched"
 	wait "$watched" || true

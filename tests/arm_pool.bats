@@ -10,6 +10,7 @@ setup() {
 	load test_helper/common-setup
 	_common_setup
 	export POROS_TRAIN="$POROS_ROOT/tests/fixtures/scaleout/fake-train"
+	. "$POROS_ROOT/tests/fixtures/scaleout/devices.bash"
 	export FAKE_DEVICES="$PWD/devices.log" FAKE_LOG="$PWD/fake.log"
 	unset CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER FAKE_FAIL_CELL FAKE_PIDS FAKE_SLEEP POROS_ARM_WATCH_PID
 	# three cells (two methods, two precisions) as files
@@ -19,18 +20,6 @@ setup() {
 			"$POROS_ROOT/tests/fixtures/arm/cell.json" > "$c.json"
 	done
 	CELLS="poros_bf16.json resident_bf16.json poros_nf4.json"
-}
-
-# Fails unless no two cells that overlapped in time had the same GPU.
-assert_no_shared_gpu() {
-	run awk '{ id[NR] = $1; gpu[NR] = $2; s[NR] = $3; e[NR] = $4 }
-		END {
-			for (i = 1; i <= NR; i++)
-				for (j = i + 1; j <= NR; j++)
-					if (gpu[i] == gpu[j] && s[i] < e[j] && s[j] < e[i])
-						print id[i] " and " id[j] " overlapped on GPU " gpu[i]
-		}' "$FAKE_DEVICES"
-	assert_output ""
 }
 
 gone() {
@@ -101,10 +90,7 @@ gone() {
 	# shellcheck disable=SC2086
 	poros-arm --gpus 0,1 $CELLS > arts.jsonl 2> err.txt &
 	pid=$!
-	for _ in $(seq 1 100); do
-		[ -f pids ] && [ "$(wc -l < pids)" -ge 2 ] && break
-		sleep 0.05
-	done
+	wait_until 100 0.05 lines_at_least pids 2
 	[ "$(wc -l < pids)" -eq 2 ]
 	kill -TERM "$pid"
 	rc=0
@@ -128,10 +114,7 @@ gone() {
 	# shellcheck disable=SC2086
 	POROS_ARM_WATCH_PID=$watched poros-arm --gpus 0,1 $CELLS > arts.jsonl 2> err.txt &
 	pid=$!
-	for _ in $(seq 1 100); do
-		[ -f pids ] && [ "$(wc -l < pids)" -ge 2 ] && break
-		sleep 0.05
-	done
+	wait_until 100 0.05 lines_at_least pids 2 || true
 	kill "$watched"
 	rc=0
 	wait "$pid" || rc=$?

@@ -112,10 +112,7 @@ fake_poros() {
 @test "a run killed with SIGKILL leaves only whole lines in results.jsonl and the next run completes the rest" {
 	FAKE_PIDS="$BATS_TEST_TMPDIR/fake.pids" FAKE_SLEEP=0.4 POROS_TRAIN="$FAKE" setsid poros bench run "$SPEC" 2>/dev/null &
 	pgid=$!
-	for _ in $(seq 1 200); do
-		[ -f $OUT/results.jsonl ] && [ "$(wc -l < $OUT/results.jsonl)" -ge 3 ] && break
-		sleep 0.05
-	done
+	wait_until 200 0.05 lines_at_least $OUT/results.jsonl 3 || true
 	kill -KILL -- "-$pgid"
 	wait "$pgid" || true
 	# poros-arm ran the trainer in a process group of its own: let the orphan finish
@@ -309,11 +306,7 @@ fake_poros() {
 @test "a second run on a busy directory exits 2 naming the PID that holds it, and changes nothing" {
 	FAKE_SLEEP=20 POROS_TRAIN="$FAKE" poros bench run "$SPEC" 2>/dev/null &
 	first=$!
-	for _ in $(seq 1 200); do
-		[ -s "$FAKE_LOG" ] && break
-		sleep 0.05
-	done
-	[ -s "$FAKE_LOG" ]
+	wait_until 200 0.05 test -s "$FAKE_LOG"
 	(cd $OUT && sha256sum .lock spec.json cells/*) > before
 	sed 's/steps: 4/steps: 8/' "$SPEC" > edited.yaml
 	run -2 --separate-stderr fake_poros bench run edited.yaml
@@ -329,22 +322,14 @@ fake_poros() {
 @test "a driver killed with SIGKILL takes poros-arm and its trainer with it; the next run runs each cell once" {
 	FAKE_PIDS="$BATS_TEST_TMPDIR/fake.pids" FAKE_SLEEP=30 POROS_TRAIN="$FAKE" poros bench run "$SPEC" 2>/dev/null &
 	driver=$!
-	for _ in $(seq 1 200); do
-		[ -s fake.pids ] && break
-		sleep 0.05
-	done
-	[ -s fake.pids ]
+	wait_until 200 0.05 test -s fake.pids
 	trainer=$(head -n 1 fake.pids)
 	arm=$(pgrep -P "$driver" -x poros-arm)
 	[ -n "$arm" ]
 	kill -KILL "$driver"
 	wait "$driver" || true
 	# poros-arm ends its trainer (SIGTERM) and writes its artifact; the lock goes with the last of them
-	for _ in $(seq 1 200); do
-		flock -n $OUT/.lock true && break
-		sleep 0.05
-	done
-	flock -n $OUT/.lock true
+	wait_until 200 0.05 flock -n $OUT/.lock true
 	! kill -0 "$trainer" 2>/dev/null
 	[ "$(ps -o stat= -p "$arm" | tr -d ' ')" = "" ] || [ "$(ps -o stat= -p "$arm" | cut -c1)" = Z ]
 	jq -e '.status == "error" and (.error | startswith("interrupted: poros-arm got SIGTERM"))' $OUT/poros_tiny_qwen2_nf4.json

@@ -23,6 +23,14 @@ append() {
 	{ cat "$FIX/minimal.yaml"; printf '%s\n' "$@"; } >s.yaml
 }
 
+# expect_cells SPEC PIPE OUTPUT: SPEC's cells (--jsonl) through the shell
+# pipeline PIPE: it exits 0 and prints OUTPUT.
+expect_cells() {
+	run --separate-stderr bash -c "poros-expand '$1' --jsonl | $2"
+	assert_success
+	assert_output "$3"
+}
+
 # A bad spec: exit 2, nothing on stdout, exactly the one line $2 on stderr,
 # and nothing created in the test directory (the -o directory included).
 expect_bad() {
@@ -88,32 +96,26 @@ expect_bad_regex() {
 # --- what comes out ---------------------------------------------------------
 
 @test "the launch matrix expands to 30 cells: 3 models x 5 methods x 2 precisions" {
-	run --separate-stderr bash -c "poros-expand '$BENCH/launch_matrix.yaml' --jsonl | jq -s length"
-	assert_success
-	assert_output "30"
+	expect_cells "$BENCH/launch_matrix.yaml" "jq -s length" "30"
 }
 
 @test "cells come in spec order: models, then methods, then precisions" {
-	run --separate-stderr bash -c "poros-expand '$FIX/full.yaml' --jsonl | jq -r .cell_id"
-	assert_success
-	assert_output "peft_tiny_llama_bf16
+	expect_cells "$FIX/full.yaml" "jq -r .cell_id" "peft_tiny_llama_bf16
 poros_tiny_llama_bf16
 peft_tiny_qwen3_bf16
 poros_tiny_qwen3_bf16"
 }
 
 @test "every cell of a run shares seq_len, rank, alpha, target_modules, steps and tokens_per_step" {
-	run --separate-stderr bash -c "poros-expand '$BENCH/launch_matrix.yaml' --jsonl |
-		jq -c -s 'map([.training.seq_len, .lora.rank, .lora.alpha, .lora.target_modules, .training.steps, .tokens_per_step]) | unique'"
-	assert_success
-	assert_output '[[512,16,32,["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"],20,4096]]'
+	expect_cells "$BENCH/launch_matrix.yaml" \
+		"jq -c -s 'map([.training.seq_len, .lora.rank, .lora.alpha, .lora.target_modules, .training.steps, .tokens_per_step]) | unique'" \
+		'[[512,16,32,["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"],20,4096]]'
 }
 
 @test "every cell of a run shares the whole training, lora, poros and hardware sections" {
-	run --separate-stderr bash -c "poros-expand '$FIX/full.yaml' --jsonl |
-		jq -c -s 'map([.spec_id, .hardware, .training, .lora, .poros, .output_dir]) | unique | length'"
-	assert_success
-	assert_output "1"
+	expect_cells "$FIX/full.yaml" \
+		"jq -c -s 'map([.spec_id, .hardware, .training, .lora, .poros, .output_dir]) | unique | length'" \
+		"1"
 }
 
 @test "cell_id is method_arch_precision, arch the slug of the model id without its org" {
@@ -125,36 +127,31 @@ poros_tiny_qwen3_bf16"
 }
 
 @test "tokens_per_step is batch_size x seq_len x gradient_accumulation_steps" {
-	run --separate-stderr bash -c "poros-expand '$FIX/full.yaml' --jsonl | jq -s 'map(.tokens_per_step) | unique'"
-	assert_success
-	assert_output "$(printf '[\n  192\n]')"
+	expect_cells "$FIX/full.yaml" "jq -s 'map(.tokens_per_step) | unique'" "$(printf '[\n  192\n]')"
 }
 
 @test "every field given in the spec reaches the cell as written" {
-	run --separate-stderr bash -c "poros-expand '$FIX/full.yaml' --jsonl | head -1 | jq -c 'del(.schema, .cell_id, .method, .precision)'"
-	assert_success
-	assert_output '{"spec_id":"full-1.0","model":{"model_id":"poros/tiny-llama","display_name":"Tiny Llama","param_count_b":0.5,"arch":"tiny_llama"},"hardware":{"gpu_name":"NVIDIA A10G","vram_gb":22.5,"pcie_gen":4},"training":{"steps":10,"seq_len":32,"batch_size":2,"gradient_accumulation_steps":3,"warmup_steps":2,"dataset":"data/train.jsonl","seed":7,"learning_rate":0.00015,"lr_schedule":"cosine","weight_decay":0.01,"max_grad_norm":0.5,"timeout_s":600,"gradient_checkpointing":false,"lr_warmup_steps":0,"passes":1},"lora":{"rank":4,"alpha":12,"dropout":0.1,"target_modules":["q_proj","v_proj","down_proj"]},"poros":{"block_size":1,"enable_prefetch":false},"output_dir":"results/full","tokens_per_step":192}'
+	expect_cells "$FIX/full.yaml" \
+		"head -1 | jq -c 'del(.schema, .cell_id, .method, .precision)'" \
+		'{"spec_id":"full-1.0","model":{"model_id":"poros/tiny-llama","display_name":"Tiny Llama","param_count_b":0.5,"arch":"tiny_llama"},"hardware":{"gpu_name":"NVIDIA A10G","vram_gb":22.5,"pcie_gen":4},"training":{"steps":10,"seq_len":32,"batch_size":2,"gradient_accumulation_steps":3,"warmup_steps":2,"dataset":"data/train.jsonl","seed":7,"learning_rate":0.00015,"lr_schedule":"cosine","weight_decay":0.01,"max_grad_norm":0.5,"timeout_s":600,"gradient_checkpointing":false,"lr_warmup_steps":0,"passes":1},"lora":{"rank":4,"alpha":12,"dropout":0.1,"target_modules":["q_proj","v_proj","down_proj"]},"poros":{"block_size":1,"enable_prefetch":false},"output_dir":"results/full","tokens_per_step":192}'
 }
 
 @test "a spec with only the required fields gets every documented default" {
-	run --separate-stderr bash -c "poros-expand '$FIX/minimal.yaml' --jsonl | head -1 | jq -c '[.hardware, .training, .lora, .poros, .output_dir, .model.display_name]'"
-	assert_success
-	assert_output '[{"gpu_name":null,"vram_gb":null,"pcie_gen":null},{"steps":4,"seq_len":16,"batch_size":1,"gradient_accumulation_steps":1,"warmup_steps":1,"dataset":"synthetic","seed":42,"learning_rate":0.0002,"lr_schedule":"constant","weight_decay":0,"max_grad_norm":1,"timeout_s":3600,"gradient_checkpointing":false,"lr_warmup_steps":0,"passes":1},{"rank":16,"alpha":32,"dropout":0.05,"target_modules":["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"]},{"block_size":4,"enable_prefetch":true},"out/mini","tiny-qwen2"]'
+	expect_cells "$FIX/minimal.yaml" \
+		"head -1 | jq -c '[.hardware, .training, .lora, .poros, .output_dir, .model.display_name]'" \
+		'[{"gpu_name":null,"vram_gb":null,"pcie_gen":null},{"steps":4,"seq_len":16,"batch_size":1,"gradient_accumulation_steps":1,"warmup_steps":1,"dataset":"synthetic","seed":42,"learning_rate":0.0002,"lr_schedule":"constant","weight_decay":0,"max_grad_norm":1,"timeout_s":3600,"gradient_checkpointing":false,"lr_warmup_steps":0,"passes":1},{"rank":16,"alpha":32,"dropout":0.05,"target_modules":["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"]},{"block_size":4,"enable_prefetch":true},"out/mini","tiny-qwen2"]'
 }
 
 @test "training.gradient_checkpointing true reaches every cell, after the older keys of training" {
 	append "  gradient_checkpointing: true"
-	run --separate-stderr bash -c "poros-expand s.yaml --jsonl | jq -c -s '(map(.training.gradient_checkpointing) | unique), (.[0].training | keys_unsorted[-4:])'"
-	assert_success
-	assert_output '[true]
+	expect_cells s.yaml "jq -c -s '(map(.training.gradient_checkpointing) | unique), (.[0].training | keys_unsorted[-4:])'" '[true]
 ["timeout_s","gradient_checkpointing","lr_warmup_steps","passes"]'
 	assert_equal "$stderr" ""
 }
 
 @test "training.passes and training.lr_warmup_steps reach every cell; passes must be at least 1" {
 	append "  passes: 3" "  lr_warmup_steps: 2"
-	run -0 --separate-stderr bash -c "poros-expand s.yaml --jsonl | jq -c -s 'map([.training.passes, .training.lr_warmup_steps]) | unique'"
-	assert_output '[[3,2]]'
+	expect_cells s.yaml "jq -c -s 'map([.training.passes, .training.lr_warmup_steps]) | unique'" '[[3,2]]'
 	sed -i 's/passes: 3/passes: 0/' s.yaml
 	run -2 --separate-stderr poros-expand s.yaml --jsonl
 	[[ "$stderr" == *"training.passes: must be at least 1, got 0"* ]]
@@ -169,23 +166,19 @@ poros_tiny_qwen3_bf16"
 
 @test "alpha defaults to twice the rank" {
 	append "lora:" "  rank: 8"
-	run --separate-stderr bash -c "poros-expand s.yaml --jsonl | jq -s 'map(.lora.alpha) | unique'"
-	assert_success
-	assert_output "$(printf '[\n  16\n]')"
+	expect_cells s.yaml "jq -s 'map(.lora.alpha) | unique'" "$(printf '[\n  16\n]')"
 }
 
 @test "warmup_steps defaults to 0 when there is a single step" {
 	edit 's/steps: 4/steps: 1/'
-	run --separate-stderr bash -c "poros-expand s.yaml --jsonl | jq -s 'map(.training.warmup_steps) | unique'"
-	assert_success
-	assert_output "$(printf '[\n  0\n]')"
+	expect_cells s.yaml "jq -s 'map(.training.warmup_steps) | unique'" "$(printf '[\n  0\n]')"
 }
 
 @test "target_modules \"all-linear\" means all seven projections" {
 	append "lora:" "  target_modules: all-linear"
-	run --separate-stderr bash -c "poros-expand s.yaml --jsonl | head -1 | jq -c .lora.target_modules"
-	assert_success
-	assert_output '["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"]'
+	expect_cells s.yaml \
+		"head -1 | jq -c .lora.target_modules" \
+		'["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"]'
 }
 
 @test "a model given as a mapping and one given as a plain id expand alike" {
@@ -198,22 +191,19 @@ poros_tiny_qwen3_bf16"
 	precisions: [nf4]
 	training: {steps: 2, seq_len: 8}
 	EOF
-	run --separate-stderr bash -c "poros-expand s.yaml --jsonl | jq -c '[.model.model_id, .model.display_name, .model.arch]'"
-	assert_success
-	assert_output '["poros/tiny-llama","tiny-llama","tiny_llama"]
+	expect_cells s.yaml "jq -c '[.model.model_id, .model.display_name, .model.arch]'" '["poros/tiny-llama","tiny-llama","tiny_llama"]
 ["poros/tiny-qwen3","tiny-qwen3","tiny_qwen3"]'
 }
 
 @test "param_count_b is counted from configs/models when the spec leaves it out" {
-	run --separate-stderr bash -c "poros-expand '$BENCH/h200_perf.yaml' --jsonl | jq -c -s 'map([.model.model_id, .model.param_count_b]) | unique'"
-	assert_success
-	assert_output '[["Qwen/Qwen2.5-32B",32.76],["Qwen/Qwen2.5-7B",7.616]]'
+	expect_cells "$BENCH/h200_perf.yaml" \
+		"jq -c -s 'map([.model.model_id, .model.param_count_b]) | unique'" \
+		'[["Qwen/Qwen2.5-32B",32.76],["Qwen/Qwen2.5-7B",7.616]]'
 	assert_equal "$stderr" ""
 }
 
 @test "a param_count_b given in the spec is kept as written" {
-	run --separate-stderr bash -c "poros-expand '$FIX/full.yaml' --jsonl | head -1 | jq .model.param_count_b"
-	assert_output "0.5"
+	expect_cells "$FIX/full.yaml" "head -1 | jq .model.param_count_b" "0.5"
 }
 
 @test "a model with no config anywhere is a warning on stderr, not an error; its parameter count is null" {
@@ -375,9 +365,9 @@ out/mini/cells/resident_tiny_qwen2_bf16.json"
 }
 
 @test "tiny.yaml is the small default spec: three tiny models, CPU-sized training" {
-	run --separate-stderr bash -c "poros-expand '$BENCH/tiny.yaml' --jsonl | jq -c -s '[(map(.model.model_id) | unique), (map(.method) | unique), (.[0] | [.training.steps, .training.warmup_steps, .training.seq_len, .training.batch_size, .training.gradient_accumulation_steps, .lora.rank, .lora.alpha, .lora.dropout, .poros.block_size, .output_dir])]'"
-	assert_success
-	assert_output '[["poros/tiny-llama","poros/tiny-qwen2","poros/tiny-qwen3"],["peft","poros","resident"],[6,1,64,1,2,8,16,0,2,"out/tiny"]]'
+	expect_cells "$BENCH/tiny.yaml" \
+		"jq -c -s '[(map(.model.model_id) | unique), (map(.method) | unique), (.[0] | [.training.steps, .training.warmup_steps, .training.seq_len, .training.batch_size, .training.gradient_accumulation_steps, .lora.rank, .lora.alpha, .lora.dropout, .poros.block_size, .output_dir])]'" \
+		'[["poros/tiny-llama","poros/tiny-qwen2","poros/tiny-qwen3"],["peft","poros","resident"],[6,1,64,1,2,8,16,0,2,"out/tiny"]]'
 }
 
 @test "every model config is named by the slug of its model_id" {
@@ -767,12 +757,8 @@ out/mini/cells/resident_tiny_qwen2_bf16.json"
 @test "the specs in poros-spec(5)'s EXAMPLES expand as described" {
 	awk 'BEGIN { n = 0 } /^\.Sh EXAMPLES/ { ex = 1 } ex && /^\.Ed/ { n++; on = 0 } ex && on { print > ("ex" n ".yaml") } ex && /^\.Bd -literal/ { on = 1 }' \
 		"$POROS_ROOT/man/poros-spec.5"
-	run --separate-stderr bash -c "poros-expand ex0.yaml --jsonl | wc -l"
-	assert_success
-	assert_output "10"
-	run --separate-stderr bash -c "poros-expand ex1.yaml --jsonl | jq -r .cell_id"
-	assert_success
-	assert_output "poros_tiny_qwen2_bf16"
+	expect_cells ex0.yaml "wc -l" "10"
+	expect_cells ex1.yaml "jq -r .cell_id" "poros_tiny_qwen2_bf16"
 }
 
 @test "the man pages format without warnings" {

@@ -24,14 +24,11 @@ adapter() {
 }
 
 @test "poros-export --version prints its name and version" {
-	run -0 poros-export --version
-	assert_output "poros-export 0.1.0"
+	assert_version poros-export
 }
 
 @test "poros-export --help prints the synopsis on stdout and exits 0" {
-	run -0 --separate-stderr poros-export --help
-	assert_line --index 0 "usage: poros-export --base DIR --adapter DIR --out DIR [--max-shard-size SIZE] [--force]"
-	[ -z "$stderr" ]
+	assert_help poros-export "usage: poros-export --base DIR --adapter DIR --out DIR [--max-shard-size SIZE] [--force]"
 }
 
 @test "a missing option or a stray argument is a usage error with the synopsis on stderr" {

@@ -11,11 +11,8 @@ setup() {
 }
 
 @test "poros-merge --version and --help" {
-	run -0 poros-merge --version
-	assert_output "poros-merge 0.1.0"
-	run -0 --separate-stderr poros-merge --help
-	assert_line --index 0 "usage: poros-merge [--spec SPEC.json] [FILE|DIR|- ...]"
-	[ -z "$stderr" ]
+	assert_version poros-merge
+	assert_help poros-merge "usage: poros-merge [--spec SPEC.json] [FILE|DIR|- ...]"
 }
 
 @test "the latest finished artifact of a cell wins, whatever the input order" {

@@ -11,15 +11,20 @@ setup() {
 	VB1=base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight
 }
 
+# refused RUN_A RUN_B MESSAGE: poros-parity exits 2 with nothing on stdout
+# and MESSAGE, the whole of stderr.
+refused() {
+	run -2 --separate-stderr poros-parity "$1" "$2"
+	[ -z "$output" ]
+	[ "$stderr" = "$3" ]
+}
+
 @test "poros-parity --version prints its name and version" {
-	run -0 poros-parity --version
-	assert_output "poros-parity 0.1.0"
+	assert_version poros-parity
 }
 
 @test "poros-parity --help prints the synopsis on stdout and exits 0" {
-	run -0 --separate-stderr poros-parity --help
-	assert_line --index 0 "usage: poros-parity [--arch NAME] [--precision NAME] [--artifacts DIR] RUN_A RUN_B"
-	[ -z "$stderr" ]
+	assert_help poros-parity "usage: poros-parity [--arch NAME] [--precision NAME] [--artifacts DIR] RUN_A RUN_B"
 }
 
 @test "poros-parity with one run is a usage error" {
@@ -107,35 +112,27 @@ setup() {
 @test "runs with different step counts are an error, not a partial compare" {
 	"$MAKE_RUN" a
 	"$MAKE_RUN" b --steps 3
-	run -2 --separate-stderr poros-parity a b
-	[ -z "$output" ]
-	[ "$stderr" = "poros-parity: mismatched runs: a/events.jsonl has 4 steps, b/events.jsonl has 3" ]
+	refused a b "poros-parity: mismatched runs: a/events.jsonl has 4 steps, b/events.jsonl has 3"
 }
 
 @test "runs with a different rank are an error" {
 	"$MAKE_RUN" a
 	"$MAKE_RUN" b --rank 4
-	run -2 --separate-stderr poros-parity a b
-	[ -z "$output" ]
-	[ "$stderr" = "poros-parity: mismatched runs: rank 2 in a/adapter, 4 in b/adapter" ]
+	refused a b "poros-parity: mismatched runs: rank 2 in a/adapter, 4 in b/adapter"
 }
 
 @test "runs with different tensor names are an error naming the tensor" {
 	"$MAKE_RUN" a
 	"$MAKE_RUN" b --omit "$QB1" --omit "${QB1/lora_B/lora_A}"
-	run -2 --separate-stderr poros-parity a b
-	[ -z "$output" ]
-	[ "$stderr" = "poros-parity: mismatched runs: tensor ${QB1/lora_B/lora_A} is in a/adapter only" ]
-	run -2 --separate-stderr poros-parity b a
-	[ "$stderr" = "poros-parity: mismatched runs: tensor ${QB1/lora_B/lora_A} is in a/adapter only" ]
+	refused a b "poros-parity: mismatched runs: tensor ${QB1/lora_B/lora_A} is in a/adapter only"
+	refused b a "poros-parity: mismatched runs: tensor ${QB1/lora_B/lora_A} is in a/adapter only"
 }
 
 @test "events with different step numbers are an error" {
 	"$MAKE_RUN" a
 	"$MAKE_RUN" b
 	sed -i 's/"step":3,/"step":5,/; s/"step":4,/"step":6,/' b/events.jsonl
-	run -2 --separate-stderr poros-parity a b
-	[ "$stderr" = "poros-parity: mismatched runs: event 3 is step 3 in a/events.jsonl, step 5 in b/events.jsonl" ]
+	refused a b "poros-parity: mismatched runs: event 3 is step 3 in a/events.jsonl, step 5 in b/events.jsonl"
 }
 
 @test "a malformed events line is an error with file and line" {
@@ -150,29 +147,25 @@ setup() {
 @test "steps that do not increase are an error" {
 	"$MAKE_RUN" a
 	sed -i '3s/"step":3,/"step":2,/' a/events.jsonl
-	run -2 --separate-stderr poros-parity a a
-	[ "$stderr" = "poros-parity: a/events.jsonl:3: step 2 after step 2: steps must increase" ]
+	refused a a "poros-parity: a/events.jsonl:3: step 2 after step 2: steps must increase"
 }
 
 @test "an event without a loss is an error" {
 	"$MAKE_RUN" a
 	sed -i '1s/"loss":[^,]*,//' a/events.jsonl
-	run -2 --separate-stderr poros-parity a a
-	[ "$stderr" = "poros-parity: a/events.jsonl:1: loss: missing" ]
+	refused a a "poros-parity: a/events.jsonl:1: loss: missing"
 }
 
 @test "a missing run directory or adapter is a clear error" {
 	"$MAKE_RUN" a
-	run -2 --separate-stderr poros-parity a nowhere
-	[ "$stderr" = "poros-parity: nowhere: No such file or directory" ]
+	refused a nowhere "poros-parity: nowhere: No such file or directory"
 	"$MAKE_RUN" b
 	rm -r b/adapter
 	run -2 --separate-stderr poros-parity a b
 	[[ "$stderr" == "poros-parity: b/adapter/adapter_config.json: "* ]]
 	"$MAKE_RUN" c
 	: > c/events.jsonl
-	run -2 --separate-stderr poros-parity a c
-	[ "$stderr" = "poros-parity: c/events.jsonl: no steps (did the run start?)" ]
+	refused a c "poros-parity: c/events.jsonl: no steps (did the run start?)"
 }
 
 @test "real tiny CPU runs: blockwise and resident are bitwise exact" {

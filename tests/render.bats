@@ -43,11 +43,8 @@ section() {
 }
 
 @test "poros-render --version and --help" {
-	run -0 poros-render --version
-	assert_output "poros-render 0.1.0"
-	run -0 --separate-stderr poros-render --help
-	assert_line --index 0 "usage: poros-render --html|--md [-o FILE] [--spec SPEC.json] [FILE|DIR|- ...]"
-	[ -z "$stderr" ]
+	assert_version poros-render
+	assert_help poros-render "usage: poros-render --html|--md [-o FILE] [--spec SPEC.json] [FILE|DIR|- ...]"
 }
 
 @test "a format is required, and only one" {

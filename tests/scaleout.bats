@@ -36,6 +36,7 @@ setup() {
 	_common_setup
 	SPEC="$POROS_ROOT/tests/fixtures/driver/two_models.yaml"
 	FIX="$POROS_ROOT/tests/fixtures/scaleout"
+	. "$FIX/devices.bash"
 	# the spec's eight cells, in spec order
 	CELLS="poros_tiny_qwen2_nf4 poros_tiny_qwen2_bf16 resident_tiny_qwen2_nf4 resident_tiny_qwen2_bf16"
 	CELLS="$CELLS poros_tiny_llama_nf4 poros_tiny_llama_bf16 resident_tiny_llama_nf4 resident_tiny_llama_bf16"
@@ -51,35 +52,18 @@ teardown() {
 	# A failed Slurm test must not leave jobs running into the next one.
 	if [ -n "${SLURM_CONF:-}" ] && [ -z "$SLURM_BROKEN" ]; then
 		scancel --user=root >/dev/null 2>&1 || true
-		for _ in $(seq 1 40); do
-			[ -z "$(squeue -h -u root 2>/dev/null)" ] && break
-			sleep 0.25
-		done
+		wait_until 40 0.25 no_slurm_jobs -u root || true
 	fi
+}
+
+# no_slurm_jobs SQUEUE_ARGS...: squeue lists no job of those.
+no_slurm_jobs() {
+	[ -z "$(squeue -h "$@" 2>/dev/null)" ]
 }
 
 need_slurm() {
 	[ -z "$SLURM_SKIP" ] || skip "$SLURM_SKIP"
 	[ -z "$SLURM_BROKEN" ] || fail "$SLURM_BROKEN"
-}
-
-# Fails unless no two cells that overlapped in time had the same GPU.
-# devices.log: "CELL_ID GPU START_NS END_NS" per cell.
-assert_no_shared_gpu() {
-	run awk '{ id[NR] = $1; gpu[NR] = $2; s[NR] = $3; e[NR] = $4 }
-		END {
-			for (i = 1; i <= NR; i++)
-				for (j = i + 1; j <= NR; j++)
-					if (gpu[i] == gpu[j] && s[i] < e[j] && s[j] < e[i])
-						print id[i] " and " id[j] " overlapped on GPU " gpu[i]
-		}' "$FAKE_DEVICES"
-	assert_output ""
-}
-
-# The number of pairs of cells that ran at the same time (on any GPUs).
-overlapping_pairs() {
-	awk '{ s[NR] = $3; e[NR] = $4 }
-		END { n = 0; for (i = 1; i <= NR; i++) for (j = i + 1; j <= NR; j++) if (s[i] < e[j] && s[j] < e[i]) n++; print n }' "$FAKE_DEVICES"
 }
 
 # Every line of FILE parses and FILE ends with a newline.
@@ -194,10 +178,7 @@ assert_whole_lines() {
 	export FAKE_GPUS="0 1" FAKE_SLEEP=5 FAKE_PIDS="$BATS_TEST_TMPDIR/fake.pids"
 	poros bench run "$SPEC" --gpus all -o out 2> driver.err &
 	driver=$!
-	for _ in $(seq 1 100); do
-		[ -f "$FAKE_PIDS" ] && [ "$(wc -l < "$FAKE_PIDS")" -ge 2 ] && break
-		sleep 0.05
-	done
+	wait_until 100 0.05 lines_at_least "$FAKE_PIDS" 2
 	[ "$(wc -l < "$FAKE_PIDS")" -eq 2 ]
 	kill -TERM "$driver"
 	rc=0
@@ -217,19 +198,12 @@ assert_whole_lines() {
 	export FAKE_GPUS="0 1" FAKE_PIDS="$BATS_TEST_TMPDIR/fake.pids"
 	FAKE_SLEEP=30 poros bench run "$SPEC" --gpus all -o out 2> driver.err &
 	driver=$!
-	for _ in $(seq 1 100); do
-		[ -f "$FAKE_PIDS" ] && [ "$(wc -l < "$FAKE_PIDS")" -ge 2 ] && break
-		sleep 0.05
-	done
+	wait_until 100 0.05 lines_at_least "$FAKE_PIDS" 2
 	[ "$(wc -l < "$FAKE_PIDS")" -eq 2 ]
 	kill -KILL "$driver"
 	wait "$driver" || true
 	# the workers' poros-arm see the driver gone and end their trainers; the lock goes with the last of them
-	for _ in $(seq 1 400); do
-		flock -n out/.lock true && break
-		sleep 0.05
-	done
-	flock -n out/.lock true
+	wait_until 400 0.05 flock -n out/.lock true
 	for pid in $(cat "$FAKE_PIDS"); do
 		! kill -0 "$pid" 2>/dev/null
 	done
@@ -244,15 +218,6 @@ assert_whole_lines() {
 }
 
 # --- Slurm --------------------------------------------------------------------
-
-# Polls until FILE exists (at most $2 seconds).
-wait_for_file() {
-	for _ in $(seq 1 $(($2 * 4))); do
-		[ -e "$1" ] && return 0
-		sleep 0.25
-	done
-	return 1
-}
 
 @test "bench run --slurm runs tiny.yaml as a job array and ends with the local run's results and report" {
 	need_slurm
@@ -321,7 +286,7 @@ wait_for_file() {
 	[[ "$output" == *"Comment=poros-test"* && "$output" == *"Nice=10"* ]]
 	run -0 scontrol -o show job "$finish"
 	[[ "$output" == *"Comment=poros-test"* && "$output" != *"TimeLimit=00:05:00"* ]]
-	wait_for_file out/slurm/finish.rc 60
+	wait_until 240 0.25 test -e out/slurm/finish.rc
 	[ "$(cat out/slurm/finish.rc)" = 0 ]
 	# the scripts name paths only, quoted; submit.sh submits the same two jobs again
 	grep -qxF "exec '$POROS_ROOT/bin/poros-arm' \"\$cell\"" out/slurm/array.sh
@@ -334,7 +299,7 @@ wait_for_file() {
 	array=${lines[0]}
 	run -0 scontrol -o show job "${lines[1]}"
 	[[ "$output" == *"Dependency=afterany:${array}_*"* ]]
-	wait_for_file out/slurm/finish.rc 60
+	wait_until 240 0.25 test -e out/slurm/finish.rc
 	[ "$(cat out/slurm/finish.rc)" = 0 ]
 	[ "$(wc -l < "$FAKE_LOG")" -eq 8 ]
 	[ "$(wc -l < out/results.jsonl)" -eq 16 ]
@@ -369,10 +334,7 @@ snapshot() {
 	cmp before after
 	# once they have ended, the next submission goes through
 	scancel "$array" "$finish"
-	for _ in $(seq 1 80); do
-		[ -z "$(squeue -h -j "$array,$finish" -t PENDING,RUNNING,SUSPENDED,CONFIGURING 2>/dev/null)" ] && break
-		sleep 0.25
-	done
+	wait_until 80 0.25 no_slurm_jobs -j "$array,$finish" -t PENDING,RUNNING,SUSPENDED,CONFIGURING || true
 	export FAKE_SLEEP=0
 	run -0 --separate-stderr timeout 90 poros bench run "$SPEC" -o out --slurm --wait
 	[ "$(paste -sd ' ' out/slurm/jobs)" != "$array $finish" ]
@@ -384,11 +346,7 @@ snapshot() {
 	export FAKE_SLEEP=30
 	timeout 120 poros bench run "$SPEC" -o out --slurm --wait > ids.json 2> driver.err &
 	driver=$!
-	for _ in $(seq 1 80); do
-		[ -s "$FAKE_LOG" ] && break
-		sleep 0.25
-	done
-	[ -s "$FAKE_LOG" ]
+	wait_until 80 0.25 test -s "$FAKE_LOG"
 	array=$(jq -r .array_job_id ids.json)
 	scancel "$array"
 	rc=0

@@ -20,8 +20,7 @@ need_hf_fixture() {
 }
 
 @test "poros-tokenize --version and --help" {
-	run -0 poros-tokenize --version
-	assert_output "poros-tokenize 0.1.0"
+	assert_version poros-tokenize
 	run -0 --separate-stderr poros-tokenize --help
 	assert_line --index 0 --partial "usage: poros-tokenize {--tokenizer PATH | --model ID}"
 	[ -z "$stderr" ]

@@ -20,8 +20,7 @@ train() {
 }
 
 @test "poros-train --version prints its name and version" {
-	run -0 poros-train --version
-	assert_output "poros-train 0.1.0"
+	assert_version poros-train
 }
 
 @test "poros-train --help prints the synopsis on stdout and exits 0" {

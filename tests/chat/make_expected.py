@@ -34,6 +34,8 @@ import sys
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
+from bytelevel import trim  # tests/chat/bytelevel.py, beside this script
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 # set: (tokenizer source, chat_template.jinja or None, keep the config's template)
 SETS = {
@@ -44,41 +46,6 @@ SETS = {
     # both: the .jinja file must win, as in transformers
     "llama31_style": ("llama3_1", "llama31_style.jinja", True),
 }
-
-
-def bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xa1, 0xac + 1)) + list(range(0xae, 0xff + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-
-B = bytes_to_unicode()
-
-
-def trim(tok, texts):
-    big = "\n".join("".join(B[b] for b in t.encode("utf-8")) for t in texts)
-    added = {a["id"] for a in tok["added_tokens"]}
-    model = tok["model"]
-    model["vocab"] = {k: v for k, v in model["vocab"].items()
-                      if k in big or v in added or (len(k) == 1 and k in B.values())}
-    # `tokenizers` numbers an added token that is not in the vocabulary
-    # after it (len(vocab) + n): with a sparse vocabulary that would move
-    # the ids, so each added token is put in it under its own id
-    for a in tok["added_tokens"]:
-        model["vocab"][a["content"]] = a["id"]
-    kept = []
-    for m in model["merges"]:
-        a, b = m.split(" ", 1) if isinstance(m, str) else m
-        if (a + b) in big:
-            kept.append(m)
-    model["merges"] = kept
-    return tok
 
 
 def main():

@@ -53,6 +53,9 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "chat"))
+from bytelevel import trim  # noqa: E402 - tests/chat/bytelevel.py, shared with make_expected.py
+
 FIX = os.path.join(ROOT, "tests", "fixtures", "chat")
 CONVS = os.path.join(ROOT, "tests", "chat", "conversations.jsonl")
 DATE = _dt.datetime(2024, 7, 26)
@@ -147,40 +150,6 @@ def special_tokens(cfg):
     # transformers passes its special_tokens_map; those unset (None) are absent
     return {k: cfg[k] for k in ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
                                 "mask_token") if isinstance(cfg.get(k), str)}
-
-
-def bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xa1, 0xac + 1)) + list(range(0xae, 0xff + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-
-def trim(tok, texts):
-    """Every vocabulary entry and merge whose string is a substring of a
-    rendered text (byte-level form), every byte, every added token: BPE on
-    these texts can only use those (tests/chat/make_expected.py does the
-    same); `write` proves it by tokenizing with both."""
-    b2u = bytes_to_unicode()
-    big = "\n".join("".join(b2u[b] for b in t.encode("utf-8")) for t in texts)
-    added = {a["id"] for a in tok["added_tokens"]}
-    model = tok["model"]
-    model["vocab"] = {k: v for k, v in model["vocab"].items()
-                      if k in big or v in added or (len(k) == 1 and k in b2u.values())}
-    for a in tok["added_tokens"]:  # an added token outside the vocabulary would be renumbered
-        model["vocab"][a["content"]] = a["id"]
-    kept = []
-    for m in model["merges"]:
-        a, b = m.split(" ", 1) if isinstance(m, str) else m
-        if (a + b) in big:
-            kept.append(m)
-    model["merges"] = kept
-    return tok
 
 
 def poros_ids(tokenize, tok_dir, texts):

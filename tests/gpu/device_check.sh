@@ -26,6 +26,17 @@ train() { # name backend mode precision block accum model
 		--accum "$6" --steps 4 --seq-len 64 --rank 8 --alpha 16 --dropout 0.05 --warmup 1 \
 		--out "$out/runs/$1" --quiet >"$out/runs/$1.summary" 2>"$out/runs/$1.log"
 }
+# losses_agree LABEL RTOL EVENTS_A EVENTS_B: prints both runs' losses, and
+# fails unless A has a step and each step's two losses differ by at most
+# RTOL relative to A's.
+losses_agree() {
+	la=$(jq -r .loss "$3" 2>/dev/null | tr '\n' ' ')
+	lb=$(jq -r .loss "$4" 2>/dev/null | tr '\n' ' ')
+	printf '%s loss: %s | %s\n' "$1" "$la" "$lb"
+	echo "$la | $lb" | awk -v rtol="$2" '{ n = (NF - 1) / 2; if (n < 1) exit 1
+		for (i = 1; i <= n; i++) { d = $i - $(i + n + 1); if (d < 0) d = -d
+			if (d > rtol * ($i < 0 ? -$i : $i)) exit 1 } }'
+}
 mkdir -p "$out/runs"
 note "tiny: CPU vs CUDA, blockwise vs resident on CUDA"
 for m in poros/tiny-qwen2 poros/tiny-llama poros/tiny-qwen3; do
@@ -46,12 +57,8 @@ for m in poros/tiny-qwen2 poros/tiny-llama poros/tiny-qwen3; do
 		done
 		# CPU and CUDA differ only in summation order (bf16 GEMM inputs, fp32
 		# accumulation): the losses of 4 steps agree to 5e-3 relative.
-		cpu_l=$(jq -r '.loss' "$out/runs/${a}_${prec}_cpu/events.jsonl" 2>/dev/null | tr '\n' ' ')
-		gpu_l=$(jq -r '.loss' "$out/runs/${a}_${prec}_res/events.jsonl" 2>/dev/null | tr '\n' ' ')
-		printf '%s %s cpu vs cuda loss: %s | %s\n' "$a" "$prec" "$cpu_l" "$gpu_l"
-		echo "$cpu_l | $gpu_l" | awk '{ n = (NF - 1) / 2; if (n < 1) exit 1
-			for (i = 1; i <= n; i++) { d = $i - $(i + n + 1); if (d < 0) d = -d
-				if (d > 5e-3 * ($i < 0 ? -$i : $i)) exit 1 } }' || { echo "FAIL: cpu vs cuda losses differ"; fail=1; }
+		losses_agree "$a $prec cpu vs cuda" 5e-3 "$out/runs/${a}_${prec}_cpu/events.jsonl" \
+			"$out/runs/${a}_${prec}_res/events.jsonl" || { echo "FAIL: cpu vs cuda losses differ"; fail=1; }
 	done
 done
 note "resume on the GPU: 6 steps straight = 3 + 3 resumed, bit for bit"
@@ -84,12 +91,8 @@ done
 $P/poros-parity "$out/runs/packed_cuda_resident" "$out/runs/packed_cuda_blockwise" >"$out/runs/packed_parity.json" 2>&1
 jq -e '.bitwise_exact == true' "$out/runs/packed_parity.json" >/dev/null && echo "packed blockwise vs resident: bit-identical" ||
 	{ echo "FAIL: packed blockwise vs resident"; fail=1; }
-cpu_l=$(jq -r .loss "$out/runs/packed_cpu_resident/events.jsonl" | tr '\n' ' ')
-gpu_l=$(jq -r .loss "$out/runs/packed_cuda_resident/events.jsonl" | tr '\n' ' ')
-printf 'packed cpu vs cuda loss: %s | %s\n' "$cpu_l" "$gpu_l"
-echo "$cpu_l | $gpu_l" | awk '{ n = (NF - 1) / 2; if (n < 1) exit 1
-	for (i = 1; i <= n; i++) { d = $i - $(i + n + 1); if (d < 0) d = -d
-		if (d > 5e-3 * ($i < 0 ? -$i : $i)) exit 1 } }' || { echo "FAIL: packed cpu vs cuda losses differ"; fail=1; }
+losses_agree "packed cpu vs cuda" 5e-3 "$out/runs/packed_cpu_resident/events.jsonl" \
+	"$out/runs/packed_cuda_resident/events.jsonl" || { echo "FAIL: packed cpu vs cuda losses differ"; fail=1; }
 note "seq 8192: blockwise vs resident bit parity (Qwen2.5-0.5B shapes, fused attention)"
 for mode in blockwise resident; do
 	$P/poros-train --model Qwen/Qwen2.5-0.5B --backend cuda --mode "$mode" --precision bf16 --block-size 4 --seq-len 8192 \
@@ -120,12 +123,8 @@ for m in poros/tiny-qwen2 poros/tiny-qwen3; do
 				{ echo "FAIL: $a $prec chunked resident vs $other"; cat "$out/runs/mlp_parity.json"; fail=1; }
 		done
 		# chunked and one chunk differ only in the order of the MLP's LoRA gradient sums
-		one_l=$(jq -r .loss "$out/runs/mlp_${a}_${prec}_one/events.jsonl" 2>/dev/null | tr '\n' ' ')
-		chk_l=$(jq -r .loss "$out/runs/mlp_${a}_${prec}_chk/events.jsonl" 2>/dev/null | tr '\n' ' ')
-		printf '%s %s one chunk vs chunks of 40 loss: %s | %s\n' "$a" "$prec" "$one_l" "$chk_l"
-		echo "$one_l | $chk_l" | awk '{ n = (NF - 1) / 2; if (n < 1) exit 1
-			for (i = 1; i <= n; i++) { d = $i - $(i + n + 1); if (d < 0) d = -d
-				if (d > 1e-4 * ($i < 0 ? -$i : $i)) exit 1 } }' || { echo "FAIL: chunked vs one chunk losses differ"; fail=1; }
+		losses_agree "$a $prec one chunk vs chunks of 40" 1e-4 "$out/runs/mlp_${a}_${prec}_one/events.jsonl" \
+			"$out/runs/mlp_${a}_${prec}_chk/events.jsonl" || { echo "FAIL: chunked vs one chunk losses differ"; fail=1; }
 	done
 done
 note "HF transformers agreement"

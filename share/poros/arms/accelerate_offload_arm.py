@@ -10,7 +10,6 @@ usage: accelerate_offload_arm.py --cell CELL.json --out RUN_DIR
 Prints one poros.summary/1 line on stdout; see armlib.py for the protocol.
 """
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -67,13 +66,7 @@ def synthetic_dispatched(torch, cell, source, budget):
         return device_map[best]
 
     for name, p in list(model.named_parameters()):
-        if name.endswith("norm.weight"):
-            value = torch.ones(p.shape, dtype=torch.bfloat16)
-        elif name.endswith(".bias"):
-            value = torch.zeros(p.shape, dtype=torch.bfloat16)
-        else:
-            value = torch.empty(p.shape, device="cuda", dtype=torch.float32).normal_(0.0, std, generator=gen)
-            value = value.to(torch.bfloat16)
+        value = armlib.synthetic_tensor(torch, name, p.shape, std, gen)
         dev = place(name)
         set_module_tensor_to_device(model, name, "cpu" if dev == "cpu" else dev, value=value)
         del value
@@ -91,10 +84,7 @@ def load_model(torch, cell, source, out_dir):
     seed = cell["training"]["seed"]
     if cell["precision"] == "bf16" and source.checkpoint_dir is None:
         return synthetic_dispatched(torch, cell, source, budget), None
-    ckpt, tmp = source.checkpoint_dir, None
-    if ckpt is None:
-        tmp = ckpt = os.path.join(out_dir, "synthetic_checkpoint")
-        armlib.write_synthetic_checkpoint(torch, armlib.load_config(source), ckpt, seed)
+    ckpt, tmp = armlib.loader_checkpoint(torch, source, out_dir, seed)
     kw = dict(device_map="auto", max_memory=budget, local_files_only=True, **armlib.dtype_kwargs(torch))
     if cell["precision"] == "nf4":
         # bitsandbytes keeps what is offloaded unquantised (fp32) on the host.
@@ -133,7 +123,7 @@ def run(torch, cell, source, out_dir, summary):
     import peft
 
     model, tmp = load_model(torch, cell, source, out_dir)
-    try:
+    with armlib.removed_after(tmp):
         dm = getattr(model, "hf_device_map", {}) or {}
         offloaded = sum(1 for d in dm.values() if d in ("cpu", "disk"))
         armlib.log(f"device map: {len(dm)} entries, {offloaded} offloaded to the host")
@@ -149,9 +139,6 @@ def run(torch, cell, source, out_dir, summary):
             armlib.log(f"{moved} LoRA pairs of offloaded layers placed on the GPU")
         armlib.train(torch, model, cell, out_dir, summary, input_device="cuda:0")
         armlib.save_adapter(model, out_dir, source)
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ No network, ever: the HF offline switches are set before any import.
 """
 
 import argparse
+import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -503,6 +504,18 @@ def synthetic_model_on_device(torch, config, seed):
     return model
 
 
+def synthetic_tensor(torch, name, shape, std, gen):
+    """The bf16 value of parameter name in a synthetic model: one for a norm
+    weight, zero for a bias (both on the host), else normal(0, std) drawn in
+    fp32 on the device from generator gen (and left there)."""
+    if name.endswith("norm.weight"):
+        return torch.ones(shape, dtype=torch.bfloat16)
+    if name.endswith(".bias"):
+        return torch.zeros(shape, dtype=torch.bfloat16)
+    t = torch.empty(shape, device="cuda", dtype=torch.float32).normal_(0.0, std, generator=gen)
+    return t.to(torch.bfloat16)
+
+
 def write_synthetic_checkpoint(torch, config, directory, seed, shard_bytes=4 << 30):
     """Writes a loadable HF checkpoint of config's shape with random weights
     (for the paths that only load from disk: bitsandbytes quantisation,
@@ -533,13 +546,7 @@ def write_synthetic_checkpoint(torch, config, directory, seed, shard_bytes=4 << 
     for name, shape in shapes:
         if tied and name == "lm_head.weight":
             continue
-        if name.endswith("norm.weight"):
-            t = torch.ones(shape, dtype=torch.bfloat16)
-        elif name.endswith(".bias"):
-            t = torch.zeros(shape, dtype=torch.bfloat16)
-        else:
-            t = torch.empty(shape, device="cuda", dtype=torch.float32).normal_(0.0, std, generator=gen)
-            t = t.to(torch.bfloat16).cpu()
+        t = synthetic_tensor(torch, name, shape, std, gen).cpu()
         nbytes = t.numel() * t.element_size()
         if shard and shard_size + nbytes > shard_bytes:
             flush()
@@ -555,6 +562,29 @@ def write_synthetic_checkpoint(torch, config, directory, seed, shard_bytes=4 << 
     config.save_pretrained(directory)
     write_tokenizer(directory)
     log(f"synthetic checkpoint: {total / 2**30:.2f} GiB in {len(shards)} shard(s) under {directory}")
+
+
+def loader_checkpoint(torch, source, out_dir, seed):
+    """(checkpoint directory, temporary directory or None) for a loader that
+    reads only checkpoints: source's own, or else the seed's synthetic
+    weights written as one under out_dir, for the caller to remove when the
+    run is done (removed_after)."""
+    if source.checkpoint_dir is not None:
+        return source.checkpoint_dir, None
+    ckpt = os.path.join(out_dir, "synthetic_checkpoint")
+    write_synthetic_checkpoint(torch, load_config(source), ckpt, seed)
+    return ckpt, ckpt
+
+
+@contextlib.contextmanager
+def removed_after(tmp):
+    """Removes directory tmp (from loader_checkpoint; None: nothing) when the
+    block ends, however it ends."""
+    try:
+        yield
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_tokenizer(directory):

@@ -7,7 +7,6 @@ usage: peft_arm.py --cell CELL.json --out RUN_DIR
 Prints one poros.summary/1 line on stdout; see armlib.py for the protocol.
 """
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -21,11 +20,8 @@ def load_model(torch, cell, source, out_dir):
     seed = cell["training"]["seed"]
     if cell["precision"] == "bf16" and source.checkpoint_dir is None:
         return armlib.synthetic_model_on_device(torch, armlib.load_config(source), seed), None
-    ckpt, tmp = source.checkpoint_dir, None
-    if ckpt is None:
-        # bitsandbytes quantises while loading a checkpoint: give it one.
-        tmp = ckpt = os.path.join(out_dir, "synthetic_checkpoint")
-        armlib.write_synthetic_checkpoint(torch, armlib.load_config(source), ckpt, seed)
+    # bitsandbytes quantises while loading a checkpoint: give it one.
+    ckpt, tmp = armlib.loader_checkpoint(torch, source, out_dir, seed)
     kw = dict(device_map={"": 0}, local_files_only=True, **armlib.dtype_kwargs(torch))
     if cell["precision"] == "nf4":
         kw["quantization_config"] = armlib.bnb_config(torch)
@@ -36,7 +32,7 @@ def run(torch, cell, source, out_dir, summary):
     import peft
 
     model, tmp = load_model(torch, cell, source, out_dir)
-    try:
+    with armlib.removed_after(tmp):
         model.config.use_cache = False
         # Not prepare_model_for_kbit_training: it would upcast the unquantised
         # weights to fp32 (which Poros does not do) and turn on gradient
@@ -46,9 +42,6 @@ def run(torch, cell, source, out_dir, summary):
         model = peft.get_peft_model(model, armlib.lora_config(cell))
         armlib.train(torch, model, cell, out_dir, summary)
         armlib.save_adapter(model, out_dir, source)
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ usage: unsloth_arm.py --cell CELL.json --out RUN_DIR
 Prints one poros.summary/1 line on stdout; see armlib.py for the protocol.
 """
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -16,12 +15,9 @@ import armlib  # noqa: E402
 
 
 def run(torch, cell, source, out_dir, summary):
-    ckpt, tmp = source.checkpoint_dir, None
-    if ckpt is None:
-        # FastLanguageModel only loads from a checkpoint (and wants a tokenizer).
-        tmp = ckpt = os.path.join(out_dir, "synthetic_checkpoint")
-        armlib.write_synthetic_checkpoint(torch, armlib.load_config(source), ckpt, cell["training"]["seed"])
-    try:
+    # FastLanguageModel only loads from a checkpoint (and wants a tokenizer).
+    ckpt, tmp = armlib.loader_checkpoint(torch, source, out_dir, cell["training"]["seed"])
+    with armlib.removed_after(tmp):
         # Imported only now: unsloth patches transformers as it loads.
         from unsloth import FastLanguageModel
 
@@ -41,9 +37,6 @@ def run(torch, cell, source, out_dir, summary):
             random_state=tr["seed"], max_seq_length=tr["seq_len"])
         armlib.train(torch, model, cell, out_dir, summary)
         armlib.save_adapter(model, out_dir, source)
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
