@@ -164,16 +164,9 @@ static void attention_backward_grad_check(void)
 #endif
 
 #ifdef OPS_TEST_CUDA
-struct attention_bwd_case {
-	float *scratch, *dq, *dk, *dv;
-	const float *q, *k, *v, *dout, *lse_in;
-	const int32_t *pos;
-	int B, S, H, G, D;
-};
-
 static void attention_bwd_gpu(const void *p)
 {
-	const struct attention_bwd_case *a = p;
+	const struct attention_case *a = p;
 	gpu->ops->attention_backward(a->dq, a->dk, a->dv, a->scratch, a->dout, a->q, a->k, a->v, a->lse_in, a->pos,
 	                             a->B, a->S, a->H, a->G, a->D);
 }
@@ -206,14 +199,10 @@ static void test_attention_backward(int B, int S, int H, int G, int D, int docs)
 	attention_backward_cpu(ref_dq, ref_dk, ref_dv, scratch, dout, q, k, v, lse, pos, B, S, H, G, D);
 	c.cpu_ms = now_ms() - t0;
 
-	struct attention_bwd_case a = { 0 };
-	a.pos = pos ? dev_from(pos, T * 4, 0) : NULL;
-	a.q = dev_from(q, T * H * D * 4, 0);
-	a.k = dev_from(k, T * G * D * 4, 0);
-	a.v = dev_from(v, T * G * D * 4, 0);
+	struct attention_case a = { 0 };
+	attention_case_inputs(&a, q, k, v, pos, B, S, H, G, D);
 	a.dout = dev_from(dout, T * H * D * 4, 0);
 	a.lse_in = dev_from(lse, (size_t)B * H * S * 4, 0);
-	a.B = B, a.S = S, a.H = H, a.G = G, a.D = D;
 	a.dq = case_out(&c, "dq", T * H * D * 4, NULL, 0);
 	a.dk = case_out(&c, "dk", T * G * D * 4, NULL, 0);
 	a.dv = case_out(&c, "dv", T * G * D * 4, NULL, 0);

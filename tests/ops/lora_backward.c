@@ -145,18 +145,9 @@ static void lora_backward_grad_check(void)
 #endif
 
 #ifdef OPS_TEST_CUDA
-struct lora_bwd_case {
-	float *out, *u, *din, *dA, *dB, *du, *scratch;
-	const float *u_in, *A, *B;
-	const bf16 *in, *dout;
-	float scale, p;
-	uint64_t seed;
-	int T, K, N, R, accumulate;
-};
-
 static void lora_bwd_gpu(const void *p)
 {
-	const struct lora_bwd_case *a = p;
+	const struct lora_case *a = p;
 	gpu->ops->lora_backward(&(struct lora_bwd_args){ .din = a->din, .dA = a->dA, .dB = a->dB, .du = a->du,
 		.scratch = a->scratch, .dout = a->dout, .ld_dout = a->N, .in = a->in, .ld_in = a->K, .u = a->u_in,
 		.A = a->A, .B = a->B, .scale = a->scale, .dropout_p = a->p, .dropout_seed = a->seed, .T = a->T,
@@ -196,17 +187,11 @@ static void test_lora_backward(int T, int K, int N, int R, float p, int with_din
 		.accumulate = with_din == 2 });
 	c.cpu_ms = now_ms() - t0;
 
-	struct lora_bwd_case a = { 0 };
-	a.in = dev_from(in, (size_t)T * K * 2, 0);
-	a.A = dev_from(A, (size_t)R * K * 4, 0);
-	a.B = dev_from(B, (size_t)N * R * 4, 0);
+	struct lora_case a = { 0 };
+	lora_case_inputs(&a, in, A, B, scale, p, seed, T, K, N, R);
 	a.u_in = dev_from(u, (size_t)T * R * 4, 0);
 	a.dout = dev_from(dout, (size_t)T * N * 2, 0);
 	a.accumulate = with_din == 2;
-	a.scale = scale;
-	a.p = p;
-	a.seed = seed;
-	a.T = T, a.K = K, a.N = N, a.R = R;
 	a.dA = case_out(&c, "dA", (size_t)R * K * 4, dA0, 0);
 	a.dB = case_out(&c, "dB", (size_t)N * R * 4, dB0, 0);
 	a.du = case_out(&c, "du", (size_t)T * R * 4, NULL, 0);

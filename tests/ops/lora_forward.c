@@ -71,7 +71,9 @@ static void lora_forward_values_check(void)
 #define lora_forward_grad_check NULL
 
 #ifdef OPS_TEST_CUDA
-struct lora_fwd_case {
+/* The device side of a lora_forward or lora_backward case (lora_backward.c
+ * runs its cases through it too). */
+struct lora_case {
 	float *out, *u, *din, *dA, *dB, *du, *scratch;
 	const float *u_in, *A, *B;
 	const bf16 *in, *dout;
@@ -80,9 +82,23 @@ struct lora_fwd_case {
 	int T, K, N, R, accumulate;
 };
 
+/* The inputs both directions read: in (T,K) bf16, A (R,K), B (N,R) on the
+ * device, and the op's scalars. */
+static void lora_case_inputs(struct lora_case *a, const bf16 *in, const float *A, const float *B, float scale,
+                             float p, uint64_t seed, int T, int K, int N, int R)
+{
+	a->in = dev_from(in, (size_t)T * K * 2, 0);
+	a->A = dev_from(A, (size_t)R * K * 4, 0);
+	a->B = dev_from(B, (size_t)N * R * 4, 0);
+	a->scale = scale;
+	a->p = p;
+	a->seed = seed;
+	a->T = T, a->K = K, a->N = N, a->R = R;
+}
+
 static void lora_fwd_gpu(const void *p)
 {
-	const struct lora_fwd_case *a = p;
+	const struct lora_case *a = p;
 	gpu->ops->lora_forward(&(struct lora_fwd_args){ .out = a->out, .u = a->u, .scratch = a->scratch, .in = a->in,
 		.ld_in = a->K, .A = a->A, .B = a->B, .scale = a->scale, .dropout_p = a->p, .dropout_seed = a->seed,
 		.T = a->T, .K = a->K, .N = a->N, .R = a->R });
@@ -110,14 +126,8 @@ static void test_lora_forward(int T, int K, int N, int R, float p, int spare)
 		.scale = scale, .dropout_p = p, .dropout_seed = seed, .T = T, .K = K, .N = N, .R = R });
 	c.cpu_ms = now_ms() - t0;
 
-	struct lora_fwd_case a = { 0 };
-	a.in = dev_from(in, (size_t)T * K * 2, 0);
-	a.A = dev_from(A, (size_t)R * K * 4, 0);
-	a.B = dev_from(B, (size_t)N * R * 4, 0);
-	a.scale = scale;
-	a.p = p;
-	a.seed = seed;
-	a.T = T, a.K = K, a.N = N, a.R = R;
+	struct lora_case a = { 0 };
+	lora_case_inputs(&a, in, A, B, scale, p, seed, T, K, N, R);
 	a.out = case_out(&c, "out", (size_t)T * N * 4, NULL, 0); /* written, not added to */
 	a.u = case_out(&c, "u", (size_t)T * R * 4, NULL, 0);
 	a.scratch = case_lora_scratch(&c, T, K, N, R, spare);

@@ -251,6 +251,38 @@ static inline void finite_diff(double *grad, double *x, long n, loss_fn loss, co
 	}
 }
 
+/* --- the drivers: a table of every op's check of one kind ----------------- */
+struct op_check {
+	const char *op;
+	void (*run)(void); /* NULL: the op's file says where it is checked */
+};
+
+/* Runs every check of the table and says, after driver (the test's name)
+ * and kind, how many of the n ops had one and why the rest have none. */
+static inline void run_op_checks(const char *driver, const char *kind, const struct op_check *checks, size_t n,
+                                 const char *why_not)
+{
+	int ran = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (checks[i].run) {
+			checks[i].run();
+			ran++;
+		}
+	}
+	printf("%s: %s checks of %d of %zu ops (%s)\n", driver, kind, ran, n, why_not);
+}
+
+/* main()'s return for a driver: 1 when any check failed. */
+static inline int op_checks_verdict(const char *driver)
+{
+	if (failures) {
+		printf("%s: %d checks failed\n", driver, failures);
+		return 1;
+	}
+	printf("%s: all checks passed\n", driver);
+	return 0;
+}
+
 /* Checks that a second identical call doubled buf (n), i.e. the op added
  * its result (g + g = 2g is exact in float) rather than overwriting. */
 static inline void check_accumulated(const char *name, const float *twice, const float *once, long n)
