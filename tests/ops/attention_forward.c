@@ -416,7 +416,7 @@ static void test_attention_forward(int B, int S, int H, int G, int D, int ld_out
 	size_t T = (size_t)B * S, HD = (size_t)H * D;
 	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
 	size_t sf = attention_scratch_floats(B, S, H, G, D);
-	float *scratch = xmalloc(sf * 4), *ref_lse = xmalloc((size_t)B * H * S * 4);
+	float *scratch = host_alloc(sf * 4), *ref_lse = host_alloc((size_t)B * H * S * 4);
 	bf16 *init = pitched_out_init(T, HD, (size_t)ld_out, 2);
 	bf16 *ref = dup_bytes(init, T * ld_out * 2);
 	double t0 = now_ms();
@@ -434,14 +434,6 @@ static void test_attention_forward(int B, int S, int H, int G, int D, int ld_out
 	check_pads(&c, "out", ref, T, HD, (size_t)ld_out, 2);
 	check(&c, "lse", ref_lse, (size_t)B * H * S, 0, 2e-6, 1e-5);
 	case_end(&c);
-	free(q);
-	free(k);
-	free(v);
-	free(scratch);
-	free(ref_lse);
-	free(init);
-	free(ref);
-	free(pos);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

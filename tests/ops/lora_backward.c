@@ -174,12 +174,12 @@ static void test_lora_backward(int T, int K, int N, int R, float p, int with_din
 	float scale = 2.0f;
 	uint64_t seed = 0xb4c6u + (uint64_t)N;
 	/* u as the CPU forward leaves it, the same input for both backwards */
-	float *u = xmalloc((size_t)T * R * 4), *scratch_out = xmalloc((size_t)T * N * 4);
+	float *u = host_alloc((size_t)T * R * 4), *scratch_out = host_alloc((size_t)T * N * 4);
 	memset(scratch_out, 0, (size_t)T * N * 4);
 	lora_forward_cpu(&(struct lora_fwd_args){ .out = scratch_out, .u = u, .in = in, .ld_in = K, .A = A, .B = B,
 		.scale = scale, .dropout_p = p, .dropout_seed = seed, .T = T, .K = K, .N = N, .R = R });
 	float *ref_dA = dup_bytes(dA0, (size_t)R * K * 4), *ref_dB = dup_bytes(dB0, (size_t)N * R * 4);
-	float *ref_din = dup_bytes(din0, (size_t)T * K * 4), *ref_du = xmalloc((size_t)T * R * 4);
+	float *ref_din = dup_bytes(din0, (size_t)T * K * 4), *ref_du = host_alloc((size_t)T * R * 4);
 	double t0 = now_ms();
 	lora_backward_cpu(&(struct lora_bwd_args){ .din = with_din ? ref_din : NULL, .dA = ref_dA, .dB = ref_dB,
 		.du = ref_du, .dout = dout, .ld_dout = N, .in = in, .ld_in = K, .u = u, .A = A, .B = B,
@@ -205,19 +205,6 @@ static void test_lora_backward(int T, int K, int N, int R, float p, int with_din
 	if (with_din)
 		check(&c, "din", ref_din, (size_t)T * K, 0, 5e-5, 1e-4);
 	case_end(&c);
-	free(in);
-	free(A);
-	free(B);
-	free(dout);
-	free(dA0);
-	free(dB0);
-	free(din0);
-	free(u);
-	free(scratch_out);
-	free(ref_dA);
-	free(ref_dB);
-	free(ref_din);
-	free(ref_du);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

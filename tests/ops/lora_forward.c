@@ -120,7 +120,7 @@ static void test_lora_forward(int T, int K, int N, int R, float p, int spare)
 	float *out0 = rand_f32((size_t)T * N, -1, 1);
 	float scale = 2.0f;
 	uint64_t seed = 0xd40b0u + (uint64_t)K;
-	float *ref = dup_bytes(out0, (size_t)T * N * 4), *ref_u = xmalloc((size_t)T * R * 4);
+	float *ref = dup_bytes(out0, (size_t)T * N * 4), *ref_u = host_alloc((size_t)T * R * 4);
 	double t0 = now_ms();
 	lora_forward_cpu(&(struct lora_fwd_args){ .out = ref, .u = ref_u, .in = in, .ld_in = K, .A = A, .B = B,
 		.scale = scale, .dropout_p = p, .dropout_seed = seed, .T = T, .K = K, .N = N, .R = R });
@@ -135,12 +135,6 @@ static void test_lora_forward(int T, int K, int N, int R, float p, int spare)
 	check(&c, "u", ref_u, (size_t)T * R, 0, GEMM_A_REL, GEMM_RTOL);
 	check(&c, "out", ref, (size_t)T * N, 0, GEMM_A_REL, GEMM_RTOL);
 	case_end(&c);
-	free(in);
-	free(A);
-	free(B);
-	free(out0);
-	free(ref);
-	free(ref_u);
 }
 
 /* A 7B-class layer's projections (Qwen2.5-7B: C = 3584, 4 key/value heads

@@ -139,12 +139,6 @@ static void test_matmul_backward_input(int T, int K, int N, int ld_dout, int ld_
 	a.out = case_out(&c, "din", (size_t)T * K * 4, accumulate ? din0 : NULL, 0);
 	case_run(&c, matmul_bwd_gpu, &a);
 	matmul_case_end(&c, "din", ref, (size_t)T * K, T, K, N);
-	free(dout0);
-	free(w0);
-	free(dout);
-	free(w);
-	free(din0);
-	free(ref);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

@@ -125,13 +125,6 @@ static void test_matmul_forward(int T, int K, int N, int ld_in, int ld_w, int wi
 	a.out = case_out(&c, "out", (size_t)T * N * 4, accumulate ? out0 : NULL, 0);
 	case_run(&c, matmul_fwd_gpu, &a);
 	matmul_case_end(&c, "out", ref, (size_t)T * N, T, K, N);
-	free(in0);
-	free(w0);
-	free(in);
-	free(w);
-	free(bias);
-	free(out0);
-	free(ref);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

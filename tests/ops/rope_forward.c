@@ -132,7 +132,7 @@ static void test_rope(int B, int S, int nh, int D, int backward, int docs)
 	int32_t *pos = doc_positions(B, S, docs);
 	size_t n = (size_t)B * S * nh * D, half = (size_t)D / 2;
 	float *x0 = rand_f32(n, -2, 2);
-	float *cs = xmalloc((size_t)S * half * 4), *sn = xmalloc((size_t)S * half * 4);
+	float *cs = host_alloc((size_t)S * half * 4), *sn = host_alloc((size_t)S * half * 4);
 	rope_tables(cs, sn, S, D, 10000.0);
 	float *ref = dup_bytes(x0, n * 4);
 	double t0 = now_ms();
@@ -148,11 +148,6 @@ static void test_rope(int B, int S, int nh, int D, int backward, int docs)
 	case_run(&c, backward ? rope_bwd_gpu : rope_fwd_gpu, &a);
 	check(&c, "x", ref, n, 0, 1e-6, 1e-6);
 	case_end(&c);
-	free(x0);
-	free(cs);
-	free(sn);
-	free(ref);
-	free(pos);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;
