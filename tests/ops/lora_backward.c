@@ -53,7 +53,6 @@ static void test_lora_backward(int T, int K, int N, int R, float p)
 	double *xd = NEW(double, T * K), *Ad = NEW(double, R * K), *Bd = NEW(double, N * R), *lwd = NEW(double, T * N);
 	double *keep = NEW(double, T * K), *want_A = NEW(double, R * K), *want_B = NEW(double, N * R);
 	double *want_x = NEW(double, T * K), *want_du = NEW(double, T * R);
-	char name[96];
 	int dropped = 0;
 
 	fill_bf16(x, T * K, -1.0, 1.0);
@@ -99,14 +98,10 @@ static void test_lora_backward(int T, int K, int N, int R, float p)
 	/* Every gradient is a chain of two fp32 sums of at most 70 terms of O(1)
 	 * values (u itself an fp32 sum saved by the forward): accumulated
 	 * rounding stays below ~1e-6 relative; 1e-5 atol/rtol. */
-	snprintf(name, sizeof name, "lora_backward dA (T %d, R %d, dropout %.1f)", T, R, p);
-	check_close(name, dA, want_A, R * K, 1e-5, 1e-5);
-	snprintf(name, sizeof name, "lora_backward dB (T %d, R %d, dropout %.1f)", T, R, p);
-	check_close(name, dB, want_B, N * R, 1e-5, 1e-5);
-	snprintf(name, sizeof name, "lora_backward din (T %d, R %d, dropout %.1f)", T, R, p);
-	check_close(name, din, want_x, T * K, 1e-5, 1e-5);
-	snprintf(name, sizeof name, "lora_backward du (T %d, R %d, dropout %.1f)", T, R, p);
-	check_close(name, du, want_du, T * R, 1e-6, 1e-6);
+	check_closef(dA, want_A, R * K, 1e-5, 1e-5, "lora_backward dA (T %d, R %d, dropout %.1f)", T, R, p);
+	check_closef(dB, want_B, N * R, 1e-5, 1e-5, "lora_backward dB (T %d, R %d, dropout %.1f)", T, R, p);
+	check_closef(din, want_x, T * K, 1e-5, 1e-5, "lora_backward din (T %d, R %d, dropout %.1f)", T, R, p);
+	check_closef(du, want_du, T * R, 1e-6, 1e-6, "lora_backward du (T %d, R %d, dropout %.1f)", T, R, p);
 	if (p > 0.0f) {
 		/* a dropped input has no gradient at all, not a small one */
 		long leaked = 0;

@@ -15,7 +15,6 @@ static void test_lora_forward(int T, int K, int N, int R, float p)
 	bf16 *x = NEW(bf16, T * K);
 	float *A = NEW(float, R * K), *B = NEW(float, N * R), *out = NEW(float, T * N), *u = NEW(float, T * R);
 	double *want = NEW(double, T * N), *want_u = NEW(double, T * R);
-	char name[96];
 	long dropped = 0;
 
 	fill_bf16(x, T * K, -1.0, 1.0);
@@ -44,10 +43,8 @@ static void test_lora_forward(int T, int K, int N, int R, float p)
 		}
 	}
 	/* K <= 70 term fp32 sums of O(1): ~1e-6 */
-	snprintf(name, sizeof name, "lora_forward u (T %d, R %d, dropout %.1f)", T, R, p);
-	check_close(name, u, want_u, T * R, 1e-5, 1e-5);
-	snprintf(name, sizeof name, "lora_forward out = (T %d, R %d, dropout %.1f)", T, R, p);
-	check_close(name, out, want, T * N, 1e-5, 1e-5);
+	check_closef(u, want_u, T * R, 1e-5, 1e-5, "lora_forward u (T %d, R %d, dropout %.1f)", T, R, p);
+	check_closef(out, want, T * N, 1e-5, 1e-5, "lora_forward out = (T %d, R %d, dropout %.1f)", T, R, p);
 	if (p > 0.0f && T * K >= 4096) {
 		/* 4096 Bernoulli(p) draws: 5 standard deviations is +-0.04 at p = 0.5 */
 		double frac = (double)dropped / (T * K);

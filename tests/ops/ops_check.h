@@ -8,6 +8,7 @@
 #define POROS_OPS_CHECK_H
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +105,22 @@ static inline int check_close(const char *name, const float *got, const double *
 	printf("%s %s: n %ld, max abs err %.3g, max rel err %.3g (atol %.1g, rtol %.1g)", bad ? "FAIL" : "ok  ",
 	       name, n, max_abs, max_rel, atol, rtol);
 	return check_verdict(bad);
+}
+
+static inline int check_closef(const float *got, const double *want, long n, double atol, double rtol,
+                               const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* check_close with the check's name made from fmt and its arguments. */
+static inline int check_closef(const float *got, const double *want, long n, double atol, double rtol,
+                               const char *fmt, ...)
+{
+	char name[160];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(name, sizeof name, fmt, ap);
+	va_end(ap);
+	return check_close(name, got, want, n, atol, rtol);
 }
 
 /* |got - want| <= rel * bound + atol + rtol * |want| elementwise, where

@@ -41,11 +41,8 @@ static int check_parity(void)
 
 				chunk_config(&cfg, models[mi], MODE_RESIDENT, 0, 1, nf4, runs[ri].accum, runs[ri].dropout,
 				             CHUNK);
-				if (tt_train(&ref, &cfg) < 0) {
-					CHECKF(0, "%s: resident run failed", models[mi]);
+				if (tt_reference_run(&ref, &cfg, models[mi]) < 0)
 					continue;
-				}
-				CHECKF(ref.loss[TT_STEPS - 1] != ref.loss[0], "%s: loss did not change", models[mi]);
 				for (int v = 0; v < 3; v++) {
 					int mode = v == 0 ? MODE_RESIDENT : MODE_BLOCKWISE, bs = v == 2 ? 3 : 1;
 

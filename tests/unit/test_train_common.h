@@ -158,6 +158,19 @@ static inline void tt_parity_config(struct train_config *cfg, const char *model,
 	cfg->cell.training.learning_rate = 5e-3;
 }
 
+/* Trains the reference run of a parity comparison (model: cfg's, named
+ * in the report); -1 when it failed (a failed check).  Its loss must have
+ * moved, or the comparison would prove little. */
+static inline int tt_reference_run(struct tt_outcome *ref, const struct train_config *cfg, const char *model)
+{
+	if (tt_train(ref, cfg) < 0) {
+		CHECKF(0, "%s: resident run failed", model);
+		return -1;
+	}
+	CHECKF(ref->loss[TT_STEPS - 1] != ref->loss[0], "%s: loss did not change", model);
+	return 0;
+}
+
 /* Trains cfg and checks that it gives ref's bits (tt_same_bits, named
  * what); 1 when it ran, 0 when the run failed (a failed check). */
 static inline int tt_compare_run(const char *what, const struct tt_outcome *ref, const struct train_config *cfg)
