@@ -1,9 +1,9 @@
 /* tests/ops/cuda_check.h: what the CPU-vs-CUDA op checks share (the
  * OPS_TEST_CUDA sections of tests/ops/<op>.c, run by tests/gpu/test_ops_cuda.c):
  * the backend, a seeded generator, host and device buffers freed at the
- * end of each case, a case whose outputs run twice on the GPU (poisoned, or reset to
- * their initial values, before each run), pitched buffers and the
- * comparisons against the CPU reference.  One translation unit includes
+ * end of each case, a case whose outputs run twice on the GPU (poisoned,
+ * or reset to their initial values, before each run), pitched buffers and
+ * the comparisons against the CPU reference.  One translation unit includes
  * it, so everything here is static. */
 #ifndef POROS_CUDA_CHECK_H
 #define POROS_CUDA_CHECK_H
