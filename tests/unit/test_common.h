@@ -1,6 +1,6 @@
 /* tests/unit/test_common.h: what the library unit tests share: the failure
- * count, CHECK, a scratch directory, a JSON edit by path and main()'s
- * verdict.  Each test is one
+ * count, CHECK, a scratch directory, fixture files, a JSON edit by path
+ * and main()'s verdict.  Each test is one
  * .c file, so everything here is static. */
 #ifndef POROS_TEST_COMMON_H
 #define POROS_TEST_COMMON_H
@@ -53,6 +53,24 @@ static inline void scratch_remove(const char *dir)
 	if (system(cmd) != 0)
 		fprintf(stderr, "could not remove %s\n", dir);
 	free(cmd);
+}
+
+/* Writes text to path (a fixture file), replacing what was there; a file
+ * that cannot be written is a failed check.  0, or -1. */
+static inline int write_fixture(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	size_t n = strlen(text);
+	int ok;
+
+	if (f == NULL) {
+		CHECKF(0, "cannot create %s", path);
+		return -1;
+	}
+	ok = fwrite(text, 1, n, f) == n;
+	ok = (fclose(f) == 0) && ok;
+	CHECKF(ok, "cannot write %s", path);
+	return ok ? 0 : -1;
 }
 
 /* Puts v at path of root ("a.b": key b of object a; "a": key a of root),
