@@ -94,13 +94,6 @@ static void test_adamw(long n, int t, float wd, float grad_scale)
 	check(&c, "m", ref_m, (size_t)n, 0, 1e-6, 1e-5);
 	check(&c, "v", ref_v, (size_t)n, 0, 1e-6, 1e-5);
 	case_end(&c);
-	free(param0);
-	free(grad);
-	free(m0);
-	free(v0);
-	free(ref_p);
-	free(ref_m);
-	free(ref_v);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

@@ -58,9 +58,6 @@ static void test_add_inplace(long n, int offset)
 	case_run(&c, add_gpu, &a);
 	check_exact(&c, "a", ref, (size_t)n * 4, 4);
 	case_end(&c);
-	free(a0);
-	free(b);
-	free(ref);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

@@ -164,16 +164,9 @@ static void attention_backward_grad_check(void)
 #endif
 
 #ifdef OPS_TEST_CUDA
-struct attention_bwd_case {
-	float *scratch, *dq, *dk, *dv;
-	const float *q, *k, *v, *dout, *lse_in;
-	const int32_t *pos;
-	int B, S, H, G, D;
-};
-
 static void attention_bwd_gpu(const void *p)
 {
-	const struct attention_bwd_case *a = p;
+	const struct attention_case *a = p;
 	gpu->ops->attention_backward(a->dq, a->dk, a->dv, a->scratch, a->dout, a->q, a->k, a->v, a->lse_in, a->pos,
 	                             a->B, a->S, a->H, a->G, a->D);
 }
@@ -198,22 +191,19 @@ static void test_attention_backward(int B, int S, int H, int G, int D, int docs)
 	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
 	float *dout = rand_f32(T * H * D, -1, 1);
 	size_t sf = attention_scratch_floats(B, S, H, G, D);
-	float *scratch = xmalloc(sf * 4), *lse = xmalloc((size_t)B * H * S * 4);
-	bf16 *out = xmalloc(T * H * D * 2);
+	float *scratch = host_alloc(sf * 4), *lse = host_alloc((size_t)B * H * S * 4);
+	bf16 *out = host_alloc(T * H * D * 2);
 	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, pos, B, S, H, G, D);
-	float *ref_dq = xmalloc(T * H * D * 4), *ref_dk = xmalloc(T * G * D * 4), *ref_dv = xmalloc(T * G * D * 4);
+	float *ref_dq = host_alloc(T * H * D * 4), *ref_dk = host_alloc(T * G * D * 4);
+	float *ref_dv = host_alloc(T * G * D * 4);
 	double t0 = now_ms();
 	attention_backward_cpu(ref_dq, ref_dk, ref_dv, scratch, dout, q, k, v, lse, pos, B, S, H, G, D);
 	c.cpu_ms = now_ms() - t0;
 
-	struct attention_bwd_case a = { 0 };
-	a.pos = pos ? dev_from(pos, T * 4, 0) : NULL;
-	a.q = dev_from(q, T * H * D * 4, 0);
-	a.k = dev_from(k, T * G * D * 4, 0);
-	a.v = dev_from(v, T * G * D * 4, 0);
+	struct attention_case a = { 0 };
+	attention_case_inputs(&a, q, k, v, pos, B, S, H, G, D);
 	a.dout = dev_from(dout, T * H * D * 4, 0);
 	a.lse_in = dev_from(lse, (size_t)B * H * S * 4, 0);
-	a.B = B, a.S = S, a.H = H, a.G = G, a.D = D;
 	a.dq = case_out(&c, "dq", T * H * D * 4, NULL, 0);
 	a.dk = case_out(&c, "dk", T * G * D * 4, NULL, 0);
 	a.dv = case_out(&c, "dv", T * G * D * 4, NULL, 0);
@@ -223,17 +213,6 @@ static void test_attention_backward(int B, int S, int H, int G, int D, int docs)
 	check(&c, "dk", ref_dk, T * G * D, 0, 1e-3, 1e-4);
 	check(&c, "dv", ref_dv, T * G * D, 0, 5e-4, 1e-4);
 	case_end(&c);
-	free(q);
-	free(k);
-	free(v);
-	free(dout);
-	free(scratch);
-	free(lse);
-	free(out);
-	free(ref_dq);
-	free(ref_dk);
-	free(ref_dv);
-	free(pos);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

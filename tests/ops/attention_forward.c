@@ -43,27 +43,43 @@ static void attention_reference(double *out, double *lse, double *bound, const f
 	free(s);
 }
 
-static void test_attention_values(void)
+/* Fills q and k with bf16 values in +-qk and v in +-1, runs the forward
+ * into out and lse, and checks both against the double reference: out
+ * within 1.01 * 2^-7 of sum_j P_ij |v_jd| (see the callers for why), lse
+ * within lse_atol + 1e-6 relative. */
+static void attention_check_reference(const char *out_name, const char *lse_name, double lse_atol, bf16 *out,
+                                      float *lse, float *scratch, float *q, float *k, float *v, double qk, int B,
+                                      int S, int H, int G, int D)
 {
-	enum { B = 2, S = 6, H = 4, G = 2, D = 16, T = B * S, NQ = T * H * D, NK = T * G * D };
-	float q[NQ], k[NK], v[NK], lse[B * H * S], lse2[B * H * S], outf[NQ];
-	bf16 out[NQ], out2[NQ];
-	double want[NQ], want_lse[B * H * S], bound[NQ];
-	float *scratch = NEW(float, attention_scratch_floats(B, S, H, G, D));
+	long NQ = (long)B * S * H * D, NK = (long)B * S * G * D;
+	float *outf = NEW(float, NQ);
+	double *want = NEW(double, NQ), *want_lse = NEW(double, B * H * S), *bound = NEW(double, NQ);
 
-	fill_bf16_values(q, NQ, -2.0, 2.0);
-	fill_bf16_values(k, NK, -2.0, 2.0);
+	fill_bf16_values(q, NQ, -qk, qk);
+	fill_bf16_values(k, NK, -qk, qk);
 	fill_bf16_values(v, NK, -1.0, 1.0);
 	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, B, S, H, G, D);
 	attention_reference(want, want_lse, bound, q, k, v, B, S, H, G, D);
-	for (int i = 0; i < NQ; i++)
+	for (long i = 0; i < NQ; i++)
 		outf[i] = f32_from_bf16(out[i]);
+	check_bounded(out_name, outf, want, bound, NQ, 1.01 / 128, 1e-6, 0.0);
+	check_close(lse_name, lse, want_lse, B * H * S, lse_atol, 1e-6);
+	free(outf), free(want), free(want_lse), free(bound);
+}
+
+static void test_attention_values(void)
+{
+	enum { B = 2, S = 6, H = 4, G = 2, D = 16, T = B * S, NQ = T * H * D, NK = T * G * D };
+	float q[NQ], k[NK], v[NK], lse[B * H * S], lse2[B * H * S];
+	bf16 out[NQ], out2[NQ];
+	float *scratch = NEW(float, attention_scratch_floats(B, S, H, G, D));
+
 	/* bf16 inputs make the products exact, so the scores and the softmax
 	 * are fp32-accurate (~1e-6).  Rounding P to bf16 moves out by at most
 	 * 2^-8 sum_j P_j |v_j|, and rounding out to bf16 by 2^-8 |out|, which
 	 * is at most as much again: 2^-7 of the sum, 1% for the fp32 steps. */
-	check_bounded("attention_forward out (causal GQA)", outf, want, bound, NQ, 1.01 / 128, 1e-6, 0.0);
-	check_close("attention_forward lse", lse, want_lse, B * H * S, 1e-6, 1e-6);
+	attention_check_reference("attention_forward out (causal GQA)", "attention_forward lse", 1e-6, out, lse, scratch,
+	                          q, k, v, 2.0, B, S, H, G, D);
 
 	/* the products read q, k, v rounded to bf16 and nothing finer: moving
 	 * every input by 2^-10 of itself (under half a bf16 ulp) changes no
@@ -225,25 +241,15 @@ static void test_attention_tiles(void)
 {
 	enum { B = 1, S = 150, H = 2, G = 1, D = 16, T = B * S, NQ = T * H * D, NK = T * G * D };
 	float *q = NEW(float, NQ), *k = NEW(float, NK), *v = NEW(float, NK), *lse = NEW(float, B * H * S);
-	float *outf = NEW(float, NQ);
 	bf16 *out = NEW(bf16, NQ);
-	double *want = NEW(double, NQ), *want_lse = NEW(double, B * H * S), *bound = NEW(double, NQ);
 	float *scratch = NEW(float, attention_scratch_floats(B, S, H, G, D));
 
-	fill_bf16_values(q, NQ, -3.0, 3.0);
-	fill_bf16_values(k, NK, -3.0, 3.0);
-	fill_bf16_values(v, NK, -1.0, 1.0);
-	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, B, S, H, G, D);
-	attention_reference(want, want_lse, bound, q, k, v, B, S, H, G, D);
-	for (int i = 0; i < NQ; i++)
-		outf[i] = f32_from_bf16(out[i]);
 	/* each p is rounded once, relative to the running max: still 2^-8 of
-	 * its term, and out's own rounding 2^-8 of |out| (as above); the
-	 * rescaling adds fp32 steps, ~1e-6 */
-	check_bounded("attention_forward out over 3 key tiles", outf, want, bound, NQ, 1.01 / 128, 1e-6, 0.0);
-	check_close("attention_forward lse over 3 key tiles", lse, want_lse, B * H * S, 2e-6, 1e-6);
-	free(q), free(k), free(v), free(lse), free(outf), free(out), free(want), free(want_lse), free(bound);
-	free(scratch);
+	 * its term, and out's own rounding 2^-8 of |out| (as in
+	 * test_attention_values); the rescaling adds fp32 steps, ~1e-6 */
+	attention_check_reference("attention_forward out over 3 key tiles", "attention_forward lse over 3 key tiles",
+	                          2e-6, out, lse, scratch, q, k, v, 3.0, B, S, H, G, D);
+	free(q), free(k), free(v), free(lse), free(out), free(scratch);
 }
 
 /* Document masks: a row packed with documents gives each document what it
@@ -353,17 +359,32 @@ static void attention_forward_values_check(void)
 #define attention_forward_grad_check NULL
 
 #ifdef OPS_TEST_CUDA
-struct attention_args {
+/* The device side of an attention_forward or attention_backward case
+ * (attention_backward.c runs its cases through it too). */
+struct attention_case {
 	bf16 *out;
-	float *lse, *scratch;
-	const float *q, *k, *v;
+	float *lse, *scratch, *dq, *dk, *dv;
+	const float *q, *k, *v, *dout, *lse_in;
 	const int32_t *pos;
 	int B, S, H, G, D, ld_out;
 };
 
+/* The inputs both directions read: q (T,H,D), k and v (T,G,D), pos (T)
+ * or NULL on the device, and the shape. */
+static void attention_case_inputs(struct attention_case *a, const float *q, const float *k, const float *v,
+                                  const int32_t *pos, int B, int S, int H, int G, int D)
+{
+	size_t T = (size_t)B * S;
+	a->pos = pos ? dev_from(pos, T * 4, 0) : NULL;
+	a->q = dev_from(q, T * H * D * 4, 0);
+	a->k = dev_from(k, T * G * D * 4, 0);
+	a->v = dev_from(v, T * G * D * 4, 0);
+	a->B = B, a->S = S, a->H = H, a->G = G, a->D = D;
+}
+
 static void attention_fwd_gpu(const void *p)
 {
-	const struct attention_args *a = p;
+	const struct attention_case *a = p;
 	gpu->ops->attention_forward(a->out, a->ld_out, a->lse, a->scratch, a->q, a->k, a->v, a->pos, a->B, a->S, a->H,
 	                            a->G, a->D);
 }
@@ -395,19 +416,16 @@ static void test_attention_forward(int B, int S, int H, int G, int D, int ld_out
 	size_t T = (size_t)B * S, HD = (size_t)H * D;
 	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
 	size_t sf = attention_scratch_floats(B, S, H, G, D);
-	float *scratch = xmalloc(sf * 4), *ref_lse = xmalloc((size_t)B * H * S * 4);
+	float *scratch = host_alloc(sf * 4), *ref_lse = host_alloc((size_t)B * H * S * 4);
 	bf16 *init = pitched_out_init(T, HD, (size_t)ld_out, 2);
 	bf16 *ref = dup_bytes(init, T * ld_out * 2);
 	double t0 = now_ms();
 	attention_forward_cpu(ref, ld_out, ref_lse, scratch, q, k, v, pos, B, S, H, G, D);
 	c.cpu_ms = now_ms() - t0;
 
-	struct attention_args a = { 0 };
-	a.pos = pos ? dev_from(pos, T * 4, 0) : NULL;
-	a.q = dev_from(q, T * H * D * 4, 0);
-	a.k = dev_from(k, T * G * D * 4, 0);
-	a.v = dev_from(v, T * G * D * 4, 0);
-	a.B = B, a.S = S, a.H = H, a.G = G, a.D = D, a.ld_out = ld_out;
+	struct attention_case a = { 0 };
+	attention_case_inputs(&a, q, k, v, pos, B, S, H, G, D);
+	a.ld_out = ld_out;
 	a.out = case_out(&c, "out", T * ld_out * 2, init, 0);
 	a.lse = case_out(&c, "lse", (size_t)B * H * S * 4, NULL, 0);
 	a.scratch = case_scratch(&c, sf * 4);
@@ -416,14 +434,6 @@ static void test_attention_forward(int B, int S, int H, int G, int D, int ld_out
 	check_pads(&c, "out", ref, T, HD, (size_t)ld_out, 2);
 	check(&c, "lse", ref_lse, (size_t)B * H * S, 0, 2e-6, 1e-5);
 	case_end(&c);
-	free(q);
-	free(k);
-	free(v);
-	free(scratch);
-	free(ref_lse);
-	free(init);
-	free(ref);
-	free(pos);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

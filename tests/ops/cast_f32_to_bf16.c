@@ -115,9 +115,6 @@ static void test_cast(long rows, int cols, int ld, int offset)
 	check_exact_rows(&c, "out", ref, (size_t)rows, (size_t)cols, (size_t)ld, 2);
 	check_pads(&c, "out", ref, (size_t)rows, (size_t)cols, (size_t)ld, 2);
 	case_end(&c);
-	free(in);
-	free(init);
-	free(ref);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

@@ -163,14 +163,14 @@ static void test_crossentropy(int T, int V, int ignore_every, int target_past_en
 		return;
 	size_t n = (size_t)T * V;
 	float *logits = rand_f32(n, -8, 8);
-	int32_t *targets = xmalloc((size_t)T * 4);
+	int32_t *targets = host_alloc((size_t)T * 4);
 	for (int t = 0; t < T; t++)
 		targets[t] = ignore_every && t % ignore_every == 1 ? -1 : (int32_t)(rand_unit() * V);
 	if (target_past_end)
 		targets[T - 1] = V;
 	float dloss = 1.0f / (float)T;
-	bf16 *ref = xmalloc(n * 2);
-	float *ref_loss = xmalloc((size_t)T * 4);
+	bf16 *ref = host_alloc(n * 2);
+	float *ref_loss = host_alloc((size_t)T * 4);
 	double t0 = now_ms();
 	crossentropy_forward_backward_cpu(ref, ref_loss, logits, targets, dloss, T, V);
 	c.cpu_ms = now_ms() - t0;
@@ -182,10 +182,6 @@ static void test_crossentropy(int T, int V, int ignore_every, int target_past_en
 	check(&c, "losses", ref_loss, (size_t)T, 0, 1e-6, 1e-5);
 	check(&c, "dlogits", ref, n, 1, 1e-9, BF16_RTOL);
 	case_end(&c);
-	free(logits);
-	free(targets);
-	free(ref);
-	free(ref_loss);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

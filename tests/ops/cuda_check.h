@@ -1,9 +1,9 @@
 /* tests/ops/cuda_check.h: what the CPU-vs-CUDA op checks share (the
  * OPS_TEST_CUDA sections of tests/ops/<op>.c, run by tests/gpu/test_ops_cuda.c):
- * the backend, a seeded generator, device buffers freed at the end of each
- * case, a case whose outputs run twice on the GPU (poisoned, or reset to
- * their initial values, before each run), pitched buffers and the
- * comparisons against the CPU reference.  One translation unit includes
+ * the backend, a seeded generator, host and device buffers freed at the
+ * end of each case, a case whose outputs run twice on the GPU (poisoned,
+ * or reset to their initial values, before each run), pitched buffers and
+ * the comparisons against the CPU reference.  One translation unit includes
  * it, so everything here is static. */
 #ifndef POROS_CUDA_CHECK_H
 #define POROS_CUDA_CHECK_H
@@ -39,6 +39,28 @@ static void *xmalloc(size_t n)
 	return p;
 }
 
+/* --- host memory: the buffers of a case, freed at its end ------------------
+ * Every host buffer a case makes (its inputs, references, copies) comes
+ * from host_alloc, so case_end frees them all and no case lists its own. */
+
+#define MAX_HOST 64
+static void *host_live[MAX_HOST];
+static int n_host_live;
+
+static void *host_alloc(size_t bytes)
+{
+	if (n_host_live == MAX_HOST)
+		die("too many host buffers in one case");
+	return host_live[n_host_live++] = xmalloc(bytes);
+}
+
+static void host_free_all(void)
+{
+	for (int i = 0; i < n_host_live; i++)
+		free(host_live[i]);
+	n_host_live = 0;
+}
+
 static double now_ms(void)
 {
 	struct timespec ts;
@@ -62,7 +84,7 @@ static float rand_range(float lo, float hi)
 
 static float *rand_f32(size_t n, float lo, float hi)
 {
-	float *x = xmalloc(n * sizeof *x);
+	float *x = host_alloc(n * sizeof *x);
 	for (size_t i = 0; i < n; i++)
 		x[i] = rand_range(lo, hi);
 	return x;
@@ -70,7 +92,7 @@ static float *rand_f32(size_t n, float lo, float hi)
 
 static bf16 *rand_bf16(size_t n, float lo, float hi)
 {
-	bf16 *x = xmalloc(n * sizeof *x);
+	bf16 *x = host_alloc(n * sizeof *x);
 	for (size_t i = 0; i < n; i++)
 		x[i] = bf16_from_f32(rand_range(lo, hi));
 	return x;
@@ -78,7 +100,7 @@ static bf16 *rand_bf16(size_t n, float lo, float hi)
 
 static void *dup_bytes(const void *src, size_t bytes)
 {
-	void *p = xmalloc(bytes);
+	void *p = host_alloc(bytes);
 	memcpy(p, src, bytes);
 	return p;
 }
@@ -272,7 +294,7 @@ static double value_at(const void *x, size_t i, int is_bf16)
  * bytes, the rest `pad` bytes */
 static void *pitched_fill(size_t rows, size_t cols, size_t ld, size_t elem, int fill, int pad)
 {
-	unsigned char *p = xmalloc(rows * ld * elem);
+	unsigned char *p = host_alloc(rows * ld * elem);
 	for (size_t r = 0; r < rows; r++) {
 		memset(p + r * ld * elem, fill, cols * elem);
 		memset(p + (r * ld + cols) * elem, pad, (ld - cols) * elem);
@@ -495,6 +517,7 @@ static void case_end(struct gpu_case *c)
 		free(c->out[i].got[1]);
 	}
 	dev_free_all();
+	host_free_all();
 }
 
 /* bf16 x bf16 products are exact in fp32, so CPU and GPU differ only in
@@ -515,7 +538,7 @@ static int32_t *doc_positions(int B, int S, int docs)
 {
 	if (docs <= 0)
 		return NULL;
-	int32_t *pos = xmalloc((size_t)B * S * sizeof *pos);
+	int32_t *pos = host_alloc((size_t)B * S * sizeof *pos);
 	for (int b = 0; b < B; b++) {
 		int start = 0;
 		for (int i = 0; i < S; i++) {

@@ -50,12 +50,12 @@ static void test_embedding(int T, int C, int V)
 	struct gpu_case c;
 	if (!case_begin(&c, "embedding_forward T=%d C=%d V=%d", T, C, V))
 		return;
-	int32_t *tokens = xmalloc((size_t)T * sizeof *tokens);
+	int32_t *tokens = host_alloc((size_t)T * sizeof *tokens);
 	for (int t = 0; t < T; t++)
 		tokens[t] = (int32_t)(rand_unit() * V);
 	tokens[0] = V - 1; /* the last row too */
 	bf16 *wte = rand_bf16((size_t)V * C, -1, 1);
-	float *ref = xmalloc((size_t)T * C * sizeof *ref);
+	float *ref = host_alloc((size_t)T * C * sizeof *ref);
 	double t0 = now_ms();
 	embedding_forward_cpu(ref, tokens, wte, T, C);
 	c.cpu_ms = now_ms() - t0;
@@ -66,9 +66,6 @@ static void test_embedding(int T, int C, int V)
 	case_run(&c, embedding_gpu, &a);
 	check_exact(&c, "out", ref, (size_t)T * C * 4, 4);
 	case_end(&c);
-	free(tokens);
-	free(wte);
-	free(ref);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

@@ -53,7 +53,6 @@ static void test_lora_backward(int T, int K, int N, int R, float p)
 	double *xd = NEW(double, T * K), *Ad = NEW(double, R * K), *Bd = NEW(double, N * R), *lwd = NEW(double, T * N);
 	double *keep = NEW(double, T * K), *want_A = NEW(double, R * K), *want_B = NEW(double, N * R);
 	double *want_x = NEW(double, T * K), *want_du = NEW(double, T * R);
-	char name[96];
 	int dropped = 0;
 
 	fill_bf16(x, T * K, -1.0, 1.0);
@@ -99,14 +98,10 @@ static void test_lora_backward(int T, int K, int N, int R, float p)
 	/* Every gradient is a chain of two fp32 sums of at most 70 terms of O(1)
 	 * values (u itself an fp32 sum saved by the forward): accumulated
 	 * rounding stays below ~1e-6 relative; 1e-5 atol/rtol. */
-	snprintf(name, sizeof name, "lora_backward dA (T %d, R %d, dropout %.1f)", T, R, p);
-	check_close(name, dA, want_A, R * K, 1e-5, 1e-5);
-	snprintf(name, sizeof name, "lora_backward dB (T %d, R %d, dropout %.1f)", T, R, p);
-	check_close(name, dB, want_B, N * R, 1e-5, 1e-5);
-	snprintf(name, sizeof name, "lora_backward din (T %d, R %d, dropout %.1f)", T, R, p);
-	check_close(name, din, want_x, T * K, 1e-5, 1e-5);
-	snprintf(name, sizeof name, "lora_backward du (T %d, R %d, dropout %.1f)", T, R, p);
-	check_close(name, du, want_du, T * R, 1e-6, 1e-6);
+	check_closef(dA, want_A, R * K, 1e-5, 1e-5, "lora_backward dA (T %d, R %d, dropout %.1f)", T, R, p);
+	check_closef(dB, want_B, N * R, 1e-5, 1e-5, "lora_backward dB (T %d, R %d, dropout %.1f)", T, R, p);
+	check_closef(din, want_x, T * K, 1e-5, 1e-5, "lora_backward din (T %d, R %d, dropout %.1f)", T, R, p);
+	check_closef(du, want_du, T * R, 1e-6, 1e-6, "lora_backward du (T %d, R %d, dropout %.1f)", T, R, p);
 	if (p > 0.0f) {
 		/* a dropped input has no gradient at all, not a small one */
 		long leaked = 0;
@@ -145,18 +140,9 @@ static void lora_backward_grad_check(void)
 #endif
 
 #ifdef OPS_TEST_CUDA
-struct lora_bwd_case {
-	float *out, *u, *din, *dA, *dB, *du, *scratch;
-	const float *u_in, *A, *B;
-	const bf16 *in, *dout;
-	float scale, p;
-	uint64_t seed;
-	int T, K, N, R, accumulate;
-};
-
 static void lora_bwd_gpu(const void *p)
 {
-	const struct lora_bwd_case *a = p;
+	const struct lora_case *a = p;
 	gpu->ops->lora_backward(&(struct lora_bwd_args){ .din = a->din, .dA = a->dA, .dB = a->dB, .du = a->du,
 		.scratch = a->scratch, .dout = a->dout, .ld_dout = a->N, .in = a->in, .ld_in = a->K, .u = a->u_in,
 		.A = a->A, .B = a->B, .scale = a->scale, .dropout_p = a->p, .dropout_seed = a->seed, .T = a->T,
@@ -183,12 +169,12 @@ static void test_lora_backward(int T, int K, int N, int R, float p, int with_din
 	float scale = 2.0f;
 	uint64_t seed = 0xb4c6u + (uint64_t)N;
 	/* u as the CPU forward leaves it, the same input for both backwards */
-	float *u = xmalloc((size_t)T * R * 4), *scratch_out = xmalloc((size_t)T * N * 4);
+	float *u = host_alloc((size_t)T * R * 4), *scratch_out = host_alloc((size_t)T * N * 4);
 	memset(scratch_out, 0, (size_t)T * N * 4);
 	lora_forward_cpu(&(struct lora_fwd_args){ .out = scratch_out, .u = u, .in = in, .ld_in = K, .A = A, .B = B,
 		.scale = scale, .dropout_p = p, .dropout_seed = seed, .T = T, .K = K, .N = N, .R = R });
 	float *ref_dA = dup_bytes(dA0, (size_t)R * K * 4), *ref_dB = dup_bytes(dB0, (size_t)N * R * 4);
-	float *ref_din = dup_bytes(din0, (size_t)T * K * 4), *ref_du = xmalloc((size_t)T * R * 4);
+	float *ref_din = dup_bytes(din0, (size_t)T * K * 4), *ref_du = host_alloc((size_t)T * R * 4);
 	double t0 = now_ms();
 	lora_backward_cpu(&(struct lora_bwd_args){ .din = with_din ? ref_din : NULL, .dA = ref_dA, .dB = ref_dB,
 		.du = ref_du, .dout = dout, .ld_dout = N, .in = in, .ld_in = K, .u = u, .A = A, .B = B,
@@ -196,17 +182,11 @@ static void test_lora_backward(int T, int K, int N, int R, float p, int with_din
 		.accumulate = with_din == 2 });
 	c.cpu_ms = now_ms() - t0;
 
-	struct lora_bwd_case a = { 0 };
-	a.in = dev_from(in, (size_t)T * K * 2, 0);
-	a.A = dev_from(A, (size_t)R * K * 4, 0);
-	a.B = dev_from(B, (size_t)N * R * 4, 0);
+	struct lora_case a = { 0 };
+	lora_case_inputs(&a, in, A, B, scale, p, seed, T, K, N, R);
 	a.u_in = dev_from(u, (size_t)T * R * 4, 0);
 	a.dout = dev_from(dout, (size_t)T * N * 2, 0);
 	a.accumulate = with_din == 2;
-	a.scale = scale;
-	a.p = p;
-	a.seed = seed;
-	a.T = T, a.K = K, a.N = N, a.R = R;
 	a.dA = case_out(&c, "dA", (size_t)R * K * 4, dA0, 0);
 	a.dB = case_out(&c, "dB", (size_t)N * R * 4, dB0, 0);
 	a.du = case_out(&c, "du", (size_t)T * R * 4, NULL, 0);
@@ -220,19 +200,6 @@ static void test_lora_backward(int T, int K, int N, int R, float p, int with_din
 	if (with_din)
 		check(&c, "din", ref_din, (size_t)T * K, 0, 5e-5, 1e-4);
 	case_end(&c);
-	free(in);
-	free(A);
-	free(B);
-	free(dout);
-	free(dA0);
-	free(dB0);
-	free(din0);
-	free(u);
-	free(scratch_out);
-	free(ref_dA);
-	free(ref_dB);
-	free(ref_din);
-	free(ref_du);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

@@ -15,7 +15,6 @@ static void test_lora_forward(int T, int K, int N, int R, float p)
 	bf16 *x = NEW(bf16, T * K);
 	float *A = NEW(float, R * K), *B = NEW(float, N * R), *out = NEW(float, T * N), *u = NEW(float, T * R);
 	double *want = NEW(double, T * N), *want_u = NEW(double, T * R);
-	char name[96];
 	long dropped = 0;
 
 	fill_bf16(x, T * K, -1.0, 1.0);
@@ -44,10 +43,8 @@ static void test_lora_forward(int T, int K, int N, int R, float p)
 		}
 	}
 	/* K <= 70 term fp32 sums of O(1): ~1e-6 */
-	snprintf(name, sizeof name, "lora_forward u (T %d, R %d, dropout %.1f)", T, R, p);
-	check_close(name, u, want_u, T * R, 1e-5, 1e-5);
-	snprintf(name, sizeof name, "lora_forward out = (T %d, R %d, dropout %.1f)", T, R, p);
-	check_close(name, out, want, T * N, 1e-5, 1e-5);
+	check_closef(u, want_u, T * R, 1e-5, 1e-5, "lora_forward u (T %d, R %d, dropout %.1f)", T, R, p);
+	check_closef(out, want, T * N, 1e-5, 1e-5, "lora_forward out = (T %d, R %d, dropout %.1f)", T, R, p);
 	if (p > 0.0f && T * K >= 4096) {
 		/* 4096 Bernoulli(p) draws: 5 standard deviations is +-0.04 at p = 0.5 */
 		double frac = (double)dropped / (T * K);
@@ -71,7 +68,9 @@ static void lora_forward_values_check(void)
 #define lora_forward_grad_check NULL
 
 #ifdef OPS_TEST_CUDA
-struct lora_fwd_case {
+/* The device side of a lora_forward or lora_backward case (lora_backward.c
+ * runs its cases through it too). */
+struct lora_case {
 	float *out, *u, *din, *dA, *dB, *du, *scratch;
 	const float *u_in, *A, *B;
 	const bf16 *in, *dout;
@@ -80,9 +79,23 @@ struct lora_fwd_case {
 	int T, K, N, R, accumulate;
 };
 
+/* The inputs both directions read: in (T,K) bf16, A (R,K), B (N,R) on the
+ * device, and the op's scalars. */
+static void lora_case_inputs(struct lora_case *a, const bf16 *in, const float *A, const float *B, float scale,
+                             float p, uint64_t seed, int T, int K, int N, int R)
+{
+	a->in = dev_from(in, (size_t)T * K * 2, 0);
+	a->A = dev_from(A, (size_t)R * K * 4, 0);
+	a->B = dev_from(B, (size_t)N * R * 4, 0);
+	a->scale = scale;
+	a->p = p;
+	a->seed = seed;
+	a->T = T, a->K = K, a->N = N, a->R = R;
+}
+
 static void lora_fwd_gpu(const void *p)
 {
-	const struct lora_fwd_case *a = p;
+	const struct lora_case *a = p;
 	gpu->ops->lora_forward(&(struct lora_fwd_args){ .out = a->out, .u = a->u, .scratch = a->scratch, .in = a->in,
 		.ld_in = a->K, .A = a->A, .B = a->B, .scale = a->scale, .dropout_p = a->p, .dropout_seed = a->seed,
 		.T = a->T, .K = a->K, .N = a->N, .R = a->R });
@@ -104,20 +117,14 @@ static void test_lora_forward(int T, int K, int N, int R, float p, int spare)
 	float *out0 = rand_f32((size_t)T * N, -1, 1);
 	float scale = 2.0f;
 	uint64_t seed = 0xd40b0u + (uint64_t)K;
-	float *ref = dup_bytes(out0, (size_t)T * N * 4), *ref_u = xmalloc((size_t)T * R * 4);
+	float *ref = dup_bytes(out0, (size_t)T * N * 4), *ref_u = host_alloc((size_t)T * R * 4);
 	double t0 = now_ms();
 	lora_forward_cpu(&(struct lora_fwd_args){ .out = ref, .u = ref_u, .in = in, .ld_in = K, .A = A, .B = B,
 		.scale = scale, .dropout_p = p, .dropout_seed = seed, .T = T, .K = K, .N = N, .R = R });
 	c.cpu_ms = now_ms() - t0;
 
-	struct lora_fwd_case a = { 0 };
-	a.in = dev_from(in, (size_t)T * K * 2, 0);
-	a.A = dev_from(A, (size_t)R * K * 4, 0);
-	a.B = dev_from(B, (size_t)N * R * 4, 0);
-	a.scale = scale;
-	a.p = p;
-	a.seed = seed;
-	a.T = T, a.K = K, a.N = N, a.R = R;
+	struct lora_case a = { 0 };
+	lora_case_inputs(&a, in, A, B, scale, p, seed, T, K, N, R);
 	a.out = case_out(&c, "out", (size_t)T * N * 4, NULL, 0); /* written, not added to */
 	a.u = case_out(&c, "u", (size_t)T * R * 4, NULL, 0);
 	a.scratch = case_lora_scratch(&c, T, K, N, R, spare);
@@ -125,12 +132,6 @@ static void test_lora_forward(int T, int K, int N, int R, float p, int spare)
 	check(&c, "u", ref_u, (size_t)T * R, 0, GEMM_A_REL, GEMM_RTOL);
 	check(&c, "out", ref, (size_t)T * N, 0, GEMM_A_REL, GEMM_RTOL);
 	case_end(&c);
-	free(in);
-	free(A);
-	free(B);
-	free(out0);
-	free(ref);
-	free(ref_u);
 }
 
 /* A 7B-class layer's projections (Qwen2.5-7B: C = 3584, 4 key/value heads

@@ -71,8 +71,9 @@ static void test_lora_ext(int T, int K, int N, int R, float p, int backward, int
 	bf16 *x = rand_bf16((size_t)T * ldx, -1, 1);                /* spare columns: garbage the op overwrites */
 	bf16 *W = rand_bf16((size_t)(N + E) * ldx, -0.05f, 0.05f);   /* the corner too, which must survive */
 	bf16 *dout = rand_bf16((size_t)T * ldd, -1, 1);
-	float *u = xmalloc((size_t)T * R * 4), *out = xmalloc((size_t)T * N * 4), *du = xmalloc((size_t)T * R * 4);
-	float *dA = xmalloc((size_t)R * K * 4), *dB = xmalloc((size_t)N * R * 4), *din = xmalloc((size_t)T * K * 4);
+	float *u = host_alloc((size_t)T * R * 4), *out = host_alloc((size_t)T * N * 4);
+	float *du = host_alloc((size_t)T * R * 4), *dA = host_alloc((size_t)R * K * 4);
+	float *dB = host_alloc((size_t)N * R * 4), *din = host_alloc((size_t)T * K * 4);
 	bf16 *refW = dup_bytes(W, (size_t)(N + E) * ldx * 2), *refx = dup_bytes(x, (size_t)T * ldx * 2);
 	bf16 *refd = dup_bytes(dout, (size_t)T * ldd * 2);
 	memset(dA, 0, (size_t)R * K * 4);
@@ -130,8 +131,6 @@ static void test_lora_ext(int T, int K, int N, int R, float p, int backward, int
 	}
 	check_exact(&c, "W", refW, (size_t)(N + E) * ldx * 2, 2);
 	case_end(&c);
-	free(A), free(B), free(bias), free(x), free(W), free(dout), free(u), free(out), free(du), free(dA), free(dB);
-	free(din), free(refW), free(refx), free(refd), free(zA), free(zB);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

@@ -76,12 +76,24 @@ static void matmul_forward_values_check(void)
 #define matmul_forward_grad_check NULL
 
 #ifdef OPS_TEST_CUDA
+/* The device side of a matmul_forward or matmul_backward_input case
+ * (matmul_backward_input.c runs its cases through it too). */
 struct matmul_args {
-	float *out;
-	const bf16 *in, *weight, *bias;
+	float *out; /* out (forward) or din (backward) */
+	const bf16 *in, *weight, *bias; /* in: in (forward) or dout (backward) */
 	int ld_in, ld_w; /* ld_in: rows of in (forward) or dout (backward) */
 	int T, K, N, accumulate;
 };
+
+/* The end of a GEMM case: its one output against the CPU's (no NaN there:
+ * the CPU read no pad) at GEMM_A_REL, and the GPU's throughput. */
+static void matmul_case_end(struct gpu_case *c, const char *name, const float *ref, size_t n, int T, int K, int N)
+{
+	check_ref_finite(c, name, ref, n);
+	check(c, name, ref, n, 0, GEMM_A_REL, GEMM_RTOL);
+	printf("    %.1f TFLOP/s\n", 2.0 * T * K * N / (c->gpu_ms * 1e-3) / 1e12);
+	case_end(c);
+}
 
 static void matmul_fwd_gpu(const void *p)
 {
@@ -112,17 +124,7 @@ static void test_matmul_forward(int T, int K, int N, int ld_in, int ld_w, int wi
 	                         bias ? dev_from(bias, (size_t)N * 2, 0) : NULL, ld_in, ld_w, T, K, N, accumulate };
 	a.out = case_out(&c, "out", (size_t)T * N * 4, accumulate ? out0 : NULL, 0);
 	case_run(&c, matmul_fwd_gpu, &a);
-	check_ref_finite(&c, "out", ref, (size_t)T * N);
-	check(&c, "out", ref, (size_t)T * N, 0, GEMM_A_REL, GEMM_RTOL);
-	printf("    %.1f TFLOP/s\n", 2.0 * T * K * N / (c.gpu_ms * 1e-3) / 1e12);
-	case_end(&c);
-	free(in0);
-	free(w0);
-	free(in);
-	free(w);
-	free(bias);
-	free(out0);
-	free(ref);
+	matmul_case_end(&c, "out", ref, (size_t)T * N, T, K, N);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

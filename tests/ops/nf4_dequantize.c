@@ -93,7 +93,7 @@ static void test_nf4(long rows, int cols, int ld, int offset)
 	if (!case_begin(&c, "nf4_dequantize rows=%ld cols=%d ld=%d%s", rows, cols, ld, offset ? " unaligned" : ""))
 		return;
 	size_t n = (size_t)rows * cols, n_out = (size_t)rows * ld;
-	uint8_t *packed = xmalloc(n / 2);
+	uint8_t *packed = host_alloc(n / 2);
 	for (size_t i = 0; i < n / 2; i++)
 		packed[i] = (uint8_t)(poros_mix64(rng_counter++) & 0xff);
 	float *absmax = rand_f32(n / POROS_NF4_BLOCK, 0.001f, 2.0f);
@@ -110,10 +110,6 @@ static void test_nf4(long rows, int cols, int ld, int offset)
 	check_pads(&c, "out", ref, (size_t)rows, (size_t)cols, (size_t)ld, 2);
 	printf("    %.0f GB/s\n", (double)n * 2.5 / (c.gpu_ms * 1e-3) / 1e9);
 	case_end(&c);
-	free(packed);
-	free(absmax);
-	free(init);
-	free(ref);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

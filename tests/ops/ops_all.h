@@ -17,9 +17,12 @@
  * the op is covered, so a driver's table, generated from POROS_OPS_LIST,
  * names every op and a missing file fails to compile.  The files come in
  * POROS_OPS_LIST's order: a later op's CUDA section may use an earlier
- * one's case function or shape tables (rope_backward and swiglu_backward
- * call their forward's, which takes the direction as an argument;
- * lora_backward reads lora_forward's small-T shapes). */
+ * one's case function, device-side case struct or shape tables
+ * (rope_backward and swiglu_backward call their forward's, which takes the
+ * direction as an argument; the backward of lora, attention and matmul
+ * runs through its forward's case struct; lora_backward reads
+ * lora_forward's small-T shapes), and rope_forward.c's rope_tables, outside
+ * any section, serves every driver. */
 #ifndef POROS_OPS_ALL_H
 #define POROS_OPS_ALL_H
 

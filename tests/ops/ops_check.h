@@ -8,6 +8,7 @@
 #define POROS_OPS_CHECK_H
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +105,22 @@ static inline int check_close(const char *name, const float *got, const double *
 	printf("%s %s: n %ld, max abs err %.3g, max rel err %.3g (atol %.1g, rtol %.1g)", bad ? "FAIL" : "ok  ",
 	       name, n, max_abs, max_rel, atol, rtol);
 	return check_verdict(bad);
+}
+
+static inline int check_closef(const float *got, const double *want, long n, double atol, double rtol,
+                               const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* check_close with the check's name made from fmt and its arguments. */
+static inline int check_closef(const float *got, const double *want, long n, double atol, double rtol,
+                               const char *fmt, ...)
+{
+	char name[160];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(name, sizeof name, fmt, ap);
+	va_end(ap);
+	return check_close(name, got, want, n, atol, rtol);
 }
 
 /* |got - want| <= rel * bound + atol + rtol * |want| elementwise, where
@@ -249,6 +266,38 @@ static inline void finite_diff(double *grad, double *x, long n, loss_fn loss, co
 		x[i] = x0;
 		grad[i] = (lp - lm) / (xp - xm);
 	}
+}
+
+/* --- the drivers: a table of every op's check of one kind ----------------- */
+struct op_check {
+	const char *op;
+	void (*run)(void); /* NULL: the op's file says where it is checked */
+};
+
+/* Runs every check of the table and says, after driver (the test's name)
+ * and kind, how many of the n ops had one and why the rest have none. */
+static inline void run_op_checks(const char *driver, const char *kind, const struct op_check *checks, size_t n,
+                                 const char *why_not)
+{
+	int ran = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (checks[i].run) {
+			checks[i].run();
+			ran++;
+		}
+	}
+	printf("%s: %s checks of %d of %zu ops (%s)\n", driver, kind, ran, n, why_not);
+}
+
+/* main()'s return for a driver: 1 when any check failed. */
+static inline int op_checks_verdict(const char *driver)
+{
+	if (failures) {
+		printf("%s: %d checks failed\n", driver, failures);
+		return 1;
+	}
+	printf("%s: all checks passed\n", driver);
+	return 0;
 }
 
 /* Checks that a second identical call doubled buf (n), i.e. the op added

@@ -93,7 +93,7 @@ static void test_rmsnorm_backward(int T, int C)
 	size_t n = (size_t)T * C;
 	float *in = rand_f32(n, -2, 2), *dout = rand_f32(n, -1, 1), *din0 = rand_f32(n, -1, 1);
 	bf16 *w = rand_bf16((size_t)C, 0.5f, 1.5f);
-	float *rstd = xmalloc((size_t)T * 4);
+	float *rstd = host_alloc((size_t)T * 4);
 	rmsnorm_forward_cpu(NULL, NULL, C, rstd, in, w, 1e-6f, T, C);
 	float *ref = dup_bytes(din0, n * 4);
 	double t0 = now_ms();
@@ -111,12 +111,6 @@ static void test_rmsnorm_backward(int T, int C)
 	case_run(&c, rmsnorm_bwd_gpu, &a);
 	check(&c, "din", ref, n, 0, 1e-5, 1e-5);
 	case_end(&c);
-	free(in);
-	free(dout);
-	free(din0);
-	free(w);
-	free(rstd);
-	free(ref);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

@@ -93,7 +93,7 @@ static void test_rmsnorm_forward(int T, int C, int ld_out, int want_f32, int wan
 	bf16 *w = rand_bf16((size_t)C, 0.5f, 1.5f);
 	float *init_f32 = pitched_out_init((size_t)T, (size_t)C, (size_t)ld_out, 4);
 	bf16 *init_bf = pitched_out_init((size_t)T, (size_t)C, (size_t)ld_out, 2);
-	float *ref = dup_bytes(init_f32, n_out * 4), *ref_rstd = xmalloc((size_t)T * 4);
+	float *ref = dup_bytes(init_f32, n_out * 4), *ref_rstd = host_alloc((size_t)T * 4);
 	bf16 *ref_bf = dup_bytes(init_bf, n_out * 2);
 	double t0 = now_ms();
 	rmsnorm_forward_cpu(want_f32 ? ref : NULL, want_bf16 ? ref_bf : NULL, ld_out, ref_rstd, in, w, 1e-6f, T, C);
@@ -122,13 +122,6 @@ static void test_rmsnorm_forward(int T, int C, int ld_out, int want_f32, int wan
 	}
 	check(&c, "rstd", ref_rstd, (size_t)T, 0, 0, 1e-5);
 	case_end(&c);
-	free(in);
-	free(w);
-	free(init_f32);
-	free(init_bf);
-	free(ref);
-	free(ref_rstd);
-	free(ref_bf);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

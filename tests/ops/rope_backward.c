@@ -9,19 +9,6 @@
 #define rope_backward_values_check NULL
 
 #ifdef OPS_TEST_GRAD
-/* cos, sin (S, D/2) as HF builds them in fp32: inv_freq = theta^(-2i/D),
- * angle = pos * inv_freq. */
-static void rope_tables(float *cos_t, float *sin_t, int S, int D, double theta)
-{
-	for (int s = 0; s < S; s++)
-		for (int i = 0; i < D / 2; i++) {
-			float inv_freq = (float)(1.0 / pow(theta, 2.0 * i / D));
-			float angle = (float)s * inv_freq;
-			cos_t[s * (D / 2) + i] = cosf(angle);
-			sin_t[s * (D / 2) + i] = sinf(angle);
-		}
-}
-
 struct rope_ctx {
 	int T, S, nh, D;
 	const double *cos_t, *sin_t, *lw;

@@ -4,6 +4,20 @@
  * Included by the op-test drivers through ops_all.h, which says what each
  * section defines. */
 
+/* cos, sin (S, D/2) as HF builds them in fp32: inv_freq = theta^(-2i/D),
+ * angle = pos * inv_freq.  Every section's reference (rope_backward.c's
+ * too) takes its tables from here. */
+static void rope_tables(float *cos_t, float *sin_t, int S, int D, double theta)
+{
+	for (int s = 0; s < S; s++)
+		for (int i = 0; i < D / 2; i++) {
+			float inv_freq = (float)(1.0 / pow(theta, 2.0 * i / D));
+			float angle = (float)s * inv_freq;
+			cos_t[s * (D / 2) + i] = cosf(angle);
+			sin_t[s * (D / 2) + i] = sinf(angle);
+		}
+}
+
 #ifdef OPS_TEST_VALUES
 static void test_rope_values(void)
 {
@@ -11,12 +25,7 @@ static void test_rope_values(void)
 	float cos_t[S * HALF], sin_t[S * HALF], x[N], y[N], back[N];
 	double want[N], orig[N];
 
-	for (int s = 0; s < S; s++)
-		for (int i = 0; i < HALF; i++) {
-			float angle = (float)s * (float)(1.0 / pow(10000.0, 2.0 * i / D));
-			cos_t[s * HALF + i] = cosf(angle);
-			sin_t[s * HALF + i] = sinf(angle);
-		}
+	rope_tables(cos_t, sin_t, S, D, 10000.0);
 	fill_f32(x, N, -1.0, 1.0);
 	memcpy(y, x, sizeof y);
 	rope_forward_cpu(y, cos_t, sin_t, NULL, B, S, NH, D);
@@ -56,12 +65,7 @@ static void test_rope_documents(void)
 	int32_t pos[B * S];
 	int same_alone = 1;
 
-	for (int s = 0; s < S; s++)
-		for (int i = 0; i < HALF; i++) {
-			float angle = (float)s * (float)(1.0 / pow(10000.0, 2.0 * i / D));
-			cos_t[s * HALF + i] = cosf(angle);
-			sin_t[s * HALF + i] = sinf(angle);
-		}
+	rope_tables(cos_t, sin_t, S, D, 10000.0);
 	fill_f32(x, N, -1.0, 1.0);
 	doc_positions(pos, B, S, len, 3);
 	for (int back = 0; back < 2; back++) {
@@ -128,14 +132,8 @@ static void test_rope(int B, int S, int nh, int D, int backward, int docs)
 	int32_t *pos = doc_positions(B, S, docs);
 	size_t n = (size_t)B * S * nh * D, half = (size_t)D / 2;
 	float *x0 = rand_f32(n, -2, 2);
-	float *cs = xmalloc((size_t)S * half * 4), *sn = xmalloc((size_t)S * half * 4);
-	for (int s = 0; s < S; s++) {
-		for (size_t i = 0; i < half; i++) { /* HF's table: pos * theta^(-2i/D) */
-			float f = (float)s * (float)(1.0 / pow(10000.0, 2.0 * (double)i / D));
-			cs[s * half + i] = cosf(f);
-			sn[s * half + i] = sinf(f);
-		}
-	}
+	float *cs = host_alloc((size_t)S * half * 4), *sn = host_alloc((size_t)S * half * 4);
+	rope_tables(cs, sn, S, D, 10000.0);
 	float *ref = dup_bytes(x0, n * 4);
 	double t0 = now_ms();
 	if (backward)
@@ -150,11 +148,6 @@ static void test_rope(int B, int S, int nh, int D, int backward, int docs)
 	case_run(&c, backward ? rope_bwd_gpu : rope_fwd_gpu, &a);
 	check(&c, "x", ref, n, 0, 1e-6, 1e-6);
 	case_end(&c);
-	free(x0);
-	free(cs);
-	free(sn);
-	free(ref);
-	free(pos);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

@@ -69,7 +69,6 @@ static void test_sumsq(long n, int offset)
 	case_run(&c, sumsq_gpu, &a);
 	check(&c, "out", &ref, 1, 0, 0, 1e-5);
 	case_end(&c);
-	free(x);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

@@ -123,13 +123,6 @@ static void test_swiglu(int T, int F, int ld, int offset, int backward)
 		check_pads(&c, "out", ref, (size_t)T, (size_t)F, (size_t)ld, 2);
 	}
 	case_end(&c);
-	free(gate);
-	free(up);
-	free(dout);
-	free(init);
-	free(ref);
-	free(ref_dg);
-	free(ref_du);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

@@ -23,21 +23,24 @@ static char tmpdir[] = "/tmp/poros-test-ad-XXXXXX";
 static void test_keys(void)
 {
 	static const char *const names[] = { "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj" };
+	/* layer, module, is_b, the key PEFT writes */
+	static const struct {
+		int layer, module, is_b;
+		const char *key;
+	} keys[] = {
+		{ 3, 0, 0, "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight" },
+		{ 0, 6, 1, "base_model.model.model.layers.0.mlp.down_proj.lora_B.weight" },
+		{ 63, 3, 1, "base_model.model.model.layers.63.self_attn.o_proj.lora_B.weight" },
+		{ 10, 4, 0, "base_model.model.model.layers.10.mlp.gate_proj.lora_A.weight" },
+	};
 	char *k;
 	int layer, module, is_b, ok = 1;
 
-	k = adapter_key(3, 0, 0);
-	CHECKF(k && strcmp(k, "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight") == 0, "q_proj A: %s", k);
-	free(k);
-	k = adapter_key(0, 6, 1);
-	CHECKF(k && strcmp(k, "base_model.model.model.layers.0.mlp.down_proj.lora_B.weight") == 0, "down_proj B: %s", k);
-	free(k);
-	k = adapter_key(63, 3, 1);
-	CHECKF(k && strcmp(k, "base_model.model.model.layers.63.self_attn.o_proj.lora_B.weight") == 0, "o_proj B: %s", k);
-	free(k);
-	k = adapter_key(10, 4, 0);
-	CHECKF(k && strcmp(k, "base_model.model.model.layers.10.mlp.gate_proj.lora_A.weight") == 0, "gate_proj A: %s", k);
-	free(k);
+	for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+		k = adapter_key(keys[i].layer, keys[i].module, keys[i].is_b);
+		CHECKF(k && strcmp(k, keys[i].key) == 0, "%s %s: %s", names[keys[i].module], keys[i].is_b ? "B" : "A", k);
+		free(k);
+	}
 	CHECKF(adapter_key(0, 7, 0) == NULL && adapter_key(0, -1, 0) == NULL && adapter_key(-1, 0, 0) == NULL, "bad arguments");
 	for (int l = 0; l < 100; l += 33)
 		for (int m = 0; m < 7; m++)

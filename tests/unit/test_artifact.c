@@ -152,21 +152,12 @@ static void test_nulls(void)
 static void expect_bad(const char *path, const char *json_value, const char *want_err)
 {
 	struct artifact a, b;
-	cJSON *j, *parent, *v = cJSON_Parse(json_value);
-	char err[256] = "", key[64];
-	const char *dot = strchr(path, '.');
+	cJSON *j;
+	char err[256] = "";
 
 	make_full(&a);
 	j = artifact_to_json(&a);
-	parent = j;
-	if (dot) {
-		snprintf(key, sizeof key, "%.*s", (int)(dot - path), path);
-		parent = cJSON_GetObjectItemCaseSensitive(j, key);
-		snprintf(key, sizeof key, "%s", dot + 1);
-	} else {
-		snprintf(key, sizeof key, "%s", path);
-	}
-	cJSON_ReplaceItemInObjectCaseSensitive(parent, key, v);
+	json_put_path(j, path, cJSON_Parse(json_value));
 	if (artifact_from_json(&b, j, err, sizeof err) == 0) {
 		fprintf(stderr, "FAILED: %s = %s was accepted\n", path, json_value);
 		failures++;
@@ -198,40 +189,50 @@ static void test_bad_artifacts(void)
 	expect_bad("env", "\"linux\"", "env: not an object");
 }
 
+/* Applies the summary text to a: artifact_apply_summary's result (the
+ * text itself must parse). */
+static int apply_summary(struct artifact *a, const char *text, char *err, size_t errsz)
+{
+	cJSON *s = cJSON_Parse(text);
+	int rc;
+
+	CHECKF(s != NULL, "summary does not parse: %s", text);
+	rc = artifact_apply_summary(a, s, err, errsz);
+	cJSON_Delete(s);
+	return rc;
+}
+
+/* The summary text is refused with exactly the error want (what: the case). */
+static void expect_refused(struct artifact *a, const char *text, const char *want, const char *what)
+{
+	char err[256];
+
+	CHECK(apply_summary(a, text, err, sizeof err) < 0);
+	check_str(err, want, what);
+}
+
 static void test_summary(void)
 {
 	struct artifact a;
-	cJSON *s;
 	char err[256];
 
 	make_full(&a);
 	/* a malformed summary changes nothing */
-	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"great\"}");
-	CHECK(artifact_apply_summary(&a, s, err, sizeof err) < 0);
-	check_str(err, "status: unknown \"great\" (expected one of: ok, oom, error, skipped)", "bad status");
+	expect_refused(&a, "{\"schema\":\"poros.summary/1\",\"status\":\"great\"}",
+	               "status: unknown \"great\" (expected one of: ok, oom, error, skipped)", "bad status");
 	CHECK(a.status == STATUS_OK && a.metrics.vram_peak_mb == 7012.4);
-	cJSON_Delete(s);
-	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"ok\",\"vram_peak_mb\":\"lots\"}");
-	CHECK(artifact_apply_summary(&a, s, err, sizeof err) < 0);
-	check_str(err, "vram_peak_mb: not a number", "bad metric");
+	expect_refused(&a, "{\"schema\":\"poros.summary/1\",\"status\":\"ok\",\"vram_peak_mb\":\"lots\"}",
+	               "vram_peak_mb: not a number", "bad metric");
 	CHECK(a.metrics.vram_peak_mb == 7012.4);
-	cJSON_Delete(s);
-	s = cJSON_Parse("{\"schema\":\"poros.event/1\",\"status\":\"ok\"}");
-	CHECK(artifact_apply_summary(&a, s, err, sizeof err) < 0);
+	CHECK(apply_summary(&a, "{\"schema\":\"poros.event/1\",\"status\":\"ok\"}", err, sizeof err) < 0);
 	CHECK(strstr(err, "expected \"poros.summary/1\"") != NULL);
-	cJSON_Delete(s);
-	s = cJSON_Parse("{\"status\":\"ok\"}");
-	CHECK(artifact_apply_summary(&a, s, err, sizeof err) < 0);
-	check_str(err, "schema: missing (expected \"poros.summary/1\")", "no schema");
-	cJSON_Delete(s);
+	expect_refused(&a, "{\"status\":\"ok\"}", "schema: missing (expected \"poros.summary/1\")", "no schema");
 
 	/* poros-train's plan is taken, and refused when negative */
-	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"oom\",\"error\":\"over\",\"vram_plan_mb\":-1}");
-	CHECK(artifact_apply_summary(&a, s, err, sizeof err) < 0);
-	check_str(err, "vram_plan_mb: must not be negative, got -1", "negative plan");
-	cJSON_Delete(s);
-	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"oom\",\"error\":\"over\",\"vram_plan_mb\":12160.5}");
-	CHECK(artifact_apply_summary(&a, s, err, sizeof err) == 0);
+	expect_refused(&a, "{\"schema\":\"poros.summary/1\",\"status\":\"oom\",\"error\":\"over\",\"vram_plan_mb\":-1}",
+	               "vram_plan_mb: must not be negative, got -1", "negative plan");
+	CHECK(apply_summary(&a, "{\"schema\":\"poros.summary/1\",\"status\":\"oom\",\"error\":\"over\","
+	                    "\"vram_plan_mb\":12160.5}", err, sizeof err) == 0);
 	CHECK(a.status == STATUS_OOM && a.metrics.vram_plan_mb == 12160.5 && isnan(a.metrics.vram_peak_mb));
 	{
 		cJSON *j = artifact_to_json(&a), *m = cJSON_GetObjectItemCaseSensitive(j, "metrics");
@@ -242,37 +243,32 @@ static void test_summary(void)
 		artifact_free(&back);
 		cJSON_Delete(j);
 	}
-	cJSON_Delete(s);
 
 	/* oom without a reason still gets one; absent metrics become null */
-	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"oom\",\"vram_peak_mb\":24000}");
-	CHECK(artifact_apply_summary(&a, s, err, sizeof err) == 0);
+	CHECK(apply_summary(&a, "{\"schema\":\"poros.summary/1\",\"status\":\"oom\",\"vram_peak_mb\":24000}", err,
+	                    sizeof err) == 0);
 	CHECK(a.status == STATUS_OOM);
 	check_str(a.error, "the child reported status oom without a reason", "oom error");
 	CHECK(a.metrics.vram_peak_mb == 24000 && isnan(a.metrics.s_per_step) && a.metrics.steps_measured == -1);
 	CHECK(isnan(a.metrics.vram_plan_mb));
 	CHECK(a.env.gpu_name == NULL && a.env.hostname != NULL); /* the child's half only */
-	cJSON_Delete(s);
 
 	/* skipped keeps its reason; ok drops any */
-	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"skipped\",\"error\":\"unsloth is not installed\"}");
-	CHECK(artifact_apply_summary(&a, s, err, sizeof err) == 0);
+	CHECK(apply_summary(&a, "{\"schema\":\"poros.summary/1\",\"status\":\"skipped\","
+	                    "\"error\":\"unsloth is not installed\"}", err, sizeof err) == 0);
 	CHECK(a.status == STATUS_SKIPPED);
 	check_str(a.error, "unsloth is not installed", "skipped reason");
-	cJSON_Delete(s);
-	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"ok\",\"error\":\"a note\"}");
-	CHECK(artifact_apply_summary(&a, s, err, sizeof err) == 0);
+	CHECK(apply_summary(&a, "{\"schema\":\"poros.summary/1\",\"status\":\"ok\",\"error\":\"a note\"}", err,
+	                    sizeof err) == 0);
 	CHECK(a.status == STATUS_OK && a.error == NULL);
-	cJSON_Delete(s);
 
 	/* poros-train's own keys are summary keys; anything else, or a value
 	 * the schema (share/poros/schema/summary.schema.json) refuses, is not */
-	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"error\",\"error\":\"step 2: x\",\"method\":\"poros\","
-	                "\"mode\":\"blockwise\",\"steps\":2,\"vram_plan_mb\":1.5,\"vram_breakdown_mb\":{\"slabs\":0.5,"
-	                "\"lm_head\":1},\"eval_loss\":null,\"eval_tokens\":0,\"run_dir\":\"r\",\"events\":\"r/events.jsonl\","
-	                "\"adapter\":null}");
-	CHECK(artifact_apply_summary(&a, s, err, sizeof err) == 0 && a.status == STATUS_ERROR);
-	cJSON_Delete(s);
+	CHECK(apply_summary(&a, "{\"schema\":\"poros.summary/1\",\"status\":\"error\",\"error\":\"step 2: x\","
+	                    "\"method\":\"poros\",\"mode\":\"blockwise\",\"steps\":2,\"vram_plan_mb\":1.5,"
+	                    "\"vram_breakdown_mb\":{\"slabs\":0.5,\"lm_head\":1},\"eval_loss\":null,\"eval_tokens\":0,"
+	                    "\"run_dir\":\"r\",\"events\":\"r/events.jsonl\",\"adapter\":null}", err, sizeof err) == 0 &&
+	      a.status == STATUS_ERROR);
 	{
 		static const char *const refused[][2] = {
 			{ "\"passes\":null", "passes: unknown field" },
@@ -296,11 +292,7 @@ static void test_summary(void)
 		for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
 			snprintf(text, sizeof text, "{\"schema\":\"poros.summary/1\",\"status\":\"oom\",\"error\":\"x\",%s}",
 			         refused[i][0]);
-			s = cJSON_Parse(text);
-			CHECK(s != NULL);
-			CHECK(artifact_apply_summary(&a, s, err, sizeof err) < 0);
-			check_str(err, refused[i][1], refused[i][0]);
-			cJSON_Delete(s);
+			expect_refused(&a, text, refused[i][1], refused[i][0]);
 		}
 	}
 	CHECK(a.status == STATUS_ERROR); /* unchanged by every refused one */
@@ -343,8 +335,6 @@ static void test_timing(void)
 	double v[] = { 3, 1, 2, 10 }, one = 7;
 	struct fake_passes f = { { 1.0, 1.2, 1.1, 0 }, -1, 0 };
 	struct artifact a;
-	cJSON *s;
-	char err[256];
 
 	CHECK(timing_median(v, 4) == 2.5 && timing_median(v, 3) == 2 && timing_median(&one, 1) == 7);
 	CHECK(isnan(timing_median(v, 0)) && v[0] == 3); /* not sorted in place */
@@ -390,19 +380,13 @@ static void test_timing(void)
 
 	/* a summary's own s_per_step must be the median of its step_s */
 	make_full(&a);
-	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"ok\",\"steps_measured\":3,"
-	                "\"step_s\":[1,2,6],\"s_per_step\":3}");
-	CHECK(artifact_apply_summary(&a, s, err, sizeof err) < 0);
-	check_str(err, "s_per_step: 3 is not the median of step_s (2)", "mean, not median");
-	cJSON_Delete(s);
-	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"ok\",\"steps_measured\":3,\"s_per_step\":2}");
-	CHECK(artifact_apply_summary(&a, s, err, sizeof err) < 0);
-	check_str(err, "step_s: missing (a run that timed 3 steps must list their times)", "no step list");
-	cJSON_Delete(s);
-	s = cJSON_Parse("{\"schema\":\"poros.summary/1\",\"status\":\"ok\",\"steps_measured\":2,\"step_s\":[1,-2]}");
-	CHECK(artifact_apply_summary(&a, s, err, sizeof err) < 0);
-	check_str(err, "step_s[1]: not a time in seconds", "negative step");
-	cJSON_Delete(s);
+	expect_refused(&a, "{\"schema\":\"poros.summary/1\",\"status\":\"ok\",\"steps_measured\":3,"
+	               "\"step_s\":[1,2,6],\"s_per_step\":3}",
+	               "s_per_step: 3 is not the median of step_s (2)", "mean, not median");
+	expect_refused(&a, "{\"schema\":\"poros.summary/1\",\"status\":\"ok\",\"steps_measured\":3,\"s_per_step\":2}",
+	               "step_s: missing (a run that timed 3 steps must list their times)", "no step list");
+	expect_refused(&a, "{\"schema\":\"poros.summary/1\",\"status\":\"ok\",\"steps_measured\":2,\"step_s\":[1,-2]}",
+	               "step_s[1]: not a time in seconds", "negative step");
 	CHECK(a.metrics.s_per_step == 1.52); /* unchanged by all three */
 	artifact_free(&a);
 }

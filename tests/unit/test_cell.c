@@ -155,18 +155,26 @@ static void expect_reject_text(int line, const char *text, const char *want)
 	cJSON_Delete(j);
 }
 
+/* The text of doc_example with the first from replaced by to (malloc'd). */
+static char *example_edited(const char *from, const char *to)
+{
+	const char *at = strstr(doc_example, from);
+
+	if (at == NULL)
+		return NULL;
+	return xasprintf("%.*s%s%s", (int)(at - doc_example), doc_example, to, at + strlen(from));
+}
+
 /* The example with the first occurrence of from replaced by to. */
 static void expect_reject_edit(int line, const char *from, const char *to, const char *want)
 {
-	const char *at = strstr(doc_example, from);
-	char *text;
+	char *text = example_edited(from, to);
 
-	if (at == NULL) {
+	if (text == NULL) {
 		fprintf(stderr, "%s:%d: \"%s\" is not in the example\n", __FILE__, line, from);
 		failures++;
 		return;
 	}
-	text = xasprintf("%.*s%s%s", (int)(at - doc_example), doc_example, to, at + strlen(from));
 	expect_reject_text(line, text, want);
 	free(text);
 }
@@ -264,16 +272,6 @@ static void test_wrong_section_type(void)
 	CHECK(cell_from_json(&c, j, err, sizeof err) == -1);
 	CHECK(strcmp(err, "model: expected an object, got an array") == 0);
 	cJSON_Delete(j);
-}
-
-/* The text of doc_example with the first from replaced by to (malloc'd). */
-static char *example_edited(const char *from, const char *to)
-{
-	const char *at = strstr(doc_example, from);
-
-	if (at == NULL)
-		return NULL;
-	return xasprintf("%.*s%s%s", (int)(at - doc_example), doc_example, to, at + strlen(from));
 }
 
 /* Reads text as a cell; the JSON it writes back in *back_text. */

@@ -59,23 +59,11 @@ static void test_sha256(void)
 /* The cell of CELL_TEXT with one value replaced (path "a.b" or "a"; NULL: none). */
 static void cell_with(struct cell *c, const char *path, const char *json_value)
 {
-	cJSON *o = cJSON_Parse(CELL_TEXT), *parent = o;
-	char err[256], key[64];
-	const char *dot = path ? strchr(path, '.') : NULL;
+	cJSON *o = cJSON_Parse(CELL_TEXT);
+	char err[256];
 
-	if (path) {
-		if (dot) {
-			snprintf(key, sizeof key, "%.*s", (int)(dot - path), path);
-			parent = cJSON_GetObjectItemCaseSensitive(o, key);
-			snprintf(key, sizeof key, "%s", dot + 1);
-		} else {
-			snprintf(key, sizeof key, "%s", path);
-		}
-		if (cJSON_GetObjectItemCaseSensitive(parent, key))
-			cJSON_ReplaceItemInObjectCaseSensitive(parent, key, cJSON_Parse(json_value));
-		else
-			cJSON_AddItemToObject(parent, key, cJSON_Parse(json_value));
-	}
+	if (path)
+		json_put_path(o, path, cJSON_Parse(json_value));
 	if (cell_from_json(c, o, err, sizeof err) < 0) {
 		fprintf(stderr, "FAILED: %s = %s: %s\n", path, json_value, err);
 		failures++;

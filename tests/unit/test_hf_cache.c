@@ -21,11 +21,8 @@ static char *dir_at(const char *rel, const char *file)
 	CHECKF(mkdir_p(dir, 0755) == 0, "mkdir %s", dir);
 	if (file != NULL) {
 		char *p = xasprintf("%s/%s", dir, file);
-		FILE *f = fopen(p, "w");
 
-		CHECKF(f != NULL, "create %s", p);
-		if (f != NULL)
-			fclose(f);
+		write_fixture(p, "");
 		free(p);
 	}
 	return dir;
@@ -92,7 +89,6 @@ static void test_repo_dir(void)
 static void test_snapshots(void)
 {
 	char *repo = dir_at("hub/models--Org--M", NULL), *old, *new, *want, err[512];
-	FILE *f;
 	char *ref;
 
 	/* no snapshots/: NULL with errno */
@@ -117,25 +113,12 @@ static void test_snapshots(void)
 	/* refs/main wins over mtime, also without the marker; a ref to a missing snapshot does not */
 	free(dir_at("hub/models--Org--M/refs", NULL));
 	ref = xasprintf("%s/refs/main", repo);
-	f = fopen(ref, "w");
-	CHECK(f != NULL);
-	if (f != NULL) {
-		fputs("bbb\n", f);
-		fclose(f);
-	}
+	write_fixture(ref, "bbb\n");
 	STR(hf_cache_pick_snapshot(repo, "config.json"), new);
-	f = fopen(ref, "w");
-	if (f != NULL) {
-		fputs("ccc", f);
-		fclose(f);
-	}
+	write_fixture(ref, "ccc");
 	STR(hf_cache_pick_snapshot(repo, "config.json"), old);
 	/* a ref that is no name is passed over */
-	f = fopen(ref, "w");
-	if (f != NULL) {
-		fputs("../../x\n", f);
-		fclose(f);
-	}
+	write_fixture(ref, "../../x\n");
 	STR(hf_cache_pick_snapshot(repo, NULL), new);
 
 	/* hf_cache_find: the snapshot, or why not */

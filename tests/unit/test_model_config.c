@@ -426,18 +426,6 @@ static void test_rejections(void)
 	}
 }
 
-static void make_file(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "w");
-
-	if (f == NULL) {
-		CHECKF(0, "cannot create %s", path);
-		return;
-	}
-	fputs(text, f);
-	fclose(f);
-}
-
 static void set_mtime(const char *path, long sec)
 {
 	struct timeval tv[2] = { { sec, 0 }, { sec, 0 } };
@@ -458,18 +446,18 @@ static void test_resolve(void)
 	setenv("HF_HOME", hf_home, 1);
 	/* older snapshot: 2 layers; newer: 4 layers, with weights */
 	p = xasprintf("%s/config.json", old);
-	make_file(p, minimal("qwen2", "{\"num_hidden_layers\": 2}"));
+	write_fixture(p, minimal("qwen2", "{\"num_hidden_layers\": 2}"));
 	free(p);
 	p = xasprintf("%s/config.json", new);
-	make_file(p, minimal("qwen2", "{\"num_hidden_layers\": 4}"));
+	write_fixture(p, minimal("qwen2", "{\"num_hidden_layers\": 4}"));
 	free(p);
 	p = xasprintf("%s/model.safetensors", new);
-	make_file(p, "");
+	write_fixture(p, "");
 	free(p);
 	set_mtime(old, 1000000000);
 	set_mtime(new, 1100000000);
 	p = xasprintf("%s/qwen2_5_7b.json", configs);
-	make_file(p, minimal("qwen2", "{\"num_hidden_layers\": 6}"));
+	write_fixture(p, minimal("qwen2", "{\"num_hidden_layers\": 6}"));
 	free(p);
 
 	CHECKF(model_config_resolve(&m, "Qwen/Qwen2.5-7B", configs, err, sizeof err) == 0, "cache: %s", err);
@@ -484,14 +472,14 @@ static void test_resolve(void)
 	mkdir(p, 0755);
 	free(p);
 	p = xasprintf("%s/refs/main", repo);
-	make_file(p, "1111aaaa");
+	write_fixture(p, "1111aaaa");
 	/* a snapshot is a checkpoint whether or not its weights are there:
 	 * loading them then fails, never falls back to synthetic weights */
 	CHECKF(model_config_resolve(&m, "Qwen/Qwen2.5-7B", configs, err, sizeof err) == 0 && m.num_hidden_layers == 2 &&
 	           m.checkpoint_dir != NULL && strcmp(m.checkpoint_dir, old) == 0,
 	       "refs/main snapshot (no weights there): %d layers", m.num_hidden_layers);
 	model_config_free(&m);
-	make_file(p, "no-such-commit\n");
+	write_fixture(p, "no-such-commit\n");
 	CHECKF(model_config_resolve(&m, "Qwen/Qwen2.5-7B", configs, err, sizeof err) == 0 && m.num_hidden_layers == 4,
 	       "stale refs/main falls back to mtime");
 	model_config_free(&m);
@@ -510,10 +498,10 @@ static void test_resolve(void)
 
 	/* a local directory comes first */
 	p = xasprintf("%s/config.json", local);
-	make_file(p, minimal("llama", "{}"));
+	write_fixture(p, minimal("llama", "{}"));
 	free(p);
 	p = xasprintf("%s/model.safetensors.index.json", local);
-	make_file(p, "{}");
+	write_fixture(p, "{}");
 	free(p);
 	CHECKF(model_config_resolve(&m, local, configs, err, sizeof err) == 0 && strcmp(m.model_type, "llama") == 0 &&
 	           m.checkpoint_dir != NULL && strcmp(m.checkpoint_dir, local) == 0,
@@ -531,7 +519,7 @@ static void test_resolve(void)
 	 * download) is an error naming it, not the older snapshot */
 	unsetenv("HF_HUB_CACHE");
 	p = xasprintf("%s/refs/main", repo);
-	make_file(p, "1111aaaa");
+	write_fixture(p, "1111aaaa");
 	free(p);
 	p = xasprintf("%s/config.json", old);
 	unlink(p);
@@ -560,7 +548,7 @@ static void test_resolve(void)
 	/* a config that is there but bad is reported, not skipped */
 	unsetenv("HF_HUB_CACHE");
 	p = xasprintf("%s/config.json", new);
-	make_file(p, "{\"model_type\": \"gpt2\"}");
+	write_fixture(p, "{\"model_type\": \"gpt2\"}");
 	free(p);
 	CHECKF(model_config_resolve(&m, "Qwen/Qwen2.5-7B", configs, err, sizeof err) < 0 &&
 	           strstr(err, "2222bbbb/config.json: model_type \"gpt2\" is not supported"),

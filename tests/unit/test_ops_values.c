@@ -12,7 +12,7 @@
 #include "../ops/ops_all.h"
 
 #define VALUES_ENTRY(ret, name, args) { #name, name##_values_check },
-static const struct { const char *op; void (*run)(void); } value_checks[] = { POROS_OPS_LIST(VALUES_ENTRY) };
+static const struct op_check value_checks[] = { POROS_OPS_LIST(VALUES_ENTRY) };
 
 static void test_ops_table(void)
 {
@@ -187,21 +187,9 @@ static void test_thread_determinism(void)
 
 int main(void)
 {
-	int ran = 0;
-	for (size_t i = 0; i < sizeof value_checks / sizeof value_checks[0]; i++) {
-		if (value_checks[i].run) {
-			value_checks[i].run();
-			ran++;
-		}
-	}
-	printf("test_ops_values: value checks of %d of %zu ops (tests/ops/<op>.c says where the rest are)\n", ran,
-	       sizeof value_checks / sizeof value_checks[0]);
+	run_op_checks("test_ops_values", "value", value_checks, sizeof value_checks / sizeof value_checks[0],
+	              "tests/ops/<op>.c says where the rest are");
 	test_ops_table();
 	test_thread_determinism();
-	if (failures) {
-		printf("test_ops_values: %d checks failed\n", failures);
-		return 1;
-	}
-	printf("test_ops_values: all checks passed\n");
-	return 0;
+	return op_checks_verdict("test_ops_values");
 }

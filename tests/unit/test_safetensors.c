@@ -334,14 +334,6 @@ static void write_shard(const char *dir, const char *name, const char *t1, const
 	free(path);
 }
 
-static void write_text(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "w");
-
-	fputs(text, f);
-	fclose(f);
-}
-
 static void test_checkpoint(void)
 {
 	char *dir = xasprintf("%s/ckpt", tmpdir), *index = xasprintf("%s/model.safetensors.index.json", dir), err[512];
@@ -355,7 +347,7 @@ static void test_checkpoint(void)
 	       "empty dir: %s", err);
 	write_shard(dir, "model-00001-of-00002.safetensors", "model.embed_tokens.weight", "model.norm.weight", 1);
 	write_shard(dir, "model-00002-of-00002.safetensors", "lm_head.weight", "model.layers.0.input_layernorm.weight", 10);
-	write_text(index, "{\"metadata\": {\"total_size\": 48}, \"weight_map\": {"
+	write_fixture(index, "{\"metadata\": {\"total_size\": 48}, \"weight_map\": {"
 	                  "\"model.embed_tokens.weight\": \"model-00001-of-00002.safetensors\","
 	                  "\"model.norm.weight\": \"model-00001-of-00002.safetensors\","
 	                  "\"lm_head.weight\": \"model-00002-of-00002.safetensors\","
@@ -371,20 +363,20 @@ static void test_checkpoint(void)
 	CHECKF(st_checkpoint_find(&c, "model.layers.1.input_layernorm.weight", &file) == NULL, "absent tensor");
 	st_checkpoint_close(&c);
 
-	write_text(index, "{\"weight_map\": {\"model.norm.weight\": \"model-00002-of-00002.safetensors\"}}");
+	write_fixture(index, "{\"weight_map\": {\"model.norm.weight\": \"model-00002-of-00002.safetensors\"}}");
 	CHECKF(st_checkpoint_open(&c, dir, err, sizeof err) < 0 &&
 	           strstr(err, "tensor \"model.norm.weight\" is not in model-00002-of-00002.safetensors"),
 	       "wrong shard: %s", err);
-	write_text(index, "{\"weight_map\": {\"model.norm.weight\": \"../escape.safetensors\"}}");
+	write_fixture(index, "{\"weight_map\": {\"model.norm.weight\": \"../escape.safetensors\"}}");
 	CHECKF(st_checkpoint_open(&c, dir, err, sizeof err) < 0 && strstr(err, "not a file name inside the checkpoint directory"),
 	       "escape: %s", err);
-	write_text(index, "{\"weight_map\": {\"x\": \"model-00003-of-00003.safetensors\"}}");
+	write_fixture(index, "{\"weight_map\": {\"x\": \"model-00003-of-00003.safetensors\"}}");
 	CHECKF(st_checkpoint_open(&c, dir, err, sizeof err) < 0 && strstr(err, "model-00003-of-00003.safetensors: No such file"),
 	       "missing shard: %s", err);
-	write_text(index, "{\"weight_map\": {}}");
+	write_fixture(index, "{\"weight_map\": {}}");
 	CHECKF(st_checkpoint_open(&c, dir, err, sizeof err) < 0 && strstr(err, "no \"weight_map\""), "empty map: %s", err);
 	write_shard(dir, "model-00003-of-00003.safetensors", "model.norm.weight", "other", 5);
-	write_text(index, "{\"weight_map\": {\"model.norm.weight\": \"model-00001-of-00002.safetensors\","
+	write_fixture(index, "{\"weight_map\": {\"model.norm.weight\": \"model-00001-of-00002.safetensors\","
 	                  "\"other\": \"model-00003-of-00003.safetensors\"}}");
 	CHECKF(st_checkpoint_open(&c, dir, err, sizeof err) < 0 && strstr(err, "\"model.norm.weight\" is in 2 shards"),
 	       "duplicate across shards: %s", err);

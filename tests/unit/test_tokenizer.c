@@ -224,26 +224,19 @@ static void expect_load_error(const char *field, const char *json_value, const c
 {
 	char err[512] = "", *text, path[] = "/tmp/poros-test-tok-XXXXXX";
 	size_t len;
-	cJSON *root, *v;
+	cJSON *root;
 	struct tokenizer *tok = NULL;
 	int fd;
 
 	text = read_whole_file(TINY "/tokenizer.json", &len);
 	root = cJSON_Parse(text);
 	free(text);
-	v = cJSON_Parse(json_value);
-	if (strcmp(field, "model.type") == 0)
-		cJSON_ReplaceItemInObject(cJSON_GetObjectItem(root, "model"), "type", v);
-	else if (strcmp(field, "model.merges") == 0)
-		cJSON_ReplaceItemInObject(cJSON_GetObjectItem(root, "model"), "merges", v);
-	else if (strcmp(field, "model.dropout") == 0)
-		cJSON_ReplaceItemInObject(cJSON_GetObjectItem(root, "model"), "dropout", v);
-	else
-		cJSON_ReplaceItemInObject(root, field, v);
+	json_put_path(root, field, cJSON_Parse(json_value));
 	text = cJSON_PrintUnformatted(root);
 	fd = mkstemp(path);
-	CHECK(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+	CHECK(fd >= 0);
 	close(fd);
+	write_fixture(path, text);
 	CHECK(tokenizer_load(&tok, path, err, sizeof err) < 0 && tok == NULL);
 	if (strstr(err, want) == NULL || strncmp(err, path, strlen(path)) != 0) {
 		fprintf(stderr, "%s: error \"%s\" does not start with the path and say \"%s\"\n", field, err, want);

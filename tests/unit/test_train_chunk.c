@@ -20,17 +20,8 @@
 static void chunk_config(struct train_config *cfg, const char *model, int mode, int recompute, int block_size,
                          int nf4, int accum, double dropout, int chunk)
 {
-	tt_config(cfg, model);
-	cfg->mode = mode;
+	tt_parity_config(cfg, model, mode, block_size, nf4, accum, dropout);
 	cfg->cell.training.gradient_checkpointing = recompute;
-	cfg->cell.poros.block_size = block_size;
-	cfg->cell.precision = nf4 ? PRECISION_NF4 : PRECISION_BF16;
-	cfg->cell.training.gradient_accumulation_steps = accum;
-	cfg->cell.lora.dropout = dropout;
-	cfg->cell.training.steps = TT_STEPS;
-	cfg->cell.training.lr_schedule = LR_COSINE;
-	cfg->cell.training.weight_decay = 0.01;
-	cfg->cell.training.learning_rate = 5e-3;
 	cfg->mlp_chunk = chunk;
 }
 
@@ -45,16 +36,13 @@ static int check_parity(void)
 		for (int nf4 = 0; nf4 < 2; nf4++)
 			for (int ri = 0; ri < 4; ri++) {
 				struct train_config cfg;
-				struct tt_outcome ref, got;
+				struct tt_outcome ref;
 				char what[160];
 
 				chunk_config(&cfg, models[mi], MODE_RESIDENT, 0, 1, nf4, runs[ri].accum, runs[ri].dropout,
 				             CHUNK);
-				if (tt_train(&ref, &cfg) < 0) {
-					CHECKF(0, "%s: resident run failed", models[mi]);
+				if (tt_reference_run(&ref, &cfg, models[mi]) < 0)
 					continue;
-				}
-				CHECKF(ref.loss[TT_STEPS - 1] != ref.loss[0], "%s: loss did not change", models[mi]);
 				for (int v = 0; v < 3; v++) {
 					int mode = v == 0 ? MODE_RESIDENT : MODE_BLOCKWISE, bs = v == 2 ? 3 : 1;
 
@@ -63,13 +51,7 @@ static int check_parity(void)
 					         v == 0 ? "resident checkpointed" : v == 1 ? "blockwise 1" : "blockwise 3");
 					chunk_config(&cfg, models[mi], mode, mode == MODE_RESIDENT, bs, nf4, runs[ri].accum,
 					             runs[ri].dropout, CHUNK);
-					if (tt_train(&got, &cfg) < 0) {
-						CHECKF(0, "%s: run failed", what);
-						continue;
-					}
-					tt_same_bits(what, &ref, &got);
-					free(got.params);
-					combos++;
+					combos += tt_compare_run(what, &ref, &cfg);
 				}
 				free(ref.params);
 			}

@@ -140,6 +140,52 @@ static inline int tt_same_bits(const char *what, const struct tt_outcome *a, con
 	return first < 0;
 }
 
+/* The parity tests' runs (test_train_parity, test_train_chunk): TT_STEPS
+ * steps of a cosine schedule with weight decay, in mode at block_size, NF4
+ * or bf16, accumulation accum, dropout. */
+static inline void tt_parity_config(struct train_config *cfg, const char *model, int mode, int block_size, int nf4,
+                                    int accum, double dropout)
+{
+	tt_config(cfg, model);
+	cfg->mode = mode;
+	cfg->cell.poros.block_size = block_size;
+	cfg->cell.precision = nf4 ? PRECISION_NF4 : PRECISION_BF16;
+	cfg->cell.training.gradient_accumulation_steps = accum;
+	cfg->cell.lora.dropout = dropout;
+	cfg->cell.training.steps = TT_STEPS;
+	cfg->cell.training.lr_schedule = LR_COSINE;
+	cfg->cell.training.weight_decay = 0.01;
+	cfg->cell.training.learning_rate = 5e-3;
+}
+
+/* Trains the reference run of a parity comparison (model: cfg's, named
+ * in the report); -1 when it failed (a failed check).  Its loss must have
+ * moved, or the comparison would prove little. */
+static inline int tt_reference_run(struct tt_outcome *ref, const struct train_config *cfg, const char *model)
+{
+	if (tt_train(ref, cfg) < 0) {
+		CHECKF(0, "%s: resident run failed", model);
+		return -1;
+	}
+	CHECKF(ref->loss[TT_STEPS - 1] != ref->loss[0], "%s: loss did not change", model);
+	return 0;
+}
+
+/* Trains cfg and checks that it gives ref's bits (tt_same_bits, named
+ * what); 1 when it ran, 0 when the run failed (a failed check). */
+static inline int tt_compare_run(const char *what, const struct tt_outcome *ref, const struct train_config *cfg)
+{
+	struct tt_outcome got;
+
+	if (tt_train(&got, cfg) < 0) {
+		CHECKF(0, "%s: run failed", what);
+		return 0;
+	}
+	tt_same_bits(what, ref, &got);
+	free(got.params);
+	return 1;
+}
+
 /* Uniform in [-1, 1) from a counter. */
 static inline double tt_uniform(uint64_t seed, uint64_t i)
 {

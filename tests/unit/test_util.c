@@ -111,13 +111,8 @@ static void plant(const char *dir, const char *name, long age)
 {
 	char *path = xasprintf("%s/%s", dir, name);
 	struct timeval tv[2];
-	FILE *f = fopen(path, "w");
 
-	CHECK(f != NULL);
-	if (f) {
-		fputs("x", f);
-		fclose(f);
-	}
+	write_fixture(path, "x");
 	gettimeofday(&tv[0], NULL);
 	tv[0].tv_sec -= age;
 	tv[1] = tv[0];
