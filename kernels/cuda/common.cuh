@@ -201,6 +201,32 @@ static inline bool aligned16(const void *p)
 	return ((uintptr_t)p & 15u) == 0;
 }
 
+// The grid of a flat elementwise kernel over n elements: one item per
+// group of four when vec4 (flat_elementwise's loops), else per element.
+static inline unsigned int flat_grid(long n, bool vec4, int threads)
+{
+	return grid_for(vec4 ? (n + 3) / 4 : n, threads);
+}
+
+// A flat elementwise kernel's loops, grid-stride: quad(i) for each group
+// i of four of the first n/4*4 elements when vec4, then one(i) for every
+// element after (all n when not vec4).
+template <typename Quad, typename One>
+__device__ __forceinline__ void flat_elementwise(long n, bool vec4, Quad quad, One one)
+{
+	long stride = (long)gridDim.x * blockDim.x;
+	long i0 = (long)blockIdx.x * blockDim.x + threadIdx.x;
+	long done = 0;
+	if (vec4) {
+		long n4 = n / 4;
+		for (long i = i0; i < n4; i += stride)
+			quad(i);
+		done = n4 * 4;
+	}
+	for (long i = done + i0; i < n; i += stride)
+		one(i);
+}
+
 // A row pitch (ld, in elements) shorter than the row it spaces would make
 // rows overlap: a caller's bug, reported like a failed launch.
 static inline void check_pitch(const char *op, const char *what, long ld, long row_len)
@@ -218,6 +244,21 @@ static inline void check_pitch(const char *op, const char *what, long ld, long r
 __device__ __forceinline__ long item_row(long i, long per_row, long items)
 {
 	return items <= 0xffffffffL ? (long)((uint32_t)i / (uint32_t)per_row) : i / per_row;
+}
+
+// A pitched elementwise kernel's loop, grid-stride: item(r, c) for each
+// group of four (vec4) or single element at row r, column c of a (rows,
+// cols) tensor; with vec4, cols is a multiple of 4, so no group straddles
+// a row.  The grid is grid_for(rows * (vec4 ? cols / 4 : cols), ...).
+template <typename Item>
+__device__ __forceinline__ void rows_elementwise(long rows, long cols, bool vec4, Item item)
+{
+	int per = vec4 ? 4 : 1;
+	long groups = cols / per, items = rows * groups, stride = (long)gridDim.x * blockDim.x;
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < items; i += stride) {
+		long r = item_row(i, groups, items), c = (i - r * groups) * per;
+		item(r, c);
+	}
 }
 
 // Four consecutive elements starting at p, as one 16-byte (fp32) or 8-byte
