@@ -131,22 +131,25 @@ __device__ __forceinline__ float warp_max(float v)
 	return v;
 }
 
-// blockDim.x must be a multiple of 32.  Every thread gets the total.  Safe to
-// call repeatedly in one kernel: the first barrier keeps a new call's writes
-// away from a previous call's readers.
-__device__ __forceinline__ float block_sum(float v)
+// blockDim.x must be a multiple of 32.  Every thread gets the total (the
+// maximum when max, else the sum); a lane past the warps holds the
+// identity.  Safe to call repeatedly in one kernel: the first barrier keeps
+// a new call's writes away from a previous call's readers.  Each of
+// block_sum and block_max has its own shared words.
+template <bool max>
+__device__ __forceinline__ float block_reduce(float v, float identity)
 {
 	__shared__ float warp_totals[32];
 	__shared__ float total;
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-	v = warp_sum(v);
+	v = max ? warp_max(v) : warp_sum(v);
 	__syncthreads();
 	if (lane == 0)
 		warp_totals[warp] = v;
 	__syncthreads();
 	if (warp == 0) {
-		float w = lane < nwarps ? warp_totals[lane] : 0.0f;
-		w = warp_sum(w);
+		float w = lane < nwarps ? warp_totals[lane] : identity;
+		w = max ? warp_max(w) : warp_sum(w);
 		if (lane == 0)
 			total = w;
 	}
@@ -154,24 +157,14 @@ __device__ __forceinline__ float block_sum(float v)
 	return total;
 }
 
+__device__ __forceinline__ float block_sum(float v)
+{
+	return block_reduce<false>(v, 0.0f);
+}
+
 __device__ __forceinline__ float block_max(float v)
 {
-	__shared__ float warp_maxes[32];
-	__shared__ float result;
-	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-	v = warp_max(v);
-	__syncthreads();
-	if (lane == 0)
-		warp_maxes[warp] = v;
-	__syncthreads();
-	if (warp == 0) {
-		float w = lane < nwarps ? warp_maxes[lane] : -INFINITY;
-		w = warp_max(w);
-		if (lane == 0)
-			result = w;
-	}
-	__syncthreads();
-	return result;
+	return block_reduce<true>(v, -INFINITY);
 }
 
 // ---------------------------------------------------------------------------
@@ -291,14 +284,35 @@ __device__ __forceinline__ float4 load4(const bf16 *p, bool vec)
 // accumulation; fp32 inputs run as plain fp32, never TF32, since the handle
 // keeps CUBLAS_DEFAULT_MATH).
 
-// C (m,n) = alpha * op(A) @ op(B) + beta * C; A, B bf16, C fp32.
+// C (m,n) = alpha * op(A) @ op(B) + beta * C; A and B of type ab, C fp32.
+static inline void gemm_ex(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                           cudaDataType_t ab, const void *A, int lda, const void *B, int ldb, float beta, float *C,
+                           int ldc)
+{
+	cublasCheck(cublasGemmEx(poros_cuda_cublas(), ta, tb, m, n, k, &alpha, A, ab, lda,
+	                         B, ab, ldb, &beta, C, CUDA_R_32F, ldc,
+	                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// `batch` such products with element strides between them (a stride of 0
+// reuses one operand for every product).
+static inline void gemm_ex_strided(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                                   cudaDataType_t ab, const void *A, int lda, long long strideA, const void *B,
+                                   int ldb, long long strideB, float beta, float *C, int ldc, long long strideC,
+                                   int batch)
+{
+	cublasCheck(cublasGemmStridedBatchedEx(poros_cuda_cublas(), ta, tb, m, n, k, &alpha,
+	                                       A, ab, lda, strideA, B, ab, ldb, strideB,
+	                                       &beta, C, CUDA_R_32F, ldc, strideC, batch,
+	                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// A, B bf16, C fp32.
 static inline void gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                              float alpha, const bf16 *A, int lda, const bf16 *B, int ldb,
                              float beta, float *C, int ldc)
 {
-	cublasCheck(cublasGemmEx(poros_cuda_cublas(), ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda,
-	                         B, CUDA_R_16BF, ldb, &beta, C, CUDA_R_32F, ldc,
-	                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+	gemm_ex(ta, tb, m, n, k, alpha, CUDA_R_16BF, A, lda, B, ldb, beta, C, ldc);
 }
 
 // The same with everything fp32.
@@ -306,35 +320,28 @@ static inline void gemm_f32(cublasOperation_t ta, cublasOperation_t tb, int m, i
                             float alpha, const float *A, int lda, const float *B, int ldb,
                             float beta, float *C, int ldc)
 {
-	cublasCheck(cublasGemmEx(poros_cuda_cublas(), ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda,
-	                         B, CUDA_R_32F, ldb, &beta, C, CUDA_R_32F, ldc,
-	                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+	gemm_ex(ta, tb, m, n, k, alpha, CUDA_R_32F, A, lda, B, ldb, beta, C, ldc);
 }
 
-// fp32, `batch` independent products with element strides between them (a
-// stride of 0 reuses one operand for every product).
+// fp32, `batch` independent products with element strides between them.
 static inline void gemm_f32_strided(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                     float alpha, const float *A, int lda, long long strideA,
                                     const float *B, int ldb, long long strideB, float beta,
                                     float *C, int ldc, long long strideC, int batch)
 {
-	cublasCheck(cublasGemmStridedBatchedEx(poros_cuda_cublas(), ta, tb, m, n, k, &alpha,
-	                                       A, CUDA_R_32F, lda, strideA, B, CUDA_R_32F, ldb, strideB,
-	                                       &beta, C, CUDA_R_32F, ldc, strideC, batch,
-	                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+	gemm_ex_strided(ta, tb, m, n, k, alpha, CUDA_R_32F, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC,
+	                batch);
 }
 
-// bf16 A and B, fp32 C, `batch` independent products with element strides
-// between them: tensor cores with fp32 accumulation.
+// bf16 A and B, fp32 C, `batch` independent products: tensor cores with
+// fp32 accumulation.
 static inline void gemm_bf16_strided(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                      float alpha, const bf16 *A, int lda, long long strideA,
                                      const bf16 *B, int ldb, long long strideB, float beta,
                                      float *C, int ldc, long long strideC, int batch)
 {
-	cublasCheck(cublasGemmStridedBatchedEx(poros_cuda_cublas(), ta, tb, m, n, k, &alpha,
-	                                       A, CUDA_R_16BF, lda, strideA, B, CUDA_R_16BF, ldb, strideB,
-	                                       &beta, C, CUDA_R_32F, ldc, strideC, batch,
-	                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+	gemm_ex_strided(ta, tb, m, n, k, alpha, CUDA_R_16BF, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC,
+	                batch);
 }
 
 #endif
