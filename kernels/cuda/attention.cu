@@ -141,6 +141,15 @@ __device__ __forceinline__ void async_commit(void)
 	asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
+// The key tile at key k0 of K and V (rows of DP, S in all) into sK, sV
+// (64, DP+8); not committed.
+template <int DP>
+__device__ __forceinline__ void load_kv_async(bf16 *sK, bf16 *sV, const bf16 *kh, const bf16 *vh, int k0, int S)
+{
+	load_rows_async<DP, 64>(sK, kh + (size_t)k0 * DP, S - k0);
+	load_rows_async<DP, 64>(sV, vh + (size_t)k0 * DP, S - k0);
+}
+
 // Waits until at most n of this thread's copy groups are in flight.
 template <int N>
 __device__ __forceinline__ void async_wait(void)
@@ -230,6 +239,22 @@ __device__ __forceinline__ void mma_row_b(float c[NT][4], const uint32_t a[4], c
 	}
 }
 
+// s += A B^T and dp += C D^T over the KS k-steps: the warp's 16 rows (from
+// r0) of the (., 16 KS) tiles A and C, against NT n-tiles of B and D.
+template <int KS, int NT>
+__device__ __forceinline__ void mma_two_b(float s[NT][4], float dp[NT][4], const bf16 *A, const bf16 *B,
+                                          const bf16 *C, const bf16 *D, int pitch, int r0, int lane)
+{
+#pragma unroll
+	for (int ks = 0; ks < KS; ks++) {
+		uint32_t a[4];
+		frag_a(a, A, pitch, r0, ks * 16, lane);
+		mma_row_b<NT>(s, a, B, pitch, ks * 16, lane);
+		frag_a(a, C, pitch, r0, ks * 16, lane);
+		mma_row_b<NT>(dp, a, D, pitch, ks * 16, lane);
+	}
+}
+
 // The same for B = X (X rows k, row-major).
 template <int NT>
 __device__ __forceinline__ void mma_row_bt(float c[NT][4], const uint32_t a[4], const bf16 *X, int pitch, int k0,
@@ -298,8 +323,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_kernel(bf16 *out, 
 	const bf16 *kh = k16 + ((size_t)b * G + g) * S * DP, *vh = v16 + ((size_t)b * G + g) * S * DP;
 
 	load_rows_async<DP, 64>(sQ, qh + (size_t)q0 * DP, S - q0);
-	load_rows_async<DP, 64>(sK, kh + (size_t)kt0 * 64 * DP, S - kt0 * 64);
-	load_rows_async<DP, 64>(sV, vh + (size_t)kt0 * 64 * DP, S - kt0 * 64);
+	load_kv_async<DP>(sK, sV, kh, vh, kt0 * 64, S);
 	async_commit();
 	async_wait<0>();
 	__syncthreads();
@@ -318,8 +342,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_kernel(bf16 *out, 
 		const bf16 *cK = sK + (it & 1) * TILE, *cV = sV + (it & 1) * TILE;
 		if (kt < qt) { // the next tile into the other buffers, read one iteration ago
 			int k1 = (kt + 1) * 64;
-			load_rows_async<DP, 64>(sK + ((it + 1) & 1) * TILE, kh + (size_t)k1 * DP, S - k1);
-			load_rows_async<DP, 64>(sV + ((it + 1) & 1) * TILE, vh + (size_t)k1 * DP, S - k1);
+			load_kv_async<DP>(sK + ((it + 1) & 1) * TILE, sV + ((it + 1) & 1) * TILE, kh, vh, k1, S);
 			async_commit();
 			async_wait<1>();
 		} else {
@@ -420,8 +443,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, f
 
 	load_rows_async<DP, 64>(sQ, q16 + (head + q0) * DP, S - q0);
 	load_rows_async<DP, 64>(sdO, do16 + (head + q0) * DP, S - q0);
-	load_rows_async<DP, 64>(sK, kh + (size_t)kt0 * 64 * DP, S - kt0 * 64);
-	load_rows_async<DP, 64>(sV, vh + (size_t)kt0 * 64 * DP, S - kt0 * 64);
+	load_kv_async<DP>(sK, sV, kh, vh, kt0 * 64, S);
 	async_commit();
 	int r0 = q0 + warp * 16 + gr, r1 = r0 + 8;
 	int f0 = r0 < S ? poros_first_key(pos, b, S, r0) : 0, f1 = r1 < S ? poros_first_key(pos, b, S, r1) : 0;
@@ -435,8 +457,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, f
 		const bf16 *cK = sK + (it & 1) * TILE, *cV = sV + (it & 1) * TILE;
 		if (it + 1 < 2 * nk) {
 			int k1 = (kt0 + (it + 1) % nk) * 64;
-			load_rows_async<DP, 64>(sK + ((it + 1) & 1) * TILE, kh + (size_t)k1 * DP, S - k1);
-			load_rows_async<DP, 64>(sV + ((it + 1) & 1) * TILE, vh + (size_t)k1 * DP, S - k1);
+			load_kv_async<DP>(sK + ((it + 1) & 1) * TILE, sV + ((it + 1) & 1) * TILE, kh, vh, k1, S);
 			async_commit();
 			async_wait<1>();
 		} else {
@@ -456,14 +477,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, f
 		float s[8][4], dp[8][4];
 		zero<8>(s);
 		zero<8>(dp);
-#pragma unroll
-		for (int ks = 0; ks < KS; ks++) {
-			uint32_t a[4];
-			frag_a(a, sQ, PQ, warp * 16, ks * 16, lane);
-			mma_row_b<8>(s, a, cK, PQ, ks * 16, lane);
-			frag_a(a, sdO, PQ, warp * 16, ks * 16, lane);
-			mma_row_b<8>(dp, a, cV, PQ, ks * 16, lane);
-		}
+		mma_two_b<KS, 8>(s, dp, sQ, cK, sdO, cV, PQ, warp * 16, lane);
 		int k0 = kt * 64;
 		bool masked = pos != NULL || kt == qt;
 		bool pass2 = it >= nk;
@@ -554,8 +568,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dkdv_kernel(float *dk,
 	size_t head = ((size_t)b * H + h) * S;
 	const bf16 *kh = k16 + ((size_t)b * G + g) * S * DP, *vh = v16 + ((size_t)b * G + g) * S * DP;
 
-	load_rows_async<DP, 64>(sK, kh + (size_t)k0 * DP, S - k0);
-	load_rows_async<DP, 64>(sV, vh + (size_t)k0 * DP, S - k0);
+	load_kv_async<DP>(sK, sV, kh, vh, k0, S);
 	int qg = next_group(first, b, groups, k0 / 32, k0 + 63);
 	if (qg < groups)
 		load_group<DP>(sQ, sdO, sL, sD, sF, q16, do16, lse, delta, pos, head, b, S, qg * 32);
@@ -585,14 +598,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dkdv_kernel(float *dk,
 		float st[4][4], dpt[4][4];
 		zero<4>(st);
 		zero<4>(dpt);
-#pragma unroll
-		for (int ks = 0; ks < KS; ks++) {
-			uint32_t a[4];
-			frag_a(a, sK, PQ, warp * 16, ks * 16, lane);
-			mma_row_b<4>(st, a, cQ, PQ, ks * 16, lane);
-			frag_a(a, sV, PQ, warp * 16, ks * 16, lane);
-			mma_row_b<4>(dpt, a, cdO, PQ, ks * 16, lane);
-		}
+		mma_two_b<KS, 4>(st, dpt, sK, cQ, sV, cdO, PQ, warp * 16, lane);
 		int i0 = qg * 32;
 		bool masked = pos != NULL || i0 < k0 + 64;
 #pragma unroll
