@@ -148,6 +148,18 @@ char *xasprintf(const char *fmt, ...)
 	return s;
 }
 
+void bprintf(char *buf, size_t n, size_t *off, const char *fmt, ...)
+{
+	va_list ap;
+	int w;
+
+	va_start(ap, fmt);
+	w = vsnprintf(*off < n ? buf + *off : NULL, *off < n ? n - *off : 0, fmt, ap);
+	va_end(ap);
+	if (w > 0)
+		*off += (size_t)w;
+}
+
 /* A parse_* failure: why it failed, and -1. */
 static int parse_refuse(const char **why, const char *reason)
 {
