@@ -224,19 +224,29 @@ __device__ __forceinline__ void c_to_a(uint32_t a[][4], float c[NT][4])
 	}
 }
 
-// c[NT] += a (16 rows, k0..k0+15 of tile kt) @ B for NT n-tiles of B = Y^T
-// (Y rows n, row-major).
-template <int NT>
-__device__ __forceinline__ void mma_row_b(float c[NT][4], const uint32_t a[4], const bf16 *Y, int pitch, int k0,
-                                          int lane)
+// c[NT] += a (16 rows, k0..k0+15 of tile kt) @ B for NT n-tiles of B:
+// B = Y^T (Y rows n, row-major), or with BT, B = X (X rows k, row-major).
+template <int NT, bool BT>
+__device__ __forceinline__ void mma_row(float c[NT][4], const uint32_t a[4], const bf16 *YX, int pitch, int k0,
+                                        int lane)
 {
 #pragma unroll
 	for (int n = 0; n < NT; n += 2) {
 		uint32_t b[2][2];
-		frag_b2(b, Y, pitch, n * 8, k0, lane);
+		if (BT)
+			frag_bt2(b, YX, pitch, k0, n * 8, lane);
+		else
+			frag_b2(b, YX, pitch, n * 8, k0, lane);
 		mma_bf16(c[n], a, b[0]);
 		mma_bf16(c[n + 1], a, b[1]);
 	}
+}
+
+template <int NT>
+__device__ __forceinline__ void mma_row_b(float c[NT][4], const uint32_t a[4], const bf16 *Y, int pitch, int k0,
+                                          int lane)
+{
+	mma_row<NT, false>(c, a, Y, pitch, k0, lane);
 }
 
 // s += A B^T and dp += C D^T over the KS k-steps: the warp's 16 rows (from
@@ -255,18 +265,11 @@ __device__ __forceinline__ void mma_two_b(float s[NT][4], float dp[NT][4], const
 	}
 }
 
-// The same for B = X (X rows k, row-major).
 template <int NT>
 __device__ __forceinline__ void mma_row_bt(float c[NT][4], const uint32_t a[4], const bf16 *X, int pitch, int k0,
                                            int lane)
 {
-#pragma unroll
-	for (int n = 0; n < NT; n += 2) {
-		uint32_t b[2][2];
-		frag_bt2(b, X, pitch, k0, n * 8, lane);
-		mma_bf16(c[n], a, b[0]);
-		mma_bf16(c[n + 1], a, b[1]);
-	}
+	mma_row<NT, true>(c, a, X, pitch, k0, lane);
 }
 
 __device__ __forceinline__ float quad_max(float x)

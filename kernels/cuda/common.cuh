@@ -284,64 +284,29 @@ __device__ __forceinline__ float4 load4(const bf16 *p, bool vec)
 // accumulation; fp32 inputs run as plain fp32, never TF32, since the handle
 // keeps CUBLAS_DEFAULT_MATH).
 
-// C (m,n) = alpha * op(A) @ op(B) + beta * C; A and B of type ab, C fp32.
-static inline void gemm_ex(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
-                           cudaDataType_t ab, const void *A, int lda, const void *B, int ldb, float beta, float *C,
-                           int ldc)
+// The cuBLAS type of a GEMM operand.
+template <typename T>
+struct cublas_type;
+template <>
+struct cublas_type<bf16> {
+	static constexpr cudaDataType_t value = CUDA_R_16BF;
+};
+template <>
+struct cublas_type<float> {
+	static constexpr cudaDataType_t value = CUDA_R_32F;
+};
+
+// C (m,n) = alpha * op(A) @ op(B) + beta * C; A and B both bf16 (tensor
+// cores) or both fp32, C fp32.
+template <typename T>
+static inline void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const T *A,
+                        int lda, const T *B, int ldb, float beta, float *C, int ldc)
 {
+	cudaDataType_t ab = cublas_type<T>::value;
+
 	cublasCheck(cublasGemmEx(poros_cuda_cublas(), ta, tb, m, n, k, &alpha, A, ab, lda,
 	                         B, ab, ldb, &beta, C, CUDA_R_32F, ldc,
 	                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
-
-// `batch` such products with element strides between them (a stride of 0
-// reuses one operand for every product).
-static inline void gemm_ex_strided(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
-                                   cudaDataType_t ab, const void *A, int lda, long long strideA, const void *B,
-                                   int ldb, long long strideB, float beta, float *C, int ldc, long long strideC,
-                                   int batch)
-{
-	cublasCheck(cublasGemmStridedBatchedEx(poros_cuda_cublas(), ta, tb, m, n, k, &alpha,
-	                                       A, ab, lda, strideA, B, ab, ldb, strideB,
-	                                       &beta, C, CUDA_R_32F, ldc, strideC, batch,
-	                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
-
-// A, B bf16, C fp32.
-static inline void gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                             float alpha, const bf16 *A, int lda, const bf16 *B, int ldb,
-                             float beta, float *C, int ldc)
-{
-	gemm_ex(ta, tb, m, n, k, alpha, CUDA_R_16BF, A, lda, B, ldb, beta, C, ldc);
-}
-
-// The same with everything fp32.
-static inline void gemm_f32(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                            float alpha, const float *A, int lda, const float *B, int ldb,
-                            float beta, float *C, int ldc)
-{
-	gemm_ex(ta, tb, m, n, k, alpha, CUDA_R_32F, A, lda, B, ldb, beta, C, ldc);
-}
-
-// fp32, `batch` independent products with element strides between them.
-static inline void gemm_f32_strided(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                                    float alpha, const float *A, int lda, long long strideA,
-                                    const float *B, int ldb, long long strideB, float beta,
-                                    float *C, int ldc, long long strideC, int batch)
-{
-	gemm_ex_strided(ta, tb, m, n, k, alpha, CUDA_R_32F, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC,
-	                batch);
-}
-
-// bf16 A and B, fp32 C, `batch` independent products: tensor cores with
-// fp32 accumulation.
-static inline void gemm_bf16_strided(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                                     float alpha, const bf16 *A, int lda, long long strideA,
-                                     const bf16 *B, int ldb, long long strideB, float beta,
-                                     float *C, int ldc, long long strideC, int batch)
-{
-	gemm_ex_strided(ta, tb, m, n, k, alpha, CUDA_R_16BF, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC,
-	                batch);
 }
 
 #endif
