@@ -92,6 +92,9 @@ void column_cell(struct sbuf *b, const struct column *col, const struct result_e
 
 /* True when the cell ran on the CPU backend (its memory is host memory). */
 int is_cpu_run(const struct artifact *a);
+/* s (markup, not escaped) as a muted note, or as a warning. */
+void mk_muted(struct sbuf *b, const struct markup *mk, const char *s);
+void mk_warn(struct sbuf *b, const struct markup *mk, const char *s);
 
 /* One line per precision with a finished poros cell: its s/step and
  * memory as ratios of each other method's (resident and the baselines). */

@@ -12,6 +12,20 @@ int is_cpu_run(const struct artifact *a)
 	return a->env.backend != NULL && strcmp(a->env.backend, "cpu") == 0;
 }
 
+void mk_muted(struct sbuf *b, const struct markup *mk, const char *s)
+{
+	sb_puts(b, mk->muted_open);
+	sb_puts(b, s);
+	sb_puts(b, mk->muted_close);
+}
+
+void mk_warn(struct sbuf *b, const struct markup *mk, const char *s)
+{
+	sb_puts(b, mk->warn_open);
+	sb_puts(b, s);
+	sb_puts(b, mk->warn_close);
+}
+
 static void num(struct sbuf *b, double v)
 {
 	char buf[32];
@@ -54,9 +68,7 @@ static void col_memory(struct sbuf *b, const struct result_entry *e, const struc
 
 	sb_puts(b, fmt_mib(buf, sizeof buf, e->art.metrics.vram_peak_mb));
 	if (is_cpu_run(&e->art) && !isnan(e->art.metrics.vram_peak_mb)) {
-		sb_puts(b, mk->muted_open);
-		sb_puts(b, " host");
-		sb_puts(b, mk->muted_close);
+		mk_muted(b, mk, " host");
 	}
 }
 
@@ -71,9 +83,7 @@ static void col_fits(struct sbuf *b, const struct result_entry *e, const struct 
 
 	/* a host-memory figure says nothing about a card */
 	if (gb >= 0 && is_cpu_run(&e->art)) {
-		sb_puts(b, mk->muted_open);
-		sb_puts(b, "CPU run");
-		sb_puts(b, mk->muted_close);
+		mk_muted(b, mk, "CPU run");
 		return;
 	}
 	if (gb < 0) {
@@ -84,9 +94,7 @@ static void col_fits(struct sbuf *b, const struct result_entry *e, const struct 
 		sb_puts(b, "&gt; 141 GB");
 	else
 		sb_printf(b, "%d GB", gb);
-	sb_puts(b, mk->muted_open);
-	sb_puts(b, planned ? " planned" : " derived");
-	sb_puts(b, mk->muted_close);
+	mk_muted(b, mk, planned ? " planned" : " derived");
 }
 
 static void col_s_per_step(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
@@ -113,9 +121,7 @@ static void col_passes(struct sbuf *b, const struct result_entry *e, const struc
 	}
 	if (m->passes_agree == 0) {
 		sb_puts(b, mk->line_break);
-		sb_puts(b, mk->warn_open);
-		sb_puts(b, "passes disagree");
-		sb_puts(b, mk->warn_close);
+		mk_warn(b, mk, "passes disagree");
 	}
 }
 
