@@ -249,6 +249,24 @@ __device__ __forceinline__ void mma_row_b(float c[NT][4], const uint32_t a[4], c
 	mma_row<NT, false>(c, a, Y, pitch, k0, lane);
 }
 
+// The copy step of iteration it of a loop over key tiles: when more, the
+// tile at key k1 into the buffers iteration it+1 reads (the ones read one
+// iteration ago); then every thread waits for this iteration's tile.
+template <int DP>
+__device__ __forceinline__ void next_kv_async(bf16 *sK, bf16 *sV, const bf16 *kh, const bf16 *vh, int it, bool more,
+                                              int k1, int S)
+{
+	constexpr int TILE = 64 * (DP + 8);
+	if (more) {
+		load_kv_async<DP>(sK + ((it + 1) & 1) * TILE, sV + ((it + 1) & 1) * TILE, kh, vh, k1, S);
+		async_commit();
+		async_wait<1>();
+	} else {
+		async_wait<0>();
+	}
+	__syncthreads();
+}
+
 // s += A B^T and dp += C D^T over the KS k-steps: the warp's 16 rows (from
 // r0) of the (., 16 KS) tiles A and C, against NT n-tiles of B and D.
 template <int KS, int NT>
@@ -343,15 +361,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_kernel(bf16 *out, 
 
 	for (int kt = kt0, it = 0; kt <= qt; kt++, it++) {
 		const bf16 *cK = sK + (it & 1) * TILE, *cV = sV + (it & 1) * TILE;
-		if (kt < qt) { // the next tile into the other buffers, read one iteration ago
-			int k1 = (kt + 1) * 64;
-			load_kv_async<DP>(sK + ((it + 1) & 1) * TILE, sV + ((it + 1) & 1) * TILE, kh, vh, k1, S);
-			async_commit();
-			async_wait<1>();
-		} else {
-			async_wait<0>();
-		}
-		__syncthreads();
+		next_kv_async<DP>(sK, sV, kh, vh, it, kt < qt, (kt + 1) * 64, S);
 
 		float s[8][4];
 		zero<8>(s);
@@ -458,15 +468,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, f
 	for (int it = 0; it < 2 * nk; it++) {
 		int kt = kt0 + it % nk;
 		const bf16 *cK = sK + (it & 1) * TILE, *cV = sV + (it & 1) * TILE;
-		if (it + 1 < 2 * nk) {
-			int k1 = (kt0 + (it + 1) % nk) * 64;
-			load_kv_async<DP>(sK + ((it + 1) & 1) * TILE, sV + ((it + 1) & 1) * TILE, kh, vh, k1, S);
-			async_commit();
-			async_wait<1>();
-		} else {
-			async_wait<0>();
-		}
-		__syncthreads();
+		next_kv_async<DP>(sK, sV, kh, vh, it, it + 1 < 2 * nk, (kt0 + (it + 1) % nk) * 64, S);
 		if (it == nk) { // pass 1 done: delta, saved for the dk/dv kernel
 			delta0 = quad_sum(sum0), delta1 = quad_sum(sum1);
 			if (tq == 0) {
