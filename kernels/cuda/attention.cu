@@ -249,6 +249,13 @@ __device__ __forceinline__ void mma_row_b(float c[NT][4], const uint32_t a[4], c
 	mma_row<NT, false>(c, a, Y, pitch, k0, lane);
 }
 
+// Whether query row r, whose first key is f, sees key j (the causal and
+// document masks); a row past S sees none.
+__device__ __forceinline__ bool key_seen(int j, int r, int f, int S)
+{
+	return r < S && j <= r && j >= f;
+}
+
 // The copy step of iteration it of a loop over key tiles: when more, the
 // tile at key k1 into the buffers iteration it+1 reads (the ones read one
 // iteration ago); then every thread waits for this iteration's tile.
@@ -375,8 +382,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_kernel(bf16 *out, 
 		for (int n = 0; n < 8; n++)
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
-				int j = k0 + n * 8 + 2 * tq + (e & 1), r = e < 2 ? r0 : r1, f = e < 2 ? f0 : f1;
-				bool ok = !masked || (r < S && j <= r && j >= f);
+				bool ok = !masked || key_seen(k0 + n * 8 + 2 * tq + (e & 1), e < 2 ? r0 : r1, e < 2 ? f0 : f1, S);
 				s[n][e] = ok ? s[n][e] * scale : -INFINITY;
 				if (e < 2)
 					mx0 = fmaxf(mx0, s[n][e]);
@@ -490,8 +496,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, f
 		for (int n = 0; n < 8; n++)
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
-				int j = k0 + n * 8 + 2 * tq + (e & 1), r = e < 2 ? r0 : r1, f = e < 2 ? f0 : f1;
-				bool ok = !masked || (r < S && j <= r && j >= f);
+				bool ok = !masked || key_seen(k0 + n * 8 + 2 * tq + (e & 1), e < 2 ? r0 : r1, e < 2 ? f0 : f1, S);
 				float p = ok ? expf(s[n][e] * scale - (e < 2 ? lse0 : lse1)) : 0.0f;
 				if (!pass2) {
 					if (e < 2)
