@@ -330,6 +330,16 @@ __device__ __forceinline__ void zero(float c[N][4])
 }
 
 // ---------------------------------------------------------------------------
+// Columns col and col+1 of an output row (those below D): the
+// accumulators a and b over the row's softmax sum l, rounded to bf16.
+__device__ __forceinline__ void store_out(bf16 *dst, float a, float b, float l, int col, int D)
+{
+	if (col < D)
+		dst[0] = f32_to_bf16(a / l);
+	if (col + 1 < D)
+		dst[1] = f32_to_bf16(b / l);
+}
+
 // Forward.  grid (query tiles, H, B), the longest rows (last tiles) first.
 // Shared: the q tile, then two buffers each of K and V tiles (64, DP+8).
 // Only the diagonal tile and document masks need the mask; below the
@@ -414,20 +424,10 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_kernel(bf16 *out, 
 #pragma unroll
 	for (int n = 0; n < NT; n++) {
 		int col = n * 8 + 2 * tq;
-		if (r0 < S) {
-			bf16 *dst = out + ((size_t)b * S + r0) * ld_out + (size_t)h * D + col;
-			if (col < D)
-				dst[0] = f32_to_bf16(o[n][0] / l0);
-			if (col + 1 < D)
-				dst[1] = f32_to_bf16(o[n][1] / l0);
-		}
-		if (r1 < S) {
-			bf16 *dst = out + ((size_t)b * S + r1) * ld_out + (size_t)h * D + col;
-			if (col < D)
-				dst[0] = f32_to_bf16(o[n][2] / l1);
-			if (col + 1 < D)
-				dst[1] = f32_to_bf16(o[n][3] / l1);
-		}
+		if (r0 < S)
+			store_out(out + ((size_t)b * S + r0) * ld_out + (size_t)h * D + col, o[n][0], o[n][1], l0, col, D);
+		if (r1 < S)
+			store_out(out + ((size_t)b * S + r1) * ld_out + (size_t)h * D + col, o[n][2], o[n][3], l1, col, D);
 	}
 	if (tq == 0) {
 		if (r0 < S)
