@@ -66,6 +66,22 @@ static inline float dot_bf16(const bf16 *a, const bf16 *b, int n)
 	return acc;
 }
 
+/* The call's scratch, with q (T,H,D), dout (T,H,D) unless NULL, and k, v
+ * (T,G,D) rounded to bf16 into it, as both passes read them. */
+static struct attention_scratch cast_inputs(float *scratch, const float *q, const float *dout, const float *k,
+					    const float *v, int B, int S, int H, int G, int D)
+{
+	size_t tokens = (size_t)B * S;
+	struct attention_scratch c = attention_scratch_at(scratch, B, S, H, G, D);
+
+	copy_bf16(c.q16, q, tokens * H * D);
+	if (dout)
+		copy_bf16(c.dout16, dout, tokens * H * D);
+	copy_bf16(c.k16, k, tokens * G * D);
+	copy_bf16(c.v16, v, tokens * G * D);
+	return c;
+}
+
 /* out (T,H*D) bf16, rows ld_out apart; lse (B,H,S), q (T,H,D), k, v
  * (T,G,D), pos (T) or NULL, T = B*S */
 void attention_forward_cpu(bf16 *out, int ld_out, float *lse, float *scratch, const float *q, const float *k,
@@ -75,12 +91,8 @@ void attention_forward_cpu(bf16 *out, int ld_out, float *lse, float *scratch, co
 		return;
 	int group = H / G;
 	float scale = softmax_scale(D);
-	size_t tokens = (size_t)B * S;
-	struct attention_scratch c = attention_scratch_at(scratch, B, S, H, G, D);
+	struct attention_scratch c = cast_inputs(scratch, q, NULL, k, v, B, S, H, G, D);
 
-	copy_bf16(c.q16, q, tokens * H * D);
-	copy_bf16(c.k16, k, tokens * G * D);
-	copy_bf16(c.v16, v, tokens * G * D);
 #pragma omp parallel for collapse(3) schedule(static) if ((long)B * H * S * S * D >= POROS_CPU_PAR_MIN)
 	for (int b = 0; b < B; b++) {
 		for (int h = 0; h < H; h++) {
@@ -144,13 +156,7 @@ void attention_backward_cpu(float *dq, float *dk, float *dv, float *scratch, con
 		return;
 	int group = H / G;
 	float scale = softmax_scale(D);
-	size_t tokens = (size_t)B * S;
-	struct attention_scratch c = attention_scratch_at(scratch, B, S, H, G, D);
-
-	copy_bf16(c.q16, q, tokens * H * D);
-	copy_bf16(c.dout16, dout, tokens * H * D);
-	copy_bf16(c.k16, k, tokens * G * D);
-	copy_bf16(c.v16, v, tokens * G * D);
+	struct attention_scratch c = cast_inputs(scratch, q, dout, k, v, B, S, H, G, D);
 
 	/* pass 1, one query row per iteration: delta, then dq */
 #pragma omp parallel for collapse(3) schedule(static) if ((long)B * H * S * S * D >= POROS_CPU_PAR_MIN)

@@ -141,6 +141,15 @@ __device__ __forceinline__ void async_commit(void)
 	asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
+// The key tile at key k0 of K and V (rows of DP, S in all) into sK, sV
+// (64, DP+8); not committed.
+template <int DP>
+__device__ __forceinline__ void load_kv_async(bf16 *sK, bf16 *sV, const bf16 *kh, const bf16 *vh, int k0, int S)
+{
+	load_rows_async<DP, 64>(sK, kh + (size_t)k0 * DP, S - k0);
+	load_rows_async<DP, 64>(sV, vh + (size_t)k0 * DP, S - k0);
+}
+
 // Waits until at most n of this thread's copy groups are in flight.
 template <int N>
 __device__ __forceinline__ void async_wait(void)
@@ -215,33 +224,77 @@ __device__ __forceinline__ void c_to_a(uint32_t a[][4], float c[NT][4])
 	}
 }
 
-// c[NT] += a (16 rows, k0..k0+15 of tile kt) @ B for NT n-tiles of B = Y^T
-// (Y rows n, row-major).
-template <int NT>
-__device__ __forceinline__ void mma_row_b(float c[NT][4], const uint32_t a[4], const bf16 *Y, int pitch, int k0,
-                                          int lane)
+// c[NT] += a (16 rows, k0..k0+15 of tile kt) @ B for NT n-tiles of B:
+// B = Y^T (Y rows n, row-major), or with BT, B = X (X rows k, row-major).
+template <int NT, bool BT>
+__device__ __forceinline__ void mma_row(float c[NT][4], const uint32_t a[4], const bf16 *YX, int pitch, int k0,
+                                        int lane)
 {
 #pragma unroll
 	for (int n = 0; n < NT; n += 2) {
 		uint32_t b[2][2];
-		frag_b2(b, Y, pitch, n * 8, k0, lane);
+		if (BT)
+			frag_bt2(b, YX, pitch, k0, n * 8, lane);
+		else
+			frag_b2(b, YX, pitch, n * 8, k0, lane);
 		mma_bf16(c[n], a, b[0]);
 		mma_bf16(c[n + 1], a, b[1]);
 	}
 }
 
-// The same for B = X (X rows k, row-major).
+template <int NT>
+__device__ __forceinline__ void mma_row_b(float c[NT][4], const uint32_t a[4], const bf16 *Y, int pitch, int k0,
+                                          int lane)
+{
+	mma_row<NT, false>(c, a, Y, pitch, k0, lane);
+}
+
+// Whether query row r, whose first key is f, sees key j (the causal and
+// document masks); a row past S sees none.
+__device__ __forceinline__ bool key_seen(int j, int r, int f, int S)
+{
+	return r < S && j <= r && j >= f;
+}
+
+// The copy step of iteration it of a loop over key tiles: when more, the
+// tile at key k1 into the buffers iteration it+1 reads (the ones read one
+// iteration ago); then every thread waits for this iteration's tile.
+template <int DP>
+__device__ __forceinline__ void next_kv_async(bf16 *sK, bf16 *sV, const bf16 *kh, const bf16 *vh, int it, bool more,
+                                              int k1, int S)
+{
+	constexpr int TILE = 64 * (DP + 8);
+	if (more) {
+		load_kv_async<DP>(sK + ((it + 1) & 1) * TILE, sV + ((it + 1) & 1) * TILE, kh, vh, k1, S);
+		async_commit();
+		async_wait<1>();
+	} else {
+		async_wait<0>();
+	}
+	__syncthreads();
+}
+
+// s += A B^T and dp += C D^T over the KS k-steps: the warp's 16 rows (from
+// r0) of the (., 16 KS) tiles A and C, against NT n-tiles of B and D.
+template <int KS, int NT>
+__device__ __forceinline__ void mma_two_b(float s[NT][4], float dp[NT][4], const bf16 *A, const bf16 *B,
+                                          const bf16 *C, const bf16 *D, int pitch, int r0, int lane)
+{
+#pragma unroll
+	for (int ks = 0; ks < KS; ks++) {
+		uint32_t a[4];
+		frag_a(a, A, pitch, r0, ks * 16, lane);
+		mma_row_b<NT>(s, a, B, pitch, ks * 16, lane);
+		frag_a(a, C, pitch, r0, ks * 16, lane);
+		mma_row_b<NT>(dp, a, D, pitch, ks * 16, lane);
+	}
+}
+
 template <int NT>
 __device__ __forceinline__ void mma_row_bt(float c[NT][4], const uint32_t a[4], const bf16 *X, int pitch, int k0,
                                            int lane)
 {
-#pragma unroll
-	for (int n = 0; n < NT; n += 2) {
-		uint32_t b[2][2];
-		frag_bt2(b, X, pitch, k0, n * 8, lane);
-		mma_bf16(c[n], a, b[0]);
-		mma_bf16(c[n + 1], a, b[1]);
-	}
+	mma_row<NT, true>(c, a, X, pitch, k0, lane);
 }
 
 __device__ __forceinline__ float quad_max(float x)
@@ -277,6 +330,16 @@ __device__ __forceinline__ void zero(float c[N][4])
 }
 
 // ---------------------------------------------------------------------------
+// Columns col and col+1 of an output row (those below D): the
+// accumulators a and b over the row's softmax sum l, rounded to bf16.
+__device__ __forceinline__ void store_out(bf16 *dst, float a, float b, float l, int col, int D)
+{
+	if (col < D)
+		dst[0] = f32_to_bf16(a / l);
+	if (col + 1 < D)
+		dst[1] = f32_to_bf16(b / l);
+}
+
 // Forward.  grid (query tiles, H, B), the longest rows (last tiles) first.
 // Shared: the q tile, then two buffers each of K and V tiles (64, DP+8).
 // Only the diagonal tile and document masks need the mask; below the
@@ -298,8 +361,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_kernel(bf16 *out, 
 	const bf16 *kh = k16 + ((size_t)b * G + g) * S * DP, *vh = v16 + ((size_t)b * G + g) * S * DP;
 
 	load_rows_async<DP, 64>(sQ, qh + (size_t)q0 * DP, S - q0);
-	load_rows_async<DP, 64>(sK, kh + (size_t)kt0 * 64 * DP, S - kt0 * 64);
-	load_rows_async<DP, 64>(sV, vh + (size_t)kt0 * 64 * DP, S - kt0 * 64);
+	load_kv_async<DP>(sK, sV, kh, vh, kt0 * 64, S);
 	async_commit();
 	async_wait<0>();
 	__syncthreads();
@@ -316,16 +378,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_kernel(bf16 *out, 
 
 	for (int kt = kt0, it = 0; kt <= qt; kt++, it++) {
 		const bf16 *cK = sK + (it & 1) * TILE, *cV = sV + (it & 1) * TILE;
-		if (kt < qt) { // the next tile into the other buffers, read one iteration ago
-			int k1 = (kt + 1) * 64;
-			load_rows_async<DP, 64>(sK + ((it + 1) & 1) * TILE, kh + (size_t)k1 * DP, S - k1);
-			load_rows_async<DP, 64>(sV + ((it + 1) & 1) * TILE, vh + (size_t)k1 * DP, S - k1);
-			async_commit();
-			async_wait<1>();
-		} else {
-			async_wait<0>();
-		}
-		__syncthreads();
+		next_kv_async<DP>(sK, sV, kh, vh, it, kt < qt, (kt + 1) * 64, S);
 
 		float s[8][4];
 		zero<8>(s);
@@ -339,8 +392,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_kernel(bf16 *out, 
 		for (int n = 0; n < 8; n++)
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
-				int j = k0 + n * 8 + 2 * tq + (e & 1), r = e < 2 ? r0 : r1, f = e < 2 ? f0 : f1;
-				bool ok = !masked || (r < S && j <= r && j >= f);
+				bool ok = !masked || key_seen(k0 + n * 8 + 2 * tq + (e & 1), e < 2 ? r0 : r1, e < 2 ? f0 : f1, S);
 				s[n][e] = ok ? s[n][e] * scale : -INFINITY;
 				if (e < 2)
 					mx0 = fmaxf(mx0, s[n][e]);
@@ -372,20 +424,10 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_kernel(bf16 *out, 
 #pragma unroll
 	for (int n = 0; n < NT; n++) {
 		int col = n * 8 + 2 * tq;
-		if (r0 < S) {
-			bf16 *dst = out + ((size_t)b * S + r0) * ld_out + (size_t)h * D + col;
-			if (col < D)
-				dst[0] = f32_to_bf16(o[n][0] / l0);
-			if (col + 1 < D)
-				dst[1] = f32_to_bf16(o[n][1] / l0);
-		}
-		if (r1 < S) {
-			bf16 *dst = out + ((size_t)b * S + r1) * ld_out + (size_t)h * D + col;
-			if (col < D)
-				dst[0] = f32_to_bf16(o[n][2] / l1);
-			if (col + 1 < D)
-				dst[1] = f32_to_bf16(o[n][3] / l1);
-		}
+		if (r0 < S)
+			store_out(out + ((size_t)b * S + r0) * ld_out + (size_t)h * D + col, o[n][0], o[n][1], l0, col, D);
+		if (r1 < S)
+			store_out(out + ((size_t)b * S + r1) * ld_out + (size_t)h * D + col, o[n][2], o[n][3], l1, col, D);
 	}
 	if (tq == 0) {
 		if (r0 < S)
@@ -420,8 +462,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, f
 
 	load_rows_async<DP, 64>(sQ, q16 + (head + q0) * DP, S - q0);
 	load_rows_async<DP, 64>(sdO, do16 + (head + q0) * DP, S - q0);
-	load_rows_async<DP, 64>(sK, kh + (size_t)kt0 * 64 * DP, S - kt0 * 64);
-	load_rows_async<DP, 64>(sV, vh + (size_t)kt0 * 64 * DP, S - kt0 * 64);
+	load_kv_async<DP>(sK, sV, kh, vh, kt0 * 64, S);
 	async_commit();
 	int r0 = q0 + warp * 16 + gr, r1 = r0 + 8;
 	int f0 = r0 < S ? poros_first_key(pos, b, S, r0) : 0, f1 = r1 < S ? poros_first_key(pos, b, S, r1) : 0;
@@ -433,16 +474,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, f
 	for (int it = 0; it < 2 * nk; it++) {
 		int kt = kt0 + it % nk;
 		const bf16 *cK = sK + (it & 1) * TILE, *cV = sV + (it & 1) * TILE;
-		if (it + 1 < 2 * nk) {
-			int k1 = (kt0 + (it + 1) % nk) * 64;
-			load_rows_async<DP, 64>(sK + ((it + 1) & 1) * TILE, kh + (size_t)k1 * DP, S - k1);
-			load_rows_async<DP, 64>(sV + ((it + 1) & 1) * TILE, vh + (size_t)k1 * DP, S - k1);
-			async_commit();
-			async_wait<1>();
-		} else {
-			async_wait<0>();
-		}
-		__syncthreads();
+		next_kv_async<DP>(sK, sV, kh, vh, it, it + 1 < 2 * nk, (kt0 + (it + 1) % nk) * 64, S);
 		if (it == nk) { // pass 1 done: delta, saved for the dk/dv kernel
 			delta0 = quad_sum(sum0), delta1 = quad_sum(sum1);
 			if (tq == 0) {
@@ -456,14 +488,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, f
 		float s[8][4], dp[8][4];
 		zero<8>(s);
 		zero<8>(dp);
-#pragma unroll
-		for (int ks = 0; ks < KS; ks++) {
-			uint32_t a[4];
-			frag_a(a, sQ, PQ, warp * 16, ks * 16, lane);
-			mma_row_b<8>(s, a, cK, PQ, ks * 16, lane);
-			frag_a(a, sdO, PQ, warp * 16, ks * 16, lane);
-			mma_row_b<8>(dp, a, cV, PQ, ks * 16, lane);
-		}
+		mma_two_b<KS, 8>(s, dp, sQ, cK, sdO, cV, PQ, warp * 16, lane);
 		int k0 = kt * 64;
 		bool masked = pos != NULL || kt == qt;
 		bool pass2 = it >= nk;
@@ -471,8 +496,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, f
 		for (int n = 0; n < 8; n++)
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
-				int j = k0 + n * 8 + 2 * tq + (e & 1), r = e < 2 ? r0 : r1, f = e < 2 ? f0 : f1;
-				bool ok = !masked || (r < S && j <= r && j >= f);
+				bool ok = !masked || key_seen(k0 + n * 8 + 2 * tq + (e & 1), e < 2 ? r0 : r1, e < 2 ? f0 : f1, S);
 				float p = ok ? expf(s[n][e] * scale - (e < 2 ? lse0 : lse1)) : 0.0f;
 				if (!pass2) {
 					if (e < 2)
@@ -554,8 +578,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dkdv_kernel(float *dk,
 	size_t head = ((size_t)b * H + h) * S;
 	const bf16 *kh = k16 + ((size_t)b * G + g) * S * DP, *vh = v16 + ((size_t)b * G + g) * S * DP;
 
-	load_rows_async<DP, 64>(sK, kh + (size_t)k0 * DP, S - k0);
-	load_rows_async<DP, 64>(sV, vh + (size_t)k0 * DP, S - k0);
+	load_kv_async<DP>(sK, sV, kh, vh, k0, S);
 	int qg = next_group(first, b, groups, k0 / 32, k0 + 63);
 	if (qg < groups)
 		load_group<DP>(sQ, sdO, sL, sD, sF, q16, do16, lse, delta, pos, head, b, S, qg * 32);
@@ -585,14 +608,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dkdv_kernel(float *dk,
 		float st[4][4], dpt[4][4];
 		zero<4>(st);
 		zero<4>(dpt);
-#pragma unroll
-		for (int ks = 0; ks < KS; ks++) {
-			uint32_t a[4];
-			frag_a(a, sK, PQ, warp * 16, ks * 16, lane);
-			mma_row_b<4>(st, a, cQ, PQ, ks * 16, lane);
-			frag_a(a, sV, PQ, warp * 16, ks * 16, lane);
-			mma_row_b<4>(dpt, a, cdO, PQ, ks * 16, lane);
-		}
+		mma_two_b<KS, 4>(st, dpt, sK, cQ, sV, cdO, PQ, warp * 16, lane);
 		int i0 = qg * 32;
 		bool masked = pos != NULL || i0 < k0 + 64;
 #pragma unroll

@@ -13,19 +13,13 @@
 // out (n) = bf16(in (n)), both contiguous.
 __global__ void cast_f32_to_bf16_kernel(bf16 *out, const float *in, long n, bool vec4)
 {
-	long stride = (long)gridDim.x * blockDim.x;
-	long i0 = (long)blockIdx.x * blockDim.x + threadIdx.x;
-	long done = 0;
-	if (vec4) {
-		long n4 = n / 4;
-		for (long i = i0; i < n4; i += stride) {
+	flat_elementwise(
+		n, vec4,
+		[&](long i) {
 			float4 x = ((const float4 *)in)[i];
 			((uint2 *)out)[i] = make_uint2(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w));
-		}
-		done = n4 * 4;
-	}
-	for (long i = done + i0; i < n; i += stride)
-		out[i] = f32_to_bf16(in[i]);
+		},
+		[&](long i) { out[i] = f32_to_bf16(in[i]); });
 }
 
 // out (rows,cols), rows ld_out apart, = bf16(in (rows,cols)).  vec4: cols
@@ -34,10 +28,7 @@ __global__ void cast_f32_to_bf16_kernel(bf16 *out, const float *in, long n, bool
 __global__ void cast_f32_to_bf16_rows_kernel(bf16 *out, long ld_out, const float *in, long rows, long cols,
                                              bool vec4)
 {
-	int per = vec4 ? 4 : 1;
-	long groups = cols / per, items = rows * groups, stride = (long)gridDim.x * blockDim.x;
-	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < items; i += stride) {
-		long r = item_row(i, groups, items), c = (i - r * groups) * per;
+	rows_elementwise(rows, cols, vec4, [&](long r, long c) {
 		const float *x = in + r * cols + c;
 		bf16 *y = out + r * ld_out + c;
 		if (vec4) {
@@ -46,7 +37,7 @@ __global__ void cast_f32_to_bf16_rows_kernel(bf16 *out, long ld_out, const float
 		} else {
 			*y = f32_to_bf16(*x);
 		}
-	}
+	});
 }
 
 extern "C" void cast_f32_to_bf16_cuda(bf16 *out, int ld_out, const float *in, long rows, int cols)
@@ -58,8 +49,7 @@ extern "C" void cast_f32_to_bf16_cuda(bf16 *out, int ld_out, const float *in, lo
 	if (ld_out == cols) {
 		long n = rows * cols;
 		bool vec4 = aligned16(in) && ((uintptr_t)out & 7u) == 0;
-		cast_f32_to_bf16_kernel<<<grid_for(vec4 ? (n + 3) / 4 : n, CAST_THREADS), CAST_THREADS, 0, stream>>>(
-			out, in, n, vec4);
+		cast_f32_to_bf16_kernel<<<flat_grid(n, vec4, CAST_THREADS), CAST_THREADS, 0, stream>>>(out, in, n, vec4);
 	} else {
 		bool vec4 = cols % 4 == 0 && ld_out % 4 == 0 && aligned16(in) && ((uintptr_t)out & 7u) == 0;
 		long items = rows * (vec4 ? cols / 4 : cols);

@@ -131,22 +131,25 @@ __device__ __forceinline__ float warp_max(float v)
 	return v;
 }
 
-// blockDim.x must be a multiple of 32.  Every thread gets the total.  Safe to
-// call repeatedly in one kernel: the first barrier keeps a new call's writes
-// away from a previous call's readers.
-__device__ __forceinline__ float block_sum(float v)
+// blockDim.x must be a multiple of 32.  Every thread gets the total (the
+// maximum when max, else the sum); a lane past the warps holds the
+// identity.  Safe to call repeatedly in one kernel: the first barrier keeps
+// a new call's writes away from a previous call's readers.  Each of
+// block_sum and block_max has its own shared words.
+template <bool max>
+__device__ __forceinline__ float block_reduce(float v, float identity)
 {
 	__shared__ float warp_totals[32];
 	__shared__ float total;
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-	v = warp_sum(v);
+	v = max ? warp_max(v) : warp_sum(v);
 	__syncthreads();
 	if (lane == 0)
 		warp_totals[warp] = v;
 	__syncthreads();
 	if (warp == 0) {
-		float w = lane < nwarps ? warp_totals[lane] : 0.0f;
-		w = warp_sum(w);
+		float w = lane < nwarps ? warp_totals[lane] : identity;
+		w = max ? warp_max(w) : warp_sum(w);
 		if (lane == 0)
 			total = w;
 	}
@@ -154,24 +157,14 @@ __device__ __forceinline__ float block_sum(float v)
 	return total;
 }
 
+__device__ __forceinline__ float block_sum(float v)
+{
+	return block_reduce<false>(v, 0.0f);
+}
+
 __device__ __forceinline__ float block_max(float v)
 {
-	__shared__ float warp_maxes[32];
-	__shared__ float result;
-	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-	v = warp_max(v);
-	__syncthreads();
-	if (lane == 0)
-		warp_maxes[warp] = v;
-	__syncthreads();
-	if (warp == 0) {
-		float w = lane < nwarps ? warp_maxes[lane] : -INFINITY;
-		w = warp_max(w);
-		if (lane == 0)
-			result = w;
-	}
-	__syncthreads();
-	return result;
+	return block_reduce<true>(v, -INFINITY);
 }
 
 // ---------------------------------------------------------------------------
@@ -201,6 +194,32 @@ static inline bool aligned16(const void *p)
 	return ((uintptr_t)p & 15u) == 0;
 }
 
+// The grid of a flat elementwise kernel over n elements: one item per
+// group of four when vec4 (flat_elementwise's loops), else per element.
+static inline unsigned int flat_grid(long n, bool vec4, int threads)
+{
+	return grid_for(vec4 ? (n + 3) / 4 : n, threads);
+}
+
+// A flat elementwise kernel's loops, grid-stride: quad(i) for each group
+// i of four of the first n/4*4 elements when vec4, then one(i) for every
+// element after (all n when not vec4).
+template <typename Quad, typename One>
+__device__ __forceinline__ void flat_elementwise(long n, bool vec4, Quad quad, One one)
+{
+	long stride = (long)gridDim.x * blockDim.x;
+	long i0 = (long)blockIdx.x * blockDim.x + threadIdx.x;
+	long done = 0;
+	if (vec4) {
+		long n4 = n / 4;
+		for (long i = i0; i < n4; i += stride)
+			quad(i);
+		done = n4 * 4;
+	}
+	for (long i = done + i0; i < n; i += stride)
+		one(i);
+}
+
 // A row pitch (ld, in elements) shorter than the row it spaces would make
 // rows overlap: a caller's bug, reported like a failed launch.
 static inline void check_pitch(const char *op, const char *what, long ld, long row_len)
@@ -218,6 +237,21 @@ static inline void check_pitch(const char *op, const char *what, long ld, long r
 __device__ __forceinline__ long item_row(long i, long per_row, long items)
 {
 	return items <= 0xffffffffL ? (long)((uint32_t)i / (uint32_t)per_row) : i / per_row;
+}
+
+// A pitched elementwise kernel's loop, grid-stride: item(r, c) for each
+// group of four (vec4) or single element at row r, column c of a (rows,
+// cols) tensor; with vec4, cols is a multiple of 4, so no group straddles
+// a row.  The grid is grid_for(rows * (vec4 ? cols / 4 : cols), ...).
+template <typename Item>
+__device__ __forceinline__ void rows_elementwise(long rows, long cols, bool vec4, Item item)
+{
+	int per = vec4 ? 4 : 1;
+	long groups = cols / per, items = rows * groups, stride = (long)gridDim.x * blockDim.x;
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < items; i += stride) {
+		long r = item_row(i, groups, items), c = (i - r * groups) * per;
+		item(r, c);
+	}
 }
 
 // Four consecutive elements starting at p, as one 16-byte (fp32) or 8-byte
@@ -250,50 +284,29 @@ __device__ __forceinline__ float4 load4(const bf16 *p, bool vec)
 // accumulation; fp32 inputs run as plain fp32, never TF32, since the handle
 // keeps CUBLAS_DEFAULT_MATH).
 
-// C (m,n) = alpha * op(A) @ op(B) + beta * C; A, B bf16, C fp32.
-static inline void gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                             float alpha, const bf16 *A, int lda, const bf16 *B, int ldb,
-                             float beta, float *C, int ldc)
+// The cuBLAS type of a GEMM operand.
+template <typename T>
+struct cublas_type;
+template <>
+struct cublas_type<bf16> {
+	static constexpr cudaDataType_t value = CUDA_R_16BF;
+};
+template <>
+struct cublas_type<float> {
+	static constexpr cudaDataType_t value = CUDA_R_32F;
+};
+
+// C (m,n) = alpha * op(A) @ op(B) + beta * C; A and B both bf16 (tensor
+// cores) or both fp32, C fp32.
+template <typename T>
+static inline void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const T *A,
+                        int lda, const T *B, int ldb, float beta, float *C, int ldc)
 {
-	cublasCheck(cublasGemmEx(poros_cuda_cublas(), ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda,
-	                         B, CUDA_R_16BF, ldb, &beta, C, CUDA_R_32F, ldc,
+	cudaDataType_t ab = cublas_type<T>::value;
+
+	cublasCheck(cublasGemmEx(poros_cuda_cublas(), ta, tb, m, n, k, &alpha, A, ab, lda,
+	                         B, ab, ldb, &beta, C, CUDA_R_32F, ldc,
 	                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
-
-// The same with everything fp32.
-static inline void gemm_f32(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                            float alpha, const float *A, int lda, const float *B, int ldb,
-                            float beta, float *C, int ldc)
-{
-	cublasCheck(cublasGemmEx(poros_cuda_cublas(), ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda,
-	                         B, CUDA_R_32F, ldb, &beta, C, CUDA_R_32F, ldc,
-	                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
-
-// fp32, `batch` independent products with element strides between them (a
-// stride of 0 reuses one operand for every product).
-static inline void gemm_f32_strided(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                                    float alpha, const float *A, int lda, long long strideA,
-                                    const float *B, int ldb, long long strideB, float beta,
-                                    float *C, int ldc, long long strideC, int batch)
-{
-	cublasCheck(cublasGemmStridedBatchedEx(poros_cuda_cublas(), ta, tb, m, n, k, &alpha,
-	                                       A, CUDA_R_32F, lda, strideA, B, CUDA_R_32F, ldb, strideB,
-	                                       &beta, C, CUDA_R_32F, ldc, strideC, batch,
-	                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
-
-// bf16 A and B, fp32 C, `batch` independent products with element strides
-// between them: tensor cores with fp32 accumulation.
-static inline void gemm_bf16_strided(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                                     float alpha, const bf16 *A, int lda, long long strideA,
-                                     const bf16 *B, int ldb, long long strideB, float beta,
-                                     float *C, int ldc, long long strideC, int batch)
-{
-	cublasCheck(cublasGemmStridedBatchedEx(poros_cuda_cublas(), ta, tb, m, n, k, &alpha,
-	                                       A, CUDA_R_16BF, lda, strideA, B, CUDA_R_16BF, ldb, strideB,
-	                                       &beta, C, CUDA_R_32F, ldc, strideC, batch,
-	                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 #endif

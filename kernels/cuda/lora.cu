@@ -253,7 +253,7 @@ static void lora_u_tc(float *u, bf16 *ext, float *scratch, const bf16 *in, int l
 	const bf16 *x = masked_input(X, in, &ldx, p, seed, T, K);
 	// U3 (T,3R) row-major = column-major (3R,T): A3 read as (K,3R) ld lda,
 	// x as (K,T) ld ldx.
-	gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, 3 * R, T, K, 1.0f, A3, lda, x, ldx, 0.0f, U3, 3 * R);
+	gemm(CUBLAS_OP_T, CUBLAS_OP_N, 3 * R, T, K, 1.0f, A3, lda, x, ldx, 0.0f, U3, 3 * R);
 	lora_join3_kernel<<<grid_for((long)T * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(
 		u, U3, poros_dropout_keep_scale(p), T, R, false, false, ext, ld_in, lora_ext_cols(R), true);
 	launchCheck();
@@ -274,7 +274,7 @@ static void lora_dA_tc(float *dA, float *scratch, const float *du, const bf16 *i
 	const bf16 *x = masked_input(X, in, &ldx, p, seed, T, K);
 	// P3 (3R,K) row-major = column-major (K,3R) = x_cm (K,T) @ D3_cm^T, D3
 	// (T,3R) row-major read as (3R,T) ld 3R.
-	gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, K, 3 * R, T, 1.0f, x, ldx, D3, 3 * R, 0.0f, P3, K);
+	gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, 3 * R, T, 1.0f, x, ldx, D3, 3 * R, 0.0f, P3, K);
 	lora_join3_kernel<<<grid_for((long)R * K, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(
 		dA, P3, poros_dropout_keep_scale(p), R, K, true, true, NULL, 0, 0, false);
 	launchCheck();
@@ -311,8 +311,8 @@ static void dout_product_tc(float *dst, bf16 *ext, float *scratch, const bf16 *d
 	// W3 (rows,3R) read as (3R,rows) ld ldw and dout (T,N) as (N,T) ld
 	// ld_dout: D is dout_cm for du (rows = N, out = T), its transpose for dB
 	// (rows = T, out = N).
-	gemm_bf16(CUBLAS_OP_N, for_dB ? CUBLAS_OP_T : CUBLAS_OP_N, 3 * R, out, rows, 1.0f, W3, ldw, dout, ld_dout, 0.0f,
-	          P3, 3 * R);
+	gemm(CUBLAS_OP_N, for_dB ? CUBLAS_OP_T : CUBLAS_OP_N, 3 * R, out, rows, 1.0f, W3, ldw, dout, ld_dout, 0.0f,
+	     P3, 3 * R);
 	lora_join3_kernel<<<grid_for((long)out * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(
 		dst, P3, scale, out, R, false, for_dB, for_dB ? NULL : ext, ld_dout, lora_ext_cols(R), false);
 	launchCheck();
@@ -356,7 +356,7 @@ extern "C" void lora_forward_cuda(const struct lora_fwd_args *args)
 		return;
 	// Column-major: out^T (N,T) = scale * B_cm^T (N,R) @ u_cm (R,T), with
 	// B read as (R,N) ld R and u as (R,T) ld R.
-	gemm_f32(CUBLAS_OP_T, CUBLAS_OP_N, N, T, R, scale, B, R, u, R, 0.0f, out, N);
+	gemm(CUBLAS_OP_T, CUBLAS_OP_N, N, T, R, scale, B, R, u, R, 0.0f, out, N);
 }
 
 // Given dout (T,N) bf16 (rows ld_dout apart):

@@ -33,8 +33,7 @@ extern "C" void matmul_forward_cuda(float *out, const bf16 *in, int ld_in, const
 		return;
 	check_pitch("matmul_forward_cuda", "ld_in", ld_in, K);
 	check_pitch("matmul_forward_cuda", "ld_w", ld_w, K);
-	gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, 1.0f, weight, ld_w, in, ld_in, accumulate ? 1.0f : 0.0f, out,
-	          N);
+	gemm(CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, 1.0f, weight, ld_w, in, ld_in, accumulate ? 1.0f : 0.0f, out, N);
 	if (bias) {
 		long total = (long)T * N;
 		add_bias_kernel<<<grid_for(total, BIAS_THREADS), BIAS_THREADS, 0, poros_cuda_compute_stream()>>>(
@@ -54,6 +53,6 @@ extern "C" void matmul_backward_input_cuda(float *din, const bf16 *dout, int ld_
 		return;
 	check_pitch("matmul_backward_input_cuda", "ld_dout", ld_dout, N);
 	check_pitch("matmul_backward_input_cuda", "ld_w", ld_w, K);
-	gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, K, T, N, 1.0f, weight, ld_w, dout, ld_dout, accumulate ? 1.0f : 0.0f,
-	          din, K);
+	gemm(CUBLAS_OP_N, CUBLAS_OP_N, K, T, N, 1.0f, weight, ld_w, dout, ld_dout, accumulate ? 1.0f : 0.0f,
+	     din, K);
 }

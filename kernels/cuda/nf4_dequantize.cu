@@ -23,6 +23,14 @@
 // the two to be identical bit for bit.
 __constant__ float nf4_code_dev[16] = POROS_NF4_CODE_INIT;
 
+// The block's copy of the code book; every thread waits for it.
+__device__ __forceinline__ void code_to_shared(float *code)
+{
+	if (threadIdx.x < 16)
+		code[threadIdx.x] = nf4_code_dev[threadIdx.x];
+	__syncthreads();
+}
+
 // One packed byte: element 2i in the high nibble, 2i+1 in the low one,
 // returned as two bf16 in a word (first element low, as in memory).
 __device__ __forceinline__ uint32_t nf4_pair(const float *code, uint32_t byte, float scale)
@@ -43,9 +51,7 @@ __global__ void nf4_dequantize_kernel(bf16 *out, long ld_out, const uint8_t *pac
                                       long chunks, long row_chunks)
 {
 	__shared__ float code[16];
-	if (threadIdx.x < 16)
-		code[threadIdx.x] = nf4_code_dev[threadIdx.x];
-	__syncthreads();
+	code_to_shared(code);
 	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < chunks; i += (long)gridDim.x * blockDim.x) {
 		uint32_t b = ((const uint32_t *)packed)[i]; // bytes in memory order, low byte first
 		float scale = absmax[i / 8];                 // 8 elements per chunk, 64 per block
@@ -69,9 +75,7 @@ __global__ void nf4_dequantize_bytes_kernel(bf16 *out, long ld_out, const uint8_
                                             long bytes, long row_bytes)
 {
 	__shared__ float code[16];
-	if (threadIdx.x < 16)
-		code[threadIdx.x] = nf4_code_dev[threadIdx.x];
-	__syncthreads();
+	code_to_shared(code);
 	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += (long)gridDim.x * blockDim.x) {
 		float scale = absmax[2 * i / POROS_NF4_BLOCK];
 		uint32_t b = packed[i];

@@ -23,20 +23,14 @@ __device__ __forceinline__ float silu_times(float g, float u)
 // 16-byte aligned (out: 8-byte), the first n/4*4 elements go four at a time.
 __global__ void swiglu_forward_kernel(bf16 *out, const float *gate, const float *up, long n, bool vec4)
 {
-	long stride = (long)gridDim.x * blockDim.x;
-	long i0 = (long)blockIdx.x * blockDim.x + threadIdx.x;
-	long done = 0;
-	if (vec4) {
-		long n4 = n / 4;
-		for (long i = i0; i < n4; i += stride) {
+	flat_elementwise(
+		n, vec4,
+		[&](long i) {
 			float4 g = ((const float4 *)gate)[i], u = ((const float4 *)up)[i];
 			((uint2 *)out)[i] = make_uint2(pack_bf16x2(silu_times(g.x, u.x), silu_times(g.y, u.y)),
 			                               pack_bf16x2(silu_times(g.z, u.z), silu_times(g.w, u.w)));
-		}
-		done = n4 * 4;
-	}
-	for (long i = done + i0; i < n; i += stride)
-		out[i] = f32_to_bf16(silu_times(gate[i], up[i]));
+		},
+		[&](long i) { out[i] = f32_to_bf16(silu_times(gate[i], up[i])); });
 }
 
 // out (T,F) rows ld_out apart; gate, up (T,F).  vec4: F and ld_out
@@ -44,10 +38,7 @@ __global__ void swiglu_forward_kernel(bf16 *out, const float *gate, const float 
 __global__ void swiglu_forward_rows_kernel(bf16 *out, long ld_out, const float *gate, const float *up, long T,
                                            long F, bool vec4)
 {
-	int per = vec4 ? 4 : 1;
-	long groups = F / per, items = T * groups, stride = (long)gridDim.x * blockDim.x;
-	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < items; i += stride) {
-		long t = item_row(i, groups, items), f = (i - t * groups) * per;
+	rows_elementwise(T, F, vec4, [&](long t, long f) {
 		long e = t * F + f;
 		bf16 *y = out + t * ld_out + f;
 		if (vec4) {
@@ -57,7 +48,7 @@ __global__ void swiglu_forward_rows_kernel(bf16 *out, long ld_out, const float *
 		} else {
 			*y = f32_to_bf16(silu_times(gate[e], up[e]));
 		}
-	}
+	});
 }
 
 extern "C" void swiglu_forward_cuda(bf16 *out, int ld_out, const float *gate, const float *up, int T, int F)
@@ -69,7 +60,7 @@ extern "C" void swiglu_forward_cuda(bf16 *out, int ld_out, const float *gate, co
 	if (ld_out == F) {
 		long n = (long)T * F;
 		bool vec4 = aligned16(gate) && aligned16(up) && ((uintptr_t)out & 7u) == 0;
-		swiglu_forward_kernel<<<grid_for(vec4 ? (n + 3) / 4 : n, SWIGLU_THREADS), SWIGLU_THREADS, 0, stream>>>(
+		swiglu_forward_kernel<<<flat_grid(n, vec4, SWIGLU_THREADS), SWIGLU_THREADS, 0, stream>>>(
 			out, gate, up, n, vec4);
 	} else {
 		bool vec4 = F % 4 == 0 && ld_out % 4 == 0 && aligned16(gate) && aligned16(up) &&
@@ -106,12 +97,9 @@ __device__ __forceinline__ void swiglu_grad16(bf16 &dg, bf16 &du, float dy, floa
 __global__ void swiglu_backward_kernel(bf16 *dgate, bf16 *dup, const float *dout, const float *gate, const float *up,
                                        long n, bool vec4)
 {
-	long stride = (long)gridDim.x * blockDim.x;
-	long i0 = (long)blockIdx.x * blockDim.x + threadIdx.x;
-	long done = 0;
-	if (vec4) {
-		long n4 = n / 4;
-		for (long i = i0; i < n4; i += stride) {
+	flat_elementwise(
+		n, vec4,
+		[&](long i) {
 			float4 g = ((const float4 *)gate)[i], u = ((const float4 *)up)[i], dy = ((const float4 *)dout)[i];
 			bf16 dg[4], du[4];
 			swiglu_grad16(dg[0], du[0], dy.x, g.x, u.x);
@@ -120,11 +108,8 @@ __global__ void swiglu_backward_kernel(bf16 *dgate, bf16 *dup, const float *dout
 			swiglu_grad16(dg[3], du[3], dy.w, g.w, u.w);
 			((uint2 *)dgate)[i] = make_uint2(dg[0] | (unsigned)dg[1] << 16, dg[2] | (unsigned)dg[3] << 16);
 			((uint2 *)dup)[i] = make_uint2(du[0] | (unsigned)du[1] << 16, du[2] | (unsigned)du[3] << 16);
-		}
-		done = n4 * 4;
-	}
-	for (long i = done + i0; i < n; i += stride)
-		swiglu_grad16(dgate[i], dup[i], dout[i], gate[i], up[i]);
+		},
+		[&](long i) { swiglu_grad16(dgate[i], dup[i], dout[i], gate[i], up[i]); });
 }
 
 // dgate, dup (T,F) rows ld_d apart; dout, gate, up (T,F).  vec4: F and
@@ -132,10 +117,7 @@ __global__ void swiglu_backward_kernel(bf16 *dgate, bf16 *dup, const float *dout
 __global__ void swiglu_backward_rows_kernel(bf16 *dgate, bf16 *dup, long ld_d, const float *dout, const float *gate,
                                             const float *up, long T, long F, bool vec4)
 {
-	int per = vec4 ? 4 : 1;
-	long groups = F / per, items = T * groups, stride = (long)gridDim.x * blockDim.x;
-	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < items; i += stride) {
-		long t = item_row(i, groups, items), f = (i - t * groups) * per;
+	rows_elementwise(T, F, vec4, [&](long t, long f) {
 		long e = t * F + f, o = t * ld_d + f;
 		if (vec4) {
 			float4 g = *(const float4 *)(gate + e), u = *(const float4 *)(up + e);
@@ -150,7 +132,7 @@ __global__ void swiglu_backward_rows_kernel(bf16 *dgate, bf16 *dup, long ld_d, c
 		} else {
 			swiglu_grad16(dgate[o], dup[o], dout[e], gate[e], up[e]);
 		}
-	}
+	});
 }
 
 extern "C" void swiglu_backward_cuda(bf16 *dgate, bf16 *dup, int ld_d, const float *dout, const float *gate,
@@ -164,7 +146,7 @@ extern "C" void swiglu_backward_cuda(bf16 *dgate, bf16 *dup, int ld_d, const flo
 	               aligned16(gate) && aligned16(up);
 	if (ld_d == F) {
 		long n = (long)T * F;
-		swiglu_backward_kernel<<<grid_for(aligned ? (n + 3) / 4 : n, SWIGLU_THREADS), SWIGLU_THREADS, 0, stream>>>(
+		swiglu_backward_kernel<<<flat_grid(n, aligned, SWIGLU_THREADS), SWIGLU_THREADS, 0, stream>>>(
 			dgate, dup, dout, gate, up, n, aligned);
 	} else {
 		bool vec4 = aligned && F % 4 == 0 && ld_d % 4 == 0;

@@ -263,9 +263,29 @@ static void newline(struct jctx *c, struct jbuf *b, int indent, int level)
 		jbuf_put(c, b, " ", 1, 0);
 }
 
-void jtojson(struct jctx *c, const struct jnode *at, struct jbuf *b, struct jv v, int indent, int level)
+/* What goes before item i of a list or dict at level: the separator after
+ * the first, then with an indent the item's own line. */
+static void item_start(struct jctx *c, struct jbuf *b, size_t i, int indent, int level)
 {
 	const char *item_sep = indent >= 0 ? "," : ", ";
+
+	if (i)
+		jbuf_put(c, b, item_sep, strlen(item_sep), 0);
+	if (indent >= 0)
+		newline(c, b, indent, level + 1);
+}
+
+/* A list's or dict's closing bracket, on its own line when indented and
+ * not empty. */
+static void close_bracket(struct jctx *c, struct jbuf *b, const char *bracket, size_t n, int indent, int level)
+{
+	if (indent >= 0 && n)
+		newline(c, b, indent, level);
+	jbuf_put(c, b, bracket, 1, 0);
+}
+
+void jtojson(struct jctx *c, const struct jnode *at, struct jbuf *b, struct jv v, int indent, int level)
+{
 
 	switch (v.t) {
 	case JV_NONE: jbuf_put(c, b, "null", 4, 0); return;
@@ -282,30 +302,20 @@ void jtojson(struct jctx *c, const struct jnode *at, struct jbuf *b, struct jv v
 	case JV_LIST:
 		jbuf_put(c, b, "[", 1, 0);
 		for (size_t i = 0; i < v.u.l->n; i++) {
-			if (i)
-				jbuf_put(c, b, item_sep, strlen(item_sep), 0);
-			if (indent >= 0)
-				newline(c, b, indent, level + 1);
+			item_start(c, b, i, indent, level);
 			jtojson(c, at, b, v.u.l->v[i], indent, level + 1);
 		}
-		if (indent >= 0 && v.u.l->n)
-			newline(c, b, indent, level);
-		jbuf_put(c, b, "]", 1, 0);
+		close_bracket(c, b, "]", v.u.l->n, indent, level);
 		return;
 	case JV_DICT:
 		jbuf_put(c, b, "{", 1, 0);
 		for (size_t i = 0; i < v.u.d->n; i++) {
-			if (i)
-				jbuf_put(c, b, item_sep, strlen(item_sep), 0);
-			if (indent >= 0)
-				newline(c, b, indent, level + 1);
+			item_start(c, b, i, indent, level);
 			json_str(c, b, v.u.d->k[i]);
 			jbuf_put(c, b, ": ", 2, 0);
 			jtojson(c, at, b, v.u.d->v[i], indent, level + 1);
 		}
-		if (indent >= 0 && v.u.d->n)
-			newline(c, b, indent, level);
-		jbuf_put(c, b, "}", 1, 0);
+		close_bracket(c, b, "}", v.u.d->n, indent, level);
 		return;
 	default:
 		jfail(c, at, "tojson: %s is not JSON serializable", jv_type_name(v));

@@ -309,13 +309,21 @@ static struct jnode *parse_unary(struct parser *p, int with_filter)
 	return with_filter ? parse_filters(p, n) : n;
 }
 
-static struct jnode *binop(struct parser *p, const struct tok *t, const char *op, struct jnode *a, struct jnode *b)
+/* A node of two operands, a and b. */
+static struct jnode *node2(struct parser *p, enum jnode_kind k, const struct tok *t, struct jnode *a, struct jnode *b)
 {
-	struct jnode *n = node(p, N_BINOP, t);
+	struct jnode *n = node(p, k, t);
 
-	n->s = op;
 	n->a = a;
 	n->b = b;
+	return n;
+}
+
+static struct jnode *binop(struct parser *p, const struct tok *t, const char *op, struct jnode *a, struct jnode *b)
+{
+	struct jnode *n = node2(p, N_BINOP, t, a, b);
+
+	n->s = op;
 	return n;
 }
 
@@ -382,24 +390,15 @@ static struct jnode *parse_compare(struct parser *p)
 				op = cmps[k];
 		if (op) {
 			next(p);
-			struct jnode *m = node(p, N_CMP, t);
-			m->s = op;
-			m->a = n;
-			m->b = parse_add(p);
-			n = m;
+			n = node2(p, N_CMP, t, n, parse_add(p));
+			n->s = op;
 		} else if (is_name(t, "in")) {
 			next(p);
-			struct jnode *m = node(p, N_IN, t);
-			m->a = n;
-			m->b = parse_add(p);
-			n = m;
+			n = node2(p, N_IN, t, n, parse_add(p));
 		} else if (is_name(t, "not") && p->at + 1 < p->n && is_name(&p->t[p->at + 1], "in")) {
 			next(p);
 			next(p);
-			struct jnode *m = node(p, N_NOT_IN, t);
-			m->a = n;
-			m->b = parse_add(p);
-			n = m;
+			n = node2(p, N_NOT_IN, t, n, parse_add(p));
 		} else {
 			return n;
 		}
@@ -423,10 +422,7 @@ static struct jnode *parse_and(struct parser *p)
 
 	while (is_name(peek(p), "and")) {
 		struct tok *t = next(p);
-		struct jnode *m = node(p, N_AND, t);
-		m->a = n;
-		m->b = parse_not(p);
-		n = m;
+		n = node2(p, N_AND, t, n, parse_not(p));
 	}
 	return n;
 }
@@ -437,10 +433,7 @@ static struct jnode *parse_or(struct parser *p)
 
 	while (is_name(peek(p), "or")) {
 		struct tok *t = next(p);
-		struct jnode *m = node(p, N_OR, t);
-		m->a = n;
-		m->b = parse_and(p);
-		n = m;
+		n = node2(p, N_OR, t, n, parse_and(p));
 	}
 	return n;
 }
@@ -452,9 +445,7 @@ static struct jnode *parse_expr(struct parser *p)
 
 	while (is_name(peek(p), "if")) {
 		struct tok *t = next(p);
-		struct jnode *m = node(p, N_COND, t);
-		m->a = n;
-		m->b = parse_or(p);
+		struct jnode *m = node2(p, N_COND, t, n, parse_or(p));
 		if (is_name(peek(p), "else")) {
 			next(p);
 			m->c = parse_expr(p);

@@ -81,15 +81,26 @@ cJSON *parity_to_json(const struct parity *p)
 
 /* --- reading ---------------------------------------------------------- */
 
+/* A field that must be present and may be null: 1 with its value in *v,
+ * 0 for null, -1 (with the message) when missing. */
+static int get_field(const cJSON *o, const char *key, const char *path, const cJSON **v, char *err, size_t errsz)
+{
+	*v = cJSON_GetObjectItemCaseSensitive(o, key);
+	if (*v == NULL)
+		return set_error(err, errsz, "%s%s: missing", path, key);
+	return !cJSON_IsNull(*v);
+}
+
 /* A string or null into *out (NULL for null). */
 static int get_str(const cJSON *o, const char *key, const char *path, char **out, char *err, size_t errsz)
 {
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-	if (v == NULL)
-		return set_error(err, errsz, "%s%s: missing", path, key);
-	if (cJSON_IsNull(v)) {
-		*out = NULL;
-		return 0;
+	const cJSON *v;
+	int got = get_field(o, key, path, &v, err, errsz);
+
+	if (got <= 0) {
+		if (got == 0)
+			*out = NULL;
+		return got;
 	}
 	if (!cJSON_IsString(v))
 		return set_error(err, errsz, "%s%s: expected a string or null", path, key);
@@ -100,12 +111,13 @@ static int get_str(const cJSON *o, const char *key, const char *path, char **out
 /* A finite number >= 0, or null (NaN). */
 static int get_delta(const cJSON *o, const char *key, const char *path, double *out, char *err, size_t errsz)
 {
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-	if (v == NULL)
-		return set_error(err, errsz, "%s%s: missing", path, key);
-	if (cJSON_IsNull(v)) {
-		*out = NAN;
-		return 0;
+	const cJSON *v;
+	int got = get_field(o, key, path, &v, err, errsz);
+
+	if (got <= 0) {
+		if (got == 0)
+			*out = NAN;
+		return got;
 	}
 	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
 		return set_error(err, errsz, "%s%s: not a number", path, key);
@@ -119,13 +131,14 @@ static int get_delta(const cJSON *o, const char *key, const char *path, double *
 static int get_count(const cJSON *o, const char *key, const char *path, long long min, long long *out,
                      char *err, size_t errsz)
 {
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+	const cJSON *v;
+	int got = get_field(o, key, path, &v, err, errsz);
 	double d;
-	if (v == NULL)
-		return set_error(err, errsz, "%s%s: missing", path, key);
-	if (cJSON_IsNull(v)) {
-		*out = -1;
-		return 0;
+
+	if (got <= 0) {
+		if (got == 0)
+			*out = -1;
+		return got;
 	}
 	if (!cJSON_IsNumber(v))
 		return set_error(err, errsz, "%s%s: expected an integer or null", path, key);

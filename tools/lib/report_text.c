@@ -64,50 +64,64 @@ void sb_printf(struct sbuf *b, const char *fmt, ...)
 	b->len += (size_t)n;
 }
 
-void sb_html(struct sbuf *b, const char *s)
+/* s through escape: what a writer puts for a character other than itself
+ * (a NULL: the character, or a space for any other control character). */
+static void sb_escape(struct sbuf *b, const char *s, const char *(*escape)(char c, char tmp[3]))
 {
+	char tmp[3];
+
 	if (s == NULL)
 		return;
 	for (; *s; s++) {
-		switch (*s) {
-		case '&': sb_puts(b, "&amp;"); break;
-		case '<': sb_puts(b, "&lt;"); break;
-		case '>': sb_puts(b, "&gt;"); break;
-		case '"': sb_puts(b, "&quot;"); break;
-		case '\'': sb_puts(b, "&#39;"); break;
-		case '/': sb_puts(b, "&#47;"); break;
-		default:
-			/* Control characters have no place in a page; show them as a space. */
-			if ((unsigned char)*s < 0x20 && *s != '\n' && *s != '\t')
-				sb_putn(b, " ", 1);
-			else
-				sb_putn(b, s, 1);
-		}
+		const char *e = escape(*s, tmp);
+		if (e)
+			sb_puts(b, e);
+		else if ((unsigned char)*s < 0x20)
+			sb_putn(b, " ", 1); /* control characters have no place in a page */
+		else
+			sb_putn(b, s, 1);
 	}
+}
+
+static const char *html_escape(char c, char tmp[3])
+{
+	(void)tmp;
+	switch (c) {
+	case '&': return "&amp;";
+	case '<': return "&lt;";
+	case '>': return "&gt;";
+	case '"': return "&quot;";
+	case '\'': return "&#39;";
+	case '/': return "&#47;";
+	case '\n': return "\n";
+	case '\t': return "\t";
+	default: return NULL;
+	}
+}
+
+static const char *md_escape(char c, char tmp[3])
+{
+	switch (c) {
+	case '&': return "&amp;";
+	case '<': return "&lt;";
+	case '>': return "&gt;";
+	case '\n': case '\r': case '\t': return " ";
+	case '\\': case '|': case '`': case '*': case '_': case '[': case ']': case '~': case '#':
+	case '!':
+		tmp[0] = '\\', tmp[1] = c, tmp[2] = '\0';
+		return tmp;
+	default: return NULL;
+	}
+}
+
+void sb_html(struct sbuf *b, const char *s)
+{
+	sb_escape(b, s, html_escape);
 }
 
 void sb_md(struct sbuf *b, const char *s)
 {
-	if (s == NULL)
-		return;
-	for (; *s; s++) {
-		switch (*s) {
-		case '&': sb_puts(b, "&amp;"); break;
-		case '<': sb_puts(b, "&lt;"); break;
-		case '>': sb_puts(b, "&gt;"); break;
-		case '\n': case '\r': case '\t': sb_putn(b, " ", 1); break;
-		case '\\': case '|': case '`': case '*': case '_': case '[': case ']': case '~': case '#':
-		case '!':
-			sb_putn(b, "\\", 1);
-			sb_putn(b, s, 1);
-			break;
-		default:
-			if ((unsigned char)*s < 0x20)
-				sb_putn(b, " ", 1);
-			else
-				sb_putn(b, s, 1);
-		}
-	}
+	sb_escape(b, s, md_escape);
 }
 
 const char *fmt_num(char *buf, size_t n, double v)

@@ -113,32 +113,44 @@ static pcre2_code *compile_regex(const char *pat, int literal, char *err, size_t
 static const char GPT2_PATTERN[] =
 	"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
+typedef int (*step_loader)(struct tokenizer *t, const cJSON *node, char *err, size_t errsz);
+
+/* The part of a normalizer's or pre-tokenizer's (what) node both share:
+ * none (absent or null), or a "Sequence" of them under list_key, each
+ * through load, is 0 with *type NULL; a step of its own *type (n_steps
+ * taken so far) is 0 for the caller to load; -1 after an error. */
+static int load_step(struct tokenizer *t, const cJSON *node, const char *what, const char *list_key,
+		     step_loader load, int n_steps, const char **type, char *err, size_t errsz)
+{
+	*type = NULL;
+	if (node == NULL || cJSON_IsNull(node))
+		return 0;
+	*type = json_type_str(node, "type");
+	if (*type == NULL)
+		return set_error(err, errsz, "%s: no \"type\"", what);
+	if (strcmp(*type, "Sequence") == 0) {
+		const cJSON *list = cJSON_GetObjectItemCaseSensitive(node, list_key), *item;
+		*type = NULL;
+		if (!cJSON_IsArray(list))
+			return set_error(err, errsz, "%s: Sequence without a \"%s\" array", what, list_key);
+		cJSON_ArrayForEach(item, list)
+			if (load(t, item, err, errsz) < 0)
+				return -1;
+		return 0;
+	}
+	if (n_steps == MAX_STEPS)
+		return set_error(err, errsz, "%s: more than %d steps", what, MAX_STEPS);
+	return 0;
+}
+
 static int load_normalizer(struct tokenizer *t, const cJSON *n, char *err, size_t errsz)
 {
 	const char *type;
 
-	if (n == NULL || cJSON_IsNull(n))
-		return 0;
-	type = json_type_str(n, "type");
-	if (type == NULL) {
-		set_error(err, errsz, "normalizer: no \"type\"");
+	if (load_step(t, n, "normalizer", "normalizers", load_normalizer, t->n_norm, &type, err, errsz) < 0)
 		return -1;
-	}
-	if (strcmp(type, "Sequence") == 0) {
-		const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, "normalizers"), *item;
-		if (!cJSON_IsArray(list)) {
-			set_error(err, errsz, "normalizer: Sequence without a \"normalizers\" array");
-			return -1;
-		}
-		cJSON_ArrayForEach(item, list)
-			if (load_normalizer(t, item, err, errsz) < 0)
-				return -1;
+	if (type == NULL)
 		return 0;
-	}
-	if (t->n_norm == MAX_STEPS) {
-		set_error(err, errsz, "normalizer: more than %d steps", MAX_STEPS);
-		return -1;
-	}
 	if (strcmp(type, "NFC") == 0)
 		t->norm[t->n_norm++] = UTF8PROC_STABLE | UTF8PROC_COMPOSE;
 	else if (strcmp(type, "NFD") == 0)
@@ -159,28 +171,10 @@ static int load_pre_tokenizer(struct tokenizer *t, const cJSON *p, char *err, si
 	const char *type;
 	struct pre_step *s;
 
-	if (p == NULL || cJSON_IsNull(p))
-		return 0;
-	type = json_type_str(p, "type");
-	if (type == NULL) {
-		set_error(err, errsz, "pre_tokenizer: no \"type\"");
+	if (load_step(t, p, "pre_tokenizer", "pretokenizers", load_pre_tokenizer, t->n_pre, &type, err, errsz) < 0)
 		return -1;
-	}
-	if (strcmp(type, "Sequence") == 0) {
-		const cJSON *list = cJSON_GetObjectItemCaseSensitive(p, "pretokenizers"), *item;
-		if (!cJSON_IsArray(list)) {
-			set_error(err, errsz, "pre_tokenizer: Sequence without a \"pretokenizers\" array");
-			return -1;
-		}
-		cJSON_ArrayForEach(item, list)
-			if (load_pre_tokenizer(t, item, err, errsz) < 0)
-				return -1;
+	if (type == NULL)
 		return 0;
-	}
-	if (t->n_pre == MAX_STEPS) {
-		set_error(err, errsz, "pre_tokenizer: more than %d steps", MAX_STEPS);
-		return -1;
-	}
 	s = &t->pre[t->n_pre];
 	memset(s, 0, sizeof *s);
 	if (strcmp(type, "Split") == 0) {

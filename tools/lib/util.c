@@ -148,29 +148,46 @@ char *xasprintf(const char *fmt, ...)
 	return s;
 }
 
+void bprintf(char *buf, size_t n, size_t *off, const char *fmt, ...)
+{
+	va_list ap;
+	int w;
+
+	va_start(ap, fmt);
+	w = vsnprintf(*off < n ? buf + *off : NULL, *off < n ? n - *off : 0, fmt, ap);
+	va_end(ap);
+	if (w > 0)
+		*off += (size_t)w;
+}
+
+/* A parse_* failure: why it failed, and -1. */
+static int parse_refuse(const char **why, const char *reason)
+{
+	*why = reason;
+	return -1;
+}
+
+/* Empty or led by white space (which strtol and strtod would skip). */
+static int parse_blank(const char *s)
+{
+	return s == NULL || *s == '\0' || isspace((unsigned char)*s);
+}
+
 int parse_long(const char *s, long min, long max, long *out, const char **why)
 {
 	char *end;
 	long v;
 
-	if (s == NULL || *s == '\0' || isspace((unsigned char)*s)) {
-		*why = "not a number";
-		return -1;
-	}
+	if (parse_blank(s))
+		return parse_refuse(why, "not a number");
 	errno = 0;
 	v = strtol(s, &end, 10);
-	if (*end != '\0') {
-		*why = "not a number";
-		return -1;
-	}
-	if (errno == ERANGE || v > max) {
-		*why = (errno == ERANGE && v == LONG_MIN) ? "too small" : "too large";
-		return -1;
-	}
-	if (v < min) {
-		*why = "too small";
-		return -1;
-	}
+	if (*end != '\0')
+		return parse_refuse(why, "not a number");
+	if (errno == ERANGE || v > max)
+		return parse_refuse(why, (errno == ERANGE && v == LONG_MIN) ? "too small" : "too large");
+	if (v < min)
+		return parse_refuse(why, "too small");
 	*out = v;
 	return 0;
 }
@@ -180,28 +197,18 @@ int parse_double(const char *s, double min, double max, double *out, const char 
 	char *end;
 	double v;
 
-	if (s == NULL || *s == '\0' || isspace((unsigned char)*s)) {
-		*why = "not a number";
-		return -1;
-	}
+	if (parse_blank(s))
+		return parse_refuse(why, "not a number");
 	errno = 0;
 	v = strtod(s, &end);
-	if (*end != '\0' || isnan(v)) {
-		*why = "not a number";
-		return -1;
-	}
-	if (isinf(v) || errno == ERANGE) {
-		*why = (v < 0) ? "too small" : (fabs(v) < 1 ? "too close to zero" : "too large");
-		return -1;
-	}
-	if (v < min) {
-		*why = "too small";
-		return -1;
-	}
-	if (v > max) {
-		*why = "too large";
-		return -1;
-	}
+	if (*end != '\0' || isnan(v))
+		return parse_refuse(why, "not a number");
+	if (isinf(v) || errno == ERANGE)
+		return parse_refuse(why, (v < 0) ? "too small" : (fabs(v) < 1 ? "too close to zero" : "too large"));
+	if (v < min)
+		return parse_refuse(why, "too small");
+	if (v > max)
+		return parse_refuse(why, "too large");
 	*out = v;
 	return 0;
 }

@@ -42,6 +42,8 @@ void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* snprintf into buf at *off, never past n (the length still counts). */
+void bprintf(char *buf, size_t n, size_t *off, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* Strict parsing: the whole string, in [min, max].  On failure returns -1
  * and *why says what was wrong ("not a number", "too small", "too large"). */

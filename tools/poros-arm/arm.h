@@ -51,6 +51,8 @@ void child_signals_init(void);
 void child_signals_init_worker(pid_t pool);
 /* The signal that interrupted poros-arm, or 0. */
 int child_interrupted_by(void);
+/* pipe(2) with both ends close-on-exec; 0, or -1 with errno. */
+int pipe_cloexec(int p[2]);
 
 /* Starts spec->argv in its own process group with stdin /dev/null, waits
  * for it, its pipes and its process group, enforcing the timeout.

@@ -368,7 +368,7 @@ fail:
 	_exit(127);
 }
 
-static int pipe_cloexec(int p[2])
+int pipe_cloexec(int p[2])
 {
 	if (pipe(p) < 0)
 		return -1;

@@ -32,16 +32,18 @@ static void stream_error(const struct jsonl_reader *r, const char *name)
 	                          "poros-expand SPEC | xargs poros-arm)" : "");
 }
 
-/* Cells as JSON Lines; a bad line is reported and the rest still run. */
-static int run_stream(const struct arm_options *o, FILE *f, const char *name, int *index)
+/* Each cell of the JSON Lines stream f to take (which owns it), to the end
+ * or, when interruptible, to an interrupt; a bad line is reported and
+ * skipped.  The worst of EXIT_USAGE (after a bad line) and take's returns. */
+static int each_stream_cell(FILE *f, const char *name, int interruptible,
+                            int (*take)(void *ctx, cJSON *cell, const char *name, long line), void *ctx)
 {
 	struct jsonl_reader r;
 	cJSON *cell;
 	int got, rc = EXIT_OK;
 
 	jsonl_init(&r, f, name);
-	while ((got = jsonl_next(&r, &cell)) != 0 && !child_interrupted_by()) {
-		char *where;
+	while ((got = jsonl_next(&r, &cell)) != 0 && !(interruptible && child_interrupted_by())) {
 		if (got < 0) {
 			stream_error(&r, name);
 			rc = EXIT_USAGE;
@@ -49,13 +51,34 @@ static int run_stream(const struct arm_options *o, FILE *f, const char *name, in
 				break;
 			continue;
 		}
-		where = xasprintf("%s:%ld", name, r.line);
-		rc = worst(rc, arm_run_cell(o, cell, NULL, where, ++*index, 0));
-		free(where);
-		cJSON_Delete(cell);
+		rc = worst(rc, take(ctx, cell, name, r.line));
 	}
 	jsonl_free(&r);
 	return rc;
+}
+
+struct run_ctx {
+	const struct arm_options *o;
+	int *index;
+};
+
+static int run_one(void *ctx, cJSON *cell, const char *name, long line)
+{
+	struct run_ctx *c = ctx;
+	char *where = xasprintf("%s:%ld", name, line);
+	int rc = arm_run_cell(c->o, cell, NULL, where, ++*c->index, 0);
+
+	free(where);
+	cJSON_Delete(cell);
+	return rc;
+}
+
+/* Cells as JSON Lines; a bad line is reported and the rest still run. */
+static int run_stream(const struct arm_options *o, FILE *f, const char *name, int *index)
+{
+	struct run_ctx c = { o, index };
+
+	return each_stream_cell(f, name, 1, run_one, &c);
 }
 
 /* --gpus 0,1,3: GPU indices, each once.  Returns how many; gpus gets
@@ -86,29 +109,28 @@ static int parse_gpus(char *list, char **gpus)
 	return n;
 }
 
+struct collect_ctx {
+	struct pool_cell **cells;
+	int *n, *index;
+};
+
+static int collect_one(void *ctx, cJSON *cell, const char *name, long line)
+{
+	struct collect_ctx *c = ctx;
+
+	*c->cells = xrealloc(*c->cells, (size_t)(*c->n + 1) * sizeof **c->cells);
+	(*c->cells)[(*c->n)++] = (struct pool_cell){
+		.cell = cell, .where = xasprintf("%s:%ld", name, line), .index = ++*c->index, .total = 0,
+	};
+	return EXIT_OK;
+}
+
 /* The cells of a stream, for the pool; bad lines reported as run_stream does. */
 static int collect_stream(struct pool_cell **cells, int *n, FILE *f, const char *name, int *index)
 {
-	struct jsonl_reader r;
-	cJSON *cell;
-	int got, rc = EXIT_OK;
+	struct collect_ctx c = { cells, n, index };
 
-	jsonl_init(&r, f, name);
-	while ((got = jsonl_next(&r, &cell)) != 0) {
-		if (got < 0) {
-			stream_error(&r, name);
-			rc = EXIT_USAGE;
-			if (ferror(f))
-				break;
-			continue;
-		}
-		*cells = xrealloc(*cells, (size_t)(*n + 1) * sizeof **cells);
-		(*cells)[(*n)++] = (struct pool_cell){
-			.cell = cell, .where = xasprintf("%s:%ld", name, r.line), .index = ++*index, .total = 0,
-		};
-	}
-	jsonl_free(&r);
-	return rc;
+	return each_stream_cell(f, name, 0, collect_one, &c);
 }
 
 /* --gpus: every cell first (files by name, streams read whole), then the pool. */

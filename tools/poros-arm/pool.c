@@ -9,7 +9,6 @@
 #include "arm.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -103,15 +102,6 @@ static noreturn void worker_main(const struct arm_options *o, struct worker *w, 
 		rc = arm_run_cell(&wo, w->cell->cell, NULL, w->cell->where, w->cell->index, w->cell->total);
 	/* the pool says "interrupted", once */
 	exit(child_interrupted_by() ? EXIT_RUNTIME : rc);
-}
-
-static int pipe_cloexec(int p[2])
-{
-	if (pipe(p) < 0)
-		return -1;
-	fcntl(p[0], F_SETFD, FD_CLOEXEC);
-	fcntl(p[1], F_SETFD, FD_CLOEXEC);
-	return 0;
 }
 
 /* Starts the cell on w's GPU.  0, or -1 after a message. */

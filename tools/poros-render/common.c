@@ -168,11 +168,8 @@ static void measured_hardware(struct sbuf *b, const struct report *r, const stru
 	strmap_free(&seen);
 	if (n == 0)
 		sb_puts(b, "unspecified (the spec names none, and no artifact says what ran it)");
-	else {
-		sb_puts(b, mk->muted_open);
-		sb_puts(b, " (from the artifacts: the spec names no hardware)");
-		sb_puts(b, mk->muted_close);
-	}
+	else
+		mk_muted(b, mk, " (from the artifacts: the spec names no hardware)");
 }
 
 static void item(struct sbuf *b, const struct markup *mk, const char *term)

@@ -71,19 +71,6 @@ static const struct markup html_markup = {
 	.verdict = verdict_badge,
 };
 
-/* The headline's lines: items of a list, the term in bold. */
-static const struct markup html_headline = {
-	.text = sb_html,
-	.item_open = "<li><strong>", .item_mid = "</strong> ", .item_close = "</li>\n",
-	.code_open = "<code>", .code_close = "</code>",
-	.times = "&times;",
-	.line_break = "<br>",
-	.warn_open = "<span class=\"flag\">", .warn_close = "</span>",
-	.muted_open = "<span class=\"muted\">", .muted_close = "</span>",
-	.status = badge,
-	.verdict = verdict_badge,
-};
-
 static void spec_summary(struct sbuf *b, const struct report *r)
 {
 	sb_puts(b, "<section id=\"spec\">\n<h2>Spec</h2>\n<dl class=\"spec\">\n");
@@ -93,27 +80,40 @@ static void spec_summary(struct sbuf *b, const struct report *r)
 
 /* --- one model ---------------------------------------------------------------- */
 
-static void results_table(struct sbuf *b, const struct report_model *m)
+/* A table's head (of class cls) up to its body's first row. */
+static void table_head(struct sbuf *b, const char *cls, const struct column *cols)
 {
-	sb_puts(b, "<div class=\"scroll\">\n<table class=\"results\">\n<thead><tr>");
-	for (const struct column *col = result_columns; col->head; col++) {
+	sb_printf(b, "<div class=\"scroll\">\n<table class=\"%s\">\n<thead><tr>", cls);
+	for (const struct column *col = cols; col->head; col++) {
 		sb_printf(b, "<th%s>", col->derived ? " class=\"derived\"" : "");
 		sb_html(b, col->head);
 		sb_puts(b, "</th>");
 	}
 	sb_puts(b, "</tr></thead>\n<tbody>\n");
+}
+
+/* Row i's cells (of m's results or r's parity rows, by the columns' kind). */
+static void table_cells(struct sbuf *b, const struct column *cols, const struct result_entry *const *rows,
+                        const struct parity_row *parity_rows, int i)
+{
+	for (const struct column *col = cols; col->head; col++) {
+		sb_printf(b, "<td%s%s%s>", col->num || col->derived ? " class=\"" : "", col->num ? "num" : "",
+		          col->derived ? (col->num ? " derived\"" : "derived\"") : (col->num ? "\"" : ""));
+		column_cell(b, col, rows, parity_rows, i, &html_markup);
+		sb_puts(b, "</td>");
+	}
+}
+
+static void results_table(struct sbuf *b, const struct report_model *m)
+{
+	table_head(b, "results", result_columns);
 	for (int i = 0; i < m->n; i++) {
 		const struct result_entry *e = m->rows[i];
 
 		sb_puts(b, "<tr id=\"cell-");
 		sb_html(b, e->art.cell_id);
 		sb_puts(b, "\">");
-		for (const struct column *col = result_columns; col->head; col++) {
-			sb_printf(b, "<td%s%s%s>", col->num || col->derived ? " class=\"" : "", col->num ? "num" : "",
-			          col->derived ? (col->num ? " derived\"" : "derived\"") : (col->num ? "\"" : ""));
-			col->cell(b, e, &html_markup);
-			sb_puts(b, "</td>");
-		}
+		table_cells(b, result_columns, m->rows, NULL, i);
 		sb_puts(b, "</tr>\n");
 	}
 	sb_puts(b, "</tbody>\n</table>\n</div>\n");
@@ -254,10 +254,12 @@ static void model_section(struct sbuf *b, const struct report_model *m)
 	sb_html(b, c->model.model_id);
 	sb_printf(b, ", %g B parameters</small></h2>\n", c->model.param_count_b);
 	{
+		struct markup headline = html_markup; /* its lines: items of a list, the term in bold */
 		struct sbuf h;
 
+		headline.item_open = "<li><strong>", headline.item_mid = "</strong> ", headline.item_close = "</li>\n";
 		sb_init(&h);
-		model_headline(&h, m, &html_headline);
+		model_headline(&h, m, &headline);
 		if (h.len)
 			sb_printf(b, "<ul class=\"headline\">\n%s</ul>\n", h.s);
 		sb_free(&h);
@@ -291,20 +293,10 @@ static void parity_section(struct sbuf *b, const struct report *r)
 		sb_puts(b, "<p>No parity was measured for these results: <code>poros parity SPEC</code> trains each "
 		           "model and precision blockwise and resident and fills this table (<code>make bench</code> "
 		           "runs it).</p>\n");
-	sb_puts(b, "<div class=\"scroll\">\n<table class=\"parity\">\n<thead><tr>");
-	for (const struct parity_column *col = parity_columns; col->head; col++) {
-		sb_puts(b, "<th>");
-		sb_html(b, col->head);
-		sb_puts(b, "</th>");
-	}
-	sb_puts(b, "</tr></thead>\n<tbody>\n");
+	table_head(b, "parity", parity_columns);
 	for (int i = 0; i < r->n_parity_rows; i++) {
 		sb_puts(b, "<tr>");
-		for (const struct parity_column *col = parity_columns; col->head; col++) {
-			sb_puts(b, col->num ? "<td class=\"num\">" : "<td>");
-			col->cell(b, &r->parity_rows[i], &html_markup);
-			sb_puts(b, "</td>");
-		}
+		table_cells(b, parity_columns, NULL, r->parity_rows, i);
 		sb_puts(b, "</tr>\n");
 	}
 	if (r->n_parity_rows == 0)

@@ -23,19 +23,6 @@ static const struct markup md_markup = {
 	.verdict = md_verdict,
 };
 
-/* The headline's lines: "- **poros nf4** ..." */
-static const struct markup md_headline = {
-	.text = sb_md,
-	.item_open = "- **", .item_mid = "** ", .item_close = "\n",
-	.code_open = "", .code_close = "",
-	.times = "x",
-	.line_break = "; ",
-	.warn_open = "**", .warn_close = "**",
-	.muted_open = "", .muted_close = "",
-	.status = md_status,
-	.verdict = md_verdict,
-};
-
 static void spec_summary(struct sbuf *b, const struct report *r)
 {
 	sb_puts(b, "## Spec\n\n");
@@ -43,9 +30,37 @@ static void spec_summary(struct sbuf *b, const struct report *r)
 	sb_puts(b, "\n");
 }
 
+/* A table of n rows (m's results or r's parity rows, by the columns'
+ * kind), a blank line after it. */
+static void md_table(struct sbuf *b, const struct column *cols, const struct result_entry *const *rows,
+                     const struct parity_row *parity_rows, int n)
+{
+	sb_puts(b, "|");
+	for (const struct column *col = cols; col->head; col++) {
+		sb_puts(b, " ");
+		sb_md(b, col->head);
+		sb_puts(b, " |");
+	}
+	sb_puts(b, "\n|");
+	for (const struct column *col = cols; col->head; col++)
+		sb_puts(b, col->num ? "---:|" : "---|");
+	sb_puts(b, "\n");
+	for (int i = 0; i < n; i++) {
+		sb_puts(b, "|");
+		for (const struct column *col = cols; col->head; col++) {
+			sb_puts(b, " ");
+			column_cell(b, col, rows, parity_rows, i, &md_markup);
+			sb_puts(b, " |");
+		}
+		sb_puts(b, "\n");
+	}
+	sb_puts(b, "\n");
+}
+
 static void model_table(struct sbuf *b, const struct report_model *m)
 {
 	const struct cell *c = m->cell;
+	struct markup headline = md_markup; /* its lines: "- **poros nf4** ..." */
 	struct sbuf h;
 
 	sb_puts(b, "## ");
@@ -54,30 +69,12 @@ static void model_table(struct sbuf *b, const struct report_model *m)
 	sb_md(b, c->model.model_id);
 	sb_printf(b, ", %g B parameters)\n\n", c->model.param_count_b);
 	sb_init(&h);
-	model_headline(&h, m, &md_headline);
+	headline.item_mid = "** ";
+	model_headline(&h, m, &headline);
 	if (h.len)
 		sb_printf(b, "%s\n", h.s);
 	sb_free(&h);
-	sb_puts(b, "|");
-	for (const struct column *col = result_columns; col->head; col++) {
-		sb_puts(b, " ");
-		sb_md(b, col->head);
-		sb_puts(b, " |");
-	}
-	sb_puts(b, "\n|");
-	for (const struct column *col = result_columns; col->head; col++)
-		sb_puts(b, col->num ? "---:|" : "---|");
-	sb_puts(b, "\n");
-	for (int i = 0; i < m->n; i++) {
-		sb_puts(b, "|");
-		for (const struct column *col = result_columns; col->head; col++) {
-			sb_puts(b, " ");
-			col->cell(b, m->rows[i], &md_markup);
-			sb_puts(b, " |");
-		}
-		sb_puts(b, "\n");
-	}
-	sb_puts(b, "\n");
+	md_table(b, result_columns, m->rows, NULL, m->n);
 }
 
 static void md_verdict(struct sbuf *b, int exact)
@@ -96,26 +93,7 @@ static void parity_table(struct sbuf *b, const struct report *r)
 	if (!measured)
 		sb_puts(b, "No parity was measured for these results: `poros parity SPEC` trains each model and precision "
 		           "blockwise and resident and fills this table (`make bench` runs it).\n\n");
-	sb_puts(b, "|");
-	for (const struct parity_column *col = parity_columns; col->head; col++) {
-		sb_puts(b, " ");
-		sb_md(b, col->head);
-		sb_puts(b, " |");
-	}
-	sb_puts(b, "\n|");
-	for (const struct parity_column *col = parity_columns; col->head; col++)
-		sb_puts(b, col->num ? "---:|" : "---|");
-	sb_puts(b, "\n");
-	for (int i = 0; i < r->n_parity_rows; i++) {
-		sb_puts(b, "|");
-		for (const struct parity_column *col = parity_columns; col->head; col++) {
-			sb_puts(b, " ");
-			col->cell(b, &r->parity_rows[i], &md_markup);
-			sb_puts(b, " |");
-		}
-		sb_puts(b, "\n");
-	}
-	sb_puts(b, "\n");
+	md_table(b, parity_columns, NULL, r->parity_rows, r->n_parity_rows);
 }
 
 static void env_table(struct sbuf *b, const struct report *r)

@@ -73,26 +73,28 @@ struct markup {
 	void (*verdict)(struct sbuf *b, int bitwise_exact);             /* parity: exact or differs */
 };
 
-/* --- the results table: one list of columns, both writers (table.c) --- */
+/* --- the tables: one list of columns each, both writers (table.c) --- */
 
 struct column {
 	const char *head;                               /* plain text: each writer escapes it */
 	int num;                                        /* a number: right-aligned */
 	int derived;                                    /* computed from a measurement, not one */
+	/* the cell of a row: of the results table (cell) or the parity table */
 	void (*cell)(struct sbuf *b, const struct result_entry *e, const struct markup *mk);
+	void (*parity_cell)(struct sbuf *b, const struct parity_row *row, const struct markup *mk);
 };
 extern const struct column result_columns[];        /* ends with a NULL head */
+extern const struct column parity_columns[];        /* likewise */
 
-/* The parity table's columns, likewise. */
-struct parity_column {
-	const char *head;
-	int num;
-	void (*cell)(struct sbuf *b, const struct parity_row *row, const struct markup *mk);
-};
-extern const struct parity_column parity_columns[];
+/* Row i of a table: rows[i] of the results, else parity_rows[i]. */
+void column_cell(struct sbuf *b, const struct column *col, const struct result_entry *const *rows,
+                 const struct parity_row *parity_rows, int i, const struct markup *mk);
 
 /* True when the cell ran on the CPU backend (its memory is host memory). */
 int is_cpu_run(const struct artifact *a);
+/* s (markup, not escaped) as a muted note, or as a warning. */
+void mk_muted(struct sbuf *b, const struct markup *mk, const char *s);
+void mk_warn(struct sbuf *b, const struct markup *mk, const char *s);
 
 /* One line per precision with a finished poros cell: its s/step and
  * memory as ratios of each other method's (resident and the baselines). */

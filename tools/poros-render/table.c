@@ -12,6 +12,20 @@ int is_cpu_run(const struct artifact *a)
 	return a->env.backend != NULL && strcmp(a->env.backend, "cpu") == 0;
 }
 
+void mk_muted(struct sbuf *b, const struct markup *mk, const char *s)
+{
+	sb_puts(b, mk->muted_open);
+	sb_puts(b, s);
+	sb_puts(b, mk->muted_close);
+}
+
+void mk_warn(struct sbuf *b, const struct markup *mk, const char *s)
+{
+	sb_puts(b, mk->warn_open);
+	sb_puts(b, s);
+	sb_puts(b, mk->warn_close);
+}
+
 static void num(struct sbuf *b, double v)
 {
 	char buf[32];
@@ -54,9 +68,7 @@ static void col_memory(struct sbuf *b, const struct result_entry *e, const struc
 
 	sb_puts(b, fmt_mib(buf, sizeof buf, e->art.metrics.vram_peak_mb));
 	if (is_cpu_run(&e->art) && !isnan(e->art.metrics.vram_peak_mb)) {
-		sb_puts(b, mk->muted_open);
-		sb_puts(b, " host");
-		sb_puts(b, mk->muted_close);
+		mk_muted(b, mk, " host");
 	}
 }
 
@@ -71,9 +83,7 @@ static void col_fits(struct sbuf *b, const struct result_entry *e, const struct 
 
 	/* a host-memory figure says nothing about a card */
 	if (gb >= 0 && is_cpu_run(&e->art)) {
-		sb_puts(b, mk->muted_open);
-		sb_puts(b, "CPU run");
-		sb_puts(b, mk->muted_close);
+		mk_muted(b, mk, "CPU run");
 		return;
 	}
 	if (gb < 0) {
@@ -84,9 +94,7 @@ static void col_fits(struct sbuf *b, const struct result_entry *e, const struct 
 		sb_puts(b, "&gt; 141 GB");
 	else
 		sb_printf(b, "%d GB", gb);
-	sb_puts(b, mk->muted_open);
-	sb_puts(b, planned ? " planned" : " derived");
-	sb_puts(b, mk->muted_close);
+	mk_muted(b, mk, planned ? " planned" : " derived");
 }
 
 static void col_s_per_step(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
@@ -113,9 +121,7 @@ static void col_passes(struct sbuf *b, const struct result_entry *e, const struc
 	}
 	if (m->passes_agree == 0) {
 		sb_puts(b, mk->line_break);
-		sb_puts(b, mk->warn_open);
-		sb_puts(b, "passes disagree");
-		sb_puts(b, mk->warn_close);
+		mk_warn(b, mk, "passes disagree");
 	}
 }
 
@@ -154,19 +160,19 @@ static void col_loss(struct sbuf *b, const struct result_entry *e, const struct 
 }
 
 const struct column result_columns[] = {
-	{ "Method", 0, 0, col_method },
-	{ "Precision", 0, 0, col_precision },
-	{ "Status", 0, 0, col_status },
-	{ "Device", 0, 0, col_device },
-	{ "Memory peak", 1, 0, col_memory },
-	{ "Fits on*", 1, 1, col_fits },
-	{ "s/step (median)", 1, 0, col_s_per_step },
-	{ "Passes", 1, 0, col_passes },
-	{ "Noise (MAD)", 1, 0, col_noise },
-	{ "Step range", 1, 0, col_range },
-	{ "tokens/s", 1, 0, col_tokens },
-	{ "Loss first -> last", 1, 0, col_loss },
-	{ NULL, 0, 0, NULL },
+	{ "Method", 0, 0, col_method, NULL },
+	{ "Precision", 0, 0, col_precision, NULL },
+	{ "Status", 0, 0, col_status, NULL },
+	{ "Device", 0, 0, col_device, NULL },
+	{ "Memory peak", 1, 0, col_memory, NULL },
+	{ "Fits on*", 1, 1, col_fits, NULL },
+	{ "s/step (median)", 1, 0, col_s_per_step, NULL },
+	{ "Passes", 1, 0, col_passes, NULL },
+	{ "Noise (MAD)", 1, 0, col_noise, NULL },
+	{ "Step range", 1, 0, col_range, NULL },
+	{ "tokens/s", 1, 0, col_tokens, NULL },
+	{ "Loss first -> last", 1, 0, col_loss, NULL },
+	{ NULL, 0, 0, NULL, NULL },
 };
 
 /* --- the parity table ------------------------------------------------------- */
@@ -224,13 +230,22 @@ static void par_bitwise(struct sbuf *b, const struct parity_row *row, const stru
 		mk->verdict(b, exact);
 }
 
-const struct parity_column parity_columns[] = {
-	{ "Model", 0, par_model },
-	{ "Precision", 0, par_precision },
-	{ "Steps", 1, par_steps },
-	{ "loss max abs delta", 1, par_loss },
-	{ "adapter max abs delta", 1, par_adapter },
-	{ "where", 0, par_where },
-	{ "bitwise", 0, par_bitwise },
-	{ NULL, 0, NULL },
+const struct column parity_columns[] = {
+	{ "Model", 0, 0, NULL, par_model },
+	{ "Precision", 0, 0, NULL, par_precision },
+	{ "Steps", 1, 0, NULL, par_steps },
+	{ "loss max abs delta", 1, 0, NULL, par_loss },
+	{ "adapter max abs delta", 1, 0, NULL, par_adapter },
+	{ "where", 0, 0, NULL, par_where },
+	{ "bitwise", 0, 0, NULL, par_bitwise },
+	{ NULL, 0, 0, NULL, NULL },
 };
+
+void column_cell(struct sbuf *b, const struct column *col, const struct result_entry *const *rows,
+                 const struct parity_row *parity_rows, int i, const struct markup *mk)
+{
+	if (col->cell)
+		col->cell(b, rows[i], mk);
+	else
+		col->parity_cell(b, &parity_rows[i], mk);
+}

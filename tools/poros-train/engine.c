@@ -5,24 +5,11 @@
 #include "engine_impl.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
-
-void bprintf(char *buf, size_t n, size_t *off, const char *fmt, ...)
-{
-	va_list ap;
-	int w;
-
-	va_start(ap, fmt);
-	w = vsnprintf(*off < n ? buf + *off : NULL, *off < n ? n - *off : 0, fmt, ap);
-	va_end(ap);
-	if (w > 0)
-		*off += (size_t)w;
-}
 
 /* --- RoPE ------------------------------------------------------------------ */
 

@@ -118,9 +118,6 @@ struct engine {
 	struct profile *prof;      /* NULL: profiling off */
 };
 
-/* snprintf into buf at *off, never past n (the length still counts). */
-void bprintf(char *buf, size_t n, size_t *off, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
 /* plan.c: the LoRA extension's and the dequant buffer's layout; every
  * device buffer (one plan, before step 1); the upload of what is fixed. */
 void plan_dequant_layout(struct engine *e);

@@ -12,7 +12,6 @@
  * wrapper bodies name the op's arguments, which the list cannot give. */
 #include "profile.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,20 +258,6 @@ void profile_finish(struct profile *p)
 	p->done = 1;
 }
 
-/* snprintf into buf at *off, never past n (the length still counts). */
-static void append(char *buf, size_t n, size_t *off, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static void append(char *buf, size_t n, size_t *off, const char *fmt, ...)
-{
-	va_list ap;
-	int w;
-
-	va_start(ap, fmt);
-	w = vsnprintf(*off < n ? buf + *off : NULL, *off < n ? n - *off : 0, fmt, ap);
-	va_end(ap);
-	if (w > 0)
-		*off += (size_t)w;
-}
-
 int profile_json(const struct profile *p, char *buf, size_t n, long long ckpt_d2h, long long ckpt_h2d)
 {
 	double total = 0;
@@ -282,12 +267,12 @@ int profile_json(const struct profile *p, char *buf, size_t n, long long ckpt_d2
 		buf[0] = '\0';
 	if (!p->done)
 		return -1;
-	append(buf, n, &off, "{");
+	bprintf(buf, n, &off, "{");
 	for (int c = 0; c < PROF_N; c++) {
-		append(buf, n, &off, "\"%s\":{\"ms\":%.3f,\"n\":%ld},", prof_names[c], p->ms[c], p->count[c]);
+		bprintf(buf, n, &off, "\"%s\":{\"ms\":%.3f,\"n\":%ld},", prof_names[c], p->ms[c], p->count[c]);
 		total += p->ms[c];
 	}
-	append(buf, n, &off, "\"total_ms\":%.3f,\"events\":%d,\"ckpt_d2h_bytes\":%lld,\"ckpt_h2d_bytes\":%lld}", total,
-	       p->n, ckpt_d2h, ckpt_h2d);
+	bprintf(buf, n, &off, "\"total_ms\":%.3f,\"events\":%d,\"ckpt_d2h_bytes\":%lld,\"ckpt_h2d_bytes\":%lld}", total,
+	        p->n, ckpt_d2h, ckpt_h2d);
 	return off < n ? (int)off : -1;
 }
