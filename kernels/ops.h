@@ -233,12 +233,16 @@ X(void, rope_backward, (float *dx, const float *cos, const float *sin, const int
  * scratch: attention_scratch_floats(B,S,H,G,D) floats, O(B*S*H*D). */ \
 X(void, attention_forward, (bf16 *out, int ld_out, float *lse, float *scratch, const float *q, const float *k, const float *v, const int32_t *pos, int B, int S, int H, int G, int D)) \
 /* dq (T,H,D), dk, dv (T,G,D) written (not accumulated) from dout (T,H*D) \
- * and the forward's lse, under the same mask (pos as in forward): \
- * P = exp(scale bf16(q).bf16(k) - lse) in fp32, dP = bf16(dout) @ bf16(v)^T \
- * in fp32, dS = P (dP - rowsum(P dP)) in fp32; dv = sum_h bf16(P)^T \
- * bf16(dout), dq = scale bf16(dS) @ bf16(k), dk = scale sum_h bf16(dS)^T \
- * bf16(q), all accumulated in fp32. */ \
-X(void, attention_backward, (float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *q, const float *k, const float *v, const float *lse, const int32_t *pos, int B, int S, int H, int G, int D)) \
+ * and the forward's out (T,H*D) bf16, rows ld_out apart, and lse (exactly \
+ * what the forward was given and wrote), under the same mask (pos as in \
+ * forward): P = exp(scale bf16(q).bf16(k) - lse) in fp32, dP = bf16(dout) \
+ * @ bf16(v)^T in fp32, delta_i (row i, head h) = sum over d < D of \
+ * bf16(dout[i,h,d]) out[i,h,d] in fp32 (which is rowsum(P dP) up to \
+ * rounding, dout . (P V) = dout . out, as FlashAttention computes it), \
+ * dS = P (dP - delta) in fp32; dv = sum_h bf16(P)^T bf16(dout), dq = \
+ * scale bf16(dS) @ bf16(k), dk = scale sum_h bf16(dS)^T bf16(q), all \
+ * accumulated in fp32. */ \
+X(void, attention_backward, (float *dq, float *dk, float *dv, float *scratch, const float *dout, const bf16 *out, int ld_out, const float *q, const float *k, const float *v, const float *lse, const int32_t *pos, int B, int S, int H, int G, int D)) \
 /* out (T,F) = silu(gate) * up, bf16, rows ld_out (>= F) apart; gate, up \
  * (T,F) contiguous */ \
 X(void, swiglu_forward, (bf16 *out, int ld_out, const float *gate, const float *up, int T, int F)) \

@@ -20,8 +20,9 @@
  * the same bits.
  *
  * Backward: P_ij = e^(s_ij - lse_i), dP_ij = bf16(dout_i) . bf16(v_j),
- * delta_i = sum_j P_ij dP_ij (fp32, keys in order), dS_ij = P_ij (dP_ij -
- * delta_i); then
+ * delta_i = bf16(dout_i) . out_i (fp32, d ascending; the forward's bf16
+ * out, so delta is rowsum_j P_ij dP_ij up to rounding without a pass over
+ * the keys), dS_ij = P_ij (dP_ij - delta_i); then
  *   dq_i = scale sum_j bf16(dS_ij) k_j                  (pass 1, per query row)
  *   dk_j = scale sum_h sum_i bf16(dS_ij) q_i,  dv_j = sum_h sum_i bf16(P_ij) dout_i
  *                                                       (pass 2, per key row)
@@ -147,10 +148,10 @@ static inline void prob_and_grad(float *p, float *ds, const struct attention_scr
 }
 
 /* dq (T,H,D), dk, dv (T,G,D) written from dout (T,H*D) and the forward's
- * q, k, v, lse; pos as in forward. */
-void attention_backward_cpu(float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *q,
-			    const float *k, const float *v, const float *lse, const int32_t *pos, int B, int S, int H,
-			    int G, int D)
+ * out (T,H*D) bf16 (rows ld_out apart), q, k, v, lse; pos as in forward. */
+void attention_backward_cpu(float *dq, float *dk, float *dv, float *scratch, const float *dout, const bf16 *out,
+			    int ld_out, const float *q, const float *k, const float *v, const float *lse,
+			    const int32_t *pos, int B, int S, int H, int G, int D)
 {
 	if (B <= 0 || S <= 0 || H <= 0 || D <= 0)
 		return;
@@ -158,19 +159,23 @@ void attention_backward_cpu(float *dq, float *dk, float *dv, float *scratch, con
 	float scale = softmax_scale(D);
 	struct attention_scratch c = cast_inputs(scratch, q, dout, k, v, B, S, H, G, D);
 
-	/* pass 1, one query row per iteration: delta, then dq */
+	/* delta, one query row and head per iteration: bf16(dout_i) . out_i */
+#pragma omp parallel for collapse(3) schedule(static) if ((long)B * H * S * D >= POROS_CPU_PAR_MIN)
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < H; h++)
+			for (int i = 0; i < S; i++)
+				c.delta[((size_t)b * H + h) * S + i] =
+					dot_bf16(c.dout16 + (((size_t)b * S + i) * H + h) * D,
+						 out + ((size_t)b * S + i) * ld_out + (size_t)h * D, D);
+
+	/* pass 1, one query row per iteration: dq */
 #pragma omp parallel for collapse(3) schedule(static) if ((long)B * H * S * S * D >= POROS_CPU_PAR_MIN)
 	for (int b = 0; b < B; b++) {
 		for (int h = 0; h < H; h++) {
 			for (int i = 0; i < S; i++) {
 				int g = h / group, first = poros_first_key(pos, b, S, i);
 				size_t row = ((size_t)b * H + h) * S + i;
-				float delta = 0.0f, p, ds, acc[D];
-				for (int j = first; j <= i; j++) {
-					prob_and_grad(&p, &ds, &c, b, h, g, i, j, S, H, G, D, scale, lse[row], 0.0f);
-					delta += ds; /* with delta 0, ds is P dP */
-				}
-				c.delta[row] = delta;
+				float delta = c.delta[row], p, ds, acc[D];
 				for (int d = 0; d < D; d++)
 					acc[d] = 0.0f;
 				for (int j = first; j <= i; j++) {

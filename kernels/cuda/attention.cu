@@ -1,6 +1,7 @@
 // defines: attention_forward_cuda, attention_backward_cuda,
 //          attention_pack_kernel, attention_first_kernel, attention_fwd_kernel,
-//          attention_dq_kernel, attention_dkdv_kernel, attention_group_sum_kernel
+//          attention_delta_kernel, attention_dq_kernel, attention_dkdv_kernel,
+//          attention_group_sum_kernel
 //
 // Causal grouped-query attention with document masks, fused in the manner
 // of FlashAttention: tiles of q, k, v in shared memory, the products on
@@ -23,14 +24,20 @@
 //   next tile's copy in flight under this one's products), S = q K^T, mask
 //   (the diagonal tile and document masks only), running max and sum, acc
 //   = acc c + bf16(p) V.
-// Backward, three launches after the casts:
-//   dq kernel, per (query tile, head): pass 1 over the key tiles sums delta
-//     = rowsum(P dP), saved; pass 2 rebuilds P and dP, dS = P (dP - delta),
-//     dq = scale bf16(dS) K
+// Backward, four launches after the casts (in this order on one stream):
+//   delta kernel, a warp per (query row, head): delta = bf16(dout) . out
+//     over d, the forward's bf16 out (ops.h: rowsum(P dP) up to rounding,
+//     as FlashAttention computes it), saved for both kernels below
+//   dq kernel, per (query tile, head): one pass over the key tiles rebuilds
+//     P and dP, dS = P (dP - delta), dq = scale bf16(dS) K
 //   dk/dv kernel, per (key tile, head): over the query groups of 32 rows
 //     that reach the tile, P^T and dS^T from lse and delta, dv_h += bf16(P)^T
 //     dout, dk_h += bf16(dS)^T q; with G < H into per-head buffers that
 //   the group sum adds, heads ascending.
+// Tile products per (query tile, key tile) pair: 3 in the dq kernel (S,
+// dP, dS K) and 4 in the dk/dv kernel (S^T, dP^T, P^T dout, dS^T q), 7 in
+// all: FlashAttention's 5 and the S and dP the dq kernel recomputes so
+// that no sum needs atomics.
 // Determinism: every output element is summed by one thread in a fixed
 // order of tiles (and the tensor core's fixed order inside a product);
 // the cross-thread sums are fixed xor butterflies.  No atomics.
@@ -50,6 +57,7 @@
 #define ATTN_THREADS 128
 #define PACK_THREADS 256
 #define SUM_THREADS 256
+#define DELTA_THREADS 256 // 8 warps, a row each
 
 // ---------------------------------------------------------------------------
 // Small kernels.
@@ -65,6 +73,31 @@ __global__ void attention_pack_kernel(bf16 *dst, const float *src, int S, int nh
 		const float *x = src + ((b * S + s) * nh + h) * D;
 		float lo = d < D ? x[d] : 0.0f, hi = d + 1 < D ? x[d + 1] : 0.0f;
 		*(uint32_t *)(dst + e) = pack_bf16x2(lo, hi);
+	}
+}
+
+// delta (B,H,S) fp32: row w = (b H + h) S + s gets sum over d < D of
+// dout16[w, d] out[b S + s, h D + d] (out rows ld_out apart), one warp a
+// row: lane l sums d = l, l+32, .. ascending, then a fixed xor butterfly
+// (every lane ends with the same bits; lane 0 stores).  The products of
+// two bf16 are exact in fp32.
+__global__ void attention_delta_kernel(float *delta, const bf16 *do16, const bf16 *out, int ld_out, int S, int H,
+                                       int D, int DP, long rows)
+{
+	int lane = threadIdx.x & 31;
+	long warps = (long)gridDim.x * (blockDim.x >> 5);
+	for (long w = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; w < rows; w += warps) {
+		int s = (int)(w % S), h = (int)(w / S % H);
+		long b = w / S / H;
+		const bf16 *x = do16 + w * DP, *o = out + (b * S + s) * ld_out + (long)h * D;
+		float acc = 0.0f;
+		for (int d = lane; d < D; d += 32)
+			acc += bf16_to_f32(x[d]) * bf16_to_f32(o[d]);
+#pragma unroll
+		for (int m = 16; m > 0; m >>= 1)
+			acc += __shfl_xor_sync(0xffffffffu, acc, m);
+		if (lane == 0)
+			delta[w] = acc;
 	}
 }
 
@@ -438,14 +471,13 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_kernel(bf16 *out, 
 }
 
 // ---------------------------------------------------------------------------
-// Backward, dq and delta.  grid (query tiles, H, B), longest rows first.
-// Shared: the q and dout tiles, two buffers each of K and V tiles.  The
-// loop walks the key tiles twice (pass 1: delta = rowsum(P dP); pass 2:
-// dS = P (dP - delta), dq = scale bf16(dS) K), the copies running one
-// tile ahead across the passes too.  Rows past S compute garbage-free
-// zeros (their q, dout are 0) and are never stored.
+// Backward, dq.  grid (query tiles, H, B), longest rows first.  Shared:
+// the q and dout tiles, two buffers each of K and V tiles.  One walk over
+// the key tiles, delta read from the delta kernel: dS = P (dP - delta), dq
+// = scale bf16(dS) K.  Rows past S compute garbage-free zeros (their q,
+// dout and delta are 0) and are never stored.
 template <int DP>
-__global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, float *delta, const bf16 *q16,
+__global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, const float *delta, const bf16 *q16,
                                                                     const bf16 *k16, const bf16 *v16,
                                                                     const bf16 *do16, const float *lse,
                                                                     const int32_t *pos, const int *first, int S,
@@ -467,23 +499,14 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, f
 	int r0 = q0 + warp * 16 + gr, r1 = r0 + 8;
 	int f0 = r0 < S ? poros_first_key(pos, b, S, r0) : 0, f1 = r1 < S ? poros_first_key(pos, b, S, r1) : 0;
 	float lse0 = r0 < S ? lse[head + r0] : 0.0f, lse1 = r1 < S ? lse[head + r1] : 0.0f;
-	float sum0 = 0.0f, sum1 = 0.0f, delta0 = 0.0f, delta1 = 0.0f;
+	float delta0 = r0 < S ? delta[head + r0] : 0.0f, delta1 = r1 < S ? delta[head + r1] : 0.0f;
 	float acc[NT][4];
 	zero<NT>(acc);
 
-	for (int it = 0; it < 2 * nk; it++) {
-		int kt = kt0 + it % nk;
+	for (int it = 0; it < nk; it++) {
+		int kt = kt0 + it;
 		const bf16 *cK = sK + (it & 1) * TILE, *cV = sV + (it & 1) * TILE;
-		next_kv_async<DP>(sK, sV, kh, vh, it, it + 1 < 2 * nk, (kt0 + (it + 1) % nk) * 64, S);
-		if (it == nk) { // pass 1 done: delta, saved for the dk/dv kernel
-			delta0 = quad_sum(sum0), delta1 = quad_sum(sum1);
-			if (tq == 0) {
-				if (r0 < S)
-					delta[head + r0] = delta0;
-				if (r1 < S)
-					delta[head + r1] = delta1;
-			}
-		}
+		next_kv_async<DP>(sK, sV, kh, vh, it, it + 1 < nk, (kt + 1) * 64, S);
 
 		float s[8][4], dp[8][4];
 		zero<8>(s);
@@ -491,28 +514,19 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, f
 		mma_two_b<KS, 8>(s, dp, sQ, cK, sdO, cV, PQ, warp * 16, lane);
 		int k0 = kt * 64;
 		bool masked = pos != NULL || kt == qt;
-		bool pass2 = it >= nk;
 #pragma unroll
 		for (int n = 0; n < 8; n++)
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
 				bool ok = !masked || key_seen(k0 + n * 8 + 2 * tq + (e & 1), e < 2 ? r0 : r1, e < 2 ? f0 : f1, S);
 				float p = ok ? expf(s[n][e] * scale - (e < 2 ? lse0 : lse1)) : 0.0f;
-				if (!pass2) {
-					if (e < 2)
-						sum0 += p * dp[n][e];
-					else
-						sum1 += p * dp[n][e];
-				}
 				s[n][e] = ok ? p * (dp[n][e] - (e < 2 ? delta0 : delta1)) : 0.0f;
 			}
-		if (pass2) {
-			uint32_t da[4][4];
-			c_to_a<8>(da, s);
+		uint32_t da[4][4];
+		c_to_a<8>(da, s);
 #pragma unroll
-			for (int ks = 0; ks < 4; ks++)
-				mma_row_bt<NT>(acc, da[ks], cK, PQ, ks * 16, lane);
-		}
+		for (int ks = 0; ks < 4; ks++)
+			mma_row_bt<NT>(acc, da[ks], cK, PQ, ks * 16, lane);
 		__syncthreads();
 	}
 #pragma unroll
@@ -689,6 +703,15 @@ static void pack(bf16 *dst, const float *src, int B, int S, int nh, int D)
 	launchCheck();
 }
 
+// delta (B,H,S) from the packed dout16 and the forward's out, a warp a row.
+static void deltas(float *delta, const bf16 *do16, const bf16 *out, int ld_out, int B, int S, int H, int D)
+{
+	long rows = (long)B * H * S;
+	attention_delta_kernel<<<grid_for(rows * 32, DELTA_THREADS), DELTA_THREADS, 0, poros_cuda_compute_stream()>>>(
+		delta, do16, out, ld_out, S, H, D, attention_dpad(D), rows);
+	launchCheck();
+}
+
 // The first-key table when pos is given; NULL (no mask beyond causal) else.
 static const int *first_keys(const struct attention_scratch *p, const int32_t *pos, int B, int S)
 {
@@ -783,19 +806,23 @@ extern "C" void attention_forward_cuda(bf16 *out, int ld_out, float *lse, float 
 		forward_launch<128>(out, ld_out, lse, &p, pos, first, B, S, H, G, D);
 }
 
-// dq (T,H,D), dk, dv (T,G,D) written from dout (T,H*D), q, k, v, lse, pos.
+// dq (T,H,D), dk, dv (T,G,D) written from dout (T,H*D), the forward's out
+// (T,H*D) bf16 (rows ld_out apart), q, k, v, lse, pos.
 extern "C" void attention_backward_cuda(float *dq, float *dk, float *dv, float *scratch, const float *dout,
-                                        const float *q, const float *k, const float *v, const float *lse,
-                                        const int32_t *pos, int B, int S, int H, int G, int D)
+                                        const bf16 *out, int ld_out, const float *q, const float *k,
+                                        const float *v, const float *lse, const int32_t *pos, int B, int S, int H,
+                                        int G, int D)
 {
 	if (B <= 0 || S <= 0 || H <= 0 || D <= 0)
 		return;
 	check_shape("attention_backward_cuda", scratch, B, S, H, G, D);
+	check_pitch("attention_backward_cuda", "ld_out", ld_out, (long)H * D);
 	struct attention_scratch p = attention_scratch_at(scratch, B, S, H, G, D);
 	pack(p.q16, q, B, S, H, D);
 	pack(p.dout16, dout, B, S, H, D);
 	pack(p.k16, k, B, S, G, D);
 	pack(p.v16, v, B, S, G, D);
+	deltas(p.delta, p.dout16, out, ld_out, B, S, H, D); // before the dq and dk/dv kernels, which read it
 	const int *first = first_keys(&p, pos, B, S);
 	float *dk_h = G == H ? dk : p.dk_h, *dv_h = G == H ? dv : p.dv_h;
 	if (attention_dpad(D) == 64)

@@ -73,8 +73,8 @@ static void bwd(const struct shape *s)
 	gpu->ops->attention_backward(s->dq, s->dk, s->dv, s->scratch, s->dout, s->q, s->k, s->v, s->lse, s->B, s->S,
 	                             s->H, s->G, s->D);
 #else
-	gpu->ops->attention_backward(s->dq, s->dk, s->dv, s->scratch, s->dout, s->q, s->k, s->v, s->lse, s->pos, s->B,
-	                             s->S, s->H, s->G, s->D);
+	gpu->ops->attention_backward(s->dq, s->dk, s->dv, s->scratch, s->dout, s->out, s->H * s->D, s->q, s->k, s->v,
+	                             s->lse, s->pos, s->B, s->S, s->H, s->G, s->D);
 #endif
 }
 

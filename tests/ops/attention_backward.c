@@ -51,8 +51,14 @@ static double attn_loss(const void *p)
 /* The scale of the rounding the bf16 contract adds to each gradient (ops.h):
  * dv sums P16_ij dout_i and dq, dk sum scale dS16_ij k_j and scale dS16_ij
  * q_i, and rounding P or dS to bf16 moves each term by at most 2^-8 of
- * itself; bq, bk, bv get the sums of |term| in double. */
-static void attn_rounding_bounds(const struct attn_ctx *c, double *bq, double *bk, double *bv)
+ * itself.  delta_i = dout_i . out_i reads the forward's out, whose bf16 p
+ * (each term P_ij v_j) and bf16 out_i (<= sum_j P_ij |v_j|) move it by at
+ * most 2 2^-8 W_i, W_i = sum_d |dout_id| sum_j P_ij |v_jd|; that moves dS_ij
+ * by P_ij times as much, a term scale P_ij 2 W_i |k_j| (|q_i|) of dq (dk).
+ * bq, bk, bv get the sums of |term| in double; delta (B,H,S) the double
+ * rowsum(P dP) and bdelta 2 W_i. */
+static void attn_rounding_bounds(const struct attn_ctx *c, double *bq, double *bk, double *bv, double *delta_ref,
+				 double *bdelta)
 {
 	int B = c->B, S = c->S, H = c->H, G = c->G, D = c->D;
 	double scale = 1.0 / sqrt((double)D), s[64], P[64], dP[64];
@@ -81,9 +87,18 @@ static void attn_rounding_bounds(const struct attn_ctx *c, double *bq, double *b
 					P[j] = exp(s[j] - max) / sum;
 					delta += P[j] * dP[j];
 				}
+				double w = 0.0;
+				for (int d = 0; d < D; d++) {
+					double pv = 0.0;
+					for (int j = 0; j <= i; j++)
+						pv += P[j] * fabs(c->v[(((size_t)b * S + j) * G + g) * D + d]);
+					w += fabs(c->lw[qoff + d]) * pv;
+				}
+				delta_ref[((size_t)b * H + h) * S + i] = delta;
+				bdelta[((size_t)b * H + h) * S + i] = 2.0 * w;
 				for (int j = 0; j <= i; j++) {
 					size_t kvoff = (((size_t)b * S + j) * G + g) * D;
-					double ds = fabs(P[j] * (dP[j] - delta));
+					double ds = fabs(P[j] * (dP[j] - delta)) + P[j] * 2.0 * w;
 					for (int d = 0; d < D; d++) {
 						bq[qoff + d] += scale * ds * fabs(c->k[kvoff + d]);
 						bk[kvoff + d] += scale * ds * fabs(c->q[qoff + d]);
@@ -100,6 +115,7 @@ static void test_attention_backward(void)
 	float q[NQ], k[NK], v[NK], lw[NQ], lse[B * H * S], dq[NQ], dk[NK], dv[NK];
 	bf16 out[NQ];
 	double qd[NQ], kd[NK], vd[NK], lwd[NQ], want_q[NQ], want_k[NK], want_v[NK], bq[NQ], bk[NK], bv[NK];
+	double want_delta[B * H * S], bdelta[B * H * S];
 	float *scratch = NEW(float, attention_scratch_floats(B, S, H, G, D));
 
 	/* scores up to ~8: far from uniform, so the softmax Jacobian matters */
@@ -111,7 +127,7 @@ static void test_attention_backward(void)
 	fill_nan(dq, NQ); /* written, not accumulated: every element must be set */
 	fill_nan(dk, NK);
 	fill_nan(dv, NK);
-	attention_backward_cpu(dq, dk, dv, scratch, lw, q, k, v, lse, NULL, B, S, H, G, D);
+	attention_backward_cpu(dq, dk, dv, scratch, lw, out, H * D, q, k, v, lse, NULL, B, S, H, G, D);
 
 	widen_f32(qd, q, NQ);
 	widen_f32(kd, k, NK);
@@ -121,16 +137,38 @@ static void test_attention_backward(void)
 	finite_diff(want_q, qd, NQ, attn_loss, &ctx);
 	finite_diff(want_k, kd, NK, attn_loss, &ctx);
 	finite_diff(want_v, vd, NK, attn_loss, &ctx);
-	attn_rounding_bounds(&ctx, bq, bk, bv);
+	attn_rounding_bounds(&ctx, bq, bk, bv, want_delta, bdelta);
 	/* The inputs are bf16 values, so their rounding changes nothing.  What
-	 * the contract rounds, P and dS, moves each gradient by at most 2^-8 of
-	 * its sum of |terms| (1% over for taking |dS| from the double side).
+	 * the contract rounds, P and dS, and the forward's p and out that delta
+	 * reads, move each gradient by at most 2^-8 of its sum of |terms| (1%
+	 * over for taking |dS| from the double side).
 	 * The rest is fp32: P is rebuilt as exp(score - lse) with lse rounded
 	 * to fp32 (|lse| <= ~10, so ~1e-6 relative in P), then two fp32 sums of
 	 * <= 2*5 terms: gradients of O(1) hold ~2e-6 relative; 1e-5 atol/rtol. */
 	check_bounded("attention_backward dq (B=2 H=4 G=2)", dq, want_q, bq, NQ, 1.01 / 256, 1e-5, 1e-5);
 	check_bounded("attention_backward dk (B=2 H=4 G=2)", dk, want_k, bk, NK, 1.01 / 256, 1e-5, 1e-5);
 	check_bounded("attention_backward dv (B=2 H=4 G=2)", dv, want_v, bv, NK, 1.01 / 256, 1e-5, 1e-5);
+
+	/* delta, left in the scratch (ops.h's attention_scratch_at): the
+	 * contract's bf16(dout_i) . out_i, d ascending in fp32, bit for bit; and
+	 * that is rowsum(P dP) of the double reference within the forward's
+	 * roundings (2^-8 of 2 W_i, attn_rounding_bounds) and D fp32 terms */
+	const float *delta = attention_scratch_at(scratch, B, S, H, G, D).delta;
+	float want_bits[B * H * S];
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < H; h++)
+			for (int i = 0; i < S; i++) {
+				float acc = 0.0f;
+				for (int d = 0; d < D; d++) {
+					size_t e = ((size_t)b * S + i) * H * D + (size_t)h * D + d;
+					acc += f32_from_bf16(bf16_from_f32(lw[e])) * f32_from_bf16(out[e]);
+				}
+				want_bits[((size_t)b * H + h) * S + i] = acc;
+			}
+	check_same_bits("attention_backward delta = bf16(dout) . out, d ascending", delta, want_bits,
+			sizeof want_bits);
+	check_bounded("attention_backward delta against the double rowsum(P dP)", delta, want_delta, bdelta,
+		      B * H * S, 1.01 / 256, 1e-5, 1e-5);
 
 	/* the products read q, k, v and dout rounded to bf16 and nothing finer:
 	 * moving every input by 2^-10 of itself (under half a bf16 ulp) changes
@@ -146,7 +184,7 @@ static void test_attention_backward(void)
 			k2[i] = k[i] * nudge;
 			v2[i] = v[i] * nudge;
 		}
-		attention_backward_cpu(dq2, dk2, dv2, scratch, lw2, q2, k2, v2, lse, NULL, B, S, H, G, D);
+		attention_backward_cpu(dq2, dk2, dv2, scratch, lw2, out, H * D, q2, k2, v2, lse, NULL, B, S, H, G, D);
 		int same = memcmp(dq, dq2, sizeof dq) == 0 && memcmp(dk, dk2, sizeof dk) == 0 &&
 			   memcmp(dv, dv2, sizeof dv) == 0;
 		int ok = pass == 0 ? same : !same;
@@ -167,12 +205,12 @@ static void attention_backward_grad_check(void)
 static void attention_bwd_gpu(const void *p)
 {
 	const struct attention_case *a = p;
-	gpu->ops->attention_backward(a->dq, a->dk, a->dv, a->scratch, a->dout, a->q, a->k, a->v, a->lse_in, a->pos,
-	                             a->B, a->S, a->H, a->G, a->D);
+	gpu->ops->attention_backward(a->dq, a->dk, a->dv, a->scratch, a->dout, a->out, a->ld_out, a->q, a->k, a->v,
+	                             a->lse_in, a->pos, a->B, a->S, a->H, a->G, a->D);
 }
 
 /* A chain of fp32 sums in different orders: P rebuilt from lse, dP (D
- * terms), delta (S terms), dq (S terms), dk and dv (S terms times the
+ * terms), delta (D terms, from the same out on both sides), dq (S terms), dk and dv (S terms times the
  * group's heads); each stage adds ~1e-6 relative of its scale.  On top,
  * the bf16 roundings of P (for dv) and dS (for dq, dk) can flip by one ulp
  * between the sides, as in the forward: one flipped dS_ij moves dq_i by up
@@ -181,10 +219,11 @@ static void attention_bwd_gpu(const void *p)
  * 2.9e-4 (dk), 5.5e-5 (dv) of the largest value over 30 draws; a CPU that
  * skipped the contract's roundings needs 2.6e-3 (dq, dk), 1.4e-3 (dv) and
  * more: 1e-3, 1e-3, 5e-4 of the largest value, 1e-4 relative. */
-static void test_attention_backward(int B, int S, int H, int G, int D, int docs)
+static void test_attention_backward(int B, int S, int H, int G, int D, int ld_out, int docs)
 {
 	struct gpu_case c;
-	if (!case_begin(&c, "attention_backward B=%d S=%d H=%d G=%d D=%d docs=%d", B, S, H, G, D, docs))
+	if (!case_begin(&c, "attention_backward B=%d S=%d H=%d G=%d D=%d ld_out=%d docs=%d", B, S, H, G, D, ld_out,
+	                docs))
 		return;
 	int32_t *pos = doc_positions(B, S, docs);
 	size_t T = (size_t)B * S;
@@ -197,11 +236,15 @@ static void test_attention_backward(int B, int S, int H, int G, int D, int docs)
 	float *ref_dq = host_alloc(T * H * D * 4), *ref_dk = host_alloc(T * G * D * 4);
 	float *ref_dv = host_alloc(T * G * D * 4);
 	double t0 = now_ms();
-	attention_backward_cpu(ref_dq, ref_dk, ref_dv, scratch, dout, q, k, v, lse, pos, B, S, H, G, D);
+	attention_backward_cpu(ref_dq, ref_dk, ref_dv, scratch, dout, out, H * D, q, k, v, lse, pos, B, S, H, G, D);
 	c.cpu_ms = now_ms() - t0;
 
+	/* the device reads the CPU forward's out, at ld_out with NaN pads (a
+	 * read past a head's D columns would poison delta) */
 	struct attention_case a = { 0 };
 	attention_case_inputs(&a, q, k, v, pos, B, S, H, G, D);
+	a.ld_out = ld_out;
+	a.out = dev_from(pitched_copy(out, T, (size_t)H * D, (size_t)ld_out, 2), T * ld_out * 2, 0);
 	a.dout = dev_from(dout, T * H * D * 4, 0);
 	a.lse_in = dev_from(lse, (size_t)B * H * S * 4, 0);
 	a.dq = case_out(&c, "dq", T * H * D * 4, NULL, 0);
@@ -220,18 +263,20 @@ static void test_attention_backward(int B, int S, int H, int G, int D, int docs)
 static void attention_backward_cuda_check(int realistic)
 {
 	if (!realistic) {
-		test_attention_backward(3, 5, 6, 3, 8, 0);
-		test_attention_backward(1, 33, 2, 2, 64, 0);
-		test_attention_backward(1, 150, 4, 2, 128, 0);
-		test_attention_backward(2, 150, 4, 2, 16, 3);
-		test_attention_backward(1, 601, 2, 1, 16, 0);
+		test_attention_backward(3, 5, 6, 3, 8, 48, 0);
+		test_attention_backward(3, 5, 6, 3, 8, 53, 0); /* pitched out, odd ld */
+		test_attention_backward(1, 33, 2, 2, 64, 128, 0);
+		test_attention_backward(1, 150, 4, 2, 128, 512, 0);
+		test_attention_backward(2, 150, 4, 2, 16, 72, 3); /* pitched out, documents */
+		test_attention_backward(1, 601, 2, 1, 16, 32, 0);
 	} else {
-		test_attention_backward(1, 512, 32, 8, 128, 0);
-		test_attention_backward(2, 64, 8, 2, 64, 0);
-		test_attention_backward(2, 300, 8, 2, 64, 0);
-		test_attention_backward(1, 1100, 4, 2, 64, 0);
-		test_attention_backward(1, 1100, 28, 4, 128, 0);
-		test_attention_backward(2, 1100, 8, 2, 128, 5);
+		test_attention_backward(1, 512, 32, 8, 128, 4096, 0);
+		test_attention_backward(1, 512, 32, 8, 128, 4096 + 160, 0); /* out with the o projection's extension */
+		test_attention_backward(2, 64, 8, 2, 64, 512, 0);
+		test_attention_backward(2, 300, 8, 2, 64, 512, 0);
+		test_attention_backward(1, 1100, 4, 2, 64, 256, 0);
+		test_attention_backward(1, 1100, 28, 4, 128, 3584, 0);
+		test_attention_backward(2, 1100, 8, 2, 128, 1024, 5);
 	}
 }
 #endif

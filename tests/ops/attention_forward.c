@@ -254,7 +254,7 @@ static void test_attention_tiles(void)
 
 /* Document masks: a row packed with documents gives each document what it
  * gets alone.  The backward sums over the same keys and rows in the same
- * order, so with the same lse it is bit-identical; the forward too when the
+ * order, so with the same out and lse it is bit-identical; the forward too when the
  * documents start on key tiles (multiples of 64), and otherwise the
  * online softmax's steps fall elsewhere: within the rounding bound of the
  * double reference (each p rounded once; twice the bound for two sides). */
@@ -278,7 +278,7 @@ static void test_attention_documents(void)
 		int ndocs = split[c][2] ? 3 : 2;
 		doc_positions(pos, B, S, split[c], ndocs);
 		attention_forward_cpu(out, H * D, lse, scratch, q, k, v, pos, B, S, H, G, D);
-		attention_backward_cpu(dq, dk, dv, scratch, dout, q, k, v, lse, pos, B, S, H, G, D);
+		attention_backward_cpu(dq, dk, dv, scratch, dout, out, H * D, q, k, v, lse, pos, B, S, H, G, D);
 		int exact_fwd = 1, exact_bwd = 1, t0 = 0;
 		long bad_fwd = 0;
 		for (int d = 0; d < ndocs; d++) {
@@ -295,11 +295,12 @@ static void test_attention_documents(void)
 					bad_fwd += !(fabs(a - e) <= 2 * 1.01 / 128 * bound[i] + 1e-6);
 				}
 				exact_fwd &= memcmp(out + row * H * D, out1, (size_t)n * H * D * sizeof(bf16)) == 0;
-				/* the backward alone, fed the packed row's lse for the document */
+				/* the backward alone, fed the packed row's out and lse for the document */
 				for (int h = 0; h < H; h++)
 					memcpy(lse1 + (size_t)h * n, lse + ((size_t)b * H + h) * S + t0, n * sizeof(float));
-				attention_backward_cpu(dq1, dk1, dv1, scratch, dout + row * H * D, q + row * H * D,
-						       k + row * G * D, v + row * G * D, lse1, NULL, 1, n, H, G, D);
+				attention_backward_cpu(dq1, dk1, dv1, scratch, dout + row * H * D, out + row * H * D, H * D,
+						       q + row * H * D, k + row * G * D, v + row * G * D, lse1, NULL, 1, n,
+						       H, G, D);
 				exact_bwd &= memcmp(dq + row * H * D, dq1, (size_t)n * H * D * 4) == 0 &&
 					     memcmp(dk + row * G * D, dk1, (size_t)n * G * D * 4) == 0 &&
 					     memcmp(dv + row * G * D, dv1, (size_t)n * G * D * 4) == 0;
@@ -326,10 +327,13 @@ static void test_attention_documents(void)
 	free(dk1), free(dv1), free(out), free(out1), free(want), free(want_lse), free(bound), free(scratch);
 }
 
+/* The forward writes out at a pitch; the backward reads it at one, and
+ * nothing of the pad (NaN) reaches its gradients. */
 static void test_pitched_attention(void)
 {
 	enum { B = 2, S = 5, H = 4, G = 2, D = 16, T = B * S, HD = H * D, LD = HD + 32 };
-	float q[T * HD], k[T * G * D], v[T * G * D], lse[B * H * S], lsep[B * H * S];
+	float q[T * HD], k[T * G * D], v[T * G * D], lse[B * H * S], lsep[B * H * S], dout[T * HD];
+	float dq[T * HD], dk[T * G * D], dv[T * G * D], dqp[T * HD], dkp[T * G * D], dvp[T * G * D];
 	bf16 out[T * HD], outp[T * LD];
 	float *scratch = NEW(float, attention_scratch_floats(B, S, H, G, D));
 
@@ -341,6 +345,12 @@ static void test_pitched_attention(void)
 	attention_forward_cpu(outp, LD, lsep, scratch, q, k, v, NULL, B, S, H, G, D);
 	check_pitched("attention_forward out at ld_out 96", outp, LD, out, T, HD, sizeof(bf16), &pad_bf16);
 	check_same_bits("attention_forward lse with ld_out 96", lsep, lse, sizeof lse);
+	fill_f32(dout, T * HD, -1.0, 1.0);
+	attention_backward_cpu(dq, dk, dv, scratch, dout, out, HD, q, k, v, lse, NULL, B, S, H, G, D);
+	attention_backward_cpu(dqp, dkp, dvp, scratch, dout, outp, LD, q, k, v, lse, NULL, B, S, H, G, D);
+	check_same_bits("attention_backward dq with ld_out 96", dqp, dq, sizeof dq);
+	check_same_bits("attention_backward dk with ld_out 96", dkp, dk, sizeof dk);
+	check_same_bits("attention_backward dv with ld_out 96", dvp, dv, sizeof dv);
 	free(scratch);
 }
 

@@ -226,8 +226,8 @@ void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const
 
 	/* attention: x2 = x + o(attn(rope(q), rope(k), v)), q/k/v of xn = norm(x) */
 	proj_backward(c, w, a, layer, PROJ_O, a->att, dx, NULL, g->datt, 0, 0, T, p);
-	op->attention_backward(g->dq, g->dk, g->dv, c->attn_scratch, g->datt, a->q, a->k, a->v, a->lse, pos, c->B, c->S,
-	                       c->H, c->G, c->D);
+	op->attention_backward(g->dq, g->dk, g->dv, c->attn_scratch, g->datt, a->att, c->HD + c->E, a->q, a->k, a->v,
+	                       a->lse, pos, c->B, c->S, c->H, c->G, c->D);
 	op->rope_backward(g->dq, c->rope_cos, c->rope_sin, pos, c->B, c->S, c->H, c->D);
 	op->rope_backward(g->dk, c->rope_cos, c->rope_sin, pos, c->B, c->S, c->G, c->D);
 	if (qk) { /* through the per-head norms (rmsnorm_backward accumulates) */
