@@ -655,11 +655,12 @@ static int print_plan(struct run *x, FILE *out)
 	struct dev_alloc plan;
 	const char *backend;
 	char err[1024], breakdown[1024];
-	size_t lib;
+	size_t lib, host;
 	int over, rc;
 	cJSON *o;
 
 	if (open_model(x, err, sizeof err) < 0 || plan_library_bytes(c, &lib, &backend, err, sizeof err) < 0 ||
+	    host_weights_size(&host, &x->mc, c->cell.precision == PRECISION_NF4, err, sizeof err) < 0 ||
 	    make_plan(x, lib, &plan, err, sizeof err) < 0) {
 		warnmsg("%s", err);
 		return EXIT_USAGE;
@@ -679,6 +680,7 @@ static int print_plan(struct run *x, FILE *out)
 	cJSON_AddItemToObject(o, "vram_budget_mb", c->vram_budget ? cJSON_CreateNumber((double)c->vram_budget / MIB)
 	                                                          : cJSON_CreateNull());
 	cJSON_AddItemToObject(o, "fits", c->vram_budget ? cJSON_CreateBool(!over) : cJSON_CreateNull());
+	cJSON_AddItemToObject(o, "host_weights_mb", num_or_null((double)host / MIB));
 	rc = jsonl_write(out, o) < 0 ? EXIT_RUNTIME : EXIT_OK;
 	fflush(out);
 	cJSON_Delete(o);
