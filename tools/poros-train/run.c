@@ -595,8 +595,8 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		char sz[32];
 
 		warnmsg("host weights (%s, %s): %.1f s to allocate, %.1f s to %s",
-		        format_bytes(sz, sizeof sz, (double)(x->hw.lay.stride * (size_t)x->hw.n_layers + x->hw.glob.bytes)),
-		        x->hw.real ? "read" : "synthetic", x->hw.alloc_s, x->hw.fill_s, x->hw.real ? "read" : "generate");
+		        format_bytes(sz, sizeof sz, r->host_weights_mb * MIB), x->hw.real ? "read" : "synthetic",
+		        x->hw.alloc_s, x->hw.fill_s, x->hw.real ? "read" : "generate");
 	}
 	r->weights_known = 1;
 	r->weights_real = x->hw.real;
