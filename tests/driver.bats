@@ -81,7 +81,7 @@ fake_poros() {
 	grep -qx 'poros_tiny_qwen2_nf4 blockwise' "$FAKE_LOG"
 	grep -qx 'resident_tiny_llama_bf16 resident' "$FAKE_LOG"
 	grep -q '<tr id="cell-resident_tiny_llama_bf16"><td>resident</td><td>bf16</td><td><span class="badge ok">ok</span>' $OUT/report.html
-	grep -qF '| poros | nf4 | **ok** | CPU | 1.21 GiB host | CPU run | 0.25 | 1 | 0 | 0.25 - 0.25 | 512 | 6.25 -&gt; 5.50 |' $OUT/report.md
+	grep -qF '| poros | nf4 | **ok** | CPU | 1.21 GiB host | CPU run | 512 MiB | 0.25 | 1 | 0 | 0.25 - 0.25 | 512 | 6.25 -&gt; 5.50 |' $OUT/report.md
 	[ "$(jq -r .cell_id $OUT/report.jsonl | paste -sd ' ')" = "$CELLS" ]
 }
 
@@ -255,6 +255,39 @@ fake_poros() {
 	run -0 --separate-stderr env -u POROS_TRAIN poros bench run "$SPEC"
 	jq -e -s 'length == 8 and all(.[]; .status == "ok" and .metrics.s_per_step > 0 and .env.weights == "synthetic")' $OUT/results.jsonl
 	[ "$(grep -c '<span class="badge ok">ok</span>' $OUT/report.html)" -eq 8 ]
+	# the base's host copy, in the artifacts and the report: the same for both schedules
+	jq -e -s 'all(.[]; .metrics.host_weights_mb > 0) and
+		(map(select(.model_id == "poros/tiny-qwen2" and .precision == "bf16") | .metrics.host_weights_mb) | unique | length == 1)' \
+		$OUT/results.jsonl
+	[ "$(grep -c '^| resident | bf16 | \*\*ok\*\* | CPU | [0-9.]* [KMG]iB host | CPU run | [0-9.]* [KMG]iB | ' $OUT/report.md)" -eq 2 ]
+	# the poros and resident runs it made, compared: bit for bit
+	jq -e -s 'length == 4 and all(.[]; .bitwise_exact == true and .steps_compared == 4 and (.tensors | length) > 0)' \
+		$OUT/parity.jsonl
+	[ "$(grep -c '<span class="badge exact">exact</span>' $OUT/report.html)" -eq 4 ]
+}
+
+@test "bench run compares each model's poros and resident runs once, into parity.jsonl and the report" {
+	run -0 --separate-stderr fake_poros bench run "$SPEC"
+	[[ "$stderr" == *"poros: tiny_qwen2_nf4: poros_tiny_qwen2_nf4 and resident_tiny_qwen2_nf4 are bitwise exact over 4 steps"* ]]
+	jq -e -s 'length == 4 and all(.[]; .bitwise_exact == true) and
+		([.[] | "\(.arch)_\(.precision)"] | sort == ["tiny_llama_bf16", "tiny_llama_nf4", "tiny_qwen2_bf16", "tiny_qwen2_nf4"])' \
+		$OUT/parity.jsonl
+	grep -qF '<td>nf4</td><td class="num">4</td><td class="num">0</td><td class="num">0</td><td>--</td><td><span class="badge exact">exact</span></td>' $OUT/report.html
+	# a run that measures nothing new compares nothing again
+	fake_poros bench run "$SPEC" 2>/dev/null
+	[ "$(wc -l < $OUT/parity.jsonl)" -eq 4 ]
+	# --force measures every cell again, so every pair is compared again
+	fake_poros bench run "$SPEC" --force 2>/dev/null
+	[ "$(wc -l < $OUT/parity.jsonl)" -eq 8 ]
+}
+
+@test "bench run exits 1 when a model's poros and resident runs are not bitwise exact, and reports it" {
+	run -1 --separate-stderr env FAKE_PERTURB=resident POROS_TRAIN="$FAKE" poros bench run "$SPEC"
+	[[ "$stderr" == *"poros_tiny_llama_bf16 and resident_tiny_llama_bf16 are NOT bitwise exact: loss max |delta| 0, adapter max |delta| "* ]]
+	[[ "$stderr" == *"poros: 4 cell(s), parity comparisons or reports failed"* ]]
+	jq -e -s 'length == 4 and all(.[]; .bitwise_exact == false)' $OUT/parity.jsonl
+	# the cells themselves are ok and measured
+	jq -e -s 'length == 8 and all(.[]; .status == "ok")' $OUT/results.jsonl
 }
 
 @test "a cell whose configuration changed is measured again and the reports hold only the new rows" {

@@ -150,6 +150,21 @@ plan_and_train() {
 	run -0 --separate-stderr poros-train --model Qwen/Qwen2.5-72B --backend cpu --mode resident --precision bf16 --plan
 	# every layer resident in bf16: more than 130 GB
 	jq -e '.mode == "resident" and .vram_breakdown_mb.layers > 130000' <<<"$output"
+	# the host holds the same layers plus the embedding, final norm and lm_head:
+	# 80 x 1.69 GB + 2 x 152064 x 8192 x 2 bytes
+	jq -e '.host_weights_mb - .vram_breakdown_mb.layers > 4750 and .host_weights_mb - .vram_breakdown_mb.layers < 4760' <<<"$output"
+}
+
+@test "--plan says the host memory of the base: what a run allocates, and what the host check compares" {
+	run -0 --separate-stderr poros-train "${TINY[@]}" --model Qwen/Qwen2.5-72B --precision bf16 --steps 1 --plan
+	need=$(jq -r '.host_weights_mb / 1024 * 10 | round / 10' <<<"$output")
+	avail_kib=$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo)
+	[ -n "$avail_kib" ] && [ "$avail_kib" -lt 140000000 ] || skip "this host has the memory for a 72B bf16 base"
+	run -1 --separate-stderr poros-train "${TINY[@]}" --model Qwen/Qwen2.5-72B --precision bf16 --steps 1 --out run
+	[[ "$stderr" == *"the base needs $need GiB of host memory"* ]]
+	# NF4 packs the layers four to one (absmax aside); the tables stay bf16
+	run -0 --separate-stderr poros-train "${TINY[@]}" --model Qwen/Qwen2.5-72B --precision nf4 --plan
+	jq -e '.host_weights_mb > 40000 and .host_weights_mb < 45000' <<<"$output"
 }
 
 @test "--plan --backend cuda needs no device: the CPU plan and the 32 MiB cuBLAS workspace" {

@@ -77,7 +77,7 @@ section() {
 @test "the model table has status badges, VRAM peak, derived fits-on, s/step median and range, tokens/s" {
 	make_results
 	poros-render --html results.jsonl > report.html
-	grep -F '<tr id="cell-poros_tiny_qwen2_nf4"><td>poros</td><td>nf4</td><td><span class="badge ok">ok</span></td><td>--</td><td class="num">19.5 GiB</td><td class="num derived">24 GB<span class="muted"> derived</span></td><td class="num">1.52</td><td class="num">--</td><td class="num">--</td><td class="num">1.40 - 1.90</td><td class="num">2695</td>' report.html
+	grep -F '<tr id="cell-poros_tiny_qwen2_nf4"><td>poros</td><td>nf4</td><td><span class="badge ok">ok</span></td><td>--</td><td class="num">19.5 GiB</td><td class="num derived">24 GB<span class="muted"> derived</span></td><td class="num">--</td><td class="num">1.52</td><td class="num">--</td><td class="num">--</td><td class="num">1.40 - 1.90</td><td class="num">2695</td>' report.html
 	grep -F '<tr id="cell-resident_tiny_qwen2_nf4"><td>resident</td><td>nf4</td><td><span class="badge ok">ok</span></td><td>--</td><td class="num">29.3 GiB</td><td class="num derived">40 GB<span class="muted"> derived</span></td>' report.html
 	# 8192 MiB does not fit in 8 GB: fits-on is the next card up; the device is named
 	grep -F '<td>NVIDIA H200</td><td class="num">8.00 GiB</td><td class="num derived">12 GB<span class="muted"> derived</span></td>' report.html
@@ -183,8 +183,8 @@ section() {
 	[ -z "$stderr" ]
 	assert_line --index 0 "# Poros Bench report: tiny"
 	assert_line "## &lt;script&gt;alert(1)&lt;/script&gt; (poros/tiny-qwen2, 0.0001 B parameters)"
-	assert_line "| poros | nf4 | **ok** | -- | 19.5 GiB | 24 GB derived | 1.52 | -- | -- | 1.40 - 1.90 | 2695 | 5.60 -&gt; 5.40 |"
-	assert_line "| peft | nf4 | **oom** | -- | -- | -- | -- | -- | -- | -- | -- | -- -&gt; -- |"
+	assert_line "| poros | nf4 | **ok** | -- | 19.5 GiB | 24 GB derived | -- | 1.52 | -- | -- | 1.40 - 1.90 | 2695 | 5.60 -&gt; 5.40 |"
+	assert_line "| peft | nf4 | **oom** | -- | -- | -- | -- | -- | -- | -- | -- | -- | -- -&gt; -- |"
 	assert_line "| &lt;script&gt;alert(1)&lt;/script&gt; | nf4 | 4 | 0.125 | 0 | loss: step 2 | **differs** |"
 	assert_line "| &lt;script&gt;alert(1)&lt;/script&gt; | bf16 | -- | -- | -- | -- | -- |"
 	assert_line "- peft\\_tiny\\_qwen2\\_nf4 **oom**: CUDA out of memory \\| tried &lt;b&gt;2 GiB&lt;/b&gt;, see https://example.org//oom (log: logs/peft\\_tiny\\_qwen2\\_nf4.log)"
@@ -243,7 +243,7 @@ section() {
 	# the parsed document: the attack is text, the table holds the values
 	grep -F '<h2>&lt;script&gt;alert(1)&lt;/script&gt; <small>' dom.html
 	run -1 grep -F "$XSS" dom.html
-	grep -F '<td class="num">19.5 GiB</td><td class="num derived">24 GB<span class="muted"> derived</span></td><td class="num">1.52</td>' dom.html
+	grep -F '<td class="num">19.5 GiB</td><td class="num derived">24 GB<span class="muted"> derived</span></td><td class="num">--</td><td class="num">1.52</td>' dom.html
 	grep -F '<td class="num">0.125</td>' dom.html
 	grep -F '<rect x="170"' dom.html
 }
@@ -256,7 +256,7 @@ section() {
 	md=$(grep -m1 '^| Method |' report.md | sed 's/^| //; s/ |$//; s/ | /|/g; s/[\\]//g; s/&gt;/>/g')
 	[ -n "$html" ]
 	[ "$html" = "$md" ]
-	[ "$html" = "Method|Precision|Status|Device|Memory peak|Fits on*|s/step (median)|Passes|Noise (MAD)|Step range|tokens/s|Loss first -> last" ]
+	[ "$html" = "Method|Precision|Status|Device|Memory peak|Fits on*|Host weights|s/step (median)|Passes|Noise (MAD)|Step range|tokens/s|Loss first -> last" ]
 }
 
 @test "each model has a headline of ratios against resident and each baseline, speed and memory" {
@@ -419,7 +419,7 @@ layout_probe() { # width
 	# 300 models, and the Spec, Parity and Environment sections
 	[ "$(grep -c '^## ' report.md)" -eq 303 ]
 	# every row is the rerun's (s/step 100000 and up), none the first run's
-	[ "$(grep ' | nf4 | \*\*ok\*\* | ' report.md | awk -F'|' '$8 + 0 < 100000' | wc -l)" -eq 0 ]
+	[ "$(grep ' | nf4 | \*\*ok\*\* | ' report.md | awk -F'|' '$9 + 0 < 100000' | wc -l)" -eq 0 ]
 }
 
 @test "--spec names the spec's cells with no artifact as not measured, in both formats" {

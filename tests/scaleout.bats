@@ -245,7 +245,7 @@ assert_whole_lines() {
 	diff <(jq -r "$fields" local/report.jsonl) <(jq -r "$fields" cluster/report.jsonl)
 	jq -e -s 'length == 18 and (map(select(.status == "ok")) | length) == 12' cluster/results.jsonl
 	# the report: the same rows (method, precision, status, losses) and summary
-	diff <(grep '^|' local/report.md | cut -d '|' -f 2,3,4,13) <(grep '^|' cluster/report.md | cut -d '|' -f 2,3,4,13)
+	diff <(grep '^|' local/report.md | cut -d '|' -f 2,3,4,14) <(grep '^|' cluster/report.md | cut -d '|' -f 2,3,4,14)
 	grep -qxF -- '- **Cells:** 18: 12 ok, 0 oom, 0 error, 6 skipped' cluster/report.md
 	[ "$(grep -c '<tr id="cell-' cluster/report.html)" -eq 18 ]
 }

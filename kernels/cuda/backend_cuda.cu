@@ -244,7 +244,7 @@ static void touch_parallel(unsigned char *p, size_t bytes)
 	for (int i = 0; i < n; i++) {
 		size_t at = (size_t)i * each;
 
-		part[i].p = p + at;
+		part[i].p = at < bytes ? p + at : p;
 		part[i].bytes = at >= bytes ? 0 : bytes - at < each ? bytes - at : each;
 	}
 	for (int i = 1; i < n; i++)
@@ -258,6 +258,9 @@ static void touch_parallel(unsigned char *p, size_t bytes)
 			pthread_join(th[i], NULL);
 }
 
+// 0 with *p mapped and registered; 1 when this way is not open (the table is
+// full, or the driver will not register the mapping): take cudaHostAlloc;
+// -1 when there is no memory to map.
 static int mapped_host_alloc(void **p, size_t bytes)
 {
 	int slot = -1;
@@ -278,7 +281,10 @@ static int mapped_host_alloc(void **p, size_t bytes)
 	if (cudaHostRegister(m, bytes, cudaHostRegisterPortable) != cudaSuccess) {
 		cudaGetLastError();
 		munmap(m, bytes);
-		goto fail;
+		pthread_mutex_lock(&mapped_lock);
+		mapped[slot].p = NULL;
+		pthread_mutex_unlock(&mapped_lock);
+		return 1; // not registrable here: the caller takes cudaHostAlloc
 	}
 	pthread_mutex_lock(&mapped_lock);
 	mapped[slot].p = m;

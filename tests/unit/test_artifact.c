@@ -111,9 +111,9 @@ static void test_round_trip(void)
 	CHECK(strncmp(s1, "{\"schema\":\"poros.artifact/1\",\"cell_id\":\"peft_qwen2_5_32b_bf16\",\"config_hash\":\"sha256:", 80) == 0);
 	CHECK(strstr(s1, "\",\"method\":\"peft\",\"model_id\":\"Qwen/Qwen2.5-32B\",\"precision\":\"bf16\",\"cell\":{") != NULL);
 	check_str(b.config_hash, a.config_hash, "config_hash read back");
-	/* a Python arm's summary has no plan: null, first of the metrics */
+	/* a Python arm's summary has no plan and no host copy: null, the first metrics */
 	CHECK(isnan(b.metrics.vram_plan_mb));
-	CHECK(strstr(s1, "\"status\":\"ok\",\"error\":null,\"metrics\":{\"vram_plan_mb\":null,\"vram_peak_mb\":7012.4,") != NULL);
+	CHECK(strstr(s1, "\"status\":\"ok\",\"error\":null,\"metrics\":{\"vram_plan_mb\":null,\"host_weights_mb\":null,\"vram_peak_mb\":7012.4,") != NULL);
 	CHECK(strstr(s1, "\"parity\":{\"loss_max_abs_delta\":0,\"adapter_max_abs_delta\":null,\"bitwise_exact\":true}") != NULL);
 	CHECK(strstr(s1, "\"log\":\"logs/peft_qwen2_5_32b_bf16.log\",\"run_dir\":\"runs/peft_qwen2_5_32b_bf16\"}\n") != NULL);
 	free(s1);

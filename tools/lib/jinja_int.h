@@ -1,6 +1,6 @@
 /* tools/lib/jinja_int.h: what the Jinja lexer/parser (jinja_parse.c), the
- * evaluator (jinja_eval.c) and its library (jinja_lib.c) share: the
- * arena, the AST and the values. */
+ * values (jinja_value.c), the evaluator (jinja_eval.c) and its library
+ * (jinja_lib.c) share: the arena, the AST and the values. */
 #ifndef POROS_JINJA_INT_H
 #define POROS_JINJA_INT_H
 
@@ -144,6 +144,10 @@ _Noreturn void perr(struct parser *p, int line, int col, const char *fmt, ...) _
 /* jinja_eval.c */
 _Noreturn void jfail(struct jctx *c, const struct jnode *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 struct jv jeval(struct jctx *c, const struct jnode *n);
+
+/* jinja_value.c */
+static inline int is_num(struct jv v) { return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL; }
+static inline double num_of(struct jv v) { return v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : v.u.b; }
 int jtruthy(struct jv v);
 struct jv jv_str_lit(struct jctx *c, const char *s, size_t n);
 struct jv jv_from_buf(struct jctx *c, struct jbuf *b);

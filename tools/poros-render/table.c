@@ -97,6 +97,18 @@ static void col_fits(struct sbuf *b, const struct result_entry *e, const struct 
 	mk_muted(b, mk, planned ? " planned" : " derived");
 }
 
+/* The base's host copy (poros-train's): what the host must hold besides. */
+static void col_host(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
+{
+	char buf[32];
+
+	(void)mk;
+	if (isnan(e->art.metrics.host_weights_mb))
+		sb_puts(b, "--");
+	else
+		sb_puts(b, fmt_mib(buf, sizeof buf, e->art.metrics.host_weights_mb));
+}
+
 static void col_s_per_step(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
 {
 	(void)mk;
@@ -166,6 +178,7 @@ const struct column result_columns[] = {
 	{ "Device", 0, 0, col_device, NULL },
 	{ "Memory peak", 1, 0, col_memory, NULL },
 	{ "Fits on*", 1, 1, col_fits, NULL },
+	{ "Host weights", 1, 0, col_host, NULL },
 	{ "s/step (median)", 1, 0, col_s_per_step, NULL },
 	{ "Passes", 1, 0, col_passes, NULL },
 	{ "Noise (MAD)", 1, 0, col_noise, NULL },

@@ -28,6 +28,7 @@ struct run_result {
 	double loss_first, loss_last;
 	double vram_peak_mb;
 	double vram_plan_mb;   /* engine_plan's total, NaN before it is made */
+	double host_weights_mb; /* the base's host copy (host_weights_size), NaN before it is known */
 	double vram_sum_bytes; /* exact: whole numbers far below 2^53 */
 	char vram_breakdown[1024]; /* engine_vram_breakdown_json, "" when no engine */
 	char *events_path, *adapter_path;
@@ -288,6 +289,7 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	                                                    (r->steps_done - r->resumed_at) / MIB : NAN));
 	cJSON_AddItemToObject(o, "vram_breakdown_mb",
 	                      r->vram_breakdown[0] ? cJSON_Parse(r->vram_breakdown) : cJSON_CreateNull());
+	cJSON_AddItemToObject(o, "host_weights_mb", num_or_null(r->host_weights_mb));
 	cJSON_AddItemToObject(o, "loss_first", loss_json(r->loss_first));
 	cJSON_AddItemToObject(o, "loss_last", loss_json(r->loss_last));
 	if (c->cell.training.eval_dataset) { /* only with an evaluation set: other summaries stay as they were */
@@ -552,6 +554,7 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	const struct train_config *c = x->c;
 	struct run_result *r = &x->r;
 	struct dev_alloc plan;
+	size_t host;
 	char why[512];
 	int rc;
 
@@ -564,6 +567,9 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		return RUN_BAD_INPUT;
 	r->vram_plan_mb = (double)plan.peak / MIB;
 	x->plan_bytes = plan.peak;
+	if (host_weights_size(&host, &x->mc, c->cell.precision == PRECISION_NF4, err, errsz) < 0)
+		return RUN_BAD_INPUT;
+	r->host_weights_mb = (double)host / MIB;
 	if (c->vram_budget && plan.peak > (size_t)c->vram_budget) {
 		over_budget(err, errsz, c, &plan, x->mc.num_hidden_layers);
 		dev_alloc_release_all(&plan);
@@ -589,8 +595,8 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		char sz[32];
 
 		warnmsg("host weights (%s, %s): %.1f s to allocate, %.1f s to %s",
-		        format_bytes(sz, sizeof sz, (double)(x->hw.lay.stride * (size_t)x->hw.n_layers + x->hw.glob.bytes)),
-		        x->hw.real ? "read" : "synthetic", x->hw.alloc_s, x->hw.fill_s, x->hw.real ? "read" : "generate");
+		        format_bytes(sz, sizeof sz, r->host_weights_mb * MIB), x->hw.real ? "read" : "synthetic",
+		        x->hw.alloc_s, x->hw.fill_s, x->hw.real ? "read" : "generate");
 	}
 	r->weights_known = 1;
 	r->weights_real = x->hw.real;
@@ -655,11 +661,12 @@ static int print_plan(struct run *x, FILE *out)
 	struct dev_alloc plan;
 	const char *backend;
 	char err[1024], breakdown[1024];
-	size_t lib;
+	size_t lib, host;
 	int over, rc;
 	cJSON *o;
 
 	if (open_model(x, err, sizeof err) < 0 || plan_library_bytes(c, &lib, &backend, err, sizeof err) < 0 ||
+	    host_weights_size(&host, &x->mc, c->cell.precision == PRECISION_NF4, err, sizeof err) < 0 ||
 	    make_plan(x, lib, &plan, err, sizeof err) < 0) {
 		warnmsg("%s", err);
 		return EXIT_USAGE;
@@ -679,6 +686,7 @@ static int print_plan(struct run *x, FILE *out)
 	cJSON_AddItemToObject(o, "vram_budget_mb", c->vram_budget ? cJSON_CreateNumber((double)c->vram_budget / MIB)
 	                                                          : cJSON_CreateNull());
 	cJSON_AddItemToObject(o, "fits", c->vram_budget ? cJSON_CreateBool(!over) : cJSON_CreateNull());
+	cJSON_AddItemToObject(o, "host_weights_mb", num_or_null((double)host / MIB));
 	rc = jsonl_write(out, o) < 0 ? EXIT_RUNTIME : EXIT_OK;
 	fflush(out);
 	cJSON_Delete(o);
@@ -698,7 +706,7 @@ int train_run(const struct train_config *c, FILE *summary_out)
 	int rc;
 
 	x.r = (struct run_result){ .status = "error", .loss_first = NAN, .loss_last = NAN, .vram_peak_mb = NAN,
-	                           .vram_plan_mb = NAN, .eval_loss = NAN };
+	                           .vram_plan_mb = NAN, .host_weights_mb = NAN, .eval_loss = NAN };
 	if (c->plan) {
 		rc = print_plan(&x, summary_out);
 		run_close(&x);

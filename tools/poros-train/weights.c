@@ -368,6 +368,18 @@ static void parallel_zero(unsigned char *p, size_t bytes)
 	}
 }
 
+int host_weights_size(size_t *bytes, const struct model_config *mc, int nf4, char *err, size_t errsz)
+{
+	struct layer_layout lay;
+	struct global_layout glob;
+
+	if (layer_layout_init(&lay, mc, nf4, err, errsz) < 0)
+		return -1;
+	global_layout_init(&glob, mc);
+	*bytes = lay.stride * (size_t)mc->num_hidden_layers + glob.bytes;
+	return 0;
+}
+
 /* MemAvailable of /proc/meminfo in bytes; 0 where it cannot be read (no
  * check is then made: the allocation itself still fails cleanly or not). */
 static size_t host_memory_available(void)

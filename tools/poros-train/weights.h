@@ -59,6 +59,10 @@ void global_layout_init(struct global_layout *g, const struct model_config *mc);
  * missing tensor, a wrong shape or dtype: exit 2); -2 with err when host
  * memory could not be had, -3 when the base is larger than the host's
  * available memory (nothing allocated; status "oom"; both exit 1). */
+/* The host memory host_weights_load takes for the model (the layers and
+ * the embedding, final norm and lm_head), without allocating it; -1 with
+ * err as layer_layout_init. */
+int host_weights_size(size_t *bytes, const struct model_config *mc, int nf4, char *err, size_t errsz);
 int host_weights_load(struct host_weights *w, const struct backend *be, const struct model_config *mc, int nf4,
                       uint64_t seed, char *err, size_t errsz);
 void host_weights_free(struct host_weights *w);

@@ -1,7 +1,7 @@
 # shellcheck shell=sh disable=SC2154  # the driver's variables (outdir, tmpdir, arm, ...)
 # share/poros/lib/slurm.sh: the Slurm part of the poros driver (bench run
 # --slurm and bench collect).  Sourced by bin/poros (load_slurm), never run:
-# it uses the driver's note, die, need, render_reports, heal_results,
+# it uses the driver's note, die, need, render_reports, heal_results, parity_from_runs,
 # lock_outdir, claim_lock and its variables (outdir, tmpdir, arm, the
 # --slurm options).
 # Like the driver, no value ever passes through eval or a shell string.
@@ -230,8 +230,13 @@ bench_collect() {
 			_missing=$((_missing + 1))
 		fi
 	done 3< "$_list"
+	failed=0
+	# this submission's cells (cells.txt holds their cell files)
+	sed -e 's#.*/##' -e 's/[.]json$//' "$outdir/slurm/cells.txt" > "$tmpdir/ran" 2>/dev/null || : > "$tmpdir/ran"
+	parity_from_runs "$tmpdir/ran"
 	_rc=0
 	render_reports "$outdir" || _rc=1
 	[ "$_missing" = 0 ] || die 1 "$_missing of $_n cells have no artifact"
+	[ "$failed" = 0 ] || die 1 "$failed parity comparison(s) failed or were not bitwise exact"
 	return "$_rc"
 }
