@@ -229,7 +229,9 @@ X(void, rope_backward, (float *dx, const float *cos, const float *sin, const int
  * synchronisation; the clamp keeps a bad one inside the row). \
  * Inside, bf16 products with fp32 accumulation (the contract above): \
  * scores = scale * bf16(q) . bf16(k), online softmax over key tiles in \
- * fp32, out = bf16(acc / l).  Masked keys get p = 0 exactly. \
+ * fp32, out = bf16(acc / l).  Masked keys get p = 0 exactly.  The \
+ * exponential is the backend's (the CPU's expf; CUDA's 2^x unit on \
+ * log2(e)-scaled scores, a few fp32 ulps apart). \
  * scratch: attention_scratch_floats(B,S,H,G,D) floats, O(B*S*H*D). */ \
 X(void, attention_forward, (bf16 *out, int ld_out, float *lse, float *scratch, const float *q, const float *k, const float *v, const int32_t *pos, int B, int S, int H, int G, int D)) \
 /* dq (T,H,D), dk, dv (T,G,D) written (not accumulated) from dout (T,H*D) \

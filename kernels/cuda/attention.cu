@@ -10,7 +10,10 @@
 // memory.  Query head h reads key/value head g = h / (H/G).  Token i of a
 // row attends key j iff first_i <= j <= i, first_i = i - pos[i] (ops.h).
 // The rounding is ops.h's contract, the steps those of kernels/cpu/
-// attention.c (the reference), so the two differ in the order of fp32 sums.
+// attention.c (the reference), so the two differ in the order of fp32 sums
+// and in the exponential: here 2^x on the MUFU unit over log2(e)-scaled
+// scores (attention.cuh), a few fp32 ulps from the CPU's expf.  The
+// element-wise work of a tile (softmax step, dS, stores) is attention.cuh's.
 //
 // Shapes: the head dimension is padded with zeros to Dp = 64 or 128
 // (attention_dpad), the template parameter DP; D > 128 is refused.
@@ -49,10 +52,7 @@
 //   of each group of 32 query rows (with pos only), then with G < H dk_h,
 //   dv_h (T,H,D) fp32.  O(B*S*H*D): 7B at S=8192 (H=28, G=4) takes 353 MiB
 //   where the cuBLAS squares took 14.2 GiB.
-#include <limits.h>
-#include <math.h>
-
-#include "common.cuh"
+#include "attention.cuh"
 
 #define ATTN_THREADS 128
 #define PACK_THREADS 256
@@ -162,16 +162,8 @@ __device__ __forceinline__ void load_rows_async(bf16 *dst, const bf16 *src, int 
 	for (int w = threadIdx.x; w < ROWS * VEC; w += ATTN_THREADS) {
 		int r = w / VEC, c = w % VEC * 8;
 		bool in = r < valid;
-		const bf16 *g = src + (size_t)(in ? r : 0) * DP + c;
-		uint32_t s = (uint32_t)__cvta_generic_to_shared(dst + r * (DP + 8) + c);
-		asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(g), "r"(in ? 16 : 0)
-		             : "memory");
+		cp_async16(dst + r * (DP + 8) + c, src + (size_t)(in ? r : 0) * DP + c, in);
 	}
-}
-
-__device__ __forceinline__ void async_commit(void)
-{
-	asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
 // The key tile at key k0 of K and V (rows of DP, S in all) into sK, sV
@@ -181,13 +173,6 @@ __device__ __forceinline__ void load_kv_async(bf16 *sK, bf16 *sV, const bf16 *kh
 {
 	load_rows_async<DP, 64>(sK, kh + (size_t)k0 * DP, S - k0);
 	load_rows_async<DP, 64>(sV, vh + (size_t)k0 * DP, S - k0);
-}
-
-// Waits until at most n of this thread's copy groups are in flight.
-template <int N>
-__device__ __forceinline__ void async_wait(void)
-{
-	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // c (16x8 fp32) += a (16x16 bf16, row) b (16x8 bf16, col).
@@ -244,19 +229,6 @@ __device__ __forceinline__ void frag_bt2(uint32_t b[2][2], const bf16 *tile, int
 	b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
 }
 
-// An accumulator (16 rows by 8*NT columns in n-tiles of 8, C layout) as
-// the A fragments of NT/2 k-steps: n-tile 2k gives registers 0, 1 of
-// k-step k, n-tile 2k+1 registers 2, 3, rounded to bf16.
-template <int NT>
-__device__ __forceinline__ void c_to_a(uint32_t a[][4], float c[NT][4])
-{
-#pragma unroll
-	for (int n = 0; n < NT; n++) {
-		a[n >> 1][(n & 1) * 2] = pack_bf16x2(c[n][0], c[n][1]);
-		a[n >> 1][(n & 1) * 2 + 1] = pack_bf16x2(c[n][2], c[n][3]);
-	}
-}
-
 // c[NT] += a (16 rows, k0..k0+15 of tile kt) @ B for NT n-tiles of B:
 // B = Y^T (Y rows n, row-major), or with BT, B = X (X rows k, row-major).
 template <int NT, bool BT>
@@ -280,13 +252,6 @@ __device__ __forceinline__ void mma_row_b(float c[NT][4], const uint32_t a[4], c
                                           int lane)
 {
 	mma_row<NT, false>(c, a, Y, pitch, k0, lane);
-}
-
-// Whether query row r, whose first key is f, sees key j (the causal and
-// document masks); a row past S sees none.
-__device__ __forceinline__ bool key_seen(int j, int r, int f, int S)
-{
-	return r < S && j <= r && j >= f;
 }
 
 // The copy step of iteration it of a loop over key tiles: when more, the
@@ -330,18 +295,6 @@ __device__ __forceinline__ void mma_row_bt(float c[NT][4], const uint32_t a[4], 
 	mma_row<NT, true>(c, a, X, pitch, k0, lane);
 }
 
-__device__ __forceinline__ float quad_max(float x)
-{
-	x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-	return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-
-__device__ __forceinline__ float quad_sum(float x)
-{
-	x += __shfl_xor_sync(0xffffffffu, x, 1);
-	return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
 // The first key tile a query tile of 64 rows (rows 64 qt..) reaches.
 __device__ __forceinline__ int first_tile(const int *first, int b, int qt, int S)
 {
@@ -354,25 +307,7 @@ __device__ __forceinline__ int first_tile(const int *first, int b, int qt, int S
 	return m / ATTN_KEY_TILE;
 }
 
-template <int N>
-__device__ __forceinline__ void zero(float c[N][4])
-{
-#pragma unroll
-	for (int n = 0; n < N; n++)
-		c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
-}
-
 // ---------------------------------------------------------------------------
-// Columns col and col+1 of an output row (those below D): the
-// accumulators a and b over the row's softmax sum l, rounded to bf16.
-__device__ __forceinline__ void store_out(bf16 *dst, float a, float b, float l, int col, int D)
-{
-	if (col < D)
-		dst[0] = f32_to_bf16(a / l);
-	if (col + 1 < D)
-		dst[1] = f32_to_bf16(b / l);
-}
-
 // Forward.  grid (query tiles, H, B), the longest rows (last tiles) first.
 // Shared: the q tile, then two buffers each of K and V tiles (64, DP+8).
 // Only the diagonal tile and document masks need the mask; below the
@@ -403,9 +338,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_kernel(bf16 *out, 
 	for (int ks = 0; ks < KS; ks++)
 		frag_a(qa[ks], sQ, PQ, warp * 16, ks * 16, lane);
 
-	int r0 = q0 + warp * 16 + gr, r1 = r0 + 8; // this thread's two rows
-	int f0 = r0 < S ? poros_first_key(pos, b, S, r0) : 0, f1 = r1 < S ? poros_first_key(pos, b, S, r1) : 0;
-	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+	struct attn_rows w = attn_rows_at(pos, b, S, q0 + warp * 16 + gr); // this thread's two rows
 	float o[NT][4];
 	zero<NT>(o);
 
@@ -418,34 +351,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_kernel(bf16 *out, 
 #pragma unroll
 		for (int ks = 0; ks < KS; ks++)
 			mma_row_b<8>(s, qa[ks], cK, PQ, ks * 16, lane);
-		int k0 = kt * 64;
-		bool masked = pos != NULL || kt == qt;
-		float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-		for (int n = 0; n < 8; n++)
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				bool ok = !masked || key_seen(k0 + n * 8 + 2 * tq + (e & 1), e < 2 ? r0 : r1, e < 2 ? f0 : f1, S);
-				s[n][e] = ok ? s[n][e] * scale : -INFINITY;
-				if (e < 2)
-					mx0 = fmaxf(mx0, s[n][e]);
-				else
-					mx1 = fmaxf(mx1, s[n][e]);
-			}
-		float n0 = fmaxf(m0, quad_max(mx0)), n1 = fmaxf(m1, quad_max(mx1));
-		float base0 = n0 == -INFINITY ? 0.0f : n0, base1 = n1 == -INFINITY ? 0.0f : n1;
-		float c0 = expf(m0 - base0), c1 = expf(m1 - base1);
-		m0 = n0, m1 = n1;
-		l0 *= c0, l1 *= c1;
-#pragma unroll
-		for (int n = 0; n < NT; n++)
-			o[n][0] *= c0, o[n][1] *= c0, o[n][2] *= c1, o[n][3] *= c1;
-#pragma unroll
-		for (int n = 0; n < 8; n++) {
-			s[n][0] = expf(s[n][0] - base0), s[n][1] = expf(s[n][1] - base0);
-			s[n][2] = expf(s[n][2] - base1), s[n][3] = expf(s[n][3] - base1);
-			l0 += s[n][0], l0 += s[n][1], l1 += s[n][2], l1 += s[n][3];
-		}
+		softmax_tile<NT>(s, o, &w, pos != NULL || kt == qt, kt * 64, S, scale * ATTN_LOG2E, tq);
 		uint32_t pa[4][4];
 		c_to_a<8>(pa, s);
 #pragma unroll
@@ -453,21 +359,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_kernel(bf16 *out, 
 			mma_row_bt<NT>(o, pa[ks], cV, PQ, ks * 16, lane);
 		__syncthreads(); // this tile's buffers are free for the copy after next
 	}
-	l0 = quad_sum(l0), l1 = quad_sum(l1);
-#pragma unroll
-	for (int n = 0; n < NT; n++) {
-		int col = n * 8 + 2 * tq;
-		if (r0 < S)
-			store_out(out + ((size_t)b * S + r0) * ld_out + (size_t)h * D + col, o[n][0], o[n][1], l0, col, D);
-		if (r1 < S)
-			store_out(out + ((size_t)b * S + r1) * ld_out + (size_t)h * D + col, o[n][2], o[n][3], l1, col, D);
-	}
-	if (tq == 0) {
-		if (r0 < S)
-			lse[((size_t)b * H + h) * S + r0] = m0 + logf(l0);
-		if (r1 < S)
-			lse[((size_t)b * H + h) * S + r1] = m1 + logf(l1);
-	}
+	forward_store<NT>(out, ld_out, lse, o, &w, b, S, h, H, D, tq);
 }
 
 // ---------------------------------------------------------------------------
@@ -496,9 +388,9 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, c
 	load_rows_async<DP, 64>(sdO, do16 + (head + q0) * DP, S - q0);
 	load_kv_async<DP>(sK, sV, kh, vh, kt0 * 64, S);
 	async_commit();
-	int r0 = q0 + warp * 16 + gr, r1 = r0 + 8;
-	int f0 = r0 < S ? poros_first_key(pos, b, S, r0) : 0, f1 = r1 < S ? poros_first_key(pos, b, S, r1) : 0;
-	float lse0 = r0 < S ? lse[head + r0] : 0.0f, lse1 = r1 < S ? lse[head + r1] : 0.0f;
+	struct attn_rows w = attn_rows_at(pos, b, S, q0 + warp * 16 + gr);
+	int r0 = w.r0, r1 = w.r1;
+	float lse0 = r0 < S ? lse[head + r0] * ATTN_LOG2E : 0.0f, lse1 = r1 < S ? lse[head + r1] * ATTN_LOG2E : 0.0f;
 	float delta0 = r0 < S ? delta[head + r0] : 0.0f, delta1 = r1 < S ? delta[head + r1] : 0.0f;
 	float acc[NT][4];
 	zero<NT>(acc);
@@ -512,16 +404,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, c
 		zero<8>(s);
 		zero<8>(dp);
 		mma_two_b<KS, 8>(s, dp, sQ, cK, sdO, cV, PQ, warp * 16, lane);
-		int k0 = kt * 64;
-		bool masked = pos != NULL || kt == qt;
-#pragma unroll
-		for (int n = 0; n < 8; n++)
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				bool ok = !masked || key_seen(k0 + n * 8 + 2 * tq + (e & 1), e < 2 ? r0 : r1, e < 2 ? f0 : f1, S);
-				float p = ok ? expf(s[n][e] * scale - (e < 2 ? lse0 : lse1)) : 0.0f;
-				s[n][e] = ok ? p * (dp[n][e] - (e < 2 ? delta0 : delta1)) : 0.0f;
-			}
+		dq_tile(s, dp, &w, pos != NULL || kt == qt, kt * 64, S, scale * ATTN_LOG2E, lse0, lse1, delta0, delta1, tq);
 		uint32_t da[4][4];
 		c_to_a<8>(da, s);
 #pragma unroll
@@ -529,16 +412,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, c
 			mma_row_bt<NT>(acc, da[ks], cK, PQ, ks * 16, lane);
 		__syncthreads();
 	}
-#pragma unroll
-	for (int n = 0; n < NT; n++) {
-		int col = n * 8 + 2 * tq;
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			int r = e < 2 ? r0 : r1, c = col + (e & 1);
-			if (r < S && c < D)
-				dq[(((size_t)b * S + r) * H + h) * D + c] = scale * acc[n][e];
-		}
-	}
+	dq_store<NT>(dq, acc, &w, b, S, h, H, D, scale, tq);
 }
 
 // ---------------------------------------------------------------------------
@@ -567,7 +441,7 @@ __device__ __forceinline__ void load_group(bf16 *sQ, bf16 *sdO, float *sL, float
 	if (threadIdx.x < 32) {
 		int i = i0 + threadIdx.x;
 		bool in = i < S;
-		sL[threadIdx.x] = in ? lse[head + i] : INFINITY;
+		sL[threadIdx.x] = in ? lse[head + i] * ATTN_LOG2E : INFINITY; // lse2
 		sD[threadIdx.x] = in ? delta[head + i] : 0.0f;
 		sF[threadIdx.x] = in ? poros_first_key(pos, b, S, i) : INT_MAX;
 	}
@@ -624,17 +498,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dkdv_kernel(float *dk,
 		zero<4>(dpt);
 		mma_two_b<KS, 4>(st, dpt, sK, cQ, sV, cdO, PQ, warp * 16, lane);
 		int i0 = qg * 32;
-		bool masked = pos != NULL || i0 < k0 + 64;
-#pragma unroll
-		for (int n = 0; n < 4; n++)
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				int ii = n * 8 + 2 * tq + (e & 1), i = i0 + ii, j = e < 2 ? j0 : j1;
-				bool ok = !masked || (j <= i && j >= cF[ii]);
-				float p = ok ? expf(st[n][e] * scale - cL[ii]) : 0.0f;
-				dpt[n][e] = ok ? p * (dpt[n][e] - cD[ii]) : 0.0f;
-				st[n][e] = p;
-			}
+		dkdv_tile<4>(st, dpt, pos != NULL || i0 < k0 + 64, i0, j0, j1, cL, cD, cF, scale * ATTN_LOG2E, tq);
 		uint32_t pa[2][4], da[2][4];
 		c_to_a<4>(pa, st);
 		c_to_a<4>(da, dpt);
@@ -647,19 +511,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dkdv_kernel(float *dk,
 		qg = nq;
 	}
 	async_wait<0>(); // no copy outlives the block (none is pending when a group ran)
-#pragma unroll
-	for (int n = 0; n < NT; n++) {
-		int col = n * 8 + 2 * tq;
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			int j = e < 2 ? j0 : j1, c = col + (e & 1);
-			if (j < S && c < D) {
-				size_t o = (((size_t)b * S + j) * H + h) * D + c;
-				dk[o] = scale * adk[n][e];
-				dv[o] = adv[n][e];
-			}
-		}
-	}
+	dkdv_store<NT>(dk, dv, adk, adv, j0, j1, b, S, h, H, D, scale, tq);
 }
 
 // ---------------------------------------------------------------------------
