@@ -104,7 +104,7 @@ __device__ __forceinline__ struct attn_rows attn_rows_at(const int32_t *pos, int
 
 // The forward's step over the key tile at k0 (64 keys; thread's columns
 // n*8 + 2 tq + 0, 1): s (the scores q k^T of the two rows) becomes
-// 2^(s scale2 - m) with the new running max m, masked keys 0 (MASKED:
+// 2^(s scale2 - m), one fused multiply-add, with the new running max m, masked keys 0 (MASKED:
 // whether any key of the tile may be unseen; scale2 = scale log2(e)); l
 // is rescaled to the new max and gains this tile's sum; o's factors
 // 2^(m_old - m) go to c0, c1 (rescale).
@@ -119,21 +119,24 @@ __device__ __forceinline__ void softmax_p(float s[8][4], struct attn_rows *w, in
 		for (int e = 0; e < 4; e++) {
 			bool ok = !MASKED ||
 			          key_seen(k0 + n * 8 + 2 * tq + (e & 1), e < 2 ? w->r0 : w->r1, e < 2 ? w->f0 : w->f1, S);
-			s[n][e] = ok ? s[n][e] * scale2 : -INFINITY;
+			s[n][e] = ok ? s[n][e] : -INFINITY;
 			if (e < 2)
 				mx0 = fmaxf(mx0, s[n][e]);
 			else
 				mx1 = fmaxf(mx1, s[n][e]);
 		}
-	float n0 = fmaxf(w->m0, quad_max(mx0)), n1 = fmaxf(w->m1, quad_max(mx1));
+	// the max of the raw scores, scaled once (rounding is monotonic, so
+	// this is the max of the scaled scores); each p below is one fused
+	// multiply-add and one 2^x
+	float n0 = fmaxf(w->m0, quad_max(mx0) * scale2), n1 = fmaxf(w->m1, quad_max(mx1) * scale2);
 	float base0 = n0 == -INFINITY ? 0.0f : n0, base1 = n1 == -INFINITY ? 0.0f : n1;
 	float c0 = ex2(w->m0 - base0), c1 = ex2(w->m1 - base1);
 	w->m0 = n0, w->m1 = n1;
 	w->l0 *= c0, w->l1 *= c1;
 #pragma unroll
 	for (int n = 0; n < 8; n++) {
-		s[n][0] = ex2(s[n][0] - base0), s[n][1] = ex2(s[n][1] - base0);
-		s[n][2] = ex2(s[n][2] - base1), s[n][3] = ex2(s[n][3] - base1);
+		s[n][0] = ex2(fmaf(s[n][0], scale2, -base0)), s[n][1] = ex2(fmaf(s[n][1], scale2, -base0));
+		s[n][2] = ex2(fmaf(s[n][2], scale2, -base1)), s[n][3] = ex2(fmaf(s[n][3], scale2, -base1));
 		w->l0 += s[n][0], w->l0 += s[n][1], w->l1 += s[n][2], w->l1 += s[n][3];
 	}
 	*c0p = c0, *c1p = c1;
