@@ -102,6 +102,14 @@ __device__ __forceinline__ struct attn_rows attn_rows_at(const int32_t *pos, int
 	return w;
 }
 
+// Whether the thread's element (n, e) of a tile at key k0 is seen: always
+// unless MASKED, then under its row's causal and document masks.
+template <bool MASKED>
+__device__ __forceinline__ bool elem_seen(const struct attn_rows *w, int k0, int n, int e, int tq, int S)
+{
+	return !MASKED || key_seen(k0 + n * 8 + 2 * tq + (e & 1), e < 2 ? w->r0 : w->r1, e < 2 ? w->f0 : w->f1, S);
+}
+
 // The forward's step over the key tile at k0 (64 keys; thread's columns
 // n*8 + 2 tq + 0, 1): s (the scores q k^T of the two rows) becomes
 // 2^(s scale2 - m), one fused multiply-add, with the new running max m, masked keys 0 (MASKED:
@@ -117,8 +125,7 @@ __device__ __forceinline__ void softmax_p(float s[8][4], struct attn_rows *w, in
 	for (int n = 0; n < 8; n++)
 #pragma unroll
 		for (int e = 0; e < 4; e++) {
-			bool ok = !MASKED ||
-			          key_seen(k0 + n * 8 + 2 * tq + (e & 1), e < 2 ? w->r0 : w->r1, e < 2 ? w->f0 : w->f1, S);
+			bool ok = elem_seen<MASKED>(w, k0, n, e, tq, S);
 			s[n][e] = ok ? s[n][e] : -INFINITY;
 			if (e < 2)
 				mx0 = fmaxf(mx0, s[n][e]);
@@ -208,7 +215,7 @@ __device__ __forceinline__ void forward_store(bf16 *out, int ld_out, float *lse,
 
 // The dq pass's step over the key tile at k0: s (scores) becomes dS = P
 // (dP - delta), P = 2^(s scale2 - lse2) (lse2 = lse log2(e)), masked keys
-// 0 (MASKED as in softmax_step).
+// 0 (MASKED as in softmax_p).
 template <bool MASKED>
 __device__ __forceinline__ void dq_step(float s[8][4], const float dp[8][4], const struct attn_rows *w, int k0, int S,
                                         float scale2, float lse0, float lse1, float delta0, float delta1, int tq)
@@ -217,8 +224,7 @@ __device__ __forceinline__ void dq_step(float s[8][4], const float dp[8][4], con
 	for (int n = 0; n < 8; n++)
 #pragma unroll
 		for (int e = 0; e < 4; e++) {
-			bool ok = !MASKED ||
-			          key_seen(k0 + n * 8 + 2 * tq + (e & 1), e < 2 ? w->r0 : w->r1, e < 2 ? w->f0 : w->f1, S);
+			bool ok = elem_seen<MASKED>(w, k0, n, e, tq, S);
 			float p = ok ? ex2(fmaf(s[n][e], scale2, -(e < 2 ? lse0 : lse1))) : 0.0f;
 			s[n][e] = ok ? p * (dp[n][e] - (e < 2 ? delta0 : delta1)) : 0.0f;
 		}
