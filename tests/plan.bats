@@ -167,6 +167,53 @@ plan_and_train() {
 	jq -e '.host_weights_mb > 40000 and .host_weights_mb < 45000' <<<"$output"
 }
 
+@test "--plan says the host memory of the layer checkpoints, with and without the attention's" {
+	# blockwise: 4 layers x 64 tokens x 64 fp32 inputs, and with the attention
+	# checkpoints each layer's output and lse too; resident keeps none on the host
+	POROS_ATTN_CKPT=0 run -0 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --plan
+	jq -e '.attention_checkpoints == false and .host_checkpoints_mb == 4 * 64 * 64 * 4 / 1048576' <<<"$output"
+	off=$(jq .vram_breakdown_mb.checkpoints <<<"$output")
+	POROS_ATTN_CKPT=1 run -0 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --plan
+	# (the attention output's rows are 64 + E wide, E the LoRA extension's columns)
+	jq -e '.attention_checkpoints == true and .host_checkpoints_mb > 4 * 64 * (64 * 4 + 64 * 2 + 4 * 4) / 1048576' <<<"$output"
+	jq -e --argjson off "$off" '.vram_breakdown_mb.checkpoints > $off' <<<"$output"
+	run -0 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --plan
+	jq -e '.attention_checkpoints == true' <<<"$output"
+	run -0 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --mode resident --plan
+	jq -e '.attention_checkpoints == null and .host_checkpoints_mb == 0' <<<"$output"
+	# the plan of a run with the attention checkpoints is what the run takes
+	POROS_ATTN_CKPT=1 plan_and_train attn --model poros/tiny-qwen3 --mode blockwise --accum 2
+	[ "$(jq -r .vram_plan_mb attn.plan)" = "$(jq -r .vram_peak_mb attn.json)" ]
+}
+
+@test "checkpoints the host cannot hold: the attention's left out and said so, or the run refused before it starts" {
+	# 1024 small layers, bf16: per token and layer 256 bytes of inputs, 400
+	# with the attention's; rows sized from the host's available memory
+	mkdir -p cfg/models
+	jq '.model_id = "test/many-layers" | .num_hidden_layers = 1024 | .intermediate_size = 64' \
+		"$POROS_ROOT/configs/models/tiny_qwen2.json" >cfg/models/many_layers.json
+	avail=$(($(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo) * 1024))
+	[ "$avail" -lt $((1 << 40)) ] || skip "this host has more than 1 TiB available"
+	rows() { echo $(($1 * avail / $2 / (1024 * 256 * 512) + 1)); } # batch of 512-token rows: inputs = $1/$2 of it
+	BIG=(--configs cfg --model test/many-layers --backend cpu --precision bf16 --seq-len 512 --rank 4 --alpha 8 --steps 1)
+	# the inputs fit (0.8 of it), not with the attention's (1.25): unset, the
+	# plan leaves the attention's out and says why; 1 keeps them
+	run -0 --separate-stderr poros-train "${BIG[@]}" --batch-size "$(rows 4 5)" --plan
+	jq -e '.attention_checkpoints == false' <<<"$output"
+	[[ "$stderr" == *"the layer checkpoints with attention"*"need more host memory than is available"*"the backward recomputes attention (POROS_ATTN_CKPT=1 insists)" ]]
+	POROS_ATTN_CKPT=1 run -0 --separate-stderr poros-train "${BIG[@]}" --batch-size "$(rows 4 5)" --plan
+	jq -e '.attention_checkpoints == true' <<<"$output"
+	[ -z "$stderr" ]
+	# the inputs alone need twice what there is: no note, status oom before
+	# a step, naming them
+	run -1 --separate-stderr poros-train "${BIG[@]}" --batch-size "$(rows 2 1)" --quiet --out run
+	[[ "$stderr" != *"recomputes attention"* ]]
+	jq -e '.status == "oom" and .steps == 0 and (.error | test("^1024 layers. checkpoints need [0-9.]+ GiB of host memory, [0-9.]+ GiB available \\(MemAvailable\\)$"))' <<<"$output"
+	# insisted on: the same, with what would help
+	POROS_ATTN_CKPT=1 run -1 --separate-stderr poros-train "${BIG[@]}" --batch-size "$(rows 2 1)" --quiet --out run1
+	jq -e '.status == "oom" and (.error | endswith("; POROS_ATTN_CKPT=0 keeps only the layer inputs"))' <<<"$output"
+}
+
 @test "--plan --backend cuda needs no device: the CPU plan and the 32 MiB cuBLAS workspace" {
 	poros-train "${TINY[@]}" --model poros/tiny-qwen3 --plan >cpu.plan
 	run -0 --separate-stderr poros-train "${TINY[@]}" --backend cuda --model poros/tiny-qwen3 --plan

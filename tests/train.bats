@@ -172,6 +172,25 @@ parity() {
 	POROS_LORA_EXT=0 poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 1 --quiet --out zero | jq -e '.status == "ok"'
 }
 
+@test "POROS_ATTN_CKPT takes 0 or 1: another value is a usage error; on and off are the same bits" {
+	POROS_ATTN_CKPT=yes run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
+	[ "$stderr" = 'poros-train: POROS_ATTN_CKPT: unknown value "yes" (expected 0 or 1)' ]
+	[ -z "$output" ] && [ ! -e run ]
+	# the recomputation takes the forward's attention, or runs it again: the same
+	# losses and adapter, with packed documents (a document mask) and accumulation
+	jq -cn '{input_ids: [range(0; 20) | (. * 7) % 250]}, {input_ids: [range(0; 50) | (. * 3) % 250]}' >docs.jsonl
+	for v in 1 0; do
+		POROS_ATTN_CKPT=$v train "a$v" --model poros/tiny-qwen3 --mode blockwise --steps 3 --accum 2 \
+			--dataset docs.jsonl --block-size 3
+		jq -e '.status == "ok"' "a$v.json"
+	done
+	cmp a1/$ADAPTER a0/$ADAPTER
+	[ "$(jq -c '[.loss]' a1/events.jsonl)" = "$(jq -c '[.loss]' a0/events.jsonl)" ]
+	# and the default (on, where the host has room) is the same run
+	train auto --model poros/tiny-qwen3 --mode blockwise --steps 3 --accum 2 --dataset docs.jsonl --block-size 3
+	cmp a1/$ADAPTER auto/$ADAPTER
+}
+
 @test "POROS_MLP_CHUNK takes a positive row count: another value is a usage error; the same count is the same bits" {
 	POROS_MLP_CHUNK=0 run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
 	[ "$stderr" = 'poros-train: POROS_MLP_CHUNK: too small: 0' ]

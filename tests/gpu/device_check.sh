@@ -37,6 +37,16 @@ losses_agree() {
 		for (i = 1; i <= n; i++) { d = $i - $(i + n + 1); if (d < 0) d = -d
 			if (d > rtol * ($i < 0 ? -$i : $i)) exit 1 } }'
 }
+# bit_identical LABEL RUN_A RUN_B: poros-parity of two runs; fails unless
+# their losses and adapters are the same bits
+bit_identical() {
+	$P/poros-parity "$2" "$3" >"$out/runs/parity_last.json" 2>&1
+	if jq -e '.bitwise_exact == true' "$out/runs/parity_last.json" >/dev/null 2>&1; then
+		echo "$1: bit-identical"
+	else
+		echo "FAIL: $1"; cat "$out/runs/parity_last.json"; fail=1
+	fi
+}
 mkdir -p "$out/runs"
 note "tiny: CPU vs CUDA, blockwise vs resident on CUDA"
 for m in poros/tiny-qwen2 poros/tiny-llama poros/tiny-qwen3; do
@@ -88,20 +98,20 @@ for run in cpu:resident cuda:resident cuda:blockwise; do
 		--seq-len 48 --batch-size 2 --accum 2 --steps 3 --rank 8 --alpha 16 --dropout 0 --dataset "$out/packed.jsonl" \
 		--out "$out/runs/packed_${run%%:*}_${run#*:}" --quiet >/dev/null 2>"$out/runs/packed.log" || { fail=1; tail -2 "$out/runs/packed.log"; }
 done
-$P/poros-parity "$out/runs/packed_cuda_resident" "$out/runs/packed_cuda_blockwise" >"$out/runs/packed_parity.json" 2>&1
-jq -e '.bitwise_exact == true' "$out/runs/packed_parity.json" >/dev/null && echo "packed blockwise vs resident: bit-identical" ||
-	{ echo "FAIL: packed blockwise vs resident"; fail=1; }
+bit_identical "packed blockwise vs resident" "$out/runs/packed_cuda_resident" "$out/runs/packed_cuda_blockwise"
 losses_agree "packed cpu vs cuda" 5e-3 "$out/runs/packed_cpu_resident/events.jsonl" \
 	"$out/runs/packed_cuda_resident/events.jsonl" || { echo "FAIL: packed cpu vs cuda losses differ"; fail=1; }
-note "seq 8192: blockwise vs resident bit parity (Qwen2.5-0.5B shapes, fused attention)"
-for mode in blockwise resident; do
-	$P/poros-train --model Qwen/Qwen2.5-0.5B --backend cuda --mode "$mode" --precision bf16 --block-size 4 --seq-len 8192 \
-		--accum 2 --steps 2 --rank 8 --alpha 16 --dropout 0 --out "$out/runs/long_$mode" --quiet >/dev/null \
-		2>"$out/runs/long_$mode.log" || { fail=1; tail -2 "$out/runs/long_$mode.log"; }
+note "seq 8192: blockwise (with and without the attention checkpoints) vs resident bit parity (Qwen2.5-0.5B shapes, fused attention)"
+for run in blockwise:1 blockwise:0 resident:1; do
+	mode=${run%:*} attn=${run#*:}
+	POROS_ATTN_CKPT=$attn $P/poros-train --model Qwen/Qwen2.5-0.5B --backend cuda --mode "$mode" --precision bf16 \
+		--block-size 4 --seq-len 8192 --accum 2 --steps 2 --rank 8 --alpha 16 --dropout 0 \
+		--out "$out/runs/long_${mode}_$attn" --quiet >/dev/null 2>"$out/runs/long_$mode.log" ||
+		{ fail=1; tail -2 "$out/runs/long_$mode.log"; }
 done
-$P/poros-parity "$out/runs/long_resident" "$out/runs/long_blockwise" >"$out/runs/long_parity.json" 2>&1
-jq -e '.bitwise_exact == true' "$out/runs/long_parity.json" >/dev/null && echo "seq 8192 blockwise vs resident: bit-identical" ||
-	{ echo "FAIL: seq 8192 blockwise vs resident"; cat "$out/runs/long_parity.json"; fail=1; }
+for b in blockwise_1 blockwise_0; do
+	bit_identical "seq 8192 $b (POROS_ATTN_CKPT=${b#blockwise_}) vs resident" "$out/runs/long_resident_1" "$out/runs/long_$b"
+done
 note "the MLP in token chunks (POROS_MLP_CHUNK=40 at T = 64: 40 + 24 rows): blockwise vs resident, and against one chunk"
 for m in poros/tiny-qwen2 poros/tiny-qwen3; do
 	a=$(echo "$m" | tr / _)
@@ -117,10 +127,8 @@ for m in poros/tiny-qwen2 poros/tiny-qwen3; do
 				2>"$out/runs/mlp.log" || { fail=1; tail -2 "$out/runs/mlp.log"; }
 		done
 		for other in rgc blk; do
-			$P/poros-parity "$out/runs/mlp_${a}_${prec}_res" "$out/runs/mlp_${a}_${prec}_$other" >"$out/runs/mlp_parity.json" 2>&1
-			jq -e '.bitwise_exact == true' "$out/runs/mlp_parity.json" >/dev/null &&
-				echo "$a $prec chunked resident vs $other: bit-identical" ||
-				{ echo "FAIL: $a $prec chunked resident vs $other"; cat "$out/runs/mlp_parity.json"; fail=1; }
+			bit_identical "$a $prec chunked resident vs $other" "$out/runs/mlp_${a}_${prec}_res" \
+				"$out/runs/mlp_${a}_${prec}_$other"
 		done
 		# chunked and one chunk differ only in the order of the MLP's LoRA gradient sums
 		losses_agree "$a $prec one chunk vs chunks of 40" 1e-4 "$out/runs/mlp_${a}_${prec}_one/events.jsonl" \

@@ -70,7 +70,7 @@ static size_t engine_peak_on(const struct backend *be, int mode, int nf4, long l
 	    host_weights_load(&r.hw, be, &r.mc, nf4, cfg.cell.training.seed, err, errsz) < 0)
 		return 0;
 	/* the plan, from the layouts alone, before the engine */
-	CHECKF(engine_plan(&plan, &r.cfg, &r.mc, &r.hw, be->library_device_bytes, err, errsz) == 0 && plan.dry,
+	CHECKF(engine_plan(&plan, NULL, &r.cfg, &r.mc, &r.hw, be->library_device_bytes, err, errsz) == 0 && plan.dry,
 	       "mode %d: the plan: %s", mode, err);
 	dev_alloc_breakdown_json(&plan, planned, sizeof planned);
 	if (engine_create(&r.e, &r.cfg, &r.mc, &r.hw, &r.data, be, err, errsz) < 0) {

@@ -3,8 +3,10 @@
  * give bit-identical losses at every step and bit-identical LoRA
  * parameters after training, for Qwen2 (bias), Llama (tied lm_head) and
  * Qwen3 (q/k norm), NF4 and bf16, accumulation 1 and 4, with and without
- * dropout, with and without prefetch.  Compared with memcmp: not "close",
- * the same bits. */
+ * dropout, with and without prefetch, with and without the attention
+ * checkpoints (POROS_ATTN_CKPT; the recomputation takes the forward's
+ * attention or runs it again).  Compared with memcmp: not "close", the
+ * same bits. */
 #include "test_train_common.h"
 
 /* resident, or blockwise at block_size, with the test's shared settings */
@@ -36,12 +38,15 @@ int main(void)
 					if (tt_reference_run(&ref, &cfg, models[mi]) < 0)
 						continue;
 					for (int bs = 1; bs <= 3; bs++)
-						for (int prefetch = 1; prefetch >= (bs == 2 ? 0 : 1); prefetch--) {
-							snprintf(what, sizeof what, "%s %s accum %d dropout %.1f block %d%s", models[mi],
+						for (int v = 0; v < (bs == 1 ? 1 : 2); v++) { /* block 2 without prefetch, 3 without attention checkpoints */
+							int prefetch = !(bs == 2 && v == 1), attn = !(bs == 3 && v == 1);
+
+							snprintf(what, sizeof what, "%s %s accum %d dropout %.1f block %d%s%s", models[mi],
 							         nf4 ? "nf4" : "bf16", accums[ai], dropouts[di], bs,
-							         prefetch ? "" : " no-prefetch");
+							         prefetch ? "" : " no-prefetch", attn ? "" : " POROS_ATTN_CKPT=0");
 							parity_config(&cfg, models[mi], MODE_BLOCKWISE, bs, prefetch, nf4, accums[ai],
 							              dropouts[di]);
+							cfg.attn_ckpt = attn;
 							combos += tt_compare_run(what, &ref, &cfg);
 						}
 					free(ref.params);

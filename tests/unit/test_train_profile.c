@@ -3,11 +3,15 @@
  * adapter; each op category must count exactly the calls the schedule
  * makes (so a category that silently stops being marked fails here); the
  * checkpoint traffic must be every layer's inputs out and all but the last
- * layer's back; and the device memory by purpose must add up to the peak,
- * with one dequantized layer and two checkpoint sets in blockwise. */
+ * layer's back (with the attention checkpoints, all but the last layer's
+ * attention out and back, and no attention forward in the recompute); and
+ * the device memory by purpose must add up to the peak, with one
+ * dequantized layer and two checkpoint sets in blockwise. */
 #include "test_train_common.h"
 
 #include <cjson/cJSON.h>
+
+#include "ops.h" /* lora_ext_cols */
 
 #define STEPS 2
 
@@ -18,10 +22,10 @@ struct outcome {
 	char profile[4096];
 	char breakdown[1024];
 	size_t peak;
-	int L, T, C;
+	int L, T, C, H, HD, E;
 };
 
-static int train(struct outcome *o, int mode, int nf4, int accum, int recompute, int profile)
+static int train(struct outcome *o, int mode, int nf4, int accum, int recompute, int attn, int profile)
 {
 	struct train_config cfg;
 	struct tt_run r;
@@ -39,6 +43,7 @@ static int train(struct outcome *o, int mode, int nf4, int accum, int recompute,
 	cfg.cell.training.steps = STEPS;
 	cfg.cell.lora.dropout = 0.1;
 	cfg.cell.training.learning_rate = 5e-3;
+	cfg.attn_ckpt = attn;
 	if (tt_open(&r, &cfg) < 0)
 		return -1;
 	for (int s = 1; s <= STEPS && rc == 0; s++) {
@@ -55,6 +60,9 @@ static int train(struct outcome *o, int mode, int nf4, int accum, int recompute,
 	o->L = r.mc.num_hidden_layers;
 	o->T = cfg.cell.training.seq_len * cfg.cell.training.batch_size;
 	o->C = r.mc.hidden_size;
+	o->H = r.mc.num_attention_heads;
+	o->HD = o->H * r.mc.head_dim;
+	o->E = nf4 ? lora_ext_cols(cfg.cell.lora.rank) : 0; /* on for NF4 (POROS_LORA_EXT unset) */
 	tt_close(&r);
 	return rc;
 }
@@ -86,12 +94,17 @@ static void check_bits(const char *what, const struct outcome *a, const struct o
  * blockwise always, resident with recompute) for each micro-batch; NF4
  * dequantizes per layer and pass (blockwise) or per layer, pass and
  * micro-batch (resident). */
-static void check_profile(const char *what, const struct outcome *o, int blockwise, int nf4, int k, int recompute)
+static void check_profile(const char *what, const struct outcome *o, int blockwise, int nf4, int k, int recompute,
+                          int attn)
 {
 	cJSON *p = cJSON_Parse(o->profile);
 	long L = o->L, passes = blockwise || recompute ? 2 : 1, lora_fwd = passes * L * 7 * k, bwd = L * 7 * k;
 	long fwd = lora_fwd - (passes - 1) * L * k, chunks = (o->T + 127) / 128; /* HEAD_CHUNK rows */
+	long attn_fwd = (blockwise && attn ? 1 : passes) * L * k;
 	double sum = 0, set_bytes = (double)k * o->T * o->C * sizeof(float);
+	/* a record's attention part: (k,T,HD+E) bf16 and (k,H*T) fp32, each carved on LAYOUT_ALIGN */
+	double att_min = blockwise && attn ? (double)k * o->T * ((o->HD + o->E) * sizeof(uint16_t) + o->H * sizeof(float)) : 0;
+	double att_max = att_min > 0 ? att_min + 2 * LAYOUT_ALIGN : 0, att_d2h, att_h2d;
 	static const char *const cats[] = { "gemm_fwd", "gemm_bwd_input", "lora_fwd", "lora_bwd", "attn_fwd",
 		                            "attn_bwd", "norm", "rope", "swiglu", "elementwise", "head_ce",
 		                            "dequant", "embedding", "optimizer", "wait_copy", "other" };
@@ -114,8 +127,9 @@ static void check_profile(const char *what, const struct outcome *o, int blockwi
 	CHECKF(num(p, "gemm_bwd_input", "n") == bwd, "%s: gemm_bwd_input n %g, want %ld", what,
 	         num(p, "gemm_bwd_input", "n"), bwd);
 	CHECKF(num(p, "lora_bwd", "n") == bwd, "%s: lora_bwd n %g, want %ld", what, num(p, "lora_bwd", "n"), bwd);
-	CHECKF(num(p, "attn_fwd", "n") == passes * L * k && num(p, "attn_bwd", "n") == L * k, "%s: attention n %g/%g",
-	         what, num(p, "attn_fwd", "n"), num(p, "attn_bwd", "n"));
+	CHECKF(num(p, "attn_fwd", "n") == attn_fwd && num(p, "attn_bwd", "n") == L * k,
+	       "%s: attention n %g/%g, want %ld/%ld", what, num(p, "attn_fwd", "n"), num(p, "attn_bwd", "n"), attn_fwd,
+	       L * k);
 	CHECKF(num(p, "swiglu", "n") == (passes + 1) * L * k, "%s: swiglu n %g", what, num(p, "swiglu", "n"));
 	/* the head: its norm forward and backward, and per chunk of rows the
 	 * logits GEMM, the loss and the GEMM back */
@@ -128,18 +142,22 @@ static void check_profile(const char *what, const struct outcome *o, int blockwi
 	 * still dequantized: 2L-2 layers per pass pair from step 2 on */
 	CHECKF(num(p, "dequant", "n") == (nf4 ? 7 * (2 * L - 2) * (blockwise ? 1 : k) : 0), "%s: dequant n %g", what,
 	         num(p, "dequant", "n"));
-	CHECKF(num(p, "ckpt_d2h_bytes", NULL) == (blockwise ? L * set_bytes : 0) &&
-	         num(p, "ckpt_h2d_bytes", NULL) == (blockwise ? (L - 1) * set_bytes : 0),
-	         "%s: checkpoint traffic %g out, %g back", what, num(p, "ckpt_d2h_bytes", NULL),
-	         num(p, "ckpt_h2d_bytes", NULL));
+	/* every layer's inputs out, all but the last layer's record back; the
+	 * last layer's attention stays on the device */
+	att_d2h = num(p, "ckpt_d2h_bytes", NULL) - (blockwise ? L * set_bytes : 0);
+	att_h2d = num(p, "ckpt_h2d_bytes", NULL) - (blockwise ? (L - 1) * set_bytes : 0);
+	CHECKF(att_d2h == att_h2d && att_d2h >= (L - 1) * att_min && att_d2h <= (L - 1) * att_max,
+	       "%s: checkpoint traffic %g out, %g back (attention %g / %g, want (L-1) x %g..%g)", what,
+	       num(p, "ckpt_d2h_bytes", NULL), num(p, "ckpt_h2d_bytes", NULL), att_d2h, att_h2d, att_min, att_max);
 	CHECKF(num(p, "events", NULL) > 0, "%s: no events", what);
 	cJSON_Delete(p);
 }
 
-static void check_breakdown(const char *what, const struct outcome *o, int blockwise, int nf4, int k)
+static void check_breakdown(const char *what, const struct outcome *o, int blockwise, int nf4, int k, int attn)
 {
 	cJSON *b = cJSON_Parse(o->breakdown), *it;
-	double sum = 0, set_mib = (double)k * o->T * o->C * sizeof(float) / MIB;
+	double att = blockwise && attn ? (double)k * o->T * ((o->HD + o->E) * sizeof(uint16_t) + o->H * sizeof(float)) : 0;
+	double sum = 0, set_mib = ((double)k * o->T * o->C * sizeof(float) + att) / MIB;
 
 	CHECKF(b != NULL, "%s: breakdown is not JSON: \"%s\"", what, o->breakdown);
 	if (b == NULL)
@@ -154,7 +172,7 @@ static void check_breakdown(const char *what, const struct outcome *o, int block
 	         num(b, "embedding", NULL) > 0 && num(b, "workspace", NULL) > 0,
 	         "%s: a purpose is missing: %s", what, o->breakdown);
 	if (blockwise)
-		CHECKF(fabs(num(b, "checkpoints", NULL) - 2 * set_mib) < 0.05, "%s: checkpoints %g MiB, want 2 sets %g",
+		CHECKF(fabs(num(b, "checkpoints", NULL) - 2 * set_mib) < 0.05, "%s: checkpoints %g MiB, want 2 records %g",
 		         what, num(b, "checkpoints", NULL), 2 * set_mib);
 	else
 		CHECKF(fabs(num(b, "checkpoints", NULL) - (o->L + 1) * set_mib) < 0.05 * (o->L + 1),
@@ -165,9 +183,9 @@ static void check_breakdown(const char *what, const struct outcome *o, int block
 int main(void)
 {
 	static const struct {
-		int mode, nf4, accum, recompute;
-	} cases[] = { { MODE_BLOCKWISE, 1, 2, 0 }, { MODE_BLOCKWISE, 0, 3, 0 }, { MODE_RESIDENT, 1, 2, 1 },
-		      { MODE_RESIDENT, 1, 2, 0 } };
+		int mode, nf4, accum, recompute, attn;
+	} cases[] = { { MODE_BLOCKWISE, 1, 2, 0, 1 }, { MODE_BLOCKWISE, 0, 3, 0, 1 }, { MODE_BLOCKWISE, 1, 2, 0, 0 },
+		      { MODE_RESIDENT, 1, 2, 1, 1 }, { MODE_RESIDENT, 1, 2, 0, 1 } };
 
 	set_progname("test_train_profile");
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -175,13 +193,14 @@ int main(void)
 		char what[96];
 		int blockwise = cases[i].mode == MODE_BLOCKWISE;
 
-		snprintf(what, sizeof what, "%s %s accum %d%s", blockwise ? "blockwise" : "resident",
+		snprintf(what, sizeof what, "%s %s accum %d%s%s", blockwise ? "blockwise" : "resident",
 		         cases[i].nf4 ? "nf4" : "bf16", cases[i].accum,
-		         !blockwise && cases[i].recompute ? " recompute" : "");
+		         !blockwise && cases[i].recompute ? " recompute" : "",
+		         blockwise && !cases[i].attn ? " POROS_ATTN_CKPT=0" : "");
 		memset(&plain, 0, sizeof plain);
 		memset(&prof, 0, sizeof prof);
-		if (train(&plain, cases[i].mode, cases[i].nf4, cases[i].accum, cases[i].recompute, 0) < 0 ||
-		    train(&prof, cases[i].mode, cases[i].nf4, cases[i].accum, cases[i].recompute, 1) < 0) {
+		if (train(&plain, cases[i].mode, cases[i].nf4, cases[i].accum, cases[i].recompute, cases[i].attn, 0) < 0 ||
+		    train(&prof, cases[i].mode, cases[i].nf4, cases[i].accum, cases[i].recompute, cases[i].attn, 1) < 0) {
 			CHECKF(0, "%s: a run failed", what);
 			free(plain.params);
 			free(prof.params);
@@ -190,8 +209,8 @@ int main(void)
 		CHECKF(plain.profile[0] == '\0', "%s: a profile without profiling: %s", what, plain.profile);
 		CHECKF(plain.loss[1] != plain.loss[0], "%s: training did not move the loss", what);
 		check_bits(what, &plain, &prof);
-		check_profile(what, &prof, blockwise, cases[i].nf4, cases[i].accum, cases[i].recompute);
-		check_breakdown(what, &plain, blockwise, cases[i].nf4, cases[i].accum);
+		check_profile(what, &prof, blockwise, cases[i].nf4, cases[i].accum, cases[i].recompute, cases[i].attn);
+		check_breakdown(what, &plain, blockwise, cases[i].nf4, cases[i].accum, cases[i].attn);
 		CHECKF(strcmp(plain.breakdown, prof.breakdown) == 0, "%s: profiling changed the memory: %s vs %s", what,
 		         plain.breakdown, prof.breakdown);
 		free(plain.params);

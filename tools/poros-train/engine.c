@@ -250,8 +250,9 @@ static void engine_free_host(struct engine *e)
 	free(e->dresid);
 }
 
-int engine_plan(struct dev_alloc *plan, const struct train_config *cfg, const struct model_config *mc,
-                const struct host_weights *hw, size_t library_bytes, char *err, size_t errsz)
+int engine_plan(struct dev_alloc *plan, size_t *host_ckpt, const struct train_config *cfg,
+                const struct model_config *mc, const struct host_weights *hw, size_t library_bytes, char *err,
+                size_t errsz)
 {
 	struct engine *e = xcalloc(1, sizeof *e);
 	int rc;
@@ -261,6 +262,8 @@ int engine_plan(struct dev_alloc *plan, const struct train_config *cfg, const st
 	if (rc == 0)
 		rc = plan_device(e, err, errsz);
 	*plan = e->alloc; /* the blocks move to the caller */
+	if (host_ckpt)
+		*host_ckpt = engine_host_ckpt_bytes(e);
 	engine_free_host(e);
 	free(e);
 	return rc;
@@ -320,7 +323,12 @@ void engine_destroy(struct engine *e)
 
 int engine_oom(const struct engine *e)
 {
-	return e->alloc.oom;
+	return e->alloc.oom || e->host_oom;
+}
+
+size_t engine_host_ckpt_bytes(const struct engine *e)
+{
+	return e->blockwise ? (size_t)e->L * e->cs.rec_bytes : 0;
 }
 
 const struct lora_layout *engine_lora_layout(const struct engine *e)

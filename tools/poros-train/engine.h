@@ -56,9 +56,15 @@ void engine_destroy(struct engine *e);
  * only its layouts, lay and glob), nothing allocated.  library_bytes is
  * the backend's library_device_bytes.  *plan holds the blocks: its peak is
  * the total, dev_alloc_breakdown the purposes; dev_alloc_release_all it.
- * 0, or -1 with err.  The budget is not applied: compare plan->peak. */
-int engine_plan(struct dev_alloc *plan, const struct train_config *cfg, const struct model_config *mc,
-                const struct host_weights *hw, size_t library_bytes, char *err, size_t errsz);
+ * *host_ckpt (when not NULL) gets the pinned host memory of blockwise's
+ * layer checkpoints (0 resident), which the run allocates beside the
+ * base's host copy.  0, or -1 with err.  The budget is not applied:
+ * compare plan->peak. */
+int engine_plan(struct dev_alloc *plan, size_t *host_ckpt, const struct train_config *cfg,
+                const struct model_config *mc, const struct host_weights *hw, size_t library_bytes, char *err,
+                size_t errsz);
+/* Out of memory: the device's (a budget or a failed allocation) or the
+ * host's (the checkpoints need more than MemAvailable). */
 int engine_oom(const struct engine *e);
 
 /* Zeroes the gradients, then forward and backward over the step's k

@@ -24,12 +24,19 @@ struct span {
 	struct backend_event *begin, *end;
 };
 
-/* The blockwise layer checkpoints: set s of the two device sets holds the
- * inputs (k,T,C) of one layer; host holds every layer's. */
+/* The blockwise layer checkpoints.  One layer's record: the inputs
+ * (k,T,C) fp32 of its micro-batches, then, with the attention checkpoints
+ * (attn), their attention outputs (k,T,HD+E) bf16 at att_off and
+ * log-sum-exps (k,H*T) fp32 at lse_off, so that the layer's recomputation
+ * in backward skips the attention forward (the same bits: the forward is
+ * deterministic and its inputs are the same).  Set s of the two device
+ * sets holds one record; host holds every layer's. */
 struct ckpt_sets {
-	float *host;              /* (L,k,T,C) pinned host */
-	float *dev[2];            /* (k,T,C) each */
-	int layer[2];             /* the layer whose inputs set s holds; -1: none */
+	unsigned char *host;      /* L records, rec_bytes apart, pinned host */
+	unsigned char *dev[2];    /* one record each */
+	int attn;
+	size_t att_off, lse_off, rec_bytes; /* without attn: att_off = rec_bytes, the inputs' size */
+	int layer[2];             /* the layer whose record set s holds; -1: none */
 	struct backend_event *ready, *saved[2], *loaded[2], *freed[2];
 	int saved_rec[2], loaded_rec[2], freed_rec[2];
 	long long d2h_bytes, h2d_bytes;
@@ -103,6 +110,7 @@ struct engine {
 	float **ckpt;              /* resident: L+1 inputs of layers */
 	int n_ckpt;
 	struct ckpt_sets cs;       /* blockwise */
+	int host_oom;              /* the checkpoints' host memory is more than the host has */
 	float **dresid;            /* blockwise: k; resident: 1 */
 	struct layer_act act;      /* one layer of one micro-batch */
 	/* resident without recompute: every layer's activations of one
@@ -121,6 +129,10 @@ struct engine {
 /* plan.c: the LoRA extension's and the dequant buffer's layout; every
  * device buffer (one plan, before step 1); the upload of what is fixed. */
 void plan_dequant_layout(struct engine *e);
+/* The blockwise checkpoint record's layout (struct ckpt_sets), and the
+ * host memory of all L records (0 resident). */
+void plan_ckpt_layout(struct engine *e);
+size_t engine_host_ckpt_bytes(const struct engine *e);
 int plan_device(struct engine *e, char *err, size_t errsz);
 int plan_upload(struct engine *e, char *err, size_t errsz);
 

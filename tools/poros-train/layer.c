@@ -181,8 +181,9 @@ void layer_forward(const struct layer_ctx *c, const struct layer_view *w, struct
 	}
 	op->rope_forward(a->q, c->rope_cos, c->rope_sin, pos, c->B, c->S, c->H, c->D);
 	op->rope_forward(a->k, c->rope_cos, c->rope_sin, pos, c->B, c->S, c->G, c->D);
-	op->attention_forward(a->att, c->HD + E, a->lse, c->attn_scratch, a->q, a->k, a->v, pos, c->B, c->S, c->H, c->G,
-	                      c->D);
+	if (out != NULL || !a->att_kept)
+		op->attention_forward(a->att, c->HD + E, a->lse, c->attn_scratch, a->q, a->k, a->v, pos, c->B, c->S, c->H,
+		                      c->G, c->D);
 	proj_forward(c, w, a, layer, PROJ_O, a->att, a->x2, 0, T, p);
 	op->add_inplace(a->x2, x, (long)T * C);
 

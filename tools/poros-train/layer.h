@@ -58,6 +58,8 @@ struct layer_act {
 	float *rstd_q, *rstd_k; /* (T*H), (T*G) */
 	float *lse;          /* (B,H,S) */
 	bf16 *att;           /* (T,H*D) attention output */
+	int att_kept;        /* att and lse already hold this layer's attention of this micro-batch: a
+	                        recomputation (layer_forward's out NULL) does not run it again */
 	float *x2;           /* (T,C) x + o_proj(att) */
 	bf16 *xn2;           /* (T,C) post_attention_layernorm(x2) */
 	float *rstd2;        /* (T) */
@@ -126,7 +128,8 @@ void embed_forward(const struct layer_ctx *c, float *out, int mb);
  * (the MLP's in its chunk buffers unless a->mlp_whole); out may be x, or
  * NULL when recomputing for the backward: then it stops after the
  * post-attention norm, and the backward recomputes the MLP chunk by chunk
- * (without down_proj's base GEMM and the residual add). */
+ * (without down_proj's base GEMM and the residual add); a recomputation
+ * with a->att_kept takes the attention's output and lse as they are. */
 void layer_forward(const struct layer_ctx *c, const struct layer_view *w, struct layer_act *a, int layer,
                    const float *x, float *out, struct pass p);
 /* dx (T,C): the gradient of the layer output in, of its input out; LoRA

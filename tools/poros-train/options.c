@@ -25,6 +25,7 @@ void train_config_defaults(struct train_config *c)
 	c->backend = xstrdup("auto");
 	c->lora_ext = 1;
 	c->data_prefetch = 1;
+	c->attn_ckpt = ATTN_CKPT_AUTO;
 }
 
 void train_config_free(struct train_config *c)
@@ -87,12 +88,17 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 {
 	const char *ext = getenv("POROS_LORA_EXT"), *noprefetch = getenv("POROS_NO_DATA_PREFETCH");
 	const char *prof = getenv("POROS_PROFILE"), *chunk = getenv("POROS_MLP_CHUNK"), *why;
+	const char *attn = getenv("POROS_ATTN_CKPT");
 	long rows = 0;
 
 	/* kernels/ops.h's LoRA extension: a typo must not silently leave it on */
 	if (ext && *ext && strcmp(ext, "0") && strcmp(ext, "1"))
 		return snprintf(err, errsz, "POROS_LORA_EXT: unknown value \"%s\" (expected 0 or 1)", ext), -1;
 	c->lora_ext = !(ext && strcmp(ext, "0") == 0);
+	/* blockwise's attention checkpoints change no bit, only memory and time */
+	if (attn && *attn && strcmp(attn, "0") && strcmp(attn, "1"))
+		return snprintf(err, errsz, "POROS_ATTN_CKPT: unknown value \"%s\" (expected 0 or 1)", attn), -1;
+	c->attn_ckpt = attn && *attn ? strcmp(attn, "1") == 0 : ATTN_CKPT_AUTO;
 	c->data_prefetch = !(noprefetch && *noprefetch && strcmp(noprefetch, "0") != 0);
 	c->profile = prof && *prof && strcmp(prof, "0") != 0;
 	/* the MLP's rows per chunk (the sums' order, so bits): an ablation and test knob */

@@ -61,6 +61,20 @@ void plan_dequant_layout(struct engine *e)
 	e->dequant_ext_ver = 0;
 }
 
+void plan_ckpt_layout(struct engine *e)
+{
+	struct ckpt_sets *cs = &e->cs;
+	const struct layer_ctx *c = &e->lc;
+	size_t rows = (size_t)e->k * c->T;
+
+	cs->attn = e->blockwise && e->cfg->attn_ckpt != 0; /* ATTN_CKPT_AUTO: run.c decides; here it is on */
+	cs->att_off = align_up(rows * c->C * sizeof(float));
+	cs->lse_off = cs->att_off + align_up(rows * (c->HD + c->E) * sizeof(bf16));
+	cs->rec_bytes = cs->attn ? align_up(cs->lse_off + rows * c->H * sizeof(float)) : cs->att_off;
+	if (!cs->attn)
+		cs->lse_off = cs->att_off;
+}
+
 static void plan_act(struct engine *e, struct carver *cv, struct layer_act *a)
 {
 	const struct layer_ctx *c = &e->lc;
@@ -78,8 +92,10 @@ static void plan_act(struct engine *e, struct carver *cv, struct layer_act *a)
 		a->rstd_q = CARVE_F32(cv, T * c->H);
 		a->rstd_k = CARVE_F32(cv, T * c->G);
 	}
-	a->lse = CARVE_F32(cv, T * c->H);
-	a->att = CARVE_BF16(cv, T * (c->HD + c->E));
+	if (!e->cs.attn) { /* else they live in the checkpoint records (schedule.c points a at them) */
+		a->lse = CARVE_F32(cv, T * c->H);
+		a->att = CARVE_BF16(cv, T * (c->HD + c->E));
+	}
 	a->x2 = CARVE_F32(cv, T * c->C);
 	a->xn2 = CARVE_BF16(cv, T * (c->C + c->E));
 	a->rstd2 = CARVE_F32(cv, T);
@@ -222,8 +238,8 @@ static void plan_streams(struct engine *e, struct carver *cv, float **list, int 
 static void plan_ckpts(struct engine *e, struct carver *cv)
 {
 	if (e->blockwise) {
-		e->cs.dev[0] = CARVE_F32(cv, (long)e->k * e->lc.T * e->lc.C);
-		e->cs.dev[1] = CARVE_F32(cv, (long)e->k * e->lc.T * e->lc.C);
+		e->cs.dev[0] = carve(cv, e->cs.rec_bytes);
+		e->cs.dev[1] = carve(cv, e->cs.rec_bytes);
 	} else {
 		plan_streams(e, cv, e->ckpt, e->n_ckpt);
 	}
@@ -342,7 +358,8 @@ static int alloc_state(struct engine *e, char *err, size_t errsz)
 	if (alloc_plan(e, plan_acts, "activations", what) < 0)
 		return set_error(err, errsz, "%s", e->alloc.err);
 	if (e->blockwise) {
-		snprintf(what, sizeof what, "2 sets of %d layer-input checkpoints", e->k);
+		snprintf(what, sizeof what, "2 sets of %d layer-input%s checkpoints", e->k,
+		         e->cs.attn ? " and attention" : "");
 	} else {
 		e->n_ckpt = e->L + 1;
 		e->ckpt = xcalloc((size_t)e->n_ckpt, sizeof *e->ckpt);
@@ -365,15 +382,25 @@ int plan_device(struct engine *e, char *err, size_t errsz)
 	struct layer_ctx *c = &e->lc;
 	char sz[32];
 
-	/* every layer's input checkpoints, pinned on the host (host memory:
-	 * not in a plan, which allocates nothing) */
+	/* every layer's checkpoint record, pinned on the host (host memory:
+	 * not in a plan, which allocates nothing); as for the base, more than
+	 * the host has is refused before any of it is pinned */
+	plan_ckpt_layout(e);
 	if (e->blockwise && !e->alloc.dry) {
-		size_t bytes = (size_t)e->L * e->k * c->T * c->C * sizeof(float);
+		size_t bytes = engine_host_ckpt_bytes(e), avail = host_memory_available();
+		char have[32];
 
+		if (avail && bytes > avail) {
+			e->host_oom = 1;
+			return set_error(err, errsz, "%d layers' checkpoints need %s of host memory, %s available (MemAvailable)%s",
+			                 e->L, format_bytes(sz, sizeof sz, (double)bytes),
+			                 format_bytes(have, sizeof have, (double)avail),
+			                 e->cs.attn ? "; POROS_ATTN_CKPT=0 keeps only the layer inputs" : "");
+		}
 		if (e->be->host_alloc((void **)&e->cs.host, bytes) != 0) {
 			e->cs.host = NULL;
-			return set_error(err, errsz, "allocating host memory for %d layers' activation checkpoints (%s) failed",
-			              e->L, format_bytes(sz, sizeof sz, (double)bytes));
+			return set_error(err, errsz, "allocating host memory for %d layers' checkpoints (%s) failed", e->L,
+			                 format_bytes(sz, sizeof sz, (double)bytes));
 		}
 	}
 	if (alloc_weights(e, err, errsz) < 0)

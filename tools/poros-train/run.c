@@ -432,7 +432,8 @@ static int finish(const struct train_config *c, struct run_result *r, FILE *out)
 
 /* Everything one run holds, released by run_close whatever got built. */
 struct run {
-	const struct train_config *c;
+	struct train_config cfg;   /* the caller's, shallow, with the run's own choices (POROS_ATTN_CKPT unset) */
+	const struct train_config *c; /* &cfg */
 	struct model_config mc;
 	struct token_source data;
 	struct host_weights hw;
@@ -511,7 +512,8 @@ enum { RUN_OK = 0, RUN_FAILED = -1, RUN_BAD_INPUT = -2 };
 /* The run's device memory from the engine's own plan, before any weight
  * exists: the host weights' layouts come from the model's shape alone.
  * 0, or -1 with err (bad input: NF4 cannot hold a projection). */
-static int make_plan(struct run *x, size_t library_bytes, struct dev_alloc *plan, char *err, size_t errsz)
+static int make_plan(struct run *x, size_t library_bytes, struct dev_alloc *plan, size_t *host_ckpt, char *err,
+                     size_t errsz)
 {
 	struct host_weights shape;
 
@@ -520,10 +522,48 @@ static int make_plan(struct run *x, size_t library_bytes, struct dev_alloc *plan
 	if (layer_layout_init(&shape.lay, &x->mc, x->c->cell.precision == PRECISION_NF4, err, errsz) < 0)
 		return -1;
 	global_layout_init(&shape.glob, &x->mc);
-	if (engine_plan(plan, x->c, &x->mc, &shape, library_bytes, err, errsz) < 0) {
+	if (engine_plan(plan, host_ckpt, x->c, &x->mc, &shape, library_bytes, err, errsz) < 0) {
 		dev_alloc_release_all(plan);
 		return -1;
 	}
+	return 0;
+}
+
+/* POROS_ATTN_CKPT unset: blockwise keeps the attention checkpoints where
+ * the host has room for them beside the base and the layer inputs, else
+ * its backward runs the attention forward again, and says so where that
+ * is what lets the run fit (where the base or the inputs do not fit
+ * either, the run is refused for those).  They change no bit, only host
+ * memory and time.  Decided once, before the plan, so the plan and the
+ * run are the same.  0, or -1 with err. */
+static int choose_attn_ckpt(struct run *x, size_t library_bytes, char *err, size_t errsz)
+{
+	struct train_config *c = &x->cfg;
+	struct dev_alloc plan;
+	size_t base, ckpt, inputs, avail;
+	char a[32], b[32], h[32];
+
+	if (c->attn_ckpt != ATTN_CKPT_AUTO)
+		return 0;
+	c->attn_ckpt = 1;
+	if (c->mode != MODE_BLOCKWISE)
+		return 0;
+	if (host_weights_size(&base, &x->mc, c->cell.precision == PRECISION_NF4, err, errsz) < 0 ||
+	    make_plan(x, library_bytes, &plan, &ckpt, err, errsz) < 0)
+		return -1;
+	dev_alloc_release_all(&plan);
+	avail = host_memory_available();
+	if (avail == 0 || base + ckpt <= avail)
+		return 0;
+	c->attn_ckpt = 0;
+	if (make_plan(x, library_bytes, &plan, &inputs, err, errsz) < 0)
+		return -1;
+	dev_alloc_release_all(&plan);
+	if (base + inputs <= avail)
+		warnmsg("the base (%s) and the layer checkpoints with attention (%s) need more host memory than is "
+		        "available (%s): the backward recomputes attention (POROS_ATTN_CKPT=1 insists)",
+		        format_bytes(a, sizeof a, (double)base), format_bytes(b, sizeof b, (double)ckpt),
+		        format_bytes(h, sizeof h, (double)avail));
 	return 0;
 }
 
@@ -563,7 +603,8 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		goto failed;
 	/* the plan first: a run that cannot fit its budget stops before a
 	 * weight is loaded */
-	if (make_plan(x, r->be->library_device_bytes, &plan, err, errsz) < 0)
+	if (choose_attn_ckpt(x, r->be->library_device_bytes, err, errsz) < 0 ||
+	    make_plan(x, r->be->library_device_bytes, &plan, NULL, err, errsz) < 0)
 		return RUN_BAD_INPUT;
 	r->vram_plan_mb = (double)plan.peak / MIB;
 	x->plan_bytes = plan.peak;
@@ -661,13 +702,13 @@ static int print_plan(struct run *x, FILE *out)
 	struct dev_alloc plan;
 	const char *backend;
 	char err[1024], breakdown[1024];
-	size_t lib, host;
+	size_t lib, host, host_ckpt;
 	int over, rc;
 	cJSON *o;
 
 	if (open_model(x, err, sizeof err) < 0 || plan_library_bytes(c, &lib, &backend, err, sizeof err) < 0 ||
 	    host_weights_size(&host, &x->mc, c->cell.precision == PRECISION_NF4, err, sizeof err) < 0 ||
-	    make_plan(x, lib, &plan, err, sizeof err) < 0) {
+	    choose_attn_ckpt(x, lib, err, sizeof err) < 0 || make_plan(x, lib, &plan, &host_ckpt, err, sizeof err) < 0) {
 		warnmsg("%s", err);
 		return EXIT_USAGE;
 	}
@@ -687,6 +728,9 @@ static int print_plan(struct run *x, FILE *out)
 	                                                          : cJSON_CreateNull());
 	cJSON_AddItemToObject(o, "fits", c->vram_budget ? cJSON_CreateBool(!over) : cJSON_CreateNull());
 	cJSON_AddItemToObject(o, "host_weights_mb", num_or_null((double)host / MIB));
+	cJSON_AddItemToObject(o, "host_checkpoints_mb", num_or_null((double)host_ckpt / MIB));
+	cJSON_AddItemToObject(o, "attention_checkpoints",
+	                      c->mode == MODE_BLOCKWISE ? cJSON_CreateBool(c->attn_ckpt != 0) : cJSON_CreateNull());
 	rc = jsonl_write(out, o) < 0 ? EXIT_RUNTIME : EXIT_OK;
 	fflush(out);
 	cJSON_Delete(o);
@@ -701,13 +745,14 @@ static int print_plan(struct run *x, FILE *out)
 
 int train_run(const struct train_config *c, FILE *summary_out)
 {
-	struct run x = { .c = c };
+	struct run x = { .cfg = *c };
 	char err[1024];
 	int rc;
 
+	x.c = &x.cfg;
 	x.r = (struct run_result){ .status = "error", .loss_first = NAN, .loss_last = NAN, .vram_peak_mb = NAN,
 	                           .vram_plan_mb = NAN, .host_weights_mb = NAN, .eval_loss = NAN };
-	if (c->plan) {
+	if (x.c->plan) {
 		rc = print_plan(&x, summary_out);
 		run_close(&x);
 		return rc;

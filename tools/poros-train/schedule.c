@@ -10,9 +10,11 @@
  *
  * Memory (blockwise): the input of every layer for every micro-batch is
  * a checkpoint in pinned host memory (copied out on STREAM_AUX while the
- * next layer computes, copied back a layer ahead in backward), so the
- * device holds two sets of k checkpoints, the activations of one layer of
- * one micro-batch, and one dequantized layer. */
+ * next layer computes, copied back a layer ahead in backward), and so is
+ * its attention output and lse unless POROS_ATTN_CKPT=0 (the
+ * recomputation then skips the attention forward), so the device holds
+ * two sets of k checkpoints, the activations of one layer of one
+ * micro-batch, and one dequantized layer. */
 #include "engine_impl.h"
 
 #include <math.h>
@@ -207,60 +209,97 @@ static void block_view(struct engine *e, struct layer_view *v, int b, int i)
 }
 
 /* --- blockwise: layer checkpoints -------------------------------------------
- * The inputs of layer l live in device set l % 2.  Forward: once they are
+ * The record of layer l (its inputs; with attn its attention outputs and
+ * lse too) lives in device set l % 2.  Forward: once layer l's inputs are
  * complete, STREAM_AUX copies them to the host while layer l computes
- * (which reads, never writes, them); layer l+1 writes its outputs into the
- * same set, so it first waits for that copy.  Backward: layer l reads set
- * l % 2 while STREAM_AUX brings layer l-1's inputs into the other set,
- * after the compute stream is done with what that set held. */
+ * (which reads, never writes, them), and with them layer l-1's attention,
+ * complete at the same point; layer l+1 writes its outputs into the other
+ * set and its attention into this one, so it first waits for those
+ * copies.  The last layer's attention stays on the device for the
+ * backward, which starts there.  Backward: layer l reads set l % 2 while
+ * STREAM_AUX brings layer l-1's record into the other set, after the
+ * compute stream is done with what that set held. */
+
+static unsigned char *ckpt_host(struct engine *e, int layer)
+{
+	return e->cs.host + (size_t)layer * e->cs.rec_bytes;
+}
 
 static float *ckpt_buf(struct engine *e, int layer, int mb)
 {
-	return e->cs.dev[layer % 2] + (size_t)mb * e->lc.T * e->lc.C;
+	return (float *)e->cs.dev[layer % 2] + (size_t)mb * e->lc.T * e->lc.C;
 }
 
-static size_t ckpt_set_bytes(const struct engine *e)
+/* With the attention checkpoints, e->act's attention output and lse are
+ * micro-batch mb's in layer's record; kept: they hold them already, so a
+ * recomputation takes them instead of running the attention again. */
+static void act_attention_at(struct engine *e, int layer, int mb, int kept)
 {
-	return (size_t)e->k * e->lc.T * e->lc.C * sizeof(float);
+	struct ckpt_sets *cs = &e->cs;
+	const struct layer_ctx *c = &e->lc;
+
+	if (!cs->attn)
+		return;
+	e->act.att = (bf16 *)(cs->dev[layer % 2] + cs->att_off) + (size_t)mb * c->T * (c->HD + c->E);
+	e->act.lse = (float *)(cs->dev[layer % 2] + cs->lse_off) + (size_t)mb * c->H * c->T;
+	e->act.att_kept = kept;
 }
 
 /* Forward, before layer l computes: its inputs (complete on the compute
- * stream) go to the host, and the set its outputs go to must be saved. */
+ * stream) and layer l-1's attention go to the host, and what layer l
+ * overwrites (set o's inputs, set s's attention) must have been saved. */
 static void ckpt_save_inputs(struct engine *e, int l)
 {
 	struct ckpt_sets *cs = &e->cs;
 	int s = l % 2, o = (l + 1) % 2;
-	size_t bytes = ckpt_set_bytes(e);
+	size_t att_bytes = cs->rec_bytes - cs->att_off;
 
 	e->be->event_record(cs->ready, STREAM_COMPUTE);
 	e->be->stream_wait_event(STREAM_AUX, cs->ready);
-	e->be->copy_d2h_async(cs->host + (size_t)l * e->k * e->lc.T * e->lc.C, cs->dev[s], bytes, STREAM_AUX);
+	e->be->copy_d2h_async(ckpt_host(e, l), cs->dev[s], cs->att_off, STREAM_AUX);
+	cs->d2h_bytes += (long long)cs->att_off;
+	if (cs->attn && l > 0) {
+		e->be->copy_d2h_async(ckpt_host(e, l - 1) + cs->att_off, cs->dev[o] + cs->att_off, att_bytes, STREAM_AUX);
+		cs->d2h_bytes += (long long)att_bytes;
+	}
 	e->be->event_record(cs->saved[s], STREAM_AUX);
 	cs->saved_rec[s] = 1;
 	cs->layer[s] = l;
-	cs->d2h_bytes += (long long)bytes;
 	if (cs->saved_rec[o])
 		e->be->stream_wait_event(STREAM_COMPUTE, cs->saved[o]);
 	cs->layer[o] = l + 1;
 }
 
-/* Backward: the inputs of layer l into set l % 2, on STREAM_AUX unless
- * they are already there. */
+/* Backward: layer l's record into set l % 2, on STREAM_AUX unless it is
+ * already there. */
 static void ckpt_fetch(struct engine *e, int l)
 {
 	struct ckpt_sets *cs = &e->cs;
 	int s = l % 2;
-	size_t bytes = ckpt_set_bytes(e);
 
 	if (l < 0 || cs->layer[s] == l)
 		return;
 	if (cs->freed_rec[s])
 		e->be->stream_wait_event(STREAM_AUX, cs->freed[s]);
-	e->be->copy_h2d(cs->dev[s], cs->host + (size_t)l * e->k * e->lc.T * e->lc.C, bytes, STREAM_AUX);
+	e->be->copy_h2d(cs->dev[s], ckpt_host(e, l), cs->rec_bytes, STREAM_AUX);
 	e->be->event_record(cs->loaded[s], STREAM_AUX);
 	cs->loaded_rec[s] = 1;
 	cs->layer[s] = l;
-	cs->h2d_bytes += (long long)bytes;
+	cs->h2d_bytes += (long long)cs->rec_bytes;
+}
+
+/* Backward, at the top layer of a block: its record and the next layer's
+ * are fetched before the next block's weights are, and the weights wait
+ * for them: both become free to copy when the previous block ends, and
+ * behind a whole slab on the bus the second record would be late. */
+static void ckpt_fetch_first(struct engine *e, int top)
+{
+	struct ckpt_sets *cs = &e->cs;
+
+	ckpt_fetch(e, top);
+	ckpt_fetch(e, top - 1);
+	if (top > 0 && cs->loaded_rec[(top - 1) % 2])
+		e->be->stream_wait_event(STREAM_COPY, cs->loaded[(top - 1) % 2]);
 }
 
 /* --- blockwise ---------------------------------------------------------------- */
@@ -293,6 +332,7 @@ void blockwise_pass(struct engine *e, int step)
 			for (int j = 0; j < k; j++) {
 				struct pass p = { step, j };
 
+				act_attention_at(e, l, j, 0);
 				layer_forward(&e->lc, &v, &e->act, l, ckpt_buf(e, l, j), ckpt_buf(e, l + 1, j), p);
 			}
 		}
@@ -310,6 +350,7 @@ void blockwise_pass(struct engine *e, int step)
 		int first = block_first(e, b), n = block_len(e, b);
 
 		slab_acquire(e, b);
+		ckpt_fetch_first(e, first + n - 1);
 		slab_prefetch(e, b - 1);
 		compute_open(e);
 		for (int i = n - 1; i >= 0; i--) {
@@ -323,6 +364,7 @@ void blockwise_pass(struct engine *e, int step)
 			for (int j = 0; j < k; j++) {
 				struct pass p = { step, j };
 
+				act_attention_at(e, l, j, 1);
 				layer_recompute_backward(e, &v, l, ckpt_buf(e, l, j), e->dresid[j], p);
 			}
 			e->be->event_record(cs->freed[s], STREAM_COMPUTE);
@@ -371,6 +413,7 @@ void eval_pass(struct engine *e, int nmb)
 			for (int j = 0; j < nmb; j++) {
 				struct pass p = { 0, j };
 
+				act_attention_at(e, 0, j, 0);
 				layer_forward(&e->lc, &v, &e->act, block_first(e, b) + i, ckpt_buf(e, 0, j), ckpt_buf(e, 0, j), p);
 			}
 		}

@@ -34,7 +34,12 @@ struct train_config {
 	int data_prefetch;       /* not POROS_NO_DATA_PREFETCH: stage the next batch on a thread */
 	int profile;             /* POROS_PROFILE: device time per op category */
 	int mlp_chunk;           /* POROS_MLP_CHUNK: MLP rows per chunk; 0: MLP_CHUNK_TOKENS (layer.h) */
+	int attn_ckpt;           /* POROS_ATTN_CKPT: blockwise keeps each layer's attention output for its
+	                            recomputation (1), or runs it again (0); ATTN_CKPT_AUTO (unset): 1 where
+	                            the host has the memory, which run.c decides (the engine takes it as 1) */
 };
+
+enum { ATTN_CKPT_AUTO = -1 };
 
 /* The command line, one slot per option (the last one given wins); main.c
  * fills it, options.c gives it meaning.  X(id, name, has_arg): the flags

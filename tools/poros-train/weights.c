@@ -382,7 +382,7 @@ int host_weights_size(size_t *bytes, const struct model_config *mc, int nf4, cha
 
 /* MemAvailable of /proc/meminfo in bytes; 0 where it cannot be read (no
  * check is then made: the allocation itself still fails cleanly or not). */
-static size_t host_memory_available(void)
+size_t host_memory_available(void)
 {
 	FILE *f = fopen("/proc/meminfo", "r");
 	char line[128];

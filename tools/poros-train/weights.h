@@ -62,6 +62,8 @@ void global_layout_init(struct global_layout *g, const struct model_config *mc);
 /* The host memory host_weights_load takes for the model (the layers and
  * the embedding, final norm and lm_head), without allocating it; -1 with
  * err as layer_layout_init. */
+/* MemAvailable of /proc/meminfo in bytes; 0 where it cannot be read. */
+size_t host_memory_available(void);
 int host_weights_size(size_t *bytes, const struct model_config *mc, int nf4, char *err, size_t errsz);
 int host_weights_load(struct host_weights *w, const struct backend *be, const struct model_config *mc, int nf4,
                       uint64_t seed, char *err, size_t errsz);
