@@ -54,17 +54,18 @@ struct host_weights {
 int layer_layout_init(struct layer_layout *lay, const struct model_config *mc, int nf4, char *err, size_t errsz);
 void global_layout_init(struct global_layout *g, const struct model_config *mc);
 
+/* MemAvailable of /proc/meminfo in bytes; 0 where it cannot be read. */
+size_t host_memory_available(void);
+
+/* The host memory host_weights_load takes for the model (the layers and
+ * the embedding, final norm and lm_head), without allocating it; -1 with
+ * err as layer_layout_init. */
+int host_weights_size(size_t *bytes, const struct model_config *mc, int nf4, char *err, size_t errsz);
 /* Allocates and fills the host weights: from mc->checkpoint_dir when set,
  * else synthetic from seed.  Returns 0; -1 with err for bad input (a
  * missing tensor, a wrong shape or dtype: exit 2); -2 with err when host
  * memory could not be had, -3 when the base is larger than the host's
  * available memory (nothing allocated; status "oom"; both exit 1). */
-/* The host memory host_weights_load takes for the model (the layers and
- * the embedding, final norm and lm_head), without allocating it; -1 with
- * err as layer_layout_init. */
-/* MemAvailable of /proc/meminfo in bytes; 0 where it cannot be read. */
-size_t host_memory_available(void);
-int host_weights_size(size_t *bytes, const struct model_config *mc, int nf4, char *err, size_t errsz);
 int host_weights_load(struct host_weights *w, const struct backend *be, const struct model_config *mc, int nf4,
                       uint64_t seed, char *err, size_t errsz);
 void host_weights_free(struct host_weights *w);
