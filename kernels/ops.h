@@ -34,12 +34,13 @@
  *   - LoRA A, B, their grads and AdamW states: fp32; the LoRA products are
  *     fp32 sums of exact products (the bf16 input x, the bf16 upstream
  *     gradient, fp32 A, B, u and du)
- *   - a projection with LoRA, weights in a buffer with room for the LoRA
- *     extension (NF4, dequantized on the device): the LoRA term and the
+ *   - a projection with LoRA, weights with room for the LoRA extension
+ *     (NF4 dequantized on the device into a buffer that has it; bf16
+ *     stored with it): the LoRA term and the
  *     bias ride in the base GEMM's fp32 sum as exact products of bf16
  *     parts (LoRA extension, below); in backward without dropout the LoRA
- *     input gradient du A rides likewise.  Otherwise (bf16 weights as
- *     stored, or dropout in backward) the LoRA term scale * u B^T is
+ *     input gradient du A rides likewise.  Otherwise (POROS_LORA_EXT=0,
+ *     or dropout in backward) the LoRA term scale * u B^T is
  *     formed first and the base GEMM adds onto it (out = (lora + x W^T) +
  *     bias), and du A is formed (or added) first and the base backward GEMM
  *     adds onto it.  The LoRA backward reads the upstream gradient rounded

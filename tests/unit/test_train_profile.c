@@ -62,7 +62,7 @@ static int train(struct outcome *o, int mode, int nf4, int accum, int recompute,
 	o->C = r.mc.hidden_size;
 	o->H = r.mc.num_attention_heads;
 	o->HD = o->H * r.mc.head_dim;
-	o->E = nf4 ? lora_ext_cols(cfg.cell.lora.rank) : 0; /* on for NF4 (POROS_LORA_EXT unset) */
+	o->E = lora_ext_cols(cfg.cell.lora.rank); /* on with an adapter (POROS_LORA_EXT unset) */
 	tt_close(&r);
 	return rc;
 }

@@ -40,7 +40,7 @@ static void check_layout(const struct layer_layout *lay)
 		size_t numel = (size_t)lay->n_out[m] * lay->n_in[m];
 
 		begin[n] = lay->weight[m];
-		size[n++] = lay->nf4 ? numel / 2 : numel * 2;
+		size[n++] = lay->nf4 ? numel / 2 : (size_t)(lay->n_out[m] + lay->ext) * lay->ld[m] * 2;
 		if (lay->nf4) {
 			begin[n] = lay->absmax[m];
 			size[n++] = numel / 64 * 4;
@@ -66,9 +66,9 @@ static void check_synthetic(const char *model, int nf4)
 		CHECKF(0, "%s", err);
 		return;
 	}
-	CHECKF(host_weights_load(&a, backend_cpu(), &mc, nf4, 42, err, sizeof err) == 0, "%s", err);
-	CHECKF(host_weights_load(&b, backend_cpu(), &mc, nf4, 42, err, sizeof err) == 0, "%s", err);
-	CHECKF(host_weights_load(&c, backend_cpu(), &mc, nf4, 43, err, sizeof err) == 0, "%s", err);
+	CHECKF(host_weights_load(&a, backend_cpu(), &mc, nf4, 0, 42, err, sizeof err) == 0, "%s", err);
+	CHECKF(host_weights_load(&b, backend_cpu(), &mc, nf4, 0, 42, err, sizeof err) == 0, "%s", err);
+	CHECKF(host_weights_load(&c, backend_cpu(), &mc, nf4, 0, 43, err, sizeof err) == 0, "%s", err);
 	layers = a.lay.stride * (size_t)a.n_layers;
 	CHECKF(!a.real, "%s: synthetic weights must say so", model);
 	CHECKF(memcmp(a.layers, b.layers, layers) == 0 && memcmp(a.globals, b.globals, a.glob.bytes) == 0,
@@ -269,7 +269,7 @@ static void check_checkpoint_values(const char *dir, int nf4)
 		CHECKF(0, "checkpoint %s not recognised: %s", dir, err);
 		return;
 	}
-	if (host_weights_load(&w, backend_cpu(), &mc, nf4, 42, err, sizeof err) < 0) {
+	if (host_weights_load(&w, backend_cpu(), &mc, nf4, 0, 42, err, sizeof err) < 0) {
 		CHECKF(0, "loading %s: %s", dir, err);
 		model_config_free(&mc);
 		return;
@@ -330,18 +330,19 @@ static void check_bad_checkpoint(const char *base, const char *skip, const char 
 		free(dir);
 		return;
 	}
-	CHECKF(host_weights_load(&w, backend_cpu(), &mc, 0, 42, err, sizeof err) == -1, "%s must not load", dir);
+	CHECKF(host_weights_load(&w, backend_cpu(), &mc, 0, 0, 42, err, sizeof err) == -1, "%s must not load", dir);
 	CHECKF(strstr(err, skip ? skip : bad_shape) != NULL && strstr(err, expect) != NULL, "message: \"%s\"", err);
 	model_config_free(&mc);
 	free(dir);
 }
 
 /* The host copy of a checkpoint, or NULL with a failed check. */
-static int load_dir(struct host_weights *w, struct model_config *mc, const char *dir, int nf4, char *err, size_t errsz)
+static int load_dir(struct host_weights *w, struct model_config *mc, const char *dir, int nf4, int ext, char *err,
+                    size_t errsz)
 {
 	if (model_config_resolve(mc, dir, NULL, err, errsz) < 0)
 		return -1;
-	if (host_weights_load(w, backend_cpu(), mc, nf4, 42, err, errsz) < 0) {
+	if (host_weights_load(w, backend_cpu(), mc, nf4, ext, 42, err, errsz) < 0) {
 		model_config_free(mc);
 		return -1;
 	}
@@ -363,7 +364,7 @@ static void check_dtypes(const char *base)
 	for (int i = 0; i < 3; i++) {
 		dir = xasprintf("%s/dtype-%s", base, names[i]);
 		CHECKF(write_checkpoint_as(dir, NULL, NULL, dts[i]) == 0, "write %s", dir);
-		if (load_dir(&w[i], &mc[i], dir, 0, err, sizeof err) < 0)
+		if (load_dir(&w[i], &mc[i], dir, 0, 0, err, sizeof err) < 0)
 			CHECKF(0, "%s checkpoint: %s", names[i], err);
 		else
 			loaded |= 1 << i;
@@ -387,7 +388,7 @@ static void check_dtypes(const char *base)
 		}
 	dir = xasprintf("%s/dtype-f64", base);
 	CHECKF(write_checkpoint_as(dir, NULL, NULL, CK_F64) == 0, "write %s", dir);
-	CHECKF(load_dir(&w64, &m64, dir, 0, err, sizeof err) < 0 &&
+	CHECKF(load_dir(&w64, &m64, dir, 0, 0, err, sizeof err) < 0 &&
 	           strstr(err, "tensor \"model.embed_tokens.weight\": dtype F64 is not supported") != NULL,
 	       "F64 refused by name: %s", err);
 	free(dir);
@@ -431,7 +432,7 @@ static void check_unreadable(const char *base)
 			break;
 		}
 		err[0] = '\0';
-		CHECKF(load_dir(&w, &mc, dir, 0, err, sizeof err) < 0 && strstr(err, want) != NULL, "%s: \"%s\" lacks \"%s\"",
+		CHECKF(load_dir(&w, &mc, dir, 0, 0, err, sizeof err) < 0 && strstr(err, want) != NULL, "%s: \"%s\" lacks \"%s\"",
 		       cases[i], err, want);
 		free(dir);
 		free(st);
@@ -509,7 +510,7 @@ static void check_oversized_config(const char *base)
 	/* the CUDA build maps cuBLAS at start (~150 MB resident): count the growth */
 	reset_peak_rss();
 	base_kib = status_kib("VmRSS");
-	CHECKF(load_dir(&w, &mc, dir, 0, err, sizeof err) < 0 &&
+	CHECKF(load_dir(&w, &mc, dir, 0, 0, err, sizeof err) < 0 &&
 	           strstr(err, "tensor \"model.embed_tokens.weight\" has shape [256,64] (expected [32000,4096]") != NULL,
 	       "oversized config refused: %s", err);
 	/* the peak since the reset (KiB); the claimed model's host copy would be GBs */
@@ -561,6 +562,53 @@ static void check_train_from_checkpoint(const char *dir)
 	train_config_free(&cfg);
 }
 
+/* bf16 with the LoRA extension's rows and columns (ext): each projection
+ * (N + E, K + E) rows K + E apart holds the compact layout's values in
+ * its top-left (N, K) and zeros elsewhere, synthetic or read; everything
+ * else in the record is the same bytes.  NF4 ignores ext. */
+static void check_pitched(const char *model_or_dir, const char *configs)
+{
+	enum { EXT = 32 };
+	struct model_config mc;
+	struct host_weights a, b, q;
+	char err[1024];
+	int ok = 1;
+
+	if (model_config_resolve(&mc, model_or_dir, configs, err, sizeof err) < 0) {
+		CHECKF(0, "%s", err);
+		return;
+	}
+	if (host_weights_load(&a, backend_cpu(), &mc, 0, 0, 42, err, sizeof err) < 0 ||
+	    host_weights_load(&b, backend_cpu(), &mc, 0, EXT, 42, err, sizeof err) < 0 ||
+	    host_weights_load(&q, backend_cpu(), &mc, 1, EXT, 42, err, sizeof err) < 0) {
+		CHECKF(0, "%s: %s", model_or_dir, err);
+		model_config_free(&mc);
+		return;
+	}
+	CHECKF(b.lay.ext == EXT && q.lay.ext == 0 && b.lay.stride > a.lay.stride, "%s: ext %d, NF4 %d, stride %zu vs %zu",
+	       model_or_dir, b.lay.ext, q.lay.ext, b.lay.stride, a.lay.stride);
+	check_layout(&b.lay);
+	for (int l = 0; l < a.n_layers; l++) {
+		const unsigned char *ra = a.layers + (size_t)l * a.lay.stride, *rb = b.layers + (size_t)l * b.lay.stride;
+
+		ok &= memcmp(ra, rb, a.lay.weight[0]) == 0; /* norms and biases come first, at the same offsets */
+		for (int m = 0; m < N_PROJ; m++) {
+			const bf16 *wa = (const bf16 *)(ra + a.lay.weight[m]), *wb = (const bf16 *)(rb + b.lay.weight[m]);
+			int N = a.lay.n_out[m], K = a.lay.n_in[m], ld = b.lay.ld[m];
+
+			ok &= a.lay.ld[m] == K && ld == K + EXT;
+			for (long r = 0; r < N + EXT; r++)
+				for (long k = 0; k < ld; k++)
+					ok &= wb[r * ld + k] == (r < N && k < K ? wa[r * K + k] : 0);
+		}
+	}
+	CHECKF(ok, "%s: the pitched bf16 layout holds the compact one's values and zeros", model_or_dir);
+	host_weights_free(&a);
+	host_weights_free(&b);
+	host_weights_free(&q);
+	model_config_free(&mc);
+}
+
 int main(int argc, char **argv)
 {
 	char base[] = "/tmp/poros-test-train-weights-XXXXXX", *good, cmd[128];
@@ -584,6 +632,8 @@ int main(int argc, char **argv)
 	CHECKF(write_checkpoint(good, NULL, NULL) == 0, "cannot write the checkpoint");
 	check_checkpoint_values(good, 0);
 	check_checkpoint_values(good, 1);
+	check_pitched(good, NULL);
+	check_pitched("poros/tiny-qwen3", "configs/models");
 	check_bad_checkpoint(base, "model.layers.2.mlp.up_proj.weight", NULL, "not found");
 	check_bad_checkpoint(base, NULL, "model.layers.1.self_attn.v_proj.weight",
 	                     "has shape [31,64] (expected [32,64] from config.json)");

@@ -236,6 +236,7 @@ static int engine_setup(struct engine *e, const struct train_config *cfg, const 
 			return set_error(err, errsz, "%s", e->alloc.err);
 	}
 	lora_layout_init(&e->lora, &hw->lay, e->L, e->lc.R, cfg->cell.lora.target_mask);
+	e->ext_ver = xcalloc((size_t)e->L, sizeof *e->ext_ver);
 	e->lc.slot = e->lora.slot;
 	plan_dequant_layout(e);
 	return 0;
@@ -245,6 +246,7 @@ static int engine_setup(struct engine *e, const struct train_config *cfg, const 
 static void engine_free_host(struct engine *e)
 {
 	free(e->lora.slot);
+	free(e->ext_ver);
 	free(e->ckpt);
 	free(e->acts);
 	free(e->dresid);
@@ -319,6 +321,15 @@ void engine_destroy(struct engine *e)
 	engine_free_host(e);
 	profile_destroy(e->prof); /* last: e->be may be its timed backend */
 	free(e);
+}
+
+int engine_host_ext_cols(const struct train_config *cfg)
+{
+	const struct cell *c = &cfg->cell;
+
+	if (c->precision == PRECISION_NF4 || c->lora.target_mask == 0 || c->lora.rank <= 0 || !cfg->lora_ext)
+		return 0;
+	return lora_ext_cols(c->lora.rank);
 }
 
 int engine_oom(const struct engine *e)

@@ -63,6 +63,11 @@ void engine_destroy(struct engine *e);
 int engine_plan(struct dev_alloc *plan, size_t *host_ckpt, const struct train_config *cfg,
                 const struct model_config *mc, const struct host_weights *hw, size_t library_bytes, char *err,
                 size_t errsz);
+/* The LoRA extension's columns the host weights of a bf16 run carry
+ * (layer_layout_init's ext): lora_ext_cols(rank) with an adapter and
+ * POROS_LORA_EXT on, else 0; 0 for NF4, whose extension lives in the
+ * dequantization buffer. */
+int engine_host_ext_cols(const struct train_config *cfg);
 /* Out of memory: the device's (a budget or a failed allocation) or the
  * host's (the checkpoints need more than MemAvailable). */
 int engine_oom(const struct engine *e);

@@ -86,6 +86,10 @@ struct engine {
 	int dequant_layer;         /* the layer it holds; -1 none */
 	size_t dequant_off[N_PROJ], dequant_bytes;
 	long lora_ver, dequant_ext_ver;
+	/* bf16 with the extension: the adapter version layer l's stored
+	 * extension holds on the device (resident copy or slab; 0: none, as
+	 * a slab copy brings the host's zeros) */
+	long *ext_ver;
 
 	/* the adapter: parameters, gradients, AdamW moments (one layout) */
 	struct lora_layout lora;

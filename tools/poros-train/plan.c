@@ -42,13 +42,18 @@ void plan_dequant_layout(struct engine *e)
 	size_t off = 0;
 	int rows_whole = 1; /* every row a whole number of NF4 blocks: a pitched row dequantizes alone */
 
-	/* The LoRA extension: on for NF4 with an adapter, when every
-	 * projection's rows are whole NF4 blocks (all real models), unless
-	 * turned off (POROS_LORA_EXT=0: the fallback path, for comparison);
-	 * each projection's slot has room for E extra rows and columns. */
+	/* The LoRA extension: on with an adapter unless turned off
+	 * (POROS_LORA_EXT=0: the fallback path, for comparison).  NF4: when
+	 * every projection's rows are whole NF4 blocks (all real models),
+	 * each projection's slot in the dequant buffer has room for E extra
+	 * rows and columns; bf16: the weights carry them as stored
+	 * (weights.h, engine_host_ext_cols). */
 	for (int m = 0; m < N_PROJ; m++)
 		rows_whole &= lay->n_in[m] % POROS_NF4_BLOCK == 0;
-	c->E = lay->nf4 && rows_whole && e->lora.mask && c->R > 0 && e->cfg->lora_ext ? lora_ext_cols(c->R) : 0;
+	if (lay->nf4)
+		c->E = rows_whole && e->lora.mask && c->R > 0 && e->cfg->lora_ext ? lora_ext_cols(c->R) : 0;
+	else
+		c->E = lay->ext;
 	c->ext_bwd = c->E > 0 && c->dropout == 0.0f;
 	for (int m = 0; m < N_PROJ; m++) {
 		size_t rows = (size_t)lay->n_out[m] + c->E, cols = (size_t)lay->n_in[m] + c->E;

@@ -24,8 +24,9 @@ enum prof_cat {
 	PROF_ROPE, PROF_SWIGLU, PROF_ELEMENTWISE, PROF_HEAD, PROF_DEQUANT, PROF_EMBED, PROF_OPTIM, PROF_WAIT_COPY,
 	PROF_OTHER, PROF_N,
 	/* no segment of its own, not counted: the time goes to the segment it
-	 * follows (lora_weight_ext rides with the dequantization, so the
-	 * counts stay those of the ops both LoRA paths run) */
+	 * follows (lora_weight_ext rides with the dequantization on NF4, with
+	 * whatever came before it on bf16, so the counts stay those of the
+	 * ops both LoRA paths run) */
 	PROF_SAME = -1
 };
 static const char *const prof_names[PROF_N] = {

@@ -519,7 +519,8 @@ static int make_plan(struct run *x, size_t library_bytes, struct dev_alloc *plan
 
 	memset(&shape, 0, sizeof shape);
 	shape.n_layers = x->mc.num_hidden_layers;
-	if (layer_layout_init(&shape.lay, &x->mc, x->c->cell.precision == PRECISION_NF4, err, errsz) < 0)
+	if (layer_layout_init(&shape.lay, &x->mc, x->c->cell.precision == PRECISION_NF4, engine_host_ext_cols(x->c),
+	                      err, errsz) < 0)
 		return -1;
 	global_layout_init(&shape.glob, &x->mc);
 	if (engine_plan(plan, host_ckpt, x->c, &x->mc, &shape, library_bytes, err, errsz) < 0) {
@@ -548,7 +549,8 @@ static int choose_attn_ckpt(struct run *x, size_t library_bytes, char *err, size
 	c->attn_ckpt = 1;
 	if (c->mode != MODE_BLOCKWISE)
 		return 0;
-	if (host_weights_size(&base, &x->mc, c->cell.precision == PRECISION_NF4, err, errsz) < 0 ||
+	if (host_weights_size(&base, &x->mc, c->cell.precision == PRECISION_NF4, engine_host_ext_cols(c), err,
+	                      errsz) < 0 ||
 	    make_plan(x, library_bytes, &plan, &ckpt, err, errsz) < 0)
 		return -1;
 	dev_alloc_release_all(&plan);
@@ -608,7 +610,7 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		return RUN_BAD_INPUT;
 	r->vram_plan_mb = (double)plan.peak / MIB;
 	x->plan_bytes = plan.peak;
-	if (host_weights_size(&host, &x->mc, c->cell.precision == PRECISION_NF4, err, errsz) < 0)
+	if (host_weights_size(&host, &x->mc, c->cell.precision == PRECISION_NF4, engine_host_ext_cols(c), err, errsz) < 0)
 		return RUN_BAD_INPUT;
 	r->host_weights_mb = (double)host / MIB;
 	if (c->vram_budget && plan.peak > (size_t)c->vram_budget) {
@@ -623,7 +625,8 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		goto failed;
 	}
 	dev_alloc_release_all(&plan);
-	rc = host_weights_load(&x->hw, r->be, &x->mc, c->cell.precision == PRECISION_NF4, c->cell.training.seed,
+	rc = host_weights_load(&x->hw, r->be, &x->mc, c->cell.precision == PRECISION_NF4, engine_host_ext_cols(c),
+	                       c->cell.training.seed,
 	                       err, errsz);
 	if (rc == -1)
 		return RUN_BAD_INPUT;
@@ -707,7 +710,8 @@ static int print_plan(struct run *x, FILE *out)
 	cJSON *o;
 
 	if (open_model(x, err, sizeof err) < 0 || plan_library_bytes(c, &lib, &backend, err, sizeof err) < 0 ||
-	    host_weights_size(&host, &x->mc, c->cell.precision == PRECISION_NF4, err, sizeof err) < 0 ||
+	    host_weights_size(&host, &x->mc, c->cell.precision == PRECISION_NF4, engine_host_ext_cols(c), err,
+	                      sizeof err) < 0 ||
 	    choose_attn_ckpt(x, lib, err, sizeof err) < 0 || make_plan(x, lib, &plan, &host_ckpt, err, sizeof err) < 0) {
 		warnmsg("%s", err);
 		return EXIT_USAGE;

@@ -52,8 +52,10 @@ void compute_close(struct engine *e)
  * are dequantized into the dequant buffer unless it already holds this
  * layer (the base never changes, so that copy stays valid), and the LoRA
  * extension is written into its spare rows and columns when the buffer
- * got a layer or the adapter changed. */
-static void make_view(struct engine *e, struct layer_view *v, const unsigned char *rec, int layer)
+ * got a layer or the adapter changed; bf16 weights carry those rows and
+ * columns as stored, written when the record was copied or the adapter
+ * changed. */
+static void make_view(struct engine *e, struct layer_view *v, unsigned char *rec, int layer)
 {
 	const struct layer_layout *lay = &e->hw->lay;
 	const struct layer_ctx *c = &e->lc;
@@ -67,10 +69,19 @@ static void make_view(struct engine *e, struct layer_view *v, const unsigned cha
 		v->bias[i] = lay->bias[i] == LAYOUT_NONE ? NULL : (const bf16 *)(rec + lay->bias[i]);
 	}
 	if (!lay->nf4) {
+		int stale = c->E > 0 && e->ext_ver[layer] != e->lora_ver;
+
 		for (int m = 0; m < N_PROJ; m++) {
-			v->w[m] = (const bf16 *)(rec + lay->weight[m]);
-			v->ld[m] = lay->n_in[m];
+			const struct lora_slot *s = &e->lora.slot[layer * N_PROJ + m];
+			bf16 *w = (bf16 *)(rec + lay->weight[m]);
+
+			if (stale && s->a >= 0)
+				c->op->lora_weight_ext(w, lay->ld[m], e->params + s->a, e->params + s->b,
+				                       m < 4 ? v->bias[m] : NULL, c->lora_scale, s->n_in, s->n_out, c->R);
+			v->w[m] = w;
+			v->ld[m] = lay->ld[m];
 		}
+		e->ext_ver[layer] = e->lora_ver;
 		return;
 	}
 	for (int m = 0; m < N_PROJ; m++) {
@@ -176,6 +187,8 @@ static void slab_fetch(struct engine *e, int b, int stream)
 	span_open(e, e->copies, &e->n_copies, e->max_copies, stream);
 	e->be->copy_h2d(s->mem, e->hw->layers + (size_t)block_first(e, b) * stride, bytes, stream);
 	span_close(e, e->copies, &e->n_copies, e->max_copies, stream);
+	for (int i = 0; i < block_len(e, b); i++) /* the host's extension columns are zeros */
+		e->ext_ver[block_first(e, b) + i] = 0;
 	e->be->event_record(s->copied, stream);
 	s->block = b;
 	e->h2d_bytes += (long long)bytes;

@@ -28,7 +28,8 @@ static size_t reserve(size_t *off, size_t bytes)
 	return at;
 }
 
-int layer_layout_init(struct layer_layout *lay, const struct model_config *mc, int nf4, char *err, size_t errsz)
+int layer_layout_init(struct layer_layout *lay, const struct model_config *mc, int nf4, int ext, char *err,
+                      size_t errsz)
 {
 	size_t off = 0;
 	int c = mc->hidden_size, d = mc->head_dim;
@@ -36,6 +37,7 @@ int layer_layout_init(struct layer_layout *lay, const struct model_config *mc, i
 
 	memset(lay, 0, sizeof *lay);
 	lay->nf4 = nf4;
+	lay->ext = nf4 ? 0 : ext;
 	lay->in_norm = reserve(&off, (size_t)c * 2);
 	lay->post_norm = reserve(&off, (size_t)c * 2);
 	lay->q_norm = mc->qk_norm ? reserve(&off, (size_t)d * 2) : LAYOUT_NONE;
@@ -56,7 +58,8 @@ int layer_layout_init(struct layer_layout *lay, const struct model_config *mc, i
 			lay->weight[m] = reserve(&off, numel / 2);
 			lay->absmax[m] = reserve(&off, numel / POROS_NF4_BLOCK * sizeof(float));
 		} else {
-			lay->weight[m] = reserve(&off, numel * 2);
+			lay->ld[m] = lay->n_in[m] + lay->ext;
+			lay->weight[m] = reserve(&off, (size_t)(lay->n_out[m] + lay->ext) * (size_t)lay->ld[m] * 2);
 			lay->absmax[m] = LAYOUT_NONE;
 		}
 	}
@@ -171,8 +174,13 @@ static void synth_layer(unsigned char *rec, const struct layer_layout *lay, cons
 
 		if (lay->nf4)
 			fill_nf4(rec + lay->weight[m], (float *)(rec + lay->absmax[m]), n, tensor_key(seed, base + m), std);
-		else
+		else if (lay->ext == 0)
 			fill_normal((bf16 *)(rec + lay->weight[m]), n, tensor_key(seed, base + m), 0.0f, std);
+		else /* row by row into the pitched layout: element (r, k) is the same draw */
+#pragma omp parallel for schedule(static)
+			for (long r = 0; r < lay->n_out[m]; r++)
+				fill_normal_run((bf16 *)(rec + lay->weight[m]) + r * lay->ld[m], lay->n_in[m],
+				                tensor_key(seed, base + m), r * lay->n_in[m], 0.0f, std);
 	}
 }
 
@@ -266,7 +274,7 @@ static int load_layer(unsigned char *rec, const struct layer_layout *lay, const 
 	}
 	for (int m = 0; m < N_PROJ; m++) {
 		long n = (long)lay->n_out[m] * lay->n_in[m];
-		bf16 *dst = rec == NULL ? NULL : lay->nf4 ? tmp : (bf16 *)(rec + lay->weight[m]);
+		bf16 *dst = rec == NULL ? NULL : lay->nf4 || lay->ext ? tmp : (bf16 *)(rec + lay->weight[m]);
 
 		snprintf(name + at, sizeof name - (size_t)at, "%s.weight", arch_proj_name[m]);
 		if (read_tensor(ck, name, lay->n_out[m], lay->n_in[m], dst, err, errsz) < 0)
@@ -274,6 +282,10 @@ static int load_layer(unsigned char *rec, const struct layer_layout *lay, const 
 		/* QLoRA quantizes the bf16 checkpoint values, so do we */
 		if (rec != NULL && lay->nf4)
 			nf4_quantize_bf16(rec + lay->weight[m], (float *)(rec + lay->absmax[m]), tmp, n);
+		else if (rec != NULL && lay->ext) /* into the pitched layout */
+			for (long r = 0; r < lay->n_out[m]; r++)
+				memcpy((bf16 *)(rec + lay->weight[m]) + r * lay->ld[m], tmp + r * lay->n_in[m],
+				       (size_t)lay->n_in[m] * sizeof *tmp);
 	}
 	return 0;
 }
@@ -315,7 +327,7 @@ static int load_checkpoint(struct host_weights *w, const struct st_checkpoint *c
 
 	if (load_globals(w, &w->glob, mc, ck, err, errsz) < 0)
 		return -1;
-	if (w->lay.nf4)
+	if (w->lay.nf4 || w->lay.ext)
 		for (int m = 0; m < N_PROJ; m++)
 			if ((size_t)w->lay.n_out[m] * (size_t)w->lay.n_in[m] > tmp_elems)
 				tmp_elems = (size_t)w->lay.n_out[m] * (size_t)w->lay.n_in[m];
@@ -330,7 +342,7 @@ static int load_checkpoint(struct host_weights *w, const struct st_checkpoint *c
 #pragma omp critical(weights_err)
 			if (!failed) {
 				failed = 1;
-				snprintf(err, errsz, "%s: out of host memory for an NF4 staging buffer", mc->checkpoint_dir);
+				snprintf(err, errsz, "%s: out of host memory for a staging buffer", mc->checkpoint_dir);
 			}
 		}
 #pragma omp for schedule(dynamic, 1)
@@ -368,12 +380,12 @@ static void parallel_zero(unsigned char *p, size_t bytes)
 	}
 }
 
-int host_weights_size(size_t *bytes, const struct model_config *mc, int nf4, char *err, size_t errsz)
+int host_weights_size(size_t *bytes, const struct model_config *mc, int nf4, int ext, char *err, size_t errsz)
 {
 	struct layer_layout lay;
 	struct global_layout glob;
 
-	if (layer_layout_init(&lay, mc, nf4, err, errsz) < 0)
+	if (layer_layout_init(&lay, mc, nf4, ext, err, errsz) < 0)
 		return -1;
 	global_layout_init(&glob, mc);
 	*bytes = lay.stride * (size_t)mc->num_hidden_layers + glob.bytes;
@@ -398,7 +410,7 @@ size_t host_memory_available(void)
 }
 
 int host_weights_load(struct host_weights *w, const struct backend *be, const struct model_config *mc, int nf4,
-                      uint64_t seed, char *err, size_t errsz)
+                      int ext, uint64_t seed, char *err, size_t errsz)
 {
 	struct st_checkpoint ck;
 	char sz[32];
@@ -409,7 +421,7 @@ int host_weights_load(struct host_weights *w, const struct backend *be, const st
 	memset(w, 0, sizeof *w);
 	w->be = be;
 	w->n_layers = mc->num_hidden_layers;
-	if (layer_layout_init(&w->lay, mc, nf4, err, errsz) < 0)
+	if (layer_layout_init(&w->lay, mc, nf4, ext, err, errsz) < 0)
 		return -1;
 	global_layout_init(&w->glob, mc);
 	/* a checkpoint directory's weights load or the run stops: never

@@ -6,8 +6,12 @@
  * from backend->host_alloc (pinned on CUDA).  A block of layers is
  * therefore ONE copy, and the device copy has the same layout, so the
  * offsets below address a layer on the host, in a slab or in the
- * resident copy alike.  Embedding, final norm and lm_head (never
- * quantized) live in a second, smaller record. */
+ * resident copy alike.  With the LoRA extension on bf16 weights
+ * (kernels/ops.h), each projection is stored (N + E, K + E), rows K + E
+ * apart, the weight in its top-left (N, K) and zeros elsewhere, which
+ * the engine fills with the adapter's parts on the device.  Embedding,
+ * final norm and lm_head (never quantized) live in a second, smaller
+ * record. */
 #ifndef POROS_TRAIN_WEIGHTS_H
 #define POROS_TRAIN_WEIGHTS_H
 
@@ -27,9 +31,11 @@ struct layer_layout {
 	/* byte offsets inside a layer record; LAYOUT_NONE when absent */
 	size_t in_norm, post_norm, q_norm, k_norm; /* bf16 (C), (C), (D), (D) */
 	size_t bias[4];                            /* bf16 q (H*D), k, v (G*D), o (C) */
-	size_t weight[N_PROJ];                     /* bf16 (N,K), or NF4 codes (N*K/2) */
+	size_t weight[N_PROJ];                     /* bf16 (N+E, K+E) rows ld apart, or NF4 codes (N*K/2) */
 	size_t absmax[N_PROJ];                     /* NF4 only: fp32 (N*K/64) */
 	int n_out[N_PROJ], n_in[N_PROJ];
+	int ext;                                   /* bf16: E, the extension's rows and columns (0: none); NF4: 0 */
+	int ld[N_PROJ];                            /* bf16: a projection's row pitch, K + E */
 	size_t stride;                             /* bytes of one layer record */
 };
 
@@ -49,9 +55,12 @@ struct host_weights {
 	double alloc_s, fill_s; /* seconds to allocate (and pin) and to fill */
 };
 
-/* Offsets for the model; -1 with err when NF4 cannot represent a
- * projection (element count not a multiple of 64). */
-int layer_layout_init(struct layer_layout *lay, const struct model_config *mc, int nf4, char *err, size_t errsz);
+/* Offsets for the model, ext the LoRA extension's columns of bf16
+ * projections (0: none; NF4 ignores it: its extension lives in the
+ * engine's dequantization buffer); -1 with err when NF4 cannot represent
+ * a projection (element count not a multiple of 64). */
+int layer_layout_init(struct layer_layout *lay, const struct model_config *mc, int nf4, int ext, char *err,
+                      size_t errsz);
 void global_layout_init(struct global_layout *g, const struct model_config *mc);
 
 /* MemAvailable of /proc/meminfo in bytes; 0 where it cannot be read. */
@@ -60,14 +69,14 @@ size_t host_memory_available(void);
 /* The host memory host_weights_load takes for the model (the layers and
  * the embedding, final norm and lm_head), without allocating it; -1 with
  * err as layer_layout_init. */
-int host_weights_size(size_t *bytes, const struct model_config *mc, int nf4, char *err, size_t errsz);
+int host_weights_size(size_t *bytes, const struct model_config *mc, int nf4, int ext, char *err, size_t errsz);
 /* Allocates and fills the host weights: from mc->checkpoint_dir when set,
  * else synthetic from seed.  Returns 0; -1 with err for bad input (a
  * missing tensor, a wrong shape or dtype: exit 2); -2 with err when host
  * memory could not be had, -3 when the base is larger than the host's
  * available memory (nothing allocated; status "oom"; both exit 1). */
 int host_weights_load(struct host_weights *w, const struct backend *be, const struct model_config *mc, int nf4,
-                      uint64_t seed, char *err, size_t errsz);
+                      int ext, uint64_t seed, char *err, size_t errsz);
 void host_weights_free(struct host_weights *w);
 
 #endif
