@@ -102,9 +102,9 @@ static void check_profile(const char *what, const struct outcome *o, int blockwi
 	long fwd = lora_fwd - (passes - 1) * L * k, chunks = (o->T + 127) / 128; /* HEAD_CHUNK rows */
 	long attn_fwd = (blockwise && attn ? 1 : passes) * L * k;
 	double sum = 0, set_bytes = (double)k * o->T * o->C * sizeof(float);
-	/* a record's attention part: (k,T,HD+E) bf16 and (k,H*T) fp32, each carved on LAYOUT_ALIGN */
+	/* a record's attention part: (T,HD+E) bf16 and (H*T) fp32 per micro-batch, each on LAYOUT_ALIGN */
 	double att_min = blockwise && attn ? (double)k * o->T * ((o->HD + o->E) * sizeof(uint16_t) + o->H * sizeof(float)) : 0;
-	double att_max = att_min > 0 ? att_min + 2 * LAYOUT_ALIGN : 0, att_d2h, att_h2d;
+	double att_max = att_min > 0 ? att_min + 2.0 * k * LAYOUT_ALIGN : 0, att_d2h, att_h2d;
 	static const char *const cats[] = { "gemm_fwd", "gemm_bwd_input", "lora_fwd", "lora_bwd", "attn_fwd",
 		                            "attn_bwd", "norm", "rope", "swiglu", "elementwise", "head_ce",
 		                            "dequant", "embedding", "optimizer", "wait_copy", "other" };

@@ -26,8 +26,9 @@ struct span {
 
 /* The blockwise layer checkpoints.  One layer's record: the inputs
  * (k,T,C) fp32 of its micro-batches, then, with the attention checkpoints
- * (attn), their attention outputs (k,T,HD+E) bf16 at att_off and
- * log-sum-exps (k,H*T) fp32 at lse_off, so that the layer's recomputation
+ * (attn), their attention outputs (T,HD+E) bf16 at att_off and
+ * log-sum-exps (H*T) fp32 at lse_off, att_mb and lse_mb bytes apart (each
+ * micro-batch's aligned as a carved buffer), so that the layer's recomputation
  * in backward skips the attention forward (the same bits: the forward is
  * deterministic and its inputs are the same).  Set s of the two device
  * sets holds one record; host holds every layer's. */
@@ -36,6 +37,7 @@ struct ckpt_sets {
 	unsigned char *dev[2];    /* one record each */
 	int attn;
 	size_t att_off, lse_off, rec_bytes; /* without attn: att_off = rec_bytes, the inputs' size */
+	size_t att_mb, lse_mb;
 	int layer[2];             /* the layer whose record set s holds; -1: none */
 	struct backend_event *ready, *saved[2], *loaded[2], *freed[2];
 	int saved_rec[2], loaded_rec[2], freed_rec[2];

@@ -73,9 +73,11 @@ void plan_ckpt_layout(struct engine *e)
 	size_t rows = (size_t)e->k * c->T;
 
 	cs->attn = e->blockwise && e->cfg->attn_ckpt != 0; /* ATTN_CKPT_AUTO: run.c decides; here it is on */
+	cs->att_mb = align_up((size_t)c->T * (c->HD + c->E) * sizeof(bf16));
+	cs->lse_mb = align_up((size_t)c->T * c->H * sizeof(float));
 	cs->att_off = align_up(rows * c->C * sizeof(float));
-	cs->lse_off = cs->att_off + align_up(rows * (c->HD + c->E) * sizeof(bf16));
-	cs->rec_bytes = cs->attn ? align_up(cs->lse_off + rows * c->H * sizeof(float)) : cs->att_off;
+	cs->lse_off = cs->att_off + (size_t)e->k * cs->att_mb;
+	cs->rec_bytes = cs->attn ? cs->lse_off + (size_t)e->k * cs->lse_mb : cs->att_off;
 	if (!cs->attn)
 		cs->lse_off = cs->att_off;
 }

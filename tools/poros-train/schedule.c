@@ -249,12 +249,11 @@ static float *ckpt_buf(struct engine *e, int layer, int mb)
 static void act_attention_at(struct engine *e, int layer, int mb, int kept)
 {
 	struct ckpt_sets *cs = &e->cs;
-	const struct layer_ctx *c = &e->lc;
 
 	if (!cs->attn)
 		return;
-	e->act.att = (bf16 *)(cs->dev[layer % 2] + cs->att_off) + (size_t)mb * c->T * (c->HD + c->E);
-	e->act.lse = (float *)(cs->dev[layer % 2] + cs->lse_off) + (size_t)mb * c->H * c->T;
+	e->act.att = (bf16 *)(cs->dev[layer % 2] + cs->att_off + (size_t)mb * cs->att_mb);
+	e->act.lse = (float *)(cs->dev[layer % 2] + cs->lse_off + (size_t)mb * cs->lse_mb);
 	e->act.att_kept = kept;
 }
 
