@@ -6,7 +6,9 @@
  * layer's back (with the attention checkpoints, all but the last layer's
  * attention out and back, and no attention forward in the recompute); and
  * the device memory by purpose must add up to the peak, with one
- * dequantized layer and two checkpoint sets in blockwise. */
+ * dequantized layer and two checkpoint sets in blockwise; and the head
+ * runs in chunks of HEAD_CHUNK_MAX rows where its region has the room
+ * (a tiny vocabulary always has it). */
 #include "test_train_common.h"
 
 #include <cjson/cJSON.h>
@@ -180,6 +182,37 @@ static void check_breakdown(const char *what, const struct outcome *o, int block
 	cJSON_Delete(b);
 }
 
+/* The head's op calls in one step at T = B*S rows: its norm forward and
+ * backward, and per chunk the logits GEMM, the loss and the GEMM back. */
+static void check_head_chunks(int S, int B, int chunks)
+{
+	struct train_config cfg;
+	struct tt_run r;
+	struct step_stats st;
+	char prof[4096], what[64];
+	cJSON *p;
+
+	snprintf(what, sizeof what, "head at T = %d", S * B);
+	tt_config(&cfg, "poros/tiny-qwen2");
+	cfg.profile = 1;
+	cfg.mode = MODE_BLOCKWISE;
+	cfg.cell.method = METHOD_POROS;
+	cfg.cell.training.seq_len = S;
+	cfg.cell.training.batch_size = B;
+	cfg.cell.training.steps = 1;
+	if (tt_open(&r, &cfg) < 0) {
+		CHECKF(0, "%s: engine did not open", what);
+		return;
+	}
+	CHECKF(engine_step(r.e, 1, &st) == 0 && engine_profile_json(r.e, prof, sizeof prof) >= 0, "%s: step failed",
+	       what);
+	p = cJSON_Parse(prof);
+	CHECKF(num(p, "head_ce", "n") == 2 + 3 * chunks, "%s: head_ce n %g, want %d (%d chunks)", what,
+	       num(p, "head_ce", "n"), 2 + 3 * chunks, chunks);
+	cJSON_Delete(p);
+	tt_close(&r);
+}
+
 int main(void)
 {
 	static const struct {
@@ -216,6 +249,8 @@ int main(void)
 		free(plain.params);
 		free(prof.params);
 	}
+	check_head_chunks(512, 2, 1);   /* 1024 rows: one chunk */
+	check_head_chunks(320, 4, 2);   /* 1280 rows: 1024 + 256 */
 	fprintf(stderr, "test_train_profile: %s\n", failures ? "FAILED" : "ok");
 	return failures != 0;
 }

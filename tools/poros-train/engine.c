@@ -210,7 +210,6 @@ static void set_dims(struct engine *e)
 	c->S = cfg->cell.training.seq_len;
 	c->T = c->B * c->S;
 	c->qk_norm = mc->qk_norm;
-	c->chunk = c->T < HEAD_CHUNK ? c->T : HEAD_CHUNK;
 	c->mlp_chunk = cfg->mlp_chunk > 0 ? cfg->mlp_chunk : MLP_CHUNK_TOKENS;
 	if (c->mlp_chunk > c->T)
 		c->mlp_chunk = c->T;

@@ -17,9 +17,12 @@
 
 enum { PROJ_Q, PROJ_K, PROJ_V, PROJ_O, PROJ_GATE, PROJ_UP, PROJ_DOWN };
 
-/* Logits are computed this many token rows at a time so a 152k vocabulary
- * never needs a (T, V) buffer. */
+/* Logits are computed at least this many token rows at a time (or T), and
+ * at most HEAD_CHUNK_MAX, so a 152k vocabulary never needs a (T, V)
+ * buffer; plan.c takes more than HEAD_CHUNK where the workspace region
+ * holds them anyway (each chunk reads all of lm_head twice). */
 #define HEAD_CHUNK 128
+#define HEAD_CHUNK_MAX 1024
 
 /* A micro-batch of more tokens runs its MLP this many rows at a time, so
  * gate, up, their product and their gradients are (chunk,F), not (T,F):
@@ -90,7 +93,8 @@ struct layer_ctx {
 	const struct poros_ops *op;      /* embedding and layers */
 	const struct poros_ops *head_op; /* the head (its own table when profiling) */
 	const struct backend *be;        /* memset_zero on the compute stream */
-	int B, S, T, C, F, H, G, D, HD, GD, V, R, E, qk_norm, chunk;
+	int B, S, T, C, F, H, G, D, HD, GD, V, R, E, qk_norm;
+	int chunk;                       /* the head's rows a chunk (plan.c, head_chunk_rows) */
 	int mlp_chunk;                   /* rows of one MLP chunk: T, or fewer at long T (MLP_CHUNK_TOKENS) */
 	float eps;
 

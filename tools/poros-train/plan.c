@@ -158,6 +158,27 @@ static size_t lora_scratch_bytes(const struct engine *e, int from, int to, size_
  * layer's activations are kept whole, gate, up and h of the chunk, then
  * the backward's dh, dgate and dup.  No attention, head or attention-
  * projection LoRA op runs while an MLP chunk's buffers are live. */
+/* The head's bytes for chunks of n rows: the fp32 logits, then dlogits. */
+static size_t head_bytes(const struct layer_ctx *c, size_t n)
+{
+	return align_up(n * c->V * sizeof(float)) + n * c->V * sizeof(bf16);
+}
+
+/* The head's rows a chunk: HEAD_CHUNK (or T), or more, in steps of it up
+ * to HEAD_CHUNK_MAX, while they fit in room, what the region takes for
+ * its other users anyway.  Each chunk reads all of lm_head forward and
+ * back (1.09 GB at 7B: at T = 8192 and 128 rows, 140 GB a micro-batch),
+ * so the long micro-batches that need a large region also get few
+ * chunks, for no memory. */
+static int head_chunk_rows(const struct layer_ctx *c, size_t room)
+{
+	size_t n = HEAD_CHUNK;
+
+	while (n + HEAD_CHUNK <= HEAD_CHUNK_MAX && n < (size_t)c->T && head_bytes(c, n + HEAD_CHUNK) <= room)
+		n += HEAD_CHUNK;
+	return n < (size_t)c->T ? (int)n : c->T;
+}
+
 static void plan_shared(struct engine *e, struct carver *cv)
 {
 	struct layer_ctx *c = &e->lc;
@@ -165,8 +186,7 @@ static void plan_shared(struct engine *e, struct carver *cv)
 	size_t n = (size_t)c->mlp_chunk, F = (size_t)c->F, FE = (size_t)(c->F + c->E);
 	size_t attn = attention_scratch_floats(c->B, c->S, c->H, c->G, c->D) * sizeof(float);
 	size_t lora = lora_scratch_bytes(e, 0, 4, (size_t)c->T);   /* q k v o */
-	size_t logits = align_up((size_t)c->chunk * c->V * sizeof(float));
-	size_t head = logits + (size_t)c->chunk * c->V * sizeof(bf16), bytes = attn;
+	size_t logits, head, bytes = attn;
 	size_t gate = align_up(lora_scratch_bytes(e, 4, N_PROJ, n)), up, h, dh, dgate, dup, mlp; /* gate up down */
 	unsigned char *base;
 
@@ -178,10 +198,13 @@ static void plan_shared(struct engine *e, struct carver *cv)
 	mlp = dup + n * FE * sizeof(bf16);
 	if (lora > bytes)
 		bytes = lora;
-	if (head > bytes)
-		bytes = head;
 	if (mlp > bytes)
 		bytes = mlp;
+	c->chunk = head_chunk_rows(c, bytes);
+	logits = align_up((size_t)c->chunk * c->V * sizeof(float));
+	head = head_bytes(c, (size_t)c->chunk);
+	if (head > bytes)
+		bytes = head;
 	base = carve(cv, bytes);
 	c->attn_scratch = (float *)base;
 	g->lora_scratch = (float *)base;
