@@ -64,7 +64,7 @@ gone() {
 	jq -e '.status == "ok" and .error == null' <<< "$output"
 	# the child's summary fills the metrics and the child's half of env
 	# timing from the summary's step_s (tokens_per_s: tokens_per_step 64 / the median)
-	jq -e '(.metrics | del(.s_per_step_mad)) == {"vram_plan_mb":1234.5,"host_weights_mb":512,"vram_peak_mb":1234.5,"vram_avg_mb":1000.25,"s_per_step":0.25,
+	jq -e '(.metrics | del(.s_per_step_mad)) == {"vram_plan_mb":1234.5,"host_weights_mb":512,"host_checkpoints_mb":64,"vram_peak_mb":1234.5,"vram_avg_mb":1000.25,"s_per_step":0.25,
 	       "s_per_step_min":0.2,"s_per_step_max":0.3,"tokens_per_s":256,"steps_measured":3,"warmup_steps":1,
 	       "loss_first":6.93,"loss_last":6.5,"s_per_step_spread":0,"passes_agree":true,
 	       "passes":[{"step_s":[0.2,0.25,0.3],"median_s":0.25}]}

@@ -113,6 +113,23 @@ section() {
 	poros-render --md r.jsonl | grep -F '| poros | nf4 | **oom** | -- | -- | 24 GB planned |'
 }
 
+@test "host memory is the base's host copy plus blockwise's layer checkpoints, the base's alone in an older artifact" {
+	{
+		art poros sum nf4 ok 2026-11-29T10:00:00Z '.metrics.host_weights_mb = 512 | .metrics.host_checkpoints_mb = 1536'
+		art resident none nf4 ok 2026-11-29T10:00:00Z '.metrics.host_weights_mb = 512 | .metrics.host_checkpoints_mb = 0'
+		# written before the checkpoints were recorded
+		art poros old nf4 ok 2026-11-29T10:00:00Z '.metrics.host_weights_mb = 512 | del(.metrics.host_checkpoints_mb)'
+		# a Python arm reports neither
+		art peft arm nf4 ok 2026-11-29T10:00:00Z
+	} > r.jsonl
+	poros-render --md r.jsonl > report.md
+	# the column after Fits on: sum, none, old, arm
+	host=$(grep ' | nf4 | \*\*ok\*\* | ' report.md | awk -F'|' '{ print $8 }' | paste -sd ,)
+	[ "$host" = " 2.00 GiB , 512 MiB , 512 MiB , -- " ]
+	poros-render --html r.jsonl > report.html
+	grep -F '<td class="num derived">8 GB<span class="muted"> derived</span></td><td class="num">2.00 GiB</td>' report.html
+}
+
 @test "the spec summary comes from the cells" {
 	make_results
 	poros-render --html results.jsonl > report.html
@@ -256,7 +273,7 @@ section() {
 	md=$(grep -m1 '^| Method |' report.md | sed 's/^| //; s/ |$//; s/ | /|/g; s/[\\]//g; s/&gt;/>/g')
 	[ -n "$html" ]
 	[ "$html" = "$md" ]
-	[ "$html" = "Method|Precision|Status|Device|Memory peak|Fits on*|Host weights|s/step (median)|Passes|Noise (MAD)|Step range|tokens/s|Loss first -> last" ]
+	[ "$html" = "Method|Precision|Status|Device|Memory peak|Fits on*|Host memory|s/step (median)|Passes|Noise (MAD)|Step range|tokens/s|Loss first -> last" ]
 }
 
 @test "each model has a headline of ratios against resident and each baseline, speed and memory" {

@@ -114,6 +114,19 @@ datasets() {
 	[ "$(sort -u <<< "$output" | tr '\n' ' ')" = "error poros error resident ok poros ok resident oom poros oom resident " ]
 }
 
+@test "the summary says the pinned host memory its --plan line says: blockwise's layer checkpoints, none resident" {
+	local mode
+	for mode in blockwise resident; do
+		poros-train "${TINY[@]}" --model poros/tiny-qwen2 --mode "$mode" --plan > "$mode.plan"
+		poros-train "${TINY[@]}" --model poros/tiny-qwen2 --mode "$mode" --steps 2 --out "$mode" > "s/$mode.json"
+		jq -e --slurpfile p "$mode.plan" '.status == "ok" and .host_weights_mb == $p[0].host_weights_mb
+			and .host_checkpoints_mb == $p[0].host_checkpoints_mb' "s/$mode.json"
+	done
+	jq -e '.host_checkpoints_mb > 0' s/blockwise.json
+	jq -e '.host_checkpoints_mb == 0' s/resident.json
+	run -0 --separate-stderr validate s/*.json
+}
+
 @test "armlib's summaries of every status validate, for each Python arm (armlib's driver over a stand-in for torch)" {
 	local m c code
 	for m in peft unsloth accelerate_offload; do
@@ -191,6 +204,7 @@ through_arm() {
 		'.weights = "random":weights: unknown "random" (expected real or synthetic)' \
 		'.backend = "rocm":backend: unknown "rocm" (expected cpu or cuda)' \
 		'.step_s[0] = -1:step_s[0]: not a time in seconds' '.vram_peak_mb = -1:vram_peak_mb: must not be negative, got -1' \
+		'.host_checkpoints_mb = -1:host_checkpoints_mb: must not be negative, got -1' \
 		'.vram_breakdown_mb.slabs = "big":vram_breakdown_mb.slabs: not a number' '.eval_tokens = 1.5:eval_tokens: not a count: 1.5' \
 		'.method = "lora":method: unknown "lora"' '.mode = "sideways":mode: unknown "sideways"' \
 		'.passes = []:passes: unknown field'; do

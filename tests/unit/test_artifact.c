@@ -111,9 +111,10 @@ static void test_round_trip(void)
 	CHECK(strncmp(s1, "{\"schema\":\"poros.artifact/1\",\"cell_id\":\"peft_qwen2_5_32b_bf16\",\"config_hash\":\"sha256:", 80) == 0);
 	CHECK(strstr(s1, "\",\"method\":\"peft\",\"model_id\":\"Qwen/Qwen2.5-32B\",\"precision\":\"bf16\",\"cell\":{") != NULL);
 	check_str(b.config_hash, a.config_hash, "config_hash read back");
-	/* a Python arm's summary has no plan and no host copy: null, the first metrics */
-	CHECK(isnan(b.metrics.vram_plan_mb));
-	CHECK(strstr(s1, "\"status\":\"ok\",\"error\":null,\"metrics\":{\"vram_plan_mb\":null,\"host_weights_mb\":null,\"vram_peak_mb\":7012.4,") != NULL);
+	/* a Python arm's summary has no plan, no host copy and no checkpoints: null, the first metrics */
+	CHECK(isnan(b.metrics.vram_plan_mb) && isnan(b.metrics.host_checkpoints_mb));
+	CHECK(strstr(s1, "\"status\":\"ok\",\"error\":null,\"metrics\":{\"vram_plan_mb\":null,\"host_weights_mb\":null,"
+	             "\"host_checkpoints_mb\":null,\"vram_peak_mb\":7012.4,") != NULL);
 	CHECK(strstr(s1, "\"parity\":{\"loss_max_abs_delta\":0,\"adapter_max_abs_delta\":null,\"bitwise_exact\":true}") != NULL);
 	CHECK(strstr(s1, "\"log\":\"logs/peft_qwen2_5_32b_bf16.log\",\"run_dir\":\"runs/peft_qwen2_5_32b_bf16\"}\n") != NULL);
 	free(s1);
@@ -240,6 +241,28 @@ static void test_summary(void)
 
 		CHECK(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "vram_plan_mb")) == 12160.5);
 		CHECK(artifact_from_json(&back, j, err, sizeof err) == 0 && back.metrics.vram_plan_mb == 12160.5);
+		artifact_free(&back);
+		cJSON_Delete(j);
+	}
+
+	/* the host memory it pins: the base's copy and blockwise's layer checkpoints, refused when negative */
+	expect_refused(&a, "{\"schema\":\"poros.summary/1\",\"status\":\"oom\",\"error\":\"over\","
+	               "\"host_checkpoints_mb\":-1}", "host_checkpoints_mb: must not be negative, got -1",
+	               "negative checkpoints");
+	CHECK(apply_summary(&a, "{\"schema\":\"poros.summary/1\",\"status\":\"oom\",\"error\":\"over\","
+	                    "\"host_weights_mb\":512.5,\"host_checkpoints_mb\":96.25}", err, sizeof err) == 0);
+	CHECK(a.metrics.host_weights_mb == 512.5 && a.metrics.host_checkpoints_mb == 96.25);
+	{
+		cJSON *j = artifact_to_json(&a), *m = cJSON_GetObjectItemCaseSensitive(j, "metrics");
+		struct artifact back;
+
+		CHECK(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "host_checkpoints_mb")) == 96.25);
+		CHECK(artifact_from_json(&back, j, err, sizeof err) == 0 && back.metrics.host_checkpoints_mb == 96.25);
+		artifact_free(&back);
+		/* an artifact written before the field: the key absent, read as not known */
+		cJSON_DeleteItemFromObjectCaseSensitive(m, "host_checkpoints_mb");
+		CHECK(artifact_from_json(&back, j, err, sizeof err) == 0 && isnan(back.metrics.host_checkpoints_mb) &&
+		      back.metrics.host_weights_mb == 512.5);
 		artifact_free(&back);
 		cJSON_Delete(j);
 	}

@@ -34,6 +34,7 @@ struct artifact_pass {
 struct artifact_metrics {
 	double vram_plan_mb;                       /* MiB, the trainer's plan before any work (NaN: none) */
 	double host_weights_mb;                    /* MiB, the base's host copy (poros-train; NaN: none) */
+	double host_checkpoints_mb;                /* MiB, blockwise's layer checkpoints, pinned (NaN: none) */
 	double vram_peak_mb, vram_avg_mb;          /* MiB, device allocator peak / per-step mean */
 	double s_per_step, s_per_step_min, s_per_step_max;
 	double s_per_step_spread, s_per_step_mad;  /* across passes / the steps' noise */

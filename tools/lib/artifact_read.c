@@ -126,9 +126,9 @@ static const char *const artifact_keys[] = {
 	"metrics", "parity", "env", "started_at", "finished_at", "wall_s", "argv", "log", "run_dir", NULL,
 };
 static const char *const metrics_keys[] = {
-	"vram_plan_mb", "host_weights_mb", "vram_peak_mb", "vram_avg_mb", "s_per_step", "s_per_step_min", "s_per_step_max",
-	"tokens_per_s", "steps_measured", "warmup_steps", "loss_first", "loss_last", "s_per_step_spread", "s_per_step_mad",
-	"passes_agree", "passes", NULL,
+	"vram_plan_mb", "host_weights_mb", "host_checkpoints_mb", "vram_peak_mb", "vram_avg_mb", "s_per_step",
+	"s_per_step_min", "s_per_step_max", "tokens_per_s", "steps_measured", "warmup_steps", "loss_first", "loss_last",
+	"s_per_step_spread", "s_per_step_mad", "passes_agree", "passes", NULL,
 };
 static const char *const parity_keys[] = { "loss_max_abs_delta", "adapter_max_abs_delta", "bitwise_exact", NULL };
 static const char *const env_keys[] = {
@@ -232,6 +232,7 @@ static int metrics_from_json(struct artifact_metrics *m, const cJSON *o, const c
 		return 0;
 	if (get_measure(o, pre, "vram_plan_mb", &m->vram_plan_mb, err, errsz) < 0 ||
 	    get_measure(o, pre, "host_weights_mb", &m->host_weights_mb, err, errsz) < 0 ||
+	    get_measure(o, pre, "host_checkpoints_mb", &m->host_checkpoints_mb, err, errsz) < 0 ||
 	    get_measure(o, pre, "vram_peak_mb", &m->vram_peak_mb, err, errsz) < 0 ||
 	    get_measure(o, pre, "vram_avg_mb", &m->vram_avg_mb, err, errsz) < 0 ||
 	    get_measure(o, pre, "s_per_step", &m->s_per_step, err, errsz) < 0 ||
@@ -469,8 +470,8 @@ fail:
 static const char *const summary_keys[] = {
 	"schema", "status", "error", "method", "mode", "backend", "steps", "warmup_steps", "steps_measured", "step_s",
 	"s_per_step", "s_per_step_min", "s_per_step_max", "tokens_per_s", "vram_plan_mb", "host_weights_mb",
-	"vram_peak_mb", "vram_avg_mb", "vram_breakdown_mb", "loss_first", "loss_last", "eval_loss", "eval_tokens",
-	"weights", "run_dir", "events", "adapter", "env", NULL,
+	"host_checkpoints_mb", "vram_peak_mb", "vram_avg_mb", "vram_breakdown_mb", "loss_first", "loss_last",
+	"eval_loss", "eval_tokens", "weights", "run_dir", "events", "adapter", "env", NULL,
 };
 static const char *const summary_env_keys[] = {
 	"gpu_name", "gpu_mem_mb", "driver", "cuda_runtime", "python", "torch", "transformers", "peft", NULL,

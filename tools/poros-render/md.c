@@ -163,7 +163,8 @@ void render_md(struct sbuf *b, const struct report *r)
 	           "s/step: the median over passes (fresh trainer processes) of each pass's median step after "
 	           "warmup\\_steps; spread: slowest minus fastest pass median; noise: the median absolute deviation "
 	           "(MAD) of the steps from their pass's median; passes disagree when a pass median lies more than "
-	           "3 x 1.4826 x MAD from s/step.  Memory peak is host memory for a CPU run.  Host weights: the host "
-	           "memory of the base's copy poros-train keeps (pinned on a GPU); -- for an arm that does not "
+	           "3 x 1.4826 x MAD from s/step.  Memory peak is host memory for a CPU run.  Host memory: the base's "
+	           "host copy plus blockwise's layer checkpoints poros-train keeps (pinned on a GPU; the base's alone "
+	           "in an artifact written before the checkpoints were recorded); -- for an arm that does not "
 	           "report it.\n");
 }

@@ -97,16 +97,21 @@ static void col_fits(struct sbuf *b, const struct result_entry *e, const struct 
 	mk_muted(b, mk, planned ? " planned" : " derived");
 }
 
-/* The base's host copy (poros-train's): what the host must hold besides. */
+/* poros-train's pinned host memory, what the host must hold besides: the
+ * base's copy and blockwise's layer checkpoints; the base's alone in an
+ * artifact written before the checkpoints were recorded. */
 static void col_host(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
 {
+	const struct artifact_metrics *m = &e->art.metrics;
 	char buf[32];
 
 	(void)mk;
-	if (isnan(e->art.metrics.host_weights_mb))
+	if (isnan(m->host_weights_mb))
 		sb_puts(b, "--");
+	else if (isnan(m->host_checkpoints_mb))
+		sb_puts(b, fmt_mib(buf, sizeof buf, m->host_weights_mb));
 	else
-		sb_puts(b, fmt_mib(buf, sizeof buf, e->art.metrics.host_weights_mb));
+		sb_puts(b, fmt_mib(buf, sizeof buf, m->host_weights_mb + m->host_checkpoints_mb));
 }
 
 static void col_s_per_step(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
@@ -178,7 +183,7 @@ const struct column result_columns[] = {
 	{ "Device", 0, 0, col_device, NULL },
 	{ "Memory peak", 1, 0, col_memory, NULL },
 	{ "Fits on*", 1, 1, col_fits, NULL },
-	{ "Host weights", 1, 0, col_host, NULL },
+	{ "Host memory", 1, 0, col_host, NULL },
 	{ "s/step (median)", 1, 0, col_s_per_step, NULL },
 	{ "Passes", 1, 0, col_passes, NULL },
 	{ "Noise (MAD)", 1, 0, col_noise, NULL },

@@ -29,6 +29,7 @@ struct run_result {
 	double vram_peak_mb;
 	double vram_plan_mb;   /* engine_plan's total, NaN before it is made */
 	double host_weights_mb; /* the base's host copy (host_weights_size), NaN before it is known */
+	double host_checkpoints_mb; /* blockwise's pinned layer checkpoints (the plan's; 0 resident), NaN before it */
 	double vram_sum_bytes; /* exact: whole numbers far below 2^53 */
 	char vram_breakdown[1024]; /* engine_vram_breakdown_json, "" when no engine */
 	char *events_path, *adapter_path;
@@ -290,6 +291,7 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	cJSON_AddItemToObject(o, "vram_breakdown_mb",
 	                      r->vram_breakdown[0] ? cJSON_Parse(r->vram_breakdown) : cJSON_CreateNull());
 	cJSON_AddItemToObject(o, "host_weights_mb", num_or_null(r->host_weights_mb));
+	cJSON_AddItemToObject(o, "host_checkpoints_mb", num_or_null(r->host_checkpoints_mb));
 	cJSON_AddItemToObject(o, "loss_first", loss_json(r->loss_first));
 	cJSON_AddItemToObject(o, "loss_last", loss_json(r->loss_last));
 	if (c->cell.training.eval_dataset) { /* only with an evaluation set: other summaries stay as they were */
@@ -596,7 +598,7 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	const struct train_config *c = x->c;
 	struct run_result *r = &x->r;
 	struct dev_alloc plan;
-	size_t host;
+	size_t host, host_ckpt;
 	char why[512];
 	int rc;
 
@@ -606,13 +608,14 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	/* the plan first: a run that cannot fit its budget stops before a
 	 * weight is loaded */
 	if (choose_attn_ckpt(x, r->be->library_device_bytes, err, errsz) < 0 ||
-	    make_plan(x, r->be->library_device_bytes, &plan, NULL, err, errsz) < 0)
+	    make_plan(x, r->be->library_device_bytes, &plan, &host_ckpt, err, errsz) < 0)
 		return RUN_BAD_INPUT;
 	r->vram_plan_mb = (double)plan.peak / MIB;
 	x->plan_bytes = plan.peak;
 	if (host_weights_size(&host, &x->mc, c->cell.precision == PRECISION_NF4, engine_host_ext_cols(c), err, errsz) < 0)
 		return RUN_BAD_INPUT;
 	r->host_weights_mb = (double)host / MIB;
+	r->host_checkpoints_mb = (double)host_ckpt / MIB;
 	if (c->vram_budget && plan.peak > (size_t)c->vram_budget) {
 		over_budget(err, errsz, c, &plan, x->mc.num_hidden_layers);
 		dev_alloc_release_all(&plan);
@@ -755,7 +758,8 @@ int train_run(const struct train_config *c, FILE *summary_out)
 
 	x.c = &x.cfg;
 	x.r = (struct run_result){ .status = "error", .loss_first = NAN, .loss_last = NAN, .vram_peak_mb = NAN,
-	                           .vram_plan_mb = NAN, .host_weights_mb = NAN, .eval_loss = NAN };
+	                           .vram_plan_mb = NAN, .host_weights_mb = NAN, .host_checkpoints_mb = NAN,
+	                           .eval_loss = NAN };
 	if (x.c->plan) {
 		rc = print_plan(&x, summary_out);
 		run_close(&x);
