@@ -154,13 +154,19 @@ __global__ void attention_group_sum_kernel(float *dst, const float *heads, long 
 // dS K, q and dout for the key-side products), so no tile is stored twice.
 
 // Rows 0..ROWS-1 of src (rows of DP) into dst (ROWS, DP+8) by cp.async,
-// zeros from row valid (the copy reads no bytes there).
+// zeros from row valid (the copy reads no bytes there).  Item w = thread
+// + i ATTN_THREADS is row w / VEC, chunk w % VEC: the thread's chunk is
+// fixed and its rows STEP apart, so the unrolled copies cost a compare
+// and two additions each (a loop over w cost ~24 instructions a copy).
 template <int DP, int ROWS>
 __device__ __forceinline__ void load_rows_async(bf16 *dst, const bf16 *src, int valid)
 {
-	constexpr int VEC = DP / 8;
-	for (int w = threadIdx.x; w < ROWS * VEC; w += ATTN_THREADS) {
-		int r = w / VEC, c = w % VEC * 8;
+	constexpr int VEC = DP / 8, STEP = ATTN_THREADS / VEC, PER = ROWS / STEP;
+	static_assert(ATTN_THREADS % VEC == 0 && ROWS % STEP == 0, "whole rows of copies per pass");
+	int r0 = threadIdx.x / VEC, c = threadIdx.x % VEC * 8;
+#pragma unroll
+	for (int i = 0; i < PER; i++) {
+		int r = r0 + i * STEP;
 		bool in = r < valid;
 		cp_async16(dst + r * (DP + 8) + c, src + (size_t)(in ? r : 0) * DP + c, in);
 	}

@@ -57,16 +57,27 @@ __device__ __forceinline__ void zero(float c[N][4])
 		c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
 }
 
+// Two bf16 in a word (lo in the low half) by the convert instruction
+// (cvt.rn.bf16x2.f32, round to nearest even): pack_bf16x2's bits for every
+// value but NaN, whose payload it does not keep, in one instruction where
+// numerics.h's integer rounding takes about eight a value.
+__device__ __forceinline__ uint32_t pack_bf16x2_rn(float lo, float hi)
+{
+	__nv_bfloat162_raw r = __floats2bfloat162_rn(lo, hi);
+	return (uint32_t)r.x | ((uint32_t)r.y << 16);
+}
+
 // An accumulator (16 rows by 8*NT columns in n-tiles of 8, C layout) as
 // the A fragments of NT/2 k-steps: n-tile 2k gives registers 0, 1 of
-// k-step k, n-tile 2k+1 registers 2, 3, rounded to bf16.
+// k-step k, n-tile 2k+1 registers 2, 3, rounded to bf16 (P and dS are
+// finite, so these are the bits of ops.h's rounding).
 template <int NT>
 __device__ __forceinline__ void c_to_a(uint32_t a[][4], float c[NT][4])
 {
 #pragma unroll
 	for (int n = 0; n < NT; n++) {
-		a[n >> 1][(n & 1) * 2] = pack_bf16x2(c[n][0], c[n][1]);
-		a[n >> 1][(n & 1) * 2 + 1] = pack_bf16x2(c[n][2], c[n][3]);
+		a[n >> 1][(n & 1) * 2] = pack_bf16x2_rn(c[n][0], c[n][1]);
+		a[n >> 1][(n & 1) * 2 + 1] = pack_bf16x2_rn(c[n][2], c[n][3]);
 	}
 }
 
