@@ -258,6 +258,57 @@ static void test_attention_backward(int B, int S, int H, int G, int D, int ld_ou
 	case_end(&c);
 }
 
+/* A row of one document (pos = t % S) means what pos NULL means, and the
+ * engine passes NULL for such micro-batches (tools/poros-train/layer.c):
+ * the kernels must give the same bits both ways, forward and backward,
+ * though with pos every tile takes the masked path and the first-key
+ * table.  Each side's backward reads its own forward's out and lse. */
+struct plain_pos_case {
+	struct attention_case side[2]; /* pos NULL, pos t % S */
+};
+
+static void attention_plain_pos_gpu(const void *p)
+{
+	const struct plain_pos_case *x = p;
+	for (int i = 0; i < 2; i++) {
+		attention_fwd_gpu(&x->side[i]);
+		attention_bwd_gpu(&x->side[i]);
+	}
+}
+
+static void test_attention_plain_pos(int B, int S, int H, int G, int D)
+{
+	static const char *const names[2][5] = { { "out0", "lse0", "dq0", "dk0", "dv0" },
+		                                 { "out1", "lse1", "dq1", "dk1", "dv1" } };
+	struct gpu_case c;
+	if (!case_begin(&c, "attention_forward+backward pos t %% S vs NULL B=%d S=%d H=%d G=%d D=%d", B, S, H, G, D))
+		return;
+	size_t T = (size_t)B * S, sf = attention_scratch_floats(B, S, H, G, D);
+	size_t bytes[5] = { T * H * D * 2, (size_t)B * H * S * 4, T * H * D * 4, T * G * D * 4, T * G * D * 4 };
+	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
+	float *dout = rand_f32(T * H * D, -1, 1), *scratch;
+	struct plain_pos_case x;
+	memset(&x, 0, sizeof x);
+	scratch = case_scratch(&c, sf * 4);
+	for (int i = 0; i < 2; i++) {
+		struct attention_case *a = &x.side[i];
+		attention_case_inputs(a, q, k, v, i ? doc_positions(B, S, 1) : NULL, B, S, H, G, D);
+		a->ld_out = H * D;
+		a->scratch = scratch;
+		a->dout = dev_from(dout, T * H * D * 4, 0);
+		a->out = case_out(&c, names[i][0], bytes[0], NULL, 0);
+		a->lse = case_out(&c, names[i][1], bytes[1], NULL, 0);
+		a->lse_in = a->lse;
+		a->dq = case_out(&c, names[i][2], bytes[2], NULL, 0);
+		a->dk = case_out(&c, names[i][3], bytes[3], NULL, 0);
+		a->dv = case_out(&c, names[i][4], bytes[4], NULL, 0);
+	}
+	case_run(&c, attention_plain_pos_gpu, &x);
+	for (int o = 0; o < 5; o++)
+		check_exact(&c, names[1][o], got(&c, names[0][o]), bytes[o], o == 0 ? 2 : 4);
+	case_end(&c);
+}
+
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;
  * quick enough for compute-sanitizer); 1: model shapes */
 static void attention_backward_cuda_check(int realistic)
@@ -269,6 +320,7 @@ static void attention_backward_cuda_check(int realistic)
 		test_attention_backward(1, 150, 4, 2, 128, 512, 0);
 		test_attention_backward(2, 150, 4, 2, 16, 72, 3); /* pitched out, documents */
 		test_attention_backward(1, 601, 2, 1, 16, 32, 0);
+		test_attention_plain_pos(2, 150, 4, 2, 64);
 	} else {
 		test_attention_backward(1, 512, 32, 8, 128, 4096, 0);
 		test_attention_backward(1, 512, 32, 8, 128, 4096 + 160, 0); /* out with the o projection's extension */
@@ -277,6 +329,7 @@ static void attention_backward_cuda_check(int realistic)
 		test_attention_backward(1, 1100, 4, 2, 64, 256, 0);
 		test_attention_backward(1, 1100, 28, 4, 128, 3584, 0);
 		test_attention_backward(2, 1100, 8, 2, 128, 1024, 5);
+		test_attention_plain_pos(1, 1100, 28, 4, 128);
 	}
 }
 #endif

@@ -151,7 +151,7 @@ static void dev_poison(void *d, size_t bytes)
 
 /* --- a case: outputs run twice on the GPU ----------------------------------- */
 
-#define MAX_OUTS 8
+#define MAX_OUTS 12
 struct out_buf {
 	const char *name;
 	void *dev;

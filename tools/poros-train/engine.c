@@ -292,6 +292,8 @@ int engine_create(struct engine **out, const struct train_config *cfg, const str
 	if (schedule_events_create(e) < 0)
 		return set_error(err, errsz, "%s backend: cannot create events", be->name);
 	e->n_pred = xcalloc((size_t)e->k, sizeof *e->n_pred);
+	e->pos_plain = xcalloc((size_t)e->k, sizeof *e->pos_plain);
+	e->lc.pos_plain = e->pos_plain;
 	e->h_losses = xmalloc((size_t)e->k * e->lc.T * sizeof *e->h_losses);
 	if (staging_alloc(e, err, errsz) < 0 || plan_device(e, err, errsz) < 0)
 		return -1;
@@ -316,6 +318,7 @@ void engine_destroy(struct engine *e)
 	if (e->cs.host)
 		e->be->host_free(e->cs.host);
 	free(e->n_pred);
+	free(e->pos_plain);
 	free(e->h_losses);
 	engine_free_host(e);
 	profile_destroy(e->prof); /* last: e->be may be its timed backend */

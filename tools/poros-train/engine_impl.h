@@ -111,6 +111,7 @@ struct engine {
 	int batch_stale;           /* an evaluation overwrote them: copy again */
 	struct staging eval;       /* the evaluation's batch (host_alloc'd at the first one) */
 	int *n_pred;               /* host (k) predicted tokens of each micro-batch */
+	int *pos_plain;            /* host (k) the loaded micro-batch's positions are t % S (lc.pos_plain) */
 	long long n_supervised;    /* their sum: the step's loss is the mean over these */
 
 	float **ckpt;              /* resident: L+1 inputs of layers */
@@ -158,6 +159,8 @@ void staging_free(struct engine *e);
 int staging_load(struct engine *e, int step);
 /* The embedding rows of st's tokens (k*T of them) into st->rows. */
 int staging_gather(const struct engine *e, struct staging *st);
+/* e->pos_plain of the first nmb micro-batches' positions pos (host). */
+void staging_mark_plain(struct engine *e, const int32_t *pos, int nmb);
 
 /* lora_state.c */
 void lora_layout_init(struct lora_layout *lo, const struct layer_layout *lay, int L, int R, unsigned mask);

@@ -57,6 +57,7 @@ int engine_eval(struct engine *e, struct token_source *src, long rows, double *l
 		e->be->copy_h2d(e->embed_rows, st->rows, (size_t)nmb * T * e->lc.C * sizeof(bf16), STREAM_COMPUTE);
 		e->be->copy_h2d(e->targets, st->targets, (size_t)nmb * T * sizeof(int32_t), STREAM_COMPUTE);
 		e->be->copy_h2d(e->pos, st->pos, (size_t)nmb * T * sizeof(int32_t), STREAM_COMPUTE);
+		staging_mark_plain(e, st->pos, nmb);
 		e->batch_stale = 1;
 		eval_pass(e, nmb);
 		e->be->copy_d2h(e->h_losses, e->lc.losses, (size_t)nmb * T * sizeof(float));

@@ -156,6 +156,15 @@ static void mlp_forward(const struct layer_ctx *c, const struct layer_view *w, c
 	op->add_inplace(out + row, a->x2 + row, (long)k->n * c->C);
 }
 
+/* Micro-batch mb's positions for attention and rope: NULL where every row
+ * is one document (positions t % S), which the ops read as the same
+ * positions and mask, so the attention needs no mask below the diagonal
+ * and no first-key table; the same bits either way. */
+static const int32_t *layer_pos(const struct layer_ctx *c, int mb)
+{
+	return c->pos && !(c->pos_plain && c->pos_plain[mb]) ? c->pos + (size_t)mb * c->T : NULL;
+}
+
 void embed_forward(const struct layer_ctx *c, float *out, int mb)
 {
 	/* the rows were gathered on the host (staging.c): row t for token t */
@@ -167,7 +176,7 @@ void layer_forward(const struct layer_ctx *c, const struct layer_view *w, struct
 {
 	const struct poros_ops *op = c->op;
 	int T = c->T, C = c->C, E = c->E, qk = c->qk_norm;
-	const int32_t *pos = c->pos ? c->pos + (size_t)p.mb * T : NULL; /* (T) */
+	const int32_t *pos = layer_pos(c, p.mb); /* (T) or NULL */
 
 	/* attention block */
 	a->x = x;
@@ -206,7 +215,7 @@ void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const
 	const struct grad_scratch *g = &c->g;
 	int T = c->T, qk = c->qk_norm;
 	float *dq = g->dq, *dk = g->dk;
-	const int32_t *pos = c->pos ? c->pos + (size_t)p.mb * T : NULL; /* (T) */
+	const int32_t *pos = layer_pos(c, p.mb); /* (T) or NULL */
 
 	/* MLP: out = x2 + down(silu(gate(xn2)) * up(xn2)), chunk by chunk (each
 	 * recomputed first unless kept, its LoRA gradients added in chunk

@@ -108,6 +108,8 @@ struct layer_ctx {
 
 	const float *rope_cos, *rope_sin; /* (S, D/2) */
 	const int32_t *pos;              /* (k,T) each token's position in its document; NULL: t % S */
+	const int *pos_plain;            /* host (k): micro-batch mb's positions are t % S, one document a row,
+	                                    so attention and rope take NULL (no masks past the diagonal) */
 	float *attn_scratch;             /* shares its region with lora_scratch and the logits */
 	struct grad_scratch g;
 

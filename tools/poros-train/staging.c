@@ -94,6 +94,20 @@ static void prefetch_start(struct engine *e, int step)
 		free(job);
 }
 
+void staging_mark_plain(struct engine *e, const int32_t *pos, int nmb)
+{
+	int T = e->lc.T, S = e->lc.S;
+
+	for (int j = 0; j < nmb; j++) {
+		const int32_t *p = pos + (size_t)j * T;
+		int plain = 1;
+
+		for (int t = 0; t < T && plain; t++)
+			plain = p[t] == t % S;
+		e->pos_plain[j] = plain;
+	}
+}
+
 int staging_load(struct engine *e, int step)
 {
 	size_t n = (size_t)e->k * e->lc.T;
@@ -113,6 +127,7 @@ int staging_load(struct engine *e, int step)
 	if (st->rc < 0)
 		return set_error(e->err, sizeof e->err, "%s", st->err);
 	memcpy(e->n_pred, st->n_pred, (size_t)e->k * sizeof *e->n_pred);
+	staging_mark_plain(e, st->pos, e->k);
 	e->n_supervised = 0;
 	for (int j = 0; j < e->k; j++)
 		e->n_supervised += e->n_pred[j];
