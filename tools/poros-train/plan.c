@@ -76,10 +76,8 @@ void plan_ckpt_layout(struct engine *e)
 	cs->att_mb = align_up((size_t)c->T * (c->HD + c->E) * sizeof(bf16));
 	cs->lse_mb = align_up((size_t)c->T * c->H * sizeof(float));
 	cs->att_off = align_up(rows * c->C * sizeof(float));
-	cs->lse_off = cs->att_off + (size_t)e->k * cs->att_mb;
-	cs->rec_bytes = cs->attn ? cs->lse_off + (size_t)e->k * cs->lse_mb : cs->att_off;
-	if (!cs->attn)
-		cs->lse_off = cs->att_off;
+	cs->lse_off = cs->att_off + (cs->attn ? (size_t)e->k * cs->att_mb : 0);
+	cs->rec_bytes = cs->lse_off + (cs->attn ? (size_t)e->k * cs->lse_mb : 0);
 }
 
 static void plan_act(struct engine *e, struct carver *cv, struct layer_act *a)
@@ -150,14 +148,6 @@ static size_t lora_scratch_bytes(const struct engine *e, int from, int to, size_
 	return most;
 }
 
-/* Scratch that lives only inside one op call, one head chunk or one MLP
- * chunk, so one region serves them all: the attention scratch; the LoRA
- * ops' split operands and sums of the attention projections (T rows);
- * the head's logits (chunk,V) fp32 + dlogits bf16; and an MLP chunk's
- * set: its projections' LoRA scratch (mlp_chunk rows), then, unless the
- * layer's activations are kept whole, gate, up and h of the chunk, then
- * the backward's dh, dgate and dup.  No attention, head or attention-
- * projection LoRA op runs while an MLP chunk's buffers are live. */
 /* The head's bytes for chunks of n rows: the fp32 logits, then dlogits. */
 static size_t head_bytes(const struct layer_ctx *c, size_t n)
 {
@@ -179,6 +169,14 @@ static int head_chunk_rows(const struct layer_ctx *c, size_t room)
 	return n < (size_t)c->T ? (int)n : c->T;
 }
 
+/* Scratch that lives only inside one op call, one head chunk or one MLP
+ * chunk, so one region serves them all: the attention scratch; the LoRA
+ * ops' split operands and sums of the attention projections (T rows);
+ * the head's logits (chunk,V) fp32 + dlogits bf16; and an MLP chunk's
+ * set: its projections' LoRA scratch (mlp_chunk rows), then, unless the
+ * layer's activations are kept whole, gate, up and h of the chunk, then
+ * the backward's dh, dgate and dup.  No attention, head or attention-
+ * projection LoRA op runs while an MLP chunk's buffers are live. */
 static void plan_shared(struct engine *e, struct carver *cv)
 {
 	struct layer_ctx *c = &e->lc;

@@ -511,6 +511,15 @@ static int open_inputs(struct run *x, char *err, size_t errsz)
 
 enum { RUN_OK = 0, RUN_FAILED = -1, RUN_BAD_INPUT = -2 };
 
+/* The host memory of the run's base (host_weights_size), with the bf16
+ * extension's rows and columns where it has them. */
+static int base_size(const struct run *x, size_t *bytes, char *err, size_t errsz)
+{
+	const struct train_config *c = x->c;
+
+	return host_weights_size(bytes, &x->mc, c->cell.precision == PRECISION_NF4, engine_host_ext_cols(c), err, errsz);
+}
+
 /* The run's device memory from the engine's own plan, before any weight
  * exists: the host weights' layouts come from the model's shape alone.
  * 0, or -1 with err (bad input: NF4 cannot hold a projection). */
@@ -551,9 +560,7 @@ static int choose_attn_ckpt(struct run *x, size_t library_bytes, char *err, size
 	c->attn_ckpt = 1;
 	if (c->mode != MODE_BLOCKWISE)
 		return 0;
-	if (host_weights_size(&base, &x->mc, c->cell.precision == PRECISION_NF4, engine_host_ext_cols(c), err,
-	                      errsz) < 0 ||
-	    make_plan(x, library_bytes, &plan, &ckpt, err, errsz) < 0)
+	if (base_size(x, &base, err, errsz) < 0 || make_plan(x, library_bytes, &plan, &ckpt, err, errsz) < 0)
 		return -1;
 	dev_alloc_release_all(&plan);
 	avail = host_memory_available();
@@ -612,7 +619,7 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		return RUN_BAD_INPUT;
 	r->vram_plan_mb = (double)plan.peak / MIB;
 	x->plan_bytes = plan.peak;
-	if (host_weights_size(&host, &x->mc, c->cell.precision == PRECISION_NF4, engine_host_ext_cols(c), err, errsz) < 0)
+	if (base_size(x, &host, err, errsz) < 0)
 		return RUN_BAD_INPUT;
 	r->host_weights_mb = (double)host / MIB;
 	r->host_checkpoints_mb = (double)host_ckpt / MIB;
@@ -629,8 +636,7 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	}
 	dev_alloc_release_all(&plan);
 	rc = host_weights_load(&x->hw, r->be, &x->mc, c->cell.precision == PRECISION_NF4, engine_host_ext_cols(c),
-	                       c->cell.training.seed,
-	                       err, errsz);
+	                       c->cell.training.seed, err, errsz);
 	if (rc == -1)
 		return RUN_BAD_INPUT;
 	if (rc == -3)
@@ -713,9 +719,7 @@ static int print_plan(struct run *x, FILE *out)
 	cJSON *o;
 
 	if (open_model(x, err, sizeof err) < 0 || plan_library_bytes(c, &lib, &backend, err, sizeof err) < 0 ||
-	    host_weights_size(&host, &x->mc, c->cell.precision == PRECISION_NF4, engine_host_ext_cols(c), err,
-	                      sizeof err) < 0 ||
-	    choose_attn_ckpt(x, lib, err, sizeof err) < 0 || make_plan(x, lib, &plan, &host_ckpt, err, sizeof err) < 0) {
+	    base_size(x, &host, err, sizeof err) < 0 || choose_attn_ckpt(x, lib, err, sizeof err) < 0 || make_plan(x, lib, &plan, &host_ckpt, err, sizeof err) < 0) {
 		warnmsg("%s", err);
 		return EXIT_USAGE;
 	}
