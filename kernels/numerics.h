@@ -3,14 +3,17 @@
  * plain C; the CUDA kernels (through common.cuh) compile the same bodies
  * for host and device.  Each function is the exact operation sequence the
  * results are pinned to: bf16 rounding, the dropout hash, the exact
- * three-way bf16 split of an fp32 value, the NF4 code book and AdamW's
- * update.  Changing any of them changes every run's bits.
+ * three-way bf16 split of an fp32 value, the NF4 code book, AdamW's
+ * update and RoPE's rotation.  Changing any of them changes every run's
+ * bits.
  *
  * Contraction: the C build is ISO C (-std=c11: no a*b+c fused into fma),
  * nvcc fuses a*b+c by default; only poros_adamw_element has such a form,
  * and each backend compiles it as its old inline copy did, so neither
- * backend's bits move.  The others are integer work, exact subtractions
- * and a product by a power of two. */
+ * backend's bits move.  The rotary pair (poros_rope_first/second) has
+ * two and spells its roundings out on the device, so there both backends
+ * agree.  The others are integer work, exact subtractions and a product
+ * by a power of two. */
 #ifndef POROS_NUMERICS_H
 #define POROS_NUMERICS_H
 
@@ -198,6 +201,57 @@ POROS_HD int poros_first_key(const int32_t *pos, int b, int S, int i)
 	int p = pos[(size_t)b * S + i];
 	p = p < 0 ? 0 : p > i ? i : p;
 	return i - p;
+}
+
+/* RoPE's angle index of token t (of T = B*S): pos[t] clamped into
+ * [0, t % S], or t % S without pos (ops.h). */
+POROS_HD int poros_rope_position(const int32_t *pos, int S, long t)
+{
+	int i = (int)(t % S);
+	if (!pos)
+		return i;
+	return pos[t] < 0 ? 0 : pos[t] > i ? i : pos[t];
+}
+
+/* One rotary pair in HF's rotate_half layout, (a, b) = (x[i], x[i + D/2])
+ * by the angle whose cosine and sine are c, s: a' = a c - b s, b' = b c +
+ * a s (the inverse rotation is s -> -s, exact).  Each product rounded,
+ * then the sum, no fused multiply-add: the device spells the roundings
+ * out (nvcc would contract), so rope_forward, rope_backward and the
+ * attention ops' rotation give the same bits on both backends. */
+POROS_HD float poros_rope_first(float a, float b, float c, float s)
+{
+#ifdef __CUDA_ARCH__
+	return __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+#else
+	return a * c - b * s;
+#endif
+}
+
+POROS_HD float poros_rope_second(float a, float b, float c, float s)
+{
+#ifdef __CUDA_ARCH__
+	return __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+#else
+	return b * c + a * s;
+#endif
+}
+
+/* Element d of a head row x (D elements) after the rotation, for a token
+ * at angle row `at` of the (S, D/2) tables; with an odd D the last
+ * element has no pair and stays. */
+POROS_HD float poros_rope_element(const float *x, const float *cos, const float *sin, int at, int d, int D)
+{
+	int half = D / 2;
+	if (d < half) {
+		size_t i = (size_t)at * half + d;
+		return poros_rope_first(x[d], x[d + half], cos[i], sin[i]);
+	}
+	if (d < 2 * half) {
+		size_t i = (size_t)at * half + (d - half);
+		return poros_rope_second(x[d - half], x[d], cos[i], sin[i]);
+	}
+	return x[d];
 }
 
 #endif

@@ -20,7 +20,8 @@
  *     upstream gradients of a linear): bf16, round-to-nearest-even
  *   - base weights: bf16 (nf4 is dequantized to bf16 before use)
  *   - GEMMs accumulate in fp32
- *   - attention: q, k, v (and the upstream gradient dout in backward) are
+ *   - attention: q, k (after their rotary embedding, in fp32), v (and the
+ *     upstream gradient dout in backward) are
  *     rounded to bf16 before every product that reads them; the scores
  *     s = scale * q.k accumulate in fp32.  Forward: an online softmax over
  *     key tiles of ATTN_KEY_TILE keys (tile t holds keys 64t..64t+63 of
@@ -233,8 +234,13 @@ X(void, rope_backward, (float *dx, const float *cos, const float *sin, const int
  * fp32, out = bf16(acc / l).  Masked keys get p = 0 exactly.  The \
  * exponential is the backend's (the CPU's expf; CUDA's 2^x unit on \
  * log2(e)-scaled scores, a few fp32 ulps apart). \
- * scratch: attention_scratch_floats(B,S,H,G,D) floats, O(B*S*H*D). */ \
-X(void, attention_forward, (bf16 *out, int ld_out, float *lse, float *scratch, const float *q, const float *k, const float *v, const int32_t *pos, int B, int S, int H, int G, int D)) \
+ * scratch: attention_scratch_floats(B,S,H,G,D) floats, O(B*S*H*D). \
+ * rope_cos, rope_sin (S, D/2), or both NULL: q and k are given before \
+ * the rotary embedding and the op rotates them as rope_forward does \
+ * (numerics.h's pair, the same fp32 values, pos as above) on their way \
+ * to bf16, so a caller needs no rotated copy in memory; NULL takes q and \
+ * k as given. */ \
+X(void, attention_forward, (bf16 *out, int ld_out, float *lse, float *scratch, const float *q, const float *k, const float *v, const float *rope_cos, const float *rope_sin, const int32_t *pos, int B, int S, int H, int G, int D)) \
 /* dq (T,H,D), dk, dv (T,G,D) written (not accumulated) from dout (T,H*D) \
  * and the forward's out (T,H*D) bf16, rows ld_out apart, and lse (exactly \
  * what the forward was given and wrote), under the same mask (pos as in \
@@ -244,8 +250,10 @@ X(void, attention_forward, (bf16 *out, int ld_out, float *lse, float *scratch, c
  * rounding, dout . (P V) = dout . out, as FlashAttention computes it), \
  * dS = P (dP - delta) in fp32; dv = sum_h bf16(P)^T bf16(dout), dq = \
  * scale bf16(dS) @ bf16(k), dk = scale sum_h bf16(dS)^T bf16(q), all \
- * accumulated in fp32. */ \
-X(void, attention_backward, (float *dq, float *dk, float *dv, float *scratch, const float *dout, const bf16 *out, int ld_out, const float *q, const float *k, const float *v, const float *lse, const int32_t *pos, int B, int S, int H, int G, int D)) \
+ * accumulated in fp32.  rope_cos, rope_sin as in forward: q and k are \
+ * rotated on their way to bf16; dq and dk are then the gradients at the \
+ * rotated q and k, which rope_backward takes back through the rotation. */ \
+X(void, attention_backward, (float *dq, float *dk, float *dv, float *scratch, const float *dout, const bf16 *out, int ld_out, const float *q, const float *k, const float *v, const float *rope_cos, const float *rope_sin, const float *lse, const int32_t *pos, int B, int S, int H, int G, int D)) \
 /* out (T,F) = silu(gate) * up, bf16, rows ld_out (>= F) apart; gate, up \
  * (T,F) contiguous */ \
 X(void, swiglu_forward, (bf16 *out, int ld_out, const float *gate, const float *up, int T, int F)) \

@@ -5,7 +5,8 @@
  * Query head h reads key/value head h / (H/G).  Token i of a row attends
  * key j of the same row iff first <= j <= i, first = i - pos[i] (pos NULL:
  * first = 0, plain causal).  Scores s_ij = scale * bf16(q_i) . bf16(k_j),
- * summed d = 0..D-1 in fp32, scale = D^-1/2.
+ * summed d = 0..D-1 in fp32, scale = D^-1/2, with q and k rotated (RoPE,
+ * in fp32) before the rounding when the op is given the tables.
  *
  * Forward, one query row at a time: an online softmax over the key tiles
  * of ATTN_KEY_TILE keys that hold the row's keys (tile t: keys 64t..),
@@ -67,32 +68,56 @@ static inline float dot_bf16(const bf16 *a, const bf16 *b, int n)
 	return acc;
 }
 
+/* out (T,nh,D) = bf16(the rotary embedding of in (T,nh,D)), tokens at
+ * their positions' angles (ops.h, rope_forward): numerics.h's pair in
+ * fp32, then one rounding. */
+static void copy_rotated_bf16(bf16 *out, const float *in, const float *cos, const float *sin, const int32_t *pos,
+			      int B, int S, int nh, int D)
+{
+#pragma omp parallel for collapse(2) schedule(static) if ((long)B * S * nh * D >= POROS_CPU_PAR_MIN)
+	for (int t = 0; t < B * S; t++)
+		for (int h = 0; h < nh; h++) {
+			size_t row = ((size_t)t * nh + h) * D;
+			int at = poros_rope_position(pos, S, t);
+			for (int d = 0; d < D; d++)
+				out[row + d] = bf16_from_f32(poros_rope_element(in + row, cos, sin, at, d, D));
+		}
+}
+
 /* The call's scratch, with q (T,H,D), dout (T,H,D) unless NULL, and k, v
- * (T,G,D) rounded to bf16 into it, as both passes read them. */
+ * (T,G,D) rounded to bf16 into it, as both passes read them; q and k
+ * rotated first when the tables are given. */
 static struct attention_scratch cast_inputs(float *scratch, const float *q, const float *dout, const float *k,
-					    const float *v, int B, int S, int H, int G, int D)
+					    const float *v, const float *cos, const float *sin, const int32_t *pos,
+					    int B, int S, int H, int G, int D)
 {
 	size_t tokens = (size_t)B * S;
 	struct attention_scratch c = attention_scratch_at(scratch, B, S, H, G, D);
 
-	copy_bf16(c.q16, q, tokens * H * D);
+	if (cos) {
+		copy_rotated_bf16(c.q16, q, cos, sin, pos, B, S, H, D);
+		copy_rotated_bf16(c.k16, k, cos, sin, pos, B, S, G, D);
+	} else {
+		copy_bf16(c.q16, q, tokens * H * D);
+		copy_bf16(c.k16, k, tokens * G * D);
+	}
 	if (dout)
 		copy_bf16(c.dout16, dout, tokens * H * D);
-	copy_bf16(c.k16, k, tokens * G * D);
 	copy_bf16(c.v16, v, tokens * G * D);
 	return c;
 }
 
 /* out (T,H*D) bf16, rows ld_out apart; lse (B,H,S), q (T,H,D), k, v
- * (T,G,D), pos (T) or NULL, T = B*S */
+ * (T,G,D), the rotary tables (S,D/2) or NULL, pos (T) or NULL, T = B*S */
 void attention_forward_cpu(bf16 *out, int ld_out, float *lse, float *scratch, const float *q, const float *k,
-			   const float *v, const int32_t *pos, int B, int S, int H, int G, int D)
+			   const float *v, const float *rope_cos, const float *rope_sin, const int32_t *pos, int B,
+			   int S, int H, int G, int D)
 {
 	if (B <= 0 || S <= 0 || H <= 0 || D <= 0)
 		return;
 	int group = H / G;
 	float scale = softmax_scale(D);
-	struct attention_scratch c = cast_inputs(scratch, q, NULL, k, v, B, S, H, G, D);
+	struct attention_scratch c = cast_inputs(scratch, q, NULL, k, v, rope_cos, rope_sin, pos, B, S, H, G, D);
 
 #pragma omp parallel for collapse(3) schedule(static) if ((long)B * H * S * S * D >= POROS_CPU_PAR_MIN)
 	for (int b = 0; b < B; b++) {
@@ -148,16 +173,18 @@ static inline void prob_and_grad(float *p, float *ds, const struct attention_scr
 }
 
 /* dq (T,H,D), dk, dv (T,G,D) written from dout (T,H*D) and the forward's
- * out (T,H*D) bf16 (rows ld_out apart), q, k, v, lse; pos as in forward. */
+ * out (T,H*D) bf16 (rows ld_out apart), q, k, v, lse; the tables and pos
+ * as in forward (dq, dk at the rotated q, k). */
 void attention_backward_cpu(float *dq, float *dk, float *dv, float *scratch, const float *dout, const bf16 *out,
-			    int ld_out, const float *q, const float *k, const float *v, const float *lse,
-			    const int32_t *pos, int B, int S, int H, int G, int D)
+			    int ld_out, const float *q, const float *k, const float *v, const float *rope_cos,
+			    const float *rope_sin, const float *lse, const int32_t *pos, int B, int S, int H, int G,
+			    int D)
 {
 	if (B <= 0 || S <= 0 || H <= 0 || D <= 0)
 		return;
 	int group = H / G;
 	float scale = softmax_scale(D);
-	struct attention_scratch c = cast_inputs(scratch, q, dout, k, v, B, S, H, G, D);
+	struct attention_scratch c = cast_inputs(scratch, q, dout, k, v, rope_cos, rope_sin, pos, B, S, H, G, D);
 
 	/* delta, one query row and head per iteration: bf16(dout_i) . out_i */
 #pragma omp parallel for collapse(3) schedule(static) if ((long)B * H * S * D >= POROS_CPU_PAR_MIN)

@@ -9,17 +9,10 @@
 #include "ops.h"
 #include "cpu_par.h"
 
-static inline int position(const int32_t *pos, int S, int t)
-{
-	int i = t % S;
-	if (!pos)
-		return i;
-	return pos[t] < 0 ? 0 : pos[t] > i ? i : pos[t];
-}
-
 /* Each head of x (T,nh,D) rotated in place by its token's angles, times
  * sign: +1 the rotation, -1 its inverse (sin -> -sin; exact, so each
- * direction keeps the bits of writing it out). */
+ * direction keeps the bits of writing it out).  The pair's arithmetic is
+ * numerics.h's, which the attention ops' rotation and CUDA share. */
 static void rotate(float *x, const float *cos, const float *sin, const int32_t *pos, int B, int S, int nh, int D,
                    float sign)
 {
@@ -27,14 +20,15 @@ static void rotate(float *x, const float *cos, const float *sin, const int32_t *
 #pragma omp parallel for collapse(2) schedule(static) if ((long)B * S * nh * D >= POROS_CPU_PAR_MIN)
 	for (int t = 0; t < B * S; t++) {
 		for (int h = 0; h < nh; h++) {
-			const float *c = cos + (size_t)position(pos, S, t) * half;
-			const float *s = sin + (size_t)position(pos, S, t) * half;
+			int at = poros_rope_position(pos, S, t);
+			const float *c = cos + (size_t)at * half;
+			const float *s = sin + (size_t)at * half;
 			float *x1 = x + ((size_t)t * nh + h) * D;
 			float *x2 = x1 + half;
 			for (int i = 0; i < half; i++) {
 				float a = x1[i], b = x2[i], si = sign * s[i];
-				x1[i] = a * c[i] + -b * si;
-				x2[i] = b * c[i] + a * si;
+				x1[i] = poros_rope_first(a, b, c[i], si);
+				x2[i] = poros_rope_second(a, b, c[i], si);
 			}
 		}
 	}

@@ -20,6 +20,9 @@
 // Blocks of 128 threads, 4 warps; each warp owns 16 rows of the block's
 // tile.  Key tiles are ATTN_KEY_TILE = 64 keys, aligned at multiples of
 // 64 in the row (the online softmax's steps, as on the CPU).
+// Both directions first pack q, k, v (and dout) into bf16 copies at Dp;
+// given the rotary tables, the packs of q and k rotate them on the way
+// (the engine keeps q and k unrotated: no pass of its own for RoPE).
 //
 // Forward, one block per (query tile of 64 rows, head, sequence):
 //   q16 rows -> registers; for each key tile from the one holding the tile's
@@ -63,15 +66,26 @@
 // Small kernels.
 
 // dst (B,nh,S,DP) bf16 = bf16(src (B*S,nh,D)), zeros for d >= D; two
-// elements per item.
-__global__ void attention_pack_kernel(bf16 *dst, const float *src, int S, int nh, int D, int DP, long items)
+// elements per item.  With the rotary tables (S, D/2), src's rows are
+// rotated first (numerics.h's pair in fp32, the bits rope_forward gives),
+// token t at its position's angles.
+__global__ void attention_pack_kernel(bf16 *dst, const float *src, const float *cos, const float *sin,
+                                      const int32_t *pos, int S, int nh, int D, int DP, long items)
 {
 	for (long it = (long)blockIdx.x * blockDim.x + threadIdx.x; it < items; it += (long)gridDim.x * blockDim.x) {
 		long e = it * 2, row = e / DP;
 		int d = (int)(e % DP), s = (int)(row % S), h = (int)(row / S % nh);
-		long b = row / S / nh;
-		const float *x = src + ((b * S + s) * nh + h) * D;
-		float lo = d < D ? x[d] : 0.0f, hi = d + 1 < D ? x[d + 1] : 0.0f;
+		long b = row / S / nh, t = b * S + s;
+		const float *x = src + (t * nh + h) * D;
+		float lo = 0.0f, hi = 0.0f;
+		if (cos) {
+			int at = poros_rope_position(pos, S, t);
+			lo = d < D ? poros_rope_element(x, cos, sin, at, d, D) : 0.0f;
+			hi = d + 1 < D ? poros_rope_element(x, cos, sin, at, d + 1, D) : 0.0f;
+		} else {
+			lo = d < D ? x[d] : 0.0f;
+			hi = d + 1 < D ? x[d + 1] : 0.0f;
+		}
 		*(uint32_t *)(dst + e) = pack_bf16x2(lo, hi);
 	}
 }
@@ -552,12 +566,14 @@ static void check_shape(const char *op, const float *scratch, int B, int S, int 
 	}
 }
 
-static void pack(bf16 *dst, const float *src, int B, int S, int nh, int D)
+// dst = bf16 copy of src at the padded head dim; rotated when cos is given.
+static void pack(bf16 *dst, const float *src, const float *cos, const float *sin, const int32_t *pos, int B, int S,
+                 int nh, int D)
 {
 	int dp = attention_dpad(D);
 	long items = (long)B * nh * S * dp / 2;
 	attention_pack_kernel<<<grid_for(items, PACK_THREADS), PACK_THREADS, 0, poros_cuda_compute_stream()>>>(
-		dst, src, S, nh, D, dp, items);
+		dst, src, cos, sin, pos, S, nh, D, dp, items);
 	launchCheck();
 }
 
@@ -643,20 +659,21 @@ static void group_sum(float *dst, const float *heads, int B, int S, int H, int G
 }
 
 // out (T,H*D) bf16, rows ld_out apart (the o projection's input, with room
-// for its LoRA extension); lse (B,H,S); q (T,H,D), k, v (T,G,D); pos (T)
-// or NULL.
+// for its LoRA extension); lse (B,H,S); q (T,H,D), k, v (T,G,D), q and k
+// rotated as they are packed when the tables are given; pos (T) or NULL.
 extern "C" void attention_forward_cuda(bf16 *out, int ld_out, float *lse, float *scratch, const float *q,
-                                       const float *k, const float *v, const int32_t *pos, int B, int S, int H,
-                                       int G, int D)
+                                       const float *k, const float *v, const float *rope_cos,
+                                       const float *rope_sin, const int32_t *pos, int B, int S, int H, int G,
+                                       int D)
 {
 	if (B <= 0 || S <= 0 || H <= 0 || D <= 0)
 		return;
 	check_shape("attention_forward_cuda", scratch, B, S, H, G, D);
 	check_pitch("attention_forward_cuda", "ld_out", ld_out, (long)H * D);
 	struct attention_scratch p = attention_scratch_at(scratch, B, S, H, G, D);
-	pack(p.q16, q, B, S, H, D);
-	pack(p.k16, k, B, S, G, D);
-	pack(p.v16, v, B, S, G, D);
+	pack(p.q16, q, rope_cos, rope_sin, pos, B, S, H, D);
+	pack(p.k16, k, rope_cos, rope_sin, pos, B, S, G, D);
+	pack(p.v16, v, NULL, NULL, NULL, B, S, G, D);
 	const int *first = first_keys(&p, pos, B, S);
 	if (attention_dpad(D) == 64)
 		forward_launch<64>(out, ld_out, lse, &p, pos, first, B, S, H, G, D);
@@ -665,21 +682,22 @@ extern "C" void attention_forward_cuda(bf16 *out, int ld_out, float *lse, float 
 }
 
 // dq (T,H,D), dk, dv (T,G,D) written from dout (T,H*D), the forward's out
-// (T,H*D) bf16 (rows ld_out apart), q, k, v, lse, pos.
+// (T,H*D) bf16 (rows ld_out apart), q, k, v, the tables (as in forward; dq
+// and dk are then at the rotated q, k), lse, pos.
 extern "C" void attention_backward_cuda(float *dq, float *dk, float *dv, float *scratch, const float *dout,
                                         const bf16 *out, int ld_out, const float *q, const float *k,
-                                        const float *v, const float *lse, const int32_t *pos, int B, int S, int H,
-                                        int G, int D)
+                                        const float *v, const float *rope_cos, const float *rope_sin,
+                                        const float *lse, const int32_t *pos, int B, int S, int H, int G, int D)
 {
 	if (B <= 0 || S <= 0 || H <= 0 || D <= 0)
 		return;
 	check_shape("attention_backward_cuda", scratch, B, S, H, G, D);
 	check_pitch("attention_backward_cuda", "ld_out", ld_out, (long)H * D);
 	struct attention_scratch p = attention_scratch_at(scratch, B, S, H, G, D);
-	pack(p.q16, q, B, S, H, D);
-	pack(p.dout16, dout, B, S, H, D);
-	pack(p.k16, k, B, S, G, D);
-	pack(p.v16, v, B, S, G, D);
+	pack(p.q16, q, rope_cos, rope_sin, pos, B, S, H, D);
+	pack(p.dout16, dout, NULL, NULL, NULL, B, S, H, D);
+	pack(p.k16, k, rope_cos, rope_sin, pos, B, S, G, D);
+	pack(p.v16, v, NULL, NULL, NULL, B, S, G, D);
 	deltas(p.delta, p.dout16, out, ld_out, B, S, H, D); // before the dq and dk/dv kernels, which read it
 	const int *first = first_keys(&p, pos, B, S);
 	float *dk_h = G == H ? dk : p.dk_h, *dv_h = G == H ? dv : p.dv_h;

@@ -4,7 +4,8 @@
 // (x1[i], x2[i]) = (x[i], x[i + D/2]) of each head rotates by the angle of
 // (position, i); cos, sin (S, D/2) hold HF's table's first half (its rows
 // are cat(freqs, freqs)).  One thread per pair; the backward is the same
-// kernel with the angle negated (the transposed rotation).
+// kernel with the angle negated (the transposed rotation).  The pair's
+// arithmetic is numerics.h's, without fused multiply-adds: the CPU's bits.
 #include "common.cuh"
 
 #define ROPE_THREADS 256
@@ -20,23 +21,15 @@ __global__ void rope_kernel(float *x, const float *cos, const float *sin, const 
 	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < pairs; i += (long)gridDim.x * blockDim.x) {
 		int d = (int)(i % half);
 		long head = i / half; // t * nh + h
-		long t = head / nh;
-		int at = (int)(t % S);
-		if (pos) {
-			int p = pos[t];
-			at = p < 0 ? 0 : p > at ? at : p;
-		}
+		int at = poros_rope_position(pos, S, head / nh);
 		float c = cos[(size_t)at * half + d];
 		float s = sin[(size_t)at * half + d];
 		float *x1 = x + head * D + d, *x2 = x1 + half;
 		float a = *x1, b = *x2;
-		if (inverse) {
-			*x1 = a * c + b * s;
-			*x2 = b * c - a * s;
-		} else {
-			*x1 = a * c - b * s;
-			*x2 = b * c + a * s;
-		}
+		if (inverse)
+			s = -s;
+		*x1 = poros_rope_first(a, b, c, s);
+		*x2 = poros_rope_second(a, b, c, s);
 	}
 }
 

@@ -4,8 +4,9 @@
  * the median is printed with TFLOP/s over the causal FLOPs (forward
  * 4*S^2*H*D/2 per sequence, backward 2.5 times that: the five products of
  * the usual count, not the recomputations this implementation does).
+ * The ops rotate q and k (RoPE tables given), as in the training step.
  * Built with -DBENCH_OLD_API against a tree from before document masks,
- * it times that tree's ops (no pos argument).
+ * it times that tree's ops (no pos argument, no tables).
  *
  * usage: bench_attention [S...]   (default: 2048 8192; B=1 H=28 G=4 D=128)
  * With a second form, bench_attention docs S N, the rows hold N documents
@@ -53,6 +54,7 @@ struct shape {
 	int B, S, H, G, D;
 	bf16 *out;
 	float *lse, *scratch, *q, *k, *v, *dout, *dq, *dk, *dv;
+	float *cos, *sin; /* (S, D/2): the ops rotate q and k as the step has them do */
 	int32_t *pos;
 };
 
@@ -62,8 +64,8 @@ static void fwd(const struct shape *s)
 	gpu->ops->attention_forward(s->out, s->H * s->D, s->lse, s->scratch, s->q, s->k, s->v, s->B, s->S, s->H, s->G,
 	                            s->D);
 #else
-	gpu->ops->attention_forward(s->out, s->H * s->D, s->lse, s->scratch, s->q, s->k, s->v, s->pos, s->B, s->S, s->H,
-	                            s->G, s->D);
+	gpu->ops->attention_forward(s->out, s->H * s->D, s->lse, s->scratch, s->q, s->k, s->v, s->cos, s->sin, s->pos,
+	                            s->B, s->S, s->H, s->G, s->D);
 #endif
 }
 
@@ -74,7 +76,7 @@ static void bwd(const struct shape *s)
 	                             s->H, s->G, s->D);
 #else
 	gpu->ops->attention_backward(s->dq, s->dk, s->dv, s->scratch, s->dout, s->out, s->H * s->D, s->q, s->k, s->v,
-	                             s->lse, s->pos, s->B, s->S, s->H, s->G, s->D);
+	                             s->cos, s->sin, s->lse, s->pos, s->B, s->S, s->H, s->G, s->D);
 #endif
 }
 
@@ -108,6 +110,7 @@ static void bench(int S, int docs)
 	s.dout = dev_rand(qn, 3u << 30);
 	s.out = dev(qn * 2), s.lse = dev((size_t)s.B * s.H * S * 4), s.scratch = dev(sf * 4);
 	s.dq = dev(qn * 4), s.dk = dev(kn * 4), s.dv = dev(kn * 4);
+	s.cos = dev_rand((size_t)S * s.D / 2, 4u << 30), s.sin = dev_rand((size_t)S * s.D / 2, 5u << 30);
 	s.pos = NULL;
 	if (docs > 1) {
 		int32_t *p = malloc(T * sizeof *p);
@@ -126,7 +129,7 @@ static void bench(int S, int docs)
 	       s.B, S, s.H, s.G, s.D, docs, f, flops / docs / f * 1e-9, b, 2.5 * flops / docs / b * 1e-9,
 	       sf * 4.0 / 1048576);
 	fflush(stdout);
-	void *bufs[] = { s.q, s.k, s.v, s.dout, s.out, s.lse, s.scratch, s.dq, s.dk, s.dv, s.pos };
+	void *bufs[] = { s.q, s.k, s.v, s.dout, s.out, s.lse, s.scratch, s.dq, s.dk, s.dv, s.cos, s.sin, s.pos };
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		if (bufs[i])
 			gpu->device_free(bufs[i]);

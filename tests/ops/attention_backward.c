@@ -123,11 +123,11 @@ static void test_attention_backward(void)
 	fill_bf16_values(k, NK, -2.0, 2.0);
 	fill_bf16_values(v, NK, -1.0, 1.0);
 	fill_bf16_values(lw, NQ, -1.0, 1.0);
-	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, B, S, H, G, D);
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, NULL, NULL, B, S, H, G, D);
 	fill_nan(dq, NQ); /* written, not accumulated: every element must be set */
 	fill_nan(dk, NK);
 	fill_nan(dv, NK);
-	attention_backward_cpu(dq, dk, dv, scratch, lw, out, H * D, q, k, v, lse, NULL, B, S, H, G, D);
+	attention_backward_cpu(dq, dk, dv, scratch, lw, out, H * D, q, k, v, NULL, NULL, lse, NULL, B, S, H, G, D);
 
 	widen_f32(qd, q, NQ);
 	widen_f32(kd, k, NK);
@@ -184,7 +184,8 @@ static void test_attention_backward(void)
 			k2[i] = k[i] * nudge;
 			v2[i] = v[i] * nudge;
 		}
-		attention_backward_cpu(dq2, dk2, dv2, scratch, lw2, out, H * D, q2, k2, v2, lse, NULL, B, S, H, G, D);
+		attention_backward_cpu(dq2, dk2, dv2, scratch, lw2, out, H * D, q2, k2, v2, NULL, NULL, lse, NULL, B,
+				       S, H, G, D);
 		int same = memcmp(dq, dq2, sizeof dq) == 0 && memcmp(dk, dk2, sizeof dk) == 0 &&
 			   memcmp(dv, dv2, sizeof dv) == 0;
 		int ok = pass == 0 ? same : !same;
@@ -206,7 +207,7 @@ static void attention_bwd_gpu(const void *p)
 {
 	const struct attention_case *a = p;
 	gpu->ops->attention_backward(a->dq, a->dk, a->dv, a->scratch, a->dout, a->out, a->ld_out, a->q, a->k, a->v,
-	                             a->lse_in, a->pos, a->B, a->S, a->H, a->G, a->D);
+	                             a->cos, a->sin, a->lse_in, a->pos, a->B, a->S, a->H, a->G, a->D);
 }
 
 /* A chain of fp32 sums in different orders: P rebuilt from lse, dP (D
@@ -232,11 +233,12 @@ static void test_attention_backward(int B, int S, int H, int G, int D, int ld_ou
 	size_t sf = attention_scratch_floats(B, S, H, G, D);
 	float *scratch = host_alloc(sf * 4), *lse = host_alloc((size_t)B * H * S * 4);
 	bf16 *out = host_alloc(T * H * D * 2);
-	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, pos, B, S, H, G, D);
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, NULL, pos, B, S, H, G, D);
 	float *ref_dq = host_alloc(T * H * D * 4), *ref_dk = host_alloc(T * G * D * 4);
 	float *ref_dv = host_alloc(T * G * D * 4);
 	double t0 = now_ms();
-	attention_backward_cpu(ref_dq, ref_dk, ref_dv, scratch, dout, out, H * D, q, k, v, lse, pos, B, S, H, G, D);
+	attention_backward_cpu(ref_dq, ref_dk, ref_dv, scratch, dout, out, H * D, q, k, v, NULL, NULL, lse, pos, B, S,
+			       H, G, D);
 	c.cpu_ms = now_ms() - t0;
 
 	/* the device reads the CPU forward's out, at ld_out with NaN pads (a
@@ -309,6 +311,65 @@ static void test_attention_plain_pos(int B, int S, int H, int G, int D)
 	case_end(&c);
 }
 
+/* The rotation inside the packs: given the RoPE tables, both directions
+ * give the bits of q and k rotated beforehand (rope_forward's pair, which
+ * the CPU computes to the same bits) with no tables, so the engine's
+ * q and k need no rotated copy; and the forward with tables stays within
+ * the usual bound of the CPU's with tables.  docs > 0: document
+ * positions, which the rotation reads as well as the mask. */
+static void test_attention_rope(int B, int S, int H, int G, int D, int docs)
+{
+	static const char *const names[2][5] = { { "out0", "lse0", "dq0", "dk0", "dv0" },
+		                                 { "out1", "lse1", "dq1", "dk1", "dv1" } };
+	struct gpu_case c;
+	if (!case_begin(&c, "attention_forward+backward rotating q, k vs rotated beforehand B=%d S=%d H=%d G=%d D=%d "
+	                "docs=%d", B, S, H, G, D, docs))
+		return;
+	int32_t *pos = doc_positions(B, S, docs);
+	size_t T = (size_t)B * S, sf = attention_scratch_floats(B, S, H, G, D), half = (size_t)D / 2;
+	size_t bytes[5] = { T * H * D * 2, (size_t)B * H * S * 4, T * H * D * 4, T * G * D * 4, T * G * D * 4 };
+	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
+	float *dout = rand_f32(T * H * D, -1, 1), *scratch = host_alloc(sf * 4);
+	float *cs = host_alloc((size_t)S * half * 4), *sn = host_alloc((size_t)S * half * 4);
+	float *qr = dup_bytes(q, T * H * D * 4), *kr = dup_bytes(k, T * G * D * 4);
+	float *ref_lse = host_alloc(bytes[1]);
+	bf16 *ref = host_alloc(bytes[0]);
+	rope_tables(cs, sn, S, D, 10000.0);
+	rope_forward_cpu(qr, cs, sn, pos, B, S, H, D);
+	rope_forward_cpu(kr, cs, sn, pos, B, S, G, D);
+	double t0 = now_ms();
+	attention_forward_cpu(ref, H * D, ref_lse, scratch, q, k, v, cs, sn, pos, B, S, H, G, D);
+	c.cpu_ms = now_ms() - t0;
+
+	struct plain_pos_case x; /* side 0 rotates, side 1 reads the rotated copies */
+	memset(&x, 0, sizeof x);
+	float *dscratch = case_scratch(&c, sf * 4);
+	for (int i = 0; i < 2; i++) {
+		struct attention_case *a = &x.side[i];
+		attention_case_inputs(a, i ? qr : q, i ? kr : k, v, pos, B, S, H, G, D);
+		if (i == 0) {
+			a->cos = dev_from(cs, (size_t)S * half * 4, 0);
+			a->sin = dev_from(sn, (size_t)S * half * 4, 0);
+		}
+		a->ld_out = H * D;
+		a->scratch = dscratch;
+		a->dout = dev_from(dout, T * H * D * 4, 0);
+		a->out = case_out(&c, names[i][0], bytes[0], NULL, 0);
+		a->lse = case_out(&c, names[i][1], bytes[1], NULL, 0);
+		a->lse_in = a->lse;
+		a->dq = case_out(&c, names[i][2], bytes[2], NULL, 0);
+		a->dk = case_out(&c, names[i][3], bytes[3], NULL, 0);
+		a->dv = case_out(&c, names[i][4], bytes[4], NULL, 0);
+	}
+	case_run(&c, attention_plain_pos_gpu, &x);
+	for (int o = 0; o < 5; o++)
+		check_exact(&c, names[1][o], got(&c, names[0][o]), bytes[o], o == 0 ? 2 : 4);
+	/* the forward's bound against the CPU: test_attention_forward's */
+	check_rows(&c, "out0", ref, T, (size_t)H * D, (size_t)H * D, 1, 1e-3, BF16_RTOL);
+	check(&c, "lse0", ref_lse, (size_t)B * H * S, 0, 2e-6, 1e-5);
+	case_end(&c);
+}
+
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;
  * quick enough for compute-sanitizer); 1: model shapes */
 static void attention_backward_cuda_check(int realistic)
@@ -321,6 +382,8 @@ static void attention_backward_cuda_check(int realistic)
 		test_attention_backward(2, 150, 4, 2, 16, 72, 3); /* pitched out, documents */
 		test_attention_backward(1, 601, 2, 1, 16, 32, 0);
 		test_attention_plain_pos(2, 150, 4, 2, 64);
+		test_attention_rope(2, 70, 4, 2, 6, 0);   /* D/2 odd: pairs across a pack's element pair */
+		test_attention_rope(2, 150, 4, 2, 16, 3); /* documents: the rotation's positions too */
 	} else {
 		test_attention_backward(1, 512, 32, 8, 128, 4096, 0);
 		test_attention_backward(1, 512, 32, 8, 128, 4096 + 160, 0); /* out with the o projection's extension */
@@ -330,6 +393,8 @@ static void attention_backward_cuda_check(int realistic)
 		test_attention_backward(1, 1100, 28, 4, 128, 3584, 0);
 		test_attention_backward(2, 1100, 8, 2, 128, 1024, 5);
 		test_attention_plain_pos(1, 1100, 28, 4, 128);
+		test_attention_rope(1, 1100, 28, 4, 128, 0);
+		test_attention_rope(2, 600, 8, 2, 64, 4);
 	}
 }
 #endif

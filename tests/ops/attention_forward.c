@@ -58,7 +58,7 @@ static void attention_check_reference(const char *out_name, const char *lse_name
 	fill_bf16_values(q, NQ, -qk, qk);
 	fill_bf16_values(k, NK, -qk, qk);
 	fill_bf16_values(v, NK, -1.0, 1.0);
-	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, B, S, H, G, D);
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, NULL, NULL, B, S, H, G, D);
 	attention_reference(want, want_lse, bound, q, k, v, B, S, H, G, D);
 	for (long i = 0; i < NQ; i++)
 		outf[i] = f32_from_bf16(out[i]);
@@ -93,7 +93,7 @@ static void test_attention_values(void)
 			k2[i] = k[i] * nudge;
 			v2[i] = v[i] * nudge;
 		}
-		attention_forward_cpu(out2, H * D, lse2, scratch, q2, k2, v2, NULL, B, S, H, G, D);
+		attention_forward_cpu(out2, H * D, lse2, scratch, q2, k2, v2, NULL, NULL, NULL, B, S, H, G, D);
 		int same = memcmp(out, out2, sizeof out) == 0 && memcmp(lse, lse2, sizeof lse) == 0;
 		int ok = pass == 0 ? same : !same;
 		printf("%s attention_forward with inputs moved by %s bf16 ulp: %s bits\n", ok ? "ok  " : "FAIL",
@@ -111,7 +111,7 @@ static void test_attention_values(void)
 			v[last * G * D + i] *= -3.0f;
 		}
 	}
-	attention_forward_cpu(out2, H * D, lse2, scratch, q, k, v, NULL, B, S, H, G, D);
+	attention_forward_cpu(out2, H * D, lse2, scratch, q, k, v, NULL, NULL, NULL, B, S, H, G, D);
 	int same = 1, last_changed = 0;
 	for (int b = 0; b < B; b++) {
 		size_t first = (size_t)b * S * H * D, rows = (size_t)(S - 1) * H * D;
@@ -140,7 +140,7 @@ static void test_attention_single_token(void)
 	fill_f32(q, B * H * D, -3.0, 3.0);
 	fill_f32(k, B * G * D, -3.0, 3.0);
 	fill_f32(v, B * G * D, -1.0, 1.0);
-	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, B, S, H, G, D);
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, NULL, NULL, B, S, H, G, D);
 	for (int b = 0; b < B; b++)
 		for (int h = 0; h < H; h++)
 			for (int d = 0; d < D; d++)
@@ -277,8 +277,9 @@ static void test_attention_documents(void)
 	for (int c = 0; c < 2; c++) {
 		int ndocs = split[c][2] ? 3 : 2;
 		doc_positions(pos, B, S, split[c], ndocs);
-		attention_forward_cpu(out, H * D, lse, scratch, q, k, v, pos, B, S, H, G, D);
-		attention_backward_cpu(dq, dk, dv, scratch, dout, out, H * D, q, k, v, lse, pos, B, S, H, G, D);
+		attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, NULL, pos, B, S, H, G, D);
+		attention_backward_cpu(dq, dk, dv, scratch, dout, out, H * D, q, k, v, NULL, NULL, lse, pos, B, S, H,
+				       G, D);
 		int exact_fwd = 1, exact_bwd = 1, t0 = 0;
 		long bad_fwd = 0;
 		for (int d = 0; d < ndocs; d++) {
@@ -287,7 +288,7 @@ static void test_attention_documents(void)
 				size_t row = (size_t)b * S + t0; /* the document's first token */
 				/* the document alone: a batch of one sequence of n tokens */
 				attention_forward_cpu(out1, H * D, lse1, scratch, q + row * H * D, k + row * G * D,
-						      v + row * G * D, NULL, 1, n, H, G, D);
+						      v + row * G * D, NULL, NULL, NULL, 1, n, H, G, D);
 				attention_reference(want, want_lse, bound, q + row * H * D, k + row * G * D,
 						    v + row * G * D, 1, n, H, G, D);
 				for (int i = 0; i < n * H * D; i++) {
@@ -299,7 +300,7 @@ static void test_attention_documents(void)
 				for (int h = 0; h < H; h++)
 					memcpy(lse1 + (size_t)h * n, lse + ((size_t)b * H + h) * S + t0, n * sizeof(float));
 				attention_backward_cpu(dq1, dk1, dv1, scratch, dout + row * H * D, out + row * H * D, H * D,
-						       q + row * H * D, k + row * G * D, v + row * G * D, lse1, NULL, 1, n,
+						       q + row * H * D, k + row * G * D, v + row * G * D, NULL, NULL, lse1, NULL, 1, n,
 						       H, G, D);
 				exact_bwd &= memcmp(dq + row * H * D, dq1, (size_t)n * H * D * 4) == 0 &&
 					     memcmp(dk + row * G * D, dk1, (size_t)n * G * D * 4) == 0 &&
@@ -319,8 +320,9 @@ static void test_attention_documents(void)
 	/* pos[t] = t % S is the plain causal mask, bit for bit */
 	for (int t = 0; t < T; t++)
 		pos[t] = t % S;
-	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, B, S, H, G, D);
-	attention_forward_cpu(out1, H * D, dq1, scratch, q, k, v, pos, B, S, H, G, D); /* dq1: room for lse */
+	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, NULL, NULL, B, S, H, G, D);
+	attention_forward_cpu(out1, H * D, dq1, scratch, q, k, v, NULL, NULL, pos, B, S, H, G,
+			      D); /* dq1: room for lse */
 	check_same_bits("attention_forward with pos = t % S against NULL", out1, out, NQ * sizeof(bf16));
 	check_same_bits("attention_forward lse with pos = t % S against NULL", dq1, lse, B * H * S * sizeof(float));
 	free(q), free(k), free(v), free(dout), free(lse), free(dq), free(dk), free(dv), free(lse1), free(dq1);
@@ -340,18 +342,67 @@ static void test_pitched_attention(void)
 	fill_f32(q, T * HD, -2.0, 2.0);
 	fill_f32(k, T * G * D, -2.0, 2.0);
 	fill_f32(v, T * G * D, -1.0, 1.0);
-	attention_forward_cpu(out, HD, lse, scratch, q, k, v, NULL, B, S, H, G, D);
+	attention_forward_cpu(out, HD, lse, scratch, q, k, v, NULL, NULL, NULL, B, S, H, G, D);
 	fill_bf16_bits(outp, T * LD, PAD_BF16);
-	attention_forward_cpu(outp, LD, lsep, scratch, q, k, v, NULL, B, S, H, G, D);
+	attention_forward_cpu(outp, LD, lsep, scratch, q, k, v, NULL, NULL, NULL, B, S, H, G, D);
 	check_pitched("attention_forward out at ld_out 96", outp, LD, out, T, HD, sizeof(bf16), &pad_bf16);
 	check_same_bits("attention_forward lse with ld_out 96", lsep, lse, sizeof lse);
 	fill_f32(dout, T * HD, -1.0, 1.0);
-	attention_backward_cpu(dq, dk, dv, scratch, dout, out, HD, q, k, v, lse, NULL, B, S, H, G, D);
-	attention_backward_cpu(dqp, dkp, dvp, scratch, dout, outp, LD, q, k, v, lse, NULL, B, S, H, G, D);
+	attention_backward_cpu(dq, dk, dv, scratch, dout, out, HD, q, k, v, NULL, NULL, lse, NULL, B, S, H, G, D);
+	attention_backward_cpu(dqp, dkp, dvp, scratch, dout, outp, LD, q, k, v, NULL, NULL, lse, NULL, B, S, H, G, D);
 	check_same_bits("attention_backward dq with ld_out 96", dqp, dq, sizeof dq);
 	check_same_bits("attention_backward dk with ld_out 96", dkp, dk, sizeof dk);
 	check_same_bits("attention_backward dv with ld_out 96", dvp, dv, sizeof dv);
 	free(scratch);
+}
+
+/* The rotation the ops apply given the RoPE tables is rope_forward's:
+ * forward and backward give the bits of q and k rotated beforehand with
+ * no tables, at document positions (the rotation's angles and the mask
+ * read the same pos), D = 6 and 16. */
+static void test_attention_rope(void)
+{
+	enum { B = 2, S = 150, H = 4, G = 2 };
+	static const int split[3] = { 70, 5, 75 }, dims[2] = { 6, 16 };
+	int32_t pos[B * S];
+
+	doc_positions(pos, B, S, split, 3);
+	for (int di = 0; di < 2; di++) {
+		int D = dims[di], NQ = B * S * H * D, NK = B * S * G * D;
+		float *q = NEW(float, NQ), *k = NEW(float, NK), *v = NEW(float, NK), *dout = NEW(float, NQ);
+		float *qr = NEW(float, NQ), *kr = NEW(float, NK), *cs = NEW(float, S * D / 2), *sn = NEW(float, S * D / 2);
+		float *lse[2], *dq[2], *dk[2], *dv[2];
+		bf16 *out[2];
+		float *scratch = NEW(float, attention_scratch_floats(B, S, H, G, D));
+
+		fill_f32(q, NQ, -2.0, 2.0);
+		fill_f32(k, NK, -2.0, 2.0);
+		fill_f32(v, NK, -1.0, 1.0);
+		fill_f32(dout, NQ, -1.0, 1.0);
+		rope_tables(cs, sn, S, D, 10000.0);
+		memcpy(qr, q, NQ * sizeof(float));
+		memcpy(kr, k, NK * sizeof(float));
+		rope_forward_cpu(qr, cs, sn, pos, B, S, H, D);
+		rope_forward_cpu(kr, cs, sn, pos, B, S, G, D);
+		for (int i = 0; i < 2; i++) { /* 0: the op rotates; 1: rotated beforehand */
+			const float *qi = i ? qr : q, *ki = i ? kr : k, *ci = i ? NULL : cs, *si = i ? NULL : sn;
+			lse[i] = NEW(float, B * H * S), dq[i] = NEW(float, NQ), dk[i] = NEW(float, NK), dv[i] = NEW(float, NK);
+			out[i] = NEW(bf16, NQ);
+			attention_forward_cpu(out[i], H * D, lse[i], scratch, qi, ki, v, ci, si, pos, B, S, H, G, D);
+			attention_backward_cpu(dq[i], dk[i], dv[i], scratch, dout, out[i], H * D, qi, ki, v, ci, si, lse[i],
+					       pos, B, S, H, G, D);
+		}
+		int same = memcmp(out[0], out[1], NQ * sizeof(bf16)) == 0 &&
+			   memcmp(lse[0], lse[1], B * H * S * sizeof(float)) == 0 &&
+			   memcmp(dq[0], dq[1], NQ * sizeof(float)) == 0 && memcmp(dk[0], dk[1], NK * sizeof(float)) == 0 &&
+			   memcmp(dv[0], dv[1], NK * sizeof(float)) == 0;
+		printf("%s attention with the RoPE tables (D=%d, documents) = rope_forward first: out, lse, dq, dk, dv "
+		       "bit for bit\n", same ? "ok  " : "FAIL", D);
+		failures += !same;
+		for (int i = 0; i < 2; i++)
+			free(lse[i]), free(dq[i]), free(dk[i]), free(dv[i]), free(out[i]);
+		free(q), free(k), free(v), free(dout), free(qr), free(kr), free(cs), free(sn), free(scratch);
+	}
 }
 
 static void attention_forward_values_check(void)
@@ -362,6 +413,7 @@ static void attention_forward_values_check(void)
 	test_attention_tiles();
 	test_attention_documents();
 	test_pitched_attention();
+	test_attention_rope();
 }
 #endif
 
@@ -375,6 +427,7 @@ struct attention_case {
 	bf16 *out;
 	float *lse, *scratch, *dq, *dk, *dv;
 	const float *q, *k, *v, *dout, *lse_in;
+	const float *cos, *sin; /* the rotary tables, or NULL */
 	const int32_t *pos;
 	int B, S, H, G, D, ld_out;
 };
@@ -395,8 +448,8 @@ static void attention_case_inputs(struct attention_case *a, const float *q, cons
 static void attention_fwd_gpu(const void *p)
 {
 	const struct attention_case *a = p;
-	gpu->ops->attention_forward(a->out, a->ld_out, a->lse, a->scratch, a->q, a->k, a->v, a->pos, a->B, a->S, a->H,
-	                            a->G, a->D);
+	gpu->ops->attention_forward(a->out, a->ld_out, a->lse, a->scratch, a->q, a->k, a->v, a->cos, a->sin, a->pos,
+	                            a->B, a->S, a->H, a->G, a->D);
 }
 
 /* Both sides run the same online softmax over the same key tiles of 64
@@ -430,7 +483,7 @@ static void test_attention_forward(int B, int S, int H, int G, int D, int ld_out
 	bf16 *init = pitched_out_init(T, HD, (size_t)ld_out, 2);
 	bf16 *ref = dup_bytes(init, T * ld_out * 2);
 	double t0 = now_ms();
-	attention_forward_cpu(ref, ld_out, ref_lse, scratch, q, k, v, pos, B, S, H, G, D);
+	attention_forward_cpu(ref, ld_out, ref_lse, scratch, q, k, v, NULL, NULL, pos, B, S, H, G, D);
 	c.cpu_ms = now_ms() - t0;
 
 	struct attention_case a = { 0 };

@@ -99,10 +99,11 @@ static void run_every_op(struct arena *a, const struct det_inputs *in, float *sc
 	rope_backward_cpu(f, in->cos_t, in->sin_t, in->pos, DB, DS, DH, DD);
 	float *lse = take(a, "attention_forward lse", sizeof(float) * DB * DH * DS);
 	bf16 *att = take(a, "attention_forward out", sizeof(bf16) * DT * DH * DD);
-	attention_forward_cpu(att, DH * DD, lse, scratch, in->q, in->k, in->v, in->pos, DB, DS, DH, DG, DD);
+	attention_forward_cpu(att, DH * DD, lse, scratch, in->q, in->k, in->v, in->cos_t, in->sin_t, in->pos, DB, DS, DH,
+			      DG, DD);
 	attention_backward_cpu(take(a, "attention_backward dq", sizeof in->q), take(a, "attention_backward dk", sizeof in->k),
 			       take(a, "attention_backward dv", sizeof in->v), scratch, in->dout_attn, att, DH * DD,
-			       in->q, in->k, in->v, lse, in->pos, DB, DS, DH, DG, DD);
+			       in->q, in->k, in->v, in->cos_t, in->sin_t, lse, in->pos, DB, DS, DH, DG, DD);
 	swiglu_forward_cpu(take(a, "swiglu_forward", sizeof(bf16) * DT * DN), DN, in->gate, in->up, DT, DN);
 	swiglu_backward_cpu(take(a, "swiglu_backward dgate", sizeof(bf16) * DT * DN),
 			    take(a, "swiglu_backward dup", sizeof(bf16) * DT * DN), DN, in->dy, in->gate, in->up, DT, DN);

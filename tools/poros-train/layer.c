@@ -5,8 +5,8 @@
  *   per layer:
  *     xn  = rmsnorm(x)                                   (T,C)
  *     q, k, v = proj(xn)  [+ per-head rmsnorm (Qwen3)]   (T,H*D) (T,G*D) (T,G*D)
- *     q, k = rope(q), rope(k)
- *     att = causal_gqa_attention(q, k, v)                (T,H*D)
+ *     att = causal_gqa_attention(rope(q), rope(k), v)    (T,H*D)
+ *       (the attention ops apply rope as they pack q and k)
  *     x2  = x + o_proj(att)                              (T,C)
  *     xn2 = rmsnorm(x2)
  *     h   = silu(gate_proj(xn2)) * up_proj(xn2)          (T,F)
@@ -188,11 +188,10 @@ void layer_forward(const struct layer_ctx *c, const struct layer_view *w, struct
 		op->rmsnorm_forward(a->q, NULL, c->D, a->rstd_q, a->q_pre, w->q_norm, c->eps, T * c->H, c->D);
 		op->rmsnorm_forward(a->k, NULL, c->D, a->rstd_k, a->k_pre, w->k_norm, c->eps, T * c->G, c->D);
 	}
-	op->rope_forward(a->q, c->rope_cos, c->rope_sin, pos, c->B, c->S, c->H, c->D);
-	op->rope_forward(a->k, c->rope_cos, c->rope_sin, pos, c->B, c->S, c->G, c->D);
+	/* q, k stay unrotated: the attention ops rotate them as they pack them */
 	if (out != NULL || !a->att_kept)
-		op->attention_forward(a->att, c->HD + E, a->lse, c->attn_scratch, a->q, a->k, a->v, pos, c->B, c->S, c->H,
-		                      c->G, c->D);
+		op->attention_forward(a->att, c->HD + E, a->lse, c->attn_scratch, a->q, a->k, a->v, c->rope_cos,
+		                      c->rope_sin, pos, c->B, c->S, c->H, c->G, c->D);
 	proj_forward(c, w, a, layer, PROJ_O, a->att, a->x2, 0, T, p);
 	op->add_inplace(a->x2, x, (long)T * C);
 
@@ -237,7 +236,7 @@ void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const
 	/* attention: x2 = x + o(attn(rope(q), rope(k), v)), q/k/v of xn = norm(x) */
 	proj_backward(c, w, a, layer, PROJ_O, a->att, dx, NULL, g->datt, 0, 0, T, p);
 	op->attention_backward(g->dq, g->dk, g->dv, c->attn_scratch, g->datt, a->att, c->HD + c->E, a->q, a->k, a->v,
-	                       a->lse, pos, c->B, c->S, c->H, c->G, c->D);
+	                       c->rope_cos, c->rope_sin, a->lse, pos, c->B, c->S, c->H, c->G, c->D);
 	op->rope_backward(g->dq, c->rope_cos, c->rope_sin, pos, c->B, c->S, c->H, c->D);
 	op->rope_backward(g->dk, c->rope_cos, c->rope_sin, pos, c->B, c->S, c->G, c->D);
 	if (qk) { /* through the per-head norms (rmsnorm_backward accumulates) */

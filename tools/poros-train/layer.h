@@ -56,7 +56,7 @@ struct layer_act {
 	const float *x;      /* (T,C) the layer input (not owned) */
 	bf16 *xn;            /* (T,C) input_layernorm(x) */
 	float *rstd1;        /* (T) */
-	float *q, *k, *v;    /* (T,H*D), (T,G*D) x2: after q/k norm and rope */
+	float *q, *k, *v;    /* (T,H*D), (T,G*D) x2: after q/k norm, before rope (the attention ops rotate) */
 	float *q_pre, *k_pre;  /* qk_norm: projections before the norm */
 	float *rstd_q, *rstd_k; /* (T*H), (T*G) */
 	float *lse;          /* (B,H,S) */

@@ -143,12 +143,14 @@ WRAP(rope_forward, (float *x, const float *cos, const float *sin, const int32_t 
 WRAP(rope_backward, (float *dx, const float *cos, const float *sin, const int32_t *pos, int B, int S, int nh, int D),
      dx, cos, sin, pos, B, S, nh, D)
 WRAP(attention_forward, (bf16 *out, int ld_out, float *lse, float *scratch, const float *q, const float *k,
-                         const float *v, const int32_t *pos, int B, int S, int H, int G, int D),
-     out, ld_out, lse, scratch, q, k, v, pos, B, S, H, G, D)
+                         const float *v, const float *rope_cos, const float *rope_sin, const int32_t *pos, int B,
+                         int S, int H, int G, int D),
+     out, ld_out, lse, scratch, q, k, v, rope_cos, rope_sin, pos, B, S, H, G, D)
 WRAP(attention_backward, (float *dq, float *dk, float *dv, float *scratch, const float *dout, const bf16 *out,
-                          int ld_out, const float *q, const float *k, const float *v, const float *lse,
-                          const int32_t *pos, int B, int S, int H, int G, int D),
-     dq, dk, dv, scratch, dout, out, ld_out, q, k, v, lse, pos, B, S, H, G, D)
+                          int ld_out, const float *q, const float *k, const float *v, const float *rope_cos,
+                          const float *rope_sin, const float *lse, const int32_t *pos, int B, int S, int H, int G,
+                          int D),
+     dq, dk, dv, scratch, dout, out, ld_out, q, k, v, rope_cos, rope_sin, lse, pos, B, S, H, G, D)
 WRAP(swiglu_forward, (bf16 *out, int ld_out, const float *gate, const float *up, int T, int F), out, ld_out, gate, up,
      T, F)
 WRAP(swiglu_backward, (bf16 *dgate, bf16 *dup, int ld_d, const float *dout, const float *gate, const float *up, int T,
