@@ -251,8 +251,9 @@ X(void, attention_forward, (bf16 *out, int ld_out, float *lse, float *scratch, c
  * dS = P (dP - delta) in fp32; dv = sum_h bf16(P)^T bf16(dout), dq = \
  * scale bf16(dS) @ bf16(k), dk = scale sum_h bf16(dS)^T bf16(q), all \
  * accumulated in fp32.  rope_cos, rope_sin as in forward: q and k are \
- * rotated on their way to bf16; dq and dk are then the gradients at the \
- * rotated q and k, which rope_backward takes back through the rotation. */ \
+ * rotated on their way to bf16, and dq, dk are the gradients at q and k \
+ * as given: those at the rotated ones, turned back as rope_backward \
+ * does (the same fp32 values, then numerics.h's pair). */ \
 X(void, attention_backward, (float *dq, float *dk, float *dv, float *scratch, const float *dout, const bf16 *out, int ld_out, const float *q, const float *k, const float *v, const float *rope_cos, const float *rope_sin, const float *lse, const int32_t *pos, int B, int S, int H, int G, int D)) \
 /* out (T,F) = silu(gate) * up, bf16, rows ld_out (>= F) apart; gate, up \
  * (T,F) contiguous */ \

@@ -174,7 +174,8 @@ static inline void prob_and_grad(float *p, float *ds, const struct attention_scr
 
 /* dq (T,H,D), dk, dv (T,G,D) written from dout (T,H*D) and the forward's
  * out (T,H*D) bf16 (rows ld_out apart), q, k, v, lse; the tables and pos
- * as in forward (dq, dk at the rotated q, k). */
+ * as in forward (dq, dk then at q, k as given: turned back through the
+ * rotation at the end). */
 void attention_backward_cpu(float *dq, float *dk, float *dv, float *scratch, const float *dout, const bf16 *out,
 			    int ld_out, const float *q, const float *k, const float *v, const float *rope_cos,
 			    const float *rope_sin, const float *lse, const int32_t *pos, int B, int S, int H, int G,
@@ -250,5 +251,9 @@ void attention_backward_cpu(float *dq, float *dk, float *dv, float *scratch, con
 				}
 			}
 		}
+	}
+	if (rope_cos) { /* the gradients at the unrotated q and k */
+		rope_backward_cpu(dq, rope_cos, rope_sin, pos, B, S, H, D);
+		rope_backward_cpu(dk, rope_cos, rope_sin, pos, B, S, G, D);
 	}
 }

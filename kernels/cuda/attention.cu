@@ -1,7 +1,7 @@
 // defines: attention_forward_cuda, attention_backward_cuda,
 //          attention_pack_kernel, attention_first_kernel, attention_fwd_kernel,
 //          attention_delta_kernel, attention_dq_kernel, attention_dkdv_kernel,
-//          attention_group_sum_kernel
+//          attention_group_sum_kernel, attention_group_sum_rot_kernel
 //
 // Causal grouped-query attention with document masks, fused in the manner
 // of FlashAttention: tiles of q, k, v in shared memory, the products on
@@ -21,8 +21,10 @@
 // tile.  Key tiles are ATTN_KEY_TILE = 64 keys, aligned at multiples of
 // 64 in the row (the online softmax's steps, as on the CPU).
 // Both directions first pack q, k, v (and dout) into bf16 copies at Dp;
-// given the rotary tables, the packs of q and k rotate them on the way
-// (the engine keeps q and k unrotated: no pass of its own for RoPE).
+// given the rotary tables, the packs of q and k rotate them on the way,
+// and the backward turns dq (in the dq kernel's store) and dk (in the
+// group sum) back through the rotation: the engine keeps q and k
+// unrotated and runs no pass of its own for RoPE.
 //
 // Forward, one block per (query tile of 64 rows, head, sequence):
 //   q16 rows -> registers; for each key tile from the one holding the tile's
@@ -154,6 +156,38 @@ __global__ void attention_group_sum_kernel(float *dst, const float *heads, long 
 				acc += src[(long)i * D];
 			dst[e] = acc;
 		}
+	}
+}
+
+// dst (T,G,D) = the group sum of heads (T,H,D) as attention_group_sum_kernel
+// adds them, each pair (d, d + D/2) then turned back through the rotation
+// at its token's angles: the bits rope_backward gives the summed dk.  One
+// item a pair, and an odd D's unpaired last element one of its own.
+__global__ void attention_group_sum_rot_kernel(float *dst, const float *heads, const float *cos, const float *sin,
+                                               const int32_t *pos, int S, long items, int H, int G, int D)
+{
+	int group = H / G, half = D / 2, per = D - half;
+	for (long it = (long)blockIdx.x * blockDim.x + threadIdx.x; it < items; it += (long)gridDim.x * blockDim.x) {
+		long t = it / ((long)G * per);
+		int g = (int)(it / per % G), i = (int)(it % per);
+		const float *src = heads + (t * H + (long)g * group) * D;
+		float *out = dst + (t * G + g) * D;
+		if (i == half) { /* odd D */
+			float acc = src[D - 1];
+			for (int k = 1; k < group; k++)
+				acc += src[(long)k * D + D - 1];
+			out[D - 1] = acc;
+			continue;
+		}
+		float a = src[i], b = src[i + half];
+		for (int k = 1; k < group; k++) {
+			a += src[(long)k * D + i];
+			b += src[(long)k * D + i + half];
+		}
+		size_t at = (size_t)poros_rope_position(pos, S, t) * half + i;
+		float cs = cos[at], sn = -sin[at];
+		out[i] = poros_rope_first(a, b, cs, sn);
+		out[i + half] = poros_rope_second(a, b, cs, sn);
 	}
 }
 
@@ -392,6 +426,7 @@ template <int DP>
 __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, const float *delta, const bf16 *q16,
                                                                     const bf16 *k16, const bf16 *v16,
                                                                     const bf16 *do16, const float *lse,
+                                                                    const float *cos, const float *sin,
                                                                     const int32_t *pos, const int *first, int S,
                                                                     int H, int G, int D, float scale)
 {
@@ -432,7 +467,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, c
 			mma_row_bt<NT>(acc, da[ks], cK, PQ, ks * 16, lane);
 		__syncthreads();
 	}
-	dq_store<NT>(dq, acc, &w, b, S, h, H, D, scale, tq);
+	dq_store<NT>(dq, acc, &w, b, S, h, H, D, scale, tq, cos, sin, pos);
 }
 
 // ---------------------------------------------------------------------------
@@ -635,13 +670,14 @@ static void forward_launch(bf16 *out, int ld_out, float *lse, const struct atten
 
 template <int DP>
 static void backward_launch(float *dq, float *dk_h, float *dv_h, const float *lse, const struct attention_scratch *p,
-                            const int32_t *pos, const int *first, int B, int S, int H, int G, int D)
+                            const float *cos, const float *sin, const int32_t *pos, const int *first, int B, int S,
+                            int H, int G, int D)
 {
 	float scale = softmax_scale(D);
 	dim3 grid_q((unsigned)((S + 63) / 64), (unsigned)H, (unsigned)B);
 	allow_smem(attention_dq_kernel<DP>, dq_smem<DP>());
 	attention_dq_kernel<DP><<<grid_q, ATTN_THREADS, dq_smem<DP>(), poros_cuda_compute_stream()>>>(
-		dq, p->delta, p->q16, p->k16, p->v16, p->dout16, lse, pos, first, S, H, G, D, scale);
+		dq, p->delta, p->q16, p->k16, p->v16, p->dout16, lse, cos, sin, pos, first, S, H, G, D, scale);
 	launchCheck();
 	allow_smem(attention_dkdv_kernel<DP>, dkdv_smem<DP>());
 	attention_dkdv_kernel<DP><<<grid_q, ATTN_THREADS, dkdv_smem<DP>(), poros_cuda_compute_stream()>>>(
@@ -655,6 +691,16 @@ static void group_sum(float *dst, const float *heads, int B, int S, int H, int G
 	bool vec = D % 4 == 0 && aligned16(dst) && aligned16(heads);
 	attention_group_sum_kernel<<<grid_for(vec ? n / 4 : n, SUM_THREADS), SUM_THREADS, 0,
 	                             poros_cuda_compute_stream()>>>(dst, heads, n, H, G, D, vec);
+	launchCheck();
+}
+
+// dk = the group sum of dk_h, turned back through the rotation.
+static void group_sum_rot(float *dst, const float *heads, const float *cos, const float *sin, const int32_t *pos,
+                          int B, int S, int H, int G, int D)
+{
+	long items = (long)B * S * G * (D - D / 2);
+	attention_group_sum_rot_kernel<<<grid_for(items, SUM_THREADS), SUM_THREADS, 0, poros_cuda_compute_stream()>>>(
+		dst, heads, cos, sin, pos, S, items, H, G, D);
 	launchCheck();
 }
 
@@ -683,7 +729,7 @@ extern "C" void attention_forward_cuda(bf16 *out, int ld_out, float *lse, float 
 
 // dq (T,H,D), dk, dv (T,G,D) written from dout (T,H*D), the forward's out
 // (T,H*D) bf16 (rows ld_out apart), q, k, v, the tables (as in forward; dq
-// and dk are then at the rotated q, k), lse, pos.
+// and dk are then at q and k as given, before the rotation), lse, pos.
 extern "C" void attention_backward_cuda(float *dq, float *dk, float *dv, float *scratch, const float *dout,
                                         const bf16 *out, int ld_out, const float *q, const float *k,
                                         const float *v, const float *rope_cos, const float *rope_sin,
@@ -701,12 +747,24 @@ extern "C" void attention_backward_cuda(float *dq, float *dk, float *dv, float *
 	deltas(p.delta, p.dout16, out, ld_out, B, S, H, D); // before the dq and dk/dv kernels, which read it
 	const int *first = first_keys(&p, pos, B, S);
 	float *dk_h = G == H ? dk : p.dk_h, *dv_h = G == H ? dv : p.dv_h;
+	/* dq and dk back through the rotation: dq in the dq kernel's store
+	 * where D fills the padded width (a pair in one thread), dk in the
+	 * group sum; otherwise a rope_backward pass after */
+	bool dq_rot = rope_cos && D == attention_dpad(D);
+	const float *cq = dq_rot ? rope_cos : NULL, *sq = dq_rot ? rope_sin : NULL;
 	if (attention_dpad(D) == 64)
-		backward_launch<64>(dq, dk_h, dv_h, lse, &p, pos, first, B, S, H, G, D);
+		backward_launch<64>(dq, dk_h, dv_h, lse, &p, cq, sq, pos, first, B, S, H, G, D);
 	else
-		backward_launch<128>(dq, dk_h, dv_h, lse, &p, pos, first, B, S, H, G, D);
+		backward_launch<128>(dq, dk_h, dv_h, lse, &p, cq, sq, pos, first, B, S, H, G, D);
+	if (rope_cos && !dq_rot)
+		rope_backward_cuda(dq, rope_cos, rope_sin, pos, B, S, H, D);
 	if (G != H) {
-		group_sum(dk, dk_h, B, S, H, G, D);
+		if (rope_cos)
+			group_sum_rot(dk, dk_h, rope_cos, rope_sin, pos, B, S, H, G, D);
+		else
+			group_sum(dk, dk_h, B, S, H, G, D);
 		group_sum(dv, dv_h, B, S, H, G, D);
+	} else if (rope_cos) {
+		rope_backward_cuda(dk, rope_cos, rope_sin, pos, B, S, G, D);
 	}
 }

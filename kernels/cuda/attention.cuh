@@ -251,11 +251,35 @@ __device__ __forceinline__ void dq_tile(float s[8][4], const float dp[8][4], con
 		dq_step<false>(s, dp, w, k0, S, scale2, lse0, lse1, delta0, delta1, tq);
 }
 
-// dq of the rows: scale times the accumulators, columns below D.
+// dq of the rows: scale times the accumulators, columns below D.  With
+// the rotary tables (and D = NT * 8, so column c and its pair c + D/2 sit
+// in the same thread, n-tiles n and n + NT/2), the inverse rotation of
+// each pair goes with the store: the bits rope_backward would give the
+// stored dq (numerics.h's pair on the same fp32 values).
 template <int NT>
 __device__ __forceinline__ void dq_store(float *dq, float acc[NT][4], const struct attn_rows *w, int b, int S, int h,
-                                         int H, int D, float scale, int tq)
+                                         int H, int D, float scale, int tq, const float *cos, const float *sin,
+                                         const int32_t *pos)
 {
+	if (cos) {
+		constexpr int HALF = NT * 4;
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			int r = e < 2 ? w->r0 : w->r1;
+			if (r >= S)
+				continue;
+			size_t at = (size_t)poros_rope_position(pos, S, (long)b * S + r) * HALF;
+			float *row = dq + (((size_t)b * S + r) * H + h) * D;
+#pragma unroll
+			for (int n = 0; n < NT / 2; n++) {
+				int c = n * 8 + 2 * tq + (e & 1);
+				float y1 = scale * acc[n][e], y2 = scale * acc[n + NT / 2][e], cs = cos[at + c], sn = -sin[at + c];
+				row[c] = poros_rope_first(y1, y2, cs, sn);
+				row[c + HALF] = poros_rope_second(y1, y2, cs, sn);
+			}
+		}
+		return;
+	}
 #pragma unroll
 	for (int n = 0; n < NT; n++) {
 		int col = n * 8 + 2 * tq;

@@ -311,12 +311,29 @@ static void test_attention_plain_pos(int B, int S, int H, int G, int D)
 	case_end(&c);
 }
 
-/* The rotation inside the packs: given the RoPE tables, both directions
+/* The rotation inside the ops: given the RoPE tables, both directions
  * give the bits of q and k rotated beforehand (rope_forward's pair, which
- * the CPU computes to the same bits) with no tables, so the engine's
- * q and k need no rotated copy; and the forward with tables stays within
- * the usual bound of the CPU's with tables.  docs > 0: document
- * positions, which the rotation reads as well as the mask. */
+ * the CPU computes to the same bits), no tables, and dq, dk turned back by
+ * rope_backward after, so the engine runs no rope pass; and the forward
+ * with tables stays within the usual bound of the CPU's with tables.
+ * D = 64 or 128 turns dq back in the dq kernel's store, other D in a
+ * pass after; G < H turns dk in the group sum, G = H in a pass after.
+ * docs > 0: document positions, which the rotation reads as well as the
+ * mask. */
+struct rope_case {
+	struct plain_pos_case pair; /* side 0 rotates; side 1 reads rotated copies */
+	const float *cos, *sin;
+};
+
+static void attention_rope_gpu(const void *p)
+{
+	const struct rope_case *x = p;
+	const struct attention_case *a = &x->pair.side[1];
+	attention_plain_pos_gpu(&x->pair);
+	gpu->ops->rope_backward(a->dq, x->cos, x->sin, a->pos, a->B, a->S, a->H, a->D);
+	gpu->ops->rope_backward(a->dk, x->cos, x->sin, a->pos, a->B, a->S, a->G, a->D);
+}
+
 static void test_attention_rope(int B, int S, int H, int G, int D, int docs)
 {
 	static const char *const names[2][5] = { { "out0", "lse0", "dq0", "dk0", "dv0" },
@@ -341,16 +358,16 @@ static void test_attention_rope(int B, int S, int H, int G, int D, int docs)
 	attention_forward_cpu(ref, H * D, ref_lse, scratch, q, k, v, cs, sn, pos, B, S, H, G, D);
 	c.cpu_ms = now_ms() - t0;
 
-	struct plain_pos_case x; /* side 0 rotates, side 1 reads the rotated copies */
+	struct rope_case x;
 	memset(&x, 0, sizeof x);
 	float *dscratch = case_scratch(&c, sf * 4);
+	x.cos = dev_from(cs, (size_t)S * half * 4, 0);
+	x.sin = dev_from(sn, (size_t)S * half * 4, 0);
 	for (int i = 0; i < 2; i++) {
-		struct attention_case *a = &x.side[i];
+		struct attention_case *a = &x.pair.side[i];
 		attention_case_inputs(a, i ? qr : q, i ? kr : k, v, pos, B, S, H, G, D);
-		if (i == 0) {
-			a->cos = dev_from(cs, (size_t)S * half * 4, 0);
-			a->sin = dev_from(sn, (size_t)S * half * 4, 0);
-		}
+		if (i == 0)
+			a->cos = x.cos, a->sin = x.sin;
 		a->ld_out = H * D;
 		a->scratch = dscratch;
 		a->dout = dev_from(dout, T * H * D * 4, 0);
@@ -361,7 +378,7 @@ static void test_attention_rope(int B, int S, int H, int G, int D, int docs)
 		a->dk = case_out(&c, names[i][3], bytes[3], NULL, 0);
 		a->dv = case_out(&c, names[i][4], bytes[4], NULL, 0);
 	}
-	case_run(&c, attention_plain_pos_gpu, &x);
+	case_run(&c, attention_rope_gpu, &x);
 	for (int o = 0; o < 5; o++)
 		check_exact(&c, names[1][o], got(&c, names[0][o]), bytes[o], o == 0 ? 2 : 4);
 	/* the forward's bound against the CPU: test_attention_forward's */
@@ -384,6 +401,8 @@ static void attention_backward_cuda_check(int realistic)
 		test_attention_plain_pos(2, 150, 4, 2, 64);
 		test_attention_rope(2, 70, 4, 2, 6, 0);   /* D/2 odd: pairs across a pack's element pair */
 		test_attention_rope(2, 150, 4, 2, 16, 3); /* documents: the rotation's positions too */
+		test_attention_rope(2, 150, 4, 2, 64, 3); /* dq turned in the kernel's store */
+		test_attention_rope(1, 70, 2, 2, 64, 0);  /* G = H: dk turned in a pass */
 	} else {
 		test_attention_backward(1, 512, 32, 8, 128, 4096, 0);
 		test_attention_backward(1, 512, 32, 8, 128, 4096 + 160, 0); /* out with the o projection's extension */

@@ -356,10 +356,11 @@ static void test_pitched_attention(void)
 	free(scratch);
 }
 
-/* The rotation the ops apply given the RoPE tables is rope_forward's:
- * forward and backward give the bits of q and k rotated beforehand with
- * no tables, at document positions (the rotation's angles and the mask
- * read the same pos), D = 6 and 16. */
+/* The rotation the ops apply given the RoPE tables is rope_forward's, and
+ * the backward's turn of dq and dk is rope_backward's: with the tables,
+ * forward and backward give the bits of q and k rotated beforehand, no
+ * tables, and dq, dk rotated back after, at document positions (the
+ * rotation's angles and the mask read the same pos), D = 6 and 16. */
 static void test_attention_rope(void)
 {
 	enum { B = 2, S = 150, H = 4, G = 2 };
@@ -391,13 +392,17 @@ static void test_attention_rope(void)
 			attention_forward_cpu(out[i], H * D, lse[i], scratch, qi, ki, v, ci, si, pos, B, S, H, G, D);
 			attention_backward_cpu(dq[i], dk[i], dv[i], scratch, dout, out[i], H * D, qi, ki, v, ci, si, lse[i],
 					       pos, B, S, H, G, D);
+			if (i == 1) {
+				rope_backward_cpu(dq[i], cs, sn, pos, B, S, H, D);
+				rope_backward_cpu(dk[i], cs, sn, pos, B, S, G, D);
+			}
 		}
 		int same = memcmp(out[0], out[1], NQ * sizeof(bf16)) == 0 &&
 			   memcmp(lse[0], lse[1], B * H * S * sizeof(float)) == 0 &&
 			   memcmp(dq[0], dq[1], NQ * sizeof(float)) == 0 && memcmp(dk[0], dk[1], NK * sizeof(float)) == 0 &&
 			   memcmp(dv[0], dv[1], NK * sizeof(float)) == 0;
-		printf("%s attention with the RoPE tables (D=%d, documents) = rope_forward first: out, lse, dq, dk, dv "
-		       "bit for bit\n", same ? "ok  " : "FAIL", D);
+		printf("%s attention with the RoPE tables (D=%d, documents) = rope_forward first, rope_backward after: "
+		       "out, lse, dq, dk, dv bit for bit\n", same ? "ok  " : "FAIL", D);
 		failures += !same;
 		for (int i = 0; i < 2; i++)
 			free(lse[i]), free(dq[i]), free(dk[i]), free(dv[i]), free(out[i]);

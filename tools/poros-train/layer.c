@@ -6,7 +6,8 @@
  *     xn  = rmsnorm(x)                                   (T,C)
  *     q, k, v = proj(xn)  [+ per-head rmsnorm (Qwen3)]   (T,H*D) (T,G*D) (T,G*D)
  *     att = causal_gqa_attention(rope(q), rope(k), v)    (T,H*D)
- *       (the attention ops apply rope as they pack q and k)
+ *       (the attention ops apply rope as they pack q and k, and its
+ *       backward in theirs)
  *     x2  = x + o_proj(att)                              (T,C)
  *     xn2 = rmsnorm(x2)
  *     h   = silu(gate_proj(xn2)) * up_proj(xn2)          (T,F)
@@ -235,10 +236,9 @@ void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const
 
 	/* attention: x2 = x + o(attn(rope(q), rope(k), v)), q/k/v of xn = norm(x) */
 	proj_backward(c, w, a, layer, PROJ_O, a->att, dx, NULL, g->datt, 0, 0, T, p);
+	/* dq, dk at the unrotated q, k: the op turns them back through rope */
 	op->attention_backward(g->dq, g->dk, g->dv, c->attn_scratch, g->datt, a->att, c->HD + c->E, a->q, a->k, a->v,
 	                       c->rope_cos, c->rope_sin, a->lse, pos, c->B, c->S, c->H, c->G, c->D);
-	op->rope_backward(g->dq, c->rope_cos, c->rope_sin, pos, c->B, c->S, c->H, c->D);
-	op->rope_backward(g->dk, c->rope_cos, c->rope_sin, pos, c->B, c->S, c->G, c->D);
 	if (qk) { /* through the per-head norms (rmsnorm_backward accumulates) */
 		c->be->memset_zero(g->dq_pre, (size_t)T * c->HD * sizeof(float), STREAM_COMPUTE);
 		c->be->memset_zero(g->dk_pre, (size_t)T * c->GD * sizeof(float), STREAM_COMPUTE);
