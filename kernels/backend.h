@@ -31,6 +31,10 @@ struct backend {
 
 	/* Asynchronous on the given stream (CPU: immediate). */
 	void (*copy_h2d)(void *dst, const void *src, size_t bytes, int stream);
+	/* height rows of width bytes, rows dpitch apart at dst and spitch at
+	 * src (what lies between the rows at dst is left as it was) */
+	void (*copy_h2d_2d)(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+	                    int stream);
 	void (*copy_d2d)(void *dst, const void *src, size_t bytes, int stream);
 	void (*memset_zero)(void *dst, size_t bytes, int stream);
 	/* Synchronous: waits for the compute stream, then copies. */

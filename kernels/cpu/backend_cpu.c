@@ -46,6 +46,14 @@ static void cpu_copy(void *dst, const void *src, size_t bytes, int stream)
 		memcpy(dst, src, bytes);
 }
 
+static void cpu_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+			int stream)
+{
+	(void)stream;
+	for (size_t r = 0; r < height && width; r++)
+		memcpy((unsigned char *)dst + r * dpitch, (const unsigned char *)src + r * spitch, width);
+}
+
 static void cpu_memset_zero(void *dst, size_t bytes, int stream)
 {
 	(void)stream;
@@ -114,6 +122,7 @@ static const struct backend cpu_backend = {
 	.host_alloc = cpu_alloc,
 	.host_free = cpu_free,
 	.copy_h2d = cpu_copy,
+	.copy_h2d_2d = cpu_copy_2d,
 	.copy_d2d = cpu_copy,
 	.memset_zero = cpu_memset_zero,
 	.copy_d2h = cpu_copy_d2h,

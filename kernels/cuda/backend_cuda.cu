@@ -356,6 +356,14 @@ static void cuda_copy_h2d(void *dst, const void *src, size_t bytes, int stream)
 		cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(stream)));
 }
 
+static void cuda_copy_h2d_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                             int stream)
+{
+	if (width && height)
+		cudaCheck(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyHostToDevice,
+		                            stream_of(stream)));
+}
+
 static void cuda_copy_d2d(void *dst, const void *src, size_t bytes, int stream)
 {
 	if (bytes)
@@ -455,6 +463,7 @@ extern "C" const struct backend *backend_cuda(char *err, size_t errsz)
 	b->memset_zero = cuda_memset_zero;
 	b->copy_d2h = cuda_copy_d2h;
 	b->copy_d2h_async = cuda_copy_d2h_async;
+	b->copy_h2d_2d = cuda_copy_h2d_2d;
 	b->event_create = cuda_event_create;
 	b->event_destroy = cuda_event_destroy;
 	b->event_record = cuda_event_record;
