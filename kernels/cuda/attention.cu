@@ -67,28 +67,57 @@
 // ---------------------------------------------------------------------------
 // Small kernels.
 
-// dst (B,nh,S,DP) bf16 = bf16(src (B*S,nh,D)), zeros for d >= D; two
-// elements per item.  With the rotary tables (S, D/2), src's rows are
-// rotated first (numerics.h's pair in fp32, the bits rope_forward gives),
-// token t at its position's angles.
+// dst (B,nh,S,DP) bf16 = bf16(src (B*S,nh,D)), zeros for d >= D; eight
+// elements per item, one 16-byte store.  With the rotary tables (S, D/2),
+// src's rows are rotated first (numerics.h's pair in fp32, the bits
+// rope_forward gives), token t at its position's angles.  vec: D = DP and
+// every base 16-byte aligned, so the item's eight elements, their pairs
+// (all in the other half: D/2 is a multiple of 8) and their angles load
+// as float4s; otherwise element by element, the same values.
+template <int DP>
 __global__ void attention_pack_kernel(bf16 *dst, const float *src, const float *cos, const float *sin,
-                                      const int32_t *pos, int S, int nh, int D, int DP, long items)
+                                      const int32_t *pos, int S, int nh, int D, long items, bool vec)
 {
+	constexpr int PER_ROW = DP / 8, HALF = DP / 2;
 	for (long it = (long)blockIdx.x * blockDim.x + threadIdx.x; it < items; it += (long)gridDim.x * blockDim.x) {
-		long e = it * 2, row = e / DP;
-		int d = (int)(e % DP), s = (int)(row % S), h = (int)(row / S % nh);
-		long b = row / S / nh, t = b * S + s;
-		const float *x = src + (t * nh + h) * D;
-		float lo = 0.0f, hi = 0.0f;
-		if (cos) {
-			int at = poros_rope_position(pos, S, t);
-			lo = d < D ? poros_rope_element(x, cos, sin, at, d, D) : 0.0f;
-			hi = d + 1 < D ? poros_rope_element(x, cos, sin, at, d + 1, D) : 0.0f;
+		long row = it / PER_ROW; // (b, h, s)
+		int d0 = (int)(it % PER_ROW) * 8, s = (int)(row % S);
+		long bh = row / S, t = bh / nh * S + s;
+		const float *x = src + (t * nh + bh % nh) * D;
+		float v[8];
+		if (vec) {
+			float4 a0 = *(const float4 *)(x + d0), a1 = *(const float4 *)(x + d0 + 4);
+			float a[8] = { a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w };
+			if (cos) {
+				bool first = d0 < HALF;
+				int i0 = first ? d0 : d0 - HALF;
+				const float *px = x + (first ? d0 + HALF : d0 - HALF);
+				size_t at = (size_t)poros_rope_position(pos, S, t) * HALF + i0;
+				float4 p0 = *(const float4 *)px, p1 = *(const float4 *)(px + 4);
+				float4 c0 = *(const float4 *)(cos + at), c1 = *(const float4 *)(cos + at + 4);
+				float4 s0 = *(const float4 *)(sin + at), s1 = *(const float4 *)(sin + at + 4);
+				float pr[8] = { p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w };
+				float cs[8] = { c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w };
+				float sn[8] = { s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w };
+#pragma unroll
+				for (int k = 0; k < 8; k++)
+					v[k] = first ? poros_rope_first(a[k], pr[k], cs[k], sn[k])
+					             : poros_rope_second(pr[k], a[k], cs[k], sn[k]);
+			} else {
+#pragma unroll
+				for (int k = 0; k < 8; k++)
+					v[k] = a[k];
+			}
 		} else {
-			lo = d < D ? x[d] : 0.0f;
-			hi = d + 1 < D ? x[d + 1] : 0.0f;
+			int at = cos ? poros_rope_position(pos, S, t) : 0;
+#pragma unroll
+			for (int k = 0; k < 8; k++) {
+				int d = d0 + k;
+				v[k] = d >= D ? 0.0f : cos ? poros_rope_element(x, cos, sin, at, d, D) : x[d];
+			}
 		}
-		*(uint32_t *)(dst + e) = pack_bf16x2(lo, hi);
+		*(uint4 *)(dst + row * DP + d0) = make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]),
+		                                              pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7]));
 	}
 }
 
@@ -606,9 +635,14 @@ static void pack(bf16 *dst, const float *src, const float *cos, const float *sin
                  int nh, int D)
 {
 	int dp = attention_dpad(D);
-	long items = (long)B * nh * S * dp / 2;
-	attention_pack_kernel<<<grid_for(items, PACK_THREADS), PACK_THREADS, 0, poros_cuda_compute_stream()>>>(
-		dst, src, cos, sin, pos, S, nh, D, dp, items);
+	long items = (long)B * nh * S * (dp / 8);
+	bool vec = D == dp && aligned16(src) && (!cos || (aligned16(cos) && aligned16(sin)));
+	unsigned grid = grid_for(items, PACK_THREADS);
+	cudaStream_t stream = poros_cuda_compute_stream();
+	if (dp == 64)
+		attention_pack_kernel<64><<<grid, PACK_THREADS, 0, stream>>>(dst, src, cos, sin, pos, S, nh, D, items, vec);
+	else
+		attention_pack_kernel<128><<<grid, PACK_THREADS, 0, stream>>>(dst, src, cos, sin, pos, S, nh, D, items, vec);
 	launchCheck();
 }
 
