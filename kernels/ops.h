@@ -169,6 +169,11 @@ X(void, rmsnorm_backward, (float *din, const float *dout, const float *in, const
  * ld_in (>= K) elements apart, rows of weight ld_w (>= K); out is (T,N) \
  * contiguous.  A LoRA extension (below) is just a larger K. */ \
 X(void, matmul_forward, (float *out, const bf16 *in, int ld_in, const bf16 *weight, int ld_w, const bf16 *bias, int T, int K, int N, int accumulate)) \
+/* out (T,N) bf16 = bf16(in (T,K) @ weight^T): matmul_forward's fp32 sum \
+ * (no bias, written) rounded once to nearest even; rows of in ld_in (>= K) \
+ * apart, of weight ld_w (>= K); out (T,N) contiguous.  The gate and up \
+ * projections, whose only reader (swiglu) takes bf16. */ \
+X(void, matmul_forward_bf16, (bf16 *out, const bf16 *in, int ld_in, const bf16 *weight, int ld_w, int T, int K, int N)) \
 /* din (T,K) = dout (T,N) @ weight (N,K); accumulate != 0 adds instead. \
  * Rows of dout are ld_dout (>= N) apart, rows of weight ld_w (>= K); din \
  * is (T,K) contiguous. */ \

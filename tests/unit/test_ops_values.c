@@ -77,6 +77,7 @@ static void run_every_op(struct arena *a, const struct det_inputs *in, float *sc
 			     DT, DC);
 	matmul_forward_cpu(take(a, "matmul_forward", sizeof(float) * DT * DN), in->xb, DC, in->W, DC, in->bias, DT, DC,
 			   DN, 0);
+	matmul_forward_bf16_cpu(take(a, "matmul_forward_bf16", sizeof(bf16) * DT * DN), in->xb, DC, in->W, DC, DT, DC, DN);
 	matmul_backward_input_cpu(take(a, "matmul_backward_input", sizeof(float) * DT * DC), in->dyb, DN, in->W, DC, DT,
 				  DC, DN, 0);
 	float *lora_out = take(a, "lora_forward out", sizeof(float) * DT * DN);

@@ -39,6 +39,7 @@ static const char *const prof_names[PROF_N] = {
 #define CAT_rmsnorm_forward PROF_NORM
 #define CAT_rmsnorm_backward PROF_NORM
 #define CAT_matmul_forward PROF_GEMM_FWD
+#define CAT_matmul_forward_bf16 PROF_GEMM_FWD
 #define CAT_matmul_backward_input PROF_GEMM_BWD
 #define CAT_lora_forward PROF_LORA_FWD
 #define CAT_lora_backward PROF_LORA_BWD
@@ -130,6 +131,8 @@ WRAP(rmsnorm_backward, (float *din, const float *dout, const float *in, const bf
 WRAP(matmul_forward, (float *out, const bf16 *in, int ld_in, const bf16 *weight, int ld_w, const bf16 *bias, int T,
                       int K, int N, int accumulate),
      out, in, ld_in, weight, ld_w, bias, T, K, N, accumulate)
+WRAP(matmul_forward_bf16, (bf16 *out, const bf16 *in, int ld_in, const bf16 *weight, int ld_w, int T, int K, int N),
+     out, in, ld_in, weight, ld_w, T, K, N)
 WRAP(matmul_backward_input, (float *din, const bf16 *dout, int ld_dout, const bf16 *weight, int ld_w, int T, int K,
                              int N, int accumulate),
      din, dout, ld_dout, weight, ld_w, T, K, N, accumulate)
