@@ -194,6 +194,12 @@ static inline bool aligned16(const void *p)
 	return ((uintptr_t)p & 15u) == 0;
 }
 
+// Where four bf16 can go as one 8-byte load or store.
+static inline bool aligned8(const void *p)
+{
+	return ((uintptr_t)p & 7u) == 0;
+}
+
 // The grid of a flat elementwise kernel over n elements: one item per
 // group of four when vec4 (flat_elementwise's loops), else per element.
 static inline unsigned int flat_grid(long n, bool vec4, int threads)

@@ -152,9 +152,9 @@ WRAP(attention_backward, (float *dq, float *dk, float *dv, float *scratch, const
                           int ld_out, const float *q, const float *k, const float *v, const float *lse,
                           const int32_t *pos, int B, int S, int H, int G, int D),
      dq, dk, dv, scratch, dout, out, ld_out, q, k, v, lse, pos, B, S, H, G, D)
-WRAP(swiglu_forward, (bf16 *out, int ld_out, const float *gate, const float *up, int T, int F), out, ld_out, gate, up,
-     T, F)
-WRAP(swiglu_backward, (bf16 *dgate, bf16 *dup, int ld_d, const float *dout, const float *gate, const float *up, int T,
+WRAP(swiglu_forward, (bf16 *out, int ld_out, const bf16 *gate, const bf16 *up, int T, int F), out, ld_out, gate, up, T,
+     F)
+WRAP(swiglu_backward, (bf16 *dgate, bf16 *dup, int ld_d, const float *dout, const bf16 *gate, const bf16 *up, int T,
                        int F),
      dgate, dup, ld_d, dout, gate, up, T, F)
 WRAP(crossentropy_forward_backward, (bf16 *dlogits, float *losses, const float *logits, const int32_t *targets,
