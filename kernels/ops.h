@@ -14,8 +14,11 @@
  *
  * Precision contract (the CPU backend rounds exactly where CUDA stores bf16,
  * so the two agree within bf16 tolerance and each is deterministic):
- *   - residual stream, q/k/v, gate/up, all gradients: fp32, but for the
- *     gradients of gate and up, stored in bf16 (what their readers take)
+ *   - residual stream, q/k/v, all gradients: fp32, but for the gradients
+ *     of gate and up, stored in bf16 (what their readers take)
+ *   - gate/up (the MLP's projections, swiglu's inputs): bf16, the GEMM's
+ *     fp32 sum rounded once to nearest even, as a bf16 Linear gives them
+ *     (the down projection's input gradient dh stays fp32)
  *   - inputs of base-weight GEMMs (norm out, attention out, swiglu out,
  *     upstream gradients of a linear): bf16, round-to-nearest-even
  *   - base weights: bf16 (nf4 is dequantized to bf16 before use)
@@ -170,6 +173,11 @@ X(void, rmsnorm_backward, (float *din, const float *dout, const float *in, const
  * ld_in (>= K) elements apart, rows of weight ld_w (>= K); out is (T,N) \
  * contiguous.  A LoRA extension (below) is just a larger K. */ \
 X(void, matmul_forward, (float *out, const bf16 *in, int ld_in, const bf16 *weight, int ld_w, const bf16 *bias, int T, int K, int N, int accumulate)) \
+/* out (T,N) bf16 = bf16(in (T,K) @ weight^T): matmul_forward's fp32 sum \
+ * (no bias, written) rounded once to nearest even; rows of in ld_in (>= K) \
+ * apart, of weight ld_w (>= K); out (T,N) contiguous.  The gate and up \
+ * projections, whose only reader (swiglu) takes bf16. */ \
+X(void, matmul_forward_bf16, (bf16 *out, const bf16 *in, int ld_in, const bf16 *weight, int ld_w, int T, int K, int N)) \
 /* din (T,K) = dout (T,N) @ weight (N,K); accumulate != 0 adds instead. \
  * Rows of dout are ld_dout (>= N) apart, rows of weight ld_w (>= K); din \
  * is (T,K) contiguous. */ \
@@ -255,14 +263,14 @@ X(void, attention_forward, (bf16 *out, int ld_out, float *lse, float *scratch, c
  * as given: those at the rotated ones, turned back as rope_backward \
  * does (the same fp32 values, then numerics.h's pair). */ \
 X(void, attention_backward, (float *dq, float *dk, float *dv, float *scratch, const float *dout, const bf16 *out, int ld_out, const float *q, const float *k, const float *v, const float *rope_cos, const float *rope_sin, const float *lse, const int32_t *pos, int B, int S, int H, int G, int D)) \
-/* out (T,F) = silu(gate) * up, bf16, rows ld_out (>= F) apart; gate, up \
- * (T,F) contiguous */ \
-X(void, swiglu_forward, (bf16 *out, int ld_out, const float *gate, const float *up, int T, int F)) \
-/* dgate, dup (T,F) written from dout (T,F), computed in fp32 and rounded \
- * to bf16, rows ld_d (>= F) apart in both: their only readers, the gate \
- * and up projections' backward, read the upstream gradient in bf16.  dout, \
- * gate, up (T,F) contiguous. */ \
-X(void, swiglu_backward, (bf16 *dgate, bf16 *dup, int ld_d, const float *dout, const float *gate, const float *up, int T, int F)) \
+/* out (T,F) = silu(gate) * up, computed in fp32 and rounded to bf16, rows \
+ * ld_out (>= F) apart; gate, up (T,F) bf16 contiguous */ \
+X(void, swiglu_forward, (bf16 *out, int ld_out, const bf16 *gate, const bf16 *up, int T, int F)) \
+/* dgate, dup (T,F) written from dout (T,F) fp32 and gate, up (T,F) bf16, \
+ * computed in fp32 and rounded to bf16, rows ld_d (>= F) apart in both: \
+ * their only readers, the gate and up projections' backward, read the \
+ * upstream gradient in bf16.  dout, gate, up contiguous. */ \
+X(void, swiglu_backward, (bf16 *dgate, bf16 *dup, int ld_d, const float *dout, const bf16 *gate, const bf16 *up, int T, int F)) \
 /* Fused softmax cross-entropy over logits (T,V): losses[t] = -log p[t][target]; \
  * dlogits (T,V) = (softmax - onehot) * dloss.  targets[t] < 0: ignored row, \
  * loss 0 and zero gradient. */ \

@@ -131,10 +131,10 @@ parity() {
 	ckpt=$(jq .vram_breakdown_mb.activations ckpt.json)
 	layers=$(jq .num_hidden_layers "$BATS_TEST_DIRNAME/../configs/models/tiny_qwen2.json")
 	# kept: one set per layer with its gate, up and h (T = 64 rows of F
-	# fp32, F fp32, F + 64 bf16: NF4 at rank 4 gives 64 extension columns);
+	# bf16, F bf16, F + 64 bf16: NF4 at rank 4 gives 64 extension columns);
 	# recomputed: one set, whose MLP is chunk by chunk in the workspace
 	# (MiB rounded to 3 places)
-	mlp=$(jq '64 * (8 * .intermediate_size + 2 * (.intermediate_size + 64)) / 1048576' \
+	mlp=$(jq '64 * (4 * .intermediate_size + 2 * (.intermediate_size + 64)) / 1048576' \
 		"$BATS_TEST_DIRNAME/../configs/models/tiny_qwen2.json")
 	jq -n -e --argjson k "$keep" --argjson c "$ckpt" --argjson l "$layers" --argjson m "$mlp" '$l >= 2 and $c > 0
 		and ($k - $l * ($c + $m) | fabs) <= 0.001 * $l'

@@ -194,6 +194,12 @@ static inline bool aligned16(const void *p)
 	return ((uintptr_t)p & 15u) == 0;
 }
 
+// Where four bf16 can go as one 8-byte load or store.
+static inline bool aligned8(const void *p)
+{
+	return ((uintptr_t)p & 7u) == 0;
+}
+
 // The grid of a flat elementwise kernel over n elements: one item per
 // group of four when vec4 (flat_elementwise's loops), else per element.
 static inline unsigned int flat_grid(long n, bool vec4, int threads)
@@ -297,15 +303,16 @@ struct cublas_type<float> {
 };
 
 // C (m,n) = alpha * op(A) @ op(B) + beta * C; A and B both bf16 (tensor
-// cores) or both fp32, C fp32.
-template <typename T>
+// cores) or both fp32; C fp32, or bf16 with bf16 A and B (the fp32
+// accumulator rounded to nearest even as the epilogue stores it).
+template <typename T, typename TC>
 static inline void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const T *A,
-                        int lda, const T *B, int ldb, float beta, float *C, int ldc)
+                        int lda, const T *B, int ldb, float beta, TC *C, int ldc)
 {
 	cudaDataType_t ab = cublas_type<T>::value;
 
 	cublasCheck(cublasGemmEx(poros_cuda_cublas(), ta, tb, m, n, k, &alpha, A, ab, lda,
-	                         B, ab, ldb, &beta, C, CUDA_R_32F, ldc,
+	                         B, ab, ldb, &beta, C, cublas_type<TC>::value, ldc,
 	                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 

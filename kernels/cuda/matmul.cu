@@ -1,9 +1,11 @@
-// defines: matmul_forward_cuda, matmul_backward_input_cuda, add_bias_kernel
+// defines: matmul_forward_cuda, matmul_forward_bf16_cuda, matmul_backward_input_cuda,
+//          add_bias_kernel
 //
-// The base-weight linear layers: bf16 inputs and weights, fp32 outputs,
-// fp32 accumulation on the tensor cores through cublasGemmEx.  cuBLAS picks
-// its algorithm from the shape alone (fixed handle, stream and workspace),
-// so a shape always gets the same bits.
+// The base-weight linear layers: bf16 inputs and weights, fp32 outputs
+// (bf16 for the gate and up projections), fp32 accumulation on the tensor
+// cores through cublasGemmEx.  cuBLAS picks its algorithm from the shape
+// alone (fixed handle, stream and workspace), so a shape always gets the
+// same bits.
 #include "common.cuh"
 
 #define BIAS_THREADS 256
@@ -40,6 +42,19 @@ extern "C" void matmul_forward_cuda(float *out, const bf16 *in, int ld_in, const
 			out, bias, total, N);
 		launchCheck();
 	}
+}
+
+// out (T,N) bf16 = bf16(in (T,K) @ weight^T), no bias: matmul_forward_cuda's
+// GEMM with a bf16 C, so the fp32 sum is rounded once in the epilogue and
+// the (T,N) output is written in half the bytes.
+extern "C" void matmul_forward_bf16_cuda(bf16 *out, const bf16 *in, int ld_in, const bf16 *weight, int ld_w, int T,
+                                         int K, int N)
+{
+	if (T <= 0 || N <= 0)
+		return;
+	check_pitch("matmul_forward_bf16_cuda", "ld_in", ld_in, K);
+	check_pitch("matmul_forward_bf16_cuda", "ld_w", ld_w, K);
+	gemm(CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, 1.0f, weight, ld_w, in, ld_in, 0.0f, out, N);
 }
 
 // din (T,K) = dout (T,N) @ weight (N,K), or += when accumulate; rows of

@@ -360,13 +360,13 @@ static void check_pads(struct gpu_case *c, const char *name, const void *ref, si
 }
 
 /* The inputs' values are finite, their pads NaN: a NaN in the reference
- * means the CPU read a pad, and check() would take the GPU's NaN from the
- * same mistake for agreement. */
-static void check_ref_finite(struct gpu_case *c, const char *name, const float *ref, size_t n)
+ * (n values, fp32 or bf16) means the CPU read a pad, and check() would
+ * take the GPU's NaN from the same mistake for agreement. */
+static void check_ref_finite(struct gpu_case *c, const char *name, const void *ref, size_t n, int is_bf16)
 {
 	size_t nan = 0;
 	for (size_t i = 0; i < n; i++)
-		nan += isnan(ref[i]) != 0;
+		nan += isnan(value_at(ref, i, is_bf16)) != 0;
 	if (!nan) {
 		printf("    %-9s no NaN in the cpu reference  ok\n", name);
 		return;

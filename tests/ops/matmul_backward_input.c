@@ -138,7 +138,7 @@ static void test_matmul_backward_input(int T, int K, int N, int ld_dout, int ld_
 	                         NULL, ld_dout, ld_w, T, K, N, accumulate };
 	a.out = case_out(&c, "din", (size_t)T * K * 4, accumulate ? din0 : NULL, 0);
 	case_run(&c, matmul_bwd_gpu, &a);
-	matmul_case_end(&c, "din", ref, (size_t)T * K, T, K, N);
+	matmul_case_end(&c, "din", ref, (size_t)T * K, 0, T, K, N);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

@@ -5,6 +5,19 @@
  * section defines. */
 
 #ifdef OPS_TEST_VALUES
+/* want (T,N) = x (T,K) @ W^T (W (N,K)) in double, both contiguous (the
+ * reference of matmul_forward_bf16.c too). */
+static void matmul_ref(double *want, const bf16 *x, const bf16 *W, int T, int K, int N)
+{
+	for (int t = 0; t < T; t++)
+		for (int n = 0; n < N; n++) {
+			double s = 0.0;
+			for (int k = 0; k < K; k++)
+				s += (double)f32_from_bf16(x[t * K + k]) * f32_from_bf16(W[n * K + k]);
+			want[t * N + n] = s;
+		}
+}
+
 static void test_matmul_forward(void)
 {
 	enum { T = 3, K = 130, N = 5 };
@@ -16,12 +29,10 @@ static void test_matmul_forward(void)
 	fill_bf16(W, N * K, -1.0, 1.0);
 	fill_bf16(bias, N, -1.0, 1.0);
 	fill_f32(prev, T * N, -4.0, 4.0);
+	matmul_ref(want_nobias, x, W, T, K, N);
 	for (int t = 0; t < T; t++)
 		for (int n = 0; n < N; n++) {
-			double s = 0.0;
-			for (int k = 0; k < K; k++)
-				s += (double)f32_from_bf16(x[t * K + k]) * f32_from_bf16(W[n * K + k]);
-			want_nobias[t * N + n] = s;
+			double s = want_nobias[t * N + n];
 			want[t * N + n] = s + f32_from_bf16(bias[n]);
 			want_acc[t * N + n] = prev[t * N + n] + s;
 			want_acc_bias[t * N + n] = prev[t * N + n] + s + f32_from_bf16(bias[n]);
@@ -76,23 +87,42 @@ static void matmul_forward_values_check(void)
 #define matmul_forward_grad_check NULL
 
 #ifdef OPS_TEST_CUDA
-/* The device side of a matmul_forward or matmul_backward_input case
- * (matmul_backward_input.c runs its cases through it too). */
+/* The device side of a matmul_forward, matmul_forward_bf16 or
+ * matmul_backward_input case (matmul_forward_bf16.c and
+ * matmul_backward_input.c run their cases through it too). */
 struct matmul_args {
-	float *out; /* out (forward) or din (backward) */
+	void *out; /* out (forward: fp32, or bf16) or din (backward, fp32) */
 	const bf16 *in, *weight, *bias; /* in: in (forward) or dout (backward) */
 	int ld_in, ld_w; /* ld_in: rows of in (forward) or dout (backward) */
 	int T, K, N, accumulate;
 };
 
-/* The end of a GEMM case: its one output against the CPU's (no NaN there:
- * the CPU read no pad) at GEMM_A_REL, and the GPU's throughput. */
-static void matmul_case_end(struct gpu_case *c, const char *name, const float *ref, size_t n, int T, int K, int N)
+/* The end of a GEMM case: its one output (fp32, or bf16) against the
+ * CPU's (no NaN there: the CPU read no pad) at GEMM_A_REL, and the GPU's
+ * throughput.  A bf16 output is each side's fp32 sum rounded once, half
+ * an ulp either way: where the two sums straddle a rounding boundary the
+ * results are one bf16 ulp apart, BF16_ULP_REL on top of GEMM_RTOL. */
+static void matmul_case_end(struct gpu_case *c, const char *name, const void *ref, size_t n, int is_bf16, int T,
+                            int K, int N)
 {
-	check_ref_finite(c, name, ref, n);
-	check(c, name, ref, n, 0, GEMM_A_REL, GEMM_RTOL);
+	check_ref_finite(c, name, ref, n, is_bf16);
+	check(c, name, ref, n, is_bf16, GEMM_A_REL, GEMM_RTOL + (is_bf16 ? BF16_ULP_REL : 0.0));
 	printf("    %.1f TFLOP/s\n", 2.0 * T * K * N / (c->gpu_ms * 1e-3) / 1e12);
 	case_end(c);
+}
+
+/* A forward case's operands: in (T,K) and weight (N,K) uniform in [-1,1]
+ * in buffers of rows ld_in and ld_w apart whose pad columns hold NaN (one
+ * read of them makes NaN of a whole output row or column), on the host
+ * (*in, *w) and on the device (a's in and weight, the rest of a set but
+ * out, bias and accumulate). */
+static void matmul_fwd_operands(struct matmul_args *a, bf16 **in, bf16 **w, int T, int K, int N, int ld_in, int ld_w)
+{
+	bf16 *in0 = rand_bf16((size_t)T * K, -1, 1), *w0 = rand_bf16((size_t)N * K, -1, 1);
+	*in = pitched_copy(in0, (size_t)T, (size_t)K, (size_t)ld_in, 2);
+	*w = pitched_copy(w0, (size_t)N, (size_t)K, (size_t)ld_w, 2);
+	*a = (struct matmul_args){ NULL, dev_from(*in, (size_t)T * ld_in * 2, 0), dev_from(*w, (size_t)N * ld_w * 2, 0),
+	                           NULL, ld_in, ld_w, T, K, N, 0 };
 }
 
 static void matmul_fwd_gpu(const void *p)
@@ -102,17 +132,17 @@ static void matmul_fwd_gpu(const void *p)
 	                         a->accumulate);
 }
 
-/* ld_in, ld_w > K: in and weight sit in wider buffers whose pad columns
- * hold NaN; one read of them makes NaN of a whole output row or column. */
+/* ld_in, ld_w > K: in and weight pitched with NaN pads
+ * (matmul_fwd_operands). */
 static void test_matmul_forward(int T, int K, int N, int ld_in, int ld_w, int with_bias, int accumulate)
 {
 	struct gpu_case c;
 	if (!case_begin(&c, "matmul_forward T=%d K=%d N=%d ld_in=%d ld_w=%d%s%s", T, K, N, ld_in, ld_w,
 	                with_bias ? " bias" : "", accumulate ? " accumulate" : ""))
 		return;
-	bf16 *in0 = rand_bf16((size_t)T * K, -1, 1), *w0 = rand_bf16((size_t)N * K, -1, 1);
-	bf16 *in = pitched_copy(in0, (size_t)T, (size_t)K, (size_t)ld_in, 2);
-	bf16 *w = pitched_copy(w0, (size_t)N, (size_t)K, (size_t)ld_w, 2);
+	struct matmul_args a;
+	bf16 *in, *w;
+	matmul_fwd_operands(&a, &in, &w, T, K, N, ld_in, ld_w);
 	bf16 *bias = with_bias ? rand_bf16((size_t)N, -1, 1) : NULL;
 	float *out0 = rand_f32((size_t)T * N, -1, 1);
 	float *ref = dup_bytes(out0, (size_t)T * N * 4);
@@ -120,11 +150,11 @@ static void test_matmul_forward(int T, int K, int N, int ld_in, int ld_w, int wi
 	matmul_forward_cpu(ref, in, ld_in, w, ld_w, bias, T, K, N, accumulate);
 	c.cpu_ms = now_ms() - t0;
 
-	struct matmul_args a = { NULL, dev_from(in, (size_t)T * ld_in * 2, 0), dev_from(w, (size_t)N * ld_w * 2, 0),
-	                         bias ? dev_from(bias, (size_t)N * 2, 0) : NULL, ld_in, ld_w, T, K, N, accumulate };
+	a.bias = bias ? dev_from(bias, (size_t)N * 2, 0) : NULL;
+	a.accumulate = accumulate;
 	a.out = case_out(&c, "out", (size_t)T * N * 4, accumulate ? out0 : NULL, 0);
 	case_run(&c, matmul_fwd_gpu, &a);
-	matmul_case_end(&c, "out", ref, (size_t)T * N, T, K, N);
+	matmul_case_end(&c, "out", ref, (size_t)T * N, 0, T, K, N);
 }
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;

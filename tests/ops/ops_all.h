@@ -20,7 +20,8 @@
  * one's case function, device-side case struct or shape tables
  * (rope_backward and swiglu_backward call their forward's, which takes the
  * direction as an argument; the backward of lora, attention and matmul
- * runs through its forward's case struct; lora_backward reads
+ * runs through its forward's case struct, matmul_forward_bf16 through
+ * matmul_forward's struct, operands and case end; lora_backward reads
  * lora_forward's small-T shapes), and rope_forward.c's rope_tables, outside
  * any section, serves every driver. */
 #ifndef POROS_OPS_ALL_H
@@ -30,6 +31,7 @@
 #include "rmsnorm_forward.c"
 #include "rmsnorm_backward.c"
 #include "matmul_forward.c"
+#include "matmul_forward_bf16.c"
 #include "matmul_backward_input.c"
 #include "lora_forward.c"
 #include "lora_backward.c"

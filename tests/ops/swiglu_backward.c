@@ -1,5 +1,5 @@
 /* tests/ops/swiglu_backward.c: swiglu_backward's checks: dgate, dup of
- * silu(gate) * up, rounded to bf16 at any row pitch.
+ * silu(gate) * up at bf16 gate and up, rounded to bf16 at any row pitch.
  *
  * Included by the op-test drivers through ops_all.h, which says what each
  * section defines. */
@@ -26,19 +26,19 @@ static double swiglu_loss(const void *p)
 static void test_swiglu_backward(void)
 {
 	enum { N = 48 };
-	float gate[N], up[N], lw[N], dgate[N], dup[N];
-	bf16 dgate16[N], dup16[N];
+	float lw[N], dgate[N], dup[N];
+	bf16 gate[N], up[N], dgate16[N], dup16[N];
 	double gd[N], ud[N], lwd[N], want_g[N], want_u[N];
 
-	fill_f32(gate, N, -8.0, 8.0); /* both tails of the sigmoid */
-	fill_f32(up, N, -2.0, 2.0);
+	fill_bf16(gate, N, -8.0, 8.0); /* both tails of the sigmoid */
+	fill_bf16(up, N, -2.0, 2.0);
 	fill_f32(lw, N, -1.0, 1.0);
 	swiglu_backward_cpu(dgate16, dup16, N, lw, gate, up, 1, N);
 	for (int i = 0; i < N; i++)
 		dgate[i] = f32_from_bf16(dgate16[i]), dup[i] = f32_from_bf16(dup16[i]);
 
-	widen_f32(gd, gate, N);
-	widen_f32(ud, up, N);
+	widen_bf16(gd, gate, N); /* the derivative at the bf16 points the op reads */
+	widen_bf16(ud, up, N);
 	widen_f32(lwd, lw, N);
 	struct swiglu_ctx ctx = { N, lwd, gd, ud };
 	finite_diff(want_g, gd, N, swiglu_loss, &ctx);

@@ -1,5 +1,5 @@
 /* tests/ops/swiglu_forward.c: swiglu_forward's checks: silu(gate) * up in
- * bf16 at any row pitch.
+ * bf16, from bf16 gate and up, at any row pitch.
  *
  * Included by the op-test drivers through ops_all.h, which says what each
  * section defines. */
@@ -8,21 +8,24 @@
 static void test_swiglu_values(void)
 {
 	enum { N = 40 };
-	float gate[N], up[N], outf[N];
-	bf16 out[N];
-	double want[N];
+	float outf[N];
+	bf16 gate[N], up[N], out[N];
+	double g[N], u[N], want[N];
 
-	fill_f32(gate, N, -6.0, 6.0);
-	fill_f32(up, N, -2.0, 2.0);
-	gate[0] = -100.0f; /* e^100 overflows fp32: silu must be -0, not NaN */
-	gate[1] = 100.0f;
+	fill_bf16(gate, N, -6.0, 6.0);
+	fill_bf16(up, N, -2.0, 2.0);
+	gate[0] = bf16_from_f32(-100.0f); /* e^100 overflows fp32: silu must be -0, not NaN */
+	gate[1] = bf16_from_f32(100.0f);
+	widen_bf16(g, gate, N);
+	widen_bf16(u, up, N);
 	for (int i = 0; i < N; i++)
-		want[i] = (double)gate[i] / (1.0 + exp(-(double)gate[i])) * up[i];
+		want[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
 	swiglu_forward_cpu(out, N, gate, up, 1, N);
 	for (int i = 0; i < N; i++)
 		outf[i] = f32_from_bf16(out[i]);
-	/* bf16 output: up to 2^-8 relative; the atol only admits the -0 that
-	 * stands for silu(-100) * up ~ 1e-42 */
+	/* the reference reads the same bf16 inputs, so only the output's
+	 * rounding is left: up to 2^-8 relative; the atol only admits the -0
+	 * that stands for silu(-100) * up ~ 1e-42 */
 	check_close("swiglu_forward silu(gate) * up", outf, want, N, 1e-30, 4e-3);
 	CHECK(outf[0] == 0.0f);
 }
@@ -30,11 +33,12 @@ static void test_swiglu_values(void)
 static void test_pitched_swiglu(void)
 {
 	enum { T = 6, F = 50, LD = F + 14, LD_D = F + 10 };
-	float gate[T * F], up[T * F], dout[T * F];
+	float dout[T * F];
+	bf16 gate[T * F], up[T * F];
 	bf16 out[T * F], outp[T * LD], dgate[T * F], dup[T * F], dgatep[T * LD_D], dupp[T * LD_D];
 
-	fill_f32(gate, T * F, -8.0, 8.0);
-	fill_f32(up, T * F, -2.0, 2.0);
+	fill_bf16(gate, T * F, -8.0, 8.0);
+	fill_bf16(up, T * F, -2.0, 2.0);
 	fill_f32(dout, T * F, -1.0, 1.0);
 	swiglu_forward_cpu(out, F, gate, up, T, F);
 	fill_bf16_bits(outp, T * LD, PAD_BF16);
@@ -62,7 +66,8 @@ static void swiglu_forward_values_check(void)
 #ifdef OPS_TEST_CUDA
 struct swiglu_args {
 	bf16 *out, *dgate, *dup;
-	const float *gate, *up, *dout;
+	const bf16 *gate, *up;
+	const float *dout;
 	int T, F, ld; /* ld: rows of out, or of dgate and dup */
 };
 
@@ -78,11 +83,13 @@ static void swiglu_bwd_gpu(const void *p)
 	gpu->ops->swiglu_backward(a->dgate, a->dup, a->ld, a->dout, a->gate, a->up, a->T, a->F);
 }
 
-/* The same formula on both sides; CUDA's expf is within 2 ulps, glibc's
+/* The same formula on both sides from the same bf16 gate and up (drawn in
+ * fp32, rounded on the host); CUDA's expf is within 2 ulps, glibc's
  * within 1, so values differ by a few fp32 ulps (1e-6 of max plus 1e-5
  * relative covers the cancellation in 1 + g(1 - sig)), and bf16 outputs by
- * one bf16 ulp.  `offset` shifts every pointer by 4 bytes (the unaligned
- * path); ld > F: the bf16 outputs pitched, the pads kept. */
+ * one bf16 ulp.  `offset` shifts every pointer by one element, 4 bytes for
+ * dout and 2 for the bf16 ones (the unaligned path); ld > F: the bf16
+ * outputs pitched, the pads kept. */
 static void test_swiglu(int T, int F, int ld, int offset, int backward)
 {
 	struct gpu_case c;
@@ -90,7 +97,8 @@ static void test_swiglu(int T, int F, int ld, int offset, int backward)
 	                offset ? " unaligned" : ""))
 		return;
 	size_t off = offset ? 4 : 0, n = (size_t)T * F, n_out = (size_t)T * ld;
-	float *gate = rand_f32(n, -6, 6), *up = rand_f32(n, -2, 2), *dout = rand_f32(n, -1, 1);
+	bf16 *gate = rand_bf16(n, -6, 6), *up = rand_bf16(n, -2, 2);
+	float *dout = rand_f32(n, -1, 1);
 	bf16 *init = pitched_out_init((size_t)T, (size_t)F, (size_t)ld, 2);
 	bf16 *ref = dup_bytes(init, n_out * 2), *ref_dg = dup_bytes(init, n_out * 2);
 	bf16 *ref_du = dup_bytes(init, n_out * 2);
@@ -102,8 +110,8 @@ static void test_swiglu(int T, int F, int ld, int offset, int backward)
 	c.cpu_ms = now_ms() - t0;
 
 	struct swiglu_args a = { 0 };
-	a.gate = dev_from(gate, n * 4, off);
-	a.up = dev_from(up, n * 4, off);
+	a.gate = dev_from(gate, n * 2, off / 2);
+	a.up = dev_from(up, n * 2, off / 2);
 	a.dout = dev_from(dout, n * 4, off);
 	a.T = T, a.F = F, a.ld = ld;
 	if (backward) {

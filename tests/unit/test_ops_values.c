@@ -56,9 +56,9 @@ enum {
 
 struct det_inputs {
 	float x[DT * DC], q[DT * DH * DD], k[DT * DG * DD], v[DT * DG * DD], A[DR * DC], B[DN * DR];
-	float dy[DT * DN], gate[DT * DN], up[DT * DN], logits[DT * DV], cos_t[DS * DD / 2], sin_t[DS * DD / 2];
+	float dy[DT * DN], logits[DT * DV], cos_t[DS * DD / 2], sin_t[DS * DD / 2];
 	float big[DSQ], absmax[DNF4 / 64], dout_attn[DT * DH * DD];
-	bf16 xb[DT * DC], W[DN * DC], bias[DN], wnorm[DC], wte[DV * DC], dyb[DT * DN];
+	bf16 xb[DT * DC], W[DN * DC], bias[DN], wnorm[DC], wte[DV * DC], dyb[DT * DN], gate[DT * DN], up[DT * DN];
 	int32_t tokens[DT], targets[DT], pos[DT];
 	uint8_t packed[DNF4 / 2];
 };
@@ -77,6 +77,7 @@ static void run_every_op(struct arena *a, const struct det_inputs *in, float *sc
 			     DT, DC);
 	matmul_forward_cpu(take(a, "matmul_forward", sizeof(float) * DT * DN), in->xb, DC, in->W, DC, in->bias, DT, DC,
 			   DN, 0);
+	matmul_forward_bf16_cpu(take(a, "matmul_forward_bf16", sizeof(bf16) * DT * DN), in->xb, DC, in->W, DC, DT, DC, DN);
 	matmul_backward_input_cpu(take(a, "matmul_backward_input", sizeof(float) * DT * DC), in->dyb, DN, in->W, DC, DT,
 				  DC, DN, 0);
 	float *lora_out = take(a, "lora_forward out", sizeof(float) * DT * DN);
@@ -140,8 +141,8 @@ static void test_thread_determinism(void)
 	fill_f32(in->A, DR * DC, -0.5, 0.5);
 	fill_f32(in->B, DN * DR, -0.5, 0.5);
 	fill_f32(in->dy, DT * DN, -1, 1);
-	fill_f32(in->gate, DT * DN, -6, 6);
-	fill_f32(in->up, DT * DN, -2, 2);
+	fill_bf16(in->gate, DT * DN, -6, 6);
+	fill_bf16(in->up, DT * DN, -2, 2);
 	fill_f32(in->logits, DT * DV, -8, 8);
 	fill_f32(in->cos_t, DS * DD / 2, -1, 1);
 	fill_f32(in->sin_t, DS * DD / 2, -1, 1);

@@ -45,10 +45,27 @@ static const bf16 *ext_a3(const struct layer_ctx *c, const struct layer_view *w,
 	return c->E > 0 ? w->w[m] + (size_t)s->n_out * w->ld[m] : NULL;
 }
 
+/* u (n,R) = dropout(in) A^T for projection m over rows t0..t0+n-1 (u's
+ * rows are a->u[m]'s from t0), in (n,K) with rows K + E apart; then, with
+ * the LoRA extension, u's parts into in's spare columns for the base GEMM
+ * to sum, else out (n,N) = scale * u B^T for the base GEMM to add onto. */
+static void proj_lora_forward(const struct layer_ctx *c, const struct layer_view *w, const struct layer_act *a,
+                              int layer, int m, bf16 *in, float *out, int t0, int n, struct pass p)
+{
+	const struct lora_slot *s = &c->slot[layer * N_PROJ + m];
+	int K = s->n_in, ext = c->E > 0;
+
+	c->op->lora_forward(&(struct lora_fwd_args){
+		.out = ext ? NULL : out, .u = a->u[m] + (size_t)t0 * c->R, .ext = ext ? in + K : NULL, .in = in,
+		.ld_in = K + c->E, .A = c->lora + s->a, .B = c->lora + s->b, .scale = c->lora_scale,
+		.dropout_p = c->dropout, .dropout_seed = dropout_seed(c, p, layer, m, t0), .T = n, .K = K,
+		.N = s->n_out, .R = c->R, .scratch = c->g.lora_scratch, .A3 = ext_a3(c, w, s, m),
+		.ld_a3 = w->ld[m] });
+}
+
 /* out (n,N) = (scale * B A dropout(in) + in @ W^T) (+ bias) over rows
- * t0..t0+n-1 of the micro-batch (in and out point at row t0; u's rows are
- * a->u[m]'s from t0), in (n,K) with rows K + E apart.  With the LoRA
- * extension, u's parts go into in's spare columns and one GEMM over K + E
+ * t0..t0+n-1 of the micro-batch (in and out point at row t0), in (n,K)
+ * with rows K + E apart.  With the LoRA extension, one GEMM over K + E
  * sums base, LoRA and bias.  Otherwise the LoRA term is written first and
  * the base GEMM adds onto it in its epilogue, so the (n,N) fp32 output is
  * written once and read once, not read-modify-written by a second pass. */
@@ -59,17 +76,38 @@ static void proj_forward(const struct layer_ctx *c, const struct layer_view *w, 
 	const bf16 *bias = m < 4 ? w->bias[m] : NULL;
 	int K = s->n_in, ldx = K + c->E, ext = s->a >= 0 && c->E > 0;
 
-	if (s->a >= 0) /* u (n,R) = dropout(in) A^T; out = scale * u B^T, or u's parts into in's spare columns */
-		c->op->lora_forward(&(struct lora_fwd_args){
-			.out = ext ? NULL : out, .u = a->u[m] + (size_t)t0 * c->R, .ext = ext ? in + K : NULL, .in = in,
-			.ld_in = ldx, .A = c->lora + s->a, .B = c->lora + s->b, .scale = c->lora_scale,
-			.dropout_p = c->dropout, .dropout_seed = dropout_seed(c, p, layer, m, t0), .T = n, .K = K,
-			.N = s->n_out, .R = c->R, .scratch = c->g.lora_scratch, .A3 = ext_a3(c, w, s, m),
-			.ld_a3 = w->ld[m] });
+	if (s->a >= 0)
+		proj_lora_forward(c, w, a, layer, m, in, out, t0, n, p);
 	if (ext) /* the bias rides in the extension too */
 		c->op->matmul_forward(out, in, ldx, w->w[m], w->ld[m], NULL, n, K + c->E, s->n_out, 0);
 	else
 		c->op->matmul_forward(out, in, ldx, w->w[m], w->ld[m], bias, n, K, s->n_out, s->a >= 0);
+}
+
+/* proj_forward for gate and up (no bias) into out (n,N) bf16, contiguous:
+ * the GEMM's fp32 sum rounded once, all that swiglu reads.  With the
+ * extension, or without LoRA on m, one GEMM writes bf16.  The fallback
+ * (LoRA, no extension) needs an fp32 output for the base GEMM to add onto:
+ * proj_forward into dh, then rounded.  dh (mlp_chunk,F) fp32 is free
+ * there: it is live only in the backward, from down_proj's backward to
+ * swiglu_backward within a chunk, never across a chunk's forward or
+ * recomputation, and plan_shared lays it apart from the chunk's gate, up,
+ * h and LoRA scratch (past them, or, with the activations kept whole, at
+ * the region's `gate` offset, which only ops outside the MLP share). */
+static void proj_forward_bf16(const struct layer_ctx *c, const struct layer_view *w, const struct layer_act *a,
+                              int layer, int m, bf16 *in, bf16 *out, int t0, int n, struct pass p)
+{
+	const struct lora_slot *s = &c->slot[layer * N_PROJ + m];
+	int K = s->n_in, N = s->n_out;
+
+	if (s->a >= 0 && c->E == 0) {
+		proj_forward(c, w, a, layer, m, in, c->g.dh, t0, n, p);
+		c->op->cast_f32_to_bf16(out, N, c->g.dh, n, N);
+		return;
+	}
+	if (s->a >= 0) /* u's parts into in's spare columns */
+		proj_lora_forward(c, w, a, layer, m, in, NULL, t0, n, p);
+	c->op->matmul_forward_bf16(out, in, K + c->E, w->w[m], w->ld[m], n, s->a >= 0 ? K + c->E : K, N);
 }
 
 /* din (n,K) (+)= gradient through projection m given dout (n,N), fp32 (then
@@ -112,7 +150,7 @@ static void proj_backward(const struct layer_ctx *c, const struct layer_view *w,
  * else in the one chunk's buffers. */
 struct mlp_chunk {
 	int t0, n;
-	float *gate, *up;
+	bf16 *gate, *up;
 	bf16 *h;
 };
 
@@ -138,8 +176,8 @@ static void mlp_forward(const struct layer_ctx *c, const struct layer_view *w, c
 	bf16 *xn2 = a->xn2 + (size_t)k->t0 * (c->C + c->E);
 	size_t row = (size_t)k->t0 * c->C;
 
-	proj_forward(c, w, a, layer, PROJ_GATE, xn2, k->gate, k->t0, k->n, p);
-	proj_forward(c, w, a, layer, PROJ_UP, xn2, k->up, k->t0, k->n, p);
+	proj_forward_bf16(c, w, a, layer, PROJ_GATE, xn2, k->gate, k->t0, k->n, p);
+	proj_forward_bf16(c, w, a, layer, PROJ_UP, xn2, k->up, k->t0, k->n, p);
 	op->swiglu_forward(k->h, c->F + c->E, k->gate, k->up, k->n, c->F);
 	if (out == NULL) {
 		const struct lora_slot *s = &c->slot[layer * N_PROJ + PROJ_DOWN];

@@ -68,8 +68,10 @@ struct layer_act {
 	float *rstd2;        /* (T) */
 	/* The MLP's, rows F apart (h: F + E): (T,F) when mlp_whole (kept
 	 * for the backward), else one chunk's (mlp_chunk,F), which the forward
-	 * uses chunk by chunk and the backward recomputes chunk by chunk. */
-	float *gate, *up;
+	 * uses chunk by chunk and the backward recomputes chunk by chunk.
+	 * gate and up are bf16, the projections' fp32 sums rounded once
+	 * (kernels/ops.h), all that swiglu reads. */
+	bf16 *gate, *up;
 	bf16 *h;             /* silu(gate) * up */
 	int mlp_whole;
 	float *u[N_PROJ];    /* (T,R) LoRA A outputs of targeted projections */
@@ -79,7 +81,7 @@ struct layer_act {
 struct grad_scratch {
 	float *dxn;          /* (T,C) gradient of a norm output */
 	bf16 *dout16;        /* (T,max(C,H*D) + E) bf16 upstream gradient of a base GEMM of N <= max(C,H*D), rows N + E apart */
-	float *dh;           /* (mlp_chunk,F) */
+	float *dh;           /* (mlp_chunk,F); also the gate and up fallback's fp32 output (layer.c) */
 	bf16 *dgate, *dup;   /* (mlp_chunk,F), rows F + E apart, rounded as the gate/up backward reads them */
 	float *datt;         /* (T,H*D) */
 	float *dq, *dk, *dv; /* (T,H*D), (T,G*D), (T,G*D) */

@@ -108,8 +108,8 @@ static void plan_act(struct engine *e, struct carver *cv, struct layer_act *a)
 	 * live only inside the MLP and so share the workspace (plan_shared) */
 	a->mlp_whole = e->acts != NULL;
 	if (a->mlp_whole) {
-		a->gate = CARVE_F32(cv, T * c->F);
-		a->up = CARVE_F32(cv, T * c->F);
+		a->gate = CARVE_BF16(cv, T * c->F);
+		a->up = CARVE_BF16(cv, T * c->F);
 		a->h = CARVE_BF16(cv, T * (c->F + c->E));
 	}
 	for (int m = 0; m < N_PROJ; m++)
@@ -174,9 +174,11 @@ static int head_chunk_rows(const struct layer_ctx *c, size_t room)
  * ops' split operands and sums of the attention projections (T rows);
  * the head's logits (chunk,V) fp32 + dlogits bf16; and an MLP chunk's
  * set: its projections' LoRA scratch (mlp_chunk rows), then, unless the
- * layer's activations are kept whole, gate, up and h of the chunk, then
- * the backward's dh, dgate and dup.  No attention, head or attention-
- * projection LoRA op runs while an MLP chunk's buffers are live. */
+ * layer's activations are kept whole, gate, up and h of the chunk (bf16),
+ * then the backward's dh (fp32; the gate and up fallback's fp32 output in
+ * the forward too, layer.c's proj_forward_bf16), dgate and dup.  No
+ * attention, head or attention-projection LoRA op runs while an MLP
+ * chunk's buffers are live. */
 static void plan_shared(struct engine *e, struct carver *cv)
 {
 	struct layer_ctx *c = &e->lc;
@@ -188,8 +190,8 @@ static void plan_shared(struct engine *e, struct carver *cv)
 	size_t gate = align_up(lora_scratch_bytes(e, 4, N_PROJ, n)), up, h, dh, dgate, dup, mlp; /* gate up down */
 	unsigned char *base;
 
-	up = gate + align_up(n * F * sizeof(float));
-	h = up + align_up(n * F * sizeof(float));
+	up = gate + align_up(n * F * sizeof(bf16));
+	h = up + align_up(n * F * sizeof(bf16));
 	dh = e->acts ? gate : h + align_up(n * FE * sizeof(bf16));
 	dgate = dh + align_up(n * F * sizeof(float));
 	dup = dgate + align_up(n * FE * sizeof(bf16));

@@ -39,6 +39,7 @@ static const char *const prof_names[PROF_N] = {
 #define CAT_rmsnorm_forward PROF_NORM
 #define CAT_rmsnorm_backward PROF_NORM
 #define CAT_matmul_forward PROF_GEMM_FWD
+#define CAT_matmul_forward_bf16 PROF_GEMM_FWD
 #define CAT_matmul_backward_input PROF_GEMM_BWD
 #define CAT_lora_forward PROF_LORA_FWD
 #define CAT_lora_backward PROF_LORA_BWD
@@ -130,6 +131,8 @@ WRAP(rmsnorm_backward, (float *din, const float *dout, const float *in, const bf
 WRAP(matmul_forward, (float *out, const bf16 *in, int ld_in, const bf16 *weight, int ld_w, const bf16 *bias, int T,
                       int K, int N, int accumulate),
      out, in, ld_in, weight, ld_w, bias, T, K, N, accumulate)
+WRAP(matmul_forward_bf16, (bf16 *out, const bf16 *in, int ld_in, const bf16 *weight, int ld_w, int T, int K, int N),
+     out, in, ld_in, weight, ld_w, T, K, N)
 WRAP(matmul_backward_input, (float *din, const bf16 *dout, int ld_dout, const bf16 *weight, int ld_w, int T, int K,
                              int N, int accumulate),
      din, dout, ld_dout, weight, ld_w, T, K, N, accumulate)
@@ -151,9 +154,9 @@ WRAP(attention_backward, (float *dq, float *dk, float *dv, float *scratch, const
                           const float *rope_sin, const float *lse, const int32_t *pos, int B, int S, int H, int G,
                           int D),
      dq, dk, dv, scratch, dout, out, ld_out, q, k, v, rope_cos, rope_sin, lse, pos, B, S, H, G, D)
-WRAP(swiglu_forward, (bf16 *out, int ld_out, const float *gate, const float *up, int T, int F), out, ld_out, gate, up,
-     T, F)
-WRAP(swiglu_backward, (bf16 *dgate, bf16 *dup, int ld_d, const float *dout, const float *gate, const float *up, int T,
+WRAP(swiglu_forward, (bf16 *out, int ld_out, const bf16 *gate, const bf16 *up, int T, int F), out, ld_out, gate, up, T,
+     F)
+WRAP(swiglu_backward, (bf16 *dgate, bf16 *dup, int ld_d, const float *dout, const bf16 *gate, const bf16 *up, int T,
                        int F),
      dgate, dup, ld_d, dout, gate, up, T, F)
 WRAP(crossentropy_forward_backward, (bf16 *dlogits, float *losses, const float *logits, const int32_t *targets,
