@@ -194,11 +194,6 @@ static inline bool aligned16(const void *p)
 	return ((uintptr_t)p & 15u) == 0;
 }
 
-// Where four bf16 can go as one 8-byte load or store.
-static inline bool aligned8(const void *p)
-{
-	return ((uintptr_t)p & 7u) == 0;
-}
 
 // The grid of a flat elementwise kernel over n elements: one item per
 // group of four when vec4 (flat_elementwise's loops), else per element.
@@ -246,18 +241,23 @@ __device__ __forceinline__ long item_row(long i, long per_row, long items)
 }
 
 // A pitched elementwise kernel's loop, grid-stride: item(r, c) for each
-// group of four (vec4) or single element at row r, column c of a (rows,
-// cols) tensor; with vec4, cols is a multiple of 4, so no group straddles
-// a row.  The grid is grid_for(rows * (vec4 ? cols / 4 : cols), ...).
+// group of `per` elements (rows_elementwise: four with vec4, else one) at
+// row r, column c of a (rows, cols) tensor; cols is a multiple of per, so
+// no group straddles a row.  The grid is grid_for(rows * (cols / per), ...).
 template <typename Item>
-__device__ __forceinline__ void rows_elementwise(long rows, long cols, bool vec4, Item item)
+__device__ __forceinline__ void rows_elementwise_by(long rows, long cols, int per, Item item)
 {
-	int per = vec4 ? 4 : 1;
 	long groups = cols / per, items = rows * groups, stride = (long)gridDim.x * blockDim.x;
 	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < items; i += stride) {
 		long r = item_row(i, groups, items), c = (i - r * groups) * per;
 		item(r, c);
 	}
+}
+
+template <typename Item>
+__device__ __forceinline__ void rows_elementwise(long rows, long cols, bool vec4, Item item)
+{
+	rows_elementwise_by(rows, cols, vec4 ? 4 : 1, item);
 }
 
 // Four consecutive elements starting at p, as one 16-byte (fp32) or 8-byte
@@ -280,6 +280,25 @@ __device__ __forceinline__ float4 load4(const bf16 *p, bool vec)
 		                   __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u));
 	}
 	return make_float4(bf16_to_f32(p[0]), bf16_to_f32(p[1]), bf16_to_f32(p[2]), bf16_to_f32(p[3]));
+}
+
+// Eight consecutive bf16 at p (16-byte aligned) as fp32, one 16-byte load;
+// and eight fp32 values rounded to bf16 as one 16-byte store's worth.
+__device__ __forceinline__ void load8(const bf16 *p, float v[8])
+{
+	uint4 w = *(const uint4 *)p;
+	uint32_t u[4] = { w.x, w.y, w.z, w.w };
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		v[2 * i] = __uint_as_float(u[i] << 16);
+		v[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+	}
+}
+
+__device__ __forceinline__ uint4 pack8(const float v[8])
+{
+	return make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]),
+	                  pack_bf16x2(v[6], v[7]));
 }
 
 // ---------------------------------------------------------------------------

@@ -5,11 +5,11 @@
 // The SwiGLU gate: out = silu(gate) * up, silu(g) = g / (1 + e^-g), in the
 // CPU's operation order (expf, not the fast __expf).  Elementwise and
 // memory-bound: gate and up are bf16 (the projections store them so), read
-// four at a time as one 8-byte load where the pointers allow, dout (fp32)
-// as one 16-byte load.  The inputs are (T,F) contiguous; the bf16 outputs'
+// eight at a time as one 16-byte load where the pointers allow, dout (fp32)
+// as two.  The inputs are (T,F) contiguous; the bf16 outputs'
 // rows are a pitch apart (the next GEMM's input, with room for its LoRA
 // extension).  With the pitch equal to F the outputs are contiguous too and
-// the flat kernels run; otherwise the row kernels, four elements at a time
+// the flat kernels run; otherwise the row kernels, eight elements at a time
 // when every row starts aligned, and never past a row's F.
 #include "common.cuh"
 
@@ -25,34 +25,44 @@ __device__ __forceinline__ bf16 swiglu1(bf16 g, bf16 u)
 	return f32_to_bf16(silu_times(bf16_to_f32(g), bf16_to_f32(u)));
 }
 
-// Four outputs from four gate and up elements (8-byte aligned), packed as
-// they sit in memory.
-__device__ __forceinline__ uint2 swiglu4(const bf16 *gate, const bf16 *up)
+// Eight outputs from eight gate and up elements (16-byte aligned), packed
+// as they sit in memory.
+__device__ __forceinline__ uint4 swiglu8(const bf16 *gate, const bf16 *up)
 {
-	float4 g = load4(gate, true), u = load4(up, true);
-	return make_uint2(pack_bf16x2(silu_times(g.x, u.x), silu_times(g.y, u.y)),
-	                  pack_bf16x2(silu_times(g.z, u.z), silu_times(g.w, u.w)));
+	float g[8], u[8], y[8];
+	load8(gate, g);
+	load8(up, u);
+#pragma unroll
+	for (int k = 0; k < 8; k++)
+		y[k] = silu_times(g[k], u[k]);
+	return pack8(y);
 }
 
-// out (n) bf16 = silu(gate) * up; gate, up (n).  vec4: every base 8-byte
-// aligned, the first n/4*4 elements go four at a time.
-__global__ void swiglu_forward_kernel(bf16 *out, const bf16 *gate, const bf16 *up, long n, bool vec4)
+// out (n) bf16 = silu(gate) * up; gate, up (n).  vec: every base 16-byte
+// aligned, the first n/8*8 elements go eight at a time (32 bytes a thread
+// in flight: at four, the loads' latency, not the bandwidth, bound it).
+__global__ void swiglu_forward_kernel(bf16 *out, const bf16 *gate, const bf16 *up, long n, bool vec)
 {
-	flat_elementwise(
-		n, vec4, [&](long i) { ((uint2 *)out)[i] = swiglu4(gate + 4 * i, up + 4 * i); },
-		[&](long i) { out[i] = swiglu1(gate[i], up[i]); });
+	long stride = (long)gridDim.x * blockDim.x, i0 = (long)blockIdx.x * blockDim.x + threadIdx.x, done = 0;
+	if (vec) {
+		for (long i = i0; i < n / 8; i += stride)
+			((uint4 *)out)[i] = swiglu8(gate + 8 * i, up + 8 * i);
+		done = n / 8 * 8;
+	}
+	for (long i = done + i0; i < n; i += stride)
+		out[i] = swiglu1(gate[i], up[i]);
 }
 
-// out (T,F) rows ld_out apart; gate, up (T,F).  vec4: F and ld_out
-// multiples of 4, every base 8-byte aligned.
+// out (T,F) rows ld_out apart; gate, up (T,F).  vec: F and ld_out
+// multiples of 8, every base 16-byte aligned.
 __global__ void swiglu_forward_rows_kernel(bf16 *out, long ld_out, const bf16 *gate, const bf16 *up, long T, long F,
-                                           bool vec4)
+                                           bool vec)
 {
-	rows_elementwise(T, F, vec4, [&](long t, long f) {
+	rows_elementwise_by(T, F, vec ? 8 : 1, [&](long t, long f) {
 		long e = t * F + f;
 		bf16 *y = out + t * ld_out + f;
-		if (vec4)
-			*(uint2 *)y = swiglu4(gate + e, up + e);
+		if (vec)
+			*(uint4 *)y = swiglu8(gate + e, up + e);
 		else
 			*y = swiglu1(gate[e], up[e]);
 	});
@@ -64,16 +74,16 @@ extern "C" void swiglu_forward_cuda(bf16 *out, int ld_out, const bf16 *gate, con
 		return;
 	check_pitch("swiglu_forward_cuda", "ld_out", ld_out, F);
 	cudaStream_t stream = poros_cuda_compute_stream();
-	bool aligned = aligned8(gate) && aligned8(up) && aligned8(out);
+	bool aligned = aligned16(gate) && aligned16(up) && aligned16(out);
 	if (ld_out == F) {
 		long n = (long)T * F;
-		swiglu_forward_kernel<<<flat_grid(n, aligned, SWIGLU_THREADS), SWIGLU_THREADS, 0, stream>>>(
-			out, gate, up, n, aligned);
+		swiglu_forward_kernel<<<grid_for(aligned ? (n + 7) / 8 : n, SWIGLU_THREADS), SWIGLU_THREADS, 0,
+		                        stream>>>(out, gate, up, n, aligned);
 	} else {
-		bool vec4 = aligned && F % 4 == 0 && ld_out % 4 == 0;
-		long items = (long)T * (vec4 ? F / 4 : F);
+		bool vec = aligned && F % 8 == 0 && ld_out % 8 == 0;
+		long items = (long)T * (vec ? F / 8 : F);
 		swiglu_forward_rows_kernel<<<grid_for(items, SWIGLU_THREADS), SWIGLU_THREADS, 0, stream>>>(
-			out, ld_out, gate, up, T, F, vec4);
+			out, ld_out, gate, up, T, F, vec);
 	}
 	launchCheck();
 }
@@ -96,43 +106,49 @@ __device__ __forceinline__ void swiglu_grad16(bf16 &dg, bf16 &du, float dy, bf16
 	du = f32_to_bf16(b);
 }
 
-// Four elements' gradients into dgate, dup (8-byte aligned) from dout
-// (16-byte aligned), gate and up (8-byte aligned) at the same element.
-__device__ __forceinline__ void swiglu_grad4(bf16 *dgate, bf16 *dup, const float *dout, const bf16 *gate,
+// Eight elements' gradients into dgate, dup from dout, gate and up at the
+// same element, every pointer 16-byte aligned.
+__device__ __forceinline__ void swiglu_grad8(bf16 *dgate, bf16 *dup, const float *dout, const bf16 *gate,
                                              const bf16 *up)
 {
-	float4 g = load4(gate, true), u = load4(up, true), dy = load4(dout, true);
-	float dg[4], du[4];
-	swiglu_grad(dg[0], du[0], dy.x, g.x, u.x);
-	swiglu_grad(dg[1], du[1], dy.y, g.y, u.y);
-	swiglu_grad(dg[2], du[2], dy.z, g.z, u.z);
-	swiglu_grad(dg[3], du[3], dy.w, g.w, u.w);
-	*(uint2 *)dgate = make_uint2(pack_bf16x2(dg[0], dg[1]), pack_bf16x2(dg[2], dg[3]));
-	*(uint2 *)dup = make_uint2(pack_bf16x2(du[0], du[1]), pack_bf16x2(du[2], du[3]));
+	float g[8], u[8], dg[8], du[8];
+	float4 d0 = *(const float4 *)dout, d1 = *(const float4 *)(dout + 4);
+	float dy[8] = { d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w };
+	load8(gate, g);
+	load8(up, u);
+#pragma unroll
+	for (int k = 0; k < 8; k++)
+		swiglu_grad(dg[k], du[k], dy[k], g[k], u[k]);
+	*(uint4 *)dgate = pack8(dg);
+	*(uint4 *)dup = pack8(du);
 }
 
-// vec4: dout's base 16-byte aligned and the bf16 ones 8, the first n/4*4
-// elements four at a time (the same arithmetic per element, so the same
-// bits either way).  The outputs are bf16 (the gate/up backward reads them
-// so), which also halves what this kernel writes.
+// vec: every base 16-byte aligned, the first n/8*8 elements eight at a
+// time (the same arithmetic per element, so the same bits either way).
+// The outputs are bf16 (the gate/up backward reads them so), which also
+// halves what this kernel writes.
 __global__ void swiglu_backward_kernel(bf16 *dgate, bf16 *dup, const float *dout, const bf16 *gate, const bf16 *up,
-                                       long n, bool vec4)
+                                       long n, bool vec)
 {
-	flat_elementwise(
-		n, vec4,
-		[&](long i) { swiglu_grad4(dgate + 4 * i, dup + 4 * i, dout + 4 * i, gate + 4 * i, up + 4 * i); },
-		[&](long i) { swiglu_grad16(dgate[i], dup[i], dout[i], gate[i], up[i]); });
+	long stride = (long)gridDim.x * blockDim.x, i0 = (long)blockIdx.x * blockDim.x + threadIdx.x, done = 0;
+	if (vec) {
+		for (long i = i0; i < n / 8; i += stride)
+			swiglu_grad8(dgate + 8 * i, dup + 8 * i, dout + 8 * i, gate + 8 * i, up + 8 * i);
+		done = n / 8 * 8;
+	}
+	for (long i = done + i0; i < n; i += stride)
+		swiglu_grad16(dgate[i], dup[i], dout[i], gate[i], up[i]);
 }
 
-// dgate, dup (T,F) rows ld_d apart; dout, gate, up (T,F).  vec4: F and
-// ld_d multiples of 4, dout's base 16-byte aligned, the bf16 ones 8.
+// dgate, dup (T,F) rows ld_d apart; dout, gate, up (T,F).  vec: F and
+// ld_d multiples of 8, every base 16-byte aligned.
 __global__ void swiglu_backward_rows_kernel(bf16 *dgate, bf16 *dup, long ld_d, const float *dout, const bf16 *gate,
-                                            const bf16 *up, long T, long F, bool vec4)
+                                            const bf16 *up, long T, long F, bool vec)
 {
-	rows_elementwise(T, F, vec4, [&](long t, long f) {
+	rows_elementwise_by(T, F, vec ? 8 : 1, [&](long t, long f) {
 		long e = t * F + f, o = t * ld_d + f;
-		if (vec4)
-			swiglu_grad4(dgate + o, dup + o, dout + e, gate + e, up + e);
+		if (vec)
+			swiglu_grad8(dgate + o, dup + o, dout + e, gate + e, up + e);
 		else
 			swiglu_grad16(dgate[o], dup[o], dout[e], gate[e], up[e]);
 	});
@@ -145,16 +161,16 @@ extern "C" void swiglu_backward_cuda(bf16 *dgate, bf16 *dup, int ld_d, const flo
 		return;
 	check_pitch("swiglu_backward_cuda", "ld_d", ld_d, F);
 	cudaStream_t stream = poros_cuda_compute_stream();
-	bool aligned = aligned8(dgate) && aligned8(dup) && aligned16(dout) && aligned8(gate) && aligned8(up);
+	bool aligned = aligned16(dgate) && aligned16(dup) && aligned16(dout) && aligned16(gate) && aligned16(up);
 	if (ld_d == F) {
 		long n = (long)T * F;
-		swiglu_backward_kernel<<<flat_grid(n, aligned, SWIGLU_THREADS), SWIGLU_THREADS, 0, stream>>>(
-			dgate, dup, dout, gate, up, n, aligned);
+		swiglu_backward_kernel<<<grid_for(aligned ? (n + 7) / 8 : n, SWIGLU_THREADS), SWIGLU_THREADS, 0,
+		                         stream>>>(dgate, dup, dout, gate, up, n, aligned);
 	} else {
-		bool vec4 = aligned && F % 4 == 0 && ld_d % 4 == 0;
-		long items = (long)T * (vec4 ? F / 4 : F);
+		bool vec = aligned && F % 8 == 0 && ld_d % 8 == 0;
+		long items = (long)T * (vec ? F / 8 : F);
 		swiglu_backward_rows_kernel<<<grid_for(items, SWIGLU_THREADS), SWIGLU_THREADS, 0, stream>>>(
-			dgate, dup, ld_d, dout, gate, up, T, F, vec4);
+			dgate, dup, ld_d, dout, gate, up, T, F, vec);
 	}
 	launchCheck();
 }

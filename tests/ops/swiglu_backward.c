@@ -63,8 +63,10 @@ static void swiglu_backward_cuda_check(int realistic)
 {
 	if (!realistic) {
 		test_swiglu(7, 143, 143, 1, 1); /* swiglu_forward.c's cases, backward */
+		test_swiglu(7, 143, 143, 0, 1);
 		test_swiglu(7, 143, 150, 0, 1);
 		test_swiglu(5, 64, 72, 0, 1);
+		test_swiglu(5, 60, 68, 0, 1);
 		test_swiglu(5, 64, 72, 1, 1);
 	} else {
 		test_swiglu(512, 11008, 11008, 0, 1);

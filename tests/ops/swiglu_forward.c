@@ -139,8 +139,10 @@ static void swiglu_forward_cuda_check(int realistic)
 {
 	if (!realistic) {
 		test_swiglu(7, 143, 143, 1, 0);
+		test_swiglu(7, 143, 143, 0, 0); /* flat: groups of eight, then a tail of one */
 		test_swiglu(7, 143, 150, 0, 0); /* pitched, odd F: scalar rows */
 		test_swiglu(5, 64, 72, 0, 0);   /* pitched, vector rows */
+		test_swiglu(5, 60, 68, 0, 0);   /* pitched, F not a multiple of 8: scalar rows */
 		test_swiglu(5, 64, 72, 1, 0);   /* pitched, unaligned: scalar rows */
 	} else {
 		test_swiglu(512, 11008, 11008, 0, 0);
