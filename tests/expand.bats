@@ -357,7 +357,7 @@ out/mini/cells/resident_tiny_qwen2_bf16.json"
 
 @test "every bench config expands: model x method x precision cells each" {
 	for pair in qwen2_5_7b_3090:10 qwen2_5_32b_3090:10 launch_matrix:30 h200_perf:12 tiny:18 h200_long:18 \
-		h200_long_32k:6 h200_long_poros:2 h200_long_32k_poros:2; do
+		h200_long_32k:6 h200_long_poros:2 h200_long_32k_poros:2 h200_long_32k_vs_peft:4; do
 		run --separate-stderr bash -c "poros-expand '$BENCH/${pair%%:*}.yaml' --jsonl | wc -l"
 		assert_success
 		assert_equal "$stderr" ""
