@@ -116,8 +116,7 @@ __global__ void attention_pack_kernel(bf16 *dst, const float *src, const float *
 				v[k] = d >= D ? 0.0f : cos ? poros_rope_element(x, cos, sin, at, d, D) : x[d];
 			}
 		}
-		*(uint4 *)(dst + row * DP + d0) = make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]),
-		                                              pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7]));
+		*(uint4 *)(dst + row * DP + d0) = pack8(v);
 	}
 }
 

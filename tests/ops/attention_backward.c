@@ -278,36 +278,61 @@ static void attention_plain_pos_gpu(const void *p)
 	}
 }
 
+/* The outputs of the two sides of such a case, out, lse, dq, dk, dv: the
+ * case's output names and their bytes. */
+static const char *const pair_names[2][5] = { { "out0", "lse0", "dq0", "dk0", "dv0" },
+	                                      { "out1", "lse1", "dq1", "dk1", "dv1" } };
+
+static void pair_bytes(size_t bytes[5], int B, int S, int H, int G, int D)
+{
+	size_t T = (size_t)B * S;
+	bytes[0] = T * H * D * 2;
+	bytes[1] = (size_t)B * H * S * 4;
+	bytes[2] = T * H * D * 4;
+	bytes[3] = bytes[4] = T * G * D * 4;
+}
+
+/* Side i (inputs set) gets dout, the shared scratch and its outputs; its
+ * backward reads its own forward's out and lse. */
+static void pair_side(struct gpu_case *c, struct attention_case *a, int i, const size_t bytes[5], const float *dout,
+                      float *scratch)
+{
+	a->ld_out = a->H * a->D;
+	a->scratch = scratch;
+	a->dout = dev_from(dout, bytes[2], 0);
+	a->out = case_out(c, pair_names[i][0], bytes[0], NULL, 0);
+	a->lse = case_out(c, pair_names[i][1], bytes[1], NULL, 0);
+	a->lse_in = a->lse;
+	a->dq = case_out(c, pair_names[i][2], bytes[2], NULL, 0);
+	a->dk = case_out(c, pair_names[i][3], bytes[3], NULL, 0);
+	a->dv = case_out(c, pair_names[i][4], bytes[4], NULL, 0);
+}
+
+/* Side 1's five outputs bit for bit those of side 0. */
+static void pair_check_exact(struct gpu_case *c, const size_t bytes[5])
+{
+	for (int o = 0; o < 5; o++)
+		check_exact(c, pair_names[1][o], got(c, pair_names[0][o]), bytes[o], o == 0 ? 2 : 4);
+}
+
 static void test_attention_plain_pos(int B, int S, int H, int G, int D)
 {
-	static const char *const names[2][5] = { { "out0", "lse0", "dq0", "dk0", "dv0" },
-		                                 { "out1", "lse1", "dq1", "dk1", "dv1" } };
 	struct gpu_case c;
 	if (!case_begin(&c, "attention_forward+backward pos t %% S vs NULL B=%d S=%d H=%d G=%d D=%d", B, S, H, G, D))
 		return;
-	size_t T = (size_t)B * S, sf = attention_scratch_floats(B, S, H, G, D);
-	size_t bytes[5] = { T * H * D * 2, (size_t)B * H * S * 4, T * H * D * 4, T * G * D * 4, T * G * D * 4 };
+	size_t T = (size_t)B * S, sf = attention_scratch_floats(B, S, H, G, D), bytes[5];
 	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
 	float *dout = rand_f32(T * H * D, -1, 1), *scratch;
 	struct plain_pos_case x;
 	memset(&x, 0, sizeof x);
+	pair_bytes(bytes, B, S, H, G, D);
 	scratch = case_scratch(&c, sf * 4);
 	for (int i = 0; i < 2; i++) {
-		struct attention_case *a = &x.side[i];
-		attention_case_inputs(a, q, k, v, i ? doc_positions(B, S, 1) : NULL, B, S, H, G, D);
-		a->ld_out = H * D;
-		a->scratch = scratch;
-		a->dout = dev_from(dout, T * H * D * 4, 0);
-		a->out = case_out(&c, names[i][0], bytes[0], NULL, 0);
-		a->lse = case_out(&c, names[i][1], bytes[1], NULL, 0);
-		a->lse_in = a->lse;
-		a->dq = case_out(&c, names[i][2], bytes[2], NULL, 0);
-		a->dk = case_out(&c, names[i][3], bytes[3], NULL, 0);
-		a->dv = case_out(&c, names[i][4], bytes[4], NULL, 0);
+		attention_case_inputs(&x.side[i], q, k, v, i ? doc_positions(B, S, 1) : NULL, B, S, H, G, D);
+		pair_side(&c, &x.side[i], i, bytes, dout, scratch);
 	}
 	case_run(&c, attention_plain_pos_gpu, &x);
-	for (int o = 0; o < 5; o++)
-		check_exact(&c, names[1][o], got(&c, names[0][o]), bytes[o], o == 0 ? 2 : 4);
+	pair_check_exact(&c, bytes);
 	case_end(&c);
 }
 
@@ -336,15 +361,13 @@ static void attention_rope_gpu(const void *p)
 
 static void test_attention_rope(int B, int S, int H, int G, int D, int docs)
 {
-	static const char *const names[2][5] = { { "out0", "lse0", "dq0", "dk0", "dv0" },
-		                                 { "out1", "lse1", "dq1", "dk1", "dv1" } };
 	struct gpu_case c;
 	if (!case_begin(&c, "attention_forward+backward rotating q, k vs rotated beforehand B=%d S=%d H=%d G=%d D=%d "
 	                "docs=%d", B, S, H, G, D, docs))
 		return;
 	int32_t *pos = doc_positions(B, S, docs);
-	size_t T = (size_t)B * S, sf = attention_scratch_floats(B, S, H, G, D), half = (size_t)D / 2;
-	size_t bytes[5] = { T * H * D * 2, (size_t)B * H * S * 4, T * H * D * 4, T * G * D * 4, T * G * D * 4 };
+	size_t T = (size_t)B * S, sf = attention_scratch_floats(B, S, H, G, D), half = (size_t)D / 2, bytes[5];
+	pair_bytes(bytes, B, S, H, G, D);
 	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
 	float *dout = rand_f32(T * H * D, -1, 1), *scratch = host_alloc(sf * 4);
 	float *cs = host_alloc((size_t)S * half * 4), *sn = host_alloc((size_t)S * half * 4);
@@ -368,19 +391,10 @@ static void test_attention_rope(int B, int S, int H, int G, int D, int docs)
 		attention_case_inputs(a, i ? qr : q, i ? kr : k, v, pos, B, S, H, G, D);
 		if (i == 0)
 			a->cos = x.cos, a->sin = x.sin;
-		a->ld_out = H * D;
-		a->scratch = dscratch;
-		a->dout = dev_from(dout, T * H * D * 4, 0);
-		a->out = case_out(&c, names[i][0], bytes[0], NULL, 0);
-		a->lse = case_out(&c, names[i][1], bytes[1], NULL, 0);
-		a->lse_in = a->lse;
-		a->dq = case_out(&c, names[i][2], bytes[2], NULL, 0);
-		a->dk = case_out(&c, names[i][3], bytes[3], NULL, 0);
-		a->dv = case_out(&c, names[i][4], bytes[4], NULL, 0);
+		pair_side(&c, a, i, bytes, dout, dscratch);
 	}
 	case_run(&c, attention_rope_gpu, &x);
-	for (int o = 0; o < 5; o++)
-		check_exact(&c, names[1][o], got(&c, names[0][o]), bytes[o], o == 0 ? 2 : 4);
+	pair_check_exact(&c, bytes);
 	/* the forward's bound against the CPU: test_attention_forward's */
 	check_rows(&c, "out0", ref, T, (size_t)H * D, (size_t)H * D, 1, 1e-3, BF16_RTOL);
 	check(&c, "lse0", ref_lse, (size_t)B * H * S, 0, 2e-6, 1e-5);
