@@ -512,6 +512,7 @@ artifact_with() {
 	command -v valgrind > /dev/null || skip "valgrind is not installed"
 	[ -z "${POROS_SKIP_VALGRIND:-}" ] || skip "POROS_SKIP_VALGRIND: $POROS_SKIP_VALGRIND"
 	run --separate-stderr valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
+		--suppressions="$BATS_TEST_DIRNAME/fixtures/valgrind/dl-load.supp" \
 		poros-train --model poros/tiny-qwen2 --backend cpu --steps 2 --seq-len 8 --rank 2 --targets q_proj,v_proj \
 		--out vg --quiet
 	[ "$status" -eq 0 ] || fail "valgrind exit $status: ${stderr:0:2000}"
