@@ -57,7 +57,7 @@ UNIT_BINS  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 GPU_BINS   := $(GPU_TEST_SRC:tests/gpu/%.c=$(BUILD)/gpu/%)
 
 ifneq ($(NVCC),)
-CUDA_LIBS  := $(LIBCUDA) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+CUDA_LIBS  := $(LIBCUDA) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lcudart -lstdc++
 CUDA_DEFS  := -DPOROS_HAVE_CUDA
 else
 CUDA_LIBS  :=

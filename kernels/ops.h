@@ -35,6 +35,14 @@
  *     e^(s - lse) in fp32, dP = dout v^T in fp32, delta_i = sum_j P_ij
  *     dP_ij and dS = P (dP - delta) in fp32; bf16(P) for dv = sum_h P^T
  *     dout, bf16(dS) for dq = scale dS k and dk = scale sum_h dS^T q
+ *   - attention on CUDA's cuDNN route (one-document rows, D = 64 or 128;
+ *     attention_cudnn_route below): cuDNN's fused kernels round otherwise
+ *     than the CPU: the forward's bf16 P is the normalised probability
+ *     (softmax first, then bf16), over cuDNN's own tiles; the backward's
+ *     dq, dk, dv come out of cuDNN in bf16 (per query head), then widened
+ *     and summed over each group's heads in fp32.  The same bits run to
+ *     run; against the CPU within one bf16 rounding of each gradient
+ *     (tests/ops/attention_backward.c)
  *   - LoRA A, B, their grads and AdamW states: fp32; the LoRA products are
  *     fp32 sums of exact products (the bf16 input x, the bf16 upstream
  *     gradient, fp32 A, B, u and du)
@@ -58,6 +66,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "numerics.h" /* bf16, its rounding, the dropout hash, the split, NF4, AdamW */
 
@@ -373,6 +383,80 @@ static inline struct attention_scratch attention_scratch_at(float *scratch, int 
 	a.dk_h = G == H ? NULL : a.delta + p.delta + p.lo;
 	a.dv_h = G == H ? NULL : a.delta + p.delta + p.lo + p.heads;
 	return a;
+}
+
+/* The CUDA backend's cuDNN route (kernels/cuda/attention_cudnn.cu): taken
+ * for one-document rows (pos NULL) when D fills the padded width (64, 128)
+ * unless POROS_ATTENTION=mma.  Its backward runs attention_cudnn_heads
+ * query heads a call (the largest divisor of H whose bf16 dS workspace,
+ * B x heads x S^2, fits ATTN_CUDNN_WORKSPACE_CAP, or one head up to twice
+ * that; 0: too long a row, the kernels run the backward).  It needs, after
+ * the scratch above: with G < H, k and v expanded to the H query heads
+ * (bf16); one call's dq, dk, dv per query head (bf16, cuDNN's output);
+ * and cuDNN's workspace (attention_cudnn_workspace_bytes). */
+#define ATTN_CUDNN_WORKSPACE_CAP ((size_t)1 << 30)
+
+static inline int attention_cudnn_route(int D)
+{
+	const char *env = getenv("POROS_ATTENTION");
+	return D == attention_dpad(D) && !(env && strcmp(env, "mma") == 0);
+}
+
+static inline size_t attention_cudnn_ds_bytes(int B, int S, int heads)
+{
+	size_t s64 = ((size_t)S + 63) / 64 * 64;
+	return (size_t)B * heads * s64 * s64 * 2;
+}
+
+static inline int attention_cudnn_heads(int B, int S, int H, int D)
+{
+	if (attention_cudnn_ds_bytes(B, S, 1) > 2 * ATTN_CUDNN_WORKSPACE_CAP)
+		return 0;
+	/* at 2^28 elements a (B,H,S,D) pack (72B's heads at S = 32768) cuDNN
+	 * 9.14's backward and the kernels disagree (docs/perf-notes.md) */
+	if ((size_t)B * H * S * D >= (size_t)1 << 28)
+		return 0;
+	for (int hc = H; hc > 1; hc--)
+		if (H % hc == 0 && attention_cudnn_ds_bytes(B, S, hc) <= ATTN_CUDNN_WORKSPACE_CAP)
+			return hc;
+	return 1;
+}
+
+/* dS, an fp32 (B, heads, S, D) accumulator and 64 KiB: more than cuDNN
+ * 9.14-9.19 ask for (checked at run time; a plan that asks for more runs
+ * the kernels instead, and says so). */
+static inline size_t attention_cudnn_workspace_bytes(int B, int S, int heads, int D)
+{
+	size_t s64 = ((size_t)S + 63) / 64 * 64;
+	return attention_cudnn_ds_bytes(B, S, heads) + (size_t)B * heads * s64 * D * 4 + 65536;
+}
+
+struct attention_cudnn_parts {
+	size_t kv;        /* (B,H,S,D) bf16, with G < H: k and v expanded (twice) */
+	size_t grads;     /* (B,heads,S,D) bf16: one call's dq, dk, dv per query head (three times) */
+	size_t workspace; /* cuDNN's */
+};
+
+static inline struct attention_cudnn_parts attention_cudnn_parts_of(int B, int S, int H, int G, int D)
+{
+	struct attention_cudnn_parts p = { 0, 0, 0 };
+	int hc;
+	if (!attention_cudnn_route(D))
+		return p;
+	p.workspace = attention_round4(65536 / 4); /* the forward's */
+	if ((hc = attention_cudnn_heads(B, S, H, D)) == 0)
+		return p;
+	p.kv = G == H ? 0 : attention_round4(((size_t)B * H * S * D + 1) / 2);
+	p.grads = attention_round4(((size_t)B * hc * S * D + 1) / 2);
+	p.workspace = attention_round4((attention_cudnn_workspace_bytes(B, S, hc, D) + 3) / 4);
+	return p;
+}
+
+/* The CUDA backend's whole attention scratch: the above, then the route's. */
+static inline size_t attention_scratch_floats_cuda(int B, int S, int H, int G, int D)
+{
+	struct attention_cudnn_parts p = attention_cudnn_parts_of(B, S, H, G, D);
+	return attention_scratch_floats(B, S, H, G, D) + 2 * p.kv + 3 * p.grads + p.workspace;
 }
 
 #define POROS_DECLARE_CPU(ret, name, args) ret name##_cpu args;

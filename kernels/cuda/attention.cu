@@ -15,6 +15,11 @@
 // scores (attention.cuh), a few fp32 ulps from the CPU's expf.  The
 // element-wise work of a tile (softmax step, dS, stores) is attention.cuh's.
 //
+// Where ops.h's attention_cudnn_route takes a call (rows of one document,
+// D = Dp), the packs feed cuDNN's fused attention instead
+// (attention_cudnn.cu; cudnn_backward below expands k, v to the query heads
+// and sums cuDNN's per-head dk, dv with the group sums here).
+//
 // Shapes: the head dimension is padded with zeros to Dp = 64 or 128
 // (attention_dpad), the template parameter DP; D > 128 is refused.
 // Blocks of 128 threads, 4 warps; each warp owns 16 rows of the block's
@@ -737,6 +742,84 @@ static void group_sum_rot(float *dst, const float *heads, const float *cos, cons
 	launchCheck();
 }
 
+// The cuDNN route's parts after the scratch (ops.h's attention_cudnn_parts).
+struct cudnn_scratch {
+	bf16 *kx, *vx;            // (B,H,S,D): k, v expanded to the query heads (G < H)
+	bf16 *grads;              // (B,heads,S,D) three times: one call's dq, dk, dv
+	void *workspace;
+	size_t workspace_bytes;
+};
+
+static struct cudnn_scratch cudnn_scratch_at(float *scratch, int B, int S, int H, int G, int D)
+{
+	struct attention_cudnn_parts q = attention_cudnn_parts_of(B, S, H, G, D);
+	float *at = scratch + attention_scratch_floats(B, S, H, G, D);
+	struct cudnn_scratch c;
+	c.kx = q.kv ? (bf16 *)at : NULL;
+	c.vx = q.kv ? (bf16 *)(at + q.kv) : NULL;
+	at += 2 * q.kv;
+	c.grads = (bf16 *)at;
+	c.workspace = at + 3 * q.grads;
+	c.workspace_bytes = q.workspace * sizeof(float);
+	return c;
+}
+
+// dst (B,H,S,D) = src (B,G,S,D), query head h taking key/value head h/(H/G);
+// 16 bytes an item (S*D is a multiple of 8, the parts 16-byte aligned).
+__global__ void attention_expand_kernel(uint4 *dst, const uint4 *src, long head_items, int H, int G, long items)
+{
+	long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= items)
+		return;
+	long bh = i / head_items, e = i % head_items;
+	long b = bh / H, h = bh % H;
+	dst[i] = src[(b * G + h / (H / G)) * head_items + e];
+}
+
+static void expand(bf16 *dst, const bf16 *src, int B, int S, int H, int G, int D)
+{
+	long head_items = (long)S * D / 8, items = (long)B * H * head_items;
+	attention_expand_kernel<<<grid_for(items, SUM_THREADS), SUM_THREADS, 0, poros_cuda_compute_stream()>>>(
+		(uint4 *)dst, (const uint4 *)src, head_items, H, G, items);
+	launchCheck();
+}
+
+
+// The backward through cuDNN after the packs: dq, dk, dv (fp32, at q and k
+// as given when the tables are), or false when its plan does not run here.
+// cuDNN's gradients per query head are widened into dq and (G = H) dk, dv,
+// or (G < H) the per-head parts, summed over each group's heads in
+// ascending order as the kernels' are.
+static bool cudnn_backward(float *dq, float *dk, float *dv, float *scratch, const struct attention_scratch *p,
+                           const bf16 *out, int ld_out, const float *cos, const float *sin, const float *lse, int B,
+                           int S, int H, int G, int D)
+{
+	struct cudnn_scratch c = cudnn_scratch_at(scratch, B, S, H, G, D);
+	const bf16 *kx = p->k16, *vx = p->v16;
+	if (G != H) {
+		expand(c.kx, p->k16, B, S, H, G, D);
+		expand(c.vx, p->v16, B, S, H, G, D);
+		kx = c.kx, vx = c.vx;
+	}
+	float *dk_h = G == H ? dk : p->dk_h, *dv_h = G == H ? dv : p->dv_h;
+	if (!attention_cudnn_backward(dq, dk_h, dv_h, c.grads, p->delta, c.workspace, c.workspace_bytes, p->q16, kx, vx,
+	                              p->dout16, out, ld_out, lse, attention_cudnn_heads(B, S, H, D), B, S, H, D))
+		return false;
+	if (cos)
+		rope_backward_cuda(dq, cos, sin, NULL, B, S, H, D);
+	if (G == H) {
+		if (cos)
+			rope_backward_cuda(dk, cos, sin, NULL, B, S, G, D);
+		return true;
+	}
+	if (cos)
+		group_sum_rot(dk, dk_h, cos, sin, NULL, B, S, H, G, D);
+	else
+		group_sum(dk, dk_h, B, S, H, G, D);
+	group_sum(dv, dv_h, B, S, H, G, D);
+	return true;
+}
+
 // out (T,H*D) bf16, rows ld_out apart (the o projection's input, with room
 // for its LoRA extension); lse (B,H,S); q (T,H,D), k, v (T,G,D), q and k
 // rotated as they are packed when the tables are given; pos (T) or NULL.
@@ -753,6 +836,12 @@ extern "C" void attention_forward_cuda(bf16 *out, int ld_out, float *lse, float 
 	pack(p.q16, q, rope_cos, rope_sin, pos, B, S, H, D);
 	pack(p.k16, k, rope_cos, rope_sin, pos, B, S, G, D);
 	pack(p.v16, v, NULL, NULL, NULL, B, S, G, D);
+	if (!pos && attention_cudnn_route(D)) {
+		struct cudnn_scratch c = cudnn_scratch_at(scratch, B, S, H, G, D);
+		if (attention_cudnn_forward(out, ld_out, lse, c.workspace, c.workspace_bytes, p.q16, p.k16, p.v16, B, S,
+		                            H, G, D))
+			return;
+	}
 	const int *first = first_keys(&p, pos, B, S);
 	if (attention_dpad(D) == 64)
 		forward_launch<64>(out, ld_out, lse, &p, pos, first, B, S, H, G, D);
@@ -777,6 +866,9 @@ extern "C" void attention_backward_cuda(float *dq, float *dk, float *dv, float *
 	pack(p.dout16, dout, NULL, NULL, NULL, B, S, H, D);
 	pack(p.k16, k, rope_cos, rope_sin, pos, B, S, G, D);
 	pack(p.v16, v, NULL, NULL, NULL, B, S, G, D);
+	if (!pos && attention_cudnn_route(D) && attention_cudnn_heads(B, S, H, D) > 0 &&
+	    cudnn_backward(dq, dk, dv, scratch, &p, out, ld_out, rope_cos, rope_sin, lse, B, S, H, G, D))
+		return;
 	deltas(p.delta, p.dout16, out, ld_out, B, S, H, D); // before the dq and dk/dv kernels, which read it
 	const int *first = first_keys(&p, pos, B, S);
 	float *dk_h = G == H ? dk : p.dk_h, *dv_h = G == H ? dv : p.dv_h;

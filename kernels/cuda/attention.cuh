@@ -9,6 +9,18 @@
 
 #include "common.cuh"
 
+// The cuDNN route (attention_cudnn.cu): false when it does not take the
+// shape or its plan wants more workspace than given (then the kernels here
+// run).  Inputs are the packs at D = Dp.
+extern "C" bool attention_cudnn_forward(bf16 *out, int ld_out, float *lse, void *workspace, size_t workspace_bytes,
+                                        const bf16 *q16, const bf16 *k16, const bf16 *v16, int B, int S, int H,
+                                        int G, int D);
+extern "C" bool attention_cudnn_backward(float *dq_h, float *dk_h, float *dv_h, bf16 *grads, float *delta,
+                                         void *workspace, size_t workspace_bytes, const bf16 *q16,
+                                         const bf16 *kx16, const bf16 *vx16, const bf16 *do16, const bf16 *out,
+                                         int ld_out, const float *lse, int heads_per_call, int B, int S, int H,
+                                         int D);
+
 // 16 bytes from global src to shared dst by cp.async, zeros when !in (the
 // copy then reads no bytes; src must still be a valid address).
 __device__ __forceinline__ void cp_async16(bf16 *dst, const bf16 *src, bool in)

@@ -10,7 +10,10 @@
  *
  * usage: bench_attention [S...]   (default: 2048 8192; B=1 H=28 G=4 D=128)
  * With a second form, bench_attention docs S N, the rows hold N documents
- * of equal length (pos counting from 0 at each). */
+ * of equal length (pos counting from 0 at each).  BENCH_HEADS=H/G
+ * (default 28/4, Qwen2.5-7B; 64/8 is 72B's).  Each shape also says whether
+ * a second forward and backward gave the same bits. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,13 +102,90 @@ static float time_ms(void (*op)(const struct shape *), const struct shape *s)
 	return (t[4] + t[5]) / 2;
 }
 
+/* Whether a second forward and backward give the bits of the first
+ * (out, lse, dq, dk, dv). */
+static int same_bits_twice(const struct shape *s, size_t qn, size_t kn)
+{
+	size_t sizes[] = { qn * 2, (size_t)s->B * s->H * s->S * 4, qn * 4, kn * 4, kn * 4 };
+	const void *bufs[] = { s->out, s->lse, s->dq, s->dk, s->dv };
+	const char *names[] = { "out", "lse", "dq", "dk", "dv" };
+	int same = 1;
+	for (int i = 0; i < 5; i++) {
+		char *a = malloc(sizes[i]), *b = malloc(sizes[i]);
+		if (!a || !b)
+			exit(1);
+		fwd(s), bwd(s);
+		gpu->synchronize();
+		gpu->copy_d2h(a, bufs[i], sizes[i]);
+		fwd(s), bwd(s);
+		gpu->synchronize();
+		gpu->copy_d2h(b, bufs[i], sizes[i]);
+		if (memcmp(a, b, sizes[i]) != 0) {
+			size_t nd = 0;
+			double worst = 0;
+			for (size_t j = 0; j < sizes[i]; j++)
+				nd += a[j] != b[j];
+			if (i > 0)
+				for (size_t j = 0; j < sizes[i] / 4; j++) {
+					double d = fabs((double)((float *)a)[j] - ((float *)b)[j]);
+					worst = d > worst ? d : worst;
+				}
+			fprintf(stderr, "bench_attention: %s differs run to run in %zu of %zu bytes (max %.3g)\n",
+			        names[i], nd, sizes[i], worst);
+			same = 0;
+		}
+		free(a), free(b);
+	}
+	return same;
+}
+
+/* Unless POROS_ATTENTION=mma: the route's out, dq, dk, dv against the
+ * kernels' (POROS_ATTENTION=mma) on the same inputs, the largest
+ * difference over the largest value, printed (the rounding differs, ops.h). */
+static void against_kernels(const struct shape *s, size_t qn, size_t kn)
+{
+	const char *route = getenv("POROS_ATTENTION");
+	if (route && strcmp(route, "mma") == 0)
+		return;
+	size_t sizes[] = { qn * 4, kn * 4, kn * 4, (size_t)s->B * s->H * s->S * 4 };
+	float *bufs[] = { s->dq, s->dk, s->dv, s->lse };
+	const char *names[] = { "dq", "dk", "dv", "lse" };
+	float *mine[4], *theirs[4];
+	fwd(s), bwd(s);
+	gpu->synchronize();
+	for (int i = 0; i < 4; i++) {
+		mine[i] = malloc(sizes[i]), theirs[i] = malloc(sizes[i]);
+		if (!mine[i] || !theirs[i])
+			exit(1);
+		gpu->copy_d2h(mine[i], bufs[i], sizes[i]);
+	}
+	setenv("POROS_ATTENTION", "mma", 1);
+	fwd(s), bwd(s);
+	gpu->synchronize();
+	unsetenv("POROS_ATTENTION");
+	for (int i = 0; i < 4; i++) {
+		gpu->copy_d2h(theirs[i], bufs[i], sizes[i]);
+		double worst = 0, big = 0;
+		for (size_t j = 0; j < sizes[i] / 4; j++) {
+			double d = fabs((double)mine[i][j] - theirs[i][j]);
+			worst = d > worst || d != d ? d : worst;
+			big = fabs(theirs[i][j]) > big ? fabs(theirs[i][j]) : big;
+		}
+		printf("  %s against the kernels: max |diff| %.3g, max |kernels| %.3g (%.2g of it)\n", names[i], worst, big,
+		       worst / big);
+		free(mine[i]), free(theirs[i]);
+	}
+}
+
+static int heads_q = 28, heads_kv = 4;
+
 static void bench(int S, int docs)
 {
 	struct shape s;
 	memset(&s, 0, sizeof s);
-	s.B = 1, s.S = S, s.H = 28, s.G = 4, s.D = 128;
+	s.B = 1, s.S = S, s.H = heads_q, s.G = heads_kv, s.D = 128;
 	size_t T = (size_t)s.B * S, qn = T * s.H * s.D, kn = T * s.G * s.D;
-	size_t sf = attention_scratch_floats(s.B, S, s.H, s.G, s.D);
+	size_t sf = attention_scratch_floats_cuda(s.B, S, s.H, s.G, s.D);
 	s.q = dev_rand(qn, 1), s.k = dev_rand(kn, 1u << 30), s.v = dev_rand(kn, 2u << 30);
 	s.dout = dev_rand(qn, 3u << 30);
 	s.out = dev(qn * 2), s.lse = dev((size_t)s.B * s.H * S * 4), s.scratch = dev(sf * 4);
@@ -123,12 +203,18 @@ static void bench(int S, int docs)
 		free(p);
 	}
 	float f = time_ms(fwd, &s), b = time_ms(bwd, &s);
+	int same = same_bits_twice(&s, qn, kn);
 	double flops = 4.0 * S * (double)S * s.H * s.D / 2 * s.B;
+	/* which path ran: ops.h's route predicates, as the CUDA ops apply them */
+	int route = docs == 1 && attention_cudnn_route(s.D);
+	printf("path: forward %s, backward %s\n", route ? "cudnn" : "kernels",
+	       route && attention_cudnn_heads(s.B, S, s.H, s.D) > 0 ? "cudnn" : "kernels");
 	printf("attention B=%d S=%d H=%d G=%d D=%d docs=%d: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms "
-	       "(%.0f TFLOP/s), scratch %.1f MiB\n",
+	       "(%.0f TFLOP/s), scratch %.1f MiB, %s\n",
 	       s.B, S, s.H, s.G, s.D, docs, f, flops / docs / f * 1e-9, b, 2.5 * flops / docs / b * 1e-9,
-	       sf * 4.0 / 1048576);
+	       sf * 4.0 / 1048576, same ? "same bits twice" : "BITS DIFFER run to run");
 	fflush(stdout);
+	against_kernels(&s, qn, kn);
 	void *bufs[] = { s.q, s.k, s.v, s.dout, s.out, s.lse, s.scratch, s.dq, s.dk, s.dv, s.cos, s.sin, s.pos };
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		if (bufs[i])
@@ -141,6 +227,11 @@ int main(int argc, char **argv)
 	gpu = backend_cuda(err, sizeof err);
 	if (!gpu) {
 		fprintf(stderr, "bench_attention: %s\n", err);
+		return 2;
+	}
+	const char *heads = getenv("BENCH_HEADS");
+	if (heads && sscanf(heads, "%d/%d", &heads_q, &heads_kv) != 2) {
+		fprintf(stderr, "bench_attention: BENCH_HEADS: want H/G, e.g. 64/8\n");
 		return 2;
 	}
 	if (argc == 4 && strcmp(argv[1], "docs") == 0) {

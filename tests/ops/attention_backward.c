@@ -252,11 +252,19 @@ static void test_attention_backward(int B, int S, int H, int G, int D, int ld_ou
 	a.dq = case_out(&c, "dq", T * H * D * 4, NULL, 0);
 	a.dk = case_out(&c, "dk", T * G * D * 4, NULL, 0);
 	a.dv = case_out(&c, "dv", T * G * D * 4, NULL, 0);
-	a.scratch = case_scratch(&c, sf * 4);
+	a.scratch = case_scratch(&c, attention_scratch_floats_cuda(B, S, H, G, D) * 4);
 	case_run(&c, attention_bwd_gpu, &a);
-	check(&c, "dq", ref_dq, T * H * D, 0, 1e-3, 1e-4);
-	check(&c, "dk", ref_dk, T * G * D, 0, 1e-3, 1e-4);
-	check(&c, "dv", ref_dv, T * G * D, 0, 5e-4, 1e-4);
+	/* The cuDNN route (ops.h) hands back bf16 gradients (one rounding more:
+	 * rtol), and its own exponential and lse flip the bf16 roundings of
+	 * some P and dS elements that the CPU's and the kernels' share, each
+	 * moving a gradient by 2^-8 of one term: measured up to 1e-2 of the
+	 * largest gradient on the realistic shapes (0.2-0.5 % against the
+	 * kernels at S = 8192 and 32768, bench_attention) */
+	int route = !pos && attention_cudnn_route(D) && attention_cudnn_heads(B, S, H, D) > 0;
+	double rtol = route ? BF16_RTOL : 1e-4, atol = route ? 1e-2 : 1e-3;
+	check(&c, "dq", ref_dq, T * H * D, 0, atol, rtol);
+	check(&c, "dk", ref_dk, T * G * D, 0, atol, rtol);
+	check(&c, "dv", ref_dv, T * G * D, 0, route ? atol : 5e-4, rtol);
 	case_end(&c);
 }
 
@@ -320,18 +328,28 @@ static void test_attention_plain_pos(int B, int S, int H, int G, int D)
 	struct gpu_case c;
 	if (!case_begin(&c, "attention_forward+backward pos t %% S vs NULL B=%d S=%d H=%d G=%d D=%d", B, S, H, G, D))
 		return;
-	size_t T = (size_t)B * S, sf = attention_scratch_floats(B, S, H, G, D), bytes[5];
+	size_t T = (size_t)B * S, bytes[5];
 	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
 	float *dout = rand_f32(T * H * D, -1, 1), *scratch;
 	struct plain_pos_case x;
 	memset(&x, 0, sizeof x);
 	pair_bytes(bytes, B, S, H, G, D);
-	scratch = case_scratch(&c, sf * 4);
+	scratch = case_scratch(&c, attention_scratch_floats_cuda(B, S, H, G, D) * 4);
 	for (int i = 0; i < 2; i++) {
 		attention_case_inputs(&x.side[i], q, k, v, i ? doc_positions(B, S, 1) : NULL, B, S, H, G, D);
 		pair_side(&c, &x.side[i], i, bytes, dout, scratch);
 	}
+	/* the kernels' claim: NULL positions take the cuDNN route where it
+	 * runs, which rounds otherwise (ops.h), so this compares the kernels */
+	const char *route = getenv("POROS_ATTENTION");
+	char *saved = route ? strdup(route) : NULL;
+	setenv("POROS_ATTENTION", "mma", 1);
 	case_run(&c, attention_plain_pos_gpu, &x);
+	if (saved)
+		setenv("POROS_ATTENTION", saved, 1);
+	else
+		unsetenv("POROS_ATTENTION");
+	free(saved);
 	pair_check_exact(&c, bytes);
 	case_end(&c);
 }
@@ -383,7 +401,7 @@ static void test_attention_rope(int B, int S, int H, int G, int D, int docs)
 
 	struct rope_case x;
 	memset(&x, 0, sizeof x);
-	float *dscratch = case_scratch(&c, sf * 4);
+	float *dscratch = case_scratch(&c, attention_scratch_floats_cuda(B, S, H, G, D) * 4);
 	x.cos = dev_from(cs, (size_t)S * half * 4, 0);
 	x.sin = dev_from(sn, (size_t)S * half * 4, 0);
 	for (int i = 0; i < 2; i++) {

@@ -496,7 +496,7 @@ static void test_attention_forward(int B, int S, int H, int G, int D, int ld_out
 	a.ld_out = ld_out;
 	a.out = case_out(&c, "out", T * ld_out * 2, init, 0);
 	a.lse = case_out(&c, "lse", (size_t)B * H * S * 4, NULL, 0);
-	a.scratch = case_scratch(&c, sf * 4);
+	a.scratch = case_scratch(&c, attention_scratch_floats_cuda(B, S, H, G, D) * 4);
 	case_run(&c, attention_fwd_gpu, &a);
 	check_rows(&c, "out", ref, T, HD, (size_t)ld_out, 1, 1e-3, BF16_RTOL);
 	check_pads(&c, "out", ref, T, HD, (size_t)ld_out, 2);

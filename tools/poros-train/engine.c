@@ -229,6 +229,7 @@ static int engine_setup(struct engine *e, const struct train_config *cfg, const 
 	e->mc = mc;
 	e->hw = hw;
 	set_dims(e);
+	e->cuda = library_bytes != 0;
 	if (library_bytes) {
 		dev_alloc_set_purpose(&e->alloc, "blas_workspace");
 		if (dev_alloc_count_held(&e->alloc, library_bytes, "the cuBLAS workspace") < 0)

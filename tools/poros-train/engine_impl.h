@@ -65,6 +65,7 @@ struct engine {
 	char err[512];             /* why the last step failed, when not a number */
 
 	int L, k;                  /* layers, micro-batches per step */
+	int cuda;                  /* the CUDA backend's plan (its library memory given): its attention scratch */
 	int blockwise, bs, nb;     /* block size and count (blockwise) */
 	struct layer_ctx lc;       /* what the math reads (dims, ops, adapter, scratch) */
 

@@ -184,7 +184,8 @@ static void plan_shared(struct engine *e, struct carver *cv)
 	struct layer_ctx *c = &e->lc;
 	struct grad_scratch *g = &c->g;
 	size_t n = (size_t)c->mlp_chunk, F = (size_t)c->F, FE = (size_t)(c->F + c->E);
-	size_t attn = attention_scratch_floats(c->B, c->S, c->H, c->G, c->D) * sizeof(float);
+	size_t attn = (e->cuda ? attention_scratch_floats_cuda : attention_scratch_floats)(c->B, c->S, c->H, c->G, c->D) *
+	              sizeof(float);
 	size_t lora = lora_scratch_bytes(e, 0, 4, (size_t)c->T);   /* q k v o */
 	size_t logits, head, bytes = attn;
 	size_t gate = align_up(lora_scratch_bytes(e, 4, N_PROJ, n)), up, h, dh, dgate, dup, mlp; /* gate up down */
