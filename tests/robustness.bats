@@ -409,6 +409,30 @@ artifact_with() {
 	[ -s run/adapter-step1/adapter_model.safetensors ] && [ -s run/adapter/adapter_model.safetensors ]
 }
 
+@test "a second poros-train into a run directory in use exits 2 naming the first's PID; the first's events stay whole" {
+	local first
+	poros-train --model poros/tiny-qwen2 --backend cpu --steps 100000 --seq-len 8 --rank 2 --targets q_proj \
+		--out run --quiet >first.json 2>first.err &
+	first=$!
+	echo "$first" >> "$BATS_TEST_TMPDIR/pids"
+	for _ in $(seq 100); do [ -s run/events.jsonl ] && break; sleep 0.1; done
+	[ -s run/events.jsonl ]
+	[ "$(cat run/.lock)" = "$first" ]
+	run -2 --separate-stderr poros-train --model poros/tiny-qwen2 --backend cpu --steps 2 --seq-len 8 --rank 2 \
+		--targets q_proj --out run --quiet
+	[ -z "$output" ]
+	[ "$stderr" = "poros-train: run: another trainer is using this run directory (PID $first holds run/.lock): wait for it to end, or stop it" ]
+	kill -TERM "$first"
+	wait "$first" || true
+	# every line one step of the first run, in order: nothing of the second in it
+	jq -s -e 'map(.step) == [range(1; length + 1)]' run/events.jsonl
+	# the lock went with its holder: the next run has it
+	poros-train --model poros/tiny-qwen2 --backend cpu --steps 2 --seq-len 8 --rank 2 --targets q_proj --out run \
+		--quiet >next.json
+	[ "$(jq -r .status next.json)" = ok ]
+	[ "$(wc -l <run/events.jsonl)" -eq 2 ]
+}
+
 @test "an output_dir with a leading blank runs every cell there, never another directory's cells" {
 	export POROS_TRAIN="$FAKE"
 	sed "s|output_dir: out/robust|output_dir: ' out'|" "$SPEC" > s.yaml
