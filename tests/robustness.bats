@@ -433,6 +433,35 @@ artifact_with() {
 	[ "$(wc -l <run/events.jsonl)" -eq 2 ]
 }
 
+# signal_driver SIG STATUS: a bench run whose cell sleeps, sent SIG on
+# the driver's PID alone, ends within 2 s with STATUS, its children gone
+# and its lock free.  The driver starts with SIGINT at its default (a
+# background job of this shell would have it ignored).
+signal_driver() {
+	local sig=$1 want=$2 pid t0 rc=0
+	export POROS_TRAIN="$FAKE" FAKE_SLEEP=60 FAKE_PIDS="$BATS_TEST_TMPDIR/pids"
+	rm -f "$FAKE_PIDS"
+	python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])' \
+		poros bench run "$SPEC" >/dev/null 2>driver.log &
+	pid=$!
+	for _ in $(seq 100); do [ -s "$FAKE_PIDS" ] && break; sleep 0.1; done
+	[ -s "$FAKE_PIDS" ]
+	t0=$(date +%s%N)
+	kill -s "$sig" "$pid"
+	wait "$pid" || rc=$?
+	[ "$rc" -eq "$want" ]
+	[ $(($(date +%s%N) - t0)) -lt 2000000000 ]
+	# no child left: poros-arm and the trainer it ran
+	while read -r p; do ! kill -0 "$p" 2>/dev/null || fail "trainer $p still running"; done <"$FAKE_PIDS"
+	[ -z "$(pgrep -P "$pid")" ]
+	flock -n out/robust/.lock true
+}
+
+@test "SIGTERM or SIGINT to the driver's PID alone stops its cell at once: exit within 2 s, no child left, lock free" {
+	signal_driver TERM 143
+	signal_driver INT 130
+}
+
 @test "an output_dir with a leading blank runs every cell there, never another directory's cells" {
 	export POROS_TRAIN="$FAKE"
 	sed "s|output_dir: out/robust|output_dir: ' out'|" "$SPEC" > s.yaml
