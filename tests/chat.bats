@@ -232,6 +232,37 @@ with_template() {
 	[[ "$stderr" == *"unsupported tag \"macro\""* ]]
 }
 
+# budget_refused TEMPLATE MESSAGE: poros-tokenize --chat exits 2 with the
+# template's place and MESSAGE, within a second (tests/unit/test_jinja.c
+# runs every budget of tests/fixtures/jinja/budgets.jsonl; this is the tool's side)
+budget_refused() {
+	local start
+	mkdir -p tok
+	cp "$FIX/qwen3/tokenizer.json" tok/
+	echo '{"eos_token": "<|im_end|>"}' >tok/tokenizer_config.json
+	printf '%s' "$1" >tok/chat_template.jinja
+	start=$(date +%s%N)
+	run -2 --separate-stderr poros-tokenize --tokenizer tok --chat <<<'{"messages":[{"role":"user","content":"hi"}]}'
+	[ -z "$output" ]
+	[[ "$stderr" == "poros-tokenize: <stdin>:1: tok/chat_template.jinja: chat template $2" ]]
+	[ $(($(date +%s%N) - start)) -lt 2000000000 ]
+}
+
+@test "a template past a budget (nesting, loops, memory, 64-bit integers) is refused by place, exit 2" {
+	budget_refused "{{ $(printf 'not %.0s' $(seq 100000))1 }}" \
+		"1:1024: the template nests more than 256 deep (brackets, operators, tags)"
+	budget_refused "{{ $(printf -- '-%.0s' $(seq 100000))1 }}" \
+		"1:259: the template nests more than 256 deep (brackets, operators, tags)"
+	budget_refused "{% for i in range(2000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}" \
+		"1:30: the template's loops ran more than 1000223 iterations"
+	budget_refused "{% set ns = namespace(s='0123456789') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}" \
+		"1:86: the render needs more than 96 MiB"
+	budget_refused "{{ 3 ** 9223372036854775807 }}" \
+		"1:6: integer overflow: 3 ** 9223372036854775807 is beyond 64 bits (big integers are not supported)"
+	budget_refused "{{ (-9223372036854775807 - 1) % -1 }}{{ (-9223372036854775807 - 1) // -1 }}" \
+		"1:68: integer overflow: -9223372036854775808 // -1 is beyond 64 bits (big integers are not supported)"
+}
+
 @test "a template's raise_exception is an error with its message" {
 	with_template "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}x"
 	run -2 --separate-stderr poros-tokenize --tokenizer tok --chat <<<'{"messages":[{"role":"system","content":"s"}]}'

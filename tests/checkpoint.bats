@@ -185,6 +185,72 @@ same_run() {
 	[[ "$stderr" == *'tensor "model.embed_tokens.weight": unknown dtype "F8_E4M3"'* ]]
 }
 
+# poke FILE TENSOR INDEX VALUE: element INDEX of TENSOR set to VALUE (a
+# float, "nan", "inf" or "-inf") in the tensor's own dtype
+poke() {
+	python3 - "$@" <<-'PY'
+	import json, struct, sys
+	path, name, index, value = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+	raw = bytearray(open(path, "rb").read())
+	n = struct.unpack("<Q", raw[:8])[0]
+	t = json.loads(raw[8:8 + n])[name]
+	size = {"F32": 4, "F16": 2, "BF16": 2}[t["dtype"]]
+	at = 8 + n + t["data_offsets"][0] + index * size
+	if t["dtype"] == "F32":
+	    b = struct.pack("<f", value)
+	elif t["dtype"] == "F16":
+	    b = struct.pack("<e", value)
+	else:
+	    b = struct.pack("<f", value)[2:]  # truncated: exact for NaN, Inf and the values used here
+	raw[at:at + size] = b
+	open(path, "wb").write(raw)
+	PY
+}
+
+@test "a NaN or Inf weight is refused at load naming its tensor, for BF16, F16 and F32 files and nf4 and bf16 runs" {
+	local w=model.layers.1.mlp.down_proj.weight
+	for d in BF16 F16 F32; do
+		ck "m_$d" --dtype "$d"
+		poke "m_$d/model.safetensors" "$w" 5 nan
+		for p in nf4 bf16; do
+			run -2 --separate-stderr poros-train "${RUN[@]}" --precision "$p" --model "$PWD/m_$d" --out "r_$p"
+			[ "$stderr" = "poros-train: $PWD/m_$d: $PWD/m_$d/model.safetensors: tensor \"$w\": element 5 is NaN (a weight must be finite)" ]
+			[ -z "$output" ]
+			[ ! -e "r_$p/events.jsonl" ]
+		done
+	done
+	ck m_inf --dtype F16
+	poke m_inf/model.safetensors model.norm.weight 0 -inf
+	run -2 --separate-stderr poros-train "${RUN[@]}" --precision nf4 --model "$PWD/m_inf" --out r
+	[[ "$stderr" == *'tensor "model.norm.weight": element 0 is -Inf (a weight must be finite)' ]]
+	# finite in F32, but past bf16's range once rounded
+	ck m_big --dtype F32
+	poke m_big/model.safetensors model.embed_tokens.weight 3 3.4028234e38
+	run -2 --separate-stderr poros-train "${RUN[@]}" --model "$PWD/m_big" --out r
+	[[ "$stderr" == *'tensor "model.embed_tokens.weight": element 3 is +Inf in bf16, 3.40282e+38 in the file (a weight must be finite)' ]]
+	# the same files, finite again, train
+	ck m_BF16 --dtype BF16
+	poros-train "${RUN[@]}" --precision nf4 --model "$PWD/m_BF16" --out ok >/dev/null
+	[ "$(wc -l <ok/events.jsonl)" -eq 3 ]
+}
+
+@test "a safetensors header that is not valid UTF-8 is refused, in __metadata__ too" {
+	ck m
+	python3 - m/model.safetensors <<-'PY'
+	import json, struct, sys
+	raw = open(sys.argv[1], "rb").read()
+	n = struct.unpack("<Q", raw[:8])[0]
+	header = json.loads(raw[8:8 + n])
+	header["__metadata__"] = {"format": "pt", "note": "XX"}
+	h = json.dumps(header).encode().replace(b"XX", b"\xff\xfe")
+	h += b" " * (-len(h) % 8)
+	open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + raw[8 + n:])
+	PY
+	run -2 --separate-stderr poros-train "${RUN[@]}" --model "$PWD/m" --out r
+	[[ "$stderr" == *"$PWD/m/model.safetensors: header is not valid UTF-8 (byte "*" of the file)"* ]]
+	[ ! -e r/events.jsonl ]
+}
+
 @test "--tokenizer takes a tokenizer.json or its directory for a text dataset" {
 	for i in 1 2 3 4 5 6; do
 		printf '{"text": "document %d: the quick brown fox jumps over the lazy dog, %d times"}\n' "$i" "$i"

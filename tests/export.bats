@@ -294,6 +294,30 @@ adapter() {
 	[[ "$stderr" == *"--out afile: exists and is not a directory"* ]]
 }
 
+@test "--force never replaces an --out that the base's files link into (an HF snapshot's layout)" {
+	base b
+	adapter b run
+	# the snapshot: links into the blob store, which is --out here
+	mkdir -p blobs snap
+	for f in b/*; do
+		mv "$f" "blobs/$(basename "$f")"
+		ln -s "../blobs/$(basename "$f")" "snap/$(basename "$f")"
+	done
+	cmp_before=$(sha256sum blobs/model.safetensors)
+	run -2 --separate-stderr poros-export --base snap --adapter run/adapter --out blobs --force
+	[ -z "$output" ]
+	[ "$stderr" = "poros-export: --out blobs holds the base's snap/config.json (through a link): replacing it would delete its input" ]
+	[ "$(sha256sum blobs/model.safetensors)" = "$cmp_before" ]
+	# only the weights linked there: still refused, naming them
+	rm snap/config.json
+	cp blobs/config.json snap/config.json
+	run -2 --separate-stderr poros-export --base snap --adapter run/adapter --out blobs --force
+	[[ "$stderr" == *"--out blobs holds the base's snap/model.safetensors (through a link)"* ]]
+	# elsewhere it exports
+	run -0 --separate-stderr poros-export --base snap --adapter run/adapter --out merged
+	"$CHECK" snap run/adapter merged
+}
+
 @test "a write that fails midway leaves neither --out nor a temporary directory" {
 	base b
 	adapter b run

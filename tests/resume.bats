@@ -84,7 +84,7 @@ jsonl_docs() {
 	diff <(rows full) <(rows run)
 	# the checkpoint was rewritten at the same step, whole, and no temporary is left
 	ls -A run | sort >entries
-	diff entries <(printf '%s\n' adapter adapter-step2 checkpoint-step2 events.jsonl)
+	diff entries <(printf '%s\n' .lock adapter adapter-step2 checkpoint-step2 events.jsonl)
 	jq -e '.schema == "poros.train_state/1" and .step == 2 and .config.lr == 0.005' run/checkpoint-step2/state.json
 	[ "$(stat -c %s run/checkpoint-step2/lora_state.f32)" -eq $((3 * 4 * $(jq .lora_floats run/checkpoint-step2/state.json))) ]
 }

@@ -409,6 +409,59 @@ artifact_with() {
 	[ -s run/adapter-step1/adapter_model.safetensors ] && [ -s run/adapter/adapter_model.safetensors ]
 }
 
+@test "a second poros-train into a run directory in use exits 2 naming the first's PID; the first's events stay whole" {
+	local first
+	poros-train --model poros/tiny-qwen2 --backend cpu --steps 100000 --seq-len 8 --rank 2 --targets q_proj \
+		--out run --quiet >first.json 2>first.err &
+	first=$!
+	echo "$first" >> "$BATS_TEST_TMPDIR/pids"
+	for _ in $(seq 100); do [ -s run/events.jsonl ] && break; sleep 0.1; done
+	[ -s run/events.jsonl ]
+	[ "$(cat run/.lock)" = "$first" ]
+	run -2 --separate-stderr poros-train --model poros/tiny-qwen2 --backend cpu --steps 2 --seq-len 8 --rank 2 \
+		--targets q_proj --out run --quiet
+	[ -z "$output" ]
+	[ "$stderr" = "poros-train: run: another trainer is using this run directory (PID $first holds run/.lock): wait for it to end, or stop it" ]
+	kill -TERM "$first"
+	wait "$first" || true
+	# every line one step of the first run, in order: nothing of the second in it
+	jq -s -e 'map(.step) == [range(1; length + 1)]' run/events.jsonl
+	# the lock went with its holder: the next run has it
+	poros-train --model poros/tiny-qwen2 --backend cpu --steps 2 --seq-len 8 --rank 2 --targets q_proj --out run \
+		--quiet >next.json
+	[ "$(jq -r .status next.json)" = ok ]
+	[ "$(wc -l <run/events.jsonl)" -eq 2 ]
+}
+
+# signal_driver SIG STATUS: a bench run whose cell sleeps, sent SIG on
+# the driver's PID alone, ends within 2 s with STATUS, its children gone
+# and its lock free.  The driver starts with SIGINT at its default (a
+# background job of this shell would have it ignored).
+signal_driver() {
+	local sig=$1 want=$2 pid t0 rc=0
+	export POROS_TRAIN="$FAKE" FAKE_SLEEP=60 FAKE_PIDS="$BATS_TEST_TMPDIR/pids"
+	rm -f "$FAKE_PIDS"
+	python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])' \
+		poros bench run "$SPEC" >/dev/null 2>driver.log &
+	pid=$!
+	for _ in $(seq 100); do [ -s "$FAKE_PIDS" ] && break; sleep 0.1; done
+	[ -s "$FAKE_PIDS" ]
+	t0=$(date +%s%N)
+	kill -s "$sig" "$pid"
+	wait "$pid" || rc=$?
+	[ "$rc" -eq "$want" ]
+	[ $(($(date +%s%N) - t0)) -lt 2000000000 ]
+	# no child left: poros-arm and the trainer it ran
+	while read -r p; do ! kill -0 "$p" 2>/dev/null || fail "trainer $p still running"; done <"$FAKE_PIDS"
+	[ -z "$(pgrep -P "$pid")" ]
+	flock -n out/robust/.lock true
+}
+
+@test "SIGTERM or SIGINT to the driver's PID alone stops its cell at once: exit within 2 s, no child left, lock free" {
+	signal_driver TERM 143
+	signal_driver INT 130
+}
+
 @test "an output_dir with a leading blank runs every cell there, never another directory's cells" {
 	export POROS_TRAIN="$FAKE"
 	sed "s|output_dir: out/robust|output_dir: ' out'|" "$SPEC" > s.yaml

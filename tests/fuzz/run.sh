@@ -2,7 +2,8 @@
 # tests/fuzz/run.sh: builds the libFuzzer harnesses (tests/fuzz/fuzz_*.c)
 # with clang, ASan and UBSan into build-fuzz/, replays the regression
 # inputs (tests/fuzz/regress/HARNESS/*), then fuzzes each harness for
-# FUZZ_SECONDS from its seed corpus (tests/fuzz/corpus/HARNESS/) and prints
+# FUZZ_SECONDS from its seed corpus (tests/fuzz/corpus/HARNESS/), with its
+# dictionary tests/fuzz/HARNESS.dict where there is one, and prints
 # one line per harness: executions run and crashes found.
 #   FUZZ_SECONDS   seconds per harness (default 60)
 #   FUZZ_CC        the compiler (default clang); needs libFuzzer
@@ -97,7 +98,10 @@ for name in $harnesses; do
 	fi
 	# 2. Fuzz for the time given; -print_final_stats gives the execution count.
 	rc=0
-	"$OUT/$name" -max_total_time="$SECONDS_EACH" \
+	dict=
+	[ ! -f "tests/fuzz/$name.dict" ] || dict=-dict=tests/fuzz/$name.dict
+	# shellcheck disable=SC2086 # $dict is one word or none
+	"$OUT/$name" $dict -max_total_time="$SECONDS_EACH" \
 		-print_final_stats=1 -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
 		-artifact_prefix="$crashes/" "$corpus" "tests/fuzz/corpus/$name" >> "$log" 2>&1 || rc=$?
 	execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)

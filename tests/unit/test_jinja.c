@@ -5,10 +5,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include "jinja.h"
 #include "util.h"
 #include "test_common.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#else
+#define SANITIZED 0
+#endif
 
 /* Renders src with vars (JSON text); the output, or NULL with err. */
 static char *render(const char *src, const char *vars_json, int taint, struct jinja_output *out, char *err,
@@ -27,6 +35,79 @@ static char *render(const char *src, const char *vars_json, int taint, struct ji
 	jinja_free(t);
 	cJSON_Delete(vars);
 	return rc < 0 ? NULL : out->text;
+}
+
+/* A budget case's template: "template", or "prefix" + "times" x "repeat"
+ * + "suffix" (a big template kept small in the file). */
+static char *budget_template(const cJSON *c)
+{
+	const cJSON *t = cJSON_GetObjectItem(c, "template");
+	const char *pre, *rep, *suf;
+	int times;
+	size_t n = 0;
+	char *s;
+
+	if (t)
+		return xstrdup(t->valuestring);
+	pre = cJSON_GetObjectItem(c, "prefix")->valuestring;
+	rep = cJSON_GetObjectItem(c, "repeat")->valuestring;
+	suf = cJSON_GetObjectItem(c, "suffix")->valuestring;
+	times = cJSON_GetObjectItem(c, "times")->valueint;
+	s = xmalloc(strlen(pre) + (size_t)times * strlen(rep) + strlen(suf) + 1);
+	n += (size_t)sprintf(s, "%s", pre);
+	for (int i = 0; i < times; i++)
+		n += (size_t)sprintf(s + n, "%s", rep);
+	sprintf(s + n, "%s", suf);
+	return s;
+}
+
+static double seconds_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* tests/fixtures/jinja/budgets.jsonl: every budget and every integer
+ * operation past 64 bits fails with its exact message, in bounded time and
+ * memory (the sanitizers' slower runs and their own memory aside). */
+static void test_budgets(void)
+{
+	size_t len;
+	char *buf = read_whole_file("tests/fixtures/jinja/budgets.jsonl", &len), *line, *save = NULL;
+	int n = 0;
+	struct rusage ru;
+
+	CHECK(buf != NULL);
+	if (buf == NULL)
+		return;
+	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		cJSON *c = cJSON_Parse(line);
+		const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
+		const cJSON *want = cJSON_GetObjectItem(c, "expected"), *want_err = cJSON_GetObjectItem(c, "error");
+		char *src = budget_template(c), err[512] = "";
+		struct jinja_output out;
+		double t0 = seconds_now();
+		char *got = render(src, "{}", 0, &out, err, sizeof err);
+		double took = seconds_now() - t0;
+
+		if (want_err)
+			CHECKF(got == NULL && strstr(err, want_err->valuestring), "%s: want the error \"%s\", got %s%s", name,
+			       want_err->valuestring, got ? "output " : "error ", got ? got : err);
+		else
+			CHECKF(got && strcmp(got, want->valuestring) == 0, "%s:\n  want \"%s\"\n  got  \"%.200s\"", name,
+			       want->valuestring, got ? got : err);
+		CHECKF(took < (SANITIZED ? 20.0 : 1.0), "%s: took %.2f s", name, took);
+		jinja_output_free(&out);
+		free(src);
+		cJSON_Delete(c);
+		n++;
+	}
+	CHECKF(n >= 25, "only %d budget cases read", n);
+	getrusage(RUSAGE_SELF, &ru);
+	CHECKF(SANITIZED || ru.ru_maxrss < 256 * 1024, "peak memory %ld KiB", ru.ru_maxrss);
+	free(buf);
 }
 
 static void test_cases(void)
@@ -197,6 +278,7 @@ static void test_strftime(void)
 int main(void)
 {
 	test_cases();
+	test_budgets();
 	test_provenance();
 	test_refusals();
 	test_strftime();

@@ -21,7 +21,14 @@
  * Provenance: each output byte carries an origin, 0 for template text and
  * i+1 for a byte that came from messages[i].content (through string
  * filters, methods, slicing and concatenation).  Where such a content is
- * empty, its place in the output is kept as an anchor. */
+ * empty, its place in the output is kept as an anchor.
+ *
+ * Budgets: a template is code from a downloaded model, so parsing and
+ * rendering are bounded whatever it does; past a budget the parse or the
+ * render fails with "LINE:COL: ..." naming the budget.  CONTEXT is the
+ * bytes of the context's JSON values (strings, and 16 a value).  Integers
+ * are 64-bit and exact: an operation whose result does not fit (Python's
+ * big integers) is refused by name, never wrapped. */
 #ifndef POROS_JINJA_H
 #define POROS_JINJA_H
 
@@ -29,6 +36,23 @@
 #include <time.h>
 
 #include <cjson/cJSON.h>
+
+/* tags, brackets, unary operators and `not` inside each other */
+#define JINJA_MAX_NESTING 256
+/* lists and dicts inside each other, in the context or built by the template */
+#define JINJA_MAX_VALUE_DEPTH 1000
+/* evaluation steps: a node evaluated, or JINJA_SCAN_PER_STEP items scanned */
+#define JINJA_MAX_STEPS(context) (20000000LL + 16LL * (long long)(context))
+#define JINJA_SCAN_PER_STEP 64
+/* iterations of all {% for %} loops together (and of their `if` filters) */
+#define JINJA_MAX_ITERATIONS(context) (1000000LL + (long long)(context))
+/* bytes of the rendered text */
+#define JINJA_MAX_OUTPUT(context) (((size_t)8 << 20) + 4 * (size_t)(context))
+/* bytes the render holds (values, the output with its origins) */
+#define JINJA_MAX_RENDER_MEMORY(context) (((size_t)96 << 20) + 48 * (size_t)(context))
+/* bytes the parse holds at its peak (its tokens with the tree), for a
+ * template of len bytes */
+#define JINJA_MAX_PARSE_MEMORY(len) (((size_t)16 << 20) + 128 * (size_t)(len))
 
 struct jinja_template;
 

@@ -1,7 +1,9 @@
 /* tools/lib/jinja_eval.c: the evaluator of the Jinja subset (jinja.h):
  * expressions, statements and the render; its values are jinja_value.c's. */
+#define _GNU_SOURCE /* memmem */
 #include "jinja_int.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,6 +22,19 @@ void jfail(struct jctx *c, const struct jnode *at, const char *fmt, ...)
 		vsnprintf(c->err + k, c->errsz - (size_t)k, fmt, ap);
 	va_end(ap);
 	longjmp(c->fail, 1);
+}
+
+void jcharge(struct jctx *c, long long n)
+{
+	c->steps += n;
+	if (c->steps > c->max_steps)
+		jfail(c, c->at, "the template ran more than %lld steps", c->max_steps);
+}
+
+static struct jv *dict_get(struct jctx *c, const struct jdict *d, const char *k, size_t n)
+{
+	jcharge(c, (long long)(d->n / JINJA_SCAN_PER_STEP));
+	return jdict_get(d, k, n);
 }
 
 static struct jstr *key_of(struct jctx *c, const char *name)
@@ -73,7 +88,7 @@ static struct jv from_json(struct jctx *c, const cJSON *j, int org)
 static struct jv lookup(struct jctx *c, const char *name, size_t n)
 {
 	for (struct jscope *s = c->scope; s; s = s->up) {
-		struct jv *v = jdict_get(s->vars, name, n);
+		struct jv *v = dict_get(c, s->vars, name, n);
 		if (v)
 			return *v;
 	}
@@ -106,7 +121,7 @@ static struct jv get_item(struct jctx *c, const struct jnode *at, struct jv obj,
 		struct jv *v;
 		if (key.t != JV_STR)
 			return undef;
-		v = jdict_get(obj.u.d, key.u.s->p, key.u.s->n);
+		v = dict_get(c, obj.u.d, key.u.s->p, key.u.s->n);
 		return v ? *v : undef;
 	}
 	if ((obj.t == JV_LIST || obj.t == JV_STR) && (key.t == JV_INT || key.t == JV_BOOL)) {
@@ -180,6 +195,8 @@ static struct jv eval_slice(struct jctx *c, const struct jnode *n)
 
 static int cmp_values(struct jctx *c, const struct jnode *at, struct jv a, struct jv b)
 {
+	if (a.t == JV_INT && b.t == JV_INT) /* exact, beyond a double's 53 bits */
+		return (a.u.i > b.u.i) - (a.u.i < b.u.i);
 	if (is_num(a) && is_num(b))
 		return (num_of(a) > num_of(b)) - (num_of(a) < num_of(b));
 	if (a.t == JV_STR && b.t == JV_STR) {
@@ -195,91 +212,135 @@ static int contains(struct jctx *c, const struct jnode *at, struct jv hay, struc
 	if (hay.t == JV_STR) {
 		if (needle.t != JV_STR)
 			jfail(c, at, "'in <string>' needs a string on the left, not %s", jv_type_name(needle));
-		if (needle.u.s->n == 0)
-			return 1;
-		for (size_t i = 0; i + needle.u.s->n <= hay.u.s->n; i++)
-			if (memcmp(hay.u.s->p + i, needle.u.s->p, needle.u.s->n) == 0)
-				return 1;
-		return 0;
+		jcharge(c, (long long)((hay.u.s->n + needle.u.s->n) / JINJA_SCAN_PER_STEP));
+		return memmem(hay.u.s->p, hay.u.s->n, needle.u.s->p, needle.u.s->n) != NULL;
 	}
 	if (hay.t == JV_LIST) {
 		for (size_t i = 0; i < hay.u.l->n; i++)
-			if (jv_equal(hay.u.l->v[i], needle))
+			if (jv_equal(c, hay.u.l->v[i], needle))
 				return 1;
 		return 0;
 	}
 	if (hay.t == JV_DICT)
-		return needle.t == JV_STR && jdict_get(hay.u.d, needle.u.s->p, needle.u.s->n) != NULL;
+		return needle.t == JV_STR && dict_get(c, hay.u.d, needle.u.s->p, needle.u.s->n) != NULL;
 	if (hay.t == JV_UNDEF)
 		jfail(c, at, "'in' on an undefined value");
 	jfail(c, at, "'in' needs a string, list or mapping on the right, not %s", jv_type_name(hay));
 }
 
-static struct jv arith(struct jctx *c, const struct jnode *n, struct jv a, struct jv b)
+static _Noreturn void int_overflow(struct jctx *c, const struct jnode *n, long long x, long long y)
+{
+	jfail(c, n, "integer overflow: %lld %s %lld is beyond 64 bits (big integers are not supported)", x, n->s, y);
+}
+
+/* x ** y for y >= 0, by squaring: at most 63 rounds */
+static long long int_pow(struct jctx *c, const struct jnode *n, long long x, long long y)
+{
+	long long r = 1, base = x;
+
+	for (long long e = y; e > 0; e >>= 1) {
+		if ((e & 1) && __builtin_mul_overflow(r, base, &r))
+			int_overflow(c, n, x, y);
+		if (e > 1 && __builtin_mul_overflow(base, base, &base))
+			int_overflow(c, n, x, y);
+	}
+	return r;
+}
+
+/* Python's integer x OP y (OP one of + - * ** // %): exact, or refused */
+static long long int_arith(struct jctx *c, const struct jnode *n, long long x, long long y)
 {
 	const char *op = n->s;
-	struct jv r = { .t = JV_INT };
+	long long r;
 
-	if (op[0] == '~') {
-		struct jbuf buf = { 0 };
+	if (op[0] == '+' ? __builtin_add_overflow(x, y, &r) : op[0] == '-' ? __builtin_sub_overflow(x, y, &r)
+	    : strcmp(op, "*") == 0 ? __builtin_mul_overflow(x, y, &r) : 0)
+		int_overflow(c, n, x, y);
+	if (op[0] == '+' || op[0] == '-' || strcmp(op, "*") == 0)
+		return r;
+	if (strcmp(op, "**") == 0)
+		return int_pow(c, n, x, y);
+	if (y == 0)
+		jfail(c, n, "integer division or modulo by zero");
+	if (y == -1) { /* x / -1 traps in C for the least x */
+		if (op[0] == '%')
+			return 0;
+		if (x == LLONG_MIN)
+			int_overflow(c, n, x, y);
+		return -x;
+	}
+	long long q = x / y, m = x % y;
+	if (m != 0 && ((m < 0) != (y < 0))) {
+		q--;
+		m += y;
+	}
+	return op[0] == '%' ? m : q;
+}
+
+/* Python's float x OP y, or an int's / and negative ** */
+static double float_arith(struct jctx *c, const struct jnode *n, double x, double y)
+{
+	const char *op = n->s;
+
+	switch (op[0]) {
+	case '+': return x + y;
+	case '-': return x - y;
+	case '*':
+		if (op[1] != '*')
+			return x * y;
+		if (x == 0 && y < 0)
+			jfail(c, n, "0.0 cannot be raised to a negative power");
+		if (x < 0 && y != floor(y) && isfinite(y))
+			jfail(c, n, "a negative number to a fractional power is complex (not supported)");
+		double r = pow(x, y);
+		if (isinf(r) && isfinite(x) && isfinite(y))
+			jfail(c, n, "%s: the result is out of range", op);
+		return r;
+	}
+	if (y == 0)
+		jfail(c, n, "float division by zero");
+	if (strcmp(op, "/") == 0)
+		return x / y;
+	double fl = floor(x / y);
+	return op[0] == '%' ? x - fl * y : fl;
+}
+
+static struct jv concat(struct jctx *c, struct jv a, struct jv b, int as_str)
+{
+	struct jbuf buf = { 0 };
+	struct jv r = { .t = JV_LIST };
+
+	if (as_str) {
 		jv_to_buf(c, &buf, a, 0);
 		jv_to_buf(c, &buf, b, 0);
 		return jv_from_buf(c, &buf);
 	}
-	if (op[0] == '+' && a.t == JV_STR && b.t == JV_STR) {
-		struct jbuf buf = { 0 };
-		jbuf_put_str(c, &buf, a.u.s, 0, a.u.s->n);
-		jbuf_put_str(c, &buf, b.u.s, 0, b.u.s->n);
-		return jv_from_buf(c, &buf);
-	}
-	if (op[0] == '+' && a.t == JV_LIST && b.t == JV_LIST) {
-		r.t = JV_LIST;
-		r.u.l = jlist_new(c);
-		for (size_t i = 0; i < a.u.l->n; i++)
-			jlist_push(c, r.u.l, a.u.l->v[i]);
-		for (size_t i = 0; i < b.u.l->n; i++)
-			jlist_push(c, r.u.l, b.u.l->v[i]);
-		return r;
-	}
+	r.u.l = jlist_new(c);
+	for (size_t i = 0; i < a.u.l->n; i++)
+		jlist_push(c, r.u.l, a.u.l->v[i]);
+	for (size_t i = 0; i < b.u.l->n; i++)
+		jlist_push(c, r.u.l, b.u.l->v[i]);
+	return r;
+}
+
+static struct jv arith(struct jctx *c, const struct jnode *n, struct jv a, struct jv b)
+{
+	const char *op = n->s;
+
+	if (op[0] == '~' || (op[0] == '+' && a.t == JV_STR && b.t == JV_STR))
+		return concat(c, a, b, 1);
+	if (op[0] == '+' && a.t == JV_LIST && b.t == JV_LIST)
+		return concat(c, a, b, 0);
 	if (!is_num(a) || !is_num(b))
 		jfail(c, n, "unsupported operand types for %s: %s and %s", op, jv_type_name(a), jv_type_name(b));
-	int ints = a.t != JV_FLOAT && b.t != JV_FLOAT;
 	long long x = a.t == JV_INT ? a.u.i : a.t == JV_BOOL ? a.u.b : 0, y = b.t == JV_INT ? b.u.i : b.t == JV_BOOL ? b.u.b : 0;
-	double fx = num_of(a), fy = num_of(b);
-	switch (op[0]) {
-	case '+': if (ints) r.u.i = x + y; else r = (struct jv){ .t = JV_FLOAT, .u.f = fx + fy }; return r;
-	case '-': if (ints) r.u.i = x - y; else r = (struct jv){ .t = JV_FLOAT, .u.f = fx - fy }; return r;
-	case '*':
-		if (op[1] == '*') {
-			if (ints && y >= 0) {
-				r.u.i = 1;
-				for (long long k = 0; k < y; k++)
-					r.u.i *= x;
-				return r;
-			}
-			return (struct jv){ .t = JV_FLOAT, .u.f = pow(fx, fy) };
-		}
-		if (ints) r.u.i = x * y; else r = (struct jv){ .t = JV_FLOAT, .u.f = fx * fy };
-		return r;
-	case '/':
-	case '%':
-		if (fy == 0)
-			jfail(c, n, "division by zero");
-		if (op[0] == '/' && op[1] != '/')
-			return (struct jv){ .t = JV_FLOAT, .u.f = fx / fy };
-		if (ints) {
-			long long q = x / y, m = x % y;
-			if (m != 0 && ((m < 0) != (y < 0))) {
-				q--;
-				m += y;
-			}
-			r.u.i = op[0] == '%' ? m : q;
-			return r;
-		}
-		double fl = floor(fx / fy);
-		return (struct jv){ .t = JV_FLOAT, .u.f = op[0] == '%' ? fx - fl * fy : fl };
+	if (a.t != JV_FLOAT && b.t != JV_FLOAT && strcmp(op, "/") != 0) {
+		if (strcmp(op, "**") != 0 || y >= 0)
+			return (struct jv){ .t = JV_INT, .u.i = int_arith(c, n, x, y) };
+		if (x == 0)
+			jfail(c, n, "0 cannot be raised to a negative power");
 	}
-	jfail(c, n, "unknown operator %s", op);
+	return (struct jv){ .t = JV_FLOAT, .u.f = float_arith(c, n, num_of(a), num_of(b)) };
 }
 
 static struct jv eval_call(struct jctx *c, const struct jnode *n)
@@ -310,8 +371,10 @@ struct jv jeval(struct jctx *c, const struct jnode *n)
 {
 	struct jv v = { .t = JV_NONE }, a, b;
 
+	c->at = n;
+	jcharge(c, 1);
 	switch (n->kind) {
-	case N_LIT_STR: return jv_str_lit(c, n->s, n->slen);
+	case N_LIT_STR: return (struct jv){ .t = JV_STR, .u.s = n->lit };
 	case N_LIT_INT: v.t = JV_INT; v.u.i = n->i; return v;
 	case N_LIT_FLOAT: v.t = JV_FLOAT; v.u.f = n->f; return v;
 	case N_LIT_BOOL: v.t = JV_BOOL; v.u.b = (int)n->i; return v;
@@ -340,7 +403,7 @@ struct jv jeval(struct jctx *c, const struct jnode *n)
 		if (a.t == JV_UNDEF)
 			jfail(c, n, "undefined value has no attribute \"%s\"", n->s);
 		if (a.t == JV_DICT) {
-			struct jv *f = jdict_get(a.u.d, n->s, n->slen);
+			struct jv *f = dict_get(c, a.u.d, n->s, n->slen);
 			if (f)
 				return *f;
 		}
@@ -368,6 +431,8 @@ struct jv jeval(struct jctx *c, const struct jnode *n)
 	case N_NEG:
 	case N_POS:
 		a = jeval(c, n->a);
+		if (a.t == JV_INT && a.u.i == LLONG_MIN && n->kind == N_NEG)
+			jfail(c, n, "integer overflow: -(%lld) is beyond 64 bits (big integers are not supported)", a.u.i);
 		if (a.t == JV_INT || a.t == JV_BOOL)
 			return (struct jv){ .t = JV_INT, .u.i = (a.t == JV_INT ? a.u.i : a.u.b) * (n->kind == N_NEG ? -1 : 1) };
 		if (a.t == JV_FLOAT)
@@ -388,9 +453,9 @@ struct jv jeval(struct jctx *c, const struct jnode *n)
 		b = jeval(c, n->b);
 		v.t = JV_BOOL;
 		if (strcmp(n->s, "==") == 0)
-			v.u.b = jv_equal(a, b);
+			v.u.b = jv_equal(c, a, b);
 		else if (strcmp(n->s, "!=") == 0)
-			v.u.b = !jv_equal(a, b);
+			v.u.b = !jv_equal(c, a, b);
 		else {
 			int r = cmp_values(c, n, a, b);
 			v.u.b = n->s[0] == '<' ? (n->s[1] ? r <= 0 : r < 0) : (n->s[1] ? r >= 0 : r > 0);
@@ -425,16 +490,31 @@ static void push_scope(struct jctx *c)
 	c->scope = s;
 }
 
-static void assign(struct jctx *c, const struct jnode *n, struct jv v)
+/* n's target names, one key each (keys[i] for names[i]), bound to v */
+static void assign_keys(struct jctx *c, const struct jnode *n, struct jstr **keys, struct jv v)
 {
 	if (n->n_names == 1) {
-		jdict_set(c, c->scope->vars, key_of(c, n->names[0]), v);
+		jdict_set(c, c->scope->vars, keys[0], v);
 		return;
 	}
 	if (v.t != JV_LIST || v.u.l->n != (size_t)n->n_names)
 		jfail(c, n, "cannot unpack %s into %d names", jv_type_name(v), n->n_names);
 	for (int i = 0; i < n->n_names; i++)
-		jdict_set(c, c->scope->vars, key_of(c, n->names[i]), v.u.l->v[i]);
+		jdict_set(c, c->scope->vars, keys[i], v.u.l->v[i]);
+}
+
+static struct jstr **name_keys(struct jctx *c, const struct jnode *n)
+{
+	struct jstr **keys = ja_alloc(&c->arena, (size_t)n->n_names * sizeof *keys);
+
+	for (int i = 0; i < n->n_names; i++)
+		keys[i] = key_of(c, n->names[i]);
+	return keys;
+}
+
+static void assign(struct jctx *c, const struct jnode *n, struct jv v)
+{
+	assign_keys(c, n, name_keys(c, n), v);
 }
 
 static struct jlist *iter_items(struct jctx *c, const struct jnode *at, struct jv seq)
@@ -460,21 +540,81 @@ static struct jlist *iter_items(struct jctx *c, const struct jnode *at, struct j
 	jfail(c, at, "cannot loop over %s", jv_type_name(seq));
 }
 
-static void set_int(struct jctx *c, struct jdict *d, const char *k, long long i)
+static void count_iteration(struct jctx *c, const struct jnode *n)
 {
-	jdict_set(c, d, key_of(c, k), (struct jv){ .t = JV_INT, .u.i = i });
+	if (++c->iterations > c->max_iterations)
+		jfail(c, n, "the template's loops ran more than %lld iterations", c->max_iterations);
+}
+
+/* What a loop reuses from one iteration to the next, so that an
+ * iteration allocates nothing: its scope (emptied each time, as Jinja
+ * starts each iteration afresh), the keys of its names, and its `loop`,
+ * one object whose fields move on (as Jinja's LoopContext). */
+struct loop_frame {
+	struct jscope scope;
+	struct jstr **keys;
+	struct jstr *loop_key;
+	struct jdict *loop;
+};
+
+enum { L_INDEX, L_INDEX0, L_REVINDEX, L_REVINDEX0, L_LENGTH, L_FIRST, L_LAST, L_PREVITEM, L_NEXTITEM, L_DEPTH,
+       N_LOOP_FIELDS };
+static const char *const loop_fields[N_LOOP_FIELDS] = { "index", "index0", "revindex", "revindex0", "length", "first",
+							 "last", "previtem", "nextitem", "depth" };
+
+static void frame_init(struct jctx *c, struct loop_frame *f, const struct jnode *n)
+{
+	f->scope.vars = jdict_new(c);
+	f->keys = name_keys(c, n);
+	f->loop_key = key_of(c, "loop");
+	f->loop = jdict_new(c);
+	for (int k = 0; k < N_LOOP_FIELDS; k++)
+		jdict_set(c, f->loop, key_of(c, loop_fields[k]), (struct jv){ .t = JV_UNDEF });
+}
+
+/* A fresh iteration's scope, with item bound to the loop's names. */
+static void frame_enter(struct jctx *c, struct loop_frame *f, const struct jnode *n, struct jv item)
+{
+	count_iteration(c, n);
+	f->scope.vars->n = 0;
+	f->scope.up = c->scope;
+	c->scope = &f->scope;
+	assign_keys(c, n, f->keys, item);
+}
+
+static void loop_field(struct jctx *c, struct loop_frame *f, int k, struct jv v)
+{
+	jdict_set(c, f->loop, f->loop->k[k], v);
+}
+
+static void set_loop(struct jctx *c, struct loop_frame *f, const struct jlist *items, long long i)
+{
+	long long len = (long long)items->n;
+	struct jv undef = { .t = JV_UNDEF };
+
+	loop_field(c, f, L_INDEX, (struct jv){ .t = JV_INT, .u.i = i + 1 });
+	loop_field(c, f, L_INDEX0, (struct jv){ .t = JV_INT, .u.i = i });
+	loop_field(c, f, L_REVINDEX, (struct jv){ .t = JV_INT, .u.i = len - i });
+	loop_field(c, f, L_REVINDEX0, (struct jv){ .t = JV_INT, .u.i = len - i - 1 });
+	loop_field(c, f, L_LENGTH, (struct jv){ .t = JV_INT, .u.i = len });
+	loop_field(c, f, L_FIRST, (struct jv){ .t = JV_BOOL, .u.b = i == 0 });
+	loop_field(c, f, L_LAST, (struct jv){ .t = JV_BOOL, .u.b = i == len - 1 });
+	loop_field(c, f, L_PREVITEM, i > 0 ? items->v[i - 1] : undef);
+	loop_field(c, f, L_NEXTITEM, i + 1 < len ? items->v[i + 1] : undef);
+	loop_field(c, f, L_DEPTH, (struct jv){ .t = JV_INT, .u.i = 1 });
+	jdict_set(c, c->scope->vars, f->loop_key, (struct jv){ .t = JV_DICT, .u.d = f->loop });
 }
 
 static void exec_for(struct jctx *c, const struct jnode *n)
 {
 	struct jlist *all = iter_items(c, n->a, jeval(c, n->a)), *items = all;
-	struct jv undef = { .t = JV_UNDEF };
+	struct loop_frame f = { 0 };
 
+	frame_init(c, &f, n);
 	if (n->filter) {
 		items = jlist_new(c);
 		for (size_t i = 0; i < all->n; i++) {
-			push_scope(c);
-			assign(c, n, all->v[i]);
+			frame_enter(c, &f, n, all->v[i]);
 			if (jtruthy(jeval(c, n->filter)))
 				jlist_push(c, items, all->v[i]);
 			c->scope = c->scope->up;
@@ -482,20 +622,8 @@ static void exec_for(struct jctx *c, const struct jnode *n)
 	}
 	long long len = (long long)items->n;
 	for (long long i = 0; i < len; i++) {
-		struct jdict *loop = jdict_new(c);
-		push_scope(c);
-		set_int(c, loop, "index", i + 1);
-		set_int(c, loop, "index0", i);
-		set_int(c, loop, "revindex", len - i);
-		set_int(c, loop, "revindex0", len - i - 1);
-		set_int(c, loop, "length", len);
-		jdict_set(c, loop, key_of(c, "first"), (struct jv){ .t = JV_BOOL, .u.b = i == 0 });
-		jdict_set(c, loop, key_of(c, "last"), (struct jv){ .t = JV_BOOL, .u.b = i == len - 1 });
-		jdict_set(c, loop, key_of(c, "previtem"), i > 0 ? items->v[i - 1] : undef);
-		jdict_set(c, loop, key_of(c, "nextitem"), i + 1 < len ? items->v[i + 1] : undef);
-		jdict_set(c, loop, key_of(c, "depth"), (struct jv){ .t = JV_INT, .u.i = 1 });
-		jdict_set(c, c->scope->vars, key_of(c, "loop"), (struct jv){ .t = JV_DICT, .u.d = loop });
-		assign(c, n, items->v[i]);
+		frame_enter(c, &f, n, items->v[i]);
+		set_loop(c, &f, items, i);
 		exec_body(c, n->b);
 		c->scope = c->scope->up;
 		if (c->loop_ctl == 1) {
@@ -508,13 +636,21 @@ static void exec_for(struct jctx *c, const struct jnode *n)
 		exec_body(c, n->c);
 }
 
+static void check_output(struct jctx *c, const struct jnode *n)
+{
+	if (c->out.n > c->max_output)
+		jfail(c, n, "the output is over %zu MiB", c->max_output >> 20);
+}
+
 static void exec_stmt(struct jctx *c, const struct jnode *n)
 {
 	struct jv v;
 
+	c->at = n;
+	jcharge(c, 1);
 	switch (n->kind) {
-	case N_TEXT: jbuf_put(c, &c->out, n->s, n->slen, 0); break;
-	case N_OUTPUT: jv_to_buf(c, &c->out, jeval(c, n->a), 0); break;
+	case N_TEXT: jbuf_put(c, &c->out, n->s, n->slen, 0); check_output(c, n); break;
+	case N_OUTPUT: jv_to_buf(c, &c->out, jeval(c, n->a), 0); check_output(c, n); break;
 	case N_IF:
 		if (jtruthy(jeval(c, n->a)))
 			exec_body(c, n->b);
@@ -549,6 +685,36 @@ static void exec_body(struct jctx *c, const struct jnode *body)
 		exec_stmt(c, body->kids[i]);
 }
 
+/* The bytes of a JSON value's strings and keys, and 16 a value: what the
+ * render's budgets grow with. */
+static size_t context_bytes(const cJSON *j)
+{
+	size_t n = 16 + (j->string ? strlen(j->string) : 0) + (cJSON_IsString(j) ? strlen(j->valuestring) : 0);
+
+	for (const cJSON *e = j->child; e; e = e->next)
+		n += context_bytes(e);
+	return n;
+}
+
+static _Noreturn void render_exhausted(void *owner)
+{
+	struct jctx *c = owner;
+
+	jfail(c, c->at, "the render needs more than %zu MiB", c->arena.limit >> 20);
+}
+
+static void set_budgets(struct jctx *c, const cJSON *vars)
+{
+	size_t context = context_bytes(vars);
+
+	c->max_steps = JINJA_MAX_STEPS(context);
+	c->max_iterations = JINJA_MAX_ITERATIONS(context);
+	c->max_output = JINJA_MAX_OUTPUT(context);
+	c->arena.limit = JINJA_MAX_RENDER_MEMORY(context);
+	c->arena.exhausted = render_exhausted;
+	c->arena.owner = c;
+}
+
 int jinja_render(struct jinja_output *out, const struct jinja_template *t, const cJSON *vars, int taint_messages,
 		 const struct tm *today, char *err, size_t errsz)
 {
@@ -560,6 +726,7 @@ int jinja_render(struct jinja_output *out, const struct jinja_template *t, const
 	c->err = err;
 	c->errsz = errsz;
 	c->today = today;
+	set_budgets(c, vars);
 	if (setjmp(c->fail)) {
 		ja_free_all(&c->arena);
 		free(c);
@@ -581,6 +748,7 @@ int jinja_render(struct jinja_output *out, const struct jinja_template *t, const
 		jdict_set(c, c->scope->vars, key_of(c, e->string), v);
 	}
 	push_scope(c); /* the template's own {% set %} at top level */
+	c->steps = 0; /* the budget is the template's: the context's own size is counted in it */
 	exec_body(c, t->root);
 	jbuf_put(c, &c->out, "", 0, 0);
 	out->len = c->out.n;

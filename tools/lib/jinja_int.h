@@ -12,9 +12,13 @@
 /* ---- arena: everything of a parse or a render, freed at once ---------- */
 struct jarena {
 	struct jblock *head;
+	size_t bytes, limit;                  /* limit 0: none */
+	void (*exhausted)(void *owner); /* does not return: called instead of passing limit */
+	void *owner;
 };
 void *ja_alloc(struct jarena *a, size_t n);          /* zeroed */
 void *ja_grow(struct jarena *a, void *p, size_t n);  /* realloc inside the arena */
+void ja_release(struct jarena *a, void *p);         /* one block, before the rest */
 void ja_free_all(struct jarena *a);
 
 /* ---- AST ------------------------------------------------------------- */
@@ -42,6 +46,7 @@ struct jnode {
 	const char **names;     /* for/set: target names */
 	int n_names;
 	int negate;             /* test: `is not` */
+	struct jstr *lit;       /* string literal: its value, made once */
 };
 
 struct jinja_template {
@@ -74,10 +79,14 @@ struct jv {
 	} u;
 };
 
+/* A list's or dict's depth counts the containers inside it (a namespace
+ * counts as none: what walks values stops at one), so that walking a value
+ * never recurses deeper than JINJA_MAX_VALUE_DEPTH. */
 struct jlist {
 	struct jv *v;
 	size_t n, cap;
 	int is_tuple; /* printed as (a, b) */
+	int depth;
 };
 
 struct jdict {
@@ -85,6 +94,7 @@ struct jdict {
 	struct jv *v;
 	size_t n, cap;
 	int is_ns;   /* namespace(): attributes may be set */
+	int depth;
 };
 
 /* A string being built, with origins and anchors. */
@@ -112,6 +122,10 @@ struct jctx {
 	int loop_ctl;            /* 1 break, 2 continue, pending */
 	const struct tm *today;  /* strftime_now's date, NULL: refused */
 	int depth;
+	const struct jnode *at;  /* the node being evaluated: where a budget ran out */
+	long long steps, max_steps;
+	long long iterations, max_iterations;
+	size_t max_output;
 };
 
 /* ---- lexer and parser (jinja_lex.c, jinja_parse.c) ---------------- */
@@ -136,6 +150,9 @@ struct parser {
 	char *err;
 	size_t errsz;
 	jmp_buf fail;
+	int nesting;
+	size_t line_off;  /* pos_of's last offset and its line and column */
+	int line, col;
 };
 
 void jlex(struct parser *p);
@@ -144,6 +161,8 @@ _Noreturn void perr(struct parser *p, int line, int col, const char *fmt, ...) _
 /* jinja_eval.c */
 _Noreturn void jfail(struct jctx *c, const struct jnode *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 struct jv jeval(struct jctx *c, const struct jnode *n);
+/* n more steps of work (a node, or a scan of n/JINJA_SCAN_PER_STEP items) */
+void jcharge(struct jctx *c, long long n);
 
 /* jinja_value.c */
 static inline int is_num(struct jv v) { return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL; }
@@ -162,7 +181,7 @@ void jlist_push(struct jctx *c, struct jlist *l, struct jv v);
 struct jdict *jdict_new(struct jctx *c);
 void jdict_set(struct jctx *c, struct jdict *d, struct jstr *k, struct jv v);
 struct jv *jdict_get(const struct jdict *d, const char *k, size_t n);
-int jv_equal(struct jv a, struct jv b);
+int jv_equal(struct jctx *c, struct jv a, struct jv b);
 const char *jv_type_name(struct jv v);
 
 /* jinja_lib.c */

@@ -2,7 +2,9 @@
  * with transformers' whitespace rules (trim_blocks, lstrip_blocks, {%- -%}). */
 #include "jinja_int.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +19,23 @@ struct jblock {
 	size_t pad; /* keeps the payload 16-byte aligned */
 };
 
+/* A block of n bytes replacing one of old bytes, counted against the
+ * arena's limit before it is allocated (malloc's own overhead included). */
+static void ja_count(struct jarena *a, size_t old, size_t n)
+{
+	size_t cost = n + sizeof(struct jblock) + 16;
+
+	if (a->limit && (n > SIZE_MAX / 2 || a->bytes - old + cost > a->limit))
+		a->exhausted(a->owner);
+	a->bytes = a->bytes - old + cost;
+}
+
 void *ja_alloc(struct jarena *a, size_t n)
 {
-	struct jblock *b = xcalloc(1, sizeof *b + (n ? n : 1));
+	struct jblock *b;
+
+	ja_count(a, 0, n);
+	b = xcalloc(1, sizeof *b + (n ? n : 1));
 
 	b->size = n;
 	b->next = a->head;
@@ -36,6 +52,7 @@ void *ja_grow(struct jarena *a, void *p, size_t n)
 	if (p == NULL)
 		return ja_alloc(a, n);
 	b = (struct jblock *)p - 1;
+	ja_count(a, b->size + sizeof *b + 16, n);
 	nb = xrealloc(b, sizeof *nb + (n ? n : 1));
 	if (n > nb->size)
 		memset((char *)(nb + 1) + nb->size, 0, n - nb->size);
@@ -49,6 +66,20 @@ void *ja_grow(struct jarena *a, void *p, size_t n)
 	return nb + 1;
 }
 
+void ja_release(struct jarena *a, void *p)
+{
+	struct jblock *b = (struct jblock *)p - 1;
+
+	a->bytes -= b->size + sizeof *b + 16;
+	if (b->prev)
+		b->prev->next = b->next;
+	else
+		a->head = b->next;
+	if (b->next)
+		b->next->prev = b->prev;
+	free(b);
+}
+
 void ja_free_all(struct jarena *a)
 {
 	struct jblock *b = a->head;
@@ -59,21 +90,29 @@ void ja_free_all(struct jarena *a)
 		b = next;
 	}
 	a->head = NULL;
+	a->bytes = 0;
 }
 
 /* ---- lexer ----------------------------------------------------------- */
 
-static void pos_of(const struct parser *p, size_t off, int *line, int *col)
+/* The line and column of src[off], counted on from the last offset asked
+ * for (tokens come in order, so lexing stays linear). */
+static void pos_of(struct parser *p, size_t off, int *line, int *col)
 {
-	*line = 1;
-	*col = 1;
-	for (size_t i = 0; i < off && i < p->len; i++) {
-		if (p->src[i] == '\n') {
-			(*line)++;
-			*col = 1;
-		} else
-			(*col)++;
+	if (p->line == 0 || off < p->line_off) {
+		p->line_off = 0;
+		p->line = p->col = 1;
 	}
+	for (size_t i = p->line_off; i < off && i < p->len; i++) {
+		if (p->src[i] == '\n') {
+			p->line++;
+			p->col = 1;
+		} else
+			p->col++;
+	}
+	p->line_off = off;
+	*line = p->line;
+	*col = p->col;
 }
 
 void perr(struct parser *p, int line, int col, const char *fmt, ...)
@@ -138,9 +177,12 @@ static void put_utf8(char *out, size_t *n, unsigned cp)
 static void lex_string(struct parser *p, size_t *i)
 {
 	char q = p->src[*i];
-	size_t start = *i, k = *i + 1, n = 0;
-	char *out = ja_alloc(p->arena, p->len - start + 1);
+	size_t start = *i, k = *i + 1, n = 0, end = k;
 	struct tok *t = push(p, T_STRING, start);
+
+	while (end < p->len && p->src[end] != q) /* unescaped, it is never longer */
+		end += p->src[end] == '\\' ? 2 : 1;
+	char *out = ja_alloc(p->arena, end - start + 1);
 
 	while (k < p->len && p->src[k] != q) {
 		char c = p->src[k++];
@@ -191,6 +233,25 @@ static void lex_string(struct parser *p, size_t *i)
 	t->s = out;
 	t->n = n;
 	*i = k + 1;
+}
+
+/* The number literal src[from..to), without its '_' separators. */
+static void lex_number(struct parser *p, size_t from, size_t to, int flt)
+{
+	char *num = ja_alloc(p->arena, to - from + 1);
+	size_t m = 0;
+	struct tok *t = push(p, flt ? T_FLOAT : T_INT, from);
+
+	for (size_t j = from; j < to; j++)
+		if (p->src[j] != '_')
+			num[m++] = p->src[j];
+	errno = 0;
+	if (flt)
+		t->f = strtod(num, NULL);
+	else
+		t->i = strtoll(num, NULL, 10);
+	if (errno == ERANGE && !flt)
+		perr_at(p, from, "integer literal beyond 64 bits (big integers are not supported)");
 }
 
 static const char *const ops2[] = { "//", "**", "==", "!=", "<=", ">=", NULL };
@@ -246,17 +307,7 @@ static size_t lex_tag(struct parser *p, size_t i, int block, int *strip, int *ke
 						;
 				}
 			}
-			char num[64];
-			size_t m = 0;
-			for (size_t j = i; j < k && m + 1 < sizeof num; j++)
-				if (p->src[j] != '_')
-					num[m++] = p->src[j];
-			num[m] = '\0';
-			struct tok *t = push(p, flt ? T_FLOAT : T_INT, i);
-			if (flt)
-				t->f = strtod(num, NULL);
-			else
-				t->i = strtoll(num, NULL, 10);
+			lex_number(p, i, k, flt);
 			i = k;
 		} else if (c == '\'' || c == '"') {
 			lex_string(p, &i);

@@ -17,6 +17,8 @@
 #include "jinja_int.h"
 
 #include <math.h>
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -308,6 +310,8 @@ void jtojson(struct jctx *c, const struct jnode *at, struct jbuf *b, struct jv v
 		close_bracket(c, b, "]", v.u.l->n, indent, level);
 		return;
 	case JV_DICT:
+		if (v.u.d->is_ns)
+			jfail(c, at, "tojson: a namespace is not JSON serializable");
 		jbuf_put(c, b, "{", 1, 0);
 		for (size_t i = 0; i < v.u.d->n; i++) {
 			item_start(c, b, i, indent, level);
@@ -496,6 +500,10 @@ struct jv jfilter(struct jctx *c, const struct jnode *n, struct jv v, struct jv 
 	if (strcmp(f, "int") == 0) {
 		if (v.t == JV_INT)
 			return v;
+		if (v.t == JV_FLOAT && isnan(v.u.f)) /* int(nan) raises ValueError: the filter's default */
+			return mkint(0);
+		if (v.t == JV_FLOAT && !(v.u.f >= -0x1p63 && v.u.f < 0x1p63))
+			jfail(c, n, "int of %g is beyond 64 bits (big integers are not supported)", v.u.f);
 		if (v.t == JV_FLOAT)
 			return mkint((long long)v.u.f);
 		if (v.t == JV_BOOL)
@@ -503,7 +511,10 @@ struct jv jfilter(struct jctx *c, const struct jnode *n, struct jv v, struct jv 
 		if (v.t == JV_STR) {
 			char buf[64], *end;
 			snprintf(buf, sizeof buf, "%.*s", (int)v.u.s->n, v.u.s->p);
+			errno = 0;
 			long long i = strtoll(buf, &end, 10);
+			if (errno == ERANGE)
+				jfail(c, n, "int of \"%s\" is beyond 64 bits (big integers are not supported)", buf);
 			return mkint(*end == '\0' && end != buf ? i : 0);
 		}
 		return mkint(0);
@@ -516,6 +527,8 @@ struct jv jfilter(struct jctx *c, const struct jnode *n, struct jv v, struct jv 
 		jfail(c, n, "float of %s is not supported", jv_type_name(v));
 	}
 	if (strcmp(f, "abs") == 0) {
+		if (v.t == JV_INT && v.u.i == LLONG_MIN)
+			jfail(c, n, "abs of %lld is beyond 64 bits (big integers are not supported)", v.u.i);
 		if (v.t == JV_INT)
 			return mkint(v.u.i < 0 ? -v.u.i : v.u.i);
 		if (v.t == JV_FLOAT)
@@ -566,15 +579,15 @@ static int run_test(struct jctx *c, const struct jnode *n, const char *t, struct
 	if (a0 == NULL)
 		goto unknown;
 	if (strcmp(t, "equalto") == 0 || strcmp(t, "eq") == 0 || strcmp(t, "==") == 0 || strcmp(t, "sameas") == 0)
-		return jv_equal(v, *a0);
+		return jv_equal(c, v, *a0);
 	if (strcmp(t, "ne") == 0 || strcmp(t, "!=") == 0)
-		return !jv_equal(v, *a0);
+		return !jv_equal(c, v, *a0);
 	if (strcmp(t, "in") == 0) {
 		struct jnode tmp = *n;
 		(void)tmp;
 		if (a0->t == JV_LIST) {
 			for (size_t i = 0; i < a0->u.l->n; i++)
-				if (jv_equal(a0->u.l->v[i], v))
+				if (jv_equal(c, a0->u.l->v[i], v))
 					return 1;
 			return 0;
 		}
@@ -852,10 +865,12 @@ struct jv jglobal_call(struct jctx *c, const struct jnode *n, const char *f, str
 			jfail(c, n, "range takes 1 to 3 arguments");
 		if (step == 0)
 			jfail(c, n, "range step cannot be zero");
-		for (long long i = a; step > 0 ? i < b : i > b; i += step) {
+		for (long long i = a; step > 0 ? i < b : i > b;) {
 			if (out.u.l->n > 100000)
 				jfail(c, n, "range too long");
 			jlist_push(c, out.u.l, mkint(i));
+			if (__builtin_add_overflow(i, step, &i))
+				break; /* past LLONG_MAX or LLONG_MIN: past b too */
 		}
 		return out;
 	}

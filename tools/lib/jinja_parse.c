@@ -63,12 +63,27 @@ static char *name_dup(struct parser *p, const struct tok *t)
 
 static void add_kid(struct parser *p, struct jnode *n, struct jnode *kid, const char *kw)
 {
-	n->kids = ja_grow(p->arena, n->kids, (size_t)(n->n_kids + 1) * sizeof *n->kids);
-	n->kw = ja_grow(p->arena, n->kw, (size_t)(n->n_kids + 1) * sizeof *n->kw);
+	if ((n->n_kids & (n->n_kids - 1)) == 0) { /* 0 or a power of two: full, double */
+		size_t cap = n->n_kids ? 2 * (size_t)n->n_kids : 1;
+		n->kids = ja_grow(p->arena, n->kids, cap * sizeof *n->kids);
+		n->kw = ja_grow(p->arena, n->kw, cap * sizeof *n->kw);
+	}
 	n->kids[n->n_kids] = kid;
 	n->kw[n->n_kids] = kw;
 	n->n_kids++;
 }
+
+/* One level deeper into brackets, operators or tags; leave() is the way
+ * out.  The parser and the evaluator recurse as deep as the template
+ * nests, so this is what keeps their stacks bounded. */
+static void enter(struct parser *p)
+{
+	if (++p->nesting > JINJA_MAX_NESTING)
+		perr(p, peek(p)->line, peek(p)->col, "the template nests more than %d deep (brackets, operators, tags)",
+		     JINJA_MAX_NESTING);
+}
+
+static void leave(struct parser *p) { p->nesting--; }
 
 static struct jnode *parse_expr(struct parser *p);
 static struct jnode *parse_or(struct parser *p);
@@ -92,6 +107,24 @@ static void parse_args(struct parser *p, struct jnode *n)
 	expect_op(p, ")");
 }
 
+/* Adjacent string literals after n's are one literal. */
+static void concat_literals(struct parser *p, struct jnode *n)
+{
+	size_t len = n->slen, k;
+	char *s;
+
+	for (k = p->at; p->t[k].kind == T_STRING; k++)
+		len += p->t[k].n;
+	s = ja_alloc(p->arena, len + 1);
+	memcpy(s, n->s, n->slen);
+	n->s = s;
+	while (peek(p)->kind == T_STRING) {
+		struct tok *u = next(p);
+		memcpy(s + n->slen, u->s, u->n);
+		n->slen += u->n;
+	}
+}
+
 static struct jnode *parse_primary(struct parser *p)
 {
 	struct tok *t = next(p);
@@ -102,14 +135,11 @@ static struct jnode *parse_primary(struct parser *p)
 		n = node(p, N_LIT_STR, t);
 		n->s = t->s;
 		n->slen = t->n;
-		while (peek(p)->kind == T_STRING) { /* adjacent literals concatenate */
-			struct tok *u = next(p);
-			char *s = ja_alloc(p->arena, n->slen + u->n + 1);
-			memcpy(s, n->s, n->slen);
-			memcpy(s + n->slen, u->s, u->n);
-			n->s = s;
-			n->slen += u->n;
-		}
+		if (peek(p)->kind == T_STRING)
+			concat_literals(p, n);
+		n->lit = ja_alloc(p->arena, sizeof *n->lit);
+		n->lit->p = n->s;
+		n->lit->n = n->slen;
 		return n;
 	}
 	case T_INT: n = node(p, N_LIT_INT, t); n->i = t->i; return n;
@@ -302,7 +332,9 @@ static struct jnode *parse_unary(struct parser *p, int with_filter)
 	if (is_op(t, "-") || is_op(t, "+")) {
 		next(p);
 		n = node(p, is_op(t, "-") ? N_NEG : N_POS, t);
+		enter(p);
 		n->a = parse_unary(p, 0);
+		leave(p);
 	} else {
 		n = parse_postfix(p, parse_primary(p));
 	}
@@ -410,7 +442,9 @@ static struct jnode *parse_not(struct parser *p)
 	if (is_name(peek(p), "not")) {
 		struct tok *t = next(p);
 		struct jnode *n = node(p, N_NOT, t);
+		enter(p);
 		n->a = parse_not(p);
+		leave(p);
 		return n;
 	}
 	return parse_compare(p);
@@ -441,7 +475,10 @@ static struct jnode *parse_or(struct parser *p)
 /* `a if cond else b` (else optional: undefined) */
 static struct jnode *parse_expr(struct parser *p)
 {
-	struct jnode *n = parse_or(p);
+	struct jnode *n;
+
+	enter(p);
+	n = parse_or(p);
 
 	while (is_name(peek(p), "if")) {
 		struct tok *t = next(p);
@@ -452,6 +489,7 @@ static struct jnode *parse_expr(struct parser *p)
 		}
 		n = m;
 	}
+	leave(p);
 	return n;
 }
 
@@ -486,6 +524,7 @@ static void parse_targets(struct parser *p, struct jnode *n)
 }
 
 static struct jnode *parse_body(struct parser *p, const char *const *ends, const char **found);
+static struct jnode *parse_statements(struct parser *p, const char *const *ends, const char **found);
 
 static struct jnode *parse_if(struct parser *p, const struct tok *at)
 {
@@ -496,8 +535,10 @@ static struct jnode *parse_if(struct parser *p, const struct tok *at)
 	n->a = parse_expr(p);
 	expect_block_end(p);
 	n->b = parse_body(p, ends, &found);
-	if (strcmp(found, "elif") == 0) {
+	if (strcmp(found, "elif") == 0) { /* a chain of elif is evaluated as deep as it is long */
+		enter(p);
 		n->c = parse_if(p, &p->t[p->at - 1]);
+		leave(p);
 		return n;
 	}
 	if (strcmp(found, "else") == 0) {
@@ -592,6 +633,16 @@ static struct jnode *parse_stmt(struct parser *p)
  * template); *found is that tag, and the parser stands after its name. */
 static struct jnode *parse_body(struct parser *p, const char *const *ends, const char **found)
 {
+	struct jnode *body;
+
+	enter(p);
+	body = parse_statements(p, ends, found);
+	leave(p);
+	return body;
+}
+
+static struct jnode *parse_statements(struct parser *p, const char *const *ends, const char **found)
+{
 	struct jnode *body = node(p, N_BODY, peek(p));
 
 	for (;;) {
@@ -638,6 +689,15 @@ static struct jnode *parse_body(struct parser *p, const char *const *ends, const
 	}
 }
 
+static _Noreturn void parse_exhausted(void *owner)
+{
+	struct parser *p = owner;
+	const struct tok *at = p->n ? &p->t[p->at ? p->at : p->n - 1] : NULL; /* parsing, or lexing */
+
+	perr(p, at ? at->line : 1, at ? at->col : 1, "parsing the template needs more than %zu MiB",
+	     p->arena->limit >> 20);
+}
+
 int jinja_parse(struct jinja_template **out, const char *src, size_t len, char *err, size_t errsz)
 {
 	struct jinja_template *t = xcalloc(1, sizeof *t);
@@ -650,6 +710,9 @@ int jinja_parse(struct jinja_template **out, const char *src, size_t len, char *
 	p.len = len;
 	p.err = err;
 	p.errsz = errsz;
+	t->arena.limit = JINJA_MAX_PARSE_MEMORY(len);
+	t->arena.exhausted = parse_exhausted;
+	t->arena.owner = &p;
 	if (setjmp(p.fail)) {
 		ja_free_all(&t->arena);
 		free(t);
@@ -675,6 +738,8 @@ int jinja_parse(struct jinja_template **out, const char *src, size_t len, char *
 	p.len = n;
 	jlex(&p);
 	t->root = parse_body(&p, NULL, &found);
+	ja_release(&t->arena, p.t); /* the tree holds no token */
+	t->arena.limit = 0; /* the template is read only from here on */
 	*out = t;
 	return 0;
 }

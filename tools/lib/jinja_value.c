@@ -114,8 +114,19 @@ struct jv jv_substr(struct jctx *c, const struct jstr *s, size_t from, size_t to
 
 struct jlist *jlist_new(struct jctx *c) { return ja_alloc(&c->arena, sizeof(struct jlist)); }
 
+/* The depth of a container holding v (jinja_int.h); past the bound, refused. */
+static int depth_holding(struct jctx *c, struct jv v, int depth)
+{
+	int inner = v.t == JV_LIST ? v.u.l->depth : v.t == JV_DICT && !v.u.d->is_ns ? v.u.d->depth : 0;
+
+	if (inner + 1 > JINJA_MAX_VALUE_DEPTH)
+		jfail(c, c->at, "values nested more than %d deep", JINJA_MAX_VALUE_DEPTH);
+	return inner + 1 > depth ? inner + 1 : depth;
+}
+
 void jlist_push(struct jctx *c, struct jlist *l, struct jv v)
 {
+	l->depth = depth_holding(c, v, l->depth);
 	if (l->n == l->cap) {
 		l->cap = l->cap ? l->cap * 2 : 8;
 		l->v = ja_grow(&c->arena, l->v, l->cap * sizeof *l->v);
@@ -135,8 +146,12 @@ struct jv *jdict_get(const struct jdict *d, const char *k, size_t n)
 
 void jdict_set(struct jctx *c, struct jdict *d, struct jstr *k, struct jv v)
 {
-	struct jv *have = jdict_get(d, k->p, k->n);
+	struct jv *have;
 
+	jcharge(c, 1 + (long long)(d->n / JINJA_SCAN_PER_STEP));
+	have = jdict_get(d, k->p, k->n);
+	if (!d->is_ns)
+		d->depth = depth_holding(c, v, d->depth);
 	if (have) {
 		*have = v;
 		return;
@@ -321,28 +336,38 @@ struct jv jv_to_string(struct jctx *c, struct jv v)
 }
 
 
-int jv_equal(struct jv a, struct jv b)
+/* Python's ==; a namespace equals only itself (it has no __eq__), which
+ * also keeps a namespace that holds itself from recursing. */
+int jv_equal(struct jctx *c, struct jv a, struct jv b)
 {
+	if (a.t == JV_INT && b.t == JV_INT)
+		return a.u.i == b.u.i;
 	if (is_num(a) && is_num(b))
 		return num_of(a) == num_of(b);
 	if (a.t != b.t)
 		return 0;
+	jcharge(c, 1);
 	switch (a.t) {
 	case JV_UNDEF: case JV_NONE: return 1;
-	case JV_STR: return a.u.s->n == b.u.s->n && memcmp(a.u.s->p, b.u.s->p, a.u.s->n) == 0;
+	case JV_STR:
+		jcharge(c, (long long)(a.u.s->n / JINJA_SCAN_PER_STEP));
+		return a.u.s->n == b.u.s->n && memcmp(a.u.s->p, b.u.s->p, a.u.s->n) == 0;
 	case JV_LIST:
 		if (a.u.l->n != b.u.l->n)
 			return 0;
 		for (size_t i = 0; i < a.u.l->n; i++)
-			if (!jv_equal(a.u.l->v[i], b.u.l->v[i]))
+			if (!jv_equal(c, a.u.l->v[i], b.u.l->v[i]))
 				return 0;
 		return 1;
 	case JV_DICT:
+		if (a.u.d->is_ns || b.u.d->is_ns)
+			return a.u.d == b.u.d;
 		if (a.u.d->n != b.u.d->n)
 			return 0;
 		for (size_t i = 0; i < a.u.d->n; i++) {
 			struct jv *o = jdict_get(b.u.d, a.u.d->k[i]->p, a.u.d->k[i]->n);
-			if (o == NULL || !jv_equal(a.u.d->v[i], *o))
+			jcharge(c, (long long)(b.u.d->n / JINJA_SCAN_PER_STEP));
+			if (o == NULL || !jv_equal(c, a.u.d->v[i], *o))
 				return 0;
 		}
 		return 1;

@@ -243,6 +243,11 @@ static int parse_header(struct st_file *f, size_t hlen, char *err, size_t errsz)
 	cJSON *root, *e;
 	int n = 0, i = 0;
 
+	/* the format's header is UTF-8 JSON (the safetensors library refuses
+	 * other bytes, in __metadata__ too) */
+	size_t valid = utf8_valid_prefix(text, hlen);
+	if (valid != hlen)
+		return set_error(err, errsz, "%s: header is not valid UTF-8 (byte %zu of the file)", f->path, valid + 8);
 	root = cJSON_ParseWithLengthOpts(text, hlen, &endp, 0);
 	if (root == NULL) {
 		const char *at = cJSON_GetErrorPtr();
@@ -460,6 +465,42 @@ static int check_float_tensor(const struct st_file *f, const struct st_tensor *t
 	return 0;
 }
 
+/* A weight that is NaN or infinite, in the file or once rounded to bf16,
+ * is refused naming its tensor: a quantizer would turn it into a finite
+ * code and train on another model.  x is the value read, file_x the
+ * file's own.  (st_read_f32 reads adapters, which poros-parity compares
+ * NaN and all.) */
+static int non_finite(const struct st_file *f, const struct st_tensor *t, size_t i, float x, float file_x, char *err,
+                      size_t errsz)
+{
+	if (isfinite(file_x))
+		return set_error(err, errsz, "%s: tensor \"%s\": element %zu is %s in bf16, %g in the file (a weight must be "
+		                 "finite)", f->path, t->name, i, x > 0 ? "+Inf" : "-Inf", file_x);
+	return set_error(err, errsz, "%s: tensor \"%s\": element %zu is %s (a weight must be finite)", f->path, t->name, i,
+	                 isnan(x) ? "NaN" : x > 0 ? "+Inf" : "-Inf");
+}
+
+static int check_finite_bf16(const struct st_file *f, const struct st_tensor *t, const uint16_t *v, size_t n,
+                             char *err, size_t errsz)
+{
+	const unsigned char *p = st_data(f, t);
+	float file_x;
+	uint16_t h;
+
+	for (size_t i = 0; i < n; i++) {
+		if ((v[i] & 0x7f80) != 0x7f80) /* exponent all ones: Inf or NaN */
+			continue;
+		if (t->dtype == ST_F32) {
+			memcpy(&file_x, p + 4 * i, 4);
+		} else {
+			memcpy(&h, p + 2 * i, 2);
+			file_x = t->dtype == ST_F16 ? st_f32_from_f16(h) : f32_from_bf16(h);
+		}
+		return non_finite(f, t, i, f32_from_bf16(v[i]), file_x, err, errsz);
+	}
+	return 0;
+}
+
 int st_read_f32(const struct st_file *f, const struct st_tensor *t, float *out, size_t n, char *err, size_t errsz)
 {
 	const unsigned char *p = st_data(f, t);
@@ -514,7 +555,7 @@ int st_read_bf16(const struct st_file *f, const struct st_tensor *t, uint16_t *o
 		}
 		break;
 	}
-	return 0;
+	return check_finite_bf16(f, t, out, n, err, errsz);
 }
 
 /* --- writing ------------------------------------------------------------- */

@@ -68,7 +68,8 @@ void st_checkpoint_close(struct st_checkpoint *c);
 const struct st_tensor *st_checkpoint_find(const struct st_checkpoint *c, const char *name, const struct st_file **file);
 
 /* Converts a tensor of dtype F32/F16/BF16 into n floats or n bf16 (uint16_t, round-to-nearest-even via
-   bf16_from_f32 in kernels/ops.h); -1 with err on a dtype or element-count mismatch. */
+   bf16_from_f32 in kernels/ops.h); -1 with err on a dtype or element-count mismatch, and st_read_bf16 (the
+   base weights' reader) on a value that is NaN or infinite (in the file, or once rounded to bf16). */
 int st_read_f32(const struct st_file *f, const struct st_tensor *t, float *out, size_t n, char *err, size_t errsz);
 int st_read_bf16(const struct st_file *f, const struct st_tensor *t, uint16_t *out, size_t n, char *err, size_t errsz);
 

@@ -141,9 +141,22 @@ static int path_within(const char *path, const char *dir)
 	return in;
 }
 
+/* The first of the base's files (config and weights) that is, once its
+ * links are followed, inside out: a HF snapshot is links into a blob
+ * store, so the directories' names alone do not tell.  NULL: none. */
+static const char *base_file_within(const struct job *j, const char *out)
+{
+	if (path_within(j->mc.config_path, out))
+		return j->mc.config_path;
+	for (int i = 0; i < j->ck.nfiles; i++)
+		if (path_within(j->ck.files[i].path, out))
+			return j->ck.files[i].path;
+	return NULL;
+}
+
 int check_out(struct job *j)
 {
-	const char *out = j->out;
+	const char *out = j->out, *linked;
 	int st = out_state(out);
 
 	if (st < 0)
@@ -151,6 +164,9 @@ int check_out(struct job *j)
 	if (st > 1 && (path_within(j->mc.checkpoint_dir, out) || path_within(j->o->adapter, out)))
 		return fail(j, EXIT_USAGE, "--out %s holds the %s: replacing it would delete its input", out,
 		            path_within(j->mc.checkpoint_dir, out) ? "base" : "adapter");
+	if (st > 1 && (linked = base_file_within(j, out)) != NULL)
+		return fail(j, EXIT_USAGE, "--out %s holds the base's %s (through a link): replacing it would delete its input",
+		            out, linked);
 	if (st > 1 && !j->o->force)
 		return fail(j, EXIT_USAGE, "--out %s: exists and is not empty (--force replaces it)", out);
 	if (st == 3)

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,6 +39,7 @@ struct run_result {
 	int resumed_at;     /* --resume: the checkpoint's step (this process ran the steps after it); else 0 */
 	double eval_loss;   /* the last evaluation's; NaN: none yet */
 	long long eval_tokens;
+	int lock_fd;        /* RUN_DIR/.lock, held to the end; -1 before */
 };
 
 /* --eval-dataset: the set, where it starts, and its rows (one pass). */
@@ -340,12 +343,51 @@ static const struct backend *select_backend(const struct train_config *c, char *
 	return be;
 }
 
-/* The run directory, without a previous run's events (appending to them
- * would mix two runs in one file). */
+/* One trainer per run directory: an exclusive flock on RUN_DIR/.lock (as
+ * the driver's on its output directory), the holder's PID in it.  -2 when
+ * another process holds it. */
+static int lock_run_dir(const struct train_config *c, struct run_result *r, char *err, size_t errsz)
+{
+	char *path = xasprintf("%s/.lock", c->out_dir), pid[32] = "";
+	int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644), n;
+
+	if (fd < 0) {
+		snprintf(err, errsz, "%s: %s", path, errno == ELOOP ? "is a symbolic link; refusing to lock through it"
+		         : strerror(errno));
+		free(path);
+		return errno == ELOOP ? -2 : -1;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		n = errno == EWOULDBLOCK ? (int)pread(fd, pid, sizeof pid - 1, 0) : -1;
+		pid[n > 0 ? strcspn(pid, "\n") : 0] = '\0';
+		snprintf(err, errsz, "%s: another trainer is using this run directory (PID %s holds %s): wait for it to end, "
+		         "or stop it", c->out_dir, pid[0] ? pid : "unknown", path);
+		close(fd);
+		free(path);
+		return -2;
+	}
+	n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+		snprintf(err, errsz, "%s: %s", path, strerror(errno));
+		close(fd);
+		free(path);
+		return -1;
+	}
+	free(path);
+	r->lock_fd = fd;
+	return 0;
+}
+
+/* The run directory, locked, without a previous run's events (appending
+ * to them would mix two runs in one file).  -2: another trainer has it. */
 static int prepare_run_dir(const struct train_config *c, struct run_result *r, char *err, size_t errsz)
 {
+	int rc;
+
 	if (mkdir_p(c->out_dir, 0755) < 0)
 		return snprintf(err, errsz, "%s: %s", c->out_dir, strerror(errno)), -1;
+	if (r->lock_fd < 0 && (rc = lock_run_dir(c, r, err, errsz)) < 0)
+		return rc;
 	r->events_path = xasprintf("%s/events.jsonl", c->out_dir);
 	r->adapter_path = xasprintf("%s/adapter", c->out_dir);
 	adapter_remove_leftovers(c->out_dir);
@@ -457,6 +499,8 @@ static void run_close(struct run *x)
 		token_source_free(&x->eval.src);
 	if (x->have_mc)
 		model_config_free(&x->mc);
+	if (x->r.lock_fd >= 0)
+		close(x->r.lock_fd);
 	free(x->r.step_s);
 	free(x->r.events_path);
 	free(x->r.adapter_path);
@@ -628,8 +672,10 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		dev_alloc_release_all(&plan);
 		r->status = "oom";
 		/* as any failed run: no earlier run's events left beside its summary */
-		if (prepare_run_dir(c, r, why, sizeof why) < 0) {
+		if ((rc = prepare_run_dir(c, r, why, sizeof why)) < 0) {
 			snprintf(err, errsz, "%s", why);
+			if (rc == -2)
+				return RUN_BAD_INPUT;
 			r->status = "error";
 		}
 		goto failed;
@@ -653,7 +699,9 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	}
 	r->weights_known = 1;
 	r->weights_real = x->hw.real;
-	if (prepare_run_dir(c, r, err, errsz) < 0)
+	if ((rc = prepare_run_dir(c, r, err, errsz)) == -2)
+		return RUN_BAD_INPUT;
+	if (rc < 0)
 		goto failed;
 	rc = engine_create(&x->e, c, &x->mc, &x->hw, &x->data, r->be, err, errsz);
 	r->vram_peak_mb = (double)engine_vram_peak(x->e) / MIB;
@@ -763,7 +811,7 @@ int train_run(const struct train_config *c, FILE *summary_out)
 	x.c = &x.cfg;
 	x.r = (struct run_result){ .status = "error", .loss_first = NAN, .loss_last = NAN, .vram_peak_mb = NAN,
 	                           .vram_plan_mb = NAN, .host_weights_mb = NAN, .host_checkpoints_mb = NAN,
-	                           .eval_loss = NAN };
+	                           .eval_loss = NAN, .lock_fd = -1 };
 	if (x.c->plan) {
 		rc = print_plan(&x, summary_out);
 		run_close(&x);
