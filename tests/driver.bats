@@ -269,6 +269,16 @@ fake_poros() {
 	jq -e -s 'length == 4 and all(.[]; .bitwise_exact == true and .steps_compared == 4 and (.tensors | length) > 0)' \
 		$OUT/parity.jsonl
 	[ "$(grep -c '<span class="badge exact">exact</span>' $OUT/report.html)" -eq 4 ]
+	# each model's loss curves, read from the runs beside the artifacts, in
+	# the driver's report and in bench report's
+	! grep -qF 'No events.jsonl found' $OUT/report.html
+	curves() { grep -o 'Training loss by optimizer step, [^(]*' | sort -u | wc -l; }
+	[ "$(curves < $OUT/report.html)" -eq 2 ]
+	rm $OUT/report.html
+	run -0 --separate-stderr env -u POROS_TRAIN poros bench report $OUT
+	[ "$(curves < $OUT/report.html)" -eq 2 ]
+	run -0 --separate-stderr env -u POROS_TRAIN poros bench report --html $OUT
+	[ "$(curves <<< "$output")" -eq 2 ]
 }
 
 @test "bench run compares each model's poros and resident runs once, into parity.jsonl and the report" {

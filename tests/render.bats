@@ -44,7 +44,7 @@ section() {
 
 @test "poros-render --version and --help" {
 	assert_version poros-render
-	assert_help poros-render "usage: poros-render --html|--md [-o FILE] [--spec SPEC.json] [FILE|DIR|- ...]"
+	assert_help poros-render "usage: poros-render --html|--md [-o FILE] [--spec SPEC.json] [--runs-from DIR] [FILE|DIR|- ...]"
 }
 
 @test "a format is required, and only one" {

@@ -209,6 +209,13 @@ static char *source_dir(const char *source)
 	return xasprintf("%.*s", (int)(slash - source), source);
 }
 
+static const char *runs_from;
+
+void set_runs_from(const char *dir)
+{
+	runs_from = dir;
+}
+
 int load_losses(const struct result_entry *e, const char *key, double *step, double *loss, int max)
 {
 	struct jsonl_reader rd;
@@ -221,7 +228,7 @@ int load_losses(const struct result_entry *e, const char *key, double *step, dou
 
 	if (e->art.run_dir == NULL || e->source == NULL || max <= 0)
 		return 0;
-	dir = source_dir(e->source);
+	dir = runs_from ? xstrdup(runs_from) : source_dir(e->source);
 	path = xasprintf("%s/%s/events.jsonl", dir, e->art.run_dir);
 	free(dir);
 	f = fopen(path, "r");

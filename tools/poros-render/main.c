@@ -7,7 +7,8 @@
 #include "render.h"
 #include "util.h"
 
-static const char synopsis[] = "usage: poros-render --html|--md [-o FILE] [--spec SPEC.json] [FILE|DIR|- ...]\n";
+static const char synopsis[] =
+	"usage: poros-render --html|--md [-o FILE] [--spec SPEC.json] [--runs-from DIR] [FILE|DIR|- ...]\n";
 
 static noreturn void usage(void)
 {
@@ -25,6 +26,8 @@ static void help(void)
 	      "  -o FILE     write FILE atomically instead of stdout\n"
 	      "  --spec SPEC.json  name the spec's cells that have no artifact in the input as\n"
 	      "              not measured (poros-expand's spec.json)\n"
+	      "  --runs-from DIR  read each cell's curves from DIR/<run_dir>/events.jsonl (the\n"
+	      "              bench's output directory) instead of beside its artifact's file\n"
 	      "  --help, --version\n"
 	      "Exit status: 0 ok, 1 an input could not be read or the output written, 2 usage, or a\n"
 	      "malformed line was reported and skipped (the report is still written without it).\n", stdout);
@@ -64,6 +67,7 @@ int main(int argc, char **argv)
 		{ "md", no_argument, NULL, 'M' },
 		{ "output", required_argument, NULL, 'o' },
 		{ "spec", required_argument, NULL, 'S' },
+		{ "runs-from", required_argument, NULL, 'R' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -83,6 +87,7 @@ int main(int argc, char **argv)
 		case 'M': set_format(&format, FORMAT_MD); break;
 		case 'o': out_path = optarg; break;
 		case 'S': spec = optarg; break;
+		case 'R': set_runs_from(optarg); break;
 		case 'h': help(); break;
 		case 'V': print_version();
 		default: usage();

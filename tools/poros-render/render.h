@@ -106,10 +106,12 @@ void report_stamp(struct sbuf *b, const struct report *r, const struct markup *m
 void config_hash(char out[17], const struct cell *c);
 
 /* The losses of a cell's events.jsonl (run_dir under the directory its
- * artifact was read from) under key ("loss", or "eval_loss" on the steps
- * that have one), at most max points (evenly thinned); 0 when it has none
- * to read. */
+ * artifact was read from, or under the --runs-from directory when one is
+ * set) under key ("loss", or "eval_loss" on the steps that have one), at
+ * most max points (evenly thinned); 0 when it has none to read. */
 int load_losses(const struct result_entry *e, const char *key, double *step, double *loss, int max);
+/* --runs-from DIR: artifacts' run_dir are under DIR (NULL: beside each input). */
+void set_runs_from(const char *dir);
 
 /* Shared by both writers (common.c). */
 const char *status_name(const struct result_entry *e);
