@@ -331,6 +331,30 @@ fake_poros() {
 	jq -e -s 'length == 8 and all(.[]; .cell.training.steps == 4)' $OUT/report.jsonl
 }
 
+@test "real tiny CPU runs: a model renamed in the spec is reported by its new name, its cells not measured again" {
+	[ -x "$POROS_ROOT/bin/poros-train" ] || skip "bin/poros-train is not built"
+	sed 's/methods: \[poros, resident\]/methods: [poros]/; s/precisions: \[nf4, bf16\]/precisions: [bf16]/' "$SPEC" > small.yaml
+	run -0 --separate-stderr env -u POROS_TRAIN poros bench run small.yaml
+	jq -e -s 'length == 2 and all(.[]; .status == "ok")' $OUT/results.jsonl
+	grep -qF 'tiny Qwen2' $OUT/report.md
+	mkdir before && cp $OUT/*_tiny_*.json $OUT/results.jsonl before/
+	# display_name is not in config_hash: the cells stay current
+	sed 's/display_name: tiny Qwen2/display_name: Qwen2 renamed/' small.yaml > renamed.yaml
+	run -0 --separate-stderr env -u POROS_TRAIN poros bench run renamed.yaml
+	[[ "$stderr" == *"poros_tiny_qwen2_bf16: "*"skipped"* ]]
+	[[ "$stderr" != *"measuring it again"* ]]
+	for f in before/*; do cmp "$f" "$OUT/${f#before/}"; done
+	# every report names the model as the spec does now; the other model is as it was
+	for r in report.md report.html; do
+		grep -qF 'Qwen2 renamed' $OUT/$r
+		! grep -qF 'tiny Qwen2' $OUT/$r
+		grep -qF 'tiny Llama' $OUT/$r
+	done
+	jq -e -s 'map(.cell.model.display_name) == ["Qwen2 renamed", "tiny Llama"]' $OUT/report.jsonl
+	# the frozen artifacts keep the name they ran under
+	jq -e '.cell.model.display_name == "tiny Qwen2"' $OUT/poros_tiny_qwen2_bf16.json
+}
+
 @test "bench report leaves out artifacts of cells no longer in the spec" {
 	fake_poros bench run "$SPEC" 2>/dev/null
 	sed 's/methods: \[poros, resident\]/methods: [poros]/' "$SPEC" > poros_only.yaml

@@ -223,6 +223,34 @@ plan_and_train() {
 	jq -e '.status == "oom" and (.error | endswith("; POROS_ATTN_CKPT=0 keeps only the layer inputs"))' <<<"$output"
 }
 
+@test "on the CPU backend a run whose plan, base and checkpoints are more than the host has is refused before a weight, naming the plan's three largest" {
+	plan_and_train fits --model poros/tiny-qwen2
+	jq -e '.status == "ok"' fits.json
+	# the plan alone (~1.1 MiB) is more than 1 MiB; the base and the checkpoints each fit
+	need=$(jq '.vram_plan_mb + .host_weights_mb + .host_checkpoints_mb' fits.plan)
+	jq -e '.vram_plan_mb > 1 and .host_weights_mb < 1 and .host_checkpoints_mb < 1' fits.plan
+	largest=$(jq -r '.vram_breakdown_mb | to_entries | sort_by(-.value) | .[:3] | map(.key) | join(" ")' fits.plan)
+	POROS_MEM_AVAILABLE=1M run -1 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 2 --quiet --out run
+	# one summary line, status oom, no step run; the message on stderr is its error
+	assert_equal "${#lines[@]}" 1
+	jq -e '.status == "oom" and .steps == 0 and .loss_first == null and .events == null and .adapter == null' <<<"$output"
+	[ "$stderr" = "poros-train: $(jq -r .error <<<"$output")" ]
+	[[ "$stderr" =~ ^"poros-train: the run needs "([0-9.]+)" MiB of host memory (device "[0-9.]+" MiB, base "[0-9.]+" KiB, checkpoints "[0-9.]+" KiB), 1.0 MiB available (POROS_MEM_AVAILABLE); the largest: "([a-z_]+)" "[0-9.]+" KiB, "([a-z_]+)" "[0-9.]+" KiB, "([a-z_]+)" "[0-9.]+" KiB"$ ]]
+	[ "${BASH_REMATCH[1]}" = "$(printf '%.1f' "$need")" ]
+	assert_equal "${BASH_REMATCH[2]} ${BASH_REMATCH[3]} ${BASH_REMATCH[4]}" "$largest"
+	# nothing of a run in its directory: no events, no adapter, no temporaries
+	run -0 find run -mindepth 1 ! -name .lock
+	assert_output ''
+	# with room for all three it runs
+	POROS_MEM_AVAILABLE=2M run -0 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 2 --quiet --out run
+	jq -e '.status == "ok" and .steps == 2' <<<"$output"
+	# the figure is a byte count above 0, or a usage error
+	POROS_MEM_AVAILABLE=0 run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --plan
+	assert_equal "$stderr" 'poros-train: POROS_MEM_AVAILABLE: must be more than 0, got 0'
+	POROS_MEM_AVAILABLE=lots run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --plan
+	assert_equal "$stderr" 'poros-train: POROS_MEM_AVAILABLE: not a byte count: lots'
+}
+
 @test "--plan --backend cuda needs no device: the CPU plan and the 32 MiB cuBLAS workspace" {
 	poros-train "${TINY[@]}" --model poros/tiny-qwen3 --plan >cpu.plan
 	run -0 --separate-stderr poros-train "${TINY[@]}" --backend cuda --model poros/tiny-qwen3 --plan

@@ -167,6 +167,56 @@ need_hf_fixture() {
 	assert_equal "$stderr" "poros-tokenize: nowhere: No such file or directory"
 }
 
+# split_string/ is tiny/'s bytes with the merges "e -" 256, "l -" 257,
+# "- f" 258, "- c" 259, "- -" 260, so its ids show where a piece ends.  The
+# pieces of "the-final--countdown" split on the String "-" are HF's own
+# example of each behavior (SplitDelimiterBehavior's documentation).
+@test "a Split on a String pattern splits at the literal string as HF does, for every behavior and invert" {
+	local fix="$FIX/split_string" the='116,104,101' final='102,105,110,97,108' countdown='99,111,117,110,116,100,111,119,110'
+	split_ids() { # BEHAVIOR INVERT TEXT
+		jq --arg b "$1" --argjson inv "$2" '.pre_tokenizer.pretokenizers[0] |= (.behavior = $b | .invert = $inv)' \
+			"$fix/tokenizer.json" > split.json
+		poros-tokenize --tokenizer split.json <<< "$3" | jq -c .ids
+	}
+	# isolated: the - final - - countdown
+	run -0 split_ids Isolated false the-final--countdown
+	assert_output "[$the,45,$final,45,45,$countdown]"
+	# removed: the final countdown; inverted, the three "-" alone
+	run -0 split_ids Removed false the-final--countdown
+	assert_output "[$the,$final,$countdown]"
+	run -0 split_ids Removed true the-final--countdown
+	assert_output "[45,45,45]"
+	# merged_with_previous: the- final- - countdown
+	run -0 split_ids MergedWithPrevious false the-final--countdown
+	assert_output "[116,104,256,102,105,110,97,257,45,$countdown]"
+	# merged_with_next: the -final - -countdown
+	run -0 split_ids MergedWithNext false the-final--countdown
+	assert_output "[$the,258,105,110,97,108,45,259,111,117,110,116,100,111,119,110]"
+	# inverted, the words are the matches: the- final- - countdown, and the -final - -countdown
+	run -0 split_ids MergedWithNext true the-final--countdown
+	assert_output "[116,104,256,102,105,110,97,257,45,$countdown]"
+	run -0 split_ids MergedWithPrevious true the-final--countdown
+	assert_output "[$the,258,105,110,97,108,45,259,111,117,110,116,100,111,119,110]"
+	# contiguous: the - final -- countdown
+	run -0 split_ids Contiguous false the-final--countdown
+	assert_output "[$the,45,$final,260,$countdown]"
+	# the fixture as it is (Isolated): adjacent matches stay apart, never "--" (260)
+	run -0 poros-tokenize --tokenizer "$fix" <<< 'x--y---z'
+	assert_output '{"ids":[120,45,45,121,45,45,45,122]}'
+	# a String is literal: "." matches a dot only (as a regex it would match every character)
+	jq '.pre_tokenizer.pretokenizers[0] |= (.pattern = {"String": "."} | .behavior = "Removed")' \
+		"$fix/tokenizer.json" > dot.json
+	run -0 poros-tokenize --tokenizer dot.json <<< 'x.y'
+	assert_output '{"ids":[120,121]}'
+	# a String of two characters matches leftmost, without overlap: a -- - b
+	jq '.pre_tokenizer.pretokenizers[0].pattern = {"String": "--"}' "$fix/tokenizer.json" > dash2.json
+	run -0 poros-tokenize --tokenizer dash2.json <<< 'a---b'
+	assert_output '{"ids":[97,260,45,98]}'
+	jq '.pre_tokenizer.pretokenizers[0].pattern = {"String": ""}' "$fix/tokenizer.json" > empty.json
+	run -2 --separate-stderr poros-tokenize --tokenizer empty.json <<< 'x'
+	assert_equal "$stderr" 'poros-tokenize: empty.json: pre_tokenizer Split: an empty "String" pattern is not supported'
+}
+
 @test "a FIFO, a directory or a dangling link as tokenizer.json or a file beside it is refused by name, never waited on" {
 	mkfifo fifo
 	run -2 --separate-stderr timeout 5 poros-tokenize --tokenizer fifo <<< 'x'

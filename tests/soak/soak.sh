@@ -10,7 +10,9 @@
 #   train   poros-train (tiny CPU model, an adapter saved every step) killed:
 #           events.jsonl holds whole lines, steps 1..k once each with the
 #           uninterrupted run's numbers; every adapter file there is byte for
-#           byte the uninterrupted run's; a rerun in the same directory gives
+#           byte the uninterrupted run's; the run directory's lock went with
+#           the killed trainer (its PID in .lock, if written, is dead); a rerun
+#           in the same directory takes the lock over (its PID in .lock), gives
 #           exactly that run again and leaves no temporary behind.
 # poros-train --resume does not exist yet: a killed run is redone from step
 # 1, which is what is checked; once --resume lands, soak it here too.
@@ -133,7 +135,7 @@ train_consistent() {
 }
 
 soak_train() {
-	local ref=$WORK/train-ref run=$WORK/train-run i d pid t0 t1 span left
+	local ref=$WORK/train-ref run=$WORK/train-run i d pid rerun holder t0 t1 span left
 	t0=$(date +%s%N)
 	"${TRAIN[@]}" --out "$ref" > /dev/null 2> "$WORK/train.log" || { bad "the uninterrupted poros-train run failed"; return; }
 	t1=$(date +%s%N)
@@ -146,9 +148,15 @@ soak_train() {
 		sleep "$d"
 		kill_group "$pid"
 		train_consistent "$run" "$ref"
+		# the lock is a flock: it goes with the killed process, whatever .lock says
+		holder=$(cat "$run/.lock" 2> /dev/null)
+		[ -z "$holder" ] || ! kill -0 "$holder" 2> /dev/null || bad "$run/.lock names PID $holder, alive after the kill"
 		# every other kill, the killed directory is trained again to the end
 		if [ $((i % 2)) = 0 ]; then
-			"${TRAIN[@]}" --out "$run" > /dev/null 2>> "$WORK/train.log" || bad "a rerun in $run failed"
+			"${TRAIN[@]}" --out "$run" > /dev/null 2>> "$WORK/train.log" &
+			rerun=$!
+			wait "$rerun" || bad "a rerun in $run failed (its lock not taken over from the killed trainer?)"
+			[ "$(cat "$run/.lock")" = "$rerun" ] || bad "$run/.lock does not name the rerun (PID $rerun)"
 			train_numbers "$run/events.jsonl" | cmp -s - "$WORK/train-ref.tsv" || bad "a rerun's events differ from the uninterrupted run's"
 			train_consistent "$run" "$ref"
 			[ "$(find "$run" -name 'adapter*' -prune -type d | wc -l)" -eq "$(find "$ref" -name 'adapter*' -prune -type d | wc -l)" ] ||

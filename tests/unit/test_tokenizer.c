@@ -256,8 +256,8 @@ static void test_load_errors(void)
 	expect_load_error("normalizer", "{\"type\":\"Lowercase\"}", "normalizer \"Lowercase\" is not supported");
 	expect_load_error("pre_tokenizer", "{\"type\":\"Metaspace\"}", "pre_tokenizer \"Metaspace\" is not supported");
 	expect_load_error("pre_tokenizer",
-			  "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"a\"},\"behavior\":\"MergedWithNext\",\"invert\":false}",
-			  "behavior \"MergedWithNext\" is not supported");
+			  "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"a\"},\"behavior\":\"MergedWithNothing\",\"invert\":false}",
+			  "behavior \"MergedWithNothing\" is not supported");
 	expect_load_error("pre_tokenizer", "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(a\"},\"behavior\":\"Isolated\"}",
 			  "regex does not compile");
 	expect_load_error("pre_tokenizer", "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"[\\\\S]\"},\"behavior\":\"Isolated\"}",

@@ -31,7 +31,7 @@ int report_is_artifact(const cJSON *obj);
 
 struct result_entry {
 	struct artifact art;     /* validated */
-	cJSON *json;             /* the artifact as read, unchanged */
+	cJSON *json;             /* the artifact as read (poros-merge --spec: its model named as the spec's now) */
 	double finished;         /* finished_at as seconds since the epoch */
 	char *source;            /* where it was read, for messages */
 	long line;

@@ -54,14 +54,72 @@ void tok_workspace_free(struct tok_workspace *ws)
 static int pre_tokenize(struct tok_workspace *ws, int k, const char *s, size_t n, struct token_ids *out, char *err,
 			size_t errsz);
 
-/* Splits [s, s+n) at the matches of step k's regex (HF's Isolated: matches
- * and the gaps between them are pieces; Removed drops the matches) and
- * passes each piece to step k + 1.  The piece is the whole subject, so a
- * lookahead sees its end as the end of text, as in HF. */
+/* The piece a Split step is building from its segments (a match, or a gap
+ * between matches) as its behavior says, passed on to step k + 1 when no
+ * further segment can join it. */
+struct split_piece {
+	struct tok_workspace *ws;
+	int k;
+	const char *s;
+	struct token_ids *out;
+	size_t start, end;
+	int open, last_was_match;
+};
+
+static int split_flush(struct split_piece *pc, char *err, size_t errsz)
+{
+	if (!pc->open)
+		return 0;
+	pc->open = 0;
+	return pre_tokenize(pc->ws, pc->k + 1, pc->s + pc->start, pc->end - pc->start, pc->out, err, errsz);
+}
+
+/* Segment [a, b), a match of the pattern or not (after "invert"), as HF's
+ * NormalizedString::split folds it: a match joins the piece before it
+ * (MergedWithPrevious) or after it (MergedWithNext: held until the gap that
+ * follows), adjacent segments of one kind join (Contiguous). */
+static int split_segment(struct split_piece *pc, size_t a, size_t b, int is_match, char *err, size_t errsz)
+{
+	int join = 0;
+
+	switch (pc->ws->tok->pre[pc->k].behavior) {
+	case SPLIT_REMOVED:
+		if (is_match)
+			return 0;
+		break;
+	case SPLIT_ISOLATED:
+		break;
+	case SPLIT_MERGED_WITH_PREVIOUS:
+		join = is_match && !pc->last_was_match;
+		break;
+	case SPLIT_MERGED_WITH_NEXT:
+		join = !is_match && pc->last_was_match;
+		break;
+	case SPLIT_CONTIGUOUS:
+		join = is_match == pc->last_was_match;
+		break;
+	}
+	pc->last_was_match = is_match;
+	if (join && pc->open) {
+		pc->end = b;
+		return 0;
+	}
+	if (split_flush(pc, err, errsz) < 0)
+		return -1;
+	pc->start = a;
+	pc->end = b;
+	pc->open = 1;
+	return 0;
+}
+
+/* Splits [s, s+n) at the matches of step k's regex into segments for
+ * split_segment, passing each piece to step k + 1.  The piece is the whole
+ * subject, so a lookahead sees its end as the end of text, as in HF. */
 static int split_regex(struct tok_workspace *ws, int k, const char *s, size_t n, struct token_ids *out, char *err,
 		       size_t errsz)
 {
 	const struct pre_step *p = &ws->tok->pre[k];
+	struct split_piece pc = { .ws = ws, .k = k, .s = s, .out = out };
 	size_t pos = 0, gap = 0;
 
 	while (pos < n) {
@@ -81,15 +139,15 @@ static int split_regex(struct tok_workspace *ws, int k, const char *s, size_t n,
 			pos = ms + (size_t)utf8_decode((const unsigned char *)s + ms, &cp);
 			continue;
 		}
-		if (ms > gap && pre_tokenize(ws, k + 1, s + gap, ms - gap, out, err, errsz) < 0)
+		if (ms > gap && split_segment(&pc, gap, ms, p->invert, err, errsz) < 0)
 			return -1;
-		if (!p->removed && pre_tokenize(ws, k + 1, s + ms, me - ms, out, err, errsz) < 0)
+		if (split_segment(&pc, ms, me, !p->invert, err, errsz) < 0)
 			return -1;
 		gap = pos = me;
 	}
-	if (gap < n)
-		return pre_tokenize(ws, k + 1, s + gap, n - gap, out, err, errsz);
-	return 0;
+	if (gap < n && split_segment(&pc, gap, n, p->invert, err, errsz) < 0)
+		return -1;
+	return split_flush(&pc, err, errsz);
 }
 
 /* Runs pre-tokenizer step k on piece [s, s+n), recursing into the next step

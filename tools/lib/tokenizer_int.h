@@ -112,10 +112,20 @@ static inline int json_flag(const cJSON *obj, const char *key)
 
 enum pre_kind { PRE_SPLIT, PRE_BYTELEVEL };
 
+/* HF's SplitDelimiterBehavior: what becomes of a match (ByteLevel isolates) */
+enum split_behavior {
+	SPLIT_ISOLATED,            /* a piece of its own */
+	SPLIT_REMOVED,             /* dropped */
+	SPLIT_MERGED_WITH_PREVIOUS, /* appended to the piece before it */
+	SPLIT_MERGED_WITH_NEXT,    /* put in front of the piece after it */
+	SPLIT_CONTIGUOUS,          /* adjacent matches form one piece */
+};
+
 struct pre_step {
 	enum pre_kind kind;
 	pcre2_code *re;       /* Split's pattern; ByteLevel's GPT-2 pattern when use_regex */
-	int removed;          /* Split behavior Removed: matches are dropped */
+	enum split_behavior behavior;
+	int invert;           /* Split: the gaps between matches are what the behavior acts on */
 	int add_prefix_space; /* ByteLevel */
 };
 

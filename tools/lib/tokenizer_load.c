@@ -96,8 +96,10 @@ static pcre2_code *compile_regex(const char *pat, int literal, char *err, size_t
 		if (rewritten == NULL)
 			return NULL;
 	}
+	/* UCP gives classes their Unicode meaning; a literal has none, and PCRE2
+	 * refuses UCP beside LITERAL */
 	re = pcre2_compile((PCRE2_SPTR)(literal ? pat : rewritten), PCRE2_ZERO_TERMINATED,
-			   PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0), &ec, &eoff, NULL);
+			   PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP), &ec, &eoff, NULL);
 	free(rewritten);
 	if (re == NULL) {
 		PCRE2_UCHAR msg[160];
@@ -166,6 +168,45 @@ static int load_normalizer(struct tokenizer *t, const cJSON *n, char *err, size_
 	return 0;
 }
 
+static const char *const SPLIT_BEHAVIORS[] = {
+	[SPLIT_ISOLATED] = "Isolated",
+	[SPLIT_REMOVED] = "Removed",
+	[SPLIT_MERGED_WITH_PREVIOUS] = "MergedWithPrevious",
+	[SPLIT_MERGED_WITH_NEXT] = "MergedWithNext",
+	[SPLIT_CONTIGUOUS] = "Contiguous",
+};
+
+/* A Split step: its pattern, a regex or a literal string (HF escapes
+ * the string into a regex, so it matches itself, leftmost first). */
+static int load_split(struct pre_step *s, const cJSON *p, char *err, size_t errsz)
+{
+	const cJSON *pat = cJSON_GetObjectItemCaseSensitive(p, "pattern");
+	const char *behavior = json_type_str(p, "behavior");
+	const char *rx = json_type_str(pat, "Regex"), *lit = json_type_str(pat, "String");
+	size_t b, n_behaviors = sizeof SPLIT_BEHAVIORS / sizeof SPLIT_BEHAVIORS[0];
+	char why[256];
+
+	if (rx == NULL && lit == NULL)
+		return set_error(err, errsz, "pre_tokenizer Split: \"pattern\" is neither {\"Regex\": ...} nor {\"String\": ...}");
+	if (lit != NULL && lit[0] == '\0')
+		return set_error(err, errsz, "pre_tokenizer Split: an empty \"String\" pattern is not supported");
+	for (b = 0; b < n_behaviors; b++)
+		if (behavior != NULL && strcmp(behavior, SPLIT_BEHAVIORS[b]) == 0)
+			break;
+	if (b == n_behaviors)
+		return set_error(err, errsz,
+				 "pre_tokenizer Split: behavior \"%s\" is not supported (supported: Isolated, Removed, "
+				 "MergedWithPrevious, MergedWithNext, Contiguous)",
+				 behavior ? behavior : "(none)");
+	s->kind = PRE_SPLIT;
+	s->behavior = (enum split_behavior)b;
+	s->invert = json_flag(p, "invert");
+	s->re = compile_regex(rx ? rx : lit, rx == NULL, why, sizeof why);
+	if (s->re == NULL)
+		return set_error(err, errsz, "pre_tokenizer Split: %s", why);
+	return 0;
+}
+
 static int load_pre_tokenizer(struct tokenizer *t, const cJSON *p, char *err, size_t errsz)
 {
 	const char *type;
@@ -178,30 +219,8 @@ static int load_pre_tokenizer(struct tokenizer *t, const cJSON *p, char *err, si
 	s = &t->pre[t->n_pre];
 	memset(s, 0, sizeof *s);
 	if (strcmp(type, "Split") == 0) {
-		const cJSON *pat = cJSON_GetObjectItemCaseSensitive(p, "pattern");
-		const char *behavior = json_type_str(p, "behavior");
-		const char *rx = json_type_str(pat, "Regex"), *lit = json_type_str(pat, "String");
-		char why[256];
-		if (rx == NULL && lit == NULL) {
-			set_error(err, errsz, "pre_tokenizer Split: \"pattern\" is neither {\"Regex\": ...} nor {\"String\": ...}");
+		if (load_split(s, p, err, errsz) < 0)
 			return -1;
-		}
-		if (behavior == NULL || (strcmp(behavior, "Isolated") != 0 && strcmp(behavior, "Removed") != 0)) {
-			set_error(err, errsz, "pre_tokenizer Split: behavior \"%s\" is not supported (supported: Isolated, Removed)",
-			       behavior ? behavior : "(none)");
-			return -1;
-		}
-		if (json_flag(p, "invert")) {
-			set_error(err, errsz, "pre_tokenizer Split: \"invert\": true is not supported");
-			return -1;
-		}
-		s->kind = PRE_SPLIT;
-		s->removed = strcmp(behavior, "Removed") == 0;
-		s->re = compile_regex(rx ? rx : lit, rx == NULL, why, sizeof why);
-		if (s->re == NULL) {
-			set_error(err, errsz, "pre_tokenizer Split: %s", why);
-			return -1;
-		}
 	} else if (strcmp(type, "ByteLevel") == 0) {
 		char why[256];
 		s->kind = PRE_BYTELEVEL;

@@ -21,11 +21,14 @@ int current_spec_load(struct current_spec *cs, const char *path, char *err, size
 	schema = cJSON_GetObjectItemCaseSensitive(cs->json, "schema");
 	cs->cells = cJSON_GetObjectItemCaseSensitive(cs->json, "cells");
 	cs->hashes = cJSON_GetObjectItemCaseSensitive(cs->json, "config_hashes");
+	cs->models = cJSON_GetObjectItemCaseSensitive(cs->json, "models");
 	if (!cJSON_IsString(schema) || strcmp(schema->valuestring, "poros.spec/1") != 0) {
 		snprintf(err, errsz, "%s: not a spec.json (schema \"poros.spec/1\")", path);
 	} else if (!cJSON_IsArray(cs->cells) || !cJSON_IsObject(cs->hashes)) {
 		snprintf(err, errsz, "%s: no cells or config_hashes (written by an older poros-expand: "
 		         "expand the spec again)", path);
+	} else if (!cJSON_IsArray(cs->models)) {
+		snprintf(err, errsz, "%s: no models list", path);
 	} else {
 		return 0;
 	}
@@ -117,6 +120,39 @@ static void note_left_out(const cJSON *ids)
 	sb_free(&list);
 }
 
+/* The spec's display_name of the model whose arch is arch; NULL when it
+ * has none (a current artifact's model is always one of the spec's). */
+static const char *spec_display_name(const struct current_spec *cs, const char *arch)
+{
+	const cJSON *m;
+
+	cJSON_ArrayForEach(m, cs->models) {
+		const cJSON *a = cJSON_GetObjectItemCaseSensitive(m, "arch");
+		const cJSON *name = cJSON_GetObjectItemCaseSensitive(m, "display_name");
+		if (cJSON_IsString(a) && cJSON_IsString(name) && arch && strcmp(a->valuestring, arch) == 0)
+			return name->valuestring;
+	}
+	return NULL;
+}
+
+/* Each artifact's model named as the spec names it now, in the line that
+ * is written and in the record that is rendered. */
+static void rename_models(struct result_set *s, const struct current_spec *cs)
+{
+	for (int i = 0; i < s->n; i++) {
+		struct cell *c = &s->e[i].art.cell;
+		const char *name = spec_display_name(cs, c->model.arch);
+		cJSON *model = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(s->e[i].json, "cell"),
+		                                                "model");
+
+		if (name == NULL || model == NULL || (c->model.display_name && strcmp(c->model.display_name, name) == 0))
+			continue;
+		free(c->model.display_name);
+		c->model.display_name = xstrdup(name);
+		cJSON_ReplaceItemInObjectCaseSensitive(model, "display_name", cJSON_CreateString(name));
+	}
+}
+
 static const struct current_spec *order_cs;
 
 static int by_spec_order(const void *a, const void *b)
@@ -146,6 +182,7 @@ int merge_inputs(struct result_set *s, char *const *paths, int n, const struct c
 			qsort(s->e, (size_t)s->n, sizeof *s->e, by_spec_order);
 		order_cs = NULL;
 		results_reindex(s); /* the rows moved: their slots with them */
+		rename_models(s, cs);
 	}
 	cJSON_Delete(f.left_out);
 	return status;

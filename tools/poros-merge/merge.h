@@ -7,21 +7,26 @@
 #include "report.h"
 
 /* A spec.json (poros-expand): its cells in spec order and their
- * config_hash, the identity of what each cell measures now. */
+ * config_hash, the identity of what each cell measures now, and its
+ * models as it names them now. */
 struct current_spec {
 	cJSON *json;
 	const cJSON *cells;   /* ["cell_id", ...] */
 	const cJSON *hashes;  /* {"cell_id": "sha256:...", ...} */
+	const cJSON *models;  /* [{"arch": ..., "display_name": ...}, ...] */
 };
 
-/* 0, or -1 with err set (unreadable, not a spec.json, no config_hashes). */
+/* 0, or -1 with err set (unreadable, not a spec.json, no config_hashes,
+ * no models list). */
 int current_spec_load(struct current_spec *cs, const char *path, char *err, size_t errsz);
 void current_spec_free(struct current_spec *cs);
 
 /* Reads every input into s (latest artifact per cell wins).  With cs, an
  * artifact counts only when it measured one of cs's cells as it is now
  * (its config_hash, recorded and recomputed, is the spec's); the others
- * are counted in a note on stderr, and s is put in spec order.  Returns
+ * are counted in a note on stderr, s is put in spec order and each
+ * model's display_name is the spec's now (it is not in config_hash, so a
+ * renamed model's cells are not measured again).  Returns
  * the exit status so far: 0, EXIT_USAGE when a line or file was malformed
  * (reported and skipped), EXIT_RUNTIME when an input could not be read. */
 int merge_inputs(struct result_set *s, char *const *paths, int n, const struct current_spec *cs);

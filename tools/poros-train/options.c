@@ -88,7 +88,7 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 {
 	const char *ext = getenv("POROS_LORA_EXT"), *noprefetch = getenv("POROS_NO_DATA_PREFETCH");
 	const char *prof = getenv("POROS_PROFILE"), *chunk = getenv("POROS_MLP_CHUNK"), *why;
-	const char *attn = getenv("POROS_ATTN_CKPT");
+	const char *attn = getenv("POROS_ATTN_CKPT"), *mem = getenv("POROS_MEM_AVAILABLE");
 	long rows = 0;
 
 	/* kernels/ops.h's LoRA extension: a typo must not silently leave it on */
@@ -105,6 +105,10 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	if (chunk && *chunk && parse_long(chunk, 1, 1L << 30, &rows, &why) < 0)
 		return snprintf(err, errsz, "POROS_MLP_CHUNK: %s: %s", why, chunk), -1;
 	c->mlp_chunk = (int)rows;
+	/* what the host memory checks compare with: a test knob, never 0 (that would be no check) */
+	c->mem_available = mem && *mem ? opt_bytes("POROS_MEM_AVAILABLE", mem) : 0;
+	if (mem && *mem && c->mem_available == 0)
+		return snprintf(err, errsz, "POROS_MEM_AVAILABLE: must be more than 0, got %s", mem), -1;
 	return 0;
 }
 

@@ -641,6 +641,48 @@ static void over_budget(char *err, size_t errsz, const struct train_config *c, c
 		         "--gradient-checkpointing on keeps one layer's)", n_layers);
 }
 
+/* On the CPU backend the device is host memory: the plan, the base and the
+ * layer checkpoints are all there at once.  0 when they fit (or nothing
+ * is known of the host); -1 with "the run needs 1.6 GiB of host memory
+ * (device 1.5 GiB, base 96.0 MiB, checkpoints 4.0 MiB), 1.0 GiB available
+ * (MemAvailable); the largest: ..." in err.  The base or the checkpoints
+ * alone over it are left to their own checks, which name them. */
+static int cpu_over_host(char *err, size_t errsz, const struct dev_alloc *plan, size_t base, size_t ckpt)
+{
+	size_t avail = host_memory_available();
+	char need[32], dev[32], b[32], k[32], have[32], largest[256];
+
+	if (avail == 0 || base > avail || ckpt > avail || plan->peak + base + ckpt <= avail)
+		return 0;
+	snprintf(err, errsz, "the run needs %s of host memory (device %s, base %s, checkpoints %s), %s available (%s); "
+	         "the largest: %s",
+	         format_bytes(need, sizeof need, (double)(plan->peak + base + ckpt)),
+	         format_bytes(dev, sizeof dev, (double)plan->peak), format_bytes(b, sizeof b, (double)base),
+	         format_bytes(k, sizeof k, (double)ckpt), format_bytes(have, sizeof have, (double)avail),
+	         host_memory_source(), dev_alloc_largest(plan, 3, largest, sizeof largest));
+	return -1;
+}
+
+/* A run refused before its first weight for memory (err says why): status
+ * oom and, as any failed run, no earlier run's events left beside its
+ * summary.  RUN_FAILED, or RUN_BAD_INPUT when the run directory is not
+ * ours. */
+static int refuse_oom(const struct train_config *c, struct run_result *r, char *err, size_t errsz)
+{
+	char why[512];
+	int rc;
+
+	r->status = "oom";
+	if ((rc = prepare_run_dir(c, r, why, sizeof why)) < 0) {
+		snprintf(err, errsz, "%s", why);
+		if (rc == -2)
+			return RUN_BAD_INPUT;
+		r->status = "error";
+	}
+	snprintf(r->error, sizeof r->error, "%s", err);
+	return RUN_FAILED;
+}
+
 /* Backend, host weights, run directory, engine, steps.  RUN_FAILED with
  * the reason in x->r.error (it goes into the summary), RUN_BAD_INPUT with
  * it in err (a checkpoint or an --init-adapter that does not fit). */
@@ -650,7 +692,6 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	struct run_result *r = &x->r;
 	struct dev_alloc plan;
 	size_t host, host_ckpt;
-	char why[512];
 	int rc;
 
 	r->step_s = xcalloc((size_t)c->cell.training.steps, sizeof *r->step_s);
@@ -670,15 +711,11 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	if (c->vram_budget && plan.peak > (size_t)c->vram_budget) {
 		over_budget(err, errsz, c, &plan, x->mc.num_hidden_layers);
 		dev_alloc_release_all(&plan);
-		r->status = "oom";
-		/* as any failed run: no earlier run's events left beside its summary */
-		if ((rc = prepare_run_dir(c, r, why, sizeof why)) < 0) {
-			snprintf(err, errsz, "%s", why);
-			if (rc == -2)
-				return RUN_BAD_INPUT;
-			r->status = "error";
-		}
-		goto failed;
+		return refuse_oom(c, r, err, errsz);
+	}
+	if (strcmp(r->be->name, "cpu") == 0 && cpu_over_host(err, errsz, &plan, host, host_ckpt) < 0) {
+		dev_alloc_release_all(&plan);
+		return refuse_oom(c, r, err, errsz);
 	}
 	dev_alloc_release_all(&plan);
 	rc = host_weights_load(&x->hw, r->be, &x->mc, c->cell.precision == PRECISION_NF4, engine_host_ext_cols(c),
@@ -809,6 +846,7 @@ int train_run(const struct train_config *c, FILE *summary_out)
 	int rc;
 
 	x.c = &x.cfg;
+	host_memory_set_available((size_t)c->mem_available);
 	x.r = (struct run_result){ .status = "error", .loss_first = NAN, .loss_last = NAN, .vram_peak_mb = NAN,
 	                           .vram_plan_mb = NAN, .host_weights_mb = NAN, .host_checkpoints_mb = NAN,
 	                           .eval_loss = NAN, .lock_fd = -1 };

@@ -392,15 +392,29 @@ int host_weights_size(size_t *bytes, const struct model_config *mc, int nf4, int
 	return 0;
 }
 
+static size_t host_memory_given; /* POROS_MEM_AVAILABLE; 0: read /proc/meminfo */
+
+void host_memory_set_available(size_t bytes)
+{
+	host_memory_given = bytes;
+}
+
+const char *host_memory_source(void)
+{
+	return host_memory_given ? "POROS_MEM_AVAILABLE" : "MemAvailable";
+}
+
 /* MemAvailable of /proc/meminfo in bytes; 0 where it cannot be read (no
  * check is then made: the allocation itself still fails cleanly or not). */
 size_t host_memory_available(void)
 {
-	FILE *f = fopen("/proc/meminfo", "r");
+	FILE *f;
 	char line[128];
 	unsigned long long kib = 0;
 
-	if (f == NULL)
+	if (host_memory_given)
+		return host_memory_given;
+	if ((f = fopen("/proc/meminfo", "r")) == NULL)
 		return 0;
 	while (fgets(line, sizeof line, f))
 		if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
@@ -441,9 +455,9 @@ int host_weights_load(struct host_weights *w, const struct backend *be, const st
 
 		if (mc->checkpoint_dir)
 			st_checkpoint_close(&ck);
-		return set_error(err, errsz, "the base needs %s of host memory, %s available (MemAvailable)",
+		return set_error(err, errsz, "the base needs %s of host memory, %s available (%s)",
 		                 format_bytes(sz, sizeof sz, (double)(total + w->glob.bytes)),
-		                 format_bytes(have, sizeof have, (double)avail)), -3;
+		                 format_bytes(have, sizeof have, (double)avail), host_memory_source()), -3;
 	}
 	t0 = now_seconds();
 	if (be->host_alloc((void **)&w->layers, total) != 0) {

@@ -63,8 +63,12 @@ int layer_layout_init(struct layer_layout *lay, const struct model_config *mc, i
                       size_t errsz);
 void global_layout_init(struct global_layout *g, const struct model_config *mc);
 
-/* MemAvailable of /proc/meminfo in bytes; 0 where it cannot be read. */
+/* MemAvailable of /proc/meminfo in bytes, or what host_memory_set_available
+ * gave (not 0); 0 where it cannot be read.  host_memory_source names which
+ * ("MemAvailable" or "POROS_MEM_AVAILABLE") for a message. */
 size_t host_memory_available(void);
+const char *host_memory_source(void);
+void host_memory_set_available(size_t bytes);
 
 /* The host memory host_weights_load takes for the model (the layers and
  * the embedding, final norm and lm_head), without allocating it; -1 with
