@@ -172,6 +172,16 @@ parity() {
 	POROS_LORA_EXT=0 poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 1 --quiet --out zero | jq -e '.status == "ok"'
 }
 
+@test "POROS_ATTENTION takes mma or cudnn: another value is a usage error before anything runs" {
+	POROS_ATTENTION=flash run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
+	[ "$stderr" = 'poros-train: POROS_ATTENTION: unknown value "flash" (expected mma or cudnn)' ]
+	[ -z "$output" ] && [ ! -e run ]
+	for v in mma cudnn; do
+		POROS_ATTENTION=$v poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 1 --quiet --out "r$v" |
+			jq -e '.status == "ok"'
+	done
+}
+
 @test "POROS_ATTN_CKPT takes 0 or 1: another value is a usage error; on and off are the same bits" {
 	POROS_ATTN_CKPT=yes run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
 	[ "$stderr" = 'poros-train: POROS_ATTN_CKPT: unknown value "yes" (expected 0 or 1)' ]

@@ -246,7 +246,6 @@ static cudnnBackendDescriptor_t causal(struct graph *g, cudnnBackendDescriptor_t
 struct plan {
 	cudnnBackendDescriptor_t exec;
 	int64_t workspace;
-	int64_t engine;
 };
 
 static bool engine_deterministic(cudnnBackendDescriptor_t cfg, int64_t *index)
@@ -329,7 +328,6 @@ static bool plan_build(struct plan *p, struct graph *g, const char *what)
 		cudnnCheck(cudnnBackendGetAttribute(exec, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
 		                                    NULL, &p->workspace));
 		p->exec = exec;
-		p->engine = index;
 		ok = true;
 		if (verbose)
 			fprintf(stderr, "cudnn %s: engine %lld, workspace %lld bytes\n", what, (long long)index,

@@ -89,7 +89,13 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	const char *ext = getenv("POROS_LORA_EXT"), *noprefetch = getenv("POROS_NO_DATA_PREFETCH");
 	const char *prof = getenv("POROS_PROFILE"), *chunk = getenv("POROS_MLP_CHUNK"), *why;
 	const char *attn = getenv("POROS_ATTN_CKPT"), *mem = getenv("POROS_MEM_AVAILABLE");
+	const char *route = getenv("POROS_ATTENTION");
 	long rows = 0;
+
+	/* the CUDA attention's route (kernels/ops.h) rounds otherwise: a typo
+	 * must not silently take the other one */
+	if (route && *route && strcmp(route, "mma") && strcmp(route, "cudnn"))
+		return snprintf(err, errsz, "POROS_ATTENTION: unknown value \"%s\" (expected mma or cudnn)", route), -1;
 
 	/* kernels/ops.h's LoRA extension: a typo must not silently leave it on */
 	if (ext && *ext && strcmp(ext, "0") && strcmp(ext, "1"))
