@@ -32,6 +32,7 @@ adapter() {
 @test "poros-export --help prints the synopsis on stdout and exits 0" {
 	assert_help poros-export "usage: poros-export --base DIR --adapter DIR --out DIR [--max-shard-size SIZE] [--force]"
 	assert_line --index 1 "       poros-export --format gguf --outtype bf16|f16|q8_0 --base DIR --adapter DIR --out FILE [--force]"
+	assert_line --index 2 "       poros-export --check vllm ADAPTER_DIR"
 }
 
 @test "a missing option or a stray argument is a usage error with the synopsis on stderr" {
@@ -437,4 +438,46 @@ gguf_key() { jq -c --arg k "$2" '.metadata[$k]' "$1.json"; }
 	run -1 --separate-stderr bash -c 'ulimit -f 100; exec poros-export --format gguf --outtype bf16 --base t --adapter runt/adapter --out p/m.gguf'
 	[[ "$stderr" == *"model.gguf: File too large" ]]
 	[ -z "$(ls -A p)" ]
+}
+
+# --- --check vllm ------------------------------------------------------------
+
+@test "poros-train's adapter_config.json carries what PEFT and vLLM read; a rank vLLM refuses is warned of at start" {
+	base b
+	run -0 --separate-stderr poros-train "${TRAIN[@]}" --model "$PWD/b" --steps 1 --out run
+	[[ "$stderr" == *"poros-train: warning: rank 4 is not one vLLM serves (8, 16, 32, 64, 128, 256, 320, 512)"* ]]
+	jq -e --arg b "$PWD/b" '.peft_type == "LORA" and .task_type == "CAUSAL_LM" and .r == 4 and .lora_alpha == 32
+		and (.target_modules | length) > 0 and .fan_in_fan_out == false and .bias == "none"
+		and has("modules_to_save") and .modules_to_save == null and .base_model_name_or_path == $b' \
+		run/adapter/adapter_config.json
+	run -0 --separate-stderr poros-train --backend cpu --precision bf16 --seq-len 32 --rank 8 --quiet \
+		--model "$PWD/b" --steps 1 --out run8
+	[[ "$stderr" != *"vLLM"* ]]
+}
+
+@test "--check vllm: 0 for an adapter vLLM loads, 1 with every reason for one it refuses" {
+	base b
+	poros-train --backend cpu --precision bf16 --seq-len 32 --rank 8 --quiet --model "$PWD/b" --steps 1 --out run8 \
+		>/dev/null
+	run -0 --separate-stderr poros-export --check vllm run8/adapter
+	[ "$output" = '{"adapter":"run8/adapter","check":"vllm","ok":true,"reasons":[]}' ]
+	[ -z "$stderr" ]
+	# rank 4, a full lm_head, a bias and modules_to_save: four reasons, each on stderr
+	poros-train "${TRAIN[@]}" --model "$PWD/b" --steps 1 --out run4 >/dev/null 2>&1
+	"$EDIT" run4/adapter bad --set 'bias="all"' --set 'modules_to_save=["lm_head"]' --add-tensor base_model.model.lm_head.weight
+	run -1 --separate-stderr poros-export --check vllm bad
+	echo "$output" | jq -e '.ok == false and (.reasons | length) == 4'
+	[ "$(grep -c '^poros-export: not vLLM-ready: ' <<<"$stderr")" -eq 4 ]
+	[[ "$stderr" == *"r = 4: vLLM serves ranks 8, 16, 32, 64, 128, 256, 320, 512"* ]]
+	[[ "$stderr" == *'"bias" is not "none"'* ]]
+	[[ "$stderr" == *'"modules_to_save" is set'* ]]
+	[[ "$stderr" == *'tensor "base_model.model.lm_head.weight" is not a lora_A / lora_B weight'* ]]
+	# not an adapter at all: a usage error (2), nothing on stdout
+	run -2 --separate-stderr poros-export --check vllm nowhere
+	[ "$stderr" = "poros-export: --check vllm nowhere: not a directory" ]
+	[ -z "$output" ]
+	run -2 --separate-stderr poros-export --check vllm run8/adapter --base b
+	[[ "$stderr" == *"--check vllm takes one ADAPTER_DIR and no other option"* ]]
+	run -2 --separate-stderr poros-export --check peft run8/adapter
+	[ "$stderr" = 'poros-export: --check: unknown check "peft" (expected vllm)' ]
 }

@@ -9,7 +9,8 @@
  *   merge.c        the merge arithmetic and the shards, streamed and read back
  *   hf_files.c     config.json, the shard index and the tokenizer files
  *   gguf_out.c     --format gguf: the tensors named, converted and written as one GGUF file
- *   gguf_meta.c    --format gguf: the model's and the tokenizer's metadata keys */
+ *   gguf_meta.c    --format gguf: the model's and the tokenizer's metadata keys
+ *   check_vllm.c   --check vllm: an adapter checked against what vLLM loads */
 #ifndef POROS_EXPORT_H
 #define POROS_EXPORT_H
 
@@ -25,7 +26,8 @@
 
 #define EXPORT_SYNOPSIS \
 	"usage: poros-export --base DIR --adapter DIR --out DIR [--max-shard-size SIZE] [--force]\n" \
-	"       poros-export --format gguf --outtype bf16|f16|q8_0 --base DIR --adapter DIR --out FILE [--force]\n"
+	"       poros-export --format gguf --outtype bf16|f16|q8_0 --base DIR --adapter DIR --out FILE [--force]\n" \
+	"       poros-export --check vllm ADAPTER_DIR\n"
 
 enum export_format { FORMAT_HF, FORMAT_GGUF };
 /* --outtype: what a GGUF file stores its matrices as (1-D tensors are F32) */
@@ -49,6 +51,11 @@ int export_parse_size(const char *s, long long *out, const char **why);
 /* Does the export and prints one summary line (JSON) on summary.  Returns
  * an exit code; when it is not 0, err holds the one-line message. */
 int export_run(const struct export_opts *o, FILE *summary, char *err, size_t errsz);
+
+/* --check vllm: one JSON line on out and a line per reason on stderr;
+ * EXIT_OK ready, EXIT_RUNTIME not (the reasons), EXIT_USAGE with err when
+ * dir is not an adapter to check. */
+int check_vllm(const char *dir, FILE *out, char *err, size_t errsz);
 
 /* --- between the parts (main.c needs none of this) ----------------------- */
 

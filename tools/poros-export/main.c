@@ -22,6 +22,7 @@ static noreturn void usage(int code)
 		      "  --force                replace a non-empty --out\n"
 		      "  --format hf|gguf       a Hugging Face checkpoint directory (hf, the default) or one GGUF file\n"
 		      "  --outtype bf16|f16|q8_0  what a GGUF file stores matrices as (required with --format gguf)\n"
+		      "  --check vllm           check ADAPTER_DIR is an adapter vLLM loads (exit 1 and why when not)\n"
 		      "  --help, --version\n"
 		      "Exit status: 0 written, 1 runtime failure, 2 usage or bad input.\n", stdout);
 	exit(code);
@@ -57,9 +58,26 @@ static void check_format_options(const struct export_opts *o, int shard_set)
 		die(EXIT_USAGE, "--max-shard-size is for --format hf (a GGUF export is one file)");
 }
 
+/* --check vllm ADAPTER_DIR: nothing else on the line */
+static int run_check(const struct export_opts *o, int nargs, char **args)
+{
+	char err[1024];
+	int rc;
+
+	if (nargs != 1 || o->base || o->adapter || o->out || o->format != FORMAT_HF || o->outtype != OUTTYPE_NONE ||
+	    o->force) {
+		warnmsg("--check vllm takes one ADAPTER_DIR and no other option");
+		usage(EXIT_USAGE);
+	}
+	rc = check_vllm(args[0], stdout, err, sizeof err);
+	if (rc == EXIT_USAGE)
+		die(rc, "%s", err);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
-	enum { OPT_BASE = 256, OPT_ADAPTER, OPT_OUT, OPT_SHARD, OPT_FORCE, OPT_FORMAT, OPT_OUTTYPE, OPT_HELP, OPT_VERSION };
+	enum { OPT_BASE = 256, OPT_ADAPTER, OPT_OUT, OPT_SHARD, OPT_FORCE, OPT_FORMAT, OPT_OUTTYPE, OPT_CHECK, OPT_HELP, OPT_VERSION };
 	static const struct option longopts[] = {
 		{ "base", required_argument, NULL, OPT_BASE },
 		{ "adapter", required_argument, NULL, OPT_ADAPTER },
@@ -68,6 +86,7 @@ int main(int argc, char **argv)
 		{ "force", no_argument, NULL, OPT_FORCE },
 		{ "format", required_argument, NULL, OPT_FORMAT },
 		{ "outtype", required_argument, NULL, OPT_OUTTYPE },
+		{ "check", required_argument, NULL, OPT_CHECK },
 		{ "help", no_argument, NULL, OPT_HELP },
 		{ "version", no_argument, NULL, OPT_VERSION },
 		{ NULL, 0, NULL, 0 },
@@ -76,6 +95,7 @@ int main(int argc, char **argv)
 	char err[1024], *configs;
 	const char *why;
 	int ch, rc, shard_set = 0;
+	const char *check = NULL;
 
 	set_progname(argv[0]);
 	stdout_check_at_exit();
@@ -92,11 +112,18 @@ int main(int argc, char **argv)
 		case OPT_FORCE: o.force = 1; break;
 		case OPT_FORMAT: o.format = parse_format(optarg); break;
 		case OPT_OUTTYPE: o.outtype = parse_outtype(optarg); break;
+		case OPT_CHECK:
+			if (strcmp(optarg, "vllm") != 0)
+				die(EXIT_USAGE, "--check: unknown check \"%s\" (expected vllm)", optarg);
+			check = optarg;
+			break;
 		case OPT_HELP: usage(EXIT_OK);
 		case OPT_VERSION: print_version();
 		default: usage(EXIT_USAGE);
 		}
 	}
+	if (check != NULL)
+		return run_check(&o, argc - optind, argv + optind);
 	if (optind != argc) {
 		warnmsg("unexpected argument \"%s\"", argv[optind]);
 		usage(EXIT_USAGE);
