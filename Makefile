@@ -94,9 +94,17 @@ endef
 deps:
 	$(call install_missing,$(DEB_PKGS))
 
+# The independent GGUF reader tests/export.bats parses every GGUF file with
+# (npm, pinned), in a git-ignored directory of its own.
+NPM_TEST_DIR := .npm-test
+GGUF_READER_PKG := @huggingface/gguf@0.4.6
+GGUF_READER := $(NPM_TEST_DIR)/node_modules/@huggingface/gguf/package.json
 # The test-only packages, installed by `make test` (after deps: one apt at a time).
-deps-test: $(BUILD)/.deps-ok
+deps-test: $(BUILD)/.deps-ok $(GGUF_READER)
 	$(call install_missing,$(DEB_TEST_PKGS))
+
+$(GGUF_READER):
+	npm install --prefix $(NPM_TEST_DIR) --no-audit --no-fund --no-save $(GGUF_READER_PKG) >&2
 
 $(BUILD)/.deps-ok: | $(BUILD)
 	@$(MAKE) --no-print-directory deps

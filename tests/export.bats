@@ -13,6 +13,8 @@ setup() {
 	MAKE_CKPT="$FIX/make-checkpoint.py"
 	CHECK="$FIX/check-export.py"
 	EDIT="$FIX/edit-adapter.py"
+	TOKFIX="$POROS_ROOT/tests/fixtures/tokenizer"
+	NODE_MODULES="$POROS_ROOT/.npm-test/node_modules"   # make deps-test installs it
 	TRAIN=(--backend cpu --precision bf16 --seq-len 32 --rank 4 --quiet)
 }
 
@@ -29,6 +31,8 @@ adapter() {
 
 @test "poros-export --help prints the synopsis on stdout and exits 0" {
 	assert_help poros-export "usage: poros-export --base DIR --adapter DIR --out DIR [--max-shard-size SIZE] [--force]"
+	assert_line --index 1 "       poros-export --format gguf --outtype bf16|f16|q8_0 --base DIR --adapter DIR --out FILE [--force]"
+	assert_line --index 2 "       poros-export --check vllm ADAPTER_DIR"
 }
 
 @test "a missing option or a stray argument is a usage error with the synopsis on stderr" {
@@ -333,4 +337,147 @@ adapter() {
 	assert_line --index 0 --partial "usage: poros-export --base DIR"
 	run -2 --separate-stderr poros export --base x
 	[[ "$stderr" == *"--base, --adapter and --out are required"* ]]
+}
+
+# --- --format gguf ------------------------------------------------------------
+
+# gguf_check FILE MERGED BASE OUTTYPE: parsed by @huggingface/gguf, then every
+# tensor's bytes and the model and tokenizer keys checked against MERGED and BASE
+gguf_check() {
+	node "$FIX/read-gguf.mjs" "$NODE_MODULES" "$1" >"$1.json"
+	"$FIX/check-gguf.py" "$1.json" "$1" "$2" "$3" "$4"
+}
+# gguf_key FILE KEY: a metadata value as the npm reader parsed it
+gguf_key() { jq -c --arg k "$2" '.metadata[$k]' "$1.json"; }
+
+@test "a Llama as GGUF bf16, f16 and q8_0: the npm reader parses it, bytes = merged ones converted, q/k permuted" {
+	base b --tokenizer-from "$TOKFIX/llama3_like"
+	printf '%s' "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}" >b/chat_template.jinja
+	adapter b run
+	poros-export --base b --adapter run/adapter --out merged >/dev/null 2>&1
+	for t in bf16 f16 q8_0; do
+		run -0 --separate-stderr poros-export --format gguf --outtype "$t" --base b --adapter run/adapter --out "m-$t.gguf"
+		echo "$output" | jq -e --arg t "$t" '.format == "gguf" and .outtype == $t and .architecture == "llama"
+			and .tensors == 21 and .merged == 14'
+		[ "$(echo "$output" | jq .file_size)" -eq "$(stat -c %s "m-$t.gguf")" ]
+		run -0 gguf_check "m-$t.gguf" merged b "$t"
+		# 21 tensors; q and k of 2 layers permuted
+		assert_output '{"tensors": 21, "permuted": 4, "keys": 23}'
+	done
+	# the file types llama.cpp names them by: MOSTLY_BF16 32, MOSTLY_F16 1, MOSTLY_Q8_0 7
+	[ "$(gguf_key m-bf16.gguf general.file_type)" = 32 ]
+	[ "$(gguf_key m-f16.gguf general.file_type)" = 1 ]
+	[ "$(gguf_key m-q8_0.gguf general.file_type)" = 7 ]
+	# Llama-3's pre-tokenizer; its template puts <|begin_of_text|> (id 0) in front
+	[ "$(gguf_key m-q8_0.gguf tokenizer.ggml.pre)" = '"llama-bpe"' ]
+	[ "$(gguf_key m-q8_0.gguf tokenizer.ggml.add_bos_token)" = true ]
+	[ "$(gguf_key m-q8_0.gguf tokenizer.ggml.bos_token_id)" = 0 ]
+	[ "$(gguf_key m-q8_0.gguf tokenizer.ggml.eos_token_id)" = 1 ]
+	[ "$(jq -j '.metadata["tokenizer.chat_template"]' m-q8_0.gguf.json)" = "$(cat b/chat_template.jinja)" ]
+	# no key_length when head_dim is hidden / heads and config.json does not say it
+	[ "$(gguf_key m-q8_0.gguf llama.attention.key_length)" = null ]
+	[ "$(ls -A | grep -c poros-export)" -eq 0 ]
+}
+
+@test "Qwen2 (q/k/v bias) and Qwen3 (q/k norm, explicit head_dim) as GGUF: not permuted, named as llama.cpp names them" {
+	for arch in qwen2 qwen3; do
+		base "$arch" --arch "$arch" --tokenizer-from "$TOKFIX/qwen_like"
+		adapter "$arch" "run-$arch"
+		poros-export --base "$arch" --adapter "run-$arch/adapter" --out "merged-$arch" >/dev/null 2>&1
+		for t in f16 q8_0; do
+			poros-export --format gguf --outtype "$t" --base "$arch" --adapter "run-$arch/adapter" --out "$arch-$t.gguf" \
+				>/dev/null 2>&1
+			run -0 gguf_check "$arch-$t.gguf" "merged-$arch" "$arch" "$t"
+		done
+	done
+	run -0 gguf_check qwen2-q8_0.gguf merged-qwen2 qwen2 q8_0
+	assert_output '{"tensors": 27, "permuted": 0, "keys": 22}'
+	jq -e '[.tensors[] | select(.name == "blk.1.attn_k.bias")][0] | .shape == [32] and .dtype == 0' qwen2-q8_0.gguf.json
+	run -0 gguf_check qwen3-q8_0.gguf merged-qwen3 qwen3 q8_0
+	assert_output '{"tensors": 25, "permuted": 0, "keys": 24}'
+	jq -e '[.tensors[] | select(.name == "blk.0.attn_q_norm.weight")][0] | .shape == [16] and .dtype == 0' qwen3-q8_0.gguf.json
+	[ "$(gguf_key qwen3-q8_0.gguf qwen3.attention.key_length)" = 16 ]
+	[ "$(gguf_key qwen3-q8_0.gguf tokenizer.ggml.pre)" = '"qwen2"' ]
+	# qwen_like prepends nothing; its eos from tokenizer_config.json
+	[ "$(gguf_key qwen3-q8_0.gguf tokenizer.ggml.add_bos_token)" = false ]
+	[ "$(gguf_key qwen3-q8_0.gguf tokenizer.ggml.eos_token_id)" = 0 ]
+}
+
+@test "--format gguf: --outtype is required, checked and only for gguf; bad inputs leave no file" {
+	run -2 --separate-stderr poros-export --format gguf --base b --adapter a --out o.gguf
+	[ "$stderr" = "poros-export: --format gguf needs --outtype bf16, f16 or q8_0" ]
+	run -2 --separate-stderr poros-export --format gguf --outtype q4 --base b --adapter a --out o.gguf
+	[ "$stderr" = 'poros-export: --outtype: unknown type "q4" (expected bf16, f16 or q8_0)' ]
+	run -2 --separate-stderr poros-export --outtype f16 --base b --adapter a --out o
+	[ "$stderr" = "poros-export: --outtype is for --format gguf" ]
+	run -2 --separate-stderr poros-export --format ggml --base b --adapter a --out o
+	[ "$stderr" = 'poros-export: --format: unknown format "ggml" (expected hf or gguf)' ]
+	run -2 --separate-stderr poros-export --format gguf --outtype f16 --max-shard-size 1GB --base b --adapter a --out o
+	[[ "$stderr" == *"--max-shard-size is for --format hf"* ]]
+	# a base with only placeholder tokenizer files: refused, nothing written
+	base b --tokenizer
+	adapter b run
+	rm b/tokenizer.json
+	run -2 --separate-stderr poros-export --format gguf --outtype f16 --base b --adapter run/adapter --out o.gguf
+	[ "$stderr" = "poros-export: --base b: no tokenizer.json (a GGUF file carries the tokenizer)" ]
+	[ ! -e o.gguf ]
+	# --out: never a directory; an existing file only with --force
+	base t --tokenizer-from "$TOKFIX/qwen_like"
+	adapter t runt
+	mkdir d
+	run -2 --separate-stderr poros-export --format gguf --outtype f16 --base t --adapter runt/adapter --out d
+	[ "$stderr" = "poros-export: --out d: a directory (--format gguf writes one file)" ]
+	echo keep >o.gguf
+	run -2 --separate-stderr poros-export --format gguf --outtype f16 --base t --adapter runt/adapter --out o.gguf
+	[ "$stderr" = "poros-export: --out o.gguf: exists (--force replaces it)" ]
+	[ "$(cat o.gguf)" = keep ]
+	run -0 --separate-stderr poros-export --format gguf --outtype f16 --base t --adapter runt/adapter --out o.gguf --force
+	[ "$(head -c 4 o.gguf)" = GGUF ]
+	# a write that fails midway leaves neither the file nor a temporary
+	mkdir p
+	run -1 --separate-stderr bash -c 'ulimit -f 100; exec poros-export --format gguf --outtype bf16 --base t --adapter runt/adapter --out p/m.gguf'
+	[[ "$stderr" == *"model.gguf: File too large" ]]
+	[ -z "$(ls -A p)" ]
+}
+
+# --- --check vllm ------------------------------------------------------------
+
+@test "poros-train's adapter_config.json carries what PEFT and vLLM read; a rank vLLM refuses is warned of at start" {
+	base b
+	run -0 --separate-stderr poros-train "${TRAIN[@]}" --model "$PWD/b" --steps 1 --out run
+	[[ "$stderr" == *"poros-train: warning: rank 4 is not one vLLM serves (8, 16, 32, 64, 128, 256, 320, 512)"* ]]
+	jq -e --arg b "$PWD/b" '.peft_type == "LORA" and .task_type == "CAUSAL_LM" and .r == 4 and .lora_alpha == 32
+		and (.target_modules | length) > 0 and .fan_in_fan_out == false and .bias == "none"
+		and has("modules_to_save") and .modules_to_save == null and .base_model_name_or_path == $b' \
+		run/adapter/adapter_config.json
+	run -0 --separate-stderr poros-train --backend cpu --precision bf16 --seq-len 32 --rank 8 --quiet \
+		--model "$PWD/b" --steps 1 --out run8
+	[[ "$stderr" != *"vLLM"* ]]
+}
+
+@test "--check vllm: 0 for an adapter vLLM loads, 1 with every reason for one it refuses" {
+	base b
+	poros-train --backend cpu --precision bf16 --seq-len 32 --rank 8 --quiet --model "$PWD/b" --steps 1 --out run8 \
+		>/dev/null
+	run -0 --separate-stderr poros-export --check vllm run8/adapter
+	[ "$output" = '{"adapter":"run8/adapter","check":"vllm","ok":true,"reasons":[]}' ]
+	[ -z "$stderr" ]
+	# rank 4, a full lm_head, a bias and modules_to_save: four reasons, each on stderr
+	poros-train "${TRAIN[@]}" --model "$PWD/b" --steps 1 --out run4 >/dev/null 2>&1
+	"$EDIT" run4/adapter bad --set 'bias="all"' --set 'modules_to_save=["lm_head"]' --add-tensor base_model.model.lm_head.weight
+	run -1 --separate-stderr poros-export --check vllm bad
+	echo "$output" | jq -e '.ok == false and (.reasons | length) == 4'
+	[ "$(grep -c '^poros-export: not vLLM-ready: ' <<<"$stderr")" -eq 4 ]
+	[[ "$stderr" == *"r = 4: vLLM serves ranks 8, 16, 32, 64, 128, 256, 320, 512"* ]]
+	[[ "$stderr" == *'"bias" is not "none"'* ]]
+	[[ "$stderr" == *'"modules_to_save" is set'* ]]
+	[[ "$stderr" == *'tensor "base_model.model.lm_head.weight" is not a lora_A / lora_B weight'* ]]
+	# not an adapter at all: a usage error (2), nothing on stdout
+	run -2 --separate-stderr poros-export --check vllm nowhere
+	[ "$stderr" = "poros-export: --check vllm nowhere: not a directory" ]
+	[ -z "$output" ]
+	run -2 --separate-stderr poros-export --check vllm run8/adapter --base b
+	[[ "$stderr" == *"--check vllm takes one ADAPTER_DIR and no other option"* ]]
+	run -2 --separate-stderr poros-export --check peft run8/adapter
+	[ "$stderr" = 'poros-export: --check: unknown check "peft" (expected vllm)' ]
 }

@@ -25,6 +25,21 @@
 #define WEIGHTS_NAME "adapter_model.safetensors"
 #define ALL_MODULES ((1u << CELL_MAX_TARGETS) - 1)
 
+const int vllm_lora_ranks[8] = { 8, 16, 32, 64, 128, 256, 320, 512 };
+
+int vllm_rank_ok(int rank)
+{
+	for (size_t i = 0; i < sizeof vllm_lora_ranks / sizeof *vllm_lora_ranks; i++)
+		if (rank == vllm_lora_ranks[i])
+			return 1;
+	return 0;
+}
+
+const char *vllm_rank_list(void)
+{
+	return "8, 16, 32, 64, 128, 256, 320, 512";
+}
+
 char *adapter_key(int layer, int module, int is_b)
 {
 	if (layer < 0 || module < 0 || module >= CELL_MAX_TARGETS)

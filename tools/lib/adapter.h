@@ -21,6 +21,13 @@ struct adapter {
 char *adapter_key(int layer, int module, int is_b);
 /* Parses a PEFT key back; 0 and the parts, or -1 if it is not one. */
 int adapter_key_parse(const char *key, int *layer, int *module, int *is_b);
+/* The LoRA ranks vLLM serves (its max_lora_rank choices); a PEFT adapter
+ * of another rank is refused there. */
+extern const int vllm_lora_ranks[8];
+int vllm_rank_ok(int rank);
+/* "8, 16, 32, 64, 128, 256, 320, 512" */
+const char *vllm_rank_list(void);
+
 /* The tensor named key, or NULL. */
 const struct adapter_tensor *adapter_find(const struct adapter *a, const char *key);
 /* Each file atomic, F32; dir is made as needed and must not be a symbolic

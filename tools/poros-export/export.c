@@ -231,41 +231,87 @@ static void print_summary(const struct job *j, FILE *summary, int copied)
 	cJSON_Delete(o);
 }
 
+static const char *const outtype_names[] = { "", "bf16", "f16", "q8_0" };
+
+static void print_gguf_summary(const struct job *j, FILE *summary, size_t file_size, int ntensors)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	cJSON_AddStringToObject(o, "out", j->out);
+	cJSON_AddStringToObject(o, "format", "gguf");
+	cJSON_AddStringToObject(o, "outtype", outtype_names[j->o->outtype]);
+	cJSON_AddStringToObject(o, "architecture", j->mc.model_type);
+	cJSON_AddStringToObject(o, "base", j->mc.checkpoint_dir);
+	cJSON_AddStringToObject(o, "adapter", j->o->adapter);
+	cJSON_AddNumberToObject(o, "rank", j->rank);
+	cJSON_AddNumberToObject(o, "scale", j->scale);
+	cJSON_AddNumberToObject(o, "tensors", ntensors);
+	cJSON_AddNumberToObject(o, "merged", j->npairs);
+	cJSON_AddNumberToObject(o, "file_size", (double)file_size);
+	if (jsonl_write(summary, o) < 0)
+		diesys(EXIT_RUNTIME, "writing output failed");
+	cJSON_Delete(o);
+}
+
+static int run_gguf(struct job *j, FILE *summary)
+{
+	size_t file_size = 0;
+	int ntensors = 0, rc = write_gguf(j, &file_size, &ntensors);
+	char sz[32];
+
+	scratch_remove();
+	if (rc == 0) {
+		warnmsg("wrote %s: GGUF %s, %d tensors (%d merged, scale %g), %s", j->out, outtype_names[j->o->outtype],
+		        ntensors, j->npairs, (double)j->scale, human_bytes(sz, sizeof sz, (double)file_size));
+		print_gguf_summary(j, summary, file_size, ntensors);
+	}
+	return rc;
+}
+
+static int run_hf(struct job *j, FILE *summary)
+{
+	char sz[32];
+	int rc, copied = 0;
+
+	if ((rc = scratch_create(j, j->nshards + 2 + (int)n_tokenizer_files)) != 0)
+		return rc;
+	for (int s = 0; s < j->nshards && rc == 0; s++)
+		rc = write_shard(j, &j->shards[s]);
+	if (rc == 0 && j->nshards > 1)
+		rc = write_index(j);
+	if (rc == 0)
+		rc = write_config(j);
+	if (rc == 0)
+		rc = copy_tokenizer(j, &copied);
+	if (rc == 0)
+		rc = commit(j);
+	scratch_remove();
+	if (rc == 0) {
+		warnmsg("wrote %s: %d tensors (%d merged, scale %g), %d shard%s, %s, %d tokenizer file%s", j->out, j->n,
+		        j->npairs, (double)j->scale, j->nshards, j->nshards == 1 ? "" : "s",
+		        human_bytes(sz, sizeof sz, (double)j->total_size), copied, copied == 1 ? "" : "s");
+		print_summary(j, summary, copied);
+	}
+	return rc;
+}
+
 int export_run(const struct export_opts *o, FILE *summary, char *err, size_t errsz)
 {
 	struct job j;
-	char sz[32];
-	int rc, copied = 0;
+	int rc, gguf = o->format == FORMAT_GGUF;
 
 	memset(&j, 0, sizeof j);
 	j.o = o;
 	j.err = err;
 	j.errsz = errsz;
 	if ((rc = split_out(&j)) != 0 || (rc = open_base(&j)) != 0 || (rc = open_adapter(&j)) != 0 ||
-	    (rc = load_pairs(&j)) != 0 || (rc = find_weights(&j)) != 0 || (rc = check_out(&j)) != 0 || (rc = plan(&j)) != 0)
+	    (rc = load_pairs(&j)) != 0 || (rc = find_weights(&j)) != 0 ||
+	    (rc = gguf ? check_out_file(&j) : check_out(&j)) != 0 || (rc = plan(&j)) != 0)
 		goto out;
 	if (!same_base(&j))
 		warnmsg("note: the adapter was trained on \"%s\" (its base_model_name_or_path), merging into %s",
 		        j.adapter_base, j.mc.checkpoint_dir);
-	if ((rc = scratch_create(&j, j.nshards + 2 + (int)n_tokenizer_files)) != 0)
-		goto out;
-	for (int s = 0; s < j.nshards && rc == 0; s++)
-		rc = write_shard(&j, &j.shards[s]);
-	if (rc == 0 && j.nshards > 1)
-		rc = write_index(&j);
-	if (rc == 0)
-		rc = write_config(&j);
-	if (rc == 0)
-		rc = copy_tokenizer(&j, &copied);
-	if (rc == 0)
-		rc = commit(&j);
-	scratch_remove();
-	if (rc == 0) {
-		warnmsg("wrote %s: %d tensors (%d merged, scale %g), %d shard%s, %s, %d tokenizer file%s", j.out, j.n,
-		        j.npairs, (double)j.scale, j.nshards, j.nshards == 1 ? "" : "s",
-		        human_bytes(sz, sizeof sz, (double)j.total_size), copied, copied == 1 ? "" : "s");
-		print_summary(&j, summary, copied);
-	}
+	rc = gguf ? run_gguf(&j, summary) : run_hf(&j, summary);
 out:
 	job_free(&j);
 	return rc;

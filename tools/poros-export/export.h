@@ -7,11 +7,15 @@
  *   inputs.c       the base and the adapter opened, each LoRA pair matched to its base weight
  *   outdir.c       --out and the scratch directory beside it, renamed into place at the end
  *   merge.c        the merge arithmetic and the shards, streamed and read back
- *   hf_files.c     config.json, the shard index and the tokenizer files */
+ *   hf_files.c     config.json, the shard index and the tokenizer files
+ *   gguf_out.c     --format gguf: the tensors named, converted and written as one GGUF file
+ *   gguf_meta.c    --format gguf: the model's and the tokenizer's metadata keys
+ *   check_vllm.c   --check vllm: an adapter checked against what vLLM loads */
 #ifndef POROS_EXPORT_H
 #define POROS_EXPORT_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include <cjson/cJSON.h>
@@ -21,7 +25,13 @@
 #include "safetensors.h"
 
 #define EXPORT_SYNOPSIS \
-	"usage: poros-export --base DIR --adapter DIR --out DIR [--max-shard-size SIZE] [--force]\n"
+	"usage: poros-export --base DIR --adapter DIR --out DIR [--max-shard-size SIZE] [--force]\n" \
+	"       poros-export --format gguf --outtype bf16|f16|q8_0 --base DIR --adapter DIR --out FILE [--force]\n" \
+	"       poros-export --check vllm ADAPTER_DIR\n"
+
+enum export_format { FORMAT_HF, FORMAT_GGUF };
+/* --outtype: what a GGUF file stores its matrices as (1-D tensors are F32) */
+enum gguf_outtype { OUTTYPE_NONE, OUTTYPE_BF16, OUTTYPE_F16, OUTTYPE_Q8_0 };
 
 struct export_opts {
 	const char *base;          /* checkpoint directory (or a model id in the local HF cache) */
@@ -29,6 +39,8 @@ struct export_opts {
 	const char *out;           /* the directory to create */
 	long long max_shard_size;  /* bytes of tensor data per shard */
 	int force;                 /* replace a non-empty --out */
+	enum export_format format;
+	enum gguf_outtype outtype; /* FORMAT_GGUF only; required there */
 	const char *configs_dir;   /* configs/models, to name a synthetic shape; may be NULL */
 };
 
@@ -39,6 +51,11 @@ int export_parse_size(const char *s, long long *out, const char **why);
 /* Does the export and prints one summary line (JSON) on summary.  Returns
  * an exit code; when it is not 0, err holds the one-line message. */
 int export_run(const struct export_opts *o, FILE *summary, char *err, size_t errsz);
+
+/* --check vllm: one JSON line on out and a line per reason on stderr;
+ * EXIT_OK ready, EXIT_RUNTIME not (the reasons), EXIT_USAGE with err when
+ * dir is not an adapter to check. */
+int check_vllm(const char *dir, FILE *out, char *err, size_t errsz);
 
 /* --- between the parts (main.c needs none of this) ----------------------- */
 
@@ -119,6 +136,20 @@ void scratch_remove(void);
 
 /* merge.c */
 int write_shard(struct job *j, const struct shard *s);
+/* The tensor as the merged checkpoint stores it, st_numel bf16 values. */
+int tensor_bf16(struct job *j, const struct out_tensor *o, uint16_t *out);
+
+/* outdir.c, --format gguf: --out a file, replaced by a rename */
+int check_out_file(struct job *j);
+int commit_file(struct job *j, const char *path);
+
+/* gguf_out.c */
+int write_gguf(struct job *j, size_t *file_size, int *ntensors);
+
+/* gguf_meta.c: every metadata key into w; the job's error when the model
+ * or its tokenizer has something llama.cpp would read otherwise */
+struct gguf_writer;
+int gguf_metadata(struct job *j, struct gguf_writer *w);
 
 /* hf_files.c */
 extern const size_t n_tokenizer_files;

@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "export.h"
 #include "jsonl.h"
@@ -19,20 +20,73 @@ static noreturn void usage(int code)
 		      "  --out DIR              the checkpoint to write (absent or empty, or --force)\n"
 		      "  --max-shard-size SIZE  tensor bytes per shard, e.g. 5GB, 500MB, 2GiB (default 5GB)\n"
 		      "  --force                replace a non-empty --out\n"
+		      "  --format hf|gguf       a Hugging Face checkpoint directory (hf, the default) or one GGUF file\n"
+		      "  --outtype bf16|f16|q8_0  what a GGUF file stores matrices as (required with --format gguf)\n"
+		      "  --check vllm           check ADAPTER_DIR is an adapter vLLM loads (exit 1 and why when not)\n"
 		      "  --help, --version\n"
 		      "Exit status: 0 written, 1 runtime failure, 2 usage or bad input.\n", stdout);
 	exit(code);
 }
 
+static enum export_format parse_format(const char *s)
+{
+	if (strcmp(s, "hf") == 0)
+		return FORMAT_HF;
+	if (strcmp(s, "gguf") == 0)
+		return FORMAT_GGUF;
+	die(EXIT_USAGE, "--format: unknown format \"%s\" (expected hf or gguf)", s);
+}
+
+static enum gguf_outtype parse_outtype(const char *s)
+{
+	static const char *const names[] = { "bf16", "f16", "q8_0" };
+
+	for (int i = 0; i < 3; i++)
+		if (strcmp(s, names[i]) == 0)
+			return (enum gguf_outtype)(OUTTYPE_BF16 + i);
+	die(EXIT_USAGE, "--outtype: unknown type \"%s\" (expected bf16, f16 or q8_0)", s);
+}
+
+/* --outtype changes every weight of a GGUF file: never a default. */
+static void check_format_options(const struct export_opts *o, int shard_set)
+{
+	if (o->format == FORMAT_GGUF && o->outtype == OUTTYPE_NONE)
+		die(EXIT_USAGE, "--format gguf needs --outtype bf16, f16 or q8_0");
+	if (o->format != FORMAT_GGUF && o->outtype != OUTTYPE_NONE)
+		die(EXIT_USAGE, "--outtype is for --format gguf");
+	if (o->format == FORMAT_GGUF && shard_set)
+		die(EXIT_USAGE, "--max-shard-size is for --format hf (a GGUF export is one file)");
+}
+
+/* --check vllm ADAPTER_DIR: nothing else on the line */
+static int run_check(const struct export_opts *o, int nargs, char **args)
+{
+	char err[1024];
+	int rc;
+
+	if (nargs != 1 || o->base || o->adapter || o->out || o->format != FORMAT_HF || o->outtype != OUTTYPE_NONE ||
+	    o->force) {
+		warnmsg("--check vllm takes one ADAPTER_DIR and no other option");
+		usage(EXIT_USAGE);
+	}
+	rc = check_vllm(args[0], stdout, err, sizeof err);
+	if (rc == EXIT_USAGE)
+		die(rc, "%s", err);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
-	enum { OPT_BASE = 256, OPT_ADAPTER, OPT_OUT, OPT_SHARD, OPT_FORCE, OPT_HELP, OPT_VERSION };
+	enum { OPT_BASE = 256, OPT_ADAPTER, OPT_OUT, OPT_SHARD, OPT_FORCE, OPT_FORMAT, OPT_OUTTYPE, OPT_CHECK, OPT_HELP, OPT_VERSION };
 	static const struct option longopts[] = {
 		{ "base", required_argument, NULL, OPT_BASE },
 		{ "adapter", required_argument, NULL, OPT_ADAPTER },
 		{ "out", required_argument, NULL, OPT_OUT },
 		{ "max-shard-size", required_argument, NULL, OPT_SHARD },
 		{ "force", no_argument, NULL, OPT_FORCE },
+		{ "format", required_argument, NULL, OPT_FORMAT },
+		{ "outtype", required_argument, NULL, OPT_OUTTYPE },
+		{ "check", required_argument, NULL, OPT_CHECK },
 		{ "help", no_argument, NULL, OPT_HELP },
 		{ "version", no_argument, NULL, OPT_VERSION },
 		{ NULL, 0, NULL, 0 },
@@ -40,7 +94,8 @@ int main(int argc, char **argv)
 	struct export_opts o = { .max_shard_size = 5000000000LL };
 	char err[1024], *configs;
 	const char *why;
-	int ch, rc;
+	int ch, rc, shard_set = 0;
+	const char *check = NULL;
 
 	set_progname(argv[0]);
 	stdout_check_at_exit();
@@ -52,13 +107,23 @@ int main(int argc, char **argv)
 		case OPT_SHARD:
 			if (export_parse_size(optarg, &o.max_shard_size, &why) < 0)
 				die(EXIT_USAGE, "--max-shard-size: %s: \"%s\"", why, optarg);
+			shard_set = 1;
 			break;
 		case OPT_FORCE: o.force = 1; break;
+		case OPT_FORMAT: o.format = parse_format(optarg); break;
+		case OPT_OUTTYPE: o.outtype = parse_outtype(optarg); break;
+		case OPT_CHECK:
+			if (strcmp(optarg, "vllm") != 0)
+				die(EXIT_USAGE, "--check: unknown check \"%s\" (expected vllm)", optarg);
+			check = optarg;
+			break;
 		case OPT_HELP: usage(EXIT_OK);
 		case OPT_VERSION: print_version();
 		default: usage(EXIT_USAGE);
 		}
 	}
+	if (check != NULL)
+		return run_check(&o, argc - optind, argv + optind);
 	if (optind != argc) {
 		warnmsg("unexpected argument \"%s\"", argv[optind]);
 		usage(EXIT_USAGE);
@@ -67,6 +132,7 @@ int main(int argc, char **argv)
 		warnmsg("--base, --adapter and --out are required");
 		usage(EXIT_USAGE);
 	}
+	check_format_options(&o, shard_set);
 	/* configs/ beside the binary (source tree) or under share/poros */
 	configs = poros_resource("configs");
 	if (configs != NULL) {

@@ -70,27 +70,48 @@ static void merge_lora(uint16_t *out, const unsigned char *w, enum st_dtype wdt,
 	}
 }
 
-static int write_merged(struct job *j, int fd, const char *path, const struct out_tensor *o)
+/* The merged weight (N,K) in bf16 into out; the adapter's pair read as fp32. */
+static int merged_bf16(struct job *j, const struct out_tensor *o, uint16_t *out)
 {
 	const struct lora_pair *pr = o->lora;
 	long N = (long)pr->w->shape[0], K = (long)pr->w->shape[1];
 	int R = j->rank;
 	float *a = xmalloc((size_t)R * (size_t)K * sizeof *a), *b = xmalloc((size_t)N * (size_t)R * sizeof *b);
-	uint16_t *out = xmalloc((size_t)N * (size_t)K * sizeof *out);
 	char lerr[512];
 	int rc = 0;
 
 	if (st_read_f32(&j->af, pr->a, a, (size_t)R * (size_t)K, lerr, sizeof lerr) < 0 ||
-	    st_read_f32(&j->af, pr->b, b, (size_t)N * (size_t)R, lerr, sizeof lerr) < 0) {
+	    st_read_f32(&j->af, pr->b, b, (size_t)N * (size_t)R, lerr, sizeof lerr) < 0)
 		rc = fail(j, EXIT_USAGE, "%s", lerr);
-		goto out;
-	}
-	merge_lora(out, st_data(pr->wf, pr->w), pr->w->dtype, b, a, j->scale, N, K, R);
-	if (write_all(fd, out, o->nbytes) < 0)
-		rc = fail(j, EXIT_RUNTIME, "%s: %s", path, strerror(errno));
-out:
+	else
+		merge_lora(out, st_data(pr->wf, pr->w), pr->w->dtype, b, a, j->scale, N, K, R);
 	free(a);
 	free(b);
+	return rc;
+}
+
+int tensor_bf16(struct job *j, const struct out_tensor *o, uint16_t *out)
+{
+	const unsigned char *src = st_data(o->f, o->t);
+	size_t n = (size_t)st_numel(o->t);
+
+	if (o->lora != NULL)
+		return merged_bf16(j, o, out);
+	if (o->t->dtype == ST_BF16)
+		memcpy(out, src, n * sizeof *out);
+	else
+		for (size_t i = 0; i < n; i++)
+			out[i] = bf16_from_f32(load_f32(src, o->t->dtype, i));
+	return 0;
+}
+
+static int write_merged(struct job *j, int fd, const char *path, const struct out_tensor *o)
+{
+	uint16_t *out = xmalloc(o->nbytes);
+	int rc = merged_bf16(j, o, out);
+
+	if (rc == 0 && write_all(fd, out, o->nbytes) < 0)
+		rc = fail(j, EXIT_RUNTIME, "%s: %s", path, strerror(errno));
 	free(out);
 	return rc;
 }

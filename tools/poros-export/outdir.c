@@ -258,3 +258,52 @@ int split_out(struct job *j)
 	return 0;
 }
 
+
+/* --- --out as one file (--format gguf) ------------------------------------ */
+
+/* The same file as one of the inputs (once links are followed). */
+static int is_input_file(const struct job *j, const char *out)
+{
+	char *o = realpath(out, NULL);
+	int same = 0;
+
+	for (int i = 0; o != NULL && !same && i < j->ck.nfiles; i++) {
+		char *p = realpath(j->ck.files[i].path, NULL);
+
+		same = p != NULL && strcmp(o, p) == 0;
+		free(p);
+	}
+	free(o);
+	return same || path_within(out, j->mc.checkpoint_dir) || path_within(out, j->o->adapter);
+}
+
+int check_out_file(struct job *j)
+{
+	struct stat st;
+
+	if (lstat(j->out, &st) < 0)
+		return errno == ENOENT ? 0 : fail(j, EXIT_USAGE, "--out %s: %s", j->out, strerror(errno));
+	if (S_ISDIR(st.st_mode))
+		return fail(j, EXIT_USAGE, "--out %s: a directory (--format gguf writes one file)", j->out);
+	if (!S_ISREG(st.st_mode))
+		return fail(j, EXIT_USAGE, "--out %s: exists and is not a regular file", j->out);
+	if (is_input_file(j, j->out))
+		return fail(j, EXIT_USAGE, "--out %s is inside the base or the adapter: replacing it would change an input",
+		            j->out);
+	if (!j->o->force)
+		return fail(j, EXIT_USAGE, "--out %s: exists (--force replaces it)", j->out);
+	return 0;
+}
+
+/* path, complete in the scratch directory, renamed over --out. */
+int commit_file(struct job *j, const char *path)
+{
+	int rc;
+
+	if ((rc = check_out_file(j)) != 0)
+		return rc;
+	if (rename(path, j->out) < 0)
+		return fail(j, EXIT_RUNTIME, "%s: renaming to %s: %s", path, j->out, strerror(errno));
+	sync_dir(j->parent);
+	return 0;
+}

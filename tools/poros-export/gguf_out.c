@@ -1,0 +1,233 @@
+/* tools/poros-export/gguf_out.c: --format gguf: the merged model as one
+ * GGUF v3 file, tensors named as llama.cpp's converter names them.
+ *
+ * Each tensor's values are the merged checkpoint's (bf16, as the
+ * safetensors export writes them), then: Llama's q_proj and k_proj rows
+ * (weights and biases) permuted per head from transformers' rotate-half
+ * order to the interleaved pairs llama.cpp's Llama RoPE rotates (Qwen2 and
+ * Qwen3 run NEOX RoPE there: no permutation); 1-D tensors widened to F32;
+ * matrices stored as --outtype: BF16 as they are, F16 rounded to nearest
+ * even, Q8_0 quantized (gguf.h). */
+#include "export.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gguf.h"
+#include "ops.h"
+#include "util.h"
+
+static const struct { const char *hf, *gguf; } layer_names[] = {
+	{ "self_attn.q_proj.weight", "attn_q.weight" },   { "self_attn.q_proj.bias", "attn_q.bias" },
+	{ "self_attn.k_proj.weight", "attn_k.weight" },   { "self_attn.k_proj.bias", "attn_k.bias" },
+	{ "self_attn.v_proj.weight", "attn_v.weight" },   { "self_attn.v_proj.bias", "attn_v.bias" },
+	{ "self_attn.o_proj.weight", "attn_output.weight" }, { "self_attn.o_proj.bias", "attn_output.bias" },
+	{ "self_attn.q_norm.weight", "attn_q_norm.weight" }, { "self_attn.k_norm.weight", "attn_k_norm.weight" },
+	{ "mlp.gate_proj.weight", "ffn_gate.weight" },    { "mlp.up_proj.weight", "ffn_up.weight" },
+	{ "mlp.down_proj.weight", "ffn_down.weight" },
+	{ "input_layernorm.weight", "attn_norm.weight" }, { "post_attention_layernorm.weight", "ffn_norm.weight" },
+};
+static const struct { const char *hf, *gguf; } model_names[] = {
+	{ "model.embed_tokens.weight", "token_embd.weight" },
+	{ "model.norm.weight", "output_norm.weight" },
+	{ "lm_head.weight", "output.weight" },
+};
+#define COUNT(a) (sizeof (a) / sizeof *(a))
+
+struct gguf_tensor {
+	const struct out_tensor *o;
+	char name[64];
+	enum ggml_type type;
+	int ndim;
+	int64_t ne[ST_MAX_DIMS];   /* ggml order */
+	int permute_heads;         /* > 0: rows permuted in this many heads */
+};
+
+/* The GGUF name of an HF tensor: 1, 0 for one llama.cpp does without (a
+ * rotary inv_freq buffer), -1 for one it has no name for. */
+static int gguf_name(char *out, size_t n, const char *hf)
+{
+	int layer, at = 0;
+
+	for (size_t i = 0; i < COUNT(model_names); i++)
+		if (strcmp(hf, model_names[i].hf) == 0)
+			return snprintf(out, n, "%s", model_names[i].gguf), 1;
+	if (strstr(hf, "rotary_emb.inv_freq") != NULL)
+		return 0;
+	if (sscanf(hf, "model.layers.%d.%n", &layer, &at) != 1 || at == 0 || layer < 0)
+		return -1;
+	for (size_t i = 0; i < COUNT(layer_names); i++)
+		if (strcmp(hf + at, layer_names[i].hf) == 0)
+			return snprintf(out, n, "blk.%d.%s", layer, layer_names[i].gguf), 1;
+	return -1;
+}
+
+static enum ggml_type matrix_type(enum gguf_outtype t)
+{
+	return t == OUTTYPE_F16 ? GGML_TYPE_F16 : t == OUTTYPE_Q8_0 ? GGML_TYPE_Q8_0 : GGML_TYPE_BF16;
+}
+
+/* llama.cpp's Llama RoPE rotates adjacent pairs, transformers' the two
+ * halves of each head: q and k rows are reordered to match. */
+static int heads_to_permute(const struct job *j, const char *hf)
+{
+	if (strcmp(j->mc.model_type, "llama") != 0)
+		return 0;
+	if (strstr(hf, ".self_attn.q_proj.") != NULL)
+		return j->mc.num_attention_heads;
+	if (strstr(hf, ".self_attn.k_proj.") != NULL)
+		return j->mc.num_key_value_heads;
+	return 0;
+}
+
+static int plan_tensor(struct job *j, const struct out_tensor *o, struct gguf_tensor *g)
+{
+	const struct st_tensor *t = o->t;
+	int named = gguf_name(g->name, sizeof g->name, t->name);
+
+	if (named < 0)
+		return fail(j, EXIT_USAGE, "%s: tensor \"%s\" has no llama.cpp name for %s", o->f->path, t->name,
+		            j->mc.model_type);
+	if (named == 0)
+		return 0;
+	if (!is_float(t->dtype) || t->ndim < 1 || t->ndim > 2)
+		return fail(j, EXIT_USAGE, "%s: tensor \"%s\": a %s tensor of %d dimensions, not a float vector or matrix",
+		            o->f->path, t->name, st_dtype_name(t->dtype), t->ndim);
+	g->o = o;
+	g->ndim = t->ndim;
+	for (int d = 0; d < t->ndim; d++)
+		g->ne[d] = t->shape[t->ndim - 1 - d];
+	g->type = t->ndim == 1 ? GGML_TYPE_F32 : matrix_type(j->o->outtype);
+	if (g->type == GGML_TYPE_Q8_0 && g->ne[0] % Q8_0_BLOCK != 0)
+		return fail(j, EXIT_USAGE, "%s: tensor \"%s\": rows of %lld values do not split into Q8_0 blocks of %d",
+		            o->f->path, t->name, (long long)g->ne[0], Q8_0_BLOCK);
+	g->permute_heads = heads_to_permute(j, t->name);
+	if (g->permute_heads > 0 && t->shape[0] % (2LL * g->permute_heads) != 0)
+		return fail(j, EXIT_USAGE, "%s: tensor \"%s\": %lld rows do not split into %d heads of pairs", o->f->path,
+		            t->name, t->shape[0], g->permute_heads);
+	return 0;
+}
+
+/* Within each head of D rows: row h*D + 2i + s comes from h*D + s*D/2 + i. */
+static void permute_rows(uint16_t *out, const uint16_t *in, long rows, long cols, int heads)
+{
+	long D = rows / heads, half = D / 2;
+
+	for (long h = 0; h < heads; h++)
+		for (long i = 0; i < half; i++)
+			for (int s = 0; s < 2; s++)
+				memcpy(out + (h * D + 2 * i + s) * cols, in + (h * D + s * half + i) * cols,
+				       (size_t)cols * sizeof *out);
+}
+
+/* n bf16 values as type into out (ggml_nbytes(type, n) bytes). */
+static void convert(unsigned char *out, const uint16_t *v, size_t n, enum ggml_type type)
+{
+	float *f;
+
+	switch (type) {
+	case GGML_TYPE_BF16:
+		memcpy(out, v, n * sizeof *v);
+		return;
+	case GGML_TYPE_F16:
+		for (size_t i = 0; i < n; i++) {
+			uint16_t h = st_f16_from_f32(f32_from_bf16(v[i]));
+
+			memcpy(out + 2 * i, &h, 2);
+		}
+		return;
+	default:
+		f = xmalloc(n * sizeof *f);
+		for (size_t i = 0; i < n; i++)
+			f[i] = f32_from_bf16(v[i]);
+		if (type == GGML_TYPE_F32)
+			memcpy(out, f, n * sizeof *f);
+		else
+			q8_0_quantize(out, f, n);
+		free(f);
+	}
+}
+
+static int write_tensor(struct job *j, int fd, const char *path, const struct gguf_tensor *g)
+{
+	static const unsigned char zeros[GGUF_ALIGNMENT];
+	const struct st_tensor *t = g->o->t;
+	size_t n = (size_t)st_numel(t), nbytes = ggml_nbytes(g->type, n);
+	uint16_t *v = xmalloc(n * sizeof *v), *p;
+	unsigned char *out = xmalloc(nbytes);
+	int rc = tensor_bf16(j, g->o, v);
+
+	if (rc == 0 && g->permute_heads > 0) {
+		p = xmalloc(n * sizeof *p);
+		permute_rows(p, v, (long)t->shape[0], t->ndim == 2 ? (long)t->shape[1] : 1, g->permute_heads);
+		free(v);
+		v = p;
+	}
+	if (rc == 0) {
+		convert(out, v, n, g->type);
+		if (write_all(fd, out, nbytes) < 0 || write_all(fd, zeros, gguf_padding(nbytes)) < 0)
+			rc = fail(j, EXIT_RUNTIME, "%s: %s", path, strerror(errno));
+	}
+	free(v);
+	free(out);
+	return rc;
+}
+
+static int write_file(struct job *j, const char *path, struct gguf_writer *w, const struct gguf_tensor *g, int n,
+                      size_t *file_size)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644), rc = 0;
+	size_t hlen;
+	unsigned char *header;
+	struct stat st;
+
+	if (fd < 0)
+		return fail(j, EXIT_RUNTIME, "%s: %s", path, strerror(errno));
+	header = gguf_header(w, &hlen);
+	if (write_all(fd, header, hlen) < 0)
+		rc = fail(j, EXIT_RUNTIME, "%s: %s", path, strerror(errno));
+	free(header);
+	for (int i = 0; rc == 0 && i < n; i++)
+		rc = write_tensor(j, fd, path, &g[i]);
+	if (rc == 0 && (fsync(fd) < 0 || fstat(fd, &st) < 0))
+		rc = fail(j, EXIT_RUNTIME, "%s: %s", path, strerror(errno));
+	if (close(fd) < 0 && rc == 0)
+		rc = fail(j, EXIT_RUNTIME, "%s: %s", path, strerror(errno));
+	if (rc == 0 && (size_t)st.st_size != hlen + w->data_size)
+		rc = fail(j, EXIT_RUNTIME, "%s: %lld bytes written, %zu planned", path, (long long)st.st_size,
+		          hlen + w->data_size);
+	*file_size = hlen + w->data_size;
+	return rc;
+}
+
+int write_gguf(struct job *j, size_t *file_size, int *ntensors)
+{
+	struct gguf_tensor *g = xcalloc((size_t)j->n + 1, sizeof *g);
+	struct gguf_writer w = { 0 };
+	int n = 0, rc = 0;
+	char *path;
+
+	for (int i = 0; rc == 0 && i < j->n; i++)
+		if ((rc = plan_tensor(j, &j->t[i], &g[n])) == 0 && g[n].o != NULL)
+			n++;
+	if (rc == 0)
+		rc = gguf_metadata(j, &w);
+	for (int i = 0; rc == 0 && i < n; i++)
+		gguf_add_tensor(&w, g[i].name, g[i].type, g[i].ndim, g[i].ne);
+	if (rc == 0)
+		rc = scratch_create(j, 1);
+	if (rc == 0) {
+		path = scratch_path("model.gguf");
+		rc = write_file(j, path, &w, g, n, file_size);
+		if (rc == 0)
+			rc = commit_file(j, path);
+	}
+	*ntensors = n;
+	gguf_writer_free(&w);
+	free(g);
+	return rc;
+}
