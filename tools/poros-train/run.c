@@ -695,10 +695,6 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	int rc;
 
 	r->step_s = xcalloc((size_t)c->cell.training.steps, sizeof *r->step_s);
-	/* said even with --quiet: it decides where the adapter can be served */
-	if (!vllm_rank_ok(c->cell.lora.rank))
-		warnmsg("warning: rank %d is not one vLLM serves (%s): vLLM will refuse this adapter", c->cell.lora.rank,
-		        vllm_rank_list());
 	if ((r->be = select_backend(c, err, errsz)) == NULL)
 		goto failed;
 	/* the plan first: a run that cannot fit its budget stops before a
@@ -757,6 +753,11 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		         engine_vram_peak(x->e), x->plan_bytes);
 		goto failed;
 	}
+	/* once the run is set to train, said even with --quiet: it decides
+	 * where the adapter can be served */
+	if (!vllm_rank_ok(c->cell.lora.rank))
+		warnmsg("warning: rank %d is not one vLLM serves (%s): vLLM will refuse this adapter", c->cell.lora.rank,
+		        vllm_rank_list());
 	if (c->init_adapter && load_init_adapter(x->e, c, err, errsz) < 0)
 		return RUN_BAD_INPUT;
 	if (c->resume) {
