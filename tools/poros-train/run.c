@@ -362,6 +362,27 @@ static void progress(const struct train_config *c, int step, const struct step_s
 	        c->cell.training.steps, st->loss, st->lr, st->grad_norm, st->step_s);
 }
 
+/* --save-every N: adapter-stepN and checkpoint-stepN every N steps, and a
+ * checkpoint at the last step too, so a finished run can be extended
+ * (its adapter is adapter/). */
+static int save_checkpoint(struct engine *e, const struct train_config *c, const struct run_result *r, int step,
+                           char *err, size_t errsz)
+{
+	int last = step == c->cell.training.steps;
+
+	if (c->save_every == 0 || (step % c->save_every != 0 && !last))
+		return 0;
+	if (!last) {
+		char *dir = xasprintf("%s/adapter-step%d", c->out_dir, step);
+		int rc = save_adapter(e, c, dir, err, errsz);
+
+		free(dir);
+		if (rc < 0)
+			return -1;
+	}
+	return checkpoint_save(e, c, step, r->loss_first, r->events_path, err, errsz);
+}
+
 static int train_loop(struct engine *e, const struct train_config *c, struct run_result *r, struct eval_set *ev,
                       char *err, size_t errsz)
 {
@@ -406,14 +427,8 @@ static int train_loop(struct engine *e, const struct train_config *c, struct run
 		r->vram_sum_bytes += (double)engine_vram_current(e);
 		r->steps_done = step;
 		progress(c, step, &st);
-		if (c->save_every > 0 && step % c->save_every == 0 && step < c->cell.training.steps) {
-			char *dir = xasprintf("%s/adapter-step%d", c->out_dir, step);
-			int rc = save_adapter(e, c, dir, err, errsz);
-
-			free(dir);
-			if (rc < 0 || checkpoint_save(e, c, step, r->loss_first, r->events_path, err, errsz) < 0)
-				return -1;
-		}
+		if (save_checkpoint(e, c, r, step, err, errsz) < 0)
+			return -1;
 	}
 	if (save_adapter(e, c, r->adapter_path, err, errsz) < 0)
 		return -1;
