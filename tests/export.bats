@@ -13,7 +13,7 @@ setup() {
 	MAKE_CKPT="$FIX/make-checkpoint.py"
 	CHECK="$FIX/check-export.py"
 	EDIT="$FIX/edit-adapter.py"
-	TRAIN=(--backend cpu --precision bf16 --seq-len 32 --rank 4 --quiet)
+	TRAIN=(--backend cpu --precision bf16 --seq-len 32 --rank 4 --quiet --dataset synthetic)
 }
 
 # base DIR ARGS...: a random checkpoint; adapter BASE RUN: 2 training steps

@@ -314,7 +314,7 @@ parity() {
 	[ -x "$gen" ] || skip "build/tests/test_train_weights (the fixture generator) is not built: make test builds it"
 	(cd "$POROS_ROOT" && "$gen" --write-checkpoint "$BATS_TEST_TMPDIR/ckpt")
 	[ -f ckpt/config.json ] && [ -f ckpt/model.safetensors ]
-	train run --model "$PWD/ckpt" --steps 2
+	train run --model "$PWD/ckpt" --dataset synthetic --steps 2
 	jq -e '.status == "ok" and .weights == "real"' run.json
 	jq -e '.base_model_name_or_path | endswith("/ckpt")' run/adapter/adapter_config.json
 }

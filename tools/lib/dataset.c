@@ -96,6 +96,28 @@ int dataset_add_text(struct dataset *ds, const char *text, size_t len, const cha
 	return 0;
 }
 
+/* Adds each message's role to ds->roles, once; what does not fit is "...". */
+static void note_roles(struct dataset *ds, const cJSON *messages)
+{
+	const cJSON *m;
+
+	cJSON_ArrayForEach(m, messages) {
+		const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+		char quoted[80];
+		size_t have = strlen(ds->roles);
+
+		if (!cJSON_IsString(role))
+			continue;
+		snprintf(quoted, sizeof quoted, "\"%.60s\"", role->valuestring);
+		if (strstr(ds->roles, quoted) != NULL || strstr(ds->roles, "...") != NULL)
+			continue;
+		if (have + strlen(quoted) + 8 < sizeof ds->roles)
+			snprintf(ds->roles + have, sizeof ds->roles - have, "%s%s", have ? ", " : "", quoted);
+		else
+			snprintf(ds->roles + have, sizeof ds->roles - have, ", ...");
+	}
+}
+
 /* A messages record, rendered by the model's own chat template. */
 static int add_chat(struct dataset *ds, const cJSON *messages, const cJSON *kwargs, const char *where, char *err,
 		    size_t errsz)
@@ -120,6 +142,7 @@ static int add_chat(struct dataset *ds, const cJSON *messages, const cJSON *kwar
 			return -1;
 		}
 	}
+	note_roles(ds, messages);
 	r = xcalloc(1, sizeof *r);
 	if (chat_template_render(r, ds->chat, messages, kwargs, why, sizeof why) < 0) {
 		set_error(err, errsz, "%s: %s", where, why);
@@ -180,6 +203,7 @@ int dataset_add_record(struct dataset *ds, const cJSON *rec, const char *where, 
 		set_error(err, errsz, "%s: the dataset is already prepared", where);
 		return -1;
 	}
+	ds->n_records++;
 	if (ids && ds->train_on == TRAIN_ON_ASSISTANT) {
 		set_error(err, errsz, "%s: train_on \"assistant\" needs \"messages\" records, and this one is input_ids",
 		          where);
@@ -197,6 +221,21 @@ int dataset_add_record(struct dataset *ds, const cJSON *rec, const char *where, 
 }
 
 /* ---- tokenizing ---------------------------------------------------------- */
+
+/* The targets of one epoch, as the packing gives them: every supervised
+ * token but a document's first (no context predicts it), and the EOS
+ * after a document where it is supervised. */
+static long long count_supervised(const struct dataset *ds)
+{
+	long long n = 0;
+
+	for (size_t d = 0; d < ds->n_docs; d++) {
+		for (size_t k = ds->doc_off[d] + 1; k < ds->doc_off[d + 1]; k++)
+			n += ds->sup[k];
+		n += ds->sep_sup[d];
+	}
+	return n;
+}
 
 int dataset_prepare(struct dataset *ds, char *err, size_t errsz)
 {
@@ -301,9 +340,12 @@ int dataset_prepare(struct dataset *ds, char *err, size_t errsz)
 		return -1;
 	}
 	ds->order = xmalloc(d * sizeof *ds->order);
+	ds->n_supervised = count_supervised(ds);
 	ds->prepared = 1;
 	return 0;
 }
+
+long long dataset_supervised(const struct dataset *ds) { return ds->n_supervised; }
 
 long long dataset_documents(const struct dataset *ds) { return ds->prepared ? (long long)ds->n_docs : (long long)ds->n_pending; }
 long long dataset_tokens(const struct dataset *ds) { return (long long)(ds->n_tokens + ds->n_docs); }
@@ -334,6 +376,19 @@ void dataset_close(struct dataset *ds)
 }
 
 /* ---- opening a spec ------------------------------------------------------ */
+
+/* A dataset that trains nothing: only chats can be one (text and ids are
+ * all targets), so the roles say why. */
+static int no_targets(const struct dataset *ds, char *err, size_t errsz)
+{
+	int answered = strstr(ds->roles, "\"assistant\"") != NULL;
+
+	return set_error(err, errsz, "%lld record%s, no supervised token: the targets are the assistant turns%s, and "
+	                 "the chats' roles are %s%s", ds->n_records, ds->n_records == 1 ? "" : "s",
+	                 ds->train_on == TRAIN_ON_ASSISTANT ? " (train_on \"assistant\")" : "",
+	                 ds->roles[0] ? ds->roles : "none",
+	                 answered ? " (the chat template renders none of the assistant turns)" : "");
+}
 
 int dataset_open(struct dataset **out, const char *spec, const struct tokenizer *tok, int seq_len,
 		 unsigned long long seed, int eos_id, enum train_on train_on, const char *chat_date, char *err,
@@ -372,6 +427,8 @@ int dataset_open(struct dataset **out, const char *spec, const struct tokenizer 
 		rc = dataset_add_path(ds, path, why, sizeof why);
 	if (rc == 0)
 		rc = dataset_prepare(ds, why, sizeof why);
+	if (rc == 0 && ds->n_supervised == 0)
+		rc = no_targets(ds, why, sizeof why);
 	if (rc < 0) {
 		/* name the spec when the message is about the whole of it */
 		if (strncmp(why, path, strlen(path)) == 0)

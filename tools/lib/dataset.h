@@ -12,7 +12,9 @@
  *   - a HF hub dataset id Org/Name found in the local HF cache
  *     (<hub>/datasets--Org--Name/snapshots/<newest>/), read as a directory.
  * Nothing is downloaded, and nothing synthetic stands in for missing data:
- * the error names what was looked for and where.
+ * the error names what was looked for and where.  A spec whose records
+ * give no target at all (chats without an answer the template keeps) is
+ * refused by dataset_open, with the record count and the roles seen.
  *
  * A record is a JSON object with one of:
  *   "text": "..."                        the document's text
@@ -103,6 +105,7 @@ int dataset_prepare(struct dataset *ds, char *err, size_t errsz);
 long long dataset_documents(const struct dataset *ds);
 long long dataset_tokens(const struct dataset *ds);            /* separators included */
 long long dataset_rows_per_epoch(const struct dataset *ds);
+long long dataset_supervised(const struct dataset *ds);        /* targets of one epoch */
 int dataset_max_token_id(const struct dataset *ds);             /* for the trainer's vocab check */
 
 /* Where the packing stands, to continue the same stream in another

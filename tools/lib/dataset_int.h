@@ -41,6 +41,9 @@ struct dataset {
 	size_t *doc_off;     /* document d: tokens[doc_off[d] .. doc_off[d+1]) */
 	size_t n_docs;
 	int max_id;
+	long long n_records;  /* records added, empty ones too */
+	long long n_supervised; /* targets in one epoch (dataset_prepare) */
+	char roles[256];      /* the chats' roles, as first seen: "system, user" */
 	/* where the packing stands: stream position and the same as
 	 * (document in epoch order, offset; offset == length is its EOS) */
 	size_t *order;

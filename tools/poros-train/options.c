@@ -209,6 +209,7 @@ static void apply_flags(struct train_config *c, char *const v[OPT_COUNT])
 		replace(&c->init_adapter, v[OPT_INIT_ADAPTER]);
 	if (v[OPT_SAVE_EVERY])
 		c->save_every = (int)opt_long("--save-every", v[OPT_SAVE_EVERY], 0, 1000000);
+	c->dataset_named = v[OPT_DATASET] != NULL || v[OPT_CELL] != NULL;
 	if (v[OPT_QUIET])
 		c->quiet = 1;
 	if (v[OPT_PLAN])

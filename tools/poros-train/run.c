@@ -503,6 +503,11 @@ static int open_inputs(struct run *x, char *err, size_t errsz)
 
 	if (open_model(x, err, errsz) < 0)
 		return -1;
+	/* random tokens through real weights are asked for by name, never a default */
+	if (x->mc.checkpoint_dir && !c->dataset_named)
+		return snprintf(err, errsz, "--model %s: a checkpoint with weights, and no --dataset: give the data to "
+		                "train on, or --dataset synthetic (or synthetic:repeat) for random tokens",
+		                cl->model.model_id), -1;
 	if (token_source_open(&x->data, cl->training.dataset, &x->mc, cl->training.seq_len, cl->training.seed,
 	                      (enum train_on)cl->training.train_on, cl->training.chat_date, err, errsz) < 0)
 		return -1;

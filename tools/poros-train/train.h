@@ -27,6 +27,7 @@ struct train_config {
 	char *init_adapter;      /* NULL: fresh LoRA init */
 	int save_every;          /* 0: only the final adapter; else also adapter-stepN and checkpoint-stepN */
 	char *resume;            /* a checkpoint-stepN directory to continue from; NULL: none */
+	int dataset_named;       /* the dataset came from --dataset or a cell, not the default "synthetic" */
 	int quiet;               /* no per-step progress on stderr */
 	int plan;                /* --plan: print the device memory plan, run nothing */
 	/* from the environment (options.c reads it once; man/poros-train.1) */
