@@ -204,8 +204,13 @@ static int check_across(const struct cell *c, char *err, size_t errsz)
 	if (c->training.warmup_steps >= c->training.steps)
 		return set_error(err, errsz, "training.warmup_steps: must be less than training.steps (%d), got %d",
 		                 c->training.steps, c->training.warmup_steps);
-	if (c->training.eval_every > 0 && c->training.eval_dataset == NULL)
+	if (c->training.eval_every > 0 && c->training.eval_dataset == NULL && c->training.eval_fraction == 0)
 		return set_error(err, errsz, "training.eval_every: needs training.eval_dataset");
+	if (c->training.eval_split && c->training.eval_dataset == NULL)
+		return set_error(err, errsz, "training.eval_split: needs training.eval_dataset");
+	if (c->training.eval_fraction > 0 && c->training.eval_dataset)
+		return set_error(err, errsz, "training.eval_fraction: holds out part of training.dataset, and "
+		                 "training.eval_dataset is given too; give one of them");
 	tokens = (long long)c->training.batch_size * c->training.seq_len * c->training.gradient_accumulation_steps;
 	if (cell_bound_check(tb, "tokens_per_step", (double)tokens, err, errsz))
 		return set_error(err, errsz, "tokens_per_step: batch_size x seq_len x gradient_accumulation_steps = %lld, more than %.0f",

@@ -45,6 +45,45 @@ struct dataset *dataset_new(const struct tokenizer *tok, int seq_len, unsigned l
 	return ds;
 }
 
+int dataset_set_split(struct dataset *ds, const char *split)
+{
+	if (ds->n_pending || ds->prepared)
+		return -1;
+	free(ds->split);
+	ds->split = split ? xstrdup(split) : NULL;
+	return 0;
+}
+
+const char *dataset_split_read(const struct dataset *ds) { return ds->split_read; }
+
+static int cmp_file_id(const void *a, const void *b)
+{
+	const struct file_id *x = a, *y = b;
+
+	if (x->dev != y->dev)
+		return x->dev < y->dev ? -1 : 1;
+	return x->ino < y->ino ? -1 : x->ino > y->ino;
+}
+
+int dataset_same_files(const struct dataset *a, const struct dataset *b)
+{
+	struct file_id *x, *y;
+	int same;
+
+	if (a->n_files != b->n_files || a->n_files == 0)
+		return 0;
+	x = xmalloc(a->n_files * sizeof *x);
+	y = xmalloc(b->n_files * sizeof *y);
+	memcpy(x, a->files, a->n_files * sizeof *x);
+	memcpy(y, b->files, b->n_files * sizeof *y);
+	qsort(x, a->n_files, sizeof *x, cmp_file_id);
+	qsort(y, b->n_files, sizeof *y, cmp_file_id);
+	same = memcmp(x, y, a->n_files * sizeof *x) == 0;
+	free(x);
+	free(y);
+	return same;
+}
+
 int dataset_set_train_on(struct dataset *ds, enum train_on mode)
 {
 	if (ds->n_pending || ds->prepared)
@@ -225,7 +264,7 @@ int dataset_add_record(struct dataset *ds, const cJSON *rec, const char *where, 
 /* The targets of one epoch, as the packing gives them: every supervised
  * token but a document's first (no context predicts it), and the EOS
  * after a document where it is supervised. */
-static long long count_supervised(const struct dataset *ds)
+long long dataset_count_supervised(const struct dataset *ds)
 {
 	long long n = 0;
 
@@ -340,7 +379,7 @@ int dataset_prepare(struct dataset *ds, char *err, size_t errsz)
 		return -1;
 	}
 	ds->order = xmalloc(d * sizeof *ds->order);
-	ds->n_supervised = count_supervised(ds);
+	ds->n_supervised = dataset_count_supervised(ds);
 	ds->prepared = 1;
 	return 0;
 }
@@ -366,6 +405,8 @@ void dataset_close(struct dataset *ds)
 	}
 	chat_template_free(ds->chat);
 	free(ds->chat_date);
+	free(ds->split);
+	free(ds->files);
 	free(ds->sup);
 	free(ds->sep_sup);
 	free(ds->pending);
@@ -391,8 +432,8 @@ static int no_targets(const struct dataset *ds, char *err, size_t errsz)
 }
 
 int dataset_open(struct dataset **out, const char *spec, const struct tokenizer *tok, int seq_len,
-		 unsigned long long seed, int eos_id, enum train_on train_on, const char *chat_date, char *err,
-		 size_t errsz)
+		 unsigned long long seed, int eos_id, enum train_on train_on, const char *chat_date, const char *split,
+		 char *err, size_t errsz)
 {
 	struct dataset *ds;
 	struct stat st;
@@ -417,6 +458,7 @@ int dataset_open(struct dataset **out, const char *spec, const struct tokenizer 
 	}
 	ds = dataset_new(tok, seq_len, seed, eos_id, 1);
 	ds->train_on = train_on;
+	dataset_set_split(ds, split);
 	/* before any record: a template's strftime_now formats this day */
 	rc = 0;
 	if (chat_date && dataset_set_chat_date(ds, chat_date, err, errsz) < 0) {

@@ -78,8 +78,15 @@ int train_config_check(const struct train_config *c, char *err, size_t errsz)
 	if (c->resume && c->init_adapter)
 		return snprintf(err, errsz, "--resume and --init-adapter: a resumed run continues the checkpoint's "
 		                "adapter; give one of them"), -1;
-	if (c->cell.training.eval_every > 0 && c->cell.training.eval_dataset == NULL)
-		return snprintf(err, errsz, "--eval-every: needs an evaluation dataset (--eval-dataset)"), -1;
+	if (c->cell.training.eval_every > 0 && c->cell.training.eval_dataset == NULL &&
+	    c->cell.training.eval_fraction == 0)
+		return snprintf(err, errsz, "--eval-every: needs an evaluation dataset (--eval-dataset or "
+		                "--eval-fraction)"), -1;
+	if (c->cell.training.eval_split && c->cell.training.eval_dataset == NULL)
+		return snprintf(err, errsz, "--eval-split: needs an evaluation dataset (--eval-dataset)"), -1;
+	if (c->cell.training.eval_fraction > 0 && c->cell.training.eval_dataset)
+		return snprintf(err, errsz, "--eval-fraction and --eval-dataset: the fraction holds out part of "
+		                "--dataset as the evaluation set; give one of them"), -1;
 	return 0;
 }
 

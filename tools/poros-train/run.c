@@ -294,7 +294,8 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	cJSON_AddItemToObject(o, "host_checkpoints_mb", num_or_null(r->host_checkpoints_mb));
 	cJSON_AddItemToObject(o, "loss_first", loss_json(r->loss_first));
 	cJSON_AddItemToObject(o, "loss_last", loss_json(r->loss_last));
-	if (c->cell.training.eval_dataset) { /* only with an evaluation set: other summaries stay as they were */
+	/* only with an evaluation set: other summaries stay as they were */
+	if (c->cell.training.eval_dataset || c->cell.training.eval_fraction > 0) {
 		cJSON_AddItemToObject(o, "eval_loss", loss_json(r->eval_loss));
 		cJSON_AddNumberToObject(o, "eval_tokens", (double)r->eval_tokens);
 	}
@@ -412,8 +413,7 @@ static int train_loop(struct engine *e, const struct train_config *c, struct run
 
 			if (token_source_seek(&ev->src, &ev->start, why, sizeof why) < 0 ||
 			    engine_eval(e, &ev->src, ev->rows, &eval_loss, &eval_tokens, why, sizeof why) < 0)
-				return snprintf(err, errsz, "step %d: --eval-dataset %s: %s", step,
-				                c->cell.training.eval_dataset, why), -1;
+				return snprintf(err, errsz, "step %d: evaluation set %s: %s", step, ev->src.name, why), -1;
 			r->eval_loss = eval_loss;
 			r->eval_tokens = eval_tokens;
 		}
@@ -495,6 +495,33 @@ static int open_model(struct run *x, char *err, size_t errsz)
 	return 0;
 }
 
+/* --eval-dataset: a directory's validation split (else its test split)
+ * unless --eval-split names one, never the training files themselves. */
+static int open_eval_dataset(struct run *x, char *err, size_t errsz)
+{
+	const struct cell *cl = &x->c->cell;
+	const char *spec = cl->training.eval_dataset, *split = cl->training.eval_split;
+	char why[768];
+
+	if (split && !token_source_has_splits(spec))
+		return snprintf(err, errsz, "--eval-split %s: dataset %s has no splits (only a directory or a HF cache "
+		                "dataset has)", split, spec), -1;
+	if (split == NULL && token_source_has_splits(spec))
+		split = "validation|test";
+	if (token_source_open(&x->eval.src, spec, &x->mc, cl->training.seq_len, cl->training.seed,
+	                      (enum train_on)cl->training.train_on, cl->training.chat_date, split, why, sizeof why) < 0)
+		return snprintf(err, errsz, "--eval-dataset: %s", why), -1;
+	x->eval.open = 1;
+	if (token_source_rows(&x->eval.src) < 0)
+		return snprintf(err, errsz, "--eval-dataset %s: a synthetic stream has no end to average over; give "
+		                "a dataset or a token file", spec), -1;
+	if (token_source_same_data(&x->data, &x->eval.src))
+		return snprintf(err, errsz, "--eval-dataset %s: the same files as the training data (--dataset %s%s%s): "
+		                "an evaluation on them measures nothing held out", spec, cl->training.dataset,
+		                cl->training.split ? ", split " : "", cl->training.split ? cl->training.split : ""), -1;
+	return 0;
+}
+
 /* The model's shape and the data: what is wrong here is bad input. */
 static int open_inputs(struct run *x, char *err, size_t errsz)
 {
@@ -508,22 +535,23 @@ static int open_inputs(struct run *x, char *err, size_t errsz)
 		return snprintf(err, errsz, "--model %s: a checkpoint with weights, and no --dataset: give the data to "
 		                "train on, or --dataset synthetic (or synthetic:repeat) for random tokens",
 		                cl->model.model_id), -1;
+	if (cl->training.split && !token_source_has_splits(cl->training.dataset))
+		return snprintf(err, errsz, "--split %s: dataset %s has no splits (only a directory or a HF cache "
+		                "dataset has)", cl->training.split, cl->training.dataset), -1;
 	if (token_source_open(&x->data, cl->training.dataset, &x->mc, cl->training.seq_len, cl->training.seed,
-	                      (enum train_on)cl->training.train_on, cl->training.chat_date, err, errsz) < 0)
+	                      (enum train_on)cl->training.train_on, cl->training.chat_date, cl->training.split, err,
+	                      errsz) < 0)
 		return -1;
 	x->have_data = 1;
-	if (c->cell.training.eval_dataset) {
-		char why[768];
-
-		if (token_source_open(&x->eval.src, cl->training.eval_dataset, &x->mc, cl->training.seq_len,
-		                      cl->training.seed, (enum train_on)cl->training.train_on, cl->training.chat_date, why,
-		                      sizeof why) < 0)
-			return snprintf(err, errsz, "--eval-dataset: %s", why), -1;
+	if (cl->training.eval_dataset && open_eval_dataset(x, err, errsz) < 0)
+		return -1;
+	if (cl->training.eval_fraction > 0) {
+		if (token_source_hold_out(&x->data, &x->eval.src, cl->training.eval_fraction, err, errsz) < 0)
+			return -1;
 		x->eval.open = 1;
+	}
+	if (x->eval.open) {
 		x->eval.rows = token_source_rows(&x->eval.src);
-		if (x->eval.rows < 0)
-			return snprintf(err, errsz, "--eval-dataset %s: a synthetic stream has no end to average over; give "
-			                "a dataset or a token file", c->cell.training.eval_dataset), -1;
 		token_source_tell(&x->eval.src, &x->eval.start);
 	}
 	return 0;

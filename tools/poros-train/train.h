@@ -56,7 +56,8 @@ enum { ATTN_CKPT_AUTO = -1 };
 	X(BACKEND, "backend", 1) X(VRAM_BUDGET, "vram-budget", 1) X(CONFIGS, "configs", 1) X(OUT, "out", 1) \
 	X(INIT_ADAPTER, "init-adapter", 1) X(SAVE_EVERY, "save-every", 1) X(QUIET, "quiet", 0) \
 	X(GRAD_CKPT, "gradient-checkpointing", 1) X(RESUME, "resume", 1) X(EVAL_DATASET, "eval-dataset", 1) \
-	X(EVAL_EVERY, "eval-every", 1) X(PLAN, "plan", 0)
+	X(EVAL_EVERY, "eval-every", 1) X(PLAN, "plan", 0) X(SPLIT, "split", 1) X(EVAL_SPLIT, "eval-split", 1) \
+	X(EVAL_FRACTION, "eval-fraction", 1)
 
 enum train_opt {
 #define TRAIN_OPT_ENUM(id, name, has_arg) OPT_##id,
@@ -76,7 +77,8 @@ extern const char *const train_opt_names[OPT_COUNT];
 	"                   [--chat-date YYYY-MM-DD] [--train-on assistant|all]\n" \
 	"                   [--backend cpu|cuda|auto]\n" \
 	"                   [--vram-budget BYTES] [--configs DIR] [--out DIR] [--init-adapter DIR]\n" \
-	"                   [--save-every N] [--resume DIR] [--eval-dataset SPEC] [--eval-every N]\n" \
+	"                   [--save-every N] [--resume DIR] [--split NAME] [--eval-dataset SPEC]\n" \
+	"                   [--eval-split NAME] [--eval-fraction F] [--eval-every N]\n" \
 	"                   [--gradient-checkpointing on|off] [--quiet] [--plan]\n"
 
 /* Defaults, then the cell (--cell), then every other flag on top; dies

@@ -172,6 +172,9 @@ UNIMPLEMENTED = {
     "eval_every": "the baseline arms do not evaluate (eval_loss is poros-train's: methods poros and resident)",
     "tokenizer": "the baseline arms tokenize nothing (they train on the synthetic token streams)",
     "chat_date": "the baseline arms render no chat template (they train on the synthetic token streams)",
+    "split": "the baseline arms read no dataset files (they train on the synthetic token streams)",
+    "eval_split": "the baseline arms do not evaluate (eval_loss is poros-train's: methods poros and resident)",
+    "eval_fraction": "the baseline arms do not evaluate (eval_loss is poros-train's: methods poros and resident)",
 }
 
 
