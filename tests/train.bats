@@ -77,7 +77,8 @@ train() {
 	[ "$(wc -l <run/events.jsonl)" -eq 3 ]
 	jq -e -s 'length == 3 and ([.[].step] == [1, 2, 3])
 		and all(.[]; (keys_unsorted == ["step","loss","lr","grad_norm","step_s","tokens","tokens_supervised",
-			"vram_alloc_mb","vram_peak_mb","h2d_bytes","h2d_s","compute_s","copy_hidden_frac"])
+			"epoch","vram_alloc_mb","vram_peak_mb","h2d_bytes","h2d_s","compute_s","copy_hidden_frac"])
+			and .epoch == null
 			and .tokens == 64 and .tokens_supervised == 64 and .loss > 0 and .grad_norm > 0 and .step_s > 0)
 		and .[0].lr == 0.001 and .[1].lr == 0.001
 		and .[0].h2d_bytes > 0 and .[0].copy_hidden_frac == 0' run/events.jsonl
@@ -352,4 +353,41 @@ parity() {
 		diff <(jq -r .loss "pre_$data/events.jsonl") <(jq -r .loss "inline_$data/events.jsonl")
 		[ "$(jq -r .loss "pre_$data/events.jsonl" | sort -u | wc -l)" -eq 4 ]
 	done
+}
+
+# four documents of 5 ids: 24 tokens with their EOS, 20 targets
+four_docs() {
+	for d in 1 2 3 4; do
+		jq -cn --argjson d "$d" '{input_ids: [range(0; 5) | (. * 7 + $d * 13) % 250]}'
+	done >docs.jsonl
+}
+
+@test "--epochs sets the steps from the rows of an epoch, and each event carries its epoch" {
+	four_docs
+	# rows of 4: ceil(23 / 4) = 6 per epoch; 2 rows a step: 3 steps an epoch
+	local run=(poros-train --backend cpu --model poros/tiny-qwen2 --rank 4 --seq-len 4 --batch-size 1 --accum 2
+		--dataset docs.jsonl)
+	run -0 --separate-stderr "${run[@]}" --epochs 2 --out ep
+	jq -e '.status == "ok" and .steps == 6' <<<"$output"
+	[ "$(jq -c -s 'map(.epoch)' ep/events.jsonl)" = '[0.3333,0.6667,1,1.3333,1.6667,2]' ]
+	# the line before step 1: documents, tokens, supervised tokens, rows, steps, epochs
+	[ "$(grep -c 'dataset docs.jsonl' <<<"$stderr")" -eq 1 ]
+	grep -qx 'poros-train: dataset docs.jsonl: 4 documents, 24 tokens, 20 supervised; 6 rows of 4 per epoch; 6 steps of 2 rows: 2 epochs' <<<"$stderr"
+	[ "$(grep -n 'dataset docs.jsonl' <<<"$stderr" | cut -d: -f1)" -lt "$(grep -n 'step 1/6' <<<"$stderr" | cut -d: -f1)" ]
+	# the same run as --steps 6, bit for bit
+	"${run[@]}" --steps 6 --quiet --out st >/dev/null
+	cmp "ep/$ADAPTER" "st/$ADAPTER"
+	diff <(jq -c '[.loss, .grad_norm, .epoch]' ep/events.jsonl) <(jq -c '[.loss, .grad_norm, .epoch]' st/events.jsonl)
+	# a fraction of an epoch rounds the steps up: ceil(1.5 x 6 / 2) = 5
+	"${run[@]}" --epochs 1.5 --quiet --out half | jq -e '.steps == 5'
+	# --steps is max_steps: it wins, and the line says so
+	run -0 --separate-stderr "${run[@]}" --epochs 2 --steps 2 --out both
+	jq -e '.steps == 2' <<<"$output"
+	grep -q '; 2 steps of 2 rows (--steps wins over --epochs 2): 0.6667 epochs$' <<<"$stderr"
+	# a stream without an end has no epochs
+	run -2 --separate-stderr poros-train --backend cpu --model poros/tiny-qwen2 --epochs 1 --out r
+	[ "$stderr" = 'poros-train: --epochs: dataset synthetic is an endless stream; give --steps' ]
+	run -2 --separate-stderr "${run[@]}" --epochs 0 --out r
+	[[ "$stderr" == "poros-train: --epochs: "* ]]
+	[ ! -e r ]
 }

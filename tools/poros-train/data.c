@@ -296,3 +296,25 @@ int token_source_same_data(const struct token_source *a, const struct token_sour
 		       sa.st_ino == sb.st_ino;
 	return 0;
 }
+
+double token_source_epoch_rows(const struct token_source *d)
+{
+	if (d->kind == SOURCE_DATASET)
+		return (double)dataset_rows_per_epoch(d->ds);
+	if (d->kind == SOURCE_RAW) /* the stream wraps at the file's end, not at a row's */
+		return (double)d->n / (d->seq_len + 1);
+	return 0;
+}
+
+void token_source_describe(const struct token_source *d, char *buf, size_t n)
+{
+	if (d->kind == SOURCE_DATASET)
+		snprintf(buf, n, "%lld documents, %lld tokens, %lld supervised; %lld rows of %d per epoch",
+		         dataset_documents(d->ds), dataset_tokens(d->ds), dataset_supervised(d->ds),
+		         dataset_rows_per_epoch(d->ds), d->seq_len);
+	else if (d->kind == SOURCE_RAW)
+		snprintf(buf, n, "%zu tokens, all supervised; %.6g rows of %d per epoch", d->n, token_source_epoch_rows(d),
+		         d->seq_len);
+	else
+		snprintf(buf, n, "an endless stream, all supervised");
+}

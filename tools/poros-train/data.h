@@ -62,6 +62,12 @@ int token_source_has_splits(const char *spec);
  * with err (not a dataset, or a side left empty). */
 int token_source_hold_out(struct token_source *s, struct token_source *held, double fraction, char *err,
                           size_t errsz);
+/* The rows of seq_len one pass over the source takes (a raw file's may
+ * be a fraction: its stream wraps at the file's end); 0: an endless
+ * synthetic stream. */
+double token_source_epoch_rows(const struct token_source *s);
+/* "4 documents, 28 tokens, 24 supervised; 4 rows of 8 per epoch". */
+void token_source_describe(const struct token_source *s, char *buf, size_t n);
 /* 1 when both read the same files (by device and inode). */
 int token_source_same_data(const struct token_source *a, const struct token_source *b);
 /* The next `batch` sequences (pos may be NULL).  0, or -1 with err. */

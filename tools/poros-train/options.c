@@ -217,6 +217,9 @@ static void apply_flags(struct train_config *c, char *const v[OPT_COUNT])
 	if (v[OPT_SAVE_EVERY])
 		c->save_every = (int)opt_long("--save-every", v[OPT_SAVE_EVERY], 0, 1000000);
 	c->dataset_named = v[OPT_DATASET] != NULL || v[OPT_CELL] != NULL;
+	if (v[OPT_EPOCHS])
+		c->epochs = opt_double("--epochs", v[OPT_EPOCHS], 1e-6, 100000);
+	c->steps_given = v[OPT_STEPS] != NULL;
 	if (v[OPT_QUIET])
 		c->quiet = 1;
 	if (v[OPT_PLAN])

@@ -181,10 +181,10 @@ static int put_num(char *buf, size_t n, const char *fmt, double v)
 	return snprintf(buf, n, fmt, v);
 }
 
-static int append_event(const char *path, int step, const struct step_stats *st, long long tokens, double alloc_mb,
-                        double peak_mb, const char *profile, double eval_loss, long long eval_tokens)
+static int append_event(const char *path, int step, const struct step_stats *st, long long tokens, double epoch,
+                        double alloc_mb, double peak_mb, const char *profile, double eval_loss, long long eval_tokens)
 {
-	char line[6144], loss[40], lr[40], gn[40], frac[40], eval[96] = "";
+	char line[6144], loss[40], lr[40], gn[40], frac[40], ep[40], eval[96] = "";
 
 	/* loss with 9 significant digits: enough to round-trip a float, so
 	 * poros-parity can compare bits */
@@ -192,6 +192,7 @@ static int append_event(const char *path, int step, const struct step_stats *st,
 	put_num(lr, sizeof lr, "%.9g", st->lr);
 	put_num(gn, sizeof gn, "%.9g", st->grad_norm);
 	put_num(frac, sizeof frac, "%.4f", st->copy_hidden_frac);
+	put_num(ep, sizeof ep, "%.4f", epoch);
 	if (eval_tokens >= 0) { /* a step with an evaluation after it */
 		char el[40];
 
@@ -200,10 +201,10 @@ static int append_event(const char *path, int step, const struct step_stats *st,
 	}
 	snprintf(line, sizeof line,
 	         "{\"step\":%d,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"step_s\":%.6f,\"tokens\":%lld,"
-	         "\"tokens_supervised\":%lld,"
+	         "\"tokens_supervised\":%lld,\"epoch\":%s,"
 	         "\"vram_alloc_mb\":%.1f,\"vram_peak_mb\":%.1f,\"h2d_bytes\":%lld,\"h2d_s\":%.6f,\"compute_s\":%.6f,"
 	         "\"copy_hidden_frac\":%s%s%s%s}\n",
-	         step, loss, lr, gn, st->step_s, tokens, st->tokens_supervised, alloc_mb, peak_mb, st->h2d_bytes, st->h2d_s,
+	         step, loss, lr, gn, st->step_s, tokens, st->tokens_supervised, ep, alloc_mb, peak_mb, st->h2d_bytes, st->h2d_s,
 	         st->compute_s, frac, eval, *profile ? ",\"profile\":" : "", profile);
 	return append_line(path, line, strlen(line));
 }
@@ -355,12 +356,32 @@ static int prepare_run_dir(const struct train_config *c, struct run_result *r, c
 	return 0;
 }
 
-static void progress(const struct train_config *c, int step, const struct step_stats *st)
+/* eval_loss: NaN when the step had no evaluation */
+static void progress(const struct train_config *c, int step, const struct step_stats *st, double eval_loss,
+                     long long eval_tokens)
 {
+	char eval[64] = "";
+
 	if (c->quiet)
 		return;
-	fprintf(stderr, "%s: step %d/%d loss %.6f lr %.3g grad_norm %.4g %.3f s\n", progname, step,
-	        c->cell.training.steps, st->loss, st->lr, st->grad_norm, st->step_s);
+	if (eval_tokens >= 0)
+		snprintf(eval, sizeof eval, " eval_loss %.6f", eval_loss);
+	fprintf(stderr, "%s: step %d/%d loss %.6f lr %.3g grad_norm %.4g%s %.3f s\n", progname, step,
+	        c->cell.training.steps, st->loss, st->lr, st->grad_norm, eval, st->step_s);
+}
+
+static long rows_per_step(const struct train_config *c)
+{
+	return (long)c->cell.training.batch_size * c->cell.training.gradient_accumulation_steps;
+}
+
+/* The passes over the data once step `step` is done (HF's state.epoch);
+ * NaN for an endless stream. */
+static double epoch_at(const struct train_config *c, const struct token_source *data, int step)
+{
+	double rows = token_source_epoch_rows(data);
+
+	return rows > 0 ? (double)step * rows_per_step(c) / rows : NAN;
 }
 
 /* --save-every N: adapter-stepN and checkpoint-stepN every N steps, and a
@@ -384,8 +405,8 @@ static int save_checkpoint(struct engine *e, const struct train_config *c, const
 	return checkpoint_save(e, c, step, r->loss_first, r->events_path, err, errsz);
 }
 
-static int train_loop(struct engine *e, const struct train_config *c, struct run_result *r, struct eval_set *ev,
-                      char *err, size_t errsz)
+static int train_loop(struct engine *e, const struct train_config *c, const struct token_source *data,
+                      struct run_result *r, struct eval_set *ev, char *err, size_t errsz)
 {
 	long long tokens = (long long)c->cell.training.batch_size * c->cell.training.seq_len *
 	                   c->cell.training.gradient_accumulation_steps;
@@ -417,7 +438,8 @@ static int train_loop(struct engine *e, const struct train_config *c, struct run
 			r->eval_loss = eval_loss;
 			r->eval_tokens = eval_tokens;
 		}
-		if (append_event(r->events_path, step, &st, tokens, alloc_mb, peak_mb, profile, eval_loss, eval_tokens) < 0)
+		if (append_event(r->events_path, step, &st, tokens, epoch_at(c, data, step), alloc_mb, peak_mb, profile,
+		                 eval_loss, eval_tokens) < 0)
 			return snprintf(err, errsz, "%s: %s", r->events_path, strerror(errno)), -1;
 		r->events_written = 1;
 		r->step_s[step - 1] = st.step_s;
@@ -426,7 +448,7 @@ static int train_loop(struct engine *e, const struct train_config *c, struct run
 		r->loss_last = st.loss;
 		r->vram_sum_bytes += (double)engine_vram_current(e);
 		r->steps_done = step;
-		progress(c, step, &st);
+		progress(c, step, &st, eval_loss, eval_tokens);
 		if (save_checkpoint(e, c, r, step, err, errsz) < 0)
 			return -1;
 	}
@@ -495,6 +517,58 @@ static int open_model(struct run *x, char *err, size_t errsz)
 	return 0;
 }
 
+/* --epochs E without --steps: ceil(E x rows per epoch / rows per step)
+ * steps (steps run on through epochs: the step after an epoch's last
+ * row takes the next epoch's first). */
+static int steps_from_epochs(struct run *x, char *err, size_t errsz)
+{
+	struct train_config *c = &x->cfg;
+	double rows = token_source_epoch_rows(&x->data), steps;
+
+	if (c->epochs == 0 || c->steps_given)
+		return 0;
+	if (rows == 0)
+		return snprintf(err, errsz, "--epochs: dataset %s is an endless stream; give --steps",
+		                c->cell.training.dataset), -1;
+	steps = ceil(c->epochs * rows / (double)rows_per_step(c));
+	if (steps > 1000000)
+		return snprintf(err, errsz, "--epochs %g: %.0f steps, more than 1000000", c->epochs, steps), -1;
+	c->cell.training.steps = (int)steps;
+	if (c->cell.training.warmup_steps >= c->cell.training.steps && c->cell.training.warmup_steps > 0)
+		return snprintf(err, errsz, "--epochs %g: %d steps, not more than --warmup %d", c->epochs,
+		                c->cell.training.steps, c->cell.training.warmup_steps), -1;
+	return 0;
+}
+
+/* One line before step 1: what the data is and how far the steps go. */
+static void say_accounting(const struct run *x)
+{
+	const struct train_config *c = x->c;
+	char data[256], eval[320] = "", over[96] = "", span[64];
+	double epochs = epoch_at(c, &x->data, c->cell.training.steps);
+
+	if (c->quiet)
+		return;
+	token_source_describe(&x->data, data, sizeof data);
+	if (x->eval.open) {
+		char what[256];
+
+		token_source_describe(&x->eval.src, what, sizeof what);
+		snprintf(eval, sizeof eval, "; eval %s%s%s: %s", x->eval.src.name,
+		         x->eval.src.kind == SOURCE_DATASET && dataset_split_read(x->eval.src.ds) ? ", split " : "",
+		         x->eval.src.kind == SOURCE_DATASET && dataset_split_read(x->eval.src.ds)
+		                 ? dataset_split_read(x->eval.src.ds) : "", what);
+	}
+	if (c->epochs > 0 && c->steps_given)
+		snprintf(over, sizeof over, " (--steps wins over --epochs %g)", c->epochs);
+	if (isfinite(epochs))
+		snprintf(span, sizeof span, "%.4g epochs", epochs);
+	else
+		snprintf(span, sizeof span, "no epochs (no end)");
+	warnmsg("dataset %s: %s; %d steps of %ld rows%s: %s%s", c->cell.training.dataset, data, c->cell.training.steps,
+	        rows_per_step(c), over, span, eval);
+}
+
 /* --eval-dataset: a directory's validation split (else its test split)
  * unless --eval-split names one, never the training files themselves. */
 static int open_eval_dataset(struct run *x, char *err, size_t errsz)
@@ -554,7 +628,7 @@ static int open_inputs(struct run *x, char *err, size_t errsz)
 		x->eval.rows = token_source_rows(&x->eval.src);
 		token_source_tell(&x->eval.src, &x->eval.start);
 	}
-	return 0;
+	return steps_from_epochs(x, err, errsz);
 }
 
 enum { RUN_OK = 0, RUN_FAILED = -1, RUN_BAD_INPUT = -2 };
@@ -724,7 +798,8 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		r->steps_done = r->resumed_at;
 		r->events_written = 1;
 	}
-	rc = train_loop(x->e, c, r, &x->eval, err, errsz);
+	say_accounting(x);
+	rc = train_loop(x->e, c, &x->data, r, &x->eval, err, errsz);
 	r->vram_peak_mb = (double)engine_vram_peak(x->e) / MIB;
 	if (rc < 0)
 		goto failed;
@@ -823,7 +898,7 @@ int train_run(const struct train_config *c, FILE *summary_out)
 		run_close(&x);
 		return EXIT_USAGE;
 	}
-	rc = finish(c, &x.r, summary_out);
+	rc = finish(x.c, &x.r, summary_out);
 	run_close(&x);
 	return rc;
 }

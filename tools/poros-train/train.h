@@ -26,6 +26,8 @@ struct train_config {
 	char *out_dir;           /* the run directory */
 	char *init_adapter;      /* NULL: fresh LoRA init */
 	int save_every;          /* 0: only the final adapter; else also adapter-stepN and checkpoint-stepN */
+	double epochs;           /* --epochs: passes over the data that set the steps; 0: none */
+	int steps_given;         /* --steps was given: it wins over --epochs (HF's max_steps) */
 	char *resume;            /* a checkpoint-stepN directory to continue from; NULL: none */
 	int dataset_named;       /* the dataset came from --dataset or a cell, not the default "synthetic" */
 	int quiet;               /* no per-step progress on stderr */
@@ -57,7 +59,7 @@ enum { ATTN_CKPT_AUTO = -1 };
 	X(INIT_ADAPTER, "init-adapter", 1) X(SAVE_EVERY, "save-every", 1) X(QUIET, "quiet", 0) \
 	X(GRAD_CKPT, "gradient-checkpointing", 1) X(RESUME, "resume", 1) X(EVAL_DATASET, "eval-dataset", 1) \
 	X(EVAL_EVERY, "eval-every", 1) X(PLAN, "plan", 0) X(SPLIT, "split", 1) X(EVAL_SPLIT, "eval-split", 1) \
-	X(EVAL_FRACTION, "eval-fraction", 1)
+	X(EVAL_FRACTION, "eval-fraction", 1) X(EPOCHS, "epochs", 1)
 
 enum train_opt {
 #define TRAIN_OPT_ENUM(id, name, has_arg) OPT_##id,
@@ -70,8 +72,8 @@ extern const char *const train_opt_names[OPT_COUNT];
 
 #define TRAIN_SYNOPSIS \
 	"usage: poros-train [--cell FILE | --model ID] [--mode blockwise|resident] [--precision nf4|bf16]\n" \
-	"                   [--steps N] [--seq-len N] [--batch-size N] [--accum K] [--rank R] [--alpha A]\n" \
-	"                   [--dropout P] [--targets LIST] [--block-size N] [--no-prefetch] [--lr LR]\n" \
+	"                   [--steps N] [--epochs E] [--seq-len N] [--batch-size N] [--accum K] [--rank R]\n" \
+	"                   [--alpha A] [--dropout P] [--targets LIST] [--block-size N] [--no-prefetch] [--lr LR]\n" \
 	"                   [--lr-schedule constant|linear|cosine] [--lr-warmup N] [--warmup N]\n" \
 	"                   [--weight-decay W] [--max-grad-norm G] [--seed S] [--dataset SPEC] [--tokenizer PATH]\n" \
 	"                   [--chat-date YYYY-MM-DD] [--train-on assistant|all]\n" \

@@ -811,6 +811,7 @@ def train(torch, model, cell, out_dir, summary, input_device="cuda"):
                 allocs.append(alloc)
             ev = {"step": step, "loss": float(f"{loss_v:.9g}"), "lr": lr, "grad_norm": finite_or_none(grad_norm),
                   "step_s": float(f"{dt:.6f}"), "tokens": tokens, "tokens_supervised": supervised,
+                  "epoch": None,  # the synthetic streams have no end
                   "vram_alloc_mb": alloc / 2**20,
                   "vram_peak_mb": peak / 2**20,
                   "h2d_bytes": None, "h2d_s": None, "compute_s": None, "copy_hidden_frac": None}
