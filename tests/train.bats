@@ -391,3 +391,50 @@ four_docs() {
 	[[ "$stderr" == "poros-train: --epochs: "* ]]
 	[ ! -e r ]
 }
+
+@test "HF's option names are aliases: the same run bit for bit" {
+	four_docs
+	poros-train --backend cpu --model poros/tiny-qwen2 --dataset docs.jsonl --quiet --lr 1e-3 --steps 3 --batch-size 1 \
+		--accum 2 --rank 4 --alpha 8 --dropout 0 --seq-len 4 --out ours >/dev/null
+	poros-train --backend cpu --model poros/tiny-qwen2 --dataset docs.jsonl --quiet --learning-rate 1e-3 --max-steps 3 \
+		--per-device-train-batch-size 1 --gradient-accumulation-steps 2 --lora-r 4 --lora-alpha 8 --lora-dropout 0 \
+		--max-seq-length 4 --output-dir hf >hf.json
+	cmp "ours/$ADAPTER" "hf/$ADAPTER"
+	diff <(jq -c '[.loss, .lr, .grad_norm]' ours/events.jsonl) <(jq -c '[.loss, .lr, .grad_norm]' hf/events.jsonl)
+	jq -e '.r == 4 and .lora_alpha == 8' hf/adapter/adapter_config.json
+	# --num-train-epochs is --epochs, --resume-from-checkpoint is --resume
+	poros-train --backend cpu --model poros/tiny-qwen2 --dataset docs.jsonl --quiet --seq-len 4 --batch-size 1 \
+		--num-train-epochs 1 --save-every 2 --out ep | jq -e '.steps == 6'
+	poros-train --backend cpu --model poros/tiny-qwen2 --dataset docs.jsonl --quiet --seq-len 4 --batch-size 1 \
+		--steps 6 --resume-from-checkpoint ep/checkpoint-step2 --out again >/dev/null
+	cmp "ep/$ADAPTER" "again/$ADAPTER"
+}
+
+@test "an unknown option names the closest one, and an option without its value says so" {
+	run -2 --separate-stderr poros-train --lerning-rate 1e-3
+	[ "${stderr%%$'\n'*}" = 'poros-train: unknown option "--lerning-rate" (did you mean --learning-rate?)' ]
+	[[ "$stderr" == *"usage: poros-train"* ]] && [ -z "$output" ]
+	run -2 --separate-stderr poros-train --learning_rate=1e-3
+	[ "${stderr%%$'\n'*}" = 'poros-train: unknown option "--learning_rate=1e-3" (did you mean --learning-rate?)' ]
+	run -2 --separate-stderr poros-train --seq_len 8
+	[ "${stderr%%$'\n'*}" = 'poros-train: unknown option "--seq_len" (did you mean --seq-len?)' ]
+	# getopt takes a unique prefix of a name; a prefix of several is refused naming them
+	run -2 --separate-stderr poros-train --eval x
+	[ "${stderr%%$'\n'*}" = 'poros-train: option "--eval" is ambiguous (--eval-dataset, --eval-every, --eval-split, --eval-fraction)' ]
+	run -2 --separate-stderr poros-train --zzzzzzzz
+	[ "${stderr%%$'\n'*}" = 'poros-train: unknown option "--zzzzzzzz"' ]
+	run -2 --separate-stderr poros-train --model poros/tiny-qwen2 --steps
+	[ "${stderr%%$'\n'*}" = 'poros-train: option --steps needs a value' ]
+	run -2 --separate-stderr poros-train -x
+	[ "${stderr%%$'\n'*}" = 'poros-train: unknown option "-x"' ]
+}
+
+@test "-h is --help on every tool" {
+	local tool
+	for tool in poros-arm poros-expand poros-export poros-merge poros-parity poros-render poros-tokenize poros-train; do
+		run -0 --separate-stderr "$tool" -h
+		[ -n "$output" ] && [ -z "$stderr" ]
+		[ "$output" = "$("$tool" --help)" ] || fail "$tool -h differs from --help"
+	done
+	[ "$(poros -h)" = "$(poros --help)" ]
+}

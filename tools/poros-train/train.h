@@ -61,6 +61,15 @@ enum { ATTN_CKPT_AUTO = -1 };
 	X(EVAL_EVERY, "eval-every", 1) X(PLAN, "plan", 0) X(SPLIT, "split", 1) X(EVAL_SPLIT, "eval-split", 1) \
 	X(EVAL_FRACTION, "eval-fraction", 1) X(EPOCHS, "epochs", 1)
 
+/* The names HF's Trainer, TRL and PEFT users type, as aliases of the
+ * options above: X(id of the option, alias).  They take the same values
+ * (a message about a value names the option's own spelling). */
+#define TRAIN_ALIASES(X) \
+	X(LR, "learning-rate") X(EPOCHS, "num-train-epochs") X(STEPS, "max-steps") \
+	X(BATCH_SIZE, "per-device-train-batch-size") X(ACCUM, "gradient-accumulation-steps") X(RANK, "lora-r") \
+	X(ALPHA, "lora-alpha") X(DROPOUT, "lora-dropout") X(SEQ_LEN, "max-seq-length") X(OUT, "output-dir") \
+	X(RESUME, "resume-from-checkpoint")
+
 enum train_opt {
 #define TRAIN_OPT_ENUM(id, name, has_arg) OPT_##id,
 	TRAIN_OPTIONS(TRAIN_OPT_ENUM)
