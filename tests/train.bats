@@ -158,7 +158,7 @@ parity() {
 
 @test "--gradient-checkpointing takes on or off, and a cell's setting" {
 	run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --gradient-checkpointing yes
-	[ "$stderr" = 'poros-train: --gradient-checkpointing: unknown value "yes" (expected one of: off, on)' ]
+	[ "$stderr" = 'poros-train: --gradient-checkpointing: unknown value "yes" (expected one of: off, on, false, true)' ]
 	poros-expand "$POROS_ROOT/configs/bench/tiny.yaml" -o bench --jsonl | grep '"cell_id":"resident_tiny_qwen2_bf16"' >cell.json
 	jq -c '.training.gradient_checkpointing = true' cell.json >on.json
 	poros-train --cell on.json --backend cpu --steps 1 --quiet --out on >on.out
@@ -408,6 +408,22 @@ four_docs() {
 	poros-train --backend cpu --model poros/tiny-qwen2 --dataset docs.jsonl --quiet --seq-len 4 --batch-size 1 \
 		--steps 6 --resume-from-checkpoint ep/checkpoint-step2 --out again >/dev/null
 	cmp "ep/$ADAPTER" "again/$ADAPTER"
+	# --warmup-steps is HF's LR warmup (--lr-warmup), --target-modules takes PEFT's all-linear
+	poros-train --backend cpu --model poros/tiny-qwen2 --dataset docs.jsonl --quiet --seq-len 4 --steps 3 \
+		--lr-warmup 2 --targets all --out lw >/dev/null
+	poros-train --backend cpu --model poros/tiny-qwen2 --dataset docs.jsonl --quiet --seq-len 4 --steps 3 \
+		--warmup-steps 2 --target-modules all-linear --out hw >/dev/null
+	cmp "lw/$ADAPTER" "hw/$ADAPTER"
+	[ "$(jq -s -c 'map(.lr)' hw/events.jsonl)" = "$(jq -s -c 'map(.lr)' lw/events.jsonl)" ]
+	jq -e -s '.[0].lr < .[2].lr' hw/events.jsonl
+	# booleans take true and false as on and off: the memory plan says which
+	local b
+	for b in true on false off; do
+		poros-train --backend cpu --model poros/tiny-qwen2 --dataset docs.jsonl --mode resident --seq-len 4 \
+			--gradient-checkpointing "$b" --plan | jq .vram_plan_mb >"plan-$b"
+	done
+	cmp plan-true plan-on && cmp plan-false plan-off
+	! cmp -s plan-on plan-off
 }
 
 @test "an unknown option names the closest one, and an option without its value says so" {

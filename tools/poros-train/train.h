@@ -68,7 +68,7 @@ enum { ATTN_CKPT_AUTO = -1 };
 	X(LR, "learning-rate") X(EPOCHS, "num-train-epochs") X(STEPS, "max-steps") \
 	X(BATCH_SIZE, "per-device-train-batch-size") X(ACCUM, "gradient-accumulation-steps") X(RANK, "lora-r") \
 	X(ALPHA, "lora-alpha") X(DROPOUT, "lora-dropout") X(SEQ_LEN, "max-seq-length") X(OUT, "output-dir") \
-	X(RESUME, "resume-from-checkpoint")
+	X(RESUME, "resume-from-checkpoint") X(LR_WARMUP, "warmup-steps") X(TARGETS, "target-modules")
 
 enum train_opt {
 #define TRAIN_OPT_ENUM(id, name, has_arg) OPT_##id,
