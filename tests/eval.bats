@@ -133,6 +133,8 @@ docs() {
 	[ "$stderr" = 'poros-train: dataset: ds: no files of split "validation" (the splits there: train, test)' ]
 	run -2 --separate-stderr "${run[@]}" --dataset ds/train.jsonl --split train --out r
 	[ "$stderr" = 'poros-train: --split train: dataset ds/train.jsonl has no splits (only a directory or a HF cache dataset has)' ]
+	run -2 --separate-stderr "${run[@]}" --dataset ds --split 'train|test' --out r
+	[ "$stderr" = "poros-train: --split: \"train|test\" is no split name (letters, digits, '.', '_', '-')" ]
 	run -2 --separate-stderr "${run[@]}" --dataset ds --eval-split test --out r
 	[ "$stderr" = 'poros-train: --eval-split: needs an evaluation dataset (--eval-dataset)' ]
 	mkdir only && cp ds/train.jsonl only/

@@ -41,15 +41,15 @@ static int prefix_of(const char *prefix, char *list, size_t n)
 	return count;
 }
 
-/* argv[at], which getopt did not take: unknown, ambiguous or without its
- * value; one line, then the synopsis. */
-static noreturn void bad_option(int ch, const char *arg)
+/* arg, which getopt did not take: unknown, ambiguous or without its
+ * value (short: the option's letter); one line, then the synopsis. */
+static noreturn void bad_option(int ch, int short_opt, const char *arg)
 {
 	char name[128], list[512];
 	const char *hint;
 
 	if (strncmp(arg, "--", 2) != 0) {
-		warnmsg("unknown option \"%s\"", arg);
+		warnmsg("unknown option \"-%c\"", short_opt > 0 && short_opt < 256 ? short_opt : '?');
 		usage(EXIT_USAGE);
 	}
 	snprintf(name, sizeof name, "%.*s", (int)strcspn(arg + 2, "="), arg + 2);
@@ -96,7 +96,7 @@ int main(int argc, char **argv)
 		if (ch == LONG_ONLY(OPT_VERSION))
 			print_version();
 		if (ch < LONG_ONLY(0) || ch >= LONG_ONLY(OPT_COUNT))
-			bad_option(ch, argv[optind - 1]);
+			bad_option(ch, optopt, argv[optind - 1]);
 		value[ch - LONG_ONLY(0)] = optarg ? optarg : "1";
 	}
 	if (optind != argc) {

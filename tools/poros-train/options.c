@@ -82,6 +82,12 @@ int train_config_check(const struct train_config *c, char *err, size_t errsz)
 	    c->cell.training.eval_fraction == 0)
 		return snprintf(err, errsz, "--eval-every: needs an evaluation dataset (--eval-dataset or "
 		                "--eval-fraction)"), -1;
+	if (c->cell.training.split && !name_is_safe(c->cell.training.split))
+		return snprintf(err, errsz, "--split: \"%s\" is no split name (letters, digits, '.', '_', '-')",
+		                c->cell.training.split), -1;
+	if (c->cell.training.eval_split && !name_is_safe(c->cell.training.eval_split))
+		return snprintf(err, errsz, "--eval-split: \"%s\" is no split name (letters, digits, '.', '_', '-')",
+		                c->cell.training.eval_split), -1;
 	if (c->cell.training.eval_split && c->cell.training.eval_dataset == NULL)
 		return snprintf(err, errsz, "--eval-split: needs an evaluation dataset (--eval-dataset)"), -1;
 	if (c->cell.training.eval_fraction > 0 && c->cell.training.eval_dataset)
