@@ -345,15 +345,53 @@ tiny_chat_model() {
 @test "a step without an answer reports loss null and 0 supervised tokens, never NaN" {
 	tiny_chat_model
 	echo '{"messages":[{"role":"user","content":"hello world hello"}]}' >q.jsonl
-	run -0 --separate-stderr poros-train --backend cpu --seq-len 32 --batch-size 2 --rank 4 --alpha 8 --quiet \
-		--model ./m --dataset q.jsonl --steps 2 --out rq
-	echo "$output" | jq -e '.status == "ok" and .loss_first == null and .loss_last == null'
-	jq -e -s 'length == 2 and all(.[]; .loss == null and .tokens_supervised == 0 and .grad_norm == 0)' rq/events.jsonl
+	# a long question without an answer fills whole rows: some steps have no target
+	jq -nc '{messages: [{role: "user", content: ("hello world " * 40)}]}' >>q.jsonl
+	head -1 chat.jsonl >>q.jsonl
+	run -0 --separate-stderr poros-train --backend cpu --seq-len 32 --batch-size 1 --rank 4 --alpha 8 --quiet \
+		--model ./m --dataset q.jsonl --steps 4 --out rq
+	echo "$output" | jq -e '.status == "ok" and .loss_first == null'
+	jq -e -s 'length == 4 and any(.[]; .loss == null and .tokens_supervised == 0 and .grad_norm == 0)' rq/events.jsonl
+	jq -e -s 'any(.[]; .loss > 0 and .tokens_supervised > 0)' rq/events.jsonl
 	! grep -qi nan rq/events.jsonl
 	# the same prompts under --train-on all are all targets
 	poros-train --backend cpu --seq-len 32 --batch-size 2 --rank 4 --alpha 8 --quiet --model ./m --dataset q.jsonl \
 		--steps 1 --train-on all --out ra >ra.json
 	jq -e '.loss > 0 and .tokens_supervised > 0' ra/events.jsonl
+}
+
+@test "a dataset or eval set with no answer at all is refused, naming the file, its records and the roles seen" {
+	tiny_chat_model
+	echo '{"messages":[{"role":"user","content":"hello world hello"}]}' >q.jsonl
+	echo '{"messages":[{"role":"system","content":"hello"},{"role":"user","content":"world"},{"role":"bot","content":"hello"}]}' >>q.jsonl
+	local train=(poros-train --backend cpu --seq-len 32 --batch-size 2 --rank 4 --alpha 8 --quiet --model ./m --steps 1)
+	run -2 --separate-stderr "${train[@]}" --dataset q.jsonl --out r
+	[ "$stderr" = 'poros-train: dataset "q.jsonl": 2 records, no supervised token: the targets are the assistant turns, and the chats'"'"' roles are "user", "system", "bot"' ]
+	[ -z "$output" ] && [ ! -e r ]
+	run -2 --separate-stderr "${train[@]}" --dataset q.jsonl --train-on assistant --out r
+	[[ "$stderr" == *'2 records, no supervised token: the targets are the assistant turns (train_on "assistant"), and the chats'"'"' roles are "user", "system", "bot"' ]]
+	# answers the template leaves out are no answers either
+	printf '%s' '{% for m in messages %}{% if m.role != "assistant" %}<|im_start|>{{ m.content }}<|im_end|>{% endif %}{% endfor %}' \
+		>m/chat_template.jinja
+	run -2 --separate-stderr "${train[@]}" --dataset chat.jsonl --out r
+	[[ "$stderr" == *'dataset "chat.jsonl": 6 records, no supervised token: the targets are the assistant turns, and the chats'"'"' roles are "user", "assistant" (the chat template renders none of the assistant turns)' ]]
+	cp "$FIX/qwen2_style/chat_template.jinja" m/
+	# an evaluation set is refused the same way, before any step
+	run -2 --separate-stderr "${train[@]}" --dataset chat.jsonl --eval-dataset q.jsonl --out r
+	[[ "$stderr" == 'poros-train: --eval-dataset: dataset "q.jsonl": 2 records, no supervised token: '* ]]
+	[ ! -e r ]
+	# under --train-on all every token is a target
+	"${train[@]}" --dataset q.jsonl --train-on all --eval-dataset q.jsonl --out r | jq -e '.status == "ok" and .eval_tokens > 0'
+}
+
+@test "a real checkpoint trains on random tokens only when --dataset names them" {
+	tiny_chat_model
+	run -2 --separate-stderr poros-train --backend cpu --model ./m --steps 1 --out r
+	[ "$stderr" = 'poros-train: --model ./m: a checkpoint with weights, and no --dataset: give the data to train on, or --dataset synthetic (or synthetic:repeat) for random tokens' ]
+	[ ! -e r ]
+	poros-train --backend cpu --model ./m --dataset synthetic --steps 1 --quiet --out r | jq -e '.status == "ok" and .weights == "real"'
+	# a model without weights (configs/models) is synthetic all through, as before
+	poros-train --backend cpu --model poros/tiny-qwen2 --steps 1 --quiet --out s | jq -e '.weights == "synthetic"'
 }
 
 @test "the trainer refuses messages for a model without a template, and a template it cannot run" {

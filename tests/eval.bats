@@ -13,6 +13,8 @@ setup() {
 	# 16 tokens: with --seq-len 15 every training sequence of this file is
 	# the whole file, and as an eval set it is that one row
 	for i in $(seq 0 15); do printf "\\x$(printf %02x $(((i * 37 + 5) % 200)))\\x00"; done >one.u16
+	# the same tokens in another file: the training file itself is refused as an eval set
+	cp one.u16 same.u16
 }
 
 @test "the eval loss after step N is the training loss of step N+1 on the same row, blockwise and resident" {
@@ -20,7 +22,7 @@ setup() {
 		"resident --precision nf4 --gradient-checkpointing on"; do
 		# batch 2 and accum 2: the eval's one row is padded with masked rows
 		poros-train "${RUN[@]}" --mode $mode --seq-len 15 --batch-size 2 --accum 2 --dropout 0 --dataset one.u16 \
-			--eval-dataset one.u16 --eval-every 1 --steps 4 --out run >run.json
+			--eval-dataset same.u16 --eval-every 1 --steps 4 --out run >run.json
 		# step N+1's loss is the mean over this row's 15 targets with step N's adapter
 		diff <(jq -s -r '.[1:][] | .loss' run/events.jsonl) <(jq -s -r '.[:-1][] | .eval_loss' run/events.jsonl)
 		jq -e -s 'all(.eval_tokens == 15) and length == 4' run/events.jsonl
@@ -33,7 +35,7 @@ setup() {
 
 @test "evaluating changes no bit of the training, and sees no dropout" {
 	poros-train "${RUN[@]}" --seq-len 15 --dropout 0.1 --dataset one.u16 --steps 3 --out plain >/dev/null
-	poros-train "${RUN[@]}" --seq-len 15 --dropout 0.1 --dataset one.u16 --eval-dataset one.u16 --eval-every 1 \
+	poros-train "${RUN[@]}" --seq-len 15 --dropout 0.1 --dataset one.u16 --eval-dataset same.u16 --eval-every 1 \
 		--steps 3 --save-every 2 --out eval >/dev/null
 	cmp "plain/$ADAPTER" "eval/$ADAPTER"
 	diff <(jq -c '[.loss, .grad_norm]' plain/events.jsonl) <(jq -c '[.loss, .grad_norm]' eval/events.jsonl)
@@ -83,7 +85,99 @@ setup() {
 	run -2 --separate-stderr poros-train "${RUN[@]}" --eval-dataset synthetic --out r
 	[ "$stderr" = 'poros-train: --eval-dataset synthetic: a synthetic stream has no end to average over; give a dataset or a token file' ]
 	run -2 --separate-stderr poros-train "${RUN[@]}" --eval-every 2 --out r
-	[ "$stderr" = 'poros-train: --eval-every: needs an evaluation dataset (--eval-dataset)' ]
+	[ "$stderr" = 'poros-train: --eval-every: needs an evaluation dataset (--eval-dataset or --eval-fraction)' ]
 	run -2 --separate-stderr poros-train "${RUN[@]}" --eval-dataset nowhere.jsonl --out r
 	[[ "$stderr" == 'poros-train: --eval-dataset: dataset "nowhere.jsonl": '* ]]
+}
+
+# docs.jsonl-like files of n documents of `len` ids each, offset by `base`
+docs() {
+	local n=$1 len=$2 base=$3 d
+	for d in $(seq 1 "$n"); do
+		jq -cn --argjson d "$d" --argjson l "$len" --argjson b "$base" '{input_ids: [range(0; $l) | (. * 7 + $d * 13 + $b) % 250]}'
+	done
+}
+
+@test "a directory gives the split asked for, as HF datasets names them; the eval set defaults to validation, else test" {
+	mkdir -p ds/data
+	docs 4 9 0 >ds/data/train-00000-of-00001.jsonl
+	docs 2 6 1 >ds/data/validation-00000-of-00001.jsonl
+	docs 3 5 2 >ds/data/test-00000-of-00001.jsonl
+	local run=(poros-train "${RUN[@]}" --seq-len 8 --steps 2)
+	# 2 x (6 - 1 + 1) targets: the validation split; 3 x 5 with --eval-split test
+	"${run[@]}" --dataset ds --eval-dataset ds --out a | jq -e '.status == "ok" and .eval_tokens == 12'
+	"${run[@]}" --dataset ds --eval-dataset ds --eval-split test --out b | jq -e '.eval_tokens == 15'
+	# the train split is the train file, bit for bit
+	"${run[@]}" --dataset ds/data/train-00000-of-00001.jsonl --out c >/dev/null
+	cmp "a/$ADAPTER" "c/$ADAPTER"
+	"${run[@]}" --dataset ds --split test --out d >/dev/null
+	"${run[@]}" --dataset ds/data/test-00000-of-00001.jsonl --out e >/dev/null
+	cmp "d/$ADAPTER" "e/$ADAPTER"
+	# file-name and directory-name rules: valid*, dev*, eval* and train/ folders
+	mkdir -p named/train named/dev
+	cp ds/data/train-00000-of-00001.jsonl named/train/part-1.jsonl
+	cp ds/data/validation-00000-of-00001.jsonl named/dev/x.jsonl
+	"${run[@]}" --dataset named --eval-dataset named --out f | jq -e '.eval_tokens == 12'
+	cmp "a/$ADAPTER" "f/$ADAPTER"
+	mkdir flat && cp ds/data/test-00000-of-00001.jsonl flat/eval_set.jsonl && cp ds/data/train-00000-of-00001.jsonl flat/my_train.jsonl
+	"${run[@]}" --dataset flat --eval-dataset flat --out g | jq -e '.eval_tokens == 15'
+	cmp "a/$ADAPTER" "g/$ADAPTER"
+}
+
+@test "a split that is not there, a split of a file, and eval data that is the training data are refused" {
+	mkdir -p ds
+	docs 3 9 0 >ds/train.jsonl
+	docs 2 6 1 >ds/test.jsonl
+	local run=(poros-train "${RUN[@]}" --seq-len 8 --steps 1)
+	run -2 --separate-stderr "${run[@]}" --dataset ds --split validation --out r
+	[ "$stderr" = 'poros-train: dataset: ds: no files of split "validation" (the splits there: train, test)' ]
+	run -2 --separate-stderr "${run[@]}" --dataset ds/train.jsonl --split train --out r
+	[ "$stderr" = 'poros-train: --split train: dataset ds/train.jsonl has no splits (only a directory or a HF cache dataset has)' ]
+	run -2 --separate-stderr "${run[@]}" --dataset ds --split 'train|test' --out r
+	[ "$stderr" = "poros-train: --split: \"train|test\" is no split name (letters, digits, '.', '_', '-')" ]
+	run -2 --separate-stderr "${run[@]}" --dataset ds --eval-split test --out r
+	[ "$stderr" = 'poros-train: --eval-split: needs an evaluation dataset (--eval-dataset)' ]
+	mkdir only && cp ds/train.jsonl only/
+	run -2 --separate-stderr "${run[@]}" --dataset ds --eval-dataset only --out r
+	[ "$stderr" = 'poros-train: --eval-dataset: dataset: only: no files of split "validation" or "test" (the splits there: train)' ]
+	# the same files, however named: the directory's own split, a path, a hard link
+	run -2 --separate-stderr "${run[@]}" --dataset ds --eval-dataset ds --eval-split train --out r
+	[ "$stderr" = 'poros-train: --eval-dataset ds: the same files as the training data (--dataset ds): an evaluation on them measures nothing held out' ]
+	ln ds/train.jsonl linked.jsonl
+	run -2 --separate-stderr "${run[@]}" --dataset ./ds/train.jsonl --eval-dataset linked.jsonl --out r
+	[[ "$stderr" == *"--eval-dataset linked.jsonl: the same files as the training data"* ]]
+	run -2 --separate-stderr "${run[@]}" --dataset one.u16 --eval-dataset ./one.u16 --out r
+	[[ "$stderr" == *"--eval-dataset ./one.u16: the same files as the training data"* ]]
+	[ ! -e r ]
+}
+
+@test "--eval-fraction holds out whole documents chosen by the seed, and trains on the rest" {
+	# four documents of 3, 5, 7 and 9 ids: each gives its length in targets
+	for l in 3 5 7 9; do
+		jq -cn --argjson l "$l" '{input_ids: [range(0; $l) | (. * 11 + $l) % 250]}'
+	done >four.jsonl
+	local run=(poros-train "${RUN[@]}" --seq-len 8 --steps 2 --dataset four.jsonl) seed held=()
+	for seed in 1 2 3 4 5 6; do
+		"${run[@]}" --seed "$seed" --eval-fraction 0.25 --out "s$seed" >"s$seed.json"
+		held+=("$(jq .eval_tokens "s$seed.json")")
+		[[ " 3 5 7 9 " == *" ${held[-1]} "* ]]
+	done
+	# the seeds hold out different documents; the same seed the same one, bit for bit
+	[ "$(printf '%s\n' "${held[@]}" | sort -u | wc -l)" -ge 2 ]
+	"${run[@]}" --seed 1 --eval-fraction 0.25 --out again >again.json
+	[ "$(jq .eval_loss again.json)" = "$(jq .eval_loss s1.json)" ]
+	cmp "s1/$ADAPTER" "again/$ADAPTER"
+	# ceil(0.5 x 4) = 2 documents
+	"${run[@]}" --eval-fraction 0.5 --out half | jq -e '[.eval_tokens] | inside([8, 10, 12, 14, 16])'
+	run -2 --separate-stderr "${run[@]}" --eval-fraction 0.9 --out r
+	[ "$stderr" = 'poros-train: dataset four.jsonl: holding out 0.9 of 4 documents leaves none to train on' ]
+	run -2 --separate-stderr "${run[@]}" --eval-fraction 0.5 --eval-dataset four.jsonl --out r
+	[[ "$stderr" == "poros-train: --eval-fraction and --eval-dataset: "* ]]
+	run -2 --separate-stderr poros-train "${RUN[@]}" --dataset one.u16 --eval-fraction 0.5 --out r
+	[ "$stderr" = 'poros-train: dataset one.u16: --eval-fraction holds out documents, and a token stream has none (give --eval-dataset)' ]
+	# a resume keeps the fraction
+	"${run[@]}" --eval-fraction 0.25 --save-every 1 --out ck >/dev/null
+	run -2 --separate-stderr "${run[@]}" --resume ck/checkpoint-step1 --out r
+	[[ "$stderr" == *"eval_fraction differs: 0.25 in the checkpoint, not set in this run"* ]]
+	"${run[@]}" --eval-fraction 0.25 --resume ck/checkpoint-step1 --out r | jq -e '.status == "ok"'
 }

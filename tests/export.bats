@@ -15,7 +15,7 @@ setup() {
 	EDIT="$FIX/edit-adapter.py"
 	TOKFIX="$POROS_ROOT/tests/fixtures/tokenizer"
 	NODE_MODULES="$POROS_ROOT/.npm-test/node_modules"   # make deps-test installs it
-	TRAIN=(--backend cpu --precision bf16 --seq-len 32 --rank 4 --quiet)
+	TRAIN=(--backend cpu --precision bf16 --seq-len 32 --rank 4 --quiet --dataset synthetic)
 }
 
 # base DIR ARGS...: a random checkpoint; adapter BASE RUN: 2 training steps

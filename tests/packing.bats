@@ -12,6 +12,9 @@ setup() {
 	echo "{\"input_ids\":$A}" >a.jsonl
 	echo "{\"input_ids\":$B}" >b.jsonl
 	cat a.jsonl b.jsonl >ab.jsonl
+	# the training data: A's tokens in a file of its own (a.jsonl itself is
+	# refused as an eval set of a run that trains on it)
+	cp a.jsonl train.jsonl
 	# A and B as one document: B's tokens then see A
 	jq -nc --argjson a "$A" --argjson b "$B" '{input_ids: ($a + $b)}' >one.jsonl
 }
@@ -20,7 +23,7 @@ setup() {
 # with the adapter after one identical training step; "loss tokens" on stdout
 eval_of() {
 	poros-train --model "$PWD/m" --backend cpu --mode "$2" --precision bf16 --seq-len 64 --steps 1 --rank 4 \
-		--alpha 8 --dropout 0 --dataset a.jsonl --eval-dataset "$1.jsonl" --out "r_$1_$2" --quiet |
+		--alpha 8 --dropout 0 --dataset train.jsonl --eval-dataset "$1.jsonl" --out "r_$1_$2" --quiet |
 		jq -r '"\(.eval_loss) \(.eval_tokens)"'
 }
 

@@ -84,7 +84,7 @@ jsonl_docs() {
 	diff <(rows full) <(rows run)
 	# the checkpoint was rewritten at the same step, whole, and no temporary is left
 	ls -A run | sort >entries
-	diff entries <(printf '%s\n' .lock adapter adapter-step2 checkpoint-step2 events.jsonl)
+	diff entries <(printf '%s\n' .lock adapter adapter-step2 checkpoint-step2 checkpoint-step4 events.jsonl)
 	jq -e '.schema == "poros.train_state/1" and .step == 2 and .config.lr == 0.005' run/checkpoint-step2/state.json
 	[ "$(stat -c %s run/checkpoint-step2/lora_state.f32)" -eq $((3 * 4 * $(jq .lora_floats run/checkpoint-step2/state.json))) ]
 }
@@ -125,4 +125,72 @@ jsonl_docs() {
 	[ "$(rows warm | wc -l)" -eq 2 ]
 	[ "$(jq -s '.[0].loss' warm/events.jsonl)" != "$(jq -s '.[2].loss' half/events.jsonl)" ]
 	! cmp -s "warm/$ADAPTER" "half/$ADAPTER"
+}
+
+# four documents of 5 ids: 24 tokens with their EOS, whatever the shuffle
+equal_docs() {
+	for d in 1 2 3 4; do
+		jq -cn --argjson d "$d" '{input_ids: [range(0; 5) | (. * 7 + $d * 13) % 250]}'
+	done >docs.jsonl
+}
+
+# where a checkpoint's cursor stands in documents of 5 ids (24 tokens)
+position() {
+	jq -r '.data_cursor | (.stream_pos | tonumber) as $p | (.off | tonumber) as $o |
+		if $p > 24 then "past-end" elif $p == 24 then "epoch-end" elif $o == 5 then "at-eos"
+		elif $o == 0 then "doc-start" else "mid-doc" end' "$1/state.json"
+}
+
+@test "a checkpoint resumes bit-identical at every data position: mid-document, row end, epoch end, last step" {
+	equal_docs
+	local s k
+	# rows of 4 end an epoch exactly (24 = 6 x 4), rows of 5 run past it
+	for s in 4 5; do
+		poros-train "${RUN[@]}" --seq-len "$s" --batch-size 1 --accum 1 --dataset docs.jsonl --steps 8 --out "full$s" >/dev/null
+		poros-train "${RUN[@]}" --seq-len "$s" --batch-size 1 --accum 1 --dataset docs.jsonl --steps 8 --save-every 1 \
+			--out "half$s" >/dev/null
+		for k in 1 2 3 4 5 6 7; do
+			position "half$s/checkpoint-step$k" >>positions
+			poros-train "${RUN[@]}" --seq-len "$s" --batch-size 1 --accum 1 --dataset docs.jsonl --steps 8 \
+				--resume "half$s/checkpoint-step$k" --out "r$s-$k" >"r$s-$k.json"
+			cmp "full$s/$ADAPTER" "r$s-$k/$ADAPTER"
+			diff <(rows "full$s") <(rows "r$s-$k")
+			jq -e '.status == "ok" and .steps == 8' "r$s-$k.json"
+		done
+		[ "$(jq -r .loss "full$s/events.jsonl" | sort -u | wc -l)" -eq 8 ]
+	done
+	# every kind of position was among them
+	diff <(sort -u positions) <(printf '%s\n' at-eos doc-start epoch-end mid-doc past-end)
+}
+
+@test "a checkpoint is written at the last step, and a finished run extends bit-identical" {
+	equal_docs
+	local run=("${RUN[@]}" --lr-schedule constant --seq-len 5 --batch-size 1 --accum 1 --dataset docs.jsonl)
+	poros-train "${run[@]}" --steps 9 --out full >/dev/null
+	poros-train "${run[@]}" --steps 5 --save-every 4 --out half >/dev/null
+	# every 4th step and the last, whose adapter is adapter/
+	ls -A half | sort >entries
+	diff entries <(printf '%s\n' adapter adapter-step4 checkpoint-step4 checkpoint-step5 events.jsonl)
+	[ "$(position half/checkpoint-step5)" = past-end ]
+	jq -e '.step == 5' half/checkpoint-step5/state.json
+	poros-train "${run[@]}" --steps 9 --resume half/checkpoint-step5 --out more >more.json
+	cmp "full/$ADAPTER" "more/$ADAPTER"
+	diff <(rows full) <(rows more)
+	jq -e '.status == "ok" and .steps == 9' more.json
+	run -2 --separate-stderr poros-train "${run[@]}" --steps 5 --resume half/checkpoint-step5 --out again
+	[[ "$stderr" == *"the checkpoint is at step 5; --steps 5 (the run's total) leaves nothing to do" ]]
+}
+
+@test "a checkpoint whose cursor is not where the data is, is refused naming it" {
+	equal_docs
+	poros-train "${RUN[@]}" --seq-len 5 --batch-size 1 --accum 1 --dataset docs.jsonl --steps 2 --save-every 1 --out half >/dev/null
+	jq -c '.data_cursor.off = "1"' half/checkpoint-step1/state.json >state.json
+	cp state.json half/checkpoint-step1/state.json
+	run -2 --separate-stderr poros-train "${RUN[@]}" --seq-len 5 --batch-size 1 --accum 1 --dataset docs.jsonl --steps 2 \
+		--resume half/checkpoint-step1 --out r
+	[ "$stderr" = 'poros-train: --resume half/checkpoint-step1: dataset docs.jsonl: cursor (epoch 0, position 5) is not at document 0 offset 1' ]
+	jq -c '.data_cursor.stream_pos = "29"' state.json >half/checkpoint-step1/state.json
+	run -2 --separate-stderr poros-train "${RUN[@]}" --seq-len 5 --batch-size 1 --accum 1 --dataset docs.jsonl --steps 2 \
+		--resume half/checkpoint-step1 --out r
+	[ "$stderr" = "poros-train: --resume half/checkpoint-step1: dataset docs.jsonl: cursor (epoch 0, position 29, document 0) is outside this dataset's 24 tokens" ]
 }

@@ -77,7 +77,8 @@ train() {
 	[ "$(wc -l <run/events.jsonl)" -eq 3 ]
 	jq -e -s 'length == 3 and ([.[].step] == [1, 2, 3])
 		and all(.[]; (keys_unsorted == ["step","loss","lr","grad_norm","step_s","tokens","tokens_supervised",
-			"vram_alloc_mb","vram_peak_mb","h2d_bytes","h2d_s","compute_s","copy_hidden_frac"])
+			"epoch","vram_alloc_mb","vram_peak_mb","h2d_bytes","h2d_s","compute_s","copy_hidden_frac"])
+			and .epoch == null
 			and .tokens == 64 and .tokens_supervised == 64 and .loss > 0 and .grad_norm > 0 and .step_s > 0)
 		and .[0].lr == 0.001 and .[1].lr == 0.001
 		and .[0].h2d_bytes > 0 and .[0].copy_hidden_frac == 0' run/events.jsonl
@@ -157,7 +158,7 @@ parity() {
 
 @test "--gradient-checkpointing takes on or off, and a cell's setting" {
 	run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --gradient-checkpointing yes
-	[ "$stderr" = 'poros-train: --gradient-checkpointing: unknown value "yes" (expected one of: off, on)' ]
+	[ "$stderr" = 'poros-train: --gradient-checkpointing: unknown value "yes" (expected one of: off, on, false, true)' ]
 	poros-expand "$POROS_ROOT/configs/bench/tiny.yaml" -o bench --jsonl | grep '"cell_id":"resident_tiny_qwen2_bf16"' >cell.json
 	jq -c '.training.gradient_checkpointing = true' cell.json >on.json
 	poros-train --cell on.json --backend cpu --steps 1 --quiet --out on >on.out
@@ -324,7 +325,7 @@ parity() {
 	[ -x "$gen" ] || skip "build/tests/test_train_weights (the fixture generator) is not built: make test builds it"
 	(cd "$POROS_ROOT" && "$gen" --write-checkpoint "$BATS_TEST_TMPDIR/ckpt")
 	[ -f ckpt/config.json ] && [ -f ckpt/model.safetensors ]
-	train run --model "$PWD/ckpt" --steps 2
+	train run --model "$PWD/ckpt" --dataset synthetic --steps 2
 	jq -e '.status == "ok" and .weights == "real"' run.json
 	jq -e '.base_model_name_or_path | endswith("/ckpt")' run/adapter/adapter_config.json
 }
@@ -362,4 +363,104 @@ parity() {
 		diff <(jq -r .loss "pre_$data/events.jsonl") <(jq -r .loss "inline_$data/events.jsonl")
 		[ "$(jq -r .loss "pre_$data/events.jsonl" | sort -u | wc -l)" -eq 4 ]
 	done
+}
+
+# four documents of 5 ids: 24 tokens with their EOS, 20 targets
+four_docs() {
+	for d in 1 2 3 4; do
+		jq -cn --argjson d "$d" '{input_ids: [range(0; 5) | (. * 7 + $d * 13) % 250]}'
+	done >docs.jsonl
+}
+
+@test "--epochs sets the steps from the rows of an epoch, and each event carries its epoch" {
+	four_docs
+	# rows of 4: ceil(23 / 4) = 6 per epoch; 2 rows a step: 3 steps an epoch
+	local run=(poros-train --backend cpu --model poros/tiny-qwen2 --rank 4 --seq-len 4 --batch-size 1 --accum 2
+		--dataset docs.jsonl)
+	run -0 --separate-stderr "${run[@]}" --epochs 2 --out ep
+	jq -e '.status == "ok" and .steps == 6' <<<"$output"
+	[ "$(jq -c -s 'map(.epoch)' ep/events.jsonl)" = '[0.3333,0.6667,1,1.3333,1.6667,2]' ]
+	# the line before step 1: documents, tokens, supervised tokens, rows, steps, epochs
+	[ "$(grep -c 'dataset docs.jsonl' <<<"$stderr")" -eq 1 ]
+	grep -qx 'poros-train: dataset docs.jsonl: 4 documents, 24 tokens, 20 supervised; 6 rows of 4 per epoch; 6 steps of 2 rows: 2 epochs' <<<"$stderr"
+	[ "$(grep -n 'dataset docs.jsonl' <<<"$stderr" | cut -d: -f1)" -lt "$(grep -n 'step 1/6' <<<"$stderr" | cut -d: -f1)" ]
+	# the same run as --steps 6, bit for bit
+	"${run[@]}" --steps 6 --quiet --out st >/dev/null
+	cmp "ep/$ADAPTER" "st/$ADAPTER"
+	diff <(jq -c '[.loss, .grad_norm, .epoch]' ep/events.jsonl) <(jq -c '[.loss, .grad_norm, .epoch]' st/events.jsonl)
+	# a fraction of an epoch rounds the steps up: ceil(1.5 x 6 / 2) = 5
+	"${run[@]}" --epochs 1.5 --quiet --out half | jq -e '.steps == 5'
+	# --steps is max_steps: it wins, and the line says so
+	run -0 --separate-stderr "${run[@]}" --epochs 2 --steps 2 --out both
+	jq -e '.steps == 2' <<<"$output"
+	grep -q '; 2 steps of 2 rows (--steps wins over --epochs 2): 0.6667 epochs$' <<<"$stderr"
+	# a stream without an end has no epochs
+	run -2 --separate-stderr poros-train --backend cpu --model poros/tiny-qwen2 --epochs 1 --out r
+	[ "$stderr" = 'poros-train: --epochs: dataset synthetic is an endless stream; give --steps' ]
+	run -2 --separate-stderr "${run[@]}" --epochs 0 --out r
+	[[ "$stderr" == "poros-train: --epochs: "* ]]
+	[ ! -e r ]
+}
+
+@test "HF's option names are aliases: the same run bit for bit" {
+	four_docs
+	poros-train --backend cpu --model poros/tiny-qwen2 --dataset docs.jsonl --quiet --lr 1e-3 --steps 3 --batch-size 1 \
+		--accum 2 --rank 4 --alpha 8 --dropout 0 --seq-len 4 --out ours >/dev/null
+	poros-train --backend cpu --model poros/tiny-qwen2 --dataset docs.jsonl --quiet --learning-rate 1e-3 --max-steps 3 \
+		--per-device-train-batch-size 1 --gradient-accumulation-steps 2 --lora-r 4 --lora-alpha 8 --lora-dropout 0 \
+		--max-seq-length 4 --output-dir hf >hf.json
+	cmp "ours/$ADAPTER" "hf/$ADAPTER"
+	diff <(jq -c '[.loss, .lr, .grad_norm]' ours/events.jsonl) <(jq -c '[.loss, .lr, .grad_norm]' hf/events.jsonl)
+	jq -e '.r == 4 and .lora_alpha == 8' hf/adapter/adapter_config.json
+	# --num-train-epochs is --epochs, --resume-from-checkpoint is --resume
+	poros-train --backend cpu --model poros/tiny-qwen2 --dataset docs.jsonl --quiet --seq-len 4 --batch-size 1 \
+		--num-train-epochs 1 --save-every 2 --out ep | jq -e '.steps == 6'
+	poros-train --backend cpu --model poros/tiny-qwen2 --dataset docs.jsonl --quiet --seq-len 4 --batch-size 1 \
+		--steps 6 --resume-from-checkpoint ep/checkpoint-step2 --out again >/dev/null
+	cmp "ep/$ADAPTER" "again/$ADAPTER"
+	# --warmup-steps is HF's LR warmup (--lr-warmup), --target-modules takes PEFT's all-linear
+	poros-train --backend cpu --model poros/tiny-qwen2 --dataset docs.jsonl --quiet --seq-len 4 --steps 3 \
+		--lr-warmup 2 --targets all --out lw >/dev/null
+	poros-train --backend cpu --model poros/tiny-qwen2 --dataset docs.jsonl --quiet --seq-len 4 --steps 3 \
+		--warmup-steps 2 --target-modules all-linear --out hw >/dev/null
+	cmp "lw/$ADAPTER" "hw/$ADAPTER"
+	[ "$(jq -s -c 'map(.lr)' hw/events.jsonl)" = "$(jq -s -c 'map(.lr)' lw/events.jsonl)" ]
+	jq -e -s '.[0].lr < .[2].lr' hw/events.jsonl
+	# booleans take true and false as on and off: the memory plan says which
+	local b
+	for b in true on false off; do
+		poros-train --backend cpu --model poros/tiny-qwen2 --dataset docs.jsonl --mode resident --seq-len 4 \
+			--gradient-checkpointing "$b" --plan | jq .vram_plan_mb >"plan-$b"
+	done
+	cmp plan-true plan-on && cmp plan-false plan-off
+	! cmp -s plan-on plan-off
+}
+
+@test "an unknown option names the closest one, and an option without its value says so" {
+	run -2 --separate-stderr poros-train --lerning-rate 1e-3
+	[ "${stderr%%$'\n'*}" = 'poros-train: unknown option "--lerning-rate" (did you mean --learning-rate?)' ]
+	[[ "$stderr" == *"usage: poros-train"* ]] && [ -z "$output" ]
+	run -2 --separate-stderr poros-train --learning_rate=1e-3
+	[ "${stderr%%$'\n'*}" = 'poros-train: unknown option "--learning_rate=1e-3" (did you mean --learning-rate?)' ]
+	run -2 --separate-stderr poros-train --seq_len 8
+	[ "${stderr%%$'\n'*}" = 'poros-train: unknown option "--seq_len" (did you mean --seq-len?)' ]
+	# getopt takes a unique prefix of a name; a prefix of several is refused naming them
+	run -2 --separate-stderr poros-train --eval x
+	[ "${stderr%%$'\n'*}" = 'poros-train: option "--eval" is ambiguous (--eval-dataset, --eval-every, --eval-split, --eval-fraction)' ]
+	run -2 --separate-stderr poros-train --zzzzzzzz
+	[ "${stderr%%$'\n'*}" = 'poros-train: unknown option "--zzzzzzzz"' ]
+	run -2 --separate-stderr poros-train --model poros/tiny-qwen2 --steps
+	[ "${stderr%%$'\n'*}" = 'poros-train: option --steps needs a value' ]
+	run -2 --separate-stderr poros-train -x
+	[ "${stderr%%$'\n'*}" = 'poros-train: unknown option "-x"' ]
+}
+
+@test "-h is --help on every tool" {
+	local tool
+	for tool in poros-arm poros-expand poros-export poros-merge poros-parity poros-render poros-tokenize poros-train; do
+		run -0 --separate-stderr "$tool" -h
+		[ -n "$output" ] && [ -z "$stderr" ]
+		[ "$output" = "$("$tool" --help)" ] || fail "$tool -h differs from --help"
+	done
+	[ "$(poros -h)" = "$(poros --help)" ]
 }

@@ -23,7 +23,7 @@ grep -E 'FAIL|PASS' "$out/ops.log" | sed 's/  */ /g' | cut -c1-150 | tail -70
 
 train() { # name backend mode precision block accum model
 	$P/poros-train --model "$7" --backend "$2" --mode "$3" --precision "$4" --block-size "$5" \
-		--accum "$6" --steps 4 --seq-len 64 --rank 8 --alpha 16 --dropout 0.05 --warmup 1 \
+		--accum "$6" --steps 4 --seq-len 64 --dataset synthetic --rank 8 --alpha 16 --dropout 0.05 --warmup 1 \
 		--out "$out/runs/$1" --quiet >"$out/runs/$1.summary" 2>"$out/runs/$1.log"
 }
 # losses_agree LABEL RTOL EVENTS_A EVENTS_B: prints both runs' losses, and
@@ -105,7 +105,7 @@ note "seq 8192: blockwise (with and without the attention checkpoints) vs reside
 for run in blockwise:1 blockwise:0 resident:1; do
 	mode=${run%:*} attn=${run#*:}
 	POROS_ATTN_CKPT=$attn $P/poros-train --model Qwen/Qwen2.5-0.5B --backend cuda --mode "$mode" --precision bf16 \
-		--block-size 4 --seq-len 8192 --accum 2 --steps 2 --rank 8 --alpha 16 --dropout 0 \
+		--block-size 4 --seq-len 8192 --accum 2 --steps 2 --dataset synthetic --rank 8 --alpha 16 --dropout 0 \
 		--out "$out/runs/long_${mode}_$attn" --quiet >/dev/null 2>"$out/runs/long_$mode.log" ||
 		{ fail=1; tail -2 "$out/runs/long_$mode.log"; }
 done
@@ -122,7 +122,7 @@ for m in poros/tiny-qwen2 poros/tiny-qwen3; do
 			$run
 			EOR
 			POROS_MLP_CHUNK=$chunk $P/poros-train --model "$m" --backend cuda --mode "$mode" --precision "$prec" \
-				--block-size 3 --accum 2 --steps 4 --seq-len 32 --batch-size 2 --rank 8 --alpha 16 --dropout "$p" \
+				--block-size 3 --accum 2 --steps 4 --seq-len 32 --batch-size 2 --dataset synthetic --rank 8 --alpha 16 --dropout "$p" \
 				--gradient-checkpointing "$gc" --out "$out/runs/mlp_${a}_${prec}_$tag" --quiet >/dev/null \
 				2>"$out/runs/mlp.log" || { fail=1; tail -2 "$out/runs/mlp.log"; }
 		done

@@ -148,7 +148,7 @@ static void test_bos(void)
 	int32_t tokens[6], targets[6];
 
 	CHECK(tokenizer_load(&tok, "tests/fixtures/tokenizer/tiny_llama3", err, sizeof err) == 0);
-	CHECK(dataset_open(&ds, p, tok, 6, 0, tokenizer_eos_id(tok), TRAIN_ON_DEFAULT, NULL, err, sizeof err) == 0);
+	CHECK(dataset_open(&ds, p, tok, 6, 0, tokenizer_eos_id(tok), TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err) == 0);
 	CHECK(dataset_tokens(ds) == 6);
 	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
 	/* either order of the two documents; ids are never given a BOS */
@@ -200,9 +200,9 @@ static void test_shuffle(void)
 	free(p);
 	/* one epoch is 100 tokens (50 docs + 50 EOS): one row of 99 + its target */
 	p = xasprintf("%s/shuf", tmp);
-	CHECK(dataset_open(&a, p, NULL, 99, 7, 0, TRAIN_ON_DEFAULT, NULL, err, sizeof err) == 0);
-	CHECK(dataset_open(&b, p, NULL, 99, 7, 0, TRAIN_ON_DEFAULT, NULL, err, sizeof err) == 0);
-	CHECK(dataset_open(&c, p, NULL, 99, 8, 0, TRAIN_ON_DEFAULT, NULL, err, sizeof err) == 0);
+	CHECK(dataset_open(&a, p, NULL, 99, 7, 0, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err) == 0);
+	CHECK(dataset_open(&b, p, NULL, 99, 7, 0, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err) == 0);
+	CHECK(dataset_open(&c, p, NULL, 99, 8, 0, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err) == 0);
 	free(p);
 	for (int e = 0; e < 2; e++) {
 		CHECK(dataset_next(a, ta, ga, NULL, 1, err, sizeof err) == 0);
@@ -257,11 +257,11 @@ static void test_directories(const struct tokenizer *tok)
 	free(put("hf/hub/datasets--Org--Data/snapshots/abc123/train.jsonl", "{\"text\":\"hello\"}\n"));
 	setenv("HF_HOME", home, 1);
 	unsetenv("HF_HUB_CACHE");
-	CHECK(dataset_open(&ds, "Org/Data", tok, 2, 1, 300, TRAIN_ON_DEFAULT, NULL, err, sizeof err) == 0);
+	CHECK(dataset_open(&ds, "Org/Data", tok, 2, 1, 300, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err) == 0);
 	CHECK(dataset_next(ds, tokens, targets, NULL, 1, err, sizeof err) == 0);
 	ROW(2, 259, 300, 300, -1);
 	dataset_close(ds);
-	CHECK(dataset_open(&ds, "Org/Nope", tok, 2, 1, 300, TRAIN_ON_DEFAULT, NULL, err, sizeof err) < 0 && ds == NULL);
+	CHECK(dataset_open(&ds, "Org/Nope", tok, 2, 1, 300, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err) < 0 && ds == NULL);
 	p = xasprintf("%s/hub/datasets--Org--Nope/snapshots", home);
 	CHECK(strstr(err, "Org/Nope") != NULL && strstr(err, p) != NULL);
 	free(p);
@@ -274,7 +274,7 @@ static void expect_error(const struct tokenizer *tok, int line, const char *rel,
 	char err[1024] = "", *p = content ? put(rel, content) : xasprintf("%s/%s", tmp, rel);
 	struct dataset *ds = NULL;
 
-	if (dataset_open(&ds, p, tok, 8, 1, eos, TRAIN_ON_DEFAULT, NULL, err, sizeof err) == 0 || ds != NULL || strstr(err, want) == NULL) {
+	if (dataset_open(&ds, p, tok, 8, 1, eos, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err) == 0 || ds != NULL || strstr(err, want) == NULL) {
 		fprintf(stderr, "%s:%d: %s: error \"%s\", want one saying \"%s\"\n", __FILE__, line, rel, err, want);
 		failures++;
 	}
@@ -490,9 +490,9 @@ static void test_threads(const struct tokenizer *tok)
 		n += (size_t)snprintf(buf + n, (1 << 20) - n, "{\"text\":\"hello world %d lll it's <|im_end|>\"}\n", i);
 	p = put("thr/train.jsonl", buf);
 	omp_set_num_threads(1);
-	CHECK(dataset_open(&one, p, tok, 512, 3, 300, TRAIN_ON_DEFAULT, NULL, err, sizeof err) == 0);
+	CHECK(dataset_open(&one, p, tok, 512, 3, 300, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err) == 0);
 	omp_set_num_threads(4);
-	CHECK(dataset_open(&many, p, tok, 512, 3, 300, TRAIN_ON_DEFAULT, NULL, err, sizeof err) == 0);
+	CHECK(dataset_open(&many, p, tok, 512, 3, 300, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err) == 0);
 	CHECK(dataset_tokens(one) == dataset_tokens(many));
 	for (long long r = 0; r < dataset_rows_per_epoch(one); r++) {
 		CHECK(dataset_next(one, t1, g1, NULL, 1, err, sizeof err) == 0);

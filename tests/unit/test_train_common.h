@@ -60,7 +60,7 @@ static inline int tt_open(struct tt_run *r, const struct train_config *cfg)
 		return -1;
 	}
 	if (token_source_open(&r->data, r->cfg.cell.training.dataset, &r->mc, r->cfg.cell.training.seq_len,
-	                      r->cfg.cell.training.seed, TRAIN_ON_DEFAULT, NULL, err, sizeof err) < 0) {
+	                      r->cfg.cell.training.seed, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err) < 0) {
 		fprintf(stderr, "tt_open: %s\n", err);
 		return -1;
 	}

@@ -40,9 +40,9 @@ static void check_synthetic(const struct model_config *mc)
 	char err[512];
 	int differ = 0, in_range = 1;
 
-	token_source_open(&a, "synthetic", mc, 8, 42, TRAIN_ON_DEFAULT, NULL, err, sizeof err);
-	token_source_open(&b, "synthetic", mc, 8, 42, TRAIN_ON_DEFAULT, NULL, err, sizeof err);
-	token_source_open(&c, "synthetic", mc, 8, 43, TRAIN_ON_DEFAULT, NULL, err, sizeof err);
+	token_source_open(&a, "synthetic", mc, 8, 42, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err);
+	token_source_open(&b, "synthetic", mc, 8, 42, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err);
+	token_source_open(&c, "synthetic", mc, 8, 43, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err);
 	for (int step = 0; step < 3; step++) {
 		token_source_next(&a, ta, ga, NULL, 2, err, sizeof err);
 		token_source_next(&b, tb, gb, NULL, 2, err, sizeof err);
@@ -66,7 +66,7 @@ static void check_synthetic(const struct model_config *mc)
 		struct token_source g;
 
 		CHECKF(mc->vocab_size == 256, "the tiny model's vocabulary is 256");
-		token_source_open(&g, "synthetic", mc, 8, 42, TRAIN_ON_DEFAULT, NULL, err, sizeof err);
+		token_source_open(&g, "synthetic", mc, 8, 42, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err);
 		token_source_next(&g, ta, ga, NULL, 2, err, sizeof err);
 		CHECKF(memcmp(ta, seq0, 8 * sizeof *ta) == 0 && memcmp(ga, seq0 + 1, 8 * sizeof *ga) == 0 &&
 		       memcmp(ta + 8, seq1, 8 * sizeof *ta) == 0 && memcmp(ga + 8, seq1 + 1, 8 * sizeof *ga) == 0,
@@ -83,7 +83,7 @@ static void check_synthetic(const struct model_config *mc)
 		int32_t t[64], g[64];
 		int distinct = 1;
 
-		token_source_open(&r, "synthetic:repeat", mc, 64, 42, TRAIN_ON_DEFAULT, NULL, err, sizeof err);
+		token_source_open(&r, "synthetic:repeat", mc, 64, 42, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err);
 		token_source_next(&r, t, g, NULL, 1, err, sizeof err);
 		for (int i = 0; i + REPEAT_PERIOD < 64; i++)
 			CHECKF(t[i] == t[i + REPEAT_PERIOD], "repeat: token %d != token %d", i, i + REPEAT_PERIOD);
@@ -116,7 +116,7 @@ static void check_raw(const struct model_config *mc)
 		u32[i] = (uint32_t)(200 + i);
 	}
 	path = write_file("tokens.u16", u16, sizeof u16);
-	CHECKF(token_source_open(&s, path, mc, 4, 42, TRAIN_ON_DEFAULT, NULL, err, sizeof err) == 0, "u16: %s", err);
+	CHECKF(token_source_open(&s, path, mc, 4, 42, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err) == 0, "u16: %s", err);
 	/* windows of S+1 = 5: [100..104], [105..109], then wrap to [100..104] */
 	token_source_next(&s, t, g, NULL, 2, err, sizeof err);
 	CHECKF(t[0] == 100 && t[3] == 103 && g[3] == 104 && t[4] == 105 && g[7] == 109,
@@ -127,7 +127,7 @@ static void check_raw(const struct model_config *mc)
 	free(path);
 
 	path = write_file("tokens.u32", u32, sizeof u32);
-	CHECKF(token_source_open(&s, path, mc, 4, 42, TRAIN_ON_DEFAULT, NULL, err, sizeof err) == 0, "u32: %s", err);
+	CHECKF(token_source_open(&s, path, mc, 4, 42, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err) == 0, "u32: %s", err);
 	token_source_next(&s, t, g, NULL, 1, err, sizeof err);
 	CHECKF(t[0] == 200 && g[3] == 204, "u32 values: %d %d", t[0], g[3]);
 	token_source_free(&s);
@@ -135,12 +135,12 @@ static void check_raw(const struct model_config *mc)
 
 	u16[7] = 300; /* the tiny model's vocabulary is 256 */
 	path = write_file("big.u16", u16, sizeof u16);
-	CHECKF(token_source_open(&s, path, mc, 4, 42, TRAIN_ON_DEFAULT, NULL, err, sizeof err) < 0, "a token >= vocab must fail");
+	CHECKF(token_source_open(&s, path, mc, 4, 42, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err) < 0, "a token >= vocab must fail");
 	CHECKF(strstr(err, "token 300 at index 7") && strstr(err, "big.u16") && strstr(err, "256"), "message: %s", err);
 	free(path);
 
 	path = write_file("odd.u16", u16, 5);
-	CHECKF(token_source_open(&s, path, mc, 4, 42, TRAIN_ON_DEFAULT, NULL, err, sizeof err) < 0 && strstr(err, "odd.u16"),
+	CHECKF(token_source_open(&s, path, mc, 4, 42, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err) < 0 && strstr(err, "odd.u16"),
 	         "an odd byte count must fail: %s", err);
 	free(path);
 }
@@ -155,7 +155,7 @@ static void check_files(const struct model_config *mc)
 	int seen5 = 0;
 
 	path = write_file("ids.jsonl", jsonl, strlen(jsonl));
-	CHECKF(token_source_open(&s, path, mc, 4, 42, TRAIN_ON_DEFAULT, NULL, err, sizeof err) == 0, "jsonl: %s", err);
+	CHECKF(token_source_open(&s, path, mc, 4, 42, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err) == 0, "jsonl: %s", err);
 	for (int i = 0; i < 6; i++) {
 		token_source_next(&s, t, g, NULL, 1, err, sizeof err);
 		for (int j = 0; j < 4; j++) {
@@ -170,15 +170,15 @@ static void check_files(const struct model_config *mc)
 	free(path);
 
 	path = write_file("bad.jsonl", bad, strlen(bad));
-	CHECKF(token_source_open(&s, path, mc, 4, 42, TRAIN_ON_DEFAULT, NULL, err, sizeof err) < 0, "jsonl with token 999 must fail");
+	CHECKF(token_source_open(&s, path, mc, 4, 42, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err) < 0, "jsonl with token 999 must fail");
 	CHECKF(strstr(err, "999") && strstr(err, "256"), "message: %s", err);
 	free(path);
 
 	path = xasprintf("%s/missing.jsonl", dir);
-	CHECKF(token_source_open(&s, path, mc, 4, 42, TRAIN_ON_DEFAULT, NULL, err, sizeof err) < 0 && strstr(err, "missing.jsonl"),
+	CHECKF(token_source_open(&s, path, mc, 4, 42, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err) < 0 && strstr(err, "missing.jsonl"),
 	         "a missing dataset must fail naming it: %s", err);
 	free(path);
-	CHECKF(token_source_open(&s, "no-such-org/no-such-data", mc, 4, 42, TRAIN_ON_DEFAULT, NULL, err, sizeof err) < 0 &&
+	CHECKF(token_source_open(&s, "no-such-org/no-such-data", mc, 4, 42, TRAIN_ON_DEFAULT, NULL, NULL, err, sizeof err) < 0 &&
 	         strstr(err, "no-such-org/no-such-data"), "an unknown dataset id must fail naming it: %s", err);
 }
 

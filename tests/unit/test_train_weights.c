@@ -538,6 +538,7 @@ static void check_train_from_checkpoint(const char *dir)
 	cfg.mode = MODE_BLOCKWISE;
 	cfg.cell.method = METHOD_POROS;
 	cfg.out_dir = xasprintf("%s/run", dir);
+	cfg.dataset_named = 1; /* --dataset synthetic: random tokens through real weights, by name */
 	CHECKF(train_run(&cfg, out) == 0, "train_run on the checkpoint failed");
 	rewind(out);
 	n = fread(line, 1, sizeof line - 1, out);

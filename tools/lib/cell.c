@@ -109,6 +109,14 @@ const struct cell_field cell_fields[] = {
 	{ ROW("training.train_on", CK_ENUM, training.train_on, CP_IF_SET),
 	  NAMES(train_on_names + 1, TRAIN_ON_COUNT - 1, "train_on"), .base = 1, .def = 0,
 	  FLAG("--train-on", "assistant|all") },
+	/* poros-train's splits: absent, a directory's train split and, for
+	 * eval_dataset, its validation split else its test split */
+	{ ROW("training.split", CK_STR, training.split, CP_IF_SET), TEXT(128, CT_SAFE_NAME),
+	  FLAG("--split", "NAME"), .spec = CS_NONE },
+	{ ROW("training.eval_split", CK_STR, training.eval_split, CP_IF_SET), TEXT(128, CT_SAFE_NAME),
+	  FLAG("--eval-split", "NAME"), .spec = CS_NONE },
+	{ ROW("training.eval_fraction", CK_NUM, training.eval_fraction, CP_IF_SET), RANGE(0, 1), .bound.max_open = 1,
+	  .def = 0, FLAG("--eval-fraction", "F"), .spec = CS_NONE },
 
 	{ ROW("lora.rank", CK_INT, lora.rank, CP_REQUIRED), RANGE(1, 1024), .def = 16, FLAG("--rank", "R") },
 	{ ROW("lora.alpha", CK_NUM, lora.alpha, CP_REQUIRED), RANGE(0, 65536), .bound.min_open = 1, .def = 32,
@@ -272,6 +280,8 @@ void cell_copy(struct cell *dst, const struct cell *src)
 	dst->training.eval_dataset = dup_or_null(src->training.eval_dataset);
 	dst->training.tokenizer = dup_or_null(src->training.tokenizer);
 	dst->training.chat_date = dup_or_null(src->training.chat_date);
+	dst->training.split = dup_or_null(src->training.split);
+	dst->training.eval_split = dup_or_null(src->training.eval_split);
 	dst->output_dir = dup_or_null(src->output_dir);
 }
 
@@ -289,6 +299,8 @@ void cell_free(struct cell *c)
 	free(c->training.eval_dataset);
 	free(c->training.tokenizer);
 	free(c->training.chat_date);
+	free(c->training.split);
+	free(c->training.eval_split);
 	free(c->output_dir);
 	memset(c, 0, sizeof *c);
 }

@@ -72,6 +72,12 @@ struct cell {
 		/* 0: absent (per record kind), 1: "assistant", 2: "all";
 		 * optional, written only when set */
 		int train_on;
+		/* Optional, written only when set (poros-train): a directory
+		 * dataset's split (NULL: train) and the eval set's (NULL:
+		 * validation, else test); eval_fraction (0: none) holds out
+		 * that share of the dataset's documents as the eval set. */
+		char *split, *eval_split;
+		double eval_fraction;
 	} training;
 	struct {
 		int rank;

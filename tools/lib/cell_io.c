@@ -204,8 +204,13 @@ static int check_across(const struct cell *c, char *err, size_t errsz)
 	if (c->training.warmup_steps >= c->training.steps)
 		return set_error(err, errsz, "training.warmup_steps: must be less than training.steps (%d), got %d",
 		                 c->training.steps, c->training.warmup_steps);
-	if (c->training.eval_every > 0 && c->training.eval_dataset == NULL)
+	if (c->training.eval_every > 0 && c->training.eval_dataset == NULL && c->training.eval_fraction == 0)
 		return set_error(err, errsz, "training.eval_every: needs training.eval_dataset");
+	if (c->training.eval_split && c->training.eval_dataset == NULL)
+		return set_error(err, errsz, "training.eval_split: needs training.eval_dataset");
+	if (c->training.eval_fraction > 0 && c->training.eval_dataset)
+		return set_error(err, errsz, "training.eval_fraction: holds out part of training.dataset, and "
+		                 "training.eval_dataset is given too; give one of them");
 	tokens = (long long)c->training.batch_size * c->training.seq_len * c->training.gradient_accumulation_steps;
 	if (cell_bound_check(tb, "tokens_per_step", (double)tokens, err, errsz))
 		return set_error(err, errsz, "tokens_per_step: batch_size x seq_len x gradient_accumulation_steps = %lld, more than %.0f",
@@ -523,13 +528,14 @@ static int read_field(struct reader *r, struct cell *c, const struct cell_field 
 
 /* --- from a flag's text -------------------------------------------------- */
 
-/* "q_proj,v_proj" or "all" */
+/* "q_proj,v_proj", or "all" (PEFT's "all-linear": every linear layer but
+ * the output head, which is these seven) */
 static int parse_modules(struct cell *c, const char *shown, const char *text, char *err, size_t errsz)
 {
 	unsigned mask = 0;
 	char list[256], *copy, *tok, *save = NULL;
 
-	if (strcmp(text, "all") == 0) {
+	if (strcmp(text, "all") == 0 || strcmp(text, "all-linear") == 0) {
 		mask = (1u << CELL_MAX_TARGETS) - 1;
 	} else {
 		copy = xstrdup(text);
@@ -538,7 +544,7 @@ static int parse_modules(struct cell *c, const char *shown, const char *text, ch
 
 			if (m < 0) {
 				list_names(list, sizeof list, lora_module_names, CELL_MAX_TARGETS);
-				set_error(err, errsz, "%s: unknown module \"%.64s\" (expected a comma list of: %s; or all)",
+				set_error(err, errsz, "%s: unknown module \"%.64s\" (expected a comma list of: %s; or all, all-linear)",
 				          shown, tok, list);
 				free(copy);
 				return -1;
@@ -572,10 +578,13 @@ int cell_field_parse(struct cell *c, const struct cell_field *f, const char *sho
 	case CK_BOOL:
 		if (f->flag_arg == NULL) /* --no-prefetch */
 			v = 0;
-		else if (strcmp(text, "on") == 0 || strcmp(text, "off") == 0)
-			v = strcmp(text, "on") == 0;
+		else if (strcmp(text, "on") == 0 || strcmp(text, "true") == 0)
+			v = 1;
+		else if (strcmp(text, "off") == 0 || strcmp(text, "false") == 0)
+			v = 0;
 		else
-			return set_error(err, errsz, "%s: unknown value \"%s\" (expected one of: off, on)", shown, text);
+			return set_error(err, errsz, "%s: unknown value \"%s\" (expected one of: off, on, false, true)", shown,
+			                 text);
 		field_set_number(c, f, v);
 		return 0;
 	case CK_ENUM:

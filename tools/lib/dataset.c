@@ -45,6 +45,45 @@ struct dataset *dataset_new(const struct tokenizer *tok, int seq_len, unsigned l
 	return ds;
 }
 
+int dataset_set_split(struct dataset *ds, const char *split)
+{
+	if (ds->n_pending || ds->prepared)
+		return -1;
+	free(ds->split);
+	ds->split = split ? xstrdup(split) : NULL;
+	return 0;
+}
+
+const char *dataset_split_read(const struct dataset *ds) { return ds->split_read; }
+
+static int cmp_file_id(const void *a, const void *b)
+{
+	const struct file_id *x = a, *y = b;
+
+	if (x->dev != y->dev)
+		return x->dev < y->dev ? -1 : 1;
+	return x->ino < y->ino ? -1 : x->ino > y->ino;
+}
+
+int dataset_same_files(const struct dataset *a, const struct dataset *b)
+{
+	struct file_id *x, *y;
+	int same;
+
+	if (a->n_files != b->n_files || a->n_files == 0)
+		return 0;
+	x = xmalloc(a->n_files * sizeof *x);
+	y = xmalloc(b->n_files * sizeof *y);
+	memcpy(x, a->files, a->n_files * sizeof *x);
+	memcpy(y, b->files, b->n_files * sizeof *y);
+	qsort(x, a->n_files, sizeof *x, cmp_file_id);
+	qsort(y, b->n_files, sizeof *y, cmp_file_id);
+	same = memcmp(x, y, a->n_files * sizeof *x) == 0;
+	free(x);
+	free(y);
+	return same;
+}
+
 int dataset_set_train_on(struct dataset *ds, enum train_on mode)
 {
 	if (ds->n_pending || ds->prepared)
@@ -96,6 +135,28 @@ int dataset_add_text(struct dataset *ds, const char *text, size_t len, const cha
 	return 0;
 }
 
+/* Adds each message's role to ds->roles, once; what does not fit is "...". */
+static void note_roles(struct dataset *ds, const cJSON *messages)
+{
+	const cJSON *m;
+
+	cJSON_ArrayForEach(m, messages) {
+		const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+		char quoted[80];
+		size_t have = strlen(ds->roles);
+
+		if (!cJSON_IsString(role))
+			continue;
+		snprintf(quoted, sizeof quoted, "\"%.60s\"", role->valuestring);
+		if (strstr(ds->roles, quoted) != NULL || strstr(ds->roles, "...") != NULL)
+			continue;
+		if (have + strlen(quoted) + 8 < sizeof ds->roles)
+			snprintf(ds->roles + have, sizeof ds->roles - have, "%s%s", have ? ", " : "", quoted);
+		else
+			snprintf(ds->roles + have, sizeof ds->roles - have, ", ...");
+	}
+}
+
 /* A messages record, rendered by the model's own chat template. */
 static int add_chat(struct dataset *ds, const cJSON *messages, const cJSON *kwargs, const char *where, char *err,
 		    size_t errsz)
@@ -120,6 +181,7 @@ static int add_chat(struct dataset *ds, const cJSON *messages, const cJSON *kwar
 			return -1;
 		}
 	}
+	note_roles(ds, messages);
 	r = xcalloc(1, sizeof *r);
 	if (chat_template_render(r, ds->chat, messages, kwargs, why, sizeof why) < 0) {
 		set_error(err, errsz, "%s: %s", where, why);
@@ -180,6 +242,7 @@ int dataset_add_record(struct dataset *ds, const cJSON *rec, const char *where, 
 		set_error(err, errsz, "%s: the dataset is already prepared", where);
 		return -1;
 	}
+	ds->n_records++;
 	if (ids && ds->train_on == TRAIN_ON_ASSISTANT) {
 		set_error(err, errsz, "%s: train_on \"assistant\" needs \"messages\" records, and this one is input_ids",
 		          where);
@@ -197,6 +260,21 @@ int dataset_add_record(struct dataset *ds, const cJSON *rec, const char *where, 
 }
 
 /* ---- tokenizing ---------------------------------------------------------- */
+
+/* The targets of one epoch, as the packing gives them: every supervised
+ * token but a document's first (no context predicts it), and the EOS
+ * after a document where it is supervised. */
+long long dataset_count_supervised(const struct dataset *ds)
+{
+	long long n = 0;
+
+	for (size_t d = 0; d < ds->n_docs; d++) {
+		for (size_t k = ds->doc_off[d] + 1; k < ds->doc_off[d + 1]; k++)
+			n += ds->sup[k];
+		n += ds->sep_sup[d];
+	}
+	return n;
+}
 
 int dataset_prepare(struct dataset *ds, char *err, size_t errsz)
 {
@@ -301,9 +379,12 @@ int dataset_prepare(struct dataset *ds, char *err, size_t errsz)
 		return -1;
 	}
 	ds->order = xmalloc(d * sizeof *ds->order);
+	ds->n_supervised = dataset_count_supervised(ds);
 	ds->prepared = 1;
 	return 0;
 }
+
+long long dataset_supervised(const struct dataset *ds) { return ds->n_supervised; }
 
 long long dataset_documents(const struct dataset *ds) { return ds->prepared ? (long long)ds->n_docs : (long long)ds->n_pending; }
 long long dataset_tokens(const struct dataset *ds) { return (long long)(ds->n_tokens + ds->n_docs); }
@@ -324,6 +405,8 @@ void dataset_close(struct dataset *ds)
 	}
 	chat_template_free(ds->chat);
 	free(ds->chat_date);
+	free(ds->split);
+	free(ds->files);
 	free(ds->sup);
 	free(ds->sep_sup);
 	free(ds->pending);
@@ -335,9 +418,22 @@ void dataset_close(struct dataset *ds)
 
 /* ---- opening a spec ------------------------------------------------------ */
 
+/* A dataset that trains nothing: only chats can be one (text and ids are
+ * all targets), so the roles say why. */
+static int no_targets(const struct dataset *ds, char *err, size_t errsz)
+{
+	int answered = strstr(ds->roles, "\"assistant\"") != NULL;
+
+	return set_error(err, errsz, "%lld record%s, no supervised token: the targets are the assistant turns%s, and "
+	                 "the chats' roles are %s%s", ds->n_records, ds->n_records == 1 ? "" : "s",
+	                 ds->train_on == TRAIN_ON_ASSISTANT ? " (train_on \"assistant\")" : "",
+	                 ds->roles[0] ? ds->roles : "none",
+	                 answered ? " (the chat template renders none of the assistant turns)" : "");
+}
+
 int dataset_open(struct dataset **out, const char *spec, const struct tokenizer *tok, int seq_len,
-		 unsigned long long seed, int eos_id, enum train_on train_on, const char *chat_date, char *err,
-		 size_t errsz)
+		 unsigned long long seed, int eos_id, enum train_on train_on, const char *chat_date, const char *split,
+		 char *err, size_t errsz)
 {
 	struct dataset *ds;
 	struct stat st;
@@ -362,6 +458,7 @@ int dataset_open(struct dataset **out, const char *spec, const struct tokenizer 
 	}
 	ds = dataset_new(tok, seq_len, seed, eos_id, 1);
 	ds->train_on = train_on;
+	dataset_set_split(ds, split);
 	/* before any record: a template's strftime_now formats this day */
 	rc = 0;
 	if (chat_date && dataset_set_chat_date(ds, chat_date, err, errsz) < 0) {
@@ -372,6 +469,8 @@ int dataset_open(struct dataset **out, const char *spec, const struct tokenizer 
 		rc = dataset_add_path(ds, path, why, sizeof why);
 	if (rc == 0)
 		rc = dataset_prepare(ds, why, sizeof why);
+	if (rc == 0 && ds->n_supervised == 0)
+		rc = no_targets(ds, why, sizeof why);
 	if (rc < 0) {
 		/* name the spec when the message is about the whole of it */
 		if (strncmp(why, path, strlen(path)) == 0)

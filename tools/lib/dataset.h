@@ -5,14 +5,23 @@
  *   - a file: .jsonl (one record a line), .json (a JSON array of records, or
  *     JSON Lines), .txt (documents separated by blank lines), any of them
  *     optionally .gz;
- *   - a directory: every such file below it, in sorted path order, hidden
- *     entries skipped; when some file's path has a component starting with
- *     "train" (HF's train.jsonl, train-00000-of-00001.json, data/train/...),
- *     only those are used, so validation and test splits stay out;
+ *   - a directory: the files below it of one split, in sorted path order,
+ *     hidden entries skipped, split as HF datasets' data_files.py does:
+ *     when a file is data/NAME-NNNNN-of-NNNNN*.* the split NAME is such
+ *     files; else when a directory name holds a split keyword as a word
+ *     (at its start or after one of "-._ 0-9", and at its end or before
+ *     one), the splits are the directories'; else the file names' (the
+ *     keyword followed by a separator: train.jsonl, my_train-1.json);
+ *     else every file is "train".  Keywords: train, training (train);
+ *     validation, valid, dev, val (validation); test, testing, eval,
+ *     evaluation (test); case as written.  A split with no file is an
+ *     error naming the splits there;
  *   - a HF hub dataset id Org/Name found in the local HF cache
  *     (<hub>/datasets--Org--Name/snapshots/<newest>/), read as a directory.
  * Nothing is downloaded, and nothing synthetic stands in for missing data:
- * the error names what was looked for and where.
+ * the error names what was looked for and where.  A spec whose records
+ * give no target at all (chats without an answer the template keeps) is
+ * refused by dataset_open, with the record count and the roles seen.
  *
  * A record is a JSON object with one of:
  *   "text": "..."                        the document's text
@@ -70,11 +79,12 @@ enum train_on {
 	TRAIN_ON_ALL,       /* every token */
 };
 
-/* tok may be NULL when every record is "input_ids".  0, or -1 with err
- * ("data/train.jsonl:12: ..."). */
+/* tok may be NULL when every record is "input_ids"; split: a directory's
+ * split (NULL: "train"; "validation|test": the first of them there is;
+ * a file has none).  0, or -1 with err ("data/train.jsonl:12: ..."). */
 int dataset_open(struct dataset **out, const char *spec_dataset, const struct tokenizer *tok, int seq_len,
-		 unsigned long long seed, int eos_id, enum train_on train_on, const char *chat_date, char *err,
-		 size_t errsz);
+		 unsigned long long seed, int eos_id, enum train_on train_on, const char *chat_date, const char *split,
+		 char *err, size_t errsz);
 /* Next micro-batch: tokens (B, seq_len), targets (B, seq_len) (-100 for
  * a token that is not a target, -1 for padding) and, unless pos is NULL,
  * pos (B, seq_len) as above.  Never runs dry: a finished epoch starts the
@@ -88,6 +98,19 @@ void dataset_close(struct dataset *ds);
 struct dataset *dataset_new(const struct tokenizer *tok, int seq_len, unsigned long long seed, int eos_id, int shuffle);
 /* Before the first record; -1 after. */
 int dataset_set_train_on(struct dataset *ds, enum train_on mode);
+/* The split a directory added later gives (as dataset_open's); before the
+ * first record, -1 after. */
+int dataset_set_split(struct dataset *ds, const char *split);
+/* The split a directory gave ("train", "validation", "test"), or NULL (a
+ * file, or a sharded split of another name). */
+const char *dataset_split_read(const struct dataset *ds);
+/* 1 when both read the same files (device and inode), none else. */
+int dataset_same_files(const struct dataset *a, const struct dataset *b);
+/* Moves ceil(fraction x documents) whole documents, chosen by the seed,
+ * out of ds (prepared here if need be) into a new dataset *held_out; the
+ * rest stay in their order.  0, or -1 with err when either side would be
+ * empty. */
+int dataset_hold_out(struct dataset *ds, double fraction, struct dataset **held_out, char *err, size_t errsz);
 /* The date a chat template's strftime_now formats, "YYYY-MM-DD"; without
  * one such a template is refused.  Before the first record; 0, or -1
  * with err. */
@@ -103,6 +126,7 @@ int dataset_prepare(struct dataset *ds, char *err, size_t errsz);
 long long dataset_documents(const struct dataset *ds);
 long long dataset_tokens(const struct dataset *ds);            /* separators included */
 long long dataset_rows_per_epoch(const struct dataset *ds);
+long long dataset_supervised(const struct dataset *ds);        /* targets of one epoch */
 int dataset_max_token_id(const struct dataset *ds);             /* for the trainer's vocab check */
 
 /* Where the packing stands, to continue the same stream in another

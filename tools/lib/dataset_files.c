@@ -361,6 +361,17 @@ static int add_txt(struct dataset *ds, struct reader *r, char *err, size_t errsz
 	return 0;
 }
 
+/* The file's identity, for dataset_same_files. */
+static void note_file(struct dataset *ds, const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) != 0)
+		return;
+	ds->files = xrealloc(ds->files, (ds->n_files + 1) * sizeof *ds->files);
+	ds->files[ds->n_files++] = (struct file_id){ st.st_dev, st.st_ino };
+}
+
 static int add_file(struct dataset *ds, const char *path, char *err, size_t errsz)
 {
 	int gz, rc;
@@ -373,6 +384,7 @@ static int add_file(struct dataset *ds, const char *path, char *err, size_t errs
 	}
 	if (reader_open(&r, path, gz, err, errsz) < 0)
 		return -1;
+	note_file(ds, path);
 	if (kind == KIND_JSONL)
 		rc = add_jsonl(ds, &r, err, errsz);
 	else if (kind == KIND_JSON)
@@ -510,24 +522,13 @@ static int walk(const char *root, const char *rel, const struct dir_chain *up, s
 	return rc;
 }
 
-static int is_train_path(const char *rel)
-{
-	const char *p = rel;
-
-	for (;;) {
-		if (strncasecmp(p, "train", 5) == 0)
-			return 1;
-		p = strchr(p, '/');
-		if (p == NULL)
-			return 0;
-		p++;
-	}
-}
-
+/* The files of the split the dataset asks for (dataset.h's rules). */
 static int add_dir(struct dataset *ds, const char *dir, char *err, size_t errsz)
 {
 	struct path_list files = { 0 };
-	int others = 0, rc = 0, any_train = 0;
+	unsigned char *keep = NULL;
+	int others = 0, rc = 0;
+	char why[512];
 
 	if (walk(dir, "", NULL, &files, &others, err, errsz) < 0) {
 		rc = -1; /* the walk's own error, not "no files" */
@@ -539,10 +540,15 @@ static int add_dir(struct dataset *ds, const char *dir, char *err, size_t errsz)
 		rc = -1;
 		goto out;
 	}
-	for (size_t i = 0; i < files.n; i++)
-		any_train |= is_train_path(files.v[i]);
+	keep = xcalloc(files.n, 1);
+	if (dataset_select_split(files.v, files.n, ds->split ? ds->split : "train", keep, &ds->split_read, why,
+	                         sizeof why) < 0) {
+		set_error(err, errsz, "%s: %s", dir, why);
+		rc = -1;
+		goto out;
+	}
 	for (size_t i = 0; i < files.n && rc == 0; i++) {
-		if (any_train && !is_train_path(files.v[i]))
+		if (!keep[i])
 			continue;
 		char *full = xasprintf("%s/%s", dir, files.v[i]);
 		rc = add_file(ds, full, err, errsz);
@@ -552,6 +558,7 @@ out:
 	for (size_t i = 0; i < files.n; i++)
 		free(files.v[i]);
 	free(files.v);
+	free(keep);
 	return rc < 0 ? -1 : 0;
 }
 

@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "dataset.h"
 
@@ -41,11 +42,33 @@ struct dataset {
 	size_t *doc_off;     /* document d: tokens[doc_off[d] .. doc_off[d+1]) */
 	size_t n_docs;
 	int max_id;
+	long long n_records;  /* records added, empty ones too */
+	long long n_supervised; /* targets in one epoch (dataset_prepare) */
+	char roles[256];      /* the chats' roles, as first seen: "system, user" */
+	char *split;          /* a directory's split to read (dataset_set_split); NULL: "train" */
+	const char *split_read; /* the split a directory gave (split_names), or NULL */
+	struct file_id *files; /* the files read, for dataset_same_files */
+	size_t n_files;
 	/* where the packing stands: stream position and the same as
 	 * (document in epoch order, offset; offset == length is its EOS) */
 	size_t *order;
 	long long epoch;      /* -1 before the first */
 	size_t stream_pos, cur_doc, cur_off;
 };
+
+struct file_id {
+	dev_t dev;
+	ino_t ino;
+};
+
+/* dataset.c: the targets of one epoch as the packing gives them. */
+long long dataset_count_supervised(const struct dataset *ds);
+/* dataset_split.c: keep[i] (n entries) when files[i] (relative to the
+ * directory) is of split want ("validation", or "validation|test": the
+ * first the directory has); *chosen: the split's name (NULL for a
+ * sharded split of another name).  0, or -1 with err naming the splits
+ * there. */
+int dataset_select_split(char *const *files, size_t n, const char *want, unsigned char *keep, const char **chosen,
+                         char *err, size_t errsz);
 
 #endif

@@ -140,31 +140,49 @@ void dataset_tell(const struct dataset *ds, struct dataset_cursor *cur)
 	cur->off = ds->cur_off;
 }
 
+/* Where (doc, off) of the current epoch's order stands in the stream. */
+static size_t stream_offset(const struct dataset *ds, size_t doc, size_t off)
+{
+	size_t at = off;
+
+	for (size_t i = 0; i < doc && i < ds->n_docs; i++)
+		at += ds->doc_off[ds->order[i] + 1] - ds->doc_off[ds->order[i]] + 1;
+	return at;
+}
+
+/* A cursor dataset_tell can have given: the epoch's last row may end past
+ * the stream (its padding), by at most seq_len - 2 positions, and
+ * (doc, off) is where stream_pos is, or the stream's end past it. */
+static int cursor_check(const struct dataset *ds, const struct dataset_cursor *cur, char *err, size_t errsz)
+{
+	size_t stream_len = ds->n_tokens + ds->n_docs, last = stream_len + (size_t)ds->seq_len - 2, at;
+
+	if (cur->epoch < -1 || cur->stream_pos > last || cur->doc > ds->n_docs)
+		return set_error(err, errsz, "cursor (epoch %lld, position %zu, document %zu) is outside this dataset's "
+		                 "%zu tokens", cur->epoch, cur->stream_pos, cur->doc, stream_len);
+	if (cur->epoch < 0)
+		return cur->stream_pos == 0 && cur->doc == 0 && cur->off == 0
+		               ? 0 : set_error(err, errsz, "cursor before the first epoch is not at the start");
+	if (cur->doc < ds->n_docs && cur->off > ds->doc_off[ds->order[cur->doc] + 1] - ds->doc_off[ds->order[cur->doc]])
+		return set_error(err, errsz, "cursor offset %zu is past document %zu of epoch %lld", cur->off, cur->doc,
+		                 cur->epoch);
+	at = stream_offset(ds, cur->doc, cur->off);
+	if (at != (cur->stream_pos < stream_len ? cur->stream_pos : stream_len))
+		return set_error(err, errsz, "cursor (epoch %lld, position %zu) is not at document %zu offset %zu",
+		                 cur->epoch, cur->stream_pos, cur->doc, cur->off);
+	return 0;
+}
+
 int dataset_seek(struct dataset *ds, const struct dataset_cursor *cur, char *err, size_t errsz)
 {
-	size_t stream_len;
-
 	if (!ds->prepared && dataset_prepare(ds, err, errsz) < 0)
 		return -1;
-	stream_len = ds->n_tokens + ds->n_docs;
-	if (cur->epoch < -1 || cur->stream_pos > stream_len || cur->doc > ds->n_docs) {
-		set_error(err, errsz, "cursor (epoch %lld, position %zu, document %zu) is outside this dataset's %zu tokens",
-		          cur->epoch, cur->stream_pos, cur->doc, stream_len);
-		return -1;
-	}
-	if (cur->epoch >= 0) {
-		/* the epoch's document order comes from the seed alone */
-		ds->epoch = cur->epoch - 1;
+	/* the epoch's document order comes from the seed alone */
+	ds->epoch = cur->epoch >= 0 ? cur->epoch - 1 : -1;
+	if (cur->epoch >= 0)
 		start_epoch(ds);
-		if (cur->doc < ds->n_docs &&
-		    cur->off > ds->doc_off[ds->order[cur->doc] + 1] - ds->doc_off[ds->order[cur->doc]]) {
-			set_error(err, errsz, "cursor offset %zu is past document %zu of epoch %lld", cur->off, cur->doc,
-			          cur->epoch);
-			return -1;
-		}
-	} else {
-		ds->epoch = -1;
-	}
+	if (cursor_check(ds, cur, err, errsz) < 0)
+		return -1;
 	ds->stream_pos = cur->stream_pos;
 	ds->cur_doc = cur->doc;
 	ds->cur_off = cur->off;

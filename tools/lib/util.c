@@ -690,6 +690,24 @@ int edit_distance(const char *a, const char *b)
 	return d;
 }
 
+const char *closest_name(const char *s, const char *const *names, int n)
+{
+	const char *best = NULL;
+	int best_d = 0;
+
+	for (int i = 0; i < n; i++) {
+		int d = edit_distance(s, names[i]);
+		size_t la = strlen(s), lb = strlen(names[i]);
+		int limit = (int)((la > lb ? la : lb) / 2);
+
+		if (d <= (limit > 2 ? limit : 2) && (!best || d < best_d)) {
+			best = names[i];
+			best_d = d;
+		}
+	}
+	return best;
+}
+
 char *poros_exe_dir(void)
 {
 	char exe[4096], *slash;

@@ -127,5 +127,9 @@ size_t utf8_valid_prefix(const char *s, size_t n);
 
 /* Levenshtein distance, for did-you-mean hints. */
 int edit_distance(const char *a, const char *b);
+/* The name of names[0..n) closest to s, when close enough to be a likely
+ * typo ("sequence_len" -> "seq_len": at most half the longer length, or
+ * 2), else NULL. */
+const char *closest_name(const char *s, const char *const *names, int n);
 
 #endif

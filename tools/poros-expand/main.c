@@ -144,7 +144,7 @@ int main(int argc, char **argv)
 
 	set_progname(argv[0]);
 	stdout_check_at_exit();
-	while ((opt = getopt_long(argc, argv, "o:", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'o': output_dir = optarg; break;
 		case 'j': as_jsonl = 1; break;

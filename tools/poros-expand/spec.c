@@ -336,26 +336,6 @@ static const struct ynode *map_get(const struct ynode *map, const char *key)
 	return NULL;
 }
 
-/* The closest known key, when it is close enough to be a likely typo
- * ("sequence_len" -> "seq_len"), else NULL. */
-static const char *closest(const char *key, const char *const *keys, int n)
-{
-	const char *best = NULL;
-	int best_d = 0;
-
-	for (int i = 0; i < n; i++) {
-		int d = edit_distance(key, keys[i]);
-		size_t la = strlen(key), lb = strlen(keys[i]);
-		int limit = (int)((la > lb ? la : lb) / 2);
-
-		if (d <= (limit > 2 ? limit : 2) && (!best || d < best_d)) {
-			best = keys[i];
-			best_d = d;
-		}
-	}
-	return best;
-}
-
 /* Key i of map: a scalar, not seen before in this map, one of keys.
  * where: "at top level", "in training". */
 static void check_key(const char *file, const struct ynode *map, size_t i, const char *where,
@@ -385,7 +365,7 @@ static void check_key(const char *file, const struct ynode *map, size_t i, const
 		    strcmp(dot + 1, key->text) == 0)
 			ytree_die(file, key, "%s is not a spec key: it is set per run, by poros-train %s", f->path, f->flag);
 	}
-	if ((hint = closest(key->text, keys, n)) != NULL)
+	if ((hint = closest_name(key->text, keys, n)) != NULL)
 		ytree_die(file, key, "unknown key %s %s (did you mean \"%s\"?)", quoted(key->text, q, sizeof q), where, hint);
 	/* A field written one level too high: "steps" at top level. */
 	const struct section *sections = spec_sections();

@@ -99,7 +99,7 @@ int main(int argc, char **argv)
 
 	set_progname(argv[0]);
 	stdout_check_at_exit();
-	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (ch) {
 		case OPT_BASE: o.base = optarg; break;
 		case OPT_ADAPTER: o.adapter = optarg; break;
@@ -117,6 +117,7 @@ int main(int argc, char **argv)
 				die(EXIT_USAGE, "--check: unknown check \"%s\" (expected vllm)", optarg);
 			check = optarg;
 			break;
+		case 'h':
 		case OPT_HELP: usage(EXIT_OK);
 		case OPT_VERSION: print_version();
 		default: usage(EXIT_USAGE);

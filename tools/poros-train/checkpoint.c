@@ -39,6 +39,10 @@ static cJSON *config_json(const struct train_config *c)
 	cJSON_AddStringToObject(o, "dataset", c->cell.training.dataset);
 	if (c->cell.training.chat_date) /* the data a chat template renders (unset: as before it existed) */
 		cJSON_AddStringToObject(o, "chat_date", c->cell.training.chat_date);
+	if (c->cell.training.split) /* which files of a directory (unset: its train split) */
+		cJSON_AddStringToObject(o, "split", c->cell.training.split);
+	if (c->cell.training.eval_fraction > 0) /* documents held out of the training data */
+		cJSON_AddNumberToObject(o, "eval_fraction", c->cell.training.eval_fraction);
 	cJSON_AddStringToObject(o, "seed", seed);
 	cJSON_AddNumberToObject(o, "seq_len", c->cell.training.seq_len);
 	cJSON_AddNumberToObject(o, "batch_size", c->cell.training.batch_size);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "dataset.h"
 #include "ops.h"
@@ -70,7 +71,7 @@ static void make_repeat(struct token_source *d)
 /* tools/lib/dataset: documents tokenized with the model's tokenizer when
  * it has one (records of input_ids need none). */
 static int open_dataset(struct token_source *d, const char *spec, const struct model_config *mc, uint64_t seed,
-                        enum train_on train_on, const char *chat_date, char *err, size_t errsz)
+                        enum train_on train_on, const char *chat_date, const char *split, char *err, size_t errsz)
 {
 	char why[512] = "", lerr[1024];
 	int eos;
@@ -86,7 +87,7 @@ static int open_dataset(struct token_source *d, const char *spec, const struct m
 	eos = d->tok ? tokenizer_eos_id(d->tok) : -1;
 	if (eos < 0)
 		eos = mc->eos_token_id;
-	if (dataset_open(&d->ds, spec, d->tok, d->seq_len, seed, eos, train_on, chat_date, lerr, sizeof lerr) < 0) {
+	if (dataset_open(&d->ds, spec, d->tok, d->seq_len, seed, eos, train_on, chat_date, split, lerr, sizeof lerr) < 0) {
 		if (d->tok == NULL && strstr(lerr, "tokenizer") != NULL)
 			return set_error(err, errsz, "%s (the model has none: %s; --tokenizer gives one)", lerr, why);
 		return set_error(err, errsz, "%s", lerr);
@@ -103,8 +104,20 @@ static int has_raw_suffix(const char *spec, int *width)
 	return ends_with(spec, ".u16") || ends_with(spec, ".bin") || ends_with(spec, ".u32");
 }
 
+int token_source_has_splits(const char *spec)
+{
+	struct stat st;
+	int width;
+
+	if (strncmp(spec, "synthetic", 9) == 0 || has_raw_suffix(spec, &width))
+		return 0;
+	/* what is no local path is looked up in the HF cache: a directory */
+	return stat(spec, &st) != 0 || S_ISDIR(st.st_mode);
+}
+
 int token_source_open(struct token_source *d, const char *spec, const struct model_config *mc, int seq_len,
-                      uint64_t seed, enum train_on train_on, const char *chat_date, char *err, size_t errsz)
+                      uint64_t seed, enum train_on train_on, const char *chat_date, const char *split, char *err,
+                      size_t errsz)
 {
 	int width, rc;
 
@@ -150,7 +163,7 @@ int token_source_open(struct token_source *d, const char *spec, const struct mod
 		/* never a silent fallback to synthetic data: what cannot be
 		 * found is an error that names it */
 		d->kind = SOURCE_DATASET;
-		rc = open_dataset(d, spec, mc, seed, train_on, chat_date, err, errsz);
+		rc = open_dataset(d, spec, mc, seed, train_on, chat_date, split, err, errsz);
 	}
 	if (rc < 0)
 		token_source_free(d);
@@ -243,4 +256,65 @@ long token_source_rows(const struct token_source *d)
 		return -1;
 	n = (long)(d->n / ((size_t)d->seq_len + 1));
 	return n > 0 ? n : 1;
+}
+
+int token_source_hold_out(struct token_source *d, struct token_source *held, double fraction, char *err,
+                          size_t errsz)
+{
+	char why[512];
+
+	memset(held, 0, sizeof *held);
+	if (d->kind != SOURCE_DATASET)
+		return set_error(err, errsz, "dataset %s: --eval-fraction holds out documents, and a token stream has "
+		                 "none (give --eval-dataset)", d->name);
+	if (dataset_hold_out(d->ds, fraction, &held->ds, why, sizeof why) < 0)
+		return set_error(err, errsz, "dataset %s: %s", d->name, why);
+	held->kind = SOURCE_DATASET;
+	held->name = xasprintf("%s (held out)", d->name);
+	if (dataset_supervised(held->ds) == 0 || dataset_supervised(d->ds) == 0) {
+		set_error(err, errsz, "dataset %s: --eval-fraction %g leaves the %s no supervised token", d->name, fraction,
+		          dataset_supervised(d->ds) == 0 ? "training set" : "evaluation set");
+		token_source_free(held);
+		return -1;
+	}
+	held->vocab = d->vocab;
+	held->seq_len = d->seq_len;
+	held->seq = xmalloc(((size_t)d->seq_len + 1) * sizeof *held->seq);
+	return 0;
+}
+
+int token_source_same_data(const struct token_source *a, const struct token_source *b)
+{
+	struct stat sa, sb;
+
+	if (a->kind != b->kind)
+		return 0;
+	if (a->kind == SOURCE_DATASET)
+		return dataset_same_files(a->ds, b->ds);
+	if (a->kind == SOURCE_RAW)
+		return stat(a->name, &sa) == 0 && stat(b->name, &sb) == 0 && sa.st_dev == sb.st_dev &&
+		       sa.st_ino == sb.st_ino;
+	return 0;
+}
+
+double token_source_epoch_rows(const struct token_source *d)
+{
+	if (d->kind == SOURCE_DATASET)
+		return (double)dataset_rows_per_epoch(d->ds);
+	if (d->kind == SOURCE_RAW) /* the stream wraps at the file's end, not at a row's */
+		return (double)d->n / (d->seq_len + 1);
+	return 0;
+}
+
+void token_source_describe(const struct token_source *d, char *buf, size_t n)
+{
+	if (d->kind == SOURCE_DATASET)
+		snprintf(buf, n, "%lld documents, %lld tokens, %lld supervised; %lld rows of %d per epoch",
+		         dataset_documents(d->ds), dataset_tokens(d->ds), dataset_supervised(d->ds),
+		         dataset_rows_per_epoch(d->ds), d->seq_len);
+	else if (d->kind == SOURCE_RAW)
+		snprintf(buf, n, "%zu tokens, all supervised; %.6g rows of %d per epoch", d->n, token_source_epoch_rows(d),
+		         d->seq_len);
+	else
+		snprintf(buf, n, "an endless stream, all supervised");
 }

@@ -13,8 +13,9 @@
  *   FILE.u16, FILE.bin   raw little-endian uint16 token ids
  *   FILE.u32             raw little-endian uint32 token ids
  *   anything else        tools/lib/dataset.h: .jsonl/.json/.txt (.gz), a
- *                        directory, or a dataset in the local HF cache;
- *                        text is tokenized with the model's tokenizer
+ *                        directory (one split of it), or a dataset in the
+ *                        local HF cache; text is tokenized with the
+ *                        model's tokenizer
  *
  * Synthetic and raw streams are cut into consecutive sequences of S+1
  * tokens (inputs, then the same shifted by one as targets), wrapping at the
@@ -51,7 +52,24 @@ struct token_source {
 /* 0, or -1 with err naming the path and, for a token the model cannot
  * embed, its position (or, for tools/lib/dataset sources, its value). */
 int token_source_open(struct token_source *s, const char *spec, const struct model_config *mc, int seq_len,
-                      uint64_t seed, enum train_on train_on, const char *chat_date, char *err, size_t errsz);
+                      uint64_t seed, enum train_on train_on, const char *chat_date, const char *split, char *err,
+                      size_t errsz);
+/* Whether spec is a directory (or a HF cache dataset), whose files a
+ * split chooses. */
+int token_source_has_splits(const char *spec);
+/* --eval-fraction: whole documents of a dataset source moved into held,
+ * chosen by the seed (tools/lib/dataset.h's dataset_hold_out).  0, or -1
+ * with err (not a dataset, or a side left empty). */
+int token_source_hold_out(struct token_source *s, struct token_source *held, double fraction, char *err,
+                          size_t errsz);
+/* The rows of seq_len one pass over the source takes (a raw file's may
+ * be a fraction: its stream wraps at the file's end); 0: an endless
+ * synthetic stream. */
+double token_source_epoch_rows(const struct token_source *s);
+/* "4 documents, 28 tokens, 24 supervised; 4 rows of 8 per epoch". */
+void token_source_describe(const struct token_source *s, char *buf, size_t n);
+/* 1 when both read the same files (by device and inode). */
+int token_source_same_data(const struct token_source *a, const struct token_source *b);
 /* The next `batch` sequences (pos may be NULL).  0, or -1 with err. */
 int token_source_next(struct token_source *s, int32_t *tokens, int32_t *targets, int32_t *pos, int batch, char *err,
                       size_t errsz);

@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "jsonl.h"
 #include "train.h"
@@ -16,6 +17,56 @@ static noreturn void usage(int code)
 	exit(code);
 }
 
+/* Every long name an option answers to, for a did-you-mean hint. */
+static const char *const all_names[] = {
+#define TRAIN_NAME(id, name, has_arg) name,
+	TRAIN_OPTIONS(TRAIN_NAME)
+#undef TRAIN_NAME
+#define ALIAS_NAME(id, name) name,
+	TRAIN_ALIASES(ALIAS_NAME)
+#undef ALIAS_NAME
+	"help", "version",
+};
+
+/* How many names start with prefix (getopt takes a unique one for the
+ * whole name), listed in list. */
+static int prefix_of(const char *prefix, char *list, size_t n)
+{
+	int count = 0;
+
+	list[0] = '\0';
+	for (size_t i = 0; i < sizeof all_names / sizeof *all_names; i++)
+		if (strncmp(all_names[i], prefix, strlen(prefix)) == 0 && ++count)
+			snprintf(list + strlen(list), n - strlen(list), "%s--%s", count > 1 ? ", " : "", all_names[i]);
+	return count;
+}
+
+/* arg, which getopt did not take: unknown, ambiguous or without its
+ * value (short: the option's letter); one line, then the synopsis. */
+static noreturn void bad_option(int ch, int short_opt, const char *arg)
+{
+	char name[128], list[512];
+	const char *hint;
+
+	if (strncmp(arg, "--", 2) != 0) {
+		warnmsg("unknown option \"-%c\"", short_opt > 0 && short_opt < 256 ? short_opt : '?');
+		usage(EXIT_USAGE);
+	}
+	snprintf(name, sizeof name, "%.*s", (int)strcspn(arg + 2, "="), arg + 2);
+	for (char *p = name; *p; p++) /* HF's --learning_rate is --learning-rate here */
+		if (*p == '_')
+			*p = '-';
+	if (ch == ':')
+		warnmsg("option --%s needs a value", name);
+	else if (prefix_of(name, list, sizeof list) > 1)
+		warnmsg("option \"%s\" is ambiguous (%s)", arg, list);
+	else if ((hint = closest_name(name, all_names, (int)(sizeof all_names / sizeof *all_names))) != NULL)
+		warnmsg("unknown option \"%s\" (did you mean --%s?)", arg, hint);
+	else
+		warnmsg("unknown option \"%s\"", arg);
+	usage(EXIT_USAGE);
+}
+
 int main(int argc, char **argv)
 {
 	/* long options only: values above any character getopt returns */
@@ -25,6 +76,9 @@ int main(int argc, char **argv)
 #define TRAIN_LONGOPT(id, name, has_arg) { name, has_arg ? required_argument : no_argument, NULL, LONG_ONLY(OPT_##id) },
 		TRAIN_OPTIONS(TRAIN_LONGOPT)
 #undef TRAIN_LONGOPT
+#define TRAIN_ALIAS(id, name) { name, required_argument, NULL, LONG_ONLY(OPT_##id) },
+		TRAIN_ALIASES(TRAIN_ALIAS)
+#undef TRAIN_ALIAS
 		{ "help", no_argument, NULL, LONG_ONLY(OPT_HELP) },
 		{ "version", no_argument, NULL, LONG_ONLY(OPT_VERSION) },
 		{ NULL, 0, NULL, 0 },
@@ -35,13 +89,14 @@ int main(int argc, char **argv)
 
 	set_progname(argv[0]);
 	stdout_check_at_exit();
-	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-		if (ch == LONG_ONLY(OPT_HELP))
+	opterr = 0; /* bad_option says what was wrong, with a hint */
+	while ((ch = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		if (ch == 'h' || ch == LONG_ONLY(OPT_HELP))
 			usage(EXIT_OK);
 		if (ch == LONG_ONLY(OPT_VERSION))
 			print_version();
 		if (ch < LONG_ONLY(0) || ch >= LONG_ONLY(OPT_COUNT))
-			usage(EXIT_USAGE);
+			bad_option(ch, optopt, argv[optind - 1]);
 		value[ch - LONG_ONLY(0)] = optarg ? optarg : "1";
 	}
 	if (optind != argc) {

@@ -78,8 +78,21 @@ int train_config_check(const struct train_config *c, char *err, size_t errsz)
 	if (c->resume && c->init_adapter)
 		return snprintf(err, errsz, "--resume and --init-adapter: a resumed run continues the checkpoint's "
 		                "adapter; give one of them"), -1;
-	if (c->cell.training.eval_every > 0 && c->cell.training.eval_dataset == NULL)
-		return snprintf(err, errsz, "--eval-every: needs an evaluation dataset (--eval-dataset)"), -1;
+	if (c->cell.training.eval_every > 0 && c->cell.training.eval_dataset == NULL &&
+	    c->cell.training.eval_fraction == 0)
+		return snprintf(err, errsz, "--eval-every: needs an evaluation dataset (--eval-dataset or "
+		                "--eval-fraction)"), -1;
+	if (c->cell.training.split && !name_is_safe(c->cell.training.split))
+		return snprintf(err, errsz, "--split: \"%s\" is no split name (letters, digits, '.', '_', '-')",
+		                c->cell.training.split), -1;
+	if (c->cell.training.eval_split && !name_is_safe(c->cell.training.eval_split))
+		return snprintf(err, errsz, "--eval-split: \"%s\" is no split name (letters, digits, '.', '_', '-')",
+		                c->cell.training.eval_split), -1;
+	if (c->cell.training.eval_split && c->cell.training.eval_dataset == NULL)
+		return snprintf(err, errsz, "--eval-split: needs an evaluation dataset (--eval-dataset)"), -1;
+	if (c->cell.training.eval_fraction > 0 && c->cell.training.eval_dataset)
+		return snprintf(err, errsz, "--eval-fraction and --eval-dataset: the fraction holds out part of "
+		                "--dataset as the evaluation set; give one of them"), -1;
 	return 0;
 }
 
@@ -219,6 +232,10 @@ static void apply_flags(struct train_config *c, char *const v[OPT_COUNT])
 		replace(&c->init_adapter, v[OPT_INIT_ADAPTER]);
 	if (v[OPT_SAVE_EVERY])
 		c->save_every = (int)opt_long("--save-every", v[OPT_SAVE_EVERY], 0, 1000000);
+	c->dataset_named = v[OPT_DATASET] != NULL || v[OPT_CELL] != NULL;
+	if (v[OPT_EPOCHS])
+		c->epochs = opt_double("--epochs", v[OPT_EPOCHS], 1e-6, 100000);
+	c->steps_given = v[OPT_STEPS] != NULL;
 	if (v[OPT_QUIET])
 		c->quiet = 1;
 	if (v[OPT_PLAN])

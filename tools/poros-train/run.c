@@ -184,10 +184,10 @@ static int put_num(char *buf, size_t n, const char *fmt, double v)
 	return snprintf(buf, n, fmt, v);
 }
 
-static int append_event(const char *path, int step, const struct step_stats *st, long long tokens, double alloc_mb,
-                        double peak_mb, const char *profile, double eval_loss, long long eval_tokens)
+static int append_event(const char *path, int step, const struct step_stats *st, long long tokens, double epoch,
+                        double alloc_mb, double peak_mb, const char *profile, double eval_loss, long long eval_tokens)
 {
-	char line[6144], loss[40], lr[40], gn[40], frac[40], eval[96] = "";
+	char line[6144], loss[40], lr[40], gn[40], frac[40], ep[40], eval[96] = "";
 
 	/* loss with 9 significant digits: enough to round-trip a float, so
 	 * poros-parity can compare bits */
@@ -195,6 +195,7 @@ static int append_event(const char *path, int step, const struct step_stats *st,
 	put_num(lr, sizeof lr, "%.9g", st->lr);
 	put_num(gn, sizeof gn, "%.9g", st->grad_norm);
 	put_num(frac, sizeof frac, "%.4f", st->copy_hidden_frac);
+	put_num(ep, sizeof ep, "%.4f", epoch);
 	if (eval_tokens >= 0) { /* a step with an evaluation after it */
 		char el[40];
 
@@ -203,10 +204,10 @@ static int append_event(const char *path, int step, const struct step_stats *st,
 	}
 	snprintf(line, sizeof line,
 	         "{\"step\":%d,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"step_s\":%.6f,\"tokens\":%lld,"
-	         "\"tokens_supervised\":%lld,"
+	         "\"tokens_supervised\":%lld,\"epoch\":%s,"
 	         "\"vram_alloc_mb\":%.1f,\"vram_peak_mb\":%.1f,\"h2d_bytes\":%lld,\"h2d_s\":%.6f,\"compute_s\":%.6f,"
 	         "\"copy_hidden_frac\":%s%s%s%s}\n",
-	         step, loss, lr, gn, st->step_s, tokens, st->tokens_supervised, alloc_mb, peak_mb, st->h2d_bytes, st->h2d_s,
+	         step, loss, lr, gn, st->step_s, tokens, st->tokens_supervised, ep, alloc_mb, peak_mb, st->h2d_bytes, st->h2d_s,
 	         st->compute_s, frac, eval, *profile ? ",\"profile\":" : "", profile);
 	return append_line(path, line, strlen(line));
 }
@@ -297,7 +298,8 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	cJSON_AddItemToObject(o, "host_checkpoints_mb", num_or_null(r->host_checkpoints_mb));
 	cJSON_AddItemToObject(o, "loss_first", loss_json(r->loss_first));
 	cJSON_AddItemToObject(o, "loss_last", loss_json(r->loss_last));
-	if (c->cell.training.eval_dataset) { /* only with an evaluation set: other summaries stay as they were */
+	/* only with an evaluation set: other summaries stay as they were */
+	if (c->cell.training.eval_dataset || c->cell.training.eval_fraction > 0) {
 		cJSON_AddItemToObject(o, "eval_loss", loss_json(r->eval_loss));
 		cJSON_AddNumberToObject(o, "eval_tokens", (double)r->eval_tokens);
 	}
@@ -396,16 +398,57 @@ static int prepare_run_dir(const struct train_config *c, struct run_result *r, c
 	return 0;
 }
 
-static void progress(const struct train_config *c, int step, const struct step_stats *st)
+/* eval_loss: NaN when the step had no evaluation */
+static void progress(const struct train_config *c, int step, const struct step_stats *st, double eval_loss,
+                     long long eval_tokens)
 {
+	char eval[64] = "";
+
 	if (c->quiet)
 		return;
-	fprintf(stderr, "%s: step %d/%d loss %.6f lr %.3g grad_norm %.4g %.3f s\n", progname, step,
-	        c->cell.training.steps, st->loss, st->lr, st->grad_norm, st->step_s);
+	if (eval_tokens >= 0)
+		snprintf(eval, sizeof eval, " eval_loss %.6f", eval_loss);
+	fprintf(stderr, "%s: step %d/%d loss %.6f lr %.3g grad_norm %.4g%s %.3f s\n", progname, step,
+	        c->cell.training.steps, st->loss, st->lr, st->grad_norm, eval, st->step_s);
 }
 
-static int train_loop(struct engine *e, const struct train_config *c, struct run_result *r, struct eval_set *ev,
-                      char *err, size_t errsz)
+static long rows_per_step(const struct train_config *c)
+{
+	return (long)c->cell.training.batch_size * c->cell.training.gradient_accumulation_steps;
+}
+
+/* The passes over the data once step `step` is done (HF's state.epoch);
+ * NaN for an endless stream. */
+static double epoch_at(const struct train_config *c, const struct token_source *data, int step)
+{
+	double rows = token_source_epoch_rows(data);
+
+	return rows > 0 ? (double)step * rows_per_step(c) / rows : NAN;
+}
+
+/* --save-every N: adapter-stepN and checkpoint-stepN every N steps, and a
+ * checkpoint at the last step too, so a finished run can be extended
+ * (its adapter is adapter/). */
+static int save_checkpoint(struct engine *e, const struct train_config *c, const struct run_result *r, int step,
+                           char *err, size_t errsz)
+{
+	int last = step == c->cell.training.steps;
+
+	if (c->save_every == 0 || (step % c->save_every != 0 && !last))
+		return 0;
+	if (!last) {
+		char *dir = xasprintf("%s/adapter-step%d", c->out_dir, step);
+		int rc = save_adapter(e, c, dir, err, errsz);
+
+		free(dir);
+		if (rc < 0)
+			return -1;
+	}
+	return checkpoint_save(e, c, step, r->loss_first, r->events_path, err, errsz);
+}
+
+static int train_loop(struct engine *e, const struct train_config *c, const struct token_source *data,
+                      struct run_result *r, struct eval_set *ev, char *err, size_t errsz)
 {
 	long long tokens = (long long)c->cell.training.batch_size * c->cell.training.seq_len *
 	                   c->cell.training.gradient_accumulation_steps;
@@ -433,12 +476,12 @@ static int train_loop(struct engine *e, const struct train_config *c, struct run
 
 			if (token_source_seek(&ev->src, &ev->start, why, sizeof why) < 0 ||
 			    engine_eval(e, &ev->src, ev->rows, &eval_loss, &eval_tokens, why, sizeof why) < 0)
-				return snprintf(err, errsz, "step %d: --eval-dataset %s: %s", step,
-				                c->cell.training.eval_dataset, why), -1;
+				return snprintf(err, errsz, "step %d: evaluation set %s: %s", step, ev->src.name, why), -1;
 			r->eval_loss = eval_loss;
 			r->eval_tokens = eval_tokens;
 		}
-		if (append_event(r->events_path, step, &st, tokens, alloc_mb, peak_mb, profile, eval_loss, eval_tokens) < 0)
+		if (append_event(r->events_path, step, &st, tokens, epoch_at(c, data, step), alloc_mb, peak_mb, profile,
+		                 eval_loss, eval_tokens) < 0)
 			return snprintf(err, errsz, "%s: %s", r->events_path, strerror(errno)), -1;
 		r->events_written = 1;
 		r->step_s[step - 1] = st.step_s;
@@ -447,15 +490,9 @@ static int train_loop(struct engine *e, const struct train_config *c, struct run
 		r->loss_last = st.loss;
 		r->vram_sum_bytes += (double)engine_vram_current(e);
 		r->steps_done = step;
-		progress(c, step, &st);
-		if (c->save_every > 0 && step % c->save_every == 0 && step < c->cell.training.steps) {
-			char *dir = xasprintf("%s/adapter-step%d", c->out_dir, step);
-			int rc = save_adapter(e, c, dir, err, errsz);
-
-			free(dir);
-			if (rc < 0 || checkpoint_save(e, c, step, r->loss_first, r->events_path, err, errsz) < 0)
-				return -1;
-		}
+		progress(c, step, &st, eval_loss, eval_tokens);
+		if (save_checkpoint(e, c, r, step, err, errsz) < 0)
+			return -1;
 	}
 	if (save_adapter(e, c, r->adapter_path, err, errsz) < 0)
 		return -1;
@@ -524,6 +561,85 @@ static int open_model(struct run *x, char *err, size_t errsz)
 	return 0;
 }
 
+/* --epochs E without --steps: ceil(E x rows per epoch / rows per step)
+ * steps (steps run on through epochs: the step after an epoch's last
+ * row takes the next epoch's first). */
+static int steps_from_epochs(struct run *x, char *err, size_t errsz)
+{
+	struct train_config *c = &x->cfg;
+	double rows = token_source_epoch_rows(&x->data), steps;
+
+	if (c->epochs == 0 || c->steps_given)
+		return 0;
+	if (rows == 0)
+		return snprintf(err, errsz, "--epochs: dataset %s is an endless stream; give --steps",
+		                c->cell.training.dataset), -1;
+	steps = ceil(c->epochs * rows / (double)rows_per_step(c));
+	if (steps > 1000000)
+		return snprintf(err, errsz, "--epochs %g: %.0f steps, more than 1000000", c->epochs, steps), -1;
+	c->cell.training.steps = (int)steps;
+	if (c->cell.training.warmup_steps >= c->cell.training.steps && c->cell.training.warmup_steps > 0)
+		return snprintf(err, errsz, "--epochs %g: %d steps, not more than --warmup %d", c->epochs,
+		                c->cell.training.steps, c->cell.training.warmup_steps), -1;
+	return 0;
+}
+
+/* One line before step 1: what the data is and how far the steps go. */
+static void say_accounting(const struct run *x)
+{
+	const struct train_config *c = x->c;
+	char data[256], eval[320] = "", over[96] = "", span[64];
+	double epochs = epoch_at(c, &x->data, c->cell.training.steps);
+
+	if (c->quiet)
+		return;
+	token_source_describe(&x->data, data, sizeof data);
+	if (x->eval.open) {
+		char what[256];
+
+		token_source_describe(&x->eval.src, what, sizeof what);
+		snprintf(eval, sizeof eval, "; eval %s%s%s: %s", x->eval.src.name,
+		         x->eval.src.kind == SOURCE_DATASET && dataset_split_read(x->eval.src.ds) ? ", split " : "",
+		         x->eval.src.kind == SOURCE_DATASET && dataset_split_read(x->eval.src.ds)
+		                 ? dataset_split_read(x->eval.src.ds) : "", what);
+	}
+	if (c->epochs > 0 && c->steps_given)
+		snprintf(over, sizeof over, " (--steps wins over --epochs %g)", c->epochs);
+	if (isfinite(epochs))
+		snprintf(span, sizeof span, "%.4g epochs", epochs);
+	else
+		snprintf(span, sizeof span, "no epochs (no end)");
+	warnmsg("dataset %s: %s; %d steps of %ld rows%s: %s%s", c->cell.training.dataset, data, c->cell.training.steps,
+	        rows_per_step(c), over, span, eval);
+}
+
+/* --eval-dataset: a directory's validation split (else its test split)
+ * unless --eval-split names one, never the training files themselves. */
+static int open_eval_dataset(struct run *x, char *err, size_t errsz)
+{
+	const struct cell *cl = &x->c->cell;
+	const char *spec = cl->training.eval_dataset, *split = cl->training.eval_split;
+	char why[768];
+
+	if (split && !token_source_has_splits(spec))
+		return snprintf(err, errsz, "--eval-split %s: dataset %s has no splits (only a directory or a HF cache "
+		                "dataset has)", split, spec), -1;
+	if (split == NULL && token_source_has_splits(spec))
+		split = "validation|test";
+	if (token_source_open(&x->eval.src, spec, &x->mc, cl->training.seq_len, cl->training.seed,
+	                      (enum train_on)cl->training.train_on, cl->training.chat_date, split, why, sizeof why) < 0)
+		return snprintf(err, errsz, "--eval-dataset: %s", why), -1;
+	x->eval.open = 1;
+	if (token_source_rows(&x->eval.src) < 0)
+		return snprintf(err, errsz, "--eval-dataset %s: a synthetic stream has no end to average over; give "
+		                "a dataset or a token file", spec), -1;
+	if (token_source_same_data(&x->data, &x->eval.src))
+		return snprintf(err, errsz, "--eval-dataset %s: the same files as the training data (--dataset %s%s%s): "
+		                "an evaluation on them measures nothing held out", spec, cl->training.dataset,
+		                cl->training.split ? ", split " : "", cl->training.split ? cl->training.split : ""), -1;
+	return 0;
+}
+
 /* The model's shape and the data: what is wrong here is bad input. */
 static int open_inputs(struct run *x, char *err, size_t errsz)
 {
@@ -532,25 +648,31 @@ static int open_inputs(struct run *x, char *err, size_t errsz)
 
 	if (open_model(x, err, errsz) < 0)
 		return -1;
+	/* random tokens through real weights are asked for by name, never a default */
+	if (x->mc.checkpoint_dir && !c->dataset_named)
+		return snprintf(err, errsz, "--model %s: a checkpoint with weights, and no --dataset: give the data to "
+		                "train on, or --dataset synthetic (or synthetic:repeat) for random tokens",
+		                cl->model.model_id), -1;
+	if (cl->training.split && !token_source_has_splits(cl->training.dataset))
+		return snprintf(err, errsz, "--split %s: dataset %s has no splits (only a directory or a HF cache "
+		                "dataset has)", cl->training.split, cl->training.dataset), -1;
 	if (token_source_open(&x->data, cl->training.dataset, &x->mc, cl->training.seq_len, cl->training.seed,
-	                      (enum train_on)cl->training.train_on, cl->training.chat_date, err, errsz) < 0)
+	                      (enum train_on)cl->training.train_on, cl->training.chat_date, cl->training.split, err,
+	                      errsz) < 0)
 		return -1;
 	x->have_data = 1;
-	if (c->cell.training.eval_dataset) {
-		char why[768];
-
-		if (token_source_open(&x->eval.src, cl->training.eval_dataset, &x->mc, cl->training.seq_len,
-		                      cl->training.seed, (enum train_on)cl->training.train_on, cl->training.chat_date, why,
-		                      sizeof why) < 0)
-			return snprintf(err, errsz, "--eval-dataset: %s", why), -1;
+	if (cl->training.eval_dataset && open_eval_dataset(x, err, errsz) < 0)
+		return -1;
+	if (cl->training.eval_fraction > 0) {
+		if (token_source_hold_out(&x->data, &x->eval.src, cl->training.eval_fraction, err, errsz) < 0)
+			return -1;
 		x->eval.open = 1;
+	}
+	if (x->eval.open) {
 		x->eval.rows = token_source_rows(&x->eval.src);
-		if (x->eval.rows < 0)
-			return snprintf(err, errsz, "--eval-dataset %s: a synthetic stream has no end to average over; give "
-			                "a dataset or a token file", c->cell.training.eval_dataset), -1;
 		token_source_tell(&x->eval.src, &x->eval.start);
 	}
-	return 0;
+	return steps_from_epochs(x, err, errsz);
 }
 
 enum { RUN_OK = 0, RUN_FAILED = -1, RUN_BAD_INPUT = -2 };
@@ -766,7 +888,8 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		r->steps_done = r->resumed_at;
 		r->events_written = 1;
 	}
-	rc = train_loop(x->e, c, r, &x->eval, err, errsz);
+	say_accounting(x);
+	rc = train_loop(x->e, c, &x->data, r, &x->eval, err, errsz);
 	r->vram_peak_mb = (double)engine_vram_peak(x->e) / MIB;
 	if (rc < 0)
 		goto failed;
@@ -866,7 +989,7 @@ int train_run(const struct train_config *c, FILE *summary_out)
 		run_close(&x);
 		return EXIT_USAGE;
 	}
-	rc = finish(c, &x.r, summary_out);
+	rc = finish(x.c, &x.r, summary_out);
 	run_close(&x);
 	return rc;
 }

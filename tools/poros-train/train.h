@@ -26,7 +26,10 @@ struct train_config {
 	char *out_dir;           /* the run directory */
 	char *init_adapter;      /* NULL: fresh LoRA init */
 	int save_every;          /* 0: only the final adapter; else also adapter-stepN and checkpoint-stepN */
+	double epochs;           /* --epochs: passes over the data that set the steps; 0: none */
+	int steps_given;         /* --steps was given: it wins over --epochs (HF's max_steps) */
 	char *resume;            /* a checkpoint-stepN directory to continue from; NULL: none */
+	int dataset_named;       /* the dataset came from --dataset or a cell, not the default "synthetic" */
 	int quiet;               /* no per-step progress on stderr */
 	int plan;                /* --plan: print the device memory plan, run nothing */
 	/* from the environment (options.c reads it once; man/poros-train.1) */
@@ -56,7 +59,17 @@ enum { ATTN_CKPT_AUTO = -1 };
 	X(BACKEND, "backend", 1) X(VRAM_BUDGET, "vram-budget", 1) X(CONFIGS, "configs", 1) X(OUT, "out", 1) \
 	X(INIT_ADAPTER, "init-adapter", 1) X(SAVE_EVERY, "save-every", 1) X(QUIET, "quiet", 0) \
 	X(GRAD_CKPT, "gradient-checkpointing", 1) X(RESUME, "resume", 1) X(EVAL_DATASET, "eval-dataset", 1) \
-	X(EVAL_EVERY, "eval-every", 1) X(PLAN, "plan", 0)
+	X(EVAL_EVERY, "eval-every", 1) X(PLAN, "plan", 0) X(SPLIT, "split", 1) X(EVAL_SPLIT, "eval-split", 1) \
+	X(EVAL_FRACTION, "eval-fraction", 1) X(EPOCHS, "epochs", 1)
+
+/* The names HF's Trainer, TRL and PEFT users type, as aliases of the
+ * options above: X(id of the option, alias).  They take the same values
+ * (a message about a value names the option's own spelling). */
+#define TRAIN_ALIASES(X) \
+	X(LR, "learning-rate") X(EPOCHS, "num-train-epochs") X(STEPS, "max-steps") \
+	X(BATCH_SIZE, "per-device-train-batch-size") X(ACCUM, "gradient-accumulation-steps") X(RANK, "lora-r") \
+	X(ALPHA, "lora-alpha") X(DROPOUT, "lora-dropout") X(SEQ_LEN, "max-seq-length") X(OUT, "output-dir") \
+	X(RESUME, "resume-from-checkpoint") X(LR_WARMUP, "warmup-steps") X(TARGETS, "target-modules")
 
 enum train_opt {
 #define TRAIN_OPT_ENUM(id, name, has_arg) OPT_##id,
@@ -69,14 +82,15 @@ extern const char *const train_opt_names[OPT_COUNT];
 
 #define TRAIN_SYNOPSIS \
 	"usage: poros-train [--cell FILE | --model ID] [--mode blockwise|resident] [--precision nf4|bf16]\n" \
-	"                   [--steps N] [--seq-len N] [--batch-size N] [--accum K] [--rank R] [--alpha A]\n" \
-	"                   [--dropout P] [--targets LIST] [--block-size N] [--no-prefetch] [--lr LR]\n" \
+	"                   [--steps N] [--epochs E] [--seq-len N] [--batch-size N] [--accum K] [--rank R]\n" \
+	"                   [--alpha A] [--dropout P] [--targets LIST] [--block-size N] [--no-prefetch] [--lr LR]\n" \
 	"                   [--lr-schedule constant|linear|cosine] [--lr-warmup N] [--warmup N]\n" \
 	"                   [--weight-decay W] [--max-grad-norm G] [--seed S] [--dataset SPEC] [--tokenizer PATH]\n" \
 	"                   [--chat-date YYYY-MM-DD] [--train-on assistant|all]\n" \
 	"                   [--backend cpu|cuda|auto]\n" \
 	"                   [--vram-budget BYTES] [--configs DIR] [--out DIR] [--init-adapter DIR]\n" \
-	"                   [--save-every N] [--resume DIR] [--eval-dataset SPEC] [--eval-every N]\n" \
+	"                   [--save-every N] [--resume DIR] [--split NAME] [--eval-dataset SPEC]\n" \
+	"                   [--eval-split NAME] [--eval-fraction F] [--eval-every N]\n" \
 	"                   [--gradient-checkpointing on|off] [--quiet] [--plan]\n"
 
 /* Defaults, then the cell (--cell), then every other flag on top; dies

@@ -172,6 +172,9 @@ UNIMPLEMENTED = {
     "eval_every": "the baseline arms do not evaluate (eval_loss is poros-train's: methods poros and resident)",
     "tokenizer": "the baseline arms tokenize nothing (they train on the synthetic token streams)",
     "chat_date": "the baseline arms render no chat template (they train on the synthetic token streams)",
+    "split": "the baseline arms read no dataset files (they train on the synthetic token streams)",
+    "eval_split": "the baseline arms do not evaluate (eval_loss is poros-train's: methods poros and resident)",
+    "eval_fraction": "the baseline arms do not evaluate (eval_loss is poros-train's: methods poros and resident)",
 }
 
 
@@ -808,6 +811,7 @@ def train(torch, model, cell, out_dir, summary, input_device="cuda"):
                 allocs.append(alloc)
             ev = {"step": step, "loss": float(f"{loss_v:.9g}"), "lr": lr, "grad_norm": finite_or_none(grad_norm),
                   "step_s": float(f"{dt:.6f}"), "tokens": tokens, "tokens_supervised": supervised,
+                  "epoch": None,  # the synthetic streams have no end
                   "vram_alloc_mb": alloc / 2**20,
                   "vram_peak_mb": peak / 2**20,
                   "h2d_bytes": None, "h2d_s": None, "compute_s": None, "copy_hidden_frac": None}
