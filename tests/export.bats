@@ -442,7 +442,7 @@ gguf_key() { jq -c --arg k "$2" '.metadata[$k]' "$1.json"; }
 
 # --- --check vllm ------------------------------------------------------------
 
-@test "poros-train's adapter_config.json carries what PEFT and vLLM read; a rank vLLM refuses is warned of at start" {
+@test "poros-train's adapter_config.json carries what PEFT and vLLM read; a rank vLLM refuses is warned of before step 1" {
 	base b
 	run -0 --separate-stderr poros-train "${TRAIN[@]}" --model "$PWD/b" --steps 1 --out run
 	[[ "$stderr" == *"poros-train: warning: rank 4 is not one vLLM serves (8, 16, 32, 64, 128, 256, 320, 512)"* ]]
@@ -450,14 +450,14 @@ gguf_key() { jq -c --arg k "$2" '.metadata[$k]' "$1.json"; }
 		and (.target_modules | length) > 0 and .fan_in_fan_out == false and .bias == "none"
 		and has("modules_to_save") and .modules_to_save == null and .base_model_name_or_path == $b' \
 		run/adapter/adapter_config.json
-	run -0 --separate-stderr poros-train --backend cpu --precision bf16 --seq-len 32 --rank 8 --quiet \
+	run -0 --separate-stderr poros-train --backend cpu --precision bf16 --seq-len 32 --rank 8 --quiet --dataset synthetic \
 		--model "$PWD/b" --steps 1 --out run8
 	[[ "$stderr" != *"vLLM"* ]]
 }
 
 @test "--check vllm: 0 for an adapter vLLM loads, 1 with every reason for one it refuses" {
 	base b
-	poros-train --backend cpu --precision bf16 --seq-len 32 --rank 8 --quiet --model "$PWD/b" --steps 1 --out run8 \
+	poros-train --backend cpu --precision bf16 --seq-len 32 --rank 8 --quiet --dataset synthetic --model "$PWD/b" --steps 1 --out run8 \
 		>/dev/null
 	run -0 --separate-stderr poros-export --check vllm run8/adapter
 	[ "$output" = '{"adapter":"run8/adapter","check":"vllm","ok":true,"reasons":[]}' ]

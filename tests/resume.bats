@@ -170,7 +170,7 @@ position() {
 	poros-train "${run[@]}" --steps 5 --save-every 4 --out half >/dev/null
 	# every 4th step and the last, whose adapter is adapter/
 	ls -A half | sort >entries
-	diff entries <(printf '%s\n' adapter adapter-step4 checkpoint-step4 checkpoint-step5 events.jsonl)
+	diff entries <(printf '%s\n' .lock adapter adapter-step4 checkpoint-step4 checkpoint-step5 events.jsonl)
 	[ "$(position half/checkpoint-step5)" = past-end ]
 	jq -e '.step == 5' half/checkpoint-step5/state.json
 	poros-train "${run[@]}" --steps 9 --resume half/checkpoint-step5 --out more >more.json

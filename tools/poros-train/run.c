@@ -875,11 +875,6 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		         engine_vram_peak(x->e), x->plan_bytes);
 		goto failed;
 	}
-	/* once the run is set to train, said even with --quiet: it decides
-	 * where the adapter can be served */
-	if (!vllm_rank_ok(c->cell.lora.rank))
-		warnmsg("warning: rank %d is not one vLLM serves (%s): vLLM will refuse this adapter", c->cell.lora.rank,
-		        vllm_rank_list());
 	if (c->init_adapter && load_init_adapter(x->e, c, err, errsz) < 0)
 		return RUN_BAD_INPUT;
 	if (c->resume) {
@@ -888,6 +883,11 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		r->steps_done = r->resumed_at;
 		r->events_written = 1;
 	}
+	/* once every input is taken and the run is set to train, said even
+	 * with --quiet: it decides where the adapter can be served */
+	if (!vllm_rank_ok(c->cell.lora.rank))
+		warnmsg("warning: rank %d is not one vLLM serves (%s): vLLM will refuse this adapter", c->cell.lora.rank,
+		        vllm_rank_list());
 	say_accounting(x);
 	rc = train_loop(x->e, c, &x->data, r, &x->eval, err, errsz);
 	r->vram_peak_mb = (double)engine_vram_peak(x->e) / MIB;
