@@ -229,11 +229,11 @@ plan_and_train() {
 	# on the CPU backend the device plan is host memory too; the base and the
 	# checkpoints each fit in 1 MiB, the whole plan does not
 	jq -e '(.host_breakdown_mb.device - .vram_plan_mb | fabs) < 0.001 and .host_weights_mb < 1 and .host_checkpoints_mb < 1
-		and .host_plan_mb > 1 and .host_available_mb > 0 and .host_fits == true' fits.plan
+		and .host_plan_mb > 1 and .host_fits == true' fits.plan
 	need=$(jq '.host_plan_mb' fits.plan)
 	largest=$(jq -r '.host_breakdown_mb | to_entries | sort_by(-.value) | .[:3] | map(.key) | join(" ")' fits.plan)
 	POROS_MEM_AVAILABLE=1M run -0 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --plan
-	jq -e '.host_available_mb == 1 and .host_fits == false and .fits == null' <<<"$output"
+	jq -e '.host_fits == false and .fits == null and has("host_available_mb") == false' <<<"$output"
 	POROS_MEM_AVAILABLE=1M run -1 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 2 --quiet --out run
 	# one summary line, status oom, no step run; the message on stderr is its error
 	assert_equal "${#lines[@]}" 1

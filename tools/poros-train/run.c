@@ -791,8 +791,9 @@ static int plan_library_bytes(const struct train_config *c, size_t *bytes, const
 	return 0;
 }
 
-/* --plan: the host plan into o, with host_available_mb and host_fits
- * (null where nothing is known of the host; the exit status stays the
+/* --plan: the host plan into o, with host_fits against MemAvailable or
+ * POROS_MEM_AVAILABLE (null where neither is known; the figure itself is
+ * left out, so plans of one run compare equal; the exit status stays the
  * device budget's).  0, or -1 with err for bad input. */
 static int plan_host(cJSON *o, struct run *x, const struct dev_alloc *plan, const char *backend, size_t host_ckpt,
                      char *err, size_t errsz)
@@ -803,7 +804,6 @@ static int plan_host(cJSON *o, struct run *x, const struct dev_alloc *plan, cons
 	if (host_plan_for_run(&hp, x->c, &x->mc, plan, backend, host_ckpt, err, errsz) < 0)
 		return -1;
 	host_plan_add_json(o, &hp);
-	cJSON_AddItemToObject(o, "host_available_mb", avail ? cJSON_CreateNumber((double)avail / MIB) : cJSON_CreateNull());
 	cJSON_AddItemToObject(o, "host_fits", avail ? cJSON_CreateBool(hp.total <= avail) : cJSON_CreateNull());
 	return 0;
 }
