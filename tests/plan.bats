@@ -17,7 +17,7 @@ setup() {
 plan_and_train() {
 	local name=$1
 	shift
-	poros-train "${TINY[@]}" --quiet --plan "$@" >"$name.plan"
+	poros-train "${TINY[@]}" --quiet --steps 2 --plan "$@" >"$name.plan"
 	poros-train "${TINY[@]}" --quiet --steps 2 --out "$name" "$@" >"$name.json"
 }
 
@@ -223,32 +223,73 @@ plan_and_train() {
 	jq -e '.status == "oom" and (.error | endswith("; POROS_ATTN_CKPT=0 keeps only the layer inputs"))' <<<"$output"
 }
 
-@test "on the CPU backend a run whose plan, base and checkpoints are more than the host has is refused before a weight, naming the plan's three largest" {
+@test "a run whose host plan is more than the host has is refused before a weight, naming its three largest items" {
 	plan_and_train fits --model poros/tiny-qwen2
 	jq -e '.status == "ok"' fits.json
-	# the plan alone (~1.1 MiB) is more than 1 MiB; the base and the checkpoints each fit
-	need=$(jq '.vram_plan_mb + .host_weights_mb + .host_checkpoints_mb' fits.plan)
-	jq -e '.vram_plan_mb > 1 and .host_weights_mb < 1 and .host_checkpoints_mb < 1' fits.plan
-	largest=$(jq -r '.vram_breakdown_mb | to_entries | sort_by(-.value) | .[:3] | map(.key) | join(" ")' fits.plan)
+	# on the CPU backend the device plan is host memory too; the base and the
+	# checkpoints each fit in 1 MiB, the whole plan does not
+	jq -e '(.host_breakdown_mb.device - .vram_plan_mb | fabs) < 0.001 and .host_weights_mb < 1 and .host_checkpoints_mb < 1
+		and .host_plan_mb > 1 and .host_fits == true' fits.plan
+	need=$(jq '.host_plan_mb' fits.plan)
+	largest=$(jq -r '.host_breakdown_mb | to_entries | sort_by(-.value) | .[:3] | map(.key) | join(" ")' fits.plan)
+	POROS_MEM_AVAILABLE=1M run -0 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --plan
+	jq -e '.host_fits == false and .fits == null and has("host_available_mb") == false' <<<"$output"
 	POROS_MEM_AVAILABLE=1M run -1 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 2 --quiet --out run
 	# one summary line, status oom, no step run; the message on stderr is its error
 	assert_equal "${#lines[@]}" 1
-	jq -e '.status == "oom" and .steps == 0 and .loss_first == null and .events == null and .adapter == null' <<<"$output"
+	jq -e '.status == "oom" and .steps == 0 and .loss_first == null and .events == null and .adapter == null
+		and .weights == null' <<<"$output"
+	jq -e --argjson p "$(cat fits.plan)" '.host_plan_mb == $p.host_plan_mb and .host_breakdown_mb == $p.host_breakdown_mb' <<<"$output"
 	[ "$stderr" = "poros-train: $(jq -r .error <<<"$output")" ]
-	[[ "$stderr" =~ ^"poros-train: the run needs "([0-9.]+)" MiB of host memory (device "[0-9.]+" MiB, base "[0-9.]+" KiB, checkpoints "[0-9.]+" KiB), 1.0 MiB available (POROS_MEM_AVAILABLE); the largest: "([a-z_]+)" "[0-9.]+" KiB, "([a-z_]+)" "[0-9.]+" KiB, "([a-z_]+)" "[0-9.]+" KiB"$ ]]
+	[[ "$stderr" =~ ^"poros-train: the run needs "([0-9.]+)" MiB of host memory, 1.0 MiB available (POROS_MEM_AVAILABLE); the largest: "([a-z_]+)" "[0-9.]+" "[KM]"iB, "([a-z_]+)" "[0-9.]+" "[KM]"iB, "([a-z_]+)" "[0-9.]+" "[KM]"iB"$ ]]
 	[ "${BASH_REMATCH[1]}" = "$(printf '%.1f' "$need")" ]
 	assert_equal "${BASH_REMATCH[2]} ${BASH_REMATCH[3]} ${BASH_REMATCH[4]}" "$largest"
 	# nothing of a run in its directory: no events, no adapter, no temporaries
 	run -0 find run -mindepth 1 ! -name .lock
 	assert_output ''
-	# with room for all three it runs
-	POROS_MEM_AVAILABLE=2M run -0 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 2 --quiet --out run
+	# with room for the plan to the byte it runs; a byte less is refused
+	bytes=$(jq '.host_plan_mb * 1048576 | round' fits.plan)
+	POROS_MEM_AVAILABLE=$((bytes - 1)) run -1 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 2 --quiet --out run
+	jq -e '.status == "oom"' <<<"$output"
+	POROS_MEM_AVAILABLE=$bytes run -0 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 2 --quiet --out run
 	jq -e '.status == "ok" and .steps == 2' <<<"$output"
 	# the figure is a byte count above 0, or a usage error
 	POROS_MEM_AVAILABLE=0 run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --plan
 	assert_equal "$stderr" 'poros-train: POROS_MEM_AVAILABLE: must be more than 0, got 0'
 	POROS_MEM_AVAILABLE=lots run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --plan
 	assert_equal "$stderr" 'poros-train: POROS_MEM_AVAILABLE: not a byte count: lots'
+}
+
+# host_rss_ok NAME: NAME.json's measured growth of the resident set, from
+# the host check to the peak, is at most its plan and at least the plan
+# less 15% and 10 MiB: the fixed 8 MiB "process" item is slack at tiny
+# shapes (0.3-0.6 MiB used), and RSS counts touched pages while the
+# device workspace is sized for the largest of its users, which a step
+# does not all touch
+host_rss_ok() {
+	jq -e '.status == "ok" and (.host_peak_rss_mb - .host_rss_at_plan_mb) as $g
+		| .host_plan_mb >= $g and .host_plan_mb <= $g * 1.15 + 10' "$1.json"
+}
+
+@test "the host plan is not below the run's measured peak resident set, and within 15% and 10 MiB above it" {
+	plan_and_train bw --model poros/tiny-qwen2 --seq-len 64
+	plan_and_train res --model poros/tiny-qwen3 --mode resident
+	plan_and_train acc --model poros/tiny-llama --accum 2 --save-every 1 --precision bf16
+	for name in bw res acc; do
+		host_rss_ok "$name"
+		jq -e --slurpfile p "$name.plan" '.host_plan_mb == $p[0].host_plan_mb
+			and .host_breakdown_mb == $p[0].host_breakdown_mb
+			and (([.host_breakdown_mb[]] | add) - .host_plan_mb | fabs) < 0.01 * (.host_breakdown_mb | length)' "$name.json"
+	done
+	# Qwen2.5-0.5B's shapes (its 151936 x 896 tied embedding) with 2 layers:
+	# there the base, the device plan and the embedding are tens to hundreds of MiB
+	mkdir -p cfg/models
+	jq '.model_id = "test/qwen2.5-0.5b-2l" | .num_hidden_layers = 2' \
+		"$POROS_ROOT/configs/models/qwen2_5_0_5b.json" >cfg/models/qwen2_5_0_5b_2l.json
+	poros-train --configs cfg --model test/qwen2.5-0.5b-2l --backend cpu --seq-len 16 --rank 4 --alpha 8 \
+		--steps 1 --quiet --out small >small.json
+	host_rss_ok small
+	jq -e '.host_plan_mb > 500 and .host_breakdown_mb.base_globals > 259' small.json
 }
 
 @test "--plan --backend cuda needs no device: the CPU plan and the 32 MiB cuBLAS workspace" {

@@ -15,6 +15,7 @@
 #include "artifact.h"
 #include "checkpoint.h"
 #include "engine.h"
+#include "host_plan.h"
 #include "jsonl.h"
 #include "timing.h"
 #include "train.h"
@@ -34,6 +35,8 @@ struct run_result {
 	double host_checkpoints_mb; /* blockwise's pinned layer checkpoints (the plan's; 0 resident), NaN before it */
 	double vram_sum_bytes; /* exact: whole numbers far below 2^53 */
 	char vram_breakdown[1024]; /* engine_vram_breakdown_json, "" when no engine */
+	struct host_plan host;     /* host_plan_make's; host.n 0 before it */
+	double host_rss_at_plan_mb; /* VmRSS when the host plan was checked, NaN before */
 	char *events_path, *adapter_path;
 	int events_written, adapter_written;
 	int resumed_at;     /* --resume: the checkpoint's step (this process ran the steps after it); else 0 */
@@ -249,6 +252,20 @@ static cJSON *timed_steps(const struct run_result *r, int first, int n, double *
 	return arr;
 }
 
+/* The host plan (null before it was made), the resident set when it was
+ * checked, and the process's peak resident set (VmHWM) now. */
+static void add_host_memory(cJSON *o, const struct run_result *r)
+{
+	if (r->host.n > 0) {
+		host_plan_add_json(o, &r->host);
+	} else {
+		cJSON_AddNullToObject(o, "host_plan_mb");
+		cJSON_AddNullToObject(o, "host_breakdown_mb");
+	}
+	cJSON_AddItemToObject(o, "host_rss_at_plan_mb", num_or_null(r->host_rss_at_plan_mb));
+	cJSON_AddItemToObject(o, "host_peak_rss_mb", num_or_null(host_rss_peak() ? (double)host_rss_peak() / MIB : NAN));
+}
+
 static int print_summary(FILE *out, const struct train_config *c, const struct run_result *r)
 {
 	cJSON *o = cJSON_CreateObject(), *env, *steps;
@@ -296,6 +313,7 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	                      r->vram_breakdown[0] ? cJSON_Parse(r->vram_breakdown) : cJSON_CreateNull());
 	cJSON_AddItemToObject(o, "host_weights_mb", num_or_null(r->host_weights_mb));
 	cJSON_AddItemToObject(o, "host_checkpoints_mb", num_or_null(r->host_checkpoints_mb));
+	add_host_memory(o, r);
 	cJSON_AddItemToObject(o, "loss_first", loss_json(r->loss_first));
 	cJSON_AddItemToObject(o, "loss_last", loss_json(r->loss_last));
 	/* only with an evaluation set: other summaries stay as they were */
@@ -763,28 +781,6 @@ static void over_budget(char *err, size_t errsz, const struct train_config *c, c
 		         "--gradient-checkpointing on keeps one layer's)", n_layers);
 }
 
-/* On the CPU backend the device is host memory: the plan, the base and the
- * layer checkpoints are all there at once.  0 when they fit (or nothing
- * is known of the host); -1 with "the run needs 1.6 GiB of host memory
- * (device 1.5 GiB, base 96.0 MiB, checkpoints 4.0 MiB), 1.0 GiB available
- * (MemAvailable); the largest: ..." in err.  The base or the checkpoints
- * alone over it are left to their own checks, which name them. */
-static int cpu_over_host(char *err, size_t errsz, const struct dev_alloc *plan, size_t base, size_t ckpt)
-{
-	size_t avail = host_memory_available();
-	char need[32], dev[32], b[32], k[32], have[32], largest[256];
-
-	if (avail == 0 || base > avail || ckpt > avail || plan->peak + base + ckpt <= avail)
-		return 0;
-	snprintf(err, errsz, "the run needs %s of host memory (device %s, base %s, checkpoints %s), %s available (%s); "
-	         "the largest: %s",
-	         format_bytes(need, sizeof need, (double)(plan->peak + base + ckpt)),
-	         format_bytes(dev, sizeof dev, (double)plan->peak), format_bytes(b, sizeof b, (double)base),
-	         format_bytes(k, sizeof k, (double)ckpt), format_bytes(have, sizeof have, (double)avail),
-	         host_memory_source(), dev_alloc_largest(plan, 3, largest, sizeof largest));
-	return -1;
-}
-
 /* A run refused before its first weight for memory (err says why): status
  * oom and, as any failed run, no earlier run's events left beside its
  * summary.  RUN_FAILED, or RUN_BAD_INPUT when the run directory is not
@@ -835,7 +831,10 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		dev_alloc_release_all(&plan);
 		return refuse_oom(c, r, err, errsz);
 	}
-	if (strcmp(r->be->name, "cpu") == 0 && cpu_over_host(err, errsz, &plan, host, host_ckpt) < 0) {
+	if (host_plan_for_run(&r->host, c, &x->mc, &plan, r->be->name, host_ckpt, err, errsz) < 0)
+		return dev_alloc_release_all(&plan), RUN_BAD_INPUT;
+	r->host_rss_at_plan_mb = (double)host_rss_now() / MIB;
+	if (host_plan_check(&r->host, err, errsz) < 0) {
 		dev_alloc_release_all(&plan);
 		return refuse_oom(c, r, err, errsz);
 	}
@@ -920,7 +919,25 @@ static int plan_library_bytes(const struct train_config *c, size_t *bytes, const
 	return 0;
 }
 
-/* --plan: one JSON line with the plan; exit 1 when it is over the budget. */
+/* --plan: the host plan into o, with host_fits against MemAvailable or
+ * POROS_MEM_AVAILABLE (null where neither is known; the figure itself is
+ * left out, so plans of one run compare equal; the exit status stays the
+ * device budget's).  0, or -1 with err for bad input. */
+static int plan_host(cJSON *o, struct run *x, const struct dev_alloc *plan, const char *backend, size_t host_ckpt,
+                     char *err, size_t errsz)
+{
+	struct host_plan hp;
+	size_t avail = host_memory_available();
+
+	if (host_plan_for_run(&hp, x->c, &x->mc, plan, backend, host_ckpt, err, errsz) < 0)
+		return -1;
+	host_plan_add_json(o, &hp);
+	cJSON_AddItemToObject(o, "host_fits", avail ? cJSON_CreateBool(hp.total <= avail) : cJSON_CreateNull());
+	return 0;
+}
+
+/* --plan: one JSON line with the plan; exit 1 when it is over the budget
+ * or the host. */
 static int print_plan(struct run *x, FILE *out)
 {
 	const struct train_config *c = x->c;
@@ -955,6 +972,12 @@ static int print_plan(struct run *x, FILE *out)
 	cJSON_AddItemToObject(o, "host_checkpoints_mb", num_or_null((double)host_ckpt / MIB));
 	cJSON_AddItemToObject(o, "attention_checkpoints",
 	                      c->mode == MODE_BLOCKWISE ? cJSON_CreateBool(c->attn_ckpt != 0) : cJSON_CreateNull());
+	if (plan_host(o, x, &plan, backend, host_ckpt, err, sizeof err) < 0) {
+		warnmsg("%s", err);
+		cJSON_Delete(o);
+		dev_alloc_release_all(&plan);
+		return EXIT_USAGE;
+	}
 	rc = jsonl_write(out, o) < 0 ? EXIT_RUNTIME : EXIT_OK;
 	fflush(out);
 	cJSON_Delete(o);
@@ -977,7 +1000,7 @@ int train_run(const struct train_config *c, FILE *summary_out)
 	host_memory_set_available((size_t)c->mem_available);
 	x.r = (struct run_result){ .status = "error", .loss_first = NAN, .loss_last = NAN, .vram_peak_mb = NAN,
 	                           .vram_plan_mb = NAN, .host_weights_mb = NAN, .host_checkpoints_mb = NAN,
-	                           .eval_loss = NAN, .lock_fd = -1 };
+	                           .eval_loss = NAN, .lock_fd = -1, .host_rss_at_plan_mb = NAN };
 	if (x.c->plan) {
 		rc = print_plan(&x, summary_out);
 		run_close(&x);

@@ -1,0 +1,101 @@
+# share/poros/lib/context.sh: poros bench context SPEC, sourced by bin/poros.
+# Per model and card, the largest seq_len (a multiple of 1024) whose
+# exact plan (poros-train --plan --backend cuda) fits the card
+# (--vram-budget) and the host (POROS_MEM_AVAILABLE), by bisection over
+# the planner; then, where a CUDA device is present, 3 training steps at
+# that length to confirm it.
+
+# ctx_key SPEC KEY: the value of a top-level "KEY: value" line.
+ctx_key() {
+	sed -n "s/^$2:[[:space:]]*//p" "$1" | sed 's/[[:space:]]*#.*//' | head -n 1
+}
+
+# ctx_list SPEC KEY: the items of a "KEY: [a, b]" line, one a line.
+ctx_list() {
+	ctx_key "$1" "$2" | tr -d '[]' | tr ',' '\n' | sed 's/^[[:space:]]*//; s/[[:space:]]*$//' | grep -v '^$'
+}
+
+# ctx_bytes GB: a card's bytes (GB = 10^9 bytes, as cards are sold).
+ctx_bytes() {
+	awk -v g="$1" 'BEGIN { printf "%.0f", g * 1e9 }'
+}
+
+# ctx_plan MODEL CARD_GB SEQ: the plan line; exit 0 when it fits card and host.
+ctx_plan() {
+	POROS_MEM_AVAILABLE=$ctx_host "$ctx_train" --plan --backend cuda --model "$1" --precision "$ctx_precision" \
+		--seq-len "$3" --batch-size 1 --rank "$ctx_rank" --alpha "$ctx_alpha" --gradient-checkpointing on \
+		--vram-budget "$(ctx_bytes "$2")" 2>/dev/null
+}
+
+ctx_fits() {
+	ctx_plan "$@" | jq -e '.fits == true and .host_fits == true' >/dev/null
+}
+
+# ctx_max MODEL CARD_GB: the largest fitting multiple of 1024 up to the
+# ceiling (0: not even 1024), by bisection (the plan grows with seq_len).
+ctx_max() {
+	_lo=0 _hi=$((ctx_ceiling / 1024 + 1))
+	while [ $((_hi - _lo)) -gt 1 ]; do
+		_mid=$(((_lo + _hi) / 2))
+		if ctx_fits "$1" "$2" $((_mid * 1024)); then _lo=$_mid; else _hi=$_mid; fi
+	done
+	echo $((_lo * 1024))
+}
+
+# The published figures the issue quotes (Unsloth's README, HF + FA2):
+# not measured here.
+ctx_published() {
+	case "$1 $2" in
+	"meta-llama/Llama-3.1-70B 48") echo 'Unsloth 12,106 (Llama-3.3-70B)' ;;
+	"meta-llama/Llama-3.1-70B 80") echo 'Unsloth 89,389 (Llama-3.3-70B)' ;;
+	"meta-llama/Llama-3.1-8B 24") echo 'Unsloth 78,475; HF+FA2 5,789' ;;
+	"meta-llama/Llama-3.1-8B 80") echo 'Unsloth 342,733' ;;
+	*) echo '-' ;;
+	esac
+}
+
+# 3 steps at the found length, on a CUDA device only; "" when none.
+ctx_confirm() {
+	"$ctx_train" --backend cuda --model "$1" --precision "$ctx_precision" --seq-len "$3" --batch-size 1 \
+		--rank "$ctx_rank" --alpha "$ctx_alpha" --gradient-checkpointing on --vram-budget "$(ctx_bytes "$2")" \
+		--steps 3 --quiet --out "$ctx_out/$(printf '%s_%s_%s' "$1" "$2" "$3" | tr -c 'A-Za-z0-9_.\n-' '_')" |
+		jq -r '"\(.status) peak \(.vram_peak_mb) MiB, \(.s_per_step) s/step, \(.tokens_per_s) tok/s, host peak \(.host_peak_rss_mb) MiB"'
+}
+
+bench_context() {
+	[ $# -ge 1 ] || usage
+	case $1 in -h|--help) sub_help "bench context" ;; esac
+	[ -f "$1" ] || die 2 "$1: no such spec file"
+	ctx_train=$(trainer) || no_trainer ""
+	ctx_host=$(ctx_key "$1" host_mem_available)
+	ctx_ceiling=$(ctx_key "$1" ceiling)
+	ctx_precision=$(ctx_key "$1" precision)
+	ctx_rank=$(ctx_key "$1" rank)
+	ctx_alpha=$(ctx_key "$1" alpha)
+	for _k in host_mem_available ceiling precision rank alpha; do
+		[ -n "$(ctx_key "$1" "$_k")" ] || die 2 "$1: context spec needs \"$_k:\" (no default)"
+	done
+	case $ctx_ceiling in *[!0-9]*) die 2 "$1: ceiling: not a whole number: $ctx_ceiling" ;; esac
+	[ -n "$(ctx_list "$1" models)" ] && [ -n "$(ctx_list "$1" cards_gb)" ] ||
+		die 2 "$1: context spec needs \"models: [...]\" and \"cards_gb: [...]\""
+	ctx_out=${2:-context-runs}
+	ctx_device=1
+	"$ctx_train" --backend cuda --model poros/tiny-qwen2 --plan >/dev/null 2>&1 &&
+		command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || ctx_device=0
+	[ "$ctx_device" = 1 ] ||
+		note "no CUDA device here: the confirming 3-step runs are not made (the table is the planner's only)"
+	printf '| model | precision | card (GB) | max seq_len (plan) | device MiB at max | host MiB at max | confirmed (3 steps) | published (not measured here) |\n'
+	printf '|---|---|---|---|---|---|---|---|\n'
+	ctx_list "$1" models | while IFS= read -r _m; do
+		ctx_list "$1" cards_gb | while IFS= read -r _gb; do
+			_s=$(ctx_max "$_m" "$_gb")
+			_line=$( [ "$_s" -gt 0 ] && ctx_plan "$_m" "$_gb" "$_s")
+			_conf='no CUDA device'
+			[ "$ctx_device" = 0 ] || [ "$_s" = 0 ] || _conf=$(ctx_confirm "$_m" "$_gb" "$_s")
+			printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$_m" "$ctx_precision" "$_gb" "$_s" \
+				"$(printf '%s' "$_line" | jq -r '.vram_plan_mb // "-" | if type == "number" then floor else . end' 2>/dev/null)" \
+				"$(printf '%s' "$_line" | jq -r '.host_plan_mb // "-" | if type == "number" then floor else . end' 2>/dev/null)" \
+				"$_conf" "$(ctx_published "$_m" "$_gb")"
+		done
+	done
+}
