@@ -15,7 +15,7 @@ static const char css[] =
 	":root{--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--head:#f6f8fa;"
 	"--ok:#1a7f37;--oom:#bc4c00;--error:#cf222e;--skipped:#6e7781}\n"
 	"body{font:14px/1.45 system-ui,-apple-system,\"Segoe UI\",Roboto,sans-serif;color:var(--fg);"
-	"max-width:1120px;margin:2em auto;padding:0 1em}\n"
+	"max-width:1600px;margin:2em auto;padding:0 1em}\n"
 	"h1{font-size:1.6em;margin:0 0 .2em}\n"
 	"h2{font-size:1.25em;border-bottom:1px solid var(--line);padding-bottom:.2em;margin-top:2em}\n"
 	"h2 small,.muted{color:var(--muted);font-weight:normal}\n"
@@ -34,8 +34,8 @@ static const char css[] =
 	"dl.spec dt{font-weight:600}dl.spec dd{margin:0}\n"
 	"figure{margin:1em 0}figcaption{font-weight:600;margin-bottom:.3em}\n"
 	".swatch{display:inline-block;width:.8em;height:.8em;margin:0 .3em 0 .8em;vertical-align:-.05em}\n"
-	/* never scaled down: on a narrow screen a chart scrolls in its box, its text stays 11-12 px */
-	"svg.chart{max-width:none;height:auto;display:block}\n"
+	/* at most its drawn size, scaled down to a narrow screen's width (its viewBox) */
+	"svg.chart{width:100%;max-width:560px;height:auto;display:block}\n"
 	"svg.chart text{font-size:12px;fill:var(--fg)}\n"
 	"svg.chart text.tick{fill:var(--muted);font-size:11px}\n"
 	"svg.chart text.none{fill:var(--muted);font-style:italic}\n"

@@ -251,11 +251,11 @@ static void par_bitwise(struct sbuf *b, const struct parity_row *row, const stru
 const struct column parity_columns[] = {
 	{ "Model", 0, 0, NULL, par_model },
 	{ "Precision", 0, 0, NULL, par_precision },
+	{ "bitwise", 0, 0, NULL, par_bitwise }, /* the verdict first: in view on a narrow screen */
 	{ "Steps", 1, 0, NULL, par_steps },
 	{ "loss max abs delta", 1, 0, NULL, par_loss },
 	{ "adapter max abs delta", 1, 0, NULL, par_adapter },
 	{ "where", 0, 0, NULL, par_where },
-	{ "bitwise", 0, 0, NULL, par_bitwise },
 	{ NULL, 0, 0, NULL, NULL },
 };
 
