@@ -82,8 +82,8 @@ fake_poros() {
 	grep -qx 'resident_tiny_llama_bf16 resident' "$FAKE_LOG"
 	grep -q '<tr id="cell-resident_tiny_llama_bf16"><td>resident</td><td>bf16</td><td><span class="badge ok">ok</span>' $OUT/report.html
 	# host memory: the base's copy and blockwise's layer checkpoints (512 + 64 MiB), resident's base alone
-	grep -qF '| poros | nf4 | **ok** | CPU | 1.21 GiB host | CPU run | 576 MiB | 0.25 | 1 | 0 | 0.25 - 0.25 | 512 | 6.25 -&gt; 5.50 |' $OUT/report.md
-	grep -qF '| resident | bf16 | **ok** | CPU | 1.21 GiB host | CPU run | 512 MiB | 0.25 |' $OUT/report.md
+	grep -qF '| poros | nf4 | **ok** | CPU | 1.21 GiB host allocator | CPU run | 576 MiB | 0.25 | 1 | 0 | 0.25 - 0.25 | 512 | 6.25 -&gt; 5.50 |' $OUT/report.md
+	grep -qF '| resident | bf16 | **ok** | CPU | 1.21 GiB host allocator | CPU run | 512 MiB | 0.25 |' $OUT/report.md
 	[ "$(jq -r .cell_id $OUT/report.jsonl | paste -sd ' ')" = "$CELLS" ]
 }
 
@@ -264,7 +264,7 @@ fake_poros() {
 	# blockwise's layer checkpoints beside it; resident keeps none
 	jq -e -s 'all(.[]; .method as $m | .metrics.host_checkpoints_mb | if $m == "poros" then . > 0 else . == 0 end)' \
 		$OUT/results.jsonl
-	[ "$(grep -c '^| resident | bf16 | \*\*ok\*\* | CPU | [0-9.]* [KMG]iB host | CPU run | [0-9.]* [KMG]iB | ' $OUT/report.md)" -eq 2 ]
+	[ "$(grep -c '^| resident | bf16 | \*\*ok\*\* | CPU | [0-9.]* [KMG]iB host allocator | CPU run | [0-9.]* [KMG]iB | ' $OUT/report.md)" -eq 2 ]
 	# the poros and resident runs it made, compared: bit for bit
 	jq -e -s 'length == 4 and all(.[]; .bitwise_exact == true and .steps_compared == 4 and (.tensors | length) > 0)' \
 		$OUT/parity.jsonl

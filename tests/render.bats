@@ -199,7 +199,7 @@ section() {
 	run -0 --separate-stderr poros-render --md results.jsonl parity.jsonl
 	[ -z "$stderr" ]
 	assert_line --index 0 "# Poros Bench report: tiny"
-	assert_line "## &lt;script&gt;alert(1)&lt;/script&gt; (poros/tiny-qwen2, 0.0001 B parameters)"
+	assert_line "## &lt;script&gt;alert(1)&lt;/script&gt; (poros/tiny-qwen2, 100 K parameters)"
 	assert_line "| poros | nf4 | **ok** | -- | 19.5 GiB | 24 GB derived | -- | 1.52 | -- | -- | 1.40 - 1.90 | 2695 | 5.60 -&gt; 5.40 |"
 	assert_line "| peft | nf4 | **oom** | -- | -- | -- | -- | -- | -- | -- | -- | -- | -- -&gt; -- |"
 	assert_line "| &lt;script&gt;alert(1)&lt;/script&gt; | nf4 | **differs** | 4 | 0.125 | 0 | loss: step 2 |"
@@ -305,11 +305,46 @@ section() {
 		| .env.device = "Test CPU 9000" | .env.gpu_name = null' > cpu.jsonl
 	poros-render --html cpu.jsonl > report.html
 	section spec | grep -F '<dt>Hardware</dt><dd>CPU: Test CPU 9000, 31.2 GiB host memory<span class="muted"> (from the artifacts: the spec names no hardware)</span></dd>'
-	grep -F '<td>CPU</td><td class="num">1.70 MiB<span class="muted"> host</span></td><td class="num derived"><span class="muted">CPU run</span></td>' report.html
-	grep -F '<figcaption>Memory peak (host memory for CPU runs) by method' report.html
+	grep -F '<td>CPU</td><td class="num">1.70 MiB<span class="muted"> host allocator</span></td><td class="num derived"><span class="muted">CPU run</span></td>' report.html
+	grep -F '<figcaption>Allocator peak (host memory for CPU runs) by method' report.html
 	run -1 grep -F '8 GB' report.html
 	section env | grep -F '<tr><th>backend</th><td>cpu</td></tr>'
-	poros-render --md cpu.jsonl | grep -F '| poros | nf4 | **ok** | CPU | 1.70 MiB host | CPU run |'
+	poros-render --md cpu.jsonl | grep -F '| poros | nf4 | **ok** | CPU | 1.70 MiB host allocator | CPU run |'
+}
+
+@test "parameters carry a fitting unit: K, M or B" {
+	for b in 0.0001813 0.0125 0.494 7.615 72.7; do
+		art poros "m${b/./_}" nf4 ok 2026-11-29T10:00:00Z ".cell.model.arch = \"m${b/./_}\" | .cell.model.param_count_b = $b"
+	done > r.jsonl
+	poros-render --html r.jsonl > report.html
+	[ "$(grep -o '<small>[^<]*</small>' report.html | sed 's/.*, //; s/<.*//' | paste -sd ,)" = \
+		"181 K parameters,12.5 M parameters,494 M parameters,7.62 B parameters,72.7 B parameters" ]
+	section spec | grep -F '<code>poros&#47;tiny-qwen2</code>, 181 K parameters)'
+	run -1 grep -F 'e-0' report.html
+	poros-render --md r.jsonl | grep -Fx '## Tiny Qwen2 (poros/tiny-qwen2, 181 K parameters)'
+}
+
+@test "a CPU run: a banner says what it shows, memory is the allocator's, passes disagreeing is a note" {
+	make_cpu_results
+	poros-render --html results.jsonl > report.html
+	grep -Fx "<p class=\"banner\">CPU backend, tiny synthetic models: this shows the pipeline, not Poros&#39; speed.</p>" report.html
+	# the banner comes before any table
+	[ "$(grep -n 'class="banner"' report.html | cut -d: -f1)" -lt "$(grep -n -m1 '<table' report.html | cut -d: -f1)" ]
+	grep -F '<td class="num">1.56 MiB<span class="muted"> host allocator</span></td>' report.html
+	grep -F '<li><strong>poros nf4:</strong> 0.0133 s/step, 1.56 MiB host allocator peak; vs resident:' report.html
+	grep -F '<br><span class="muted">passes disagree (CPU)</span></td>' report.html
+	run -1 grep -F '<span class="flag">passes disagree' report.html
+	poros-render --md results.jsonl > report.md
+	grep -Fx "> CPU backend, tiny synthetic models: this shows the pipeline, not Poros' speed." report.md
+	grep -F '| 3 spread 0.0028; passes disagree (CPU) |' report.md
+	# real weights on the CPU: no claim of synthetic models
+	make_cpu_results '.env.weights = "real"'
+	poros-render --html results.jsonl > report.html
+	grep -Fx "<p class=\"banner\">CPU backend: this shows the pipeline, not Poros&#39; speed on a GPU.</p>" report.html
+	# a GPU run has no banner, and its disagreeing passes are flagged
+	make_results
+	poros-render --html results.jsonl > report.html
+	run -1 grep -F 'class="banner"' report.html
 }
 
 @test "passes: their count and spread, and a flag when they disagree beyond the noise" {

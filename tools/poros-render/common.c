@@ -106,6 +106,24 @@ void spec_ids(struct sbuf *b, const struct report *r, escape_fn text)
 	strmap_free(&seen);
 }
 
+const char *cpu_banner(const struct report *r)
+{
+	int cpu = 0, synthetic = 1;
+
+	for (int i = 0; i < r->results.n; i++) {
+		const struct artifact *a = &r->results.e[i].art;
+
+		if (!is_cpu_run(a))
+			continue;
+		cpu = 1;
+		synthetic &= a->env.weights != NULL && strcmp(a->env.weights, "synthetic") == 0;
+	}
+	if (!cpu)
+		return "";
+	return synthetic ? "CPU backend, tiny synthetic models: this shows the pipeline, not Poros' speed."
+	                 : "CPU backend: this shows the pipeline, not Poros' speed on a GPU.";
+}
+
 /* --- the spec summary --------------------------------------------------------- */
 
 /* ", 24 GB, PCIe gen 4", leaving out what the spec did not set (0). */
@@ -183,6 +201,7 @@ void spec_items(struct sbuf *b, const struct report *r, const struct markup *mk)
 {
 	const struct cell *c = &r->results.e[0].art.cell;
 	int counts[STATUS_COUNT];
+	char num[32];
 
 	item(b, mk, "Spec");
 	spec_ids(b, r, mk->text);
@@ -204,7 +223,7 @@ void spec_items(struct sbuf *b, const struct report *r, const struct markup *mk)
 		mk->text(b, mc->model.display_name);
 		sb_printf(b, " (%s", mk->code_open);
 		mk->text(b, mc->model.model_id);
-		sb_printf(b, "%s, %g B parameters)", mk->code_close, mc->model.param_count_b);
+		sb_printf(b, "%s, %s parameters)", mk->code_close, fmt_params(num, sizeof num, mc->model.param_count_b));
 	}
 	sb_puts(b, mk->item_close);
 	item(b, mk, "Methods");
@@ -307,7 +326,8 @@ void model_headline(struct sbuf *b, const struct report_model *m, const struct m
 		sb_printf(b, "poros %s:", precision_names[p]);
 		sb_puts(b, mk->item_mid);
 		sb_printf(b, "%s s/step, ", fmt_num(num, sizeof num, poros->art.metrics.s_per_step));
-		sb_printf(b, "%s peak", fmt_mib(num, sizeof num, poros->art.metrics.vram_peak_mb));
+		sb_printf(b, "%s %s", fmt_mib(num, sizeof num, poros->art.metrics.vram_peak_mb),
+		          is_cpu_run(&poros->art) ? "host allocator peak" : "peak");
 		for (int i = 0; i < m->n; i++) {
 			const struct artifact *o = &m->rows[i]->art;
 			const char *rt, *rv;
