@@ -286,6 +286,26 @@ section() {
 	grep -Fx -- '- **poros nf4:** 1.52 s/step, 19.5 GiB peak; vs resident: 1.27x the time, 0.67x the memory; vs peft: oom' report.md
 }
 
+@test "the report opens with one sentence per model: its hardware and the ratios against each arm that ran" {
+	{
+		art poros tiny_qwen2 nf4 ok 2026-11-29T10:00:00Z '.metrics.vram_peak_mb = 20000 | .metrics.s_per_step = 1.52
+			| .env.backend = "cuda" | .env.gpu_name = "NVIDIA H200"'
+		art resident tiny_qwen2 nf4 ok 2026-11-29T10:00:01Z '.metrics.vram_peak_mb = 30000 | .metrics.s_per_step = 1.2
+			| .env.backend = "cuda" | .env.gpu_name = "NVIDIA H200"'
+		art peft tiny_qwen2 nf4 oom 2026-11-29T10:00:02Z '.env.backend = "cuda" | .env.gpu_name = "NVIDIA H200"'
+		art poros other nf4 error 2026-11-29T10:00:03Z '.cell.model.arch = "other" | .cell.model.display_name = "<b>Other</b>"
+			| .env.backend = "cpu" | .env.cpu = "Test CPU 9000"'
+	} > r.jsonl
+	poros-render --html r.jsonl > report.html
+	[ "$(section summary | grep -c '^<p>')" -eq 2 ]
+	section summary | grep -Fx '<p>Tiny Qwen2 on NVIDIA H200, poros nf4: 1.52 s/step, 19.5 GiB peak; vs resident: 1.27&times; the time, 0.67&times; the memory; vs peft: oom.</p>'
+	section summary | grep -Fx '<p>&lt;b&gt;Other&lt;&#47;b&gt; on the CPU backend (Test CPU 9000): no poros cell finished, so there is no ratio to give.</p>'
+	# before any table, and before the spec
+	[ "$(grep -n 'id="summary"' report.html | cut -d: -f1)" -lt "$(grep -n -m1 '<table\|id="spec"' report.html | cut -d: -f1)" ]
+	poros-render --md r.jsonl > report.md
+	[ "$(grep -n -m1 '^Tiny Qwen2 on NVIDIA H200, poros nf4: 1.52 s/step, 19.5 GiB peak; vs resident: 1.27x the time, 0.67x the memory; vs peft: oom.$' report.md | cut -d: -f1)" -lt "$(grep -n -m1 '^## Spec' report.md | cut -d: -f1)" ]
+}
+
 @test "the report names its date, commit and config hash" {
 	make_results
 	poros-render --html results.jsonl > report.html

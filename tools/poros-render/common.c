@@ -351,6 +351,59 @@ void model_headline(struct sbuf *b, const struct report_model *m, const struct m
 	}
 }
 
+/* What ran a model's cells: its GPUs, or "CPU (model)", distinct, in row order. */
+static void model_hardware(struct sbuf *b, const struct report_model *m, const struct markup *mk)
+{
+	struct strmap seen;
+
+	strmap_init(&seen);
+	for (int i = 0; i < m->n; i++) {
+		const struct artifact *a = &m->rows[i]->art;
+		struct sbuf one;
+
+		if (a->env.backend == NULL || a->status == STATUS_SKIPPED)
+			continue;
+		sb_init(&one);
+		if (is_cpu_run(a)) {
+			sb_puts(&one, "the CPU backend (");
+			mk->text(&one, a->env.cpu ? a->env.cpu : "unknown model");
+			sb_puts(&one, ")");
+		} else {
+			mk->text(&one, a->env.gpu_name ? a->env.gpu_name : "an unnamed GPU");
+		}
+		if (strmap_get(&seen, one.s) < 0) {
+			sb_printf(b, "%s%s", seen.n ? " and " : "", one.s);
+			strmap_put(&seen, one.s, 1);
+		}
+		sb_free(&one);
+	}
+	if (seen.n == 0)
+		sb_puts(b, "hardware its artifacts do not name");
+	strmap_free(&seen);
+}
+
+void model_sentence(struct sbuf *b, const struct report_model *m, const struct markup *mk)
+{
+	struct markup clause = *mk; /* the headline's lines as the clauses of one sentence */
+	struct sbuf h;
+
+	clause.item_open = "";
+	clause.item_mid = " ";
+	clause.item_close = "; ";
+	sb_init(&h);
+	model_headline(&h, m, &clause);
+	mk->text(b, m->cell->model.display_name);
+	sb_puts(b, " on ");
+	model_hardware(b, m, mk);
+	if (h.len == 0) {
+		sb_puts(b, ": no poros cell finished, so there is no ratio to give.");
+	} else {
+		h.s[h.len -= 2] = '\0'; /* the last clause's "; " */
+		sb_printf(b, ", %s.", h.s);
+	}
+	sb_free(&h);
+}
+
 void config_hash(char out[17], const struct cell *c)
 {
 	cJSON *j = cell_to_json(c), *shared = cJSON_CreateObject();

@@ -377,7 +377,13 @@ void render_html(struct sbuf *b, const struct report *r)
 			sb_html(b, cpu_banner(r));
 			sb_puts(b, "</p>\n");
 		}
-		sb_puts(b, "</header>\n");
+		sb_puts(b, "</header>\n<section id=\"summary\">\n");
+		for (int m = 0; m < r->n_models; m++) {
+			sb_puts(b, "<p>");
+			model_sentence(b, &r->models[m], &html_markup);
+			sb_puts(b, "</p>\n");
+		}
+		sb_puts(b, "</section>\n");
 		spec_summary(b, r);
 		for (int m = 0; m < r->n_models; m++)
 			model_section(b, &r->models[m]);

@@ -155,6 +155,10 @@ void render_md(struct sbuf *b, const struct report *r)
 			sb_md(b, cpu_banner(r));
 			sb_puts(b, "\n\n");
 		}
+		for (int m = 0; m < r->n_models; m++) {
+			model_sentence(b, &r->models[m], &md_markup);
+			sb_puts(b, "\n\n");
+		}
 		spec_summary(b, r);
 		for (int m = 0; m < r->n_models; m++)
 			model_table(b, &r->models[m]);

@@ -105,6 +105,9 @@ void mk_warn(struct sbuf *b, const struct markup *mk, const char *s);
 /* One line per precision with a finished poros cell: its s/step and
  * memory as ratios of each other method's (resident and the baselines). */
 void model_headline(struct sbuf *b, const struct report_model *m, const struct markup *mk);
+/* One sentence for the top of the report: the model, what measured it, and
+ * the headline's ratios against each arm that ran. */
+void model_sentence(struct sbuf *b, const struct report_model *m, const struct markup *mk);
 /* "Run <first start> to <last finish>; commit ...; config ...". */
 void report_stamp(struct sbuf *b, const struct report *r, const struct markup *mk);
 /* A fingerprint of what the cells share (spec_id, hardware, training,
