@@ -100,6 +100,46 @@ fake_poros() {
 	[ "$(wc -l < $OUT/report.jsonl)" -eq 8 ]
 }
 
+@test "a changed poros.block_size measures the poros cells again, not the resident ones" {
+	fake_poros bench run "$SPEC" 2>/dev/null
+	sed 's/block_size: 2/block_size: 1/' "$SPEC" > blocks.yaml
+	: > "$FAKE_LOG"
+	run -0 --separate-stderr fake_poros bench run blocks.yaml
+	[ "$(cut -d ' ' -f 1 "$FAKE_LOG" | paste -sd ' ')" = "poros_tiny_qwen2_nf4 poros_tiny_qwen2_bf16 poros_tiny_llama_nf4 poros_tiny_llama_bf16" ]
+	[[ "$stderr" == *"[3/8] resident_tiny_qwen2_nf4: ok artifact of this configuration exists, skipped (--force runs it again)"* ]]
+	jq -e -s 'length == 8 and all(.[]; if .method == "poros" then .cell.poros.block_size == 1 else .cell.poros.block_size == 2 end)' \
+		$OUT/report.jsonl
+	# and bench compare finds no configuration difference in the resident cells
+	fake_poros bench run "$SPEC" -o a 2>/dev/null
+	run -0 --separate-stderr poros bench compare a $OUT
+	[ "$(echo "$stderr" | grep -c 'the configurations differ')" -eq 4 ]
+	[[ "$stderr" != *"resident_"* ]]
+}
+
+@test "an unchanged rerun appends no skipped cell again; a new reason is appended; the lock file goes at exit" {
+	sed 's/methods: \[poros, resident\]/methods: [poros, resident, peft]/' "$SPEC" > peft.yaml
+	POROS_PYTHON=/nonexistent/python3 fake_poros bench run peft.yaml 2>/dev/null
+	[ "$(wc -l < $OUT/results.jsonl)" -eq 12 ]
+	[ "$(jq -s 'map(select(.status == "skipped")) | length' $OUT/results.jsonl)" -eq 4 ]
+	[ ! -e $OUT/.lock ]
+	run -0 --separate-stderr env POROS_PYTHON=/nonexistent/python3 POROS_TRAIN="$FAKE" poros bench run peft.yaml
+	[[ "$stderr" == *"[5/12] peft_tiny_qwen2_nf4: skipped again, for the same reason: results.jsonl has it already"* ]]
+	[ "$(wc -l < $OUT/results.jsonl)" -eq 12 ]
+	[ ! -e $OUT/.lock ]
+	# the report still names the skipped cells, once each
+	[ "$(jq -s 'map(select(.status == "skipped")) | length' $OUT/report.jsonl)" -eq 4 ]
+	# another reason is another measurement
+	POROS_PYTHON=/nonexistent/python4 fake_poros bench run peft.yaml 2>/dev/null
+	[ "$(wc -l < $OUT/results.jsonl)" -eq 16 ]
+	# a refused run leaves the holder's lock file alone
+	exec 8>> $OUT/.lock
+	flock -n 8
+	echo 12345 > $OUT/.lock
+	run -2 --separate-stderr fake_poros bench run "$SPEC"
+	exec 8>&-
+	[ "$(cat $OUT/.lock)" = 12345 ]
+}
+
 @test "a cell that failed runs again next time, the others do not" {
 	run -0 --separate-stderr env FAKE_FAIL_CELL=poros_tiny_llama_bf16 POROS_TRAIN="$FAKE" poros bench run "$SPEC"
 	jq -e -s 'map(select(.cell_id == "poros_tiny_llama_bf16")) | length == 1 and .[0].status == "error"' $OUT/results.jsonl
