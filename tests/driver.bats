@@ -258,10 +258,12 @@ fake_poros() {
 
 @test "poros parity trains both schedules per model and precision and appends parity.jsonl" {
 	run -0 --separate-stderr fake_poros parity "$SPEC"
-	[ "${#lines[@]}" -eq 4 ]
-	[ "$(echo "$output" | jq -r '"\(.arch)_\(.precision)"' | paste -sd ' ')" = "tiny_qwen2_nf4 tiny_qwen2_bf16 tiny_llama_nf4 tiny_llama_bf16" ]
-	echo "$output" | jq -e -s 'all(.[]; .bitwise_exact == true and .steps_compared == 4)'
+	# one line per pair on the terminal, the records in parity.jsonl alone
+	[ -z "$output" ]
+	[ "$(grep -c 'blockwise and resident are bitwise exact over 4 steps$' <<< "$stderr")" -eq 4 ]
 	[[ "$stderr" == *"poros: tiny_qwen2_nf4: blockwise and resident are bitwise exact over 4 steps"* ]]
+	[ "$(jq -r '"\(.arch)_\(.precision)"' $OUT/parity.jsonl | paste -sd ' ')" = "tiny_qwen2_nf4 tiny_qwen2_bf16 tiny_llama_nf4 tiny_llama_bf16" ]
+	jq -e -s 'all(.[]; .bitwise_exact == true and .steps_compared == 4)' $OUT/parity.jsonl
 	[ "$(wc -l < $OUT/parity.jsonl)" -eq 4 ]
 	grep -qx 'poros_tiny_qwen2_nf4 blockwise' "$FAKE_LOG"
 	grep -qx 'poros_tiny_qwen2_nf4 resident' "$FAKE_LOG"
@@ -273,10 +275,28 @@ fake_poros() {
 
 @test "poros parity exits 1 when blockwise and resident are not bitwise exact" {
 	run -1 --separate-stderr env FAKE_PERTURB=resident POROS_TRAIN="$FAKE" poros parity "$SPEC"
-	[ "${#lines[@]}" -eq 4 ]
+	[ -z "$output" ]
+	[ "$(grep -c ': NOT bitwise exact: loss max |delta| ' <<< "$stderr")" -eq 4 ]
 	[[ "$stderr" == *"poros: tiny_qwen2_nf4: NOT bitwise exact: loss max |delta| 0 (step null), adapter max |delta| 0.03125 (base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight[3])"* ]]
 	[[ "$stderr" == *"poros: 4 of 4 pairs are not bitwise exact"* ]]
 	jq -e -s 'all(.[]; .bitwise_exact == false)' $OUT/parity.jsonl
+}
+
+@test "poros parity after bench run compares the bench's runs instead of training again" {
+	fake_poros bench run "$SPEC" 2>/dev/null
+	: > "$FAKE_LOG"
+	run -0 --separate-stderr fake_poros parity "$SPEC"
+	[ ! -s "$FAKE_LOG" ]
+	[ -z "$output" ]
+	[[ "$stderr" == *"poros: tiny_qwen2_nf4: comparing the bench's runs of poros_tiny_qwen2_nf4 and resident_tiny_qwen2_nf4 (no training)"* ]]
+	[ "$(grep -c 'bitwise exact over 4 steps$' <<< "$stderr")" -eq 4 ]
+	[ "$(wc -l < $OUT/parity.jsonl)" -eq 8 ]
+	[ ! -e $OUT/parity ]
+	# a pair whose bench run is stale is trained again, the others compared
+	jq -c '.config_hash = "sha256:\("0" * 64)"' $OUT/resident_tiny_llama_bf16.json > f.tmp && mv f.tmp $OUT/resident_tiny_llama_bf16.json
+	run -0 --separate-stderr fake_poros parity "$SPEC"
+	[ "$(sort "$FAKE_LOG" | paste -sd ,)" = "poros_tiny_llama_bf16 blockwise,poros_tiny_llama_bf16 resident" ]
+	[ -s $OUT/parity/tiny_llama_bf16/resident/events.jsonl ]
 }
 
 @test "after poros parity, the bench report shows the parity results" {
@@ -288,8 +308,9 @@ fake_poros() {
 @test "real tiny CPU runs: poros parity is bitwise exact for every model and precision" {
 	[ -x "$POROS_ROOT/bin/poros-train" ] || skip "bin/poros-train is not built"
 	run -0 --separate-stderr poros parity "$POROS_ROOT/configs/bench/tiny.yaml" -o tiny
-	[ "${#lines[@]}" -eq 6 ]
-	echo "$output" | jq -e -s 'all(.[]; .bitwise_exact == true and .steps_compared == 6 and (.tensors | length) > 0)'
+	[ -z "$output" ]
+	[ "$(grep -c 'blockwise and resident are bitwise exact over 6 steps$' <<< "$stderr")" -eq 6 ]
+	jq -e -s 'length == 6 and all(.[]; .bitwise_exact == true and .steps_compared == 6 and (.tensors | length) > 0)' tiny/parity.jsonl
 }
 
 @test "real tiny CPU runs: bench run trains every cell and reports it" {
