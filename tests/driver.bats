@@ -71,8 +71,8 @@ fake_poros() {
 	run -0 --separate-stderr fake_poros bench run "$SPEC"
 	[ -z "$output" ]
 	[[ "$stderr" == *"poros: 8 cells in $OUT"* ]]
-	[[ "$stderr" == *"poros: [1/8] poros_tiny_qwen2_nf4"* ]]
-	[[ "$stderr" == *"poros: [8/8] resident_tiny_llama_bf16 (eta "* ]]
+	grep -qE '^\[1/8\] poros tiny_qwen2 nf4 \.\.\. ok ' <<< "$stderr"
+	grep -qE '^\[8/8, eta [0-9]+s\] resident tiny_llama bf16 \.\.\. ok ' <<< "$stderr"
 	[[ "$stderr" == *"poros: reports in $OUT"* ]]
 	[ "$(wc -l < $OUT/results.jsonl)" -eq 8 ]
 	[ "$(jq -r .cell_id $OUT/results.jsonl | paste -sd ' ')" = "$CELLS" ]
@@ -85,6 +85,24 @@ fake_poros() {
 	grep -qF '| poros | nf4 | **ok** | CPU | 1.21 GiB host allocator | CPU run | 576 MiB | 0.25 | 1 | 0 | 0.25 - 0.25 | 512 | 6.25 -&gt; 5.50 |' $OUT/report.md
 	grep -qF '| resident | bf16 | **ok** | CPU | 1.21 GiB host allocator | CPU run | 512 MiB | 0.25 |' $OUT/report.md
 	[ "$(jq -r .cell_id $OUT/report.jsonl | paste -sd ' ')" = "$CELLS" ]
+}
+
+@test "bench run says one line per cell: its number, the time left, the passes and how it ended" {
+	sed 's/^  steps: 4$/  steps: 4\n  passes: 2/' "$SPEC" > passes.yaml
+	run -0 --separate-stderr fake_poros bench run passes.yaml
+	[ "$(grep -c '^\[[1-8]/8' <<< "$stderr")" -eq 8 ]
+	grep -qE '^\[1/8\] poros tiny_qwen2 nf4 \.\.\.\[pass 1/2\] \[pass 2/2\] ok [0-9.]+ s$' <<< "$stderr"
+	grep -qE '^\[8/8, eta [0-9]+s\] resident tiny_llama bf16 \.\.\.\[pass 1/2\] \[pass 2/2\] ok [0-9.]+ s$' <<< "$stderr"
+	# the backend said once, up front
+	[ "$(grep -c '^poros: no CUDA device: CPU backend$' <<< "$stderr")" -eq 1 ]
+	[ "$(grep -n 'no CUDA device' <<< "$stderr" | cut -d: -f1)" -lt "$(grep -n -m1 '^\[1/8\]' <<< "$stderr" | cut -d: -f1)" ]
+	run -0 --separate-stderr env FAKE_BACKEND=cuda POROS_TRAIN="$FAKE" poros bench run passes.yaml --force
+	[[ "$stderr" != *"CPU backend"* ]]
+	run -0 --separate-stderr fake_poros parity passes.yaml
+	[ "$(grep -c '^poros: no CUDA device: CPU backend$' <<< "$stderr")" -eq 1 ]
+	# no nested lines: no "[1/1]" of poros-arm's own, no driver line per cell beside it
+	run -1 grep -F '[1/1]' <<< "$stderr"
+	run -1 grep -E '^poros: \[[0-9]+/8\] [a-z_0-9]+( \(eta .*\))?$' <<< "$stderr"
 }
 
 @test "a second run skips cells with an ok artifact; --force runs them again" {
@@ -317,6 +335,12 @@ fake_poros() {
 	[ -x "$POROS_ROOT/bin/poros-train" ] || skip "bin/poros-train is not built"
 	run -0 --separate-stderr env -u POROS_TRAIN poros bench run "$SPEC"
 	jq -e -s 'length == 8 and all(.[]; .status == "ok" and .metrics.s_per_step > 0 and .env.weights == "synthetic")' $OUT/results.jsonl
+	# said once when the trainer runs on the CPU here, never with a GPU
+	if jq -e -s 'all(.[]; .env.backend == "cpu")' $OUT/results.jsonl > /dev/null; then
+		[ "$(grep -c '^poros: no CUDA device: CPU backend$' <<< "$stderr")" -eq 1 ]
+	else
+		[[ "$stderr" != *"CPU backend"* ]]
+	fi
 	[ "$(grep -c '<span class="badge ok">ok</span>' $OUT/report.html)" -eq 8 ]
 	# the base's host copy, in the artifacts and the report: the same for both schedules
 	jq -e -s 'all(.[]; .metrics.host_weights_mb > 0) and

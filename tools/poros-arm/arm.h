@@ -70,6 +70,7 @@ struct arm_options {
 	long long log_max;
 	int verbose;
 	const char *device;       /* --gpus: this worker's GPU (progress says so), else NULL */
+	const char *progress;     /* --progress: the progress line's "[...]" instead of "[i/n]", else NULL */
 };
 
 /* One cell (a JSON object) into one artifact.  where names the input for

@@ -394,7 +394,9 @@ static int whole_lines(const struct arm_options *o)
 
 static void progress_start(const struct cell *c, int index, int total, const struct arm_options *o, int newline)
 {
-	if (total > 0)
+	if (o->progress)
+		fprintf(stderr, "[%s] ", o->progress);
+	else if (total > 0)
 		fprintf(stderr, "[%d/%d] ", index, total);
 	else
 		fprintf(stderr, "[%d] ", index);
