@@ -357,6 +357,11 @@ section() {
 	poros-render --md results.jsonl > report.md
 	grep -Fx "> CPU backend, tiny synthetic models: this shows the pipeline, not Poros' speed." report.md
 	grep -F '| 3 spread 0.0028; passes disagree (CPU) |' report.md
+	# the process's maximum RSS, when the artifact has it, first; the allocator's beside it
+	make_cpu_results '.metrics.process_peak_rss_mb = 216.4'
+	poros-render --html results.jsonl > report.html
+	grep -F '<td>CPU</td><td class="num">216 MiB<span class="muted"> process RSS</span><br><span class="muted">allocator 1.56 MiB</span></td>' report.html
+	poros-render --md results.jsonl | grep -F '| CPU | 216 MiB process RSS; allocator 1.56 MiB | CPU run |'
 	# real weights on the CPU: no claim of synthetic models
 	make_cpu_results '.env.weights = "real"'
 	poros-render --html results.jsonl > report.html

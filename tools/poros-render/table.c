@@ -77,13 +77,25 @@ static void col_device(struct sbuf *b, const struct result_entry *e, const struc
 
 /* The allocator's peak: device memory, or for a CPU run the host memory
  * its allocator held (the process's own peak is larger: code, stacks, the
- * C library's heap), named so. */
+ * C library's heap), named so; a CPU run's process peak (maximum RSS)
+ * first when the artifact has it. */
 static void col_memory(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
 {
-	char buf[32];
+	const struct artifact_metrics *m = &e->art.metrics;
+	char buf[32], note[64];
 
-	sb_puts(b, fmt_mib(buf, sizeof buf, e->art.metrics.vram_peak_mb));
-	if (is_cpu_run(&e->art) && !isnan(e->art.metrics.vram_peak_mb))
+	if (is_cpu_run(&e->art) && isfinite(m->process_peak_rss_mb)) {
+		sb_puts(b, fmt_mib(buf, sizeof buf, m->process_peak_rss_mb));
+		mk_muted(b, mk, " process RSS");
+		if (!isnan(m->vram_peak_mb)) {
+			snprintf(note, sizeof note, "allocator %s", fmt_mib(buf, sizeof buf, m->vram_peak_mb));
+			sb_puts(b, mk->line_break);
+			mk_muted(b, mk, note);
+		}
+		return;
+	}
+	sb_puts(b, fmt_mib(buf, sizeof buf, m->vram_peak_mb));
+	if (is_cpu_run(&e->art) && !isnan(m->vram_peak_mb))
 		mk_muted(b, mk, " host allocator");
 }
 
