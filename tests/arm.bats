@@ -64,11 +64,13 @@ gone() {
 	jq -e '.status == "ok" and .error == null' <<< "$output"
 	# the child's summary fills the metrics and the child's half of env
 	# timing from the summary's step_s (tokens_per_s: tokens_per_step 64 / the median)
-	jq -e '(.metrics | del(.s_per_step_mad)) == {"vram_plan_mb":1234.5,"host_weights_mb":512,"host_checkpoints_mb":64,"vram_peak_mb":1234.5,"vram_avg_mb":1000.25,"s_per_step":0.25,
+	jq -e '(.metrics | del(.s_per_step_mad, .process_peak_rss_mb)) == {"vram_plan_mb":1234.5,"host_weights_mb":512,"host_checkpoints_mb":64,"vram_peak_mb":1234.5,"vram_avg_mb":1000.25,"s_per_step":0.25,
 	       "s_per_step_min":0.2,"s_per_step_max":0.3,"tokens_per_s":256,"steps_measured":3,"warmup_steps":1,
 	       "loss_first":6.93,"loss_last":6.5,"s_per_step_spread":0,"passes_agree":true,
 	       "passes":[{"step_s":[0.2,0.25,0.3],"median_s":0.25}]}
 	       and (.metrics.s_per_step_mad - 0.05 | fabs) < 1e-12' <<< "$output"
+	# the child's maximum RSS, as wait4 reports it: a bash script's few MiB
+	jq -e '.metrics.process_peak_rss_mb > 0.5 and .metrics.process_peak_rss_mb < 1024' <<< "$output"
 	jq -e '.env.backend == "cpu" and .env.device == .env.cpu' <<< "$output"
 	jq -e '.env.gpu_name == "Fake GPU" and .env.gpu_mem_mb == 24576 and .env.driver == "999.1"
 	       and .env.weights == "synthetic" and .env.torch == null' <<< "$output"

@@ -71,8 +71,8 @@ fake_poros() {
 	run -0 --separate-stderr fake_poros bench run "$SPEC"
 	[ -z "$output" ]
 	[[ "$stderr" == *"poros: 8 cells in $OUT"* ]]
-	[[ "$stderr" == *"poros: [1/8] poros_tiny_qwen2_nf4"* ]]
-	[[ "$stderr" == *"poros: [8/8] resident_tiny_llama_bf16 (eta "* ]]
+	grep -qE '^\[1/8\] poros tiny_qwen2 nf4 \.\.\. ok ' <<< "$stderr"
+	grep -qE '^\[8/8, eta [0-9]+s\] resident tiny_llama bf16 \.\.\. ok ' <<< "$stderr"
 	[[ "$stderr" == *"poros: reports in $OUT"* ]]
 	[ "$(wc -l < $OUT/results.jsonl)" -eq 8 ]
 	[ "$(jq -r .cell_id $OUT/results.jsonl | paste -sd ' ')" = "$CELLS" ]
@@ -82,9 +82,28 @@ fake_poros() {
 	grep -qx 'resident_tiny_llama_bf16 resident' "$FAKE_LOG"
 	grep -q '<tr id="cell-resident_tiny_llama_bf16"><td>resident</td><td>bf16</td><td><span class="badge ok">ok</span>' $OUT/report.html
 	# host memory: the base's copy and blockwise's layer checkpoints (512 + 64 MiB), resident's base alone
-	grep -qF '| poros | nf4 | **ok** | CPU | 1.21 GiB host | CPU run | 576 MiB | 0.25 | 1 | 0 | 0.25 - 0.25 | 512 | 6.25 -&gt; 5.50 |' $OUT/report.md
-	grep -qF '| resident | bf16 | **ok** | CPU | 1.21 GiB host | CPU run | 512 MiB | 0.25 |' $OUT/report.md
+	# the fake trainer's process RSS (poros-arm's wait4) first, its summary's allocator peak beside it
+	grep -qE '^\| poros \| nf4 \| \*\*ok\*\* \| CPU \| [0-9.]+ [KMG]iB process RSS; allocator 1.21 GiB \| CPU run \| 576 MiB \| 0.25 \| 1 \| 0 \| 0.25 - 0.25 \| 512 \| 6.25 -&gt; 5.50 \|$' $OUT/report.md
+	grep -qE '^\| resident \| bf16 \| \*\*ok\*\* \| CPU \| [0-9.]+ [KMG]iB process RSS; allocator 1.21 GiB \| CPU run \| 512 MiB \| 0.25 \|' $OUT/report.md
 	[ "$(jq -r .cell_id $OUT/report.jsonl | paste -sd ' ')" = "$CELLS" ]
+}
+
+@test "bench run says one line per cell: its number, the time left, the passes and how it ended" {
+	sed 's/^  steps: 4$/  steps: 4\n  passes: 2/' "$SPEC" > passes.yaml
+	run -0 --separate-stderr fake_poros bench run passes.yaml
+	[ "$(grep -c '^\[[1-8]/8' <<< "$stderr")" -eq 8 ]
+	grep -qE '^\[1/8\] poros tiny_qwen2 nf4 \.\.\.\[pass 1/2\] \[pass 2/2\] ok [0-9.]+ s$' <<< "$stderr"
+	grep -qE '^\[8/8, eta [0-9]+s\] resident tiny_llama bf16 \.\.\.\[pass 1/2\] \[pass 2/2\] ok [0-9.]+ s$' <<< "$stderr"
+	# the backend said once, up front
+	[ "$(grep -c '^poros: no CUDA device: CPU backend$' <<< "$stderr")" -eq 1 ]
+	[ "$(grep -n 'no CUDA device' <<< "$stderr" | cut -d: -f1)" -lt "$(grep -n -m1 '^\[1/8\]' <<< "$stderr" | cut -d: -f1)" ]
+	run -0 --separate-stderr env FAKE_BACKEND=cuda POROS_TRAIN="$FAKE" poros bench run passes.yaml --force
+	[[ "$stderr" != *"CPU backend"* ]]
+	run -0 --separate-stderr fake_poros parity passes.yaml
+	[ "$(grep -c '^poros: no CUDA device: CPU backend$' <<< "$stderr")" -eq 1 ]
+	# no nested lines: no "[1/1]" of poros-arm's own, no driver line per cell beside it
+	run -1 grep -F '[1/1]' <<< "$stderr"
+	run -1 grep -E '^poros: \[[0-9]+/8\] [a-z_0-9]+( \(eta .*\))?$' <<< "$stderr"
 }
 
 @test "a second run skips cells with an ok artifact; --force runs them again" {
@@ -98,6 +117,46 @@ fake_poros() {
 	[ "$(wc -l < $OUT/results.jsonl)" -eq 16 ]
 	# the report keeps one row per cell: the latest
 	[ "$(wc -l < $OUT/report.jsonl)" -eq 8 ]
+}
+
+@test "a changed poros.block_size measures the poros cells again, not the resident ones" {
+	fake_poros bench run "$SPEC" 2>/dev/null
+	sed 's/block_size: 2/block_size: 1/' "$SPEC" > blocks.yaml
+	: > "$FAKE_LOG"
+	run -0 --separate-stderr fake_poros bench run blocks.yaml
+	[ "$(cut -d ' ' -f 1 "$FAKE_LOG" | paste -sd ' ')" = "poros_tiny_qwen2_nf4 poros_tiny_qwen2_bf16 poros_tiny_llama_nf4 poros_tiny_llama_bf16" ]
+	[[ "$stderr" == *"[3/8] resident_tiny_qwen2_nf4: ok artifact of this configuration exists, skipped (--force runs it again)"* ]]
+	jq -e -s 'length == 8 and all(.[]; if .method == "poros" then .cell.poros.block_size == 1 else .cell.poros.block_size == 2 end)' \
+		$OUT/report.jsonl
+	# and bench compare finds no configuration difference in the resident cells
+	fake_poros bench run "$SPEC" -o a 2>/dev/null
+	run -0 --separate-stderr poros bench compare a $OUT
+	[ "$(echo "$stderr" | grep -c 'the configurations differ')" -eq 4 ]
+	[[ "$stderr" != *"resident_"* ]]
+}
+
+@test "an unchanged rerun appends no skipped cell again; a new reason is appended; the lock file goes at exit" {
+	sed 's/methods: \[poros, resident\]/methods: [poros, resident, peft]/' "$SPEC" > peft.yaml
+	POROS_PYTHON=/nonexistent/python3 fake_poros bench run peft.yaml 2>/dev/null
+	[ "$(wc -l < $OUT/results.jsonl)" -eq 12 ]
+	[ "$(jq -s 'map(select(.status == "skipped")) | length' $OUT/results.jsonl)" -eq 4 ]
+	[ ! -e $OUT/.lock ]
+	run -0 --separate-stderr env POROS_PYTHON=/nonexistent/python3 POROS_TRAIN="$FAKE" poros bench run peft.yaml
+	[[ "$stderr" == *"[5/12] peft_tiny_qwen2_nf4: skipped again, for the same reason: results.jsonl has it already"* ]]
+	[ "$(wc -l < $OUT/results.jsonl)" -eq 12 ]
+	[ ! -e $OUT/.lock ]
+	# the report still names the skipped cells, once each
+	[ "$(jq -s 'map(select(.status == "skipped")) | length' $OUT/report.jsonl)" -eq 4 ]
+	# another reason is another measurement
+	POROS_PYTHON=/nonexistent/python4 fake_poros bench run peft.yaml 2>/dev/null
+	[ "$(wc -l < $OUT/results.jsonl)" -eq 16 ]
+	# a refused run leaves the holder's lock file alone
+	exec 8>> $OUT/.lock
+	flock -n 8
+	echo 12345 > $OUT/.lock
+	run -2 --separate-stderr fake_poros bench run "$SPEC"
+	exec 8>&-
+	[ "$(cat $OUT/.lock)" = 12345 ]
 }
 
 @test "a cell that failed runs again next time, the others do not" {
@@ -218,10 +277,12 @@ fake_poros() {
 
 @test "poros parity trains both schedules per model and precision and appends parity.jsonl" {
 	run -0 --separate-stderr fake_poros parity "$SPEC"
-	[ "${#lines[@]}" -eq 4 ]
-	[ "$(echo "$output" | jq -r '"\(.arch)_\(.precision)"' | paste -sd ' ')" = "tiny_qwen2_nf4 tiny_qwen2_bf16 tiny_llama_nf4 tiny_llama_bf16" ]
-	echo "$output" | jq -e -s 'all(.[]; .bitwise_exact == true and .steps_compared == 4)'
+	# one line per pair on the terminal, the records in parity.jsonl alone
+	[ -z "$output" ]
+	[ "$(grep -c 'blockwise and resident are bitwise exact over 4 steps$' <<< "$stderr")" -eq 4 ]
 	[[ "$stderr" == *"poros: tiny_qwen2_nf4: blockwise and resident are bitwise exact over 4 steps"* ]]
+	[ "$(jq -r '"\(.arch)_\(.precision)"' $OUT/parity.jsonl | paste -sd ' ')" = "tiny_qwen2_nf4 tiny_qwen2_bf16 tiny_llama_nf4 tiny_llama_bf16" ]
+	jq -e -s 'all(.[]; .bitwise_exact == true and .steps_compared == 4)' $OUT/parity.jsonl
 	[ "$(wc -l < $OUT/parity.jsonl)" -eq 4 ]
 	grep -qx 'poros_tiny_qwen2_nf4 blockwise' "$FAKE_LOG"
 	grep -qx 'poros_tiny_qwen2_nf4 resident' "$FAKE_LOG"
@@ -233,29 +294,56 @@ fake_poros() {
 
 @test "poros parity exits 1 when blockwise and resident are not bitwise exact" {
 	run -1 --separate-stderr env FAKE_PERTURB=resident POROS_TRAIN="$FAKE" poros parity "$SPEC"
-	[ "${#lines[@]}" -eq 4 ]
+	[ -z "$output" ]
+	[ "$(grep -c ': NOT bitwise exact: loss max |delta| ' <<< "$stderr")" -eq 4 ]
 	[[ "$stderr" == *"poros: tiny_qwen2_nf4: NOT bitwise exact: loss max |delta| 0 (step null), adapter max |delta| 0.03125 (base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight[3])"* ]]
 	[[ "$stderr" == *"poros: 4 of 4 pairs are not bitwise exact"* ]]
 	jq -e -s 'all(.[]; .bitwise_exact == false)' $OUT/parity.jsonl
 }
 
+@test "poros parity after bench run compares the bench's runs instead of training again" {
+	fake_poros bench run "$SPEC" 2>/dev/null
+	: > "$FAKE_LOG"
+	run -0 --separate-stderr fake_poros parity "$SPEC"
+	[ ! -s "$FAKE_LOG" ]
+	[ -z "$output" ]
+	[[ "$stderr" == *"poros: tiny_qwen2_nf4: comparing the bench's runs of poros_tiny_qwen2_nf4 and resident_tiny_qwen2_nf4 (no training)"* ]]
+	[ "$(grep -c 'bitwise exact over 4 steps$' <<< "$stderr")" -eq 4 ]
+	[ "$(wc -l < $OUT/parity.jsonl)" -eq 8 ]
+	[ ! -e $OUT/parity ]
+	# a pair whose bench run is stale is trained again, the others compared
+	jq -c '.config_hash = "sha256:\("0" * 64)"' $OUT/resident_tiny_llama_bf16.json > f.tmp && mv f.tmp $OUT/resident_tiny_llama_bf16.json
+	run -0 --separate-stderr fake_poros parity "$SPEC"
+	[ "$(sort "$FAKE_LOG" | paste -sd ,)" = "poros_tiny_llama_bf16 blockwise,poros_tiny_llama_bf16 resident" ]
+	[ -s $OUT/parity/tiny_llama_bf16/resident/events.jsonl ]
+}
+
 @test "after poros parity, the bench report shows the parity results" {
 	fake_poros bench run "$SPEC" 2>/dev/null
 	fake_poros parity "$SPEC" > /dev/null 2>&1
-	grep -qF '<td>nf4</td><td class="num">4</td><td class="num">0</td><td class="num">0</td><td>--</td><td><span class="badge exact">exact</span></td>' $OUT/report.html
+	grep -qF '<td>nf4</td><td><span class="badge exact">exact</span></td><td class="num">4</td><td class="num">0</td><td class="num">0</td><td>--</td>' $OUT/report.html
 }
 
 @test "real tiny CPU runs: poros parity is bitwise exact for every model and precision" {
 	[ -x "$POROS_ROOT/bin/poros-train" ] || skip "bin/poros-train is not built"
 	run -0 --separate-stderr poros parity "$POROS_ROOT/configs/bench/tiny.yaml" -o tiny
-	[ "${#lines[@]}" -eq 6 ]
-	echo "$output" | jq -e -s 'all(.[]; .bitwise_exact == true and .steps_compared == 6 and (.tensors | length) > 0)'
+	[ -z "$output" ]
+	[ "$(grep -c 'blockwise and resident are bitwise exact over 6 steps$' <<< "$stderr")" -eq 6 ]
+	jq -e -s 'length == 6 and all(.[]; .bitwise_exact == true and .steps_compared == 6 and (.tensors | length) > 0)' tiny/parity.jsonl
 }
 
 @test "real tiny CPU runs: bench run trains every cell and reports it" {
 	[ -x "$POROS_ROOT/bin/poros-train" ] || skip "bin/poros-train is not built"
 	run -0 --separate-stderr env -u POROS_TRAIN poros bench run "$SPEC"
 	jq -e -s 'length == 8 and all(.[]; .status == "ok" and .metrics.s_per_step > 0 and .env.weights == "synthetic")' $OUT/results.jsonl
+	# the trainer's maximum RSS, far above its allocator's peak (code, libraries, heap)
+	jq -e -s 'all(.[]; .metrics.process_peak_rss_mb > .metrics.vram_peak_mb)' $OUT/results.jsonl
+	# said once when the trainer runs on the CPU here, never with a GPU
+	if jq -e -s 'all(.[]; .env.backend == "cpu")' $OUT/results.jsonl > /dev/null; then
+		[ "$(grep -c '^poros: no CUDA device: CPU backend$' <<< "$stderr")" -eq 1 ]
+	else
+		[[ "$stderr" != *"CPU backend"* ]]
+	fi
 	[ "$(grep -c '<span class="badge ok">ok</span>' $OUT/report.html)" -eq 8 ]
 	# the base's host copy, in the artifacts and the report: the same for both schedules
 	jq -e -s 'all(.[]; .metrics.host_weights_mb > 0) and
@@ -264,7 +352,7 @@ fake_poros() {
 	# blockwise's layer checkpoints beside it; resident keeps none
 	jq -e -s 'all(.[]; .method as $m | .metrics.host_checkpoints_mb | if $m == "poros" then . > 0 else . == 0 end)' \
 		$OUT/results.jsonl
-	[ "$(grep -c '^| resident | bf16 | \*\*ok\*\* | CPU | [0-9.]* [KMG]iB host | CPU run | [0-9.]* [KMG]iB | ' $OUT/report.md)" -eq 2 ]
+	[ "$(grep -c '^| resident | bf16 | \*\*ok\*\* | CPU | [0-9.]* [KMG]iB process RSS; allocator [0-9.]* [KMG]iB | CPU run | [0-9.]* [KMG]iB | ' $OUT/report.md)" -eq 2 ]
 	# the poros and resident runs it made, compared: bit for bit
 	jq -e -s 'length == 4 and all(.[]; .bitwise_exact == true and .steps_compared == 4 and (.tensors | length) > 0)' \
 		$OUT/parity.jsonl
@@ -287,7 +375,7 @@ fake_poros() {
 	jq -e -s 'length == 4 and all(.[]; .bitwise_exact == true) and
 		([.[] | "\(.arch)_\(.precision)"] | sort == ["tiny_llama_bf16", "tiny_llama_nf4", "tiny_qwen2_bf16", "tiny_qwen2_nf4"])' \
 		$OUT/parity.jsonl
-	grep -qF '<td>nf4</td><td class="num">4</td><td class="num">0</td><td class="num">0</td><td>--</td><td><span class="badge exact">exact</span></td>' $OUT/report.html
+	grep -qF '<td>nf4</td><td><span class="badge exact">exact</span></td><td class="num">4</td><td class="num">0</td><td class="num">0</td><td>--</td>' $OUT/report.html
 	# a run that measures nothing new compares nothing again
 	fake_poros bench run "$SPEC" 2>/dev/null
 	[ "$(wc -l < $OUT/parity.jsonl)" -eq 4 ]

@@ -215,9 +215,39 @@ make_compare_runs() {
 
 @test "--compare --md puts the environment warning above the table" {
 	make_compare_runs
+	jq -c '.env.torch = "2.4.0"' a/results.jsonl > a/t.jsonl
 	jq -c '.env.torch = "2.5.1"' b/results.jsonl > b/t.jsonl
-	run -0 --separate-stderr poros-merge --compare --md a/results.jsonl b/t.jsonl
-	assert_line '> **Warning:** the environments differ: torch: A null, B "2.5.1"'
+	run -0 --separate-stderr poros-merge --compare --md a/t.jsonl b/t.jsonl
+	assert_line '> **Warning:** the environments differ: torch: A "2.4.0", B "2.5.1"'
+}
+
+@test "--compare compares only the environment fields both runs probed" {
+	make_compare_runs
+	# A's arm never probed python or torch (null); B's did; their CPUs differ
+	jq -c '.env.cpu = "AMD EPYC"' a/results.jsonl > a/t.jsonl
+	jq -c '.env.python = "3.11.7" | .env.torch = "2.5.1" | .env.cpu = "Intel Xeon"' b/results.jsonl > b/t.jsonl
+	run -0 --separate-stderr poros-merge --compare a/t.jsonl b/t.jsonl
+	[ "$stderr" = 'poros-merge: warning: the two runs'"'"' environments differ: cpu: A "AMD EPYC", B "Intel Xeon"' ]
+	run -0 --separate-stderr poros-merge --compare --md a/t.jsonl b/t.jsonl
+	assert_line '> **Warning:** the environments differ: cpu: A "AMD EPYC", B "Intel Xeon"'
+	jq -c '.env.cpu = "AMD EPYC"' b/t.jsonl > b/same.jsonl
+	run -0 --separate-stderr poros-merge --compare a/t.jsonl b/same.jsonl
+	[ -z "$stderr" ]
+}
+
+@test "--compare names the memory column for what it is when both runs ran on the CPU backend" {
+	make_compare_runs
+	run -0 --separate-stderr poros-merge --compare --table a/results.jsonl b/results.jsonl
+	assert_line --index 1 --regexp ' VRAM peak MiB A +VRAM peak MiB B +B/A$'
+	for d in a b; do jq -c '.env.backend = "cpu"' $d/results.jsonl > $d/cpu.jsonl; done
+	run -0 --separate-stderr poros-merge --compare --table a/cpu.jsonl b/cpu.jsonl
+	assert_line --index 1 --regexp ' host alloc peak MiB A +host alloc peak MiB B +B/A$'
+	run -0 --separate-stderr poros-merge --compare --md a/cpu.jsonl b/cpu.jsonl
+	assert_line --partial '| host alloc peak MiB A | host alloc peak MiB B | delta | B/A |'
+	# one GPU run among them: the column is the device's again
+	jq -c '.env.backend = "cuda"' b/results.jsonl > b/gpu.jsonl
+	run -0 --separate-stderr poros-merge --compare --md a/cpu.jsonl b/gpu.jsonl
+	assert_line --partial '| VRAM peak MiB A | VRAM peak MiB B | delta | B/A |'
 }
 
 @test "--md without --compare, or --compare with one run, is a usage error" {

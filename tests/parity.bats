@@ -202,7 +202,7 @@ refused() {
 	cmp arts/poros_tiny_qwen2_bf16.json bf16.before
 	# the report shows it from the artifact alone
 	poros-render --md arts > report.md
-	grep -F ' | nf4 | -- | ' report.md | grep -F '**differs**'
+	grep -F ' | nf4 | **differs** | -- | ' report.md
 	run -2 --separate-stderr poros-parity --artifacts arts a b
 	[ "$stderr" = "poros-parity: --artifacts: needs --arch and --precision (nf4 or bf16)" ]
 	run -0 --separate-stderr poros-parity --arch other --precision nf4 --artifacts arts a b

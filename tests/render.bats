@@ -157,8 +157,8 @@ section() {
 @test "the parity table shows -- where nothing was measured, never 0" {
 	make_results
 	poros-render --html results.jsonl > report.html
-	section parity | grep -F "<tr><td>$XSS_HTML</td><td>nf4</td><td class=\"num\">--</td><td class=\"num\">--</td><td class=\"num\">--</td><td>--</td><td>--</td></tr>"
-	section parity | grep -F "<tr><td>$XSS_HTML</td><td>bf16</td><td class=\"num\">--</td>"
+	section parity | grep -F "<tr><td>$XSS_HTML</td><td>nf4</td><td>--</td><td class=\"num\">--</td><td class=\"num\">--</td><td class=\"num\">--</td><td>--</td></tr>"
+	section parity | grep -F "<tr><td>$XSS_HTML</td><td>bf16</td><td>--</td><td class=\"num\">--</td>"
 	run -1 grep -E '>0<' <(section parity)
 }
 
@@ -167,8 +167,8 @@ section() {
 	parity_record tiny_qwen2 nf4 2 > parity.jsonl
 	parity_record tiny_qwen2 bf16 0 >> parity.jsonl
 	poros-render --html results.jsonl parity.jsonl > report.html
-	section parity | grep -F '<td>nf4</td><td class="num">4</td><td class="num">0.125</td><td class="num">0</td><td>loss: step 2</td><td><span class="badge differs">differs</span></td>'
-	section parity | grep -F '<td>bf16</td><td class="num">4</td><td class="num">0</td><td class="num">0</td><td>--</td><td><span class="badge exact">exact</span></td>'
+	section parity | grep -F '<td>nf4</td><td><span class="badge differs">differs</span></td><td class="num">4</td><td class="num">0.125</td><td class="num">0</td><td>loss: step 2</td>'
+	section parity | grep -F '<td>bf16</td><td><span class="badge exact">exact</span></td><td class="num">4</td><td class="num">0</td><td class="num">0</td><td>--</td>'
 }
 
 @test "the last parity record of a pair wins, and one for another model gets its own row" {
@@ -177,8 +177,8 @@ section() {
 	parity_record tiny_qwen2 nf4 0 >> parity.jsonl
 	parity_record other_model bf16 0 >> parity.jsonl
 	poros-render --html results.jsonl parity.jsonl > report.html
-	section parity | grep -F '<td>nf4</td><td class="num">4</td><td class="num">0</td>'
-	section parity | grep -F '<tr><td>other_model</td><td>bf16</td><td class="num">4</td>'
+	section parity | grep -F '<td>nf4</td><td><span class="badge exact">exact</span></td><td class="num">4</td><td class="num">0</td>'
+	section parity | grep -F '<tr><td>other_model</td><td>bf16</td><td><span class="badge exact">exact</span></td><td class="num">4</td>'
 	[ "$(section parity | grep -c '<tr><td>')" -eq 3 ]
 }
 
@@ -199,10 +199,10 @@ section() {
 	run -0 --separate-stderr poros-render --md results.jsonl parity.jsonl
 	[ -z "$stderr" ]
 	assert_line --index 0 "# Poros Bench report: tiny"
-	assert_line "## &lt;script&gt;alert(1)&lt;/script&gt; (poros/tiny-qwen2, 0.0001 B parameters)"
+	assert_line "## &lt;script&gt;alert(1)&lt;/script&gt; (poros/tiny-qwen2, 100 K parameters)"
 	assert_line "| poros | nf4 | **ok** | -- | 19.5 GiB | 24 GB derived | -- | 1.52 | -- | -- | 1.40 - 1.90 | 2695 | 5.60 -&gt; 5.40 |"
 	assert_line "| peft | nf4 | **oom** | -- | -- | -- | -- | -- | -- | -- | -- | -- | -- -&gt; -- |"
-	assert_line "| &lt;script&gt;alert(1)&lt;/script&gt; | nf4 | 4 | 0.125 | 0 | loss: step 2 | **differs** |"
+	assert_line "| &lt;script&gt;alert(1)&lt;/script&gt; | nf4 | **differs** | 4 | 0.125 | 0 | loss: step 2 |"
 	assert_line "| &lt;script&gt;alert(1)&lt;/script&gt; | bf16 | -- | -- | -- | -- | -- |"
 	assert_line "- peft\\_tiny\\_qwen2\\_nf4 **oom**: CUDA out of memory \\| tried &lt;b&gt;2 GiB&lt;/b&gt;, see https://example.org//oom (log: logs/peft\\_tiny\\_qwen2\\_nf4.log)"
 	# every table row has as many cells as its header
@@ -286,6 +286,26 @@ section() {
 	grep -Fx -- '- **poros nf4:** 1.52 s/step, 19.5 GiB peak; vs resident: 1.27x the time, 0.67x the memory; vs peft: oom' report.md
 }
 
+@test "the report opens with one sentence per model: its hardware and the ratios against each arm that ran" {
+	{
+		art poros tiny_qwen2 nf4 ok 2026-11-29T10:00:00Z '.metrics.vram_peak_mb = 20000 | .metrics.s_per_step = 1.52
+			| .env.backend = "cuda" | .env.gpu_name = "NVIDIA H200"'
+		art resident tiny_qwen2 nf4 ok 2026-11-29T10:00:01Z '.metrics.vram_peak_mb = 30000 | .metrics.s_per_step = 1.2
+			| .env.backend = "cuda" | .env.gpu_name = "NVIDIA H200"'
+		art peft tiny_qwen2 nf4 oom 2026-11-29T10:00:02Z '.env.backend = "cuda" | .env.gpu_name = "NVIDIA H200"'
+		art poros other nf4 error 2026-11-29T10:00:03Z '.cell.model.arch = "other" | .cell.model.display_name = "<b>Other</b>"
+			| .env.backend = "cpu" | .env.cpu = "Test CPU 9000"'
+	} > r.jsonl
+	poros-render --html r.jsonl > report.html
+	[ "$(section summary | grep -c '^<p>')" -eq 2 ]
+	section summary | grep -Fx '<p>Tiny Qwen2 on NVIDIA H200, poros nf4: 1.52 s/step, 19.5 GiB peak; vs resident: 1.27&times; the time, 0.67&times; the memory; vs peft: oom.</p>'
+	section summary | grep -Fx '<p>&lt;b&gt;Other&lt;&#47;b&gt; on the CPU backend (Test CPU 9000): no poros cell finished, so there is no ratio to give.</p>'
+	# before any table, and before the spec
+	[ "$(grep -n 'id="summary"' report.html | cut -d: -f1)" -lt "$(grep -n -m1 '<table\|id="spec"' report.html | cut -d: -f1)" ]
+	poros-render --md r.jsonl > report.md
+	[ "$(grep -n -m1 '^Tiny Qwen2 on NVIDIA H200, poros nf4: 1.52 s/step, 19.5 GiB peak; vs resident: 1.27x the time, 0.67x the memory; vs peft: oom.$' report.md | cut -d: -f1)" -lt "$(grep -n -m1 '^## Spec' report.md | cut -d: -f1)" ]
+}
+
 @test "the report names its date, commit and config hash" {
 	make_results
 	poros-render --html results.jsonl > report.html
@@ -305,11 +325,51 @@ section() {
 		| .env.device = "Test CPU 9000" | .env.gpu_name = null' > cpu.jsonl
 	poros-render --html cpu.jsonl > report.html
 	section spec | grep -F '<dt>Hardware</dt><dd>CPU: Test CPU 9000, 31.2 GiB host memory<span class="muted"> (from the artifacts: the spec names no hardware)</span></dd>'
-	grep -F '<td>CPU</td><td class="num">1.70 MiB<span class="muted"> host</span></td><td class="num derived"><span class="muted">CPU run</span></td>' report.html
-	grep -F '<figcaption>Memory peak (host memory for CPU runs) by method' report.html
+	grep -F '<td>CPU</td><td class="num">1.70 MiB<span class="muted"> host allocator</span></td><td class="num derived"><span class="muted">CPU run</span></td>' report.html
+	grep -F '<figcaption>Allocator peak (host memory for CPU runs) by method' report.html
 	run -1 grep -F '8 GB' report.html
 	section env | grep -F '<tr><th>backend</th><td>cpu</td></tr>'
-	poros-render --md cpu.jsonl | grep -F '| poros | nf4 | **ok** | CPU | 1.70 MiB host | CPU run |'
+	poros-render --md cpu.jsonl | grep -F '| poros | nf4 | **ok** | CPU | 1.70 MiB host allocator | CPU run |'
+}
+
+@test "parameters carry a fitting unit: K, M or B" {
+	for b in 0.0001813 0.0125 0.494 7.615 72.7; do
+		art poros "m${b/./_}" nf4 ok 2026-11-29T10:00:00Z ".cell.model.arch = \"m${b/./_}\" | .cell.model.param_count_b = $b"
+	done > r.jsonl
+	poros-render --html r.jsonl > report.html
+	[ "$(grep -o '<small>[^<]*</small>' report.html | sed 's/.*, //; s/<.*//' | paste -sd ,)" = \
+		"181 K parameters,12.5 M parameters,494 M parameters,7.62 B parameters,72.7 B parameters" ]
+	section spec | grep -F '<code>poros&#47;tiny-qwen2</code>, 181 K parameters)'
+	run -1 grep -F 'e-0' report.html
+	poros-render --md r.jsonl | grep -Fx '## Tiny Qwen2 (poros/tiny-qwen2, 181 K parameters)'
+}
+
+@test "a CPU run: a banner says what it shows, memory is the allocator's, passes disagreeing is a note" {
+	make_cpu_results
+	poros-render --html results.jsonl > report.html
+	grep -Fx "<p class=\"banner\">CPU backend, tiny synthetic models: this shows the pipeline, not Poros&#39; speed.</p>" report.html
+	# the banner comes before any table
+	[ "$(grep -n 'class="banner"' report.html | cut -d: -f1)" -lt "$(grep -n -m1 '<table' report.html | cut -d: -f1)" ]
+	grep -F '<td class="num">1.56 MiB<span class="muted"> host allocator</span></td>' report.html
+	grep -F '<li><strong>poros nf4:</strong> 0.0133 s/step, 1.56 MiB host allocator peak; vs resident:' report.html
+	grep -F '<br><span class="muted">passes disagree (CPU)</span></td>' report.html
+	run -1 grep -F '<span class="flag">passes disagree' report.html
+	poros-render --md results.jsonl > report.md
+	grep -Fx "> CPU backend, tiny synthetic models: this shows the pipeline, not Poros' speed." report.md
+	grep -F '| 3 spread 0.0028; passes disagree (CPU) |' report.md
+	# the process's maximum RSS, when the artifact has it, first; the allocator's beside it
+	make_cpu_results '.metrics.process_peak_rss_mb = 216.4'
+	poros-render --html results.jsonl > report.html
+	grep -F '<td>CPU</td><td class="num">216 MiB<span class="muted"> process RSS</span><br><span class="muted">allocator 1.56 MiB</span></td>' report.html
+	poros-render --md results.jsonl | grep -F '| CPU | 216 MiB process RSS; allocator 1.56 MiB | CPU run |'
+	# real weights on the CPU: no claim of synthetic models
+	make_cpu_results '.env.weights = "real"'
+	poros-render --html results.jsonl > report.html
+	grep -Fx "<p class=\"banner\">CPU backend: this shows the pipeline, not Poros&#39; speed on a GPU.</p>" report.html
+	# a GPU run has no banner, and its disagreeing passes are flagged
+	make_results
+	poros-render --html results.jsonl > report.html
+	run -1 grep -F 'class="banner"' report.html
 }
 
 @test "passes: their count and spread, and a flag when they disagree beyond the noise" {
@@ -394,36 +454,88 @@ section() {
 	run -1 grep -F 'No parity was measured' report.html
 }
 
-# Chromium lays the page out at a width and reports what a reader would
-# see: the page never wider than its viewport (tables and charts scroll in
-# their boxes) and chart text at its full size.  The report sits in an
-# iframe of that width (a headless window is at least 500 px wide); the
-# probe is the outer page's: the report itself has no script.
+# A CPU bench's cells as poros-train writes them: long device names, three
+# passes that disagree, host memory: the widest rows a report has.
+make_cpu_results() {
+	local cpu='.env.backend = "cpu" | .env.cpu = "AMD EPYC 7B13 64-Core Processor" | .env.gpu_name = null
+		| .env.device = "AMD EPYC 7B13 64-Core Processor" | .metrics.vram_peak_mb = 1.56
+		| .metrics.host_weights_mb = 0.7 | .metrics.host_checkpoints_mb = 0.4
+		| .metrics.passes = [{"step_s":[1],"median_s":0.0123},{"step_s":[1],"median_s":0.0151},{"step_s":[1],"median_s":0.0133}]
+		| .metrics.s_per_step = 0.0133 | .metrics.s_per_step_spread = 0.0028 | .metrics.s_per_step_mad = 0.00041
+		| .metrics.passes_agree = false | .metrics.s_per_step_min = 0.0101 | .metrics.s_per_step_max = 0.0212
+		| .metrics.tokens_per_s = 9624.1 | .metrics.loss_first = 5.5451 | .metrics.loss_last = 5.4012'
+	for m in poros resident peft; do
+		for p in nf4 bf16; do
+			art $m tiny_qwen2 $p ok 2026-11-29T10:00:00Z "$cpu${1:+ | $1}"
+		done
+	done > results.jsonl
+}
+
+# Chromium lays out a copy of report.html with a probe script added (the
+# report itself has none) and writes into its DOM: the page's scroll width
+# and its viewport's, how far the widest box scrolls, the right edge of the
+# charts and of the parity verdicts and headline ratios, and the chart text's
+# height.  A headless window is at least 500 px wide: the 420 px viewport is
+# an iframe of that width.
+chromium_flags=(--headless --no-sandbox --disable-gpu --disable-background-networking --disable-component-update
+	--disable-sync --no-first-run --hide-scrollbars --allow-file-access-from-files)
 layout_probe() { # width
-	cat > probe.html <<-HTML
-	<html><body><iframe src="report.html" width="$1" height="2000" style="border:0" onload="var d=this.contentDocument,
-	t=d.querySelector('svg.chart text'),r=t.getBoundingClientRect();document.body.setAttribute('data-probe',
-	d.documentElement.scrollWidth+' '+Math.round(r.height)+' '+d.querySelectorAll('table').length+' '+
-	d.querySelectorAll('.scroll > table').length)"></iframe></body></html>
+	sed '/<\/body>/r /dev/stdin' report.html > probe.html <<-'JS'
+	<script>
+	var d = document.documentElement, box = 0, svg = 0, seen = 0, px = 0;
+	document.querySelectorAll('.scroll').forEach(function (e) { box = Math.max(box, e.scrollWidth - e.clientWidth); });
+	document.querySelectorAll('svg.chart').forEach(function (e) { svg = Math.max(svg, Math.ceil(e.getBoundingClientRect().right)); });
+	document.querySelectorAll('table.parity .badge, ul.headline li').forEach(function (e) {
+		seen = Math.max(seen, Math.ceil(e.getBoundingClientRect().right)); });
+	var t = document.querySelector('svg.chart text');
+	if (t) px = Math.round(t.getBoundingClientRect().height);
+	d.setAttribute('data-probe', [d.scrollWidth, d.clientWidth, box, svg, seen, px,
+		document.querySelectorAll('table').length, document.querySelectorAll('.scroll > table').length].join(' '));
+	</script>
+	JS
+	cat > frame.html <<-HTML
+	<html><body style="margin:0"><iframe src="probe.html" width="$1" height="900" style="border:0;display:block"
+	onload="document.body.setAttribute('data-probe', this.contentDocument.documentElement.getAttribute('data-probe'))"></iframe></body></html>
 	HTML
-	timeout 120 /usr/bin/chromium --headless --no-sandbox --disable-gpu --disable-background-networking --no-first-run \
-		--disable-extensions --allow-file-access-from-files "--user-data-dir=$BATS_TEST_TMPDIR/chromium-profile" \
-		--window-size=1500,2000 --dump-dom "file://$BATS_TEST_TMPDIR/probe.html" 2>/dev/null |
+	local page=probe.html
+	[ "$1" -ge 500 ] || page=frame.html
+	timeout 120 /usr/bin/chromium "${chromium_flags[@]}" "--user-data-dir=$BATS_TEST_TMPDIR/chromium-$1" \
+		"--window-size=$1,900" --screenshot="$BATS_TEST_TMPDIR/report-$1.png" "file://$BATS_TEST_TMPDIR/$page" 2>/dev/null
+	timeout 120 /usr/bin/chromium "${chromium_flags[@]}" "--user-data-dir=$BATS_TEST_TMPDIR/chromium-$1" \
+		"--window-size=$1,900" --dump-dom "file://$BATS_TEST_TMPDIR/$page" 2>/dev/null |
 		grep -o 'data-probe="[^"]*"' | sed 's/.*="//; s/"//'
 }
 
-@test "in Chromium at 1400 and 420 px the page fits its window and chart text stays readable" {
+# The width of a PNG (its IHDR's first field).
+png_width() {
+	od -An -tu1 -j16 -N4 "$1" | awk '{ print $1 * 16777216 + $2 * 65536 + $3 * 256 + $4 }'
+}
+
+@test "in Chromium at 1400 px nothing scrolls sideways; at 420 px charts scale, verdicts and ratios stay in view" {
 	[ -x /usr/bin/chromium ] || skip "/usr/bin/chromium is not installed (apt-get install chromium)"
-	make_results
+	make_cpu_results
 	parity_record tiny_qwen2 nf4 2 > parity.jsonl
 	poros-render --html -o report.html results.jsonl parity.jsonl
-	for w in 1400 420; do
-		read -r page text tables scrolled <<< "$(layout_probe $w)"
-		echo "width $w: page $page, chart text ${text} px, $scrolled of $tables tables in a scroll box"
-		[ -n "$page" ] && [ "$page" -le "$w" ]
-		[ "$text" -ge 11 ]
-		[ "$tables" -ge 3 ] && [ "$scrolled" -eq "$tables" ]
-	done
+	read -r page view box svg seen px tables scrolled <<< "$(layout_probe 1400)"
+	echo "1400: page $page of $view, a box scrolls $box px, charts to $svg, verdicts and ratios to $seen"
+	[ "$(png_width report-1400.png)" -eq 1400 ]
+	[ "$view" -eq 1400 ] && [ "$page" -eq "$view" ]
+	# the whole results table, "Loss first -> last" too, without a scrollbar
+	[ "$box" -eq 0 ]
+	[ "$px" -ge 11 ]
+	read -r page view box svg seen px tables scrolled <<< "$(layout_probe 420)"
+	echo "420: page $page of $view, a box scrolls $box px, charts to $svg, verdicts and ratios to $seen, text $px px"
+	[ "$(head -c 4 report-420.png | od -An -tx1 | tr -d ' ')" = "89504e47" ]
+	[ "$view" -eq 420 ] && [ "$page" -eq "$view" ]
+	[ "$svg" -gt 0 ] && [ "$svg" -le "$view" ]
+	[ "$seen" -gt 0 ] && [ "$seen" -le "$view" ]
+	# scaled down, still legible
+	[ "$px" -ge 8 ]
+	# the wide tables scroll in their own boxes
+	[ "$box" -gt 0 ]
+	[ "$tables" -ge 3 ] && [ "$scrolled" -eq "$tables" ]
+	# the report itself still has no script
+	run -1 grep -i '<script' report.html
 }
 
 @test "thousands of cells: one row each, and a later rerun of every cell replaces its row in place" {

@@ -114,7 +114,7 @@ static void test_round_trip(void)
 	/* a Python arm's summary has no plan, no host copy and no checkpoints: null, the first metrics */
 	CHECK(isnan(b.metrics.vram_plan_mb) && isnan(b.metrics.host_checkpoints_mb));
 	CHECK(strstr(s1, "\"status\":\"ok\",\"error\":null,\"metrics\":{\"vram_plan_mb\":null,\"host_weights_mb\":null,"
-	             "\"host_checkpoints_mb\":null,\"vram_peak_mb\":7012.4,") != NULL);
+	             "\"host_checkpoints_mb\":null,\"process_peak_rss_mb\":null,\"vram_peak_mb\":7012.4,") != NULL);
 	CHECK(strstr(s1, "\"parity\":{\"loss_max_abs_delta\":0,\"adapter_max_abs_delta\":null,\"bitwise_exact\":true}") != NULL);
 	CHECK(strstr(s1, "\"log\":\"logs/peft_qwen2_5_32b_bf16.log\",\"run_dir\":\"runs/peft_qwen2_5_32b_bf16\"}\n") != NULL);
 	free(s1);

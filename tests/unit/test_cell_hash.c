@@ -108,6 +108,42 @@ static void test_config_hash(void)
 	}
 }
 
+/* The poros section is the poros method's alone: another block size is
+ * another measurement of a poros cell, the same one of any other method's. */
+static void test_config_hash_per_method(void)
+{
+	static const char *const others[] = { "resident", "unsloth", "peft", "accelerate_offload" };
+	char base[CELL_HASH_LEN + 1], h[CELL_HASH_LEN + 1], id[64], method[64];
+
+	hash_of(base, NULL, NULL);
+	hash_of(h, "poros.block_size", "7");
+	CHECKF(strcmp(h, base) != 0, "poros.block_size left a poros cell's hash as it was");
+	for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+		struct cell c;
+		cJSON *o = cJSON_Parse(CELL_TEXT);
+		char err[256];
+
+		snprintf(method, sizeof method, "\"%s\"", others[i]);
+		snprintf(id, sizeof id, "\"%s_tiny_qwen2_nf4\"", others[i]);
+		json_put_path(o, "method", cJSON_Parse(method));
+		json_put_path(o, "cell_id", cJSON_Parse(id));
+		if (cell_from_json(&c, o, err, sizeof err) < 0) {
+			fprintf(stderr, "FAILED: %s cell: %s\n", others[i], err);
+			exit(1);
+		}
+		cell_config_hash(base, &c);
+		c.poros.block_size = 7;
+		c.poros.enable_prefetch = !c.poros.enable_prefetch;
+		cell_config_hash(h, &c);
+		CHECKF(strcmp(h, base) == 0, "poros.* changed a %s cell's hash", others[i]);
+		c.training.steps++;
+		cell_config_hash(h, &c);
+		CHECKF(strcmp(h, base) != 0, "training.steps left a %s cell's hash as it was", others[i]);
+		cell_free(&c);
+		cJSON_Delete(o);
+	}
+}
+
 static void test_canonical_and_diff(void)
 {
 	struct cell a, b;
@@ -141,6 +177,7 @@ int main(void)
 	set_progname("test_cell_hash");
 	test_sha256();
 	test_config_hash();
+	test_config_hash_per_method();
 	test_canonical_and_diff();
 	return test_verdict("test_cell_hash");
 }

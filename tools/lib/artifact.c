@@ -32,6 +32,7 @@ int artifact_status_from_name(const char *s)
 void metrics_init(struct artifact_metrics *m)
 {
 	m->vram_plan_mb = m->host_weights_mb = m->host_checkpoints_mb = m->vram_peak_mb = m->vram_avg_mb = NAN;
+	m->process_peak_rss_mb = NAN;
 	m->s_per_step = m->s_per_step_min = m->s_per_step_max = NAN;
 	m->tokens_per_s = NAN;
 	m->steps_measured = m->warmup_steps = -1;
@@ -177,6 +178,7 @@ cJSON *artifact_to_json(const struct artifact *a)
 	add_num(m, "vram_plan_mb", a->metrics.vram_plan_mb);
 	add_num(m, "host_weights_mb", a->metrics.host_weights_mb);
 	add_num(m, "host_checkpoints_mb", a->metrics.host_checkpoints_mb);
+	add_num(m, "process_peak_rss_mb", a->metrics.process_peak_rss_mb);
 	add_num(m, "vram_peak_mb", a->metrics.vram_peak_mb);
 	add_num(m, "vram_avg_mb", a->metrics.vram_avg_mb);
 	cJSON_AddItemToObject(m, "s_per_step", timing_json_number(a->metrics.s_per_step));

@@ -36,6 +36,7 @@ struct artifact_metrics {
 	double host_weights_mb;                    /* MiB, the base's host copy (poros-train; NaN: none) */
 	double host_checkpoints_mb;                /* MiB, blockwise's layer checkpoints, pinned (NaN: none) */
 	double vram_peak_mb, vram_avg_mb;          /* MiB, device allocator peak / per-step mean */
+	double process_peak_rss_mb;                /* MiB, the training process's maximum RSS, all passes (NaN: none) */
 	double s_per_step, s_per_step_min, s_per_step_max;
 	double s_per_step_spread, s_per_step_mad;  /* across passes / the steps' noise */
 	int passes_agree;                          /* 1 true, 0 false, -1 null */

@@ -126,7 +126,7 @@ static const char *const artifact_keys[] = {
 	"metrics", "parity", "env", "started_at", "finished_at", "wall_s", "argv", "log", "run_dir", NULL,
 };
 static const char *const metrics_keys[] = {
-	"vram_plan_mb", "host_weights_mb", "host_checkpoints_mb", "vram_peak_mb", "vram_avg_mb", "s_per_step",
+	"vram_plan_mb", "host_weights_mb", "host_checkpoints_mb", "process_peak_rss_mb", "vram_peak_mb", "vram_avg_mb", "s_per_step",
 	"s_per_step_min", "s_per_step_max", "tokens_per_s", "steps_measured", "warmup_steps", "loss_first", "loss_last",
 	"s_per_step_spread", "s_per_step_mad", "passes_agree", "passes", NULL,
 };
@@ -233,6 +233,7 @@ static int metrics_from_json(struct artifact_metrics *m, const cJSON *o, const c
 	if (get_measure(o, pre, "vram_plan_mb", &m->vram_plan_mb, err, errsz) < 0 ||
 	    get_measure(o, pre, "host_weights_mb", &m->host_weights_mb, err, errsz) < 0 ||
 	    get_measure(o, pre, "host_checkpoints_mb", &m->host_checkpoints_mb, err, errsz) < 0 ||
+	    get_measure(o, pre, "process_peak_rss_mb", &m->process_peak_rss_mb, err, errsz) < 0 ||
 	    get_measure(o, pre, "vram_peak_mb", &m->vram_peak_mb, err, errsz) < 0 ||
 	    get_measure(o, pre, "vram_avg_mb", &m->vram_avg_mb, err, errsz) < 0 ||
 	    get_measure(o, pre, "s_per_step", &m->s_per_step, err, errsz) < 0 ||

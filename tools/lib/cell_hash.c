@@ -126,6 +126,10 @@ cJSON *cell_config_json(const struct cell *c)
 	model = cJSON_GetObjectItemCaseSensitive(o, "model");
 	if (model)
 		cJSON_DeleteItemFromObjectCaseSensitive(model, "display_name");
+	/* Only blockwise reads the poros section (block size, prefetch): a
+	 * change there measures no other method anew. */
+	if (c->method != METHOD_POROS)
+		cJSON_DeleteItemFromObjectCaseSensitive(o, "poros");
 	sort_keys(o);
 	return o;
 }

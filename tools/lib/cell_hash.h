@@ -1,7 +1,9 @@
 /* tools/lib/cell_hash.h: a cell's identity by content.  Two cells with
  * the same config_hash measure the same thing; a changed field that can
  * change a measurement changes the hash.  What a cell is called and where
- * it is written (spec_id, model.display_name, output_dir) are left out. */
+ * it is written (spec_id, model.display_name, output_dir) are left out,
+ * and so is what the cell's method does not read (the poros section, but
+ * for the poros method). */
 #ifndef POROS_CELL_HASH_H
 #define POROS_CELL_HASH_H
 

@@ -132,7 +132,7 @@ void timing_run_passes(struct artifact *a, timing_pass_fn run, void *ctx)
 {
 	int want = a->cell.training.passes > 0 ? a->cell.training.passes : 1, n = 0;
 	struct artifact_pass *passes = xcalloc((size_t)want, sizeof *passes);
-	double wall = 0, peak = NAN;
+	double wall = 0, peak = NAN, rss = NAN;
 
 	for (int pass = 0; pass < want; pass++) {
 		if (want > 1)
@@ -142,6 +142,8 @@ void timing_run_passes(struct artifact *a, timing_pass_fn run, void *ctx)
 			wall += a->wall_s;
 		if (isfinite(a->metrics.vram_peak_mb))
 			peak = isfinite(peak) ? fmax(peak, a->metrics.vram_peak_mb) : a->metrics.vram_peak_mb;
+		if (isfinite(a->metrics.process_peak_rss_mb))
+			rss = isfinite(rss) ? fmax(rss, a->metrics.process_peak_rss_mb) : a->metrics.process_peak_rss_mb;
 		if (a->status != STATUS_OK || a->metrics.n_passes != 1) {
 			if (want > 1 && a->status == STATUS_OK) {
 				/* ok, but no timed steps listed: nothing to aggregate */
@@ -162,6 +164,7 @@ void timing_run_passes(struct artifact *a, timing_pass_fn run, void *ctx)
 		a->metrics.passes = passes;
 		a->metrics.n_passes = n;
 		a->metrics.vram_peak_mb = peak;
+		a->metrics.process_peak_rss_mb = rss;
 		timing_aggregate(&a->metrics, a->cell.tokens_per_step);
 	} else {
 		for (int i = 0; i < n; i++)

@@ -32,6 +32,7 @@ struct child_result {
 	int interrupted;          /* poros-arm itself got SIGINT/SIGTERM/SIGHUP */
 	int pgid;
 	double wall_s;
+	double max_rss_mb;        /* its maximum resident set (wait4), NaN when not known */
 	char *out;                /* its stdout (the tail, if it was huge), NUL-terminated */
 	size_t out_len;
 	long long log_bytes;      /* bytes of stderr received */
@@ -70,6 +71,7 @@ struct arm_options {
 	long long log_max;
 	int verbose;
 	const char *device;       /* --gpus: this worker's GPU (progress says so), else NULL */
+	const char *progress;     /* --progress: the progress line's "[...]" instead of "[i/n]", else NULL */
 };
 
 /* One cell (a JSON object) into one artifact.  where names the input for

@@ -394,7 +394,9 @@ static int whole_lines(const struct arm_options *o)
 
 static void progress_start(const struct cell *c, int index, int total, const struct arm_options *o, int newline)
 {
-	if (total > 0)
+	if (o->progress)
+		fprintf(stderr, "[%s] ", o->progress);
+	else if (total > 0)
 		fprintf(stderr, "[%d/%d] ", index, total);
 	else
 		fprintf(stderr, "[%d] ", index);
@@ -504,6 +506,7 @@ static long long run_child(struct artifact *a, const struct cell_paths *p, const
 	child_run(&spec, &r);
 	a->wall_s = round(r.wall_s * 1000.0) / 1000.0;
 	classify(a, &r, cmd, p->log_rel, timeout_s);
+	a->metrics.process_peak_rss_mb = r.max_rss_mb;
 	if (r.timed_out || r.interrupted) {
 		char *note = xasprintf("\n[poros-arm: %s after %.1f s; process group %d sent SIGTERM, then SIGKILL]\n",
 		                       r.timed_out ? "timed out" : "interrupted", r.wall_s, r.pgid);

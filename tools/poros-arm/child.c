@@ -5,6 +5,7 @@
 #include "arm.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -12,6 +13,7 @@
 #include <sys/prctl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #ifdef __linux__
@@ -495,9 +497,12 @@ int child_run(const struct child_spec *spec, struct child_result *r)
 	int exited = 0, termed = 0, killed = 0;
 	double t0 = now_seconds(), deadline_term = 0, deadline_kill = 0;
 	char *buf = xmalloc(CHUNK);
-	pid_t pid;
+	struct rusage usage;
+	pid_t pid, reaped;
 
 	memset(r, 0, sizeof *r);
+	memset(&usage, 0, sizeof usage);
+	r->max_rss_mb = NAN;
 	r->out = xcalloc(1, 1);
 	pid = start(spec, &out_fd, &err_fd);
 	if (pid < 0) {
@@ -603,8 +608,10 @@ int child_run(const struct child_spec *spec, struct child_result *r)
 	if (err_fd >= 0)
 		close(err_fd);
 	killpg(pid, SIGKILL); /* the group's leader is still our zombie: its id is ours to use */
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+	while ((reaped = wait4(pid, &status, 0, &usage)) < 0 && errno == EINTR)
 		;
+	/* Linux: ru_maxrss in KiB, of the child and the descendants it waited for */
+	r->max_rss_mb = reaped == pid && usage.ru_maxrss > 0 ? (double)usage.ru_maxrss / 1024.0 : NAN;
 	reap_group(pid);
 	/* Orphans that left the group are ours too (we are their subreaper):
 	 * collect those already dead, so that no zombie piles up. */

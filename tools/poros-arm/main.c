@@ -15,7 +15,7 @@
 #include "util.h"
 
 #define SYNOPSIS "usage: poros-arm [-v] [-o DIR] [--timeout SECONDS] [--kill-grace SECONDS] " \
-	"[--log-max BYTES] [--gpus LIST] [CELL.json ...]\n"
+	"[--log-max BYTES] [--gpus LIST] [--progress LABEL] [CELL.json ...]\n"
 
 static int worst(int a, int b)
 {
@@ -165,6 +165,7 @@ int main(int argc, char **argv)
 		{"kill-grace", required_argument, NULL, 'g'}, {"log-max", required_argument, NULL, 'l'},
 		{"verbose", no_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'}, {"gpus", required_argument, NULL, 'G'},
+		{"progress", required_argument, NULL, 'P'},
 		{NULL, 0, NULL, 0},
 	};
 	struct arm_options o = {.timeout_s = -1, .kill_grace_s = 10, .log_max = 16LL << 20};
@@ -182,6 +183,7 @@ int main(int argc, char **argv)
 		case 'l': o.log_max = opt_bytes("--log-max", optarg); break;
 		case 'v': o.verbose = 1; break;
 		case 'G': gpu_list = optarg; break;
+		case 'P': o.progress = optarg; break;
 		case 'h': fputs(SYNOPSIS, stdout); return EXIT_OK;
 		case 'V': print_version(); return EXIT_OK;
 		default: fputs(SYNOPSIS, stderr); return EXIT_USAGE;

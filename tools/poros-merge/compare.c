@@ -18,14 +18,16 @@
 struct metric_def {
 	const char *key;   /* JSON key, and the metric's name in artifacts */
 	const char *title; /* Markdown column */
+	const char *cpu_title; /* its name when both runs ran on the CPU backend (NULL: the same) */
 	size_t off;        /* in struct artifact_metrics */
 	int timed;         /* its spread is s/step's (tokens/s is tokens_per_step / s/step) */
 };
 
 static const struct metric_def metrics[] = {
-	{ "s_per_step", "s/step", offsetof(struct artifact_metrics, s_per_step), 1 },
-	{ "tokens_per_s", "tokens/s", offsetof(struct artifact_metrics, tokens_per_s), 1 },
-	{ "vram_peak_mb", "VRAM peak MiB", offsetof(struct artifact_metrics, vram_peak_mb), 0 },
+	{ "s_per_step", "s/step", NULL, offsetof(struct artifact_metrics, s_per_step), 1 },
+	{ "tokens_per_s", "tokens/s", NULL, offsetof(struct artifact_metrics, tokens_per_s), 1 },
+	/* a CPU run's allocator holds host memory */
+	{ "vram_peak_mb", "VRAM peak MiB", "host alloc peak MiB", offsetof(struct artifact_metrics, vram_peak_mb), 0 },
 };
 #define N_METRICS (sizeof metrics / sizeof metrics[0])
 
@@ -93,7 +95,23 @@ static void env_values(struct sbuf *out, const struct result_set *s, size_t off)
 	free(v);
 }
 
-/* "gpu_name: A "x", B "y"; ..." or an empty string when they agree. */
+/* True when every artifact of s ran on the CPU backend. */
+static int all_cpu(const struct result_set *s)
+{
+	for (int i = 0; i < s->n; i++)
+		if (s->e[i].art.env.backend == NULL || strcmp(s->e[i].art.env.backend, "cpu") != 0)
+			return 0;
+	return s->n > 0;
+}
+
+static const char *metric_title(const struct metric_def *m, int cpu)
+{
+	return cpu && m->cpu_title ? m->cpu_title : m->title;
+}
+
+/* "gpu_name: A "x", B "y"; ..." or an empty string when they agree.  A
+ * field that one run never probed (null throughout: an arm that does not
+ * report it) says nothing about a difference and is left out. */
 static void env_differences(struct sbuf *why, const struct result_set *a, const struct result_set *b)
 {
 	for (size_t f = 0; f < sizeof env_fields / sizeof env_fields[0]; f++) {
@@ -102,7 +120,7 @@ static void env_differences(struct sbuf *why, const struct result_set *a, const 
 		sb_init(&vb);
 		env_values(&va, a, env_fields[f].off);
 		env_values(&vb, b, env_fields[f].off);
-		if (strcmp(va.s, vb.s) != 0)
+		if (strcmp(va.s, "null") != 0 && strcmp(vb.s, "null") != 0 && strcmp(va.s, vb.s) != 0)
 			sb_printf(why, "%s%s: A %s, B %s", why->len ? "; " : "", env_fields[f].name, va.s, vb.s);
 		sb_free(&va);
 		sb_free(&vb);
@@ -203,7 +221,7 @@ static cJSON *row_json(const char *cell_id, const struct result_entry *ea, const
 /* --- tables --------------------------------------------------------------- */
 
 static void md_header(struct sbuf *md, const char *name_a, const char *name_b, const char *env_diff,
-                      const struct sbuf *cell_warnings)
+                      const struct sbuf *cell_warnings, int cpu)
 {
 	sb_puts(md, "Comparing A = ");
 	sb_md(md, name_a);
@@ -219,7 +237,7 @@ static void md_header(struct sbuf *md, const char *name_a, const char *name_b, c
 		sb_puts(md, cell_warnings->s);
 	sb_puts(md, "| Cell | Status A | Status B |");
 	for (size_t m = 0; m < N_METRICS; m++)
-		sb_printf(md, " %s A | %s B | delta | B/A |", metrics[m].title, metrics[m].title);
+		sb_printf(md, " %s A | %s B | delta | B/A |", metric_title(&metrics[m], cpu), metric_title(&metrics[m], cpu));
 	sb_puts(md, "\n|---|---|---|");
 	for (size_t m = 0; m < N_METRICS; m++)
 		sb_puts(md, "---:|---:|---:|---:|");
@@ -264,7 +282,7 @@ static void table_add(struct table *t, char *const row[TABLE_COLS])
 	t->rows++;
 }
 
-static void table_header(struct table *t)
+static void table_header(struct table *t, int cpu)
 {
 	char *row[TABLE_COLS];
 	int c = 0;
@@ -273,8 +291,8 @@ static void table_header(struct table *t)
 	row[c++] = xstrdup("A");
 	row[c++] = xstrdup("B");
 	for (size_t m = 0; m < N_METRICS; m++) {
-		row[c++] = xasprintf("%s A", metrics[m].title);
-		row[c++] = xasprintf("%s B", metrics[m].title);
+		row[c++] = xasprintf("%s A", metric_title(&metrics[m], cpu));
+		row[c++] = xasprintf("%s B", metric_title(&metrics[m], cpu));
 		row[c++] = xstrdup("B/A");
 	}
 	table_add(t, row);
@@ -353,7 +371,7 @@ int compare_write(FILE *out, const struct result_set *a, const struct result_set
 	struct sbuf env_diff, md, md_warnings;
 	struct pair *pairs = xcalloc((size_t)a->n + (size_t)b->n + 1, sizeof *pairs);
 	struct table table = { NULL, 0 };
-	int n = 0, rc = 0;
+	int n = 0, rc = 0, cpu = all_cpu(a) && all_cpu(b);
 
 	sb_init(&env_diff);
 	sb_init(&md);
@@ -373,9 +391,9 @@ int compare_write(FILE *out, const struct result_set *a, const struct result_set
 			warn_config(&md_warnings, pairs[i].cell_id, pairs[i].diff);
 	}
 	if (format == COMPARE_MD)
-		md_header(&md, name_a, name_b, env_diff.s, &md_warnings);
+		md_header(&md, name_a, name_b, env_diff.s, &md_warnings, cpu);
 	if (format == COMPARE_TABLE)
-		table_header(&table);
+		table_header(&table, cpu);
 	for (int i = 0; i < n && rc == 0; i++) {
 		if (format == COMPARE_MD) {
 			md_row(&md, pairs[i].cell_id, pairs[i].a, pairs[i].b);

@@ -106,6 +106,24 @@ void spec_ids(struct sbuf *b, const struct report *r, escape_fn text)
 	strmap_free(&seen);
 }
 
+const char *cpu_banner(const struct report *r)
+{
+	int cpu = 0, synthetic = 1;
+
+	for (int i = 0; i < r->results.n; i++) {
+		const struct artifact *a = &r->results.e[i].art;
+
+		if (!is_cpu_run(a))
+			continue;
+		cpu = 1;
+		synthetic &= a->env.weights != NULL && strcmp(a->env.weights, "synthetic") == 0;
+	}
+	if (!cpu)
+		return "";
+	return synthetic ? "CPU backend, tiny synthetic models: this shows the pipeline, not Poros' speed."
+	                 : "CPU backend: this shows the pipeline, not Poros' speed on a GPU.";
+}
+
 /* --- the spec summary --------------------------------------------------------- */
 
 /* ", 24 GB, PCIe gen 4", leaving out what the spec did not set (0). */
@@ -183,6 +201,7 @@ void spec_items(struct sbuf *b, const struct report *r, const struct markup *mk)
 {
 	const struct cell *c = &r->results.e[0].art.cell;
 	int counts[STATUS_COUNT];
+	char num[32];
 
 	item(b, mk, "Spec");
 	spec_ids(b, r, mk->text);
@@ -204,7 +223,7 @@ void spec_items(struct sbuf *b, const struct report *r, const struct markup *mk)
 		mk->text(b, mc->model.display_name);
 		sb_printf(b, " (%s", mk->code_open);
 		mk->text(b, mc->model.model_id);
-		sb_printf(b, "%s, %g B parameters)", mk->code_close, mc->model.param_count_b);
+		sb_printf(b, "%s, %s parameters)", mk->code_close, fmt_params(num, sizeof num, mc->model.param_count_b));
 	}
 	sb_puts(b, mk->item_close);
 	item(b, mk, "Methods");
@@ -307,7 +326,8 @@ void model_headline(struct sbuf *b, const struct report_model *m, const struct m
 		sb_printf(b, "poros %s:", precision_names[p]);
 		sb_puts(b, mk->item_mid);
 		sb_printf(b, "%s s/step, ", fmt_num(num, sizeof num, poros->art.metrics.s_per_step));
-		sb_printf(b, "%s peak", fmt_mib(num, sizeof num, poros->art.metrics.vram_peak_mb));
+		sb_printf(b, "%s %s", fmt_mib(num, sizeof num, poros->art.metrics.vram_peak_mb),
+		          is_cpu_run(&poros->art) ? "host allocator peak" : "peak");
 		for (int i = 0; i < m->n; i++) {
 			const struct artifact *o = &m->rows[i]->art;
 			const char *rt, *rv;
@@ -329,6 +349,59 @@ void model_headline(struct sbuf *b, const struct report_model *m, const struct m
 			sb_puts(b, " (no other method of this precision to compare with)");
 		sb_puts(b, mk->item_close);
 	}
+}
+
+/* What ran a model's cells: its GPUs, or "CPU (model)", distinct, in row order. */
+static void model_hardware(struct sbuf *b, const struct report_model *m, const struct markup *mk)
+{
+	struct strmap seen;
+
+	strmap_init(&seen);
+	for (int i = 0; i < m->n; i++) {
+		const struct artifact *a = &m->rows[i]->art;
+		struct sbuf one;
+
+		if (a->env.backend == NULL || a->status == STATUS_SKIPPED)
+			continue;
+		sb_init(&one);
+		if (is_cpu_run(a)) {
+			sb_puts(&one, "the CPU backend (");
+			mk->text(&one, a->env.cpu ? a->env.cpu : "unknown model");
+			sb_puts(&one, ")");
+		} else {
+			mk->text(&one, a->env.gpu_name ? a->env.gpu_name : "an unnamed GPU");
+		}
+		if (strmap_get(&seen, one.s) < 0) {
+			sb_printf(b, "%s%s", seen.n ? " and " : "", one.s);
+			strmap_put(&seen, one.s, 1);
+		}
+		sb_free(&one);
+	}
+	if (seen.n == 0)
+		sb_puts(b, "hardware its artifacts do not name");
+	strmap_free(&seen);
+}
+
+void model_sentence(struct sbuf *b, const struct report_model *m, const struct markup *mk)
+{
+	struct markup clause = *mk; /* the headline's lines as the clauses of one sentence */
+	struct sbuf h;
+
+	clause.item_open = "";
+	clause.item_mid = " ";
+	clause.item_close = "; ";
+	sb_init(&h);
+	model_headline(&h, m, &clause);
+	mk->text(b, m->cell->model.display_name);
+	sb_puts(b, " on ");
+	model_hardware(b, m, mk);
+	if (h.len == 0) {
+		sb_puts(b, ": no poros cell finished, so there is no ratio to give.");
+	} else {
+		h.s[h.len -= 2] = '\0'; /* the last clause's "; " */
+		sb_printf(b, ", %s.", h.s);
+	}
+	sb_free(&h);
 }
 
 void config_hash(char out[17], const struct cell *c)

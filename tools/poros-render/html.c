@@ -15,7 +15,7 @@ static const char css[] =
 	":root{--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--head:#f6f8fa;"
 	"--ok:#1a7f37;--oom:#bc4c00;--error:#cf222e;--skipped:#6e7781}\n"
 	"body{font:14px/1.45 system-ui,-apple-system,\"Segoe UI\",Roboto,sans-serif;color:var(--fg);"
-	"max-width:1120px;margin:2em auto;padding:0 1em}\n"
+	"max-width:1600px;margin:2em auto;padding:0 1em}\n"
 	"h1{font-size:1.6em;margin:0 0 .2em}\n"
 	"h2{font-size:1.25em;border-bottom:1px solid var(--line);padding-bottom:.2em;margin-top:2em}\n"
 	"h2 small,.muted{color:var(--muted);font-weight:normal}\n"
@@ -29,13 +29,15 @@ static const char css[] =
 	".skipped{background:var(--skipped)}.exact{background:var(--ok)}.differs{background:var(--error)}\n"
 	".derived{font-style:italic}\n"
 	".flag{color:var(--error);font-weight:600}\n"
+	".banner{border:1px solid var(--line);border-left:4px solid var(--muted);background:var(--head);"
+	"padding:.5em .8em;margin:.8em 0}\n"
 	"ul.headline{margin:.4em 0 .8em;padding-left:1.2em}\n"
 	"dl.spec{display:grid;grid-template-columns:max-content 1fr;gap:.25em 1.2em}\n"
 	"dl.spec dt{font-weight:600}dl.spec dd{margin:0}\n"
 	"figure{margin:1em 0}figcaption{font-weight:600;margin-bottom:.3em}\n"
 	".swatch{display:inline-block;width:.8em;height:.8em;margin:0 .3em 0 .8em;vertical-align:-.05em}\n"
-	/* never scaled down: on a narrow screen a chart scrolls in its box, its text stays 11-12 px */
-	"svg.chart{max-width:none;height:auto;display:block}\n"
+	/* at most its drawn size, scaled down to a narrow screen's width (its viewBox) */
+	"svg.chart{width:100%;max-width:560px;height:auto;display:block}\n"
 	"svg.chart text{font-size:12px;fill:var(--fg)}\n"
 	"svg.chart text.tick{fill:var(--muted);font-size:11px}\n"
 	"svg.chart text.none{fill:var(--muted);font-style:italic}\n"
@@ -204,7 +206,7 @@ static void charts(struct sbuf *b, const struct report_model *m)
 	}
 	/* a CPU run's allocator holds host memory: the chart says so */
 	if (cpu)
-		what = "Memory peak (host memory for CPU runs)";
+		what = "Allocator peak (host memory for CPU runs)";
 	/* One unit per chart: GiB unless every peak is below one (the CPU test models). */
 	div = max_vram >= 1024 ? 1024.0 : 1.0;
 	unit = div > 1 ? "GiB" : "MiB";
@@ -245,6 +247,7 @@ static void charts(struct sbuf *b, const struct report_model *m)
 static void model_section(struct sbuf *b, const struct report_model *m)
 {
 	const struct cell *c = m->cell;
+	char num[32];
 
 	sb_puts(b, "<section class=\"model\" id=\"model-");
 	sb_html(b, c->model.arch);
@@ -252,7 +255,7 @@ static void model_section(struct sbuf *b, const struct report_model *m)
 	sb_html(b, c->model.display_name);
 	sb_puts(b, " <small>");
 	sb_html(b, c->model.model_id);
-	sb_printf(b, ", %g B parameters</small></h2>\n", c->model.param_count_b);
+	sb_printf(b, ", %s parameters</small></h2>\n", fmt_params(num, sizeof num, c->model.param_count_b));
 	{
 		struct markup headline = html_markup; /* its lines: items of a list, the term in bold */
 		struct sbuf h;
@@ -368,7 +371,19 @@ void render_html(struct sbuf *b, const struct report *r)
 		sb_printf(b, ": %d cell%s, %d model%s.</p>\n<p class=\"muted\" id=\"stamp\">", r->results.n,
 		          r->results.n == 1 ? "" : "s", r->n_models, r->n_models == 1 ? "" : "s");
 		report_stamp(b, r, &html_markup);
-		sb_puts(b, "</p>\n</header>\n");
+		sb_puts(b, "</p>\n");
+		if (*cpu_banner(r)) {
+			sb_puts(b, "<p class=\"banner\">");
+			sb_html(b, cpu_banner(r));
+			sb_puts(b, "</p>\n");
+		}
+		sb_puts(b, "</header>\n<section id=\"summary\">\n");
+		for (int m = 0; m < r->n_models; m++) {
+			sb_puts(b, "<p>");
+			model_sentence(b, &r->models[m], &html_markup);
+			sb_puts(b, "</p>\n");
+		}
+		sb_puts(b, "</section>\n");
 		spec_summary(b, r);
 		for (int m = 0; m < r->n_models; m++)
 			model_section(b, &r->models[m]);
@@ -382,7 +397,7 @@ void render_html(struct sbuf *b, const struct report *r)
 	           "(planned), or, for an arm without a plan, than the measured peak of the training process's "
 	           "allocations (derived).  A CUDA context and fragmentation need some more.</p>\n"
 	           "<p>Memory peak: the largest memory the run's allocator held at once, device memory on a GPU, "
-	           "host memory for a CPU run.  Host memory: the base's host copy plus blockwise's layer checkpoints "
+	           "host memory for a CPU run (its allocator's, not the whole process's resident peak).  Host memory: the base's host copy plus blockwise's layer checkpoints "
 	           "poros-train keeps (pinned on a GPU; it refuses a run that needs more than the host's available "
 	           "memory); the base's alone in an artifact written before the checkpoints were recorded; -- "
 	           "for an arm that does not report it.  s/step: each pass (a fresh trainer process) times every step after "

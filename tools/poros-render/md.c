@@ -62,12 +62,13 @@ static void model_table(struct sbuf *b, const struct report_model *m)
 	const struct cell *c = m->cell;
 	struct markup headline = md_markup; /* its lines: "- **poros nf4** ..." */
 	struct sbuf h;
+	char num[32];
 
 	sb_puts(b, "## ");
 	sb_md(b, c->model.display_name);
 	sb_puts(b, " (");
 	sb_md(b, c->model.model_id);
-	sb_printf(b, ", %g B parameters)\n\n", c->model.param_count_b);
+	sb_printf(b, ", %s parameters)\n\n", fmt_params(num, sizeof num, c->model.param_count_b));
 	sb_init(&h);
 	headline.item_mid = "** ";
 	model_headline(&h, m, &headline);
@@ -149,6 +150,15 @@ void render_md(struct sbuf *b, const struct report *r)
 		sb_puts(b, "\n\n");
 		report_stamp(b, r, &md_markup);
 		sb_puts(b, "\n\n");
+		if (*cpu_banner(r)) {
+			sb_puts(b, "> ");
+			sb_md(b, cpu_banner(r));
+			sb_puts(b, "\n\n");
+		}
+		for (int m = 0; m < r->n_models; m++) {
+			model_sentence(b, &r->models[m], &md_markup);
+			sb_puts(b, "\n\n");
+		}
 		spec_summary(b, r);
 		for (int m = 0; m < r->n_models; m++)
 			model_table(b, &r->models[m]);
@@ -163,7 +173,7 @@ void render_md(struct sbuf *b, const struct report *r)
 	           "s/step: the median over passes (fresh trainer processes) of each pass's median step after "
 	           "warmup\\_steps; spread: slowest minus fastest pass median; noise: the median absolute deviation "
 	           "(MAD) of the steps from their pass's median; passes disagree when a pass median lies more than "
-	           "3 x 1.4826 x MAD from s/step.  Memory peak is host memory for a CPU run.  Host memory: the base's "
+	           "3 x 1.4826 x MAD from s/step.  Memory peak is the allocator's host memory for a CPU run.  Host memory: the base's "
 	           "host copy plus blockwise's layer checkpoints poros-train keeps (pinned on a GPU; the base's alone "
 	           "in an artifact written before the checkpoints were recorded); -- for an arm that does not "
 	           "report it.\n");

@@ -92,6 +92,12 @@ void column_cell(struct sbuf *b, const struct column *col, const struct result_e
 
 /* True when the cell ran on the CPU backend (its memory is host memory). */
 int is_cpu_run(const struct artifact *a);
+/* "181 K", "1.5 M", "7.62 B": a parameter count (given in billions) with
+ * the unit that fits it. */
+const char *fmt_params(char *buf, size_t n, double billions);
+/* The banner of a report with CPU runs ("" when it has none): their timings
+ * show the pipeline, not the speed of a GPU run. */
+const char *cpu_banner(const struct report *r);
 /* s (markup, not escaped) as a muted note, or as a warning. */
 void mk_muted(struct sbuf *b, const struct markup *mk, const char *s);
 void mk_warn(struct sbuf *b, const struct markup *mk, const char *s);
@@ -99,6 +105,9 @@ void mk_warn(struct sbuf *b, const struct markup *mk, const char *s);
 /* One line per precision with a finished poros cell: its s/step and
  * memory as ratios of each other method's (resident and the baselines). */
 void model_headline(struct sbuf *b, const struct report_model *m, const struct markup *mk);
+/* One sentence for the top of the report: the model, what measured it, and
+ * the headline's ratios against each arm that ran. */
+void model_sentence(struct sbuf *b, const struct report_model *m, const struct markup *mk);
 /* "Run <first start> to <last finish>; commit ...; config ...". */
 void report_stamp(struct sbuf *b, const struct report *r, const struct markup *mk);
 /* A fingerprint of what the cells share (spec_id, hardware, training,

@@ -12,6 +12,20 @@ int is_cpu_run(const struct artifact *a)
 	return a->env.backend != NULL && strcmp(a->env.backend, "cpu") == 0;
 }
 
+const char *fmt_params(char *buf, size_t n, double billions)
+{
+	static const struct { double scale; const char *unit; } units[] = { { 1, "B" }, { 1e-3, "M" }, { 1e-6, "K" } };
+	size_t u = 0;
+
+	while (u + 1 < sizeof units / sizeof units[0] && fabs(billions) < units[u].scale)
+		u++;
+	if (isnan(billions))
+		snprintf(buf, n, "--");
+	else
+		snprintf(buf, n, "%.3g %s", billions / units[u].scale, units[u].unit);
+	return buf;
+}
+
 void mk_muted(struct sbuf *b, const struct markup *mk, const char *s)
 {
 	sb_puts(b, mk->muted_open);
@@ -61,15 +75,28 @@ static void col_device(struct sbuf *b, const struct result_entry *e, const struc
 		sb_puts(b, "--");
 }
 
-/* The allocator's peak: device memory, or host memory for a CPU run. */
+/* The allocator's peak: device memory, or for a CPU run the host memory
+ * its allocator held (the process's own peak is larger: code, stacks, the
+ * C library's heap), named so; a CPU run's process peak (maximum RSS)
+ * first when the artifact has it. */
 static void col_memory(struct sbuf *b, const struct result_entry *e, const struct markup *mk)
 {
-	char buf[32];
+	const struct artifact_metrics *m = &e->art.metrics;
+	char buf[32], note[64];
 
-	sb_puts(b, fmt_mib(buf, sizeof buf, e->art.metrics.vram_peak_mb));
-	if (is_cpu_run(&e->art) && !isnan(e->art.metrics.vram_peak_mb)) {
-		mk_muted(b, mk, " host");
+	if (is_cpu_run(&e->art) && isfinite(m->process_peak_rss_mb)) {
+		sb_puts(b, fmt_mib(buf, sizeof buf, m->process_peak_rss_mb));
+		mk_muted(b, mk, " process RSS");
+		if (!isnan(m->vram_peak_mb)) {
+			snprintf(note, sizeof note, "allocator %s", fmt_mib(buf, sizeof buf, m->vram_peak_mb));
+			sb_puts(b, mk->line_break);
+			mk_muted(b, mk, note);
+		}
+		return;
 	}
+	sb_puts(b, fmt_mib(buf, sizeof buf, m->vram_peak_mb));
+	if (is_cpu_run(&e->art) && !isnan(m->vram_peak_mb))
+		mk_muted(b, mk, " host allocator");
 }
 
 /* The smallest common card the run fits on: from the trainer's plan when
@@ -138,7 +165,11 @@ static void col_passes(struct sbuf *b, const struct result_entry *e, const struc
 	}
 	if (m->passes_agree == 0) {
 		sb_puts(b, mk->line_break);
-		mk_warn(b, mk, "passes disagree");
+		/* a shared CPU's timings are noise more often than news */
+		if (is_cpu_run(&e->art))
+			mk_muted(b, mk, "passes disagree (CPU)");
+		else
+			mk_warn(b, mk, "passes disagree");
 	}
 }
 
@@ -251,11 +282,11 @@ static void par_bitwise(struct sbuf *b, const struct parity_row *row, const stru
 const struct column parity_columns[] = {
 	{ "Model", 0, 0, NULL, par_model },
 	{ "Precision", 0, 0, NULL, par_precision },
+	{ "bitwise", 0, 0, NULL, par_bitwise }, /* the verdict first: in view on a narrow screen */
 	{ "Steps", 1, 0, NULL, par_steps },
 	{ "loss max abs delta", 1, 0, NULL, par_loss },
 	{ "adapter max abs delta", 1, 0, NULL, par_adapter },
 	{ "where", 0, 0, NULL, par_where },
-	{ "bitwise", 0, 0, NULL, par_bitwise },
 	{ NULL, 0, 0, NULL, NULL },
 };
 
