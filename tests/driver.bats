@@ -39,7 +39,7 @@ fake_poros() {
 	run -2 --separate-stderr poros frobnicate
 	[ "$stderr" = 'poros: unknown command "frobnicate" (expected bench, train, plan, parity, export or help)' ]
 	run -2 --separate-stderr poros bench frobnicate
-	[ "$stderr" = 'poros: unknown bench command "frobnicate" (expected run, matrix, collect, compare or report)' ]
+	[ "$stderr" = 'poros: unknown bench command "frobnicate" (expected run, matrix, collect, context, compare or report)' ]
 	run -2 --separate-stderr poros bench run "$SPEC" --bogus
 	[ "$stderr" = 'poros: unknown option --bogus' ]
 	run -2 --separate-stderr poros bench run missing.yaml
