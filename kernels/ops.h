@@ -395,6 +395,8 @@ static inline struct attention_scratch attention_scratch_at(float *scratch, int 
  * (bf16); one call's dq, dk, dv per query head (bf16, cuDNN's output);
  * and cuDNN's workspace (attention_cudnn_workspace_bytes). */
 #define ATTN_CUDNN_WORKSPACE_CAP ((size_t)1 << 30)
+/* The largest (B,H,S,D) pack cuDNN runs the backward of (see attention_cudnn_heads). */
+#define ATTN_CUDNN_BACKWARD_MAX_PACK ((size_t)1 << 27)
 
 static inline int attention_cudnn_route(int D)
 {
@@ -412,9 +414,11 @@ static inline int attention_cudnn_heads(int B, int S, int H, int D)
 {
 	if (attention_cudnn_ds_bytes(B, S, 1) > 2 * ATTN_CUDNN_WORKSPACE_CAP)
 		return 0;
-	/* at 2^28 elements a (B,H,S,D) pack (72B's heads at S = 32768) cuDNN
-	 * 9.14's backward and the kernels disagree (docs/perf-notes.md) */
-	if ((size_t)B * H * S * D >= (size_t)1 << 28)
+	/* beyond 2^27 elements a (B,H,S,D) pack cuDNN 9.14's backward is wrong
+	 * (dq, dk off by their own size against a double reference; the
+	 * kernels and the forward are right): measured at 40, 48 and 64 heads,
+	 * docs/perf-notes.md section 10 */
+	if ((size_t)B * H * S * D > ATTN_CUDNN_BACKWARD_MAX_PACK)
 		return 0;
 	for (int hc = H; hc > 1; hc--)
 		if (H % hc == 0 && attention_cudnn_ds_bytes(B, S, hc) <= ATTN_CUDNN_WORKSPACE_CAP)

@@ -12,7 +12,10 @@
  * With a second form, bench_attention docs S N, the rows hold N documents
  * of equal length (pos counting from 0 at each).  BENCH_HEADS=H/G
  * (default 28/4, Qwen2.5-7B; 64/8 is 72B's).  Each shape also says whether
- * a second forward and backward gave the same bits. */
+ * a second forward and backward gave the same bits; with BENCH_REFERENCE=1
+ * both paths are also checked against a double-precision reference on a
+ * few rows (one document a row), and the exit status is 1 when either is
+ * off by more than REF_TOLERANCE. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,13 +36,19 @@ static void *dev(size_t bytes)
 	return p;
 }
 
-static void *dev_rand(size_t n, uint64_t seed)
+static float *host_rand(size_t n, uint64_t seed)
 {
 	float *h = malloc(n * sizeof *h);
 	if (!h)
 		exit(1);
 	for (size_t i = 0; i < n; i++)
 		h[i] = (float)((poros_mix64(seed + i) >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+	return h;
+}
+
+static void *dev_rand(size_t n, uint64_t seed)
+{
+	float *h = host_rand(n, seed);
 	void *d = dev(n * sizeof *h);
 	gpu->copy_h2d(d, h, n * sizeof *h, STREAM_COMPUTE);
 	gpu->synchronize();
@@ -52,6 +61,13 @@ static int cmp_float(const void *a, const void *b)
 	float x = *(const float *)a, y = *(const float *)b;
 	return (x > y) - (x < y);
 }
+
+#define SEED_Q 1ull
+#define SEED_K (1ull << 30)
+#define SEED_V (2ull << 30)
+#define SEED_DOUT (3ull << 30)
+#define SEED_COS (4ull << 30)
+#define SEED_SIN (5ull << 30)
 
 struct shape {
 	int B, S, H, G, D;
@@ -177,6 +193,223 @@ static void against_kernels(const struct shape *s, size_t qn, size_t kn)
 	}
 }
 
+/* ---- a double-precision reference on a few rows (one document a row) ----
+ * Who is right where the route and the kernels disagree: for sampled query
+ * rows (dq, out, lse) and the last REF_KEYS keys (dk, dv, which only the
+ * last rows' queries reach), the attention is recomputed in double from the
+ * same inputs (q, k rotated and rounded to bf16, v and dout rounded to bf16,
+ * as the ops read them; ops.h), and the largest difference over the largest
+ * reference value is printed per tensor. */
+#define REF_KEYS 17
+/* bf16 inputs and bf16 P, dS: about 0.5 % of the largest value (measured
+ * 0.1-0.5 % on both paths); a wrong result is off by its own size. */
+#define REF_TOLERANCE 0.02
+static int reference_failed;
+
+struct host_inputs {
+	float *q, *k, *v, *dout, *cos, *sin;
+	double **kr, **vb; /* per key/value head: rotated bf16 k, bf16 v (S, D), made when first used */
+};
+
+static double bf(double x)
+{
+	return f32_from_bf16(bf16_from_f32((float)x));
+}
+
+/* out = bf16(rope(x)) at position at (HF's rotate_half, tables (S, D/2)). */
+static void rotated(double *out, const float *x, const struct host_inputs *in, int at, int D)
+{
+	int half = D / 2;
+	const float *c = in->cos + (size_t)at * half, *sn = in->sin + (size_t)at * half;
+	for (int d = 0; d < half; d++) {
+		out[d] = bf((double)x[d] * c[d] - (double)x[d + half] * sn[d]);
+		out[d + half] = bf((double)x[d + half] * c[d] + (double)x[d] * sn[d]);
+	}
+}
+
+/* The gradient at the unrotated x from the one at the rotated (the
+ * rotation's transpose), in place. */
+static void unrotate(double *g, const struct host_inputs *in, int at, int D)
+{
+	int half = D / 2;
+	const float *c = in->cos + (size_t)at * half, *sn = in->sin + (size_t)at * half;
+	for (int d = 0; d < half; d++) {
+		double a = g[d], b = g[d + half];
+		g[d] = a * c[d] + b * sn[d];
+		g[d + half] = b * c[d] - a * sn[d];
+	}
+}
+
+static void kv_head(struct host_inputs *in, const struct shape *s, int g)
+{
+	if (in->kr[g])
+		return;
+	size_t n = (size_t)s->S * s->D;
+	in->kr[g] = malloc(n * sizeof(double)), in->vb[g] = malloc(n * sizeof(double));
+	if (!in->kr[g] || !in->vb[g])
+		exit(1);
+	for (int j = 0; j < s->S; j++) {
+		const size_t at = ((size_t)j * s->G + g) * s->D;
+		rotated(in->kr[g] + (size_t)j * s->D, in->k + at, in, j, s->D);
+		for (int d = 0; d < s->D; d++)
+			in->vb[g][(size_t)j * s->D + d] = bf(in->v[at + d]);
+	}
+}
+
+/* Query row i of head h: p, ds (i + 1 keys), o (D), qr (D), dob (D); lse. */
+static double ref_row(struct host_inputs *in, const struct shape *s, int i, int h, double *p, double *ds,
+                      double *o, double *qr, double *dob)
+{
+	int D = s->D, g = h / (s->H / s->G);
+	double scale = 1.0 / sqrt((double)D), mx = -INFINITY, sum = 0, delta = 0;
+	kv_head(in, s, g);
+	rotated(qr, in->q + ((size_t)i * s->H + h) * D, in, i, D);
+	for (int j = 0; j <= i; j++) {
+		const double *kj = in->kr[g] + (size_t)j * D;
+		double dot = 0;
+		for (int d = 0; d < D; d++)
+			dot += qr[d] * kj[d];
+		p[j] = scale * dot;
+		mx = p[j] > mx ? p[j] : mx;
+	}
+	for (int j = 0; j <= i; j++)
+		sum += exp(p[j] - mx);
+	double lse = mx + log(sum);
+	for (int d = 0; d < D; d++)
+		o[d] = 0, dob[d] = bf(in->dout[((size_t)i * s->H + h) * D + d]);
+	for (int j = 0; j <= i; j++) {
+		p[j] = exp(p[j] - lse);
+		for (int d = 0; d < D; d++)
+			o[d] += p[j] * in->vb[g][(size_t)j * D + d];
+	}
+	for (int d = 0; d < D; d++)
+		delta += dob[d] * o[d];
+	for (int j = 0; j <= i; j++) {
+		double dp = 0;
+		for (int d = 0; d < D; d++)
+			dp += dob[d] * in->vb[g][(size_t)j * D + d];
+		ds[j] = p[j] * (dp - delta);
+	}
+	return lse;
+}
+
+struct worst {
+	double diff, big;
+};
+
+static void note(struct worst *w, double got, double want)
+{
+	double d = fabs(got - want);
+	w->diff = d > w->diff || d != d ? d : w->diff;
+	w->big = fabs(want) > w->big ? fabs(want) : w->big;
+}
+
+/* The op's outputs (host copies: out bf16, lse, dq, dk, dv) against the
+ * reference; prints one line. */
+static void against_reference(struct host_inputs *in, const struct shape *s, const char *who, const bf16 *out,
+                              const float *lse, const float *dq, const float *dk, const float *dv)
+{
+	int S = s->S, H = s->H, G = s->G, D = s->D, hg = H / G;
+	double scale = 1.0 / sqrt((double)D);
+	double *p = malloc((size_t)S * sizeof *p), *ds = malloc((size_t)S * sizeof *ds);
+	double o[256], qr[256], dob[256], g[256];
+	double *dkr = calloc((size_t)REF_KEYS * D, sizeof *dkr), *dvr = calloc((size_t)REF_KEYS * D, sizeof *dvr);
+	if (!p || !ds || !dkr || !dvr || D > 256)
+		exit(1);
+	struct worst wo = { 0, 0 }, wl = { 0, 0 }, wq = { 0, 0 }, wk = { 0, 0 }, wv = { 0, 0 };
+	const int rows[] = { 0, 1, 127, S / 2 + 5, S - 1 };
+	const int heads[] = { 0, H / 2, H - 1 };
+	for (size_t a = 0; a < sizeof rows / sizeof rows[0]; a++)
+		for (size_t b = 0; b < sizeof heads / sizeof heads[0]; b++) {
+			int i = rows[a], h = heads[b];
+			double l = ref_row(in, s, i, h, p, ds, o, qr, dob);
+			note(&wl, lse[(size_t)h * S + i], l);
+			for (int d = 0; d < D; d++) {
+				g[d] = 0;
+				note(&wo, f32_from_bf16(out[((size_t)i * H + h) * D + d]), o[d]);
+			}
+			for (int j = 0; j <= i; j++)
+				for (int d = 0; d < D; d++)
+					g[d] += scale * ds[j] * in->kr[h / hg][(size_t)j * D + d];
+			unrotate(g, in, i, D);
+			for (int d = 0; d < D; d++)
+				note(&wq, dq[((size_t)i * H + h) * D + d], g[d]);
+		}
+	const int groups[] = { 0, G - 1 };
+	for (size_t c = 0; c < (G > 1 ? 2u : 1u); c++) {
+		int kvh = groups[c];
+		memset(dkr, 0, (size_t)REF_KEYS * D * sizeof *dkr), memset(dvr, 0, (size_t)REF_KEYS * D * sizeof *dvr);
+		for (int h = kvh * hg; h < (kvh + 1) * hg; h++)
+			for (int i = S - REF_KEYS; i < S; i++) {
+				ref_row(in, s, i, h, p, ds, o, qr, dob);
+				for (int j = S - REF_KEYS; j <= i; j++)
+					for (int d = 0; d < D; d++) {
+						dkr[(size_t)(j - (S - REF_KEYS)) * D + d] += scale * ds[j] * qr[d];
+						dvr[(size_t)(j - (S - REF_KEYS)) * D + d] += p[j] * dob[d];
+					}
+			}
+		for (int r = 0; r < REF_KEYS; r++) {
+			int j = S - REF_KEYS + r;
+			unrotate(dkr + (size_t)r * D, in, j, D);
+			for (int d = 0; d < D; d++) {
+				note(&wk, dk[((size_t)j * G + kvh) * D + d], dkr[(size_t)r * D + d]);
+				note(&wv, dv[((size_t)j * G + kvh) * D + d], dvr[(size_t)r * D + d]);
+			}
+		}
+	}
+	double e[] = { wo.diff / wo.big, wl.diff / wl.big, wq.diff / wq.big, wk.diff / wk.big, wv.diff / wv.big };
+	int bad = 0;
+	for (int i = 0; i < 5; i++)
+		bad |= !(e[i] <= REF_TOLERANCE);
+	printf("  %s against a double reference (15 query rows, last %d keys): out %.2g, lse %.2g, dq %.2g, dk %.2g, "
+	       "dv %.2g (max |diff| / max |ref|)%s\n",
+	       who, REF_KEYS, e[0], e[1], e[2], e[3], e[4], bad ? ": WRONG" : "");
+	fflush(stdout);
+	reference_failed |= bad;
+	free(p), free(ds), free(dkr), free(dvr);
+}
+
+/* Runs the op (the route as the environment chooses) and checks it. */
+static void check_reference(struct host_inputs *in, const struct shape *s, const char *who)
+{
+	size_t qn = (size_t)s->B * s->S * s->H * s->D, kn = (size_t)s->B * s->S * s->G * s->D;
+	bf16 *out = malloc(qn * 2);
+	float *lse = malloc((size_t)s->H * s->S * 4), *dq = malloc(qn * 4), *dk = malloc(kn * 4), *dv = malloc(kn * 4);
+	if (!out || !lse || !dq || !dk || !dv)
+		exit(1);
+	fwd(s), bwd(s);
+	gpu->synchronize();
+	gpu->copy_d2h(out, s->out, qn * 2), gpu->copy_d2h(lse, s->lse, (size_t)s->H * s->S * 4);
+	gpu->copy_d2h(dq, s->dq, qn * 4), gpu->copy_d2h(dk, s->dk, kn * 4), gpu->copy_d2h(dv, s->dv, kn * 4);
+	against_reference(in, s, who, out, lse, dq, dk, dv);
+	free(out), free(lse), free(dq), free(dk), free(dv);
+}
+
+/* BENCH_REFERENCE=1: both paths against the reference (B = 1, one document). */
+static void reference(const struct shape *s)
+{
+	const char *want = getenv("BENCH_REFERENCE");
+	if (!want || strcmp(want, "1") != 0 || s->B != 1 || s->pos)
+		return;
+	size_t qn = (size_t)s->S * s->H * s->D, kn = (size_t)s->S * s->G * s->D;
+	struct host_inputs in = { host_rand(qn, SEED_Q), host_rand(kn, SEED_K), host_rand(kn, SEED_V),
+		                  host_rand(qn, SEED_DOUT), host_rand((size_t)s->S * s->D / 2, SEED_COS),
+		                  host_rand((size_t)s->S * s->D / 2, SEED_SIN), calloc((size_t)s->G, sizeof(double *)),
+		                  calloc((size_t)s->G, sizeof(double *)) };
+	const char *route = getenv("POROS_ATTENTION");
+	if (!(route && strcmp(route, "mma") == 0))
+		check_reference(&in, s, "route");
+	setenv("POROS_ATTENTION", "mma", 1);
+	check_reference(&in, s, "kernels");
+	if (route)
+		setenv("POROS_ATTENTION", route, 1);
+	else
+		unsetenv("POROS_ATTENTION");
+	for (int g = 0; g < s->G; g++)
+		free(in.kr[g]), free(in.vb[g]);
+	free(in.q), free(in.k), free(in.v), free(in.dout), free(in.cos), free(in.sin), free(in.kr), free(in.vb);
+}
+
 static int heads_q = 28, heads_kv = 4;
 
 static void bench(int S, int docs)
@@ -186,11 +419,11 @@ static void bench(int S, int docs)
 	s.B = 1, s.S = S, s.H = heads_q, s.G = heads_kv, s.D = 128;
 	size_t T = (size_t)s.B * S, qn = T * s.H * s.D, kn = T * s.G * s.D;
 	size_t sf = attention_scratch_floats_cuda(s.B, S, s.H, s.G, s.D);
-	s.q = dev_rand(qn, 1), s.k = dev_rand(kn, 1u << 30), s.v = dev_rand(kn, 2u << 30);
-	s.dout = dev_rand(qn, 3u << 30);
+	s.q = dev_rand(qn, SEED_Q), s.k = dev_rand(kn, SEED_K), s.v = dev_rand(kn, SEED_V);
+	s.dout = dev_rand(qn, SEED_DOUT);
 	s.out = dev(qn * 2), s.lse = dev((size_t)s.B * s.H * S * 4), s.scratch = dev(sf * 4);
 	s.dq = dev(qn * 4), s.dk = dev(kn * 4), s.dv = dev(kn * 4);
-	s.cos = dev_rand((size_t)S * s.D / 2, 4u << 30), s.sin = dev_rand((size_t)S * s.D / 2, 5u << 30);
+	s.cos = dev_rand((size_t)S * s.D / 2, SEED_COS), s.sin = dev_rand((size_t)S * s.D / 2, SEED_SIN);
 	s.pos = NULL;
 	if (docs > 1) {
 		int32_t *p = malloc(T * sizeof *p);
@@ -215,6 +448,7 @@ static void bench(int S, int docs)
 	       sf * 4.0 / 1048576, same ? "same bits twice" : "BITS DIFFER run to run");
 	fflush(stdout);
 	against_kernels(&s, qn, kn);
+	reference(&s);
 	void *bufs[] = { s.q, s.k, s.v, s.dout, s.out, s.lse, s.scratch, s.dq, s.dk, s.dv, s.cos, s.sin, s.pos };
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		if (bufs[i])
@@ -236,7 +470,7 @@ int main(int argc, char **argv)
 	}
 	if (argc == 4 && strcmp(argv[1], "docs") == 0) {
 		bench(atoi(argv[2]), atoi(argv[3]));
-		return 0;
+		return reference_failed;
 	}
 	if (argc == 1) {
 		bench(2048, 1);
@@ -244,5 +478,5 @@ int main(int argc, char **argv)
 	}
 	for (int i = 1; i < argc; i++)
 		bench(atoi(argv[i]), 1);
-	return 0;
+	return reference_failed;
 }

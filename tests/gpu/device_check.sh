@@ -6,8 +6,10 @@
 #   sh tests/gpu/device_check.sh OUTDIR
 # 1. every CUDA op against the CPU op; 2. tiny models: CPU vs CUDA losses,
 # blockwise vs resident bit-identical on the GPU (also with the MLP in token
-# chunks); 3. HF transformers agreement;
-# 4. compute-sanitizer memcheck on a tiny run.  Logs under OUTDIR.
+# chunks); 3. attention against a double-precision reference at S = 32768
+# (bench_attention, BENCH_REFERENCE=1); 4. HF transformers agreement (also
+# at 2048 tokens with head dims 128 and 64: the cuDNN route and the
+# kernels); 5. compute-sanitizer memcheck on a tiny run.  Logs under OUTDIR.
 set -u
 out=${1:-/tmp/poros-device-check}
 mkdir -p "$out"
@@ -135,9 +137,23 @@ for m in poros/tiny-qwen2 poros/tiny-qwen3; do
 			"$out/runs/mlp_${a}_${prec}_chk/events.jsonl" || { echo "FAIL: chunked vs one chunk losses differ"; fail=1; }
 	done
 done
+note "attention against a double reference at length (cuDNN up to 2^27 elements a pack, the kernels beyond)"
+for shape in 32/8:32768 40/8:32768; do
+	BENCH_REFERENCE=1 BENCH_HEADS=${shape%:*} build/gpu/bench_attention "${shape#*:}" >"$out/reference.log" 2>&1 ||
+		{ echo "FAIL: attention $shape against the reference"; fail=1; }
+	grep -E '^path|reference' "$out/reference.log"
+done
 note "HF transformers agreement"
 if python3 -c 'import torch, transformers' 2>/dev/null; then
 	python3 tests/gpu/hf_agreement.py --poros-train $P/poros-train --backend cuda --workdir "$out/hf" || fail=1
+	# head dims 128 and 64 at 2048 tokens: the cuDNN route (which must be the
+	# one taken), then Poros' kernels on the same models
+	python3 tests/gpu/hf_agreement.py --poros-train $P/poros-train --backend cuda --workdir "$out/hf_long" \
+		--seq 2048 --only qwen2_d128,llama_d64 | tee "$out/hf_long.jsonl" || fail=1
+	[ "$(grep -c '"attention": "cudnn"' "$out/hf_long.jsonl")" = 2 ] ||
+		{ echo "FAIL: the cuDNN attention route was not taken"; fail=1; }
+	POROS_ATTENTION=mma python3 tests/gpu/hf_agreement.py --poros-train $P/poros-train --backend cuda \
+		--workdir "$out/hf_long_mma" --seq 2048 --only qwen2_d128,llama_d64 || fail=1
 else
 	echo "skipped: python3 with torch and transformers not found"
 fi
