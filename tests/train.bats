@@ -464,3 +464,39 @@ four_docs() {
 	done
 	[ "$(poros -h)" = "$(poros --help)" ]
 }
+
+@test "--optimizer-state host keeps the AdamW moments on the host: the same bits, less device memory" {
+	run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --optimizer-state disk --out run
+	[ "$stderr" = 'poros-train: --optimizer-state: unknown value "disk" (expected one of: device, host)' ]
+	[ -z "$output" ] && [ ! -e run ]
+	POROS_OPT_CHUNK=0 run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
+	[ "$stderr" = 'poros-train: POROS_OPT_CHUNK: too small: 0' ]
+	# both schedules, accumulation, weight decay; the moments in chunks of
+	# 1000 parameters (several chunks and a short last one) or in one
+	for mode in blockwise resident; do
+		train "dev_$mode" --model poros/tiny-qwen3 --mode "$mode" --steps 3 --accum 2 --weight-decay 0.1
+		POROS_OPT_CHUNK=1000 train "host_$mode" --model poros/tiny-qwen3 --mode "$mode" --steps 3 --accum 2 \
+			--weight-decay 0.1 --optimizer-state host
+		cmp "dev_$mode/$ADAPTER" "host_$mode/$ADAPTER"
+		diff <(jq -c '[.loss, .grad_norm]' "dev_$mode/events.jsonl") <(jq -c '[.loss, .grad_norm]' "host_$mode/events.jsonl")
+	done
+	train host_one --model poros/tiny-qwen3 --steps 3 --accum 2 --weight-decay 0.1 --optimizer-state host
+	cmp dev_blockwise/$ADAPTER host_one/$ADAPTER
+	# a checkpoint of the host moments resumes to the same bits
+	POROS_OPT_CHUNK=1000 train half --model poros/tiny-qwen3 --steps 3 --accum 2 --weight-decay 0.1 \
+		--optimizer-state host --save-every 2
+	POROS_OPT_CHUNK=1000 train resumed --model poros/tiny-qwen3 --steps 3 --accum 2 --weight-decay 0.1 \
+		--optimizer-state host --resume half/checkpoint-step2
+	cmp dev_blockwise/$ADAPTER resumed/$ADAPTER
+	# the plan: the moments (2 x 4 bytes a parameter) leave the device for the
+	# host, but for the chunk they pass through (2 x 4M parameters, 32 MiB)
+	for s in device host; do
+		poros-train --model Qwen/Qwen2.5-7B --backend cuda --precision nf4 --seq-len 1024 --rank 16 --alpha 32 \
+			--targets all --dataset synthetic --plan --optimizer-state "$s" >"plan_$s.json"
+	done
+	jq -e '.optimizer_state == "device" and (.host_breakdown_mb | has("optimizer_state") | not)' plan_device.json
+	jq -e '.optimizer_state == "host"' plan_host.json
+	jq -e -s '(.[0].vram_breakdown_mb.lora_state - .[1].vram_breakdown_mb.lora_state) as $saved
+		| .[1].host_breakdown_mb.optimizer_state as $moved
+		| ($moved > 0) and ((($saved - $moved + 32) | fabs) < 0.01)' plan_device.json plan_host.json
+}

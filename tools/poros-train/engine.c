@@ -318,6 +318,12 @@ void engine_destroy(struct engine *e)
 	staging_free(e);
 	if (e->cs.host)
 		e->be->host_free(e->cs.host);
+	if (e->opt_chunk) { /* the moments were pinned on the host */
+		if (e->adam_m)
+			e->be->host_free(e->adam_m);
+		if (e->adam_v)
+			e->be->host_free(e->adam_v);
+	}
 	free(e->n_pred);
 	free(e->pos_plain);
 	free(e->h_losses);

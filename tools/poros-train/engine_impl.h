@@ -97,6 +97,11 @@ struct engine {
 	/* the adapter: parameters, gradients, AdamW moments (one layout) */
 	struct lora_layout lora;
 	float *params, *grads, *adam_m, *adam_v;
+	/* --optimizer-state host: adam_m, adam_v are pinned host memory and the
+	 * update streams them through opt_chunk (2 x opt_chunk_n floats on the
+	 * device); NULL: the moments live on the device */
+	float *opt_chunk;
+	long opt_chunk_n;
 	float *sumsq, *sumsq_scratch;
 	float *rope_cos, *rope_sin;
 

@@ -108,6 +108,7 @@ int host_plan_make(struct host_plan *hp, const struct train_config *c, const str
 	add(hp, "eval_staging", c->cell.training.eval_dataset ? staging_set_bytes(c, mc) : 0);
 	add(hp, "step_buffers", step_buffers_bytes(c));
 	add(hp, "host_copies", host_copies_bytes(c, mc, &lo));
+	add(hp, "optimizer_state", c->optimizer_on_host ? 2 * (size_t)lo.total * sizeof(float) : 0);
 	add(hp, "process", PROCESS_BYTES);
 	free(lo.slot);
 	base += glob.bytes;

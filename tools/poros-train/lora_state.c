@@ -76,9 +76,36 @@ float lora_grad_sumsq(struct engine *e)
  * grad_scale (the clipping coefficient); step is AdamW's t. */
 void lora_adamw(struct engine *e, float lr, float grad_scale, int step)
 {
-	e->be->ops->adamw_update(e->params, e->grads, e->adam_m, e->adam_v, e->lora.total, lr, 0.9f, 0.999f, 1e-8f,
-	                         (float)e->cfg->cell.training.weight_decay, grad_scale, step);
+	const struct backend *be = e->be;
+	float wd = (float)e->cfg->cell.training.weight_decay;
+
+	if (e->opt_chunk == NULL) {
+		be->ops->adamw_update(e->params, e->grads, e->adam_m, e->adam_v, e->lora.total, lr, 0.9f, 0.999f, 1e-8f, wd,
+		                      grad_scale, step);
+	} else {
+		/* the update is element-wise: chunks of it give the bits of one call */
+		float *m = e->opt_chunk, *v = e->opt_chunk + e->opt_chunk_n;
+		for (long at = 0; at < e->lora.total; at += e->opt_chunk_n) {
+			long n = e->lora.total - at < e->opt_chunk_n ? e->lora.total - at : e->opt_chunk_n;
+			size_t bytes = (size_t)n * sizeof(float);
+			be->copy_h2d(m, e->adam_m + at, bytes, STREAM_COMPUTE);
+			be->copy_h2d(v, e->adam_v + at, bytes, STREAM_COMPUTE);
+			be->ops->adamw_update(e->params + at, e->grads + at, m, v, n, lr, 0.9f, 0.999f, 1e-8f, wd, grad_scale,
+			                      step);
+			be->copy_d2h(e->adam_m + at, m, bytes); /* waits for the update */
+			be->copy_d2h(e->adam_v + at, v, bytes);
+		}
+	}
 	e->lora_ver++;
+}
+
+/* dst = the moments, wherever they live */
+static void moments_read(const struct engine *e, float *dst, const float *src, size_t bytes)
+{
+	if (e->opt_chunk)
+		memcpy(dst, src, bytes);
+	else
+		e->be->copy_d2h(dst, src, bytes);
 }
 
 void engine_state_read(struct engine *e, float *params, float *adam_m, float *adam_v)
@@ -86,8 +113,8 @@ void engine_state_read(struct engine *e, float *params, float *adam_m, float *ad
 	size_t bytes = (size_t)e->lora.total * sizeof(float);
 
 	e->be->copy_d2h(params, e->params, bytes);
-	e->be->copy_d2h(adam_m, e->adam_m, bytes);
-	e->be->copy_d2h(adam_v, e->adam_v, bytes);
+	moments_read(e, adam_m, e->adam_m, bytes);
+	moments_read(e, adam_v, e->adam_v, bytes);
 }
 
 void engine_state_write(struct engine *e, const float *params, const float *adam_m, const float *adam_v)
@@ -95,8 +122,13 @@ void engine_state_write(struct engine *e, const float *params, const float *adam
 	size_t bytes = (size_t)e->lora.total * sizeof(float);
 
 	e->be->copy_h2d(e->params, params, bytes, STREAM_COMPUTE);
-	e->be->copy_h2d(e->adam_m, adam_m, bytes, STREAM_COMPUTE);
-	e->be->copy_h2d(e->adam_v, adam_v, bytes, STREAM_COMPUTE);
+	if (e->opt_chunk) {
+		memcpy(e->adam_m, adam_m, bytes);
+		memcpy(e->adam_v, adam_v, bytes);
+	} else {
+		e->be->copy_h2d(e->adam_m, adam_m, bytes, STREAM_COMPUTE);
+		e->be->copy_h2d(e->adam_v, adam_v, bytes, STREAM_COMPUTE);
+	}
 	e->be->synchronize();
 	e->lora_ver++;
 }

@@ -102,8 +102,8 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	const char *ext = getenv("POROS_LORA_EXT"), *noprefetch = getenv("POROS_NO_DATA_PREFETCH");
 	const char *prof = getenv("POROS_PROFILE"), *chunk = getenv("POROS_MLP_CHUNK"), *why;
 	const char *attn = getenv("POROS_ATTN_CKPT"), *mem = getenv("POROS_MEM_AVAILABLE");
-	const char *route = getenv("POROS_ATTENTION");
-	long rows = 0;
+	const char *route = getenv("POROS_ATTENTION"), *opt_chunk = getenv("POROS_OPT_CHUNK");
+	long rows = 0, floats = 0;
 
 	/* the CUDA attention's route (kernels/ops.h) rounds otherwise: a typo
 	 * must not silently take the other one */
@@ -124,6 +124,10 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	if (chunk && *chunk && parse_long(chunk, 1, 1L << 30, &rows, &why) < 0)
 		return snprintf(err, errsz, "POROS_MLP_CHUNK: %s: %s", why, chunk), -1;
 	c->mlp_chunk = (int)rows;
+	/* --optimizer-state host's parameters per chunk (no bits change): a test knob */
+	if (opt_chunk && *opt_chunk && parse_long(opt_chunk, 1, 1L << 30, &floats, &why) < 0)
+		return snprintf(err, errsz, "POROS_OPT_CHUNK: %s: %s", why, opt_chunk), -1;
+	c->opt_chunk = floats;
 	/* what the host memory checks compare with: a test knob, never 0 (that would be no check) */
 	c->mem_available = mem && *mem ? opt_bytes("POROS_MEM_AVAILABLE", mem) : 0;
 	if (mem && *mem && c->mem_available == 0)
@@ -226,6 +230,10 @@ static void apply_flags(struct train_config *c, char *const v[OPT_COUNT])
 		replace(&c->backend, v[OPT_BACKEND]);
 	if (v[OPT_VRAM_BUDGET])
 		c->vram_budget = opt_bytes("--vram-budget", v[OPT_VRAM_BUDGET]);
+	if (v[OPT_OPTIMIZER_STATE]) {
+		static const char *const places[] = { "device", "host" };
+		c->optimizer_on_host = pick("--optimizer-state", v[OPT_OPTIMIZER_STATE], places, 2);
+	}
 	if (v[OPT_OUT])
 		replace(&c->out_dir, v[OPT_OUT]);
 	if (v[OPT_INIT_ADAPTER])

@@ -364,23 +364,41 @@ static int alloc_weights(struct engine *e, char *err, size_t errsz)
 	return 0;
 }
 
+/* With the moments on the host, the AdamW update runs over chunks of this
+ * many parameters, each chunk's moments copied in and out. */
+#define OPT_CHUNK_FLOATS (1L << 22)
+
 static int alloc_state(struct engine *e, char *err, size_t errsz)
 {
 	size_t lora_bytes = (size_t)e->lora.total * sizeof(float);
+	int on_host = e->cfg->optimizer_on_host;
+	long most = e->cfg->opt_chunk ? e->cfg->opt_chunk : OPT_CHUNK_FLOATS;
+	long chunk = e->lora.total < most ? e->lora.total : most;
+	size_t dev_bytes = on_host ? 2 * lora_bytes + 2 * (size_t)chunk * sizeof(float) : 4 * lora_bytes;
 	char sz[32], what[96];
 	void *p;
 	float *state;
 
 	dev_alloc_set_purpose(&e->alloc, "lora_state");
-	if (dev_alloc(&e->alloc, &p, 4 * lora_bytes, "LoRA parameters, gradients and AdamW state (%s)",
-	              format_bytes(sz, sizeof sz, 4.0 * (double)lora_bytes)) < 0)
+	if (dev_alloc(&e->alloc, &p, dev_bytes, on_host ? "LoRA parameters, gradients and an AdamW chunk (%s)"
+	                                                : "LoRA parameters, gradients and AdamW state (%s)",
+	              format_bytes(sz, sizeof sz, (double)dev_bytes)) < 0)
 		return set_error(err, errsz, "%s", e->alloc.err);
 	state = p;
 	if (state) { /* NULL: a plan */
 		e->params = state;
 		e->grads = state + e->lora.total;
-		e->adam_m = state + 2 * e->lora.total;
-		e->adam_v = state + 3 * e->lora.total;
+		if (on_host) {
+			e->opt_chunk = state + 2 * e->lora.total;
+			e->opt_chunk_n = chunk;
+			if (e->be->host_alloc((void **)&e->adam_m, lora_bytes) != 0 ||
+			    e->be->host_alloc((void **)&e->adam_v, lora_bytes) != 0)
+				return set_error(err, errsz, "cannot pin %s of host memory for the AdamW state",
+				                 format_bytes(sz, sizeof sz, 2.0 * (double)lora_bytes));
+		} else {
+			e->adam_m = state + 2 * e->lora.total;
+			e->adam_v = state + 3 * e->lora.total;
+		}
 	}
 
 	if (!e->blockwise && !e->cfg->cell.training.gradient_checkpointing)
@@ -486,8 +504,13 @@ int plan_upload(struct engine *e, char *err, size_t errsz)
 	be->copy_h2d(e->rope_sin, sin_t, half * sizeof(float), STREAM_COMPUTE);
 	be->copy_h2d(e->iota, iota, (size_t)c->T * sizeof(int32_t), STREAM_COMPUTE);
 	be->copy_h2d(e->params, init, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
-	be->memset_zero(e->adam_m, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
-	be->memset_zero(e->adam_v, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
+	if (e->opt_chunk) {
+		memset(e->adam_m, 0, (size_t)e->lora.total * sizeof(float));
+		memset(e->adam_v, 0, (size_t)e->lora.total * sizeof(float));
+	} else {
+		be->memset_zero(e->adam_m, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
+		be->memset_zero(e->adam_v, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
+	}
 	/* the host sources are freed below: wait for the copies */
 	be->synchronize();
 	free(cos_t);

@@ -972,6 +972,7 @@ static int print_plan(struct run *x, FILE *out)
 	cJSON_AddItemToObject(o, "host_checkpoints_mb", num_or_null((double)host_ckpt / MIB));
 	cJSON_AddItemToObject(o, "attention_checkpoints",
 	                      c->mode == MODE_BLOCKWISE ? cJSON_CreateBool(c->attn_ckpt != 0) : cJSON_CreateNull());
+	cJSON_AddStringToObject(o, "optimizer_state", c->optimizer_on_host ? "host" : "device");
 	if (plan_host(o, x, &plan, backend, host_ckpt, err, sizeof err) < 0) {
 		warnmsg("%s", err);
 		cJSON_Delete(o);

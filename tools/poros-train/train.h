@@ -23,6 +23,8 @@ struct train_config {
 	enum train_mode mode;    /* from cell.method: poros is blockwise */
 	char *backend;           /* "cpu", "cuda" or "auto" */
 	long long vram_budget;   /* bytes; 0: none */
+	int optimizer_on_host;   /* --optimizer-state host: AdamW moments in pinned host memory, updated
+	                            on the device a chunk at a time (the same bits as on the device) */
 	char *out_dir;           /* the run directory */
 	char *init_adapter;      /* NULL: fresh LoRA init */
 	int save_every;          /* 0: only the final adapter; else also adapter-stepN and checkpoint-stepN */
@@ -37,6 +39,8 @@ struct train_config {
 	int data_prefetch;       /* not POROS_NO_DATA_PREFETCH: stage the next batch on a thread */
 	int profile;             /* POROS_PROFILE: device time per op category */
 	int mlp_chunk;           /* POROS_MLP_CHUNK: MLP rows per chunk; 0: MLP_CHUNK_TOKENS (layer.h) */
+	long opt_chunk;          /* POROS_OPT_CHUNK: parameters per AdamW chunk with --optimizer-state host;
+	                            0: OPT_CHUNK_FLOATS (plan.c) */
 	long long mem_available; /* POROS_MEM_AVAILABLE: bytes the host checks take as available; 0: MemAvailable */
 	int attn_ckpt;           /* POROS_ATTN_CKPT: blockwise keeps each layer's attention output for its
 	                            recomputation (1), or runs it again (0); ATTN_CKPT_AUTO (unset): 1 where
@@ -56,7 +60,8 @@ enum { ATTN_CKPT_AUTO = -1 };
 	X(LR_SCHEDULE, "lr-schedule", 1) X(WARMUP, "warmup", 1) X(LR_WARMUP, "lr-warmup", 1) \
 	X(WEIGHT_DECAY, "weight-decay", 1) X(MAX_GRAD_NORM, "max-grad-norm", 1) X(SEED, "seed", 1) \
 	X(DATASET, "dataset", 1) X(TOKENIZER, "tokenizer", 1) X(CHAT_DATE, "chat-date", 1) X(TRAIN_ON, "train-on", 1) \
-	X(BACKEND, "backend", 1) X(VRAM_BUDGET, "vram-budget", 1) X(CONFIGS, "configs", 1) X(OUT, "out", 1) \
+	X(BACKEND, "backend", 1) X(VRAM_BUDGET, "vram-budget", 1) X(OPTIMIZER_STATE, "optimizer-state", 1) \
+	X(CONFIGS, "configs", 1) X(OUT, "out", 1) \
 	X(INIT_ADAPTER, "init-adapter", 1) X(SAVE_EVERY, "save-every", 1) X(QUIET, "quiet", 0) \
 	X(GRAD_CKPT, "gradient-checkpointing", 1) X(RESUME, "resume", 1) X(EVAL_DATASET, "eval-dataset", 1) \
 	X(EVAL_EVERY, "eval-every", 1) X(PLAN, "plan", 0) X(SPLIT, "split", 1) X(EVAL_SPLIT, "eval-split", 1) \
@@ -88,7 +93,8 @@ extern const char *const train_opt_names[OPT_COUNT];
 	"                   [--weight-decay W] [--max-grad-norm G] [--seed S] [--dataset SPEC] [--tokenizer PATH]\n" \
 	"                   [--chat-date YYYY-MM-DD] [--train-on assistant|all]\n" \
 	"                   [--backend cpu|cuda|auto]\n" \
-	"                   [--vram-budget BYTES] [--configs DIR] [--out DIR] [--init-adapter DIR]\n" \
+	"                   [--vram-budget BYTES] [--optimizer-state device|host] [--configs DIR] [--out DIR]\n" \
+	"                   [--init-adapter DIR]\n" \
 	"                   [--save-every N] [--resume DIR] [--split NAME] [--eval-dataset SPEC]\n" \
 	"                   [--eval-split NAME] [--eval-fraction F] [--eval-every N]\n" \
 	"                   [--gradient-checkpointing on|off] [--quiet] [--plan]\n"
