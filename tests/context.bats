@@ -14,6 +14,8 @@ ceiling: 16384
 precision: nf4
 rank: 4
 alpha: 8
+block_size: 2
+optimizer_state: host
 models: [poros/tiny-qwen2]
 cards_gb: [0.06]
 YAML
@@ -21,7 +23,8 @@ YAML
 
 fits() {
 	POROS_MEM_AVAILABLE=64G poros-train --plan --backend cuda --model poros/tiny-qwen2 --precision nf4 --seq-len "$1" \
-		--batch-size 1 --rank 4 --alpha 8 --gradient-checkpointing on --vram-budget 60000000 2>/dev/null |
+		--batch-size 1 --rank 4 --alpha 8 --gradient-checkpointing on --block-size 2 --optimizer-state host \
+		--vram-budget 60000000 2>/dev/null |
 		jq -e '.fits == true and .host_fits == true' >/dev/null
 }
 
@@ -42,6 +45,9 @@ fits() {
 	grep -v '^rank:' tiny.yaml >norank.yaml
 	run -2 --separate-stderr poros bench context norank.yaml
 	assert_equal "$stderr" 'poros: norank.yaml: context spec needs "rank:" (no default)'
+	grep -v '^optimizer_state:' tiny.yaml >noopt.yaml
+	run -2 --separate-stderr poros bench context noopt.yaml
+	assert_equal "$stderr" 'poros: noopt.yaml: context spec needs "optimizer_state:" (no default)'
 	run -2 --separate-stderr poros bench context missing.yaml
 	assert_equal "$stderr" 'poros: missing.yaml: no such spec file'
 }
