@@ -23,10 +23,12 @@ note "ops: CUDA vs CPU"
 build/gpu/test_ops_cuda >"$out/ops.log" 2>&1 || fail=1
 grep -E 'FAIL|PASS' "$out/ops.log" | sed 's/  */ /g' | cut -c1-150 | tail -70
 
-train() { # name backend mode precision block accum model
-	$P/poros-train --model "$7" --backend "$2" --mode "$3" --precision "$4" --block-size "$5" \
-		--accum "$6" --steps 4 --seq-len 64 --dataset synthetic --rank 8 --alpha 16 --dropout 0.05 --warmup 1 \
-		--out "$out/runs/$1" --quiet >"$out/runs/$1.summary" 2>"$out/runs/$1.log"
+train() { # name backend mode precision block accum model [more flags]
+	_name=$1 _backend=$2 _mode=$3 _prec=$4 _block=$5 _accum=$6 _model=$7
+	shift 7
+	$P/poros-train --model "$_model" --backend "$_backend" --mode "$_mode" --precision "$_prec" --block-size "$_block" \
+		--accum "$_accum" --steps 4 --seq-len 64 --dataset synthetic --rank 8 --alpha 16 --dropout 0.05 --warmup 1 \
+		--out "$out/runs/$_name" --quiet "$@" >"$out/runs/$_name.summary" 2>"$out/runs/$_name.log"
 }
 # losses_agree LABEL RTOL EVENTS_A EVENTS_B: prints both runs' losses, and
 # fails unless A has a step and each step's two losses differ by at most
@@ -73,6 +75,12 @@ for m in poros/tiny-qwen2 poros/tiny-llama poros/tiny-qwen3; do
 			"$out/runs/${a}_${prec}_res/events.jsonl" || { echo "FAIL: cpu vs cuda losses differ"; fail=1; }
 	done
 done
+note "the AdamW state on the host (--optimizer-state host, in chunks): the same bits as on the device"
+train opt_host_blk cuda blockwise nf4 2 4 poros/tiny-qwen2 --optimizer-state host || fail=1
+POROS_OPT_CHUNK=1000 train opt_host_res cuda resident nf4 2 4 poros/tiny-qwen2 --optimizer-state host || fail=1
+bit_identical "optimizer state on the host, blockwise" "$out/runs/poros_tiny-qwen2_nf4_blk2" "$out/runs/opt_host_blk"
+bit_identical "optimizer state on the host in chunks, resident" "$out/runs/poros_tiny-qwen2_nf4_res_k4" \
+	"$out/runs/opt_host_res"
 note "resume on the GPU: 6 steps straight = 3 + 3 resumed, bit for bit"
 for mode in blockwise resident; do
 	R="--model poros/tiny-qwen2 --backend cuda --mode $mode --precision nf4 --block-size 2 --accum 2 --seq-len 64
