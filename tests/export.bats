@@ -32,7 +32,8 @@ adapter() {
 @test "poros-export --help prints the synopsis on stdout and exits 0" {
 	assert_help poros-export "usage: poros-export --base DIR --adapter DIR --out DIR [--max-shard-size SIZE] [--force]"
 	assert_line --index 1 "       poros-export --format gguf --outtype bf16|f16|q8_0 --base DIR --adapter DIR --out FILE [--force]"
-	assert_line --index 2 "       poros-export --check vllm ADAPTER_DIR"
+	assert_line --index 2 "       poros-export --format gguf-lora --outtype f32|bf16|f16 --base DIR --adapter DIR --out FILE [--force]"
+	assert_line --index 3 "       poros-export --check vllm ADAPTER_DIR"
 }
 
 @test "a missing option or a stray argument is a usage error with the synopsis on stderr" {
@@ -407,11 +408,11 @@ gguf_key() { jq -c --arg k "$2" '.metadata[$k]' "$1.json"; }
 	run -2 --separate-stderr poros-export --format gguf --base b --adapter a --out o.gguf
 	[ "$stderr" = "poros-export: --format gguf needs --outtype bf16, f16 or q8_0" ]
 	run -2 --separate-stderr poros-export --format gguf --outtype q4 --base b --adapter a --out o.gguf
-	[ "$stderr" = 'poros-export: --outtype: unknown type "q4" (expected bf16, f16 or q8_0)' ]
+	[ "$stderr" = 'poros-export: --outtype: unknown type "q4" (expected bf16, f16, q8_0 or f32)' ]
 	run -2 --separate-stderr poros-export --outtype f16 --base b --adapter a --out o
-	[ "$stderr" = "poros-export: --outtype is for --format gguf" ]
+	[ "$stderr" = "poros-export: --outtype is for --format gguf or gguf-lora" ]
 	run -2 --separate-stderr poros-export --format ggml --base b --adapter a --out o
-	[ "$stderr" = 'poros-export: --format: unknown format "ggml" (expected hf or gguf)' ]
+	[ "$stderr" = 'poros-export: --format: unknown format "ggml" (expected hf, gguf or gguf-lora)' ]
 	run -2 --separate-stderr poros-export --format gguf --outtype f16 --max-shard-size 1GB --base b --adapter a --out o
 	[[ "$stderr" == *"--max-shard-size is for --format hf"* ]]
 	# a base with only placeholder tokenizer files: refused, nothing written
@@ -426,7 +427,7 @@ gguf_key() { jq -c --arg k "$2" '.metadata[$k]' "$1.json"; }
 	adapter t runt
 	mkdir d
 	run -2 --separate-stderr poros-export --format gguf --outtype f16 --base t --adapter runt/adapter --out d
-	[ "$stderr" = "poros-export: --out d: a directory (--format gguf writes one file)" ]
+	[ "$stderr" = "poros-export: --out d: a directory (a GGUF export is one file)" ]
 	echo keep >o.gguf
 	run -2 --separate-stderr poros-export --format gguf --outtype f16 --base t --adapter runt/adapter --out o.gguf
 	[ "$stderr" = "poros-export: --out o.gguf: exists (--force replaces it)" ]
@@ -438,6 +439,69 @@ gguf_key() { jq -c --arg k "$2" '.metadata[$k]' "$1.json"; }
 	run -1 --separate-stderr bash -c 'ulimit -f 100; exec poros-export --format gguf --outtype bf16 --base t --adapter runt/adapter --out p/m.gguf'
 	[[ "$stderr" == *"model.gguf: File too large" ]]
 	[ -z "$(ls -A p)" ]
+}
+
+# --- --format gguf-lora -------------------------------------------------------
+
+# lora_check FILE ADAPTER BASE OUTTYPE: parsed by @huggingface/gguf, then every
+# tensor's name, shape, type and bytes checked against the PEFT adapter
+lora_check() {
+	node "$FIX/read-gguf.mjs" "$NODE_MODULES" "$1" >"$1.json"
+	"$FIX/check-gguf-lora.py" "$1.json" "$1" "$2" "$3" "$4"
+}
+
+@test "a Llama adapter as llama.cpp's LoRA GGUF f32, bf16 and f16: names, shapes, alpha, bytes = PEFT's, q/k lora_b permuted" {
+	base b --tokenizer-from "$TOKFIX/llama3_like"
+	adapter b run
+	for t in f32 bf16 f16; do
+		run -0 --separate-stderr poros-export --format gguf-lora --outtype "$t" --base b --adapter run/adapter --out "a-$t.gguf"
+		echo "$output" | jq -e --arg t "$t" '.format == "gguf-lora" and .outtype == $t and .architecture == "llama"
+			and .rank == 4 and .alpha == 32 and .tensors == 28'
+		[ "$(echo "$output" | jq .file_size)" -eq "$(stat -c %s "a-$t.gguf")" ]
+		# 14 pairs; lora_b of q and k in 2 layers permuted; 6 keys
+		run -0 lora_check "a-$t.gguf" run/adapter b "$t"
+		assert_output '{"tensors": 28, "permuted": 4, "keys": 6}'
+	done
+	[ "$(gguf_key a-f32.gguf general.file_type)" = 0 ]
+	[ "$(gguf_key a-bf16.gguf general.file_type)" = 32 ]
+	jq -e '[.tensors[] | select(.name == "blk.1.ffn_down.weight.lora_a")][0] | .shape == [128, 4] and .dtype == 1' a-f16.gguf.json
+	# a BF16 adapter's values as bf16: bit for bit
+	"$EDIT" run/adapter a16 --dtype bf16
+	poros-export --format gguf-lora --outtype bf16 --base b --adapter a16 --out b16.gguf >/dev/null 2>&1
+	run -0 lora_check b16.gguf a16 b bf16
+	# one layer of the adapter: only its pairs
+	"$EDIT" run/adapter l1 --keep-layers 1 --set 'layers_to_transform=[1]'
+	poros-export --format gguf-lora --outtype f32 --base b --adapter l1 --out l1.gguf >/dev/null 2>&1
+	run -0 lora_check l1.gguf l1 b f32
+	assert_output '{"tensors": 14, "permuted": 2, "keys": 6}'
+	[ "$(ls -A | grep -c poros-export)" -eq 0 ]
+}
+
+@test "a Qwen2 adapter as LoRA GGUF: not permuted, and no tokenizer.json needed" {
+	base q --arch qwen2
+	adapter q runq
+	run -0 --separate-stderr poros-export --format gguf-lora --outtype f16 --base q --adapter runq/adapter --out q.gguf
+	run -0 lora_check q.gguf runq/adapter q f16
+	assert_output '{"tensors": 28, "permuted": 0, "keys": 6}'
+	[ "$(gguf_key q.gguf general.architecture)" = '"qwen2"' ]
+}
+
+@test "--format gguf-lora refuses q8_0, an rsLoRA adapter and f32 for gguf by name, writing nothing" {
+	run -2 --separate-stderr poros-export --format gguf-lora --base b --adapter a --out o.gguf
+	[ "$stderr" = "poros-export: --format gguf-lora needs --outtype f32, bf16 or f16" ]
+	run -2 --separate-stderr poros-export --format gguf-lora --outtype q8_0 --base b --adapter a --out o.gguf
+	[ "$stderr" = "poros-export: --outtype q8_0 is for --format gguf (a LoRA GGUF is written as f32, bf16 or f16)" ]
+	run -2 --separate-stderr poros-export --format gguf --outtype f32 --base b --adapter a --out o.gguf
+	[ "$stderr" = "poros-export: --outtype f32 is for --format gguf-lora (a merged model's values are bf16)" ]
+	run -2 --separate-stderr poros-export --format gguf-lora --outtype f32 --max-shard-size 1GB --base b --adapter a --out o
+	[[ "$stderr" == *"--max-shard-size is for --format hf"* ]]
+	base b
+	adapter b run
+	"$EDIT" run/adapter rs --set use_rslora=true
+	run -2 --separate-stderr poros-export --format gguf-lora --outtype f32 --base b --adapter rs --out o.gguf
+	[ "$stderr" = "poros-export: rs/adapter_config.json: use_rslora: llama.cpp scales a LoRA GGUF by alpha / r, not alpha / sqrt(r)" ]
+	[ ! -e o.gguf ]
+	[ "$(ls -A | grep -c poros-export)" -eq 0 ]
 }
 
 # --- --check vllm ------------------------------------------------------------

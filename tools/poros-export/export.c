@@ -231,7 +231,7 @@ static void print_summary(const struct job *j, FILE *summary, int copied)
 	cJSON_Delete(o);
 }
 
-static const char *const outtype_names[] = { "", "bf16", "f16", "q8_0" };
+static const char *const outtype_names[] = { "", "bf16", "f16", "q8_0", "f32" };
 
 static void print_gguf_summary(const struct job *j, FILE *summary, size_t file_size, int ntensors)
 {
@@ -251,6 +251,41 @@ static void print_gguf_summary(const struct job *j, FILE *summary, size_t file_s
 	if (jsonl_write(summary, o) < 0)
 		diesys(EXIT_RUNTIME, "writing output failed");
 	cJSON_Delete(o);
+}
+
+static void print_gguf_lora_summary(const struct job *j, FILE *summary, size_t file_size, int ntensors)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	cJSON_AddStringToObject(o, "out", j->out);
+	cJSON_AddStringToObject(o, "format", "gguf-lora");
+	cJSON_AddStringToObject(o, "outtype", outtype_names[j->o->outtype]);
+	cJSON_AddStringToObject(o, "architecture", j->mc.model_type);
+	cJSON_AddStringToObject(o, "base", j->mc.checkpoint_dir);
+	cJSON_AddStringToObject(o, "adapter", j->o->adapter);
+	cJSON_AddNumberToObject(o, "rank", j->rank);
+	cJSON_AddNumberToObject(o, "alpha", j->alpha);
+	cJSON_AddNumberToObject(o, "tensors", ntensors);
+	cJSON_AddNumberToObject(o, "file_size", (double)file_size);
+	if (jsonl_write(summary, o) < 0)
+		diesys(EXIT_RUNTIME, "writing output failed");
+	cJSON_Delete(o);
+}
+
+static int run_gguf_lora(struct job *j, FILE *summary)
+{
+	size_t file_size = 0;
+	int ntensors = 0, rc = write_gguf_lora(j, &file_size, &ntensors);
+	char sz[32];
+
+	scratch_remove();
+	if (rc == 0) {
+		warnmsg("wrote %s: LoRA GGUF %s, %d tensors (%d pairs, rank %d, alpha %g), %s", j->out,
+		        outtype_names[j->o->outtype], ntensors, ntensors / 2, j->rank, j->alpha,
+		        human_bytes(sz, sizeof sz, (double)file_size));
+		print_gguf_lora_summary(j, summary, file_size, ntensors);
+	}
+	return rc;
 }
 
 static int run_gguf(struct job *j, FILE *summary)
@@ -298,7 +333,7 @@ static int run_hf(struct job *j, FILE *summary)
 int export_run(const struct export_opts *o, FILE *summary, char *err, size_t errsz)
 {
 	struct job j;
-	int rc, gguf = o->format == FORMAT_GGUF;
+	int rc, gguf = o->format != FORMAT_HF;
 
 	memset(&j, 0, sizeof j);
 	j.o = o;
@@ -311,7 +346,9 @@ int export_run(const struct export_opts *o, FILE *summary, char *err, size_t err
 	if (!same_base(&j))
 		warnmsg("note: the adapter was trained on \"%s\" (its base_model_name_or_path), merging into %s",
 		        j.adapter_base, j.mc.checkpoint_dir);
-	rc = gguf ? run_gguf(&j, summary) : run_hf(&j, summary);
+	rc = o->format == FORMAT_GGUF_LORA ? run_gguf_lora(&j, summary)
+	   : gguf                          ? run_gguf(&j, summary)
+	                                   : run_hf(&j, summary);
 out:
 	job_free(&j);
 	return rc;

@@ -53,10 +53,9 @@ static void key(char *buf, size_t n, const struct job *j, const char *suffix)
 	snprintf(buf, n, "%s.%s", j->mc.model_type, suffix);
 }
 
-static uint32_t file_type(enum gguf_outtype t)
+uint32_t gguf_file_type(enum gguf_outtype t)
 {
-	/* llama.cpp's LLAMA_FTYPE_MOSTLY_* */
-	return t == OUTTYPE_F16 ? 1 : t == OUTTYPE_Q8_0 ? 7 : 32;
+	return t == OUTTYPE_F32 ? 0 : t == OUTTYPE_F16 ? 1 : t == OUTTYPE_Q8_0 ? 7 : 32;
 }
 
 static int model_keys(struct job *j, struct gguf_writer *w)
@@ -74,7 +73,7 @@ static int model_keys(struct job *j, struct gguf_writer *w)
 	gguf_kv_string(w, "general.architecture", m->model_type);
 	gguf_kv_string(w, "general.name", name != NULL && name[1] != '\0' ? name + 1 : m->checkpoint_dir);
 	gguf_kv_uint32(w, "general.alignment", GGUF_ALIGNMENT);
-	gguf_kv_uint32(w, "general.file_type", file_type(j->o->outtype));
+	gguf_kv_uint32(w, "general.file_type", gguf_file_type(j->o->outtype));
 	key(k, sizeof k, j, "context_length"), gguf_kv_uint32(w, k, (uint32_t)m->max_position_embeddings);
 	key(k, sizeof k, j, "embedding_length"), gguf_kv_uint32(w, k, (uint32_t)m->hidden_size);
 	key(k, sizeof k, j, "block_count"), gguf_kv_uint32(w, k, (uint32_t)m->num_hidden_layers);

@@ -20,8 +20,10 @@ static noreturn void usage(int code)
 		      "  --out DIR              the checkpoint to write (absent or empty, or --force)\n"
 		      "  --max-shard-size SIZE  tensor bytes per shard, e.g. 5GB, 500MB, 2GiB (default 5GB)\n"
 		      "  --force                replace a non-empty --out\n"
-		      "  --format hf|gguf       a Hugging Face checkpoint directory (hf, the default) or one GGUF file\n"
-		      "  --outtype bf16|f16|q8_0  what a GGUF file stores matrices as (required with --format gguf)\n"
+		      "  --format hf|gguf|gguf-lora  a Hugging Face checkpoint directory (hf, the default), the merged\n"
+		      "                         model as one GGUF file, or the adapter alone as llama.cpp's LoRA GGUF\n"
+		      "  --outtype TYPE         what a GGUF file stores matrices as (required with a GGUF format):\n"
+		      "                         bf16, f16 or q8_0 for gguf; f32, bf16 or f16 for gguf-lora\n"
 		      "  --check vllm           check ADAPTER_DIR is an adapter vLLM loads (exit 1 and why when not)\n"
 		      "  --help, --version\n"
 		      "Exit status: 0 written, 1 runtime failure, 2 usage or bad input.\n", stdout);
@@ -34,17 +36,19 @@ static enum export_format parse_format(const char *s)
 		return FORMAT_HF;
 	if (strcmp(s, "gguf") == 0)
 		return FORMAT_GGUF;
-	die(EXIT_USAGE, "--format: unknown format \"%s\" (expected hf or gguf)", s);
+	if (strcmp(s, "gguf-lora") == 0)
+		return FORMAT_GGUF_LORA;
+	die(EXIT_USAGE, "--format: unknown format \"%s\" (expected hf, gguf or gguf-lora)", s);
 }
 
 static enum gguf_outtype parse_outtype(const char *s)
 {
-	static const char *const names[] = { "bf16", "f16", "q8_0" };
+	static const char *const names[] = { "bf16", "f16", "q8_0", "f32" };
 
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 4; i++)
 		if (strcmp(s, names[i]) == 0)
 			return (enum gguf_outtype)(OUTTYPE_BF16 + i);
-	die(EXIT_USAGE, "--outtype: unknown type \"%s\" (expected bf16, f16 or q8_0)", s);
+	die(EXIT_USAGE, "--outtype: unknown type \"%s\" (expected bf16, f16, q8_0 or f32)", s);
 }
 
 /* --outtype changes every weight of a GGUF file: never a default. */
@@ -52,9 +56,18 @@ static void check_format_options(const struct export_opts *o, int shard_set)
 {
 	if (o->format == FORMAT_GGUF && o->outtype == OUTTYPE_NONE)
 		die(EXIT_USAGE, "--format gguf needs --outtype bf16, f16 or q8_0");
-	if (o->format != FORMAT_GGUF && o->outtype != OUTTYPE_NONE)
-		die(EXIT_USAGE, "--outtype is for --format gguf");
-	if (o->format == FORMAT_GGUF && shard_set)
+	if (o->format == FORMAT_GGUF_LORA && o->outtype == OUTTYPE_NONE)
+		die(EXIT_USAGE, "--format gguf-lora needs --outtype f32, bf16 or f16");
+	if (o->format == FORMAT_HF && o->outtype != OUTTYPE_NONE)
+		die(EXIT_USAGE, "--outtype is for --format gguf or gguf-lora");
+	/* the merged model is bf16: f32 would only double the file */
+	if (o->format == FORMAT_GGUF && o->outtype == OUTTYPE_F32)
+		die(EXIT_USAGE, "--outtype f32 is for --format gguf-lora (a merged model's values are bf16)");
+	/* llama.cpp's converter keeps LoRA tensors in a float type: lora_b rows
+	 * are r values, rarely a whole Q8_0 block */
+	if (o->format == FORMAT_GGUF_LORA && o->outtype == OUTTYPE_Q8_0)
+		die(EXIT_USAGE, "--outtype q8_0 is for --format gguf (a LoRA GGUF is written as f32, bf16 or f16)");
+	if (o->format != FORMAT_HF && shard_set)
 		die(EXIT_USAGE, "--max-shard-size is for --format hf (a GGUF export is one file)");
 }
 
