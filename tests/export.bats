@@ -404,6 +404,34 @@ gguf_key() { jq -c --arg k "$2" '.metadata[$k]' "$1.json"; }
 	[ "$(gguf_key qwen3-q8_0.gguf tokenizer.ggml.eos_token_id)" = 0 ]
 }
 
+@test "llama3 RoPE scaling goes into GGUF as llama.cpp's rope_freqs tensor; on Qwen2 it is refused by name" {
+	base b --tokenizer-from "$TOKFIX/llama3_like"
+	adapter b run
+	poros-export --base b --adapter run/adapter --out merged >/dev/null 2>&1
+	# head size 16, theta 1e4: wavelengths 6.3 ... 19869 around 256/4 and 256/1,
+	# so the factors are 1, one smoothed (1 / (0.904 / 8 + 0.096) by hand), and 8
+	jq '.rope_scaling = {rope_type: "llama3", factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0,
+		original_max_position_embeddings: 256}' b/config.json >c && mv c b/config.json
+	run -0 --separate-stderr poros-export --format gguf --outtype bf16 --base b --adapter run/adapter --out r.gguf
+	echo "$output" | jq -e '.tensors == 22'
+	run -0 gguf_check r.gguf merged b bf16
+	assert_output '{"tensors": 22, "permuted": 4, "keys": 22}'
+	# the values themselves, as the npm reader's offsets find them
+	run -0 python3 -c 'import json, struct, sys
+p = json.load(open("r.gguf.json")); t = [t for t in p["tensors"] if t["name"] == "rope_freqs.weight"][0]
+b = open("r.gguf", "rb").read()[p["data_offset"] + t["offset"]:][:32]
+print(" ".join("%.4f" % v for v in struct.unpack("<8f", b)))'
+	assert_output "1.0000 1.0000 1.0000 4.7818 8.0000 8.0000 8.0000 8.0000"
+	[ "$(gguf_key r.gguf llama.rope.scaling.type)" = null ]
+	base q --arch qwen2 --tokenizer-from "$TOKFIX/qwen_like"
+	adapter q runq
+	jq '.rope_scaling = {rope_type: "llama3", factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0,
+		original_max_position_embeddings: 256}' q/config.json >c && mv c q/config.json
+	run -2 --separate-stderr poros-export --format gguf --outtype bf16 --base q --adapter runq/adapter --out q.gguf
+	[ "$stderr" = 'poros-export: q/config.json: rope_scaling type "llama3" on qwen2: llama.cpp'"'"'s qwen2 reads no rope_freqs tensor, so poros-export does not write it' ]
+	[ ! -e q.gguf ]
+}
+
 @test "--format gguf: --outtype is required, checked and only for gguf; bad inputs leave no file" {
 	run -2 --separate-stderr poros-export --format gguf --base b --adapter a --out o.gguf
 	[ "$stderr" = "poros-export: --format gguf needs --outtype bf16, f16 or q8_0" ]

@@ -152,6 +152,7 @@ int commit_file(struct job *j, const char *path);
 struct gguf_tensor {
 	const struct out_tensor *o;      /* a model tensor, or NULL */
 	const struct lora_pair *pair;    /* --format gguf-lora: the pair, or NULL */
+	float *values;                   /* neither: F32 values computed here (rope_freqs), owned */
 	int lora_b;                      /* with pair: 1 lora_b, 0 lora_a */
 	char name[80];
 	enum ggml_type type;

@@ -67,9 +67,15 @@ static int model_keys(struct job *j, struct gguf_writer *w)
 	if (m->max_position_embeddings <= 0)
 		return fail(j, EXIT_USAGE, "%s: no max_position_embeddings: GGUF needs %s.context_length", m->config_path,
 		            m->model_type);
-	if (strcmp(m->rope_scaling_type, "") != 0 && strcmp(m->rope_scaling_type, "linear") != 0)
-		return fail(j, EXIT_USAGE, "%s: rope_scaling type \"%s\" is not written to GGUF by poros-export (llama.cpp "
-		            "takes it as a rope_freqs tensor)", m->config_path, m->rope_scaling_type);
+	/* llama3 scaling is a rope_freqs tensor (gguf_out.c), which llama.cpp's
+	 * llama graph reads and its qwen2 / qwen3 graphs do not */
+	if (strcmp(m->rope_scaling_type, "llama3") == 0 && strcmp(m->model_type, "llama") != 0)
+		return fail(j, EXIT_USAGE, "%s: rope_scaling type \"llama3\" on %s: llama.cpp's %s reads no rope_freqs "
+		            "tensor, so poros-export does not write it", m->config_path, m->model_type, m->model_type);
+	if (strcmp(m->rope_scaling_type, "") != 0 && strcmp(m->rope_scaling_type, "linear") != 0 &&
+	    strcmp(m->rope_scaling_type, "llama3") != 0)
+		return fail(j, EXIT_USAGE, "%s: rope_scaling type \"%s\" is not written to GGUF by poros-export",
+		            m->config_path, m->rope_scaling_type);
 	gguf_kv_string(w, "general.architecture", m->model_type);
 	gguf_kv_string(w, "general.name", name != NULL && name[1] != '\0' ? name + 1 : m->checkpoint_dir);
 	gguf_kv_uint32(w, "general.alignment", GGUF_ALIGNMENT);

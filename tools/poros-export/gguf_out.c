@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -172,7 +173,10 @@ static int write_tensor(struct job *j, int fd, const char *path, const struct gg
 		n *= (size_t)g->ne[d];
 	nbytes = ggml_nbytes(g->type, n);
 	out = xmalloc(nbytes);
-	rc = g->pair != NULL ? lora_tensor_data(j, g, out) : model_tensor_data(j, g, out);
+	if (g->values != NULL)
+		memcpy(out, g->values, nbytes), rc = 0;
+	else
+		rc = g->pair != NULL ? lora_tensor_data(j, g, out) : model_tensor_data(j, g, out);
 	if (rc == 0 && (write_all(fd, out, nbytes) < 0 || write_all(fd, zeros, gguf_padding(nbytes)) < 0))
 		rc = fail(j, EXIT_RUNTIME, "%s: %s", path, strerror(errno));
 	free(out);
@@ -206,13 +210,49 @@ int gguf_write_file(struct job *j, const char *path, struct gguf_writer *w, cons
 	return rc;
 }
 
+/* Llama-3 RoPE scaling as llama.cpp takes it: rope_freqs.weight (D/2) F32,
+ * the factor each rotary frequency is divided by: 1 for wavelengths under
+ * original / high_freq_factor, factor above original / low_freq_factor,
+ * between them 1 / ((1 - s) / factor + s), s = (original / wavelength - low)
+ * / (high - low); transformers' llama3 inv_freq is inv_freq / this.  In
+ * double, stored rounded to fp32. */
+static void llama3_rope_freqs(const struct model_config *m, struct gguf_tensor *g)
+{
+	const double pi = 3.14159265358979323846;
+	double orig = m->rope_original_max_position, low = m->rope_low_freq_factor, high = m->rope_high_freq_factor;
+	double factor = m->rope_scaling_factor;
+	int half = m->head_dim / 2;
+
+	snprintf(g->name, sizeof g->name, "rope_freqs.weight");
+	g->type = GGML_TYPE_F32;
+	g->ndim = 1;
+	g->ne[0] = half;
+	g->values = xmalloc((size_t)half * sizeof *g->values);
+	for (int i = 0; i < half; i++) {
+		double wavelen = 2 * pi * pow(m->rope_theta, 2.0 * i / m->head_dim), f;
+
+		if (wavelen < orig / high) {
+			f = 1;
+		} else if (wavelen > orig / low) {
+			f = factor;
+		} else {
+			double smooth = (orig / wavelen - low) / (high - low);
+
+			f = 1 / ((1 - smooth) / factor + smooth);
+		}
+		g->values[i] = (float)f;
+	}
+}
+
 int write_gguf(struct job *j, size_t *file_size, int *ntensors)
 {
-	struct gguf_tensor *g = xcalloc((size_t)j->n + 1, sizeof *g);
+	struct gguf_tensor *g = xcalloc((size_t)j->n + 2, sizeof *g);
 	struct gguf_writer w = { 0 };
 	int n = 0, rc = 0;
 	char *path;
 
+	if (strcmp(j->mc.rope_scaling_type, "llama3") == 0)
+		llama3_rope_freqs(&j->mc, &g[n++]);
 	for (int i = 0; rc == 0 && i < j->n; i++)
 		if ((rc = plan_tensor(j, &j->t[i], &g[n])) == 0 && g[n].o != NULL)
 			n++;
@@ -230,6 +270,8 @@ int write_gguf(struct job *j, size_t *file_size, int *ntensors)
 	}
 	*ntensors = n;
 	gguf_writer_free(&w);
+	for (int i = 0; i < n; i++)
+		free(g[i].values);
 	free(g);
 	return rc;
 }
