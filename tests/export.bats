@@ -30,10 +30,12 @@ adapter() {
 }
 
 @test "poros-export --help prints the synopsis on stdout and exits 0" {
-	assert_help poros-export "usage: poros-export --base DIR --adapter DIR --out DIR [--max-shard-size SIZE] [--force]"
-	assert_line --index 1 "       poros-export --format gguf --outtype bf16|f16|q8_0 --base DIR --adapter DIR --out FILE [--force]"
-	assert_line --index 2 "       poros-export --format gguf-lora --outtype f32|bf16|f16 --base DIR --adapter DIR --out FILE [--force]"
-	assert_line --index 3 "       poros-export --check vllm ADAPTER_DIR"
+	assert_help poros-export "usage: poros-export --base DIR --adapter DIR --out DIR [--max-shard-size SIZE] [--merge-into original|dequantized]"
+	assert_line --index 1 "                    [--force]"
+	assert_line --index 2 "       poros-export --format gguf --outtype bf16|f16|q8_0 --base DIR --adapter DIR --out FILE"
+	assert_line --index 3 "                    [--merge-into original|dequantized] [--force]"
+	assert_line --index 4 "       poros-export --format gguf-lora --outtype f32|bf16|f16 --base DIR --adapter DIR --out FILE [--force]"
+	assert_line --index 5 "       poros-export --check vllm ADAPTER_DIR"
 }
 
 @test "a missing option or a stray argument is a usage error with the synopsis on stderr" {
@@ -338,6 +340,72 @@ adapter() {
 	assert_line --index 0 --partial "usage: poros-export --base DIR"
 	run -2 --separate-stderr poros export --base x
 	[[ "$stderr" == *"--base, --adapter and --out are required"* ]]
+}
+
+# --- --merge-into ------------------------------------------------------------
+
+@test "--merge-into dequantized: every projection is dequant(NF4(W)), merged ones plus B@A, bit for bit" {
+	base b --tokenizer-from "$TOKFIX/llama3_like"
+	adapter b run
+	# layer 1 only: layer 0's projections are dequantized and not merged
+	"$EDIT" run/adapter l1 --keep-layers 1 --set 'layers_to_transform=[1]'
+	run -0 --separate-stderr poros-export --base b --adapter l1 --out mq --merge-into dequantized
+	echo "$output" | jq -e '.merge_into == "dequantized" and .dequantized == 14 and .merged == 7'
+	run -0 "$CHECK" b l1 mq --dequantized
+	assert_output '{"merged": 7, "copied": 7, "converted": 0, "shards": 1, "dequantized": 14}'
+	# not the original merge: the check of that fails on this output
+	run -1 "$CHECK" b l1 mq
+	# GGUF takes the same values
+	poros-export --format gguf --outtype bf16 --base b --adapter l1 --out mq.gguf --merge-into dequantized >/dev/null 2>&1
+	run -0 gguf_check mq.gguf mq b bf16
+	run -2 --separate-stderr poros-export --base b --adapter l1 --out x --merge-into nf4
+	[ "$stderr" = 'poros-export: --merge-into: unknown base "nf4" (expected original or dequantized)' ]
+	run -2 --separate-stderr poros-export --format gguf-lora --outtype f32 --base b --adapter l1 --out x --merge-into original
+	[ "$stderr" = "poros-export: --merge-into is for a merged export (--format gguf-lora merges nothing)" ]
+}
+
+@test "without --merge-into the run's train_config.json decides: nf4 dequantized, bf16 original, none original" {
+	base b
+	adapter b run
+	poros-export --base b --adapter run/adapter --out mo --merge-into original >/dev/null 2>&1
+	poros-export --base b --adapter run/adapter --out mq --merge-into dequantized >/dev/null 2>&1
+	run -0 --separate-stderr poros-export --base b --adapter run/adapter --out m0
+	echo "$output" | jq -e '.merge_into == "original"'
+	[[ "$stderr" == *"note: no train_config.json beside run/adapter: merging into the checkpoint's weights"* ]]
+	cmp mo/model.safetensors m0/model.safetensors
+	echo '{"precision": "nf4"}' >run/train_config.json
+	run -0 --separate-stderr poros-export --base b --adapter run/adapter --out m1
+	[[ "$stderr" == *"note: merging into dequant(NF4(W)) (--merge-into dequantized), as the run's run/adapter/../train_config.json says it trained on nf4"* ]]
+	cmp mq/model.safetensors m1/model.safetensors
+	# an option overrides it
+	poros-export --base b --adapter run/adapter --out m2 --merge-into original >/dev/null 2>&1
+	cmp mo/model.safetensors m2/model.safetensors
+	echo '{"precision": "bf16"}' >run/train_config.json
+	poros-export --base b --adapter run/adapter --out m3 >/dev/null 2>&1
+	cmp mo/model.safetensors m3/model.safetensors
+	echo '{"precision": "fp8"}' >run/train_config.json
+	run -2 --separate-stderr poros-export --base b --adapter run/adapter --out m4
+	[ "$stderr" = 'poros-export: run/adapter/../train_config.json: "precision" is not "nf4" or "bf16": give --merge-into original or dequantized' ]
+	[ ! -e m4 ]
+}
+
+@test "an NF4-trained adapter merged into dequant(NF4(W)) matches its training's eval loss far closer than into W" {
+	base b
+	python3 -c 'import random, struct
+r = random.Random(1)
+for name, n in (("train.u16", 2048), ("eval.u16", 1024)):
+    open(name, "wb").write(struct.pack("<%dH" % n, *[r.randrange(256) for _ in range(n)]))'
+	T=(--backend cpu --seq-len 64 --rank 8 --alpha 16 --quiet --dropout 0 --dataset train.u16 --eval-dataset eval.u16)
+	poros-train "${T[@]}" --precision nf4 --model "$PWD/b" --steps 30 --lr 0.01 --out run >q.json 2>/dev/null
+	for m in original dequantized; do
+		poros-export --base b --adapter run/adapter --out "m-$m" --merge-into "$m" >/dev/null 2>&1
+		# lr 1e-30: one step leaves the fresh adapter at zero to bf16, so this is the merged model's loss
+		poros-train "${T[@]}" --precision bf16 --model "$PWD/m-$m" --steps 1 --lr 1e-30 --out "e-$m" >"e-$m.json" 2>/dev/null
+	done
+	q=$(jq .eval_loss q.json) o=$(jq .eval_loss e-original.json) d=$(jq .eval_loss e-dequantized.json)
+	echo "quantized $q original $o dequantized $d"
+	# measured (docs in man/poros-export.1): |D - Q| 0.0002, |O - Q| 0.018
+	python3 -c "import sys; q, o, d = map(float, sys.argv[1:]); sys.exit(not abs(d - q) * 10 < abs(o - q))" "$q" "$o" "$d"
 }
 
 # --- --format gguf ------------------------------------------------------------

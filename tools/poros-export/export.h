@@ -27,12 +27,18 @@
 #include "safetensors.h"
 
 #define EXPORT_SYNOPSIS \
-	"usage: poros-export --base DIR --adapter DIR --out DIR [--max-shard-size SIZE] [--force]\n" \
-	"       poros-export --format gguf --outtype bf16|f16|q8_0 --base DIR --adapter DIR --out FILE [--force]\n" \
+	"usage: poros-export --base DIR --adapter DIR --out DIR [--max-shard-size SIZE] [--merge-into original|dequantized]\n" \
+	"                    [--force]\n" \
+	"       poros-export --format gguf --outtype bf16|f16|q8_0 --base DIR --adapter DIR --out FILE\n" \
+	"                    [--merge-into original|dequantized] [--force]\n" \
 	"       poros-export --format gguf-lora --outtype f32|bf16|f16 --base DIR --adapter DIR --out FILE [--force]\n" \
 	"       poros-export --check vllm ADAPTER_DIR\n"
 
 enum export_format { FORMAT_HF, FORMAT_GGUF, FORMAT_GGUF_LORA };
+/* --merge-into: the base weights a merge adds the adapter to: the
+ * checkpoint's, or what an NF4 (QLoRA) training run computed with,
+ * dequant(NF4(W)), for every projection of every layer */
+enum merge_into { MERGE_ORIGINAL, MERGE_DEQUANTIZED };
 /* --outtype: what a GGUF file stores its matrices as (1-D tensors are F32);
  * f32 for gguf-lora only, q8_0 for gguf only */
 enum gguf_outtype { OUTTYPE_NONE, OUTTYPE_BF16, OUTTYPE_F16, OUTTYPE_Q8_0, OUTTYPE_F32 };
@@ -45,6 +51,8 @@ struct export_opts {
 	int force;                 /* replace a non-empty --out */
 	enum export_format format;
 	enum gguf_outtype outtype; /* FORMAT_GGUF and FORMAT_GGUF_LORA only; required there */
+	enum merge_into merge_into;
+	int merge_into_set;        /* 0: from the run's train_config.json, else original */
 	const char *configs_dir;   /* configs/models, to name a synthetic shape; may be NULL */
 };
 
@@ -77,6 +85,7 @@ struct out_tensor {
 	enum st_dtype dtype;             /* as written */
 	size_t nbytes;                   /* as written */
 	const struct lora_pair *lora;    /* NULL: copied */
+	int nf4;                         /* --merge-into dequantized: a projection weight, taken as dequant(NF4(W)) */
 	int shard;
 };
 
@@ -102,6 +111,9 @@ struct job {
 	int af_open;
 	struct lora_pair *pairs;         /* [layer * N_MODULES + module]; a == NULL: none */
 	int npairs;
+	enum merge_into merge_into;      /* --merge-into, or what the run's train_config.json says */
+	char *train_config;              /* that file when it decided, or NULL */
+	int ndequantized;                /* tensors with nf4 set */
 	/* the output */
 	char *out, *parent, *name;       /* --out without trailing '/', its directory and name */
 	struct out_tensor *t;

@@ -19,6 +19,9 @@ static noreturn void usage(int code)
 		      "  --adapter DIR          the PEFT adapter (adapter_config.json + adapter_model.safetensors)\n"
 		      "  --out DIR              the checkpoint to write (absent or empty, or --force)\n"
 		      "  --max-shard-size SIZE  tensor bytes per shard, e.g. 5GB, 500MB, 2GiB (default 5GB)\n"
+		      "  --merge-into original|dequantized  add the adapter to the checkpoint's weights or to\n"
+		      "                         dequant(NF4(W)), what a --precision nf4 run trained on (default: by the\n"
+		      "                         run's train_config.json precision; original without one)\n"
 		      "  --force                replace a non-empty --out\n"
 		      "  --format hf|gguf|gguf-lora  a Hugging Face checkpoint directory (hf, the default), the merged\n"
 		      "                         model as one GGUF file, or the adapter alone as llama.cpp's LoRA GGUF\n"
@@ -78,7 +81,7 @@ static int run_check(const struct export_opts *o, int nargs, char **args)
 	int rc;
 
 	if (nargs != 1 || o->base || o->adapter || o->out || o->format != FORMAT_HF || o->outtype != OUTTYPE_NONE ||
-	    o->force) {
+	    o->force || o->merge_into_set) {
 		warnmsg("--check vllm takes one ADAPTER_DIR and no other option");
 		usage(EXIT_USAGE);
 	}
@@ -90,7 +93,10 @@ static int run_check(const struct export_opts *o, int nargs, char **args)
 
 int main(int argc, char **argv)
 {
-	enum { OPT_BASE = 256, OPT_ADAPTER, OPT_OUT, OPT_SHARD, OPT_FORCE, OPT_FORMAT, OPT_OUTTYPE, OPT_CHECK, OPT_HELP, OPT_VERSION };
+	enum {
+		OPT_BASE = 256, OPT_ADAPTER, OPT_OUT, OPT_SHARD, OPT_FORCE, OPT_FORMAT, OPT_OUTTYPE, OPT_MERGE_INTO,
+		OPT_CHECK, OPT_HELP, OPT_VERSION
+	};
 	static const struct option longopts[] = {
 		{ "base", required_argument, NULL, OPT_BASE },
 		{ "adapter", required_argument, NULL, OPT_ADAPTER },
@@ -99,6 +105,7 @@ int main(int argc, char **argv)
 		{ "force", no_argument, NULL, OPT_FORCE },
 		{ "format", required_argument, NULL, OPT_FORMAT },
 		{ "outtype", required_argument, NULL, OPT_OUTTYPE },
+		{ "merge-into", required_argument, NULL, OPT_MERGE_INTO },
 		{ "check", required_argument, NULL, OPT_CHECK },
 		{ "help", no_argument, NULL, OPT_HELP },
 		{ "version", no_argument, NULL, OPT_VERSION },
@@ -125,6 +132,15 @@ int main(int argc, char **argv)
 		case OPT_FORCE: o.force = 1; break;
 		case OPT_FORMAT: o.format = parse_format(optarg); break;
 		case OPT_OUTTYPE: o.outtype = parse_outtype(optarg); break;
+		case OPT_MERGE_INTO:
+			if (strcmp(optarg, "original") == 0)
+				o.merge_into = MERGE_ORIGINAL;
+			else if (strcmp(optarg, "dequantized") == 0)
+				o.merge_into = MERGE_DEQUANTIZED;
+			else
+				die(EXIT_USAGE, "--merge-into: unknown base \"%s\" (expected original or dequantized)", optarg);
+			o.merge_into_set = 1;
+			break;
 		case OPT_CHECK:
 			if (strcmp(optarg, "vllm") != 0)
 				die(EXIT_USAGE, "--check: unknown check \"%s\" (expected vllm)", optarg);
@@ -147,6 +163,8 @@ int main(int argc, char **argv)
 		usage(EXIT_USAGE);
 	}
 	check_format_options(&o, shard_set);
+	if (o.format == FORMAT_GGUF_LORA && o.merge_into_set)
+		die(EXIT_USAGE, "--merge-into is for a merged export (--format gguf-lora merges nothing)");
 	/* configs/ beside the binary (source tree) or under share/poros */
 	configs = poros_resource("configs");
 	if (configs != NULL) {
