@@ -67,8 +67,8 @@ adapter() {
 	run -0 "$CHECK" b run/adapter merged
 	assert_output '{"merged": 14, "copied": 7, "converted": 0, "shards": 1}'
 	# nothing else was written: no index for one shard, no temporary left
-	[ "$(ls merged | paste -sd ' ')" = \
-		"chat_template.jinja config.json generation_config.json model.safetensors tokenizer.json tokenizer_config.json" ]
+	[ "$(LC_ALL=C ls merged | paste -sd ' ')" = \
+		"README.md chat_template.jinja config.json generation_config.json model.safetensors tokenizer.json tokenizer_config.json" ]
 	[ "$(ls -A | grep -c poros-export)" -eq 0 ]
 	for f in tokenizer.json tokenizer_config.json chat_template.jinja generation_config.json; do
 		cmp "b/$f" "merged/$f"
@@ -342,6 +342,44 @@ adapter() {
 	[[ "$stderr" == *"--base, --adapter and --out are required"* ]]
 }
 
+@test "README.md, the model card: base, adapter, merge, and the training as the run's files record it" {
+	base b --tokenizer
+	python3 -c 'import struct; open("e.u16", "wb").write(struct.pack("<64H", *[(i * 37 + 5) % 200 for i in range(64)]))'
+	poros-train "${TRAIN[@]}" --model "$PWD/b" --steps 3 --lr 0.01 --eval-dataset e.u16 --out run >/dev/null 2>&1
+	poros-export --base b --adapter run/adapter --out m >/dev/null 2>&1
+	card=m/README.md
+	grep -qx '# m' "$card"
+	grep -qx -- '- checkpoint: `b`' "$card"
+	grep -qx -- '- llama: 2 layers, hidden size 64, 4 attention heads (2 key/value), vocabulary 256' "$card"
+	grep -qx -- '- path: `run/adapter`' "$card"
+	grep -qx -- '- r: 4, lora_alpha: 32, scale: 8 (alpha / r)' "$card"
+	grep -qx -- '- target_modules: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj' "$card"
+	grep -qx -- '- merged into: the checkpoint'"'"'s weights W (`--merge-into original`)' "$card"
+	grep -qx 'The run directory `run` has no train_config.json: the training configuration is not recorded here.' "$card"
+	# the losses are events.jsonl's own numbers
+	loss=$(jq -s -r '.[-1].loss' run/events.jsonl) eval=$(jq -s -r '.[-1].eval_loss' run/events.jsonl)
+	grep -qx "From \`run/events.jsonl\`: 3 steps, the last training loss $loss." "$card"
+	grep -qx "Eval loss: $eval after step 3 ($(jq -s -r '.[-1].eval_tokens' run/events.jsonl) supervised tokens)." "$card"
+	# a run that records its configuration: every key, as JSON
+	printf '{"precision": "bf16", "lr": 0.01, "targets": ["q_proj", "v_proj"]}\n' >run/train_config.json
+	"$EDIT" run/adapter run/a1 --keep-layers 1 --set 'layers_to_transform=[1]'
+	mkdir r2 && mv run/a1 r2/adapter && cp run/train_config.json run/events.jsonl r2/
+	poros-export --base b --adapter r2/adapter --out m2 >/dev/null 2>&1
+	grep -qx 'From `r2/train_config.json`:' m2/README.md
+	grep -qx '| precision | `"bf16"` |' m2/README.md
+	grep -qx '| lr | `0.01` |' m2/README.md
+	grep -qx '| targets | `\["q_proj","v_proj"\]` |' m2/README.md
+	grep -qx -- '- layers: 1' m2/README.md
+	# a run without events says so, and a broken events file is refused by position
+	rm r2/events.jsonl
+	poros-export --base b --adapter r2/adapter --out m3 >/dev/null 2>&1
+	grep -qx 'The run directory has no events.jsonl: no loss is recorded here.' m3/README.md
+	printf '{"step": 1, "loss": 2}\n{"step"\n' >r2/events.jsonl
+	run -2 --separate-stderr poros-export --base b --adapter r2/adapter --out m4
+	[ "$stderr" = "poros-export: r2/events.jsonl:2: not valid JSON at column 8" ]
+	[ ! -e m4 ]
+}
+
 # --- --merge-into ------------------------------------------------------------
 
 @test "--merge-into dequantized: every projection is dequant(NF4(W)), merged ones plus B@A, bit for bit" {
@@ -375,7 +413,7 @@ adapter() {
 	cmp mo/model.safetensors m0/model.safetensors
 	echo '{"precision": "nf4"}' >run/train_config.json
 	run -0 --separate-stderr poros-export --base b --adapter run/adapter --out m1
-	[[ "$stderr" == *"note: merging into dequant(NF4(W)) (--merge-into dequantized), as the run's run/adapter/../train_config.json says it trained on nf4"* ]]
+	[[ "$stderr" == *"note: merging into dequant(NF4(W)) (--merge-into dequantized), as the run's run/train_config.json says it trained on nf4"* ]]
 	cmp mq/model.safetensors m1/model.safetensors
 	# an option overrides it
 	poros-export --base b --adapter run/adapter --out m2 --merge-into original >/dev/null 2>&1
@@ -385,7 +423,7 @@ adapter() {
 	cmp mo/model.safetensors m3/model.safetensors
 	echo '{"precision": "fp8"}' >run/train_config.json
 	run -2 --separate-stderr poros-export --base b --adapter run/adapter --out m4
-	[ "$stderr" = 'poros-export: run/adapter/../train_config.json: "precision" is not "nf4" or "bf16": give --merge-into original or dequantized' ]
+	[ "$stderr" = 'poros-export: run/train_config.json: "precision" is not "nf4" or "bf16": give --merge-into original or dequantized' ]
 	[ ! -e m4 ]
 }
 

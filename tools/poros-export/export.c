@@ -232,7 +232,7 @@ static int plan(struct job *j)
  * merges into dequant(NF4(W)), bf16 into W; no file, W (as PEFT does). */
 static int resolve_merge_into(struct job *j)
 {
-	char lerr[768];
+	char lerr[768], *run;
 	const cJSON *p;
 	cJSON *tc;
 	int rc = 0;
@@ -240,7 +240,9 @@ static int resolve_merge_into(struct job *j)
 	j->merge_into = j->o->merge_into;
 	if (j->o->merge_into_set || j->o->format == FORMAT_GGUF_LORA)
 		return 0;
-	j->train_config = xasprintf("%s/../train_config.json", j->o->adapter);
+	run = adapter_run_dir(j->o->adapter);
+	j->train_config = xasprintf("%s/train_config.json", run);
+	free(run);
 	if (!is_file(j->train_config)) {
 		free(j->train_config);
 		j->train_config = NULL;
@@ -400,16 +402,18 @@ static int run_hf(struct job *j, FILE *summary)
 	char sz[32];
 	int rc, copied = 0;
 
-	if ((rc = scratch_create(j, j->nshards + 2 + (int)n_tokenizer_files)) != 0)
+	if ((rc = scratch_create(j, j->nshards + 3 + (int)n_tokenizer_files)) != 0)
 		return rc;
+	/* the small files first: a bad run record fails before the weights */
+	rc = write_config(j);
+	if (rc == 0)
+		rc = copy_tokenizer(j, &copied);
+	if (rc == 0)
+		rc = write_model_card(j, copied);
 	for (int s = 0; s < j->nshards && rc == 0; s++)
 		rc = write_shard(j, &j->shards[s]);
 	if (rc == 0 && j->nshards > 1)
 		rc = write_index(j);
-	if (rc == 0)
-		rc = write_config(j);
-	if (rc == 0)
-		rc = copy_tokenizer(j, &copied);
 	if (rc == 0)
 		rc = commit(j);
 	scratch_remove();

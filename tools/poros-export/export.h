@@ -8,6 +8,7 @@
  *   outdir.c       --out and the scratch directory beside it, renamed into place at the end
  *   merge.c        the merge arithmetic and the shards, streamed and read back
  *   hf_files.c     config.json, the shard index and the tokenizer files
+ *   model_card.c   README.md: the base, the adapter and the run's training record
  *   gguf_out.c     --format gguf: the tensors named, converted and written as one GGUF file
  *   gguf_meta.c    --format gguf: the model's and the tokenizer's metadata keys
  *   gguf_lora.c    --format gguf-lora: the adapter alone as llama.cpp's LoRA GGUF
@@ -201,5 +202,10 @@ extern const size_t n_tokenizer_files;
 int write_index(struct job *j);
 int write_config(struct job *j);
 int copy_tokenizer(struct job *j, int *copied);
+
+/* model_card.c: README.md into the scratch directory */
+/* The run directory an adapter directory is in (RUN of RUN/adapter), malloc'd. */
+char *adapter_run_dir(const char *adapter);
+int write_model_card(struct job *j, int tokenizer_files);
 
 #endif
