@@ -325,41 +325,26 @@ static void print_summary(const struct job *j, FILE *summary, int copied)
 
 static const char *const outtype_names[] = { "", "bf16", "f16", "q8_0", "f32" };
 
+/* --format gguf and gguf-lora: the same keys, less the merge's for an adapter */
 static void print_gguf_summary(const struct job *j, FILE *summary, size_t file_size, int ntensors)
 {
+	int lora = j->o->format == FORMAT_GGUF_LORA;
 	cJSON *o = cJSON_CreateObject();
 
 	cJSON_AddStringToObject(o, "out", j->out);
-	cJSON_AddStringToObject(o, "format", "gguf");
+	cJSON_AddStringToObject(o, "format", lora ? "gguf-lora" : "gguf");
 	cJSON_AddStringToObject(o, "outtype", outtype_names[j->o->outtype]);
 	cJSON_AddStringToObject(o, "architecture", j->mc.model_type);
 	cJSON_AddStringToObject(o, "base", j->mc.checkpoint_dir);
 	cJSON_AddStringToObject(o, "adapter", j->o->adapter);
 	cJSON_AddNumberToObject(o, "rank", j->rank);
-	cJSON_AddNumberToObject(o, "scale", j->scale);
+	cJSON_AddNumberToObject(o, lora ? "alpha" : "scale", lora ? j->alpha : (double)j->scale);
 	cJSON_AddNumberToObject(o, "tensors", ntensors);
-	cJSON_AddNumberToObject(o, "merged", j->npairs);
-	cJSON_AddStringToObject(o, "merge_into", merge_into_names[j->merge_into]);
-	cJSON_AddNumberToObject(o, "dequantized", j->ndequantized);
-	cJSON_AddNumberToObject(o, "file_size", (double)file_size);
-	if (jsonl_write(summary, o) < 0)
-		diesys(EXIT_RUNTIME, "writing output failed");
-	cJSON_Delete(o);
-}
-
-static void print_gguf_lora_summary(const struct job *j, FILE *summary, size_t file_size, int ntensors)
-{
-	cJSON *o = cJSON_CreateObject();
-
-	cJSON_AddStringToObject(o, "out", j->out);
-	cJSON_AddStringToObject(o, "format", "gguf-lora");
-	cJSON_AddStringToObject(o, "outtype", outtype_names[j->o->outtype]);
-	cJSON_AddStringToObject(o, "architecture", j->mc.model_type);
-	cJSON_AddStringToObject(o, "base", j->mc.checkpoint_dir);
-	cJSON_AddStringToObject(o, "adapter", j->o->adapter);
-	cJSON_AddNumberToObject(o, "rank", j->rank);
-	cJSON_AddNumberToObject(o, "alpha", j->alpha);
-	cJSON_AddNumberToObject(o, "tensors", ntensors);
+	if (!lora) {
+		cJSON_AddNumberToObject(o, "merged", j->npairs);
+		cJSON_AddStringToObject(o, "merge_into", merge_into_names[j->merge_into]);
+		cJSON_AddNumberToObject(o, "dequantized", j->ndequantized);
+	}
 	cJSON_AddNumberToObject(o, "file_size", (double)file_size);
 	if (jsonl_write(summary, o) < 0)
 		diesys(EXIT_RUNTIME, "writing output failed");
@@ -377,7 +362,7 @@ static int run_gguf_lora(struct job *j, FILE *summary)
 		warnmsg("wrote %s: LoRA GGUF %s, %d tensors (%d pairs, rank %d, alpha %g), %s", j->out,
 		        outtype_names[j->o->outtype], ntensors, ntensors / 2, j->rank, j->alpha,
 		        human_bytes(sz, sizeof sz, (double)file_size));
-		print_gguf_lora_summary(j, summary, file_size, ntensors);
+		print_gguf_summary(j, summary, file_size, ntensors);
 	}
 	return rc;
 }

@@ -13,20 +13,6 @@
 #include "tokenizer.h"
 #include "util.h"
 
-/* llama.cpp's token types */
-enum { TOKEN_NORMAL = 1, TOKEN_CONTROL = 3, TOKEN_USER_DEFINED = 4, TOKEN_UNUSED = 5 };
-
-/* The Split regexes of the pre-tokenizers llama.cpp implements, by the name
- * tokenizer.ggml.pre gives them there. */
-#define QWEN2_SPLIT "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}" \
-	"| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define LLAMA3_SPLIT "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}" \
-	"| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-static const struct { const char *name, *regex; } pre_tokenizers[] = {
-	{ "qwen2", QWEN2_SPLIT },
-	{ "llama-bpe", LLAMA3_SPLIT },
-};
-
 struct vocab {
 	int n;
 	char **token;      /* [n]; NULL: no token has this id */
@@ -125,11 +111,21 @@ static int pre_name(struct job *j, const char *path, const cJSON *tj, const char
 {
 	const char *rx = split_regex(cJSON_GetObjectItemCaseSensitive(tj, "pre_tokenizer"));
 
-	for (size_t i = 0; rx != NULL && i < sizeof pre_tokenizers / sizeof *pre_tokenizers; i++)
-		if (strcmp(rx, pre_tokenizers[i].regex) == 0) {
-			*name = pre_tokenizers[i].name;
-			return 0;
-		}
+	const cJSON *im = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tj, "model"), "ignore_merges");
+
+	for (int i = 0; rx != NULL && i < n_gguf_pre_tokenizers; i++) {
+		const struct gguf_pre_tokenizer *p = &gguf_pre_tokenizers[i];
+
+		if (strcmp(rx, p->split_regex) != 0)
+			continue;
+		/* llama.cpp runs each pre type with its own ignore_merges */
+		if (cJSON_IsTrue(im) != p->ignore_merges)
+			return fail(j, EXIT_USAGE, "%s: model.ignore_merges is %s, but llama.cpp's \"%s\" pre-tokenizer (its "
+			            "Split regex) runs with ignore_merges %s", path, cJSON_IsTrue(im) ? "true" : "false", p->name,
+			            p->ignore_merges ? "true" : "false");
+		*name = p->name;
+		return 0;
+	}
 	return fail(j, EXIT_USAGE, "%s: the pre-tokenizer's Split regex is not Qwen2's or Llama-3's, the ones "
 	            "tokenizer.ggml.pre can name for llama.cpp", path);
 }
@@ -157,7 +153,7 @@ static int read_tokens(struct job *j, const char *path, const cJSON *tj, struct 
 	if (!cJSON_IsString(type) || strcmp(type->valuestring, "BPE") != 0 || !cJSON_IsObject(vocab))
 		return fail(j, EXIT_USAGE, "%s: not a BPE model with a vocab", path);
 	cJSON_ArrayForEach(e, vocab)
-		if (!cJSON_IsNumber(e) || (rc = put_token(j, path, v, e->string, e->valuedouble, TOKEN_NORMAL)) != 0)
+		if (!cJSON_IsNumber(e) || (rc = put_token(j, path, v, e->string, e->valuedouble, GGUF_TOKEN_NORMAL)) != 0)
 			return cJSON_IsNumber(e) ? rc : fail(j, EXIT_USAGE, "%s: vocab \"%s\": not an id", path, e->string);
 	cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(tj, "added_tokens")) {
 		const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
@@ -166,14 +162,15 @@ static int read_tokens(struct job *j, const char *path, const cJSON *tj, struct 
 		if (!cJSON_IsNumber(id) || !cJSON_IsString(content))
 			return fail(j, EXIT_USAGE, "%s: an added token without an id and content", path);
 		rc = put_token(j, path, v, content->valuestring, id->valuedouble,
-		               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special")) ? TOKEN_CONTROL : TOKEN_USER_DEFINED);
+		               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special")) ? GGUF_TOKEN_CONTROL
+		                                                                            : GGUF_TOKEN_USER_DEFINED);
 		if (rc != 0)
 			return rc;
 	}
 	for (int i = 0; i < v->n; i++)
 		if (v->token[i] == NULL) {
 			v->token[i] = xasprintf("[PAD%d]", i);
-			v->type[i] = TOKEN_UNUSED;
+			v->type[i] = GGUF_TOKEN_UNUSED;
 		}
 	return 0;
 }
@@ -206,7 +203,7 @@ static int special_id(const cJSON *tc, const char *name, const struct vocab *v)
 	if (cJSON_IsObject(t))
 		t = cJSON_GetObjectItemCaseSensitive(t, "content");
 	for (int i = 0; cJSON_IsString(t) && i < v->n; i++)
-		if (v->type[i] != TOKEN_UNUSED && strcmp(v->token[i], t->valuestring) == 0)
+		if (v->type[i] != GGUF_TOKEN_UNUSED && strcmp(v->token[i], t->valuestring) == 0)
 			return i;
 	return -1;
 }
@@ -269,6 +266,7 @@ static int tokenizer_keys(struct job *j, struct gguf_writer *w, const cJSON *tj,
 {
 	struct vocab v = { .n = j->mc.vocab_size };
 	const char *pre = NULL;
+	const cJSON *norm;
 	char *tmpl;
 	int rc, bos = -1;
 
@@ -277,6 +275,13 @@ static int tokenizer_keys(struct job *j, struct gguf_writer *w, const cJSON *tj,
 	if ((rc = pre_name(j, path, tj, &pre)) != 0 || (rc = read_tokens(j, path, tj, &v)) != 0 ||
 	    (rc = read_merges(j, path, tj, &v)) != 0 || (rc = adds_bos(j, path, &bos)) != 0)
 		goto out;
+	norm = cJSON_GetObjectItemCaseSensitive(tj, "normalizer");
+	if (norm != NULL && !cJSON_IsNull(norm)) {
+		const cJSON *type = cJSON_GetObjectItemCaseSensitive(norm, "type");
+
+		warnmsg("note: %s normalizes text (%s) before BPE and GGUF has no key for that: llama.cpp encodes text "
+		        "that is not already normalized to other ids", path, cJSON_IsString(type) ? type->valuestring : "?");
+	}
 	gguf_kv_string(w, "tokenizer.ggml.model", "gpt2");
 	gguf_kv_string(w, "tokenizer.ggml.pre", pre);
 	gguf_kv_strings(w, "tokenizer.ggml.tokens", (const char *const *)v.token, (size_t)v.n);
