@@ -24,7 +24,7 @@ CFLAGS_STD := -std=c11 -Wall -Wextra -Werror -O2 -g -fopenmp \
               -DPOROS_VERSION='"$(VERSION)"' -DPOROS_GIT_SHA='"$(GIT_SHA)"'
 SAN        ?=
 ALL_CFLAGS  = $(CFLAGS_STD) $(SAN) -Itools/lib -Ikernels $(PKG_CFLAGS) $(CFLAGS)
-ALL_LDLIBS  = -Wl,-rpath,'$$ORIGIN/../lib' $(PKG_LIBS) -lm -lpthread $(LDLIBS)
+ALL_LDLIBS  = -Wl,-rpath,'$$ORIGIN/../lib' $(PKG_LIBS) -lm -lpthread -ldl $(LDLIBS)
 
 # CUDA: built when nvcc is on PATH or CUDA_HOME is set.
 CUDA_HOME  ?= $(shell d=$$(command -v nvcc 2>/dev/null) && dirname $$(dirname $$d))
@@ -33,6 +33,8 @@ NATIVE_SM  := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2
 CUDA_ARCHS ?= 90 $(filter-out 90,$(NATIVE_SM))
 NVCC_GENCODE = $(foreach a,$(CUDA_ARCHS),-gencode=arch=compute_$(a),code=sm_$(a)) -gencode=arch=compute_90,code=compute_90
 NVCCFLAGS  ?= -O3 -std=c++17 -lineinfo $(NVCC_GENCODE) -Xcompiler -Wall,-Wextra -Ikernels -Itools/lib
+# the CUDA objects go into a shared object (the backend the tools dlopen)
+NVCC_PIC   := -Xcompiler -fPIC
 
 BUILD      := build
 TOOLS      := $(notdir $(patsubst %/,%,$(sort $(dir $(wildcard tools/poros-*/*.c)))))
@@ -56,15 +58,21 @@ BINS       := $(TOOLS:%=bin/%)
 UNIT_BINS  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 GPU_BINS   := $(GPU_TEST_SRC:tests/gpu/%.c=$(BUILD)/gpu/%)
 
+# The CUDA backend: bin/poros-backend-cuda.so, which the tools dlopen beside
+# themselves when asked for the GPU (tools/lib/backend_load.c), so that no
+# tool maps a CUDA library at start.  The unit and GPU tests link the
+# backend in (CUDA_LIBS; --undefined pulls its entry out of the archive).
+CUDA_SO    := bin/poros-backend-cuda.so
+CUDA_LINK  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lcudart -lstdc++
 ifneq ($(NVCC),)
-CUDA_LIBS  := $(LIBCUDA) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lcudart -lstdc++
+CUDA_LIBS  := -Wl,--undefined=backend_cuda_open $(LIBCUDA) $(CUDA_LINK)
 CUDA_DEFS  := -DPOROS_HAVE_CUDA
 else
 CUDA_LIBS  :=
 CUDA_DEFS  :=
 endif
 
-all: $(BINS) cuda-note
+all: $(BINS) $(if $(NVCC),$(CUDA_SO)) cuda-note
 
 cuda-note:
 ifeq ($(NVCC),)
@@ -125,9 +133,15 @@ $(BUILD)/%.o: %.c $(BUILD)/.deps-ok $(CUDA_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(CUDA_DEFS) -MMD -MP -c -o $@ $<
 
-$(BUILD)/%.o: %.cu
+# objects built before the backend became a shared object lack -fPIC: the
+# flags are a prerequisite, so a change of them rebuilds every CUDA object
+NVCC_STAMP := $(BUILD)/nvcc-flags
+$(NVCC_STAMP): FORCE
+	@mkdir -p $(BUILD); echo '$(NVCC) $(NVCCFLAGS) $(NVCC_PIC)' | cmp -s - $@ || echo '$(NVCC) $(NVCCFLAGS) $(NVCC_PIC)' >$@
+
+$(BUILD)/%.o: %.cu $(NVCC_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+	$(NVCC) $(NVCCFLAGS) $(NVCC_PIC) -MMD -MP -c -o $@ $<
 
 # The commit artifacts name (env.git_sha) is compiled into artifact.o: the
 # stamp is rewritten only when HEAD moved, and then artifact.o is rebuilt,
@@ -144,12 +158,16 @@ $(LIBCPU): $(CPU_OBJ)
 	@rm -f $@; ar rcs $@ $^
 $(LIBCUDA): $(CUDA_OBJ)
 	@rm -f $@; ar rcs $@ $^
+# every symbol resolved at link time: a backend that loads is complete
+$(CUDA_SO): $(CUDA_OBJ)
+	@mkdir -p bin
+	$(CC) -shared -Wl,--no-undefined -o $@ $(CUDA_OBJ) $(CUDA_LINK) -lm -lpthread
 $(LIBTRAIN): $(TRAIN_OBJ)
 	@rm -f $@; ar rcs $@ $^
 
 .SECONDEXPANSION:
-bin/poros-%: $$(addprefix $(BUILD)/,$$(addsuffix .o,$$(basename $$(wildcard tools/poros-$$*/*.c)))) $(LIBPOROS) $(LIBCPU) $(if $(NVCC),$(LIBCUDA))
-	$(CC) $(ALL_CFLAGS) -o $@ $(filter %.o,$^) $(LIBPOROS) $(LIBCPU) $(CUDA_LIBS) $(ALL_LDLIBS)
+bin/poros-%: $$(addprefix $(BUILD)/,$$(addsuffix .o,$$(basename $$(wildcard tools/poros-$$*/*.c)))) $(LIBPOROS) $(LIBCPU)
+	$(CC) $(ALL_CFLAGS) -o $@ $(filter %.o,$^) $(LIBPOROS) $(LIBCPU) $(ALL_LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBTRAIN) $(LIBPOROS) $(LIBCPU) $(if $(NVCC),$(LIBCUDA))
 	@mkdir -p $(dir $@)
@@ -211,7 +229,7 @@ bench: all
 # PREFIX and in the bundle alike.
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/poros $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
-	install -m 755 $(BINS) bin/poros $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(BINS) bin/poros $(if $(NVCC),$(CUDA_SO)) $(DESTDIR)$(PREFIX)/bin/
 	cp -R share/poros/. $(DESTDIR)$(PREFIX)/share/poros/
 	cp -R configs $(DESTDIR)$(PREFIX)/share/poros/
 	install -m 644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
@@ -222,11 +240,11 @@ install: all
 bundle: all
 	rm -rf dist/poros
 	mkdir -p dist/poros/bin dist/poros/lib dist/poros/share
-	cp $(BINS) bin/poros dist/poros/bin/
+	cp $(BINS) bin/poros $(if $(NVCC),$(CUDA_SO)) dist/poros/bin/
 	cp -R share/poros dist/poros/share/
 	cp -R configs dist/poros/
 	ldd $(BINS) | awk '/libyaml|libcjson|libutf8proc|libpcre2/ { print $$3 }' | sort -u | xargs -I{} cp -L {} dist/poros/lib/
 	@echo "poros: bundle in dist/poros" >&2
 
 clean:
-	rm -rf $(BUILD) build-asan dist $(BINS)
+	rm -rf $(BUILD) build-asan dist $(BINS) $(CUDA_SO)

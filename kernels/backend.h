@@ -72,7 +72,15 @@ struct backend {
 /* The CPU backend; always available. */
 const struct backend *backend_cpu(void);
 /* The CUDA backend on device 0, or NULL with a reason in err ("built
- * without CUDA", "no CUDA device") when it cannot be used. */
+ * without CUDA", "no CUDA device", the backend library not loading) when
+ * it cannot be used.  tools/lib/backend_load.c: the CUDA backend is a
+ * shared object beside the tools (BACKEND_CUDA_SO), opened on first use,
+ * so that a tool maps no CUDA library until it asks for the GPU; a binary
+ * that links the backend in (the unit and GPU tests) uses that. */
 const struct backend *backend_cuda(char *err, size_t errsz);
+#define BACKEND_CUDA_SO "poros-backend-cuda.so"
+/* In the backend library (kernels/cuda/backend_cuda.cu): what backend_cuda
+ * calls once it is loaded. */
+const struct backend *backend_cuda_open(char *err, size_t errsz);
 
 #endif

@@ -30,9 +30,12 @@ adapter() {
 }
 
 @test "poros-export --help prints the synopsis on stdout and exits 0" {
-	assert_help poros-export "usage: poros-export --base DIR --adapter DIR --out DIR [--max-shard-size SIZE] [--force]"
-	assert_line --index 1 "       poros-export --format gguf --outtype bf16|f16|q8_0 --base DIR --adapter DIR --out FILE [--force]"
-	assert_line --index 2 "       poros-export --check vllm ADAPTER_DIR"
+	assert_help poros-export "usage: poros-export --base DIR --adapter DIR --out DIR [--max-shard-size SIZE] [--merge-into original|dequantized]"
+	assert_line --index 1 "                    [--force]"
+	assert_line --index 2 "       poros-export --format gguf --outtype bf16|f16|q8_0 --base DIR --adapter DIR --out FILE"
+	assert_line --index 3 "                    [--merge-into original|dequantized] [--force]"
+	assert_line --index 4 "       poros-export --format gguf-lora --outtype f32|bf16|f16 --base DIR --adapter DIR --out FILE [--force]"
+	assert_line --index 5 "       poros-export --check vllm ADAPTER_DIR"
 }
 
 @test "a missing option or a stray argument is a usage error with the synopsis on stderr" {
@@ -64,8 +67,8 @@ adapter() {
 	run -0 "$CHECK" b run/adapter merged
 	assert_output '{"merged": 14, "copied": 7, "converted": 0, "shards": 1}'
 	# nothing else was written: no index for one shard, no temporary left
-	[ "$(ls merged | paste -sd ' ')" = \
-		"chat_template.jinja config.json generation_config.json model.safetensors tokenizer.json tokenizer_config.json" ]
+	[ "$(LC_ALL=C ls merged | paste -sd ' ')" = \
+		"README.md chat_template.jinja config.json generation_config.json model.safetensors tokenizer.json tokenizer_config.json" ]
 	[ "$(ls -A | grep -c poros-export)" -eq 0 ]
 	for f in tokenizer.json tokenizer_config.json chat_template.jinja generation_config.json; do
 		cmp "b/$f" "merged/$f"
@@ -339,6 +342,110 @@ adapter() {
 	[[ "$stderr" == *"--base, --adapter and --out are required"* ]]
 }
 
+@test "README.md, the model card: base, adapter, merge, and the training as the run's files record it" {
+	base b --tokenizer
+	python3 -c 'import struct; open("e.u16", "wb").write(struct.pack("<64H", *[(i * 37 + 5) % 200 for i in range(64)]))'
+	poros-train "${TRAIN[@]}" --model "$PWD/b" --steps 3 --lr 0.01 --eval-dataset e.u16 --out run >/dev/null 2>&1
+	poros-export --base b --adapter run/adapter --out m >/dev/null 2>&1
+	card=m/README.md
+	grep -qx '# m' "$card"
+	grep -qx -- '- checkpoint: `b`' "$card"
+	grep -qx -- '- llama: 2 layers, hidden size 64, 4 attention heads (2 key/value), vocabulary 256' "$card"
+	grep -qx -- '- path: `run/adapter`' "$card"
+	grep -qx -- '- r: 4, lora_alpha: 32, scale: 8 (alpha / r)' "$card"
+	grep -qx -- '- target_modules: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj' "$card"
+	grep -qx -- '- merged into: the checkpoint'"'"'s weights W (`--merge-into original`)' "$card"
+	grep -qx 'The run directory `run` has no train_config.json: the training configuration is not recorded here.' "$card"
+	# the losses are events.jsonl's own numbers
+	loss=$(jq -s -r '.[-1].loss' run/events.jsonl) eval=$(jq -s -r '.[-1].eval_loss' run/events.jsonl)
+	grep -qx "From \`run/events.jsonl\`: 3 steps, the last training loss $loss." "$card"
+	grep -qx "Eval loss: $eval after step 3 ($(jq -s -r '.[-1].eval_tokens' run/events.jsonl) supervised tokens)." "$card"
+	# a run that records its configuration: every key, as JSON
+	printf '{"precision": "bf16", "lr": 0.01, "targets": ["q_proj", "v_proj"]}\n' >run/train_config.json
+	"$EDIT" run/adapter run/a1 --keep-layers 1 --set 'layers_to_transform=[1]'
+	mkdir r2 && mv run/a1 r2/adapter && cp run/train_config.json run/events.jsonl r2/
+	poros-export --base b --adapter r2/adapter --out m2 >/dev/null 2>&1
+	grep -qx 'From `r2/train_config.json`:' m2/README.md
+	grep -qx '| precision | `"bf16"` |' m2/README.md
+	grep -qx '| lr | `0.01` |' m2/README.md
+	grep -qx '| targets | `\["q_proj","v_proj"\]` |' m2/README.md
+	grep -qx -- '- layers: 1' m2/README.md
+	# a run without events says so, and a broken events file is refused by position
+	rm r2/events.jsonl
+	poros-export --base b --adapter r2/adapter --out m3 >/dev/null 2>&1
+	grep -qx 'The run directory has no events.jsonl: no loss is recorded here.' m3/README.md
+	printf '{"step": 1, "loss": 2}\n{"step"\n' >r2/events.jsonl
+	run -2 --separate-stderr poros-export --base b --adapter r2/adapter --out m4
+	[ "$stderr" = "poros-export: r2/events.jsonl:2: not valid JSON at column 8" ]
+	[ ! -e m4 ]
+}
+
+# --- --merge-into ------------------------------------------------------------
+
+@test "--merge-into dequantized: every projection is dequant(NF4(W)), merged ones plus B@A, bit for bit" {
+	base b --tokenizer-from "$TOKFIX/llama3_like"
+	adapter b run
+	# layer 1 only: layer 0's projections are dequantized and not merged
+	"$EDIT" run/adapter l1 --keep-layers 1 --set 'layers_to_transform=[1]'
+	run -0 --separate-stderr poros-export --base b --adapter l1 --out mq --merge-into dequantized
+	echo "$output" | jq -e '.merge_into == "dequantized" and .dequantized == 14 and .merged == 7'
+	run -0 "$CHECK" b l1 mq --dequantized
+	assert_output '{"merged": 7, "copied": 7, "converted": 0, "shards": 1, "dequantized": 14}'
+	# not the original merge: the check of that fails on this output
+	run -1 "$CHECK" b l1 mq
+	# GGUF takes the same values
+	poros-export --format gguf --outtype bf16 --base b --adapter l1 --out mq.gguf --merge-into dequantized >/dev/null 2>&1
+	run -0 gguf_check mq.gguf mq b bf16
+	run -2 --separate-stderr poros-export --base b --adapter l1 --out x --merge-into nf4
+	[ "$stderr" = 'poros-export: --merge-into: unknown base "nf4" (expected original or dequantized)' ]
+	run -2 --separate-stderr poros-export --format gguf-lora --outtype f32 --base b --adapter l1 --out x --merge-into original
+	[ "$stderr" = "poros-export: --merge-into is for a merged export (--format gguf-lora merges nothing)" ]
+}
+
+@test "without --merge-into the run's train_config.json decides: nf4 dequantized, bf16 original, none original" {
+	base b
+	adapter b run
+	poros-export --base b --adapter run/adapter --out mo --merge-into original >/dev/null 2>&1
+	poros-export --base b --adapter run/adapter --out mq --merge-into dequantized >/dev/null 2>&1
+	run -0 --separate-stderr poros-export --base b --adapter run/adapter --out m0
+	echo "$output" | jq -e '.merge_into == "original"'
+	[[ "$stderr" == *"note: no train_config.json beside run/adapter: merging into the checkpoint's weights"* ]]
+	cmp mo/model.safetensors m0/model.safetensors
+	echo '{"precision": "nf4"}' >run/train_config.json
+	run -0 --separate-stderr poros-export --base b --adapter run/adapter --out m1
+	[[ "$stderr" == *"note: merging into dequant(NF4(W)) (--merge-into dequantized), as the run's run/train_config.json says it trained on nf4"* ]]
+	cmp mq/model.safetensors m1/model.safetensors
+	# an option overrides it
+	poros-export --base b --adapter run/adapter --out m2 --merge-into original >/dev/null 2>&1
+	cmp mo/model.safetensors m2/model.safetensors
+	echo '{"precision": "bf16"}' >run/train_config.json
+	poros-export --base b --adapter run/adapter --out m3 >/dev/null 2>&1
+	cmp mo/model.safetensors m3/model.safetensors
+	echo '{"precision": "fp8"}' >run/train_config.json
+	run -2 --separate-stderr poros-export --base b --adapter run/adapter --out m4
+	[ "$stderr" = 'poros-export: run/train_config.json: "precision" is not "nf4" or "bf16": give --merge-into original or dequantized' ]
+	[ ! -e m4 ]
+}
+
+@test "an NF4-trained adapter merged into dequant(NF4(W)) matches its training's eval loss far closer than into W" {
+	base b
+	python3 -c 'import random, struct
+r = random.Random(1)
+for name, n in (("train.u16", 2048), ("eval.u16", 1024)):
+    open(name, "wb").write(struct.pack("<%dH" % n, *[r.randrange(256) for _ in range(n)]))'
+	T=(--backend cpu --seq-len 64 --rank 8 --alpha 16 --quiet --dropout 0 --dataset train.u16 --eval-dataset eval.u16)
+	poros-train "${T[@]}" --precision nf4 --model "$PWD/b" --steps 30 --lr 0.01 --out run >q.json 2>/dev/null
+	for m in original dequantized; do
+		poros-export --base b --adapter run/adapter --out "m-$m" --merge-into "$m" >/dev/null 2>&1
+		# lr 1e-30: one step leaves the fresh adapter at zero to bf16, so this is the merged model's loss
+		poros-train "${T[@]}" --precision bf16 --model "$PWD/m-$m" --steps 1 --lr 1e-30 --out "e-$m" >"e-$m.json" 2>/dev/null
+	done
+	q=$(jq .eval_loss q.json) o=$(jq .eval_loss e-original.json) d=$(jq .eval_loss e-dequantized.json)
+	echo "quantized $q original $o dequantized $d"
+	# measured (docs in man/poros-export.1): |D - Q| 0.0002, |O - Q| 0.018
+	python3 -c "import sys; q, o, d = map(float, sys.argv[1:]); sys.exit(not abs(d - q) * 10 < abs(o - q))" "$q" "$o" "$d"
+}
+
 # --- --format gguf ------------------------------------------------------------
 
 # gguf_check FILE MERGED BASE OUTTYPE: parsed by @huggingface/gguf, then every
@@ -403,15 +510,89 @@ gguf_key() { jq -c --arg k "$2" '.metadata[$k]' "$1.json"; }
 	[ "$(gguf_key qwen3-q8_0.gguf tokenizer.ggml.eos_token_id)" = 0 ]
 }
 
+@test "llama3 RoPE scaling goes into GGUF as llama.cpp's rope_freqs tensor; on Qwen2 it is refused by name" {
+	base b --tokenizer-from "$TOKFIX/llama3_like"
+	adapter b run
+	poros-export --base b --adapter run/adapter --out merged >/dev/null 2>&1
+	# head size 16, theta 1e4: wavelengths 6.3 ... 19869 around 256/4 and 256/1,
+	# so the factors are 1, one smoothed (1 / (0.904 / 8 + 0.096) by hand), and 8
+	jq '.rope_scaling = {rope_type: "llama3", factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0,
+		original_max_position_embeddings: 256}' b/config.json >c && mv c b/config.json
+	run -0 --separate-stderr poros-export --format gguf --outtype bf16 --base b --adapter run/adapter --out r.gguf
+	echo "$output" | jq -e '.tensors == 22'
+	run -0 gguf_check r.gguf merged b bf16
+	assert_output '{"tensors": 22, "permuted": 4, "keys": 22}'
+	# the values themselves, as the npm reader's offsets find them
+	run -0 python3 -c 'import json, struct, sys
+p = json.load(open("r.gguf.json")); t = [t for t in p["tensors"] if t["name"] == "rope_freqs.weight"][0]
+b = open("r.gguf", "rb").read()[p["data_offset"] + t["offset"]:][:32]
+print(" ".join("%.4f" % v for v in struct.unpack("<8f", b)))'
+	assert_output "1.0000 1.0000 1.0000 4.7818 8.0000 8.0000 8.0000 8.0000"
+	[ "$(gguf_key r.gguf llama.rope.scaling.type)" = null ]
+	base q --arch qwen2 --tokenizer-from "$TOKFIX/qwen_like"
+	adapter q runq
+	jq '.rope_scaling = {rope_type: "llama3", factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0,
+		original_max_position_embeddings: 256}' q/config.json >c && mv c q/config.json
+	run -2 --separate-stderr poros-export --format gguf --outtype bf16 --base q --adapter runq/adapter --out q.gguf
+	[ "$stderr" = 'poros-export: q/config.json: rope_scaling type "llama3" on qwen2: llama.cpp'"'"'s qwen2 reads no rope_freqs tensor, so poros-export does not write it' ]
+	[ ! -e q.gguf ]
+}
+
+@test "tokenizer fidelity: Poros' tokenizer reading the GGUF gives tokenizer.json's ids on the tokenizer corpora" {
+	for like in llama3_like qwen_like; do
+		base "$like" --tokenizer-from "$TOKFIX/$like"
+		adapter "$like" "run-$like"
+		run -0 --separate-stderr poros-export --format gguf --outtype f16 --base "$like" --adapter "run-$like/adapter" \
+			--out "$like.gguf"
+		jq -c '{text}' "$TOKFIX/$like/expected.jsonl" >"$like.txt.jsonl"
+		for special in "" --add-special; do
+			poros-tokenize --tokenizer "$like/tokenizer.json" $special "$like.txt.jsonl" >"$like.json.ids"
+			poros-tokenize --tokenizer "$like.gguf" $special "$like.txt.jsonl" >"$like.gguf.ids"
+			[ "$(wc -l <"$like.gguf.ids")" -eq 32 ]
+			if [ "$like" = llama3_like ]; then
+				cmp "$like.json.ids" "$like.gguf.ids"
+			else
+				# Qwen2 normalizes NFC, which GGUF cannot say (a note says so): the
+				# two lines that are not NFC differ, and match once normalized
+				[ "$(diff "$like.json.ids" "$like.gguf.ids" | grep -c '^<')" -eq 2 ]
+			fi
+		done
+	done
+	[[ "$stderr" == *"note: qwen_like/tokenizer.json normalizes text (NFC) before BPE and GGUF has no key for that"* ]]
+	python3 -c 'import json, sys, unicodedata
+for line in open(sys.argv[1]):
+    print(json.dumps({"text": unicodedata.normalize("NFC", json.loads(line)["text"])}))' qwen_like.txt.jsonl >nfc.jsonl
+	poros-tokenize --tokenizer qwen_like.gguf nfc.jsonl >nfc.gguf.ids
+	poros-tokenize --tokenizer qwen_like/tokenizer.json qwen_like.txt.jsonl >qwen.json.ids
+	cmp qwen.json.ids nfc.gguf.ids
+	# the EOS comes from eos_token_id: packing ends documents with it
+	[ "$(printf 'ab\n' | poros-tokenize --tokenizer qwen_like.gguf --text --pack 4 | jq -c .ids)" = \
+		"$(printf 'ab\n' | poros-tokenize --tokenizer qwen_like/tokenizer.json --text --pack 4 | jq -c .ids)" ]
+	# a truncated GGUF file is refused with where it ends
+	head -c 3000 qwen_like.gguf >cut.gguf
+	run -2 --separate-stderr poros-tokenize --tokenizer cut.gguf nfc.jsonl
+	[[ "$stderr" == "poros-tokenize: cut.gguf: byte "*"past the end"* ]]
+	# a merged-model GGUF's tokenizer only: an adapter GGUF has none
+	poros-export --format gguf-lora --outtype f32 --base qwen_like --adapter run-qwen_like/adapter --out a.gguf >/dev/null 2>&1
+	run -2 --separate-stderr poros-tokenize --tokenizer a.gguf nfc.jsonl
+	[ "$stderr" = 'poros-tokenize: a.gguf: tokenizer.ggml.model is missing, not "gpt2" (the byte-level BPE Poros runs)' ]
+	# llama.cpp runs qwen2 with ignore_merges false: a tokenizer.json that says true is refused
+	jq '.model.ignore_merges = true' qwen_like/tokenizer.json >t.json && mv t.json qwen_like/tokenizer.json
+	run -2 --separate-stderr poros-export --format gguf --outtype f16 --base qwen_like --adapter run-qwen_like/adapter \
+		--out im.gguf
+	[ "$stderr" = 'poros-export: qwen_like/tokenizer.json: model.ignore_merges is true, but llama.cpp'"'"'s "qwen2" pre-tokenizer (its Split regex) runs with ignore_merges false' ]
+	[ ! -e im.gguf ]
+}
+
 @test "--format gguf: --outtype is required, checked and only for gguf; bad inputs leave no file" {
 	run -2 --separate-stderr poros-export --format gguf --base b --adapter a --out o.gguf
 	[ "$stderr" = "poros-export: --format gguf needs --outtype bf16, f16 or q8_0" ]
 	run -2 --separate-stderr poros-export --format gguf --outtype q4 --base b --adapter a --out o.gguf
-	[ "$stderr" = 'poros-export: --outtype: unknown type "q4" (expected bf16, f16 or q8_0)' ]
+	[ "$stderr" = 'poros-export: --outtype: unknown type "q4" (expected bf16, f16, q8_0 or f32)' ]
 	run -2 --separate-stderr poros-export --outtype f16 --base b --adapter a --out o
-	[ "$stderr" = "poros-export: --outtype is for --format gguf" ]
+	[ "$stderr" = "poros-export: --outtype is for --format gguf or gguf-lora" ]
 	run -2 --separate-stderr poros-export --format ggml --base b --adapter a --out o
-	[ "$stderr" = 'poros-export: --format: unknown format "ggml" (expected hf or gguf)' ]
+	[ "$stderr" = 'poros-export: --format: unknown format "ggml" (expected hf, gguf or gguf-lora)' ]
 	run -2 --separate-stderr poros-export --format gguf --outtype f16 --max-shard-size 1GB --base b --adapter a --out o
 	[[ "$stderr" == *"--max-shard-size is for --format hf"* ]]
 	# a base with only placeholder tokenizer files: refused, nothing written
@@ -426,7 +607,7 @@ gguf_key() { jq -c --arg k "$2" '.metadata[$k]' "$1.json"; }
 	adapter t runt
 	mkdir d
 	run -2 --separate-stderr poros-export --format gguf --outtype f16 --base t --adapter runt/adapter --out d
-	[ "$stderr" = "poros-export: --out d: a directory (--format gguf writes one file)" ]
+	[ "$stderr" = "poros-export: --out d: a directory (a GGUF export is one file)" ]
 	echo keep >o.gguf
 	run -2 --separate-stderr poros-export --format gguf --outtype f16 --base t --adapter runt/adapter --out o.gguf
 	[ "$stderr" = "poros-export: --out o.gguf: exists (--force replaces it)" ]
@@ -438,6 +619,69 @@ gguf_key() { jq -c --arg k "$2" '.metadata[$k]' "$1.json"; }
 	run -1 --separate-stderr bash -c 'ulimit -f 100; exec poros-export --format gguf --outtype bf16 --base t --adapter runt/adapter --out p/m.gguf'
 	[[ "$stderr" == *"model.gguf: File too large" ]]
 	[ -z "$(ls -A p)" ]
+}
+
+# --- --format gguf-lora -------------------------------------------------------
+
+# lora_check FILE ADAPTER BASE OUTTYPE: parsed by @huggingface/gguf, then every
+# tensor's name, shape, type and bytes checked against the PEFT adapter
+lora_check() {
+	node "$FIX/read-gguf.mjs" "$NODE_MODULES" "$1" >"$1.json"
+	"$FIX/check-gguf-lora.py" "$1.json" "$1" "$2" "$3" "$4"
+}
+
+@test "a Llama adapter as llama.cpp's LoRA GGUF f32, bf16 and f16: names, shapes, alpha, bytes = PEFT's, q/k lora_b permuted" {
+	base b --tokenizer-from "$TOKFIX/llama3_like"
+	adapter b run
+	for t in f32 bf16 f16; do
+		run -0 --separate-stderr poros-export --format gguf-lora --outtype "$t" --base b --adapter run/adapter --out "a-$t.gguf"
+		echo "$output" | jq -e --arg t "$t" '.format == "gguf-lora" and .outtype == $t and .architecture == "llama"
+			and .rank == 4 and .alpha == 32 and .tensors == 28'
+		[ "$(echo "$output" | jq .file_size)" -eq "$(stat -c %s "a-$t.gguf")" ]
+		# 14 pairs; lora_b of q and k in 2 layers permuted; 6 keys
+		run -0 lora_check "a-$t.gguf" run/adapter b "$t"
+		assert_output '{"tensors": 28, "permuted": 4, "keys": 6}'
+	done
+	[ "$(gguf_key a-f32.gguf general.file_type)" = 0 ]
+	[ "$(gguf_key a-bf16.gguf general.file_type)" = 32 ]
+	jq -e '[.tensors[] | select(.name == "blk.1.ffn_down.weight.lora_a")][0] | .shape == [128, 4] and .dtype == 1' a-f16.gguf.json
+	# a BF16 adapter's values as bf16: bit for bit
+	"$EDIT" run/adapter a16 --dtype bf16
+	poros-export --format gguf-lora --outtype bf16 --base b --adapter a16 --out b16.gguf >/dev/null 2>&1
+	run -0 lora_check b16.gguf a16 b bf16
+	# one layer of the adapter: only its pairs
+	"$EDIT" run/adapter l1 --keep-layers 1 --set 'layers_to_transform=[1]'
+	poros-export --format gguf-lora --outtype f32 --base b --adapter l1 --out l1.gguf >/dev/null 2>&1
+	run -0 lora_check l1.gguf l1 b f32
+	assert_output '{"tensors": 14, "permuted": 2, "keys": 6}'
+	[ "$(ls -A | grep -c poros-export)" -eq 0 ]
+}
+
+@test "a Qwen2 adapter as LoRA GGUF: not permuted, and no tokenizer.json needed" {
+	base q --arch qwen2
+	adapter q runq
+	run -0 --separate-stderr poros-export --format gguf-lora --outtype f16 --base q --adapter runq/adapter --out q.gguf
+	run -0 lora_check q.gguf runq/adapter q f16
+	assert_output '{"tensors": 28, "permuted": 0, "keys": 6}'
+	[ "$(gguf_key q.gguf general.architecture)" = '"qwen2"' ]
+}
+
+@test "--format gguf-lora refuses q8_0, an rsLoRA adapter and f32 for gguf by name, writing nothing" {
+	run -2 --separate-stderr poros-export --format gguf-lora --base b --adapter a --out o.gguf
+	[ "$stderr" = "poros-export: --format gguf-lora needs --outtype f32, bf16 or f16" ]
+	run -2 --separate-stderr poros-export --format gguf-lora --outtype q8_0 --base b --adapter a --out o.gguf
+	[ "$stderr" = "poros-export: --outtype q8_0 is for --format gguf (a LoRA GGUF is written as f32, bf16 or f16)" ]
+	run -2 --separate-stderr poros-export --format gguf --outtype f32 --base b --adapter a --out o.gguf
+	[ "$stderr" = "poros-export: --outtype f32 is for --format gguf-lora (a merged model's values are bf16)" ]
+	run -2 --separate-stderr poros-export --format gguf-lora --outtype f32 --max-shard-size 1GB --base b --adapter a --out o
+	[[ "$stderr" == *"--max-shard-size is for --format hf"* ]]
+	base b
+	adapter b run
+	"$EDIT" run/adapter rs --set use_rslora=true
+	run -2 --separate-stderr poros-export --format gguf-lora --outtype f32 --base b --adapter rs --out o.gguf
+	[ "$stderr" = "poros-export: rs/adapter_config.json: use_rslora: llama.cpp scales a LoRA GGUF by alpha / r, not alpha / sqrt(r)" ]
+	[ ! -e o.gguf ]
+	[ "$(ls -A | grep -c poros-export)" -eq 0 ]
 }
 
 # --- --check vllm ------------------------------------------------------------

@@ -145,14 +145,3 @@ const struct backend *backend_cpu(void)
 	return &cpu_backend;
 }
 
-#ifndef POROS_HAVE_CUDA
-/* The real one lives in kernels/cuda/backend_cuda.cu, built only with nvcc. */
-const struct backend *backend_cuda(char *err, size_t errsz)
-{
-	if (err && errsz) {
-		strncpy(err, "built without CUDA", errsz - 1);
-		err[errsz - 1] = '\0';
-	}
-	return NULL;
-}
-#endif

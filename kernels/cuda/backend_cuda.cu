@@ -1,4 +1,4 @@
-// defines: backend_cuda, poros_cuda_compute_stream, poros_cuda_copy_stream,
+// defines: backend_cuda_open, poros_cuda_compute_stream, poros_cuda_copy_stream,
 // poros_cuda_cublas, poros_cuda_cublaslt
 //
 // The CUDA backend of kernels/backend.h on device 0: raw memory, pinned host
@@ -140,7 +140,7 @@ static int cuda_init(char *err, size_t errsz)
 	return 0;
 }
 
-// The ops reach the state through these; an op called before backend_cuda()
+// The ops reach the state through these; an op called before backend_cuda_open()
 // still finds a device, or stops the tool with the reason.
 static void ensure_ready(void)
 {
@@ -443,7 +443,7 @@ static void cuda_synchronize(void)
 
 static struct backend cuda_backend;
 
-extern "C" const struct backend *backend_cuda(char *err, size_t errsz)
+extern "C" const struct backend *backend_cuda_open(char *err, size_t errsz)
 {
 	char why[256];
 	if (cuda_init(why, sizeof why) != 0) {

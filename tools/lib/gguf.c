@@ -1,4 +1,5 @@
-/* tools/lib/gguf.c: the GGUF v3 writer (gguf.h has the layout). */
+/* tools/lib/gguf.c: the GGUF v3 writer (gguf.h has the layout), and the
+ * pre-tokenizers tokenizer.ggml.pre names. */
 #include "gguf.h"
 
 #include <math.h>
@@ -7,6 +8,16 @@
 
 #include "safetensors.h"
 #include "util.h"
+
+#define QWEN2_SPLIT "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}" \
+	"| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define LLAMA3_SPLIT "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}" \
+	"| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+const struct gguf_pre_tokenizer gguf_pre_tokenizers[] = {
+	{ "qwen2", QWEN2_SPLIT, 0 },
+	{ "llama-bpe", LLAMA3_SPLIT, 1 },
+};
+const int n_gguf_pre_tokenizers = sizeof gguf_pre_tokenizers / sizeof *gguf_pre_tokenizers;
 
 static void put(struct gguf_bytes *b, const void *data, size_t n)
 {

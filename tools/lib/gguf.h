@@ -1,6 +1,6 @@
 /* tools/lib/gguf.h: the GGUF v3 container (llama.cpp's model file) written:
  * the header, typed key/value metadata, the tensor infos and the aligned
- * tensor data, from the GGUF specification.
+ * tensor data, from the GGUF specification; and its metadata read back.
  *
  * File layout (little-endian): "GGUF", u32 version 3, u64 tensor count,
  * u64 key/value count; each key/value: string key, u32 value type, value
@@ -14,6 +14,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cjson/cJSON.h>
 
 #define GGUF_VERSION 3
 #define GGUF_ALIGNMENT 32   /* general.alignment, written explicitly */
@@ -67,5 +69,21 @@ size_t gguf_padding(size_t nbytes);
  * with ties away from zero, computed as x * (1 / d) in fp32 with the fp32 d;
  * an all-zero block has d = 0 and q = 0. */
 void q8_0_quantize(unsigned char *out, const float *x, size_t n);
+
+/* gguf_read.c: the key/value section of a GGUF file (v2 or v3) as one JSON
+ * object: integers and floats as numbers, bools, strings, arrays of them.
+ * NULL with err ("path: byte N: what is wrong"). */
+cJSON *gguf_read_metadata(const char *path, char *err, size_t errsz);
+
+/* The byte-level BPE pre-tokenizers llama.cpp implements, by the name
+ * tokenizer.ggml.pre gives them: the Split regex of their tokenizer.json,
+ * and whether llama.cpp's BPE ignores merges for a word in the vocabulary
+ * (tokenizer.json's model.ignore_merges). */
+struct gguf_pre_tokenizer { const char *name, *split_regex; int ignore_merges; };
+extern const struct gguf_pre_tokenizer gguf_pre_tokenizers[];
+extern const int n_gguf_pre_tokenizers;
+
+/* llama.cpp's token types (tokenizer.ggml.token_type) */
+enum { GGUF_TOKEN_NORMAL = 1, GGUF_TOKEN_CONTROL = 3, GGUF_TOKEN_USER_DEFINED = 4, GGUF_TOKEN_UNUSED = 5 };
 
 #endif

@@ -43,7 +43,9 @@ void token_ids_free(struct token_ids *t);
 
 /* path: a tokenizer.json, or a directory holding one.  If a
  * tokenizer_config.json lies beside it, its "eos_token" sets
- * tokenizer_eos_id.  0, or -1 with err ("path: what is wrong"). */
+ * tokenizer_eos_id.  Or a GGUF file (by its magic): the tokenizer its
+ * tokenizer.ggml.* keys describe, as llama.cpp reads them (tokenizer_gguf.c),
+ * its eos_token_id the EOS.  0, or -1 with err ("path: what is wrong"). */
 int tokenizer_load(struct tokenizer **out, const char *path, char *err, size_t errsz);
 /* model_id: a local directory holding tokenizer.json, else the HF cache
  * (tools/lib/hf_cache.h) models--Org--Name/snapshots/<rev>/tokenizer.json.

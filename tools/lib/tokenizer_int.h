@@ -211,6 +211,9 @@ int32_t vocab_lookup(const struct tokenizer *t, const char *s, size_t n);
 /* Sets the text of id (t->id_token); -1 when id is outside [0, n_ids). */
 int set_id_token(struct tokenizer *t, int32_t id, const char *s);
 /* tokenizer.json's "model"; the ids run to at least max_added_id. */
+/* tokenizer_gguf.c: a GGUF file's tokenizer.ggml.* keys as a tokenizer.json
+ * object (and its EOS id, -1 when none); NULL with err ("path: ..."). */
+cJSON *tokenizer_json_from_gguf(const char *path, int32_t *eos_id, char *err, size_t errsz);
 int bpe_load_model(struct tokenizer *t, const cJSON *m, int max_added_id, char *err, size_t errsz);
 void bpe_free_model(struct tokenizer *t);
 /* One pre-token's ids appended to out. */

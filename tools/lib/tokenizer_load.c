@@ -474,12 +474,26 @@ static int32_t eos_from_config(const struct tokenizer *t, const char *tokenizer_
 	return id;
 }
 
+/* A GGUF file, by its magic: its tokenizer is read from its metadata. */
+static int is_gguf(const char *path)
+{
+	char magic[4];
+	FILE *f = fopen(path, "rb");
+	int yes = f != NULL && fread(magic, 1, 4, f) == 4 && memcmp(magic, "GGUF", 4) == 0;
+
+	if (f != NULL)
+		fclose(f);
+	return yes;
+}
+
 int tokenizer_load(struct tokenizer **out, const char *path, char *err, size_t errsz)
 {
 	struct stat st;
 	char *file, why[512];
 	cJSON *root;
 	struct tokenizer *t;
+	int32_t gguf_eos = -1;
+	int gguf = 0;
 
 	*out = NULL;
 	byte_map_init();
@@ -487,11 +501,19 @@ int tokenizer_load(struct tokenizer **out, const char *path, char *err, size_t e
 		file = xasprintf("%s/tokenizer.json", path);
 	else
 		file = xstrdup(path);
-	if (check_regular(file, err, errsz) < 0 || check_beside(file, err, errsz) < 0) {
+	/* regular first: opening a FIFO to read its magic would wait */
+	if (check_regular(file, err, errsz) < 0 || (!(gguf = is_gguf(file)) && check_beside(file, err, errsz) < 0)) {
 		free(file);
 		return -1;
 	}
-	root = json_read_file(file, why, sizeof why);
+	if (gguf) {
+		if ((root = tokenizer_json_from_gguf(file, &gguf_eos, err, errsz)) == NULL) {
+			free(file);
+			return -1;
+		}
+	} else {
+		root = json_read_file(file, why, sizeof why);
+	}
 	if (root == NULL) {
 		if (access(file, F_OK) != 0)
 			set_error(err, errsz, "%s: %s", file, strerror(errno));
@@ -545,7 +567,7 @@ int tokenizer_load(struct tokenizer **out, const char *path, char *err, size_t e
 		build_inert_bmp(t);
 	added_set_build(t, &t->raw_set, 0);
 	added_set_build(t, &t->norm_set, 1);
-	t->eos_id = eos_from_config(t, file);
+	t->eos_id = gguf ? gguf_eos : eos_from_config(t, file);
 	cJSON_Delete(root);
 	*out = t;
 	return 0;

@@ -19,7 +19,9 @@
 #include <string.h>
 #include <strings.h>
 
+#include "arch.h"
 #include "jsonl.h"
+#include "numerics.h"
 #include "util.h"
 
 int fail(struct job *j, int code, const char *fmt, ...)
@@ -133,6 +135,39 @@ static int cmp_out(const void *x, const void *y)
 	return natural_cmp(((const struct out_tensor *)x)->t->name, ((const struct out_tensor *)y)->t->name);
 }
 
+/* A layer's projection weight (q_proj ... down_proj): what poros-train
+ * --precision nf4 quantizes, every one of every layer. */
+static int is_projection(const char *name)
+{
+	int layer, at = 0;
+
+	if (sscanf(name, ARCH_LAYER_PREFIX "%n", &layer, &at) != 1 || at == 0)
+		return 0;
+	for (int m = 0; m < N_MODULES; m++) {
+		size_t len = strlen(arch_proj_name[m]);
+
+		if (strncmp(name + at, arch_proj_name[m], len) == 0 && strcmp(name + at + len, ".weight") == 0)
+			return 1;
+	}
+	return 0;
+}
+
+static int mark_dequantized(struct job *j)
+{
+	for (int i = 0; i < j->n; i++) {
+		struct out_tensor *o = &j->t[i];
+
+		if (!is_projection(o->t->name))
+			continue;
+		if (!is_float(o->t->dtype) || o->t->ndim != 2 || o->t->shape[1] % POROS_NF4_BLOCK != 0)
+			return fail(j, EXIT_USAGE, "%s: tensor \"%s\": not a float matrix with rows of whole NF4 blocks of %d "
+			            "(--merge-into dequantized)", o->f->path, o->t->name, POROS_NF4_BLOCK);
+		o->nf4 = 1;
+		j->ndequantized++;
+	}
+	return 0;
+}
+
 static int plan(struct job *j)
 {
 	int total = 0;
@@ -152,6 +187,8 @@ static int plan(struct job *j)
 			o->nbytes = (size_t)st_numel(o->t) * st_dtype_size(o->dtype);
 		}
 	qsort(j->t, (size_t)j->n, sizeof *j->t, cmp_out);
+	if (j->merge_into == MERGE_DEQUANTIZED && mark_dequantized(j) != 0)
+		return EXIT_USAGE;
 	for (int i = 1; i < j->n; i++)
 		if (strcmp(j->t[i].t->name, j->t[i - 1].t->name) == 0)
 			return fail(j, EXIT_USAGE, "%s: tensor \"%s\" is in two shards (%s and %s)", j->ck.dir, j->t[i].t->name,
@@ -190,6 +227,56 @@ static int plan(struct job *j)
 
 /* --- the run ------------------------------------------------------------- */
 
+/* Without --merge-into: what the adapter's run trained on, from its
+ * train_config.json (the run directory, above the adapter): precision nf4
+ * merges into dequant(NF4(W)), bf16 into W; no file, W (as PEFT does). */
+static int resolve_merge_into(struct job *j)
+{
+	char lerr[768], *run;
+	const cJSON *p;
+	cJSON *tc;
+	int rc = 0;
+
+	j->merge_into = j->o->merge_into;
+	if (j->o->merge_into_set || j->o->format == FORMAT_GGUF_LORA)
+		return 0;
+	run = adapter_run_dir(j->o->adapter);
+	j->train_config = xasprintf("%s/train_config.json", run);
+	free(run);
+	if (!is_file(j->train_config)) {
+		free(j->train_config);
+		j->train_config = NULL;
+		return 0;
+	}
+	if ((tc = json_read_file(j->train_config, lerr, sizeof lerr)) == NULL)
+		return fail(j, EXIT_USAGE, "%s", lerr);
+	p = cJSON_GetObjectItemCaseSensitive(tc, "precision");
+	if (cJSON_IsString(p) && strcmp(p->valuestring, "nf4") == 0)
+		j->merge_into = MERGE_DEQUANTIZED;
+	else if (cJSON_IsString(p) && strcmp(p->valuestring, "bf16") == 0)
+		j->merge_into = MERGE_ORIGINAL;
+	else
+		rc = fail(j, EXIT_USAGE, "%s: \"precision\" is not \"nf4\" or \"bf16\": give --merge-into original or "
+		          "dequantized", j->train_config);
+	cJSON_Delete(tc);
+	return rc;
+}
+
+static void merge_into_note(const struct job *j)
+{
+	const char *into = j->merge_into == MERGE_DEQUANTIZED ? "dequant(NF4(W)) (--merge-into dequantized)"
+	                                                      : "the checkpoint's weights (--merge-into original)";
+
+	if (j->o->merge_into_set || j->o->format == FORMAT_GGUF_LORA)
+		return;
+	if (j->train_config != NULL)
+		warnmsg("note: merging into %s, as the run's %s says it trained on %s", into, j->train_config,
+		        j->merge_into == MERGE_DEQUANTIZED ? "nf4" : "bf16");
+	else
+		warnmsg("note: no train_config.json beside %s: merging into %s; an adapter trained on NF4 is closer to "
+		        "its training with --merge-into dequantized", j->o->adapter, into);
+}
+
 static void job_free(struct job *j)
 {
 	model_config_free(&j->mc);
@@ -205,12 +292,15 @@ static void job_free(struct job *j)
 	free(j->pairs);
 	free(j->layer_on);
 	free(j->adapter_base);
+	free(j->train_config);
 	free(j->acfg_path);
 	free(j->aweights_path);
 	free(j->out);
 	free(j->parent);
 	free(j->name);
 }
+
+static const char *const merge_into_names[] = { "original", "dequantized" };
 
 static void print_summary(const struct job *j, FILE *summary, int copied)
 {
@@ -226,31 +316,55 @@ static void print_summary(const struct job *j, FILE *summary, int copied)
 	cJSON_AddNumberToObject(o, "shards", j->nshards);
 	cJSON_AddNumberToObject(o, "total_size", (double)j->total_size);
 	cJSON_AddNumberToObject(o, "tokenizer_files", copied);
+	cJSON_AddStringToObject(o, "merge_into", merge_into_names[j->merge_into]);
+	cJSON_AddNumberToObject(o, "dequantized", j->ndequantized);
 	if (jsonl_write(summary, o) < 0)
 		diesys(EXIT_RUNTIME, "writing output failed");
 	cJSON_Delete(o);
 }
 
-static const char *const outtype_names[] = { "", "bf16", "f16", "q8_0" };
+static const char *const outtype_names[] = { "", "bf16", "f16", "q8_0", "f32" };
 
+/* --format gguf and gguf-lora: the same keys, less the merge's for an adapter */
 static void print_gguf_summary(const struct job *j, FILE *summary, size_t file_size, int ntensors)
 {
+	int lora = j->o->format == FORMAT_GGUF_LORA;
 	cJSON *o = cJSON_CreateObject();
 
 	cJSON_AddStringToObject(o, "out", j->out);
-	cJSON_AddStringToObject(o, "format", "gguf");
+	cJSON_AddStringToObject(o, "format", lora ? "gguf-lora" : "gguf");
 	cJSON_AddStringToObject(o, "outtype", outtype_names[j->o->outtype]);
 	cJSON_AddStringToObject(o, "architecture", j->mc.model_type);
 	cJSON_AddStringToObject(o, "base", j->mc.checkpoint_dir);
 	cJSON_AddStringToObject(o, "adapter", j->o->adapter);
 	cJSON_AddNumberToObject(o, "rank", j->rank);
-	cJSON_AddNumberToObject(o, "scale", j->scale);
+	cJSON_AddNumberToObject(o, lora ? "alpha" : "scale", lora ? j->alpha : (double)j->scale);
 	cJSON_AddNumberToObject(o, "tensors", ntensors);
-	cJSON_AddNumberToObject(o, "merged", j->npairs);
+	if (!lora) {
+		cJSON_AddNumberToObject(o, "merged", j->npairs);
+		cJSON_AddStringToObject(o, "merge_into", merge_into_names[j->merge_into]);
+		cJSON_AddNumberToObject(o, "dequantized", j->ndequantized);
+	}
 	cJSON_AddNumberToObject(o, "file_size", (double)file_size);
 	if (jsonl_write(summary, o) < 0)
 		diesys(EXIT_RUNTIME, "writing output failed");
 	cJSON_Delete(o);
+}
+
+static int run_gguf_lora(struct job *j, FILE *summary)
+{
+	size_t file_size = 0;
+	int ntensors = 0, rc = write_gguf_lora(j, &file_size, &ntensors);
+	char sz[32];
+
+	scratch_remove();
+	if (rc == 0) {
+		warnmsg("wrote %s: LoRA GGUF %s, %d tensors (%d pairs, rank %d, alpha %g), %s", j->out,
+		        outtype_names[j->o->outtype], ntensors, ntensors / 2, j->rank, j->alpha,
+		        human_bytes(sz, sizeof sz, (double)file_size));
+		print_gguf_summary(j, summary, file_size, ntensors);
+	}
+	return rc;
 }
 
 static int run_gguf(struct job *j, FILE *summary)
@@ -273,16 +387,18 @@ static int run_hf(struct job *j, FILE *summary)
 	char sz[32];
 	int rc, copied = 0;
 
-	if ((rc = scratch_create(j, j->nshards + 2 + (int)n_tokenizer_files)) != 0)
+	if ((rc = scratch_create(j, j->nshards + 3 + (int)n_tokenizer_files)) != 0)
 		return rc;
+	/* the small files first: a bad run record fails before the weights */
+	rc = write_config(j);
+	if (rc == 0)
+		rc = copy_tokenizer(j, &copied);
+	if (rc == 0)
+		rc = write_model_card(j, copied);
 	for (int s = 0; s < j->nshards && rc == 0; s++)
 		rc = write_shard(j, &j->shards[s]);
 	if (rc == 0 && j->nshards > 1)
 		rc = write_index(j);
-	if (rc == 0)
-		rc = write_config(j);
-	if (rc == 0)
-		rc = copy_tokenizer(j, &copied);
 	if (rc == 0)
 		rc = commit(j);
 	scratch_remove();
@@ -298,20 +414,25 @@ static int run_hf(struct job *j, FILE *summary)
 int export_run(const struct export_opts *o, FILE *summary, char *err, size_t errsz)
 {
 	struct job j;
-	int rc, gguf = o->format == FORMAT_GGUF;
+	int rc, gguf = o->format != FORMAT_HF;
 
 	memset(&j, 0, sizeof j);
 	j.o = o;
 	j.err = err;
 	j.errsz = errsz;
 	if ((rc = split_out(&j)) != 0 || (rc = open_base(&j)) != 0 || (rc = open_adapter(&j)) != 0 ||
-	    (rc = load_pairs(&j)) != 0 || (rc = find_weights(&j)) != 0 ||
+	    (rc = load_pairs(&j)) != 0 || (rc = find_weights(&j)) != 0 || (rc = resolve_merge_into(&j)) != 0 ||
 	    (rc = gguf ? check_out_file(&j) : check_out(&j)) != 0 || (rc = plan(&j)) != 0)
 		goto out;
 	if (!same_base(&j))
 		warnmsg("note: the adapter was trained on \"%s\" (its base_model_name_or_path), merging into %s",
 		        j.adapter_base, j.mc.checkpoint_dir);
-	rc = gguf ? run_gguf(&j, summary) : run_hf(&j, summary);
+	rc = o->format == FORMAT_GGUF_LORA ? run_gguf_lora(&j, summary)
+	   : gguf                          ? run_gguf(&j, summary)
+	                                   : run_hf(&j, summary);
+	/* after the work, so that a failure's message stays the only line */
+	if (rc == 0)
+		merge_into_note(&j);
 out:
 	job_free(&j);
 	return rc;

@@ -8,8 +8,10 @@
  *   outdir.c       --out and the scratch directory beside it, renamed into place at the end
  *   merge.c        the merge arithmetic and the shards, streamed and read back
  *   hf_files.c     config.json, the shard index and the tokenizer files
+ *   model_card.c   README.md: the base, the adapter and the run's training record
  *   gguf_out.c     --format gguf: the tensors named, converted and written as one GGUF file
  *   gguf_meta.c    --format gguf: the model's and the tokenizer's metadata keys
+ *   gguf_lora.c    --format gguf-lora: the adapter alone as llama.cpp's LoRA GGUF
  *   check_vllm.c   --check vllm: an adapter checked against what vLLM loads */
 #ifndef POROS_EXPORT_H
 #define POROS_EXPORT_H
@@ -21,17 +23,26 @@
 #include <cjson/cJSON.h>
 
 #include "cell.h"
+#include "gguf.h"
 #include "model_config.h"
 #include "safetensors.h"
 
 #define EXPORT_SYNOPSIS \
-	"usage: poros-export --base DIR --adapter DIR --out DIR [--max-shard-size SIZE] [--force]\n" \
-	"       poros-export --format gguf --outtype bf16|f16|q8_0 --base DIR --adapter DIR --out FILE [--force]\n" \
+	"usage: poros-export --base DIR --adapter DIR --out DIR [--max-shard-size SIZE] [--merge-into original|dequantized]\n" \
+	"                    [--force]\n" \
+	"       poros-export --format gguf --outtype bf16|f16|q8_0 --base DIR --adapter DIR --out FILE\n" \
+	"                    [--merge-into original|dequantized] [--force]\n" \
+	"       poros-export --format gguf-lora --outtype f32|bf16|f16 --base DIR --adapter DIR --out FILE [--force]\n" \
 	"       poros-export --check vllm ADAPTER_DIR\n"
 
-enum export_format { FORMAT_HF, FORMAT_GGUF };
-/* --outtype: what a GGUF file stores its matrices as (1-D tensors are F32) */
-enum gguf_outtype { OUTTYPE_NONE, OUTTYPE_BF16, OUTTYPE_F16, OUTTYPE_Q8_0 };
+enum export_format { FORMAT_HF, FORMAT_GGUF, FORMAT_GGUF_LORA };
+/* --merge-into: the base weights a merge adds the adapter to: the
+ * checkpoint's, or what an NF4 (QLoRA) training run computed with,
+ * dequant(NF4(W)), for every projection of every layer */
+enum merge_into { MERGE_ORIGINAL, MERGE_DEQUANTIZED };
+/* --outtype: what a GGUF file stores its matrices as (1-D tensors are F32);
+ * f32 for gguf-lora only, q8_0 for gguf only */
+enum gguf_outtype { OUTTYPE_NONE, OUTTYPE_BF16, OUTTYPE_F16, OUTTYPE_Q8_0, OUTTYPE_F32 };
 
 struct export_opts {
 	const char *base;          /* checkpoint directory (or a model id in the local HF cache) */
@@ -40,7 +51,9 @@ struct export_opts {
 	long long max_shard_size;  /* bytes of tensor data per shard */
 	int force;                 /* replace a non-empty --out */
 	enum export_format format;
-	enum gguf_outtype outtype; /* FORMAT_GGUF only; required there */
+	enum gguf_outtype outtype; /* FORMAT_GGUF and FORMAT_GGUF_LORA only; required there */
+	enum merge_into merge_into;
+	int merge_into_set;        /* 0: from the run's train_config.json, else original */
 	const char *configs_dir;   /* configs/models, to name a synthetic shape; may be NULL */
 };
 
@@ -73,6 +86,7 @@ struct out_tensor {
 	enum st_dtype dtype;             /* as written */
 	size_t nbytes;                   /* as written */
 	const struct lora_pair *lora;    /* NULL: copied */
+	int nf4;                         /* --merge-into dequantized: a projection weight, taken as dequant(NF4(W)) */
 	int shard;
 };
 
@@ -98,6 +112,9 @@ struct job {
 	int af_open;
 	struct lora_pair *pairs;         /* [layer * N_MODULES + module]; a == NULL: none */
 	int npairs;
+	enum merge_into merge_into;      /* --merge-into, or what the run's train_config.json says */
+	char *train_config;              /* that file when it decided, or NULL */
+	int ndequantized;                /* tensors with nf4 set */
 	/* the output */
 	char *out, *parent, *name;       /* --out without trailing '/', its directory and name */
 	struct out_tensor *t;
@@ -144,17 +161,51 @@ int check_out_file(struct job *j);
 int commit_file(struct job *j, const char *path);
 
 /* gguf_out.c */
+/* One tensor of a GGUF file: a model tensor (o) or one side of a LoRA pair. */
+struct gguf_tensor {
+	const struct out_tensor *o;      /* a model tensor, or NULL */
+	const struct lora_pair *pair;    /* --format gguf-lora: the pair, or NULL */
+	float *values;                   /* neither: F32 values computed here (rope_freqs), owned */
+	int lora_b;                      /* with pair: 1 lora_b, 0 lora_a */
+	char name[80];
+	enum ggml_type type;
+	int ndim;
+	int64_t ne[ST_MAX_DIMS];         /* ggml order */
+	int permute_heads;               /* > 0: rows permuted in this many heads */
+};
+
 int write_gguf(struct job *j, size_t *file_size, int *ntensors);
+/* llama.cpp's name of an HF tensor: 1, 0 for one llama.cpp does without (a
+ * rotary inv_freq buffer), -1 for one it has no name for. */
+int gguf_name(char *out, size_t n, const char *hf);
+/* Llama's q and k: the heads whose rows are reordered for llama.cpp's RoPE, or 0. */
+int heads_to_permute(const struct job *j, const char *hf);
+/* Within each head of D rows: row h*D + 2i + s comes from h*D + s*D/2 + i. */
+void permute_rows(void *out, const void *in, long rows, long cols, int heads, size_t elsize);
+/* The file at path: header, then each g's data; its size in *file_size. */
+int gguf_write_file(struct job *j, const char *path, struct gguf_writer *w, const struct gguf_tensor *g, int n,
+                    size_t *file_size);
+
+/* gguf_lora.c */
+int write_gguf_lora(struct job *j, size_t *file_size, int *ntensors);
+/* g's data (a side of a LoRA pair) as g->type into out */
+int lora_tensor_data(struct job *j, const struct gguf_tensor *g, unsigned char *out);
 
 /* gguf_meta.c: every metadata key into w; the job's error when the model
  * or its tokenizer has something llama.cpp would read otherwise */
-struct gguf_writer;
 int gguf_metadata(struct job *j, struct gguf_writer *w);
+/* llama.cpp's LLAMA_FTYPE_MOSTLY_* of an --outtype */
+uint32_t gguf_file_type(enum gguf_outtype t);
 
 /* hf_files.c */
 extern const size_t n_tokenizer_files;
 int write_index(struct job *j);
 int write_config(struct job *j);
 int copy_tokenizer(struct job *j, int *copied);
+
+/* model_card.c: README.md into the scratch directory */
+/* The run directory an adapter directory is in (RUN of RUN/adapter), malloc'd. */
+char *adapter_run_dir(const char *adapter);
+int write_model_card(struct job *j, int tokenizer_files);
 
 #endif

@@ -13,20 +13,6 @@
 #include "tokenizer.h"
 #include "util.h"
 
-/* llama.cpp's token types */
-enum { TOKEN_NORMAL = 1, TOKEN_CONTROL = 3, TOKEN_USER_DEFINED = 4, TOKEN_UNUSED = 5 };
-
-/* The Split regexes of the pre-tokenizers llama.cpp implements, by the name
- * tokenizer.ggml.pre gives them there. */
-#define QWEN2_SPLIT "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}" \
-	"| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define LLAMA3_SPLIT "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}" \
-	"| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-static const struct { const char *name, *regex; } pre_tokenizers[] = {
-	{ "qwen2", QWEN2_SPLIT },
-	{ "llama-bpe", LLAMA3_SPLIT },
-};
-
 struct vocab {
 	int n;
 	char **token;      /* [n]; NULL: no token has this id */
@@ -53,10 +39,9 @@ static void key(char *buf, size_t n, const struct job *j, const char *suffix)
 	snprintf(buf, n, "%s.%s", j->mc.model_type, suffix);
 }
 
-static uint32_t file_type(enum gguf_outtype t)
+uint32_t gguf_file_type(enum gguf_outtype t)
 {
-	/* llama.cpp's LLAMA_FTYPE_MOSTLY_* */
-	return t == OUTTYPE_F16 ? 1 : t == OUTTYPE_Q8_0 ? 7 : 32;
+	return t == OUTTYPE_F32 ? 0 : t == OUTTYPE_F16 ? 1 : t == OUTTYPE_Q8_0 ? 7 : 32;
 }
 
 static int model_keys(struct job *j, struct gguf_writer *w)
@@ -68,13 +53,19 @@ static int model_keys(struct job *j, struct gguf_writer *w)
 	if (m->max_position_embeddings <= 0)
 		return fail(j, EXIT_USAGE, "%s: no max_position_embeddings: GGUF needs %s.context_length", m->config_path,
 		            m->model_type);
-	if (strcmp(m->rope_scaling_type, "") != 0 && strcmp(m->rope_scaling_type, "linear") != 0)
-		return fail(j, EXIT_USAGE, "%s: rope_scaling type \"%s\" is not written to GGUF by poros-export (llama.cpp "
-		            "takes it as a rope_freqs tensor)", m->config_path, m->rope_scaling_type);
+	/* llama3 scaling is a rope_freqs tensor (gguf_out.c), which llama.cpp's
+	 * llama graph reads and its qwen2 / qwen3 graphs do not */
+	if (strcmp(m->rope_scaling_type, "llama3") == 0 && strcmp(m->model_type, "llama") != 0)
+		return fail(j, EXIT_USAGE, "%s: rope_scaling type \"llama3\" on %s: llama.cpp's %s reads no rope_freqs "
+		            "tensor, so poros-export does not write it", m->config_path, m->model_type, m->model_type);
+	if (strcmp(m->rope_scaling_type, "") != 0 && strcmp(m->rope_scaling_type, "linear") != 0 &&
+	    strcmp(m->rope_scaling_type, "llama3") != 0)
+		return fail(j, EXIT_USAGE, "%s: rope_scaling type \"%s\" is not written to GGUF by poros-export",
+		            m->config_path, m->rope_scaling_type);
 	gguf_kv_string(w, "general.architecture", m->model_type);
 	gguf_kv_string(w, "general.name", name != NULL && name[1] != '\0' ? name + 1 : m->checkpoint_dir);
 	gguf_kv_uint32(w, "general.alignment", GGUF_ALIGNMENT);
-	gguf_kv_uint32(w, "general.file_type", file_type(j->o->outtype));
+	gguf_kv_uint32(w, "general.file_type", gguf_file_type(j->o->outtype));
 	key(k, sizeof k, j, "context_length"), gguf_kv_uint32(w, k, (uint32_t)m->max_position_embeddings);
 	key(k, sizeof k, j, "embedding_length"), gguf_kv_uint32(w, k, (uint32_t)m->hidden_size);
 	key(k, sizeof k, j, "block_count"), gguf_kv_uint32(w, k, (uint32_t)m->num_hidden_layers);
@@ -120,11 +111,21 @@ static int pre_name(struct job *j, const char *path, const cJSON *tj, const char
 {
 	const char *rx = split_regex(cJSON_GetObjectItemCaseSensitive(tj, "pre_tokenizer"));
 
-	for (size_t i = 0; rx != NULL && i < sizeof pre_tokenizers / sizeof *pre_tokenizers; i++)
-		if (strcmp(rx, pre_tokenizers[i].regex) == 0) {
-			*name = pre_tokenizers[i].name;
-			return 0;
-		}
+	const cJSON *im = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tj, "model"), "ignore_merges");
+
+	for (int i = 0; rx != NULL && i < n_gguf_pre_tokenizers; i++) {
+		const struct gguf_pre_tokenizer *p = &gguf_pre_tokenizers[i];
+
+		if (strcmp(rx, p->split_regex) != 0)
+			continue;
+		/* llama.cpp runs each pre type with its own ignore_merges */
+		if (cJSON_IsTrue(im) != p->ignore_merges)
+			return fail(j, EXIT_USAGE, "%s: model.ignore_merges is %s, but llama.cpp's \"%s\" pre-tokenizer (its "
+			            "Split regex) runs with ignore_merges %s", path, cJSON_IsTrue(im) ? "true" : "false", p->name,
+			            p->ignore_merges ? "true" : "false");
+		*name = p->name;
+		return 0;
+	}
 	return fail(j, EXIT_USAGE, "%s: the pre-tokenizer's Split regex is not Qwen2's or Llama-3's, the ones "
 	            "tokenizer.ggml.pre can name for llama.cpp", path);
 }
@@ -152,7 +153,7 @@ static int read_tokens(struct job *j, const char *path, const cJSON *tj, struct 
 	if (!cJSON_IsString(type) || strcmp(type->valuestring, "BPE") != 0 || !cJSON_IsObject(vocab))
 		return fail(j, EXIT_USAGE, "%s: not a BPE model with a vocab", path);
 	cJSON_ArrayForEach(e, vocab)
-		if (!cJSON_IsNumber(e) || (rc = put_token(j, path, v, e->string, e->valuedouble, TOKEN_NORMAL)) != 0)
+		if (!cJSON_IsNumber(e) || (rc = put_token(j, path, v, e->string, e->valuedouble, GGUF_TOKEN_NORMAL)) != 0)
 			return cJSON_IsNumber(e) ? rc : fail(j, EXIT_USAGE, "%s: vocab \"%s\": not an id", path, e->string);
 	cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(tj, "added_tokens")) {
 		const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
@@ -161,14 +162,15 @@ static int read_tokens(struct job *j, const char *path, const cJSON *tj, struct 
 		if (!cJSON_IsNumber(id) || !cJSON_IsString(content))
 			return fail(j, EXIT_USAGE, "%s: an added token without an id and content", path);
 		rc = put_token(j, path, v, content->valuestring, id->valuedouble,
-		               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special")) ? TOKEN_CONTROL : TOKEN_USER_DEFINED);
+		               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special")) ? GGUF_TOKEN_CONTROL
+		                                                                            : GGUF_TOKEN_USER_DEFINED);
 		if (rc != 0)
 			return rc;
 	}
 	for (int i = 0; i < v->n; i++)
 		if (v->token[i] == NULL) {
 			v->token[i] = xasprintf("[PAD%d]", i);
-			v->type[i] = TOKEN_UNUSED;
+			v->type[i] = GGUF_TOKEN_UNUSED;
 		}
 	return 0;
 }
@@ -201,7 +203,7 @@ static int special_id(const cJSON *tc, const char *name, const struct vocab *v)
 	if (cJSON_IsObject(t))
 		t = cJSON_GetObjectItemCaseSensitive(t, "content");
 	for (int i = 0; cJSON_IsString(t) && i < v->n; i++)
-		if (v->type[i] != TOKEN_UNUSED && strcmp(v->token[i], t->valuestring) == 0)
+		if (v->type[i] != GGUF_TOKEN_UNUSED && strcmp(v->token[i], t->valuestring) == 0)
 			return i;
 	return -1;
 }
@@ -264,6 +266,7 @@ static int tokenizer_keys(struct job *j, struct gguf_writer *w, const cJSON *tj,
 {
 	struct vocab v = { .n = j->mc.vocab_size };
 	const char *pre = NULL;
+	const cJSON *norm;
 	char *tmpl;
 	int rc, bos = -1;
 
@@ -272,6 +275,13 @@ static int tokenizer_keys(struct job *j, struct gguf_writer *w, const cJSON *tj,
 	if ((rc = pre_name(j, path, tj, &pre)) != 0 || (rc = read_tokens(j, path, tj, &v)) != 0 ||
 	    (rc = read_merges(j, path, tj, &v)) != 0 || (rc = adds_bos(j, path, &bos)) != 0)
 		goto out;
+	norm = cJSON_GetObjectItemCaseSensitive(tj, "normalizer");
+	if (norm != NULL && !cJSON_IsNull(norm)) {
+		const cJSON *type = cJSON_GetObjectItemCaseSensitive(norm, "type");
+
+		warnmsg("note: %s normalizes text (%s) before BPE and GGUF has no key for that: llama.cpp encodes text "
+		        "that is not already normalized to other ids", path, cJSON_IsString(type) ? type->valuestring : "?");
+	}
 	gguf_kv_string(w, "tokenizer.ggml.model", "gpt2");
 	gguf_kv_string(w, "tokenizer.ggml.pre", pre);
 	gguf_kv_strings(w, "tokenizer.ggml.tokens", (const char *const *)v.token, (size_t)v.n);

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -38,18 +39,7 @@ static const struct { const char *hf, *gguf; } model_names[] = {
 };
 #define COUNT(a) (sizeof (a) / sizeof *(a))
 
-struct gguf_tensor {
-	const struct out_tensor *o;
-	char name[64];
-	enum ggml_type type;
-	int ndim;
-	int64_t ne[ST_MAX_DIMS];   /* ggml order */
-	int permute_heads;         /* > 0: rows permuted in this many heads */
-};
-
-/* The GGUF name of an HF tensor: 1, 0 for one llama.cpp does without (a
- * rotary inv_freq buffer), -1 for one it has no name for. */
-static int gguf_name(char *out, size_t n, const char *hf)
+int gguf_name(char *out, size_t n, const char *hf)
 {
 	int layer, at = 0;
 
@@ -73,7 +63,7 @@ static enum ggml_type matrix_type(enum gguf_outtype t)
 
 /* llama.cpp's Llama RoPE rotates adjacent pairs, transformers' the two
  * halves of each head: q and k rows are reordered to match. */
-static int heads_to_permute(const struct job *j, const char *hf)
+int heads_to_permute(const struct job *j, const char *hf)
 {
 	if (strcmp(j->mc.model_type, "llama") != 0)
 		return 0;
@@ -112,16 +102,16 @@ static int plan_tensor(struct job *j, const struct out_tensor *o, struct gguf_te
 	return 0;
 }
 
-/* Within each head of D rows: row h*D + 2i + s comes from h*D + s*D/2 + i. */
-static void permute_rows(uint16_t *out, const uint16_t *in, long rows, long cols, int heads)
+void permute_rows(void *out, const void *in, long rows, long cols, int heads, size_t elsize)
 {
+	size_t row = (size_t)cols * elsize;
 	long D = rows / heads, half = D / 2;
 
 	for (long h = 0; h < heads; h++)
 		for (long i = 0; i < half; i++)
 			for (int s = 0; s < 2; s++)
-				memcpy(out + (h * D + 2 * i + s) * cols, in + (h * D + s * half + i) * cols,
-				       (size_t)cols * sizeof *out);
+				memcpy((unsigned char *)out + (size_t)(h * D + 2 * i + s) * row,
+				       (const unsigned char *)in + (size_t)(h * D + s * half + i) * row, row);
 }
 
 /* n bf16 values as type into out (ggml_nbytes(type, n) bytes). */
@@ -152,33 +142,49 @@ static void convert(unsigned char *out, const uint16_t *v, size_t n, enum ggml_t
 	}
 }
 
-static int write_tensor(struct job *j, int fd, const char *path, const struct gguf_tensor *g)
+/* A model tensor's merged values, permuted and converted, into out. */
+static int model_tensor_data(struct job *j, const struct gguf_tensor *g, unsigned char *out)
 {
-	static const unsigned char zeros[GGUF_ALIGNMENT];
 	const struct st_tensor *t = g->o->t;
-	size_t n = (size_t)st_numel(t), nbytes = ggml_nbytes(g->type, n);
+	size_t n = (size_t)st_numel(t);
 	uint16_t *v = xmalloc(n * sizeof *v), *p;
-	unsigned char *out = xmalloc(nbytes);
 	int rc = tensor_bf16(j, g->o, v);
 
 	if (rc == 0 && g->permute_heads > 0) {
 		p = xmalloc(n * sizeof *p);
-		permute_rows(p, v, (long)t->shape[0], t->ndim == 2 ? (long)t->shape[1] : 1, g->permute_heads);
+		permute_rows(p, v, (long)t->shape[0], t->ndim == 2 ? (long)t->shape[1] : 1, g->permute_heads, sizeof *p);
 		free(v);
 		v = p;
 	}
-	if (rc == 0) {
+	if (rc == 0)
 		convert(out, v, n, g->type);
-		if (write_all(fd, out, nbytes) < 0 || write_all(fd, zeros, gguf_padding(nbytes)) < 0)
-			rc = fail(j, EXIT_RUNTIME, "%s: %s", path, strerror(errno));
-	}
 	free(v);
+	return rc;
+}
+
+static int write_tensor(struct job *j, int fd, const char *path, const struct gguf_tensor *g)
+{
+	static const unsigned char zeros[GGUF_ALIGNMENT];
+	size_t n = 1, nbytes;
+	unsigned char *out;
+	int rc;
+
+	for (int d = 0; d < g->ndim; d++)
+		n *= (size_t)g->ne[d];
+	nbytes = ggml_nbytes(g->type, n);
+	out = xmalloc(nbytes);
+	if (g->values != NULL)
+		memcpy(out, g->values, nbytes), rc = 0;
+	else
+		rc = g->pair != NULL ? lora_tensor_data(j, g, out) : model_tensor_data(j, g, out);
+	if (rc == 0 && (write_all(fd, out, nbytes) < 0 || write_all(fd, zeros, gguf_padding(nbytes)) < 0))
+		rc = fail(j, EXIT_RUNTIME, "%s: %s", path, strerror(errno));
 	free(out);
 	return rc;
 }
 
-static int write_file(struct job *j, const char *path, struct gguf_writer *w, const struct gguf_tensor *g, int n,
-                      size_t *file_size)
+int gguf_write_file(struct job *j, const char *path, struct gguf_writer *w, const struct gguf_tensor *g, int n,
+                    size_t *file_size)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644), rc = 0;
 	size_t hlen;
@@ -204,13 +210,49 @@ static int write_file(struct job *j, const char *path, struct gguf_writer *w, co
 	return rc;
 }
 
+/* Llama-3 RoPE scaling as llama.cpp takes it: rope_freqs.weight (D/2) F32,
+ * the factor each rotary frequency is divided by: 1 for wavelengths under
+ * original / high_freq_factor, factor above original / low_freq_factor,
+ * between them 1 / ((1 - s) / factor + s), s = (original / wavelength - low)
+ * / (high - low); transformers' llama3 inv_freq is inv_freq / this.  In
+ * double, stored rounded to fp32. */
+static void llama3_rope_freqs(const struct model_config *m, struct gguf_tensor *g)
+{
+	const double pi = 3.14159265358979323846;
+	double orig = m->rope_original_max_position, low = m->rope_low_freq_factor, high = m->rope_high_freq_factor;
+	double factor = m->rope_scaling_factor;
+	int half = m->head_dim / 2;
+
+	snprintf(g->name, sizeof g->name, "rope_freqs.weight");
+	g->type = GGML_TYPE_F32;
+	g->ndim = 1;
+	g->ne[0] = half;
+	g->values = xmalloc((size_t)half * sizeof *g->values);
+	for (int i = 0; i < half; i++) {
+		double wavelen = 2 * pi * pow(m->rope_theta, 2.0 * i / m->head_dim), f;
+
+		if (wavelen < orig / high) {
+			f = 1;
+		} else if (wavelen > orig / low) {
+			f = factor;
+		} else {
+			double smooth = (orig / wavelen - low) / (high - low);
+
+			f = 1 / ((1 - smooth) / factor + smooth);
+		}
+		g->values[i] = (float)f;
+	}
+}
+
 int write_gguf(struct job *j, size_t *file_size, int *ntensors)
 {
-	struct gguf_tensor *g = xcalloc((size_t)j->n + 1, sizeof *g);
+	struct gguf_tensor *g = xcalloc((size_t)j->n + 2, sizeof *g);
 	struct gguf_writer w = { 0 };
 	int n = 0, rc = 0;
 	char *path;
 
+	if (strcmp(j->mc.rope_scaling_type, "llama3") == 0)
+		llama3_rope_freqs(&j->mc, &g[n++]);
 	for (int i = 0; rc == 0 && i < j->n; i++)
 		if ((rc = plan_tensor(j, &j->t[i], &g[n])) == 0 && g[n].o != NULL)
 			n++;
@@ -222,12 +264,14 @@ int write_gguf(struct job *j, size_t *file_size, int *ntensors)
 		rc = scratch_create(j, 1);
 	if (rc == 0) {
 		path = scratch_path("model.gguf");
-		rc = write_file(j, path, &w, g, n, file_size);
+		rc = gguf_write_file(j, path, &w, g, n, file_size);
 		if (rc == 0)
 			rc = commit_file(j, path);
 	}
 	*ntensors = n;
 	gguf_writer_free(&w);
+	for (int i = 0; i < n; i++)
+		free(g[i].values);
 	free(g);
 	return rc;
 }

@@ -19,9 +19,14 @@ static noreturn void usage(int code)
 		      "  --adapter DIR          the PEFT adapter (adapter_config.json + adapter_model.safetensors)\n"
 		      "  --out DIR              the checkpoint to write (absent or empty, or --force)\n"
 		      "  --max-shard-size SIZE  tensor bytes per shard, e.g. 5GB, 500MB, 2GiB (default 5GB)\n"
+		      "  --merge-into original|dequantized  add the adapter to the checkpoint's weights or to\n"
+		      "                         dequant(NF4(W)), what a --precision nf4 run trained on (default: by the\n"
+		      "                         run's train_config.json precision; original without one)\n"
 		      "  --force                replace a non-empty --out\n"
-		      "  --format hf|gguf       a Hugging Face checkpoint directory (hf, the default) or one GGUF file\n"
-		      "  --outtype bf16|f16|q8_0  what a GGUF file stores matrices as (required with --format gguf)\n"
+		      "  --format hf|gguf|gguf-lora  a Hugging Face checkpoint directory (hf, the default), the merged\n"
+		      "                         model as one GGUF file, or the adapter alone as llama.cpp's LoRA GGUF\n"
+		      "  --outtype TYPE         what a GGUF file stores matrices as (required with a GGUF format):\n"
+		      "                         bf16, f16 or q8_0 for gguf; f32, bf16 or f16 for gguf-lora\n"
 		      "  --check vllm           check ADAPTER_DIR is an adapter vLLM loads (exit 1 and why when not)\n"
 		      "  --help, --version\n"
 		      "Exit status: 0 written, 1 runtime failure, 2 usage or bad input.\n", stdout);
@@ -34,17 +39,19 @@ static enum export_format parse_format(const char *s)
 		return FORMAT_HF;
 	if (strcmp(s, "gguf") == 0)
 		return FORMAT_GGUF;
-	die(EXIT_USAGE, "--format: unknown format \"%s\" (expected hf or gguf)", s);
+	if (strcmp(s, "gguf-lora") == 0)
+		return FORMAT_GGUF_LORA;
+	die(EXIT_USAGE, "--format: unknown format \"%s\" (expected hf, gguf or gguf-lora)", s);
 }
 
 static enum gguf_outtype parse_outtype(const char *s)
 {
-	static const char *const names[] = { "bf16", "f16", "q8_0" };
+	static const char *const names[] = { "bf16", "f16", "q8_0", "f32" };
 
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 4; i++)
 		if (strcmp(s, names[i]) == 0)
 			return (enum gguf_outtype)(OUTTYPE_BF16 + i);
-	die(EXIT_USAGE, "--outtype: unknown type \"%s\" (expected bf16, f16 or q8_0)", s);
+	die(EXIT_USAGE, "--outtype: unknown type \"%s\" (expected bf16, f16, q8_0 or f32)", s);
 }
 
 /* --outtype changes every weight of a GGUF file: never a default. */
@@ -52,9 +59,18 @@ static void check_format_options(const struct export_opts *o, int shard_set)
 {
 	if (o->format == FORMAT_GGUF && o->outtype == OUTTYPE_NONE)
 		die(EXIT_USAGE, "--format gguf needs --outtype bf16, f16 or q8_0");
-	if (o->format != FORMAT_GGUF && o->outtype != OUTTYPE_NONE)
-		die(EXIT_USAGE, "--outtype is for --format gguf");
-	if (o->format == FORMAT_GGUF && shard_set)
+	if (o->format == FORMAT_GGUF_LORA && o->outtype == OUTTYPE_NONE)
+		die(EXIT_USAGE, "--format gguf-lora needs --outtype f32, bf16 or f16");
+	if (o->format == FORMAT_HF && o->outtype != OUTTYPE_NONE)
+		die(EXIT_USAGE, "--outtype is for --format gguf or gguf-lora");
+	/* the merged model is bf16: f32 would only double the file */
+	if (o->format == FORMAT_GGUF && o->outtype == OUTTYPE_F32)
+		die(EXIT_USAGE, "--outtype f32 is for --format gguf-lora (a merged model's values are bf16)");
+	/* llama.cpp's converter keeps LoRA tensors in a float type: lora_b rows
+	 * are r values, rarely a whole Q8_0 block */
+	if (o->format == FORMAT_GGUF_LORA && o->outtype == OUTTYPE_Q8_0)
+		die(EXIT_USAGE, "--outtype q8_0 is for --format gguf (a LoRA GGUF is written as f32, bf16 or f16)");
+	if (o->format != FORMAT_HF && shard_set)
 		die(EXIT_USAGE, "--max-shard-size is for --format hf (a GGUF export is one file)");
 }
 
@@ -65,7 +81,7 @@ static int run_check(const struct export_opts *o, int nargs, char **args)
 	int rc;
 
 	if (nargs != 1 || o->base || o->adapter || o->out || o->format != FORMAT_HF || o->outtype != OUTTYPE_NONE ||
-	    o->force) {
+	    o->force || o->merge_into_set) {
 		warnmsg("--check vllm takes one ADAPTER_DIR and no other option");
 		usage(EXIT_USAGE);
 	}
@@ -77,7 +93,10 @@ static int run_check(const struct export_opts *o, int nargs, char **args)
 
 int main(int argc, char **argv)
 {
-	enum { OPT_BASE = 256, OPT_ADAPTER, OPT_OUT, OPT_SHARD, OPT_FORCE, OPT_FORMAT, OPT_OUTTYPE, OPT_CHECK, OPT_HELP, OPT_VERSION };
+	enum {
+		OPT_BASE = 256, OPT_ADAPTER, OPT_OUT, OPT_SHARD, OPT_FORCE, OPT_FORMAT, OPT_OUTTYPE, OPT_MERGE_INTO,
+		OPT_CHECK, OPT_HELP, OPT_VERSION
+	};
 	static const struct option longopts[] = {
 		{ "base", required_argument, NULL, OPT_BASE },
 		{ "adapter", required_argument, NULL, OPT_ADAPTER },
@@ -86,6 +105,7 @@ int main(int argc, char **argv)
 		{ "force", no_argument, NULL, OPT_FORCE },
 		{ "format", required_argument, NULL, OPT_FORMAT },
 		{ "outtype", required_argument, NULL, OPT_OUTTYPE },
+		{ "merge-into", required_argument, NULL, OPT_MERGE_INTO },
 		{ "check", required_argument, NULL, OPT_CHECK },
 		{ "help", no_argument, NULL, OPT_HELP },
 		{ "version", no_argument, NULL, OPT_VERSION },
@@ -112,6 +132,15 @@ int main(int argc, char **argv)
 		case OPT_FORCE: o.force = 1; break;
 		case OPT_FORMAT: o.format = parse_format(optarg); break;
 		case OPT_OUTTYPE: o.outtype = parse_outtype(optarg); break;
+		case OPT_MERGE_INTO:
+			if (strcmp(optarg, "original") == 0)
+				o.merge_into = MERGE_ORIGINAL;
+			else if (strcmp(optarg, "dequantized") == 0)
+				o.merge_into = MERGE_DEQUANTIZED;
+			else
+				die(EXIT_USAGE, "--merge-into: unknown base \"%s\" (expected original or dequantized)", optarg);
+			o.merge_into_set = 1;
+			break;
 		case OPT_CHECK:
 			if (strcmp(optarg, "vllm") != 0)
 				die(EXIT_USAGE, "--check: unknown check \"%s\" (expected vllm)", optarg);
@@ -134,6 +163,8 @@ int main(int argc, char **argv)
 		usage(EXIT_USAGE);
 	}
 	check_format_options(&o, shard_set);
+	if (o.format == FORMAT_GGUF_LORA && o.merge_into_set)
+		die(EXIT_USAGE, "--merge-into is for a merged export (--format gguf-lora merges nothing)");
 	/* configs/ beside the binary (source tree) or under share/poros */
 	configs = poros_resource("configs");
 	if (configs != NULL) {

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "nf4.h"
 #include "ops.h"
 #include "util.h"
 
@@ -70,6 +71,37 @@ static void merge_lora(uint16_t *out, const unsigned char *w, enum st_dtype wdt,
 	}
 }
 
+/* The tensor's own values rounded to bf16 (BF16 ones bit for bit). */
+static void copied_bf16(const struct out_tensor *o, uint16_t *out)
+{
+	const unsigned char *src = st_data(o->f, o->t);
+	size_t n = (size_t)st_numel(o->t);
+
+	if (o->t->dtype == ST_BF16)
+		memcpy(out, src, n * sizeof *out);
+	else
+		for (size_t i = 0; i < n; i++)
+			out[i] = bf16_from_f32(load_f32(src, o->t->dtype, i));
+}
+
+/* A projection weight (N,K) as poros-train --precision nf4 computes with
+ * it: its bf16 values quantized to NF4 (nf4.h) and dequantized by the CPU
+ * kernel, into out (N*K bf16). */
+static void dequantized_bf16(const struct out_tensor *o, uint16_t *out)
+{
+	long N = (long)o->t->shape[0], K = (long)o->t->shape[1], n = N * K;
+	uint16_t *w = xmalloc((size_t)n * sizeof *w);
+	uint8_t *packed = xmalloc((size_t)n / 2);
+	float *absmax = xmalloc((size_t)n / POROS_NF4_BLOCK * sizeof *absmax);
+
+	copied_bf16(o, w);
+	nf4_quantize_bf16(packed, absmax, w, n);
+	poros_cpu_ops.nf4_dequantize(out, (int)K, packed, absmax, N, (int)K);
+	free(w);
+	free(packed);
+	free(absmax);
+}
+
 /* The merged weight (N,K) in bf16 into out; the adapter's pair read as fp32. */
 static int merged_bf16(struct job *j, const struct out_tensor *o, uint16_t *out)
 {
@@ -77,14 +109,21 @@ static int merged_bf16(struct job *j, const struct out_tensor *o, uint16_t *out)
 	long N = (long)pr->w->shape[0], K = (long)pr->w->shape[1];
 	int R = j->rank;
 	float *a = xmalloc((size_t)R * (size_t)K * sizeof *a), *b = xmalloc((size_t)N * (size_t)R * sizeof *b);
+	uint16_t *wq = NULL;
 	char lerr[512];
 	int rc = 0;
 
 	if (st_read_f32(&j->af, pr->a, a, (size_t)R * (size_t)K, lerr, sizeof lerr) < 0 ||
-	    st_read_f32(&j->af, pr->b, b, (size_t)N * (size_t)R, lerr, sizeof lerr) < 0)
+	    st_read_f32(&j->af, pr->b, b, (size_t)N * (size_t)R, lerr, sizeof lerr) < 0) {
 		rc = fail(j, EXIT_USAGE, "%s", lerr);
-	else
+	} else if (o->nf4) {
+		wq = xmalloc((size_t)N * (size_t)K * sizeof *wq);
+		dequantized_bf16(o, wq);
+		merge_lora(out, (const unsigned char *)wq, ST_BF16, b, a, j->scale, N, K, R);
+	} else {
 		merge_lora(out, st_data(pr->wf, pr->w), pr->w->dtype, b, a, j->scale, N, K, R);
+	}
+	free(wq);
 	free(a);
 	free(b);
 	return rc;
@@ -92,23 +131,20 @@ static int merged_bf16(struct job *j, const struct out_tensor *o, uint16_t *out)
 
 int tensor_bf16(struct job *j, const struct out_tensor *o, uint16_t *out)
 {
-	const unsigned char *src = st_data(o->f, o->t);
-	size_t n = (size_t)st_numel(o->t);
-
 	if (o->lora != NULL)
 		return merged_bf16(j, o, out);
-	if (o->t->dtype == ST_BF16)
-		memcpy(out, src, n * sizeof *out);
+	if (o->nf4)
+		dequantized_bf16(o, out);
 	else
-		for (size_t i = 0; i < n; i++)
-			out[i] = bf16_from_f32(load_f32(src, o->t->dtype, i));
+		copied_bf16(o, out);
 	return 0;
 }
 
-static int write_merged(struct job *j, int fd, const char *path, const struct out_tensor *o)
+/* A merged or dequantized tensor: computed whole, then written. */
+static int write_computed(struct job *j, int fd, const char *path, const struct out_tensor *o)
 {
 	uint16_t *out = xmalloc(o->nbytes);
-	int rc = merged_bf16(j, o, out);
+	int rc = tensor_bf16(j, o, out);
 
 	if (rc == 0 && write_all(fd, out, o->nbytes) < 0)
 		rc = fail(j, EXIT_RUNTIME, "%s: %s", path, strerror(errno));
@@ -211,7 +247,7 @@ int write_shard(struct job *j, const struct shard *s)
 		rc = fail(j, EXIT_RUNTIME, "%s: %s", path, strerror(errno));
 	free(header);
 	for (int i = s->first; rc == 0 && i < s->first + s->count; i++) {
-		rc = j->t[i].lora ? write_merged(j, fd, path, &j->t[i]) : write_copied(j, fd, path, &j->t[i]);
+		rc = j->t[i].lora || j->t[i].nf4 ? write_computed(j, fd, path, &j->t[i]) : write_copied(j, fd, path, &j->t[i]);
 		merged += j->t[i].lora != NULL;
 	}
 	if (rc == 0 && fsync(fd) < 0)

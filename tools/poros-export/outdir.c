@@ -259,7 +259,7 @@ int split_out(struct job *j)
 }
 
 
-/* --- --out as one file (--format gguf) ------------------------------------ */
+/* --- --out as one file (--format gguf, gguf-lora) ------------------------- */
 
 /* The same file as one of the inputs (once links are followed). */
 static int is_input_file(const struct job *j, const char *out)
@@ -284,7 +284,7 @@ int check_out_file(struct job *j)
 	if (lstat(j->out, &st) < 0)
 		return errno == ENOENT ? 0 : fail(j, EXIT_USAGE, "--out %s: %s", j->out, strerror(errno));
 	if (S_ISDIR(st.st_mode))
-		return fail(j, EXIT_USAGE, "--out %s: a directory (--format gguf writes one file)", j->out);
+		return fail(j, EXIT_USAGE, "--out %s: a directory (a GGUF export is one file)", j->out);
 	if (!S_ISREG(st.st_mode))
 		return fail(j, EXIT_USAGE, "--out %s: exists and is not a regular file", j->out);
 	if (is_input_file(j, j->out))
