@@ -275,6 +275,30 @@ fake_poros() {
 	[ -s $OUT/runs/resident_tiny_llama_bf16/adapter/adapter_model.safetensors ]
 }
 
+@test "poros train says the CPU backend once, up front, and gives each run --backend cpu" {
+	run -0 --separate-stderr fake_poros train "$SPEC"
+	[ "$(grep -c '^poros: no CUDA device: CPU backend$' <<< "$stderr")" -eq 1 ]
+	[ "$(grep -n 'no CUDA device' <<< "$stderr" | cut -d: -f1)" -lt "$(grep -n -m1 '^poros: train ' <<< "$stderr" | cut -d: -f1)" ]
+	[ "$(grep -c -- '--backend cpu' "$FAKE_LOG")" -eq 8 ]
+	# with a device, neither the line nor the flag
+	: > "$FAKE_LOG"
+	run -0 --separate-stderr env FAKE_BACKEND=cuda POROS_TRAIN="$FAKE" poros train "$SPEC" -o out/dev
+	[[ "$stderr" != *"CPU backend"* ]]
+	run -1 grep -c -- '--backend' "$FAKE_LOG"
+}
+
+@test "real tiny CPU run on a CUDA build without a GPU: poros train says the backend once, no cudart text" {
+	nvidia-smi -L >/dev/null 2>&1 && skip "a GPU is here"
+	run -0 --separate-stderr poros-train --steps 1 --seq-len 16 --batch-size 1 --accum 1 --model poros/tiny-qwen2 --out one
+	[ "$(grep -cE '^poros-train: (no CUDA device|built without CUDA): CPU backend$' <<< "$stderr")" -eq 1 ]
+	[[ "$stderr" != *"insufficient"* ]]
+	sed 's/^  steps: 4$/  steps: 2/' "$SPEC" > one.yaml
+	run -0 --separate-stderr poros train one.yaml
+	[ "$(grep -c 'CPU backend' <<< "$stderr")" -eq 1 ]
+	[ "$(grep -c '^poros: no CUDA device: CPU backend$' <<< "$stderr")" -eq 1 ]
+	[[ "$stderr" != *"insufficient"* ]]
+}
+
 @test "poros parity trains both schedules per model and precision and appends parity.jsonl" {
 	run -0 --separate-stderr fake_poros parity "$SPEC"
 	# one line per pair on the terminal, the records in parity.jsonl alone
