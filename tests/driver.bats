@@ -159,6 +159,21 @@ fake_poros() {
 	[ "$(cat $OUT/.lock)" = 12345 ]
 }
 
+@test "the driver's reports name each artifact file they used, and each stale results line they left out" {
+	fake_poros bench run "$SPEC" 2>/dev/null
+	sed 's/block_size: 2/block_size: 1/' "$SPEC" > blocks.yaml
+	fake_poros bench run blocks.yaml 2>/dev/null
+	run -0 sed -n '/^## Artifacts$/,/^\\\* Fits on/p' $OUT/report.md
+	[[ "$output" == *$'Used: 8, held against out/driver\\_test/spec.json.\n'* ]]
+	# each used artifact is its file in the output directory, never a temporary
+	[ "$(grep -c '^- \*\*[a-z_0-9\\]*:\*\* out/driver\\_test/[a-z_0-9\\]*\.json, finished ' <<< "$output")" -eq 8 ]
+	[[ "$output" != *"/tmp"* && "$output" != *"current.jsonl"* ]]
+	# the first run's lines of the four poros cells: stale; the resident cells' lines are the same runs as their files
+	[[ "$output" == *$'\nIgnored: 4.\n'* ]]
+	[ "$(grep -c '^- \*\*poros\\_tiny\\_[a-z0-9]*\\_[a-z0-9]*:\*\* out/driver\\_test/results.jsonl:[1-8]: stale config\\_hash' <<< "$output")" -eq 4 ]
+	grep -F '4 artifacts of the input ignored' $OUT/report.html
+}
+
 @test "a cell that failed runs again next time, the others do not" {
 	run -0 --separate-stderr env FAKE_FAIL_CELL=poros_tiny_llama_bf16 POROS_TRAIN="$FAKE" poros bench run "$SPEC"
 	jq -e -s 'map(select(.cell_id == "poros_tiny_llama_bf16")) | length == 1 and .[0].status == "error"' $OUT/results.jsonl

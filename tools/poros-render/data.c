@@ -122,12 +122,23 @@ static char *not_current(const struct report *r, const struct artifact *a)
 	return NULL;
 }
 
+/* True when obj is the run an artifact that finished at finished with
+ * config_hash hash recorded: the same finished_at and config_hash. */
+static int same_run(const cJSON *obj, const char *finished, const char *hash)
+{
+	const cJSON *fin = cJSON_GetObjectItemCaseSensitive(obj, "finished_at");
+	const cJSON *h = cJSON_GetObjectItemCaseSensitive(obj, "config_hash");
+
+	return cJSON_IsString(fin) && strcmp(fin->valuestring, finished) == 0 &&
+	       (cJSON_IsString(h) ? strcmp(h->valuestring, hash) == 0 : hash[0] == '\0');
+}
+
 /* An artifact into the results, unless the spec sets it aside; one that
  * replaces, or loses to, another run of its cell is named as superseded. */
 static int artifact_add(struct report *r, const cJSON *obj, const char *source, long line, char *err, size_t errsz)
 {
 	const struct result_entry *had, *now;
-	char *had_at = NULL, had_finished[40] = "", *why;
+	char *had_at = NULL, had_finished[40] = "", had_hash[CELL_HASH_LEN + 1] = "", *why;
 	int rc;
 
 	if (r->spec != NULL) {
@@ -150,8 +161,14 @@ static int artifact_add(struct report *r, const cJSON *obj, const char *source, 
 	if (had != NULL) {
 		had_at = where(had->source, had->line);
 		snprintf(had_finished, sizeof had_finished, "%s", had->art.finished_at);
+		snprintf(had_hash, sizeof had_hash, "%s", had->art.config_hash);
 	}
 	rc = results_add(&r->results, obj, source, line, err, errsz);
+	if (rc == 0 && had_at != NULL && same_run(obj, had_finished, had_hash)) {
+		/* one run read twice (its results.jsonl line and its artifact file): not a second run */
+		free(had_at);
+		return 0;
+	}
 	if (rc == 0 && had_at != NULL) {
 		char *at = where(source, line);
 
@@ -405,12 +422,59 @@ int report_spec_hashes(const struct report *r)
 	return cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(r->spec, "config_hashes"));
 }
 
+/* Where cell_id stands among the spec's cells (the spec's length when it
+ * is not one). */
+static int spec_index(const cJSON *cells, const char *cell_id)
+{
+	const cJSON *id;
+	int i = 0;
+
+	cJSON_ArrayForEach(id, cells) {
+		if (strcmp(id->valuestring, cell_id) == 0)
+			return i;
+		i++;
+	}
+	return i;
+}
+
+static const cJSON *order_cells;
+
+static int by_spec_order(const void *pa, const void *pb)
+{
+	int a = spec_index(order_cells, ((const struct result_entry *)pa)->art.cell_id);
+	int b = spec_index(order_cells, ((const struct result_entry *)pb)->art.cell_id);
+
+	return (a > b) - (a < b);
+}
+
 void report_spec_missing(struct report *r)
 {
-	const cJSON *cells = cJSON_GetObjectItemCaseSensitive(r->spec, "cells"), *id;
+	const cJSON *cells = cJSON_GetObjectItemCaseSensitive(r->spec, "cells"), *id, *m;
 
 	if (r->spec == NULL)
 		return;
+	/* the rows in spec order, each model named as the spec names it now (as poros-merge --spec) */
+	order_cells = cells;
+	if (r->results.n > 1)
+		qsort(r->results.e, (size_t)r->results.n, sizeof *r->results.e, by_spec_order);
+	order_cells = NULL;
+	results_reindex(&r->results);
+	cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(r->spec, "models")) {
+		const cJSON *arch = cJSON_GetObjectItemCaseSensitive(m, "arch");
+		const cJSON *name = cJSON_GetObjectItemCaseSensitive(m, "display_name");
+
+		if (!cJSON_IsString(arch) || !cJSON_IsString(name))
+			continue;
+		for (int i = 0; i < r->results.n; i++) {
+			struct cell *c = &r->results.e[i].art.cell;
+
+			if (c->model.arch && strcmp(c->model.arch, arch->valuestring) == 0 &&
+			    (c->model.display_name == NULL || strcmp(c->model.display_name, name->valuestring) != 0)) {
+				free(c->model.display_name);
+				c->model.display_name = xstrdup(name->valuestring);
+			}
+		}
+	}
 	r->missing = xcalloc((size_t)cJSON_GetArraySize(cells) + 1, sizeof *r->missing);
 	cJSON_ArrayForEach(id, cells) {
 		r->spec_cells++;

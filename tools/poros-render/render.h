@@ -68,8 +68,10 @@ int report_use_spec(struct report *r, const char *spec, char *err, size_t errsz)
 /* True when the spec.json held against has config_hashes (one of an older
  * poros-expand has only the cells). */
 int report_spec_hashes(const struct report *r);
-/* Keeps the spec's cells without a current artifact in r->missing; call
- * once every input is read (nothing without a spec). */
+/* Puts the results in the spec's cell order, names each model as the
+ * spec names it now (its display_name may have changed: not part of the
+ * config_hash), and keeps the spec's cells without a current artifact in
+ * r->missing; call once every input is read (nothing without a spec). */
 void report_spec_missing(struct report *r);
 /* The spec.json of the one input, when it is a directory that holds one
  * (poros-expand writes it beside the artifacts): a new string, or NULL. */
