@@ -159,6 +159,21 @@ fake_poros() {
 	[ "$(cat $OUT/.lock)" = 12345 ]
 }
 
+@test "the driver's reports name each artifact file they used, and each stale results line they left out" {
+	fake_poros bench run "$SPEC" 2>/dev/null
+	sed 's/block_size: 2/block_size: 1/' "$SPEC" > blocks.yaml
+	fake_poros bench run blocks.yaml 2>/dev/null
+	run -0 sed -n '/^## Artifacts$/,/^\\\* Fits on/p' $OUT/report.md
+	[[ "$output" == *$'Used: 8, held against out/driver\\_test/spec.json.\n'* ]]
+	# each used artifact is its file in the output directory, never a temporary
+	[ "$(grep -c '^- \*\*[a-z_0-9\\]*:\*\* out/driver\\_test/[a-z_0-9\\]*\.json, finished ' <<< "$output")" -eq 8 ]
+	[[ "$output" != *"/tmp"* && "$output" != *"current.jsonl"* ]]
+	# the first run's lines of the four poros cells: stale; the resident cells' lines are the same runs as their files
+	[[ "$output" == *$'\nIgnored: 4.\n'* ]]
+	[ "$(grep -c '^- \*\*poros\\_tiny\\_[a-z0-9]*\\_[a-z0-9]*:\*\* out/driver\\_test/results.jsonl:[1-8]: stale config\\_hash' <<< "$output")" -eq 4 ]
+	grep -F '4 artifacts of the input ignored' $OUT/report.html
+}
+
 @test "a cell that failed runs again next time, the others do not" {
 	run -0 --separate-stderr env FAKE_FAIL_CELL=poros_tiny_llama_bf16 POROS_TRAIN="$FAKE" poros bench run "$SPEC"
 	jq -e -s 'map(select(.cell_id == "poros_tiny_llama_bf16")) | length == 1 and .[0].status == "error"' $OUT/results.jsonl
@@ -273,6 +288,30 @@ fake_poros() {
 	echo "$output" | jq -e -s 'all(.[]; .schema == "poros.summary/1" and .status == "ok")'
 	[ -s $OUT/runs/poros_tiny_qwen2_nf4/events.jsonl ]
 	[ -s $OUT/runs/resident_tiny_llama_bf16/adapter/adapter_model.safetensors ]
+}
+
+@test "poros train says the CPU backend once, up front, and gives each run --backend cpu" {
+	run -0 --separate-stderr fake_poros train "$SPEC"
+	[ "$(grep -c '^poros: no CUDA device: CPU backend$' <<< "$stderr")" -eq 1 ]
+	[ "$(grep -n 'no CUDA device' <<< "$stderr" | cut -d: -f1)" -lt "$(grep -n -m1 '^poros: train ' <<< "$stderr" | cut -d: -f1)" ]
+	[ "$(grep -c -- '--backend cpu' "$FAKE_LOG")" -eq 8 ]
+	# with a device, neither the line nor the flag
+	: > "$FAKE_LOG"
+	run -0 --separate-stderr env FAKE_BACKEND=cuda POROS_TRAIN="$FAKE" poros train "$SPEC" -o out/dev
+	[[ "$stderr" != *"CPU backend"* ]]
+	run -1 grep -c -- '--backend' "$FAKE_LOG"
+}
+
+@test "real tiny CPU run on a CUDA build without a GPU: poros train says the backend once, no cudart text" {
+	nvidia-smi -L >/dev/null 2>&1 && skip "a GPU is here"
+	run -0 --separate-stderr poros-train --steps 1 --seq-len 16 --batch-size 1 --accum 1 --model poros/tiny-qwen2 --out one
+	[ "$(grep -cE '^poros-train: (no CUDA device|built without CUDA): CPU backend$' <<< "$stderr")" -eq 1 ]
+	[[ "$stderr" != *"insufficient"* ]]
+	sed 's/^  steps: 4$/  steps: 2/' "$SPEC" > one.yaml
+	run -0 --separate-stderr poros train one.yaml
+	[ "$(grep -c 'CPU backend' <<< "$stderr")" -eq 1 ]
+	[ "$(grep -c '^poros: no CUDA device: CPU backend$' <<< "$stderr")" -eq 1 ]
+	[[ "$stderr" != *"insufficient"* ]]
 }
 
 @test "poros parity trains both schedules per model and precision and appends parity.jsonl" {

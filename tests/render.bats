@@ -545,8 +545,11 @@ png_width() {
 	jq -c '.finished_at = "2026-11-30T00:00:00Z" | .metrics.s_per_step += 100000' many.jsonl > rerun.jsonl
 	poros-render --md many.jsonl rerun.jsonl > report.md
 	[ "$(grep -c ' | nf4 | \*\*ok\*\* | ' report.md)" -eq 1500 ]
-	# 300 models, and the Spec, Parity and Environment sections
-	[ "$(grep -c '^## ' report.md)" -eq 303 ]
+	# 300 models, and the Spec, Parity, Environment and Artifacts sections
+	[ "$(grep -c '^## ' report.md)" -eq 304 ]
+	# each first run is named as superseded by its rerun
+	grep -qx 'Ignored: 1500.' report.md
+	grep -qF -- '- **poros\_m0\_nf4:** many.jsonl:1: superseded by a newer run of its cell (rerun.jsonl:1, finished 2026-11-30T00:00:00Z)' report.md
 	# every row is the rerun's (s/step 100000 and up), none the first run's
 	[ "$(grep ' | nf4 | \*\*ok\*\* | ' report.md | awk -F'|' '$9 + 0 < 100000' | wc -l)" -eq 0 ]
 }
@@ -554,7 +557,7 @@ png_width() {
 @test "--spec names the spec's cells with no artifact as not measured, in both formats" {
 	make_results
 	ids=$(jq -r .cell_id results.jsonl | jq -R . | jq -s -c '. + ["resident_tiny_qwen2_bf16", "peft_tiny_qwen2_bf16"]')
-	jq -n --argjson c "$ids" '{schema: "poros.spec/1", spec_id: "t", cells: $c}' > spec.json
+	jq -n --argjson c "$ids" '{schema: "poros.spec/1", spec_id: "tiny", cells: $c}' > spec.json
 	run -0 poros-render --md --spec spec.json results.jsonl
 	[[ "$output" == *'**2 of the spec'"'"'s 7 cells not measured**'* ]]
 	[[ "$output" == *'- resident\_tiny\_qwen2\_bf16 **not measured**: a cell of the spec with no current artifact'* ]]
@@ -572,4 +575,37 @@ png_width() {
 	run -2 --separate-stderr poros-render --md -o r.md --spec nocells.json results.jsonl
 	[[ "$stderr" == *'nocells.json: not a spec.json of poros-expand (no "cells" list)' ]]
 	[ ! -e r.md ]
+}
+
+@test "the report names the artifacts it used and those it ignored, and why (both formats)" {
+	# the README pipeline twice into one directory: the second run, of a
+	# changed spec, measures one cell only; a third spec's cell lands there too
+	sed 's/^  steps: 4$/  steps: 3/' "$POROS_ROOT/tests/fixtures/driver/two_models.yaml" > s.yaml
+	poros-expand s.yaml | grep -E '/poros_tiny_qwen2_(nf4|bf16)\.json$' | xargs poros-arm > /dev/null
+	sed -i 's/^  steps: 3$/  steps: 2/' s.yaml
+	poros-expand s.yaml | grep '/poros_tiny_qwen2_nf4\.json$' | xargs poros-arm > /dev/null
+	dir=out/driver_test
+	jq -c '.cell.spec_id = "other" | .cell_id = "peft_tiny_qwen2_nf4" | .cell.cell_id = .cell_id
+		| .cell.method = "peft" | .method = "peft"' $dir/poros_tiny_qwen2_nf4.json > $dir/peft_tiny_qwen2_nf4.json
+	run -0 --separate-stderr poros-render --md $dir
+	[[ "$output" == *'**2 artifacts of the input ignored** (see Artifacts)'* ]]
+	[[ "$output" == *$'## Artifacts\n\nUsed: 1, held against out/driver\\_test/spec.json.\n\n- **poros\\_tiny\\_qwen2\\_nf4:** out/driver\\_test/poros\\_tiny\\_qwen2\\_nf4.json, finished '* ]]
+	[[ "$output" == *$'\nIgnored: 2.\n'* ]]
+	[[ "$output" == *'- **peft\_tiny\_qwen2\_nf4:** out/driver\_test/peft\_tiny\_qwen2\_nf4.json: other spec (spec\_id "other", not "driver\_test")'* ]]
+	[[ "$output" =~ '- **poros\_tiny\_qwen2\_bf16:** out/driver\_test/poros\_tiny\_qwen2\_bf16.json: stale config\_hash (sha256:'[0-9a-f]{12}'..., the spec'"'"'s is sha256:'[0-9a-f]{12}'...): its cell'"'"'s configuration changed' ]]
+	# the stale cell is not in the tables; the spec's cells without a current artifact are not measured
+	[[ "$output" != *'| bf16 | **ok**'* ]]
+	[[ "$output" == *'- poros\_tiny\_qwen2\_bf16 **not measured**'* ]]
+	poros-render --html -o report.html $dir
+	section artifacts | grep -F '<dt>poros_tiny_qwen2_nf4</dt><dd><code>out&#47;driver_test&#47;poros_tiny_qwen2_nf4.json</code>, finished '
+	section artifacts | grep -F '<p class="flag">Ignored: 2.</p>'
+	section artifacts | grep -F '<dt>poros_tiny_qwen2_bf16</dt><dd><code>out&#47;driver_test&#47;poros_tiny_qwen2_bf16.json</code>: stale config_hash'
+	grep -F '2 artifacts of the input ignored' report.html
+	# files given one by one are not held against a spec, and say nothing of one
+	run -0 poros-render --md $dir/poros_tiny_qwen2_nf4.json $dir/poros_tiny_qwen2_bf16.json
+	[[ "$output" == *$'Used: 2.\n'* && "$output" != *'Ignored'* && "$output" != *'held against'* ]]
+	# an artifact that records no config_hash is used, and the list says it was not checked
+	jq -c 'del(.config_hash)' $dir/poros_tiny_qwen2_nf4.json > legacy.jsonl
+	run -0 poros-render --md --spec $dir/spec.json legacy.jsonl
+	[[ "$output" == *"legacy.jsonl:1, finished "*" (it records no config_hash: not checked against the spec's)"* ]]
 }

@@ -88,7 +88,18 @@ static void cuda_shutdown(void)
 	state.ready = 0;
 }
 
-// Creates the device state once.  Returns 0, or -1 with a reason in err.
+// True when an NVIDIA kernel driver is loaded here (Linux, or WSL's GPU
+// bridge).  Without one, cudart's complaint is about an absent driver (it
+// reads "CUDA driver version is insufficient"), and the plain fact is
+// that there is no device.
+static int nvidia_driver_loaded(void)
+{
+	return access("/proc/driver/nvidia/version", F_OK) == 0 || access("/dev/dxg", F_OK) == 0;
+}
+
+// Creates the device state once.  Returns 0, or -1 with a reason in err:
+// "no CUDA device" when the machine has none (no driver, or a driver that
+// sees no GPU), else cudart's reason.
 static int cuda_init(char *err, size_t errsz)
 {
 	if (state.ready)
@@ -96,10 +107,10 @@ static int cuda_init(char *err, size_t errsz)
 	int count = 0;
 	cudaError_t e = cudaGetDeviceCount(&count);
 	if (e != cudaSuccess || count == 0) {
-		if (e != cudaSuccess)
-			snprintf(err, errsz, "no CUDA device (%s)", cudaGetErrorString(e));
-		else
+		if (e == cudaSuccess || e == cudaErrorNoDevice || !nvidia_driver_loaded())
 			snprintf(err, errsz, "no CUDA device");
+		else
+			snprintf(err, errsz, "CUDA device unusable (%s)", cudaGetErrorString(e));
 		cudaGetLastError(); // leave no sticky error for a later caller
 		return -1;
 	}

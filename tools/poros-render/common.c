@@ -265,6 +265,40 @@ void spec_items(struct sbuf *b, const struct report *r, const struct markup *mk)
 	sb_puts(b, mk->item_close);
 }
 
+void artifact_items(struct sbuf *b, const struct report *r, const struct markup *mk, int ignored)
+{
+	int n = ignored ? r->n_ignored : r->results.n;
+
+	for (int i = 0; i < n; i++) {
+		const char *id = ignored ? r->ignored[i].cell_id : r->results.e[i].art.cell_id;
+
+		sb_puts(b, mk->item_open);
+		mk->text(b, id);
+		sb_puts(b, mk->item_mid);
+		sb_puts(b, mk->code_open);
+		if (ignored) {
+			mk->text(b, r->ignored[i].source);
+			sb_puts(b, mk->code_close);
+			sb_puts(b, ": ");
+			mk->text(b, r->ignored[i].why);
+		} else {
+			const struct result_entry *e = &r->results.e[i];
+
+			mk->text(b, e->source);
+			if (e->line > 0)
+				sb_printf(b, ":%ld", e->line);
+			sb_puts(b, mk->code_close);
+			sb_puts(b, ", finished ");
+			mk->text(b, e->art.finished_at);
+			if (r->spec != NULL && (e->art.config_hash[0] == '\0' || !report_spec_hashes(r)))
+				mk_muted(b, mk, e->art.config_hash[0] == '\0'
+				                    ? " (it records no config_hash: not checked against the spec's)"
+				                    : " (the spec has no config_hashes: not checked)");
+		}
+		sb_puts(b, mk->item_close);
+	}
+}
+
 /* --- the parity table ----------------------------------------------------------- */
 
 void parity_label(struct sbuf *b, const struct parity_row *row, escape_fn text)
@@ -446,5 +480,8 @@ void report_stamp(struct sbuf *b, const struct report *r, const struct markup *m
 	mk->text(b, last);
 	sb_printf(b, "; commit %s%s%s; config %s%s%s", mk->code_open, sha.s, mk->code_close, mk->code_open, hash,
 	          mk->code_close);
+	if (r->n_ignored > 0)
+		sb_printf(b, "; %s%d artifact%s of the input ignored%s (see Artifacts)", mk->warn_open, r->n_ignored,
+		          r->n_ignored == 1 ? "" : "s", mk->warn_close);
 	sb_free(&sha);
 }

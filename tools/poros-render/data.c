@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "cell_hash.h"
 #include "jsonl.h"
 #include "util.h"
 
@@ -31,6 +33,13 @@ void report_free(struct report *r)
 	for (int i = 0; i < r->n_missing; i++)
 		free(r->missing[i]);
 	free(r->missing);
+	for (int i = 0; i < r->n_ignored; i++) {
+		free(r->ignored[i].source);
+		free(r->ignored[i].cell_id);
+		free(r->ignored[i].why);
+	}
+	free(r->ignored);
+	cJSON_Delete(r->spec);
 	results_free(&r->results);
 	memset(r, 0, sizeof *r);
 }
@@ -69,6 +78,118 @@ static int parity_add(struct report *r, const cJSON *obj, char *err, size_t errs
 	return 0;
 }
 
+/* "FILE" for a file of one artifact (line 0), else "FILE:LINE". */
+static char *where(const char *source, long line)
+{
+	return line > 0 ? xasprintf("%s:%ld", source, line) : xstrdup(source);
+}
+
+static void ignore(struct report *r, char *source, const char *cell_id, char *why)
+{
+	if ((r->n_ignored & (r->n_ignored - 1)) == 0)
+		r->ignored = xrealloc(r->ignored, (size_t)(r->n_ignored ? 2 * r->n_ignored : 1) * sizeof *r->ignored);
+	r->ignored[r->n_ignored].source = source;
+	r->ignored[r->n_ignored].cell_id = xstrdup(cell_id);
+	r->ignored[r->n_ignored++].why = why;
+}
+
+/* Why the artifact a does not measure the spec's cell as it is now, or
+ * NULL when it does.  Its recorded config_hash is compared with the spec's
+ * and with the hash of the cell it carries (as poros-merge --spec does). */
+static char *not_current(const struct report *r, const struct artifact *a)
+{
+	const cJSON *id = cJSON_GetObjectItemCaseSensitive(r->spec, "spec_id");
+	const cJSON *cells = cJSON_GetObjectItemCaseSensitive(r->spec, "cells"), *c;
+	const cJSON *want = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r->spec, "config_hashes"),
+	                                                     a->cell_id);
+	char hash[CELL_HASH_LEN + 1];
+	int in_spec = 0;
+
+	if (cJSON_IsString(id) && a->cell.spec_id && strcmp(id->valuestring, a->cell.spec_id) != 0)
+		return xasprintf("other spec (spec_id \"%s\", not \"%s\")", a->cell.spec_id, id->valuestring);
+	cJSON_ArrayForEach(c, cells)
+		in_spec |= cJSON_IsString(c) && strcmp(c->valuestring, a->cell_id) == 0;
+	if (!in_spec)
+		return xstrdup("not a cell of the spec now");
+	if (a->config_hash[0] == '\0' || !report_spec_hashes(r))
+		return NULL; /* nothing to hold it against: the Artifacts list says so */
+	if (!cJSON_IsString(want) || strcmp(want->valuestring, a->config_hash) != 0)
+		return xasprintf("stale config_hash (%.19s..., the spec's is %.19s...): its cell's configuration changed",
+		                 a->config_hash, cJSON_IsString(want) ? want->valuestring : "none");
+	cell_config_hash(hash, &a->cell);
+	if (strcmp(hash, a->config_hash) != 0)
+		return xstrdup("its config_hash is not the hash of the cell it carries (another writer's)");
+	return NULL;
+}
+
+/* True when obj is the run an artifact that finished at finished with
+ * config_hash hash recorded: the same finished_at and config_hash. */
+static int same_run(const cJSON *obj, const char *finished, const char *hash)
+{
+	const cJSON *fin = cJSON_GetObjectItemCaseSensitive(obj, "finished_at");
+	const cJSON *h = cJSON_GetObjectItemCaseSensitive(obj, "config_hash");
+
+	return cJSON_IsString(fin) && strcmp(fin->valuestring, finished) == 0 &&
+	       (cJSON_IsString(h) ? strcmp(h->valuestring, hash) == 0 : hash[0] == '\0');
+}
+
+/* An artifact into the results, unless the spec sets it aside; one that
+ * replaces, or loses to, another run of its cell is named as superseded. */
+static int artifact_add(struct report *r, const cJSON *obj, const char *source, long line, char *err, size_t errsz)
+{
+	const struct result_entry *had, *now;
+	char *had_at = NULL, had_finished[40] = "", had_hash[CELL_HASH_LEN + 1] = "", *why;
+	int rc;
+
+	if (r->spec != NULL) {
+		struct artifact a;
+
+		artifact_init(&a);
+		if (artifact_from_json(&a, obj, err, errsz) < 0)
+			return -1;
+		why = not_current(r, &a);
+		if (why != NULL)
+			ignore(r, where(source, line), a.cell_id, why);
+		artifact_free(&a);
+		if (why != NULL)
+			return 0;
+	}
+	{
+		const cJSON *id = cJSON_GetObjectItemCaseSensitive(obj, "cell_id");
+		had = cJSON_IsString(id) ? results_find(&r->results, id->valuestring) : NULL;
+	}
+	if (had != NULL) {
+		had_at = where(had->source, had->line);
+		snprintf(had_finished, sizeof had_finished, "%s", had->art.finished_at);
+		snprintf(had_hash, sizeof had_hash, "%s", had->art.config_hash);
+	}
+	rc = results_add(&r->results, obj, source, line, err, errsz);
+	if (rc == 0 && had_at != NULL && same_run(obj, had_finished, had_hash)) {
+		/* one run read twice (its results.jsonl line and its artifact file): not a second run */
+		free(had_at);
+		return 0;
+	}
+	if (rc == 0 && had_at != NULL) {
+		char *at = where(source, line);
+
+		now = results_find(&r->results, had->art.cell_id);
+		if (now->line == line && strcmp(now->source, source) == 0) {
+			ignore(r, had_at, now->art.cell_id,
+			       xasprintf("superseded by a newer run of its cell (%s, finished %s)", at, now->art.finished_at));
+			free(at);
+		} else {
+			const cJSON *fin = cJSON_GetObjectItemCaseSensitive(obj, "finished_at");
+			ignore(r, at, now->art.cell_id,
+			       xasprintf("superseded by a newer run of its cell (%s, finished %s; this one %s)", had_at,
+			                 had_finished, cJSON_IsString(fin) ? fin->valuestring : "?"));
+			free(had_at);
+		}
+		had_at = NULL;
+	}
+	free(had_at);
+	return rc;
+}
+
 int report_record(void *ctx, const cJSON *obj, const char *source, long line, char *err, size_t errsz)
 {
 	struct report *r = ctx;
@@ -77,7 +198,7 @@ int report_record(void *ctx, const cJSON *obj, const char *source, long line, ch
 	if (cJSON_IsString(schema) && strcmp(schema->valuestring, PARITY_SCHEMA) == 0)
 		return parity_add(r, obj, err, errsz);
 	if (report_is_artifact(obj))
-		return results_add(&r->results, obj, source, line, err, errsz);
+		return artifact_add(r, obj, source, line, err, errsz);
 	snprintf(err, errsz, "neither a run artifact nor a parity record (schema %s%.60s%s)",
 	         cJSON_IsString(schema) ? "\"" : "", cJSON_IsString(schema) ? schema->valuestring : "missing",
 	         cJSON_IsString(schema) ? "\"" : "");
@@ -268,7 +389,7 @@ int load_losses(const struct result_entry *e, const char *key, double *step, dou
 	return k;
 }
 
-int report_spec_cells(struct report *r, const char *spec, char *err, size_t errsz)
+int report_use_spec(struct report *r, const char *spec, char *err, size_t errsz)
 {
 	size_t len;
 	char *text = read_whole_file(spec, &len);
@@ -285,16 +406,93 @@ int report_spec_cells(struct report *r, const char *spec, char *err, size_t errs
 		cJSON_Delete(root);
 		return set_error(err, errsz, "%s: not a spec.json of poros-expand (no \"cells\" list)", spec);
 	}
-	r->missing = xcalloc((size_t)cJSON_GetArraySize(cells) + 1, sizeof *r->missing);
 	cJSON_ArrayForEach(id, cells) {
 		if (!cJSON_IsString(id)) {
 			cJSON_Delete(root);
 			return set_error(err, errsz, "%s: \"cells\" holds a non-string", spec);
 		}
+	}
+	r->spec = root;
+	r->spec_path = spec;
+	return 0;
+}
+
+int report_spec_hashes(const struct report *r)
+{
+	return cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(r->spec, "config_hashes"));
+}
+
+/* Where cell_id stands among the spec's cells (the spec's length when it
+ * is not one). */
+static int spec_index(const cJSON *cells, const char *cell_id)
+{
+	const cJSON *id;
+	int i = 0;
+
+	cJSON_ArrayForEach(id, cells) {
+		if (strcmp(id->valuestring, cell_id) == 0)
+			return i;
+		i++;
+	}
+	return i;
+}
+
+static const cJSON *order_cells;
+
+static int by_spec_order(const void *pa, const void *pb)
+{
+	int a = spec_index(order_cells, ((const struct result_entry *)pa)->art.cell_id);
+	int b = spec_index(order_cells, ((const struct result_entry *)pb)->art.cell_id);
+
+	return (a > b) - (a < b);
+}
+
+void report_spec_missing(struct report *r)
+{
+	const cJSON *cells = cJSON_GetObjectItemCaseSensitive(r->spec, "cells"), *id, *m;
+
+	if (r->spec == NULL)
+		return;
+	/* the rows in spec order, each model named as the spec names it now (as poros-merge --spec) */
+	order_cells = cells;
+	if (r->results.n > 1)
+		qsort(r->results.e, (size_t)r->results.n, sizeof *r->results.e, by_spec_order);
+	order_cells = NULL;
+	results_reindex(&r->results);
+	cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(r->spec, "models")) {
+		const cJSON *arch = cJSON_GetObjectItemCaseSensitive(m, "arch");
+		const cJSON *name = cJSON_GetObjectItemCaseSensitive(m, "display_name");
+
+		if (!cJSON_IsString(arch) || !cJSON_IsString(name))
+			continue;
+		for (int i = 0; i < r->results.n; i++) {
+			struct cell *c = &r->results.e[i].art.cell;
+
+			if (c->model.arch && strcmp(c->model.arch, arch->valuestring) == 0 &&
+			    (c->model.display_name == NULL || strcmp(c->model.display_name, name->valuestring) != 0)) {
+				free(c->model.display_name);
+				c->model.display_name = xstrdup(name->valuestring);
+			}
+		}
+	}
+	r->missing = xcalloc((size_t)cJSON_GetArraySize(cells) + 1, sizeof *r->missing);
+	cJSON_ArrayForEach(id, cells) {
 		r->spec_cells++;
 		if (results_find(&r->results, id->valuestring) == NULL)
 			r->missing[r->n_missing++] = xstrdup(id->valuestring);
 	}
-	cJSON_Delete(root);
-	return 0;
+}
+
+char *report_dir_spec(char *const *paths, int n)
+{
+	struct stat st;
+	char *spec;
+
+	if (n != 1 || stat(paths[0], &st) != 0 || !S_ISDIR(st.st_mode))
+		return NULL;
+	spec = xasprintf("%s/spec.json", paths[0]);
+	if (stat(spec, &st) == 0 && S_ISREG(st.st_mode))
+		return spec;
+	free(spec);
+	return NULL;
 }

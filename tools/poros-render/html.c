@@ -354,6 +354,29 @@ static void notes_section(struct sbuf *b, const struct report *r)
 	sb_puts(b, "</ul>\n</section>\n");
 }
 
+/* Which artifacts the tables are made of, and which of the input's were
+ * left out and why. */
+static void artifacts_section(struct sbuf *b, const struct report *r)
+{
+	if (r->results.n == 0 && r->n_ignored == 0)
+		return;
+	sb_printf(b, "<section id=\"artifacts\">\n<h2>Artifacts</h2>\n<p>Used: %d", r->results.n);
+	if (r->spec_path) {
+		sb_puts(b, ", held against <code>");
+		sb_html(b, r->spec_path);
+		sb_puts(b, "</code>");
+	}
+	sb_puts(b, ".</p>\n<dl class=\"spec\" id=\"used\">\n");
+	artifact_items(b, r, &html_markup, 0);
+	sb_puts(b, "</dl>\n");
+	if (r->n_ignored > 0) {
+		sb_printf(b, "<p class=\"flag\">Ignored: %d.</p>\n<dl class=\"spec\" id=\"ignored\">\n", r->n_ignored);
+		artifact_items(b, r, &html_markup, 1);
+		sb_puts(b, "</dl>\n");
+	}
+	sb_puts(b, "</section>\n");
+}
+
 void render_html(struct sbuf *b, const struct report *r)
 {
 	sb_puts(b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
@@ -392,6 +415,7 @@ void render_html(struct sbuf *b, const struct report *r)
 	if (r->results.n > 0)
 		env_section(b, r);
 	notes_section(b, r);
+	artifacts_section(b, r);
 	sb_puts(b, "<footer>\n<p>* Fits on: the smallest common card (8, 12, 16, 24, 40, 48, 80 or 141 GB) with "
 	           "more memory than poros-train's plan, made before any work and equal to its allocator's peak "
 	           "(planned), or, for an arm without a plan, than the measured peak of the training process's "

@@ -24,8 +24,9 @@ static void help(void)
 	      "  --html      report.html: inline CSS and SVG charts, no script, no external URL\n"
 	      "  --md        report.md: the same tables in Markdown\n"
 	      "  -o FILE     write FILE atomically instead of stdout\n"
-	      "  --spec SPEC.json  name the spec's cells that have no artifact in the input as\n"
-	      "              not measured (poros-expand's spec.json)\n"
+	      "  --spec SPEC.json  use only the artifacts of the spec's cells as they are now (its\n"
+	      "              config_hashes), name the others as ignored and the cells with no\n"
+	      "              artifact as not measured; a lone DIR input with a spec.json uses it\n"
 	      "  --runs-from DIR  read each cell's curves from DIR/<run_dir>/events.jsonl (the\n"
 	      "              bench's output directory) instead of beside its artifact's file\n"
 	      "  --help, --version\n"
@@ -74,6 +75,7 @@ int main(int argc, char **argv)
 	};
 	enum format format = FORMAT_NONE;
 	const char *out_path = NULL, *spec = NULL;
+	char *dir_spec = NULL;
 	char err[512];
 	struct report r;
 	struct sbuf doc;
@@ -97,17 +99,28 @@ int main(int argc, char **argv)
 		usage();
 
 	report_init(&r);
+	/* one artifact directory: held against the spec.json poros-expand wrote beside its artifacts */
+	if (spec == NULL)
+		spec = dir_spec = report_dir_spec(argv + optind, argc - optind);
+	if (dir_spec != NULL && report_use_spec(&r, dir_spec, err, sizeof err) < 0) {
+		warnmsg("%s: the artifacts are not held against a spec", err);
+		free(dir_spec);
+		spec = dir_spec = NULL;
+	}
+	if (spec != NULL && dir_spec == NULL && (spec_rc = report_use_spec(&r, spec, err, sizeof err)) < 0) {
+		warnmsg("--spec: %s", err);
+		report_free(&r);
+		free(dir_spec);
+		return spec_rc == -2 ? EXIT_RUNTIME : EXIT_USAGE;
+	}
 	status = read_inputs(&r, argv + optind, argc - optind);
 	/* An input that could not be read would make a silently partial report. */
 	if (status == EXIT_RUNTIME) {
 		report_free(&r);
+		free(dir_spec);
 		return status;
 	}
-	if (spec != NULL && (spec_rc = report_spec_cells(&r, spec, err, sizeof err)) < 0) {
-		warnmsg("--spec: %s", err);
-		report_free(&r);
-		return spec_rc == -2 ? EXIT_RUNTIME : EXIT_USAGE;
-	}
+	report_spec_missing(&r);
 	report_organize(&r);
 	sb_init(&doc);
 	if (format == FORMAT_HTML)
@@ -122,5 +135,6 @@ int main(int argc, char **argv)
 	}
 	sb_free(&doc);
 	report_free(&r);
+	free(dir_spec);
 	return status;
 }

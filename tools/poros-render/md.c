@@ -139,6 +139,27 @@ static void notes(struct sbuf *b, const struct report *r)
 	sb_puts(b, "\n");
 }
 
+/* Which artifacts the tables are made of, and which of the input's were
+ * left out and why. */
+static void artifacts_section(struct sbuf *b, const struct report *r)
+{
+	if (r->results.n == 0 && r->n_ignored == 0)
+		return;
+	sb_puts(b, "## Artifacts\n\n");
+	sb_printf(b, "Used: %d", r->results.n);
+	if (r->spec_path) {
+		sb_puts(b, ", held against ");
+		sb_md(b, r->spec_path);
+	}
+	sb_puts(b, ".\n\n");
+	artifact_items(b, r, &md_markup, 0);
+	if (r->n_ignored > 0) {
+		sb_printf(b, "\nIgnored: %d.\n\n", r->n_ignored);
+		artifact_items(b, r, &md_markup, 1);
+	}
+	sb_puts(b, "\n");
+}
+
 void render_md(struct sbuf *b, const struct report *r)
 {
 	sb_puts(b, "# Poros Bench report");
@@ -167,6 +188,7 @@ void render_md(struct sbuf *b, const struct report *r)
 	if (r->results.n > 0)
 		env_table(b, r);
 	notes(b, r);
+	artifacts_section(b, r);
 	sb_puts(b, "\\* Fits on: the smallest common card (8, 12, 16, 24, 40, 48, 80 or 141 GB) with more memory "
 	           "than poros-train's plan (planned, equal to its peak) or, without a plan, the measured peak "
 	           "(derived).\n\n"

@@ -22,8 +22,19 @@ struct parity_row {
 	const struct artifact *artifact;    /* a cell whose own parity fields are measured, or NULL */
 };
 
+/* An artifact of the input the report does not use, and why. */
+struct ignored_artifact {
+	char *source;                       /* "FILE" or "FILE:LINE" */
+	char *cell_id;
+	char *why;                          /* "superseded by ...", "stale config_hash ...", "other spec ..." */
+};
+
 struct report {
-	struct result_set results;
+	struct result_set results;          /* the artifacts the report uses (results.n of them) */
+	cJSON *spec;                        /* the spec.json the artifacts are held against, or NULL */
+	const char *spec_path;
+	int n_ignored;
+	struct ignored_artifact *ignored;   /* in the order found */
 	int n_parity;
 	struct parity *parity;              /* latest record per (arch, precision) */
 	int n_models;
@@ -47,10 +58,24 @@ int report_record(void *ctx, const cJSON *obj, const char *source, long line, ch
 /* Groups the results by model and builds the parity rows; call once every
  * input is read. */
 void report_organize(struct report *r);
-/* Reads the cell ids of spec (a poros-expand spec.json: its "cells") and keeps
- * those without an artifact in r->missing.  Call after every input is read.
- * Returns 0, -1 with err set when spec is malformed, -2 when it cannot be read. */
-int report_spec_cells(struct report *r, const char *spec, char *err, size_t errsz);
+/* Loads spec (a poros-expand spec.json) before the inputs are read: then
+ * report_record sets aside, in r->ignored with the reason, each artifact
+ * of another spec_id, of a cell the spec does not have, or whose
+ * config_hash is not the spec's for its cell (an artifact or a spec
+ * without hashes is not held against them: artifact_items says so).  Returns 0, -1 with err set
+ * when spec is malformed, -2 when it cannot be read. */
+int report_use_spec(struct report *r, const char *spec, char *err, size_t errsz);
+/* True when the spec.json held against has config_hashes (one of an older
+ * poros-expand has only the cells). */
+int report_spec_hashes(const struct report *r);
+/* Puts the results in the spec's cell order, names each model as the
+ * spec names it now (its display_name may have changed: not part of the
+ * config_hash), and keeps the spec's cells without a current artifact in
+ * r->missing; call once every input is read (nothing without a spec). */
+void report_spec_missing(struct report *r);
+/* The spec.json of the one input, when it is a directory that holds one
+ * (poros-expand writes it beside the artifacts): a new string, or NULL. */
+char *report_dir_spec(char *const *paths, int n);
 
 /* The whole page / document into out. */
 void render_html(struct sbuf *out, const struct report *r);
@@ -133,6 +158,9 @@ int env_values(struct sbuf *out, const struct report *r, const char *field, esca
 extern const char *const env_field_names[];  /* NULL-terminated, report order */
 /* The distinct spec ids of the results, ", "-joined. */
 void spec_ids(struct sbuf *b, const struct report *r, escape_fn text);
+/* Each artifact used (cell_id, where it was read, when it finished), or
+ * with ignored set each one the report left out and why, as mk's items. */
+void artifact_items(struct sbuf *b, const struct report *r, const struct markup *mk, int ignored);
 /* The spec summary's items, from the first cell (there must be one). */
 void spec_items(struct sbuf *b, const struct report *r, const struct markup *mk);
 /* A parity row's model: its display name, the record's label, or the two

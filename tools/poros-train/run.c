@@ -355,7 +355,7 @@ static const struct backend *select_backend(const struct train_config *c, char *
 	be = backend_cuda(why, sizeof why);
 	if (be == NULL && strcmp(name, "auto") == 0) {
 		if (!c->quiet)
-			warnmsg("--backend auto: %s: using the CPU backend", why);
+			warnmsg("%s: CPU backend", why);
 		return backend_cpu();
 	}
 	if (be == NULL)
