@@ -228,6 +228,10 @@ static int engine_setup(struct engine *e, const struct train_config *cfg, const 
 	e->cfg = cfg;
 	e->mc = mc;
 	e->hw = hw;
+	if (e->comm_world < 1) {
+		e->comm_world = 1;
+		e->comm_rank = 0;
+	}
 	set_dims(e);
 	e->cuda = library_bytes != 0;
 	if (library_bytes) {
@@ -250,6 +254,7 @@ static void engine_free_host(struct engine *e)
 	free(e->ckpt);
 	free(e->acts);
 	free(e->dresid);
+	gradtree_free(e);
 }
 
 int engine_plan(struct dev_alloc *plan, size_t *host_ckpt, const struct train_config *cfg,
