@@ -50,6 +50,7 @@ struct staging {
 	int32_t *pos;              /* (k,T) each token's position in its document */
 	bf16 *rows;                /* (k,T,C) the tokens' embedding rows */
 	int *n_pred;               /* (k) */
+	long long n_supervised;    /* of the step's micro-batches on every rank */
 	struct token_cursor after; /* the token source once this batch was read */
 	int step, rc;
 	char err[256];
@@ -146,6 +147,7 @@ struct engine {
 	 * micro-batch (L of them); NULL otherwise */
 	struct layer_act *acts;
 	float *h_losses;           /* host (k,T) */
+	float *h_losses_all;       /* host (world,k,T): every rank's, world > 1 */
 
 	/* timing: events recorded into spans, read back after the step */
 	struct backend_event *step_begin;

@@ -75,8 +75,9 @@ void gradtree_init(struct engine *e, int rank, int world)
 			t->max_pieces = np;
 	}
 	counter_pieces(t->first, e->k, start, size, &t->depth);
-	t->all_start = xcalloc((size_t)world * t->max_pieces, sizeof *t->all_start);
-	t->all_size = xcalloc((size_t)world * t->max_pieces, sizeof *t->all_size);
+	/* the last rank's counter stacks up to its depth past its pieces */
+	t->all_start = xcalloc((size_t)world * t->max_pieces + GRADTREE_MAX_PIECES, sizeof *t->all_start);
+	t->all_size = xcalloc((size_t)world * t->max_pieces + GRADTREE_MAX_PIECES, sizeof *t->all_size);
 	t->all_buf = xcalloc((size_t)world * t->max_pieces, sizeof *t->all_buf);
 	/* a region: the whole adapter, or in blockwise mode its largest layer */
 	t->cap = e->lora.total;

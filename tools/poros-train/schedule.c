@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "comm.h"
 #include "util.h"
 
 /* --- timing spans ---------------------------------------------------------- */
@@ -126,7 +127,8 @@ static void layer_recompute_backward(struct engine *e, const struct layer_view *
 static void pass_failed(struct engine *e)
 {
 	if (!e->err[0])
-		snprintf(e->err, sizeof e->err, "the gradient exchange between ranks failed");
+		snprintf(e->err, sizeof e->err, "the gradient exchange between ranks failed: %s",
+		         e->comm ? comm_error(e->comm) : "no communicator");
 }
 
 /* --- resident -------------------------------------------------------------- */

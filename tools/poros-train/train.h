@@ -38,6 +38,10 @@ struct train_config {
 	int profile;             /* POROS_PROFILE: device time per op category */
 	int mlp_chunk;           /* POROS_MLP_CHUNK: MLP rows per chunk; 0: MLP_CHUNK_TOKENS (layer.h) */
 	long long mem_available; /* POROS_MEM_AVAILABLE: bytes the host checks take as available; 0: MemAvailable */
+	/* data parallel (run.c opens it; comm.h): this process's rank among
+	 * ranks (1: alone); only rank 0 writes the run directory and stdout */
+	struct comm *comm;
+	int rank, ranks;
 	int attn_ckpt;           /* POROS_ATTN_CKPT: blockwise keeps each layer's attention output for its
 	                            recomputation (1), or runs it again (0); ATTN_CKPT_AUTO (unset): 1 where
 	                            the host has the memory, which run.c decides (the engine takes it as 1) */
