@@ -83,9 +83,9 @@ int comm_open(struct comm **out, enum comm_kind kind, int cuda, char *err, size_
 	if (kind == COMM_SINGLE)
 		return 0;
 	if (kind == COMM_MPI && cuda)
-		return set_error(err, errsz, "--comm mpi carries CPU buffers: the cuda backend needs --comm nccl");
+		return set_error(err, errsz, "POROS_COMM=mpi carries CPU buffers: the cuda backend needs POROS_COMM=nccl");
 	if (kind == COMM_NCCL && !cuda)
-		return set_error(err, errsz, "--comm nccl carries device buffers: the cpu backend needs --comm mpi");
+		return set_error(err, errsz, "POROS_COMM=nccl carries device buffers: the cpu backend needs POROS_COMM=mpi");
 	return open_plugin(c, kind == COMM_NCCL ? "poros-comm-nccl.so" : "poros-comm-mpi.so", err, errsz);
 }
 

@@ -1,0 +1,130 @@
+#!/usr/bin/env bats
+# poros-train over ranks (mpirun, the CPU backend over MPI): N ranks with
+# accumulation k give the bits of one process with accumulation N x k,
+# checkpoints move between rank counts that cut the same global batch, and
+# a rank that dies ends the others.
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+	load test_helper/common-setup
+	_common_setup
+	command -v mpirun >/dev/null || skip "mpirun is not installed (make deps: openmpi-bin)"
+	[ -f "$POROS_ROOT/lib/poros/poros-comm-mpi.so" ] || skip "the MPI plugin is not built (make deps all)"
+	# the CI machine runs as root
+	export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+	# dropout, warmup, a decaying schedule and clipping: every part of a
+	# step that depends on the global batch is in play
+	RUN=(--backend cpu --seq-len 32 --batch-size 2 --rank 4 --alpha 8 --dropout 0.1 --lr 5e-3
+	     --lr-schedule cosine --warmup 1 --max-grad-norm 0.5 --quiet)
+	ADAPTER=adapter/adapter_model.safetensors
+}
+
+# the rows that must agree bit for bit
+rows() {
+	jq -c '[.step, .loss, .lr, .grad_norm, .tokens, .tokens_supervised]' "$1/events.jsonl"
+}
+
+# ranks N K ARGS...: N ranks with accumulation K against one process with
+# accumulation N*K, adapter and rows
+ranks_equal_one() {
+	local n=$1 k=$2
+	shift 2
+	poros-train "${RUN[@]}" --accum $((n * k)) --out one "$@" >one.json
+	mpirun --oversubscribe -np "$n" poros-train "${RUN[@]}" --accum "$k" --out many "$@" >many.json
+	cmp one/$ADAPTER many/$ADAPTER
+	diff <(rows one) <(rows many)
+	# rank 0 alone writes stdout: one summary line
+	[ "$(wc -l <many.json)" -eq 1 ]
+	jq -e '.status == "ok"' many.json
+	# the runs learned something: the comparison is not of equal numbers
+	[ "$(jq -r .loss one/events.jsonl | sort -u | wc -l)" -eq "$(wc -l <one/events.jsonl)" ]
+}
+
+@test "2 ranks x accum 2 are one process with accum 4, blockwise nf4, bit for bit" {
+	ranks_equal_one 2 2 --model poros/tiny-qwen2 --precision nf4 --block-size 2 --steps 3
+}
+
+@test "3 ranks x accum 1 are one process with accum 3, resident bf16, bit for bit" {
+	ranks_equal_one 3 1 --model poros/tiny-llama --precision bf16 --mode resident --steps 3
+}
+
+@test "2 ranks x accum 3 are one process with accum 6, qk-norm, packed documents, bit for bit" {
+	for d in 1 2 3 4 5 6 7; do
+		jq -cn --argjson d "$d" '{input_ids: [range(0; 20 + $d * 3) | (. * 7 + $d * 13) % 250]}'
+	done >docs.jsonl
+	ranks_equal_one 2 3 --model poros/tiny-qwen3 --precision nf4 --steps 3 --dataset docs.jsonl
+}
+
+@test "a 2-rank checkpoint resumes on 1 rank with the same global batch, and the other way" {
+	local m=(--model poros/tiny-qwen2 --precision nf4 --steps 4)
+	poros-train "${RUN[@]}" "${m[@]}" --accum 4 --out full >full.json
+	mpirun -np 2 poros-train "${RUN[@]}" "${m[@]}" --accum 2 --save-every 2 --out two >two.json
+	[ -d two/checkpoint-step2 ]
+	poros-train "${RUN[@]}" "${m[@]}" --accum 4 --resume two/checkpoint-step2 --out on1 >on1.json
+	cmp full/$ADAPTER on1/$ADAPTER
+	diff <(rows full) <(rows on1)
+	poros-train "${RUN[@]}" "${m[@]}" --accum 4 --save-every 2 --out one >one.json
+	mpirun -np 2 poros-train "${RUN[@]}" "${m[@]}" --accum 2 --resume one/checkpoint-step2 --out on2 >on2.json
+	cmp full/$ADAPTER on2/$ADAPTER
+	diff <(rows full) <(rows on2)
+}
+
+@test "a checkpoint does not resume on ranks that cut another global batch" {
+	local m=(--model poros/tiny-qwen2 --steps 3)
+	mpirun -np 2 poros-train "${RUN[@]}" "${m[@]}" --accum 2 --save-every 1 --out two >two.json
+	run -2 --separate-stderr poros-train "${RUN[@]}" "${m[@]}" --accum 2 --resume two/checkpoint-step1 --out one
+	[ -z "$output" ]
+	[[ "$stderr" == *accum* ]]
+}
+
+@test "a rank killed mid-run ends the others within seconds, naming it; --resume continues" {
+	local m=(--model poros/tiny-qwen2 --steps 60 --save-every 1)
+	mpirun -np 2 poros-train "${RUN[@]}" "${m[@]}" --accum 1 --out run >run.json 2>run.err &
+	local launcher=$! victim="" t0
+	# rank 1's process: a child of the launcher whose environment says so
+	for _ in $(seq 300); do
+		if [ -s run/events.jsonl ] && [ "$(wc -l <run/events.jsonl)" -ge 2 ]; then
+			for p in $(pgrep -P "$launcher"); do
+				tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$p
+			done
+			[ -n "$victim" ] && break
+		fi
+		sleep 0.1
+	done
+	[ -n "$victim" ]
+	t0=$(date +%s)
+	kill -KILL "$victim"
+	local rc=0
+	wait "$launcher" || rc=$?
+	[ "$rc" -ne 0 ]
+	[ $(($(date +%s) - t0)) -le 10 ]
+	grep -q "rank 1" run.err
+	# nothing is left holding the run directory: a rerun resumes there
+	local last
+	last=$(ls -d run/checkpoint-step* | sed 's/.*step//' | sort -n | tail -1)
+	[ "$last" -ge 1 ]
+	[ "$last" -lt 60 ]
+	mpirun -np 2 poros-train "${RUN[@]}" "${m[@]}" --accum 1 --resume "run/checkpoint-step$last" --out run >rerun.json
+	jq -e '.status == "ok" and .steps == 60' rerun.json
+	[ "$(wc -l <run/events.jsonl)" -eq 60 ]
+}
+
+@test "POROS_COMM=mpi with no plugin is a clear error, exit 2" {
+	run -2 --separate-stderr env POROS_COMM=mpi POROS_COMM_PLUGIN=/nonexistent/poros-comm-mpi.so \
+		poros-train "${RUN[@]}" --model poros/tiny-qwen2 --steps 1 --out x
+	[ -z "$output" ]
+	[[ "$stderr" == *"the data-parallel plugin /nonexistent/poros-comm-mpi.so cannot be loaded"* ]]
+	[ ! -e x/events.jsonl ]
+}
+
+@test "POROS_COMM with an unknown value is refused by name" {
+	run -2 --separate-stderr env POROS_COMM=carrier-pigeon poros-train "${RUN[@]}" --model poros/tiny-qwen2 \
+		--steps 1 --out x
+	[[ "$stderr" == *'POROS_COMM: unknown value "carrier-pigeon" (expected one of: auto, single, mpi, nccl)'* ]]
+}
+
+@test "POROS_COMM=nccl on the cpu backend is refused: NCCL carries device buffers" {
+	run -2 --separate-stderr env POROS_COMM=nccl poros-train "${RUN[@]}" --model poros/tiny-qwen2 --steps 1 --out x
+	[[ "$stderr" == *"POROS_COMM=nccl carries device buffers"* ]]
+}
