@@ -22,6 +22,58 @@ int comm_env_launched(void)
 	return getenv("OMPI_COMM_WORLD_SIZE") != NULL || getenv("PMIX_RANK") != NULL || getenv("PMI_RANK") != NULL;
 }
 
+/* The rank's index among the ranks of its host, from the launcher; -1:
+ * none said. */
+static int local_rank(void)
+{
+	static const char *const vars[] = { "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
+	                                    "LOCAL_RANK" };
+
+	for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+		const char *v = getenv(vars[i]);
+		char *end;
+		long n;
+
+		if (v == NULL || *v == '\0')
+			continue;
+		n = strtol(v, &end, 10);
+		if (*end == '\0' && n >= 0 && n < 65536)
+			return (int)n;
+	}
+	return -1;
+}
+
+int comm_bind_local_device(char *err, size_t errsz)
+{
+	const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+	int lr = local_rank();
+	char pick[64];
+
+	if (lr < 0)
+		return 0;
+	if (vis == NULL) {
+		snprintf(pick, sizeof pick, "%d", lr);
+	} else { /* the lr-th of the listed devices */
+		const char *p = vis;
+		size_t len;
+
+		for (int i = 0; i < lr && p; i++) {
+			p = strchr(p, ',');
+			if (p)
+				p++;
+		}
+		if (p == NULL || *p == '\0')
+			return set_error(err, errsz, "local rank %d: CUDA_VISIBLE_DEVICES=%s lists fewer devices", lr, vis);
+		len = strcspn(p, ",");
+		if (len >= sizeof pick)
+			return set_error(err, errsz, "CUDA_VISIBLE_DEVICES: entry too long");
+		memcpy(pick, p, len);
+		pick[len] = '\0';
+	}
+	setenv("CUDA_VISIBLE_DEVICES", pick, 1);
+	return 0;
+}
+
 /* The plugin's path: $POROS_COMM_PLUGIN, else lib/poros/<file> beside the
  * executable's bin/ (the build tree and `make install` alike). */
 static int plugin_path(char *path, size_t n, const char *file)

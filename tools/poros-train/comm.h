@@ -62,5 +62,11 @@ int comm_barrier(struct comm *c);
 void comm_abort(struct comm *c, int code);
 /* What COMM_AUTO would pick: 1 when a launcher's environment is there. */
 int comm_env_launched(void);
+/* Before any CUDA call: the rank's GPU by its local rank (the launcher's
+ * OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID or
+ * LOCAL_RANK), as the only device CUDA_VISIBLE_DEVICES shows (the
+ * local-rank-th of the listed ones when it is set), so each rank's device
+ * 0 is its own.  0, or -1 with err. */
+int comm_bind_local_device(char *err, size_t errsz);
 
 #endif

@@ -865,23 +865,10 @@ static int refuse_oom(const struct train_config *c, struct run_result *r, char *
  * Ranks above 0 are quiet and write nothing. */
 static int open_ranks(struct run *x, char *err, size_t errsz)
 {
-	static const char *const names[] = { "auto", "single", "mpi", "nccl" };
-	const char *want = getenv("POROS_COMM");
-	enum comm_kind kind = COMM_AUTO;
 	char why[768];
 	int cuda = strcmp(x->r.be->name, "cuda") == 0;
 
-	if (want && *want) {
-		int i = 0;
-
-		while (i < 4 && strcmp(want, names[i]) != 0)
-			i++;
-		if (i == 4)
-			return snprintf(err, errsz, "POROS_COMM: unknown value \"%s\" (expected one of: auto, single, mpi, "
-			                "nccl)", want), -1;
-		kind = (enum comm_kind)i;
-	}
-	if (comm_open(&x->comm, kind, cuda, why, sizeof why) < 0) {
+	if (comm_open(&x->comm, (enum comm_kind)x->c->comm_kind, cuda, why, sizeof why) < 0) {
 		comm_close(x->comm);
 		x->comm = NULL;
 		return snprintf(err, errsz, "%s", why), -1;
@@ -909,6 +896,10 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	int rc;
 
 	r->step_s = xcalloc((size_t)c->cell.training.steps, sizeof *r->step_s);
+	/* ranks of one host each take their own GPU, before CUDA starts */
+	if (comm_env_launched() && strcmp(c->backend, "cpu") != 0 && c->comm_kind != COMM_SINGLE &&
+	    comm_bind_local_device(err, errsz) < 0)
+		return RUN_BAD_INPUT;
 	if ((r->be = select_backend(c, err, errsz)) == NULL)
 		goto failed;
 	if (open_ranks(x, err, errsz) < 0)

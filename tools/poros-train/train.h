@@ -42,6 +42,7 @@ struct train_config {
 	 * ranks (1: alone); only rank 0 writes the run directory and stdout */
 	struct comm *comm;
 	int rank, ranks;
+	int comm_kind;           /* POROS_COMM: comm.h's enum comm_kind (0 auto) */
 	int attn_ckpt;           /* POROS_ATTN_CKPT: blockwise keeps each layer's attention output for its
 	                            recomputation (1), or runs it again (0); ATTN_CKPT_AUTO (unset): 1 where
 	                            the host has the memory, which run.c decides (the engine takes it as 1) */
