@@ -268,6 +268,12 @@ static void add_host_memory(cJSON *o, const struct run_result *r)
 	cJSON_AddItemToObject(o, "host_peak_rss_mb", num_or_null(host_rss_peak() ? (double)host_rss_peak() / MIB : NAN));
 }
 
+/* The run's ranks (1: one process). */
+static int ranks_of(const struct train_config *c)
+{
+	return c->ranks > 1 ? c->ranks : 1;
+}
+
 static int print_summary(FILE *out, const struct train_config *c, const struct run_result *r)
 {
 	cJSON *o = cJSON_CreateObject(), *env, *steps;
@@ -276,7 +282,7 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	int measured = r->steps_done - skip;
 	double med = NAN, lo = NAN, hi = NAN, tps = NAN, *t;
 	long long tokens_per_step = (long long)c->cell.training.batch_size * c->cell.training.seq_len *
-	                            c->cell.training.gradient_accumulation_steps;
+	                            c->cell.training.gradient_accumulation_steps * ranks_of(c);
 	int rc;
 
 	if (measured < 0)
@@ -432,11 +438,6 @@ static void progress(const struct train_config *c, int step, const struct step_s
 		snprintf(eval, sizeof eval, " eval_loss %.6f", eval_loss);
 	fprintf(stderr, "%s: step %d/%d loss %.6f lr %.3g grad_norm %.4g%s %.3f s\n", progname, step,
 	        c->cell.training.steps, st->loss, st->lr, st->grad_norm, eval, st->step_s);
-}
-
-static int ranks_of(const struct train_config *c)
-{
-	return c->ranks > 1 ? c->ranks : 1;
 }
 
 /* the step's rows over every rank */
