@@ -37,6 +37,8 @@ ranks_equal_one() {
 	# rank 0 alone writes stdout: one summary line
 	[ "$(wc -l <many.json)" -eq 1 ]
 	jq -e '.status == "ok"' many.json
+	# the throughput counts every rank's tokens (batch 2 x seq 32 a micro-batch)
+	jq -e --argjson t $((n * k * 64)) '(.tokens_per_s * .s_per_step | round) == $t' many.json
 	# the runs learned something: the comparison is not of equal numbers
 	[ "$(jq -r .loss one/events.jsonl | sort -u | wc -l)" -eq "$(wc -l <one/events.jsonl)" ]
 }
