@@ -1,16 +1,14 @@
 #!/usr/bin/env bats
-# poros-train over ranks (mpirun, the CPU backend over MPI): N ranks with
-# accumulation k give the bits of one process with accumulation N x k,
-# checkpoints move between rank counts that cut the same global batch, and
-# a rank that dies ends the others.
+# poros-train over ranks (mpirun: the CPU backend over MPI; a torchrun-style
+# environment: over TCP): N ranks with accumulation k give the bits of one
+# process with accumulation N x k, checkpoints move between rank counts that
+# cut the same global batch, and a rank that dies ends the others.
 
 bats_require_minimum_version 1.5.0
 
 setup() {
 	load test_helper/common-setup
 	_common_setup
-	command -v mpirun >/dev/null || skip "mpirun is not installed (make deps: openmpi-bin)"
-	[ -f "$POROS_ROOT/lib/poros/poros-comm-mpi.so" ] || skip "the MPI plugin is not built (make deps all)"
 	# the CI machine runs as root
 	export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 	# dropout, warmup, a decaying schedule and clipping: every part of a
@@ -18,6 +16,12 @@ setup() {
 	RUN=(--backend cpu --seq-len 32 --batch-size 2 --rank 4 --alpha 8 --dropout 0.1 --lr 5e-3
 	     --lr-schedule cosine --warmup 1 --max-grad-norm 0.5 --quiet)
 	ADAPTER=adapter/adapter_model.safetensors
+}
+
+# MPI's tests need mpirun and the plugin
+need_mpi() {
+	command -v mpirun >/dev/null || skip "mpirun is not installed (make deps: openmpi-bin)"
+	[ -f "$POROS_ROOT/lib/poros/poros-comm-mpi.so" ] || skip "the MPI plugin is not built (make deps all)"
 }
 
 # the rows that must agree bit for bit
@@ -30,6 +34,7 @@ rows() {
 ranks_equal_one() {
 	local n=$1 k=$2
 	shift 2
+	need_mpi
 	poros-train "${RUN[@]}" --accum $((n * k)) --out one "$@" >one.json
 	mpirun --oversubscribe -np "$n" poros-train "${RUN[@]}" --accum "$k" --out many "$@" >many.json
 	cmp one/$ADAPTER many/$ADAPTER
@@ -59,6 +64,7 @@ ranks_equal_one() {
 }
 
 @test "a 2-rank checkpoint resumes on 1 rank with the same global batch, and the other way" {
+	need_mpi
 	local m=(--model poros/tiny-qwen2 --precision nf4 --steps 4)
 	poros-train "${RUN[@]}" "${m[@]}" --accum 4 --out full >full.json
 	mpirun -np 2 poros-train "${RUN[@]}" "${m[@]}" --accum 2 --save-every 2 --out two >two.json
@@ -73,6 +79,7 @@ ranks_equal_one() {
 }
 
 @test "a checkpoint does not resume on ranks that cut another global batch" {
+	need_mpi
 	local m=(--model poros/tiny-qwen2 --steps 3)
 	mpirun -np 2 poros-train "${RUN[@]}" "${m[@]}" --accum 2 --save-every 1 --out two >two.json
 	run -2 --separate-stderr poros-train "${RUN[@]}" "${m[@]}" --accum 2 --resume two/checkpoint-step1 --out one
@@ -81,6 +88,7 @@ ranks_equal_one() {
 }
 
 @test "a rank killed mid-run ends the others within seconds, naming it; --resume continues" {
+	need_mpi
 	local m=(--model poros/tiny-qwen2 --steps 60 --save-every 1)
 	mpirun -np 2 poros-train "${RUN[@]}" "${m[@]}" --accum 1 --out run >run.json 2>run.err &
 	local launcher=$! victim="" t0
@@ -113,6 +121,7 @@ ranks_equal_one() {
 }
 
 @test "POROS_COMM=mpi with no plugin is a clear error, exit 2" {
+	need_mpi
 	run -2 --separate-stderr env POROS_COMM=mpi POROS_COMM_PLUGIN=/nonexistent/poros-comm-mpi.so \
 		poros-train "${RUN[@]}" --model poros/tiny-qwen2 --steps 1 --out x
 	[ -z "$output" ]
@@ -123,10 +132,75 @@ ranks_equal_one() {
 @test "POROS_COMM with an unknown value is refused by name" {
 	run -2 --separate-stderr env POROS_COMM=carrier-pigeon poros-train "${RUN[@]}" --model poros/tiny-qwen2 \
 		--steps 1 --out x
-	[[ "$stderr" == *'POROS_COMM: unknown value "carrier-pigeon" (expected one of: auto, single, mpi, nccl)'* ]]
+	[[ "$stderr" == *'POROS_COMM: unknown value "carrier-pigeon" (expected one of: auto, single, mpi, nccl, tcp)'* ]]
 }
 
 @test "POROS_COMM=nccl on the cpu backend is refused: NCCL carries device buffers" {
 	run -2 --separate-stderr env POROS_COMM=nccl poros-train "${RUN[@]}" --model poros/tiny-qwen2 --steps 1 --out x
 	[[ "$stderr" == *"POROS_COMM=nccl carries device buffers"* ]]
+}
+
+# torch RANK WORLD PORT NAME ARGS...: one rank of a torchrun-style run into
+# NAME.RANK.json / .err, in the background (its PID in TORCH_PID)
+torch() {
+	local rank=$1 world=$2 port=$3 name=$4
+	shift 4
+	RANK=$rank WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+		poros-train "${RUN[@]}" "$@" >"$name.$rank.json" 2>"$name.$rank.err" &
+	TORCH_PID=$!
+}
+
+@test "a torchrun-style environment over TCP: 2 ranks x accum 2 are one process with accum 4" {
+	local m=(--model poros/tiny-qwen2 --precision nf4 --steps 3) port=$((20000 + RANDOM % 40000)) pids=()
+	poros-train "${RUN[@]}" "${m[@]}" --accum 4 --out one >one.json
+	for r in 1 0; do
+		torch $r 2 $port tcp "${m[@]}" --accum 2 --out many
+		pids+=("$TORCH_PID")
+	done
+	wait "${pids[@]}"
+	cmp one/$ADAPTER many/$ADAPTER
+	diff <(rows one) <(rows many)
+	jq -e '.status == "ok"' tcp.0.json
+	[ ! -s tcp.1.json ]
+}
+
+@test "over TCP a killed rank makes rank 0 write a summary naming it within seconds; --resume continues" {
+	local m=(--model poros/tiny-qwen2 --steps 60 --save-every 1) port=$((20000 + RANDOM % 40000)) p0 p1 p2 t0 rc=0
+	torch 0 3 $port kill "${m[@]}" --out run
+	p0=$TORCH_PID
+	torch 1 3 $port kill "${m[@]}" --out run
+	p1=$TORCH_PID
+	torch 2 3 $port kill "${m[@]}" --out run
+	p2=$TORCH_PID
+	for _ in $(seq 300); do
+		[ -s run/events.jsonl ] && [ "$(wc -l <run/events.jsonl)" -ge 2 ] && break
+		sleep 0.1
+	done
+	t0=$(date +%s)
+	kill -KILL "$p1"
+	wait "$p0" || rc=$?
+	[ "$rc" -eq 1 ]
+	[ $(($(date +%s) - t0)) -le 5 ]
+	jq -e '.status == "error" and (.error | test("rank 1 closed its connection"))' kill.0.json
+	rc=0
+	wait "$p2" || rc=$?
+	[ "$rc" -ne 0 ]
+	[ ! -s kill.2.json ]
+	local last
+	last=$(ls -d run/checkpoint-step* | sed 's/.*step//' | sort -n | tail -1)
+	[ "$last" -ge 1 ] && [ "$last" -lt 60 ]
+	port=$((port + 1))
+	for r in 2 1 0; do
+		torch $r 3 $port rerun "${m[@]}" --resume "run/checkpoint-step$last" --out run
+	done
+	wait
+	jq -e '.status == "ok" and .steps == 60' rerun.0.json
+	[ "$(wc -l <run/events.jsonl)" -eq 60 ]
+}
+
+@test "a torchrun-style environment with a bad RANK is refused by name" {
+	run -2 --separate-stderr env RANK=2 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
+		poros-train "${RUN[@]}" --model poros/tiny-qwen2 --steps 1 --out x
+	[ -z "$output" ]
+	[[ "$stderr" == *"RANK: not an integer in [0, 1]: 2"* ]]
 }

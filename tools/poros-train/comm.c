@@ -17,9 +17,14 @@ struct comm {
 	char err[256];
 };
 
-int comm_env_launched(void)
+static int mpi_env(void)
 {
 	return getenv("OMPI_COMM_WORLD_SIZE") != NULL || getenv("PMIX_RANK") != NULL || getenv("PMI_RANK") != NULL;
+}
+
+int comm_env_launched(void)
+{
+	return mpi_env() || comm_tcp_env();
 }
 
 /* The rank's index among the ranks of its host, from the launcher; -1:
@@ -131,9 +136,20 @@ int comm_open(struct comm **out, enum comm_kind kind, int cuda, char *err, size_
 
 	*out = c;
 	if (kind == COMM_AUTO)
-		kind = comm_env_launched() ? (cuda ? COMM_NCCL : COMM_MPI) : COMM_SINGLE;
+		kind = mpi_env() ? (cuda ? COMM_NCCL : COMM_MPI) : comm_tcp_env() ? COMM_TCP : COMM_SINGLE;
 	if (kind == COMM_SINGLE)
 		return 0;
+	if (kind == COMM_TCP && cuda)
+		return set_error(err, errsz, "a torchrun-style environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) "
+		                 "with the cuda backend needs NCCL bootstrapped over TCP, which poros-train does not do "
+		                 "yet: launch the ranks with mpirun (POROS_COMM=nccl)");
+	if (kind == COMM_TCP) {
+		if (comm_tcp_open(&c->p, &c->h, err, errsz) < 0) {
+			c->p = NULL;
+			return -1;
+		}
+		return 0;
+	}
 	if (kind == COMM_MPI && cuda)
 		return set_error(err, errsz, "POROS_COMM=mpi carries CPU buffers: the cuda backend needs POROS_COMM=nccl");
 	if (kind == COMM_NCCL && !cuda)

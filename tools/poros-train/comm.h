@@ -15,6 +15,7 @@ enum comm_kind {
 	COMM_SINGLE,
 	COMM_MPI,
 	COMM_NCCL,
+	COMM_TCP,    /* a torchrun-style environment, the cpu backend (comm_tcp.c) */
 };
 
 /* The plugin's table (plugins/comm_mpi.c fills it); h is its handle. */
@@ -60,8 +61,13 @@ int comm_barrier(struct comm *c);
 /* Ends every rank (MPI_Abort): a rank that cannot go on must not leave
  * the others waiting in a collective. */
 void comm_abort(struct comm *c, int code);
-/* What COMM_AUTO would pick: 1 when a launcher's environment is there. */
+/* What COMM_AUTO would pick: 1 when a launcher's environment is there
+ * (mpirun's or srun's, or RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT). */
 int comm_env_launched(void);
+/* comm_tcp.c: 1 when the torchrun-style variables are all set; the
+ * built-in table over TCP (0, or -1 with err). */
+int comm_tcp_env(void);
+int comm_tcp_open(const struct comm_plugin **table, void **h, char *err, size_t errsz);
 /* Before any CUDA call: the rank's GPU by its local rank (the launcher's
  * OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID or
  * LOCAL_RANK), as the only device CUDA_VISIBLE_DEVICES shows (the

@@ -103,15 +103,15 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	const char *prof = getenv("POROS_PROFILE"), *chunk = getenv("POROS_MLP_CHUNK"), *why;
 	const char *attn = getenv("POROS_ATTN_CKPT"), *mem = getenv("POROS_MEM_AVAILABLE");
 	const char *route = getenv("POROS_ATTENTION"), *comm = getenv("POROS_COMM");
-	static const char *const comm_kinds[] = { "auto", "single", "mpi", "nccl" }; /* comm.h's order */
+	static const char *const comm_kinds[] = { "auto", "single", "mpi", "nccl", "tcp" }; /* comm.h's order */
 	long rows = 0;
 
 	/* the ranks' transport: a typo must not silently train on one rank */
-	for (c->comm_kind = 0; comm && *comm && c->comm_kind < 4 && strcmp(comm, comm_kinds[c->comm_kind]); c->comm_kind++)
+	for (c->comm_kind = 0; comm && *comm && c->comm_kind < 5 && strcmp(comm, comm_kinds[c->comm_kind]); c->comm_kind++)
 		;
-	if (c->comm_kind == 4)
-		return snprintf(err, errsz, "POROS_COMM: unknown value \"%s\" (expected one of: auto, single, mpi, nccl)",
-		                comm), -1;
+	if (c->comm_kind == 5)
+		return snprintf(err, errsz, "POROS_COMM: unknown value \"%s\" (expected one of: auto, single, mpi, nccl, "
+		                "tcp)", comm), -1;
 
 	/* the CUDA attention's route (kernels/ops.h) rounds otherwise: a typo
 	 * must not silently take the other one */
