@@ -204,3 +204,18 @@ torch() {
 	[ -z "$output" ]
 	[[ "$stderr" == *"RANK: not an integer in [0, 1]: 2"* ]]
 }
+
+@test "--epochs counts the global batch and an evaluation set agrees, over 2 ranks" {
+	need_mpi
+	for d in 1 2 3 4 5 6 7 8 9; do
+		jq -cn --argjson d "$d" '{input_ids: [range(0; 40) | (. * 7 + $d * 13) % 250]}'
+	done >d.jsonl
+	local m=(--model poros/tiny-qwen2 --batch-size 1 --epochs 2 --dataset d.jsonl --eval-fraction 0.2)
+	poros-train "${RUN[@]}" "${m[@]}" --accum 2 --out one >one.json
+	mpirun -np 2 poros-train "${RUN[@]}" "${m[@]}" --accum 1 --out two >two.json
+	[ "$(jq .steps one.json)" -eq "$(jq .steps two.json)" ]
+	[ "$(jq .eval_loss one.json)" = "$(jq .eval_loss two.json)" ]
+	cmp one/$ADAPTER two/$ADAPTER
+	diff <(jq -c '[.step, .loss, .epoch, .eval_loss]' one/events.jsonl) \
+		<(jq -c '[.step, .loss, .epoch, .eval_loss]' two/events.jsonl)
+}

@@ -750,7 +750,7 @@ static int open_inputs(struct run *x, char *err, size_t errsz)
 		x->eval.rows = token_source_rows(&x->eval.src);
 		token_source_tell(&x->eval.src, &x->eval.start);
 	}
-	return steps_from_epochs(x, err, errsz);
+	return 0;
 }
 
 enum { RUN_OK = 0, RUN_FAILED = -1, RUN_BAD_INPUT = -2 };
@@ -903,8 +903,11 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		return RUN_BAD_INPUT;
 	if ((r->be = select_backend(c, err, errsz)) == NULL)
 		goto failed;
-	if (open_ranks(x, err, errsz) < 0)
+	/* --epochs counts the global batch: the ranks first */
+	if (open_ranks(x, err, errsz) < 0 || steps_from_epochs(x, err, errsz) < 0)
 		return RUN_BAD_INPUT;
+	free(r->step_s);
+	r->step_s = xcalloc((size_t)c->cell.training.steps, sizeof *r->step_s);
 	/* the plan first: a run that cannot fit its budget stops before a
 	 * weight is loaded */
 	if (choose_attn_ckpt(x, r->be->library_device_bytes, err, errsz) < 0 ||
