@@ -1,7 +1,9 @@
 /* plugins/comm_mpi.c: poros-train's data-parallel plugins (comm.h).
  * Built twice: poros-comm-mpi.so (MPI over host buffers, for the cpu
  * backend) and, with -DPOROS_COMM_NCCL, poros-comm-nccl.so (NCCL over
- * device buffers, its unique id broadcast over MPI).  Errors do not
+ * device buffers, its unique id broadcast over MPI, or with
+ * poros_comm_nccl_over over the host collectives of the torchrun-style
+ * TCP transport).  Errors do not
  * return to a collective that would hang: MPI's handler is
  * MPI_ERRORS_RETURN and poros-train aborts the world (comm_abort). */
 #include <mpi.h>
@@ -20,6 +22,10 @@
 struct mpi_comm {
 	struct comm_plugin table;
 	char err[256];
+	/* NCCL over another transport's host collectives (poros_comm_nccl_over:
+	 * the torchrun-style TCP); NULL: MPI's */
+	const struct comm_plugin *host;
+	void *host_h;
 #ifdef POROS_COMM_NCCL
 	ncclComm_t nccl;
 	cudaStream_t stream;
@@ -51,6 +57,9 @@ static int mpi_check(struct mpi_comm *m, int rc, const char *what)
 static int allgather_host(void *h, void *buf, size_t bytes)
 {
 	struct mpi_comm *m = h;
+
+	if (m->host)
+		return m->host->allgather_host(m->host_h, buf, bytes) < 0 ? fail(m, "%s", m->host->error(m->host_h)) : 0;
 
 	if (bytes > (size_t)2147483647)
 		return fail(m, "allgather of %zu bytes a rank: more than MPI's int count", bytes);
@@ -96,6 +105,9 @@ static int bcast_host(void *h, void *buf, size_t bytes, int root)
 {
 	struct mpi_comm *m = h;
 
+	if (m->host)
+		return m->host->bcast_host(m->host_h, buf, bytes, root) < 0 ? fail(m, "%s", m->host->error(m->host_h)) : 0;
+
 	if (bytes > (size_t)2147483647)
 		return fail(m, "broadcast of %zu bytes: more than MPI's int count", bytes);
 	return mpi_check(m, MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
@@ -103,13 +115,21 @@ static int bcast_host(void *h, void *buf, size_t bytes, int root)
 
 static int barrier(void *h)
 {
+	struct mpi_comm *m = h;
+
+	if (m->host)
+		return m->host->barrier(m->host_h) < 0 ? fail(m, "%s", m->host->error(m->host_h)) : 0;
 	return mpi_check(h, MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 }
 
 static void abort_all(void *h, int code)
 {
-	(void)h;
-	MPI_Abort(MPI_COMM_WORLD, code);
+	struct mpi_comm *m = h;
+
+	if (m->host)
+		m->host->abort(m->host_h, code);
+	else
+		MPI_Abort(MPI_COMM_WORLD, code);
 }
 
 static void close_comm(void *h)
@@ -120,7 +140,10 @@ static void close_comm(void *h)
 	ncclCommDestroy(m->nccl);
 	cudaStreamDestroy(m->stream);
 #endif
-	MPI_Finalize();
+	if (m->host)
+		m->host->close(m->host_h);
+	else
+		MPI_Finalize();
 	free(m);
 }
 
@@ -128,6 +151,43 @@ static const char *error(void *h)
 {
 	return ((struct mpi_comm *)h)->err;
 }
+
+#ifdef POROS_COMM_NCCL
+/* The NCCL communicator: rank 0's unique id broadcast over the host
+ * collectives (MPI's, or the transport poros_comm_nccl_over got). */
+static int nccl_init(struct mpi_comm *m, char *err, size_t errsz)
+{
+	ncclUniqueId id;
+	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+	ncclResult_t rc;
+	int rank = m->table.rank, world = m->table.world, ok = 1;
+
+	memset(&id, 0, sizeof id);
+	if (rank == 0 && ncclGetUniqueId(&id) != ncclSuccess)
+		ok = 0; /* the others still wait on the broadcast: they get zeros and fail too */
+	if (bcast_host(m, &id, sizeof id, 0) < 0) {
+		snprintf(err, errsz, "rank %d: the NCCL id broadcast failed: %s", rank, m->err);
+		return -1;
+	}
+	if (!ok) {
+		snprintf(err, errsz, "rank 0: ncclGetUniqueId failed");
+		return -1;
+	}
+	if (cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking) != cudaSuccess) {
+		snprintf(err, errsz, "rank %d: cudaStreamCreate failed", rank);
+		return -1;
+	}
+	/* blocking: a dead peer is caught by the launcher (MPI) or by the host
+	 * transport's EOF at the next host exchange */
+	cfg.blocking = 1;
+	rc = ncclCommInitRankConfig(&m->nccl, world, id, rank, &cfg);
+	if (rc != ncclSuccess) {
+		snprintf(err, errsz, "rank %d: ncclCommInitRank: %s", rank, ncclGetErrorString(rc));
+		return -1;
+	}
+	return 0;
+}
+#endif
 
 int poros_comm_plugin_open(const struct comm_plugin **table, void **h, char *err, size_t errsz);
 int poros_comm_plugin_open(const struct comm_plugin **table, void **h, char *err, size_t errsz)
@@ -159,34 +219,41 @@ int poros_comm_plugin_open(const struct comm_plugin **table, void **h, char *err
 #endif
 	};
 #ifdef POROS_COMM_NCCL
-	{
-		ncclUniqueId id;
-		ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-		ncclResult_t rc;
-
-		if (rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) {
-			snprintf(err, errsz, "rank 0: ncclGetUniqueId failed");
-			MPI_Abort(MPI_COMM_WORLD, 1);
-		}
-		if (MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
-			snprintf(err, errsz, "rank %d: the NCCL id broadcast failed", rank);
-			return -1;
-		}
-		if (cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking) != cudaSuccess) {
-			snprintf(err, errsz, "rank %d: cudaStreamCreate failed", rank);
-			return -1;
-		}
-		/* blocking = 0 would need polling; a dead peer is caught by
-		 * MPI's runtime, which ends every rank */
-		cfg.blocking = 1;
-		rc = ncclCommInitRankConfig(&m->nccl, world, id, rank, &cfg);
-		if (rc != ncclSuccess) {
-			snprintf(err, errsz, "rank %d: ncclCommInitRank: %s", rank, ncclGetErrorString(rc));
-			return -1;
-		}
-	}
+	if (nccl_init(m, err, errsz) < 0)
+		return -1;
 #endif
 	*table = &m->table;
 	*h = m;
 	return 0;
 }
+
+#ifdef POROS_COMM_NCCL
+/* NCCL over another transport's host collectives (comm.c passes the
+ * torchrun-style TCP table): no MPI call is made. */
+int poros_comm_nccl_over(const struct comm_plugin *host, void *host_h, const struct comm_plugin **table, void **h,
+                         char *err, size_t errsz);
+int poros_comm_nccl_over(const struct comm_plugin *host, void *host_h, const struct comm_plugin **table, void **h,
+                         char *err, size_t errsz)
+{
+	struct mpi_comm *m = calloc(1, sizeof *m);
+
+	if (m == NULL) {
+		snprintf(err, errsz, "out of memory");
+		return -1;
+	}
+	m->host = host;
+	m->host_h = host_h;
+	m->table = (struct comm_plugin){
+		.abi = POROS_COMM_ABI, .name = "nccl+tcp", .rank = host->rank, .world = host->world,
+		.allgather_host = allgather_host, .allgather_device = allgather_device, .bcast_host = bcast_host,
+		.barrier = barrier, .abort = abort_all, .close = close_comm, .error = error,
+	};
+	if (nccl_init(m, err, errsz) < 0) {
+		free(m); /* the host transport stays the caller's */
+		return -1;
+	}
+	*table = &m->table;
+	*h = m;
+	return 0;
+}
+#endif

@@ -104,16 +104,25 @@ static int plugin_path(char *path, size_t n, const char *file)
 	return snprintf(path, n, "%s/lib/poros/%s", exe, file) < (int)n ? 0 : -1;
 }
 
-static int open_plugin(struct comm *c, const char *file, char *err, size_t errsz)
+static int load_plugin(struct comm *c, const char *file, char *err, size_t errsz)
 {
 	char path[PATH_MAX + 64];
-	comm_plugin_open_fn open_fn;
 
 	if (plugin_path(path, sizeof path, file) < 0)
 		return set_error(err, errsz, "cannot find the %s plugin (set POROS_COMM_PLUGIN)", file);
 	if ((c->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL)) == NULL)
 		return set_error(err, errsz, "the data-parallel plugin %s cannot be loaded: %s (build it with MPI: "
 		                 "make deps all)", path, dlerror());
+	return 0;
+}
+
+static int open_plugin(struct comm *c, const char *file, char *err, size_t errsz)
+{
+	comm_plugin_open_fn open_fn;
+	const char *path = file;
+
+	if (load_plugin(c, file, err, errsz) < 0)
+		return -1;
 	*(void **)&open_fn = dlsym(c->dl, "poros_comm_plugin_open");
 	if (open_fn == NULL)
 		return set_error(err, errsz, "%s: no poros_comm_plugin_open", path);
@@ -130,6 +139,32 @@ static int open_plugin(struct comm *c, const char *file, char *err, size_t errsz
 	return 0;
 }
 
+/* The cuda backend in a torchrun-style environment: NCCL's plugin over the
+ * TCP table c holds (its unique id goes over TCP; no MPI call is made). */
+static int nccl_over_tcp(struct comm *c, char *err, size_t errsz)
+{
+	typedef int (*over_fn)(const struct comm_plugin *, void *, const struct comm_plugin **, void **, char *, size_t);
+	const struct comm_plugin *tcp = c->p;
+	void *tcp_h = c->h;
+	over_fn over;
+	int rc;
+
+	c->p = NULL; /* until NCCL holds the TCP table, comm_close must not see half a communicator */
+	rc = load_plugin(c, "poros-comm-nccl.so", err, errsz);
+	if (rc == 0) {
+		*(void **)&over = dlsym(c->dl, "poros_comm_nccl_over");
+		if (over == NULL)
+			rc = set_error(err, errsz, "poros-comm-nccl.so: no poros_comm_nccl_over");
+	}
+	if (rc == 0 && over(tcp, tcp_h, &c->p, &c->h, err, errsz) < 0) {
+		c->p = NULL;
+		rc = -1;
+	}
+	if (rc < 0)
+		tcp->close(tcp_h);
+	return rc;
+}
+
 int comm_open(struct comm **out, enum comm_kind kind, int cuda, char *err, size_t errsz)
 {
 	struct comm *c = xcalloc(1, sizeof *c);
@@ -139,16 +174,12 @@ int comm_open(struct comm **out, enum comm_kind kind, int cuda, char *err, size_
 		kind = mpi_env() ? (cuda ? COMM_NCCL : COMM_MPI) : comm_tcp_env() ? COMM_TCP : COMM_SINGLE;
 	if (kind == COMM_SINGLE)
 		return 0;
-	if (kind == COMM_TCP && cuda)
-		return set_error(err, errsz, "a torchrun-style environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) "
-		                 "with the cuda backend needs NCCL bootstrapped over TCP, which poros-train does not do "
-		                 "yet: launch the ranks with mpirun (POROS_COMM=nccl)");
 	if (kind == COMM_TCP) {
 		if (comm_tcp_open(&c->p, &c->h, err, errsz) < 0) {
 			c->p = NULL;
 			return -1;
 		}
-		return 0;
+		return cuda ? nccl_over_tcp(c, err, errsz) : 0;
 	}
 	if (kind == COMM_MPI && cuda)
 		return set_error(err, errsz, "POROS_COMM=mpi carries CPU buffers: the cuda backend needs POROS_COMM=nccl");
