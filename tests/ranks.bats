@@ -219,3 +219,73 @@ torch() {
 	diff <(jq -c '[.step, .loss, .epoch, .eval_loss]' one/events.jsonl) \
 		<(jq -c '[.step, .loss, .epoch, .eval_loss]' two/events.jsonl)
 }
+
+@test "--nproc 2 starts its own ranks: accum 2 on each is one process with accum 4" {
+	local m=(--model poros/tiny-qwen2 --precision nf4 --steps 3)
+	poros-train "${RUN[@]}" "${m[@]}" --accum 4 --out one >one.json
+	run -0 --separate-stderr poros-train "${RUN[@]}" "${m[@]}" --nproc 2 --accum 2 --out two
+	[ "${#lines[@]}" -eq 1 ]
+	jq -e '.status == "ok"' <<<"$output"
+	cmp one/$ADAPTER two/$ADAPTER
+	diff <(rows one) <(rows two)
+}
+
+@test "--nproc: a rank killed mid-run ends the run within seconds, named in the summary and on stderr" {
+	local victim="" t0 rc=0
+	poros-train "${RUN[@]}" --model poros/tiny-qwen2 --steps 60 --nproc 3 --out run >run.json 2>run.err &
+	local parent=$!
+	for _ in $(seq 300); do
+		if [ -s run/events.jsonl ]; then
+			for p in $(pgrep -P "$parent"); do
+				tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx RANK=1 && victim=$p
+			done
+			[ -n "$victim" ] && break
+		fi
+		sleep 0.1
+	done
+	[ -n "$victim" ]
+	t0=$(date +%s)
+	kill -KILL "$victim"
+	wait "$parent" || rc=$?
+	[ "$rc" -eq 1 ]
+	[ $(($(date +%s) - t0)) -le 5 ]
+	grep -q -- "--nproc: rank 1 was killed by signal 9" run.err
+	jq -e '.status == "error" and (.error | test("rank 1 closed its connection"))' run.json
+}
+
+@test "--nproc: SIGKILL of poros-train leaves no rank running" {
+	poros-train "${RUN[@]}" --model poros/tiny-qwen2 --steps 200 --nproc 2 --out run >run.json 2>run.err &
+	local parent=$! ranks=""
+	for _ in $(seq 300); do
+		ranks=$(pgrep -P "$parent" | tr '\n' ' ')
+		[ -s run/events.jsonl ] && [ -n "$ranks" ] && break
+		sleep 0.1
+	done
+	[ -n "$ranks" ]
+	kill -KILL "$parent"
+	wait "$parent" || true
+	# gone, or a zombie waiting for its new parent to reap it
+	local alive=1
+	for _ in $(seq 30); do
+		alive=0
+		for p in $ranks; do
+			[ -e "/proc/$p" ] && [ "$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null)" != Z ] && alive=1
+		done
+		[ "$alive" -eq 0 ] && break
+		sleep 0.1
+	done
+	[ "$alive" -eq 0 ]
+}
+
+@test "--gpus refuses the cpu backend and 'all'; --nproc refuses a process that is a rank already" {
+	run -2 --separate-stderr poros-train "${RUN[@]}" --model poros/tiny-qwen2 --gpus 2 --out x
+	[[ "$stderr" == *"--gpus: one rank a GPU on the cuda backend, not --backend cpu (CPU ranks: --nproc N)"* ]]
+	run -2 --separate-stderr poros-train "${RUN[@]}" --model poros/tiny-qwen2 --gpus all --out x
+	[[ "$stderr" == *"--gpus all: counting the GPUs is not implemented; give their number"* ]]
+	run -2 --separate-stderr env RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
+		poros-train "${RUN[@]}" --model poros/tiny-qwen2 --nproc 2 --out x
+	[[ "$stderr" == *"--nproc: this process was started as a rank already"* ]]
+	run -2 --separate-stderr poros-train "${RUN[@]}" --model poros/tiny-qwen2 --nproc 0 --out x
+	[[ "$stderr" == *"--nproc"* ]]
+	[ ! -e x ]
+}

@@ -240,6 +240,13 @@ static void apply_flags(struct train_config *c, char *const v[OPT_COUNT])
 		replace(&c->init_adapter, v[OPT_INIT_ADAPTER]);
 	if (v[OPT_SAVE_EVERY])
 		c->save_every = (int)opt_long("--save-every", v[OPT_SAVE_EVERY], 0, 1000000);
+	if (v[OPT_NPROC] && v[OPT_GPUS])
+		die(EXIT_USAGE, "--nproc and --gpus: give one (--gpus N is --nproc N on the cuda backend)");
+	if (v[OPT_GPUS] && strcmp(v[OPT_GPUS], "all") == 0)
+		die(EXIT_USAGE, "--gpus all: counting the GPUs is not implemented; give their number");
+	if (v[OPT_NPROC] || v[OPT_GPUS])
+		c->nproc = (int)opt_long(v[OPT_GPUS] ? "--gpus" : "--nproc", v[OPT_GPUS] ? v[OPT_GPUS] : v[OPT_NPROC], 1, 256);
+	c->nproc_gpus = v[OPT_GPUS] != NULL;
 	c->dataset_named = v[OPT_DATASET] != NULL || v[OPT_CELL] != NULL;
 	if (v[OPT_EPOCHS])
 		c->epochs = opt_double("--epochs", v[OPT_EPOCHS], 1e-6, 100000);
