@@ -12,7 +12,7 @@ PKG_CONFIG ?= pkg-config
 PKGS       := yaml-0.1 libcjson zlib libpcre2-8 libutf8proc
 # What `make` needs (what it links, and jq for the driver); what only the
 # tests need (bats, a headless browser for the report, a Slurm cluster).
-DEB_PKGS   := libyaml-dev libcjson-dev zlib1g-dev libpcre2-dev libutf8proc-dev pkg-config jq
+DEB_PKGS   := libyaml-dev libcjson-dev zlib1g-dev libpcre2-dev libutf8proc-dev pkg-config jq libopenmpi-dev openmpi-bin
 DEB_TEST_PKGS := bats bats-assert bats-support slurm-wlm munge chromium
 
 GIT_SHA    := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
@@ -72,7 +72,22 @@ CUDA_LIBS  :=
 CUDA_DEFS  :=
 endif
 
-all: $(BINS) $(if $(NVCC),$(CUDA_SO)) cuda-note
+# poros-train's data-parallel plugins (tools/poros-train/comm.h), dlopen'ed
+# only by a run over ranks: built when mpicc is there, NCCL's with CUDA
+MPICC      ?= $(shell command -v mpicc 2>/dev/null)
+COMM_PLUGINS := $(if $(MPICC),lib/poros/poros-comm-mpi.so $(if $(NVCC),lib/poros/poros-comm-nccl.so))
+PLUGIN_CFLAGS = -std=c11 -Wall -Wextra -Werror -O2 -g -fPIC -shared -D_DEFAULT_SOURCE -Itools/poros-train $(SAN)
+
+all: $(BINS) $(if $(NVCC),$(CUDA_SO)) $(COMM_PLUGINS) cuda-note
+
+lib/poros/poros-comm-mpi.so: plugins/comm_mpi.c tools/poros-train/comm.h
+	@mkdir -p $(dir $@)
+	$(MPICC) $(PLUGIN_CFLAGS) -o $@ $<
+
+lib/poros/poros-comm-nccl.so: plugins/comm_mpi.c tools/poros-train/comm.h
+	@mkdir -p $(dir $@)
+	$(MPICC) $(PLUGIN_CFLAGS) -DPOROS_COMM_NCCL -I$(CUDA_HOME)/include -o $@ $< \
+	  -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart
 
 cuda-note:
 ifeq ($(NVCC),)
@@ -234,6 +249,7 @@ install: all
 	cp -R configs $(DESTDIR)$(PREFIX)/share/poros/
 	install -m 644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 man/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
+	$(if $(COMM_PLUGINS),install -d $(DESTDIR)$(PREFIX)/lib/poros && install -m 755 $(COMM_PLUGINS) $(DESTDIR)$(PREFIX)/lib/poros/)
 
 # A relocatable tree for machines without libyaml/cJSON (the GPU machines):
 # dist/poros/{bin,lib,share,configs}; binaries find lib/ through $$ORIGIN.
@@ -244,7 +260,8 @@ bundle: all
 	cp -R share/poros dist/poros/share/
 	cp -R configs dist/poros/
 	ldd $(BINS) | awk '/libyaml|libcjson|libutf8proc|libpcre2/ { print $$3 }' | sort -u | xargs -I{} cp -L {} dist/poros/lib/
+	$(if $(COMM_PLUGINS),mkdir -p dist/poros/lib/poros && cp $(COMM_PLUGINS) dist/poros/lib/poros/)
 	@echo "poros: bundle in dist/poros" >&2
 
 clean:
-	rm -rf $(BUILD) build-asan dist $(BINS) $(CUDA_SO)
+	rm -rf $(BUILD) build-asan dist $(BINS) $(CUDA_SO) lib/poros

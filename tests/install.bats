@@ -20,6 +20,10 @@ setup() {
 	[ -f "$root/share/poros/schema/artifact.schema.json" ]
 	[ -f "$root/share/man/man1/poros-train.1" ]
 	[ -f "$root/share/man/man5/poros-spec.5" ]
+	# the data-parallel plugin, where an installed poros-train looks for it
+	if command -v mpicc >/dev/null; then
+		[ -f "$root/lib/poros/poros-comm-mpi.so" ]
+	fi
 }
 
 @test "installed tools run from their prefix alone: a tiny training run finds its model config" {

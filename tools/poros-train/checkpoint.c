@@ -46,7 +46,9 @@ static cJSON *config_json(const struct train_config *c)
 	cJSON_AddStringToObject(o, "seed", seed);
 	cJSON_AddNumberToObject(o, "seq_len", c->cell.training.seq_len);
 	cJSON_AddNumberToObject(o, "batch_size", c->cell.training.batch_size);
-	cJSON_AddNumberToObject(o, "accum", c->cell.training.gradient_accumulation_steps);
+	/* the step's micro-batches over every rank: a checkpoint resumes on any
+	 * number of ranks that cut the same global batch */
+	cJSON_AddNumberToObject(o, "accum", c->cell.training.gradient_accumulation_steps * (c->ranks > 1 ? c->ranks : 1));
 	cJSON_AddNumberToObject(o, "rank", c->cell.lora.rank);
 	cJSON_AddNumberToObject(o, "alpha", c->cell.lora.alpha);
 	cJSON_AddNumberToObject(o, "dropout", c->cell.lora.dropout);
@@ -297,7 +299,7 @@ int checkpoint_resume(struct engine *e, struct token_source *data, const struct 
 		snprintf(err, errsz, "--resume %s: %s", c->resume, lerr);
 		goto out;
 	}
-	if (atomic_write(events, ev, ev_len) < 0) {
+	if (events && atomic_write(events, ev, ev_len) < 0) { /* NULL: a rank that writes nothing */
 		snprintf(err, errsz, "%s: %s", events, strerror(errno));
 		goto out;
 	}

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm.h"
 #include "util.h"
 
 /* --- RoPE ------------------------------------------------------------------ */
@@ -86,13 +87,26 @@ double engine_forward_backward(struct engine *e, int step)
 		blockwise_pass(e, step);
 	else
 		resident_pass(e, step);
+	if (e->err[0])
+		return NAN;
 	e->be->copy_d2h(e->h_losses, e->lc.losses, (size_t)e->k * T * sizeof(float));
-	/* summed on the host in one fixed order, the same for both schedules;
-	 * ignored targets have loss 0.  The mean over every target of the
-	 * step, so gradient accumulation does not change it. */
-	for (int j = 0; j < e->k; j++)
+	/* summed on the host in one fixed order, the same for both schedules
+	 * and any number of ranks (every rank's losses, in rank order: the
+	 * micro-batches' global order); ignored targets have loss 0.  The mean
+	 * over every target of the step, so gradient accumulation does not
+	 * change it. */
+	if (e->comm_world > 1) {
+		size_t per_rank = (size_t)e->k * T * sizeof(float);
+
+		memcpy((char *)e->h_losses_all + (size_t)e->comm_rank * per_rank, e->h_losses, per_rank);
+		if (comm_allgather_bytes(e->comm, e->h_losses_all, per_rank) < 0) {
+			snprintf(e->err, sizeof e->err, "the loss exchange between ranks failed: %s", comm_error(e->comm));
+			return NAN;
+		}
+	}
+	for (int j = 0; j < e->k * e->comm_world; j++)
 		for (int t = 0; t < T; t++)
-			loss += e->h_losses[(size_t)j * T + t];
+			loss += (e->comm_world > 1 ? e->h_losses_all : e->h_losses)[(size_t)j * T + t];
 	return e->n_supervised ? loss / (double)e->n_supervised : NAN; /* no target: no loss */
 }
 
@@ -228,7 +242,11 @@ static int engine_setup(struct engine *e, const struct train_config *cfg, const 
 	e->cfg = cfg;
 	e->mc = mc;
 	e->hw = hw;
+	e->comm = cfg->comm;
+	e->comm_world = cfg->ranks > 1 ? cfg->ranks : 1;
+	e->comm_rank = cfg->ranks > 1 ? cfg->rank : 0;
 	set_dims(e);
+	e->lc.mb_base = e->comm_rank * e->k;
 	e->cuda = library_bytes != 0;
 	if (library_bytes) {
 		dev_alloc_set_purpose(&e->alloc, "blas_workspace");
@@ -250,6 +268,7 @@ static void engine_free_host(struct engine *e)
 	free(e->ckpt);
 	free(e->acts);
 	free(e->dresid);
+	gradtree_free(e);
 }
 
 int engine_plan(struct dev_alloc *plan, size_t *host_ckpt, const struct train_config *cfg,
@@ -296,6 +315,8 @@ int engine_create(struct engine **out, const struct train_config *cfg, const str
 	e->pos_plain = xcalloc((size_t)e->k, sizeof *e->pos_plain);
 	e->lc.pos_plain = e->pos_plain;
 	e->h_losses = xmalloc((size_t)e->k * e->lc.T * sizeof *e->h_losses);
+	if (e->comm_world > 1)
+		e->h_losses_all = xmalloc((size_t)e->comm_world * e->k * e->lc.T * sizeof *e->h_losses_all);
 	if (staging_alloc(e, err, errsz) < 0 || plan_device(e, err, errsz) < 0)
 		return -1;
 	dev_alloc_freeze(&e->alloc);
@@ -327,6 +348,7 @@ void engine_destroy(struct engine *e)
 	free(e->n_pred);
 	free(e->pos_plain);
 	free(e->h_losses);
+	free(e->h_losses_all);
 	engine_free_host(e);
 	profile_destroy(e->prof); /* last: e->be may be its timed backend */
 	free(e);

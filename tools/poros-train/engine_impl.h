@@ -50,10 +50,29 @@ struct staging {
 	int32_t *pos;              /* (k,T) each token's position in its document */
 	bf16 *rows;                /* (k,T,C) the tokens' embedding rows */
 	int *n_pred;               /* (k) */
+	long long n_supervised;    /* of the step's micro-batches on every rank */
 	struct token_cursor after; /* the token source once this batch was read */
 	int step, rc;
 	char err[256];
 };
+
+/* The step's gradient summation order (gradtree.c). */
+#define GRADTREE_MAX_PIECES 64
+struct gradtree {
+	int rank, world;
+	long n, first;             /* micro-batches of the global step; this rank's first */
+	int depth, max_pieces;     /* this rank's deepest stack; the most pieces of any rank */
+	long cap;                  /* floats of a region's buffer */
+	float *scratch;            /* depth - 1 stack buffers above e->grads' region */
+	float *gathered;           /* world > 1: world * max_pieces buffers */
+	long off, len;             /* the current region of the flat layout */
+	int top;
+	long start[GRADTREE_MAX_PIECES], size[GRADTREE_MAX_PIECES];
+	long *all_start, *all_size; /* world * max_pieces: every rank's pieces */
+	float **all_buf;
+};
+
+struct comm;
 
 struct engine {
 	const struct backend *be;  /* the backend, or profile.c's timed copy of it */
@@ -103,6 +122,9 @@ struct engine {
 	float *opt_chunk;
 	long opt_chunk_n;
 	float *sumsq, *sumsq_scratch;
+	struct gradtree gt;
+	struct comm *comm;         /* NULL: one process */
+	int comm_rank, comm_world; /* this process's rank among comm_world (1: alone) */
 	float *rope_cos, *rope_sin;
 
 	/* Two host stagings of a step's batch: while step s runs on the
@@ -130,6 +152,7 @@ struct engine {
 	 * micro-batch (L of them); NULL otherwise */
 	struct layer_act *acts;
 	float *h_losses;           /* host (k,T) */
+	float *h_losses_all;       /* host (world,k,T): every rank's, world > 1 */
 
 	/* timing: events recorded into spans, read back after the step */
 	struct backend_event *step_begin;
@@ -167,6 +190,21 @@ int staging_load(struct engine *e, int step);
 int staging_gather(const struct engine *e, struct staging *st);
 /* e->pos_plain of the first nmb micro-batches' positions pos (host). */
 void staging_mark_plain(struct engine *e, const int32_t *pos, int nmb);
+
+/* gradtree.c: a step's micro-batch gradients summed in a fixed tree
+ * order.  init after the layout; the scratch (plan.c) bound; per region
+ * (the adapter, or one layer in blockwise mode): begin, then for each
+ * micro-batch leaf (lc.lora_grad points at a zeroed buffer) ... push, and
+ * finish (the region of e->grads holds the sum; -1: the exchange failed). */
+void gradtree_init(struct engine *e, int rank, int world);
+void gradtree_free(struct engine *e);
+void gradtree_layer_region(const struct engine *e, int layer, long *off, long *len);
+size_t gradtree_scratch_floats(const struct engine *e);
+void gradtree_bind(struct engine *e, float *scratch);
+void gradtree_begin(struct engine *e, long off, long len);
+void gradtree_leaf(struct engine *e);
+void gradtree_push(struct engine *e, int j);
+int gradtree_finish(struct engine *e);
 
 /* lora_state.c */
 void lora_layout_init(struct lora_layout *lo, const struct layer_layout *lay, int L, int R, unsigned mask);

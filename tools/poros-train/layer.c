@@ -25,14 +25,14 @@
 
 /* The dropout masks of (step, micro-batch, layer, projection, first row):
  * the same in both schedules, the same in forward, recompute and
- * backward.  A mask element is indexed by its row within the call, so an
+ * backward, the same for a micro-batch on any rank.  A mask element is indexed by its row within the call, so an
  * MLP chunk starting at row t0 > 0 mixes t0 in to get masks of its own. */
 static uint64_t dropout_seed(const struct layer_ctx *c, struct pass p, int layer, int m, int t0)
 {
 	uint64_t h = poros_mix64(c->seed ^ 0xd209007ull);
 
 	h = poros_mix64(h ^ (uint64_t)p.step);
-	h = poros_mix64(h ^ (uint64_t)p.mb);
+	h = poros_mix64(h ^ (uint64_t)(c->mb_base + p.mb)); /* the step's micro-batch over all ranks */
 	h = poros_mix64(h ^ ((uint64_t)layer * N_PROJ + (uint64_t)m));
 	return t0 > 0 ? poros_mix64(h ^ (uint64_t)t0) : h;
 }

@@ -107,6 +107,7 @@ struct layer_ctx {
 	float lora_scale, dropout;
 	int ext_bwd;                     /* the backward rides in the extension too (no dropout) */
 	uint64_t seed;                   /* of the dropout masks */
+	int mb_base;                     /* the global index of this rank's first micro-batch */
 
 	const float *rope_cos, *rope_sin; /* (S, D/2) */
 	const int32_t *pos;              /* (k,T) each token's position in its document; NULL: t % S */

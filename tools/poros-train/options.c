@@ -103,7 +103,16 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	const char *prof = getenv("POROS_PROFILE"), *chunk = getenv("POROS_MLP_CHUNK"), *why;
 	const char *attn = getenv("POROS_ATTN_CKPT"), *mem = getenv("POROS_MEM_AVAILABLE");
 	const char *route = getenv("POROS_ATTENTION"), *opt_chunk = getenv("POROS_OPT_CHUNK");
+	const char *comm = getenv("POROS_COMM");
+	static const char *const comm_kinds[] = { "auto", "single", "mpi", "nccl", "tcp" }; /* comm.h's order */
 	long rows = 0, floats = 0;
+
+	/* the ranks' transport: a typo must not silently train on one rank */
+	for (c->comm_kind = 0; comm && *comm && c->comm_kind < 5 && strcmp(comm, comm_kinds[c->comm_kind]); c->comm_kind++)
+		;
+	if (c->comm_kind == 5)
+		return snprintf(err, errsz, "POROS_COMM: unknown value \"%s\" (expected one of: auto, single, mpi, nccl, "
+		                "tcp)", comm), -1;
 
 	/* the CUDA attention's route (kernels/ops.h) rounds otherwise: a typo
 	 * must not silently take the other one */
@@ -240,6 +249,13 @@ static void apply_flags(struct train_config *c, char *const v[OPT_COUNT])
 		replace(&c->init_adapter, v[OPT_INIT_ADAPTER]);
 	if (v[OPT_SAVE_EVERY])
 		c->save_every = (int)opt_long("--save-every", v[OPT_SAVE_EVERY], 0, 1000000);
+	if (v[OPT_NPROC] && v[OPT_GPUS])
+		die(EXIT_USAGE, "--nproc and --gpus: give one (--gpus N is --nproc N on the cuda backend)");
+	if (v[OPT_GPUS] && strcmp(v[OPT_GPUS], "all") == 0)
+		die(EXIT_USAGE, "--gpus all: counting the GPUs is not implemented; give their number");
+	if (v[OPT_NPROC] || v[OPT_GPUS])
+		c->nproc = (int)opt_long(v[OPT_GPUS] ? "--gpus" : "--nproc", v[OPT_GPUS] ? v[OPT_GPUS] : v[OPT_NPROC], 1, 256);
+	c->nproc_gpus = v[OPT_GPUS] != NULL;
 	c->dataset_named = v[OPT_DATASET] != NULL || v[OPT_CELL] != NULL;
 	if (v[OPT_EPOCHS])
 		c->epochs = opt_double("--epochs", v[OPT_EPOCHS], 1e-6, 100000);

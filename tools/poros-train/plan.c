@@ -299,6 +299,13 @@ static void plan_misc(struct engine *e, struct carver *cv)
 	e->sumsq_scratch = CARVE_F32(cv, sumsq_scratch_floats(e->lora.total));
 }
 
+static void plan_grad_partials(struct engine *e, struct carver *cv)
+{
+	size_t n = gradtree_scratch_floats(e);
+
+	gradtree_bind(e, n ? CARVE_F32(cv, (long)n) : NULL);
+}
+
 /* One allocation for purpose, carved by plan (a dry allocator gives a
  * NULL base: the pieces stay NULL, the sizes are the same).  0 or -1. */
 static int alloc_plan(struct engine *e, void (*plan)(struct engine *, struct carver *), const char *purpose,
@@ -422,6 +429,10 @@ static int alloc_state(struct engine *e, char *err, size_t errsz)
 	    alloc_plan(e, plan_head, "head", "the lm_head and loss buffers") < 0 ||
 	    alloc_plan(e, plan_embed_rows, "embedding", "the step's embedding rows") < 0 ||
 	    alloc_plan(e, plan_misc, "misc", "targets, rope tables and norm scratch") < 0)
+		return set_error(err, errsz, "%s", e->alloc.err);
+	gradtree_init(e, e->comm_rank, e->comm_world);
+	if (gradtree_scratch_floats(e) > 0 &&
+	    alloc_plan(e, plan_grad_partials, "grad_partials", "partial sums of micro-batch gradients") < 0)
 		return set_error(err, errsz, "%s", e->alloc.err);
 	return 0;
 }

@@ -14,9 +14,11 @@
 #include "adapter.h"
 #include "artifact.h"
 #include "checkpoint.h"
+#include "comm.h"
 #include "engine.h"
 #include "host_plan.h"
 #include "jsonl.h"
+#include "numerics.h"
 #include "timing.h"
 #include "train.h"
 #include "util.h"
@@ -266,6 +268,12 @@ static void add_host_memory(cJSON *o, const struct run_result *r)
 	cJSON_AddItemToObject(o, "host_peak_rss_mb", num_or_null(host_rss_peak() ? (double)host_rss_peak() / MIB : NAN));
 }
 
+/* The run's ranks (1: one process). */
+static int ranks_of(const struct train_config *c)
+{
+	return c->ranks > 1 ? c->ranks : 1;
+}
+
 static int print_summary(FILE *out, const struct train_config *c, const struct run_result *r)
 {
 	cJSON *o = cJSON_CreateObject(), *env, *steps;
@@ -274,7 +282,7 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	int measured = r->steps_done - skip;
 	double med = NAN, lo = NAN, hi = NAN, tps = NAN, *t;
 	long long tokens_per_step = (long long)c->cell.training.batch_size * c->cell.training.seq_len *
-	                            c->cell.training.gradient_accumulation_steps;
+	                            c->cell.training.gradient_accumulation_steps * ranks_of(c);
 	int rc;
 
 	if (measured < 0)
@@ -404,6 +412,8 @@ static int prepare_run_dir(const struct train_config *c, struct run_result *r, c
 {
 	int rc;
 
+	if (c->rank > 0) /* the run directory is rank 0's */
+		return 0;
 	if (mkdir_p(c->out_dir, 0755) < 0)
 		return snprintf(err, errsz, "%s: %s", c->out_dir, strerror(errno)), -1;
 	if (r->lock_fd < 0 && (rc = lock_run_dir(c, r, err, errsz)) < 0)
@@ -430,9 +440,42 @@ static void progress(const struct train_config *c, int step, const struct step_s
 	        c->cell.training.steps, st->loss, st->lr, st->grad_norm, eval, st->step_s);
 }
 
+/* the step's rows over every rank */
 static long rows_per_step(const struct train_config *c)
 {
-	return (long)c->cell.training.batch_size * c->cell.training.gradient_accumulation_steps;
+	return (long)c->cell.training.batch_size * c->cell.training.gradient_accumulation_steps * ranks_of(c);
+}
+
+/* Every rank's adapter must be the same bits (one AdamW step on the same
+ * gradient): a hash of each rank's compared, and a difference is an error
+ * rather than an adapter that only rank 0's numbers stand behind. */
+static int ranks_agree(struct engine *e, const struct train_config *c, char *err, size_t errsz)
+{
+	const struct lora_layout *lo = engine_lora_layout(e);
+	uint64_t *hash, h = 0x9e3779b97f4a7c15ull;
+	float *params;
+	int rc = 0;
+
+	if (ranks_of(c) == 1)
+		return 0;
+	params = xmalloc((size_t)lo->total * sizeof *params);
+	engine_lora_read(e, params);
+	for (long i = 0; i < lo->total; i++) {
+		uint32_t bits;
+
+		memcpy(&bits, &params[i], sizeof bits);
+		h = poros_mix64(h ^ bits);
+	}
+	free(params);
+	hash = xcalloc((size_t)c->ranks, sizeof *hash);
+	hash[c->rank] = h;
+	if (comm_allgather_bytes(c->comm, hash, sizeof *hash) < 0)
+		rc = -1, snprintf(err, errsz, "the adapter check between ranks failed: %s", comm_error(c->comm));
+	for (int q = 1; rc == 0 && q < c->ranks; q++)
+		if (hash[q] != hash[0])
+			rc = -1, snprintf(err, errsz, "internal error: rank %d's adapter differs from rank 0's", q);
+	free(hash);
+	return rc;
 }
 
 /* The passes over the data once step `step` is done (HF's state.epoch);
@@ -469,7 +512,7 @@ static int train_loop(struct engine *e, const struct train_config *c, const stru
                       struct run_result *r, struct eval_set *ev, char *err, size_t errsz)
 {
 	long long tokens = (long long)c->cell.training.batch_size * c->cell.training.seq_len *
-	                   c->cell.training.gradient_accumulation_steps;
+	                   c->cell.training.gradient_accumulation_steps * ranks_of(c);
 
 	for (int step = r->resumed_at + 1; step <= c->cell.training.steps; step++) {
 		struct step_stats st;
@@ -498,7 +541,7 @@ static int train_loop(struct engine *e, const struct train_config *c, const stru
 			r->eval_loss = eval_loss;
 			r->eval_tokens = eval_tokens;
 		}
-		if (append_event(r->events_path, step, &st, tokens, epoch_at(c, data, step), alloc_mb, peak_mb, profile,
+		if (c->rank == 0 && append_event(r->events_path, step, &st, tokens, epoch_at(c, data, step), alloc_mb, peak_mb, profile,
 		                 eval_loss, eval_tokens) < 0)
 			return snprintf(err, errsz, "%s: %s", r->events_path, strerror(errno)), -1;
 		r->events_written = 1;
@@ -509,10 +552,12 @@ static int train_loop(struct engine *e, const struct train_config *c, const stru
 		r->vram_sum_bytes += (double)engine_vram_current(e);
 		r->steps_done = step;
 		progress(c, step, &st, eval_loss, eval_tokens);
-		if (save_checkpoint(e, c, r, step, err, errsz) < 0)
+		if (c->rank == 0 && save_checkpoint(e, c, r, step, err, errsz) < 0)
 			return -1;
 	}
-	if (save_adapter(e, c, r->adapter_path, err, errsz) < 0)
+	if (ranks_agree(e, c, err, errsz) < 0)
+		return -1;
+	if (c->rank == 0 && save_adapter(e, c, r->adapter_path, err, errsz) < 0)
 		return -1;
 	r->adapter_written = 1;
 	return 0;
@@ -524,6 +569,8 @@ static int finish(const struct train_config *c, struct run_result *r, FILE *out)
 {
 	if (strcmp(r->status, "ok") != 0)
 		warnmsg("%s", r->error);
+	if (c->rank > 0) /* the summary is rank 0's */
+		return strcmp(r->status, "ok") == 0 ? EXIT_OK : EXIT_RUNTIME;
 	if (print_summary(out, c, r) < 0)
 		return EXIT_RUNTIME;
 	return strcmp(r->status, "ok") == 0 ? EXIT_OK : EXIT_RUNTIME;
@@ -541,6 +588,7 @@ struct run {
 	struct eval_set eval;
 	struct run_result r;
 	size_t plan_bytes;  /* the plan's total */
+	struct comm *comm;  /* NULL before run_training opens it */
 };
 
 static void run_close(struct run *x)
@@ -559,6 +607,18 @@ static void run_close(struct run *x)
 	free(x->r.step_s);
 	free(x->r.events_path);
 	free(x->r.adapter_path);
+	comm_close(x->comm);
+}
+
+/* A rank that cannot go on ends every rank (the others would wait in the
+ * next collective for ever), after saying why. */
+static void abort_ranks(struct run *x, int rc)
+{
+	if (x->cfg.ranks > 1) {
+		warnmsg("rank %d of %d: stopping every rank", x->cfg.rank, x->cfg.ranks);
+		fflush(stdout);
+		comm_abort(x->comm, rc);
+	}
 }
 
 /* The model's shape: what is wrong here is bad input. */
@@ -690,7 +750,7 @@ static int open_inputs(struct run *x, char *err, size_t errsz)
 		x->eval.rows = token_source_rows(&x->eval.src);
 		token_source_tell(&x->eval.src, &x->eval.start);
 	}
-	return steps_from_epochs(x, err, errsz);
+	return 0;
 }
 
 enum { RUN_OK = 0, RUN_FAILED = -1, RUN_BAD_INPUT = -2 };
@@ -801,6 +861,30 @@ static int refuse_oom(const struct train_config *c, struct run_result *r, char *
 	return RUN_FAILED;
 }
 
+/* The ranks of a data-parallel run: POROS_COMM (auto, single, mpi, nccl;
+ * auto: mpi or nccl by the backend when a launcher started the process).
+ * Ranks above 0 are quiet and write nothing. */
+static int open_ranks(struct run *x, char *err, size_t errsz)
+{
+	char why[768];
+	int cuda = strcmp(x->r.be->name, "cuda") == 0;
+
+	if (comm_open(&x->comm, (enum comm_kind)x->c->comm_kind, cuda, why, sizeof why) < 0) {
+		comm_close(x->comm);
+		x->comm = NULL;
+		return snprintf(err, errsz, "%s", why), -1;
+	}
+	x->cfg.comm = x->comm;
+	x->cfg.rank = comm_rank(x->comm);
+	x->cfg.ranks = comm_world(x->comm);
+	if (x->cfg.rank > 0)
+		x->cfg.quiet = 1;
+	if (x->cfg.ranks > 1 && x->cfg.rank == 0 && !x->cfg.quiet)
+		warnmsg("%d ranks over %s: %d micro-batches of %d rows a step", x->cfg.ranks, comm_name(x->comm),
+		        x->cfg.ranks * x->cfg.cell.training.gradient_accumulation_steps, x->cfg.cell.training.batch_size);
+	return 0;
+}
+
 /* Backend, host weights, run directory, engine, steps.  RUN_FAILED with
  * the reason in x->r.error (it goes into the summary), RUN_BAD_INPUT with
  * it in err (a checkpoint or an --init-adapter that does not fit). */
@@ -813,8 +897,17 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	int rc;
 
 	r->step_s = xcalloc((size_t)c->cell.training.steps, sizeof *r->step_s);
+	/* ranks of one host each take their own GPU, before CUDA starts */
+	if (comm_env_launched() && strcmp(c->backend, "cpu") != 0 && c->comm_kind != COMM_SINGLE &&
+	    comm_bind_local_device(err, errsz) < 0)
+		return RUN_BAD_INPUT;
 	if ((r->be = select_backend(c, err, errsz)) == NULL)
 		goto failed;
+	/* --epochs counts the global batch: the ranks first */
+	if (open_ranks(x, err, errsz) < 0 || steps_from_epochs(x, err, errsz) < 0)
+		return RUN_BAD_INPUT;
+	free(r->step_s);
+	r->step_s = xcalloc((size_t)c->cell.training.steps, sizeof *r->step_s);
 	/* the plan first: a run that cannot fit its budget stops before a
 	 * weight is loaded */
 	if (choose_attn_ckpt(x, r->be->library_device_bytes, err, errsz) < 0 ||
@@ -877,14 +970,14 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	if (c->init_adapter && load_init_adapter(x->e, c, err, errsz) < 0)
 		return RUN_BAD_INPUT;
 	if (c->resume) {
-		if (checkpoint_resume(x->e, &x->data, c, r->events_path, &r->resumed_at, &r->loss_first, err, errsz) < 0)
+		if (checkpoint_resume(x->e, &x->data, c, c->rank == 0 ? r->events_path : NULL, &r->resumed_at, &r->loss_first, err, errsz) < 0)
 			return RUN_BAD_INPUT;
 		r->steps_done = r->resumed_at;
 		r->events_written = 1;
 	}
 	/* once every input is taken and the run is set to train, said even
 	 * with --quiet: it decides where the adapter can be served */
-	if (!vllm_rank_ok(c->cell.lora.rank))
+	if (!vllm_rank_ok(c->cell.lora.rank) && c->rank == 0)
 		warnmsg("warning: rank %d is not one vLLM serves (%s): vLLM will refuse this adapter", c->cell.lora.rank,
 		        vllm_rank_list());
 	say_accounting(x);
@@ -1010,10 +1103,13 @@ int train_run(const struct train_config *c, FILE *summary_out)
 	/* bad input: a message and exit 2, no summary */
 	if (open_inputs(&x, err, sizeof err) < 0 || run_training(&x, err, sizeof err) == RUN_BAD_INPUT) {
 		warnmsg("%s", err);
+		abort_ranks(&x, EXIT_USAGE);
 		run_close(&x);
 		return EXIT_USAGE;
 	}
 	rc = finish(x.c, &x.r, summary_out);
+	if (rc != EXIT_OK)
+		abort_ranks(&x, rc);
 	run_close(&x);
 	return rc;
 }

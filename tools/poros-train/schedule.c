@@ -18,8 +18,10 @@
 #include "engine_impl.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
+#include "comm.h"
 #include "util.h"
 
 /* --- timing spans ---------------------------------------------------------- */
@@ -120,6 +122,15 @@ static void layer_recompute_backward(struct engine *e, const struct layer_view *
 	layer_backward(&e->lc, w, &e->act, layer, dx, p);
 }
 
+/* The exchange of gradient pieces failed: the step reports it (e->err),
+ * its gradient is not a number. */
+static void pass_failed(struct engine *e)
+{
+	if (!e->err[0])
+		snprintf(e->err, sizeof e->err, "the gradient exchange between ranks failed: %s",
+		         e->comm ? comm_error(e->comm) : "no communicator");
+}
+
 /* --- resident -------------------------------------------------------------- */
 
 static void resident_view(struct engine *e, struct layer_view *v, int layer)
@@ -138,6 +149,7 @@ void resident_pass(struct engine *e, int step)
 	struct layer_view v;
 
 	compute_open(e);
+	gradtree_begin(e, 0, e->lora.total);
 	for (int j = 0; j < e->k; j++) {
 		struct pass p = { step, j };
 
@@ -147,6 +159,7 @@ void resident_pass(struct engine *e, int step)
 			layer_forward(&e->lc, &v, e->acts ? &e->acts[l] : &e->act, l, e->ckpt[l], e->ckpt[l + 1], p);
 		}
 		head_forward_backward(&e->lc, e->dresid[0], e->ckpt[e->L], j, head_dloss(e));
+		gradtree_leaf(e);
 		for (int l = e->L - 1; l >= 0; l--) {
 			resident_view(e, &v, l);
 			if (e->acts)
@@ -154,7 +167,10 @@ void resident_pass(struct engine *e, int step)
 			else
 				layer_recompute_backward(e, &v, l, e->ckpt[l], e->dresid[0], p);
 		}
+		gradtree_push(e, j);
 	}
+	if (gradtree_finish(e) < 0)
+		pass_failed(e);
 	compute_close(e);
 }
 
@@ -398,18 +414,25 @@ void blockwise_pass(struct engine *e, int step)
 		compute_open(e);
 		for (int i = n - 1; i >= 0; i--) {
 			int l = first + i, s = l % 2;
+			long off, len;
 
 			ckpt_fetch(e, l);
 			ckpt_fetch(e, l - 1);
 			if (cs->loaded_rec[s])
 				e->be->stream_wait_event(STREAM_COMPUTE, cs->loaded[s]);
 			block_view(e, &v, b, i);
+			gradtree_layer_region(e, l, &off, &len);
+			gradtree_begin(e, off, len);
 			for (int j = 0; j < k; j++) {
 				struct pass p = { step, j };
 
 				act_attention_at(e, l, j, 1);
+				gradtree_leaf(e);
 				layer_recompute_backward(e, &v, l, ckpt_buf(e, l, j), e->dresid[j], p);
+				gradtree_push(e, j);
 			}
+			if (gradtree_finish(e) < 0)
+				pass_failed(e);
 			e->be->event_record(cs->freed[s], STREAM_COMPUTE);
 			cs->freed_rec[s] = 1;
 		}

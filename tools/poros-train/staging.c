@@ -32,22 +32,32 @@ int staging_gather(const struct engine *e, struct staging *st)
  * prefetch thread; only one of them touches the token source at a time. */
 static void stage_batch(struct engine *e, struct staging *st, int step)
 {
-	int T = e->lc.T;
+	int T = e->lc.T, first = e->comm_rank * e->k, n = e->comm_world * e->k;
+	int32_t *other = n > e->k ? xmalloc(3 * (size_t)T * sizeof *other) : NULL;
 
 	st->step = step;
 	st->rc = 0;
-	for (int j = 0; j < e->k && st->rc == 0; j++) {
-		int32_t *tg = st->targets + (size_t)j * T;
+	st->n_supervised = 0;
+	/* every rank reads the whole step's batch, in order, and keeps its own
+	 * micro-batches: the shards are the one-process batch cut in ranks,
+	 * and the token source stands where one process's would */
+	for (int g = 0; g < n && st->rc == 0; g++) {
+		int j = g - first, mine = j >= 0 && j < e->k, pred = 0;
+		int32_t *tok = mine ? st->tokens + (size_t)j * T : other;
+		int32_t *tg = mine ? st->targets + (size_t)j * T : other + T;
+		int32_t *pos = mine ? st->pos + (size_t)j * T : other + 2 * (size_t)T;
 
-		if (token_source_next(e->data, st->tokens + (size_t)j * T, tg, st->pos + (size_t)j * T, e->lc.B, st->err,
-		                      sizeof st->err) < 0) {
+		if (token_source_next(e->data, tok, tg, pos, e->lc.B, st->err, sizeof st->err) < 0) {
 			st->rc = -1;
 			break;
 		}
-		st->n_pred[j] = 0;
 		for (int t = 0; t < T; t++)
-			st->n_pred[j] += tg[t] >= 0;
+			pred += tg[t] >= 0;
+		if (mine)
+			st->n_pred[j] = pred;
+		st->n_supervised += pred;
 	}
+	free(other);
 	token_source_tell(e->data, &st->after);
 	if (st->rc == 0 && staging_gather(e, st) < 0)
 		st->rc = -1;
@@ -128,9 +138,7 @@ int staging_load(struct engine *e, int step)
 		return set_error(e->err, sizeof e->err, "%s", st->err);
 	memcpy(e->n_pred, st->n_pred, (size_t)e->k * sizeof *e->n_pred);
 	staging_mark_plain(e, st->pos, e->k);
-	e->n_supervised = 0;
-	for (int j = 0; j < e->k; j++)
-		e->n_supervised += e->n_pred[j];
+	e->n_supervised = st->n_supervised; /* every rank's: the loss is their mean */
 	/* The other staging was last read by the previous step's copies, which
 	 * that step's end (reading its losses back) has waited for. */
 	e->be->copy_h2d(e->embed_rows, st->rows, n * e->lc.C * sizeof(bf16), STREAM_COMPUTE);

@@ -42,6 +42,13 @@ struct train_config {
 	long opt_chunk;          /* POROS_OPT_CHUNK: parameters per AdamW chunk with --optimizer-state host;
 	                            0: OPT_CHUNK_FLOATS (plan.c) */
 	long long mem_available; /* POROS_MEM_AVAILABLE: bytes the host checks take as available; 0: MemAvailable */
+	/* data parallel (run.c opens it; comm.h): this process's rank among
+	 * ranks (1: alone); only rank 0 writes the run directory and stdout */
+	struct comm *comm;
+	int rank, ranks;
+	int comm_kind;           /* POROS_COMM: comm.h's enum comm_kind (0 auto) */
+	int nproc;               /* --nproc / --gpus N: start N ranks of this host (spawn.c); 0: none */
+	int nproc_gpus;          /* it was --gpus: one rank a GPU, the cuda backend */
 	int attn_ckpt;           /* POROS_ATTN_CKPT: blockwise keeps each layer's attention output for its
 	                            recomputation (1), or runs it again (0); ATTN_CKPT_AUTO (unset): 1 where
 	                            the host has the memory, which run.c decides (the engine takes it as 1) */
@@ -65,7 +72,7 @@ enum { ATTN_CKPT_AUTO = -1 };
 	X(INIT_ADAPTER, "init-adapter", 1) X(SAVE_EVERY, "save-every", 1) X(QUIET, "quiet", 0) \
 	X(GRAD_CKPT, "gradient-checkpointing", 1) X(RESUME, "resume", 1) X(EVAL_DATASET, "eval-dataset", 1) \
 	X(EVAL_EVERY, "eval-every", 1) X(PLAN, "plan", 0) X(SPLIT, "split", 1) X(EVAL_SPLIT, "eval-split", 1) \
-	X(EVAL_FRACTION, "eval-fraction", 1) X(EPOCHS, "epochs", 1)
+	X(EVAL_FRACTION, "eval-fraction", 1) X(EPOCHS, "epochs", 1) X(NPROC, "nproc", 1) X(GPUS, "gpus", 1)
 
 /* The names HF's Trainer, TRL and PEFT users type, as aliases of the
  * options above: X(id of the option, alias).  They take the same values
@@ -97,7 +104,7 @@ extern const char *const train_opt_names[OPT_COUNT];
 	"                   [--init-adapter DIR]\n" \
 	"                   [--save-every N] [--resume DIR] [--split NAME] [--eval-dataset SPEC]\n" \
 	"                   [--eval-split NAME] [--eval-fraction F] [--eval-every N]\n" \
-	"                   [--gradient-checkpointing on|off] [--quiet] [--plan]\n"
+	"                   [--gradient-checkpointing on|off] [--quiet] [--plan] [--nproc N | --gpus N]\n"
 
 /* Defaults, then the cell (--cell), then every other flag on top; dies
  * with EXIT_USAGE and a one-line message on a bad value. */
@@ -109,6 +116,11 @@ void train_config_free(struct train_config *c);
 /* Fills c from a validated cell (the mode from its method).  -1 with err
  * when the method is not one poros-train runs. */
 int train_config_from_cell(struct train_config *c, const struct cell *cell, char *err, size_t errsz);
+/* spawn.c: --nproc / --gpus N: this command line without them, N times,
+ * as the ranks of a torchrun-style environment on 127.0.0.1; waits for
+ * them and returns rank 0's exit status (1 when another rank failed). */
+int spawn_ranks(const struct train_config *c, int argc, char **argv);
+
 /* Checks values that only make sense together; -1 with err. */
 int train_config_check(const struct train_config *c, char *err, size_t errsz);
 

@@ -1,0 +1,291 @@
+#!/usr/bin/env bats
+# poros-train over ranks (mpirun: the CPU backend over MPI; a torchrun-style
+# environment: over TCP): N ranks with accumulation k give the bits of one
+# process with accumulation N x k, checkpoints move between rank counts that
+# cut the same global batch, and a rank that dies ends the others.
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+	load test_helper/common-setup
+	_common_setup
+	# the CI machine runs as root
+	export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+	# dropout, warmup, a decaying schedule and clipping: every part of a
+	# step that depends on the global batch is in play
+	RUN=(--backend cpu --seq-len 32 --batch-size 2 --rank 4 --alpha 8 --dropout 0.1 --lr 5e-3
+	     --lr-schedule cosine --warmup 1 --max-grad-norm 0.5 --quiet)
+	ADAPTER=adapter/adapter_model.safetensors
+}
+
+# MPI's tests need mpirun and the plugin
+need_mpi() {
+	command -v mpirun >/dev/null || skip "mpirun is not installed (make deps: openmpi-bin)"
+	[ -f "$POROS_ROOT/lib/poros/poros-comm-mpi.so" ] || skip "the MPI plugin is not built (make deps all)"
+}
+
+# the rows that must agree bit for bit
+rows() {
+	jq -c '[.step, .loss, .lr, .grad_norm, .tokens, .tokens_supervised]' "$1/events.jsonl"
+}
+
+# ranks N K ARGS...: N ranks with accumulation K against one process with
+# accumulation N*K, adapter and rows
+ranks_equal_one() {
+	local n=$1 k=$2
+	shift 2
+	need_mpi
+	poros-train "${RUN[@]}" --accum $((n * k)) --out one "$@" >one.json
+	mpirun --oversubscribe -np "$n" poros-train "${RUN[@]}" --accum "$k" --out many "$@" >many.json
+	cmp one/$ADAPTER many/$ADAPTER
+	diff <(rows one) <(rows many)
+	# rank 0 alone writes stdout: one summary line
+	[ "$(wc -l <many.json)" -eq 1 ]
+	jq -e '.status == "ok"' many.json
+	# the throughput counts every rank's tokens (batch 2 x seq 32 a micro-batch)
+	jq -e --argjson t $((n * k * 64)) '(.tokens_per_s * .s_per_step | round) == $t' many.json
+	# the runs learned something: the comparison is not of equal numbers
+	[ "$(jq -r .loss one/events.jsonl | sort -u | wc -l)" -eq "$(wc -l <one/events.jsonl)" ]
+}
+
+@test "2 ranks x accum 2 are one process with accum 4, blockwise nf4, bit for bit" {
+	ranks_equal_one 2 2 --model poros/tiny-qwen2 --precision nf4 --block-size 2 --steps 3
+}
+
+@test "3 ranks x accum 1 are one process with accum 3, resident bf16, bit for bit" {
+	ranks_equal_one 3 1 --model poros/tiny-llama --precision bf16 --mode resident --steps 3
+}
+
+@test "2 ranks x accum 3 are one process with accum 6, qk-norm, packed documents, bit for bit" {
+	for d in 1 2 3 4 5 6 7; do
+		jq -cn --argjson d "$d" '{input_ids: [range(0; 20 + $d * 3) | (. * 7 + $d * 13) % 250]}'
+	done >docs.jsonl
+	ranks_equal_one 2 3 --model poros/tiny-qwen3 --precision nf4 --steps 3 --dataset docs.jsonl
+}
+
+@test "a 2-rank checkpoint resumes on 1 rank with the same global batch, and the other way" {
+	need_mpi
+	local m=(--model poros/tiny-qwen2 --precision nf4 --steps 4)
+	poros-train "${RUN[@]}" "${m[@]}" --accum 4 --out full >full.json
+	mpirun -np 2 poros-train "${RUN[@]}" "${m[@]}" --accum 2 --save-every 2 --out two >two.json
+	[ -d two/checkpoint-step2 ]
+	poros-train "${RUN[@]}" "${m[@]}" --accum 4 --resume two/checkpoint-step2 --out on1 >on1.json
+	cmp full/$ADAPTER on1/$ADAPTER
+	diff <(rows full) <(rows on1)
+	poros-train "${RUN[@]}" "${m[@]}" --accum 4 --save-every 2 --out one >one.json
+	mpirun -np 2 poros-train "${RUN[@]}" "${m[@]}" --accum 2 --resume one/checkpoint-step2 --out on2 >on2.json
+	cmp full/$ADAPTER on2/$ADAPTER
+	diff <(rows full) <(rows on2)
+}
+
+@test "a checkpoint does not resume on ranks that cut another global batch" {
+	need_mpi
+	local m=(--model poros/tiny-qwen2 --steps 3)
+	mpirun -np 2 poros-train "${RUN[@]}" "${m[@]}" --accum 2 --save-every 1 --out two >two.json
+	run -2 --separate-stderr poros-train "${RUN[@]}" "${m[@]}" --accum 2 --resume two/checkpoint-step1 --out one
+	[ -z "$output" ]
+	[[ "$stderr" == *accum* ]]
+}
+
+@test "a rank killed mid-run ends the others within seconds, naming it; --resume continues" {
+	need_mpi
+	local m=(--model poros/tiny-qwen2 --steps 60 --save-every 1)
+	mpirun -np 2 poros-train "${RUN[@]}" "${m[@]}" --accum 1 --out run >run.json 2>run.err &
+	local launcher=$! victim="" t0
+	# rank 1's process: a child of the launcher whose environment says so
+	for _ in $(seq 300); do
+		if [ -s run/events.jsonl ] && [ "$(wc -l <run/events.jsonl)" -ge 2 ]; then
+			for p in $(pgrep -P "$launcher"); do
+				tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$p
+			done
+			[ -n "$victim" ] && break
+		fi
+		sleep 0.1
+	done
+	[ -n "$victim" ]
+	t0=$(date +%s)
+	kill -KILL "$victim"
+	local rc=0
+	wait "$launcher" || rc=$?
+	[ "$rc" -ne 0 ]
+	[ $(($(date +%s) - t0)) -le 10 ]
+	grep -q "rank 1" run.err
+	# nothing is left holding the run directory: a rerun resumes there
+	local last
+	last=$(ls -d run/checkpoint-step* | sed 's/.*step//' | sort -n | tail -1)
+	[ "$last" -ge 1 ]
+	[ "$last" -lt 60 ]
+	mpirun -np 2 poros-train "${RUN[@]}" "${m[@]}" --accum 1 --resume "run/checkpoint-step$last" --out run >rerun.json
+	jq -e '.status == "ok" and .steps == 60' rerun.json
+	[ "$(wc -l <run/events.jsonl)" -eq 60 ]
+}
+
+@test "POROS_COMM=mpi with no plugin is a clear error, exit 2" {
+	need_mpi
+	run -2 --separate-stderr env POROS_COMM=mpi POROS_COMM_PLUGIN=/nonexistent/poros-comm-mpi.so \
+		poros-train "${RUN[@]}" --model poros/tiny-qwen2 --steps 1 --out x
+	[ -z "$output" ]
+	[[ "$stderr" == *"the data-parallel plugin /nonexistent/poros-comm-mpi.so cannot be loaded"* ]]
+	[ ! -e x/events.jsonl ]
+}
+
+@test "POROS_COMM with an unknown value is refused by name" {
+	run -2 --separate-stderr env POROS_COMM=carrier-pigeon poros-train "${RUN[@]}" --model poros/tiny-qwen2 \
+		--steps 1 --out x
+	[[ "$stderr" == *'POROS_COMM: unknown value "carrier-pigeon" (expected one of: auto, single, mpi, nccl, tcp)'* ]]
+}
+
+@test "POROS_COMM=nccl on the cpu backend is refused: NCCL carries device buffers" {
+	run -2 --separate-stderr env POROS_COMM=nccl poros-train "${RUN[@]}" --model poros/tiny-qwen2 --steps 1 --out x
+	[[ "$stderr" == *"POROS_COMM=nccl carries device buffers"* ]]
+}
+
+# torch RANK WORLD PORT NAME ARGS...: one rank of a torchrun-style run into
+# NAME.RANK.json / .err, in the background (its PID in TORCH_PID)
+torch() {
+	local rank=$1 world=$2 port=$3 name=$4
+	shift 4
+	RANK=$rank WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+		poros-train "${RUN[@]}" "$@" >"$name.$rank.json" 2>"$name.$rank.err" &
+	TORCH_PID=$!
+}
+
+@test "a torchrun-style environment over TCP: 2 ranks x accum 2 are one process with accum 4" {
+	local m=(--model poros/tiny-qwen2 --precision nf4 --steps 3) port=$((20000 + RANDOM % 40000)) pids=()
+	poros-train "${RUN[@]}" "${m[@]}" --accum 4 --out one >one.json
+	for r in 1 0; do
+		torch $r 2 $port tcp "${m[@]}" --accum 2 --out many
+		pids+=("$TORCH_PID")
+	done
+	wait "${pids[@]}"
+	cmp one/$ADAPTER many/$ADAPTER
+	diff <(rows one) <(rows many)
+	jq -e '.status == "ok"' tcp.0.json
+	[ ! -s tcp.1.json ]
+}
+
+@test "over TCP a killed rank makes rank 0 write a summary naming it within seconds; --resume continues" {
+	local m=(--model poros/tiny-qwen2 --steps 60 --save-every 1) port=$((20000 + RANDOM % 40000)) p0 p1 p2 t0 rc=0
+	torch 0 3 $port kill "${m[@]}" --out run
+	p0=$TORCH_PID
+	torch 1 3 $port kill "${m[@]}" --out run
+	p1=$TORCH_PID
+	torch 2 3 $port kill "${m[@]}" --out run
+	p2=$TORCH_PID
+	for _ in $(seq 300); do
+		[ -s run/events.jsonl ] && [ "$(wc -l <run/events.jsonl)" -ge 2 ] && break
+		sleep 0.1
+	done
+	t0=$(date +%s)
+	kill -KILL "$p1"
+	wait "$p0" || rc=$?
+	[ "$rc" -eq 1 ]
+	[ $(($(date +%s) - t0)) -le 5 ]
+	jq -e '.status == "error" and (.error | test("rank 1 closed its connection"))' kill.0.json
+	rc=0
+	wait "$p2" || rc=$?
+	[ "$rc" -ne 0 ]
+	[ ! -s kill.2.json ]
+	local last
+	last=$(ls -d run/checkpoint-step* | sed 's/.*step//' | sort -n | tail -1)
+	[ "$last" -ge 1 ] && [ "$last" -lt 60 ]
+	port=$((port + 1))
+	for r in 2 1 0; do
+		torch $r 3 $port rerun "${m[@]}" --resume "run/checkpoint-step$last" --out run
+	done
+	wait
+	jq -e '.status == "ok" and .steps == 60' rerun.0.json
+	[ "$(wc -l <run/events.jsonl)" -eq 60 ]
+}
+
+@test "a torchrun-style environment with a bad RANK is refused by name" {
+	run -2 --separate-stderr env RANK=2 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
+		poros-train "${RUN[@]}" --model poros/tiny-qwen2 --steps 1 --out x
+	[ -z "$output" ]
+	[[ "$stderr" == *"RANK: not an integer in [0, 1]: 2"* ]]
+}
+
+@test "--epochs counts the global batch and an evaluation set agrees, over 2 ranks" {
+	need_mpi
+	for d in 1 2 3 4 5 6 7 8 9; do
+		jq -cn --argjson d "$d" '{input_ids: [range(0; 40) | (. * 7 + $d * 13) % 250]}'
+	done >d.jsonl
+	local m=(--model poros/tiny-qwen2 --batch-size 1 --epochs 2 --dataset d.jsonl --eval-fraction 0.2)
+	poros-train "${RUN[@]}" "${m[@]}" --accum 2 --out one >one.json
+	mpirun -np 2 poros-train "${RUN[@]}" "${m[@]}" --accum 1 --out two >two.json
+	[ "$(jq .steps one.json)" -eq "$(jq .steps two.json)" ]
+	[ "$(jq .eval_loss one.json)" = "$(jq .eval_loss two.json)" ]
+	cmp one/$ADAPTER two/$ADAPTER
+	diff <(jq -c '[.step, .loss, .epoch, .eval_loss]' one/events.jsonl) \
+		<(jq -c '[.step, .loss, .epoch, .eval_loss]' two/events.jsonl)
+}
+
+@test "--nproc 2 starts its own ranks: accum 2 on each is one process with accum 4" {
+	local m=(--model poros/tiny-qwen2 --precision nf4 --steps 3)
+	poros-train "${RUN[@]}" "${m[@]}" --accum 4 --out one >one.json
+	run -0 --separate-stderr poros-train "${RUN[@]}" "${m[@]}" --nproc 2 --accum 2 --out two
+	[ "${#lines[@]}" -eq 1 ]
+	jq -e '.status == "ok"' <<<"$output"
+	cmp one/$ADAPTER two/$ADAPTER
+	diff <(rows one) <(rows two)
+}
+
+@test "--nproc: a rank killed mid-run ends the run within seconds, named in the summary and on stderr" {
+	local victim="" t0 rc=0
+	poros-train "${RUN[@]}" --model poros/tiny-qwen2 --steps 60 --nproc 3 --out run >run.json 2>run.err &
+	local parent=$!
+	for _ in $(seq 300); do
+		if [ -s run/events.jsonl ]; then
+			for p in $(pgrep -P "$parent"); do
+				tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx RANK=1 && victim=$p
+			done
+			[ -n "$victim" ] && break
+		fi
+		sleep 0.1
+	done
+	[ -n "$victim" ]
+	t0=$(date +%s)
+	kill -KILL "$victim"
+	wait "$parent" || rc=$?
+	[ "$rc" -eq 1 ]
+	[ $(($(date +%s) - t0)) -le 5 ]
+	grep -q -- "--nproc: rank 1 was killed by signal 9" run.err
+	jq -e '.status == "error" and (.error | test("rank 1 closed its connection"))' run.json
+}
+
+@test "--nproc: SIGKILL of poros-train leaves no rank running" {
+	poros-train "${RUN[@]}" --model poros/tiny-qwen2 --steps 200 --nproc 2 --out run >run.json 2>run.err &
+	local parent=$! ranks=""
+	for _ in $(seq 300); do
+		ranks=$(pgrep -P "$parent" | tr '\n' ' ')
+		[ -s run/events.jsonl ] && [ -n "$ranks" ] && break
+		sleep 0.1
+	done
+	[ -n "$ranks" ]
+	kill -KILL "$parent"
+	wait "$parent" || true
+	# gone, or a zombie waiting for its new parent to reap it
+	local alive=1
+	for _ in $(seq 30); do
+		alive=0
+		for p in $ranks; do
+			[ -e "/proc/$p" ] && [ "$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null)" != Z ] && alive=1
+		done
+		[ "$alive" -eq 0 ] && break
+		sleep 0.1
+	done
+	[ "$alive" -eq 0 ]
+}
+
+@test "--gpus refuses the cpu backend and 'all'; --nproc refuses a process that is a rank already" {
+	run -2 --separate-stderr poros-train "${RUN[@]}" --model poros/tiny-qwen2 --gpus 2 --out x
+	[[ "$stderr" == *"--gpus: one rank a GPU on the cuda backend, not --backend cpu (CPU ranks: --nproc N)"* ]]
+	run -2 --separate-stderr poros-train "${RUN[@]}" --model poros/tiny-qwen2 --gpus all --out x
+	[[ "$stderr" == *"--gpus all: counting the GPUs is not implemented; give their number"* ]]
+	run -2 --separate-stderr env RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
+		poros-train "${RUN[@]}" --model poros/tiny-qwen2 --nproc 2 --out x
+	[[ "$stderr" == *"--nproc: this process was started as a rank already"* ]]
+	run -2 --separate-stderr poros-train "${RUN[@]}" --model poros/tiny-qwen2 --nproc 0 --out x
+	[[ "$stderr" == *"--nproc"* ]]
+	[ ! -e x ]
+}
