@@ -23,7 +23,7 @@ grep -E 'FAIL|PASS' "$out/ops.log" | sed 's/  */ /g' | cut -c1-150 | tail -70
 
 train() { # name backend mode precision block accum model
 	$P/poros-train --model "$7" --backend "$2" --mode "$3" --precision "$4" --block-size "$5" \
-		--accum "$6" --steps 4 --seq-len 64 --dataset synthetic --rank 8 --alpha 16 --dropout 0.05 --warmup 1 \
+		--accum "$6" --steps 4 --seq-len 64 --dataset synthetic --rank 8 --alpha 16 --dropout 0.05 --timing-warmup 1 \
 		--out "$out/runs/$1" --quiet >"$out/runs/$1.summary" 2>"$out/runs/$1.log"
 }
 # losses_agree LABEL RTOL EVENTS_A EVENTS_B: prints both runs' losses, and

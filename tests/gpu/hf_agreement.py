@@ -75,7 +75,7 @@ def hf_loss(model_dir, ids, device, dtype=torch.bfloat16):
 def poros_loss(poros_train, model_dir, data_path, backend, out_dir):
     argv = [poros_train, "--model", model_dir, "--dataset", data_path, "--steps", "1",
             "--seq-len", str(SEQ), "--batch-size", "1", "--accum", "1", "--precision", "bf16",
-            "--mode", "resident", "--backend", backend, "--warmup", "0", "--rank", "8",
+            "--mode", "resident", "--backend", backend, "--timing-warmup", "0", "--rank", "8",
             "--alpha", "16", "--dropout", "0", "--out", out_dir]
     proc = subprocess.run(argv, capture_output=True, text=True)
     if proc.returncode != 0:

@@ -17,6 +17,51 @@ const char *const train_opt_names[OPT_COUNT] = {
 #undef TRAIN_OPT_NAME
 };
 
+const struct train_opt_help train_opt_help[OPT_COUNT] = {
+	[OPT_CELL] = { "FILE", "the cell to run (poros-expand's; - reads it from stdin); flags override its fields" },
+	[OPT_MODEL] = { "ID", "a checkpoint directory, a HF cache id, or a shape in configs/models (synthetic weights)" },
+	[OPT_MODE] = { "blockwise|resident", "stream blocks of layers (Poros), or keep every layer on the device" },
+	[OPT_PRECISION] = { "nf4|bf16", "the frozen base's precision (nf4)" },
+	[OPT_STEPS] = { "N", "optimizer steps (10); wins over --epochs" },
+	[OPT_SEQ_LEN] = { "N", "tokens per row (128)" },
+	[OPT_BATCH_SIZE] = { "N", "rows per micro-batch (1)" },
+	[OPT_ACCUM] = { "K", "micro-batches per optimizer step (1)" },
+	[OPT_RANK] = { "R", "LoRA rank (16)" },
+	[OPT_ALPHA] = { "A", "LoRA alpha; the scale is alpha/rank (32)" },
+	[OPT_DROPOUT] = { "P", "LoRA dropout, 0 <= P < 1 (0.05)" },
+	[OPT_TARGETS] = { "LIST", "projections to adapt: q,k,v,o,gate,up,down, or all (all)" },
+	[OPT_BLOCK_SIZE] = { "N", "blockwise: layers per streamed block (4)" },
+	[OPT_NO_PREFETCH] = { NULL, "blockwise: copy each block when it is needed, not during the one before" },
+	[OPT_LR] = { "LR", "peak learning rate (2e-4)" },
+	[OPT_LR_SCHEDULE] = { "constant|linear|cosine", "the learning rate after its warmup (constant)" },
+	[OPT_TIMING_WARMUP] = { "N", "leading steps left out of the timing, trained as any other (0)" },
+	[OPT_LR_WARMUP] = { "N", "steps of linear learning-rate warmup from 0 (0; HF's --warmup-steps)" },
+	[OPT_WEIGHT_DECAY] = { "W", "AdamW's decoupled weight decay (0)" },
+	[OPT_MAX_GRAD_NORM] = { "G", "clip the global gradient norm to G; 0: no clipping (1)" },
+	[OPT_SEED] = { "S", "seeds synthetic weights and data, the LoRA init, dropout, shuffling (42)" },
+	[OPT_DATASET] = { "SPEC", "training data: synthetic, synthetic:repeat, FILE.u16|u32|bin, a file or directory" },
+	[OPT_TOKENIZER] = { "PATH", "a tokenizer.json (or its directory) instead of the model's own" },
+	[OPT_CHAT_DATE] = { "YYYY-MM-DD", "the day a chat template's strftime_now formats" },
+	[OPT_TRAIN_ON] = { "assistant|all", "the loss's targets (unset: answers, completions, all of text)" },
+	[OPT_BACKEND] = { "cpu|cuda|auto", "where the math runs (auto: CUDA when a device is there)" },
+	[OPT_VRAM_BUDGET] = { "BYTES", "refuse (status oom) a run whose device plan exceeds BYTES (e.g. 20GiB)" },
+	[OPT_CONFIGS] = { "DIR", "where models/<slug>.json shapes are (the tree's configs)" },
+	[OPT_OUT] = { "DIR", "the run directory (out/runs/<cell_id>)" },
+	[OPT_INIT_ADAPTER] = { "DIR", "start from (or, with --eval-only, evaluate) this PEFT adapter" },
+	[OPT_SAVE_EVERY] = { "N", "also save adapter-stepN and checkpoint-stepN every N steps" },
+	[OPT_QUIET] = { NULL, "no per-step progress on standard error" },
+	[OPT_GRAD_CKPT] = { "on|off", "resident: recompute each layer in the backward (off)" },
+	[OPT_RESUME] = { "DIR", "continue a run from its checkpoint-stepN directory, bit for bit" },
+	[OPT_EVAL_DATASET] = { "SPEC", "an evaluation set: eval_loss after the last step (and every --eval-every)" },
+	[OPT_EVAL_EVERY] = { "N", "evaluate after every N steps too (0: after the last only)" },
+	[OPT_PLAN] = { NULL, "print the device and host memory plan as one JSON line; run nothing" },
+	[OPT_SPLIT] = { "NAME", "the split of a directory dataset to train on (train)" },
+	[OPT_EVAL_SPLIT] = { "NAME", "the split of a directory --eval-dataset (validation, else test)" },
+	[OPT_EVAL_FRACTION] = { "F", "hold out ceil(F x documents) of --dataset as the evaluation set" },
+	[OPT_EPOCHS] = { "E", "passes over the data that set the steps, without --steps" },
+	[OPT_EVAL_ONLY] = { NULL, "no training: eval_loss and perplexity of the base (+ --init-adapter)" },
+};
+
 void train_config_defaults(struct train_config *c)
 {
 	memset(c, 0, sizeof *c);

@@ -597,7 +597,7 @@ static int steps_from_epochs(struct run *x, char *err, size_t errsz)
 		return snprintf(err, errsz, "--epochs %g: %.0f steps, more than 1000000", c->epochs, steps), -1;
 	c->cell.training.steps = (int)steps;
 	if (c->cell.training.warmup_steps >= c->cell.training.steps && c->cell.training.warmup_steps > 0)
-		return snprintf(err, errsz, "--epochs %g: %d steps, not more than --warmup %d", c->epochs,
+		return snprintf(err, errsz, "--epochs %g: %d steps, not more than --timing-warmup %d", c->epochs,
 		                c->cell.training.steps, c->cell.training.warmup_steps), -1;
 	return 0;
 }
