@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "adapter.h"
 #include "jsonl.h"
 #include "train.h"
 #include "util.h"
@@ -29,7 +30,7 @@ const struct train_opt_help train_opt_help[OPT_COUNT] = {
 	[OPT_RANK] = { "R", "LoRA rank (16)" },
 	[OPT_ALPHA] = { "A", "LoRA alpha; the scale is alpha/rank (32)" },
 	[OPT_DROPOUT] = { "P", "LoRA dropout, 0 <= P < 1 (0.05)" },
-	[OPT_TARGETS] = { "LIST", "projections to adapt: q,k,v,o,gate,up,down, or all (all)" },
+	[OPT_TARGETS] = { "LIST", "projections to adapt: q_proj,k_proj,...,down_proj, all or all-linear (all)" },
 	[OPT_BLOCK_SIZE] = { "N", "blockwise: layers per streamed block (4)" },
 	[OPT_NO_PREFETCH] = { NULL, "blockwise: copy each block when it is needed, not during the one before" },
 	[OPT_LR] = { "LR", "peak learning rate (2e-4)" },
@@ -105,6 +106,26 @@ int train_config_from_cell(struct train_config *c, const struct cell *cell, char
 	return 0;
 }
 
+/* --eval-only: an evaluation set, and nothing a training run alone does. */
+static int eval_only_check(const struct train_config *c, char *err, size_t errsz)
+{
+	const struct cell *cl = &c->cell;
+
+	if (cl->training.eval_dataset == NULL && cl->training.eval_fraction == 0)
+		return snprintf(err, errsz, "--eval-only: needs an evaluation set: --eval-dataset SPEC, or --dataset SPEC "
+		                "with --eval-fraction F (the documents a training run holds out)"), -1;
+	if (c->resume)
+		return snprintf(err, errsz, "--eval-only and --resume: an evaluation trains nothing; give the adapter "
+		                "with --init-adapter"), -1;
+	if (c->save_every > 0)
+		return snprintf(err, errsz, "--eval-only and --save-every: an evaluation saves nothing"), -1;
+	if (cl->training.eval_every > 0)
+		return snprintf(err, errsz, "--eval-only and --eval-every: an evaluation runs once"), -1;
+	if (c->epochs > 0)
+		return snprintf(err, errsz, "--eval-only and --epochs: an evaluation makes one pass over its set"), -1;
+	return 0;
+}
+
 int train_config_check(const struct train_config *c, char *err, size_t errsz)
 {
 	if (c->cell.model.model_id == NULL) /* an empty one is refused as --model's text */
@@ -138,7 +159,7 @@ int train_config_check(const struct train_config *c, char *err, size_t errsz)
 	if (c->cell.training.eval_fraction > 0 && c->cell.training.eval_dataset)
 		return snprintf(err, errsz, "--eval-fraction and --eval-dataset: the fraction holds out part of "
 		                "--dataset as the evaluation set; give one of them"), -1;
-	return 0;
+	return c->eval_only ? eval_only_check(c, err, errsz) : 0;
 }
 
 /* The environment's knobs, read here and nowhere else. */
@@ -285,6 +306,11 @@ static void apply_flags(struct train_config *c, char *const v[OPT_COUNT])
 		c->quiet = 1;
 	if (v[OPT_PLAN])
 		c->plan = 1;
+	if (v[OPT_EVAL_ONLY])
+		c->eval_only = 1;
+	if (c->eval_only && v[OPT_DATASET] && c->cell.training.eval_dataset)
+		die(EXIT_USAGE, "--eval-only with --eval-dataset reads no training data: --dataset %s would change "
+		    "nothing (--dataset with --eval-fraction evaluates the documents it holds out)", v[OPT_DATASET]);
 	if (v[OPT_RESUME])
 		replace(&c->resume, v[OPT_RESUME]);
 }
@@ -296,6 +322,49 @@ static char *default_configs_dir(void)
 	return poros_resource("configs");
 }
 
+/* "q_proj,v_proj": the modules of mask, in buf. */
+static const char *module_list(char *buf, size_t n, unsigned mask)
+{
+	buf[0] = '\0';
+	for (int m = 0; m < CELL_MAX_TARGETS; m++)
+		if ((mask >> m) & 1u)
+			snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", *buf ? "," : "", lora_module_names[m]);
+	return buf;
+}
+
+/* --eval-only --init-adapter DIR: the LoRA's rank, alpha and targets are
+ * the adapter's (its scale alpha/rank is part of what is evaluated); a
+ * flag or a cell that says otherwise is refused. */
+static void shape_from_adapter(struct train_config *c, char *const v[OPT_COUNT])
+{
+	struct adapter a;
+	char err[512];
+	int given_rank = v[OPT_RANK] || v[OPT_CELL], given_alpha = v[OPT_ALPHA] || v[OPT_CELL];
+	int given_targets = v[OPT_TARGETS] || v[OPT_CELL];
+	const char *by = v[OPT_CELL] ? "the cell" : NULL;
+
+	if (adapter_load(c->init_adapter, &a, err, sizeof err) < 0)
+		die(EXIT_USAGE, "--init-adapter: %s", err);
+	if (given_rank && a.rank != c->cell.lora.rank)
+		die(EXIT_USAGE, "--init-adapter %s: rank %d, but %s says %d", c->init_adapter, a.rank,
+		    v[OPT_RANK] ? "--rank" : by, c->cell.lora.rank);
+	if (given_alpha && a.alpha != c->cell.lora.alpha)
+		die(EXIT_USAGE, "--init-adapter %s: lora_alpha %g, but %s says %g", c->init_adapter, a.alpha,
+		    v[OPT_ALPHA] ? "--alpha" : by, c->cell.lora.alpha);
+	if (given_targets && a.target_mask != c->cell.lora.target_mask) {
+		char have[160], want[160];
+
+		die(EXIT_USAGE, "--init-adapter %s: targets %s, but %s says %s", c->init_adapter,
+		    module_list(have, sizeof have, a.target_mask), v[OPT_TARGETS] ? "--targets" : by,
+		    module_list(want, sizeof want, c->cell.lora.target_mask));
+	}
+	c->cell.lora.rank = a.rank;
+	c->cell.lora.alpha = a.alpha;
+	c->cell.lora.target_mask = a.target_mask;
+	c->cell.lora.n_targets = __builtin_popcount(a.target_mask);
+	adapter_free(&a);
+}
+
 void train_config_from_options(struct train_config *c, char *const v[OPT_COUNT])
 {
 	char err[512], *configs;
@@ -304,6 +373,8 @@ void train_config_from_options(struct train_config *c, char *const v[OPT_COUNT])
 	if (v[OPT_CELL])
 		load_cell(c, v[OPT_CELL]);
 	apply_flags(c, v);
+	if (c->eval_only && c->init_adapter)
+		shape_from_adapter(c, v);
 	if (c->cell.cell_id == NULL && c->cell.model.model_id) {
 		char *slug = slugify(c->cell.model.model_id, 1);
 

@@ -367,20 +367,22 @@ static int alloc_weights(struct engine *e, char *err, size_t errsz)
 static int alloc_state(struct engine *e, char *err, size_t errsz)
 {
 	size_t lora_bytes = (size_t)e->lora.total * sizeof(float);
+	int copies = e->cfg->eval_only ? 1 : 4; /* an evaluation has no gradients and no AdamW moments */
 	char sz[32], what[96];
 	void *p;
 	float *state;
 
 	dev_alloc_set_purpose(&e->alloc, "lora_state");
-	if (dev_alloc(&e->alloc, &p, 4 * lora_bytes, "LoRA parameters, gradients and AdamW state (%s)",
-	              format_bytes(sz, sizeof sz, 4.0 * (double)lora_bytes)) < 0)
+	if (dev_alloc(&e->alloc, &p, (size_t)copies * lora_bytes, "%s (%s)",
+	              copies == 1 ? "LoRA parameters" : "LoRA parameters, gradients and AdamW state",
+	              format_bytes(sz, sizeof sz, (double)copies * (double)lora_bytes)) < 0)
 		return set_error(err, errsz, "%s", e->alloc.err);
 	state = p;
 	if (state) { /* NULL: a plan */
 		e->params = state;
-		e->grads = state + e->lora.total;
-		e->adam_m = state + 2 * e->lora.total;
-		e->adam_v = state + 3 * e->lora.total;
+		e->grads = copies == 4 ? state + e->lora.total : NULL;
+		e->adam_m = copies == 4 ? state + 2 * e->lora.total : NULL;
+		e->adam_v = copies == 4 ? state + 3 * e->lora.total : NULL;
 	}
 
 	if (!e->blockwise && !e->cfg->cell.training.gradient_checkpointing)
@@ -486,8 +488,10 @@ int plan_upload(struct engine *e, char *err, size_t errsz)
 	be->copy_h2d(e->rope_sin, sin_t, half * sizeof(float), STREAM_COMPUTE);
 	be->copy_h2d(e->iota, iota, (size_t)c->T * sizeof(int32_t), STREAM_COMPUTE);
 	be->copy_h2d(e->params, init, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
-	be->memset_zero(e->adam_m, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
-	be->memset_zero(e->adam_v, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
+	if (e->adam_m) { /* none in an evaluation */
+		be->memset_zero(e->adam_m, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
+		be->memset_zero(e->adam_v, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
+	}
 	/* the host sources are freed below: wait for the copies */
 	be->synchronize();
 	free(cos_t);

@@ -32,6 +32,7 @@ struct train_config {
 	int dataset_named;       /* the dataset came from --dataset or a cell, not the default "synthetic" */
 	int quiet;               /* no per-step progress on stderr */
 	int plan;                /* --plan: print the device memory plan, run nothing */
+	int eval_only;           /* --eval-only: evaluate the base (+ init_adapter) once; no optimizer state */
 	/* from the environment (options.c reads it once; man/poros-train.1) */
 	int lora_ext;            /* POROS_LORA_EXT: NF4 LoRA terms ride in the base GEMMs (1) or not */
 	int data_prefetch;       /* not POROS_NO_DATA_PREFETCH: stage the next batch on a thread */
