@@ -15,12 +15,15 @@
 
 /* A document before tokenization: text to encode, a rendered chat, or
  * ids as given; all_targets: every token is a target (else the chat's
- * answers only). */
+ * answers only, or a prompt/completion's completion); prompt_len: the
+ * bytes of text that are a prompt (0: none); eos_target: the EOS after
+ * it is a target. */
 struct pending_doc {
 	char *text;
 	size_t len;
 	struct chat_render *chat;
-	int all_targets;
+	int all_targets, eos_target;
+	size_t prompt_len;
 	struct token_ids ids;
 	uint8_t *sup;        /* (ids.n) after tokenizing */
 };
