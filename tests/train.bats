@@ -505,3 +505,21 @@ four_docs() {
 	done
 	[ "$(poros -h)" = "$(poros --help)" ]
 }
+
+@test "reading and tokenizing a dataset says how far it got on stderr, once it takes a while, never with --quiet" {
+	for i in $(seq 1 2500); do echo "{\"input_ids\":[$((i % 200)),$(((i * 7) % 200)),5]}"; done >big.jsonl
+	# POROS_PROGRESS_AFTER=0: the lines a long read gives, at once
+	run -0 --separate-stderr env POROS_PROGRESS_AFTER=0 poros-train "${TINY[@]}" --model poros/tiny-qwen2 \
+		--dataset big.jsonl --steps 1 --out run
+	[ "${#lines[@]}" -eq 1 ] && jq -e '.status == "ok"' <<<"$output"
+	grep -qE '^poros-train: dataset: 1024 records read \(big\.jsonl: [0-9.]+ of 0\.1 MiB\)$' <<<"$stderr"
+	grep -qx 'poros-train: dataset: 2500 records, 2500 documents, 7500 tokens in [0-9.]* s' <<<"$stderr"
+	# a read that takes less than a second says nothing, and --quiet nothing ever
+	run -0 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --dataset big.jsonl --steps 1 --out run
+	! grep -q '^poros-train: dataset: ' <<<"$stderr"
+	run -0 --separate-stderr env POROS_PROGRESS_AFTER=0 poros-train "${TINY[@]}" --quiet --model poros/tiny-qwen2 \
+		--dataset big.jsonl --steps 1 --out run
+	! grep -q '^poros-train: dataset: ' <<<"$stderr"
+	run -2 --separate-stderr env POROS_PROGRESS_AFTER=soon poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 1
+	[ "$stderr" = "poros-train: POROS_PROGRESS_AFTER: not a number of seconds in [0, 86400]: soon" ]
+}

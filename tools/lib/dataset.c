@@ -1,5 +1,5 @@
 /* tools/lib/dataset.c: records -> tokenized documents and their targets
- * (see dataset.h for the formats and the packing rule); dataset_files.c
+ * (man/poros-dataset.5 gives the formats and the packing rule); dataset_files.c
  * reads the files, dataset_pack.c packs the rows. */
 #include "dataset_int.h"
 
@@ -9,11 +9,52 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#ifdef _OPENMP
+#include <omp.h>
+#else
+static int omp_get_thread_num(void) { return 0; }
+#endif
 
 #include "chat_template.h"
 #include "hf_cache.h"
 #include "jinja.h"
 #include "util.h"
+
+/* ---- progress ------------------------------------------------------------ */
+
+static int progress_on;
+static double progress_after = 1.0;
+
+void dataset_set_progress(double after_s)
+{
+	progress_on = after_s >= 0;
+	progress_after = after_s;
+}
+
+/* Whether a progress line is due now: after a second of work, then once a second. */
+static int progress_due(struct dataset *ds)
+{
+	double now;
+
+	if (!progress_on)
+		return 0;
+	now = now_seconds();
+	if (ds->progress_start == 0)
+		ds->progress_start = now;
+	if (now - ds->progress_start < progress_after || now - ds->progress_last < 1.0)
+		return 0;
+	ds->progress_last = now;
+	ds->progress_said = 1;
+	return 1;
+}
+
+void dataset_progress_read(struct dataset *ds, const char *path, long long done, long long size)
+{
+	if (!progress_due(ds))
+		return;
+	fprintf(stderr, "%s: dataset: %lld records read (%s: %.1f of %.1f MiB)\n", progname, ds->n_records, path,
+	        (double)done / 1048576.0, (double)size / 1048576.0);
+}
 
 /* ---- building ------------------------------------------------------------ */
 
@@ -352,7 +393,7 @@ static int add_chat_prompt_completion(struct dataset *ds, const cJSON *prompt, c
 	return rc;
 }
 
-/* A record of no shape named in dataset.h: its keys, and the shapes. */
+/* A record of no shape man/poros-dataset.5 names: its keys, and the shapes. */
 static int unknown_shape(const cJSON *rec, const char *where, char *err, size_t errsz)
 {
 	char keys[256] = "";
@@ -472,6 +513,9 @@ int dataset_prepare(struct dataset *ds, char *err, size_t errsz)
 	/* Each thread its own workspace; documents are independent, and their
 	 * ids land in their own slot, so the result is the same on any number of
 	 * threads. */
+	long long docs_done = 0, tokens_done = 0;
+	if (progress_on && ds->progress_start == 0)
+		ds->progress_start = now_seconds();
 #pragma omp parallel
 	{
 		struct tok_workspace *ws = ds->tok ? tok_workspace_new(ds->tok) : NULL;
@@ -506,6 +550,13 @@ int dataset_prepare(struct dataset *ds, char *err, size_t errsz)
 					snprintf(bad_err, sizeof bad_err, "%s", why);
 				}
 			}
+#pragma omp atomic
+			docs_done++;
+#pragma omp atomic
+			tokens_done += (long long)p->ids.n;
+			if (progress_on && omp_get_thread_num() == 0 && progress_due(ds))
+				fprintf(stderr, "%s: dataset: tokenizing: %lld of %zu documents, %lld tokens\n", progname,
+				        docs_done, n, tokens_done);
 			if (p->chat) {
 				chat_render_free(p->chat); /* frees the text too */
 				free(p->chat);
@@ -558,6 +609,9 @@ int dataset_prepare(struct dataset *ds, char *err, size_t errsz)
 	ds->order = xmalloc(d * sizeof *ds->order);
 	ds->n_supervised = dataset_count_supervised(ds);
 	ds->prepared = 1;
+	if (ds->progress_said)
+		fprintf(stderr, "%s: dataset: %lld records, %zu documents, %zu tokens in %.1f s\n", progname,
+		        ds->n_records, ds->n_docs, ds->n_tokens, now_seconds() - ds->progress_start);
 	return 0;
 }
 

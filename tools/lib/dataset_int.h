@@ -52,6 +52,10 @@ struct dataset {
 	const char *split_read; /* the split a directory gave (split_names), or NULL */
 	struct file_id *files; /* the files read, for dataset_same_files */
 	size_t n_files;
+	/* progress (dataset_set_progress): when the work began, the last line */
+	double progress_start, progress_last;
+	int progress_said;
+	long long bytes_read;  /* of the files done, for the progress lines */
 	/* where the packing stands: stream position and the same as
 	 * (document in epoch order, offset; offset == length is its EOS) */
 	size_t *order;
@@ -64,6 +68,9 @@ struct file_id {
 	ino_t ino;
 };
 
+/* dataset.c: a progress line about reading, when one is due: the
+ * records so far, and bytes of the file being read (done of size). */
+void dataset_progress_read(struct dataset *ds, const char *path, long long done, long long size);
 /* dataset.c: the targets of one epoch as the packing gives them. */
 long long dataset_count_supervised(const struct dataset *ds);
 /* dataset_split.c: keep[i] (n entries) when files[i] (relative to the

@@ -168,8 +168,9 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	const char *ext = getenv("POROS_LORA_EXT"), *noprefetch = getenv("POROS_NO_DATA_PREFETCH");
 	const char *prof = getenv("POROS_PROFILE"), *chunk = getenv("POROS_MLP_CHUNK"), *why;
 	const char *attn = getenv("POROS_ATTN_CKPT"), *mem = getenv("POROS_MEM_AVAILABLE");
-	const char *route = getenv("POROS_ATTENTION");
+	const char *route = getenv("POROS_ATTENTION"), *after = getenv("POROS_PROGRESS_AFTER");
 	long rows = 0;
+	char *end;
 
 	/* the CUDA attention's route (kernels/ops.h) rounds otherwise: a typo
 	 * must not silently take the other one */
@@ -190,6 +191,15 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	if (chunk && *chunk && parse_long(chunk, 1, 1L << 30, &rows, &why) < 0)
 		return snprintf(err, errsz, "POROS_MLP_CHUNK: %s: %s", why, chunk), -1;
 	c->mlp_chunk = (int)rows;
+	/* when the dataset's progress lines start: a test knob (0: at once) */
+	c->progress_after = 1.0;
+	if (after && *after) {
+		errno = 0;
+		c->progress_after = strtod(after, &end);
+		if (*end || errno || !(c->progress_after >= 0 && c->progress_after <= 86400))
+			return snprintf(err, errsz, "POROS_PROGRESS_AFTER: not a number of seconds in [0, 86400]: %s",
+			                after), -1;
+	}
 	/* what the host memory checks compare with: a test knob, never 0 (that would be no check) */
 	c->mem_available = mem && *mem ? opt_bytes("POROS_MEM_AVAILABLE", mem) : 0;
 	if (mem && *mem && c->mem_available == 0)

@@ -1121,6 +1121,7 @@ int train_run(const struct train_config *c, FILE *summary_out)
 
 	x.c = &x.cfg;
 	host_memory_set_available((size_t)c->mem_available);
+	dataset_set_progress(c->quiet ? -1.0 : c->progress_after);
 	x.r = (struct run_result){ .status = "error", .loss_first = NAN, .loss_last = NAN, .vram_peak_mb = NAN,
 	                           .vram_plan_mb = NAN, .host_weights_mb = NAN, .host_checkpoints_mb = NAN,
 	                           .eval_loss = NAN, .lock_fd = -1, .host_rss_at_plan_mb = NAN };

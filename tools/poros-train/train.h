@@ -39,6 +39,7 @@ struct train_config {
 	int profile;             /* POROS_PROFILE: device time per op category */
 	int mlp_chunk;           /* POROS_MLP_CHUNK: MLP rows per chunk; 0: MLP_CHUNK_TOKENS (layer.h) */
 	long long mem_available; /* POROS_MEM_AVAILABLE: bytes the host checks take as available; 0: MemAvailable */
+	double progress_after;   /* POROS_PROGRESS_AFTER: seconds of reading a dataset before its progress lines (1) */
 	int attn_ckpt;           /* POROS_ATTN_CKPT: blockwise keeps each layer's attention output for its
 	                            recomputation (1), or runs it again (0); ATTN_CKPT_AUTO (unset): 1 where
 	                            the host has the memory, which run.c decides (the engine takes it as 1) */
