@@ -479,3 +479,97 @@ tiny_chat_model() {
 	run -2 --separate-stderr poros-train --cell bad.json
 	[[ "$stderr" == *"training.train_on: unknown train_on \"some\" (expected one of: assistant, all)"* ]]
 }
+
+# The record shapes beside messages (man/poros-dataset.5): TRL's prompt and
+# completion, standard and conversational, and ShareGPT's conversations.
+
+@test "TRL's prompt/completion: the completion and the EOS after it are the targets, the tokens prompt + completion's" {
+	echo '{"prompt":"ab","completion":"cd"}' >pc.jsonl
+	echo '{"text":"abcd"}' >t.jsonl
+	run -0 poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 8 pc.jsonl
+	# a b c d EOS: "b" is the prompt's, so not a target; c, d and the EOS TRL appends are
+	[ "$output" = '{"tokens":[64,65,66,67,151645,151645,151645,151645],"targets":[-100,66,67,151645,-1,-1,-1,-1],"pos":[0,1,2,3,4,0,1,2]}' ]
+	# the same tokens as the text prompt + completion, which is all targets
+	diff <(jq -c .tokens <<<"$output") <(poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 8 t.jsonl | jq -c .tokens)
+	# --train-on all: every token, as the text
+	diff <(poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 8 --train-on all pc.jsonl) \
+		<(poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 8 t.jsonl)
+	# --train-on assistant wants chats
+	run -2 --separate-stderr poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 8 --train-on assistant pc.jsonl
+	[ "$stderr" = 'poros-tokenize: pc.jsonl:1: train_on "assistant" needs chats, and this prompt and completion are text' ]
+	# one a string, the other a list: refused
+	echo '{"prompt":"ab","completion":[{"role":"assistant","content":"cd"}]}' >mixed.jsonl
+	run -2 --separate-stderr poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 8 mixed.jsonl
+	[ "$stderr" = 'poros-tokenize: mixed.jsonl:1: "prompt" and "completion" are both strings or both lists of messages' ]
+}
+
+@test "TRL's conversational prompt/completion: one chat, the completion's answers are targets, the prompt's are not" {
+	jq -nc '{prompt: [{role: "user", content: "1?"}, {role: "assistant", content: "1"}, {role: "user", content: "2+2?"}],
+		completion: [{role: "assistant", content: "4"}]}' >cpc.jsonl
+	jq -c '{messages: (.prompt + .completion)}' cpc.jsonl >m.jsonl
+	run -0 poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 64 cpc.jsonl
+	# the rendered chat is the messages record's, token for token
+	diff <(jq -c .tokens <<<"$output") <(poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 64 m.jsonl | jq -c .tokens)
+	# "4" (19) and its <|im_end|>; the prompt's answer "1" (16) is not a target
+	jq -e '[.targets[] | select(. >= 0)] == [19, 151645]' <<<"$output"
+	poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 64 m.jsonl | jq -e '[.targets[] | select(. >= 0)] == [16, 151645, 19, 151645]'
+	# --train-on assistant: every answer, as the messages record
+	diff <(poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 64 --train-on assistant cpc.jsonl) \
+		<(poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 64 m.jsonl)
+	diff <(poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 64 --train-on all cpc.jsonl) \
+		<(poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 64 --train-on all m.jsonl)
+}
+
+@test "ShareGPT conversations are the messages Axolotl maps them to: human, gpt, system (user, assistant as they are)" {
+	jq -nc '{conversations: [{from: "system", value: "Be brief."}, {from: "human", value: "2+2?"}, {from: "gpt", value: "4"},
+		{from: "user", value: "and 3+3?"}, {from: "assistant", value: "6"}]}' >sg.jsonl
+	jq -nc '{messages: [{role: "system", content: "Be brief."}, {role: "user", content: "2+2?"}, {role: "assistant", content: "4"},
+		{role: "user", content: "and 3+3?"}, {role: "assistant", content: "6"}]}' >m.jsonl
+	diff <(poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 96 sg.jsonl) \
+		<(poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 96 m.jsonl)
+	poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 96 sg.jsonl | jq -e '[.targets[] | select(. >= 0)] | length == 4'
+	# an unknown "from" is refused by place and value, and so is a key a turn does not have
+	printf '%s\n' '{"text":"fine"}' '{"conversations":[{"from":"human","value":"hi"},{"from":"bot","value":"x"}]}' >bad.jsonl
+	run -2 --separate-stderr poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 8 bad.jsonl
+	[ "$stderr" = 'poros-tokenize: bad.jsonl:2: conversations[1]: unknown "from" "bot" (expected one of: human, gpt, system, user, assistant)' ]
+	echo '{"conversations":[{"from":"gpt","value":"x","weight":0}]}' >weight.jsonl
+	run -2 --separate-stderr poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 8 weight.jsonl
+	[ "$stderr" = 'poros-tokenize: weight.jsonl:1: conversations[0]: unknown key "weight" (a turn has "from" and "value")' ]
+	echo '{"conversations":[{"from":"gpt"}]}' >novalue.jsonl
+	run -2 --separate-stderr poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 8 novalue.jsonl
+	[ "$stderr" = 'poros-tokenize: novalue.jsonl:1: conversations[0]: not an object with "from" and "value" strings' ]
+}
+
+@test "a record of another shape is refused naming its keys and the shapes taken, in the trainer too" {
+	local want='a record of keys "question", "answer" is none of the shapes taken: "text" (a string), "messages", "input_ids", "prompt" and "completion" (strings, or lists of messages), "conversations" (ShareGPT)'
+	printf '%s\n' '{"text":"fine"}' '{"question":"a","answer":"b"}' >qa.jsonl
+	run -2 --separate-stderr poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 8 qa.jsonl
+	[ "$stderr" = "poros-tokenize: qa.jsonl:2: $want" ]
+	echo '{"prompt":"only a prompt"}' >p.jsonl
+	run -2 --separate-stderr poros-tokenize --tokenizer "$FIX/qwen2_style" --pack 8 p.jsonl
+	[[ "$stderr" == 'poros-tokenize: p.jsonl:1: a record of keys "prompt" is none of the shapes taken: '* ]]
+	tiny_chat_model
+	run -2 --separate-stderr poros-train --backend cpu --model ./m --dataset qa.jsonl --seq-len 16 --steps 1 --out r
+	[ "$stderr" = "poros-train: dataset: qa.jsonl:2: $want" ] && [ -z "$output" ]
+}
+
+@test "the trainer trains on prompt/completion and ShareGPT data, its loss over the completions' targets" {
+	tiny_chat_model
+	for i in 0 1 2 3 4 5; do
+		jq -nc --argjson i $i '{prompt: ("hello world" * ($i % 3 + 1)), completion: (" hello" + (" world" * $i))}'
+	done >pc.jsonl
+	jq -c '{conversations: [{from: "human", value: .messages[0].content}, {from: "gpt", value: .messages[1].content}]}' \
+		chat.jsonl >sg.jsonl
+	poros-train --backend cpu --seq-len 32 --batch-size 2 --rank 4 --alpha 8 --quiet --model ./m --dataset pc.jsonl \
+		--steps 2 --out pc >pc.json
+	want=$(poros-tokenize --tokenizer m --pack 32 pc.jsonl | head -2 | jq -s '[.[].targets[] | select(. >= 0)] | length')
+	[ "$(head -1 pc/events.jsonl | jq .tokens_supervised)" -eq "$want" ]
+	all=$(poros-tokenize --tokenizer m --pack 32 --train-on all pc.jsonl | head -2 | jq -s '[.[].targets[] | select(. >= 0)] | length')
+	[ "$want" -lt "$all" ]
+	# ShareGPT trains as the messages it maps to, bit for bit
+	poros-train --backend cpu --seq-len 32 --batch-size 2 --rank 4 --alpha 8 --quiet --model ./m --dataset sg.jsonl \
+		--steps 2 --out sg >/dev/null
+	poros-train --backend cpu --seq-len 32 --batch-size 2 --rank 4 --alpha 8 --quiet --model ./m --dataset chat.jsonl \
+		--steps 2 --out msg >/dev/null
+	cmp sg/adapter/adapter_model.safetensors msg/adapter/adapter_model.safetensors
+}

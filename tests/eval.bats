@@ -181,3 +181,90 @@ docs() {
 	[[ "$stderr" == *"eval_fraction differs: 0.25 in the checkpoint, not set in this run"* ]]
 	"${run[@]}" --eval-fraction 0.25 --resume ck/checkpoint-step1 --out r | jq -e '.status == "ok"'
 }
+
+# --eval-only: no training, one pass over the evaluation set, one poros.eval/1 line
+
+@test "--eval-only gives the eval_loss a training run reports with the same adapter, bit for bit" {
+	for d in 1 2 3 4 5 6; do
+		jq -cn --argjson d "$d" '{input_ids: [range(0; 40) | (. * 7 + $d * 13) % 250]}'
+	done >eval.jsonl
+	for mode in "blockwise --precision nf4 --block-size 1" "resident --precision bf16"; do
+		poros-train "${RUN[@]}" --mode $mode --seq-len 32 --batch-size 2 --accum 3 --dataset one.u16 \
+			--eval-dataset eval.jsonl --steps 3 --out run >run.json
+		# rank and alpha come from the adapter: none is given here
+		run -0 --separate-stderr poros-train --backend cpu --model poros/tiny-qwen2 --quiet --mode $mode \
+			--seq-len 32 --batch-size 2 --accum 3 --eval-dataset eval.jsonl --eval-only --init-adapter run/adapter --out ev
+		[ "${#lines[@]}" -eq 1 ]
+		[ "$(jq -r .eval_loss <<<"$output")" = "$(jq -r .eval_loss run.json)" ]
+		jq -e '.schema == "poros.eval/1" and .status == "ok" and .eval_tokens == 240 and .eval_rows == 8 and
+			.adapter == "run/adapter" and .eval_dataset == "eval.jsonl" and .weights == "synthetic" and
+			(.perplexity - (.eval_loss | exp) | fabs) < 1e-4 * .perplexity' <<<"$output"
+		# nothing written: no run directory, no adapter
+		[ ! -e ev ]
+	done
+	# and the trained adapter's loss is not the base's, so the equality says something
+	run -0 --separate-stderr poros-train --backend cpu --model poros/tiny-qwen2 --quiet --mode resident \
+		--precision bf16 --seq-len 32 --batch-size 2 --accum 3 --eval-dataset eval.jsonl --eval-only
+	[ "$(jq -r .eval_loss <<<"$output")" != "$(jq -r .eval_loss run.json)" ]
+	jq -e '.adapter == null' <<<"$output"
+}
+
+@test "--eval-only with --eval-fraction evaluates the documents a training run holds out" {
+	for d in 1 2 3 4 5 6; do
+		jq -cn --argjson d "$d" '{input_ids: [range(0; 40) | (. * 7 + $d * 13) % 250]}'
+	done >docs.jsonl
+	poros-train "${RUN[@]}" --seq-len 32 --dataset docs.jsonl --eval-fraction 0.4 --steps 2 --out run >run.json
+	poros-train "${RUN[@]}" --seq-len 32 --dataset docs.jsonl --eval-fraction 0.4 --eval-only --init-adapter run/adapter \
+		>ev.json
+	[ "$(jq -r .eval_loss ev.json)" = "$(jq -r .eval_loss run.json)" ]
+	jq -e '.eval_tokens == 120 and .eval_fraction == 0.4' ev.json
+}
+
+@test "--eval-only of the base is the loss before any training: a fresh run's first step without dropout" {
+	poros-train "${RUN[@]}" --seq-len 15 --dropout 0 --dataset one.u16 --steps 1 --out first >/dev/null
+	poros-train "${RUN[@]}" --seq-len 15 --eval-dataset one.u16 --eval-only >ev.json
+	[ "$(jq -r .eval_loss ev.json)" = "$(jq -r .loss first/events.jsonl)" ]
+	jq -e '.eval_tokens == 15 and .eval_rows == 1' ev.json
+}
+
+@test "--eval-only allocates no optimizer state, in its plan and in its run" {
+	local train eval
+	train=$(poros-train --backend cpu --model poros/tiny-qwen2 --seq-len 32 --plan)
+	eval=$(poros-train --backend cpu --model poros/tiny-qwen2 --seq-len 32 --plan --eval-only --eval-dataset one.u16)
+	# LoRA parameters alone: a quarter of parameters, gradients and two AdamW moments
+	jq -e -n --argjson t "$train" --argjson e "$eval" \
+		'($t.vram_breakdown_mb.lora_state / $e.vram_breakdown_mb.lora_state - 4 | fabs) < 0.01 and
+		 $t.vram_plan_mb > $e.vram_plan_mb and
+		 ($t.vram_breakdown_mb | del(.lora_state)) == ($e.vram_breakdown_mb | del(.lora_state))'
+	# the run allocates what its plan says
+	poros-train --backend cpu --model poros/tiny-qwen2 --seq-len 32 --quiet --eval-only --eval-dataset one.u16 >ev.json
+	jq -e --argjson e "$eval" '.vram_plan_mb == $e.vram_plan_mb and .vram_peak_mb == $e.vram_plan_mb' ev.json
+}
+
+@test "--eval-only refuses what only a training run does, and an adapter of another shape" {
+	poros-train "${RUN[@]}" --seq-len 15 --dataset one.u16 --steps 1 --out run >/dev/null
+	E=(--backend cpu --model poros/tiny-qwen2 --seq-len 15 --eval-only)
+	run -2 --separate-stderr poros-train "${E[@]}"
+	[ "$stderr" = "poros-train: --eval-only: needs an evaluation set: --eval-dataset SPEC, or --dataset SPEC with --eval-fraction F (the documents a training run holds out)" ]
+	run -2 --separate-stderr poros-train "${E[@]}" --eval-dataset one.u16 --dataset same.u16
+	[[ "$stderr" == "poros-train: --eval-only with --eval-dataset reads no training data: --dataset same.u16 would change nothing"* ]]
+	run -2 --separate-stderr poros-train "${E[@]}" --eval-dataset one.u16 --save-every 1
+	[ "$stderr" = "poros-train: --eval-only and --save-every: an evaluation saves nothing" ]
+	run -2 --separate-stderr poros-train "${E[@]}" --eval-dataset one.u16 --eval-every 1
+	[ "$stderr" = "poros-train: --eval-only and --eval-every: an evaluation runs once" ]
+	run -2 --separate-stderr poros-train "${E[@]}" --eval-dataset one.u16 --resume run
+	[[ "$stderr" == "poros-train: --eval-only and --resume: "* ]]
+	run -2 --separate-stderr poros-train "${E[@]}" --eval-dataset one.u16 --epochs 1
+	[[ "$stderr" == "poros-train: --eval-only and --epochs: "* ]]
+	# the adapter's rank, alpha and targets are what is evaluated: a flag that says otherwise is refused
+	run -2 --separate-stderr poros-train "${E[@]}" --eval-dataset one.u16 --init-adapter run/adapter --rank 8
+	[ "$stderr" = "poros-train: --init-adapter run/adapter: rank 4, but --rank says 8" ]
+	run -2 --separate-stderr poros-train "${E[@]}" --eval-dataset one.u16 --init-adapter run/adapter --alpha 16
+	[ "$stderr" = "poros-train: --init-adapter run/adapter: lora_alpha 8, but --alpha says 16" ]
+	run -2 --separate-stderr poros-train "${E[@]}" --eval-dataset one.u16 --init-adapter run/adapter --targets q_proj,v_proj
+	[ "$stderr" = "poros-train: --init-adapter run/adapter: targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj, but --targets says q_proj,v_proj" ]
+	run -2 --separate-stderr poros-train "${E[@]}" --eval-dataset one.u16 --init-adapter nowhere
+	[[ "$stderr" == "poros-train: --init-adapter: "* ]] && [ -z "$output" ]
+	# the same flags as the adapter's are taken
+	poros-train "${E[@]}" --quiet --eval-dataset one.u16 --init-adapter run/adapter --rank 4 --alpha 8 | jq -e '.status == "ok"'
+}

@@ -14,7 +14,7 @@ setup() {
 	# dropout, warmup, a decaying schedule and clipping: every part of a
 	# step that depends on the global batch is in play
 	RUN=(--backend cpu --seq-len 32 --batch-size 2 --rank 4 --alpha 8 --dropout 0.1 --lr 5e-3
-	     --lr-schedule cosine --warmup 1 --max-grad-norm 0.5 --quiet)
+	     --lr-schedule cosine --timing-warmup 1 --max-grad-norm 0.5 --quiet)
 	ADAPTER=adapter/adapter_model.safetensors
 }
 

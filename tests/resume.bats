@@ -11,7 +11,7 @@ setup() {
 	# dropout, a decaying schedule with warmup and clipping: every piece of
 	# state a resume must carry is in play
 	RUN=(--backend cpu --model poros/tiny-qwen2 --seq-len 32 --batch-size 2 --rank 4 --alpha 8 --accum 2
-	     --dropout 0.1 --lr 5e-3 --lr-schedule cosine --warmup 2 --max-grad-norm 0.5 --quiet)
+	     --dropout 0.1 --lr 5e-3 --lr-schedule cosine --timing-warmup 2 --max-grad-norm 0.5 --quiet)
 	ADAPTER=adapter/adapter_model.safetensors
 }
 
@@ -119,8 +119,8 @@ jsonl_docs() {
 }
 
 @test "--init-adapter is a warm start, not a resume: fresh optimizer state and data from the start" {
-	poros-train "${RUN[@]}" --lr-schedule constant --warmup 0 --steps 4 --save-every 2 --out half >/dev/null
-	poros-train "${RUN[@]}" --lr-schedule constant --warmup 0 --steps 2 --init-adapter half/adapter-step2 --out warm >/dev/null
+	poros-train "${RUN[@]}" --lr-schedule constant --timing-warmup 0 --steps 4 --save-every 2 --out half >/dev/null
+	poros-train "${RUN[@]}" --lr-schedule constant --timing-warmup 0 --steps 2 --init-adapter half/adapter-step2 --out warm >/dev/null
 	# the warm start's first step trains the step-2 adapter on step 1's batch, with zero moments
 	[ "$(rows warm | wc -l)" -eq 2 ]
 	[ "$(jq -s '.[0].loss' warm/events.jsonl)" != "$(jq -s '.[2].loss' half/events.jsonl)" ]

@@ -75,7 +75,7 @@ datasets() {
 	datasets
 	# ok, with an eval set over packed rows, in both schedules and precisions
 	poros-train "${TINY[@]}" --model poros/tiny-qwen2 --mode blockwise --precision nf4 --block-size 2 --steps 3 \
-		--warmup 1 --dataset data.jsonl --eval-dataset eval.jsonl --eval-every 2 --out blk > s/blk.json
+		--timing-warmup 1 --dataset data.jsonl --eval-dataset eval.jsonl --eval-every 2 --out blk > s/blk.json
 	poros-train "${TINY[@]}" --model poros/tiny-llama --mode resident --precision bf16 --steps 3 --accum 2 \
 		--dataset data.jsonl --eval-dataset eval.jsonl --out res > s/res.json
 	jq -e '.status == "ok" and .eval_tokens > 0 and (.eval_loss | type) == "number"
@@ -99,7 +99,7 @@ datasets() {
 	run -1 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-llama --mode resident --steps 2 --out noevents
 	echo "$output" > s/noevents.json
 	mkdir blocked && echo x > blocked/adapter-step2
-	run -1 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-llama --steps 4 --warmup 1 --save-every 2 \
+	run -1 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-llama --steps 4 --timing-warmup 1 --save-every 2 \
 		--eval-dataset eval.jsonl --out blocked
 	echo "$output" > s/blocked.json
 	jq -e '.status == "error" and .steps == 2 and .steps_measured == 1 and .events == "blocked/events.jsonl"
@@ -173,7 +173,7 @@ through_arm() {
 
 @test "poros-arm takes every summary the schema accepts, and refuses what it refuses" {
 	datasets
-	poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 3 --warmup 1 --dataset data.jsonl \
+	poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 3 --timing-warmup 1 --dataset data.jsonl \
 		--eval-dataset eval.jsonl --out blk > s/blk.json
 	poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 2 --vram-budget 64K --out oom > s/oom.json || true
 	cell peft peft.json

@@ -74,7 +74,7 @@ fake_passes() {
 
 @test "poros-train's s_per_step is the median of its timed steps, which are the events' step_s" {
 	run -0 --separate-stderr poros-train --backend cpu --model poros/tiny-qwen2 --seq-len 16 --rank 2 --alpha 4 \
-		--steps 6 --warmup 2 --quiet --out run
+		--steps 6 --timing-warmup 2 --quiet --out run
 	jq -e --slurpfile ev run/events.jsonl '.step_s == [$ev[2:][].step_s] and .steps_measured == 4
 		and .s_per_step == (.step_s | sort | (.[1] + .[2]) / 2)
 		and .s_per_step_min == (.step_s | min) and .s_per_step_max == (.step_s | max)' <<< "$output"
@@ -101,11 +101,11 @@ fake_passes() {
 
 @test "the LR warmup is lr_warmup_steps, apart from the timing warmup, in poros-train's events" {
 	run -0 --separate-stderr poros-train --backend cpu --model poros/tiny-qwen2 --seq-len 16 --rank 2 --alpha 4 \
-		--steps 4 --warmup 1 --lr 1e-3 --quiet --out plain
+		--steps 4 --timing-warmup 1 --lr 1e-3 --quiet --out plain
 	jq -e -s '[.[].lr] == [0.001, 0.001, 0.001, 0.001]' plain/events.jsonl
 	jq -e '.warmup_steps == 1 and .steps_measured == 3' <<< "$output"
 	run -0 --separate-stderr poros-train --backend cpu --model poros/tiny-qwen2 --seq-len 16 --rank 2 --alpha 4 \
-		--steps 4 --warmup 0 --lr-warmup 2 --lr 1e-3 --quiet --out ramp
+		--steps 4 --timing-warmup 0 --lr-warmup 2 --lr 1e-3 --quiet --out ramp
 	jq -e -s '[.[].lr] == [0, 0.0005, 0.001, 0.001]' ramp/events.jsonl
 	jq -e '.warmup_steps == 0 and .steps_measured == 4' <<< "$output"
 	# a cell's training.lr_warmup_steps reaches poros-train through poros-arm

@@ -73,7 +73,7 @@ train() {
 }
 
 @test "events.jsonl has one whole line per step with every field" {
-	train run --model poros/tiny-llama --steps 3 --warmup 1 --lr 1e-3 --block-size 2
+	train run --model poros/tiny-llama --steps 3 --timing-warmup 1 --lr 1e-3 --block-size 2
 	[ "$(wc -l <run/events.jsonl)" -eq 3 ]
 	jq -e -s 'length == 3 and ([.[].step] == [1, 2, 3])
 		and all(.[]; (keys_unsorted == ["step","loss","lr","grad_norm","step_s","tokens","tokens_supervised",
@@ -119,7 +119,7 @@ parity() {
 }
 
 @test "blockwise and resident are bit-identical: qwen3 (qk-norm), nf4, accumulation 4" {
-	parity poros/tiny-qwen3 --precision nf4 --accum 4 --dropout 0.05 --lr 5e-3 --lr-schedule cosine --warmup 1
+	parity poros/tiny-qwen3 --precision nf4 --accum 4 --dropout 0.05 --lr 5e-3 --lr-schedule cosine --timing-warmup 1
 }
 
 @test "resident keeps every layer's activations unless --gradient-checkpointing on; blockwise always recomputes" {
@@ -444,15 +444,56 @@ four_docs() {
 	[ "${stderr%%$'\n'*}" = 'poros-train: unknown option "--learning_rate=1e-3" (did you mean --learning-rate?)' ]
 	run -2 --separate-stderr poros-train --seq_len 8
 	[ "${stderr%%$'\n'*}" = 'poros-train: unknown option "--seq_len" (did you mean --seq-len?)' ]
-	# getopt takes a unique prefix of a name; a prefix of several is refused naming them
+	# names are taken whole, never as a prefix (getopt_long's default): the names it starts are named
 	run -2 --separate-stderr poros-train --eval x
-	[ "${stderr%%$'\n'*}" = 'poros-train: option "--eval" is ambiguous (--eval-dataset, --eval-every, --eval-split, --eval-fraction)' ]
+	[ "${stderr%%$'\n'*}" = 'poros-train: unknown option "--eval" (options are whole names: did you mean --eval-dataset, --eval-every, --eval-split, --eval-fraction, --eval-only?)' ]
+	run -2 --separate-stderr poros-train --model poros/tiny-qwen2 --ste 3 --plan
+	[ "${stderr%%$'\n'*}" = 'poros-train: unknown option "--ste" (options are whole names: did you mean --steps?)' ]
+	[ -z "$output" ]
+	run -2 --separate-stderr poros-train --model poros/tiny-qwen2 --steps=3 --lr-sched=cosine --plan
+	[ "${stderr%%$'\n'*}" = 'poros-train: unknown option "--lr-sched=cosine" (options are whole names: did you mean --lr-schedule?)' ]
+	run -2 --separate-stderr poros-train --model poros/tiny-qwen2 --learning-r 1e-3 --plan
+	[ "${stderr%%$'\n'*}" = 'poros-train: unknown option "--learning-r" (options are whole names: did you mean --learning-rate?)' ]
+	# the whole name, with its value apart or after "=", is taken
+	poros-train --backend cpu --model poros/tiny-qwen2 --steps=3 --seq-len 8 --plan | jq -e '.schema == "poros.plan/1"'
 	run -2 --separate-stderr poros-train --zzzzzzzz
 	[ "${stderr%%$'\n'*}" = 'poros-train: unknown option "--zzzzzzzz"' ]
 	run -2 --separate-stderr poros-train --model poros/tiny-qwen2 --steps
 	[ "${stderr%%$'\n'*}" = 'poros-train: option --steps needs a value' ]
 	run -2 --separate-stderr poros-train -x
 	[ "${stderr%%$'\n'*}" = 'poros-train: unknown option "-x"' ]
+}
+
+@test "--help gives every option of the table a line of its own" {
+	local names n
+	names=$(sed -n '/^#define TRAIN_OPTIONS/,/^$/p' "$POROS_ROOT/tools/poros-train/train.h" |
+		grep -o 'X([A-Z_]*, "[a-z-]*"' | sed 's/.*"\(.*\)"/\1/')
+	[ "$(wc -l <<<"$names")" -ge 40 ]
+	run -0 --separate-stderr poros-train --help
+	for n in $names; do
+		# "  --name ARG  what it does": a name without its line fails here
+		grep -qE -- "^  --$n( [^ ]+)?  +[^ ]" <<<"$output" || fail "--help has no line for --$n"
+	done
+	grep -qE -- '^  --timing-warmup N  +leading steps left out of the timing' <<<"$output"
+	grep -qE -- '^  --warmup-steps = --lr-warmup$' <<<"$output"
+	# the synopsis names every option too
+	for n in $names; do
+		[[ "$output" == *"[--$n"* || "$output" == *"| --$n"* ]] || fail "the synopsis lacks --$n"
+	done
+}
+
+@test "--warmup is refused, naming --timing-warmup and --lr-warmup" {
+	local want='poros-train: --warmup is no longer an option: --timing-warmup N leaves the first N steps out of the timing; --lr-warmup N (HF'"'"'s --warmup-steps) ramps the learning rate up over N steps'
+	run -2 --separate-stderr poros-train --model poros/tiny-qwen2 --warmup 1 --plan
+	[ "$stderr" = "$want" ] && [ -z "$output" ]
+	run -2 --separate-stderr poros-train --model poros/tiny-qwen2 --warmup=1 --plan
+	[ "$stderr" = "$want" ]
+	# the new name is the timing warm-up: left out of the timing, and the LR as without it
+	train tw --model poros/tiny-qwen2 --steps 3 --timing-warmup 2
+	jq -e '.warmup_steps == 2 and .steps_measured == 1' tw.json
+	train none --model poros/tiny-qwen2 --steps 3
+	[ "$(jq -s -c 'map(.lr)' tw/events.jsonl)" = "$(jq -s -c 'map(.lr)' none/events.jsonl)" ]
+	cmp "tw/$ADAPTER" "none/$ADAPTER"
 }
 
 @test "-h is --help on every tool" {
@@ -499,4 +540,22 @@ four_docs() {
 	jq -e -s '(.[0].vram_breakdown_mb.lora_state - .[1].vram_breakdown_mb.lora_state) as $saved
 		| .[1].host_breakdown_mb.optimizer_state as $moved
 		| ($moved > 0) and ((($saved - $moved + 32) | fabs) < 0.01)' plan_device.json plan_host.json
+}
+
+@test "reading and tokenizing a dataset says how far it got on stderr, once it takes a while, never with --quiet" {
+	for i in $(seq 1 2500); do echo "{\"input_ids\":[$((i % 200)),$(((i * 7) % 200)),5]}"; done >big.jsonl
+	# POROS_PROGRESS_AFTER=0: the lines a long read gives, at once
+	run -0 --separate-stderr env POROS_PROGRESS_AFTER=0 poros-train "${TINY[@]}" --model poros/tiny-qwen2 \
+		--dataset big.jsonl --steps 1 --out run
+	[ "${#lines[@]}" -eq 1 ] && jq -e '.status == "ok"' <<<"$output"
+	grep -qE '^poros-train: dataset: 1024 records read \(big\.jsonl: [0-9.]+ of 0\.1 MiB\)$' <<<"$stderr"
+	grep -qx 'poros-train: dataset: 2500 records, 2500 documents, 7500 tokens in [0-9.]* s' <<<"$stderr"
+	# a read that takes less than a second says nothing, and --quiet nothing ever
+	run -0 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --dataset big.jsonl --steps 1 --out run
+	! grep -q '^poros-train: dataset: ' <<<"$stderr"
+	run -0 --separate-stderr env POROS_PROGRESS_AFTER=0 poros-train "${TINY[@]}" --quiet --model poros/tiny-qwen2 \
+		--dataset big.jsonl --steps 1 --out run
+	! grep -q '^poros-train: dataset: ' <<<"$stderr"
+	run -2 --separate-stderr env POROS_PROGRESS_AFTER=soon poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 1
+	[ "$stderr" = "poros-train: POROS_PROGRESS_AFTER: not a number of seconds in [0, 86400]: soon" ]
 }

@@ -27,7 +27,7 @@ train() { # name backend mode precision block accum model [more flags]
 	_name=$1 _backend=$2 _mode=$3 _prec=$4 _block=$5 _accum=$6 _model=$7
 	shift 7
 	$P/poros-train --model "$_model" --backend "$_backend" --mode "$_mode" --precision "$_prec" --block-size "$_block" \
-		--accum "$_accum" --steps 4 --seq-len 64 --dataset synthetic --rank 8 --alpha 16 --dropout 0.05 --warmup 1 \
+		--accum "$_accum" --steps 4 --seq-len 64 --dataset synthetic --rank 8 --alpha 16 --dropout 0.05 --timing-warmup 1 \
 		--out "$out/runs/$_name" --quiet "$@" >"$out/runs/$_name.summary" 2>"$out/runs/$_name.log"
 }
 # losses_agree LABEL RTOL EVENTS_A EVENTS_B: prints both runs' losses, and

@@ -86,7 +86,7 @@ def hf_loss(model_dir, ids, device, dtype=torch.bfloat16):
 def poros_loss(poros_train, model_dir, data_path, backend, out_dir, seq):
     argv = [poros_train, "--model", model_dir, "--dataset", data_path, "--steps", "1",
             "--seq-len", str(seq), "--batch-size", "1", "--accum", "1", "--precision", "bf16",
-            "--mode", "resident", "--backend", backend, "--warmup", "0", "--rank", "8",
+            "--mode", "resident", "--backend", backend, "--timing-warmup", "0", "--rank", "8",
             "--alpha", "16", "--dropout", "0", "--out", out_dir]
     env = dict(os.environ, POROS_CUDNN_VERBOSE="1")  # says which attention route ran
     proc = subprocess.run(argv, capture_output=True, text=True, env=env)

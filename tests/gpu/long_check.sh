@@ -24,7 +24,7 @@ for r in "$@"; do
 	ckpt=off
 	[ "$mode" = resident ] && ckpt=on # one layer's activations, as PEFT with checkpointing
 	timeout "${RUN_TIMEOUT:-240}" $P/poros-train --model "$model" --backend cuda --mode "$mode" --precision "$prec" --block-size 4 \
-		--seq-len "$seq" --accum "$accum" --steps "$steps" --warmup 1 --dataset synthetic --rank 16 --alpha 32 --dropout 0 \
+		--seq-len "$seq" --accum "$accum" --steps "$steps" --timing-warmup 1 --dataset synthetic --rank 16 --alpha 32 --dropout 0 \
 		--gradient-checkpointing "$ckpt" --out "$out/$name" --quiet >"$out/$name.summary" 2>"$out/$name.log"
 	jq -r --arg n "$name" '[$n, .status, .s_per_step, .s_per_step_min, .s_per_step_max, .vram_peak_mb, .vram_plan_mb,
 		.loss_first, .loss_last] | map(tostring) | join(" ")' "$out/$name.summary" 2>/dev/null ||

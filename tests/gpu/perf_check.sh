@@ -26,7 +26,7 @@ grep -E 'PASS|FAIL|passed' "$out/ops.log" | sed 's/  */ /g' | cut -c1-160
 
 train() { # name mode precision block accum model steps seq [backend]
 	timeout 100 $P/poros-train --model "$6" --backend "${9:-$BACKEND}" --mode "$2" --precision "$3" --block-size "$4" \
-		--accum "$5" --steps "$7" --seq-len "$8" --dataset synthetic --rank 16 --alpha 32 --dropout 0.05 --warmup 1 \
+		--accum "$5" --steps "$7" --seq-len "$8" --dataset synthetic --rank 16 --alpha 32 --dropout 0.05 --timing-warmup 1 \
 		--out "$out/runs/$1" >"$out/runs/$1.summary" 2>"$out/runs/$1.log"
 }
 parity() { # a b
@@ -55,7 +55,7 @@ done
 # One run: s/step, peak, the memory breakdown and step 4's profile, sorted.
 perf() { # name mode block model
 	POROS_PROFILE=1 timeout 100 $P/poros-train --model "$4" --backend "$BACKEND" --mode "$2" --precision nf4 \
-		--block-size "$3" --accum 8 --steps 4 --warmup 1 --seq-len 512 --dataset synthetic --rank 16 --alpha 32 --dropout 0 \
+		--block-size "$3" --accum 8 --steps 4 --timing-warmup 1 --seq-len 512 --dataset synthetic --rank 16 --alpha 32 --dropout 0 \
 		--out "$out/runs/$1" >"$out/runs/$1.summary" 2>"$out/runs/$1.log" || { fail=1; tail -3 "$out/runs/$1.log"; }
 	printf '%s: %s\n' "$1" "$(jq -c '{status,s_per_step,vram_peak_mb,loss_last}' "$out/runs/$1.summary" 2>/dev/null)"
 	sed -n 's/^.*vram breakdown (MiB): /  vram MiB: /p' "$out/runs/$1.log"

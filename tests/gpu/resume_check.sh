@@ -29,7 +29,7 @@ same() { # A B: adapter bytes and event rows
 for mode in blockwise resident; do
 	for s in 4 5; do
 		R="--backend $backend --model poros/tiny-qwen2 --mode $mode --precision nf4 --block-size 1 --rank 4
-			--alpha 8 --dropout 0.1 --lr 5e-3 --lr-schedule cosine --warmup 2 --max-grad-norm 0.5 --quiet
+			--alpha 8 --dropout 0.1 --lr 5e-3 --lr-schedule cosine --timing-warmup 2 --max-grad-norm 0.5 --quiet
 			--seq-len $s --batch-size 1 --dataset $out/docs.jsonl --steps 8"
 		base=$out/${mode}_$s
 		# shellcheck disable=SC2086

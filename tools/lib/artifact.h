@@ -19,6 +19,7 @@
 #define ARTIFACT_SCHEMA "poros.artifact/1"
 #define SUMMARY_SCHEMA "poros.summary/1"
 #define PLAN_SCHEMA "poros.plan/1" /* poros-train --plan's line */
+#define EVAL_SCHEMA "poros.eval/1" /* poros-train --eval-only's line */
 
 enum artifact_status { STATUS_OK, STATUS_OOM, STATUS_ERROR, STATUS_SKIPPED, STATUS_COUNT };
 extern const char *const artifact_status_names[STATUS_COUNT]; /* "ok", "oom", "error", "skipped" */

@@ -75,7 +75,7 @@ const struct cell_field cell_fields[] = {
 	{ ROW("training.gradient_accumulation_steps", CK_INT, training.gradient_accumulation_steps, CP_REQUIRED),
 	  RANGE(1, 65536), .def = 1, FLAG("--accum", "K") },
 	{ ROW("training.warmup_steps", CK_INT, training.warmup_steps, CP_REQUIRED), RANGE(0, 999999), .def = 0,
-	  FLAG("--warmup", "N") },
+	  FLAG("--timing-warmup", "N") },
 	{ ROW("training.dataset", CK_STR, training.dataset, CP_REQUIRED), TEXT(CELL_PATH_MAX, CT_PLAIN),
 	  .def_str = "synthetic", FLAG("--dataset", "SPEC") },
 	{ ROW("training.seed", CK_U64, training.seed, CP_REQUIRED), RANGE(0, SEED_MAX), .def = 42,

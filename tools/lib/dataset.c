@@ -1,5 +1,5 @@
 /* tools/lib/dataset.c: records -> tokenized documents and their targets
- * (see dataset.h for the formats and the packing rule); dataset_files.c
+ * (man/poros-dataset.5 gives the formats and the packing rule); dataset_files.c
  * reads the files, dataset_pack.c packs the rows. */
 #include "dataset_int.h"
 
@@ -9,11 +9,52 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#ifdef _OPENMP
+#include <omp.h>
+#else
+static int omp_get_thread_num(void) { return 0; }
+#endif
 
 #include "chat_template.h"
 #include "hf_cache.h"
 #include "jinja.h"
 #include "util.h"
+
+/* ---- progress ------------------------------------------------------------ */
+
+static int progress_on;
+static double progress_after = 1.0;
+
+void dataset_set_progress(double after_s)
+{
+	progress_on = after_s >= 0;
+	progress_after = after_s;
+}
+
+/* Whether a progress line is due now: after a second of work, then once a second. */
+static int progress_due(struct dataset *ds)
+{
+	double now;
+
+	if (!progress_on)
+		return 0;
+	now = now_seconds();
+	if (ds->progress_start == 0)
+		ds->progress_start = now;
+	if (now - ds->progress_start < progress_after || now - ds->progress_last < 1.0)
+		return 0;
+	ds->progress_last = now;
+	ds->progress_said = 1;
+	return 1;
+}
+
+void dataset_progress_read(struct dataset *ds, const char *path, long long done, long long size)
+{
+	if (!progress_due(ds))
+		return;
+	fprintf(stderr, "%s: dataset: %lld records read (%s: %.1f of %.1f MiB)\n", progname, ds->n_records, path,
+	        (double)done / 1048576.0, (double)size / 1048576.0);
+}
 
 /* ---- building ------------------------------------------------------------ */
 
@@ -100,6 +141,7 @@ static struct pending_doc *new_pending(struct dataset *ds)
 	}
 	memset(&ds->pending[ds->n_pending], 0, sizeof *ds->pending);
 	ds->pending[ds->n_pending].all_targets = 1;
+	ds->pending[ds->n_pending].eos_target = 1;
 	return &ds->pending[ds->n_pending++];
 }
 
@@ -157,9 +199,13 @@ static void note_roles(struct dataset *ds, const cJSON *messages)
 	}
 }
 
-/* A messages record, rendered by the model's own chat template. */
-static int add_chat(struct dataset *ds, const cJSON *messages, const cJSON *kwargs, const char *where, char *err,
-		    size_t errsz)
+static void drop_prompt_answers(struct chat_render *r, int n_prompt);
+
+/* A messages record, rendered by the model's own chat template; the
+ * first n_prompt messages are a conversational prompt, whose answers are
+ * not targets unless train_on says all or assistant. */
+static int add_chat(struct dataset *ds, const cJSON *messages, int n_prompt, const cJSON *kwargs, const char *where,
+		    char *err, size_t errsz)
 {
 	struct pending_doc *d;
 	struct chat_render *r;
@@ -193,12 +239,32 @@ static int add_chat(struct dataset *ds, const cJSON *messages, const cJSON *kwar
 		free(r);
 		return 0;
 	}
+	if (n_prompt > 0 && ds->train_on == TRAIN_ON_DEFAULT)
+		drop_prompt_answers(r, n_prompt);
 	d = new_pending(ds);
 	d->chat = r;
 	d->text = r->text;
 	d->len = r->len;
 	d->all_targets = ds->train_on == TRAIN_ON_ALL;
+	d->eos_target = d->all_targets;
 	return 0;
+}
+
+/* The answers of messages before n_prompt stop being answers: their bytes
+ * and their end-of-turn anchors leave the render's assistant map. */
+static void drop_prompt_answers(struct chat_render *r, int n_prompt)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < r->len; i++)
+		if (r->assistant[i] > 0 && r->assistant[i] <= n_prompt)
+			r->assistant[i] = 0;
+	for (size_t k = 0; k < r->n_anchor; k++)
+		if (r->anchor_msg[k] > n_prompt) {
+			r->anchor_pos[kept] = r->anchor_pos[k];
+			r->anchor_msg[kept++] = r->anchor_msg[k];
+		}
+	r->n_anchor = kept;
 }
 
 static int add_ids(struct dataset *ds, const cJSON *ids, const char *where, char *err, size_t errsz)
@@ -228,11 +294,134 @@ static int add_ids(struct dataset *ds, const cJSON *ids, const char *where, char
 	return 0;
 }
 
+/* TRL's standard prompt/completion: the text prompt + completion, encoded
+ * whole; the prompt's own encoding's length of it is not a target, the
+ * rest and the EOS after it are (TRL's completion_only_loss, and the EOS
+ * it appends to the completion). */
+static int add_prompt_completion(struct dataset *ds, const cJSON *prompt, const cJSON *completion, const char *where,
+                                 char *err, size_t errsz)
+{
+	size_t np = strlen(prompt->valuestring), nc = strlen(completion->valuestring);
+	char *both = xmalloc(np + nc + 1);
+	size_t before = ds->n_pending;
+	int rc;
+
+	memcpy(both, prompt->valuestring, np);
+	memcpy(both + np, completion->valuestring, nc + 1);
+	rc = dataset_add_text(ds, both, np + nc, where, err, errsz);
+	free(both);
+	if (rc == 0 && ds->n_pending > before && ds->train_on != TRAIN_ON_ALL) {
+		struct pending_doc *d = &ds->pending[ds->n_pending - 1];
+
+		d->prompt_len = np;
+		d->all_targets = 0;
+		d->eos_target = 1;
+	}
+	return rc;
+}
+
+/* ShareGPT's "from" names, as Axolotl maps them to roles. */
+static const char *const sharegpt_roles[][2] = {
+	{ "human", "user" }, { "user", "user" }, { "gpt", "assistant" }, { "assistant", "assistant" },
+	{ "system", "system" },
+};
+
+/* conversations: [{"from", "value"}...] as messages [{"role", "content"}...]
+ * in *out; NULL with err naming the turn and what is wrong. */
+static cJSON *sharegpt_messages(const cJSON *conv, const char *where, char *err, size_t errsz)
+{
+	cJSON *msgs = cJSON_CreateArray();
+	const cJSON *turn;
+	int i = 0;
+
+	if (!cJSON_IsArray(conv)) {
+		set_error(err, errsz, "%s: \"conversations\" is not an array", where);
+		goto bad;
+	}
+	cJSON_ArrayForEach(turn, conv) {
+		const cJSON *from = cJSON_GetObjectItemCaseSensitive(turn, "from");
+		const cJSON *value = cJSON_GetObjectItemCaseSensitive(turn, "value"), *key;
+		const char *role = NULL;
+		cJSON *m;
+
+		if (!cJSON_IsObject(turn) || !cJSON_IsString(from) || !cJSON_IsString(value)) {
+			set_error(err, errsz, "%s: conversations[%d]: not an object with \"from\" and \"value\" strings",
+			          where, i);
+			goto bad;
+		}
+		cJSON_ArrayForEach(key, turn) /* e.g. Axolotl's per-turn "weight": not taken, so refused */
+			if (strcmp(key->string, "from") != 0 && strcmp(key->string, "value") != 0) {
+				set_error(err, errsz, "%s: conversations[%d]: unknown key \"%.60s\" (a turn has \"from\" "
+				          "and \"value\")", where, i, key->string);
+				goto bad;
+			}
+		for (size_t r = 0; r < sizeof sharegpt_roles / sizeof *sharegpt_roles; r++)
+			if (strcmp(from->valuestring, sharegpt_roles[r][0]) == 0)
+				role = sharegpt_roles[r][1];
+		if (role == NULL) {
+			set_error(err, errsz, "%s: conversations[%d]: unknown \"from\" \"%.60s\" (expected one of: human, "
+			          "gpt, system, user, assistant)", where, i, from->valuestring);
+			goto bad;
+		}
+		m = cJSON_CreateObject();
+		cJSON_AddStringToObject(m, "role", role);
+		cJSON_AddStringToObject(m, "content", value->valuestring);
+		cJSON_AddItemToArray(msgs, m);
+		i++;
+	}
+	return msgs;
+bad:
+	cJSON_Delete(msgs);
+	return NULL;
+}
+
+/* TRL's conversational prompt/completion: both lists of messages, one
+ * chat; the prompt's answers are not targets by default. */
+static int add_chat_prompt_completion(struct dataset *ds, const cJSON *prompt, const cJSON *completion,
+                                      const cJSON *kwargs, const char *where, char *err, size_t errsz)
+{
+	cJSON *both = cJSON_CreateArray();
+	const cJSON *m;
+	int rc;
+
+	cJSON_ArrayForEach(m, prompt)
+		cJSON_AddItemToArray(both, cJSON_Duplicate(m, 1));
+	cJSON_ArrayForEach(m, completion)
+		cJSON_AddItemToArray(both, cJSON_Duplicate(m, 1));
+	rc = add_chat(ds, both, cJSON_GetArraySize(prompt), kwargs, where, err, errsz);
+	cJSON_Delete(both);
+	return rc;
+}
+
+/* A record of no shape man/poros-dataset.5 names: its keys, and the shapes. */
+static int unknown_shape(const cJSON *rec, const char *where, char *err, size_t errsz)
+{
+	char keys[256] = "";
+	const cJSON *k;
+	size_t have;
+
+	cJSON_ArrayForEach(k, rec) {
+		have = strlen(keys);
+		if (have + strlen(k->string) + 8 >= sizeof keys) {
+			snprintf(keys + have, sizeof keys - have, ", ...");
+			break;
+		}
+		snprintf(keys + have, sizeof keys - have, "%s\"%s\"", have ? ", " : "", k->string);
+	}
+	return set_error(err, errsz, "%s: a record of keys %s is none of the shapes taken: \"text\" (a string), "
+	                 "\"messages\", \"input_ids\", \"prompt\" and \"completion\" (strings, or lists of "
+	                 "messages), \"conversations\" (ShareGPT)", where, keys[0] ? keys : "(none)");
+}
+
 int dataset_add_record(struct dataset *ds, const cJSON *rec, const char *where, char *err, size_t errsz)
 {
 	const cJSON *ids = cJSON_GetObjectItemCaseSensitive(rec, "input_ids");
 	const cJSON *messages = cJSON_GetObjectItemCaseSensitive(rec, "messages");
 	const cJSON *text = cJSON_GetObjectItemCaseSensitive(rec, "text");
+	const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(rec, "prompt");
+	const cJSON *completion = cJSON_GetObjectItemCaseSensitive(rec, "completion");
+	const cJSON *conv = cJSON_GetObjectItemCaseSensitive(rec, "conversations");
+	const cJSON *kwargs = cJSON_GetObjectItemCaseSensitive(rec, "chat_template_kwargs");
 
 	if (!cJSON_IsObject(rec)) {
 		set_error(err, errsz, "%s: not a JSON object", where);
@@ -251,12 +440,32 @@ int dataset_add_record(struct dataset *ds, const cJSON *rec, const char *where, 
 	if (ids)
 		return add_ids(ds, ids, where, err, errsz);
 	if (messages)
-		return add_chat(ds, messages, cJSON_GetObjectItemCaseSensitive(rec, "chat_template_kwargs"), where, err,
-				errsz);
+		return add_chat(ds, messages, 0, kwargs, where, err, errsz);
 	if (cJSON_IsString(text))
 		return dataset_add_text(ds, text->valuestring, strlen(text->valuestring), where, err, errsz);
-	set_error(err, errsz, "%s: no \"text\" (string), \"messages\" or \"input_ids\" field", where);
-	return -1;
+	if (prompt && completion) {
+		if (cJSON_IsString(prompt) && cJSON_IsString(completion)) {
+			if (ds->train_on == TRAIN_ON_ASSISTANT)
+				return set_error(err, errsz, "%s: train_on \"assistant\" needs chats, and this prompt and "
+				                 "completion are text", where);
+			return add_prompt_completion(ds, prompt, completion, where, err, errsz);
+		}
+		if (cJSON_IsArray(prompt) && cJSON_IsArray(completion))
+			return add_chat_prompt_completion(ds, prompt, completion, kwargs, where, err, errsz);
+		return set_error(err, errsz, "%s: \"prompt\" and \"completion\" are both strings or both lists of "
+		                 "messages", where);
+	}
+	if (conv) {
+		cJSON *msgs = sharegpt_messages(conv, where, err, errsz);
+		int rc;
+
+		if (msgs == NULL)
+			return -1;
+		rc = add_chat(ds, msgs, 0, kwargs, where, err, errsz);
+		cJSON_Delete(msgs);
+		return rc;
+	}
+	return unknown_shape(rec, where, err, errsz);
 }
 
 /* ---- tokenizing ---------------------------------------------------------- */
@@ -304,6 +513,9 @@ int dataset_prepare(struct dataset *ds, char *err, size_t errsz)
 	/* Each thread its own workspace; documents are independent, and their
 	 * ids land in their own slot, so the result is the same on any number of
 	 * threads. */
+	long long docs_done = 0, tokens_done = 0;
+	if (progress_on && ds->progress_start == 0)
+		ds->progress_start = now_seconds();
 #pragma omp parallel
 	{
 		struct tok_workspace *ws = ds->tok ? tok_workspace_new(ds->tok) : NULL;
@@ -322,6 +534,15 @@ int dataset_prepare(struct dataset *ds, char *err, size_t errsz)
 			memset(p->sup, 1, p->ids.n);
 			if (rc == 0 && p->chat && !p->all_targets)
 				rc = chat_supervised(p->sup, ds->tok, p->ids.v, p->ids.n, p->chat, why, sizeof why);
+			if (rc == 0 && p->prompt_len > 0 && !p->all_targets) {
+				/* as TRL: the prompt's own encoding says how many tokens it is */
+				struct token_ids prompt = { 0 };
+
+				rc = tokenizer_encode(ds->tok, ws, p->text, p->prompt_len, TOK_ADD_SPECIAL, &prompt, why,
+				                      sizeof why);
+				memset(p->sup, 0, prompt.n < p->ids.n ? prompt.n : p->ids.n);
+				token_ids_free(&prompt);
+			}
 			if (rc < 0) {
 #pragma omp critical(dataset_error)
 				if (first_bad < 0 || (long)i < first_bad) {
@@ -329,6 +550,13 @@ int dataset_prepare(struct dataset *ds, char *err, size_t errsz)
 					snprintf(bad_err, sizeof bad_err, "%s", why);
 				}
 			}
+#pragma omp atomic
+			docs_done++;
+#pragma omp atomic
+			tokens_done += (long long)p->ids.n;
+			if (progress_on && omp_get_thread_num() == 0 && progress_due(ds))
+				fprintf(stderr, "%s: dataset: tokenizing: %lld of %zu documents, %lld tokens\n", progname,
+				        docs_done, n, tokens_done);
 			if (p->chat) {
 				chat_render_free(p->chat); /* frees the text too */
 				free(p->chat);
@@ -359,8 +587,8 @@ int dataset_prepare(struct dataset *ds, char *err, size_t errsz)
 		}
 		memcpy(ds->tokens + ds->doc_off[d], t->v, t->n * sizeof *t->v);
 		memcpy(ds->sup + ds->doc_off[d], ds->pending[i].sup, t->n);
-		/* the EOS between documents is an answer only where all is */
-		ds->sep_sup[d] = (uint8_t)ds->pending[i].all_targets;
+		/* the EOS between documents: an answer where all is, and after a completion */
+		ds->sep_sup[d] = (uint8_t)ds->pending[i].eos_target;
 		free(ds->pending[i].sup);
 		for (size_t k = 0; k < t->n; k++)
 			if (t->v[k] > ds->max_id)
@@ -381,6 +609,9 @@ int dataset_prepare(struct dataset *ds, char *err, size_t errsz)
 	ds->order = xmalloc(d * sizeof *ds->order);
 	ds->n_supervised = dataset_count_supervised(ds);
 	ds->prepared = 1;
+	if (ds->progress_said)
+		fprintf(stderr, "%s: dataset: %lld records, %zu documents, %zu tokens in %.1f s\n", progname,
+		        ds->n_records, ds->n_docs, ds->n_tokens, now_seconds() - ds->progress_start);
 	return 0;
 }
 

@@ -1,66 +1,17 @@
 /* tools/lib/dataset.h: local training data, tokenized and packed into
  * fixed-length sequences for the trainer.
  *
- * A dataset spec (training.dataset) is, in this order:
- *   - a file: .jsonl (one record a line), .json (a JSON array of records, or
- *     JSON Lines), .txt (documents separated by blank lines), any of them
- *     optionally .gz;
- *   - a directory: the files below it of one split, in sorted path order,
- *     hidden entries skipped, split as HF datasets' data_files.py does:
- *     when a file is data/NAME-NNNNN-of-NNNNN*.* the split NAME is such
- *     files; else when a directory name holds a split keyword as a word
- *     (at its start or after one of "-._ 0-9", and at its end or before
- *     one), the splits are the directories'; else the file names' (the
- *     keyword followed by a separator: train.jsonl, my_train-1.json);
- *     else every file is "train".  Keywords: train, training (train);
- *     validation, valid, dev, val (validation); test, testing, eval,
- *     evaluation (test); case as written.  A split with no file is an
- *     error naming the splits there;
- *   - a HF hub dataset id Org/Name found in the local HF cache
- *     (<hub>/datasets--Org--Name/snapshots/<newest>/), read as a directory.
- * Nothing is downloaded, and nothing synthetic stands in for missing data:
- * the error names what was looked for and where.  A spec whose records
- * give no target at all (chats without an answer the template keeps) is
- * refused by dataset_open, with the record count and the roles seen.
- *
- * A record is a JSON object with one of:
- *   "text": "..."                        the document's text
- *   "messages": [{"role", "content"}...] rendered by the model's own chat
- *                 template and tokenized as transformers'
- *                 apply_chat_template(messages, tokenize=True) does
- *                 (tools/lib/chat_template.h); a model without a template
- *                 is an error, never a stand-in format; beside it an
- *                 optional "chat_template_kwargs" object gives the
- *                 template more variables (apply_chat_template's
- *                 **kwargs), e.g. {"date_string": "26 Jul 2024"}
- *   "input_ids": [int...]                 already tokenized (no tokenizer needed)
- *
- * Targets (train_on): by default every token of a text or input_ids
- * document is a target, and of a chat only the assistant's contents and
- * the end-of-turn token after each (chat_template.h); TRAIN_ON_ALL makes
- * every token a target, TRAIN_ON_ASSISTANT refuses records that are not
- * messages.  A token that is not a target has target -100.
- *
- * A text document is encoded as HF's tokenizer(text) encodes it by default
- * (add_special_tokens: the post-processor's additions, i.e. Llama-3's
- * <|begin_of_text|> first, nothing for Qwen2); input_ids are taken as given.
- *
- * Packing: documents are concatenated, each followed by eos_id, and the
- * stream is cut into rows of seq_len inputs whose targets are the next
- * tokens (rows overlap by one token, so no token is lost).  Each epoch
- * shuffles the DOCUMENT order (Fisher-Yates driven by splitmix64 of seed
- * and epoch); its last row is padded with eos_id and target -1; the next
- * epoch starts a new row.  Empty documents are skipped.  The EOS after a
- * chat is a target only under TRAIN_ON_ALL.
- *
- * Positions: pos[t] is token t's place in its document (the EOS after a
- * document belongs to it), restarting at 0 where a document starts and
- * at the row's start (a document begun in an earlier row continues at 0);
- * the padding counts as one document.  The attention rule built on it:
- * token i of a row sees token j of the same row iff i - pos[i] <= j <= i,
- * and RoPE rotates token i by pos[i].  Tokenization runs
- * once, at open, on all cores (OpenMP); the result does not depend on the
- * thread count. */
+ * What a dataset spec may be (a file, a directory and its splits, a HF
+ * cache id), the record shapes (input_ids, messages, text, TRL's
+ * prompt/completion, ShareGPT's conversations), which tokens are targets
+ * under each train_on, the packing and the positions are the user's
+ * contract and are described once, in man/poros-dataset.5.  What the
+ * code keeps to besides:
+ *   - a token that is not a target has target -100; padding -1;
+ *   - tokenization runs once, at open, on all cores (OpenMP); the result
+ *     does not depend on the thread count;
+ *   - nothing is downloaded and nothing synthetic stands in for missing
+ *     data: the error names what was looked for and where. */
 #ifndef POROS_DATASET_H
 #define POROS_DATASET_H
 
@@ -92,6 +43,11 @@ int dataset_open(struct dataset **out, const char *spec_dataset, const struct to
 int dataset_next(struct dataset *ds, int32_t *tokens, int32_t *targets, int32_t *pos, int batch, char *err,
 		 size_t errsz);
 void dataset_close(struct dataset *ds);
+/* Progress on stderr while a dataset is read and tokenized: a line once
+ * the work has taken after_s seconds, then at most one a second, and a
+ * last one when it ends; after_s < 0 (the default): none.  For the whole
+ * process. */
+void dataset_set_progress(double after_s);
 
 /* Building one from records by hand (poros-tokenize --pack): shuffle 0
  * keeps the documents in the order added, every epoch. */

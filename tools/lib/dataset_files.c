@@ -1,6 +1,6 @@
 /* tools/lib/dataset_files.c: dataset files (.jsonl, .json, .txt, each
  * optionally .gz) and directories of them read into records for
- * dataset_add_record / dataset_add_text (dataset.h says which files a
+ * dataset_add_record / dataset_add_text (man/poros-dataset.5 says which files a
  * directory gives). */
 #include "dataset_int.h"
 
@@ -58,7 +58,16 @@ struct reader {
 	size_t start, end; /* unconsumed bytes: buf[start .. end) */
 	size_t scan;      /* buf[start .. scan) holds no newline */
 	int eof;
+	long long size;   /* the file's bytes (compressed, for .gz), for progress */
 };
+
+/* Bytes of the file consumed so far (of the compressed file, for .gz). */
+static long long reader_offset(const struct reader *r)
+{
+	if (r->gz)
+		return (long long)gzoffset(r->gz);
+	return (long long)lseek(r->fd, 0, SEEK_CUR) - (long long)(r->end - r->start);
+}
 
 /* One read request: gzread takes an int count, read(2) gives at most ~2 GiB. */
 #define READ_CHUNK ((size_t)1 << 30)
@@ -71,6 +80,11 @@ static int reader_open(struct reader *r, const char *path, int gz, char *err, si
 	if (r->fd < 0) {
 		set_error(err, errsz, "%s: %s", path, strerror(errno));
 		return -1;
+	}
+	{
+		struct stat st;
+
+		r->size = fstat(r->fd, &st) == 0 ? (long long)st.st_size : 0;
 	}
 	if (gz) {
 		r->gz = gzdopen(r->fd, "rb");
@@ -273,9 +287,12 @@ static int add_jsonl(struct dataset *ds, struct reader *r, char *err, size_t err
 	long line = 0;
 	int got;
 
-	while ((got = reader_line(r, &s, &n, err, errsz)) > 0)
+	while ((got = reader_line(r, &s, &n, err, errsz)) > 0) {
 		if (add_jsonl_line(ds, r, ++line, s, n, err, errsz) < 0)
 			return -1;
+		if ((line & 1023) == 0) /* the clock, every thousand lines */
+			dataset_progress_read(ds, r->path, reader_offset(r), r->size);
+	}
 	return got;
 }
 

@@ -15,12 +15,15 @@
 
 /* A document before tokenization: text to encode, a rendered chat, or
  * ids as given; all_targets: every token is a target (else the chat's
- * answers only). */
+ * answers only, or a prompt/completion's completion); prompt_len: the
+ * bytes of text that are a prompt (0: none); eos_target: the EOS after
+ * it is a target. */
 struct pending_doc {
 	char *text;
 	size_t len;
 	struct chat_render *chat;
-	int all_targets;
+	int all_targets, eos_target;
+	size_t prompt_len;
 	struct token_ids ids;
 	uint8_t *sup;        /* (ids.n) after tokenizing */
 };
@@ -49,6 +52,10 @@ struct dataset {
 	const char *split_read; /* the split a directory gave (split_names), or NULL */
 	struct file_id *files; /* the files read, for dataset_same_files */
 	size_t n_files;
+	/* progress (dataset_set_progress): when the work began, the last line */
+	double progress_start, progress_last;
+	int progress_said;
+	long long bytes_read;  /* of the files done, for the progress lines */
 	/* where the packing stands: stream position and the same as
 	 * (document in epoch order, offset; offset == length is its EOS) */
 	size_t *order;
@@ -61,6 +68,9 @@ struct file_id {
 	ino_t ino;
 };
 
+/* dataset.c: a progress line about reading, when one is due: the
+ * records so far, and bytes of the file being read (done of size). */
+void dataset_progress_read(struct dataset *ds, const char *path, long long done, long long size);
 /* dataset.c: the targets of one epoch as the packing gives them. */
 long long dataset_count_supervised(const struct dataset *ds);
 /* dataset_split.c: keep[i] (n entries) when files[i] (relative to the

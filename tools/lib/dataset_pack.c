@@ -1,5 +1,5 @@
 /* tools/lib/dataset_pack.c: tokenized documents packed into rows of
- * inputs, targets and positions, epoch by epoch (dataset.h gives the rule),
+ * inputs, targets and positions, epoch by epoch (man/poros-dataset.5 gives the rule),
  * and the cursor that continues the same stream after a resume. */
 #include "dataset_int.h"
 

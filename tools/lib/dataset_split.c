@@ -1,5 +1,5 @@
 /* tools/lib/dataset_split.c: which files of a directory are a split, by
- * the file-name rules of HF datasets' data_files.py (dataset.h gives
+ * the file-name rules of HF datasets' data_files.py (man/poros-dataset.5 gives
  * them), and whole documents held out of a prepared dataset. */
 #include "dataset_int.h"
 

@@ -3,7 +3,7 @@
  * A token source hands out micro-batches in order: tokens (B,S),
  * targets (B,S), a negative target meaning "not predicted" (-100: not an
  * answer, -1: padding), and positions pos (B,S): a token's place in its
- * document (tools/lib/dataset.h; t for the synthetic and raw streams,
+ * document (man/poros-dataset.5; t for the synthetic and raw streams,
  * whose rows are one document each).  The engine asks
  * for the k micro-batches of a step at the start of the step, in order, so
  * both schedules see the same tokens.
@@ -12,7 +12,7 @@
  *   "synthetic:repeat"   a cycle of 16 distinct tokens: learnable, for tests
  *   FILE.u16, FILE.bin   raw little-endian uint16 token ids
  *   FILE.u32             raw little-endian uint32 token ids
- *   anything else        tools/lib/dataset.h: .jsonl/.json/.txt (.gz), a
+ *   anything else        man/poros-dataset.5: .jsonl/.json/.txt (.gz), a
  *                        directory (one split of it), or a dataset in the
  *                        local HF cache; text is tokenized with the
  *                        model's tokenizer

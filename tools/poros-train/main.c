@@ -17,6 +17,43 @@ static noreturn void usage(int code)
 	exit(code);
 }
 
+/* --help: the synopsis, then each option with its line, then the aliases. */
+static noreturn void help(void)
+{
+	static const char *const alias_of[][2] = {
+#define ALIAS_PAIR(id, name) { name, #id },
+		TRAIN_ALIASES(ALIAS_PAIR)
+#undef ALIAS_PAIR
+	};
+	static const int alias_id[] = {
+#define ALIAS_ID(id, name) OPT_##id,
+		TRAIN_ALIASES(ALIAS_ID)
+#undef ALIAS_ID
+	};
+
+	fputs(TRAIN_SYNOPSIS, stdout);
+	fputs("\noptions:\n", stdout);
+	for (int i = 0; i < OPT_COUNT; i++) {
+		const struct train_opt_help *h = &train_opt_help[i];
+		char left[64];
+
+		snprintf(left, sizeof left, "--%s%s%s", train_opt_names[i], h->arg ? " " : "", h->arg ? h->arg : "");
+		printf("  %-32s  %s\n", left, h->line ? h->line : "");
+	}
+	printf("  %-32s  %s\n", "-h, --help", "print this and exit");
+	printf("  %-32s  %s\n", "--version", "print the name and version and exit");
+	fputs("\nthe names HF's Trainer, TRL and PEFT use, as aliases:\n", stdout);
+	for (size_t i = 0; i < sizeof alias_id / sizeof *alias_id; i++)
+		printf("  --%s = --%s\n", alias_of[i][0], train_opt_names[alias_id[i]]);
+	exit(EXIT_OK);
+}
+
+/* Options that are gone: the name, and what to give instead. */
+static const char *const removed[][2] = {
+	{ "warmup", "--warmup is no longer an option: --timing-warmup N leaves the first N steps out of the timing; "
+	            "--lr-warmup N (HF's --warmup-steps) ramps the learning rate up over N steps" },
+};
+
 /* Every long name an option answers to, for a did-you-mean hint. */
 static const char *const all_names[] = {
 #define TRAIN_NAME(id, name, has_arg) name,
@@ -28,15 +65,31 @@ static const char *const all_names[] = {
 	"help", "version",
 };
 
-/* How many names start with prefix (getopt takes a unique one for the
- * whole name), listed in list. */
+static noreturn void refuse_removed(const char *name)
+{
+	for (size_t i = 0; i < sizeof removed / sizeof *removed; i++)
+		if (strcmp(name, removed[i][0]) == 0)
+			die(EXIT_USAGE, "%s", removed[i][1]);
+	die(EXIT_RUNTIME, "internal error: --%s is in no list", name);
+}
+
+/* word ("--steps" or "--steps=5") spells name whole: getopt_long would
+ * take "--ste" for --steps, which a later option could make ambiguous. */
+static int exact_name(const char *word, const char *name)
+{
+	size_t n = strcspn(word + 2, "=");
+
+	return strncmp(word, "--", 2) == 0 && strlen(name) == n && strncmp(word + 2, name, n) == 0;
+}
+
+/* How many names start with prefix and are longer, listed in list. */
 static int prefix_of(const char *prefix, char *list, size_t n)
 {
 	int count = 0;
 
 	list[0] = '\0';
 	for (size_t i = 0; i < sizeof all_names / sizeof *all_names; i++)
-		if (strncmp(all_names[i], prefix, strlen(prefix)) == 0 && ++count)
+		if (strncmp(all_names[i], prefix, strlen(prefix)) == 0 && strcmp(all_names[i], prefix) != 0 && ++count)
 			snprintf(list + strlen(list), n - strlen(list), "%s--%s", count > 1 ? ", " : "", all_names[i]);
 	return count;
 }
@@ -58,8 +111,8 @@ static noreturn void bad_option(int ch, int short_opt, const char *arg)
 			*p = '-';
 	if (ch == ':')
 		warnmsg("option --%s needs a value", name);
-	else if (prefix_of(name, list, sizeof list) > 1)
-		warnmsg("option \"%s\" is ambiguous (%s)", arg, list);
+	else if (prefix_of(name, list, sizeof list) > 0) /* getopt_long would take a unique prefix: not here */
+		warnmsg("unknown option \"%s\" (options are whole names: did you mean %s?)", arg, list);
 	else if ((hint = closest_name(name, all_names, (int)(sizeof all_names / sizeof *all_names))) != NULL)
 		warnmsg("unknown option \"%s\" (did you mean --%s?)", arg, hint);
 	else
@@ -71,7 +124,7 @@ int main(int argc, char **argv)
 {
 	/* long options only: values above any character getopt returns */
 #define LONG_ONLY(id) (256 + (id))
-	enum { OPT_HELP = OPT_COUNT, OPT_VERSION };
+	enum { OPT_HELP = OPT_COUNT, OPT_VERSION, OPT_REMOVED };
 	static const struct option longopts[] = {
 #define TRAIN_LONGOPT(id, name, has_arg) { name, has_arg ? required_argument : no_argument, NULL, LONG_ONLY(OPT_##id) },
 		TRAIN_OPTIONS(TRAIN_LONGOPT)
@@ -81,20 +134,28 @@ int main(int argc, char **argv)
 #undef TRAIN_ALIAS
 		{ "help", no_argument, NULL, LONG_ONLY(OPT_HELP) },
 		{ "version", no_argument, NULL, LONG_ONLY(OPT_VERSION) },
+		{ "warmup", optional_argument, NULL, LONG_ONLY(OPT_REMOVED) },
 		{ NULL, 0, NULL, 0 },
 	};
 	char *value[OPT_COUNT] = { NULL };
 	struct train_config cfg;
-	int ch, rc;
+	int ch, rc, li;
 
 	set_progname(argv[0]);
 	stdout_check_at_exit();
 	opterr = 0; /* bad_option says what was wrong, with a hint */
-	while ((ch = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+	while ((li = -1, ch = getopt_long(argc, argv, ":h", longopts, &li)) != -1) {
+		/* the option as written: the value, when separate, is the last word */
+		const char *word = argv[optind - 1 - (optarg && optarg == argv[optind - 1] && optind >= 2)];
+
+		if (li >= 0 && !exact_name(word, longopts[li].name))
+			bad_option('?', 0, word);
 		if (ch == 'h' || ch == LONG_ONLY(OPT_HELP))
-			usage(EXIT_OK);
+			help();
 		if (ch == LONG_ONLY(OPT_VERSION))
 			print_version();
+		if (ch == LONG_ONLY(OPT_REMOVED))
+			refuse_removed(longopts[li].name);
 		if (ch < LONG_ONLY(0) || ch >= LONG_ONLY(OPT_COUNT))
 			bad_option(ch, optopt, argv[optind - 1]);
 		value[ch - LONG_ONLY(0)] = optarg ? optarg : "1";

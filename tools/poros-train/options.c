@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "adapter.h"
 #include "jsonl.h"
 #include "train.h"
 #include "util.h"
@@ -15,6 +16,54 @@ const char *const train_opt_names[OPT_COUNT] = {
 #define TRAIN_OPT_NAME(id, name, has_arg) name,
 	TRAIN_OPTIONS(TRAIN_OPT_NAME)
 #undef TRAIN_OPT_NAME
+};
+
+const struct train_opt_help train_opt_help[OPT_COUNT] = {
+	[OPT_CELL] = { "FILE", "the cell to run (poros-expand's; - reads it from stdin); flags override its fields" },
+	[OPT_MODEL] = { "ID", "a checkpoint directory, a HF cache id, or a shape in configs/models (synthetic weights)" },
+	[OPT_MODE] = { "blockwise|resident", "stream blocks of layers (Poros), or keep every layer on the device" },
+	[OPT_PRECISION] = { "nf4|bf16", "the frozen base's precision (nf4)" },
+	[OPT_STEPS] = { "N", "optimizer steps (10); wins over --epochs" },
+	[OPT_SEQ_LEN] = { "N", "tokens per row (128)" },
+	[OPT_BATCH_SIZE] = { "N", "rows per micro-batch (1)" },
+	[OPT_ACCUM] = { "K", "micro-batches per optimizer step (1)" },
+	[OPT_RANK] = { "R", "LoRA rank (16)" },
+	[OPT_ALPHA] = { "A", "LoRA alpha; the scale is alpha/rank (32)" },
+	[OPT_DROPOUT] = { "P", "LoRA dropout, 0 <= P < 1 (0.05)" },
+	[OPT_TARGETS] = { "LIST", "projections to adapt: q_proj,k_proj,...,down_proj, all or all-linear (all)" },
+	[OPT_BLOCK_SIZE] = { "N", "blockwise: layers per streamed block (4)" },
+	[OPT_NO_PREFETCH] = { NULL, "blockwise: copy each block when it is needed, not during the one before" },
+	[OPT_LR] = { "LR", "peak learning rate (2e-4)" },
+	[OPT_LR_SCHEDULE] = { "constant|linear|cosine", "the learning rate after its warmup (constant)" },
+	[OPT_TIMING_WARMUP] = { "N", "leading steps left out of the timing, trained as any other (0)" },
+	[OPT_LR_WARMUP] = { "N", "steps of linear learning-rate warmup from 0 (0; HF's --warmup-steps)" },
+	[OPT_WEIGHT_DECAY] = { "W", "AdamW's decoupled weight decay (0)" },
+	[OPT_MAX_GRAD_NORM] = { "G", "clip the global gradient norm to G; 0: no clipping (1)" },
+	[OPT_SEED] = { "S", "seeds synthetic weights and data, the LoRA init, dropout, shuffling (42)" },
+	[OPT_DATASET] = { "SPEC", "training data: synthetic, synthetic:repeat, FILE.u16|u32|bin, a file or directory" },
+	[OPT_TOKENIZER] = { "PATH", "a tokenizer.json (or its directory) instead of the model's own" },
+	[OPT_CHAT_DATE] = { "YYYY-MM-DD", "the day a chat template's strftime_now formats" },
+	[OPT_TRAIN_ON] = { "assistant|all", "the loss's targets (unset: answers, completions, all of text)" },
+	[OPT_BACKEND] = { "cpu|cuda|auto", "where the math runs (auto: CUDA when a device is there)" },
+	[OPT_VRAM_BUDGET] = { "BYTES", "refuse (status oom) a run whose device plan exceeds BYTES (e.g. 20GiB)" },
+	[OPT_OPTIMIZER_STATE] = { "device|host", "where the AdamW moments live (device); host: pinned, the same bits" },
+	[OPT_CONFIGS] = { "DIR", "where models/<slug>.json shapes are (the tree's configs)" },
+	[OPT_OUT] = { "DIR", "the run directory (out/runs/<cell_id>)" },
+	[OPT_INIT_ADAPTER] = { "DIR", "start from (or, with --eval-only, evaluate) this PEFT adapter" },
+	[OPT_SAVE_EVERY] = { "N", "also save adapter-stepN and checkpoint-stepN every N steps" },
+	[OPT_QUIET] = { NULL, "no per-step progress on standard error" },
+	[OPT_GRAD_CKPT] = { "on|off", "resident: recompute each layer in the backward (off)" },
+	[OPT_RESUME] = { "DIR", "continue a run from its checkpoint-stepN directory, bit for bit" },
+	[OPT_EVAL_DATASET] = { "SPEC", "an evaluation set: eval_loss after the last step (and every --eval-every)" },
+	[OPT_EVAL_EVERY] = { "N", "evaluate after every N steps too (0: after the last only)" },
+	[OPT_PLAN] = { NULL, "print the device and host memory plan as one JSON line; run nothing" },
+	[OPT_SPLIT] = { "NAME", "the split of a directory dataset to train on (train)" },
+	[OPT_EVAL_SPLIT] = { "NAME", "the split of a directory --eval-dataset (validation, else test)" },
+	[OPT_EVAL_FRACTION] = { "F", "hold out ceil(F x documents) of --dataset as the evaluation set" },
+	[OPT_EPOCHS] = { "E", "passes over the data that set the steps, without --steps" },
+	[OPT_EVAL_ONLY] = { NULL, "no training: eval_loss and perplexity of the base (+ --init-adapter)" },
+	[OPT_NPROC] = { "N", "start N ranks of this host, one run data-parallel (man poros-train: DATA PARALLEL)" },
+	[OPT_GPUS] = { "N", "start N ranks, one a GPU, over NCCL (the cuda backend)" },
 };
 
 void train_config_defaults(struct train_config *c)
@@ -60,6 +109,26 @@ int train_config_from_cell(struct train_config *c, const struct cell *cell, char
 	return 0;
 }
 
+/* --eval-only: an evaluation set, and nothing a training run alone does. */
+static int eval_only_check(const struct train_config *c, char *err, size_t errsz)
+{
+	const struct cell *cl = &c->cell;
+
+	if (cl->training.eval_dataset == NULL && cl->training.eval_fraction == 0)
+		return snprintf(err, errsz, "--eval-only: needs an evaluation set: --eval-dataset SPEC, or --dataset SPEC "
+		                "with --eval-fraction F (the documents a training run holds out)"), -1;
+	if (c->resume)
+		return snprintf(err, errsz, "--eval-only and --resume: an evaluation trains nothing; give the adapter "
+		                "with --init-adapter"), -1;
+	if (c->save_every > 0)
+		return snprintf(err, errsz, "--eval-only and --save-every: an evaluation saves nothing"), -1;
+	if (cl->training.eval_every > 0)
+		return snprintf(err, errsz, "--eval-only and --eval-every: an evaluation runs once"), -1;
+	if (c->epochs > 0)
+		return snprintf(err, errsz, "--eval-only and --epochs: an evaluation makes one pass over its set"), -1;
+	return 0;
+}
+
 int train_config_check(const struct train_config *c, char *err, size_t errsz)
 {
 	if (c->cell.model.model_id == NULL) /* an empty one is refused as --model's text */
@@ -93,7 +162,7 @@ int train_config_check(const struct train_config *c, char *err, size_t errsz)
 	if (c->cell.training.eval_fraction > 0 && c->cell.training.eval_dataset)
 		return snprintf(err, errsz, "--eval-fraction and --eval-dataset: the fraction holds out part of "
 		                "--dataset as the evaluation set; give one of them"), -1;
-	return 0;
+	return c->eval_only ? eval_only_check(c, err, errsz) : 0;
 }
 
 /* The environment's knobs, read here and nowhere else. */
@@ -105,7 +174,9 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	const char *route = getenv("POROS_ATTENTION"), *opt_chunk = getenv("POROS_OPT_CHUNK");
 	const char *comm = getenv("POROS_COMM");
 	static const char *const comm_kinds[] = { "auto", "single", "mpi", "nccl", "tcp" }; /* comm.h's order */
+	const char *after = getenv("POROS_PROGRESS_AFTER");
 	long rows = 0, floats = 0;
+	char *end;
 
 	/* the ranks' transport: a typo must not silently train on one rank */
 	for (c->comm_kind = 0; comm && *comm && c->comm_kind < 5 && strcmp(comm, comm_kinds[c->comm_kind]); c->comm_kind++)
@@ -137,6 +208,15 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	if (opt_chunk && *opt_chunk && parse_long(opt_chunk, 1, 1L << 30, &floats, &why) < 0)
 		return snprintf(err, errsz, "POROS_OPT_CHUNK: %s: %s", why, opt_chunk), -1;
 	c->opt_chunk = floats;
+	/* when the dataset's progress lines start: a test knob (0: at once) */
+	c->progress_after = 1.0;
+	if (after && *after) {
+		errno = 0;
+		c->progress_after = strtod(after, &end);
+		if (*end || errno || !(c->progress_after >= 0 && c->progress_after <= 86400))
+			return snprintf(err, errsz, "POROS_PROGRESS_AFTER: not a number of seconds in [0, 86400]: %s",
+			                after), -1;
+	}
 	/* what the host memory checks compare with: a test knob, never 0 (that would be no check) */
 	c->mem_available = mem && *mem ? opt_bytes("POROS_MEM_AVAILABLE", mem) : 0;
 	if (mem && *mem && c->mem_available == 0)
@@ -264,6 +344,11 @@ static void apply_flags(struct train_config *c, char *const v[OPT_COUNT])
 		c->quiet = 1;
 	if (v[OPT_PLAN])
 		c->plan = 1;
+	if (v[OPT_EVAL_ONLY])
+		c->eval_only = 1;
+	if (c->eval_only && v[OPT_DATASET] && c->cell.training.eval_dataset)
+		die(EXIT_USAGE, "--eval-only with --eval-dataset reads no training data: --dataset %s would change "
+		    "nothing (--dataset with --eval-fraction evaluates the documents it holds out)", v[OPT_DATASET]);
 	if (v[OPT_RESUME])
 		replace(&c->resume, v[OPT_RESUME]);
 }
@@ -275,6 +360,49 @@ static char *default_configs_dir(void)
 	return poros_resource("configs");
 }
 
+/* "q_proj,v_proj": the modules of mask, in buf. */
+static const char *module_list(char *buf, size_t n, unsigned mask)
+{
+	buf[0] = '\0';
+	for (int m = 0; m < CELL_MAX_TARGETS; m++)
+		if ((mask >> m) & 1u)
+			snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", *buf ? "," : "", lora_module_names[m]);
+	return buf;
+}
+
+/* --eval-only --init-adapter DIR: the LoRA's rank, alpha and targets are
+ * the adapter's (its scale alpha/rank is part of what is evaluated); a
+ * flag or a cell that says otherwise is refused. */
+static void shape_from_adapter(struct train_config *c, char *const v[OPT_COUNT])
+{
+	struct adapter a;
+	char err[512];
+	int given_rank = v[OPT_RANK] || v[OPT_CELL], given_alpha = v[OPT_ALPHA] || v[OPT_CELL];
+	int given_targets = v[OPT_TARGETS] || v[OPT_CELL];
+	const char *by = v[OPT_CELL] ? "the cell" : NULL;
+
+	if (adapter_load(c->init_adapter, &a, err, sizeof err) < 0)
+		die(EXIT_USAGE, "--init-adapter: %s", err);
+	if (given_rank && a.rank != c->cell.lora.rank)
+		die(EXIT_USAGE, "--init-adapter %s: rank %d, but %s says %d", c->init_adapter, a.rank,
+		    v[OPT_RANK] ? "--rank" : by, c->cell.lora.rank);
+	if (given_alpha && a.alpha != c->cell.lora.alpha)
+		die(EXIT_USAGE, "--init-adapter %s: lora_alpha %g, but %s says %g", c->init_adapter, a.alpha,
+		    v[OPT_ALPHA] ? "--alpha" : by, c->cell.lora.alpha);
+	if (given_targets && a.target_mask != c->cell.lora.target_mask) {
+		char have[160], want[160];
+
+		die(EXIT_USAGE, "--init-adapter %s: targets %s, but %s says %s", c->init_adapter,
+		    module_list(have, sizeof have, a.target_mask), v[OPT_TARGETS] ? "--targets" : by,
+		    module_list(want, sizeof want, c->cell.lora.target_mask));
+	}
+	c->cell.lora.rank = a.rank;
+	c->cell.lora.alpha = a.alpha;
+	c->cell.lora.target_mask = a.target_mask;
+	c->cell.lora.n_targets = __builtin_popcount(a.target_mask);
+	adapter_free(&a);
+}
+
 void train_config_from_options(struct train_config *c, char *const v[OPT_COUNT])
 {
 	char err[512], *configs;
@@ -283,6 +411,8 @@ void train_config_from_options(struct train_config *c, char *const v[OPT_COUNT])
 	if (v[OPT_CELL])
 		load_cell(c, v[OPT_CELL]);
 	apply_flags(c, v);
+	if (c->eval_only && c->init_adapter)
+		shape_from_adapter(c, v);
 	if (c->cell.cell_id == NULL && c->cell.model.model_id) {
 		char *slug = slugify(c->cell.model.model_id, 1);
 

@@ -378,24 +378,30 @@ static int alloc_weights(struct engine *e, char *err, size_t errsz)
 static int alloc_state(struct engine *e, char *err, size_t errsz)
 {
 	size_t lora_bytes = (size_t)e->lora.total * sizeof(float);
-	int on_host = e->cfg->optimizer_on_host;
+	int eval_only = e->cfg->eval_only; /* an evaluation has no gradients and no AdamW moments */
+	int on_host = e->cfg->optimizer_on_host && !eval_only;
 	long most = e->cfg->opt_chunk ? e->cfg->opt_chunk : OPT_CHUNK_FLOATS;
 	long chunk = e->lora.total < most ? e->lora.total : most;
-	size_t dev_bytes = on_host ? 2 * lora_bytes + 2 * (size_t)chunk * sizeof(float) : 4 * lora_bytes;
+	size_t dev_bytes = eval_only ? lora_bytes
+	                   : on_host ? 2 * lora_bytes + 2 * (size_t)chunk * sizeof(float) : 4 * lora_bytes;
 	char sz[32], what[96];
 	void *p;
 	float *state;
 
 	dev_alloc_set_purpose(&e->alloc, "lora_state");
-	if (dev_alloc(&e->alloc, &p, dev_bytes, on_host ? "LoRA parameters, gradients and an AdamW chunk (%s)"
-	                                                : "LoRA parameters, gradients and AdamW state (%s)",
+	if (dev_alloc(&e->alloc, &p, dev_bytes, "%s (%s)",
+	              eval_only ? "LoRA parameters"
+	              : on_host ? "LoRA parameters, gradients and an AdamW chunk"
+	                        : "LoRA parameters, gradients and AdamW state",
 	              format_bytes(sz, sizeof sz, (double)dev_bytes)) < 0)
 		return set_error(err, errsz, "%s", e->alloc.err);
 	state = p;
 	if (state) { /* NULL: a plan */
 		e->params = state;
-		e->grads = state + e->lora.total;
-		if (on_host) {
+		if (eval_only) {
+			e->grads = e->adam_m = e->adam_v = NULL;
+		} else if (on_host) {
+			e->grads = state + e->lora.total;
 			e->opt_chunk = state + 2 * e->lora.total;
 			e->opt_chunk_n = chunk;
 			if (e->be->host_alloc((void **)&e->adam_m, lora_bytes) != 0 ||
@@ -403,6 +409,7 @@ static int alloc_state(struct engine *e, char *err, size_t errsz)
 				return set_error(err, errsz, "cannot pin %s of host memory for the AdamW state",
 				                 format_bytes(sz, sizeof sz, 2.0 * (double)lora_bytes));
 		} else {
+			e->grads = state + e->lora.total;
 			e->adam_m = state + 2 * e->lora.total;
 			e->adam_v = state + 3 * e->lora.total;
 		}
@@ -518,7 +525,7 @@ int plan_upload(struct engine *e, char *err, size_t errsz)
 	if (e->opt_chunk) {
 		memset(e->adam_m, 0, (size_t)e->lora.total * sizeof(float));
 		memset(e->adam_v, 0, (size_t)e->lora.total * sizeof(float));
-	} else {
+	} else if (e->adam_m) { /* none in an evaluation */
 		be->memset_zero(e->adam_m, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
 		be->memset_zero(e->adam_v, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
 	}

@@ -657,7 +657,7 @@ static int steps_from_epochs(struct run *x, char *err, size_t errsz)
 		return snprintf(err, errsz, "--epochs %g: %.0f steps, more than 1000000", c->epochs, steps), -1;
 	c->cell.training.steps = (int)steps;
 	if (c->cell.training.warmup_steps >= c->cell.training.steps && c->cell.training.warmup_steps > 0)
-		return snprintf(err, errsz, "--epochs %g: %d steps, not more than --warmup %d", c->epochs,
+		return snprintf(err, errsz, "--epochs %g: %d steps, not more than --timing-warmup %d", c->epochs,
 		                c->cell.training.steps, c->cell.training.warmup_steps), -1;
 	return 0;
 }
@@ -711,7 +711,7 @@ static int open_eval_dataset(struct run *x, char *err, size_t errsz)
 	if (token_source_rows(&x->eval.src) < 0)
 		return snprintf(err, errsz, "--eval-dataset %s: a synthetic stream has no end to average over; give "
 		                "a dataset or a token file", spec), -1;
-	if (token_source_same_data(&x->data, &x->eval.src))
+	if (x->have_data && token_source_same_data(&x->data, &x->eval.src))
 		return snprintf(err, errsz, "--eval-dataset %s: the same files as the training data (--dataset %s%s%s): "
 		                "an evaluation on them measures nothing held out", spec, cl->training.dataset,
 		                cl->training.split ? ", split " : "", cl->training.split ? cl->training.split : ""), -1;
@@ -726,6 +726,13 @@ static int open_inputs(struct run *x, char *err, size_t errsz)
 
 	if (open_model(x, err, errsz) < 0)
 		return -1;
+	if (c->eval_only && cl->training.eval_dataset) { /* the set alone: no training data to read */
+		if (open_eval_dataset(x, err, errsz) < 0)
+			return -1;
+		x->eval.rows = token_source_rows(&x->eval.src);
+		token_source_tell(&x->eval.src, &x->eval.start);
+		return 0;
+	}
 	/* random tokens through real weights are asked for by name, never a default */
 	if (x->mc.checkpoint_dir && !c->dataset_named)
 		return snprintf(err, errsz, "--model %s: a checkpoint with weights, and no --dataset: give the data to "
@@ -992,6 +999,122 @@ failed:
 	return RUN_FAILED;
 }
 
+/* --eval-only: backend, plan, host weights, engine (the LoRA parameters
+ * alone: no gradients, no AdamW state), the adapter, one pass over the
+ * evaluation set.  The same codes as run_training; nothing is written. */
+static int run_evaluation(struct run *x, char *err, size_t errsz)
+{
+	const struct train_config *c = x->c;
+	struct run_result *r = &x->r;
+	struct dev_alloc plan;
+	size_t host, host_ckpt;
+	double loss;
+	long long tokens;
+	int rc;
+
+	if ((r->be = select_backend(c, err, errsz)) == NULL)
+		goto failed;
+	if (choose_attn_ckpt(x, r->be->library_device_bytes, err, errsz) < 0 ||
+	    make_plan(x, r->be->library_device_bytes, &plan, &host_ckpt, err, errsz) < 0)
+		return RUN_BAD_INPUT;
+	r->vram_plan_mb = (double)plan.peak / MIB;
+	x->plan_bytes = plan.peak;
+	if (base_size(x, &host, err, errsz) < 0)
+		return dev_alloc_release_all(&plan), RUN_BAD_INPUT;
+	r->host_weights_mb = (double)host / MIB;
+	if (c->vram_budget && plan.peak > (size_t)c->vram_budget) {
+		over_budget(err, errsz, c, &plan, x->mc.num_hidden_layers);
+		dev_alloc_release_all(&plan);
+		r->status = "oom";
+		goto failed;
+	}
+	if (host_plan_for_run(&r->host, c, &x->mc, &plan, r->be->name, host_ckpt, err, errsz) < 0)
+		return dev_alloc_release_all(&plan), RUN_BAD_INPUT;
+	dev_alloc_release_all(&plan);
+	if (host_plan_check(&r->host, err, errsz) < 0) {
+		r->status = "oom";
+		goto failed;
+	}
+	rc = host_weights_load(&x->hw, r->be, &x->mc, c->cell.precision == PRECISION_NF4, engine_host_ext_cols(c),
+	                       c->cell.training.seed, err, errsz);
+	if (rc == -1)
+		return RUN_BAD_INPUT;
+	if (rc == -3)
+		r->status = "oom";
+	if (rc < 0)
+		goto failed;
+	x->have_hw = 1;
+	r->weights_known = 1;
+	r->weights_real = x->hw.real;
+	/* the engine stages no training batch: the set is its only source */
+	rc = engine_create(&x->e, c, &x->mc, &x->hw, &x->eval.src, r->be, err, errsz);
+	if (rc < 0) {
+		r->status = engine_oom(x->e) ? "oom" : "error";
+		goto failed;
+	}
+	if (engine_vram_peak(x->e) != x->plan_bytes) {
+		snprintf(err, errsz, "internal error: %zu bytes of device memory allocated, %zu planned",
+		         engine_vram_peak(x->e), x->plan_bytes);
+		goto failed;
+	}
+	if (c->init_adapter && load_init_adapter(x->e, c, err, errsz) < 0)
+		return RUN_BAD_INPUT;
+	if (!c->quiet)
+		warnmsg("evaluating %s%s%s on %s: %ld rows", c->cell.model.model_id, c->init_adapter ? " + " : " (the base)",
+		        c->init_adapter ? c->init_adapter : "", x->eval.src.name, x->eval.rows);
+	if (token_source_seek(&x->eval.src, &x->eval.start, err, errsz) < 0 ||
+	    engine_eval(x->e, &x->eval.src, x->eval.rows, &loss, &tokens, err, errsz) < 0)
+		goto failed;
+	r->vram_peak_mb = (double)engine_vram_peak(x->e) / MIB;
+	r->eval_loss = loss;
+	r->eval_tokens = tokens;
+	r->status = "ok";
+	return RUN_OK;
+failed:
+	snprintf(r->error, sizeof r->error, "%s", err);
+	return RUN_FAILED;
+}
+
+/* --eval-only's line: the poros.eval/1 object (man/poros-train.1). */
+static int print_eval(FILE *out, const struct run *x)
+{
+	const struct train_config *c = x->c;
+	const struct run_result *r = &x->r;
+	cJSON *o = cJSON_CreateObject();
+	int ok = strcmp(r->status, "ok") == 0, rc;
+	char ppl[40];
+
+	cJSON_AddStringToObject(o, "schema", EVAL_SCHEMA);
+	cJSON_AddStringToObject(o, "status", r->status);
+	cJSON_AddItemToObject(o, "error", str_or_null(r->error[0] ? r->error : NULL));
+	cJSON_AddStringToObject(o, "model", c->cell.model.model_id);
+	cJSON_AddItemToObject(o, "adapter", str_or_null(c->init_adapter));
+	cJSON_AddStringToObject(o, "mode", train_mode_names[c->mode]);
+	cJSON_AddStringToObject(o, "precision", precision_names[c->cell.precision]);
+	cJSON_AddItemToObject(o, "backend", str_or_null(r->be ? r->be->name : NULL));
+	cJSON_AddStringToObject(o, "eval_dataset", c->cell.training.eval_dataset ? c->cell.training.eval_dataset
+	                                                                         : c->cell.training.dataset);
+	cJSON_AddItemToObject(o, "eval_fraction", c->cell.training.eval_fraction > 0
+	                                              ? cJSON_CreateNumber(c->cell.training.eval_fraction)
+	                                              : cJSON_CreateNull());
+	cJSON_AddItemToObject(o, "eval_loss", loss_json(ok ? r->eval_loss : NAN));
+	/* e to the mean loss, from the mean as computed (not its 9 digits) */
+	put_num(ppl, sizeof ppl, "%.9g", ok ? exp(r->eval_loss) : NAN);
+	cJSON_AddItemToObject(o, "perplexity", cJSON_CreateRaw(ppl));
+	cJSON_AddItemToObject(o, "eval_tokens", ok ? cJSON_CreateNumber((double)r->eval_tokens) : cJSON_CreateNull());
+	cJSON_AddItemToObject(o, "eval_rows", ok ? cJSON_CreateNumber((double)x->eval.rows) : cJSON_CreateNull());
+	cJSON_AddItemToObject(o, "vram_plan_mb", num_or_null(r->vram_plan_mb));
+	cJSON_AddItemToObject(o, "vram_peak_mb", num_or_null(r->vram_peak_mb));
+	cJSON_AddItemToObject(o, "host_weights_mb", num_or_null(r->host_weights_mb));
+	cJSON_AddItemToObject(o, "weights", str_or_null(r->weights_known ? (r->weights_real ? "real" : "synthetic") : NULL));
+	rc = jsonl_write(out, o);
+	fflush(out);
+	cJSON_Delete(o);
+	if (!ok)
+		warnmsg("%s", r->error);
+	return rc < 0 ? EXIT_RUNTIME : ok ? EXIT_OK : EXIT_RUNTIME;
+}
+
 /* --plan: the backend the run would use, for its library's device
  * memory, without initialising a device where the name says which. */
 static int plan_library_bytes(const struct train_config *c, size_t *bytes, const char **name, char *err,
@@ -1092,11 +1215,22 @@ int train_run(const struct train_config *c, FILE *summary_out)
 
 	x.c = &x.cfg;
 	host_memory_set_available((size_t)c->mem_available);
+	dataset_set_progress(c->quiet ? -1.0 : c->progress_after);
 	x.r = (struct run_result){ .status = "error", .loss_first = NAN, .loss_last = NAN, .vram_peak_mb = NAN,
 	                           .vram_plan_mb = NAN, .host_weights_mb = NAN, .host_checkpoints_mb = NAN,
 	                           .eval_loss = NAN, .lock_fd = -1, .host_rss_at_plan_mb = NAN };
 	if (x.c->plan) {
 		rc = print_plan(&x, summary_out);
+		run_close(&x);
+		return rc;
+	}
+	if (x.c->eval_only) {
+		if (open_inputs(&x, err, sizeof err) < 0 || run_evaluation(&x, err, sizeof err) == RUN_BAD_INPUT) {
+			warnmsg("%s", err);
+			run_close(&x);
+			return EXIT_USAGE;
+		}
+		rc = print_eval(summary_out, &x);
 		run_close(&x);
 		return rc;
 	}

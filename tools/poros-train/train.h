@@ -34,6 +34,7 @@ struct train_config {
 	int dataset_named;       /* the dataset came from --dataset or a cell, not the default "synthetic" */
 	int quiet;               /* no per-step progress on stderr */
 	int plan;                /* --plan: print the device memory plan, run nothing */
+	int eval_only;           /* --eval-only: evaluate the base (+ init_adapter) once; no optimizer state */
 	/* from the environment (options.c reads it once; man/poros-train.1) */
 	int lora_ext;            /* POROS_LORA_EXT: NF4 LoRA terms ride in the base GEMMs (1) or not */
 	int data_prefetch;       /* not POROS_NO_DATA_PREFETCH: stage the next batch on a thread */
@@ -49,6 +50,7 @@ struct train_config {
 	int comm_kind;           /* POROS_COMM: comm.h's enum comm_kind (0 auto) */
 	int nproc;               /* --nproc / --gpus N: start N ranks of this host (spawn.c); 0: none */
 	int nproc_gpus;          /* it was --gpus: one rank a GPU, the cuda backend */
+	double progress_after;   /* POROS_PROGRESS_AFTER: seconds of reading a dataset before its progress lines (1) */
 	int attn_ckpt;           /* POROS_ATTN_CKPT: blockwise keeps each layer's attention output for its
 	                            recomputation (1), or runs it again (0); ATTN_CKPT_AUTO (unset): 1 where
 	                            the host has the memory, which run.c decides (the engine takes it as 1) */
@@ -64,7 +66,7 @@ enum { ATTN_CKPT_AUTO = -1 };
 	X(STEPS, "steps", 1) X(SEQ_LEN, "seq-len", 1) X(BATCH_SIZE, "batch-size", 1) X(ACCUM, "accum", 1) \
 	X(RANK, "rank", 1) X(ALPHA, "alpha", 1) X(DROPOUT, "dropout", 1) X(TARGETS, "targets", 1) \
 	X(BLOCK_SIZE, "block-size", 1) X(NO_PREFETCH, "no-prefetch", 0) X(LR, "lr", 1) \
-	X(LR_SCHEDULE, "lr-schedule", 1) X(WARMUP, "warmup", 1) X(LR_WARMUP, "lr-warmup", 1) \
+	X(LR_SCHEDULE, "lr-schedule", 1) X(TIMING_WARMUP, "timing-warmup", 1) X(LR_WARMUP, "lr-warmup", 1) \
 	X(WEIGHT_DECAY, "weight-decay", 1) X(MAX_GRAD_NORM, "max-grad-norm", 1) X(SEED, "seed", 1) \
 	X(DATASET, "dataset", 1) X(TOKENIZER, "tokenizer", 1) X(CHAT_DATE, "chat-date", 1) X(TRAIN_ON, "train-on", 1) \
 	X(BACKEND, "backend", 1) X(VRAM_BUDGET, "vram-budget", 1) X(OPTIMIZER_STATE, "optimizer-state", 1) \
@@ -72,7 +74,8 @@ enum { ATTN_CKPT_AUTO = -1 };
 	X(INIT_ADAPTER, "init-adapter", 1) X(SAVE_EVERY, "save-every", 1) X(QUIET, "quiet", 0) \
 	X(GRAD_CKPT, "gradient-checkpointing", 1) X(RESUME, "resume", 1) X(EVAL_DATASET, "eval-dataset", 1) \
 	X(EVAL_EVERY, "eval-every", 1) X(PLAN, "plan", 0) X(SPLIT, "split", 1) X(EVAL_SPLIT, "eval-split", 1) \
-	X(EVAL_FRACTION, "eval-fraction", 1) X(EPOCHS, "epochs", 1) X(NPROC, "nproc", 1) X(GPUS, "gpus", 1)
+	X(EVAL_FRACTION, "eval-fraction", 1) X(EPOCHS, "epochs", 1) X(NPROC, "nproc", 1) X(GPUS, "gpus", 1) \
+	X(EVAL_ONLY, "eval-only", 0)
 
 /* The names HF's Trainer, TRL and PEFT users type, as aliases of the
  * options above: X(id of the option, alias).  They take the same values
@@ -91,12 +94,18 @@ enum train_opt {
 };
 /* "cell", "model", ...: the long names, without "--" */
 extern const char *const train_opt_names[OPT_COUNT];
+/* --help's line for each option: its value's name (NULL: it takes none)
+ * and what it does, in one line (options.c). */
+struct train_opt_help {
+	const char *arg, *line;
+};
+extern const struct train_opt_help train_opt_help[OPT_COUNT];
 
 #define TRAIN_SYNOPSIS \
 	"usage: poros-train [--cell FILE | --model ID] [--mode blockwise|resident] [--precision nf4|bf16]\n" \
 	"                   [--steps N] [--epochs E] [--seq-len N] [--batch-size N] [--accum K] [--rank R]\n" \
 	"                   [--alpha A] [--dropout P] [--targets LIST] [--block-size N] [--no-prefetch] [--lr LR]\n" \
-	"                   [--lr-schedule constant|linear|cosine] [--lr-warmup N] [--warmup N]\n" \
+	"                   [--lr-schedule constant|linear|cosine] [--lr-warmup N] [--timing-warmup N]\n" \
 	"                   [--weight-decay W] [--max-grad-norm G] [--seed S] [--dataset SPEC] [--tokenizer PATH]\n" \
 	"                   [--chat-date YYYY-MM-DD] [--train-on assistant|all]\n" \
 	"                   [--backend cpu|cuda|auto]\n" \
@@ -104,7 +113,7 @@ extern const char *const train_opt_names[OPT_COUNT];
 	"                   [--init-adapter DIR]\n" \
 	"                   [--save-every N] [--resume DIR] [--split NAME] [--eval-dataset SPEC]\n" \
 	"                   [--eval-split NAME] [--eval-fraction F] [--eval-every N]\n" \
-	"                   [--gradient-checkpointing on|off] [--quiet] [--plan] [--nproc N | --gpus N]\n"
+	"                   [--gradient-checkpointing on|off] [--eval-only] [--quiet] [--plan] [--nproc N | --gpus N]\n"
 
 /* Defaults, then the cell (--cell), then every other flag on top; dies
  * with EXIT_USAGE and a one-line message on a bad value. */
