@@ -8,6 +8,9 @@ setup() {
 	_common_setup
 	FIX="$POROS_ROOT/tests/fixtures/expand"
 	BENCH="$POROS_ROOT/configs/bench"
+	SYNOPSIS='usage: poros-expand SPEC.yaml [-o DIR] [--jsonl]
+       poros-expand --train-argv CONFIG.yaml
+       poros-expand --kind FILE.yaml'
 	# bats keeps its own files in BATS_TEST_TMPDIR; the "nothing written"
 	# checks look at a directory of our own.
 	mkdir work && cd work || return 1
@@ -74,13 +77,22 @@ expect_bad_regex() {
 @test "no spec is a usage error with exit 2 and the synopsis on stderr" {
 	run -2 --separate-stderr poros-expand
 	assert_output ""
-	assert_equal "$stderr" "usage: poros-expand SPEC.yaml [-o DIR] [--jsonl]"
+	assert_equal "$stderr" "$SYNOPSIS"
 }
 
 @test "two specs are a usage error" {
 	run -2 --separate-stderr poros-expand "$FIX/minimal.yaml" "$FIX/full.yaml"
 	assert_output ""
-	assert_equal "$stderr" "usage: poros-expand SPEC.yaml [-o DIR] [--jsonl]"
+	assert_equal "$stderr" "$SYNOPSIS"
+}
+
+@test "--train-argv and --kind take no -o or --jsonl and not each other" {
+	for args in "--train-argv --kind" "--train-argv --jsonl" "--kind -o d" "--train-argv -o d"; do
+		# shellcheck disable=SC2086 # args is a word list
+		run -2 --separate-stderr poros-expand $args "$FIX/minimal.yaml"
+		assert_output ""
+		assert_equal "$stderr" "$SYNOPSIS"
+	done
 }
 
 @test "an unknown option is a usage error" {

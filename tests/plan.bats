@@ -380,3 +380,52 @@ host_rss_ok() {
 	run -0 poros plan --help
 	assert_line --index 0 "usage: poros plan SPEC [-o DIR]"
 }
+
+# hw.yaml: one tiny model, poros and resident, with the hardware section given
+hw_spec() {
+	printf '%s\n' 'spec_id: hw' "hardware: {$1}" 'models: [poros/tiny-qwen2]' 'methods: [poros, resident]' \
+		'precisions: [nf4]' 'training: {steps: 2, seq_len: 32}' >hw.yaml
+}
+
+@test "poros plan checks the CUDA plan against hardware.vram_gb without a device, and the host against host_ram_gb" {
+	hw_spec 'vram_gb: 24, host_ram_gb: 64'
+	run -0 --separate-stderr poros plan hw.yaml -o out
+	[ ! -e out ]
+	[ "${#lines[@]}" -eq 2 ]
+	# the CUDA plan, budgeted at 24 GB (24e9 bytes), even on a machine without a GPU
+	jq -e -s 'all(.backend == "cuda" and .fits == true and .host_fits == true and .vram_budget_mb == 24e9 / 1048576)' <<<"$output"
+	# the same line as poros-train's own --plan with that budget and host
+	poros-expand --jsonl -o out hw.yaml | head -1 >cell.json
+	diff <(head -1 <<<"$output") \
+		<(POROS_MEM_AVAILABLE=64000000000 poros-train --cell - --quiet --plan --backend cuda --vram-budget 24000000000 <cell.json)
+	[[ "$stderr" == *"poros: poros_tiny_qwen2_nf4: device "*" MiB of 24 GB (hardware.vram_gb): fits, host "*" MiB of 64 GB (hardware.host_ram_gb): fits; fits"* ]]
+	# a card and a host too small: a verdict per cell, exit 1
+	hw_spec 'vram_gb: 0.01, host_ram_gb: 0.001'
+	run -1 --separate-stderr poros plan hw.yaml -o out
+	[ "${#lines[@]}" -eq 2 ]
+	jq -e -s 'all(.fits == false and .host_fits == false)' <<<"$output"
+	[[ "$stderr" == *"poros: resident_tiny_qwen2_nf4: device "*" MiB of 0.01 GB (hardware.vram_gb): does not fit, host "*" MiB of 0.001 GB (hardware.host_ram_gb): does not fit; DOES NOT FIT"* ]]
+	[ "${stderr##*$'\n'}" = "poros: 2 of 2 cells do not fit" ]
+	# only the host too small
+	hw_spec 'vram_gb: 24, host_ram_gb: 0.001'
+	run -1 --separate-stderr poros plan hw.yaml -o out
+	jq -e -s 'all(.fits == true and .host_fits == false)' <<<"$output"
+	# no hardware: the backend a run here gets, against this machine's memory
+	hw_spec 'pcie_gen: 4'
+	run -0 --separate-stderr poros plan hw.yaml -o out
+	jq -e -s 'all(.fits == null and .vram_budget_mb == null)' <<<"$output"
+	[[ "$stderr" == *"(cpu; no hardware.vram_gb), host "*" of this machine: "* ]]
+}
+
+@test "hardware.host_ram_gb is a positive number and changes no config_hash" {
+	hw_spec 'vram_gb: 24'
+	poros-expand -o a hw.yaml >/dev/null
+	hw_spec 'vram_gb: 24, host_ram_gb: 64'
+	poros-expand -o b hw.yaml >/dev/null
+	[ "$(jq -c .config_hashes a/spec.json)" = "$(jq -c .config_hashes b/spec.json)" ]
+	jq -e '.hardware.host_ram_gb == 64' b/cells/poros_tiny_qwen2_nf4.json
+	jq -e '.hardware | has("host_ram_gb") | not' a/cells/poros_tiny_qwen2_nf4.json
+	hw_spec 'host_ram_gb: 0'
+	run -2 --separate-stderr poros-expand --jsonl hw.yaml
+	[ "$stderr" = "poros-expand: hw.yaml:2:25: hardware.host_ram_gb: must be greater than 0, got 0" ]
+}

@@ -41,6 +41,7 @@ struct cell {
 		char *gpu_name;
 		double vram_gb;
 		int pcie_gen;
+		double host_ram_gb; /* 0: not specified (poros plan takes the machine's) */
 	} hardware;
 	struct {
 		int steps, seq_len, batch_size, gradient_accumulation_steps, warmup_steps;

@@ -115,7 +115,7 @@ static void sort_keys(cJSON *o)
 
 cJSON *cell_config_json(const struct cell *c)
 {
-	cJSON *o = cell_to_json(c), *model;
+	cJSON *o = cell_to_json(c), *model, *hardware;
 
 	if (o == NULL)
 		die(EXIT_RUNTIME, "out of memory");
@@ -123,6 +123,10 @@ cJSON *cell_config_json(const struct cell *c)
 	 * measures nothing new. */
 	cJSON_DeleteItemFromObjectCaseSensitive(o, "spec_id");
 	cJSON_DeleteItemFromObjectCaseSensitive(o, "output_dir");
+	/* The host a plan is checked against changes no measurement. */
+	hardware = cJSON_GetObjectItemCaseSensitive(o, "hardware");
+	if (hardware)
+		cJSON_DeleteItemFromObjectCaseSensitive(hardware, "host_ram_gb");
 	model = cJSON_GetObjectItemCaseSensitive(o, "model");
 	if (model)
 		cJSON_DeleteItemFromObjectCaseSensitive(model, "display_name");

@@ -11,9 +11,12 @@
 #include "jsonl.h"
 #include "output.h"
 #include "spec.h"
+#include "train_config.h"
 #include "util.h"
 
-static const char synopsis[] = "usage: poros-expand SPEC.yaml [-o DIR] [--jsonl]\n";
+static const char synopsis[] = "usage: poros-expand SPEC.yaml [-o DIR] [--jsonl]\n"
+	"       poros-expand --train-argv CONFIG.yaml\n"
+	"       poros-expand --kind FILE.yaml\n";
 
 static const char help_text[] =
 	"\n"
@@ -25,6 +28,9 @@ static const char help_text[] =
 	"  -o, --output DIR  write under DIR (default: reporting.output_dir,\n"
 	"                    itself out/<spec_id>); cells carry DIR as output_dir\n"
 	"  --jsonl           print the cells as JSON Lines; write nothing\n"
+	"  --train-argv      read a fine-tune config (man 5 poros-train-config) and\n"
+	"                    print poros-train's arguments, one per line\n"
+	"  --kind            print bench-spec or train-config: which the file is\n"
 	"  --help, --version\n"
 	"\n"
 	"Spec defaults (man 5 poros-spec): hardware gpu_name, vram_gb, pcie_gen null;\n"
@@ -132,12 +138,14 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{ "output", required_argument, NULL, 'o' },
 		{ "jsonl", no_argument, NULL, 'j' },
+		{ "train-argv", no_argument, NULL, 't' },
+		{ "kind", no_argument, NULL, 'k' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *output_dir = NULL;
-	int as_jsonl = 0, opt;
+	int as_jsonl = 0, train_argv = 0, kind = 0, opt;
 	struct spec spec;
 	cJSON **cells;
 	size_t n;
@@ -148,13 +156,23 @@ int main(int argc, char **argv)
 		switch (opt) {
 		case 'o': output_dir = optarg; break;
 		case 'j': as_jsonl = 1; break;
+		case 't': train_argv = 1; break;
+		case 'k': kind = 1; break;
 		case 'h': printf("%s%s", synopsis, help_text); return EXIT_OK;
 		case 'V': print_version();
 		default: usage();
 		}
 	}
-	if (optind != argc - 1)
+	if (optind != argc - 1 || train_argv + kind + (as_jsonl || output_dir) > 1)
 		usage();
+	if (kind) {
+		printf("%s\n", config_kind(argv[optind]));
+		return EXIT_OK;
+	}
+	if (train_argv) {
+		train_config_print_argv(argv[optind]);
+		return EXIT_OK;
+	}
 
 	spec_load(&spec, argv[optind], output_dir);
 	spec_resolve_models(&spec);

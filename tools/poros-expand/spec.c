@@ -16,6 +16,7 @@
 #include "spec.h"
 #include "util.h"
 #include "yaml_tree.h"
+#include "yaml_value.h"
 
 /* An arch slug of at most this many bytes keeps every cell_id (method,
  * arch, precision) within name_is_safe's 128. */
@@ -132,7 +133,7 @@ static const char *const top_keys[] = {
 /* --- describing what was found ------------------------------------------- */
 
 /* s as a double-quoted, escaped, shortened string for a message. */
-static const char *quoted(const char *s, char *buf, size_t n)
+const char *quoted(const char *s, char *buf, size_t n)
 {
 	size_t o = 0, i;
 
@@ -153,7 +154,6 @@ static const char *quoted(const char *s, char *buf, size_t n)
 	return buf;
 }
 
-enum sclass { SC_NULL, SC_BOOL, SC_INT, SC_FLOAT, SC_NONFINITE, SC_STRING };
 
 static int all_digits(const char *s, const char **end)
 {
@@ -167,7 +167,7 @@ static int all_digits(const char *s, const char **end)
 
 /* What a plain scalar is under the YAML 1.2 core schema (decimal numbers
  * only); a quoted scalar is always a string. */
-static enum sclass classify(const struct ynode *n)
+enum sclass classify(const struct ynode *n)
 {
 	static const char *const nulls[] = { "", "~", "null", "Null", "NULL" };
 	static const char *const bools[] = { "true", "True", "TRUE", "false", "False", "FALSE" };
@@ -212,7 +212,7 @@ static enum sclass classify(const struct ynode *n)
 }
 
 /* "a mapping", "a list", "null", "\"ten\"", "the string \"10\"". */
-static const char *describe(const struct ynode *n, char *buf, size_t sz)
+const char *describe(const struct ynode *n, char *buf, size_t sz)
 {
 	char q[160];
 
@@ -229,7 +229,7 @@ static const char *describe(const struct ynode *n, char *buf, size_t sz)
 	return quoted(n->text, buf, sz);
 }
 
-static void list_names(char *buf, size_t n, const char *const *names, int count)
+void list_names(char *buf, size_t n, const char *const *names, int count)
 {
 	size_t used = 0;
 
@@ -241,7 +241,7 @@ static void list_names(char *buf, size_t n, const char *const *names, int count)
 /* --- scalars ------------------------------------------------------------- */
 
 /* A plain number; what = "an integer" or "a number". */
-static double number_value(const char *file, const struct ynode *n, const char *path, int integer)
+double number_value(const char *file, const struct ynode *n, const char *path, int integer)
 {
 	const char *what = integer ? "an integer" : "a number";
 	char d[200];
@@ -278,7 +278,7 @@ static void check_bound(const char *file, const struct ynode *n, const char *pat
 
 /* A string value; a plain number, boolean or null is refused, since in
  * YAML those are not strings (quote them to mean the text). */
-static const char *text_value(const char *file, const struct ynode *n, const char *path, size_t max)
+const char *text_value(const char *file, const struct ynode *n, const char *path, size_t max)
 {
 	char d[200];
 	const char *why;
@@ -303,7 +303,7 @@ static const char *text_value(const char *file, const struct ynode *n, const cha
 	return n->text;
 }
 
-static int bool_value(const char *file, const struct ynode *n, const char *path)
+int bool_value(const char *file, const struct ynode *n, const char *path)
 {
 	char d[200];
 
@@ -328,7 +328,7 @@ static int name_value(const char *file, const struct ynode *n, const char *path,
 
 /* --- mappings ------------------------------------------------------------ */
 
-static const struct ynode *map_get(const struct ynode *map, const char *key)
+const struct ynode *map_get(const struct ynode *map, const char *key)
 {
 	for (size_t i = 0; i + 1 < map->n; i += 2)
 		if (strcmp(map->kids[i]->text, key) == 0)
@@ -379,7 +379,7 @@ static void check_key(const char *file, const struct ynode *map, size_t i, const
 	          (list_names(list, sizeof list, keys, n), list));
 }
 
-static void set_targets(const char *file, const struct ynode *n, const char *path, unsigned *mask)
+void set_targets(const char *file, const struct ynode *n, const char *path, unsigned *mask)
 {
 	char list[256], q[160], d[200];
 
