@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "jsonl.h"
 #include "train.h"
 #include "util.h"
@@ -232,6 +233,8 @@ static void apply_flags(struct train_config *c, char *const v[OPT_COUNT])
 		replace(&c->init_adapter, v[OPT_INIT_ADAPTER]);
 	if (v[OPT_SAVE_EVERY])
 		c->save_every = (int)opt_long("--save-every", v[OPT_SAVE_EVERY], 0, 1000000);
+	if (v[OPT_SAVE_TOTAL_LIMIT])
+		c->save_total_limit = (int)opt_long("--save-total-limit", v[OPT_SAVE_TOTAL_LIMIT], 1, 1000000);
 	c->dataset_named = v[OPT_DATASET] != NULL || v[OPT_CELL] != NULL;
 	if (v[OPT_EPOCHS])
 		c->epochs = opt_double("--epochs", v[OPT_EPOCHS], 1e-6, 100000);
@@ -259,6 +262,8 @@ void train_config_from_options(struct train_config *c, char *const v[OPT_COUNT])
 	if (v[OPT_CELL])
 		load_cell(c, v[OPT_CELL]);
 	apply_flags(c, v);
+	if (c->resume && checkpoint_take(c, v, err, sizeof err) < 0)
+		die(EXIT_USAGE, "%s", err);
 	if (c->cell.cell_id == NULL && c->cell.model.model_id) {
 		char *slug = slugify(c->cell.model.model_id, 1);
 
