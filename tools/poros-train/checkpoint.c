@@ -617,3 +617,17 @@ out:
 	cJSON_Delete(o);
 	return rc;
 }
+
+int checkpoint_check_config(const struct train_config *c, char *err, size_t errsz)
+{
+	char *path = xasprintf("%s/state.json", c->resume), lerr[512];
+	cJSON *o = json_read_file(path, lerr, sizeof lerr);
+	int rc;
+
+	free(path);
+	if (o == NULL)
+		return snprintf(err, errsz, "--resume %s: %s", c->resume, lerr), -1;
+	rc = config_check(cJSON_GetObjectItemCaseSensitive(o, "config"), c, err, errsz);
+	cJSON_Delete(o);
+	return rc;
+}

@@ -43,4 +43,8 @@ cJSON *run_config_json(const struct train_config *c);
  * the run directory is the checkpoint's.  0, or -1 with err. */
 int checkpoint_take(struct train_config *c, char *const value[OPT_COUNT], char *err, size_t errsz);
 
+/* c against its checkpoint's configuration (c->model_hash known), before
+ * anything is written: 0, or -1 with every difference in err. */
+int checkpoint_check_config(const struct train_config *c, char *err, size_t errsz);
+
 #endif

@@ -929,6 +929,9 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		return refuse_oom(c, r, err, errsz);
 	}
 	dev_alloc_release_all(&plan);
+	/* a resume of another model or configuration stops before the weights load */
+	if (identify_model(x, err, errsz) < 0 || (c->resume && checkpoint_check_config(c, err, errsz) < 0))
+		return RUN_BAD_INPUT;
 	rc = host_weights_load(&x->hw, r->be, &x->mc, c->cell.precision == PRECISION_NF4, engine_host_ext_cols(c),
 	                       c->cell.training.seed, err, errsz);
 	if (rc == -1)
@@ -947,8 +950,6 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	}
 	r->weights_known = 1;
 	r->weights_real = x->hw.real;
-	if (identify_model(x, err, errsz) < 0)
-		return RUN_BAD_INPUT;
 	if ((rc = prepare_run_dir(c, r, err, errsz)) == -2)
 		return RUN_BAD_INPUT;
 	if (rc < 0 || write_run_config(c, err, errsz) < 0)
