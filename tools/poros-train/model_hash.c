@@ -21,12 +21,17 @@ static uint64_t rotl(uint64_t x, int r)
 	return (x << r) | (x >> (64 - r));
 }
 
+/* the 8 bytes at p as a little-endian word, whatever the host */
 static uint64_t word_at(const unsigned char *p)
 {
 	uint64_t w = 0;
 
-	for (int i = 7; i >= 0; i--) /* little-endian whatever the host */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	memcpy(&w, p, sizeof w);
+#else
+	for (int i = 7; i >= 0; i--)
 		w = (w << 8) | p[i];
+#endif
 	return w;
 }
 
