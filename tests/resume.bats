@@ -292,3 +292,12 @@ position() {
 		--resume half/checkpoint-step1 --out r
 	[ "$stderr" = "poros-train: --resume half/checkpoint-step1: dataset docs.jsonl: cursor (epoch 0, position 29, document 0) is outside this dataset's 24 tokens" ]
 }
+
+@test "a checkpoint from before model hashes is refused, naming that" {
+	poros-train "${RUN[@]}" --steps 2 --save-every 1 --out half >/dev/null
+	jq -c 'del(.config.model_hash)' half/checkpoint-step1/state.json >state.json
+	cp state.json half/checkpoint-step1/state.json
+	run -2 --separate-stderr poros-train "${RUN[@]}" --steps 2 --resume half/checkpoint-step1 --out r
+	[ "$stderr" = 'poros-train: --resume half/checkpoint-step1: a checkpoint of an older poros-train (its base model is not identified by content): resume it with the poros-train that wrote it' ]
+	[ ! -e r ]
+}
