@@ -74,13 +74,13 @@ cJSON *run_config_json(const struct train_config *c)
 	cJSON_AddNumberToObject(o, "lora_ext", c->lora_ext);
 	if (c->mlp_chunk) /* POROS_MLP_CHUNK: the MLP gradients' order of sums (unset: as before it existed) */
 		cJSON_AddNumberToObject(o, "mlp_chunk", c->mlp_chunk);
+	cJSON_AddItemToObject(o, "tokenizer", opt_string(c->cell.training.tokenizer));
 	/* what changes no bit of the result: a resume takes it unless a flag says otherwise */
 	cJSON_AddStringToObject(o, "mode", train_mode_names[c->mode]);
 	cJSON_AddNumberToObject(o, "block_size", c->cell.poros.block_size);
 	cJSON_AddBoolToObject(o, "prefetch", c->cell.poros.enable_prefetch);
 	cJSON_AddStringToObject(o, "backend", c->backend);
 	cJSON_AddStringToObject(o, "gradient_checkpointing", c->cell.training.gradient_checkpointing ? "on" : "off");
-	cJSON_AddItemToObject(o, "tokenizer", opt_string(c->cell.training.tokenizer));
 	cJSON_AddItemToObject(o, "eval_dataset", opt_string(c->cell.training.eval_dataset));
 	cJSON_AddItemToObject(o, "eval_split", opt_string(c->cell.training.eval_split));
 	cJSON_AddNumberToObject(o, "eval_every", c->cell.training.eval_every);
@@ -108,7 +108,7 @@ static const struct config_key {
 	{ "lora_ext", "POROS_LORA_EXT", 0 }, { "mlp_chunk", "POROS_MLP_CHUNK", 0 },
 	{ "mode", "--mode", 1 }, { "block_size", "--block-size", 1 }, { "prefetch", "--no-prefetch", 1 },
 	{ "backend", "--backend", 1 }, { "gradient_checkpointing", "--gradient-checkpointing", 1 },
-	{ "tokenizer", "--tokenizer", 1 }, { "eval_dataset", "--eval-dataset", 1 }, { "eval_split", "--eval-split", 1 },
+	{ "tokenizer", "--tokenizer", 0 }, { "eval_dataset", "--eval-dataset", 1 }, { "eval_split", "--eval-split", 1 },
 	{ "eval_every", "--eval-every", 1 }, { "save_every", "--save-every", 1 },
 	{ "save_total_limit", "--save-total-limit", 1 },
 };
