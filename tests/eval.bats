@@ -175,11 +175,11 @@ docs() {
 	[[ "$stderr" == "poros-train: --eval-fraction and --eval-dataset: "* ]]
 	run -2 --separate-stderr poros-train "${RUN[@]}" --dataset one.u16 --eval-fraction 0.5 --out r
 	[ "$stderr" = 'poros-train: dataset one.u16: --eval-fraction holds out documents, and a token stream has none (give --eval-dataset)' ]
-	# a resume keeps the fraction
+	# a resume keeps the fraction: another is refused, none given takes the checkpoint's
 	"${run[@]}" --eval-fraction 0.25 --save-every 1 --out ck >/dev/null
-	run -2 --separate-stderr "${run[@]}" --resume ck/checkpoint-step1 --out r
-	[[ "$stderr" == *"eval_fraction differs: 0.25 in the checkpoint, not set in this run"* ]]
-	"${run[@]}" --eval-fraction 0.25 --resume ck/checkpoint-step1 --out r | jq -e '.status == "ok"'
+	run -2 --separate-stderr "${run[@]}" --eval-fraction 0.5 --resume ck/checkpoint-step1 --out r
+	[[ "$stderr" == *"--eval-fraction (eval_fraction: checkpoint 0.25, given 0.5)"* ]]
+	"${run[@]}" --resume ck/checkpoint-step1 --out r | jq -e '.status == "ok" and .config.eval_fraction == 0.25'
 }
 
 # --eval-only: no training, one pass over the evaluation set, one poros.eval/1 line

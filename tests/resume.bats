@@ -84,26 +84,124 @@ jsonl_docs() {
 	diff <(rows full) <(rows run)
 	# the checkpoint was rewritten at the same step, whole, and no temporary is left
 	ls -A run | sort >entries
-	diff entries <(printf '%s\n' .lock adapter adapter-step2 checkpoint-step2 checkpoint-step4 events.jsonl)
+	diff entries <(printf '%s\n' .lock adapter adapter-step2 checkpoint-step2 checkpoint-step4 events.jsonl train_config.json)
 	jq -e '.schema == "poros.train_state/1" and .step == 2 and .config.lr == 0.005' run/checkpoint-step2/state.json
 	[ "$(stat -c %s run/checkpoint-step2/lora_state.f32)" -eq $((3 * 4 * $(jq .lora_floats run/checkpoint-step2/state.json))) ]
 }
 
-@test "a resume with another configuration is refused, naming what differs" {
+@test "a resume with another configuration is refused, every difference listed in one error" {
 	poros-train "${RUN[@]}" --steps 4 --save-every 2 --out half >/dev/null
 	run -2 --separate-stderr poros-train "${RUN[@]}" --steps 4 --lr 1e-3 --resume half/checkpoint-step2 --out r
-	[ "$stderr" = 'poros-train: --resume half/checkpoint-step2: lr differs: 0.0050000000000000001 in the checkpoint, 0.001 in this run (a resumed run keeps the configuration)' ]
-	[ -z "$output" ]
-	for change in "--rank 8:rank" "--accum 4:accum" "--seq-len 16:seq_len" "--dataset synthetic:repeat:dataset" \
-		"--model poros/tiny-qwen3:model" "--precision bf16:precision" "--steps 5:steps" "--seed 7:seed"; do
-		run -2 --separate-stderr poros-train "${RUN[@]}" --steps 4 ${change%:*} --resume half/checkpoint-step2 --out r
-		[[ "$stderr" == "poros-train: --resume half/checkpoint-step2: ${change##*:} differs: "* ]]
+	[ "$stderr" = 'poros-train: --resume half/checkpoint-step2: this run differs from the checkpoint in --lr (lr: checkpoint 0.005, given 0.001); a resumed run keeps the configuration' ]
+	[ -z "$output" ] && [ ! -e r ]
+	run -2 --separate-stderr poros-train "${RUN[@]}" --steps 5 --rank 8 --seed 7 --precision bf16 --targets q_proj,v_proj \
+		--dataset synthetic:repeat --model poros/tiny-qwen3 --resume half/checkpoint-step2 --out r
+	[[ "$stderr" == "poros-train: --resume half/checkpoint-step2: this run differs from the checkpoint in "* ]]
+	for want in '--model (model_hash: checkpoint "synthetic:' '--precision (precision: checkpoint "nf4", given "bf16")' \
+		'--dataset (dataset: checkpoint "synthetic", given "synthetic:repeat")' \
+		'--targets (targets: checkpoint ["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"], given ["q_proj","v_proj"])' \
+		'--seed (seed: checkpoint 42, given 7)' '--rank (rank: checkpoint 4, given 8)' '--steps (steps: checkpoint 4, given 5)'; do
+		[[ "$stderr" == *"$want"* ]]
 	done
+	[ "$(grep -o ' (' <<<"$stderr" | wc -l)" -eq 7 ]
 	# POROS_MLP_CHUNK orders the MLP's gradient sums
 	POROS_MLP_CHUNK=8 run -2 --separate-stderr poros-train "${RUN[@]}" --steps 4 --resume half/checkpoint-step2 --out r
-	[ "$stderr" = 'poros-train: --resume half/checkpoint-step2: mlp_chunk differs: nothing in the checkpoint, 8 in this run (a resumed run keeps the configuration)' ]
+	[ "$stderr" = 'poros-train: --resume half/checkpoint-step2: this run differs from the checkpoint in POROS_MLP_CHUNK (mlp_chunk: checkpoint not set, given 8); a resumed run keeps the configuration' ]
 	# what does not change the bits may change
-	poros-train "${RUN[@]}" --steps 4 --mode resident --no-prefetch --resume half/checkpoint-step2 --out r >/dev/null
+	poros-train "${RUN[@]}" --steps 4 --mode resident --no-prefetch --block-size 1 --resume half/checkpoint-step2 --out r >/dev/null
+}
+
+@test "the run directory records the whole configuration in readable values, and the summary carries it" {
+	run -0 --separate-stderr poros-train --backend cpu --model poros/tiny-qwen2 --seq-len 32 --batch-size 2 --rank 4 --steps 2 \
+		--targets q_proj,v_proj --train-on all --out run
+	jq -e '.model == "poros/tiny-qwen2" and (.model_hash | test("^synthetic:[0-9a-f]{64}$")) and .precision == "nf4"
+		and .dataset == "synthetic" and .train_on == "all" and .targets == ["q_proj", "v_proj"] and .seed == 42
+		and .lr == 0.0002 and .lr_schedule == "constant" and .steps == 2 and .epochs == null and .seq_len == 32
+		and .mode == "blockwise" and .backend == "cpu"' run/train_config.json
+	# the summary's config is the same object, and the default precision is said at the start
+	[ "$(jq -S -c . run/train_config.json)" = "$(jq -S -c .config <<<"$output")" ]
+	[[ "$stderr" == *"poros-train: blockwise, nf4 base poros/tiny-qwen2, 2 steps,"*"configuration in run/train_config.json"* ]]
+	# another seed defines other synthetic weights: another identity
+	poros-train --backend cpu --model poros/tiny-qwen2 --seq-len 32 --batch-size 2 --rank 4 --steps 1 --seed 7 --quiet --out s7 >/dev/null
+	[ "$(jq .model_hash run/train_config.json)" != "$(jq .model_hash s7/train_config.json)" ]
+	# PEFT's file stays PEFT's
+	jq -e '.peft_type == "LORA" and .r == 4 and (has("model_hash") | not)' run/adapter/adapter_config.json
+}
+
+@test "--resume RUN_DIR takes its newest whole checkpoint, the configuration from it, and writes into that directory" {
+	local run=("${RUN[@]}" --lr-schedule constant)
+	poros-train "${run[@]}" --steps 8 --out full >/dev/null
+	poros-train "${run[@]}" --steps 6 --save-every 2 --out half >/dev/null
+	# a directory without its state.json is not a whole checkpoint
+	mkdir half/checkpoint-step7 half/.checkpoint-step8.tmp.1
+	# only --steps, which a constant schedule lets grow; everything else is the checkpoint's
+	run -0 --separate-stderr poros-train --resume half --steps 8
+	jq -e '.status == "ok" and .steps == 8 and .run_dir == "half" and .config.steps == 8' <<<"$output"
+	cmp "full/$ADAPTER" "half/$ADAPTER"
+	diff <(rows full) <(rows half)
+	[ -d half/checkpoint-step8 ]
+	# --out still says where
+	run -0 --separate-stderr poros-train --resume half/checkpoint-step4 --out elsewhere
+	jq -e '.run_dir == "elsewhere" and .steps == 6' <<<"$output"
+	run -2 --separate-stderr poros-train --resume full
+	[ "$stderr" = 'poros-train: --resume full: neither a checkpoint nor a run directory with one (a run saves checkpoint-stepN with --save-every N)' ]
+}
+
+@test "the base is identified by its weights' content: another model at the same path is refused, m and ./m are one" {
+	local ck=$POROS_ROOT/tests/fixtures/checkpoint/make_checkpoint.py
+	python3 "$ck" m --family qwen2 --seed 1
+	local run=(--backend cpu --seq-len 16 --batch-size 2 --rank 4 --alpha 8 --steps 4 --quiet --dataset synthetic:repeat)
+	poros-train "${run[@]}" --model m --out full >/dev/null
+	poros-train "${run[@]}" --model m --save-every 2 --out half >/dev/null
+	jq -e '.model_hash | test("^st64x4:[0-9a-f]{64}$")' half/train_config.json
+	# the same files by another path resume, to the same bits
+	poros-train "${run[@]}" --model ./m --resume half/checkpoint-step2 --out r >/dev/null
+	cmp "full/$ADAPTER" "r/$ADAPTER"
+	# other weights at the same path are another model
+	rm -r m
+	python3 "$ck" m --family qwen2 --seed 2
+	run -2 --separate-stderr poros-train "${run[@]}" --model m --resume half/checkpoint-step2 --out r2
+	[[ "$stderr" == "poros-train: --resume half/checkpoint-step2: this run differs from the checkpoint in --model (model_hash: checkpoint \"st64x4:"*"; a resumed run keeps the configuration" ]]
+	[ ! -e r2/adapter ]
+}
+
+@test "--save-total-limit N keeps the N newest whole checkpoints, and a resume goes on from them" {
+	poros-train "${RUN[@]}" --steps 6 --out full >/dev/null
+	poros-train "${RUN[@]}" --steps 6 --save-every 1 --save-total-limit 2 --out run >/dev/null
+	diff <(ls -d run/checkpoint-step* | sort) <(printf '%s\n' run/checkpoint-step5 run/checkpoint-step6)
+	jq -e '.save_total_limit == 2' run/train_config.json
+	# the newest ones are whole: the one before the last resumes to the same bits
+	poros-train --resume run/checkpoint-step5 --out again >/dev/null
+	cmp "full/$ADAPTER" "again/$ADAPTER"
+	diff <(rows full) <(rows again)
+	diff <(ls -d again/checkpoint-step* | sort) <(printf '%s\n' again/checkpoint-step6)
+	run -2 --separate-stderr poros-train "${RUN[@]}" --steps 6 --save-total-limit 0 --out r
+	[[ "$stderr" == "poros-train: --save-total-limit: "* ]]
+}
+
+@test "SIGTERM and SIGINT finish the step, save a checkpoint and print the resume command; the resume is bit-identical" {
+	local sig code
+	poros-train "${RUN[@]}" --steps 40 --out full >/dev/null
+	for sig in TERM:143 INT:130; do
+		code=${sig#*:}
+		sig=${sig%:*}
+		rm -rf run
+		poros-train "${RUN[@]}" --steps 40 --out run >out.json 2>err &
+		local pid=$!
+		while [ "$(cat run/events.jsonl 2>/dev/null | wc -l)" -lt 3 ]; do sleep 0.05; done
+		kill -s "$sig" "$pid"
+		local rc=0
+		wait "$pid" || rc=$?
+		[ "$rc" -eq "$code" ]
+		local k
+		k=$(wc -l <run/events.jsonl)
+		[ "$k" -lt 40 ] && [ -d "run/checkpoint-step$k" ] && [ ! -e run/adapter ]
+		[ ! -s out.json ]
+		grep -q "^poros-train: SIG$sig: stopped after step $k of 40; checkpoint run/checkpoint-step$k; continue with: poros-train --resume run\$" err
+		poros-train --resume run --quiet | jq -e '.status == "ok" and .steps == 40'
+		cmp "full/$ADAPTER" "run/$ADAPTER"
+		diff <(rows full) <(rows run)
+	done
 }
 
 @test "--resume refuses a step count already reached, a missing checkpoint, and --init-adapter with it" {
@@ -170,7 +268,7 @@ position() {
 	poros-train "${run[@]}" --steps 5 --save-every 4 --out half >/dev/null
 	# every 4th step and the last, whose adapter is adapter/
 	ls -A half | sort >entries
-	diff entries <(printf '%s\n' .lock adapter adapter-step4 checkpoint-step4 checkpoint-step5 events.jsonl)
+	diff entries <(printf '%s\n' .lock adapter adapter-step4 checkpoint-step4 checkpoint-step5 events.jsonl train_config.json)
 	[ "$(position half/checkpoint-step5)" = past-end ]
 	jq -e '.step == 5' half/checkpoint-step5/state.json
 	poros-train "${run[@]}" --steps 9 --resume half/checkpoint-step5 --out more >more.json
@@ -193,4 +291,13 @@ position() {
 	run -2 --separate-stderr poros-train "${RUN[@]}" --seq-len 5 --batch-size 1 --accum 1 --dataset docs.jsonl --steps 2 \
 		--resume half/checkpoint-step1 --out r
 	[ "$stderr" = "poros-train: --resume half/checkpoint-step1: dataset docs.jsonl: cursor (epoch 0, position 29, document 0) is outside this dataset's 24 tokens" ]
+}
+
+@test "a checkpoint from before model hashes is refused, naming that" {
+	poros-train "${RUN[@]}" --steps 2 --save-every 1 --out half >/dev/null
+	jq -c 'del(.config.model_hash)' half/checkpoint-step1/state.json >state.json
+	cp state.json half/checkpoint-step1/state.json
+	run -2 --separate-stderr poros-train "${RUN[@]}" --steps 2 --resume half/checkpoint-step1 --out r
+	[ "$stderr" = 'poros-train: --resume half/checkpoint-step1: a checkpoint of an older poros-train (its base model is not identified by content): resume it with the poros-train that wrote it' ]
+	[ ! -e r ]
 }

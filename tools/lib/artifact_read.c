@@ -472,7 +472,7 @@ static const char *const summary_keys[] = {
 	"schema", "status", "error", "method", "mode", "backend", "steps", "warmup_steps", "steps_measured", "step_s",
 	"s_per_step", "s_per_step_min", "s_per_step_max", "tokens_per_s", "vram_plan_mb", "host_weights_mb",
 	"host_checkpoints_mb", "host_plan_mb", "host_breakdown_mb", "host_rss_at_plan_mb", "host_peak_rss_mb",
-	"vram_peak_mb", "vram_avg_mb", "vram_breakdown_mb", "loss_first", "loss_last", "eval_loss", "eval_tokens", "weights", "run_dir", "events", "adapter", "env", NULL,
+	"vram_peak_mb", "vram_avg_mb", "vram_breakdown_mb", "loss_first", "loss_last", "eval_loss", "eval_tokens", "weights", "run_dir", "events", "adapter", "config", "env", NULL,
 };
 static const char *const summary_env_keys[] = {
 	"gpu_name", "gpu_mem_mb", "driver", "cuda_runtime", "python", "torch", "transformers", "peft", NULL,
@@ -600,6 +600,10 @@ int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, 
 	    check_keys(cJSON_GetObjectItemCaseSensitive(summary, "env"), "env.", summary_env_keys, err, errsz) < 0 ||
 	    summary_check_rest(summary, err, errsz) < 0)
 		return -1;
+	/* poros-train's configuration (its train_config.json): an object, or absent */
+	if (cJSON_GetObjectItemCaseSensitive(summary, "config") &&
+	    !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(summary, "config")))
+		return bad(err, errsz, "config: not an object");
 	if (metrics_from_json(&m, summary, "", err, errsz) < 0)
 		return -1;
 	if (summary_pass(&m, summary, st, have_cell(a) ? a->cell.tokens_per_step : -1, err, errsz) < 0) {

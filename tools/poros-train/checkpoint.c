@@ -2,6 +2,7 @@
  * OUTDIR/checkpoint-stepN (see checkpoint.h). */
 #include "checkpoint.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,17 +25,21 @@ static int little_endian(void)
 	return *(const unsigned char *)&one == 1;
 }
 
-/* What shapes the result, by the name a refusal gives.  Mode, block size,
- * prefetch, backend and recompute do not (blockwise and resident are
- * bit-identical), so a resume may change them; steps only moves the LR of
- * a decaying schedule. */
-static cJSON *config_json(const struct train_config *c)
+/* The run's configuration in readable values, by the names a refusal
+ * gives: RUN_DIR/train_config.json, a checkpoint's "config" and the
+ * summary's keys (docs/checkpoints.md lists them). */
+static cJSON *opt_string(const char *s)
 {
-	cJSON *o = cJSON_CreateObject();
+	return s ? cJSON_CreateString(s) : cJSON_CreateNull();
+}
+
+cJSON *run_config_json(const struct train_config *c)
+{
+	cJSON *o = cJSON_CreateObject(), *targets;
 	char seed[32];
 
-	snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->cell.training.seed);
 	cJSON_AddStringToObject(o, "model", c->cell.model.model_id);
+	cJSON_AddItemToObject(o, "model_hash", c->model_hash ? cJSON_CreateString(c->model_hash) : cJSON_CreateNull());
 	cJSON_AddStringToObject(o, "precision", precision_names[c->cell.precision]);
 	cJSON_AddStringToObject(o, "dataset", c->cell.training.dataset);
 	if (c->cell.training.chat_date) /* the data a chat template renders (unset: as before it existed) */
@@ -43,7 +48,15 @@ static cJSON *config_json(const struct train_config *c)
 		cJSON_AddStringToObject(o, "split", c->cell.training.split);
 	if (c->cell.training.eval_fraction > 0) /* documents held out of the training data */
 		cJSON_AddNumberToObject(o, "eval_fraction", c->cell.training.eval_fraction);
-	cJSON_AddStringToObject(o, "seed", seed);
+	/* "default": a chat's answers, every token of text and input_ids */
+	cJSON_AddStringToObject(o, "train_on", c->cell.training.train_on ? train_on_names[c->cell.training.train_on] : "default");
+	targets = cJSON_AddArrayToObject(o, "targets");
+	for (int m = 0; m < CELL_MAX_TARGETS; m++)
+		if ((c->cell.lora.target_mask >> m) & 1u)
+			cJSON_AddItemToArray(targets, cJSON_CreateString(lora_module_names[m]));
+	/* a 64-bit seed as the exact JSON number, not a double's rounding */
+	snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->cell.training.seed);
+	cJSON_AddRawToObject(o, "seed", seed);
 	cJSON_AddNumberToObject(o, "seq_len", c->cell.training.seq_len);
 	cJSON_AddNumberToObject(o, "batch_size", c->cell.training.batch_size);
 	/* the step's micro-batches over every rank: a checkpoint resumes on any
@@ -52,71 +65,132 @@ static cJSON *config_json(const struct train_config *c)
 	cJSON_AddNumberToObject(o, "rank", c->cell.lora.rank);
 	cJSON_AddNumberToObject(o, "alpha", c->cell.lora.alpha);
 	cJSON_AddNumberToObject(o, "dropout", c->cell.lora.dropout);
-	cJSON_AddNumberToObject(o, "targets", c->cell.lora.target_mask);
 	cJSON_AddNumberToObject(o, "lr", c->cell.training.learning_rate);
 	cJSON_AddStringToObject(o, "lr_schedule", lr_schedule_names[c->cell.training.lr_schedule]);
-	cJSON_AddNumberToObject(o, "warmup_steps", c->cell.training.warmup_steps);
 	cJSON_AddNumberToObject(o, "lr_warmup_steps", c->cell.training.lr_warmup_steps);
-	cJSON_AddNumberToObject(o, "train_on", c->cell.training.train_on);
+	cJSON_AddNumberToObject(o, "warmup_steps", c->cell.training.warmup_steps);
 	cJSON_AddNumberToObject(o, "weight_decay", c->cell.training.weight_decay);
 	cJSON_AddNumberToObject(o, "max_grad_norm", c->cell.training.max_grad_norm);
+	cJSON_AddNumberToObject(o, "steps", c->cell.training.steps);
+	cJSON_AddItemToObject(o, "epochs", c->epochs > 0 ? cJSON_CreateNumber(c->epochs) : cJSON_CreateNull());
 	cJSON_AddNumberToObject(o, "lora_ext", c->lora_ext);
 	if (c->mlp_chunk) /* POROS_MLP_CHUNK: the MLP gradients' order of sums (unset: as before it existed) */
 		cJSON_AddNumberToObject(o, "mlp_chunk", c->mlp_chunk);
-	cJSON_AddNumberToObject(o, "steps", c->cell.training.steps);
+	cJSON_AddItemToObject(o, "tokenizer", opt_string(c->cell.training.tokenizer));
+	/* what changes no bit of the result: a resume takes it unless a flag says otherwise */
+	cJSON_AddStringToObject(o, "mode", train_mode_names[c->mode]);
+	cJSON_AddNumberToObject(o, "block_size", c->cell.poros.block_size);
+	cJSON_AddBoolToObject(o, "prefetch", c->cell.poros.enable_prefetch);
+	cJSON_AddStringToObject(o, "backend", c->backend);
+	cJSON_AddStringToObject(o, "gradient_checkpointing", c->cell.training.gradient_checkpointing ? "on" : "off");
+	cJSON_AddItemToObject(o, "eval_dataset", opt_string(c->cell.training.eval_dataset));
+	cJSON_AddItemToObject(o, "eval_split", opt_string(c->cell.training.eval_split));
+	cJSON_AddNumberToObject(o, "eval_every", c->cell.training.eval_every);
+	cJSON_AddNumberToObject(o, "save_every", c->save_every);
+	cJSON_AddNumberToObject(o, "save_total_limit", c->save_total_limit);
 	return o;
+}
+
+/* The configuration's keys: the flag (or variable) that sets each, and
+ * whether a resume may change it (no bit of the result depends on it). */
+static const struct config_key {
+	const char *key, *flag;
+	int may_change;
+} config_keys[] = {
+	{ "model", "--model", 1 }, /* the path a model is found at; its content is model_hash */
+	{ "model_hash", "--model", 0 }, { "precision", "--precision", 0 }, { "dataset", "--dataset", 0 },
+	{ "chat_date", "--chat-date", 0 }, { "split", "--split", 0 }, { "eval_fraction", "--eval-fraction", 0 },
+	{ "train_on", "--train-on", 0 }, { "targets", "--targets", 0 }, { "seed", "--seed", 0 },
+	{ "seq_len", "--seq-len", 0 }, { "batch_size", "--batch-size", 0 }, { "accum", "--accum", 0 },
+	{ "rank", "--rank", 0 }, { "alpha", "--alpha", 0 }, { "dropout", "--dropout", 0 }, { "lr", "--lr", 0 },
+	{ "lr_schedule", "--lr-schedule", 0 }, { "lr_warmup_steps", "--lr-warmup", 0 },
+	{ "warmup_steps", "--warmup", 0 }, { "weight_decay", "--weight-decay", 0 },
+	{ "max_grad_norm", "--max-grad-norm", 0 }, { "steps", "--steps", 0 },
+	{ "epochs", "--epochs", 1 }, /* the steps are what count */
+	{ "lora_ext", "POROS_LORA_EXT", 0 }, { "mlp_chunk", "POROS_MLP_CHUNK", 0 },
+	{ "mode", "--mode", 1 }, { "block_size", "--block-size", 1 }, { "prefetch", "--no-prefetch", 1 },
+	{ "backend", "--backend", 1 }, { "gradient_checkpointing", "--gradient-checkpointing", 1 },
+	{ "tokenizer", "--tokenizer", 0 }, { "eval_dataset", "--eval-dataset", 1 }, { "eval_split", "--eval-split", 1 },
+	{ "eval_every", "--eval-every", 1 }, { "save_every", "--save-every", 1 },
+	{ "save_total_limit", "--save-total-limit", 1 },
+};
+
+static const struct config_key *config_key_find(const char *key)
+{
+	for (size_t i = 0; i < sizeof config_keys / sizeof *config_keys; i++)
+		if (strcmp(config_keys[i].key, key) == 0)
+			return &config_keys[i];
+	return NULL;
+}
+
+/* steps only move the LR of a decaying schedule */
+static int may_change(const char *key, const struct train_config *c)
+{
+	const struct config_key *k = config_key_find(key);
+
+	return (k && k->may_change) || (strcmp(key, "steps") == 0 && c->cell.training.lr_schedule == LR_CONSTANT);
+}
+
+static const char *flag_of(const char *key)
+{
+	const struct config_key *k = config_key_find(key);
+
+	return k ? k->flag : key;
 }
 
 static void value_text(char *buf, size_t n, const cJSON *v)
 {
-	if (cJSON_IsString(v))
-		snprintf(buf, n, "\"%s\"", v->valuestring);
-	else if (cJSON_IsNumber(v))
-		snprintf(buf, n, "%.17g", v->valuedouble);
-	else
-		snprintf(buf, n, "nothing");
+	char *text;
+
+	if (v == NULL || cJSON_IsNull(v)) {
+		snprintf(buf, n, "not set");
+		return;
+	}
+	text = cJSON_PrintUnformatted(v);
+	snprintf(buf, n, "%s", text ? text : "?");
+	free(text);
 }
 
 /* Every key of the run's configuration must be in the checkpoint with the
- * same value, and every key of the checkpoint's in the run; the first that
- * is not is named. */
+ * same value, and every key of the checkpoint's in the run; all that are
+ * not are listed in one message. */
 static int config_check(const cJSON *saved, const struct train_config *c, char *err, size_t errsz)
 {
-	cJSON *now = config_json(c), *it;
-	int rc = 0;
+	cJSON *made = run_config_json(c), *now, *it;
+	char *text = cJSON_PrintUnformatted(made);
+	size_t len;
 
-	cJSON_ArrayForEach(it, now) {
-		const cJSON *was = cJSON_GetObjectItemCaseSensitive(saved, it->string);
-		int same = was && cJSON_IsString(it) == cJSON_IsString(was) &&
-		           (cJSON_IsString(it) ? strcmp(it->valuestring, was->valuestring) == 0
-		                               : cJSON_IsNumber(was) && it->valuedouble == was->valuedouble);
-		char a[256], b[256];
+	/* as the checkpoint reads back: the raw seed becomes a number */
+	now = cJSON_Parse(text);
+	free(text);
+	cJSON_Delete(made);
+	int n = 0;
 
-		if (same || (strcmp(it->string, "steps") == 0 && c->cell.training.lr_schedule == LR_CONSTANT))
-			continue;
-		value_text(a, sizeof a, was);
-		value_text(b, sizeof b, it);
-		snprintf(err, errsz, "--resume %s: %s differs: %s in the checkpoint, %s in this run (a resumed run keeps "
-		         "the configuration)", c->resume, it->string, a, b);
-		rc = -1;
-		break;
-	}
-	/* and an optional key the checkpoint has (mlp_chunk, chat_date) must be set now too */
-	const cJSON *rest = rc == 0 ? saved : NULL;
+	len = (size_t)snprintf(err, errsz, "--resume %s: this run differs from the checkpoint in", c->resume);
+	for (int pass = 0; pass < 2; pass++) {
+		/* pass 0: the run's keys; pass 1: keys only the checkpoint has (mlp_chunk, chat_date) */
+		const cJSON *from = pass == 0 ? now : saved, *other = pass == 0 ? saved : now;
 
-	cJSON_ArrayForEach(it, rest) {
-		char a[256];
+		cJSON_ArrayForEach(it, from) {
+			const cJSON *was = cJSON_GetObjectItemCaseSensitive(other, it->string);
+			char a[256], b[256];
 
-		if (cJSON_GetObjectItemCaseSensitive(now, it->string))
-			continue;
-		value_text(a, sizeof a, it);
-		snprintf(err, errsz, "--resume %s: %s differs: %s in the checkpoint, not set in this run (a resumed run "
-		         "keeps the configuration)", c->resume, it->string, a);
-		rc = -1;
-		break;
+			if (pass == 1 && was)
+				continue;
+			if (pass == 0 && (may_change(it->string, c) || (was && cJSON_Compare(it, was, 1))))
+				continue;
+			value_text(a, sizeof a, pass == 0 ? was : it);
+			value_text(b, sizeof b, pass == 0 ? it : NULL);
+			if (len < errsz)
+				len += (size_t)snprintf(err + len, errsz - len, "%s %s (%s: checkpoint %s, given %s)",
+				                        n ? ";" : "", flag_of(it->string), it->string, a, b);
+			n++;
+		}
 	}
 	cJSON_Delete(now);
-	return rc;
+	if (n && len < errsz)
+		snprintf(err + len, errsz - len, "; a resumed run keeps the configuration");
+	return n ? -1 : 0;
 }
 
 static cJSON *cursor_json(const struct token_cursor *cur)
@@ -191,6 +265,68 @@ static void remove_checkpoint(const char *dir)
 	rmdir(dir);
 }
 
+/* N of a "checkpoint-stepN" name, or -1. */
+static int checkpoint_step_of(const char *name)
+{
+	int step, end = 0;
+
+	if (sscanf(name, "checkpoint-step%d%n", &step, &end) != 1 || name[end] != '\0' || step < 1)
+		return -1;
+	return step;
+}
+
+/* The steps of dir's whole checkpoints (a checkpoint-stepN with its
+ * state.json: they are renamed into place complete), newest first.
+ * -1 when dir cannot be read. */
+static int list_checkpoints(const char *dir, int **steps)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int n = 0, cap = 16;
+
+	if (d == NULL)
+		return -1;
+	*steps = xmalloc((size_t)cap * sizeof **steps);
+	while ((de = readdir(d)) != NULL) {
+		int step = checkpoint_step_of(de->d_name);
+		char *state;
+		struct stat st;
+
+		if (step < 0)
+			continue;
+		state = xasprintf("%s/%s/state.json", dir, de->d_name);
+		if (stat(state, &st) == 0 && S_ISREG(st.st_mode)) {
+			if (n == cap)
+				*steps = xrealloc(*steps, (size_t)(cap *= 2) * sizeof **steps);
+			(*steps)[n++] = step;
+		}
+		free(state);
+	}
+	closedir(d);
+	for (int i = 1; i < n; i++) /* newest first: a few dozen at most */
+		for (int j = i; j > 0 && (*steps)[j] > (*steps)[j - 1]; j--) {
+			int t = (*steps)[j];
+
+			(*steps)[j] = (*steps)[j - 1];
+			(*steps)[j - 1] = t;
+		}
+	return n;
+}
+
+/* --save-total-limit: all but the newest `keep` whole checkpoints go. */
+static void prune_checkpoints(const char *out_dir, int keep)
+{
+	int *steps = NULL, n = list_checkpoints(out_dir, &steps);
+
+	for (int i = keep; i < n; i++) {
+		char *dir = xasprintf("%s/checkpoint-step%d", out_dir, steps[i]);
+
+		remove_checkpoint(dir);
+		free(dir);
+	}
+	free(steps);
+}
+
 int checkpoint_save(struct engine *e, const struct train_config *c, int step, double loss_first, const char *events,
                     char *err, size_t errsz)
 {
@@ -209,7 +345,7 @@ int checkpoint_save(struct engine *e, const struct train_config *c, int step, do
 	engine_data_cursor(e, &cur);
 	cJSON_AddStringToObject(o, "schema", STATE_SCHEMA);
 	cJSON_AddNumberToObject(o, "step", step);
-	cJSON_AddItemToObject(o, "config", config_json(c));
+	cJSON_AddItemToObject(o, "config", run_config_json(c));
 	cJSON_AddItemToObject(o, "data_cursor", cursor_json(&cur));
 	cJSON_AddNumberToObject(o, "lora_floats", (double)n);
 	cJSON_AddItemToObject(o, "loss_first", json_number_or_null(loss_first));
@@ -234,6 +370,9 @@ int checkpoint_save(struct engine *e, const struct train_config *c, int step, do
 		} else {
 			if (had)
 				remove_checkpoint(old);
+			/* only now that the new one is whole */
+			if (c->save_total_limit > 0)
+				prune_checkpoints(c->out_dir, c->save_total_limit);
 			rc = 0;
 		}
 	}
@@ -317,5 +456,180 @@ out:
 	free(path);
 	free(bin);
 	free(evp);
+	return rc;
+}
+
+/* A run directory's newest whole checkpoint, or the checkpoint given. */
+static char *locate_checkpoint(const char *given, char *err, size_t errsz)
+{
+	char *state = xasprintf("%s/state.json", given);
+	struct stat st;
+	int *steps = NULL, n;
+
+	if (stat(state, &st) == 0) {
+		free(state);
+		return xstrdup(given);
+	}
+	free(state);
+	if ((n = list_checkpoints(given, &steps)) < 0)
+		return snprintf(err, errsz, "--resume %s: %s", given, strerror(errno)), NULL;
+	if (n == 0) {
+		free(steps);
+		return snprintf(err, errsz, "--resume %s: neither a checkpoint nor a run directory with one "
+		                "(a run saves checkpoint-stepN with --save-every N)", given), NULL;
+	}
+	char *dir = xasprintf("%s/checkpoint-step%d", given, steps[0]);
+
+	free(steps);
+	return dir;
+}
+
+/* The directory a checkpoint is in: the run that wrote it. */
+static char *run_dir_of(const char *ckpt)
+{
+	size_t len = strlen(ckpt);
+	const char *slash;
+	char *dir;
+
+	while (len > 1 && ckpt[len - 1] == '/')
+		len--;
+	dir = xasprintf("%.*s", (int)len, ckpt);
+	if ((slash = strrchr(dir, '/')) == NULL) {
+		free(dir);
+		return xstrdup(".");
+	}
+	dir[slash == dir ? 1 : slash - dir] = '\0';
+	return dir;
+}
+
+/* A configuration value as a flag's text ("q_proj,v_proj" for targets). */
+static char *flag_text(const cJSON *v)
+{
+	if (cJSON_IsString(v))
+		return xstrdup(v->valuestring);
+	if (cJSON_IsNumber(v))
+		return cJSON_PrintUnformatted(v);
+	if (cJSON_IsArray(v)) {
+		char *text = xstrdup(""), *next;
+		const cJSON *it;
+
+		cJSON_ArrayForEach(it, v) {
+			next = xasprintf("%s%s%s", text, *text ? "," : "", cJSON_IsString(it) ? it->valuestring : "?");
+			free(text);
+			text = next;
+		}
+		return text;
+	}
+	return NULL;
+}
+
+static int given(char *const value[OPT_COUNT], const char *flag)
+{
+	for (int i = 0; i < OPT_COUNT; i++)
+		if (strncmp(flag, "--", 2) == 0 && strcmp(flag + 2, train_opt_names[i]) == 0)
+			return value[i] != NULL;
+	return 0;
+}
+
+/* One saved key into c, as its flag would set it. */
+static int restore_key(struct train_config *c, const cJSON *it, char *err, size_t errsz)
+{
+	const char *flag = flag_of(it->string);
+	char *text;
+	int rc = 0;
+
+	if (strcmp(it->string, "mode") == 0 && cJSON_IsString(it)) {
+		c->mode = strcmp(it->valuestring, "resident") == 0 ? MODE_RESIDENT : MODE_BLOCKWISE;
+		c->cell.method = c->mode == MODE_BLOCKWISE ? METHOD_POROS : METHOD_RESIDENT;
+	} else if (strcmp(it->string, "backend") == 0 && cJSON_IsString(it)) {
+		free(c->backend);
+		c->backend = xstrdup(it->valuestring);
+	} else if (strcmp(it->string, "prefetch") == 0) {
+		c->cell.poros.enable_prefetch = cJSON_IsTrue(it);
+	} else if (strcmp(it->string, "save_every") == 0 && cJSON_IsNumber(it)) {
+		c->save_every = it->valueint;
+	} else if (strcmp(it->string, "save_total_limit") == 0 && cJSON_IsNumber(it)) {
+		c->save_total_limit = it->valueint;
+	} else if (strcmp(it->string, "epochs") == 0) {
+		c->epochs = cJSON_IsNumber(it) ? it->valuedouble : 0;
+	} else if (strcmp(it->string, "train_on") == 0 && cJSON_IsString(it) && strcmp(it->valuestring, "default") == 0) {
+		c->cell.training.train_on = 0;
+	} else if ((text = flag_text(it)) != NULL) {
+		for (int i = 0; i < cell_field_count; i++)
+			if (cell_fields[i].flag && strcmp(cell_fields[i].flag, flag) == 0 && cell_fields[i].flag_arg) {
+				char why[512];
+
+				if (cell_field_parse(&c->cell, &cell_fields[i], flag, text, why, sizeof why) < 0) {
+					snprintf(err, errsz, "--resume %s: train_config: %s", c->resume, why);
+					rc = -1;
+				}
+				break;
+			}
+		free(text);
+	}
+	return rc;
+}
+
+int checkpoint_take(struct train_config *c, char *const value[OPT_COUNT], char *err, size_t errsz)
+{
+	char *ckpt = locate_checkpoint(c->resume, err, errsz), *path, lerr[512];
+	const cJSON *config, *it;
+	cJSON *o;
+	int rc = -1;
+
+	if (ckpt == NULL)
+		return -1;
+	free(c->resume);
+	c->resume = ckpt;
+	path = xasprintf("%s/state.json", ckpt);
+	o = json_read_file(path, lerr, sizeof lerr);
+	free(path);
+	if (o == NULL)
+		return snprintf(err, errsz, "--resume %s: %s", ckpt, lerr), -1;
+	config = cJSON_GetObjectItemCaseSensitive(o, "config");
+	if (!cJSON_IsObject(config) || !cJSON_GetObjectItemCaseSensitive(config, "model_hash")) {
+		snprintf(err, errsz, "--resume %s: a checkpoint of an older poros-train (its base model is not "
+		         "identified by content): resume it with the poros-train that wrote it", ckpt);
+		goto out;
+	}
+	/* a cell is the whole configuration: it is checked, never completed */
+	if (value[OPT_CELL] == NULL) {
+		cJSON_ArrayForEach(it, config) {
+			const char *flag = flag_of(it->string);
+
+			if (strncmp(flag, "--", 2) != 0 || given(value, flag) || cJSON_IsNull(it) ||
+			    strcmp(it->string, "model_hash") == 0)
+				continue;
+			/* --epochs without --steps sets the steps again */
+			if (strcmp(it->string, "steps") == 0 && value[OPT_EPOCHS])
+				continue;
+			if (restore_key(c, it, err, errsz) < 0)
+				goto out;
+			if (strcmp(it->string, "steps") == 0)
+				c->steps_given = 1;
+		}
+		c->dataset_named = 1;
+	}
+	if (value[OPT_OUT] == NULL) {
+		free(c->out_dir);
+		c->out_dir = run_dir_of(ckpt);
+	}
+	rc = 0;
+out:
+	cJSON_Delete(o);
+	return rc;
+}
+
+int checkpoint_check_config(const struct train_config *c, char *err, size_t errsz)
+{
+	char *path = xasprintf("%s/state.json", c->resume), lerr[512];
+	cJSON *o = json_read_file(path, lerr, sizeof lerr);
+	int rc;
+
+	free(path);
+	if (o == NULL)
+		return snprintf(err, errsz, "--resume %s: %s", c->resume, lerr), -1;
+	rc = config_check(cJSON_GetObjectItemCaseSensitive(o, "config"), c, err, errsz);
+	cJSON_Delete(o);
 	return rc;
 }

@@ -15,6 +15,8 @@
 
 #include <stddef.h>
 
+#include <cjson/cJSON.h>
+
 #include "data.h"
 #include "engine.h"
 #include "train.h"
@@ -30,5 +32,19 @@ int checkpoint_save(struct engine *e, const struct train_config *c, int step, do
  * that is unreadable or was made with a different configuration (named). */
 int checkpoint_resume(struct engine *e, struct token_source *data, const struct train_config *c, const char *events,
                       int *step, double *loss_first, char *err, size_t errsz);
+
+/* The run's configuration in readable values: RUN_DIR/train_config.json,
+ * a checkpoint's "config", the summary's keys (docs/checkpoints.md). */
+cJSON *run_config_json(const struct train_config *c);
+
+/* --resume DIR (a checkpoint, or a run directory: its newest whole
+ * checkpoint): c->resume becomes the checkpoint; unless a cell was given,
+ * every setting no flag in value gave is the checkpoint's; without --out
+ * the run directory is the checkpoint's.  0, or -1 with err. */
+int checkpoint_take(struct train_config *c, char *const value[OPT_COUNT], char *err, size_t errsz);
+
+/* c against its checkpoint's configuration (c->model_hash known), before
+ * anything is written: 0, or -1 with every difference in err. */
+int checkpoint_check_config(const struct train_config *c, char *err, size_t errsz);
 
 #endif

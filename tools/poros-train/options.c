@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "adapter.h"
+#include "checkpoint.h"
 #include "jsonl.h"
 #include "train.h"
 #include "util.h"
@@ -51,6 +52,7 @@ const struct train_opt_help train_opt_help[OPT_COUNT] = {
 	[OPT_OUT] = { "DIR", "the run directory (out/runs/<cell_id>)" },
 	[OPT_INIT_ADAPTER] = { "DIR", "start from (or, with --eval-only, evaluate) this PEFT adapter" },
 	[OPT_SAVE_EVERY] = { "N", "also save adapter-stepN and checkpoint-stepN every N steps" },
+	[OPT_SAVE_TOTAL_LIMIT] = { "N", "keep the N newest whole checkpoints, an older one deleted once a new one is in" },
 	[OPT_QUIET] = { NULL, "no per-step progress on standard error" },
 	[OPT_GRAD_CKPT] = { "on|off", "resident: recompute each layer in the backward (off)" },
 	[OPT_RESUME] = { "DIR", "continue a run from its checkpoint-stepN directory, bit for bit" },
@@ -336,6 +338,8 @@ static void apply_flags(struct train_config *c, char *const v[OPT_COUNT])
 	if (v[OPT_NPROC] || v[OPT_GPUS])
 		c->nproc = (int)opt_long(v[OPT_GPUS] ? "--gpus" : "--nproc", v[OPT_GPUS] ? v[OPT_GPUS] : v[OPT_NPROC], 1, 256);
 	c->nproc_gpus = v[OPT_GPUS] != NULL;
+	if (v[OPT_SAVE_TOTAL_LIMIT])
+		c->save_total_limit = (int)opt_long("--save-total-limit", v[OPT_SAVE_TOTAL_LIMIT], 1, 1000000);
 	c->dataset_named = v[OPT_DATASET] != NULL || v[OPT_CELL] != NULL;
 	if (v[OPT_EPOCHS])
 		c->epochs = opt_double("--epochs", v[OPT_EPOCHS], 1e-6, 100000);
@@ -413,6 +417,8 @@ void train_config_from_options(struct train_config *c, char *const v[OPT_COUNT])
 	apply_flags(c, v);
 	if (c->eval_only && c->init_adapter)
 		shape_from_adapter(c, v);
+	if (c->resume && checkpoint_take(c, v, err, sizeof err) < 0)
+		die(EXIT_USAGE, "%s", err);
 	if (c->cell.cell_id == NULL && c->cell.model.model_id) {
 		char *slug = slugify(c->cell.model.model_id, 1);
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "host_plan.h"
 #include "jsonl.h"
 #include "numerics.h"
+#include "model_hash.h"
 #include "timing.h"
 #include "train.h"
 #include "util.h"
@@ -45,6 +47,7 @@ struct run_result {
 	double eval_loss;   /* the last evaluation's; NaN: none yet */
 	long long eval_tokens;
 	int lock_fd;        /* RUN_DIR/.lock, held to the end; -1 before */
+	int interrupted;    /* the signal that stopped the run after a step (checkpoint saved); 0: none */
 };
 
 /* --eval-dataset: the set, where it starts, and its rows (one pass). */
@@ -333,6 +336,7 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	cJSON_AddStringToObject(o, "run_dir", c->out_dir);
 	cJSON_AddItemToObject(o, "events", str_or_null(r->events_written ? r->events_path : NULL));
 	cJSON_AddItemToObject(o, "adapter", str_or_null(r->adapter_written ? r->adapter_path : NULL));
+	cJSON_AddItemToObject(o, "config", run_config_json(c));
 	env = cJSON_AddObjectToObject(o, "env");
 	cJSON_AddItemToObject(env, "gpu_name", str_or_null(r->be ? r->be->device_name : NULL));
 	cJSON_AddItemToObject(env, "gpu_mem_mb",
@@ -508,6 +512,47 @@ static int save_checkpoint(struct engine *e, const struct train_config *c, const
 	return checkpoint_save(e, c, step, r->loss_first, r->events_path, err, errsz);
 }
 
+/* SIGINT/SIGTERM: the step under way finishes, a checkpoint is saved and
+ * the run stops; a second one ends the process at once. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+	if (stop_signal) {
+		signal(sig, SIG_DFL);
+		raise(sig);
+	}
+	stop_signal = sig;
+}
+
+static void catch_stop_signals(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_stop_signal;
+	sa.sa_flags = SA_RESTART; /* reads and writes go on; the loop looks at the flag */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
+/* After step `step` of a run a signal stopped: its checkpoint (unless
+ * --save-every has just written it) and the command that continues it. */
+static int stop_after(struct engine *e, const struct train_config *c, struct run_result *r, int step, char *err,
+                      size_t errsz)
+{
+	int sig = stop_signal;
+
+	if ((c->save_every == 0 || step % c->save_every != 0) &&
+	    checkpoint_save(e, c, step, r->loss_first, r->events_path, err, errsz) < 0)
+		return -1;
+	r->interrupted = sig;
+	warnmsg("%s: stopped after step %d of %d; checkpoint %s/checkpoint-step%d; continue with: poros-train --resume "
+	        "%s", sig == SIGINT ? "SIGINT" : "SIGTERM", step, c->cell.training.steps, c->out_dir, step, c->out_dir);
+	return 0;
+}
+
 static int train_loop(struct engine *e, const struct train_config *c, const struct token_source *data,
                       struct run_result *r, struct eval_set *ev, char *err, size_t errsz)
 {
@@ -554,6 +599,8 @@ static int train_loop(struct engine *e, const struct train_config *c, const stru
 		progress(c, step, &st, eval_loss, eval_tokens);
 		if (c->rank == 0 && save_checkpoint(e, c, r, step, err, errsz) < 0)
 			return -1;
+		if (stop_signal && step < c->cell.training.steps)
+			return stop_after(e, c, r, step, err, errsz);
 	}
 	if (ranks_agree(e, c, err, errsz) < 0)
 		return -1;
@@ -589,6 +636,7 @@ struct run {
 	struct run_result r;
 	size_t plan_bytes;  /* the plan's total */
 	struct comm *comm;  /* NULL before run_training opens it */
+	char model_hash[MODEL_HASH_LEN + 1];
 };
 
 static void run_close(struct run *x)
@@ -892,6 +940,48 @@ static int open_ranks(struct run *x, char *err, size_t errsz)
 	return 0;
 }
 
+/* The base by its content (model_hash.h), once per run: a resume checks
+ * it, not the path.  The cost is said, since a 72B base is 140 GB. */
+static int identify_model(struct run *x, char *err, size_t errsz)
+{
+	double t0 = now_seconds(), s;
+	size_t bytes;
+	char sz[32];
+
+	if (model_hash(x->model_hash, &bytes, &x->mc, x->c->cell.training.seed, err, errsz) < 0)
+		return -1;
+	x->cfg.model_hash = x->model_hash;
+	s = now_seconds() - t0;
+	if (!x->c->quiet)
+		warnmsg("base %s: %s hashed in %.2f s (%.2f GB/s): %s", x->c->cell.model.model_id,
+		        format_bytes(sz, sizeof sz, (double)bytes), s, s > 0 ? (double)bytes / s / 1e9 : 0.0, x->model_hash);
+	return 0;
+}
+
+/* RUN_DIR/train_config.json: the whole configuration, readable; and the
+ * precision said where the run starts (nf4 is the default). */
+static int write_run_config(const struct train_config *c, char *err, size_t errsz)
+{
+	cJSON *o = run_config_json(c);
+	char *text = cJSON_Print(o), *path = xasprintf("%s/train_config.json", c->out_dir), *full;
+	int rc;
+
+	full = xasprintf("%s\n", text);
+	rc = atomic_write(path, full, strlen(full));
+	if (rc < 0)
+		snprintf(err, errsz, "%s: %s", path, strerror(errno));
+	else if (!c->quiet)
+		warnmsg("%s, %s base %s, %d steps, lr %g %s, seq_len %d; configuration in %s",
+		        train_mode_names[c->mode], precision_names[c->cell.precision], c->cell.model.model_id,
+		        c->cell.training.steps, c->cell.training.learning_rate,
+		        lr_schedule_names[c->cell.training.lr_schedule], c->cell.training.seq_len, path);
+	cJSON_Delete(o);
+	free(text);
+	free(full);
+	free(path);
+	return rc;
+}
+
 /* Backend, host weights, run directory, engine, steps.  RUN_FAILED with
  * the reason in x->r.error (it goes into the summary), RUN_BAD_INPUT with
  * it in err (a checkpoint or an --init-adapter that does not fit). */
@@ -939,6 +1029,9 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		return refuse_oom(c, r, err, errsz);
 	}
 	dev_alloc_release_all(&plan);
+	/* a resume of another model or configuration stops before the weights load */
+	if (identify_model(x, err, errsz) < 0 || (c->resume && checkpoint_check_config(c, err, errsz) < 0))
+		return RUN_BAD_INPUT;
 	rc = host_weights_load(&x->hw, r->be, &x->mc, c->cell.precision == PRECISION_NF4, engine_host_ext_cols(c),
 	                       c->cell.training.seed, err, errsz);
 	if (rc == -1)
@@ -959,7 +1052,7 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	r->weights_real = x->hw.real;
 	if ((rc = prepare_run_dir(c, r, err, errsz)) == -2)
 		return RUN_BAD_INPUT;
-	if (rc < 0)
+	if (rc < 0 || write_run_config(c, err, errsz) < 0)
 		goto failed;
 	rc = engine_create(&x->e, c, &x->mc, &x->hw, &x->data, r->be, err, errsz);
 	r->vram_peak_mb = (double)engine_vram_peak(x->e) / MIB;
@@ -988,6 +1081,7 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		warnmsg("warning: rank %d is not one vLLM serves (%s): vLLM will refuse this adapter", c->cell.lora.rank,
 		        vllm_rank_list());
 	say_accounting(x);
+	catch_stop_signals();
 	rc = train_loop(x->e, c, &x->data, r, &x->eval, err, errsz);
 	r->vram_peak_mb = (double)engine_vram_peak(x->e) / MIB;
 	if (rc < 0)
@@ -1241,7 +1335,8 @@ int train_run(const struct train_config *c, FILE *summary_out)
 		run_close(&x);
 		return EXIT_USAGE;
 	}
-	rc = finish(x.c, &x.r, summary_out);
+	/* interrupted: no summary (the run did not end), the signal's status */
+	rc = x.r.interrupted ? 128 + x.r.interrupted : finish(x.c, &x.r, summary_out);
 	if (rc != EXIT_OK)
 		abort_ranks(&x, rc);
 	run_close(&x);

@@ -28,6 +28,8 @@ struct train_config {
 	char *out_dir;           /* the run directory */
 	char *init_adapter;      /* NULL: fresh LoRA init */
 	int save_every;          /* 0: only the final adapter; else also adapter-stepN and checkpoint-stepN */
+	int save_total_limit;    /* --save-total-limit: keep this many newest checkpoint-stepN; 0: all */
+	const char *model_hash;  /* the base's content (model_hash.h), set by train_run; NULL before */
 	double epochs;           /* --epochs: passes over the data that set the steps; 0: none */
 	int steps_given;         /* --steps was given: it wins over --epochs (HF's max_steps) */
 	char *resume;            /* a checkpoint-stepN directory to continue from; NULL: none */
@@ -75,7 +77,7 @@ enum { ATTN_CKPT_AUTO = -1 };
 	X(GRAD_CKPT, "gradient-checkpointing", 1) X(RESUME, "resume", 1) X(EVAL_DATASET, "eval-dataset", 1) \
 	X(EVAL_EVERY, "eval-every", 1) X(PLAN, "plan", 0) X(SPLIT, "split", 1) X(EVAL_SPLIT, "eval-split", 1) \
 	X(EVAL_FRACTION, "eval-fraction", 1) X(EPOCHS, "epochs", 1) X(NPROC, "nproc", 1) X(GPUS, "gpus", 1) \
-	X(EVAL_ONLY, "eval-only", 0)
+	X(EVAL_ONLY, "eval-only", 0) X(SAVE_TOTAL_LIMIT, "save-total-limit", 1)
 
 /* The names HF's Trainer, TRL and PEFT users type, as aliases of the
  * options above: X(id of the option, alias).  They take the same values
@@ -111,7 +113,7 @@ extern const struct train_opt_help train_opt_help[OPT_COUNT];
 	"                   [--backend cpu|cuda|auto]\n" \
 	"                   [--vram-budget BYTES] [--optimizer-state device|host] [--configs DIR] [--out DIR]\n" \
 	"                   [--init-adapter DIR]\n" \
-	"                   [--save-every N] [--resume DIR] [--split NAME] [--eval-dataset SPEC]\n" \
+	"                   [--save-every N] [--save-total-limit N] [--resume DIR] [--split NAME] [--eval-dataset SPEC]\n" \
 	"                   [--eval-split NAME] [--eval-fraction F] [--eval-every N]\n" \
 	"                   [--gradient-checkpointing on|off] [--eval-only] [--quiet] [--plan] [--nproc N | --gpus N]\n"
 
