@@ -289,3 +289,23 @@ torch() {
 	[[ "$stderr" == *"--nproc"* ]]
 	[ ! -e x ]
 }
+
+@test "--resume without --accum cuts the checkpoint's global accumulation over the ranks, or says it cannot" {
+	local m=(--model poros/tiny-qwen2 --steps 4) port=$((20000 + RANDOM % 40000)) pids=()
+	poros-train "${RUN[@]}" "${m[@]}" --accum 4 --save-every 2 --out one >one.json
+	# the checkpoint's 4 micro-batches a step: 2 on each of 2 ranks, the same bits
+	for r in 1 0; do
+		torch $r 2 $port cut "${m[@]}" --resume one/checkpoint-step2 --out resumed
+		pids+=("$TORCH_PID")
+	done
+	wait "${pids[@]}"
+	cmp one/$ADAPTER resumed/$ADAPTER
+	# 3 ranks cannot share 4: the error names the checkpoint and what to give
+	pids=() port=$((port + 1))
+	for r in 2 1 0; do
+		torch $r 3 $port odd "${m[@]}" --resume one/checkpoint-step2 --out odd
+		pids+=("$TORCH_PID")
+	done
+	wait "${pids[@]}" || true
+	grep -q "the checkpoint's accumulation of 4 micro-batches a step does not divide over 3 ranks: give --accum" odd.0.err
+}

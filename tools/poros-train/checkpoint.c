@@ -607,6 +607,9 @@ int checkpoint_take(struct train_config *c, char *const value[OPT_COUNT], char *
 				goto out;
 			if (strcmp(it->string, "steps") == 0)
 				c->steps_given = 1;
+			/* the checkpoint's is the global accumulation: cut over the ranks once they are known (run.c) */
+			if (strcmp(it->string, "accum") == 0)
+				c->accum_from_checkpoint = 1;
 		}
 		c->dataset_named = 1;
 	}

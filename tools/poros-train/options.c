@@ -417,7 +417,7 @@ void train_config_from_options(struct train_config *c, char *const v[OPT_COUNT])
 	apply_flags(c, v);
 	if (c->eval_only && c->init_adapter)
 		shape_from_adapter(c, v);
-	if (c->resume && checkpoint_take(c, v, err, sizeof err) < 0)
+	if (c->resume && !c->eval_only && checkpoint_take(c, v, err, sizeof err) < 0) /* --eval-only refuses it below */
 		die(EXIT_USAGE, "%s", err);
 	if (c->cell.cell_id == NULL && c->cell.model.model_id) {
 		char *slug = slugify(c->cell.model.model_id, 1);

@@ -932,6 +932,14 @@ static int open_ranks(struct run *x, char *err, size_t errsz)
 	x->cfg.comm = x->comm;
 	x->cfg.rank = comm_rank(x->comm);
 	x->cfg.ranks = comm_world(x->comm);
+	if (x->cfg.accum_from_checkpoint && x->cfg.ranks > 1) {
+		int *k = &x->cfg.cell.training.gradient_accumulation_steps;
+
+		if (*k % x->cfg.ranks != 0)
+			return snprintf(err, errsz, "--resume %s: the checkpoint's accumulation of %d micro-batches a step "
+			                "does not divide over %d ranks: give --accum", x->cfg.resume, *k, x->cfg.ranks), -1;
+		*k /= x->cfg.ranks;
+	}
 	if (x->cfg.rank > 0)
 		x->cfg.quiet = 1;
 	if (x->cfg.ranks > 1 && x->cfg.rank == 0 && !x->cfg.quiet)
@@ -1052,7 +1060,7 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	r->weights_real = x->hw.real;
 	if ((rc = prepare_run_dir(c, r, err, errsz)) == -2)
 		return RUN_BAD_INPUT;
-	if (rc < 0 || write_run_config(c, err, errsz) < 0)
+	if (rc < 0 || (c->rank == 0 && write_run_config(c, err, errsz) < 0)) /* the run directory is rank 0's */
 		goto failed;
 	rc = engine_create(&x->e, c, &x->mc, &x->hw, &x->data, r->be, err, errsz);
 	r->vram_peak_mb = (double)engine_vram_peak(x->e) / MIB;

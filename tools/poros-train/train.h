@@ -32,6 +32,7 @@ struct train_config {
 	const char *model_hash;  /* the base's content (model_hash.h), set by train_run; NULL before */
 	double epochs;           /* --epochs: passes over the data that set the steps; 0: none */
 	int steps_given;         /* --steps was given: it wins over --epochs (HF's max_steps) */
+	int accum_from_checkpoint; /* --resume without --accum: the checkpoint's global accumulation, per rank later */
 	char *resume;            /* a checkpoint-stepN directory to continue from; NULL: none */
 	int dataset_named;       /* the dataset came from --dataset or a cell, not the default "synthetic" */
 	int quiet;               /* no per-step progress on stderr */
