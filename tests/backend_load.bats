@@ -34,9 +34,9 @@ cuda_build() { grep -aq poros-backend-cuda.so "$POROS_ROOT/bin/poros-train"; }
 	echo "$output" | jq -e '.status == "ok" and .backend == "cpu"'
 	[ "$(printf '%s\n' "$stderr" | grep -c 'backend')" -eq 1 ]
 	if cuda_build; then
-		assert_equal "${stderr_lines[0]}" "poros-train: --backend auto: the CUDA backend did not load: $PWD/alone/poros-backend-cuda.so: cannot open shared object file: No such file or directory: using the CPU backend"
+		assert_equal "${stderr_lines[0]}" "poros-train: the CUDA backend did not load: $PWD/alone/poros-backend-cuda.so: cannot open shared object file: No such file or directory: CPU backend"
 	else
-		assert_equal "${stderr_lines[0]}" "poros-train: --backend auto: built without CUDA: using the CPU backend"
+		assert_equal "${stderr_lines[0]}" "poros-train: built without CUDA: CPU backend"
 	fi
 	run -1 --separate-stderr env POROS_HOME="$POROS_ROOT" alone/poros-train --backend cuda "${TINY[@]}" --out run2
 	echo "$output" | jq -e '.status == "error" and (.error | startswith("--backend cuda: "))'
