@@ -355,7 +355,14 @@ adapter() {
 	grep -qx -- '- r: 4, lora_alpha: 32, scale: 8 (alpha / r)' "$card"
 	grep -qx -- '- target_modules: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj' "$card"
 	grep -qx -- '- merged into: the checkpoint'"'"'s weights W (`--merge-into original`)' "$card"
-	grep -qx 'The run directory `run` has no train_config.json: the training configuration is not recorded here.' "$card"
+	# poros-train records the run (train_config.json): the card shows it
+	grep -qx 'From `run/train_config.json`:' "$card"
+	grep -qx '| precision | `"bf16"` |' "$card"
+	# a run directory without one (an older poros-train) says so
+	mkdir old && cp -r run/adapter run/events.jsonl old/
+	poros-export --base b --adapter old/adapter --out m_old >/dev/null 2>&1
+	grep -qx 'The run directory `old` has no train_config.json: the training configuration is not recorded here.' \
+		m_old/README.md
 	# the losses are events.jsonl's own numbers
 	loss=$(jq -s -r '.[-1].loss' run/events.jsonl) eval=$(jq -s -r '.[-1].eval_loss' run/events.jsonl)
 	grep -qx "From \`run/events.jsonl\`: 3 steps, the last training loss $loss." "$card"
@@ -407,6 +414,13 @@ adapter() {
 	adapter b run
 	poros-export --base b --adapter run/adapter --out mo --merge-into original >/dev/null 2>&1
 	poros-export --base b --adapter run/adapter --out mq --merge-into dequantized >/dev/null 2>&1
+	# the run's own record says bf16: the original weights
+	jq -e '.precision == "bf16"' run/train_config.json
+	run -0 --separate-stderr poros-export --base b --adapter run/adapter --out mb
+	echo "$output" | jq -e '.merge_into == "original"'
+	cmp mo/model.safetensors mb/model.safetensors
+	# a run directory without a record (an older poros-train): the original weights, said so
+	rm run/train_config.json
 	run -0 --separate-stderr poros-export --base b --adapter run/adapter --out m0
 	echo "$output" | jq -e '.merge_into == "original"'
 	[[ "$stderr" == *"note: no train_config.json beside run/adapter: merging into the checkpoint's weights"* ]]
