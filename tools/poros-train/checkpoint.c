@@ -104,7 +104,7 @@ static const struct config_key {
 	{ "seq_len", "--seq-len", 0 }, { "batch_size", "--batch-size", 0 }, { "accum", "--accum", 0 },
 	{ "rank", "--rank", 0 }, { "alpha", "--alpha", 0 }, { "dropout", "--dropout", 0 }, { "lr", "--lr", 0 },
 	{ "lr_schedule", "--lr-schedule", 0 }, { "lr_warmup_steps", "--lr-warmup", 0 },
-	{ "warmup_steps", "--warmup", 0 }, { "weight_decay", "--weight-decay", 0 },
+	{ "warmup_steps", "--timing-warmup", 1 }, /* timing only */ { "weight_decay", "--weight-decay", 0 },
 	{ "max_grad_norm", "--max-grad-norm", 0 }, { "steps", "--steps", 0 },
 	{ "epochs", "--epochs", 1 }, /* the steps are what count */
 	{ "lora_ext", "POROS_LORA_EXT", 0 }, { "mlp_chunk", "POROS_MLP_CHUNK", 0 },
