@@ -948,6 +948,25 @@ static int open_ranks(struct run *x, char *err, size_t errsz)
 	return 0;
 }
 
+/* The base into host memory, for a training run and an evaluation alike:
+ * 0; RUN_BAD_INPUT; RUN_FAILED, with status "oom" when the host is out of
+ * memory. */
+static int load_base(struct run *x, char *err, size_t errsz)
+{
+	const struct train_config *c = x->c;
+	int rc = host_weights_load(&x->hw, x->r.be, &x->mc, c->cell.precision == PRECISION_NF4, engine_host_ext_cols(c),
+	                           c->cell.training.seed, err, errsz);
+
+	if (rc == -1)
+		return RUN_BAD_INPUT;
+	if (rc == -3)
+		x->r.status = "oom";
+	if (rc < 0)
+		return RUN_FAILED;
+	x->have_hw = 1;
+	return 0;
+}
+
 /* The base by its content (model_hash.h), once per run: a resume checks
  * it, not the path.  The cost is said, since a 72B base is 140 GB. */
 static int identify_model(struct run *x, char *err, size_t errsz)
@@ -1040,15 +1059,10 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	/* a resume of another model or configuration stops before the weights load */
 	if (identify_model(x, err, errsz) < 0 || (c->resume && checkpoint_check_config(c, err, errsz) < 0))
 		return RUN_BAD_INPUT;
-	rc = host_weights_load(&x->hw, r->be, &x->mc, c->cell.precision == PRECISION_NF4, engine_host_ext_cols(c),
-	                       c->cell.training.seed, err, errsz);
-	if (rc == -1)
+	if ((rc = load_base(x, err, errsz)) == RUN_BAD_INPUT)
 		return RUN_BAD_INPUT;
-	if (rc == -3)
-		r->status = "oom";
 	if (rc < 0)
 		goto failed;
-	x->have_hw = 1;
 	if (!c->quiet) {
 		char sz[32];
 
@@ -1137,15 +1151,10 @@ static int run_evaluation(struct run *x, char *err, size_t errsz)
 		r->status = "oom";
 		goto failed;
 	}
-	rc = host_weights_load(&x->hw, r->be, &x->mc, c->cell.precision == PRECISION_NF4, engine_host_ext_cols(c),
-	                       c->cell.training.seed, err, errsz);
-	if (rc == -1)
+	if ((rc = load_base(x, err, errsz)) == RUN_BAD_INPUT)
 		return RUN_BAD_INPUT;
-	if (rc == -3)
-		r->status = "oom";
 	if (rc < 0)
 		goto failed;
-	x->have_hw = 1;
 	r->weights_known = 1;
 	r->weights_real = x->hw.real;
 	/* the engine stages no training batch: the set is its only source */
