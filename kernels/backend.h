@@ -7,6 +7,7 @@
 #define POROS_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "ops.h"
 
 /* STREAM_COPY carries the base weights (host to device); STREAM_AUX the
@@ -63,6 +64,11 @@ struct backend {
 	 * its libraries (the cuBLAS workspace); the engine counts it in its
 	 * VRAM figures and budget, as torch counts its own. */
 	size_t library_device_bytes;
+	/* The host copy of the positions the ops will read at dev (n of them,
+	 * the same values until the next call): the CUDA attention plans
+	 * packed rows by document from it without waiting for the device.
+	 * NULL where the backend has no use for it (the CPU). */
+	void (*pos_mirror)(const int32_t *dev, const int32_t *host, size_t n);
 };
 
 /* The CUDA backend's library_device_bytes (the cuBLAS workspace), known

@@ -398,6 +398,33 @@ static inline struct attention_scratch attention_scratch_at(float *scratch, int 
 /* The largest (B,H,S,D) pack cuDNN runs the backward of (see attention_cudnn_heads). */
 #define ATTN_CUDNN_BACKWARD_MAX_PACK ((size_t)1 << 27)
 
+/* Packed rows take the route one cuDNN call per document when the engine
+ * mirrors the positions on the host (backend.h's pos_mirror), a call has
+ * at most ATTN_CUDNN_MAX_DOCS documents and every one is at least
+ * ATTN_CUDNN_DOC_MIN tokens long and a multiple of ATTN_CUDNN_DOC_QUANTUM;
+ * otherwise the kernels.  Each document length is a plan of its own (a
+ * plan build costs about 0.3 s), so the quantum bounds the plans a run
+ * builds to S / quantum; below the floor the kernels are faster. */
+#define ATTN_CUDNN_MAX_DOCS 64
+#define ATTN_CUDNN_DOC_MIN 1024
+#define ATTN_CUDNN_DOC_QUANTUM 256
+
+/* POROS_CUDNN_DOC_MIN=N (1 <= N, poros-train refuses other values) moves
+ * the floor and lifts the quantum, for tests that reach the route at small
+ * sizes and any length. */
+static inline int attention_cudnn_doc_min(void)
+{
+	const char *env = getenv("POROS_CUDNN_DOC_MIN");
+	int n = env && *env ? atoi(env) : 0;
+	return n >= 1 ? n : ATTN_CUDNN_DOC_MIN;
+}
+
+static inline int attention_cudnn_doc_quantum(void)
+{
+	const char *env = getenv("POROS_CUDNN_DOC_MIN");
+	return env && *env ? 1 : ATTN_CUDNN_DOC_QUANTUM;
+}
+
 static inline int attention_cudnn_route(int D)
 {
 	const char *env = getenv("POROS_ATTENTION");

@@ -183,6 +183,16 @@ parity() {
 	done
 }
 
+@test "POROS_CUDNN_DOC_MIN takes a token count >= 1: another value is a usage error before anything runs" {
+	for v in 0 -3 12x big; do
+		POROS_CUDNN_DOC_MIN=$v run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
+		[ "$stderr" = "poros-train: POROS_CUDNN_DOC_MIN: \"$v\" is not a token count >= 1" ]
+		[ -z "$output" ] && [ ! -e run ]
+	done
+	POROS_CUDNN_DOC_MIN=64 poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 1 --quiet --out r64 |
+		jq -e '.status == "ok"'
+}
+
 @test "POROS_ATTN_CKPT takes 0 or 1: another value is a usage error; on and off are the same bits" {
 	POROS_ATTN_CKPT=yes run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
 	[ "$stderr" = 'poros-train: POROS_ATTN_CKPT: unknown value "yes" (expected 0 or 1)' ]

@@ -820,6 +820,85 @@ static bool cudnn_backward(float *dq, float *dk, float *dv, float *scratch, cons
 	return true;
 }
 
+// Packed rows on cuDNN: the engine names the host copy of the positions it
+// gives the ops (attention_cuda_pos_mirror), so the documents of a call are
+// known on the host without waiting for the device; a call whose pos is
+// not inside the mirror takes the kernels.
+static struct {
+	const int32_t *dev, *host;
+	size_t n;
+} mirror;
+
+extern "C" void attention_cuda_pos_mirror(const int32_t *dev, const int32_t *host, size_t n)
+{
+	mirror.dev = dev, mirror.host = host, mirror.n = host ? n : 0;
+}
+
+// The documents of a call's rows (pos read from the mirror, clamped as the
+// kernels clamp it): the maximal runs whose first keys agree.  0 when pos
+// is not mirrored, a row is not block-diagonal (a first key that neither
+// continues the run nor starts a new one), or there are more than
+// ATTN_CUDNN_MAX_DOCS documents, or one shorter than attention_cudnn_doc_min
+// or not a multiple of the quantum (ops.h says why).
+static int documents(struct attention_doc *docs, const int32_t *pos, int B, int S)
+{
+	if (!mirror.host || pos < mirror.dev || pos + (size_t)B * S > mirror.dev + mirror.n)
+		return 0;
+	const int32_t *h = mirror.host + (pos - mirror.dev);
+	int n = 0, min_len = attention_cudnn_doc_min(), quantum = attention_cudnn_doc_quantum();
+	for (int b = 0; b < B; b++) {
+		int start = 0;
+		for (int i = 1; i <= S; i++) {
+			int f = i < S ? poros_first_key(h, b, S, i) : S;
+			if (f == start)
+				continue;
+			if (f != i || n == ATTN_CUDNN_MAX_DOCS || i - start < min_len || (i - start) % quantum)
+				return 0;
+			docs[n].b = b, docs[n].start = start, docs[n].len = i - start;
+			n++, start = i;
+		}
+	}
+	return n;
+}
+
+// The backward of packed rows through cuDNN, one call per document (as
+// cudnn_backward, rope and group sums at each token's own position).
+static bool cudnn_backward_docs(float *dq, float *dk, float *dv, float *scratch, const struct attention_scratch *p,
+                                const bf16 *out, int ld_out, const float *cos, const float *sin, const float *lse,
+                                const int32_t *pos, int B, int S, int H, int G, int D)
+{
+	struct attention_doc docs[ATTN_CUDNN_MAX_DOCS];
+	int ndocs = documents(docs, pos, B, S);
+	if (ndocs == 0)
+		return false;
+	struct cudnn_scratch c = cudnn_scratch_at(scratch, B, S, H, G, D);
+	size_t grads_elems = (size_t)B * attention_cudnn_heads(B, S, H, D) * S * D;
+	const bf16 *kx = p->k16, *vx = p->v16;
+	if (G != H) {
+		expand(c.kx, p->k16, B, S, H, G, D);
+		expand(c.vx, p->v16, B, S, H, G, D);
+		kx = c.kx, vx = c.vx;
+	}
+	float *dk_h = G == H ? dk : p->dk_h, *dv_h = G == H ? dv : p->dv_h;
+	if (!attention_cudnn_backward_docs(dq, dk_h, dv_h, c.grads, grads_elems, p->delta, c.workspace,
+	                                   c.workspace_bytes, p->q16, kx, vx, p->dout16, out, ld_out, lse, S, H, D, docs,
+	                                   ndocs))
+		return false;
+	if (cos)
+		rope_backward_cuda(dq, cos, sin, pos, B, S, H, D);
+	if (G == H) {
+		if (cos)
+			rope_backward_cuda(dk, cos, sin, pos, B, S, G, D);
+		return true;
+	}
+	if (cos)
+		group_sum_rot(dk, dk_h, cos, sin, pos, B, S, H, G, D);
+	else
+		group_sum(dk, dk_h, B, S, H, G, D);
+	group_sum(dv, dv_h, B, S, H, G, D);
+	return true;
+}
+
 // out (T,H*D) bf16, rows ld_out apart (the o projection's input, with room
 // for its LoRA extension); lse (B,H,S); q (T,H,D), k, v (T,G,D), q and k
 // rotated as they are packed when the tables are given; pos (T) or NULL.
@@ -840,6 +919,14 @@ extern "C" void attention_forward_cuda(bf16 *out, int ld_out, float *lse, float 
 		struct cudnn_scratch c = cudnn_scratch_at(scratch, B, S, H, G, D);
 		if (attention_cudnn_forward(out, ld_out, lse, c.workspace, c.workspace_bytes, p.q16, p.k16, p.v16, B, S,
 		                            H, G, D))
+			return;
+	}
+	struct attention_doc docs[ATTN_CUDNN_MAX_DOCS];
+	int ndocs = pos && attention_cudnn_route(D) ? documents(docs, pos, B, S) : 0;
+	if (ndocs > 0) {
+		struct cudnn_scratch c = cudnn_scratch_at(scratch, B, S, H, G, D);
+		if (attention_cudnn_forward_docs(out, ld_out, lse, c.workspace, c.workspace_bytes, p.q16, p.k16, p.v16, S,
+		                                 H, G, D, docs, ndocs))
 			return;
 	}
 	const int *first = first_keys(&p, pos, B, S);
@@ -868,6 +955,9 @@ extern "C" void attention_backward_cuda(float *dq, float *dk, float *dv, float *
 	pack(p.v16, v, NULL, NULL, NULL, B, S, G, D);
 	if (!pos && attention_cudnn_route(D) && attention_cudnn_heads(B, S, H, D) > 0 &&
 	    cudnn_backward(dq, dk, dv, scratch, &p, out, ld_out, rope_cos, rope_sin, lse, B, S, H, G, D))
+		return;
+	if (pos && attention_cudnn_route(D) && attention_cudnn_heads(B, S, H, D) > 0 &&
+	    cudnn_backward_docs(dq, dk, dv, scratch, &p, out, ld_out, rope_cos, rope_sin, lse, pos, B, S, H, G, D))
 		return;
 	deltas(p.delta, p.dout16, out, ld_out, B, S, H, D); // before the dq and dk/dv kernels, which read it
 	const int *first = first_keys(&p, pos, B, S);

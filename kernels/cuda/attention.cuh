@@ -21,6 +21,29 @@ extern "C" bool attention_cudnn_backward(float *dq_h, float *dk_h, float *dv_h, 
                                          int ld_out, const float *lse, int heads_per_call, int B, int S, int H,
                                          int D);
 
+// A document of a packed row: row b's tokens start .. start+len-1.
+struct attention_doc {
+	int b, start, len;
+};
+
+// What the route has done in this process (bench_attention prints it).
+struct attention_cudnn_stats {
+	long plans_built, doc_calls;
+	double build_ms;
+};
+
+extern "C" struct attention_cudnn_stats attention_cudnn_stats_read(void);
+extern "C" bool attention_cudnn_forward_docs(bf16 *out, int ld_out, float *lse, void *workspace,
+                                             size_t workspace_bytes, const bf16 *q16, const bf16 *k16,
+                                             const bf16 *v16, int S, int H, int G, int D,
+                                             const struct attention_doc *docs, int ndocs);
+extern "C" bool attention_cudnn_backward_docs(float *dq_h, float *dk_h, float *dv_h, bf16 *grads,
+                                              size_t grads_elems, float *delta, void *workspace,
+                                              size_t workspace_bytes, const bf16 *q16, const bf16 *kx16,
+                                              const bf16 *vx16, const bf16 *do16, const bf16 *out, int ld_out,
+                                              const float *lse, int S, int H, int D,
+                                              const struct attention_doc *docs, int ndocs);
+
 // 16 bytes from global src to shared dst by cp.async, zeros when !in (the
 // copy then reads no bytes; src must still be a valid address).
 __device__ __forceinline__ void cp_async16(bf16 *dst, const bf16 *src, bool in)

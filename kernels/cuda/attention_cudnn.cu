@@ -21,6 +21,7 @@
 // scaled scores, natural log).  One execution plan is built per shape and
 // kept for the process (a build compiles kernels at run time).
 #include <cudnn.h>
+#include <time.h>
 
 #include "attention.cuh"
 
@@ -365,9 +366,11 @@ enum {
 
 // A call's shape: B sequences of S tokens, heads hc of the H query heads
 // (G key/value heads in the forward; the backward's k, v are per query
-// head), head dim D, out's rows ld_out apart.
+// head), head dim D, out's rows ld_out apart.  The sequences are views
+// into packs whose rows hold Srow >= S tokens (a document of a packed row:
+// Srow is the row's length, the strides are the row's).
 struct attn_shape {
-	int B, S, H, G, hc, D, ld_out;
+	int B, S, Srow, H, G, hc, D, ld_out;
 };
 
 static bool shape_eq(const struct attn_shape *a, const struct attn_shape *b)
@@ -381,9 +384,10 @@ static bool forward_plan(struct plan *p, const struct attn_shape *s)
 	struct graph g;
 	memset(&g, 0, sizeof g);
 	g.next_virtual_uid = UID_FIRST_VIRTUAL;
-	int64_t B = s->B, S = s->S, H = s->H, G = s->G, D = s->D;
-	struct tdesc qt = packed(B, H, S, D), kt = packed(B, G, S, D), scores = packed(B, H, S, S);
-	struct tdesc ot = dims(B, H, S, D, S * s->ld_out, D, s->ld_out, 1), row = packed(B, H, S, 1);
+	int64_t B = s->B, S = s->S, R = s->Srow, H = s->H, G = s->G, D = s->D;
+	struct tdesc qt = dims(B, H, S, D, H * R * D, R * D, D, 1), kt = dims(B, G, S, D, G * R * D, R * D, D, 1);
+	struct tdesc scores = packed(B, H, S, S);
+	struct tdesc ot = dims(B, H, S, D, R * s->ld_out, D, s->ld_out, 1), row = dims(B, H, S, 1, H * R, R, 1, 1);
 	cudnnBackendDescriptor_t q = io(&g, UID_Q, CUDNN_DATA_BFLOAT16, qt);
 	cudnnBackendDescriptor_t k = io(&g, UID_K, CUDNN_DATA_BFLOAT16, transposed(kt));
 	cudnnBackendDescriptor_t v = io(&g, UID_V, CUDNN_DATA_BFLOAT16, kt);
@@ -422,11 +426,11 @@ static bool backward_plan(struct plan *p, const struct attn_shape *s)
 	struct graph g;
 	memset(&g, 0, sizeof g);
 	g.next_virtual_uid = UID_FIRST_VIRTUAL;
-	int64_t B = s->B, S = s->S, H = s->H, R = s->hc, D = s->D;
-	struct tdesc qt = dims(B, R, S, D, H * S * D, S * D, D, 1); // (B,H,S,D) packs, hc of the heads
-	struct tdesc ot = dims(B, R, S, D, S * s->ld_out, D, s->ld_out, 1);
+	int64_t B = s->B, S = s->S, W = s->Srow, H = s->H, R = s->hc, D = s->D;
+	struct tdesc qt = dims(B, R, S, D, H * W * D, W * D, D, 1); // (B,H,W,D) packs, hc of the heads
+	struct tdesc ot = dims(B, R, S, D, W * s->ld_out, D, s->ld_out, 1);
 	struct tdesc gt = packed(B, R, S, D);
-	struct tdesc row = dims(B, R, S, 1, H * S, S, 1, 1);
+	struct tdesc row = dims(B, R, S, 1, H * W, W, 1, 1);
 	struct tdesc scores = packed(B, R, S, S), scores_t = transposed(scores);
 	cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
 	cudnnBackendDescriptor_t q = io(&g, UID_Q, bf, qt);
@@ -485,37 +489,51 @@ static bool backward_plan(struct plan *p, const struct attn_shape *s)
 
 // ---------------------------------------------------------------------------
 // The plan cache: one forward and one backward plan per shape (a training
-// step has one shape, the bench and the tests a few).
+// step of one-document rows has one shape; packed rows one per document
+// length), the least recently used one rebuilt when it is full.
 
-#define PLAN_CACHE 16
+#define PLAN_CACHE 96
 
 struct cached {
 	struct attn_shape shape;
 	bool backward, ok;
 	struct plan plan;
+	unsigned long used;
 };
 
 static struct cached cache[PLAN_CACHE];
-static int ncached, next_evict;
+static int ncached;
+static unsigned long plan_clock;
+static struct attention_cudnn_stats stats;
 
 static const struct plan *plan_for(const struct attn_shape *s, bool backward)
 {
 	for (int i = 0; i < ncached; i++)
-		if (cache[i].backward == backward && shape_eq(&cache[i].shape, s))
+		if (cache[i].backward == backward && shape_eq(&cache[i].shape, s)) {
+			cache[i].used = ++plan_clock;
 			return cache[i].ok ? &cache[i].plan : NULL;
+		}
 	struct cached *c;
 	if (ncached < PLAN_CACHE) {
 		c = &cache[ncached++];
 	} else {
-		c = &cache[next_evict];
-		next_evict = (next_evict + 1) % PLAN_CACHE;
+		c = &cache[0];
+		for (int i = 1; i < PLAN_CACHE; i++)
+			if (cache[i].used < c->used)
+				c = &cache[i];
 		if (c->ok)
 			cudnnBackendDestroyDescriptor(c->plan.exec);
 	}
 	memset(c, 0, sizeof *c);
+	c->used = ++plan_clock;
+	stats.plans_built++;
 	c->shape = *s;
 	c->backward = backward;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	c->ok = backward ? backward_plan(&c->plan, s) : forward_plan(&c->plan, s);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	stats.build_ms += (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
 	return c->ok ? &c->plan : NULL;
 }
 
@@ -543,7 +561,7 @@ extern "C" bool attention_cudnn_forward(bf16 *out, int ld_out, float *lse, void 
                                         const bf16 *q16, const bf16 *k16, const bf16 *v16, int B, int S, int H,
                                         int G, int D)
 {
-	struct attn_shape s = { B, S, H, G, H, D, ld_out };
+	struct attn_shape s = { B, S, S, H, G, H, D, ld_out };
 	const struct plan *p = plan_within(&s, false, workspace_bytes);
 	if (!p)
 		return false;
@@ -582,7 +600,7 @@ extern "C" bool attention_cudnn_backward(float *dq_h, float *dk_h, float *dv_h, 
                                          int ld_out, const float *lse, int heads_per_call, int B, int S, int H,
                                          int D)
 {
-	struct attn_shape s = { B, S, H, H, heads_per_call, D, ld_out };
+	struct attn_shape s = { B, S, S, H, H, heads_per_call, D, ld_out };
 	const struct plan *p = plan_within(&s, true, workspace_bytes);
 	if (!p)
 		return false;
@@ -601,5 +619,98 @@ extern "C" bool attention_cudnn_backward(float *dq_h, float *dk_h, float *dv_h, 
 		unpack(dk_h, dk16, B, S, heads_per_call, H, h0, D);
 		unpack(dv_h, dv16, B, S, heads_per_call, H, h0, D);
 	}
+	return true;
+}
+
+// ---------------------------------------------------------------------------
+// Packed rows: one call per document, each a view of its rows in the
+// packs (the row's strides, the document's length), so every document
+// gets its own causal attention with no mask across documents and no
+// padding.  Plans are per document length.
+
+extern "C" struct attention_cudnn_stats attention_cudnn_stats_read(void)
+{
+	return stats;
+}
+
+// The forward of every document; false (nothing run) when a plan does not
+// build or wants more workspace than given.
+extern "C" bool attention_cudnn_forward_docs(bf16 *out, int ld_out, float *lse, void *workspace,
+                                             size_t workspace_bytes, const bf16 *q16, const bf16 *k16,
+                                             const bf16 *v16, int S, int H, int G, int D,
+                                             const struct attention_doc *docs, int ndocs)
+{
+	for (int i = 0; i < ndocs; i++) {
+		struct attn_shape s = { 1, docs[i].len, S, H, G, H, D, ld_out };
+		if (!plan_within(&s, false, workspace_bytes))
+			return false;
+	}
+	float scale = (float)(1.0 / sqrt((double)D)), neg_inf = -INFINITY;
+	for (int i = 0; i < ndocs; i++) {
+		const struct attention_doc *d = &docs[i];
+		struct attn_shape s = { 1, d->len, S, H, G, H, D, ld_out };
+		const struct plan *p = plan_for(&s, false);
+		size_t row = (size_t)d->b * S + d->start;
+		int64_t uids[] = { UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF };
+		void *ptrs[] = { (void *)(q16 + ((size_t)d->b * H * S + d->start) * D),
+		                 (void *)(k16 + ((size_t)d->b * G * S + d->start) * D),
+		                 (void *)(v16 + ((size_t)d->b * G * S + d->start) * D), out + row * ld_out,
+		                 lse + (size_t)d->b * H * S + d->start, &scale, &neg_inf };
+		plan_run(p, 7, uids, ptrs, workspace);
+	}
+	stats.doc_calls += ndocs;
+	return true;
+}
+
+// The heads a backward call of a document of len tokens takes: the largest
+// divisor of H whose workspace fits and whose three gradients fit grads
+// (grads_elems bf16 each); 0 when not even one head does.
+static int doc_heads(int len, int H, int D, size_t workspace_bytes, size_t grads_elems)
+{
+	for (int hc = H; hc >= 1; hc--)
+		if (H % hc == 0 && attention_cudnn_workspace_bytes(1, len, hc, D) <= workspace_bytes &&
+		    (size_t)hc * len * D <= grads_elems)
+			return hc;
+	return 0;
+}
+
+// The backward of every document into dq_h, dk_h, dv_h (T,H,D) fp32 per
+// query head and delta, as attention_cudnn_backward; false (nothing run)
+// when a plan does not build or does not fit.
+extern "C" bool attention_cudnn_backward_docs(float *dq_h, float *dk_h, float *dv_h, bf16 *grads,
+                                              size_t grads_elems, float *delta, void *workspace,
+                                              size_t workspace_bytes, const bf16 *q16, const bf16 *kx16,
+                                              const bf16 *vx16, const bf16 *do16, const bf16 *out, int ld_out,
+                                              const float *lse, int S, int H, int D,
+                                              const struct attention_doc *docs, int ndocs)
+{
+	for (int i = 0; i < ndocs; i++) {
+		int hc = doc_heads(docs[i].len, H, D, workspace_bytes, grads_elems);
+		struct attn_shape s = { 1, docs[i].len, S, H, H, hc, D, ld_out };
+		if (hc == 0 || !plan_within(&s, true, workspace_bytes))
+			return false;
+	}
+	float scale = (float)(1.0 / sqrt((double)D)), neg_inf = -INFINITY, one = 1.0f;
+	for (int i = 0; i < ndocs; i++) {
+		const struct attention_doc *d = &docs[i];
+		int hc = doc_heads(d->len, H, D, workspace_bytes, grads_elems), L = d->len;
+		struct attn_shape s = { 1, L, S, H, H, hc, D, ld_out };
+		const struct plan *p = plan_for(&s, true);
+		size_t part = (size_t)hc * L * D, row = (size_t)d->b * S + d->start;
+		bf16 *dq16 = grads, *dk16 = grads + part, *dv16 = grads + 2 * part;
+		for (int h0 = 0; h0 < H; h0 += hc) {
+			size_t pack = (((size_t)d->b * H + h0) * S + d->start) * D, hrow = ((size_t)d->b * H + h0) * S + d->start;
+			int64_t uids[] = { UID_Q, UID_K, UID_V, UID_O, UID_DO, UID_STATS, UID_DELTA, UID_DQ, UID_DK,
+			                   UID_DV, UID_SCALE, UID_NEG_INF, UID_ONE };
+			void *ptrs[] = { (void *)(q16 + pack), (void *)(kx16 + pack), (void *)(vx16 + pack),
+			                 (void *)(out + row * ld_out + (size_t)h0 * D), (void *)(do16 + pack),
+			                 (void *)(lse + hrow), delta + hrow, dq16, dk16, dv16, &scale, &neg_inf, &one };
+			plan_run(p, 13, uids, ptrs, workspace);
+			unpack(dq_h + row * H * D, dq16, 1, L, hc, H, h0, D);
+			unpack(dk_h + row * H * D, dk16, 1, L, hc, H, h0, D);
+			unpack(dv_h + row * H * D, dv16, 1, L, hc, H, h0, D);
+		}
+	}
+	stats.doc_calls += ndocs;
 	return true;
 }

@@ -13,6 +13,8 @@
 
 #include "common.cuh"
 
+extern "C" void attention_cuda_pos_mirror(const int32_t *dev, const int32_t *host, size_t n);
+
 // cuBLAS's recommended workspace on Hopper.  Fixed for the life of the
 // process: a GEMM's algorithm may depend on the workspace it is offered, so
 // a changing workspace could change bits.  It sits outside the engine's
@@ -487,5 +489,6 @@ extern "C" const struct backend *backend_cuda_open(char *err, size_t errsz)
 	b->driver_version = state.driver;
 	b->runtime_version = state.runtime;
 	b->library_device_bytes = CUBLAS_WORKSPACE_BYTES;
+	b->pos_mirror = attention_cuda_pos_mirror;
 	return b;
 }

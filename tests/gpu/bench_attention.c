@@ -10,7 +10,11 @@
  *
  * usage: bench_attention [S...]   (default: 2048 8192; B=1 H=28 G=4 D=128)
  * With a second form, bench_attention docs S N, the rows hold N documents
- * of equal length (pos counting from 0 at each).  BENCH_HEADS=H/G
+ * of equal length (pos counting from 0 at each); with a third, lens S
+ * L1,L2,..., documents of those lengths and a last one to the row's end.
+ * Packed rows give the backend the host copy of pos (pos_mirror), as the
+ * engine does, unless BENCH_NO_MIRROR is set.  TFLOP/s of packed rows
+ * count each document's own causal FLOPs.  BENCH_HEADS=H/G
  * (default 28/4, Qwen2.5-7B; 64/8 is 72B's).  Each shape also says whether
  * a second forward and backward gave the same bits; with BENCH_REFERENCE=1
  * both paths are also checked against a double-precision reference on a
@@ -412,7 +416,16 @@ static void reference(const struct shape *s)
 
 static int heads_q = 28, heads_kv = 4;
 
-static void bench(int S, int docs)
+/* The CUDA backend's cuDNN route counters (kernels/cuda/attention.cuh). */
+struct attention_cudnn_stats {
+	long plans_built, doc_calls;
+	double build_ms;
+};
+struct attention_cudnn_stats attention_cudnn_stats_read(void);
+
+/* One row of S tokens (B = 1) holding ndocs documents of the given lengths
+ * (the last one takes what is left); ndocs 1: one document. */
+static void bench(int S, int ndocs, const int *lens)
 {
 	struct shape s;
 	memset(&s, 0, sizeof s);
@@ -425,30 +438,51 @@ static void bench(int S, int docs)
 	s.dq = dev(qn * 4), s.dk = dev(kn * 4), s.dv = dev(kn * 4);
 	s.cos = dev_rand((size_t)S * s.D / 2, SEED_COS), s.sin = dev_rand((size_t)S * s.D / 2, SEED_SIN);
 	s.pos = NULL;
-	if (docs > 1) {
-		int32_t *p = malloc(T * sizeof *p);
-		int len = (S + docs - 1) / docs;
-		for (size_t t = 0; t < T; t++)
-			p[t] = (int32_t)((t % S) % len);
-		s.pos = dev(T * sizeof *p);
-		gpu->copy_h2d(s.pos, p, T * sizeof *p, STREAM_COMPUTE);
+	int32_t *host_pos = NULL;
+	double causal = 0; /* the causal FLOPs' S^2 part, summed over the documents */
+	if (ndocs > 1) {
+		host_pos = malloc(T * sizeof *host_pos);
+		size_t t = 0;
+		for (int d = 0; d < ndocs; d++) {
+			size_t len = d == ndocs - 1 ? T - t : (size_t)lens[d];
+			for (size_t i = 0; i < len; i++)
+				host_pos[t + i] = (int32_t)i;
+			t += len;
+			causal += (double)len * len;
+		}
+		s.pos = dev(T * sizeof *host_pos);
+		gpu->copy_h2d(s.pos, host_pos, T * sizeof *host_pos, STREAM_COMPUTE);
 		gpu->synchronize();
-		free(p);
+		if (getenv("BENCH_NO_MIRROR") == NULL && gpu->pos_mirror)
+			gpu->pos_mirror(s.pos, host_pos, T);
+	} else {
+		causal = (double)S * S;
 	}
+	struct attention_cudnn_stats st0 = attention_cudnn_stats_read();
 	float f = time_ms(fwd, &s), b = time_ms(bwd, &s);
+	struct attention_cudnn_stats st1 = attention_cudnn_stats_read();
 	int same = same_bits_twice(&s, qn, kn);
-	double flops = 4.0 * S * (double)S * s.H * s.D / 2 * s.B;
-	/* which path ran: ops.h's route predicates, as the CUDA ops apply them */
-	int route = docs == 1 && attention_cudnn_route(s.D);
-	printf("path: forward %s, backward %s\n", route ? "cudnn" : "kernels",
-	       route && attention_cudnn_heads(s.B, S, s.H, s.D) > 0 ? "cudnn" : "kernels");
+	double flops = 4.0 * causal * s.H * s.D / 2 * s.B;
+	/* which path ran: ops.h's route predicates, as the CUDA ops apply them,
+	 * and for packed rows whether cuDNN's per-document calls ran */
+	int route = ndocs == 1 && attention_cudnn_route(s.D);
+	if (ndocs > 1)
+		printf("path: %s (%ld document calls, %ld plans built in %.0f ms)\n",
+		       st1.doc_calls > st0.doc_calls ? "cudnn per document" : "kernels", st1.doc_calls - st0.doc_calls,
+		       st1.plans_built - st0.plans_built, st1.build_ms - st0.build_ms);
+	else
+		printf("path: forward %s, backward %s\n", route ? "cudnn" : "kernels",
+		       route && attention_cudnn_heads(s.B, S, s.H, s.D) > 0 ? "cudnn" : "kernels");
 	printf("attention B=%d S=%d H=%d G=%d D=%d docs=%d: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms "
 	       "(%.0f TFLOP/s), scratch %.1f MiB, %s\n",
-	       s.B, S, s.H, s.G, s.D, docs, f, flops / docs / f * 1e-9, b, 2.5 * flops / docs / b * 1e-9,
-	       sf * 4.0 / 1048576, same ? "same bits twice" : "BITS DIFFER run to run");
+	       s.B, S, s.H, s.G, s.D, ndocs, f, flops / f * 1e-9, b, 2.5 * flops / b * 1e-9, sf * 4.0 / 1048576,
+	       same ? "same bits twice" : "BITS DIFFER run to run");
 	fflush(stdout);
 	against_kernels(&s, qn, kn);
 	reference(&s);
+	if (gpu->pos_mirror)
+		gpu->pos_mirror(NULL, NULL, 0);
+	free(host_pos);
 	void *bufs[] = { s.q, s.k, s.v, s.dout, s.out, s.lse, s.scratch, s.dq, s.dk, s.dv, s.cos, s.sin, s.pos };
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		if (bufs[i])
@@ -469,14 +503,37 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (argc == 4 && strcmp(argv[1], "docs") == 0) {
-		bench(atoi(argv[2]), atoi(argv[3]));
+		int S = atoi(argv[2]), n = atoi(argv[3]), lens[256];
+		if (n < 1 || n > 256 || S < n) {
+			fprintf(stderr, "bench_attention: docs S N: want 1 <= N <= 256, N <= S\n");
+			return 2;
+		}
+		for (int i = 0; i < n; i++)
+			lens[i] = (S + n - 1) / n;
+		bench(S, n, lens);
+		return reference_failed;
+	}
+	if (argc == 4 && strcmp(argv[1], "lens") == 0) {
+		/* lens S L1,L2,...: documents of those lengths, the last one to the row's end */
+		int S = atoi(argv[2]), n = 0, lens[256], sum = 0;
+		for (char *p = argv[3]; *p && n < 255; n++) {
+			lens[n] = (int)strtol(p, &p, 10);
+			sum += lens[n];
+			if (*p == ',')
+				p++;
+		}
+		if (n == 0 || sum >= S) {
+			fprintf(stderr, "bench_attention: lens S L1,...: the lengths must leave a last document\n");
+			return 2;
+		}
+		bench(S, n + 1, lens);
 		return reference_failed;
 	}
 	if (argc == 1) {
-		bench(2048, 1);
-		bench(8192, 1);
+		bench(2048, 1, NULL);
+		bench(8192, 1, NULL);
 	}
 	for (int i = 1; i < argc; i++)
-		bench(atoi(argv[i]), 1);
+		bench(atoi(argv[i]), 1, NULL);
 	return reference_failed;
 }

@@ -111,6 +111,42 @@ done
 bit_identical "packed blockwise vs resident" "$out/runs/packed_cuda_resident" "$out/runs/packed_cuda_blockwise"
 losses_agree "packed cpu vs cuda" 5e-3 "$out/runs/packed_cpu_resident/events.jsonl" \
 	"$out/runs/packed_cuda_resident/events.jsonl" || { echo "FAIL: packed cpu vs cuda losses differ"; fail=1; }
+note "packed documents on cuDNN's per-document route (head dim 64, any length): blockwise vs resident, against the kernels"
+if python3 -c 'import torch, transformers' 2>/dev/null; then
+	python3 - "$out/docs_model" <<'PY' || fail=1
+import sys, torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+torch.manual_seed(3)
+c = Qwen2Config(vocab_size=320, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=64, max_position_embeddings=4096, rope_theta=10000.0,
+                initializer_range=0.15, tie_word_embeddings=False, rms_norm_eps=1e-6)
+Qwen2ForCausalLM(c).to(torch.bfloat16).save_pretrained(sys.argv[1], safe_serialization=True)
+PY
+	cp tests/fixtures/tokenizer/tiny/* "$out/docs_model/"
+	for i in $(seq 1 40); do printf '{"text":"hello world %s"}\n' "$(printf 'lo wor%.0s' $(seq $((i * 7))))"; done >"$out/docs.jsonl"
+	for run in cpu:resident:- cuda:resident:mma cuda:resident:docs cuda:blockwise:docs; do
+		IFS=: read -r be mode route <<-EOR
+		$run
+		EOR
+		envs=POROS_ATTENTION=mma
+		[ "$route" = docs ] && envs="POROS_CUDNN_DOC_MIN=1 POROS_CUDNN_VERBOSE=1"
+		# shellcheck disable=SC2086
+		env $envs $P/poros-train --model "$out/docs_model" --backend "$be" --mode "$mode" --precision bf16 --block-size 1 \
+			--seq-len 1024 --batch-size 2 --accum 2 --steps 3 --rank 8 --alpha 16 --dropout 0 --dataset "$out/docs.jsonl" \
+			--out "$out/runs/docs_${be}_${mode}_$route" --quiet >/dev/null 2>"$out/runs/docs_${be}_${mode}_$route.log" ||
+			{ fail=1; tail -2 "$out/runs/docs_${be}_${mode}_$route.log"; }
+	done
+	n=$(grep -c 'cudnn forward: engine' "$out/runs/docs_cuda_resident_docs.log")
+	if [ "$n" -gt 1 ]; then echo "per-document route ran: $n forward plans"; else echo "FAIL: the per-document route did not run"; fail=1; fi
+	bit_identical "packed documents on cuDNN, blockwise vs resident" "$out/runs/docs_cuda_resident_docs" \
+		"$out/runs/docs_cuda_blockwise_docs"
+	for other in cpu_resident_- cuda_resident_mma; do
+		losses_agree "per-document route vs $other" 2e-3 "$out/runs/docs_cuda_resident_docs/events.jsonl" \
+			"$out/runs/docs_$other/events.jsonl" || { echo "FAIL: per-document route vs $other losses differ"; fail=1; }
+	done
+else
+	echo "skipped: no torch/transformers to write the head-dim-64 checkpoint"
+fi
 note "seq 8192: blockwise (with and without the attention checkpoints) vs resident bit parity (Qwen2.5-0.5B shapes, fused attention)"
 for run in blockwise:1 blockwise:0 resident:1; do
 	mode=${run%:*} attn=${run#*:}

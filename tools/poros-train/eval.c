@@ -57,6 +57,8 @@ int engine_eval(struct engine *e, struct token_source *src, long rows, double *l
 		e->be->copy_h2d(e->embed_rows, st->rows, (size_t)nmb * T * e->lc.C * sizeof(bf16), STREAM_COMPUTE);
 		e->be->copy_h2d(e->targets, st->targets, (size_t)nmb * T * sizeof(int32_t), STREAM_COMPUTE);
 		e->be->copy_h2d(e->pos, st->pos, (size_t)nmb * T * sizeof(int32_t), STREAM_COMPUTE);
+		if (e->be->pos_mirror) /* until the next batch: the losses' read below waits for the ops */
+			e->be->pos_mirror(e->pos, st->pos, (size_t)nmb * T);
 		staging_mark_plain(e, st->pos, nmb);
 		e->batch_stale = 1;
 		eval_pass(e, nmb);

@@ -192,6 +192,15 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	if (route && *route && strcmp(route, "mma") && strcmp(route, "cudnn"))
 		return snprintf(err, errsz, "POROS_ATTENTION: unknown value \"%s\" (expected mma or cudnn)", route), -1;
 
+	/* the per-document cuDNN route's floor (kernels/ops.h): a typo must not
+	 * silently keep the default */
+	if (getenv("POROS_CUDNN_DOC_MIN") && *getenv("POROS_CUDNN_DOC_MIN")) {
+		long n = strtol(getenv("POROS_CUDNN_DOC_MIN"), &end, 10);
+		if (*end || n < 1 || n > 1 << 30)
+			return snprintf(err, errsz, "POROS_CUDNN_DOC_MIN: \"%s\" is not a token count >= 1",
+			                getenv("POROS_CUDNN_DOC_MIN")), -1;
+	}
+
 	/* kernels/ops.h's LoRA extension: a typo must not silently leave it on */
 	if (ext && *ext && strcmp(ext, "0") && strcmp(ext, "1"))
 		return snprintf(err, errsz, "POROS_LORA_EXT: unknown value \"%s\" (expected 0 or 1)", ext), -1;

@@ -144,6 +144,8 @@ int staging_load(struct engine *e, int step)
 	e->be->copy_h2d(e->embed_rows, st->rows, n * e->lc.C * sizeof(bf16), STREAM_COMPUTE);
 	e->be->copy_h2d(e->targets, st->targets, n * sizeof(int32_t), STREAM_COMPUTE);
 	e->be->copy_h2d(e->pos, st->pos, n * sizeof(int32_t), STREAM_COMPUTE);
+	if (e->be->pos_mirror) /* st->pos holds these until the next staging_load */
+		e->be->pos_mirror(e->pos, st->pos, n);
 	e->batch_stale = 0;
 	if (!again) {
 		e->loaded_step = step;
