@@ -1,9 +1,15 @@
 /* kernels/ops.h: the numeric ops of Poros, one interface for two backends.
  *
- * kernels/cpu/<op>.c implements <op>_cpu; kernels/cuda/<op>.cu implements
- * <op>_cuda with the same arguments (device pointers, launched on the
- * backend's current compute stream, asynchronous).  The engine never calls
- * either directly: it calls through struct poros_ops, filled by the backend.
+ * Three tiers hold each op.  kernels/ref/ (ref.h, one file per op family)
+ * is the math in double with no rounding of its own: the op tests hold the
+ * other two against it, and no tool links it.  kernels/cpu/<op>.c
+ * (<op>_cpu) is the rounding contract below in plain C, rounding exactly
+ * where CUDA stores bf16: the reference CUDA's bits and tolerances are
+ * checked against, and the CPU backend.  kernels/cuda/<op>.cu (<op>_cuda,
+ * the same arguments as device pointers, launched on the backend's current
+ * compute stream, asynchronous) is the fast path.  The engine calls
+ * neither backend directly: it calls through struct poros_ops, filled by
+ * the backend.
  *
  * Dimension legend
  *   B batch, S sequence length, T = B*S tokens, C hidden size,

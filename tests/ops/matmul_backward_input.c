@@ -5,6 +5,8 @@
  * Included by the op-test drivers through ops_all.h, which says what each
  * section defines. */
 
+#include "ops_test.h"
+
 #ifdef OPS_TEST_VALUES
 static void test_pitched_matmul_backward(void)
 {
@@ -51,15 +53,7 @@ struct matmul_ctx {
 static double matmul_loss(const void *p)
 {
 	const struct matmul_ctx *c = p;
-	double L = 0.0;
-	for (int t = 0; t < c->T; t++)
-		for (int n = 0; n < c->N; n++) {
-			double y = 0.0;
-			for (int k = 0; k < c->K; k++)
-				y += c->x[(size_t)t * c->K + k] * c->W[(size_t)n * c->K + k];
-			L += c->lw[(size_t)t * c->N + n] * y;
-		}
-	return L;
+	return ref_matmul_dot(c->lw, c->x, c->W, c->T, c->K, c->N);
 }
 
 static void test_matmul_backward_input(void)
@@ -111,6 +105,8 @@ static void matmul_backward_input_grad_check(void)
 #endif
 
 #ifdef OPS_TEST_CUDA
+#include "matmul_case.h"
+
 static void matmul_bwd_gpu(const void *p)
 {
 	const struct matmul_args *a = p;
