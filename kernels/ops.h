@@ -398,9 +398,8 @@ static inline int attention_cudnn_heads(int B, int S, int H, int D)
 	if (attention_cudnn_ds_bytes(B, S, 1) > 2 * ATTN_CUDNN_WORKSPACE_CAP)
 		return 0;
 	/* beyond 2^27 elements a (B,H,S,D) pack cuDNN 9.14's backward is wrong
-	 * (dq, dk off by their own size against a double reference; the
-	 * kernels and the forward are right): measured at 40, 48 and 64 heads,
-	 * docs/perf-notes.md section 10 */
+	 * (dq, dk off by their own size; the kernels and the forward are
+	 * right): docs/perf-notes.md, "Decisions that stand" */
 	if ((size_t)B * H * S * D > ATTN_CUDNN_BACKWARD_MAX_PACK)
 		return 0;
 	for (int hc = H; hc > 1; hc--)
