@@ -43,6 +43,9 @@ double ref_lora_dot(const double *lw, const double *x, const double *keep, const
 /* cos, sin (S, D/2) as HF builds them, in fp32: inv_freq = theta^(-2i/D),
  * angle = pos * inv_freq (the tables every rope and attention test reads) */
 void ref_rope_tables(float *cos_t, float *sin_t, int S, int D, double theta);
+/* out (T,nh,D) = rope(x) at positions t % S: each pair (x1, x2) -> (x1 cos
+ * - x2 sin, x2 cos + x1 sin), HF's rotate_half layout */
+void ref_rope(double *out, const float *x, const float *cos_t, const float *sin_t, int T, int S, int nh, int D);
 /* sum lw .* rope(x), x (T,nh,D) at positions t % S, HF's rotate_half */
 double ref_rope_dot(const double *lw, const double *x, const double *cos_t, const double *sin_t, int T, int S,
                     int nh, int D);
@@ -76,5 +79,12 @@ void ref_crossentropy(double *loss, const float *logits, const int32_t *targets,
 /* the mean over rows whose target is not negative of -log
  * softmax(logits)[target] */
 double ref_crossentropy_mean(const double *logits, const int32_t *targets, int T, int V);
+
+/* --- adamw.c --- */
+/* param, m, v (n) after AdamW step `step` (from 1) on grad * grad_scale,
+ * from param_in, m_in, v_in, weight decay decoupled (param (1 - lr wd)) */
+void ref_adamw(double *param, double *m, double *v, const float *param_in, const float *grad, const float *m_in,
+               const float *v_in, long n, double lr, double b1, double b2, double eps, double wd, double grad_scale,
+               int step);
 
 #endif

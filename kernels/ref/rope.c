@@ -17,6 +17,19 @@ void ref_rope_tables(float *cos_t, float *sin_t, int S, int D, double theta)
 		}
 }
 
+void ref_rope(double *out, const float *x, const float *cos_t, const float *sin_t, int T, int S, int nh, int D)
+{
+	int half = D / 2;
+	for (int t = 0; t < T; t++)
+		for (int h = 0; h < nh; h++)
+			for (int i = 0; i < half; i++) {
+				size_t o = ((size_t)t * nh + h) * D;
+				double c = cos_t[(t % S) * half + i], s = sin_t[(t % S) * half + i];
+				out[o + i] = x[o + i] * c - x[o + i + half] * s;
+				out[o + i + half] = x[o + i + half] * c + x[o + i] * s;
+			}
+}
+
 double ref_rope_dot(const double *lw, const double *x, const double *cos_t, const double *sin_t, int T, int S,
                     int nh, int D)
 {

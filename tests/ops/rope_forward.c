@@ -26,14 +26,7 @@ static void test_rope_values(void)
 	failures += !same;
 
 	/* elsewhere: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) per pair */
-	for (int t = 0; t < B * S; t++)
-		for (int h = 0; h < NH; h++)
-			for (int i = 0; i < HALF; i++) {
-				size_t o = ((size_t)t * NH + h) * D;
-				double c = cos_t[(t % S) * HALF + i], s = sin_t[(t % S) * HALF + i];
-				want[o + i] = x[o + i] * c - x[o + i + HALF] * s;
-				want[o + i + HALF] = x[o + i + HALF] * c + x[o + i] * s;
-			}
+	ref_rope(want, x, cos_t, sin_t, B * S, S, NH, D);
 	check_close("rope_forward rotate_half pairs", y, want, N, 1e-7, 1e-6);
 
 	/* the backward is the inverse rotation: it maps the output back to x */
