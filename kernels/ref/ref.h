@@ -21,6 +21,8 @@
 /* --- matmul.c --- */
 /* out (T,N) = x (T,K) @ W^T (W (N,K)), both contiguous */
 void ref_matmul(double *out, const bf16 *x, const bf16 *W, int T, int K, int N);
+/* din (T,K) = dout (T,N) @ W (N,K) */
+void ref_matmul_backward_input(double *din, const double *dout, const double *W, int T, int K, int N);
 /* sum lw (T,N) .* (x (T,K) @ W^T) */
 double ref_matmul_dot(const double *lw, const double *x, const double *W, int T, int K, int N);
 

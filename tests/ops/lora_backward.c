@@ -72,13 +72,9 @@ static void test_lora_backward(int T, int K, int N, int R, float p)
 	finite_diff(want_A, Ad, R * K, lora_loss, &ctx);
 	finite_diff(want_B, Bd, N * R, lora_loss, &ctx);
 	finite_diff(want_x, xd, T * K, lora_loss, &ctx);
-	for (int t = 0; t < T; t++)
-		for (int r = 0; r < R; r++) {
-			double s = 0.0;
-			for (int n = 0; n < N; n++)
-				s += lwd[t * N + n] * Bd[n * R + r];
-			want_du[t * R + r] = scale * s;
-		}
+	ref_matmul_backward_input(want_du, lwd, Bd, T, R, N); /* du = scale dout @ B */
+	for (int i = 0; i < T * R; i++)
+		want_du[i] *= scale;
 
 	/* Every gradient is a chain of two fp32 sums of at most 70 terms of O(1)
 	 * values (u itself an fp32 sum saved by the forward): accumulated
