@@ -132,10 +132,9 @@ static void attention_bwd_gpu(const void *p)
  * the bf16 roundings of P (for dv) and dS (for dq, dk) can flip by one ulp
  * between the sides, as in the forward: one flipped dS_ij moves dq_i by up
  * to scale 2^-8 |dS_ij| |k_j|, a flipped P_ij moves dv_j by 2^-8 P_ij
- * |dout_i|.  The CPU emulation of the GPU path needed at most 3.9e-4 (dq),
- * 2.9e-4 (dk), 5.5e-5 (dv) of the largest value over 30 draws; a CPU that
- * skipped the contract's roundings needs 2.6e-3 (dq, dk), 1.4e-3 (dv) and
- * more: 1e-3, 1e-3, 5e-4 of the largest value, 1e-4 relative. */
+ * |dout_i|.  1e-3, 1e-3, 5e-4 of the largest value (dq, dk, dv) and 1e-4
+ * relative sit between what those flips need and what a CPU that skipped
+ * the contract's roundings needs (docs/numerics.md, "Tolerances"). */
 static void test_attention_backward(int B, int S, int H, int G, int D, int ld_out, int docs)
 {
 	struct gpu_case c;
@@ -173,9 +172,8 @@ static void test_attention_backward(int B, int S, int H, int G, int D, int ld_ou
 	/* The cuDNN route (ops.h) hands back bf16 gradients (one rounding more:
 	 * rtol), and its own exponential and lse flip the bf16 roundings of
 	 * some P and dS elements that the CPU's and the kernels' share, each
-	 * moving a gradient by 2^-8 of one term: measured up to 1e-2 of the
-	 * largest gradient on the realistic shapes (0.2-0.5 % against the
-	 * kernels at S = 8192 and 32768, bench_attention) */
+	 * moving a gradient by 2^-8 of one term: up to 1e-2 of the largest
+	 * gradient on the realistic shapes (docs/numerics.md, "Tolerances") */
 	int route = !pos && attention_cudnn_route(D) && attention_cudnn_heads(B, S, H, D) > 0;
 	double rtol = route ? BF16_RTOL : 1e-4, atol = route ? 1e-2 : 1e-3;
 	check(&c, "dq", ref_dq, T * H * D, 0, atol, rtol);

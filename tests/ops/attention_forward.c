@@ -402,10 +402,9 @@ static void attention_forward_values_check(void)
  * to neighbouring bf16 values on the two sides: one ulp of p_j (<= 2^-8
  * p_j) times v_j moves the row's output by up to 2^-8 P_j max|v|, and
  * max|out| ~ max|v| (row 0's out is v_0).  Such flips are rare and hit
- * large P (short rows) more rarely still; the cuBLAS path before needed at
- * most 4e-4 of max|out| in a CPU emulation, while a CPU that skipped the
- * contract's roundings needs 1.4e-3 and more: 1e-3 absolute, and bf16 out
- * adds one ulp (rtol).  lse = m + log(l) sees no bf16 rounding after the
+ * large P (short rows) more rarely still: 1e-3 absolute sits between what
+ * they need and what a CPU that skipped the contract's roundings needs
+ * (docs/numerics.md, "Tolerances"), and bf16 out adds one ulp (rtol).  lse = m + log(l) sees no bf16 rounding after the
  * products and is good to a few ulps of its terms (|lse| <= ~8 here, ulp
  * 5e-7), and can cancel to near zero: 2e-6 of max|lse| absolute, 1e-5
  * relative.  ld_out > H*D: out pitched, the pads kept.  docs > 0: rows
