@@ -40,6 +40,8 @@ BUILD      := build
 TOOLS      := $(notdir $(patsubst %/,%,$(sort $(dir $(wildcard tools/poros-*/*.c)))))
 LIB_SRC    := $(wildcard tools/lib/*.c)
 CPU_SRC    := $(wildcard kernels/cpu/*.c)
+# the reference tier (kernels/ref/ref.h): the ops' math in double, linked into tests only
+REF_SRC    := $(wildcard kernels/ref/*.c)
 CUDA_SRC   := $(wildcard kernels/cuda/*.cu)
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 GPU_TEST_SRC := $(wildcard tests/gpu/*.c)
@@ -48,9 +50,11 @@ TRAIN_SRC  := $(filter-out tools/poros-train/main.c,$(wildcard tools/poros-train
 
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CPU_OBJ    := $(CPU_SRC:%.c=$(BUILD)/%.o)
+REF_OBJ    := $(REF_SRC:%.c=$(BUILD)/%.o)
 CUDA_OBJ   := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 LIBPOROS   := $(BUILD)/libporos.a
 LIBCPU     := $(BUILD)/libporos_cpu.a
+LIBREF     := $(BUILD)/libporos_ref.a
 LIBCUDA    := $(BUILD)/libporos_cuda.a
 LIBTRAIN   := $(BUILD)/libporos_train.a
 TRAIN_OBJ  := $(TRAIN_SRC:%.c=$(BUILD)/%.o)
@@ -94,7 +98,7 @@ ifeq ($(NVCC),)
 	@echo "poros: nvcc not found (set CUDA_HOME to build it): CPU-only build" >&2
 endif
 
-.PHONY: all cuda-note deps deps-test test test-unit test-bats test-gpu test-asan bench install clean bundle fuzz soak FORCE
+.PHONY: all cuda-note deps deps-test test test-unit test-ops-alone test-bats test-gpu test-asan bench install clean bundle fuzz soak FORCE
 
 # --- dependencies ---------------------------------------------------------
 # $(call install_missing,PACKAGES): installs those of the Debian packages
@@ -171,6 +175,8 @@ $(LIBPOROS): $(LIB_OBJ)
 	@rm -f $@; ar rcs $@ $^
 $(LIBCPU): $(CPU_OBJ)
 	@rm -f $@; ar rcs $@ $^
+$(LIBREF): $(REF_OBJ)
+	@rm -f $@; ar rcs $@ $^
 $(LIBCUDA): $(CUDA_OBJ)
 	@rm -f $@; ar rcs $@ $^
 # every symbol resolved at link time: a backend that loads is complete
@@ -184,13 +190,13 @@ $(LIBTRAIN): $(TRAIN_OBJ)
 bin/poros-%: $$(addprefix $(BUILD)/,$$(addsuffix .o,$$(basename $$(wildcard tools/poros-$$*/*.c)))) $(LIBPOROS) $(LIBCPU)
 	$(CC) $(ALL_CFLAGS) -o $@ $(filter %.o,$^) $(LIBPOROS) $(LIBCPU) $(ALL_LDLIBS)
 
-$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBTRAIN) $(LIBPOROS) $(LIBCPU) $(if $(NVCC),$(LIBCUDA))
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBTRAIN) $(LIBPOROS) $(LIBCPU) $(LIBREF) $(if $(NVCC),$(LIBCUDA))
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBTRAIN) $(LIBPOROS) $(LIBCPU) $(CUDA_LIBS) $(ALL_LDLIBS)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBTRAIN) $(LIBPOROS) $(LIBCPU) $(LIBREF) $(CUDA_LIBS) $(ALL_LDLIBS)
 
-$(BUILD)/gpu/%: $(BUILD)/tests/gpu/%.o $(LIBTRAIN) $(LIBPOROS) $(LIBCPU) $(if $(NVCC),$(LIBCUDA))
+$(BUILD)/gpu/%: $(BUILD)/tests/gpu/%.o $(LIBTRAIN) $(LIBPOROS) $(LIBCPU) $(LIBREF) $(if $(NVCC),$(LIBCUDA))
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBTRAIN) $(LIBPOROS) $(LIBCPU) $(CUDA_LIBS) $(ALL_LDLIBS)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBTRAIN) $(LIBPOROS) $(LIBCPU) $(LIBREF) $(CUDA_LIBS) $(ALL_LDLIBS)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
@@ -198,10 +204,18 @@ $(BUILD)/gpu/%: $(BUILD)/tests/gpu/%.o $(LIBTRAIN) $(LIBPOROS) $(LIBCPU) $(if $(
 test: deps-test all $(UNIT_BINS)
 	@$(MAKE) --no-print-directory test-unit test-bats
 
-test-unit: $(UNIT_BINS)
+test-unit: $(UNIT_BINS) test-ops-alone
 	@fail=0; for t in $(UNIT_BINS); do \
 	  echo "== $$t" >&2; $$t || { echo "FAIL: $$t" >&2; fail=1; }; \
 	done; exit $$fail
+
+# Each tests/ops/<op>.c compiles alone under each driver's define (ops_all.h):
+# no op file leans on another's definitions or on the order of ops_all.h.
+OPS_TEST_SRC := $(wildcard tests/ops/*.c)
+test-ops-alone: $(BUILD)/.deps-ok
+	@fail=0; for f in $(OPS_TEST_SRC); do for d in OPS_TEST_VALUES OPS_TEST_GRAD OPS_TEST_CUDA; do \
+	  $(CC) $(ALL_CFLAGS) -D$$d -fsyntax-only $$f || { echo "FAIL: $$f alone under $$d" >&2; fail=1; }; \
+	done; done; exit $$fail
 
 test-bats: deps-test all
 	bats tests/*.bats

@@ -1,9 +1,15 @@
 /* kernels/ops.h: the numeric ops of Poros, one interface for two backends.
  *
- * kernels/cpu/<op>.c implements <op>_cpu; kernels/cuda/<op>.cu implements
- * <op>_cuda with the same arguments (device pointers, launched on the
- * backend's current compute stream, asynchronous).  The engine never calls
- * either directly: it calls through struct poros_ops, filled by the backend.
+ * Three tiers hold each op.  kernels/ref/ (ref.h, one file per op family)
+ * is the math in double with no rounding of its own: the op tests hold the
+ * other two against it, and no tool links it.  kernels/cpu/<op>.c
+ * (<op>_cpu) is the rounding contract below in plain C, rounding exactly
+ * where CUDA stores bf16: the reference CUDA's bits and tolerances are
+ * checked against, and the CPU backend.  kernels/cuda/<op>.cu (<op>_cuda,
+ * the same arguments as device pointers, launched on the backend's current
+ * compute stream, asynchronous) is the fast path.  The engine calls
+ * neither backend directly: it calls through struct poros_ops, filled by
+ * the backend.
  *
  * Dimension legend
  *   B batch, S sequence length, T = B*S tokens, C hidden size,
@@ -12,53 +18,30 @@
  *   K in features, N out features of a linear layer.
  * Layouts are row-major; shapes in comments, e.g. (T,C).
  *
- * Precision contract (the CPU backend rounds exactly where CUDA stores bf16,
- * so the two agree within bf16 tolerance and each is deterministic):
- *   - residual stream, q/k/v, all gradients: fp32, but for the gradients
- *     of gate and up, stored in bf16 (what their readers take)
- *   - gate/up (the MLP's projections, swiglu's inputs): bf16, the GEMM's
- *     fp32 sum rounded once to nearest even, as a bf16 Linear gives them
- *     (the down projection's input gradient dh stays fp32)
- *   - inputs of base-weight GEMMs (norm out, attention out, swiglu out,
- *     upstream gradients of a linear): bf16, round-to-nearest-even
- *   - base weights: bf16 (nf4 is dequantized to bf16 before use)
- *   - GEMMs accumulate in fp32
- *   - attention: q, k (after their rotary embedding, in fp32), v (and the
- *     upstream gradient dout in backward) are
- *     rounded to bf16 before every product that reads them; the scores
- *     s = scale * q.k accumulate in fp32.  Forward: an online softmax over
- *     key tiles of ATTN_KEY_TILE keys (tile t holds keys 64t..64t+63 of
- *     the row): per tile, m' = max(m, max_j s_j), p_j = e^(s_j - m') in
- *     fp32, l = l e^(m - m') + sum_j p_j, acc = acc e^(m - m') + sum_j
- *     bf16(p_j) v_j; out = bf16(acc / l), lse = m + log(l) in fp32.  So
- *     the bf16 probability is the tile's unnormalised one.  Backward: P =
- *     e^(s - lse) in fp32, dP = dout v^T in fp32, delta_i = sum_j P_ij
- *     dP_ij and dS = P (dP - delta) in fp32; bf16(P) for dv = sum_h P^T
- *     dout, bf16(dS) for dq = scale dS k and dk = scale sum_h dS^T q
- *   - attention on CUDA's cuDNN route (one-document rows, D = 64 or 128;
- *     attention_cudnn_route below): cuDNN's fused kernels round otherwise
- *     than the CPU: the forward's bf16 P is the normalised probability
- *     (softmax first, then bf16), over cuDNN's own tiles; the backward's
- *     dq, dk, dv come out of cuDNN in bf16 (per query head), then widened
- *     and summed over each group's heads in fp32.  The same bits run to
- *     run; against the CPU within one bf16 rounding of each gradient
- *     (tests/ops/attention_backward.c)
- *   - LoRA A, B, their grads and AdamW states: fp32; the LoRA products are
- *     fp32 sums of exact products (the bf16 input x, the bf16 upstream
- *     gradient, fp32 A, B, u and du)
- *   - a projection with LoRA, weights with room for the LoRA extension
- *     (NF4 dequantized on the device into a buffer that has it; bf16
- *     stored with it): the LoRA term and the
- *     bias ride in the base GEMM's fp32 sum as exact products of bf16
- *     parts (LoRA extension, below); in backward without dropout the LoRA
- *     input gradient du A rides likewise.  Otherwise (POROS_LORA_EXT=0,
- *     or dropout in backward) the LoRA term scale * u B^T is
- *     formed first and the base GEMM adds onto it (out = (lora + x W^T) +
- *     bias), and du A is formed (or added) first and the base backward GEMM
- *     adds onto it.  The LoRA backward reads the upstream gradient rounded
- *     to bf16, the same copy the base GEMM reads (as PEFT's bf16 autograd
- *     hands it to the adapter).
- * Every op is deterministic: same inputs and shapes, same bits.
+ * Precision contract: the CPU backend rounds exactly where CUDA stores bf16,
+ * so the two agree within bf16 tolerance; every op is deterministic (same
+ * inputs and shapes, same bits).  Why, and the attention's formulas:
+ * docs/numerics.md.
+ *   tensor                                  dtype  rounded
+ *   residual stream, q/k/v                  fp32   -
+ *   gradients, but dgate and dup            fp32   -
+ *   gate, up                                bf16   once, from the GEMM's sum
+ *   dgate, dup                              bf16   once, when written
+ *   base-GEMM inputs (norm out, attention   bf16   once, when written (RNE)
+ *     out, swiglu out, a linear's dout)
+ *   base weights (nf4: dequantized first)   bf16   -
+ *   GEMM sums                               fp32   -
+ *   attention q, k (after RoPE), v, dout    bf16   before each product
+ *   attention scores, softmax, lse, dP, dS  fp32   -
+ *   attention p (a tile's, unnormalised),   bf16   before p v, P^T dout,
+ *     P and dS                                     dS k and dS^T q
+ *   attention out                           bf16   once, acc / l
+ *   LoRA A, B, u, du, grads, AdamW states   fp32   - (the products of bf16
+ *                                                  x and dout are exact)
+ * cuDNN's route (attention_cudnn_route): P normalised before bf16; dq, dk,
+ * dv bf16 per query head, summed over a group in fp32.  A projection with
+ * LoRA: the LoRA term and bias inside the base GEMM's fp32 sum (LoRA
+ * extension below), else formed first and the base GEMM adds onto it.
  * Backward ops ADD into gradient outputs marked (+=); the caller zeroes.
  */
 #ifndef POROS_OPS_H
@@ -442,9 +425,8 @@ static inline int attention_cudnn_heads(int B, int S, int H, int D)
 	if (attention_cudnn_ds_bytes(B, S, 1) > 2 * ATTN_CUDNN_WORKSPACE_CAP)
 		return 0;
 	/* beyond 2^27 elements a (B,H,S,D) pack cuDNN 9.14's backward is wrong
-	 * (dq, dk off by their own size against a double reference; the
-	 * kernels and the forward are right): measured at 40, 48 and 64 heads,
-	 * docs/perf-notes.md section 10 */
+	 * (dq, dk off by their own size; the kernels and the forward are
+	 * right): docs/perf-notes.md, "Decisions that stand" */
 	if ((size_t)B * H * S * D > ATTN_CUDNN_BACKWARD_MAX_PACK)
 		return 0;
 	for (int hc = H; hc > 1; hc--)

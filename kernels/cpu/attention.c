@@ -1,6 +1,6 @@
 // defines: attention_forward_cpu attention_backward_cpu
-/* Causal grouped-query attention with document masks: the specification
- * the CUDA kernels are tested against, written for reading.
+/* Causal grouped-query attention with document masks: the rounding
+ * contract (ops.h, docs/numerics.md) the CUDA kernels are tested against.
  *
  * Query head h reads key/value head h / (H/G).  Token i of a row attends
  * key j of the same row iff first <= j <= i, first = i - pos[i] (pos NULL:

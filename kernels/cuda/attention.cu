@@ -60,8 +60,8 @@
 //   q16 (B,H,S,Dp) bf16, dout16 (B,H,S,Dp), k16 (B,G,S,Dp), v16 (B,G,S,Dp),
 //   delta (B,H,S) fp32, first (B, ceil(S/32)) int32: the earliest first key
 //   of each group of 32 query rows (with pos only), then with G < H dk_h,
-//   dv_h (T,H,D) fp32.  O(B*S*H*D): 7B at S=8192 (H=28, G=4) takes 353 MiB
-//   where the cuBLAS squares took 14.2 GiB.
+//   dv_h (T,H,D) fp32.  O(B*S*H*D): no (S,S) square (docs/perf-notes.md
+//   gives the sizes).
 #include "attention.cuh"
 
 #define ATTN_THREADS 128

@@ -217,11 +217,11 @@ static void cuda_device_free(void *p)
 		cudaCheck(cudaFree(p));
 }
 
-// Large pinned buffers (the base's weights: tens of GB) are mapped, faulted
-// in by every core with transparent huge pages, then registered: measured on
-// the H200 host, 16 GiB take 0.8 s this way and 14.6 s through
-// cudaHostAlloc, which faults 4 KiB pages in one thread; copies from both
-// run at the same 55 GB/s.  Small ones stay with cudaHostAlloc.
+// Large pinned buffers (the base's weights) are mapped, faulted in by every
+// core with transparent huge pages, then registered: cudaHostAlloc faults
+// 4 KiB pages in one thread, far slower, and copies from both run alike
+// (docs/perf-notes.md, "Figures behind the code").  Small ones stay with
+// cudaHostAlloc.
 #define MAPPED_MIN_BYTES (64ull << 20)
 #define MAPPED_MAX 64
 

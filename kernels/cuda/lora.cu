@@ -147,8 +147,8 @@ __global__ void lora_ext_rows_kernel(bf16 *ext, int ld, const float *V, int T, i
 // cost more than the stores): the columns K..K+E-1 of rows 0..N-1, a
 // thread per element (scale*B's part j, the bias, or 0), and rows
 // N..N+E-1 of columns 0..K-1 (grid (K/256, E): A's part j, read and
-// written along k, or 0).  A block per row was latency-bound: 160 threads
-// and 320 bytes a block, 27648 blocks for a 32B gate.
+// written along k, or 0); not a block per row, which is latency-bound
+// (docs/perf-notes.md, "Figures behind the code").
 __global__ void lora_weight_ext_cols_kernel(bf16 *w, int ld, const float *B, const bf16 *bias, float scale, int K,
                                             int N, int R, int E)
 {

@@ -4,9 +4,9 @@
 // room for its LoRA extension), one pass, memory-bound: each thread loads
 // 4 bytes of packed codes (8 elements) and stores 16 bytes of bf16,
 // neighbouring threads neighbouring bytes, so a warp's load is 128
-// contiguous bytes and its store 512 (an earlier layout of 32 elements per
-// thread scattered each store instruction over 32 lines and reached ~1.9
-// TB/s); with a pitch too, as long as a row is a multiple of 256 elements
+// contiguous bytes and its store 512 (32 elements a thread would scatter
+// each store instruction over 32 lines); with a pitch too, as long as a row
+// is a multiple of 256 elements
 // (32 chunks: a warp's chunks share a row), which every weight of the
 // models we train is.  The code book
 // sits in shared memory (a warp's 32 lanes look up different codes;

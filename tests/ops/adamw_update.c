@@ -4,6 +4,8 @@
  * Included by the op-test drivers through ops_all.h, which says what each
  * section defines. */
 
+#include "ops_test.h"
+
 #ifdef OPS_TEST_VALUES
 static void test_adamw_values(void)
 {
@@ -25,15 +27,8 @@ static void test_adamw_values(void)
 
 	/* step 2 against the textbook form in double */
 	const float g2[2] = { 1.0f, 3.0f };
-	double pd[2], md[2], vd[2], want2[2];
-	for (int i = 0; i < 2; i++) {
-		double gi = (double)g2[i] * clip;
-		md[i] = b1 * (double)m[i] + (1.0 - b1) * gi;
-		vd[i] = b2 * (double)v[i] + (1.0 - b2) * gi * gi;
-		double mhat = md[i] / (1.0 - (double)b1 * b1), vhat = vd[i] / (1.0 - (double)b2 * b2);
-		pd[i] = (double)p[i] * (1.0 - (double)lr * wd) - lr * mhat / (sqrt(vhat) + eps);
-		want2[i] = pd[i];
-	}
+	double md[2], vd[2], want2[2];
+	ref_adamw(want2, md, vd, p, g2, m, v, 2, lr, b1, b2, eps, wd, clip, 2);
 	adamw_update_cpu(p, g2, m, v, 2, lr, b1, b2, eps, wd, clip, 2);
 	check_close("adamw step 2 param (double reference)", p, want2, 2, 1e-7, 1e-6);
 	check_close("adamw step 2 m", m, md, 2, 0.0, 1e-6);

@@ -3,6 +3,8 @@
  * Included by the op-test drivers through ops_all.h, which says what each
  * section defines. */
 
+#include "ops_test.h"
+
 #ifdef OPS_TEST_VALUES
 /* one fp32 add per element: exactly the sum of the two floats */
 static void test_add_inplace_values(void)

@@ -4,6 +4,8 @@
  * Included by the op-test drivers through ops_all.h, which says what each
  * section defines. */
 
+#include "ops_test.h"
+
 /* no value check here: attention_forward.c's packed-documents check runs it
  * too (bit-identical to each document alone) */
 #define attention_backward_values_check NULL
@@ -18,95 +20,7 @@ struct attn_ctx {
 static double attn_loss(const void *p)
 {
 	const struct attn_ctx *c = p;
-	int B = c->B, S = c->S, H = c->H, G = c->G, D = c->D;
-	double scale = 1.0 / sqrt((double)D), L = 0.0;
-	double s[64];
-	for (int b = 0; b < B; b++)
-		for (int h = 0; h < H; h++) {
-			int g = h / (H / G);
-			for (int i = 0; i < S; i++) {
-				const double *qi = c->q + (((size_t)b * S + i) * H + h) * D;
-				double max = -INFINITY, sum = 0.0;
-				for (int j = 0; j <= i; j++) {
-					const double *kj = c->k + (((size_t)b * S + j) * G + g) * D;
-					s[j] = 0.0;
-					for (int d = 0; d < D; d++)
-						s[j] += qi[d] * kj[d];
-					s[j] *= scale;
-					max = fmax(max, s[j]);
-				}
-				for (int j = 0; j <= i; j++)
-					sum += exp(s[j] - max);
-				for (int d = 0; d < D; d++) {
-					double o = 0.0;
-					for (int j = 0; j <= i; j++)
-						o += exp(s[j] - max) / sum * c->v[(((size_t)b * S + j) * G + g) * D + d];
-					L += c->lw[(((size_t)b * S + i) * H + h) * D + d] * o;
-				}
-			}
-		}
-	return L;
-}
-
-/* The scale of the rounding the bf16 contract adds to each gradient (ops.h):
- * dv sums P16_ij dout_i and dq, dk sum scale dS16_ij k_j and scale dS16_ij
- * q_i, and rounding P or dS to bf16 moves each term by at most 2^-8 of
- * itself.  delta_i = dout_i . out_i reads the forward's out, whose bf16 p
- * (each term P_ij v_j) and bf16 out_i (<= sum_j P_ij |v_j|) move it by at
- * most 2 2^-8 W_i, W_i = sum_d |dout_id| sum_j P_ij |v_jd|; that moves dS_ij
- * by P_ij times as much, a term scale P_ij 2 W_i |k_j| (|q_i|) of dq (dk).
- * bq, bk, bv get the sums of |term| in double; delta (B,H,S) the double
- * rowsum(P dP) and bdelta 2 W_i. */
-static void attn_rounding_bounds(const struct attn_ctx *c, double *bq, double *bk, double *bv, double *delta_ref,
-				 double *bdelta)
-{
-	int B = c->B, S = c->S, H = c->H, G = c->G, D = c->D;
-	double scale = 1.0 / sqrt((double)D), s[64], P[64], dP[64];
-	memset(bq, 0, sizeof(double) * B * S * H * D);
-	memset(bk, 0, sizeof(double) * B * S * G * D);
-	memset(bv, 0, sizeof(double) * B * S * G * D);
-	for (int b = 0; b < B; b++)
-		for (int h = 0; h < H; h++) {
-			int g = h / (H / G);
-			for (int i = 0; i < S; i++) {
-				size_t qoff = (((size_t)b * S + i) * H + h) * D;
-				double max = -INFINITY, sum = 0.0, delta = 0.0;
-				for (int j = 0; j <= i; j++) {
-					size_t kvoff = (((size_t)b * S + j) * G + g) * D;
-					s[j] = dP[j] = 0.0;
-					for (int d = 0; d < D; d++) {
-						s[j] += c->q[qoff + d] * c->k[kvoff + d];
-						dP[j] += c->lw[qoff + d] * c->v[kvoff + d];
-					}
-					s[j] *= scale;
-					max = fmax(max, s[j]);
-				}
-				for (int j = 0; j <= i; j++)
-					sum += exp(s[j] - max);
-				for (int j = 0; j <= i; j++) {
-					P[j] = exp(s[j] - max) / sum;
-					delta += P[j] * dP[j];
-				}
-				double w = 0.0;
-				for (int d = 0; d < D; d++) {
-					double pv = 0.0;
-					for (int j = 0; j <= i; j++)
-						pv += P[j] * fabs(c->v[(((size_t)b * S + j) * G + g) * D + d]);
-					w += fabs(c->lw[qoff + d]) * pv;
-				}
-				delta_ref[((size_t)b * H + h) * S + i] = delta;
-				bdelta[((size_t)b * H + h) * S + i] = 2.0 * w;
-				for (int j = 0; j <= i; j++) {
-					size_t kvoff = (((size_t)b * S + j) * G + g) * D;
-					double ds = fabs(P[j] * (dP[j] - delta)) + P[j] * 2.0 * w;
-					for (int d = 0; d < D; d++) {
-						bq[qoff + d] += scale * ds * fabs(c->k[kvoff + d]);
-						bk[kvoff + d] += scale * ds * fabs(c->q[qoff + d]);
-						bv[kvoff + d] += P[j] * fabs(c->lw[qoff + d]);
-					}
-				}
-			}
-		}
+	return ref_attention_dot(c->lw, c->q, c->k, c->v, c->B, c->S, c->H, c->G, c->D);
 }
 
 static void test_attention_backward(void)
@@ -137,7 +51,7 @@ static void test_attention_backward(void)
 	finite_diff(want_q, qd, NQ, attn_loss, &ctx);
 	finite_diff(want_k, kd, NK, attn_loss, &ctx);
 	finite_diff(want_v, vd, NK, attn_loss, &ctx);
-	attn_rounding_bounds(&ctx, bq, bk, bv, want_delta, bdelta);
+	ref_attention_bounds(bq, bk, bv, want_delta, bdelta, lwd, qd, kd, vd, B, S, H, G, D);
 	/* The inputs are bf16 values, so their rounding changes nothing.  What
 	 * the contract rounds, P and dS, and the forward's p and out that delta
 	 * reads, move each gradient by at most 2^-8 of its sum of |terms| (1%
@@ -152,7 +66,7 @@ static void test_attention_backward(void)
 	/* delta, left in the scratch (ops.h's attention_scratch_at): the
 	 * contract's bf16(dout_i) . out_i, d ascending in fp32, bit for bit; and
 	 * that is rowsum(P dP) of the double reference within the forward's
-	 * roundings (2^-8 of 2 W_i, attn_rounding_bounds) and D fp32 terms */
+	 * roundings (2^-8 of 2 W_i, ref_attention_bounds) and D fp32 terms */
 	const float *delta = attention_scratch_at(scratch, B, S, H, G, D).delta;
 	float want_bits[B * H * S];
 	for (int b = 0; b < B; b++)
@@ -203,6 +117,8 @@ static void attention_backward_grad_check(void)
 #endif
 
 #ifdef OPS_TEST_CUDA
+#include "attention_case.h"
+
 static void attention_bwd_gpu(const void *p)
 {
 	const struct attention_case *a = p;
@@ -216,10 +132,9 @@ static void attention_bwd_gpu(const void *p)
  * the bf16 roundings of P (for dv) and dS (for dq, dk) can flip by one ulp
  * between the sides, as in the forward: one flipped dS_ij moves dq_i by up
  * to scale 2^-8 |dS_ij| |k_j|, a flipped P_ij moves dv_j by 2^-8 P_ij
- * |dout_i|.  The CPU emulation of the GPU path needed at most 3.9e-4 (dq),
- * 2.9e-4 (dk), 5.5e-5 (dv) of the largest value over 30 draws; a CPU that
- * skipped the contract's roundings needs 2.6e-3 (dq, dk), 1.4e-3 (dv) and
- * more: 1e-3, 1e-3, 5e-4 of the largest value, 1e-4 relative. */
+ * |dout_i|.  1e-3, 1e-3, 5e-4 of the largest value (dq, dk, dv) and 1e-4
+ * relative sit between what those flips need and what a CPU that skipped
+ * the contract's roundings needs (docs/numerics.md, "Tolerances"). */
 static void test_attention_backward(int B, int S, int H, int G, int D, int ld_out, int docs)
 {
 	struct gpu_case c;
@@ -257,9 +172,8 @@ static void test_attention_backward(int B, int S, int H, int G, int D, int ld_ou
 	/* The cuDNN route (ops.h) hands back bf16 gradients (one rounding more:
 	 * rtol), and its own exponential and lse flip the bf16 roundings of
 	 * some P and dS elements that the CPU's and the kernels' share, each
-	 * moving a gradient by 2^-8 of one term: measured up to 1e-2 of the
-	 * largest gradient on the realistic shapes (0.2-0.5 % against the
-	 * kernels at S = 8192 and 32768, bench_attention) */
+	 * moving a gradient by 2^-8 of one term: up to 1e-2 of the largest
+	 * gradient on the realistic shapes (docs/numerics.md, "Tolerances") */
 	int route = !pos && attention_cudnn_route(D) && attention_cudnn_heads(B, S, H, D) > 0;
 	double rtol = route ? BF16_RTOL : 1e-4, atol = route ? 1e-2 : 1e-3;
 	check(&c, "dq", ref_dq, T * H * D, 0, atol, rtol);
@@ -392,7 +306,7 @@ static void test_attention_rope(int B, int S, int H, int G, int D, int docs)
 	float *qr = dup_bytes(q, T * H * D * 4), *kr = dup_bytes(k, T * G * D * 4);
 	float *ref_lse = host_alloc(bytes[1]);
 	bf16 *ref = host_alloc(bytes[0]);
-	rope_tables(cs, sn, S, D, 10000.0);
+	ref_rope_tables(cs, sn, S, D, 10000.0);
 	rope_forward_cpu(qr, cs, sn, pos, B, S, H, D);
 	rope_forward_cpu(kr, cs, sn, pos, B, S, G, D);
 	double t0 = now_ms();

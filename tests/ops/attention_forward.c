@@ -5,44 +5,9 @@
  * Included by the op-test drivers through ops_all.h, which says what each
  * section defines. */
 
-#ifdef OPS_TEST_VALUES
-/* out and lse in double from the inputs as given; bound (T,H*D) gets
- * sum_j P_ij |v_jd|, the scale of the rounding the bf16 contract adds. */
-static void attention_reference(double *out, double *lse, double *bound, const float *q, const float *k,
-				const float *v, int B, int S, int H, int G, int D)
-{
-	double scale = 1.0 / sqrt((double)D);
-	double *s = NEW(double, S);
-	for (int b = 0; b < B; b++)
-		for (int h = 0; h < H; h++)
-			for (int i = 0; i < S; i++) {
-				int g = h / (H / G);
-				double max = -INFINITY, sum = 0.0;
-				for (int j = 0; j <= i; j++) {
-					s[j] = 0.0;
-					for (int d = 0; d < D; d++)
-						s[j] += (double)q[(((size_t)b * S + i) * H + h) * D + d] *
-							k[(((size_t)b * S + j) * G + g) * D + d];
-					s[j] *= scale;
-					max = fmax(max, s[j]);
-				}
-				for (int j = 0; j <= i; j++)
-					sum += exp(s[j] - max);
-				lse[((size_t)b * H + h) * S + i] = max + log(sum);
-				for (int d = 0; d < D; d++) {
-					double o = 0.0, o_abs = 0.0;
-					for (int j = 0; j <= i; j++) {
-						double vj = v[(((size_t)b * S + j) * G + g) * D + d];
-						o += exp(s[j] - max) / sum * vj;
-						o_abs += exp(s[j] - max) / sum * fabs(vj);
-					}
-					out[(((size_t)b * S + i) * H + h) * D + d] = o;
-					bound[(((size_t)b * S + i) * H + h) * D + d] = o_abs;
-				}
-			}
-	free(s);
-}
+#include "ops_test.h"
 
+#ifdef OPS_TEST_VALUES
 /* Fills q and k with bf16 values in +-qk and v in +-1, runs the forward
  * into out and lse, and checks both against the double reference: out
  * within 1.01 * 2^-7 of sum_j P_ij |v_jd| (see the callers for why), lse
@@ -59,7 +24,7 @@ static void attention_check_reference(const char *out_name, const char *lse_name
 	fill_bf16_values(k, NK, -qk, qk);
 	fill_bf16_values(v, NK, -1.0, 1.0);
 	attention_forward_cpu(out, H * D, lse, scratch, q, k, v, NULL, NULL, NULL, B, S, H, G, D);
-	attention_reference(want, want_lse, bound, q, k, v, B, S, H, G, D);
+	ref_attention(want, want_lse, bound, q, k, v, B, S, H, G, D);
 	for (long i = 0; i < NQ; i++)
 		outf[i] = f32_from_bf16(out[i]);
 	check_bounded(out_name, outf, want, bound, NQ, 1.01 / 128, 1e-6, 0.0);
@@ -289,7 +254,7 @@ static void test_attention_documents(void)
 				/* the document alone: a batch of one sequence of n tokens */
 				attention_forward_cpu(out1, H * D, lse1, scratch, q + row * H * D, k + row * G * D,
 						      v + row * G * D, NULL, NULL, NULL, 1, n, H, G, D);
-				attention_reference(want, want_lse, bound, q + row * H * D, k + row * G * D,
+				ref_attention(want, want_lse, bound, q + row * H * D, k + row * G * D,
 						    v + row * G * D, 1, n, H, G, D);
 				for (int i = 0; i < n * H * D; i++) {
 					double a = f32_from_bf16(out[row * H * D + i]), e = f32_from_bf16(out1[i]);
@@ -380,7 +345,7 @@ static void test_attention_rope(void)
 		fill_f32(k, NK, -2.0, 2.0);
 		fill_f32(v, NK, -1.0, 1.0);
 		fill_f32(dout, NQ, -1.0, 1.0);
-		rope_tables(cs, sn, S, D, 10000.0);
+		ref_rope_tables(cs, sn, S, D, 10000.0);
 		memcpy(qr, q, NQ * sizeof(float));
 		memcpy(kr, k, NK * sizeof(float));
 		rope_forward_cpu(qr, cs, sn, pos, B, S, H, D);
@@ -426,36 +391,7 @@ static void attention_forward_values_check(void)
 #define attention_forward_grad_check NULL
 
 #ifdef OPS_TEST_CUDA
-/* The device side of an attention_forward or attention_backward case
- * (attention_backward.c runs its cases through it too). */
-struct attention_case {
-	bf16 *out;
-	float *lse, *scratch, *dq, *dk, *dv;
-	const float *q, *k, *v, *dout, *lse_in;
-	const float *cos, *sin; /* the rotary tables, or NULL */
-	const int32_t *pos;
-	int B, S, H, G, D, ld_out;
-};
-
-/* The inputs both directions read: q (T,H,D), k and v (T,G,D), pos (T)
- * or NULL on the device, and the shape. */
-static void attention_case_inputs(struct attention_case *a, const float *q, const float *k, const float *v,
-                                  const int32_t *pos, int B, int S, int H, int G, int D)
-{
-	size_t T = (size_t)B * S;
-	a->pos = pos ? dev_from(pos, T * 4, 0) : NULL;
-	a->q = dev_from(q, T * H * D * 4, 0);
-	a->k = dev_from(k, T * G * D * 4, 0);
-	a->v = dev_from(v, T * G * D * 4, 0);
-	a->B = B, a->S = S, a->H = H, a->G = G, a->D = D;
-}
-
-static void attention_fwd_gpu(const void *p)
-{
-	const struct attention_case *a = p;
-	gpu->ops->attention_forward(a->out, a->ld_out, a->lse, a->scratch, a->q, a->k, a->v, a->cos, a->sin, a->pos,
-	                            a->B, a->S, a->H, a->G, a->D);
-}
+#include "attention_case.h"
 
 /* Both sides run the same online softmax over the same key tiles of 64
  * and round q, k, v and each tile's p to bf16 at the same places (ops.h),
@@ -466,10 +402,9 @@ static void attention_fwd_gpu(const void *p)
  * to neighbouring bf16 values on the two sides: one ulp of p_j (<= 2^-8
  * p_j) times v_j moves the row's output by up to 2^-8 P_j max|v|, and
  * max|out| ~ max|v| (row 0's out is v_0).  Such flips are rare and hit
- * large P (short rows) more rarely still; the cuBLAS path before needed at
- * most 4e-4 of max|out| in a CPU emulation, while a CPU that skipped the
- * contract's roundings needs 1.4e-3 and more: 1e-3 absolute, and bf16 out
- * adds one ulp (rtol).  lse = m + log(l) sees no bf16 rounding after the
+ * large P (short rows) more rarely still: 1e-3 absolute sits between what
+ * they need and what a CPU that skipped the contract's roundings needs
+ * (docs/numerics.md, "Tolerances"), and bf16 out adds one ulp (rtol).  lse = m + log(l) sees no bf16 rounding after the
  * products and is good to a few ulps of its terms (|lse| <= ~8 here, ulp
  * 5e-7), and can cancel to near zero: 2e-6 of max|lse| absolute, 1e-5
  * relative.  ld_out > H*D: out pitched, the pads kept.  docs > 0: rows

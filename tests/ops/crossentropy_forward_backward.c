@@ -4,6 +4,8 @@
  * Included by the op-test drivers through ops_all.h, which says what each
  * section defines. */
 
+#include "ops_test.h"
+
 #ifdef OPS_TEST_VALUES
 static void test_crossentropy_values(void)
 {
@@ -39,14 +41,7 @@ static void test_crossentropy_values(void)
 	fill_f32(logits, T * V, -10.0, 10.0);
 	const int32_t targets2[T] = { 0, 500, 999, 3 };
 	double want[T];
-	for (int t = 0; t < T; t++) {
-		double max = -INFINITY, sum = 0.0;
-		for (int j = 0; j < V; j++)
-			max = fmax(max, logits[t * V + j]);
-		for (int j = 0; j < V; j++)
-			sum += exp(logits[t * V + j] - max);
-		want[t] = max + log(sum) - logits[t * V + targets2[t]];
-	}
+	ref_crossentropy(want, logits, targets2, T, V);
 	crossentropy_forward_backward_cpu(dlogits, losses, logits, targets2, dloss, T, V);
 	check_close("crossentropy random logits: loss", losses, want, T, 1e-6, 1e-6);
 
@@ -79,21 +74,7 @@ struct ce_ctx {
 static double ce_mean_loss(const void *p)
 {
 	const struct ce_ctx *c = p;
-	double L = 0.0;
-	int valid = 0;
-	for (int t = 0; t < c->T; t++) {
-		if (c->targets[t] < 0)
-			continue;
-		const double *x = c->logits + (size_t)t * c->V;
-		double max = x[0], sum = 0.0;
-		for (int j = 1; j < c->V; j++)
-			max = fmax(max, x[j]);
-		for (int j = 0; j < c->V; j++)
-			sum += exp(x[j] - max);
-		L += max + log(sum) - x[c->targets[t]];
-		valid++;
-	}
-	return L / valid;
+	return ref_crossentropy_mean(c->logits, c->targets, c->T, c->V);
 }
 
 static void test_crossentropy(void)

@@ -4,6 +4,8 @@
  * Included by the op-test drivers through ops_all.h, which says what each
  * section defines. */
 
+#include "ops_test.h"
+
 /* no value check here: its values are the gradient check's (test_ops_grad) */
 #define lora_backward_values_check NULL
 
@@ -18,27 +20,10 @@ struct lora_ctx {
 static double lora_loss(const void *p)
 {
 	const struct lora_ctx *c = p;
-	double L = 0.0;
-	for (int t = 0; t < c->T; t++) {
-		double u[64];
-		for (int r = 0; r < c->R; r++) {
-			u[r] = 0.0;
-			for (int k = 0; k < c->K; k++) {
-				size_t tk = (size_t)t * c->K + k;
-				u[r] += c->x[tk] * c->keep[tk] * c->A[(size_t)r * c->K + k];
-			}
-		}
-		for (int n = 0; n < c->N; n++) {
-			double y = 0.0;
-			for (int r = 0; r < c->R; r++)
-				y += u[r] * c->B[(size_t)n * c->R + r];
-			L += c->lw[(size_t)t * c->N + n] * c->scale * y;
-		}
-	}
-	return L;
+	return ref_lora_dot(c->lw, c->x, c->keep, c->A, c->B, c->scale, c->T, c->K, c->N, c->R);
 }
 
-/* (T,K) -> (T,N) at rank R (at most 64, lora_loss's u), K = 70 spanning
+/* (T,K) -> (T,N) at rank R (at most 64, ref_lora_dot's u), K = 70 spanning
  * two of the op's 64-wide tiles; T = 1 with R = 64 (four rank tiles) is
  * the shape CUDA's small-T cases compare against. */
 static void test_lora_backward(int T, int K, int N, int R, float p)
@@ -87,13 +72,9 @@ static void test_lora_backward(int T, int K, int N, int R, float p)
 	finite_diff(want_A, Ad, R * K, lora_loss, &ctx);
 	finite_diff(want_B, Bd, N * R, lora_loss, &ctx);
 	finite_diff(want_x, xd, T * K, lora_loss, &ctx);
-	for (int t = 0; t < T; t++)
-		for (int r = 0; r < R; r++) {
-			double s = 0.0;
-			for (int n = 0; n < N; n++)
-				s += lwd[t * N + n] * Bd[n * R + r];
-			want_du[t * R + r] = scale * s;
-		}
+	ref_matmul_backward_input(want_du, lwd, Bd, T, R, N); /* du = scale dout @ B */
+	for (int i = 0; i < T * R; i++)
+		want_du[i] *= scale;
 
 	/* Every gradient is a chain of two fp32 sums of at most 70 terms of O(1)
 	 * values (u itself an fp32 sum saved by the forward): accumulated
@@ -140,6 +121,8 @@ static void lora_backward_grad_check(void)
 #endif
 
 #ifdef OPS_TEST_CUDA
+#include "lora_case.h"
+
 static void lora_bwd_gpu(const void *p)
 {
 	const struct lora_case *a = p;
@@ -224,7 +207,7 @@ static void lora_backward_cuda_check(int realistic)
 			test_lora_backward(512, 27648, 5120, 16, 0.0f, 1, spare);
 			test_lora_backward(512, 5120, 27648, 16, 0.0f, 2, spare); /* 32B gate/up */
 		}
-		/* small T, every rank and projection (lora_forward.c's tables) */
+		/* small T, every rank and projection (lora_case.h's tables) */
 		for (int ti = 0; ti < 3; ti++)
 			for (int ri = 0; ri < 3; ri++)
 				for (int pi = 0; pi < 4; pi++)

@@ -5,6 +5,8 @@
  * Included by the op-test drivers through ops_all.h, which says what each
  * section defines. */
 
+#include "ops_test.h"
+
 #ifdef OPS_TEST_VALUES
 /* (T,K) -> (T,N) at rank R: T = 1 with R = 64 (four of the CPU's rank
  * tiles) is the shape CUDA's small-T cases compare against. */
@@ -15,7 +17,6 @@ static void test_lora_forward(int T, int K, int N, int R, float p)
 	bf16 *x = NEW(bf16, T * K);
 	float *A = NEW(float, R * K), *B = NEW(float, N * R), *out = NEW(float, T * N), *u = NEW(float, T * R);
 	double *want = NEW(double, T * N), *want_u = NEW(double, T * R);
-	long dropped = 0;
 
 	fill_bf16(x, T * K, -1.0, 1.0);
 	fill_f32(A, R * K, -0.5, 0.5);
@@ -24,24 +25,7 @@ static void test_lora_forward(int T, int K, int N, int R, float p)
 	lora_forward_cpu(&(struct lora_fwd_args){ .out = out, .u = u, .in = x, .ld_in = K, .A = A, .B = B,
 		.scale = scale, .dropout_p = p, .dropout_seed = seed, .T = T, .K = K, .N = N, .R = R });
 
-	for (int t = 0; t < T; t++) {
-		for (int r = 0; r < R; r++) {
-			double s = 0.0;
-			for (int k = 0; k < K; k++) {
-				int kept = p == 0.0f || poros_dropout_keep(seed, (uint64_t)t * K + k, p);
-				dropped += r == 0 && !kept;
-				if (kept)
-					s += f32_from_bf16(x[t * K + k]) / (1.0 - (double)p) * A[r * K + k];
-			}
-			want_u[t * R + r] = s;
-		}
-		for (int n = 0; n < N; n++) {
-			double s = 0.0;
-			for (int r = 0; r < R; r++)
-				s += want_u[t * R + r] * B[n * R + r];
-			want[t * N + n] = scale * s;
-		}
-	}
+	long dropped = ref_lora(want, want_u, x, A, B, scale, p, seed, T, K, N, R);
 	/* K <= 70 term fp32 sums of O(1): ~1e-6 */
 	check_closef(u, want_u, T * R, 1e-5, 1e-5, "lora_forward u (T %d, R %d, dropout %.1f)", T, R, p);
 	check_closef(out, want, T * N, 1e-5, 1e-5, "lora_forward out = (T %d, R %d, dropout %.1f)", T, R, p);
@@ -68,30 +52,7 @@ static void lora_forward_values_check(void)
 #define lora_forward_grad_check NULL
 
 #ifdef OPS_TEST_CUDA
-/* The device side of a lora_forward or lora_backward case (lora_backward.c
- * runs its cases through it too). */
-struct lora_case {
-	float *out, *u, *din, *dA, *dB, *du, *scratch;
-	const float *u_in, *A, *B;
-	const bf16 *in, *dout;
-	float scale, p;
-	uint64_t seed;
-	int T, K, N, R, accumulate;
-};
-
-/* The inputs both directions read: in (T,K) bf16, A (R,K), B (N,R) on the
- * device, and the op's scalars. */
-static void lora_case_inputs(struct lora_case *a, const bf16 *in, const float *A, const float *B, float scale,
-                             float p, uint64_t seed, int T, int K, int N, int R)
-{
-	a->in = dev_from(in, (size_t)T * K * 2, 0);
-	a->A = dev_from(A, (size_t)R * K * 4, 0);
-	a->B = dev_from(B, (size_t)N * R * 4, 0);
-	a->scale = scale;
-	a->p = p;
-	a->seed = seed;
-	a->T = T, a->K = K, a->N = N, a->R = R;
-}
+#include "lora_case.h"
 
 static void lora_fwd_gpu(const void *p)
 {
@@ -133,13 +94,6 @@ static void test_lora_forward(int T, int K, int N, int R, float p, int spare)
 	check(&c, "out", ref, (size_t)T * N, 0, GEMM_A_REL, GEMM_RTOL);
 	case_end(&c);
 }
-
-/* A 7B-class layer's projections (Qwen2.5-7B: C = 3584, 4 key/value heads
- * of 128, F = 18944) as (K, N): q and o, k and v, gate and up, down; the
- * token counts and ranks of the small-T cases (lora_backward.c too). */
-static const int lora_proj_shapes[4][2] = { { 3584, 3584 }, { 3584, 512 }, { 3584, 18944 }, { 18944, 3584 } };
-static const int lora_small_t[3] = { 1, 24, 200 };
-static const int lora_ranks[3] = { 8, 16, 64 };
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;
  * quick enough for compute-sanitizer); 1: model shapes */

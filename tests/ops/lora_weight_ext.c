@@ -5,6 +5,8 @@
  * Included by the op-test drivers through ops_all.h, which says what each
  * section defines. */
 
+#include "ops_test.h"
+
 /* no value check here: tests/unit/test_lora_ext.c checks it against the split
  * it must write */
 #define lora_weight_ext_values_check NULL

@@ -5,6 +5,8 @@
  * Included by the op-test drivers through ops_all.h, which says what each
  * section defines. */
 
+#include "ops_test.h"
+
 #ifdef OPS_TEST_VALUES
 static void test_pitched_matmul_backward(void)
 {
@@ -51,15 +53,7 @@ struct matmul_ctx {
 static double matmul_loss(const void *p)
 {
 	const struct matmul_ctx *c = p;
-	double L = 0.0;
-	for (int t = 0; t < c->T; t++)
-		for (int n = 0; n < c->N; n++) {
-			double y = 0.0;
-			for (int k = 0; k < c->K; k++)
-				y += c->x[(size_t)t * c->K + k] * c->W[(size_t)n * c->K + k];
-			L += c->lw[(size_t)t * c->N + n] * y;
-		}
-	return L;
+	return ref_matmul_dot(c->lw, c->x, c->W, c->T, c->K, c->N);
 }
 
 static void test_matmul_backward_input(void)
@@ -87,14 +81,9 @@ static void test_matmul_backward_input(void)
 	check_close("matmul_backward_input din vs finite differences", din, want, T * K, 1e-6, 1e-6);
 
 	/* the same against the transposed product dout @ W, in double */
-	for (int t = 0; t < T; t++)
-		for (int k = 0; k < K; k++) {
-			double s = 0.0;
-			for (int n = 0; n < N; n++)
-				s += lwd[t * N + n] * Wd[(size_t)n * K + k];
-			product[t * K + k] = s;
-			want_acc[t * K + k] = 1.0 + s;
-		}
+	ref_matmul_backward_input(product, lwd, Wd, T, K, N);
+	for (int i = 0; i < T * K; i++)
+		want_acc[i] = 1.0 + product[i];
 	check_close("matmul_backward_input din vs dout @ W", din, product, T * K, 1e-6, 1e-6);
 
 	for (int i = 0; i < T * K; i++)
@@ -111,6 +100,8 @@ static void matmul_backward_input_grad_check(void)
 #endif
 
 #ifdef OPS_TEST_CUDA
+#include "matmul_case.h"
+
 static void matmul_bwd_gpu(const void *p)
 {
 	const struct matmul_args *a = p;

@@ -5,6 +5,8 @@
  * Included by the op-test drivers through ops_all.h, which says what each
  * section defines. */
 
+#include "ops_test.h"
+
 #ifdef OPS_TEST_VALUES
 static void test_matmul_forward_bf16(void)
 {
@@ -15,7 +17,7 @@ static void test_matmul_forward_bf16(void)
 
 	fill_bf16(x, T * K, -1.0, 1.0);
 	fill_bf16(W, N * K, -1.0, 1.0);
-	matmul_ref(want, x, W, T, K, N);
+	ref_matmul(want, x, W, T, K, N);
 	matmul_forward_bf16_cpu(out, x, K, W, K, T, K, N);
 	matmul_forward_cpu(sum, x, K, W, K, NULL, T, K, N, 0);
 	for (int i = 0; i < T * N; i++) {
@@ -61,6 +63,8 @@ static void matmul_forward_bf16_values_check(void)
 #define matmul_forward_bf16_grad_check NULL
 
 #ifdef OPS_TEST_CUDA
+#include "matmul_case.h"
+
 static void matmul_fwd_bf16_gpu(const void *p)
 {
 	const struct matmul_args *a = p;

@@ -15,15 +15,12 @@
  *                    model shapes (1)
  * A file with no check of a kind defines that name as NULL and says where
  * the op is covered, so a driver's table, generated from POROS_OPS_LIST,
- * names every op and a missing file fails to compile.  The files come in
- * POROS_OPS_LIST's order: a later op's CUDA section may use an earlier
- * one's case function, device-side case struct or shape tables
- * (rope_backward and swiglu_backward call their forward's, which takes the
- * direction as an argument; the backward of lora, attention and matmul
- * runs through its forward's case struct, matmul_forward_bf16 through
- * matmul_forward's struct, operands and case end; lora_backward reads
- * lora_forward's small-T shapes), and rope_forward.c's rope_tables, outside
- * any section, serves every driver. */
+ * names every op and a missing file fails to compile.  Each file stands
+ * alone (`make test-ops-alone` compiles it so under each define): it
+ * includes ops_test.h (the driver's helpers and the double-precision
+ * references of kernels/ref/), and a CUDA section that shares its case with
+ * a sibling op includes that family's <family>_case.h (rope, swiglu, lora,
+ * attention, matmul).  The order below is POROS_OPS_LIST's, for reading. */
 #ifndef POROS_OPS_ALL_H
 #define POROS_OPS_ALL_H
 

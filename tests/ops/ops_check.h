@@ -274,19 +274,35 @@ struct op_check {
 	void (*run)(void); /* NULL: the op's file says where it is checked */
 };
 
-/* Runs every check of the table and says, after driver (the test's name)
- * and kind, how many of the n ops had one and why the rest have none. */
+/* Runs the checks of the table, those of the ops named in argv[1..] or
+ * every one when argc is 1, and says, after driver (the test's name) and
+ * kind, how many ops had one and why the rest have none.  A name that is
+ * no op of the table ends the test (exit 2). */
 static inline void run_op_checks(const char *driver, const char *kind, const struct op_check *checks, size_t n,
-                                 const char *why_not)
+                                 const char *why_not, int argc, char **argv)
 {
+	for (int a = 1; a < argc; a++) {
+		size_t i = 0;
+		while (i < n && strcmp(checks[i].op, argv[a]) != 0)
+			i++;
+		if (i == n) {
+			fprintf(stderr, "%s: %s: no such op (usage: %s [OP...])\n", driver, argv[a], driver);
+			exit(2);
+		}
+	}
 	int ran = 0;
+	size_t chosen = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (checks[i].run) {
+		int named = argc == 1;
+		for (int a = 1; a < argc && !named; a++)
+			named = strcmp(checks[i].op, argv[a]) == 0;
+		chosen += named;
+		if (named && checks[i].run) {
 			checks[i].run();
 			ran++;
 		}
 	}
-	printf("%s: %s checks of %d of %zu ops (%s)\n", driver, kind, ran, n, why_not);
+	printf("%s: %s checks of %d of %zu ops (%s)\n", driver, kind, ran, chosen, why_not);
 }
 
 /* main()'s return for a driver: 1 when any check failed. */

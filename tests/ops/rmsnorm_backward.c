@@ -4,6 +4,8 @@
  * Included by the op-test drivers through ops_all.h, which says what each
  * section defines. */
 
+#include "ops_test.h"
+
 /* no value check here: its values are the gradient check's (test_ops_grad) */
 #define rmsnorm_backward_values_check NULL
 
@@ -18,17 +20,7 @@ struct rmsnorm_ctx {
 static double rmsnorm_loss(const void *p)
 {
 	const struct rmsnorm_ctx *c = p;
-	double L = 0.0;
-	for (int t = 0; t < c->T; t++) {
-		const double *x = c->x + (size_t)t * c->C;
-		double ss = 0.0;
-		for (int i = 0; i < c->C; i++)
-			ss += x[i] * x[i];
-		double r = 1.0 / sqrt(ss / c->C + c->eps);
-		for (int i = 0; i < c->C; i++)
-			L += c->lw[(size_t)t * c->C + i] * c->w[i] * x[i] * r;
-	}
-	return L;
+	return ref_rmsnorm_dot(c->lw, c->x, c->w, c->eps, c->T, c->C);
 }
 
 static void test_rmsnorm_backward(void)

@@ -4,6 +4,8 @@
  * Included by the op-test drivers through ops_all.h, which says what each
  * section defines. */
 
+#include "ops_test.h"
+
 /* no value check here: rope_forward.c checks that it inverts rope_forward and
  * rotates documents as alone */
 #define rope_backward_values_check NULL
@@ -18,20 +20,7 @@ struct rope_ctx {
 static double rope_loss(const void *p)
 {
 	const struct rope_ctx *c = p;
-	int half = c->D / 2;
-	double L = 0.0;
-	for (int t = 0; t < c->T; t++)
-		for (int h = 0; h < c->nh; h++) {
-			size_t off = ((size_t)t * c->nh + h) * c->D;
-			const double *cs = c->cos_t + (size_t)(t % c->S) * half, *sn = c->sin_t + (size_t)(t % c->S) * half;
-			for (int d = 0; d < c->D; d++) {
-				/* out = x cos + rotate_half(x) sin, rotate_half(x) = cat(-x2, x1) */
-				int i = d % half;
-				double rot = d < half ? -c->x[off + d + half] : c->x[off + d - half];
-				L += c->lw[off + d] * (c->x[off + d] * cs[i] + rot * sn[i]);
-			}
-		}
-	return L;
+	return ref_rope_dot(c->lw, c->x, c->cos_t, c->sin_t, c->T, c->S, c->nh, c->D);
 }
 
 static void test_rope_backward(void)
@@ -41,7 +30,7 @@ static void test_rope_backward(void)
 	double cosd[S * D / 2], sind[S * D / 2], xd[N], lwd[N], want[N];
 	float x[N];
 
-	rope_tables(cos_t, sin_t, S, D, 10000.0);
+	ref_rope_tables(cos_t, sin_t, S, D, 10000.0);
 	fill_f32(x, N, -1.0, 1.0);
 	fill_f32(lw, N, -1.0, 1.0);
 	memcpy(dx, lw, sizeof dx);
@@ -64,12 +53,14 @@ static void rope_backward_grad_check(void)
 #endif
 
 #ifdef OPS_TEST_CUDA
+#include "rope_case.h"
+
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;
  * quick enough for compute-sanitizer); 1: model shapes */
 static void rope_backward_cuda_check(int realistic)
 {
 	if (!realistic) {
-		test_rope(2, 3, 3, 6, 1, 0); /* rope_forward.c's case, backward */
+		test_rope(2, 3, 3, 6, 1, 0); /* rope_forward's small case, backward */
 		test_rope(2, 40, 3, 8, 1, 3);
 	} else {
 		test_rope(1, 512, 32, 128, 1, 0);

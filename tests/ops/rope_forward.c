@@ -4,19 +4,7 @@
  * Included by the op-test drivers through ops_all.h, which says what each
  * section defines. */
 
-/* cos, sin (S, D/2) as HF builds them in fp32: inv_freq = theta^(-2i/D),
- * angle = pos * inv_freq.  Every section's reference (rope_backward.c's
- * too) takes its tables from here. */
-static void rope_tables(float *cos_t, float *sin_t, int S, int D, double theta)
-{
-	for (int s = 0; s < S; s++)
-		for (int i = 0; i < D / 2; i++) {
-			float inv_freq = (float)(1.0 / pow(theta, 2.0 * i / D));
-			float angle = (float)s * inv_freq;
-			cos_t[s * (D / 2) + i] = cosf(angle);
-			sin_t[s * (D / 2) + i] = sinf(angle);
-		}
-}
+#include "ops_test.h"
 
 #ifdef OPS_TEST_VALUES
 static void test_rope_values(void)
@@ -25,7 +13,7 @@ static void test_rope_values(void)
 	float cos_t[S * HALF], sin_t[S * HALF], x[N], y[N], back[N];
 	double want[N], orig[N];
 
-	rope_tables(cos_t, sin_t, S, D, 10000.0);
+	ref_rope_tables(cos_t, sin_t, S, D, 10000.0);
 	fill_f32(x, N, -1.0, 1.0);
 	memcpy(y, x, sizeof y);
 	rope_forward_cpu(y, cos_t, sin_t, NULL, B, S, NH, D);
@@ -38,14 +26,7 @@ static void test_rope_values(void)
 	failures += !same;
 
 	/* elsewhere: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) per pair */
-	for (int t = 0; t < B * S; t++)
-		for (int h = 0; h < NH; h++)
-			for (int i = 0; i < HALF; i++) {
-				size_t o = ((size_t)t * NH + h) * D;
-				double c = cos_t[(t % S) * HALF + i], s = sin_t[(t % S) * HALF + i];
-				want[o + i] = x[o + i] * c - x[o + i + HALF] * s;
-				want[o + i + HALF] = x[o + i + HALF] * c + x[o + i] * s;
-			}
+	ref_rope(want, x, cos_t, sin_t, B * S, S, NH, D);
 	check_close("rope_forward rotate_half pairs", y, want, N, 1e-7, 1e-6);
 
 	/* the backward is the inverse rotation: it maps the output back to x */
@@ -65,7 +46,7 @@ static void test_rope_documents(void)
 	int32_t pos[B * S];
 	int same_alone = 1;
 
-	rope_tables(cos_t, sin_t, S, D, 10000.0);
+	ref_rope_tables(cos_t, sin_t, S, D, 10000.0);
 	fill_f32(x, N, -1.0, 1.0);
 	doc_positions(pos, B, S, len, 3);
 	for (int back = 0; back < 2; back++) {
@@ -101,54 +82,7 @@ static void rope_forward_values_check(void)
 #define rope_forward_grad_check NULL
 
 #ifdef OPS_TEST_CUDA
-struct rope_args {
-	float *x;
-	const float *cos, *sin;
-	const int32_t *pos;
-	int B, S, nh, D;
-};
-
-static void rope_fwd_gpu(const void *p)
-{
-	const struct rope_args *a = p;
-	gpu->ops->rope_forward(a->x, a->cos, a->sin, a->pos, a->B, a->S, a->nh, a->D);
-}
-
-static void rope_bwd_gpu(const void *p)
-{
-	const struct rope_args *a = p;
-	gpu->ops->rope_backward(a->x, a->cos, a->sin, a->pos, a->B, a->S, a->nh, a->D);
-}
-
-/* One rotation per pair: x1 c - x2 s, each product rounded, then the
- * sum, on both sides (numerics.h's pair: the device spells the roundings
- * out instead of fusing a multiply-add), so the bits are the CPU's. */
-static void test_rope(int B, int S, int nh, int D, int backward, int docs)
-{
-	struct gpu_case c;
-	if (!case_begin(&c, "rope_%s B=%d S=%d nh=%d D=%d docs=%d", backward ? "backward" : "forward", B, S, nh, D,
-	                docs))
-		return;
-	int32_t *pos = doc_positions(B, S, docs);
-	size_t n = (size_t)B * S * nh * D, half = (size_t)D / 2;
-	float *x0 = rand_f32(n, -2, 2);
-	float *cs = host_alloc((size_t)S * half * 4), *sn = host_alloc((size_t)S * half * 4);
-	rope_tables(cs, sn, S, D, 10000.0);
-	float *ref = dup_bytes(x0, n * 4);
-	double t0 = now_ms();
-	if (backward)
-		rope_backward_cpu(ref, cs, sn, pos, B, S, nh, D);
-	else
-		rope_forward_cpu(ref, cs, sn, pos, B, S, nh, D);
-	c.cpu_ms = now_ms() - t0;
-
-	struct rope_args a = { NULL, dev_from(cs, (size_t)S * half * 4, 0), dev_from(sn, (size_t)S * half * 4, 0),
-	                       pos ? dev_from(pos, (size_t)B * S * 4, 0) : NULL, B, S, nh, D };
-	a.x = case_out(&c, "x", n * 4, x0, 0);
-	case_run(&c, backward ? rope_bwd_gpu : rope_fwd_gpu, &a);
-	check_exact(&c, "x", ref, n * 4, 4);
-	case_end(&c);
-}
+#include "rope_case.h"
 
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;
  * quick enough for compute-sanitizer); 1: model shapes */

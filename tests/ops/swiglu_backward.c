@@ -4,6 +4,8 @@
  * Included by the op-test drivers through ops_all.h, which says what each
  * section defines. */
 
+#include "ops_test.h"
+
 /* no value check here: swiglu_forward.c's pitch check runs it too */
 #define swiglu_backward_values_check NULL
 
@@ -17,10 +19,7 @@ struct swiglu_ctx {
 static double swiglu_loss(const void *p)
 {
 	const struct swiglu_ctx *c = p;
-	double L = 0.0;
-	for (long i = 0; i < c->n; i++)
-		L += c->lw[i] * c->gate[i] / (1.0 + exp(-c->gate[i])) * c->up[i];
-	return L;
+	return ref_swiglu_dot(c->lw, c->gate, c->up, c->n);
 }
 
 static void test_swiglu_backward(void)
@@ -57,12 +56,14 @@ static void swiglu_backward_grad_check(void)
 #endif
 
 #ifdef OPS_TEST_CUDA
+#include "swiglu_case.h"
+
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;
  * quick enough for compute-sanitizer); 1: model shapes */
 static void swiglu_backward_cuda_check(int realistic)
 {
 	if (!realistic) {
-		test_swiglu(7, 143, 143, 1, 1); /* swiglu_forward.c's cases, backward */
+		test_swiglu(7, 143, 143, 1, 1); /* swiglu_forward's cases, backward */
 		test_swiglu(7, 143, 143, 0, 1);
 		test_swiglu(7, 143, 150, 0, 1);
 		test_swiglu(5, 64, 72, 0, 1);

@@ -10,9 +10,11 @@
 #define GRAD_ENTRY(ret, name, args) { #name, name##_grad_check },
 static const struct op_check grad_checks[] = { POROS_OPS_LIST(GRAD_ENTRY) };
 
-int main(void)
+/* usage: test_ops_grad [OP...]: the named ops' gradient checks alone, or
+ * every op's */
+int main(int argc, char **argv)
 {
 	run_op_checks("test_ops_grad", "gradient", grad_checks, sizeof grad_checks / sizeof grad_checks[0],
-	              "the others have no gradient of their own");
+	              "the others have no gradient of their own", argc, argv);
 	return op_checks_verdict("test_ops_grad");
 }

@@ -27,8 +27,7 @@ enum { PROJ_Q, PROJ_K, PROJ_V, PROJ_O, PROJ_GATE, PROJ_UP, PROJ_DOWN };
 /* A micro-batch of more tokens runs its MLP this many rows at a time, so
  * gate, up, their product and their gradients are (chunk,F), not (T,F):
  * at F = 18944 each fp32 (T,F) buffer is 2.5 GB at T = 32768, and
- * M = 4096 rows still fill a GEMM.  Up to it the MLP is one chunk, the
- * same ops as before chunking (the same bits). */
+ * M = 4096 rows still fill a GEMM.  Up to it the MLP is one chunk. */
 #define MLP_CHUNK_TOKENS 4096
 
 /* LoRA parameters in one flat fp32 buffer: layer-major, projections in

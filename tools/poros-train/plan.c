@@ -157,9 +157,8 @@ static size_t head_bytes(const struct layer_ctx *c, size_t n)
 /* The head's rows a chunk: HEAD_CHUNK (or T), or more, in steps of it up
  * to HEAD_CHUNK_MAX, while they fit in room, what the region takes for
  * its other users anyway.  Each chunk reads all of lm_head forward and
- * back (1.09 GB at 7B: at T = 8192 and 128 rows, 140 GB a micro-batch),
- * so the long micro-batches that need a large region also get few
- * chunks, for no memory. */
+ * back, so the long micro-batches that need a large region also get few
+ * chunks, for no memory (docs/perf-notes.md gives the bytes). */
 static int head_chunk_rows(const struct layer_ctx *c, size_t room)
 {
 	size_t n = HEAD_CHUNK;

@@ -194,9 +194,8 @@ static int block_len(const struct engine *e, int b)
  * bf16 layer with the LoRA extension goes without the extension's rows
  * and columns: the host holds zeros there, and make_view writes every
  * part a GEMM reads (lora_weight_ext) before the layer computes, so only
- * the N x K weights and the norms and biases before them are copied (6 %
- * fewer bytes at rank 16), each projection as rows of K between rows of
- * K + E.  What the slab held there before is overwritten unread. */
+ * the N x K weights and the norms and biases before them are copied,
+ * each projection as rows of K between rows of K + E.  What the slab held there before is overwritten unread. */
 static size_t layer_copy(struct engine *e, unsigned char *dst, const unsigned char *src, int stream)
 {
 	const struct layer_layout *lay = &e->hw->lay;
