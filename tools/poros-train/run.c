@@ -284,8 +284,7 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	int skip = warmup > r->resumed_at ? warmup : r->resumed_at; /* not timed here */
 	int measured = r->steps_done - skip;
 	double med = NAN, lo = NAN, hi = NAN, tps = NAN, *t;
-	long long tokens_per_step = (long long)c->cell.training.batch_size * c->cell.training.seq_len *
-	                            c->cell.training.gradient_accumulation_steps * ranks_of(c);
+	long long tokens_per_step = cell_tokens_per_step(&c->cell) * ranks_of(c);
 	int rc;
 
 	if (measured < 0)

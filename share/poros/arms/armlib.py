@@ -51,6 +51,8 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 SUMMARY_SCHEMA = "poros.summary/1"
+SUMMARY_SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schema",
+                                   "summary.schema.json")
 CELL_SCHEMA = "poros.cell/1"
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 
@@ -762,7 +764,7 @@ def train(torch, model, cell, out_dir, summary, input_device="cuda"):
     tr = cell["training"]
     steps, warmup = tr["steps"], tr["warmup_steps"]
     accum, batch, seq = tr["gradient_accumulation_steps"], tr["batch_size"], tr["seq_len"]
-    tokens = batch * seq * accum
+    tokens = cell["tokens_per_step"]  # the cell's (cell_tokens_per_step), not recomputed here
     # transformers shifts labels=ids inside: seq_len - 1 targets a row
     supervised = batch * (seq - 1) * accum
     params = [p for p in model.parameters() if p.requires_grad]
@@ -851,14 +853,20 @@ def save_adapter(model, out_dir, source):
 
 # --- the driver -----------------------------------------------------------
 
+def summary_keys():
+    """The keys an arm's summary holds, in order: the summary schema's
+    "required" list (share/poros/schema/summary.schema.json), which
+    tests/summary.bats holds against both writers."""
+    with open(SUMMARY_SCHEMA_PATH, encoding="utf-8") as f:
+        return json.load(f)["required"]
+
+
 def new_summary(method, out_dir):
-    # backend: null until a CUDA device is found (a skipped arm computed nothing)
-    return {"schema": SUMMARY_SCHEMA, "status": "error", "error": None, "method": method, "mode": method,
-            "backend": None, "steps": None, "warmup_steps": None, "steps_measured": None,
-            "step_s": None, "s_per_step": None, "s_per_step_min": None, "s_per_step_max": None,
-            "tokens_per_s": None,
-            "vram_peak_mb": None, "vram_avg_mb": None, "loss_first": None, "loss_last": None,
-            "weights": None, "run_dir": out_dir, "events": None, "adapter": None, "env": environment()}
+    # every key null (backend too, until a CUDA device is found: a skipped arm computed nothing)
+    summary = dict.fromkeys(summary_keys())
+    summary.update(schema=SUMMARY_SCHEMA, status="error", method=method, mode=method, run_dir=out_dir,
+                   env=environment())
+    return summary
 
 
 def first_line(e):
