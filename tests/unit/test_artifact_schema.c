@@ -4,7 +4,9 @@
  * same type, nullability, minimum and required-ness, every property a
  * row), man/poros-artifact.5 (every key named), the summary schema (every
  * key taken from a summary is one of its properties) and the report's
- * columns (every column a row names exists). */
+ * columns (every column a row names exists); and the summary's table
+ * (summary_fields, tools/lib/summary_fields.c) held against
+ * share/poros/schema/summary.schema.json the same way, in order. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,6 +283,75 @@ static void check_units(void)
 	}
 }
 
+static unsigned summary_types(const struct summary_field *f)
+{
+	unsigned null = (f->flags & SF_NULLABLE) ? T_NULL : 0;
+
+	switch (f->kind) {
+	case SK_CONST: case SK_NAME: case SK_STR: return T_STRING | null;
+	case SK_COUNT: return T_INTEGER | null;
+	case SK_NUM: case SK_MEASURE: return T_NUMBER | null;
+	case SK_TIMES: return T_ARRAY | null;
+	case SK_BY_PURPOSE: case SK_OBJECT: return T_OBJECT | null;
+	}
+	return 0;
+}
+
+/* The properties of obj are the rows of section, in the table's order. */
+static void check_summary_order(const cJSON *obj, const char *section)
+{
+	const cJSON *p = get(obj, "properties") ? get(obj, "properties")->child : NULL;
+	size_t n = strlen(section);
+
+	for (int i = 0; i < summary_field_count; i++) {
+		const struct summary_field *f = &summary_fields[i];
+		const char *dot = strchr(f->path, '.');
+
+		if (n ? !(dot && (size_t)(dot - f->path) == n && strncmp(f->path, section, n) == 0) : dot != NULL)
+			continue;
+		CHECKF(p && strcmp(p->string, n ? dot + 1 : f->path) == 0, "summary %s: row %s, the schema has %s here",
+		       *section ? section : "top level", f->path, p ? p->string : "nothing");
+		p = p ? p->next : NULL;
+	}
+	CHECKF(p == NULL, "summary: %s is in %s, not in the summary table", p ? p->string : "", SUMMARY_PATH);
+}
+
+static void check_summary(const cJSON *schema)
+{
+	const cJSON *env = get(get(schema, "properties"), "env");
+
+	CHECK(summary_field_count > 30);
+	check_summary_order(schema, "");
+	check_summary_order(env, "env");
+	for (int i = 0; i < summary_field_count; i++) {
+		const struct summary_field *f = &summary_fields[i];
+		const char *dot = strchr(f->path, '.');
+		const cJSON *obj = dot ? env : schema;
+		const cJSON *p = get(get(obj, "properties"), dot ? dot + 1 : f->path), *min;
+		int always = (f->flags & SF_ALWAYS) != 0;
+
+		if (!p)
+			continue; /* check_summary_order said so */
+		CHECKF(types_of(schema, p) == summary_types(f), "summary %s: the schema's types (bits %#x) are not the "
+		       "table's (%#x)", f->path, types_of(schema, p), summary_types(f));
+		CHECKF(in_list(get(obj, "required"), dot ? dot + 1 : f->path) == always, "summary %s: %s in the table",
+		       f->path, always ? "written always" : "not written by every writer");
+		CHECKF(always == (f->writers == (SW_TRAIN | SW_ARMS)), "summary %s: SF_ALWAYS but not every writer, or back",
+		       f->path);
+		if (f->kind == SK_COUNT || f->kind == SK_MEASURE) {
+			min = get(resolve(schema, p), "minimum");
+			CHECKF(cJSON_IsNumber(min) && min->valuedouble == 0, "summary %s: no minimum 0 in the schema", f->path);
+		}
+	}
+	CHECKF(cJSON_IsFalse(get(schema, "additionalProperties")) && cJSON_IsFalse(get(env, "additionalProperties")),
+	       "summary: additionalProperties is not false");
+	/* what poros-arm takes from a summary is a key of it */
+	for (int i = 0; i < artifact_field_count; i++)
+		CHECKF(!artifact_fields[i].summary_key || summary_field_find(artifact_fields[i].summary_key),
+		       "%s: takes summary key %s, not in the summary table", artifact_fields[i].path,
+		       artifact_fields[i].summary_key);
+}
+
 int main(void)
 {
 	char err[512];
@@ -299,6 +370,7 @@ int main(void)
 	check_man();
 	check_sources(summary, columns);
 	check_units();
+	check_summary(summary);
 	cJSON_Delete(schema);
 	cJSON_Delete(summary);
 	free(columns);

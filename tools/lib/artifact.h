@@ -143,6 +143,32 @@ extern const int artifact_field_count;
 /* The row of path, or NULL. */
 const struct artifact_field *artifact_field_find(const char *path);
 
+/* The trainer summary's keys (tools/lib/summary_fields.c), in the order
+ * both writers print them; "env.<key>" for env's. */
+enum summary_kind {
+	SK_CONST,      /* "schema" */
+	SK_NAME,       /* a string from a fixed list (status, method, mode, backend, weights) */
+	SK_STR,        /* a string */
+	SK_COUNT,      /* an integer >= 0 */
+	SK_NUM,        /* a number */
+	SK_MEASURE,    /* a number >= 0 */
+	SK_TIMES,      /* an array of seconds */
+	SK_BY_PURPOSE, /* an object of measures by purpose (which purposes is poros-train's) */
+	SK_OBJECT,     /* an object: config, env (its rows follow) */
+};
+enum { SF_NULLABLE = 1, SF_ALWAYS = 2 /* every writer prints it (the schema's "required") */ };
+enum { SW_TRAIN = 1, SW_ARMS = 2 };  /* poros-train, the Python arms (armlib.py) */
+struct summary_field {
+	const char *path;
+	enum summary_kind kind;
+	unsigned flags;                /* SF_* */
+	unsigned writers;              /* SW_* */
+	const char *unit;              /* "MiB", "s", "tokens/s"; NULL: none */
+};
+extern const struct summary_field summary_fields[];
+extern const int summary_field_count;
+const struct summary_field *summary_field_find(const char *path); /* NULL if none */
+
 /* Every field null / empty, status error.  artifact_free releases what
  * the artifact owns (the cell included) and leaves it initialised. */
 void artifact_init(struct artifact *a);

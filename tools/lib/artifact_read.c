@@ -459,17 +459,24 @@ int artifact_from_json(struct artifact *a, const cJSON *obj, char *err, size_t e
 
 /* --- the trainer summary -------------------------------------------------- */
 
-/* share/poros/schema/summary.schema.json's keys: what poros-train and the
- * Python arms print, and nothing else. */
-static const char *const summary_keys[] = {
-	"schema", "status", "error", "method", "mode", "backend", "steps", "warmup_steps", "steps_measured", "step_s",
-	"s_per_step", "s_per_step_min", "s_per_step_max", "tokens_per_s", "vram_plan_mb", "host_weights_mb",
-	"host_checkpoints_mb", "host_plan_mb", "host_breakdown_mb", "host_rss_at_plan_mb", "host_peak_rss_mb",
-	"vram_peak_mb", "vram_avg_mb", "vram_breakdown_mb", "loss_first", "loss_last", "eval_loss", "eval_tokens", "weights", "run_dir", "events", "adapter", "config", "env", NULL,
-};
-static const char *const summary_env_keys[] = {
-	"gpu_name", "gpu_mem_mb", "driver", "cuda_runtime", "python", "torch", "transformers", "peft", NULL,
-};
+/* The summary table's keys of section ("" or "env"): what poros-train and
+ * the Python arms print, and nothing else. */
+static int check_summary_keys(const cJSON *o, const char *section, const char *prefix, char *err, size_t errsz)
+{
+	const cJSON *kid;
+	size_t n = strlen(section);
+
+	if (!cJSON_IsObject(o))
+		return 0;
+	cJSON_ArrayForEach(kid, o) {
+		char path[96];
+
+		snprintf(path, sizeof path, "%s%s%s", section, n ? "." : "", kid->string);
+		if (summary_field_find(path) == NULL || (n == 0 && strchr(kid->string, '.')))
+			return bad(err, errsz, "%s%s: unknown field", prefix, kid->string);
+	}
+	return 0;
+}
 
 /* The summary's value of row f (weights, backend): null or one of the
  * row's names. */
@@ -606,8 +613,8 @@ int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, 
 	st = status_from_json(status, err, errsz);
 	if (st < 0)
 		return -1;
-	if (check_keys(summary, "", summary_keys, err, errsz) < 0 ||
-	    check_keys(cJSON_GetObjectItemCaseSensitive(summary, "env"), "env.", summary_env_keys, err, errsz) < 0 ||
+	if (check_summary_keys(summary, "", "", err, errsz) < 0 ||
+	    check_summary_keys(cJSON_GetObjectItemCaseSensitive(summary, "env"), "env", "env.", err, errsz) < 0 ||
 	    summary_check_rest(summary, err, errsz) < 0)
 		return -1;
 	/* poros-train's configuration (its train_config.json): an object, or absent */
