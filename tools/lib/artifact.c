@@ -47,7 +47,7 @@ static const char *const backend_names[] = { "cpu", "cuda" };
 /* The artifact, key by key, in the order it is written.  A new key is a
  * row here (AF_LATER: older artifacts still read), a property in
  * share/poros/schema/artifact.schema.json and a line in man/poros-artifact.5;
- * tests/unit/test_artifact_schema.c fails until the three agree. */
+ * tests/unit/test_record_schema.c fails until the three agree. */
 const struct artifact_field artifact_fields[] = {
 	{ .path = "schema", .kind = AK_CONST, .writers = AW_ARM },
 	{ TOP(cell_id, AK_STR, cell_id), .writers = AW_ARM },

@@ -124,7 +124,7 @@ enum {
  * writes them.  The writer, artifact_from_json (its key lists, types and
  * messages), the null state and freeing of each part, and what is taken
  * from a summary go by it; share/poros/schema/artifact.schema.json and
- * man/poros-artifact.5 are held against it by tests/unit/test_artifact_schema.c. */
+ * man/poros-artifact.5 are held against it by tests/unit/test_record_schema.c. */
 struct artifact_field {
 	const char *path;          /* "metrics.s_per_step"; top-level keys have no dot */
 	enum artifact_kind kind;

@@ -1,7 +1,7 @@
 /* tools/lib/summary_fields.c: the table of the trainer summary
  * ("poros.summary/1"), the one line poros-train and the Python arms print
  * last.  artifact_apply_summary (artifact_read.c) refuses a key it does
- * not hold; tests/unit/test_artifact_schema.c holds
+ * not hold; tests/unit/test_record_schema.c holds
  * share/poros/schema/summary.schema.json against it, and tests/summary.bats
  * holds both writers against the schema. */
 #include "artifact.h"

@@ -1,4 +1,5 @@
-/* tests/unit/test_artifact_schema.c: the artifact's key table
+/* tests/unit/test_record_schema.c: each record's key table held to its
+ * schema.  The artifact's table
  * (artifact_fields, tools/lib/artifact.c) held against what documents it:
  * share/poros/schema/artifact.schema.json (every row a property of the
  * same type, nullability, minimum and required-ness, every property a
@@ -6,19 +7,22 @@
  * key taken from a summary is one of its properties) and the report's
  * columns (every column a row names exists); and the summary's table
  * (summary_fields, tools/lib/summary_fields.c) held against
- * share/poros/schema/summary.schema.json the same way, in order. */
+ * share/poros/schema/summary.schema.json the same way, in order; and the
+ * parity record's (parity_fields, tools/lib/parity.c) to parity.schema.json. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "artifact.h"
 #include "jsonl.h"
+#include "parity.h"
 #include "test_common.h"
 #include "util.h"
 
 #define SCHEMA_PATH "share/poros/schema/artifact.schema.json"
 #define SUMMARY_PATH "share/poros/schema/summary.schema.json"
 #define MAN_PATH "man/poros-artifact.5"
+#define PARITY_PATH "share/poros/schema/parity.schema.json"
 #define COLUMNS_PATH "tools/poros-render/table.c"
 
 /* JSON types as bits. */
@@ -352,15 +356,55 @@ static void check_summary(const cJSON *schema)
 		       artifact_fields[i].summary_key);
 }
 
+static unsigned parity_types(const struct parity_field *f)
+{
+	switch (f->kind) {
+	case PK_CONST: return T_STRING;
+	case PK_STR: return T_STRING | T_NULL;
+	case PK_STEP: case PK_COUNT: return T_INTEGER | T_NULL;
+	case PK_DELTA: return T_NUMBER | T_NULL;
+	case PK_TENSORS: return T_ARRAY | T_NULL;
+	case PK_FLAG: return T_BOOLEAN | T_NULL;
+	}
+	return 0;
+}
+
+/* parity.schema.json's properties are the rows, in order, of the same
+ * types, minimum 0 for every number, required unless added later. */
+static void check_parity(const cJSON *schema)
+{
+	const cJSON *p = get(schema, "properties") ? get(schema, "properties")->child : NULL, *min;
+
+	CHECKF(cJSON_IsFalse(get(schema, "additionalProperties")), "parity: additionalProperties is not false");
+	for (int i = 0; i < parity_field_count; i++, p = p ? p->next : NULL) {
+		const struct parity_field *f = &parity_fields[i];
+
+		CHECKF(p && strcmp(p->string, f->key) == 0, "parity: row %s, the schema has %s here", f->key,
+		       p ? p->string : "nothing");
+		if (!p || strcmp(p->string, f->key) != 0)
+			return;
+		CHECKF(types_of(schema, p) == parity_types(f), "parity %s: the schema's types (bits %#x) are not the "
+		       "table's (%#x)", f->key, types_of(schema, p), parity_types(f));
+		CHECKF(in_list(get(schema, "required"), f->key) == !(f->flags & PF_LATER), "parity %s: %s in the table",
+		       f->key, (f->flags & PF_LATER) ? "added later" : "required");
+		if (f->kind == PK_STEP || f->kind == PK_COUNT || f->kind == PK_DELTA) {
+			min = get(p, "minimum");
+			CHECKF(cJSON_IsNumber(min) && min->valuedouble == 0, "parity %s: no minimum 0 in the schema", f->key);
+		}
+	}
+	CHECKF(p == NULL, "parity: %s is in %s, not in the parity table", p ? p->string : "", PARITY_PATH);
+}
+
 int main(void)
 {
 	char err[512];
 	cJSON *schema = json_read_file(SCHEMA_PATH, err, sizeof err);
 	cJSON *summary = json_read_file(SUMMARY_PATH, err, sizeof err);
+	cJSON *parity = json_read_file(PARITY_PATH, err, sizeof err);
 	char *columns = read_whole_file(COLUMNS_PATH, NULL);
 
-	if (!schema || !summary || !columns) {
-		fprintf(stderr, "test_artifact_schema: %s\n", columns ? err : COLUMNS_PATH ": cannot read");
+	if (!schema || !summary || !parity || !columns) {
+		fprintf(stderr, "test_record_schema: %s\n", columns ? err : COLUMNS_PATH ": cannot read");
 		return 1;
 	}
 	CHECK(artifact_field_count > 50);
@@ -371,8 +415,10 @@ int main(void)
 	check_sources(summary, columns);
 	check_units();
 	check_summary(summary);
+	check_parity(parity);
 	cJSON_Delete(schema);
+	cJSON_Delete(parity);
 	cJSON_Delete(summary);
 	free(columns);
-	return test_verdict("test_artifact_schema");
+	return test_verdict("test_record_schema");
 }
