@@ -8,11 +8,14 @@
  * columns (every column a row names exists); and the summary's table
  * (summary_fields, tools/lib/summary_fields.c) held against
  * share/poros/schema/summary.schema.json the same way, in order; and the
- * parity record's (parity_fields, tools/lib/parity.c) to parity.schema.json. */
+ * parity record's (parity_fields, tools/lib/parity.c) to parity.schema.json
+ * and the event row's (event_fields, tools/poros-train/events.c) to
+ * event.schema.json. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../tools/poros-train/events.h"
 #include "artifact.h"
 #include "jsonl.h"
 #include "parity.h"
@@ -23,6 +26,7 @@
 #define SUMMARY_PATH "share/poros/schema/summary.schema.json"
 #define MAN_PATH "man/poros-artifact.5"
 #define PARITY_PATH "share/poros/schema/parity.schema.json"
+#define EVENT_PATH "share/poros/schema/event.schema.json"
 #define COLUMNS_PATH "tools/poros-render/table.c"
 
 /* JSON types as bits. */
@@ -395,15 +399,43 @@ static void check_parity(const cJSON *schema)
 	CHECKF(p == NULL, "parity: %s is in %s, not in the parity table", p ? p->string : "", PARITY_PATH);
 }
 
+/* event.schema.json's properties are the rows, in order: integer or
+ * number, null where nullable, required unless only on some steps. */
+static void check_events(const cJSON *schema)
+{
+	const cJSON *p = get(schema, "properties") ? get(schema, "properties")->child : NULL;
+
+	CHECKF(cJSON_IsFalse(get(schema, "additionalProperties")), "event: additionalProperties is not false");
+	for (int k = 0; k < EV_COUNT; k++, p = p ? p->next : NULL) {
+		const struct event_field *f = &event_fields[k];
+		unsigned want = f->kind == EK_RAW ? T_OBJECT : f->kind == EK_INT ? T_INTEGER : T_NUMBER;
+		int some_steps = (f->flags & (EF_EVAL | EF_PROFILE)) != 0;
+
+		CHECKF(p && f->key && strcmp(p->string, f->key) == 0, "event: row %d (%s), the schema has %s here", k,
+		       f->key ? f->key : "no key", p ? p->string : "nothing");
+		if (!p || !f->key || strcmp(p->string, f->key) != 0)
+			return;
+		want |= (f->flags & EF_NULLABLE) ? T_NULL : 0;
+		CHECKF(types_of(schema, p) == want, "event %s: the schema's types (bits %#x) are not the table's (%#x)",
+		       f->key, types_of(schema, p), want);
+		CHECKF(in_list(get(schema, "required"), f->key) == !some_steps, "event %s: %s in the table", f->key,
+		       some_steps ? "on some steps only" : "on every step");
+		CHECKF(some_steps == (f->writers == EW_TRAIN), "event %s: every step's keys are every writer's, and back",
+		       f->key);
+	}
+	CHECKF(p == NULL, "event: %s is in %s, not in the event table", p ? p->string : "", EVENT_PATH);
+}
+
 int main(void)
 {
 	char err[512];
 	cJSON *schema = json_read_file(SCHEMA_PATH, err, sizeof err);
 	cJSON *summary = json_read_file(SUMMARY_PATH, err, sizeof err);
 	cJSON *parity = json_read_file(PARITY_PATH, err, sizeof err);
+	cJSON *events = json_read_file(EVENT_PATH, err, sizeof err);
 	char *columns = read_whole_file(COLUMNS_PATH, NULL);
 
-	if (!schema || !summary || !parity || !columns) {
+	if (!schema || !summary || !parity || !events || !columns) {
 		fprintf(stderr, "test_record_schema: %s\n", columns ? err : COLUMNS_PATH ": cannot read");
 		return 1;
 	}
@@ -416,7 +448,9 @@ int main(void)
 	check_units();
 	check_summary(summary);
 	check_parity(parity);
+	check_events(events);
 	cJSON_Delete(schema);
+	cJSON_Delete(events);
 	cJSON_Delete(parity);
 	cJSON_Delete(summary);
 	free(columns);

@@ -51,8 +51,7 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 SUMMARY_SCHEMA = "poros.summary/1"
-SUMMARY_SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schema",
-                                   "summary.schema.json")
+SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schema")
 CELL_SCHEMA = "poros.cell/1"
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 
@@ -781,6 +780,7 @@ def train(torch, model, cell, out_dir, summary, input_device="cuda"):
     model.train()
 
     times, allocs, losses = [], [], []
+    event_keys = dict.fromkeys(required_keys("event.schema.json"))
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     events = open(os.path.join(out_dir, "events.jsonl"), "w", encoding="utf-8")
@@ -811,12 +811,11 @@ def train(torch, model, cell, out_dir, summary, input_device="cuda"):
             if step > warmup:
                 times.append(dt)
                 allocs.append(alloc)
-            ev = {"step": step, "loss": float(f"{loss_v:.9g}"), "lr": lr, "grad_norm": finite_or_none(grad_norm),
-                  "step_s": float(f"{dt:.6f}"), "tokens": tokens, "tokens_supervised": supervised,
-                  "epoch": None,  # the synthetic streams have no end
-                  "vram_alloc_mb": alloc / 2**20,
-                  "vram_peak_mb": peak / 2**20,
-                  "h2d_bytes": None, "h2d_s": None, "compute_s": None, "copy_hidden_frac": None}
+            # every key null first (epoch: the synthetic streams have no end; nothing is copied)
+            ev = dict(event_keys)
+            ev.update(step=step, loss=float(f"{loss_v:.9g}"), lr=lr, grad_norm=finite_or_none(grad_norm),
+                      step_s=float(f"{dt:.6f}"), tokens=tokens, tokens_supervised=supervised,
+                      vram_alloc_mb=alloc / 2**20, vram_peak_mb=peak / 2**20)
             events.write(json.dumps(ev, separators=(",", ":")) + "\n")
             events.flush()
             log(f"step {step}/{steps} loss {loss_v:.4f} {dt:.3f} s{' (warmup)' if step <= warmup else ''} "
@@ -853,17 +852,17 @@ def save_adapter(model, out_dir, source):
 
 # --- the driver -----------------------------------------------------------
 
-def summary_keys():
-    """The keys an arm's summary holds, in order: the summary schema's
-    "required" list (share/poros/schema/summary.schema.json), which
-    tests/summary.bats holds against both writers."""
-    with open(SUMMARY_SCHEMA_PATH, encoding="utf-8") as f:
+def required_keys(schema_name):
+    """The keys an arm writes in a record, in order: the "required" list of
+    share/poros/schema/<schema_name> (summary.schema.json,
+    event.schema.json), which the tests hold against every writer."""
+    with open(os.path.join(SCHEMA_DIR, schema_name), encoding="utf-8") as f:
         return json.load(f)["required"]
 
 
 def new_summary(method, out_dir):
     # every key null (backend too, until a CUDA device is found: a skipped arm computed nothing)
-    summary = dict.fromkeys(summary_keys())
+    summary = dict.fromkeys(required_keys("summary.schema.json"))
     summary.update(schema=SUMMARY_SCHEMA, status="error", method=method, mode=method, run_dir=out_dir,
                    env=environment())
     return summary
