@@ -1,9 +1,11 @@
-/* tools/lib/artifact.c: the RunArtifact ("poros.artifact/1") built in
- * memory and written to JSON, and the host half of its env; reading one
- * back, and the trainer summary, are artifact_read.c's. */
+/* tools/lib/artifact.c: the RunArtifact ("poros.artifact/1"): the table of
+ * its keys (artifact_fields), its null and freed states by the table, the
+ * writer by the table, and the host half of its env; reading one back, and
+ * the trainer summary, are artifact_read.c's. */
 #include "artifact.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
