@@ -185,6 +185,15 @@ datasets() {
 	[ "$output" = "9 2 2" ]
 }
 
+@test "armlib away from share/poros/schema names the schema it cannot read and exits 1, printing no summary" {
+	mkdir -p lone/arms
+	cp "$POROS_ROOT/share/poros/arms/armlib.py" lone/arms/
+	cell peft peft.json
+	POROS_ARMS_DIR="$PWD/lone/arms" run -1 --separate-stderr "$FIX/fake-torch-arm" ok --cell peft.json --out run_lone
+	[ -z "$output" ]
+	[[ "$stderr" == *"lone/arms/../schema/summary.schema.json: cannot read the summary's keys: "* ]]
+}
+
 # through_arm SUMMARY CODE [METHOD]: poros-arm on a cell of METHOD (by
 # default SUMMARY's) whose child prints SUMMARY and exits CODE; the
 # artifact on stdout

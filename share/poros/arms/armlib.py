@@ -862,7 +862,12 @@ def required_keys(schema_name):
 
 def new_summary(method, out_dir):
     # every key null (backend too, until a CUDA device is found: a skipped arm computed nothing)
-    summary = dict.fromkeys(required_keys("summary.schema.json"))
+    try:
+        summary = dict.fromkeys(required_keys("summary.schema.json"))
+    except (OSError, ValueError, KeyError) as e:
+        # no key list, no honest summary: an installation without share/poros/schema
+        log(f"{os.path.join(SCHEMA_DIR, 'summary.schema.json')}: cannot read the summary's keys: {e}")
+        sys.exit(EXIT_RUNTIME)
     summary.update(schema=SUMMARY_SCHEMA, status="error", method=method, mode=method, run_dir=out_dir,
                    env=environment())
     return summary
