@@ -159,6 +159,41 @@ datasets() {
 	[ "$(wc -l <<< "$output")" -eq 27 ]
 }
 
+@test "both writers' events validate against event.schema.json, keys in its order: poros-train (eval, profile) and armlib" {
+	datasets
+	poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 3 --dataset data.jsonl --eval-dataset eval.jsonl \
+		--eval-every 2 --out run_train >/dev/null
+	POROS_PROFILE=1 poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 2 --out run_profile >/dev/null
+	cell peft peft.json
+	run -0 --separate-stderr "$FIX/fake-torch-arm" ok --cell peft.json --out run_peft
+	run -0 python3 - "$SCHEMA/event.schema.json" run_train/events.jsonl run_profile/events.jsonl \
+		run_peft/events.jsonl <<-'PY'
+	import json, sys, jsonschema
+	schema = json.load(open(sys.argv[1]))
+	jsonschema.Draft202012Validator.check_schema(schema)
+	order, n = list(schema["properties"]), 0
+	for path in sys.argv[2:]:
+	    for line in open(path):
+	        e = json.loads(line)
+	        jsonschema.validate(e, schema)
+	        assert list(e) == [k for k in order if k in e], f"{path}: keys out of order: {list(e)}"
+	        n += 1
+	print(n, sum("eval_loss" in json.loads(l) for p in sys.argv[2:3] for l in open(p)),
+	      sum("profile" in json.loads(l) for p in sys.argv[3:4] for l in open(p)))
+	PY
+	# 3 + 2 + 4 events; steps 2 and 3 evaluated; both profiled steps carry the profile
+	[ "$output" = "9 2 2" ]
+}
+
+@test "armlib away from share/poros/schema names the schema it cannot read and exits 1, printing no summary" {
+	mkdir -p lone/arms
+	cp "$POROS_ROOT/share/poros/arms/armlib.py" lone/arms/
+	cell peft peft.json
+	POROS_ARMS_DIR="$PWD/lone/arms" run -1 --separate-stderr "$FIX/fake-torch-arm" ok --cell peft.json --out run_lone
+	[ -z "$output" ]
+	[[ "$stderr" == *"lone/arms/../schema/summary.schema.json: cannot read the summary's keys: "* ]]
+}
+
 # through_arm SUMMARY CODE [METHOD]: poros-arm on a cell of METHOD (by
 # default SUMMARY's) whose child prints SUMMARY and exits CODE; the
 # artifact on stdout

@@ -88,6 +88,87 @@ struct artifact {
 	char *run_dir;                             /* "runs/<cell_id>" */
 };
 
+/* --- the table -------------------------------------------------------------- */
+
+/* How a key is held in C and written in JSON. */
+enum artifact_kind {
+	AK_CONST,     /* "schema": ARTIFACT_SCHEMA */
+	AK_STR,       /* char *; NULL is null */
+	AK_STAMP,     /* char[32], UTC ISO-8601; "" is null */
+	AK_HASH,      /* config_hash: char[], "sha256:" and 64 hex digits; "" is null */
+	AK_CELL_COPY, /* a copy of cell.<cell_path> at the top level, for jq */
+	AK_CELL,      /* the whole cell (cell_to_json) */
+	AK_STATUS,    /* enum artifact_status, by name */
+	AK_OBJECT,    /* a nested object: the rows "<path>.<key>" that follow */
+	AK_NUM,       /* double; NaN is null */
+	AK_TIME,      /* double, exact digits (timing_json_number); NaN is null */
+	AK_COUNT,     /* int; -1 is null */
+	AK_FLAG,      /* int, a boolean; -1 is null */
+	AK_PASSES,    /* metrics.passes: n_passes, passes; NULL is null */
+	AK_ARGV,      /* argc, argv; NULL is null */
+};
+/* Row flags. */
+enum {
+	AF_NULLABLE = 1, /* a written artifact may hold null here (the schema's "null" type) */
+	AF_LATER = 2,    /* added to poros.artifact/1 later: older artifacts lack it (not "required") */
+	AF_NONNEG = 4,   /* a measurement: a number read must not be negative (the schema's minimum 0) */
+};
+/* Who fills a key. */
+enum {
+	AW_ARM = 1,      /* poros-arm: the host, its clock, the cell, timing from the passes */
+	AW_SUMMARY = 2,  /* the child's summary (poros.summary/1), key summary_key */
+	AW_PARITY = 4,   /* poros-parity --artifacts */
+};
+
+/* One row per key of poros.artifact/1, in the order artifact_to_json
+ * writes them.  The writer, artifact_from_json (its key lists, types and
+ * messages), the null state and freeing of each part, and what is taken
+ * from a summary go by it; share/poros/schema/artifact.schema.json and
+ * man/poros-artifact.5 are held against it by tests/unit/test_record_schema.c. */
+struct artifact_field {
+	const char *path;          /* "metrics.s_per_step"; top-level keys have no dot */
+	enum artifact_kind kind;
+	size_t offset;             /* in the struct of its object: artifact, artifact_metrics, _parity, _env */
+	unsigned flags;            /* AF_* */
+	const char *unit;          /* "MiB", "GiB", "s", "tokens/s"; NULL: none */
+	unsigned writers;          /* AW_* */
+	const char *summary_key;   /* AW_SUMMARY: its key in the summary ("env.gpu_name") */
+	const char *const *names;  /* AK_STATUS, AK_CELL_COPY of an enum, a named AK_STR: its values */
+	int n_names;
+	const char *cell_path;     /* AK_CELL_COPY: the cell field it copies */
+	const char *column;        /* the report column that shows it (tools/poros-render/table.c), or NULL */
+};
+extern const struct artifact_field artifact_fields[];
+extern const int artifact_field_count;
+/* The row of path, or NULL. */
+const struct artifact_field *artifact_field_find(const char *path);
+
+/* The trainer summary's keys (tools/lib/summary_fields.c), in the order
+ * both writers print them; "env.<key>" for env's. */
+enum summary_kind {
+	SK_CONST,      /* "schema" */
+	SK_NAME,       /* a string from a fixed list (status, method, mode, backend, weights) */
+	SK_STR,        /* a string */
+	SK_COUNT,      /* an integer >= 0 */
+	SK_NUM,        /* a number */
+	SK_MEASURE,    /* a number >= 0 */
+	SK_TIMES,      /* an array of seconds */
+	SK_BY_PURPOSE, /* an object of measures by purpose (which purposes is poros-train's) */
+	SK_OBJECT,     /* an object: config, env (its rows follow) */
+};
+enum { SF_NULLABLE = 1, SF_ALWAYS = 2 /* every writer prints it (the schema's "required") */ };
+enum { SW_TRAIN = 1, SW_ARMS = 2 };  /* poros-train, the Python arms (armlib.py) */
+struct summary_field {
+	const char *path;
+	enum summary_kind kind;
+	unsigned flags;                /* SF_* */
+	unsigned writers;              /* SW_* */
+	const char *unit;              /* "MiB", "s", "tokens/s"; NULL: none */
+};
+extern const struct summary_field summary_fields[];
+extern const int summary_field_count;
+const struct summary_field *summary_field_find(const char *path); /* NULL if none */
+
 /* Every field null / empty, status error.  artifact_free releases what
  * the artifact owns (the cell included) and leaves it initialised. */
 void artifact_init(struct artifact *a);

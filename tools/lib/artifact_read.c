@@ -5,11 +5,13 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "artifact_int.h"
+#include "cell_int.h"
 #include "timing.h"
 #include "util.h"
 
@@ -103,8 +105,25 @@ static int get_measure(const cJSON *o, const char *prefix, const char *k, double
 	return 0;
 }
 
-/* The schema's keys (additionalProperties false): anything else is a typo
- * or another tool's record, and is refused by name. */
+/* The table's keys of section (additionalProperties false): anything else
+ * is a typo or another tool's record, and is refused by name. */
+static int check_section_keys(const cJSON *o, const char *section, const char *prefix, char *err, size_t errsz)
+{
+	const cJSON *kid;
+
+	if (!cJSON_IsObject(o))
+		return 0;
+	cJSON_ArrayForEach(kid, o) {
+		int found = 0;
+		for (int i = 0; i < artifact_field_count && !found; i++)
+			found = field_in(&artifact_fields[i], section) && strcmp(kid->string, field_key(&artifact_fields[i])) == 0;
+		if (!found)
+			return bad(err, errsz, "%s%s: unknown field", prefix, kid->string);
+	}
+	return 0;
+}
+
+/* The keys of a list (NULL-terminated): a summary's, a pass's. */
 static int check_keys(const cJSON *o, const char *prefix, const char *const *known, char *err, size_t errsz)
 {
 	const cJSON *kid;
@@ -120,22 +139,6 @@ static int check_keys(const cJSON *o, const char *prefix, const char *const *kno
 	}
 	return 0;
 }
-
-static const char *const artifact_keys[] = {
-	"schema", "cell_id", "config_hash", "method", "model_id", "precision", "cell", "status", "error",
-	"metrics", "parity", "env", "started_at", "finished_at", "wall_s", "argv", "log", "run_dir", NULL,
-};
-static const char *const metrics_keys[] = {
-	"vram_plan_mb", "host_weights_mb", "host_checkpoints_mb", "process_peak_rss_mb", "vram_peak_mb", "vram_avg_mb", "s_per_step",
-	"s_per_step_min", "s_per_step_max", "tokens_per_s", "steps_measured", "warmup_steps", "loss_first", "loss_last",
-	"s_per_step_spread", "s_per_step_mad", "passes_agree", "passes", NULL,
-};
-static const char *const parity_keys[] = { "loss_max_abs_delta", "adapter_max_abs_delta", "bitwise_exact", NULL };
-static const char *const env_keys[] = {
-	"hostname", "os", "kernel", "cpu", "host_mem_gb", "gpu_name", "gpu_mem_mb", "driver", "cuda_runtime",
-	"poros_version", "git_sha", "python", "torch", "transformers", "peft", "weights", "cuda_visible_devices",
-	"backend", "device", NULL,
-};
 
 static int get_count(const cJSON *o, const char *prefix, const char *k, int *out, char *err, size_t errsz)
 {
@@ -225,75 +228,61 @@ static int passes_from_json(struct artifact_metrics *m, const cJSON *o, const ch
 	return 0;
 }
 
-static int metrics_from_json(struct artifact_metrics *m, const cJSON *o, const char *pre, char *err, size_t errsz)
+/* Row f of a section (a number, count, flag, string or the passes) from
+ * o into the struct at base; pre names the object in messages. */
+static int field_from_json(const struct artifact_field *f, const cJSON *o, const char *pre, void *base, char *err,
+                           size_t errsz)
 {
-	metrics_init(m);
+	char *p = (char *)base + f->offset;
+	const char *k = field_key(f);
+
+	switch (f->kind) {
+	case AK_STR: return get_str(o, pre, k, (char **)p, err, errsz);
+	case AK_NUM:
+	case AK_TIME:
+		return f->flags & AF_NONNEG ? get_measure(o, pre, k, (double *)p, err, errsz)
+		                            : get_num(o, pre, k, (double *)p, err, errsz);
+	case AK_COUNT: return get_count(o, pre, k, (int *)p, err, errsz);
+	case AK_FLAG: return get_flag(o, pre, k, (int *)p, err, errsz);
+	case AK_PASSES: return passes_from_json(base, o, pre, err, errsz);
+	default: return bad(err, errsz, "%s%s: no reader for its kind", pre, k);
+	}
+}
+
+/* Every row of section from o (NULL: all null) into base; on failure
+ * nothing is left allocated.  summary_env: only the rows a summary's env
+ * gives (summary_key "env.<key>"), into a base already null. */
+static int section_from_json(void *base, const char *section, const cJSON *o, const char *pre, int summary_env,
+                             char *err, size_t errsz)
+{
+	if (!summary_env)
+		section_null(base, section);
 	if (o == NULL)
 		return 0;
-	if (get_measure(o, pre, "vram_plan_mb", &m->vram_plan_mb, err, errsz) < 0 ||
-	    get_measure(o, pre, "host_weights_mb", &m->host_weights_mb, err, errsz) < 0 ||
-	    get_measure(o, pre, "host_checkpoints_mb", &m->host_checkpoints_mb, err, errsz) < 0 ||
-	    get_measure(o, pre, "process_peak_rss_mb", &m->process_peak_rss_mb, err, errsz) < 0 ||
-	    get_measure(o, pre, "vram_peak_mb", &m->vram_peak_mb, err, errsz) < 0 ||
-	    get_measure(o, pre, "vram_avg_mb", &m->vram_avg_mb, err, errsz) < 0 ||
-	    get_measure(o, pre, "s_per_step", &m->s_per_step, err, errsz) < 0 ||
-	    get_measure(o, pre, "s_per_step_min", &m->s_per_step_min, err, errsz) < 0 ||
-	    get_measure(o, pre, "s_per_step_max", &m->s_per_step_max, err, errsz) < 0 ||
-	    get_measure(o, pre, "tokens_per_s", &m->tokens_per_s, err, errsz) < 0 ||
-	    get_count(o, pre, "steps_measured", &m->steps_measured, err, errsz) < 0 ||
-	    get_count(o, pre, "warmup_steps", &m->warmup_steps, err, errsz) < 0 ||
-	    get_num(o, pre, "loss_first", &m->loss_first, err, errsz) < 0 ||
-	    get_num(o, pre, "loss_last", &m->loss_last, err, errsz) < 0 ||
-	    get_measure(o, pre, "s_per_step_spread", &m->s_per_step_spread, err, errsz) < 0 ||
-	    get_measure(o, pre, "s_per_step_mad", &m->s_per_step_mad, err, errsz) < 0 ||
-	    get_flag(o, pre, "passes_agree", &m->passes_agree, err, errsz) < 0 ||
-	    passes_from_json(m, o, pre, err, errsz) < 0) {
-		artifact_metrics_free(m);
-		return -1;
+	for (int i = 0; i < artifact_field_count; i++) {
+		const struct artifact_field *f = &artifact_fields[i];
+
+		if (!field_in(f, section))
+			continue;
+		if (summary_env && !(f->summary_key && strncmp(f->summary_key, "env.", 4) == 0))
+			continue;
+		if (field_from_json(f, o, pre, base, err, errsz) < 0) {
+			section_free(base, section);
+			return -1;
+		}
 	}
 	return 0;
+}
+
+static int metrics_from_json(struct artifact_metrics *m, const cJSON *o, const char *pre, char *err, size_t errsz)
+{
+	return section_from_json(m, "metrics", o, pre, 0, err, errsz);
 }
 
 /* The fields a child reports about its own environment. */
 static int child_env_from_json(struct artifact_env *e, const cJSON *o, const char *pre, char *err, size_t errsz)
 {
-	if (o == NULL)
-		return 0;
-	if (get_str(o, pre, "gpu_name", &e->gpu_name, err, errsz) < 0 ||
-	    get_measure(o, pre, "gpu_mem_mb", &e->gpu_mem_mb, err, errsz) < 0 ||
-	    get_str(o, pre, "driver", &e->driver, err, errsz) < 0 ||
-	    get_str(o, pre, "cuda_runtime", &e->cuda_runtime, err, errsz) < 0 ||
-	    get_str(o, pre, "python", &e->python, err, errsz) < 0 ||
-	    get_str(o, pre, "torch", &e->torch, err, errsz) < 0 ||
-	    get_str(o, pre, "transformers", &e->transformers, err, errsz) < 0 ||
-	    get_str(o, pre, "peft", &e->peft, err, errsz) < 0)
-		return -1;
-	return 0;
-}
-
-static int env_from_json(struct artifact_env *e, const cJSON *o, char *err, size_t errsz)
-{
-	const char *pre = "env.";
-
-	env_init(e);
-	if (o == NULL)
-		return 0;
-	if (get_str(o, pre, "hostname", &e->hostname, err, errsz) < 0 ||
-	    get_str(o, pre, "os", &e->os, err, errsz) < 0 ||
-	    get_str(o, pre, "kernel", &e->kernel, err, errsz) < 0 ||
-	    get_str(o, pre, "cpu", &e->cpu, err, errsz) < 0 ||
-	    get_num(o, pre, "host_mem_gb", &e->host_mem_gb, err, errsz) < 0 ||
-	    get_str(o, pre, "poros_version", &e->poros_version, err, errsz) < 0 ||
-	    get_str(o, pre, "git_sha", &e->git_sha, err, errsz) < 0 ||
-	    get_str(o, pre, "weights", &e->weights, err, errsz) < 0 ||
-	    get_str(o, pre, "cuda_visible_devices", &e->cuda_visible_devices, err, errsz) < 0 ||
-	    get_str(o, pre, "backend", &e->backend, err, errsz) < 0 ||
-	    get_str(o, pre, "device", &e->device, err, errsz) < 0 ||
-	    child_env_from_json(e, o, pre, err, errsz) < 0) {
-		env_free(e);
-		return -1;
-	}
-	return 0;
+	return section_from_json(e, "env", o, pre, 1, err, errsz);
 }
 
 static int stamp_from_json(const cJSON *o, const char *k, char *buf, size_t n, char *err, size_t errsz)
@@ -349,58 +338,79 @@ static int status_from_json(const cJSON *status, char *err, size_t errsz)
 	return st;
 }
 
-static int parity_from_json(struct artifact_parity *p, const cJSON *o, char *err, size_t errsz)
+/* config_hash as recorded: a writer of another version may have hashed
+ * differently, so it is compared, never recomputed. */
+static int hash_from_json(struct artifact *a, const cJSON *obj, char *err, size_t errsz)
 {
-	const cJSON *v;
-
-	p->loss_max_abs_delta = p->adapter_max_abs_delta = NAN;
-	p->bitwise_exact = -1;
-	if (o == NULL)
-		return 0;
-	if (get_num(o, "parity.", "loss_max_abs_delta", &p->loss_max_abs_delta, err, errsz) < 0 ||
-	    get_num(o, "parity.", "adapter_max_abs_delta", &p->adapter_max_abs_delta, err, errsz) < 0)
-		return -1;
-	if (get_typed(o, "parity.", "bitwise_exact", cJSON_IsBool, "a boolean", &v, err, errsz) < 0)
-		return -1;
-	if (v != NULL)
-		p->bitwise_exact = cJSON_IsTrue(v) ? 1 : 0;
-	return 0;
-}
-
-/* config_hash as recorded (a writer of another version may have hashed
- * differently: it is compared, never recomputed), and the top-level
- * copies of method, model_id and precision, which must agree with the
- * cell when present. */
-static int top_level_copies(struct artifact *a, const cJSON *obj, char *err, size_t errsz)
-{
-	const char *cell_value[3] = { method_names[a->cell.method], a->cell.model.model_id,
-	                              precision_names[a->cell.precision] };
-	static const char *const keys[3] = { "method", "model_id", "precision" };
 	char *s;
+	int ok;
 
 	if (get_str(obj, "", "config_hash", &s, err, errsz) < 0)
 		return -1;
-	if (s != NULL) {
-		int ok = strlen(s) == CELL_HASH_LEN && strncmp(s, "sha256:", 7) == 0 &&
-		         strspn(s + 7, "0123456789abcdef") == 64;
-		if (ok)
-			strcpy(a->config_hash, s);
-		free(s);
-		if (!ok)
-			return bad(err, errsz, "config_hash: not \"sha256:\" and 64 hex digits");
-	}
-	for (int i = 0; i < 3; i++) {
-		if (get_str(obj, "", keys[i], &s, err, errsz) < 0)
-			return -1;
-		if (s != NULL && strcmp(s, cell_value[i]) != 0) {
-			bad(err, errsz, "%s: \"%s\" differs from cell.%s%s \"%s\"", keys[i], s,
-			    i == 1 ? "model." : "", keys[i], cell_value[i]);
-			free(s);
-			return -1;
-		}
-		free(s);
-	}
+	if (s == NULL)
+		return 0;
+	ok = strlen(s) == CELL_HASH_LEN && strncmp(s, "sha256:", 7) == 0 && strspn(s + 7, "0123456789abcdef") == 64;
+	if (ok)
+		strcpy(a->config_hash, s);
+	free(s);
+	return ok ? 0 : bad(err, errsz, "config_hash: not \"sha256:\" and 64 hex digits");
+}
+
+/* A top-level copy of a cell field (method, model_id, precision): when
+ * present it must agree with the cell. */
+static int copy_check(const struct artifact *a, const struct artifact_field *f, const cJSON *obj, char *err,
+                      size_t errsz)
+{
+	const char *want = cell_copy_value(&a->cell, f->cell_path);
+	char *s;
+	int rc = 0;
+
+	if (get_str(obj, "", f->path, &s, err, errsz) < 0)
+		return -1;
+	if (s != NULL && strcmp(s, want) != 0)
+		rc = bad(err, errsz, "%s: \"%s\" differs from cell.%s \"%s\"", f->path, s, f->cell_path, want);
+	free(s);
+	return rc;
+}
+
+/* cell_id: the cell's when absent, and equal to it when present. */
+static int cell_id_from_json(struct artifact *a, const cJSON *obj, char *err, size_t errsz)
+{
+	if (get_str(obj, "", "cell_id", &a->cell_id, err, errsz) < 0)
+		return -1;
+	if (a->cell_id == NULL)
+		a->cell_id = xstrdup(a->cell.cell_id);
+	else if (strcmp(a->cell_id, a->cell.cell_id) != 0)
+		return bad(err, errsz, "cell_id: \"%s\" differs from cell.cell_id \"%s\"", a->cell_id, a->cell.cell_id);
 	return 0;
+}
+
+/* A top-level row after schema, status and cell (read first: the rest is
+ * checked against them). */
+static int top_from_json(struct artifact *a, const struct artifact_field *f, const cJSON *obj, char *err,
+                         size_t errsz)
+{
+	char *p = (char *)a + f->offset;
+	char pre[32];
+	const cJSON *o;
+
+	switch (f->kind) {
+	case AK_CONST: case AK_STATUS: case AK_CELL: return 0;
+	case AK_HASH: return hash_from_json(a, obj, err, errsz);
+	case AK_CELL_COPY: return copy_check(a, f, obj, err, errsz);
+	case AK_STAMP: return stamp_from_json(obj, f->path, p, sizeof a->started_at, err, errsz);
+	case AK_ARGV: return argv_from_json(a, obj, err, errsz);
+	case AK_OBJECT:
+		snprintf(pre, sizeof pre, "%s.", f->path);
+		if (get_obj(obj, f->path, &o, err, errsz) < 0)
+			return -1;
+		return section_from_json(p, f->path, o, pre, 0, err, errsz);
+	case AK_STR:
+		if (f->offset == offsetof(struct artifact, cell_id))
+			return cell_id_from_json(a, obj, err, errsz);
+		return field_from_json(f, obj, "", a, err, errsz);
+	default: return field_from_json(f, obj, "", a, err, errsz);
+	}
 }
 
 int artifact_from_json(struct artifact *a, const cJSON *obj, char *err, size_t errsz)
@@ -408,7 +418,6 @@ int artifact_from_json(struct artifact *a, const cJSON *obj, char *err, size_t e
 	const cJSON *schema = cJSON_GetObjectItemCaseSensitive(obj, "schema");
 	const cJSON *cell = cJSON_GetObjectItemCaseSensitive(obj, "cell");
 	const cJSON *status = cJSON_GetObjectItemCaseSensitive(obj, "status");
-	const cJSON *metrics, *parity, *env;
 	char cell_err[256];
 	int st;
 
@@ -419,11 +428,17 @@ int artifact_from_json(struct artifact *a, const cJSON *obj, char *err, size_t e
 		return bad(err, errsz, "schema: missing (expected \"%s\")", ARTIFACT_SCHEMA);
 	if (strcmp(schema->valuestring, ARTIFACT_SCHEMA) != 0)
 		return bad(err, errsz, "schema: \"%s\" (expected \"%s\")", schema->valuestring, ARTIFACT_SCHEMA);
-	if (check_keys(obj, "", artifact_keys, err, errsz) < 0 ||
-	    check_keys(cJSON_GetObjectItemCaseSensitive(obj, "metrics"), "metrics.", metrics_keys, err, errsz) < 0 ||
-	    check_keys(cJSON_GetObjectItemCaseSensitive(obj, "parity"), "parity.", parity_keys, err, errsz) < 0 ||
-	    check_keys(cJSON_GetObjectItemCaseSensitive(obj, "env"), "env.", env_keys, err, errsz) < 0)
+	if (check_section_keys(obj, "", "", err, errsz) < 0)
 		return -1;
+	for (int i = 0; i < artifact_field_count; i++) {
+		const struct artifact_field *f = &artifact_fields[i];
+		char pre[32];
+
+		snprintf(pre, sizeof pre, "%s.", f->path);
+		if (f->kind == AK_OBJECT &&
+		    check_section_keys(cJSON_GetObjectItemCaseSensitive(obj, f->path), f->path, pre, err, errsz) < 0)
+			return -1;
+	}
 	st = status_from_json(status, err, errsz);
 	if (st < 0)
 		return -1;
@@ -434,62 +449,47 @@ int artifact_from_json(struct artifact *a, const cJSON *obj, char *err, size_t e
 		memset(&a->cell, 0, sizeof a->cell);
 		return bad(err, errsz, "cell.%s", cell_err);
 	}
-	if (get_str(obj, "", "cell_id", &a->cell_id, err, errsz) < 0)
-		goto fail;
-	if (a->cell_id == NULL)
-		a->cell_id = xstrdup(a->cell.cell_id);
-	else if (strcmp(a->cell_id, a->cell.cell_id) != 0) {
-		bad(err, errsz, "cell_id: \"%s\" differs from cell.cell_id \"%s\"", a->cell_id, a->cell.cell_id);
-		goto fail;
-	}
-	if (top_level_copies(a, obj, err, errsz) < 0)
-		goto fail;
-	if (get_str(obj, "", "error", &a->error, err, errsz) < 0 ||
-	    get_obj(obj, "metrics", &metrics, err, errsz) < 0 ||
-	    metrics_from_json(&a->metrics, metrics, "metrics.", err, errsz) < 0 ||
-	    get_obj(obj, "parity", &parity, err, errsz) < 0 ||
-	    parity_from_json(&a->parity, parity, err, errsz) < 0 ||
-	    get_obj(obj, "env", &env, err, errsz) < 0 ||
-	    env_from_json(&a->env, env, err, errsz) < 0 ||
-	    stamp_from_json(obj, "started_at", a->started_at, sizeof a->started_at, err, errsz) < 0 ||
-	    stamp_from_json(obj, "finished_at", a->finished_at, sizeof a->finished_at, err, errsz) < 0 ||
-	    get_num(obj, "", "wall_s", &a->wall_s, err, errsz) < 0 ||
-	    argv_from_json(a, obj, err, errsz) < 0 ||
-	    get_str(obj, "", "log", &a->log, err, errsz) < 0 ||
-	    get_str(obj, "", "run_dir", &a->run_dir, err, errsz) < 0)
-		goto fail;
+	for (int i = 0; i < artifact_field_count; i++)
+		if (field_in(&artifact_fields[i], "") && top_from_json(a, &artifact_fields[i], obj, err, errsz) < 0) {
+			artifact_free(a);
+			return -1;
+		}
 	return 0;
-fail:
-	artifact_free(a);
-	return -1;
 }
 
 /* --- the trainer summary -------------------------------------------------- */
 
-/* share/poros/schema/summary.schema.json's keys: what poros-train and the
- * Python arms print, and nothing else. */
-static const char *const summary_keys[] = {
-	"schema", "status", "error", "method", "mode", "backend", "steps", "warmup_steps", "steps_measured", "step_s",
-	"s_per_step", "s_per_step_min", "s_per_step_max", "tokens_per_s", "vram_plan_mb", "host_weights_mb",
-	"host_checkpoints_mb", "host_plan_mb", "host_breakdown_mb", "host_rss_at_plan_mb", "host_peak_rss_mb",
-	"vram_peak_mb", "vram_avg_mb", "vram_breakdown_mb", "loss_first", "loss_last", "eval_loss", "eval_tokens", "weights", "run_dir", "events", "adapter", "config", "env", NULL,
-};
-static const char *const summary_env_keys[] = {
-	"gpu_name", "gpu_mem_mb", "driver", "cuda_runtime", "python", "torch", "transformers", "peft", NULL,
-};
-
-/* A string field that is null or one of names (NULL-terminated). */
-static int get_name(const cJSON *o, const char *k, const char *const *names, const char *expected, char **out,
-                    char *err, size_t errsz)
+/* The summary table's keys of section ("" or "env"): what poros-train and
+ * the Python arms print, and nothing else. */
+static int check_summary_keys(const cJSON *o, const char *section, const char *prefix, char *err, size_t errsz)
 {
+	const cJSON *kid;
+	size_t n = strlen(section);
+
+	if (!cJSON_IsObject(o))
+		return 0;
+	cJSON_ArrayForEach(kid, o) {
+		char path[96];
+
+		snprintf(path, sizeof path, "%s%s%s", section, n ? "." : "", kid->string);
+		if (summary_field_find(path) == NULL || (n == 0 && strchr(kid->string, '.')))
+			return bad(err, errsz, "%s%s: unknown field", prefix, kid->string);
+	}
+	return 0;
+}
+
+/* The summary's value of row f (weights, backend): null or one of the
+ * row's names. */
+static int get_name(const cJSON *o, const struct artifact_field *f, char **out, char *err, size_t errsz)
+{
+	const char *k = f->summary_key;
+
 	if (get_str(o, "", k, out, err, errsz) < 0)
 		return -1;
-	for (const char *const *n = names; *out && *n; n++)
-		if (strcmp(*out, *n) == 0)
-			return 0;
-	if (*out == NULL)
+	if (*out == NULL || name_index(f->names, f->n_names, *out) >= 0)
 		return 0;
-	bad(err, errsz, "%s: unknown \"%s\" (expected %s)", k, *out, expected);
+	/* the tables name two values: "cpu or cuda" */
+	bad(err, errsz, "%s: unknown \"%s\" (expected %s or %s)", k, *out, f->names[0], f->names[f->n_names - 1]);
 	free(*out);
 	*out = NULL;
 	return -1;
@@ -575,10 +575,27 @@ static int summary_pass(struct artifact_metrics *m, const cJSON *summary, int st
 	return 0;
 }
 
+/* The summary's env rows of child moved into e. */
+static void take_child_env(struct artifact_env *e, struct artifact_env *child)
+{
+	for (int i = 0; i < artifact_field_count; i++) {
+		const struct artifact_field *f = &artifact_fields[i];
+		char *to = (char *)e + f->offset, *from = (char *)child + f->offset;
+
+		if (!field_in(f, "env") || !f->summary_key || strncmp(f->summary_key, "env.", 4) != 0)
+			continue;
+		if (f->kind == AK_STR) {
+			free(*(char **)to);
+			*(char **)to = *(char **)from;
+			*(char **)from = NULL;
+		} else {
+			*(double *)to = *(double *)from;
+		}
+	}
+}
+
 int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, size_t errsz)
 {
-	static const char *const backends[] = { "cpu", "cuda", NULL };
-	static const char *const weights_names[] = { "real", "synthetic", NULL };
 	const cJSON *schema = cJSON_GetObjectItemCaseSensitive(summary, "schema");
 	const cJSON *status = cJSON_GetObjectItemCaseSensitive(summary, "status");
 	const cJSON *env_obj;
@@ -596,8 +613,8 @@ int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, 
 	st = status_from_json(status, err, errsz);
 	if (st < 0)
 		return -1;
-	if (check_keys(summary, "", summary_keys, err, errsz) < 0 ||
-	    check_keys(cJSON_GetObjectItemCaseSensitive(summary, "env"), "env.", summary_env_keys, err, errsz) < 0 ||
+	if (check_summary_keys(summary, "", "", err, errsz) < 0 ||
+	    check_summary_keys(cJSON_GetObjectItemCaseSensitive(summary, "env"), "env", "env.", err, errsz) < 0 ||
 	    summary_check_rest(summary, err, errsz) < 0)
 		return -1;
 	/* poros-train's configuration (its train_config.json): an object, or absent */
@@ -611,10 +628,10 @@ int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, 
 		return -1;
 	}
 	env_init(&child);
-	if (get_name(summary, "backend", backends, "cpu or cuda", &backend, err, errsz) < 0 ||
+	if (get_name(summary, artifact_field_find("env.backend"), &backend, err, errsz) < 0 ||
 	    get_obj(summary, "env", &env_obj, err, errsz) < 0 ||
 	    child_env_from_json(&child, env_obj, "env.", err, errsz) < 0 ||
-	    get_name(summary, "weights", weights_names, "real or synthetic", &weights, err, errsz) < 0 ||
+	    get_name(summary, artifact_field_find("env.weights"), &weights, err, errsz) < 0 ||
 	    get_str(summary, "", "error", &error, err, errsz) < 0) {
 		env_free(&child);
 		free(weights);
@@ -636,10 +653,7 @@ int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, 
 	}
 	artifact_metrics_free(&a->metrics);
 	a->metrics = m;
-#define TAKE(f) free(a->env.f); a->env.f = child.f;
-	TAKE(gpu_name) TAKE(driver) TAKE(cuda_runtime) TAKE(python) TAKE(torch) TAKE(transformers) TAKE(peft)
-#undef TAKE
-	a->env.gpu_mem_mb = child.gpu_mem_mb;
+	take_child_env(&a->env, &child);
 	free(a->env.weights);
 	a->env.weights = weights;
 	free(a->env.backend);

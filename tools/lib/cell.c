@@ -248,6 +248,21 @@ int is_slug(const char *s)
 	return strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_") == n;
 }
 
+long long cell_tokens_per_step(const struct cell *c)
+{
+	return (long long)c->training.batch_size * c->training.seq_len * c->training.gradient_accumulation_steps;
+}
+
+int cell_warmup_fits(const struct cell *c)
+{
+	return c->training.warmup_steps < c->training.steps;
+}
+
+int cell_eval_set_given(const struct cell *c)
+{
+	return c->training.eval_every <= 0 || c->training.eval_dataset != NULL || c->training.eval_fraction != 0;
+}
+
 char *cell_make_id(enum method m, const char *arch, enum precision p)
 {
 	return xasprintf("%s_%s_%s", method_names[m], arch, precision_names[p]);

@@ -112,6 +112,12 @@ int lora_module_from_name(const char *s);
  * Returns 0, or -1 with err "training.warmup_steps: must be less than
  * training.steps (20), got 20". */
 int cell_validate(const struct cell *c, char *err, size_t errsz);
+/* The derived values and the rules across fields, each in one place:
+ * cell_validate calls them, and so do poros-expand and poros-train's
+ * flags, which word the message by a spec position or a flag. */
+long long cell_tokens_per_step(const struct cell *c);  /* batch_size x seq_len x accumulation (one rank) */
+int cell_warmup_fits(const struct cell *c);  /* warmup_steps < steps: a step is timed after the warmup */
+int cell_eval_set_given(const struct cell *c); /* eval_every > 0 needs eval_dataset or eval_fraction */
 /* A deep copy (dst owns its strings; cell_free it). */
 void cell_copy(struct cell *dst, const struct cell *src);
 /* malloc'd "<method>_<arch>_<precision>". */

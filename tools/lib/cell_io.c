@@ -121,8 +121,7 @@ void cell_defaults(struct cell *c)
 		else if (f->kind != CK_CONST && !f->derived)
 			field_set_number(c, f, f->def);
 	}
-	c->tokens_per_step = (long long)c->training.batch_size * c->training.seq_len *
-	                     c->training.gradient_accumulation_steps;
+	c->tokens_per_step = cell_tokens_per_step(c);
 }
 
 /* --- checking ------------------------------------------------------------ */
@@ -201,17 +200,17 @@ static int check_across(const struct cell *c, char *err, size_t errsz)
 	if (!same)
 		return -1;
 	/* At least one step must be measured after the warmup. */
-	if (c->training.warmup_steps >= c->training.steps)
+	if (!cell_warmup_fits(c))
 		return set_error(err, errsz, "training.warmup_steps: must be less than training.steps (%d), got %d",
 		                 c->training.steps, c->training.warmup_steps);
-	if (c->training.eval_every > 0 && c->training.eval_dataset == NULL && c->training.eval_fraction == 0)
+	if (!cell_eval_set_given(c))
 		return set_error(err, errsz, "training.eval_every: needs training.eval_dataset");
 	if (c->training.eval_split && c->training.eval_dataset == NULL)
 		return set_error(err, errsz, "training.eval_split: needs training.eval_dataset");
 	if (c->training.eval_fraction > 0 && c->training.eval_dataset)
 		return set_error(err, errsz, "training.eval_fraction: holds out part of training.dataset, and "
 		                 "training.eval_dataset is given too; give one of them");
-	tokens = (long long)c->training.batch_size * c->training.seq_len * c->training.gradient_accumulation_steps;
+	tokens = cell_tokens_per_step(c);
 	if (cell_bound_check(tb, "tokens_per_step", (double)tokens, err, errsz))
 		return set_error(err, errsz, "tokens_per_step: batch_size x seq_len x gradient_accumulation_steps = %lld, more than %.0f",
 		                 tokens, tb->max);

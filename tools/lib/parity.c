@@ -2,12 +2,35 @@
 #include "parity.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "jsonl.h"
 #include "util.h"
+
+#define ROW(k, kd) .key = #k, .kind = kd, .offset = offsetof(struct parity, k)
+
+/* The record, key by key.  A new key is a row here (PF_LATER: older
+ * records still read) and a property in parity.schema.json. */
+const struct parity_field parity_fields[] = {
+	{ .key = "schema", .kind = PK_CONST },
+	{ ROW(run_a, PK_STR) },
+	{ ROW(run_b, PK_STR) },
+	{ ROW(arch, PK_STR), .flags = PF_LATER },      /* the driver's labels of the pair */
+	{ ROW(precision, PK_STR), .flags = PF_LATER },
+	{ ROW(steps_compared, PK_STEP) },
+	{ ROW(loss_max_abs_delta, PK_DELTA) },
+	{ ROW(loss_max_step, PK_STEP) },
+	{ ROW(adapter_max_abs_delta, PK_DELTA) },
+	{ ROW(adapter_max_tensor, PK_STR) },
+	{ ROW(adapter_max_index, PK_COUNT) },
+	{ ROW(nonfinite_mismatches, PK_COUNT), .flags = PF_LATER },
+	{ ROW(tensors, PK_TENSORS) },
+	{ ROW(bitwise_exact, PK_FLAG) },
+};
+const int parity_field_count = (int)(sizeof parity_fields / sizeof parity_fields[0]);
 
 void parity_init(struct parity *p)
 {
@@ -45,23 +68,10 @@ static cJSON *count_or_null(long long v)
 	return v < 0 ? cJSON_CreateNull() : cJSON_CreateNumber((double)v);
 }
 
-cJSON *parity_to_json(const struct parity *p)
+static cJSON *tensors_json(const struct parity *p)
 {
-	cJSON *o = cJSON_CreateObject();
 	cJSON *tensors = cJSON_CreateArray();
 
-	cJSON_AddStringToObject(o, "schema", PARITY_SCHEMA);
-	cJSON_AddItemToObject(o, "run_a", str_or_null(p->run_a));
-	cJSON_AddItemToObject(o, "run_b", str_or_null(p->run_b));
-	cJSON_AddItemToObject(o, "arch", str_or_null(p->arch));
-	cJSON_AddItemToObject(o, "precision", str_or_null(p->precision));
-	cJSON_AddItemToObject(o, "steps_compared", count_or_null(p->steps_compared));
-	cJSON_AddItemToObject(o, "loss_max_abs_delta", json_number_or_null(p->loss_max_abs_delta));
-	cJSON_AddItemToObject(o, "loss_max_step", count_or_null(p->loss_max_step));
-	cJSON_AddItemToObject(o, "adapter_max_abs_delta", json_number_or_null(p->adapter_max_abs_delta));
-	cJSON_AddItemToObject(o, "adapter_max_tensor", str_or_null(p->adapter_max_tensor));
-	cJSON_AddItemToObject(o, "adapter_max_index", count_or_null(p->adapter_max_index));
-	cJSON_AddItemToObject(o, "nonfinite_mismatches", count_or_null(p->nonfinite_mismatches));
 	for (int i = 0; i < p->n_tensors; i++) {
 		const struct parity_tensor *t = &p->tensors[i];
 		cJSON *to = cJSON_CreateObject();
@@ -71,11 +81,29 @@ cJSON *parity_to_json(const struct parity *p)
 		cJSON_AddItemToObject(to, "n_different", count_or_null(t->n_different));
 		cJSON_AddItemToArray(tensors, to);
 	}
-	cJSON_AddItemToObject(o, "tensors", tensors);
-	if (p->bitwise_exact < 0)
-		cJSON_AddNullToObject(o, "bitwise_exact");
-	else
-		cJSON_AddBoolToObject(o, "bitwise_exact", p->bitwise_exact);
+	return tensors;
+}
+
+cJSON *parity_to_json(const struct parity *p)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	for (int i = 0; i < parity_field_count; i++) {
+		const struct parity_field *f = &parity_fields[i];
+		const char *at = (const char *)p + f->offset;
+		cJSON *v = NULL;
+
+		switch (f->kind) {
+		case PK_CONST: v = cJSON_CreateString(PARITY_SCHEMA); break;
+		case PK_STR: v = str_or_null(*(char *const *)at); break;
+		case PK_STEP: v = count_or_null(*(const long *)at); break;
+		case PK_COUNT: v = count_or_null(*(const long long *)at); break;
+		case PK_DELTA: v = json_number_or_null(*(const double *)at); break;
+		case PK_TENSORS: v = tensors_json(p); break;
+		case PK_FLAG: v = *(const int *)at < 0 ? cJSON_CreateNull() : cJSON_CreateBool(*(const int *)at); break;
+		}
+		cJSON_AddItemToObject(o, f->key, v);
+	}
 	return o;
 }
 
@@ -196,80 +224,92 @@ static int tensor_from_json(struct parity_tensor *t, const cJSON *o, int i, char
 	return 0;
 }
 
-static int parity_fields(struct parity *p, const cJSON *obj, char *err, size_t errsz)
+/* tensors: an array of tensor objects, or null for none. */
+static int tensors_from_json(struct parity *p, const cJSON *v, char *err, size_t errsz)
 {
-	static const char *const known[] = {
-		"schema", "run_a", "run_b", "arch", "precision", "steps_compared", "loss_max_abs_delta",
-		"loss_max_step", "adapter_max_abs_delta", "adapter_max_tensor", "adapter_max_index",
-		"nonfinite_mismatches", "tensors", "bitwise_exact", NULL
-	};
-	const cJSON *v;
+	int count;
+
+	if (cJSON_IsNull(v))
+		return 0;
+	if (!cJSON_IsArray(v))
+		return set_error(err, errsz, "tensors: expected an array or null");
+	count = cJSON_GetArraySize(v);
+	p->tensors = xcalloc(count ? (size_t)count : 1, sizeof *p->tensors);
+	for (const cJSON *t = v->child; t; t = t->next) {
+		if (tensor_from_json(&p->tensors[p->n_tensors], t, p->n_tensors, err, errsz) < 0)
+			return -1;
+		p->n_tensors++;
+	}
+	return 0;
+}
+
+/* Row f from obj into p. */
+static int field_from_json(struct parity *p, const struct parity_field *f, const cJSON *obj, char *err,
+                           size_t errsz)
+{
+	char *at = (char *)p + f->offset;
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, f->key);
 	long long n;
+
+	if (v == NULL && (f->flags & PF_LATER))
+		return 0;
+	switch (f->kind) {
+	case PK_CONST: return 0; /* checked first */
+	case PK_STR: return get_str(obj, f->key, "", (char **)at, err, errsz);
+	case PK_STEP:
+		if (get_count(obj, f->key, "", 0, &n, err, errsz) < 0)
+			return -1;
+		*(long *)at = (long)n;
+		return 0;
+	case PK_COUNT: return get_count(obj, f->key, "", 0, (long long *)at, err, errsz);
+	case PK_DELTA: return get_delta(obj, f->key, "", (double *)at, err, errsz);
+	case PK_TENSORS:
+		if (v == NULL)
+			return set_error(err, errsz, "%s: missing", f->key);
+		return tensors_from_json(p, v, err, errsz);
+	case PK_FLAG:
+		if (v == NULL)
+			return set_error(err, errsz, "%s: missing", f->key);
+		if (!cJSON_IsNull(v) && !cJSON_IsBool(v))
+			return set_error(err, errsz, "%s: expected true, false or null", f->key);
+		*(int *)at = cJSON_IsNull(v) ? -1 : cJSON_IsTrue(v);
+		return 0;
+	}
+	return 0;
+}
+
+/* The table's keys, each once. */
+static int check_record_keys(const cJSON *obj, char *err, size_t errsz)
+{
+	const char *known[sizeof parity_fields / sizeof parity_fields[0] + 1];
+
+	for (int i = 0; i < parity_field_count; i++)
+		known[i] = parity_fields[i].key;
+	known[parity_field_count] = NULL;
+	return check_keys(obj, known, "", err, errsz);
+}
+
+static int record_from_json(struct parity *p, const cJSON *obj, char *err, size_t errsz)
+{
+	const cJSON *v;
 
 	if (!cJSON_IsObject(obj))
 		return set_error(err, errsz, "not a JSON object");
 	v = cJSON_GetObjectItemCaseSensitive(obj, "schema");
 	if (!cJSON_IsString(v) || strcmp(v->valuestring, PARITY_SCHEMA) != 0)
 		return set_error(err, errsz, "schema: expected \"%s\"", PARITY_SCHEMA);
-	if (check_keys(obj, known, "", err, errsz) < 0)
+	if (check_record_keys(obj, err, errsz) < 0)
 		return -1;
-	if (get_str(obj, "run_a", "", &p->run_a, err, errsz) < 0 ||
-	    get_str(obj, "run_b", "", &p->run_b, err, errsz) < 0)
-		return -1;
-	/* The labels came later than the first records: absent is null. */
-	if (cJSON_GetObjectItemCaseSensitive(obj, "arch") && get_str(obj, "arch", "", &p->arch, err, errsz) < 0)
-		return -1;
-	if (cJSON_GetObjectItemCaseSensitive(obj, "precision") &&
-	    get_str(obj, "precision", "", &p->precision, err, errsz) < 0)
-		return -1;
-	if (get_count(obj, "steps_compared", "", 0, &n, err, errsz) < 0)
-		return -1;
-	p->steps_compared = (long)n;
-	if (get_delta(obj, "loss_max_abs_delta", "", &p->loss_max_abs_delta, err, errsz) < 0)
-		return -1;
-	if (get_count(obj, "loss_max_step", "", 0, &n, err, errsz) < 0)
-		return -1;
-	p->loss_max_step = (long)n;
-	if (get_delta(obj, "adapter_max_abs_delta", "", &p->adapter_max_abs_delta, err, errsz) < 0 ||
-	    get_str(obj, "adapter_max_tensor", "", &p->adapter_max_tensor, err, errsz) < 0 ||
-	    get_count(obj, "adapter_max_index", "", 0, &p->adapter_max_index, err, errsz) < 0)
-		return -1;
-	if (cJSON_GetObjectItemCaseSensitive(obj, "nonfinite_mismatches") &&
-	    get_count(obj, "nonfinite_mismatches", "", 0, &p->nonfinite_mismatches, err, errsz) < 0)
-		return -1;
-
-	v = cJSON_GetObjectItemCaseSensitive(obj, "tensors");
-	if (v == NULL)
-		return set_error(err, errsz, "tensors: missing");
-	if (!cJSON_IsNull(v)) {
-		int count;
-		if (!cJSON_IsArray(v))
-			return set_error(err, errsz, "tensors: expected an array or null");
-		count = cJSON_GetArraySize(v);
-		p->tensors = xcalloc(count ? (size_t)count : 1, sizeof *p->tensors);
-		for (const cJSON *t = v->child; t; t = t->next) {
-			if (tensor_from_json(&p->tensors[p->n_tensors], t, p->n_tensors, err, errsz) < 0)
-				return -1;
-			p->n_tensors++;
-		}
-	}
-
-	v = cJSON_GetObjectItemCaseSensitive(obj, "bitwise_exact");
-	if (v == NULL)
-		return set_error(err, errsz, "bitwise_exact: missing");
-	if (cJSON_IsNull(v))
-		p->bitwise_exact = -1;
-	else if (cJSON_IsBool(v))
-		p->bitwise_exact = cJSON_IsTrue(v);
-	else
-		return set_error(err, errsz, "bitwise_exact: expected true, false or null");
+	for (int i = 0; i < parity_field_count; i++)
+		if (field_from_json(p, &parity_fields[i], obj, err, errsz) < 0)
+			return -1;
 	return 0;
 }
 
 int parity_from_json(struct parity *p, const cJSON *obj, char *err, size_t errsz)
 {
 	parity_init(p);
-	if (parity_fields(p, obj, err, errsz) < 0) {
+	if (record_from_json(p, obj, err, errsz) < 0) {
 		parity_free(p);
 		return -1;
 	}

@@ -36,6 +36,30 @@ struct parity {
 	int bitwise_exact;       /* 1 true, 0 false, -1 null */
 };
 
+/* How a key of the record is held: its C type and what null is there. */
+enum parity_kind {
+	PK_CONST,     /* "schema" */
+	PK_STR,       /* char *; NULL is null */
+	PK_STEP,      /* long, >= 0; -1 is null */
+	PK_COUNT,     /* long long, >= 0; -1 is null */
+	PK_DELTA,     /* double, finite and >= 0; NaN is null */
+	PK_TENSORS,   /* n_tensors, tensors; written [] when none, read null as none */
+	PK_FLAG,      /* int, a boolean; -1 is null */
+};
+enum { PF_LATER = 1 }; /* added later: absent in older records reads as null (else a missing key is refused) */
+
+/* One row per key of poros.parity/1, in the order parity_to_json writes
+ * them; parity_from_json reads by it, and tests/unit/test_record_schema.c
+ * holds share/poros/schema/parity.schema.json to it. */
+struct parity_field {
+	const char *key;
+	enum parity_kind kind;
+	size_t offset;                 /* in struct parity */
+	unsigned flags;                /* PF_* */
+};
+extern const struct parity_field parity_fields[];
+extern const int parity_field_count;
+
 /* Every field null, no tensors. */
 void parity_init(struct parity *p);
 void parity_free(struct parity *p);

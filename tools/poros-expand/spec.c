@@ -611,10 +611,10 @@ static void check_training(struct spec *s, const struct ynode *training)
 	 * by default it is warmup and not timed, when there is a second. */
 	if (!warmup)
 		c->training.warmup_steps = c->training.steps > 1 ? 1 : 0;
-	else if (c->training.warmup_steps >= c->training.steps)
+	else if (!cell_warmup_fits(c))
 		ytree_die(s->file, warmup, "training.warmup_steps: must be less than training.steps (%d), got %d",
 		          c->training.steps, c->training.warmup_steps);
-	tokens = (long long)c->training.batch_size * c->training.seq_len * c->training.gradient_accumulation_steps;
+	tokens = cell_tokens_per_step(c);
 	if (tokens > (long long)cell_bound_find("tokens_per_step")->max)
 		ytree_die(s->file, training,
 		          "training: batch_size x seq_len x gradient_accumulation_steps = %lld tokens per step (at most %.0f)",

@@ -21,7 +21,7 @@
  * and OpenMP threads' stacks as touched, allocator slack): 0.3 MiB
  * measured at tiny shapes (docs/engine.md, "Host memory"). */
 #define PROCESS_BYTES ((size_t)8 << 20)
-/* events.jsonl's longest line (run.c's append_event buffer): a checkpoint
+/* events.jsonl's longest line (run.c's append_event buffer, made by events.c): a checkpoint
  * copies the whole file. */
 #define EVENT_LINE_MAX 6144
 

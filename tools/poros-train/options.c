@@ -149,8 +149,7 @@ int train_config_check(const struct train_config *c, char *err, size_t errsz)
 	if (c->resume && c->init_adapter)
 		return snprintf(err, errsz, "--resume and --init-adapter: a resumed run continues the checkpoint's "
 		                "adapter; give one of them"), -1;
-	if (c->cell.training.eval_every > 0 && c->cell.training.eval_dataset == NULL &&
-	    c->cell.training.eval_fraction == 0)
+	if (!cell_eval_set_given(&c->cell))
 		return snprintf(err, errsz, "--eval-every: needs an evaluation dataset (--eval-dataset or "
 		                "--eval-fraction)"), -1;
 	if (c->cell.training.split && !name_is_safe(c->cell.training.split))
@@ -434,8 +433,7 @@ void train_config_from_options(struct train_config *c, char *const v[OPT_COUNT])
 		c->cell.cell_id = cell_make_id(c->cell.method, slug, c->cell.precision);
 		free(slug);
 	}
-	c->cell.tokens_per_step = (long long)c->cell.training.batch_size * c->cell.training.seq_len *
-	                          c->cell.training.gradient_accumulation_steps;
+	c->cell.tokens_per_step = cell_tokens_per_step(&c->cell);
 	if (c->out_dir == NULL && c->cell.cell_id)
 		c->out_dir = xasprintf("out/runs/%s", c->cell.cell_id);
 	configs = v[OPT_CONFIGS] ? xstrdup(v[OPT_CONFIGS]) : default_configs_dir();

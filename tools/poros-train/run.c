@@ -17,6 +17,7 @@
 #include "checkpoint.h"
 #include "comm.h"
 #include "engine.h"
+#include "events.h"
 #include "host_plan.h"
 #include "jsonl.h"
 #include "numerics.h"
@@ -195,28 +196,26 @@ static int put_num(char *buf, size_t n, const char *fmt, double v)
 static int append_event(const char *path, int step, const struct step_stats *st, long long tokens, double epoch,
                         double alloc_mb, double peak_mb, const char *profile, double eval_loss, long long eval_tokens)
 {
-	char line[6144], loss[40], lr[40], gn[40], frac[40], ep[40], eval[96] = "";
+	struct event_row row = { .profile = profile, .evaluated = eval_tokens >= 0 };
+	char line[6144];
 
-	/* loss with 9 significant digits: enough to round-trip a float, so
-	 * poros-parity can compare bits */
-	put_num(loss, sizeof loss, "%.9g", (double)(float)st->loss);
-	put_num(lr, sizeof lr, "%.9g", st->lr);
-	put_num(gn, sizeof gn, "%.9g", st->grad_norm);
-	put_num(frac, sizeof frac, "%.4f", st->copy_hidden_frac);
-	put_num(ep, sizeof ep, "%.4f", epoch);
-	if (eval_tokens >= 0) { /* a step with an evaluation after it */
-		char el[40];
-
-		put_num(el, sizeof el, "%.9g", (double)(float)eval_loss);
-		snprintf(eval, sizeof eval, ",\"eval_loss\":%s,\"eval_tokens\":%lld", el, eval_tokens);
-	}
-	snprintf(line, sizeof line,
-	         "{\"step\":%d,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"step_s\":%.6f,\"tokens\":%lld,"
-	         "\"tokens_supervised\":%lld,\"epoch\":%s,"
-	         "\"vram_alloc_mb\":%.1f,\"vram_peak_mb\":%.1f,\"h2d_bytes\":%lld,\"h2d_s\":%.6f,\"compute_s\":%.6f,"
-	         "\"copy_hidden_frac\":%s%s%s%s}\n",
-	         step, loss, lr, gn, st->step_s, tokens, st->tokens_supervised, ep, alloc_mb, peak_mb, st->h2d_bytes, st->h2d_s,
-	         st->compute_s, frac, eval, *profile ? ",\"profile\":" : "", profile);
+	row.v[EV_STEP] = step;
+	row.v[EV_LOSS] = st->loss;
+	row.v[EV_LR] = st->lr;
+	row.v[EV_GRAD_NORM] = st->grad_norm;
+	row.v[EV_STEP_S] = st->step_s;
+	row.v[EV_TOKENS] = (double)tokens;
+	row.v[EV_TOKENS_SUPERVISED] = (double)st->tokens_supervised;
+	row.v[EV_EPOCH] = epoch;
+	row.v[EV_VRAM_ALLOC_MB] = alloc_mb;
+	row.v[EV_VRAM_PEAK_MB] = peak_mb;
+	row.v[EV_H2D_BYTES] = (double)st->h2d_bytes;
+	row.v[EV_H2D_S] = st->h2d_s;
+	row.v[EV_COMPUTE_S] = st->compute_s;
+	row.v[EV_COPY_HIDDEN_FRAC] = st->copy_hidden_frac;
+	row.v[EV_EVAL_LOSS] = eval_loss;
+	row.v[EV_EVAL_TOKENS] = (double)eval_tokens;
+	event_line(line, sizeof line, &row);
 	return append_line(path, line, strlen(line));
 }
 
@@ -284,8 +283,7 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	int skip = warmup > r->resumed_at ? warmup : r->resumed_at; /* not timed here */
 	int measured = r->steps_done - skip;
 	double med = NAN, lo = NAN, hi = NAN, tps = NAN, *t;
-	long long tokens_per_step = (long long)c->cell.training.batch_size * c->cell.training.seq_len *
-	                            c->cell.training.gradient_accumulation_steps * ranks_of(c);
+	long long tokens_per_step = cell_tokens_per_step(&c->cell) * ranks_of(c);
 	int rc;
 
 	if (measured < 0)

@@ -51,6 +51,7 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 SUMMARY_SCHEMA = "poros.summary/1"
+SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schema")
 CELL_SCHEMA = "poros.cell/1"
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 
@@ -762,7 +763,7 @@ def train(torch, model, cell, out_dir, summary, input_device="cuda"):
     tr = cell["training"]
     steps, warmup = tr["steps"], tr["warmup_steps"]
     accum, batch, seq = tr["gradient_accumulation_steps"], tr["batch_size"], tr["seq_len"]
-    tokens = batch * seq * accum
+    tokens = cell["tokens_per_step"]  # the cell's (cell_tokens_per_step), not recomputed here
     # transformers shifts labels=ids inside: seq_len - 1 targets a row
     supervised = batch * (seq - 1) * accum
     params = [p for p in model.parameters() if p.requires_grad]
@@ -779,6 +780,7 @@ def train(torch, model, cell, out_dir, summary, input_device="cuda"):
     model.train()
 
     times, allocs, losses = [], [], []
+    event_keys = dict.fromkeys(required_keys("event.schema.json"))
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     events = open(os.path.join(out_dir, "events.jsonl"), "w", encoding="utf-8")
@@ -809,12 +811,11 @@ def train(torch, model, cell, out_dir, summary, input_device="cuda"):
             if step > warmup:
                 times.append(dt)
                 allocs.append(alloc)
-            ev = {"step": step, "loss": float(f"{loss_v:.9g}"), "lr": lr, "grad_norm": finite_or_none(grad_norm),
-                  "step_s": float(f"{dt:.6f}"), "tokens": tokens, "tokens_supervised": supervised,
-                  "epoch": None,  # the synthetic streams have no end
-                  "vram_alloc_mb": alloc / 2**20,
-                  "vram_peak_mb": peak / 2**20,
-                  "h2d_bytes": None, "h2d_s": None, "compute_s": None, "copy_hidden_frac": None}
+            # every key null first (epoch: the synthetic streams have no end; nothing is copied)
+            ev = dict(event_keys)
+            ev.update(step=step, loss=float(f"{loss_v:.9g}"), lr=lr, grad_norm=finite_or_none(grad_norm),
+                      step_s=float(f"{dt:.6f}"), tokens=tokens, tokens_supervised=supervised,
+                      vram_alloc_mb=alloc / 2**20, vram_peak_mb=peak / 2**20)
             events.write(json.dumps(ev, separators=(",", ":")) + "\n")
             events.flush()
             log(f"step {step}/{steps} loss {loss_v:.4f} {dt:.3f} s{' (warmup)' if step <= warmup else ''} "
@@ -851,14 +852,25 @@ def save_adapter(model, out_dir, source):
 
 # --- the driver -----------------------------------------------------------
 
+def required_keys(schema_name):
+    """The keys an arm writes in a record, in order: the "required" list of
+    share/poros/schema/<schema_name> (summary.schema.json,
+    event.schema.json), which the tests hold against every writer."""
+    with open(os.path.join(SCHEMA_DIR, schema_name), encoding="utf-8") as f:
+        return json.load(f)["required"]
+
+
 def new_summary(method, out_dir):
-    # backend: null until a CUDA device is found (a skipped arm computed nothing)
-    return {"schema": SUMMARY_SCHEMA, "status": "error", "error": None, "method": method, "mode": method,
-            "backend": None, "steps": None, "warmup_steps": None, "steps_measured": None,
-            "step_s": None, "s_per_step": None, "s_per_step_min": None, "s_per_step_max": None,
-            "tokens_per_s": None,
-            "vram_peak_mb": None, "vram_avg_mb": None, "loss_first": None, "loss_last": None,
-            "weights": None, "run_dir": out_dir, "events": None, "adapter": None, "env": environment()}
+    # every key null (backend too, until a CUDA device is found: a skipped arm computed nothing)
+    try:
+        summary = dict.fromkeys(required_keys("summary.schema.json"))
+    except (OSError, ValueError, KeyError) as e:
+        # no key list, no honest summary: an installation without share/poros/schema
+        log(f"{os.path.join(SCHEMA_DIR, 'summary.schema.json')}: cannot read the summary's keys: {e}")
+        sys.exit(EXIT_RUNTIME)
+    summary.update(schema=SUMMARY_SCHEMA, status="error", method=method, mode=method, run_dir=out_dir,
+                   env=environment())
+    return summary
 
 
 def first_line(e):
