@@ -472,7 +472,8 @@ static const char *const summary_keys[] = {
 	"schema", "status", "error", "method", "mode", "backend", "steps", "warmup_steps", "steps_measured", "step_s",
 	"s_per_step", "s_per_step_min", "s_per_step_max", "tokens_per_s", "vram_plan_mb", "host_weights_mb",
 	"host_checkpoints_mb", "host_plan_mb", "host_breakdown_mb", "host_rss_at_plan_mb", "host_peak_rss_mb",
-	"vram_peak_mb", "vram_avg_mb", "vram_breakdown_mb", "loss_first", "loss_last", "eval_loss", "eval_tokens", "weights", "run_dir", "events", "adapter", "config", "env", NULL,
+	"vram_peak_mb", "vram_avg_mb", "vram_breakdown_mb", "loss_first", "loss_last", "eval_loss", "eval_tokens",
+	"seq_len_beyond_max_position", "weights", "run_dir", "events", "adapter", "config", "env", NULL,
 };
 static const char *const summary_env_keys[] = {
 	"gpu_name", "gpu_mem_mb", "driver", "cuda_runtime", "python", "torch", "transformers", "peft", NULL,
