@@ -197,8 +197,9 @@ static char *config_json(const struct shape *s, const struct family *f, int voca
 	add_id(cfg, "pad_token_id", sp->pad);
 	cJSON_AddStringToObject(cfg, "torch_dtype", "bfloat16");
 	cJSON_AddStringToObject(cfg, "transformers_version", "4.51.3");
-	char *text = cJSON_Print(cfg);
+	char *json = cJSON_Print(cfg), *text = xasprintf("%s\n", json);
 	cJSON_Delete(cfg);
+	free(json);
 	return text;
 }
 
