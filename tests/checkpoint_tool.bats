@@ -94,7 +94,6 @@ no_leftovers() {
 	mkdir m
 	run -2 --separate-stderr poros-checkpoint --family llama --tokenizer "$TINY_TOK" --out m
 	assert_equal "$stderr" 'poros-checkpoint: --out m: already exists (poros-checkpoint writes a new directory)'
-	[ -z "$(ls -A m)" ]
 }
 
 @test "the real Qwen3 tokenizer (make deps-test): its vocabulary and special tokens, its chat template with it" {
@@ -103,4 +102,13 @@ no_leftovers() {
 	jq -e '.vocab_size == 151669 and .eos_token_id == 151645 and .pad_token_id == 151643 and .bos_token_id == null
 		and .model_type == "qwen3"' q/config.json
 	jq -e '.chat_template | contains("<|im_start|>")' q/tokenizer_config.json
+}
+
+@test "a write that fails half way (a file-size limit) exits 1 naming the file, and leaves no directory" {
+	# config.json fits in 64 KiB, model.safetensors (about 230 KB) does not
+	run -1 --separate-stderr bash -c 'ulimit -f 64; exec poros-checkpoint --family llama --tokenizer "$1" --out m' _ \
+		"$TINY_TOK"
+	[ "$(wc -l <<< "$stderr")" -eq 1 ]
+	[[ "$stderr" == "poros-checkpoint: "*"/model.safetensors: File too large" ]]
+	no_leftovers m
 }

@@ -247,7 +247,8 @@ static int read_specials(struct specials *sp, const struct tokenizer *tok, const
 /* --- the scratch directory ----------------------------------------------- */
 
 #define MAX_FILES 4
-static char *scratch_dir, *scratch_files[MAX_FILES];
+/* each file and the temporary atomic_write makes of it ("<path>.tmp.<pid>") */
+static char *scratch_dir, *scratch_files[MAX_FILES], *scratch_tmps[MAX_FILES];
 static volatile sig_atomic_t scratch_active;
 
 static void scratch_remove(void)
@@ -256,8 +257,10 @@ static void scratch_remove(void)
 		return;
 	scratch_active = 0;
 	for (int i = 0; i < MAX_FILES; i++)
-		if (scratch_files[i] != NULL)
+		if (scratch_files[i] != NULL) {
 			unlink(scratch_files[i]);
+			unlink(scratch_tmps[i]);
+		}
 	rmdir(scratch_dir);
 }
 
@@ -348,12 +351,15 @@ static void scratch_create(const char *out)
 	chmod(scratch_dir, 0755);
 	static const char *const files[MAX_FILES] = { "config.json", "model.safetensors", "tokenizer.json",
 	                                              "tokenizer_config.json" };
-	for (int i = 0; i < MAX_FILES; i++)
+	for (int i = 0; i < MAX_FILES; i++) {
 		scratch_files[i] = xasprintf("%s/%s", scratch_dir, files[i]);
+		scratch_tmps[i] = xasprintf("%s.tmp.%ld", scratch_files[i], (long)getpid());
+	}
 	scratch_active = 1;
 	atexit(scratch_remove);
 	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
 		signal(sigs[i], on_signal);
+	signal(SIGXFSZ, SIG_IGN); /* a file-size limit is a failed write (EFBIG) that says so, then the cleanup */
 	free(copy);
 	free(copy2);
 }
