@@ -71,6 +71,13 @@ no_leftovers() {
 	[ "$(wc -l <<< "$stderr")" -eq 1 ]
 	[[ "$stderr" == "poros-checkpoint: --tokenizer: no/such/tokenizer.json"* ]]
 	no_leftovers m
+: > empty.json
+	run -2 --separate-stderr poros-checkpoint --family llama --tokenizer empty.json --out m
+	assert_equal "$stderr" 'poros-checkpoint: --tokenizer: empty.json:1:1: not valid JSON'
+	printf '\177ELF\002\001\000\001\n' > bin.dat
+	run -2 --separate-stderr poros-checkpoint --family llama --tokenizer bin.dat --out m
+	assert_equal "$stderr" 'poros-checkpoint: --tokenizer: bin.dat: contains a NUL byte (not a JSON file)'
+	no_leftovers m
 	echo '{"model": ' > broken.json
 	run -2 --separate-stderr poros-checkpoint --family qwen3 --tokenizer broken.json --out m
 	[ "$(wc -l <<< "$stderr")" -eq 1 ]
