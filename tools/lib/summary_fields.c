@@ -47,6 +47,7 @@ const struct summary_field summary_fields[] = {
 	{ ALWAYS("loss_last", SK_NUM, NUL) },
 	{ TRAIN("eval_loss", SK_NUM, NUL) },
 	{ TRAIN("eval_tokens", SK_COUNT, 0) },
+	{ TRAIN("seq_len_beyond_max_position", SK_OBJECT, 0) }, /* {seq_len, max_position_embeddings}, only when beyond */
 	{ ALWAYS("weights", SK_NAME, NUL) },
 	{ ALWAYS("run_dir", SK_STR, NUL) },
 	{ ALWAYS("events", SK_STR, NUL) },

@@ -49,6 +49,7 @@ struct run_result {
 	long long eval_tokens;
 	int lock_fd;        /* RUN_DIR/.lock, held to the end; -1 before */
 	int interrupted;    /* the signal that stopped the run after a step (checkpoint saved); 0: none */
+	int max_position;   /* the model's max_position_embeddings when --seq-len is beyond it; else 0 */
 };
 
 /* --eval-dataset: the set, where it starts, and its rows (one pass). */
@@ -329,6 +330,12 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	if (c->cell.training.eval_dataset || c->cell.training.eval_fraction > 0) {
 		cJSON_AddItemToObject(o, "eval_loss", loss_json(r->eval_loss));
 		cJSON_AddNumberToObject(o, "eval_tokens", (double)r->eval_tokens);
+	}
+	/* only when --seq-len is beyond the model's range: other summaries stay as they were */
+	if (r->max_position > 0) {
+		cJSON *beyond = cJSON_AddObjectToObject(o, "seq_len_beyond_max_position");
+		cJSON_AddNumberToObject(beyond, "seq_len", c->cell.training.seq_len);
+		cJSON_AddNumberToObject(beyond, "max_position_embeddings", r->max_position);
 	}
 	cJSON_AddItemToObject(o, "weights", str_or_null(r->weights_known ? (r->weights_real ? "real" : "synthetic") : NULL));
 	cJSON_AddStringToObject(o, "run_dir", c->out_dir);
@@ -682,6 +689,15 @@ static int open_model(struct run *x, char *err, size_t errsz)
 	/* an unsupported rope_scaling is refused before any work is done */
 	if (rope_tables(NULL, NULL, &x->mc, 0, err, errsz) < 0)
 		return -1;
+	/* positions past the trained range still compute (RoPE has no table end), but the model never saw them */
+	if (x->mc.max_position_embeddings > 0 && c->cell.training.seq_len > x->mc.max_position_embeddings &&
+	    x->r.max_position == 0) {
+		x->r.max_position = x->mc.max_position_embeddings;
+		if (c->rank == 0)
+			warnmsg("warning: --seq-len %d is beyond the model's max_position_embeddings %d (%s): positions "
+			        "past it were never trained",
+			        c->cell.training.seq_len, x->mc.max_position_embeddings, x->mc.config_path);
+	}
 	return 0;
 }
 
