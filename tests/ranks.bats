@@ -414,4 +414,8 @@ wide_run() {
 	[ ! -e x ]
 	run -2 --separate-stderr env CUDA_VISIBLE_DEVICES= poros-train "${m[@]}" --gpus all --plan
 	[[ "$stderr" == *"--gpus all: no CUDA device"* ]]
+	# a number is checked against the same count: never ranks sharing a GPU
+	run -2 --separate-stderr env CUDA_VISIBLE_DEVICES= poros-train "${m[@]}" --gpus 2 --out x
+	[[ "$stderr" == *"poros-train: --gpus 2: the CUDA runtime sees 0 devices (no CUDA device)"* ]]
+	[ ! -e x ]
 }

@@ -148,6 +148,15 @@ int spawn_ranks(const struct train_config *c, int argc, char **argv)
 		if ((counted.nproc = count_gpus()) == 0)
 			return EXIT_USAGE;
 		c = &counted;
+	} else if (c->nproc_gpus) { /* never fewer GPUs than asked, nor ranks sharing one */
+		char why[512] = "";
+		int n = backend_cuda_devices(why, sizeof why);
+
+		if (n < c->nproc) {
+			warnmsg("--gpus %d: the CUDA runtime sees %d device%s%s%s%s", c->nproc, n, n == 1 ? "" : "s",
+			        n ? "" : " (", n ? "" : why, n ? "" : ")");
+			return EXIT_USAGE;
+		}
 	}
 	left = c->nproc;
 	if (c->plan) { /* the host's plan for its ranks; nothing is started */
