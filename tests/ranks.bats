@@ -225,7 +225,8 @@ torch() {
 	poros-train "${RUN[@]}" "${m[@]}" --accum 4 --out one >one.json
 	run -0 --separate-stderr poros-train "${RUN[@]}" "${m[@]}" --nproc 2 --accum 2 --out two
 	[ "${#lines[@]}" -eq 1 ]
-	jq -e '.status == "ok"' <<<"$output"
+	jq -e '.status == "ok" and .ranks == 2' <<<"$output"
+	jq -e '.ranks == 1' one.json
 	cmp one/$ADAPTER two/$ADAPTER
 	diff <(rows one) <(rows two)
 }

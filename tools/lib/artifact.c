@@ -56,6 +56,7 @@ void env_init(struct artifact_env *e)
 	memset(e, 0, sizeof *e);
 	e->host_mem_gb = NAN;
 	e->gpu_mem_mb = NAN;
+	e->ranks = -1;
 }
 
 /* Every string of an env, for freeing and copying in one place. */
@@ -236,6 +237,7 @@ cJSON *artifact_to_json(const struct artifact *a)
 	add_str(e, "cuda_visible_devices", a->env.cuda_visible_devices);
 	add_str(e, "backend", a->env.backend);
 	add_str(e, "device", a->env.device);
+	add_count(e, "ranks", a->env.ranks);
 
 	add_str(o, "started_at", a->started_at[0] ? a->started_at : NULL);
 	add_str(o, "finished_at", a->finished_at[0] ? a->finished_at : NULL);

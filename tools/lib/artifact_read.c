@@ -134,7 +134,7 @@ static const char *const parity_keys[] = { "loss_max_abs_delta", "adapter_max_ab
 static const char *const env_keys[] = {
 	"hostname", "os", "kernel", "cpu", "host_mem_gb", "gpu_name", "gpu_mem_mb", "driver", "cuda_runtime",
 	"poros_version", "git_sha", "python", "torch", "transformers", "peft", "weights", "cuda_visible_devices",
-	"backend", "device", NULL,
+	"backend", "device", "ranks", NULL,
 };
 
 static int get_count(const cJSON *o, const char *prefix, const char *k, int *out, char *err, size_t errsz)
@@ -289,6 +289,7 @@ static int env_from_json(struct artifact_env *e, const cJSON *o, char *err, size
 	    get_str(o, pre, "cuda_visible_devices", &e->cuda_visible_devices, err, errsz) < 0 ||
 	    get_str(o, pre, "backend", &e->backend, err, errsz) < 0 ||
 	    get_str(o, pre, "device", &e->device, err, errsz) < 0 ||
+	    get_count(o, pre, "ranks", &e->ranks, err, errsz) < 0 ||
 	    child_env_from_json(e, o, pre, err, errsz) < 0) {
 		env_free(e);
 		return -1;
@@ -472,7 +473,7 @@ static const char *const summary_keys[] = {
 	"schema", "status", "error", "method", "mode", "backend", "steps", "warmup_steps", "steps_measured", "step_s",
 	"s_per_step", "s_per_step_min", "s_per_step_max", "tokens_per_s", "vram_plan_mb", "host_weights_mb",
 	"host_checkpoints_mb", "host_plan_mb", "host_breakdown_mb", "host_rss_at_plan_mb", "host_peak_rss_mb",
-	"vram_peak_mb", "vram_avg_mb", "vram_breakdown_mb", "loss_first", "loss_last", "eval_loss", "eval_tokens", "weights", "run_dir", "events", "adapter", "config", "env", NULL,
+	"vram_peak_mb", "vram_avg_mb", "vram_breakdown_mb", "loss_first", "loss_last", "eval_loss", "eval_tokens", "weights", "run_dir", "events", "adapter", "config", "env", "ranks", NULL,
 };
 static const char *const summary_env_keys[] = {
 	"gpu_name", "gpu_mem_mb", "driver", "cuda_runtime", "python", "torch", "transformers", "peft", NULL,
@@ -585,7 +586,7 @@ int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, 
 	struct artifact_metrics m;
 	struct artifact_env child;
 	char *error = NULL, *weights = NULL, *backend = NULL;
-	int st;
+	int st, ranks;
 
 	if (!cJSON_IsObject(summary))
 		return bad(err, errsz, "not a JSON object");
@@ -615,7 +616,8 @@ int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, 
 	    get_obj(summary, "env", &env_obj, err, errsz) < 0 ||
 	    child_env_from_json(&child, env_obj, "env.", err, errsz) < 0 ||
 	    get_name(summary, "weights", weights_names, "real or synthetic", &weights, err, errsz) < 0 ||
-	    get_str(summary, "", "error", &error, err, errsz) < 0) {
+	    get_str(summary, "", "error", &error, err, errsz) < 0 ||
+	    get_count(summary, "", "ranks", &ranks, err, errsz) < 0) {
 		env_free(&child);
 		free(weights);
 		free(backend);
@@ -640,6 +642,7 @@ int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, 
 	TAKE(gpu_name) TAKE(driver) TAKE(cuda_runtime) TAKE(python) TAKE(torch) TAKE(transformers) TAKE(peft)
 #undef TAKE
 	a->env.gpu_mem_mb = child.gpu_mem_mb;
+	a->env.ranks = ranks;
 	free(a->env.weights);
 	a->env.weights = weights;
 	free(a->env.backend);

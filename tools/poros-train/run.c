@@ -309,6 +309,7 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	cJSON_AddStringToObject(o, "method", method_names[c->cell.method]);
 	cJSON_AddStringToObject(o, "mode", train_mode_names[c->mode]);
 	cJSON_AddItemToObject(o, "backend", str_or_null(r->be ? r->be->name : NULL));
+	cJSON_AddNumberToObject(o, "ranks", c->ranks > 1 ? c->ranks : 1);
 	cJSON_AddNumberToObject(o, "steps", r->steps_done);
 	cJSON_AddNumberToObject(o, "warmup_steps", c->cell.training.warmup_steps);
 	cJSON_AddNumberToObject(o, "steps_measured", measured);
