@@ -65,7 +65,7 @@ const struct train_opt_help train_opt_help[OPT_COUNT] = {
 	[OPT_EPOCHS] = { "E", "passes over the data that set the steps, without --steps" },
 	[OPT_EVAL_ONLY] = { NULL, "no training: eval_loss and perplexity of the base (+ --init-adapter)" },
 	[OPT_NPROC] = { "N", "start N ranks of this host, one run data-parallel (man poros-train: DATA PARALLEL)" },
-	[OPT_GPUS] = { "N", "start N ranks, one a GPU, over NCCL (the cuda backend)" },
+	[OPT_GPUS] = { "N|all", "start N ranks, one a GPU, over NCCL (the cuda backend; all: every GPU seen)" },
 };
 
 void train_config_defaults(struct train_config *c)

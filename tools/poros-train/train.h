@@ -119,7 +119,7 @@ extern const struct train_opt_help train_opt_help[OPT_COUNT];
 	"                   [--init-adapter DIR]\n" \
 	"                   [--save-every N] [--save-total-limit N] [--resume DIR] [--split NAME] [--eval-dataset SPEC]\n" \
 	"                   [--eval-split NAME] [--eval-fraction F] [--eval-every N]\n" \
-	"                   [--gradient-checkpointing on|off] [--eval-only] [--quiet] [--plan] [--nproc N | --gpus N]\n"
+	"                   [--gradient-checkpointing on|off] [--eval-only] [--quiet] [--plan] [--nproc N | --gpus N|all]\n"
 
 /* Defaults, then the cell (--cell), then every other flag on top; dies
  * with EXIT_USAGE and a one-line message on a bad value. */
