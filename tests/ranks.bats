@@ -403,6 +403,9 @@ wide_run() {
 	jq -e -s '(.[1].host_breakdown_mb.base_layers - 3 * .[0].host_breakdown_mb.base_layers | fabs) < 0.002' \
 		one.json own.json
 	jq -e -s '.[1].host_plan_mb > .[0].host_plan_mb' three.json own.json
+	# --gpus N plans the cuda ranks of the host, with no device needed
+	CUDA_VISIBLE_DEVICES= poros-train --model poros/tiny-qwen2 --seq-len 32 --plan --gpus 2 >gpus.json
+	jq -e '.backend == "cuda" and .host_ranks == 2 and .host_base_shared' gpus.json
 }
 
 @test "--gpus all counts the CUDA devices the runtime sees: none is refused by name, exit 2" {

@@ -148,7 +148,7 @@ int spawn_ranks(const struct train_config *c, int argc, char **argv)
 		if ((counted.nproc = count_gpus()) == 0)
 			return EXIT_USAGE;
 		c = &counted;
-	} else if (c->nproc_gpus) { /* never fewer GPUs than asked, nor ranks sharing one */
+	} else if (c->nproc_gpus && !c->plan) { /* never fewer GPUs than asked, nor ranks sharing one */
 		char why[512] = "";
 		int n = backend_cuda_devices(why, sizeof why);
 
@@ -158,13 +158,15 @@ int spawn_ranks(const struct train_config *c, int argc, char **argv)
 			return EXIT_USAGE;
 		}
 	}
-	left = c->nproc;
-	if (c->plan) { /* the host's plan for its ranks; nothing is started */
+	if (c->plan) { /* the host's plan for its ranks (the cuda one for --gpus); nothing is started */
 		struct train_config host = *c;
 
 		host.local_ranks = c->nproc;
+		if (c->nproc_gpus)
+			host.backend = "cuda";
 		return train_run(&host, stdout);
 	}
+	left = c->nproc;
 	if ((port = free_port()) < 0) {
 		warnmsg("%s: no free TCP port on 127.0.0.1: %s", name, strerror(errno));
 		return EXIT_RUNTIME;
