@@ -885,6 +885,12 @@ gone() {
 	# the artifact is written: an error naming the count, never a run on fewer GPUs
 	jq -e '.status == "error" and (.error | test("--gpus 2: the CUDA runtime sees 0 devices"))' <<< "$output"
 	jq -e '.argv[-2:] == ["--gpus", "2"] and .env.ranks == null' <<< "$output"
+	# poros-train given such a cell alone does not train it on one GPU either
+	run -2 --separate-stderr poros-train --cell gpus.json --out x
+	[ "$stderr" = "poros-train: --cell: hardware.gpus is 2: give --gpus 2 (one rank a GPU)" ]
+	run -2 --separate-stderr poros-train --cell gpus.json --gpus 3 --out x
+	[ "$stderr" = "poros-train: --gpus 3: the cell's hardware.gpus is 2" ]
+	[ ! -e x ]
 	# the same cell on one process runs, and its artifact says 1 rank
 	jq -c '.training.steps = 2' poros.json >one.json
 	run -0 --separate-stderr poros-arm one.json

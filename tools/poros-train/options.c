@@ -8,6 +8,7 @@
 #include "adapter.h"
 #include "checkpoint.h"
 #include "jsonl.h"
+#include "comm.h"
 #include "train.h"
 #include "util.h"
 
@@ -419,6 +420,12 @@ void train_config_from_options(struct train_config *c, char *const v[OPT_COUNT])
 	if (v[OPT_CELL])
 		load_cell(c, v[OPT_CELL]);
 	apply_flags(c, v);
+	/* a cell's GPU count is one run's: never silently one GPU (a rank of it is started as one) */
+	if (c->cell.hardware.gpus > 1 && c->nproc == 0 && !comm_env_launched())
+		die(EXIT_USAGE, "--cell: hardware.gpus is %d: give --gpus %d (one rank a GPU)", c->cell.hardware.gpus,
+		    c->cell.hardware.gpus);
+	if (c->cell.hardware.gpus > 1 && c->nproc_gpus && c->nproc > 0 && c->nproc != c->cell.hardware.gpus)
+		die(EXIT_USAGE, "--gpus %d: the cell's hardware.gpus is %d", c->nproc, c->cell.hardware.gpus);
 	if (c->eval_only && c->init_adapter)
 		shape_from_adapter(c, v);
 	if (c->resume && !c->eval_only && checkpoint_take(c, v, err, sizeof err) < 0) /* --eval-only refuses it below */
