@@ -29,6 +29,11 @@ struct backend {
 	 * 0 or -1. */
 	int (*host_alloc)(void **p, size_t bytes);
 	void (*host_free)(void *p);
+	/* Memory mapped elsewhere (a shared mapping of the base) made copyable
+	 * at full speed: pinned on CUDA (read_only: the mapping is PROT_READ),
+	 * nothing on the CPU.  0 or -1; host_unregister undoes it. */
+	int (*host_register)(void *p, size_t bytes, int read_only);
+	void (*host_unregister)(void *p);
 
 	/* Asynchronous on the given stream (CPU: immediate). */
 	void (*copy_h2d)(void *dst, const void *src, size_t bytes, int stream);
@@ -88,5 +93,10 @@ const struct backend *backend_cuda(char *err, size_t errsz);
 /* In the backend library (kernels/cuda/backend_cuda.cu): what backend_cuda
  * calls once it is loaded. */
 const struct backend *backend_cuda_open(char *err, size_t errsz);
+/* The CUDA devices the runtime sees (CUDA_VISIBLE_DEVICES respected): 0
+ * with the reason in err when there is none or no CUDA backend to ask. */
+int backend_cuda_devices(char *err, size_t errsz);
+/* In the backend library: cudaGetDeviceCount, 0 on any error. */
+int backend_cuda_device_count(void);
 
 #endif

@@ -852,3 +852,47 @@ gone() {
 	run -2 --separate-stderr env POROS_ARM_WATCH_PID=abc poros-arm poros.json
 	[ "$stderr" = 'poros-arm: POROS_ARM_WATCH_PID: not a number: "abc" (expected a process id)' ]
 }
+
+@test "hardware.gpus: poros and resident cells run as poros-train --gpus N; other methods are skipped by name" {
+	export FAKE_ARGV="$PWD/argv"
+	jq -c '.hardware.gpus = 4' poros.json >gpus.json
+	run -0 --separate-stderr poros-arm gpus.json
+	jq -e '.cell.hardware.gpus == 4 and (.argv | index("--gpus")) as $i | .argv[$i + 1] == "4"' <<< "$output"
+	grep -qx -- --gpus argv
+	# without the key: no --gpus, one process
+	run -0 --separate-stderr poros-arm poros.json
+	! grep -qx -- --gpus argv
+	# a method that cannot is skipped, never trained on one GPU
+	rm -f argv
+	cell peft | jq -c '.hardware.gpus = 2' >peft.json
+	run -0 --separate-stderr poros-arm peft.json
+	jq -e '.status == "skipped" and .error == "hardware.gpus > 1 is not implemented for method peft" and .argv == null' \
+		<<< "$output"
+	[ ! -e argv ]
+	# the spec key: written into the cells, more than 0
+	printf '%s\n' 'spec_id: g' 'hardware: {gpus: 2}' 'models: [poros/tiny-qwen2]' 'methods: [poros, peft]' \
+		'precisions: [nf4]' 'training: {steps: 2, seq_len: 32}' >g.yaml
+	poros-expand --jsonl -o g g.yaml | jq -e -s 'length == 2 and all(.hardware.gpus == 2)'
+	sed -i 's/gpus: 2/gpus: 0/' g.yaml
+	run -2 --separate-stderr poros-expand --jsonl -o g g.yaml
+	[[ "$stderr" == *"gpus"* ]]
+}
+
+@test "hardware.gpus on a machine whose CUDA runtime sees fewer GPUs: poros-train refuses the cell by name" {
+	export POROS_TRAIN="$POROS_ROOT/bin/poros-train" CUDA_VISIBLE_DEVICES=
+	jq -c '.hardware.gpus = 2 | .training.steps = 2' poros.json >gpus.json
+	run -0 --separate-stderr poros-arm gpus.json
+	# the artifact is written: an error naming the count, never a run on fewer GPUs
+	jq -e '.status == "error" and (.error | test("--gpus 2: the CUDA runtime sees 0 devices"))' <<< "$output"
+	jq -e '.argv[-2:] == ["--gpus", "2"] and .env.ranks == null' <<< "$output"
+	# poros-train given such a cell alone does not train it on one GPU either
+	run -2 --separate-stderr poros-train --cell gpus.json --out x
+	[ "$stderr" = "poros-train: --cell: hardware.gpus is 2: give --gpus 2 (one rank a GPU)" ]
+	run -2 --separate-stderr poros-train --cell gpus.json --gpus 3 --out x
+	[ "$stderr" = "poros-train: --gpus 3: the cell's hardware.gpus is 2" ]
+	[ ! -e x ]
+	# the same cell on one process runs, and its artifact says 1 rank
+	jq -c '.training.steps = 2' poros.json >one.json
+	run -0 --separate-stderr poros-arm one.json
+	jq -e '.status == "ok" and .env.ranks == 1 and .env.backend == "cpu"' <<< "$output"
+}

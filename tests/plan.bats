@@ -429,3 +429,11 @@ hw_spec() {
 	run -2 --separate-stderr poros-expand --jsonl hw.yaml
 	[ "$stderr" = "poros-expand: hw.yaml:2:25: hardware.host_ram_gb: must be greater than 0, got 0" ]
 }
+
+@test "poros plan plans a cell with hardware.gpus as the host of that many cuda ranks, no device needed" {
+	hw_spec 'gpus: 2, host_ram_gb: 64'
+	run -0 --separate-stderr env CUDA_VISIBLE_DEVICES= poros plan hw.yaml -o out
+	[ "${#lines[@]}" -eq 2 ]
+	jq -e -s 'all(.backend == "cuda" and .host_ranks == 2 and .host_base_shared)' <<<"$output"
+	[[ "$stderr" == *"poros: poros_tiny_qwen2_nf4: device "*" MiB (cuda; no hardware.vram_gb), host "*" MiB for 2 ranks of 64 GB (hardware.host_ram_gb): fits; fits"* ]]
+}

@@ -225,7 +225,8 @@ torch() {
 	poros-train "${RUN[@]}" "${m[@]}" --accum 4 --out one >one.json
 	run -0 --separate-stderr poros-train "${RUN[@]}" "${m[@]}" --nproc 2 --accum 2 --out two
 	[ "${#lines[@]}" -eq 1 ]
-	jq -e '.status == "ok"' <<<"$output"
+	jq -e '.status == "ok" and .ranks == 2' <<<"$output"
+	jq -e '.ranks == 1' one.json
 	cmp one/$ADAPTER two/$ADAPTER
 	diff <(rows one) <(rows two)
 }
@@ -277,11 +278,11 @@ torch() {
 	[ "$alive" -eq 0 ]
 }
 
-@test "--gpus refuses the cpu backend and 'all'; --nproc refuses a process that is a rank already" {
+@test "--gpus refuses the cpu backend; --nproc refuses a process that is a rank already" {
 	run -2 --separate-stderr poros-train "${RUN[@]}" --model poros/tiny-qwen2 --gpus 2 --out x
 	[[ "$stderr" == *"--gpus: one rank a GPU on the cuda backend, not --backend cpu (CPU ranks: --nproc N)"* ]]
 	run -2 --separate-stderr poros-train "${RUN[@]}" --model poros/tiny-qwen2 --gpus all --out x
-	[[ "$stderr" == *"--gpus all: counting the GPUs is not implemented; give their number"* ]]
+	[[ "$stderr" == *"--gpus: one rank a GPU on the cuda backend, not --backend cpu"* ]]
 	run -2 --separate-stderr env RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
 		poros-train "${RUN[@]}" --model poros/tiny-qwen2 --nproc 2 --out x
 	[[ "$stderr" == *"--nproc: this process was started as a rank already"* ]]
@@ -308,4 +309,117 @@ torch() {
 	done
 	wait "${pids[@]}" || true
 	grep -q "the checkpoint's accumulation of 4 micro-batches a step does not divide over 3 ranks: give --accum" odd.0.err
+}
+
+# rank_pid PARENT RANK: the process of --nproc's rank RANK
+rank_pid() {
+	local p
+	for p in $(pgrep -P "$1"); do
+		if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$2"; then echo "$p"; fi
+	done
+}
+
+# kib PID FILE KEY: a "Key: N kB" line of /proc/PID/FILE
+kib() {
+	awk -v k="$3:" '$1 == k { print $2 }' "/proc/$1/$2"
+}
+
+# wide_run NAME [ENV...]: a 2-rank run of a 180 MiB bf16 base in the
+# background until its first step is written; PARENT, RANK0, RANK1 set
+wide_run() {
+	local name=$1
+	shift
+	env "$@" poros-train "${RUN[@]}" --configs "$POROS_ROOT/tests/fixtures/ranks/configs" --model poros/wide-test --precision bf16 \
+		--block-size 1 --batch-size 1 --seq-len 16 --steps 40 --nproc 2 --out "$name" >"$name.json" 2>"$name.err" &
+	PARENT=$!
+	for _ in $(seq 600); do
+		[ -s "$name/events.jsonl" ] && break
+		sleep 0.1
+	done
+	[ -s "$name/events.jsonl" ]
+	RANK0=$(rank_pid "$PARENT" 0) RANK1=$(rank_pid "$PARENT" 1)
+	[ -n "$RANK0" ] && [ -n "$RANK1" ]
+}
+
+@test "the ranks of a host map one copy of the base: its pages count once, and none is left in /dev/shm" {
+	local base pss_shared pss_own shm0 shm1 rc=0
+	base=$(poros-train "${RUN[@]}" --configs "$POROS_ROOT/tests/fixtures/ranks/configs" --model poros/wide-test --precision bf16 \
+		--block-size 1 --batch-size 1 --seq-len 16 --plan --nproc 2 |
+		jq -e 'select(.host_ranks == 2 and .host_base_shared) | .host_breakdown_mb | (.base_layers + .base_globals) * 1024 | floor')
+	wide_run shared
+	# each rank maps all of it, shared, under a name already unlinked
+	shm0=$(kib "$RANK0" status RssShmem) shm1=$(kib "$RANK1" status RssShmem)
+	[ "$shm0" -ge $((base * 9 / 10)) ] && [ "$shm1" -ge $((base * 9 / 10)) ]
+	[ "$(grep -c "/dev/shm/poros-base-$RANK0-.* (deleted)" "/proc/$RANK1/maps")" -ge 1 ]
+	[ "$(awk '/poros-base-/ { print $5 }' "/proc/$RANK0/maps" | sort -u)" = \
+	  "$(awk '/poros-base-/ { print $5 }' "/proc/$RANK1/maps" | sort -u)" ]
+	# proportional set sizes: the base's pages split between the two
+	[ $(($(kib "$RANK0" smaps_rollup Pss_Shmem) + $(kib "$RANK1" smaps_rollup Pss_Shmem))) -le $((base * 11 / 10)) ]
+	pss_shared=$(($(kib "$RANK0" smaps_rollup Pss) + $(kib "$RANK1" smaps_rollup Pss)))
+	# a rank SIGKILLed mid-run leaves no object behind
+	kill -KILL "$RANK1"
+	wait "$PARENT" || rc=$?
+	[ "$rc" -eq 1 ]
+	! ls /dev/shm/poros-base-"$RANK0"-* 2>/dev/null
+	# POROS_SHARED_BASE=0: a copy a rank, which is what the sharing saves
+	wide_run own POROS_SHARED_BASE=0
+	[ "$(kib "$RANK0" status RssShmem)" -lt $((base / 10)) ]
+	pss_own=$(($(kib "$RANK0" smaps_rollup Pss) + $(kib "$RANK1" smaps_rollup Pss)))
+	echo "base $base KiB; the two ranks' Pss: $pss_shared KiB shared, $pss_own KiB a copy each"
+	kill -TERM "$PARENT"
+	wait "$PARENT" || true
+	[ $((pss_own - pss_shared)) -ge $((base * 8 / 10)) ]
+}
+
+@test "a run of 2 ranks that ends leaves nothing in /dev/shm; POROS_SHARED_BASE takes 0 or 1" {
+	local r0
+	poros-train "${RUN[@]}" --model poros/tiny-qwen2 --steps 3 --nproc 2 --out run >run.json 2>run.err &
+	local parent=$!
+	for _ in $(seq 300); do
+		r0=$(rank_pid "$parent" 0)
+		[ -n "$r0" ] && break
+		sleep 0.05
+	done
+	wait "$parent"
+	jq -e '.status == "ok"' run.json
+	[ -n "$r0" ]
+	! ls /dev/shm/poros-base-"$r0"-* 2>/dev/null
+	run -2 --separate-stderr env POROS_SHARED_BASE=yes poros-train "${RUN[@]}" --model poros/tiny-qwen2 --out x
+	[[ "$stderr" == *'POROS_SHARED_BASE: unknown value "yes" (expected 0 or 1)'* ]]
+}
+
+@test "--plan with --nproc N is the host's plan: the base once, every other part N times" {
+	local m=(--model poros/tiny-qwen2 --precision nf4)
+	poros-train "${RUN[@]}" "${m[@]}" --plan >one.json
+	poros-train "${RUN[@]}" "${m[@]}" --plan --nproc 3 >three.json
+	POROS_SHARED_BASE=0 poros-train "${RUN[@]}" "${m[@]}" --plan --nproc 3 >own.json
+	jq -e '.host_ranks == 1 and (.host_base_shared | not)' one.json
+	jq -e '.host_ranks == 3 and .host_base_shared' three.json
+	jq -e '.host_ranks == 3 and (.host_base_shared | not)' own.json
+	jq -e -s '.[0].host_breakdown_mb as $a | .[1].host_breakdown_mb as $b |
+		$b.base_layers == $a.base_layers and $b.base_globals == $a.base_globals and
+		($b.staging - 3 * $a.staging | fabs) < 0.002 and ($b.device - 3 * $a.device | fabs) < 0.002 and
+		$b.process == 3 * $a.process' one.json three.json
+	jq -e -s '(.[1].host_breakdown_mb.base_layers - 3 * .[0].host_breakdown_mb.base_layers | fabs) < 0.002' \
+		one.json own.json
+	jq -e -s '.[1].host_plan_mb > .[0].host_plan_mb' three.json own.json
+	# --gpus N plans the cuda ranks of the host, with no device needed
+	CUDA_VISIBLE_DEVICES= poros-train --model poros/tiny-qwen2 --seq-len 32 --plan --gpus 2 >gpus.json
+	jq -e '.backend == "cuda" and .host_ranks == 2 and .host_base_shared' gpus.json
+}
+
+@test "--gpus all counts the CUDA devices the runtime sees: none is refused by name, exit 2" {
+	local m=(--seq-len 32 --steps 1 --model poros/tiny-qwen2 --quiet)
+	# CUDA_VISIBLE_DEVICES empty: the runtime sees none, on any machine
+	run -2 --separate-stderr env CUDA_VISIBLE_DEVICES= poros-train "${m[@]}" --gpus all --out x
+	[[ "$stderr" == *"poros-train: --gpus all: no CUDA device"* ]]
+	[ "$(grep -c . <<<"$stderr")" -eq 1 ]
+	[ -z "$output" ]
+	[ ! -e x ]
+	run -2 --separate-stderr env CUDA_VISIBLE_DEVICES= poros-train "${m[@]}" --gpus all --plan
+	[[ "$stderr" == *"--gpus all: no CUDA device"* ]]
+	# a number is checked against the same count: never ranks sharing a GPU
+	run -2 --separate-stderr env CUDA_VISIBLE_DEVICES= poros-train "${m[@]}" --gpus 2 --out x
+	[[ "$stderr" == *"poros-train: --gpus 2: the CUDA runtime sees 0 devices (no CUDA device)"* ]]
+	[ ! -e x ]
 }

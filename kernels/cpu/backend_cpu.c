@@ -114,6 +114,18 @@ static void cpu_synchronize(void)
 {
 }
 
+/* the CPU copies from any mapping as it is */
+static int cpu_host_register(void *p, size_t bytes, int read_only)
+{
+	(void)p, (void)bytes, (void)read_only;
+	return 0;
+}
+
+static void cpu_host_unregister(void *p)
+{
+	(void)p;
+}
+
 static const struct backend cpu_backend = {
 	.name = "cpu",
 	.ops = &poros_cpu_ops,
@@ -121,6 +133,8 @@ static const struct backend cpu_backend = {
 	.device_free = cpu_free,
 	.host_alloc = cpu_alloc,
 	.host_free = cpu_free,
+	.host_register = cpu_host_register,
+	.host_unregister = cpu_host_unregister,
 	.copy_h2d = cpu_copy,
 	.copy_h2d_2d = cpu_copy_2d,
 	.copy_d2d = cpu_copy,

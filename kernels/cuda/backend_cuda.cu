@@ -361,6 +361,36 @@ static void cuda_host_free(void *p)
 	cudaCheck(cudaFreeHost(p));
 }
 
+// A mapping made elsewhere (the shared base), pinned in place; a read-only
+// one needs the flag, which Hopper supports (cudaDevAttrHostRegisterReadOnlySupported).
+static int cuda_host_register(void *p, size_t bytes, int read_only)
+{
+	unsigned flags = cudaHostRegisterPortable | (read_only ? cudaHostRegisterReadOnly : 0);
+
+	if (cudaHostRegister(p, bytes, flags) != cudaSuccess) {
+		cudaGetLastError();
+		return -1;
+	}
+	return 0;
+}
+
+static void cuda_host_unregister(void *p)
+{
+	if (p != NULL)
+		cudaCheck(cudaHostUnregister(p));
+}
+
+extern "C" int backend_cuda_device_count(void)
+{
+	int n = 0;
+
+	if (cudaGetDeviceCount(&n) != cudaSuccess) {
+		cudaGetLastError();
+		return 0;
+	}
+	return n;
+}
+
 // --- copies -----------------------------------------------------------------
 
 static void cuda_copy_h2d(void *dst, const void *src, size_t bytes, int stream)
@@ -471,6 +501,8 @@ extern "C" const struct backend *backend_cuda_open(char *err, size_t errsz)
 	b->device_free = cuda_device_free;
 	b->host_alloc = cuda_host_alloc;
 	b->host_free = cuda_host_free;
+	b->host_register = cuda_host_register;
+	b->host_unregister = cuda_host_unregister;
 	b->copy_h2d = cuda_copy_h2d;
 	b->copy_d2d = cuda_copy_d2d;
 	b->memset_zero = cuda_memset_zero;

@@ -67,7 +67,7 @@ static size_t engine_peak_on(const struct backend *be, int mode, int nf4, long l
 	if (model_config_resolve(&r.mc, cfg.cell.model.model_id, cfg.configs_dir, err, errsz) < 0 ||
 	    token_source_open(&r.data, cfg.cell.training.dataset, &r.mc, cfg.cell.training.seq_len, cfg.cell.training.seed,
 	                      TRAIN_ON_DEFAULT, NULL, NULL, err, errsz) < 0 ||
-	    host_weights_load(&r.hw, be, &r.mc, nf4, engine_host_ext_cols(&cfg), cfg.cell.training.seed, err, errsz) < 0)
+	    host_weights_load(&r.hw, be, &r.mc, nf4, engine_host_ext_cols(&cfg), cfg.cell.training.seed, NULL, err, errsz) < 0)
 		return 0;
 	/* the plan, from the layouts alone, before the engine */
 	CHECKF(engine_plan(&plan, NULL, &r.cfg, &r.mc, &r.hw, be->library_device_bytes, err, errsz) == 0 && plan.dry,

@@ -65,7 +65,7 @@ static inline int tt_open(struct tt_run *r, const struct train_config *cfg)
 		return -1;
 	}
 	if (host_weights_load(&r->hw, backend_cpu(), &r->mc, r->cfg.cell.precision == PRECISION_NF4,
-	                      engine_host_ext_cols(&r->cfg), r->cfg.cell.training.seed, err, sizeof err) < 0) {
+	                      engine_host_ext_cols(&r->cfg), r->cfg.cell.training.seed, NULL, err, sizeof err) < 0) {
 		fprintf(stderr, "tt_open: %s\n", err);
 		return -1;
 	}

@@ -66,9 +66,9 @@ static void check_synthetic(const char *model, int nf4)
 		CHECKF(0, "%s", err);
 		return;
 	}
-	CHECKF(host_weights_load(&a, backend_cpu(), &mc, nf4, 0, 42, err, sizeof err) == 0, "%s", err);
-	CHECKF(host_weights_load(&b, backend_cpu(), &mc, nf4, 0, 42, err, sizeof err) == 0, "%s", err);
-	CHECKF(host_weights_load(&c, backend_cpu(), &mc, nf4, 0, 43, err, sizeof err) == 0, "%s", err);
+	CHECKF(host_weights_load(&a, backend_cpu(), &mc, nf4, 0, 42, NULL, err, sizeof err) == 0, "%s", err);
+	CHECKF(host_weights_load(&b, backend_cpu(), &mc, nf4, 0, 42, NULL, err, sizeof err) == 0, "%s", err);
+	CHECKF(host_weights_load(&c, backend_cpu(), &mc, nf4, 0, 43, NULL, err, sizeof err) == 0, "%s", err);
 	layers = a.lay.stride * (size_t)a.n_layers;
 	CHECKF(!a.real, "%s: synthetic weights must say so", model);
 	CHECKF(memcmp(a.layers, b.layers, layers) == 0 && memcmp(a.globals, b.globals, a.glob.bytes) == 0,
@@ -269,7 +269,7 @@ static void check_checkpoint_values(const char *dir, int nf4)
 		CHECKF(0, "checkpoint %s not recognised: %s", dir, err);
 		return;
 	}
-	if (host_weights_load(&w, backend_cpu(), &mc, nf4, 0, 42, err, sizeof err) < 0) {
+	if (host_weights_load(&w, backend_cpu(), &mc, nf4, 0, 42, NULL, err, sizeof err) < 0) {
 		CHECKF(0, "loading %s: %s", dir, err);
 		model_config_free(&mc);
 		return;
@@ -330,7 +330,7 @@ static void check_bad_checkpoint(const char *base, const char *skip, const char 
 		free(dir);
 		return;
 	}
-	CHECKF(host_weights_load(&w, backend_cpu(), &mc, 0, 0, 42, err, sizeof err) == -1, "%s must not load", dir);
+	CHECKF(host_weights_load(&w, backend_cpu(), &mc, 0, 0, 42, NULL, err, sizeof err) == -1, "%s must not load", dir);
 	CHECKF(strstr(err, skip ? skip : bad_shape) != NULL && strstr(err, expect) != NULL, "message: \"%s\"", err);
 	model_config_free(&mc);
 	free(dir);
@@ -342,7 +342,7 @@ static int load_dir(struct host_weights *w, struct model_config *mc, const char 
 {
 	if (model_config_resolve(mc, dir, NULL, err, errsz) < 0)
 		return -1;
-	if (host_weights_load(w, backend_cpu(), mc, nf4, ext, 42, err, errsz) < 0) {
+	if (host_weights_load(w, backend_cpu(), mc, nf4, ext, 42, NULL, err, errsz) < 0) {
 		model_config_free(mc);
 		return -1;
 	}
@@ -579,9 +579,9 @@ static void check_pitched(const char *model_or_dir, const char *configs)
 		CHECKF(0, "%s", err);
 		return;
 	}
-	if (host_weights_load(&a, backend_cpu(), &mc, 0, 0, 42, err, sizeof err) < 0 ||
-	    host_weights_load(&b, backend_cpu(), &mc, 0, EXT, 42, err, sizeof err) < 0 ||
-	    host_weights_load(&q, backend_cpu(), &mc, 1, EXT, 42, err, sizeof err) < 0) {
+	if (host_weights_load(&a, backend_cpu(), &mc, 0, 0, 42, NULL, err, sizeof err) < 0 ||
+	    host_weights_load(&b, backend_cpu(), &mc, 0, EXT, 42, NULL, err, sizeof err) < 0 ||
+	    host_weights_load(&q, backend_cpu(), &mc, 1, EXT, 42, NULL, err, sizeof err) < 0) {
 		CHECKF(0, "%s: %s", model_or_dir, err);
 		model_config_free(&mc);
 		return;

@@ -113,6 +113,8 @@ const struct artifact_field artifact_fields[] = {
 	{ ENV(backend, AK_STR), .flags = NUL | AF_LATER, FROM("backend"), NAMED(backend_names) },
 	/* backend's device: the GPU's name, or for cpu the host's CPU */
 	{ ENV(device, AK_STR), .flags = NUL | AF_LATER, .writers = AW_ARM, .column = "Device" },
+	/* the trainer's processes (data-parallel ranks, one a GPU with --gpus) */
+	{ ENV(ranks, AK_COUNT), .flags = NUL | AF_LATER, FROM("ranks") },
 
 	{ TOP(started_at, AK_STAMP, started_at), .writers = AW_ARM },
 	{ TOP(finished_at, AK_STAMP, finished_at), .writers = AW_ARM },

@@ -67,6 +67,9 @@ struct artifact_env {
 	char *backend;                             /* what computed: "cpu" or "cuda" (the child's summary) */
 	char *device;                              /* its name: the GPU's, or the host CPU's for cpu */
 	char *cuda_visible_devices;                /* poros-arm's CUDA_VISIBLE_DEVICES: the GPU a scheduler gave the cell */
+	/* the trainer's processes (data-parallel ranks, one a GPU with --gpus),
+	 * from the child's summary; -1: null (it did not say) */
+	int ranks;
 };
 
 struct artifact {

@@ -67,6 +67,8 @@ const struct cell_field cell_fields[] = {
 	{ ROW("hardware.pcie_gen", CK_INT, hardware.pcie_gen, CP_NULLABLE), RANGE(0, 7), .spec = CS_POSITIVE },
 	/* the host poros plan checks the host plan against; never a result */
 	{ ROW("hardware.host_ram_gb", CK_NUM, hardware.host_ram_gb, CP_IF_SET), RANGE(0, 1048576), .spec = CS_POSITIVE },
+	/* one run data-parallel over this many GPUs (poros-arm: poros-train --gpus N) */
+	{ ROW("hardware.gpus", CK_INT, hardware.gpus, CP_IF_SET), RANGE(0, 256), .spec = CS_POSITIVE },
 
 	{ ROW("training.steps", CK_INT, training.steps, CP_REQUIRED), RANGE(1, 1000000), .def = 10,
 	  FLAG("--steps", "N"), .spec = CS_REQUIRED },

@@ -42,6 +42,7 @@ struct cell {
 		double vram_gb;
 		int pcie_gen;
 		double host_ram_gb; /* 0: not specified (poros plan takes the machine's) */
+		int gpus;           /* GPUs one run trains on, one rank each (poros-train --gpus); 0: one */
 	} hardware;
 	struct {
 		int steps, seq_len, batch_size, gradient_accumulation_steps, warmup_steps;

@@ -25,6 +25,7 @@ const struct summary_field summary_fields[] = {
 	{ ALWAYS("method", SK_NAME, 0) },
 	{ ALWAYS("mode", SK_NAME, 0) },       /* poros-train's schedule, or a Python arm's method again */
 	{ ALWAYS("backend", SK_NAME, NUL) },
+	{ TRAIN("ranks", SK_COUNT, 0) },      /* the run's data-parallel processes; 1 alone */
 	{ ALWAYS("steps", SK_COUNT, NUL) },
 	{ ALWAYS("warmup_steps", SK_COUNT, NUL) },
 	{ ALWAYS("steps_measured", SK_COUNT, NUL) },

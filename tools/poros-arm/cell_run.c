@@ -163,6 +163,13 @@ static char **env_with(const char *const *set, int nset)
 static void build_command(struct command *c, const struct cell *cell, const char *cell_file, const char *run_dir)
 {
 	memset(c, 0, sizeof *c);
+	/* several GPUs for one run: poros-train's ranks, nothing else yet */
+	if (cell->hardware.gpus > 1 && cell->method != METHOD_POROS && cell->method != METHOD_RESIDENT) {
+		snprintf(c->reason, sizeof c->reason, "hardware.gpus > 1 is not implemented for method %s",
+		         method_names[cell->method]);
+		c->cannot_status = STATUS_SKIPPED;
+		return;
+	}
 	if (cell->method == METHOD_POROS || cell->method == METHOD_RESIDENT) {
 		c->path = locate_program("POROS_TRAIN", "poros-train", 1, c->reason, sizeof c->reason);
 		if (c->path == NULL) {
@@ -176,6 +183,13 @@ static void build_command(struct command *c, const struct cell *cell, const char
 		arg(c, cell->method == METHOD_POROS ? "blockwise" : "resident");
 		arg(c, "--out");
 		arg(c, run_dir);
+		if (cell->hardware.gpus > 1) { /* one rank a GPU (the CUDA runtime's count is checked there) */
+			char n[16];
+
+			snprintf(n, sizeof n, "%d", cell->hardware.gpus);
+			arg(c, "--gpus");
+			arg(c, n);
+		}
 		c->envp = env_with(NULL, 0);
 	} else {
 		/* The arms must never reach the network, whatever the caller's

@@ -90,7 +90,7 @@ int host_plan_make(struct host_plan *hp, const struct train_config *c, const str
 	struct layer_layout lay;
 	struct global_layout glob;
 	struct lora_layout lo;
-	size_t base, train = 0;
+	size_t base, train = 0, n, nb;
 	int nf4 = c->cell.precision == PRECISION_NF4;
 
 	memset(hp, 0, sizeof *hp);
@@ -98,23 +98,29 @@ int host_plan_make(struct host_plan *hp, const struct train_config *c, const str
 		return -1;
 	global_layout_init(&glob, mc);
 	lora_layout_init(&lo, &lay, mc->num_hidden_layers, c->cell.lora.rank, c->cell.lora.target_mask);
+	/* per host: the base and its load once where the ranks share it, every
+	 * other part once a rank */
+	hp->local_ranks = c->local_ranks > 1 ? c->local_ranks : 1;
+	hp->base_shared = hp->local_ranks > 1 && c->shared_base;
+	n = (size_t)hp->local_ranks;
+	nb = hp->base_shared ? 1 : n;
 	base = lay.stride * (size_t)mc->num_hidden_layers;
-	add(hp, "base_layers", base);
-	add(hp, "base_globals", glob.bytes);
-	add(hp, "weight_load", weight_load_bytes(&lay, mc));
-	add(hp, "device", cpu_backend ? device_bytes : 0);
-	add(hp, "checkpoints", host_ckpt);
-	add(hp, "staging", 2 * staging_set_bytes(c, mc));
-	add(hp, "eval_staging", c->cell.training.eval_dataset ? staging_set_bytes(c, mc) : 0);
-	add(hp, "step_buffers", step_buffers_bytes(c));
-	add(hp, "host_copies", host_copies_bytes(c, mc, &lo));
-	add(hp, "optimizer_state", c->optimizer_on_host ? 2 * (size_t)lo.total * sizeof(float) : 0);
-	add(hp, "process", PROCESS_BYTES);
+	add(hp, "base_layers", nb * base);
+	add(hp, "base_globals", nb * glob.bytes);
+	add(hp, "weight_load", nb * weight_load_bytes(&lay, mc));
+	add(hp, "device", cpu_backend ? n * device_bytes : 0);
+	add(hp, "checkpoints", n * host_ckpt);
+	add(hp, "staging", n * 2 * staging_set_bytes(c, mc));
+	add(hp, "eval_staging", c->cell.training.eval_dataset ? n * staging_set_bytes(c, mc) : 0);
+	add(hp, "step_buffers", n * step_buffers_bytes(c));
+	add(hp, "host_copies", n * host_copies_bytes(c, mc, &lo));
+	add(hp, "optimizer_state", c->optimizer_on_host ? n * 2 * (size_t)lo.total * sizeof(float) : 0);
+	add(hp, "process", n * PROCESS_BYTES);
 	free(lo.slot);
 	base += glob.bytes;
-	hp->base = base;
-	hp->checkpoints = host_ckpt;
-	hp->load_peak = base + weight_load_bytes(&lay, mc);
+	hp->base = nb * base;
+	hp->checkpoints = n * host_ckpt;
+	hp->load_peak = nb * (base + weight_load_bytes(&lay, mc));
 	for (int i = 0; i < hp->n; i++)
 		if (strcmp(hp->name[i], "weight_load") != 0)
 			train += hp->bytes[i];
@@ -182,8 +188,9 @@ int host_plan_check(const struct host_plan *hp, char *err, size_t errsz)
 
 	if (avail == 0 || hp->total <= avail)
 		return 0;
-	/* the base or the checkpoints alone over it: their own checks name them */
-	if (hp->base > avail || hp->checkpoints > avail)
+	/* one rank's base or checkpoints alone over it: their own checks name them */
+	if (hp->base / (size_t)(hp->base_shared ? 1 : hp->local_ranks) > avail ||
+	    hp->checkpoints / (size_t)hp->local_ranks > avail)
 		return 0;
 	snprintf(err, errsz, "the run needs %s of host memory, %s available (%s); the largest: %s",
 	         format_bytes(need, sizeof need, (double)hp->total), format_bytes(have, sizeof have, (double)avail),

@@ -22,9 +22,12 @@ struct host_plan {
 	size_t base, checkpoints; /* weights.c's and plan.c's own checks refuse either alone over the host */
 	size_t load_peak;  /* while the base loads: base + weight_load */
 	size_t total;      /* the run's peak: the larger of load_peak and the training phase's sum */
+	int local_ranks;   /* every figure is for the host: its ranks (train_config's local_ranks, 1 alone) */
+	int base_shared;   /* 1: the host's ranks hold one base (shared_base.h), counted once */
 };
 
-/* The plan for run c of model mc: device_bytes is the device plan's total
+/* The plan for run c of model mc on its host (c->local_ranks ranks: the
+ * base once when c->shared_base, every other part once a rank): device_bytes is the device plan's total
  * (host memory on the CPU backend: cpu_backend 1), host_ckpt blockwise's
  * pinned checkpoints (engine_plan).  0, or -1 with err (bad input). */
 int host_plan_make(struct host_plan *hp, const struct train_config *c, const struct model_config *mc,

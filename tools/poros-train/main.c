@@ -165,7 +165,7 @@ int main(int argc, char **argv)
 		usage(EXIT_USAGE);
 	}
 	train_config_from_options(&cfg, value);
-	rc = cfg.nproc > 0 ? spawn_ranks(&cfg, argc, argv) : train_run(&cfg, stdout);
+	rc = cfg.nproc != 0 ? spawn_ranks(&cfg, argc, argv) : train_run(&cfg, stdout);
 	train_config_free(&cfg);
 	return rc;
 }

@@ -8,6 +8,7 @@
 #include "adapter.h"
 #include "checkpoint.h"
 #include "jsonl.h"
+#include "comm.h"
 #include "train.h"
 #include "util.h"
 
@@ -65,7 +66,7 @@ const struct train_opt_help train_opt_help[OPT_COUNT] = {
 	[OPT_EPOCHS] = { "E", "passes over the data that set the steps, without --steps" },
 	[OPT_EVAL_ONLY] = { NULL, "no training: eval_loss and perplexity of the base (+ --init-adapter)" },
 	[OPT_NPROC] = { "N", "start N ranks of this host, one run data-parallel (man poros-train: DATA PARALLEL)" },
-	[OPT_GPUS] = { "N", "start N ranks, one a GPU, over NCCL (the cuda backend)" },
+	[OPT_GPUS] = { "N|all", "start N ranks, one a GPU, over NCCL (the cuda backend; all: every GPU seen)" },
 };
 
 void train_config_defaults(struct train_config *c)
@@ -175,7 +176,7 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	const char *route = getenv("POROS_ATTENTION"), *opt_chunk = getenv("POROS_OPT_CHUNK");
 	const char *comm = getenv("POROS_COMM");
 	static const char *const comm_kinds[] = { "auto", "single", "mpi", "nccl", "tcp" }; /* comm.h's order */
-	const char *after = getenv("POROS_PROGRESS_AFTER");
+	const char *after = getenv("POROS_PROGRESS_AFTER"), *shared = getenv("POROS_SHARED_BASE");
 	long rows = 0, floats = 0;
 	char *end;
 
@@ -208,6 +209,10 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	if (attn && *attn && strcmp(attn, "0") && strcmp(attn, "1"))
 		return snprintf(err, errsz, "POROS_ATTN_CKPT: unknown value \"%s\" (expected 0 or 1)", attn), -1;
 	c->attn_ckpt = attn && *attn ? strcmp(attn, "1") == 0 : ATTN_CKPT_AUTO;
+	/* one copy of the base per host, or one a rank (memory only, no bits) */
+	if (shared && *shared && strcmp(shared, "0") && strcmp(shared, "1"))
+		return snprintf(err, errsz, "POROS_SHARED_BASE: unknown value \"%s\" (expected 0 or 1)", shared), -1;
+	c->shared_base = !(shared && strcmp(shared, "0") == 0);
 	c->data_prefetch = !(noprefetch && *noprefetch && strcmp(noprefetch, "0") != 0);
 	c->profile = prof && *prof && strcmp(prof, "0") != 0;
 	/* the MLP's rows per chunk (the sums' order, so bits): an ablation and test knob */
@@ -342,8 +347,8 @@ static void apply_flags(struct train_config *c, char *const v[OPT_COUNT])
 	if (v[OPT_NPROC] && v[OPT_GPUS])
 		die(EXIT_USAGE, "--nproc and --gpus: give one (--gpus N is --nproc N on the cuda backend)");
 	if (v[OPT_GPUS] && strcmp(v[OPT_GPUS], "all") == 0)
-		die(EXIT_USAGE, "--gpus all: counting the GPUs is not implemented; give their number");
-	if (v[OPT_NPROC] || v[OPT_GPUS])
+		c->nproc = GPUS_ALL; /* spawn.c counts them */
+	else if (v[OPT_NPROC] || v[OPT_GPUS])
 		c->nproc = (int)opt_long(v[OPT_GPUS] ? "--gpus" : "--nproc", v[OPT_GPUS] ? v[OPT_GPUS] : v[OPT_NPROC], 1, 256);
 	c->nproc_gpus = v[OPT_GPUS] != NULL;
 	if (v[OPT_SAVE_TOTAL_LIMIT])
@@ -423,6 +428,12 @@ void train_config_from_options(struct train_config *c, char *const v[OPT_COUNT])
 	if (v[OPT_CELL])
 		load_cell(c, v[OPT_CELL]);
 	apply_flags(c, v);
+	/* a cell's GPU count is one run's: never silently one GPU (a rank of it is started as one) */
+	if (c->cell.hardware.gpus > 1 && c->nproc == 0 && !comm_env_launched())
+		die(EXIT_USAGE, "--cell: hardware.gpus is %d: give --gpus %d (one rank a GPU)", c->cell.hardware.gpus,
+		    c->cell.hardware.gpus);
+	if (c->cell.hardware.gpus > 1 && c->nproc_gpus && c->nproc > 0 && c->nproc != c->cell.hardware.gpus)
+		die(EXIT_USAGE, "--gpus %d: the cell's hardware.gpus is %d", c->nproc, c->cell.hardware.gpus);
 	if (c->eval_only && c->init_adapter)
 		shape_from_adapter(c, v);
 	if (c->resume && !c->eval_only && checkpoint_take(c, v, err, sizeof err) < 0) /* --eval-only refuses it below */

@@ -19,6 +19,7 @@
 #include "engine.h"
 #include "events.h"
 #include "host_plan.h"
+#include "shared_base.h"
 #include "jsonl.h"
 #include "numerics.h"
 #include "model_hash.h"
@@ -307,6 +308,7 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	cJSON_AddStringToObject(o, "method", method_names[c->cell.method]);
 	cJSON_AddStringToObject(o, "mode", train_mode_names[c->mode]);
 	cJSON_AddItemToObject(o, "backend", str_or_null(r->be ? r->be->name : NULL));
+	cJSON_AddNumberToObject(o, "ranks", c->ranks > 1 ? c->ranks : 1);
 	cJSON_AddNumberToObject(o, "steps", r->steps_done);
 	cJSON_AddNumberToObject(o, "warmup_steps", c->cell.training.warmup_steps);
 	cJSON_AddNumberToObject(o, "steps_measured", measured);
@@ -641,6 +643,8 @@ struct run {
 	struct run_result r;
 	size_t plan_bytes;  /* the plan's total */
 	struct comm *comm;  /* NULL before run_training opens it */
+	struct base_share share; /* the host's ranks, when there are ranks */
+	int sharing;        /* 1: the base is one copy for the host (share) */
 	char model_hash[MODEL_HASH_LEN + 1];
 };
 
@@ -954,6 +958,12 @@ static int open_ranks(struct run *x, char *err, size_t errsz)
 			                "does not divide over %d ranks: give --accum", x->cfg.resume, *k, x->cfg.ranks), -1;
 		*k /= x->cfg.ranks;
 	}
+	if (x->cfg.ranks > 1) {
+		if (shared_base_plan(&x->share, x->comm, err, errsz) < 0)
+			return -1;
+		x->cfg.local_ranks = x->share.local_ranks;
+		x->sharing = x->cfg.shared_base;
+	}
 	if (x->cfg.rank > 0)
 		x->cfg.quiet = 1;
 	if (x->cfg.ranks > 1 && x->cfg.rank == 0 && !x->cfg.quiet)
@@ -969,7 +979,7 @@ static int load_base(struct run *x, char *err, size_t errsz)
 {
 	const struct train_config *c = x->c;
 	int rc = host_weights_load(&x->hw, x->r.be, &x->mc, c->cell.precision == PRECISION_NF4, engine_host_ext_cols(c),
-	                           c->cell.training.seed, err, errsz);
+	                           c->cell.training.seed, x->sharing ? &x->share : NULL, err, errsz);
 
 	if (rc == -1)
 		return RUN_BAD_INPUT;
@@ -1273,6 +1283,8 @@ static int plan_host(cJSON *o, struct run *x, const struct dev_alloc *plan, cons
 	if (host_plan_for_run(&hp, x->c, &x->mc, plan, backend, host_ckpt, err, errsz) < 0)
 		return -1;
 	host_plan_add_json(o, &hp);
+	cJSON_AddNumberToObject(o, "host_ranks", hp.local_ranks);
+	cJSON_AddBoolToObject(o, "host_base_shared", hp.base_shared);
 	cJSON_AddItemToObject(o, "host_fits", avail ? cJSON_CreateBool(hp.total <= avail) : cJSON_CreateNull());
 	return 0;
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "shared_base.h"
 #include "train.h"
 #include "util.h"
 
@@ -110,11 +111,26 @@ static int rank_of(pid_t pid)
 	return -1;
 }
 
+/* --gpus all: as many ranks as the CUDA runtime sees devices (after
+ * CUDA_VISIBLE_DEVICES); 0 with the refusal said when there is none. */
+static int count_gpus(void)
+{
+	char why[512] = "";
+	int n = backend_cuda_devices(why, sizeof why);
+
+	if (n == 0)
+		warnmsg("--gpus all: no CUDA device%s%s%s", strcmp(why, "no CUDA device") ? " (" : "",
+		        strcmp(why, "no CUDA device") ? why : "", strcmp(why, "no CUDA device") ? ")" : "");
+	return n;
+}
+
 int spawn_ranks(const struct train_config *c, int argc, char **argv)
 {
 	const char *name = c->nproc_gpus ? "--gpus" : "--nproc";
-	int port, left = c->nproc, first_bad = -1, rank0 = EXIT_RUNTIME;
+	struct train_config counted;
+	int port, left, first_bad = -1, rank0 = EXIT_RUNTIME;
 	time_t deadline = 0;
+	pid_t rank0_pid;
 	struct sigaction sa = { .sa_handler = forward_signal };
 	char **args;
 
@@ -127,10 +143,30 @@ int spawn_ranks(const struct train_config *c, int argc, char **argv)
 		warnmsg("--gpus: one rank a GPU on the cuda backend, not --backend cpu (CPU ranks: --nproc N)");
 		return EXIT_USAGE;
 	}
-	if (c->plan) {
-		warnmsg("%s: --plan plans one rank; give it without %s", name, name);
-		return EXIT_USAGE;
+	if (c->nproc == GPUS_ALL) {
+		counted = *c;
+		if ((counted.nproc = count_gpus()) == 0)
+			return EXIT_USAGE;
+		c = &counted;
+	} else if (c->nproc_gpus && !c->plan) { /* never fewer GPUs than asked, nor ranks sharing one */
+		char why[512] = "";
+		int n = backend_cuda_devices(why, sizeof why);
+
+		if (n < c->nproc) {
+			warnmsg("--gpus %d: the CUDA runtime sees %d device%s%s%s%s", c->nproc, n, n == 1 ? "" : "s",
+			        n ? "" : " (", n ? "" : why, n ? "" : ")");
+			return EXIT_USAGE;
+		}
 	}
+	if (c->plan) { /* the host's plan for its ranks (the cuda one for --gpus); nothing is started */
+		struct train_config host = *c;
+
+		host.local_ranks = c->nproc;
+		if (c->nproc_gpus)
+			host.backend = "cuda";
+		return train_run(&host, stdout);
+	}
+	left = c->nproc;
 	if ((port = free_port()) < 0) {
 		warnmsg("%s: no free TCP port on 127.0.0.1: %s", name, strerror(errno));
 		return EXIT_RUNTIME;
@@ -145,6 +181,7 @@ int spawn_ranks(const struct train_config *c, int argc, char **argv)
 	fflush(stderr);
 	for (int r = 0; r < c->nproc; r++)
 		start_rank(r, c->nproc, port, args);
+	rank0_pid = children[0];
 	while (left > 0) {
 		int status, r;
 		pid_t pid = waitpid(-1, &status, deadline ? WNOHANG : 0);
@@ -177,6 +214,8 @@ int spawn_ranks(const struct train_config *c, int argc, char **argv)
 			deadline = time(NULL) + SPAWN_GRACE_S;
 		}
 	}
+	/* a rank 0 killed while its host's base was being shared may have left its name */
+	shared_base_remove_left((long)rank0_pid);
 	free(args);
 	free(children);
 	children = NULL;

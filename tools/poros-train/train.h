@@ -51,8 +51,11 @@ struct train_config {
 	struct comm *comm;
 	int rank, ranks;
 	int comm_kind;           /* POROS_COMM: comm.h's enum comm_kind (0 auto) */
-	int nproc;               /* --nproc / --gpus N: start N ranks of this host (spawn.c); 0: none */
+	int nproc;               /* --nproc / --gpus N: start N ranks of this host (spawn.c); 0: none;
+	                            GPUS_ALL: --gpus all, one a CUDA device */
 	int nproc_gpus;          /* it was --gpus: one rank a GPU, the cuda backend */
+	int local_ranks;         /* the ranks of this host (run.c, or --plan's --nproc/--gpus); 0 or 1: alone */
+	int shared_base;         /* not POROS_SHARED_BASE=0: the ranks of a host share one base (shared_base.h) */
 	double progress_after;   /* POROS_PROGRESS_AFTER: seconds of reading a dataset before its progress lines (1) */
 	int attn_ckpt;           /* POROS_ATTN_CKPT: blockwise keeps each layer's attention output for its
 	                            recomputation (1), or runs it again (0); ATTN_CKPT_AUTO (unset): 1 where
@@ -116,7 +119,7 @@ extern const struct train_opt_help train_opt_help[OPT_COUNT];
 	"                   [--init-adapter DIR]\n" \
 	"                   [--save-every N] [--save-total-limit N] [--resume DIR] [--split NAME] [--eval-dataset SPEC]\n" \
 	"                   [--eval-split NAME] [--eval-fraction F] [--eval-every N]\n" \
-	"                   [--gradient-checkpointing on|off] [--eval-only] [--quiet] [--plan] [--nproc N | --gpus N]\n"
+	"                   [--gradient-checkpointing on|off] [--eval-only] [--quiet] [--plan] [--nproc N | --gpus N|all]\n"
 
 /* Defaults, then the cell (--cell), then every other flag on top; dies
  * with EXIT_USAGE and a one-line message on a bad value. */
@@ -131,6 +134,7 @@ int train_config_from_cell(struct train_config *c, const struct cell *cell, char
 /* spawn.c: --nproc / --gpus N: this command line without them, N times,
  * as the ranks of a torchrun-style environment on 127.0.0.1; waits for
  * them and returns rank 0's exit status (1 when another rank failed). */
+#define GPUS_ALL (-1)
 int spawn_ranks(const struct train_config *c, int argc, char **argv);
 
 /* Checks values that only make sense together; -1 with err. */

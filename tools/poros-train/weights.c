@@ -423,14 +423,65 @@ size_t host_memory_available(void)
 	return (size_t)kib * 1024;
 }
 
+/* Host memory for the layers and the globals: the backend's own, or the
+ * host's shared copy (share); rc the caller's check so far, agreed on over
+ * the ranks when shared.  0, or -2/-3 with err. */
+static int alloc_base(struct host_weights *w, struct base_share *share, size_t total, int rc, char *err,
+                      size_t errsz)
+{
+	size_t at = (total + 4095) & ~(size_t)4095;
+	unsigned char *p;
+	char sz[32];
+
+	if (share != NULL) {
+		if ((rc = shared_base_agree(share, rc, "the host memory check", err, errsz)) < 0 ||
+		    (rc = shared_base_map(share, w->be, at + w->glob.bytes, &p, err, errsz)) < 0)
+			return rc;
+		w->share = share;
+		w->layers = p;
+		w->globals = p + at;
+		return 0;
+	}
+	if (rc < 0)
+		return rc;
+	if (w->be->host_alloc((void **)&w->layers, total) != 0) {
+		w->layers = NULL;
+		return set_error(err, errsz, "allocating host memory for %d layers' weights (%s) failed", w->n_layers,
+		                 format_bytes(sz, sizeof sz, (double)total)), -2;
+	}
+	if (w->be->host_alloc((void **)&w->globals, w->glob.bytes) != 0) {
+		w->globals = NULL;
+		host_weights_free(w);
+		return set_error(err, errsz, "allocating host memory for the embedding and lm_head (%s) failed",
+		                 format_bytes(sz, sizeof sz, (double)w->glob.bytes)), -2;
+	}
+	/* the alignment gaps too, so no copy ever carries uninitialised bytes
+	 * (a shared object starts as zeros) */
+	memset(w->globals, 0, w->glob.bytes);
+	parallel_zero(w->layers, total);
+	return 0;
+}
+
+/* Fills the base: from the checkpoint, or synthetic.  0, or -1 with err. */
+static int fill_base(struct host_weights *w, struct st_checkpoint *ck, const struct model_config *mc, uint64_t seed,
+                     char *err, size_t errsz)
+{
+	if (mc->checkpoint_dir)
+		return load_checkpoint(w, ck, mc, err, errsz);
+	for (int l = 0; l < w->n_layers; l++)
+		synth_layer(w->layers + (size_t)l * w->lay.stride, &w->lay, mc, l, seed);
+	synth_globals(w->globals, &w->glob, mc, seed);
+	return 0;
+}
+
 int host_weights_load(struct host_weights *w, const struct backend *be, const struct model_config *mc, int nf4,
-                      int ext, uint64_t seed, char *err, size_t errsz)
+                      int ext, uint64_t seed, struct base_share *share, char *err, size_t errsz)
 {
 	struct st_checkpoint ck;
 	char sz[32];
 	size_t total, avail;
 	double t0;
-	int rc;
+	int rc = 0, fills = share == NULL || share->local_rank == 0;
 
 	memset(w, 0, sizeof *w);
 	w->be = be;
@@ -448,50 +499,34 @@ int host_weights_load(struct host_weights *w, const struct backend *be, const st
 	}
 	total = w->lay.stride * (size_t)w->n_layers;
 	/* pinning or touching more than the host has ends in the kernel's
-	 * out-of-memory killer, not in a failed allocation: refuse first */
+	 * out-of-memory killer, not in a failed allocation: refuse first (the
+	 * rank that fills a shared copy takes it for its host) */
 	avail = host_memory_available();
-	if (avail && total + w->glob.bytes > avail) {
+	if (fills && avail && total + w->glob.bytes > avail) {
 		char have[32];
 
-		if (mc->checkpoint_dir)
-			st_checkpoint_close(&ck);
-		return set_error(err, errsz, "the base needs %s of host memory, %s available (%s)",
-		                 format_bytes(sz, sizeof sz, (double)(total + w->glob.bytes)),
-		                 format_bytes(have, sizeof have, (double)avail), host_memory_source()), -3;
+		set_error(err, errsz, "the base needs %s of host memory, %s available (%s)",
+		          format_bytes(sz, sizeof sz, (double)(total + w->glob.bytes)),
+		          format_bytes(have, sizeof have, (double)avail), host_memory_source());
+		rc = -3;
 	}
 	t0 = now_seconds();
-	if (be->host_alloc((void **)&w->layers, total) != 0) {
-		w->layers = NULL;
+	if ((rc = alloc_base(w, share, total, rc, err, errsz)) < 0) {
 		if (mc->checkpoint_dir)
 			st_checkpoint_close(&ck);
-		return set_error(err, errsz, "allocating host memory for %d layers' weights (%s) failed", w->n_layers,
-		              format_bytes(sz, sizeof sz, (double)total)), -2;
-	}
-	if (be->host_alloc((void **)&w->globals, w->glob.bytes) != 0) {
-		w->globals = NULL;
-		host_weights_free(w);
-		if (mc->checkpoint_dir)
-			st_checkpoint_close(&ck);
-		return set_error(err, errsz, "allocating host memory for the embedding and lm_head (%s) failed",
-		              format_bytes(sz, sizeof sz, (double)w->glob.bytes)), -2;
+		return rc;
 	}
 	w->alloc_s = now_seconds() - t0;
 	t0 = now_seconds();
-	/* the alignment gaps too, so no copy ever carries uninitialised bytes */
-	memset(w->globals, 0, w->glob.bytes);
-	parallel_zero(w->layers, total);
-	if (mc->checkpoint_dir) {
-		w->real = 1;
-		rc = load_checkpoint(w, &ck, mc, err, errsz);
+	w->real = mc->checkpoint_dir != NULL;
+	rc = fills ? fill_base(w, &ck, mc, seed, err, errsz) : 0;
+	if (mc->checkpoint_dir)
 		st_checkpoint_close(&ck);
-		if (rc < 0) {
-			host_weights_free(w);
-			return -1;
-		}
-	} else {
-		for (int l = 0; l < w->n_layers; l++)
-			synth_layer(w->layers + (size_t)l * w->lay.stride, &w->lay, mc, l, seed);
-		synth_globals(w->globals, &w->glob, mc, seed);
+	if (share != NULL && (rc = shared_base_agree(share, rc, "loading the base", err, errsz)) == 0)
+		rc = shared_base_register(share, err, errsz);
+	if (rc < 0) {
+		host_weights_free(w);
+		return rc;
 	}
 	w->fill_s = now_seconds() - t0;
 	return 0;
@@ -499,10 +534,13 @@ int host_weights_load(struct host_weights *w, const struct backend *be, const st
 
 void host_weights_free(struct host_weights *w)
 {
-	if (w->layers)
+	if (w->share != NULL)
+		shared_base_unmap(w->share);
+	else if (w->layers)
 		w->be->host_free(w->layers);
-	if (w->globals)
+	if (w->globals && w->share == NULL)
 		w->be->host_free(w->globals);
+	w->share = NULL;
 	w->layers = NULL;
 	w->globals = NULL;
 }

@@ -21,6 +21,7 @@
 #include "backend.h"
 #include "cell.h"
 #include "model_config.h"
+#include "shared_base.h"
 
 #define LAYOUT_NONE ((size_t)-1)
 #define LAYOUT_ALIGN 256
@@ -53,6 +54,7 @@ struct host_weights {
 	unsigned char *globals; /* glob.bytes */
 	int real;               /* 1: read from a checkpoint, 0: synthetic */
 	double alloc_s, fill_s; /* seconds to allocate (and pin) and to fill */
+	struct base_share *share; /* the host's shared copy (shared_base.h), or NULL: the backend's host_alloc */
 };
 
 /* Offsets for the model, ext the LoRA extension's columns of bf16
@@ -75,12 +77,13 @@ void host_memory_set_available(size_t bytes);
  * err as layer_layout_init. */
 int host_weights_size(size_t *bytes, const struct model_config *mc, int nf4, int ext, char *err, size_t errsz);
 /* Allocates and fills the host weights: from mc->checkpoint_dir when set,
- * else synthetic from seed.  Returns 0; -1 with err for bad input (a
+ * else synthetic from seed; into share's one copy for the host's ranks
+ * when share is not NULL (collective over its ranks; its leader fills).  Returns 0; -1 with err for bad input (a
  * missing tensor, a wrong shape or dtype: exit 2); -2 with err when host
  * memory could not be had, -3 when the base is larger than the host's
  * available memory (nothing allocated; status "oom"; both exit 1). */
 int host_weights_load(struct host_weights *w, const struct backend *be, const struct model_config *mc, int nf4,
-                      int ext, uint64_t seed, char *err, size_t errsz);
+                      int ext, uint64_t seed, struct base_share *share, char *err, size_t errsz);
 void host_weights_free(struct host_weights *w);
 
 #endif
