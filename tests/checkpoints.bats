@@ -93,6 +93,10 @@ block_parity() {
 	poros-train --plan --backend cpu --model poros/tiny-qwen2 --block-size 1 --checkpoints block |
 		jq -e '.checkpoints == "layer"'
 	poros-train --plan --backend cpu --model poros/tiny-qwen2 --mode resident | jq -e '.checkpoints == null'
+	# more than the host has: refused before a step, naming the blocks
+	POROS_MEM_AVAILABLE=1M run -1 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --seq-len 2048 \
+		--accum 4 --block-size 2 --checkpoints block --out oom
+	jq -e '.status == "oom" and .steps == 0 and .error == "2 blocks'"'"' checkpoints need 4.0 MiB of host memory, 1.0 MiB available (POROS_MEM_AVAILABLE)"' <<<"$output"
 }
 
 @test "a block-checkpoint run resumed from its checkpoint is bit-identical to the run straight through" {
@@ -116,4 +120,25 @@ block_parity() {
 	[[ "$stderr" == *"--checkpoints"*"blocks"*"layer, block"* ]]
 	run -0 poros-train --help
 	[[ "$output" == *"--checkpoints layer|block"* ]]
+}
+
+@test "a spec's poros.checkpoints and a fine-tune config's checkpoints reach poros-train" {
+	{ sed 's/^methods:.*/methods: [poros]/' "$BATS_TEST_DIRNAME/fixtures/expand/minimal.yaml"
+	  printf '%s\n' "poros:" "  checkpoints: block"; } >s.yaml
+	run -0 --separate-stderr poros-expand s.yaml --jsonl
+	jq -e -s 'all(.[]; .poros.checkpoints == "block")' <<<"$output"
+	# the default is left out of a cell, so older cells and newer ones read alike
+	run -0 --separate-stderr poros-expand "$BATS_TEST_DIRNAME/fixtures/expand/minimal.yaml" --jsonl
+	jq -e -s 'all(.[]; .poros | has("checkpoints") | not)' <<<"$output"
+	{ cat "$BATS_TEST_DIRNAME/fixtures/expand/minimal.yaml"; printf '%s\n' "poros:" "  checkpoints: blocks"; } >bad.yaml
+	run -2 --separate-stderr poros-expand bad.yaml --jsonl
+	assert_equal "$stderr" 'poros-expand: bad.yaml:11:16: unknown checkpoints "blocks" (expected one of: layer, block)'
+	# a resident cell would refuse it when it runs: the spec is refused first
+	{ cat "$BATS_TEST_DIRNAME/fixtures/expand/minimal.yaml"; printf '%s\n' "poros:" "  checkpoints: block"; } >mixed.yaml
+	run -2 --separate-stderr poros-expand mixed.yaml --jsonl
+	assert_equal "$stderr" 'poros-expand: mixed.yaml:11:3: poros.checkpoints: block is the poros method'"'"'s (blockwise), and methods lists resident (poros-train refuses it there)'
+
+	printf '%s\n' 'model: poros/tiny-qwen2' 'dataset: synthetic' 'output_dir: out' 'max_steps: 2' 'checkpoints: block' >c.yaml
+	run -0 --separate-stderr poros-expand --train-argv c.yaml
+	[[ "$output" == *$'--checkpoints\nblock'* ]]
 }

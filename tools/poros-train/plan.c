@@ -459,8 +459,8 @@ int plan_device(struct engine *e, char *err, size_t errsz)
 
 		if (avail && bytes > avail) {
 			e->host_oom = 1;
-			return set_error(err, errsz, "%d layers' checkpoints need %s of host memory, %s available (%s)%s",
-			                 e->L, format_bytes(sz, sizeof sz, (double)bytes),
+			return set_error(err, errsz, "%d %s' checkpoints need %s of host memory, %s available (%s)%s",
+			                 e->cs.block ? e->nb : e->L, e->cs.block ? "blocks" : "layers", format_bytes(sz, sizeof sz, (double)bytes),
 			                 format_bytes(have, sizeof have, (double)avail), host_memory_source(),
 			                 e->cs.block ? "" : e->cs.attn ? "; POROS_ATTN_CKPT=0 keeps only the layer inputs"
 			                 : "; --checkpoints block keeps one input a block");

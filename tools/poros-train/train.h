@@ -111,7 +111,7 @@ extern const struct train_opt_help train_opt_help[OPT_COUNT];
 	"                   [--lr-schedule constant|linear|cosine] [--lr-warmup N] [--timing-warmup N]\n" \
 	"                   [--weight-decay W] [--max-grad-norm G] [--seed S] [--dataset SPEC] [--tokenizer PATH]\n" \
 	"                   [--chat-date YYYY-MM-DD] [--train-on assistant|all]\n" \
-	"                   [--backend cpu|cuda|auto]\n" \
+	"                   [--checkpoints layer|block] [--backend cpu|cuda|auto]\n" \
 	"                   [--vram-budget BYTES] [--optimizer-state device|host] [--configs DIR] [--out DIR]\n" \
 	"                   [--init-adapter DIR]\n" \
 	"                   [--save-every N] [--save-total-limit N] [--resume DIR] [--split NAME] [--eval-dataset SPEC]\n" \
