@@ -14,7 +14,9 @@
  * its attention output and lse unless POROS_ATTN_CKPT=0 (the
  * recomputation then skips the attention forward), so the device holds
  * two sets of k checkpoints, the activations of one layer of one
- * micro-batch, and one dequantized layer. */
+ * micro-batch, and one dequantized layer.  --checkpoints block keeps only
+ * each block's first input on the host and block-size sets on the device
+ * (blockwise_pass_block_ckpt, below). */
 #include "engine_impl.h"
 
 #include <math.h>
