@@ -16,6 +16,7 @@ rank: 4
 alpha: 8
 block_size: 2
 optimizer_state: host
+checkpoints: block
 models: [poros/tiny-qwen2]
 cards_gb: [0.06]
 YAML
@@ -24,7 +25,7 @@ YAML
 fits() {
 	POROS_MEM_AVAILABLE=64G poros-train --plan --backend cuda --model poros/tiny-qwen2 --precision nf4 --seq-len "$1" \
 		--batch-size 1 --rank 4 --alpha 8 --gradient-checkpointing on --block-size 2 --optimizer-state host \
-		--vram-budget 60000000 2>/dev/null |
+		--checkpoints block --vram-budget 60000000 2>/dev/null |
 		jq -e '.fits == true and .host_fits == true' >/dev/null
 }
 
@@ -48,6 +49,9 @@ fits() {
 	grep -v '^optimizer_state:' tiny.yaml >noopt.yaml
 	run -2 --separate-stderr poros bench context noopt.yaml
 	assert_equal "$stderr" 'poros: noopt.yaml: context spec needs "optimizer_state:" (no default)'
+	grep -v '^checkpoints:' tiny.yaml >nockpt.yaml
+	run -2 --separate-stderr poros bench context nockpt.yaml
+	assert_equal "$stderr" 'poros: nockpt.yaml: context spec needs "checkpoints:" (no default)'
 	run -2 --separate-stderr poros bench context missing.yaml
 	assert_equal "$stderr" 'poros: missing.yaml: no such spec file'
 }

@@ -423,7 +423,7 @@ out/mini/cells/resident_tiny_qwen2_bf16.json"
 
 @test "an unknown key far from any lists the keys of its section" {
 	append "poros:" "  colour: blue"
-	expect_bad s.yaml 'poros-expand: s.yaml:11:3: unknown key "colour" in poros (expected one of: block_size, enable_prefetch)'
+	expect_bad s.yaml 'poros-expand: s.yaml:11:3: unknown key "colour" in poros (expected one of: block_size, enable_prefetch, checkpoints)'
 }
 
 @test "a cell field a spec does not set says where it is set; every other key lists all of its section" {

@@ -18,6 +18,7 @@ const char *const method_names[METHOD_COUNT] = {
 };
 const char *const precision_names[PRECISION_COUNT] = { "nf4", "bf16" };
 const char *const lr_schedule_names[LR_COUNT] = { "constant", "linear", "cosine" };
+const char *const checkpoints_names[CKPT_COUNT] = { "layer", "block" };
 const char *const train_on_names[TRAIN_ON_COUNT] = { "", "assistant", "all" };
 const char *const lora_module_names[CELL_MAX_TARGETS] = {
 	"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
@@ -29,7 +30,8 @@ const char *const lora_module_names[CELL_MAX_TARGETS] = {
 
 /* Every enum member is read and written through an int. */
 _Static_assert(sizeof(enum method) == sizeof(int) && sizeof(enum precision) == sizeof(int) &&
-               sizeof(enum lr_schedule) == sizeof(int), "enums are int-sized");
+               sizeof(enum lr_schedule) == sizeof(int) && sizeof(enum checkpoints) == sizeof(int),
+               "enums are int-sized");
 
 #define ROW(p, k, member, pres) \
 	.path = p, .bound.path = p, .kind = k, .offset = offsetof(struct cell, member), .presence = pres, \
@@ -134,6 +136,8 @@ const struct cell_field cell_fields[] = {
 	  FLAG("--block-size", "N") },
 	{ ROW("poros.enable_prefetch", CK_BOOL, poros.enable_prefetch, CP_REQUIRED), .def = 1,
 	  FLAG("--no-prefetch", NULL) },
+	{ ROW("poros.checkpoints", CK_ENUM, poros.checkpoints, CP_IF_SET),
+	  NAMES(checkpoints_names, CKPT_COUNT, "checkpoints"), .def = CKPT_LAYER, FLAG("--checkpoints", "layer|block") },
 
 	{ ROW("output_dir", CK_STR, output_dir, CP_REQUIRED), TEXT(CELL_PATH_MAX, CT_OUTPUT_DIR) },
 	{ ROW("tokens_per_step", CK_I64, tokens_per_step, CP_REQUIRED), RANGE(1, 1073741824), .derived = 1 },

@@ -15,10 +15,13 @@
 enum method { METHOD_POROS, METHOD_RESIDENT, METHOD_UNSLOTH, METHOD_PEFT, METHOD_ACCELERATE_OFFLOAD, METHOD_COUNT };
 enum precision { PRECISION_NF4, PRECISION_BF16, PRECISION_COUNT };
 enum lr_schedule { LR_CONSTANT, LR_LINEAR, LR_COSINE, LR_COUNT };
+/* blockwise's layer checkpoints: every layer's input, or each block's first */
+enum checkpoints { CKPT_LAYER, CKPT_BLOCK, CKPT_COUNT };
 
 extern const char *const method_names[METHOD_COUNT];       /* "poros", "resident", "unsloth", "peft", "accelerate_offload" */
 extern const char *const precision_names[PRECISION_COUNT]; /* "nf4", "bf16" */
 extern const char *const lr_schedule_names[LR_COUNT];      /* "constant", "linear", "cosine" */
+extern const char *const checkpoints_names[CKPT_COUNT];    /* "layer", "block" */
 /* training.train_on: index 0 is "absent" (answers of chats, all of text),
  * then "assistant", "all"; the numbers of enum train_on (dataset.h) */
 #define TRAIN_ON_COUNT 3
@@ -90,6 +93,8 @@ struct cell {
 	struct {
 		int block_size;
 		int enable_prefetch;
+		/* optional, written only when block (absent: layer) */
+		int checkpoints;
 	} poros;
 	char *output_dir;
 	long long tokens_per_step; /* batch_size * seq_len * gradient_accumulation_steps */

@@ -675,6 +675,11 @@ static void parse_spec(struct spec *s, const struct ynode *root, const char *out
 	for (size_t i = 0; i < sizeof required / sizeof *required; i++)
 		if (!map_get(root, required[i]))
 			ytree_die(s->file, root, "missing required key \"%s\"", required[i]);
+	/* block checkpoints are blockwise's: a resident cell would be refused when it runs */
+	for (int i = 0; s->shared.poros.checkpoints == CKPT_BLOCK && i < s->n_methods; i++)
+		if (s->methods[i] == METHOD_RESIDENT)
+			ytree_die(s->file, map_get(root, "poros"), "poros.checkpoints: block is the poros method's "
+			          "(blockwise), and methods lists resident (poros-train refuses it there)");
 
 	if (isnan(s->shared.lora.alpha))
 		s->shared.lora.alpha = 2.0 * s->shared.lora.rank;

@@ -81,6 +81,7 @@ cJSON *run_config_json(const struct train_config *c)
 	cJSON_AddStringToObject(o, "mode", train_mode_names[c->mode]);
 	cJSON_AddNumberToObject(o, "block_size", c->cell.poros.block_size);
 	cJSON_AddBoolToObject(o, "prefetch", c->cell.poros.enable_prefetch);
+	cJSON_AddStringToObject(o, "checkpoints", checkpoints_names[c->cell.poros.checkpoints]);
 	cJSON_AddStringToObject(o, "backend", c->backend);
 	cJSON_AddStringToObject(o, "gradient_checkpointing", c->cell.training.gradient_checkpointing ? "on" : "off");
 	cJSON_AddItemToObject(o, "eval_dataset", opt_string(c->cell.training.eval_dataset));
@@ -109,6 +110,7 @@ static const struct config_key {
 	{ "epochs", "--epochs", 1 }, /* the steps are what count */
 	{ "lora_ext", "POROS_LORA_EXT", 0 }, { "mlp_chunk", "POROS_MLP_CHUNK", 0 },
 	{ "mode", "--mode", 1 }, { "block_size", "--block-size", 1 }, { "prefetch", "--no-prefetch", 1 },
+	{ "checkpoints", "--checkpoints", 1 },
 	{ "backend", "--backend", 1 }, { "gradient_checkpointing", "--gradient-checkpointing", 1 },
 	{ "tokenizer", "--tokenizer", 0 }, { "eval_dataset", "--eval-dataset", 1 }, { "eval_split", "--eval-split", 1 },
 	{ "eval_every", "--eval-every", 1 }, { "save_every", "--save-every", 1 },

@@ -83,7 +83,9 @@ double engine_forward_backward(struct engine *e, int step)
 	if (staging_load(e, step) < 0)
 		return NAN;
 	e->be->memset_zero(e->grads, (size_t)e->lora.total * sizeof(float), STREAM_COMPUTE);
-	if (e->blockwise)
+	if (e->cs.block)
+		blockwise_pass_block_ckpt(e, step);
+	else if (e->blockwise)
 		blockwise_pass(e, step);
 	else
 		resident_pass(e, step);
@@ -211,6 +213,8 @@ static void set_dims(struct engine *e)
 	e->blockwise = cfg->mode == MODE_BLOCKWISE;
 	e->bs = cfg->cell.poros.block_size < e->L ? cfg->cell.poros.block_size : e->L;
 	e->nb = (e->L + e->bs - 1) / e->bs;
+	e->cs.block = engine_block_ckpt(cfg, e->L);
+	e->cs.n_sets = e->cs.block ? e->bs : 2;
 	c->C = mc->hidden_size;
 	c->F = mc->intermediate_size;
 	c->H = mc->num_attention_heads;
@@ -363,6 +367,14 @@ int engine_host_ext_cols(const struct train_config *cfg)
 	return lora_ext_cols(c->lora.rank);
 }
 
+int engine_block_ckpt(const struct train_config *cfg, int n_layers)
+{
+	int bs = cfg->cell.poros.block_size < n_layers ? cfg->cell.poros.block_size : n_layers;
+
+	/* a block of one layer: its first input is every layer's, as --checkpoints layer */
+	return cfg->mode == MODE_BLOCKWISE && cfg->cell.poros.checkpoints == CKPT_BLOCK && bs >= 2;
+}
+
 int engine_oom(const struct engine *e)
 {
 	return e->alloc.oom || e->host_oom;
@@ -370,6 +382,8 @@ int engine_oom(const struct engine *e)
 
 size_t engine_host_ckpt_bytes(const struct engine *e)
 {
+	if (e->cs.block) /* each block's first input, without the attention */
+		return (size_t)e->nb * e->cs.att_off;
 	return e->blockwise ? (size_t)e->L * e->cs.rec_bytes : 0;
 }
 

@@ -68,6 +68,9 @@ int engine_plan(struct dev_alloc *plan, size_t *host_ckpt, const struct train_co
  * POROS_LORA_EXT on, else 0; 0 for NF4, whose extension lives in the
  * dequantization buffer. */
 int engine_host_ext_cols(const struct train_config *cfg);
+/* Whether a run of cfg over n_layers keeps block checkpoints (blockwise,
+ * --checkpoints block, a block of 2 layers or more); else layer ones. */
+int engine_block_ckpt(const struct train_config *cfg, int n_layers);
 /* Out of memory: the device's (a budget or a failed allocation) or the
  * host's (the checkpoints need more than MemAvailable). */
 int engine_oom(const struct engine *e);

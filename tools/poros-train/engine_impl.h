@@ -32,15 +32,18 @@ struct span {
  * in backward skips the attention forward (the same bits: the forward is
  * deterministic and its inputs are the same).  Set s of the two device
  * sets holds one record; host holds every layer's. */
+#define CKPT_SETS_MAX 1024 /* poros.block_size's most: --checkpoints block keeps bs sets */
 struct ckpt_sets {
-	unsigned char *host;      /* L records, rec_bytes apart, pinned host */
-	unsigned char *dev[2];    /* one record each */
+	unsigned char *host;      /* L records, rec_bytes apart, pinned host; block: nb, att_off apart */
+	unsigned char *dev[CKPT_SETS_MAX]; /* one record each, n_sets of them */
+	int n_sets;               /* 2; --checkpoints block: bs (blockwise_pass_block_ckpt) */
+	int block;                /* --checkpoints block at bs >= 2: the host holds each block's first input */
 	int attn;
 	size_t att_off, lse_off, rec_bytes; /* without attn: att_off = rec_bytes, the inputs' size */
 	size_t att_mb, lse_mb;
 	int layer[2];             /* the layer whose record set s holds; -1: none */
-	struct backend_event *ready, *saved[2], *loaded[2], *freed[2];
-	int saved_rec[2], loaded_rec[2], freed_rec[2];
+	struct backend_event *ready, *saved[2], *loaded[CKPT_SETS_MAX], *freed[CKPT_SETS_MAX];
+	int saved_rec[2], loaded_rec[CKPT_SETS_MAX], freed_rec[CKPT_SETS_MAX];
 	long long d2h_bytes, h2d_bytes;
 };
 
@@ -177,6 +180,8 @@ int schedule_events_create(struct engine *e);
 void schedule_events_destroy(struct engine *e);
 void resident_pass(struct engine *e, int step);
 void blockwise_pass(struct engine *e, int step);
+/* --checkpoints block (schedule_block.c) */
+void blockwise_pass_block_ckpt(struct engine *e, int step);
 void compute_open(struct engine *e);
 void compute_close(struct engine *e);
 void schedule_read_timing(struct engine *e, struct step_stats *st);

@@ -109,7 +109,7 @@ int host_plan_make(struct host_plan *hp, const struct train_config *c, const str
 	add(hp, "base_globals", nb * glob.bytes);
 	add(hp, "weight_load", nb * weight_load_bytes(&lay, mc));
 	add(hp, "device", cpu_backend ? n * device_bytes : 0);
-	add(hp, "checkpoints", n * host_ckpt);
+	add(hp, engine_block_ckpt(c, mc->num_hidden_layers) ? "block_checkpoints" : "checkpoints", n * host_ckpt);
 	add(hp, "staging", n * 2 * staging_set_bytes(c, mc));
 	add(hp, "eval_staging", c->cell.training.eval_dataset ? n * staging_set_bytes(c, mc) : 0);
 	add(hp, "step_buffers", n * step_buffers_bytes(c));

@@ -35,6 +35,7 @@ const struct train_opt_help train_opt_help[OPT_COUNT] = {
 	[OPT_TARGETS] = { "LIST", "projections to adapt: q_proj,k_proj,...,down_proj, all or all-linear (all)" },
 	[OPT_BLOCK_SIZE] = { "N", "blockwise: layers per streamed block (4)" },
 	[OPT_NO_PREFETCH] = { NULL, "blockwise: copy each block when it is needed, not during the one before" },
+	[OPT_CHECKPOINTS] = { "layer|block", "blockwise: keep every layer's input on the host, or each block's first (layer)" },
 	[OPT_LR] = { "LR", "peak learning rate (2e-4)" },
 	[OPT_LR_SCHEDULE] = { "constant|linear|cosine", "the learning rate after its warmup (constant)" },
 	[OPT_TIMING_WARMUP] = { "N", "leading steps left out of the timing, trained as any other (0)" },
@@ -143,6 +144,9 @@ int train_config_check(const struct train_config *c, char *err, size_t errsz)
 	if (strcmp(c->backend, "cpu") && strcmp(c->backend, "cuda") && strcmp(c->backend, "auto"))
 		return snprintf(err, errsz, "--backend: unknown backend \"%s\" (expected one of: cpu, cuda, auto)",
 		                c->backend), -1;
+	if (c->mode == MODE_RESIDENT && c->cell.poros.checkpoints == CKPT_BLOCK)
+		return snprintf(err, errsz, "--checkpoints block: the resident schedule keeps every layer's input on the "
+		                "device; block checkpoints are blockwise's (--mode blockwise)"), -1;
 	if (c->out_dir == NULL || *c->out_dir == '\0')
 		return snprintf(err, errsz, "--out: empty run directory"), -1;
 	/* a resumed run's adapter is the checkpoint's: a warm start on top of

@@ -268,8 +268,8 @@ static void plan_streams(struct engine *e, struct carver *cv, float **list, int 
 static void plan_ckpts(struct engine *e, struct carver *cv)
 {
 	if (e->blockwise) {
-		e->cs.dev[0] = carve(cv, e->cs.rec_bytes);
-		e->cs.dev[1] = carve(cv, e->cs.rec_bytes);
+		for (int s = 0; s < e->cs.n_sets; s++) /* 2; --checkpoints block: bs */
+			e->cs.dev[s] = carve(cv, e->cs.rec_bytes);
 	} else {
 		plan_streams(e, cv, e->ckpt, e->n_ckpt);
 	}
@@ -420,7 +420,7 @@ static int alloc_state(struct engine *e, char *err, size_t errsz)
 	if (alloc_plan(e, plan_acts, "activations", what) < 0)
 		return set_error(err, errsz, "%s", e->alloc.err);
 	if (e->blockwise) {
-		snprintf(what, sizeof what, "2 sets of %d layer-input%s checkpoints", e->k,
+		snprintf(what, sizeof what, "%d sets of %d layer-input%s checkpoints", e->cs.n_sets, e->k,
 		         e->cs.attn ? " and attention" : "");
 	} else {
 		e->n_ckpt = e->L + 1;
@@ -458,10 +458,11 @@ int plan_device(struct engine *e, char *err, size_t errsz)
 
 		if (avail && bytes > avail) {
 			e->host_oom = 1;
-			return set_error(err, errsz, "%d layers' checkpoints need %s of host memory, %s available (%s)%s",
-			                 e->L, format_bytes(sz, sizeof sz, (double)bytes),
+			return set_error(err, errsz, "%d %s' checkpoints need %s of host memory, %s available (%s)%s",
+			                 e->cs.block ? e->nb : e->L, e->cs.block ? "blocks" : "layers", format_bytes(sz, sizeof sz, (double)bytes),
 			                 format_bytes(have, sizeof have, (double)avail), host_memory_source(),
-			                 e->cs.attn ? "; POROS_ATTN_CKPT=0 keeps only the layer inputs" : "");
+			                 e->cs.block ? "" : e->cs.attn ? "; POROS_ATTN_CKPT=0 keeps only the layer inputs"
+			                 : "; --checkpoints block keeps one input a block");
 		}
 		if (e->be->host_alloc((void **)&e->cs.host, bytes) != 0) {
 			e->cs.host = NULL;

@@ -875,7 +875,8 @@ static int choose_attn_ckpt(struct run *x, size_t library_bytes, char *err, size
 	if (c->attn_ckpt != ATTN_CKPT_AUTO)
 		return 0;
 	c->attn_ckpt = 1;
-	if (c->mode != MODE_BLOCKWISE)
+	/* block checkpoints keep the attention on the device only */
+	if (c->mode != MODE_BLOCKWISE || engine_block_ckpt(c, x->mc.num_hidden_layers))
 		return 0;
 	if (base_size(x, &base, err, errsz) < 0 || make_plan(x, library_bytes, &plan, &ckpt, err, errsz) < 0)
 		return -1;
@@ -1325,6 +1326,8 @@ static int print_plan(struct run *x, FILE *out)
 	cJSON_AddItemToObject(o, "host_checkpoints_mb", num_or_null((double)host_ckpt / MIB));
 	cJSON_AddItemToObject(o, "attention_checkpoints",
 	                      c->mode == MODE_BLOCKWISE ? cJSON_CreateBool(c->attn_ckpt != 0) : cJSON_CreateNull());
+	cJSON_AddItemToObject(o, "checkpoints", c->mode != MODE_BLOCKWISE ? cJSON_CreateNull()
+	                      : cJSON_CreateString(checkpoints_names[engine_block_ckpt(c, x->mc.num_hidden_layers)]));
 	cJSON_AddStringToObject(o, "optimizer_state", c->optimizer_on_host ? "host" : "device");
 	if (plan_host(o, x, &plan, backend, host_ckpt, err, sizeof err) < 0) {
 		warnmsg("%s", err);

@@ -14,7 +14,9 @@
  * its attention output and lse unless POROS_ATTN_CKPT=0 (the
  * recomputation then skips the attention forward), so the device holds
  * two sets of k checkpoints, the activations of one layer of one
- * micro-batch, and one dequantized layer. */
+ * micro-batch, and one dequantized layer.  --checkpoints block keeps only
+ * each block's first input on the host and block-size sets on the device
+ * (blockwise_pass_block_ckpt, below). */
 #include "engine_impl.h"
 
 #include <math.h>
@@ -284,23 +286,34 @@ static unsigned char *ckpt_host(struct engine *e, int layer)
 	return e->cs.host + (size_t)layer * e->cs.rec_bytes;
 }
 
+/* Micro-batch mb's inputs in device set s. */
+static float *set_buf(struct engine *e, int s, int mb)
+{
+	return (float *)e->cs.dev[s] + (size_t)mb * e->lc.T * e->lc.C;
+}
+
 static float *ckpt_buf(struct engine *e, int layer, int mb)
 {
-	return (float *)e->cs.dev[layer % 2] + (size_t)mb * e->lc.T * e->lc.C;
+	return set_buf(e, layer % 2, mb);
 }
 
 /* With the attention checkpoints, e->act's attention output and lse are
- * micro-batch mb's in layer's record; kept: they hold them already, so a
+ * micro-batch mb's in set s's record; kept: they hold them already, so a
  * recomputation takes them instead of running the attention again. */
-static void act_attention_at(struct engine *e, int layer, int mb, int kept)
+static void act_attention_set(struct engine *e, int s, int mb, int kept)
 {
 	struct ckpt_sets *cs = &e->cs;
 
 	if (!cs->attn)
 		return;
-	e->act.att = (bf16 *)(cs->dev[layer % 2] + cs->att_off + (size_t)mb * cs->att_mb);
-	e->act.lse = (float *)(cs->dev[layer % 2] + cs->lse_off + (size_t)mb * cs->lse_mb);
+	e->act.att = (bf16 *)(cs->dev[s] + cs->att_off + (size_t)mb * cs->att_mb);
+	e->act.lse = (float *)(cs->dev[s] + cs->lse_off + (size_t)mb * cs->lse_mb);
 	e->act.att_kept = kept;
+}
+
+static void act_attention_at(struct engine *e, int layer, int mb, int kept)
+{
+	act_attention_set(e, layer % 2, mb, kept);
 }
 
 /* Forward, before layer l computes: its inputs (complete on the compute
@@ -362,16 +375,15 @@ static void ckpt_fetch_first(struct engine *e, int top)
 
 /* --- blockwise ---------------------------------------------------------------- */
 
-/* Layer-major: the weights of a block are on the device once per pass,
- * and every micro-batch runs through each layer (each NF4 layer is
- * dequantized once per pass) while the next block is being copied. */
-void blockwise_pass(struct engine *e, int step)
+/* The forward of both checkpoint modes: the embedding into set 0, then
+ * every layer, its inputs in set l % 2 and its outputs into the other;
+ * save(e, l) runs before layer l computes. */
+static void blockwise_forward(struct engine *e, int step, void (*save)(struct engine *, int))
 {
-	struct ckpt_sets *cs = &e->cs;
 	struct layer_view v;
 	int k = e->k;
 
-	cs->layer[0] = cs->layer[1] = -1;
+	e->cs.layer[0] = e->cs.layer[1] = -1;
 	compute_open(e);
 	for (int j = 0; j < k; j++)
 		embed_forward(&e->lc, ckpt_buf(e, 0, j), j);
@@ -385,7 +397,7 @@ void blockwise_pass(struct engine *e, int step)
 		for (int i = 0; i < n; i++) {
 			int l = first + i;
 
-			ckpt_save_inputs(e, l);
+			save(e, l);
 			block_view(e, &v, b, i);
 			for (int j = 0; j < k; j++) {
 				struct pass p = { step, j };
@@ -397,6 +409,18 @@ void blockwise_pass(struct engine *e, int step)
 		compute_close(e);
 		slab_release(e, b);
 	}
+}
+
+/* Layer-major: the weights of a block are on the device once per pass,
+ * and every micro-batch runs through each layer (each NF4 layer is
+ * dequantized once per pass) while the next block is being copied. */
+void blockwise_pass(struct engine *e, int step)
+{
+	struct ckpt_sets *cs = &e->cs;
+	struct layer_view v;
+	int k = e->k;
+
+	blockwise_forward(e, step, ckpt_save_inputs);
 	compute_open(e);
 	for (int j = 0; j < k; j++)
 		head_forward_backward(&e->lc, e->dresid[j], ckpt_buf(e, e->L, j), j, head_dloss(e));
@@ -437,6 +461,122 @@ void blockwise_pass(struct engine *e, int step)
 		}
 		compute_close(e);
 		slab_release(e, b);
+	}
+}
+
+/* --- blockwise: block checkpoints (--checkpoints block) ----------------------
+ * The host holds the input of each block's first layer only (record b,
+ * att_off bytes: inputs, no attention).  Forward: as above, layers
+ * alternate sets 0 and 1 (the attention output goes to the layer's set,
+ * as scratch); at a block's first layer STREAM_AUX copies its inputs out.
+ * Backward of block b: its first input is in set f_b (fetched on
+ * STREAM_AUX); layers first..top-1 are computed again, layer first+i's
+ * output kept in set (f_b + i + 1) % n and, with attn, its attention in
+ * (f_b + i) % n; then backward top..first.  Once top's backward is done
+ * with its set, block b-1's record is fetched into it: f_{b-1} = (f_b +
+ * len_b - 1) % n.  A block's sets are distinct (len_b <= bs = n). */
+
+/* Forward, before layer l computes: at a block's first layer its inputs
+ * go to the block's host record; layer l overwrites set o's inputs. */
+static void block_ckpt_save(struct engine *e, int l)
+{
+	struct ckpt_sets *cs = &e->cs;
+	int s = l % 2, o = (l + 1) % 2;
+
+	if (l % e->bs == 0) {
+		e->be->event_record(cs->ready, STREAM_COMPUTE);
+		/* the copy reads the inputs the compute stream has just written */
+		e->be->stream_wait_event(STREAM_AUX, cs->ready);
+		e->be->copy_d2h_async(cs->host + (size_t)(l / e->bs) * cs->att_off, cs->dev[s], cs->att_off, STREAM_AUX);
+		cs->d2h_bytes += (long long)cs->att_off;
+		e->be->event_record(cs->saved[s], STREAM_AUX);
+		cs->saved_rec[s] = 1;
+	}
+	/* layer l writes set o's inputs: a block's first input there must be on the host */
+	if (cs->saved_rec[o])
+		e->be->stream_wait_event(STREAM_COMPUTE, cs->saved[o]);
+}
+
+/* Backward: block b's record into set s on STREAM_AUX, after every
+ * compute-stream use of s enqueued so far.  Behind the forward's saves on
+ * the same stream, so the host record is complete. */
+static void block_ckpt_fetch(struct engine *e, int b, int s)
+{
+	struct ckpt_sets *cs = &e->cs;
+
+	e->be->event_record(cs->freed[s], STREAM_COMPUTE);
+	/* never overwrite a set the compute stream still reads or writes */
+	e->be->stream_wait_event(STREAM_AUX, cs->freed[s]);
+	e->be->copy_h2d(cs->dev[s], cs->host + (size_t)b * cs->att_off, cs->att_off, STREAM_AUX);
+	e->be->event_record(cs->loaded[s], STREAM_AUX);
+	cs->h2d_bytes += (long long)cs->att_off;
+}
+
+/* Block b's backward, its first input in (or coming into) set f. */
+static void block_ckpt_backward(struct engine *e, int step, int b, int f)
+{
+	struct ckpt_sets *cs = &e->cs;
+	struct layer_view v;
+	int first = block_first(e, b), n = block_len(e, b), sets = cs->n_sets;
+
+	/* the block's first input is read only once its copy is in */
+	e->be->stream_wait_event(STREAM_COMPUTE, cs->loaded[f]);
+	for (int i = 0; i < n - 1; i++) {
+		int s = (f + i) % sets, o = (f + i + 1) % sets;
+
+		block_view(e, &v, b, i);
+		for (int j = 0; j < e->k; j++) {
+			struct pass p = { step, j };
+
+			act_attention_set(e, s, j, 0);
+			layer_forward(&e->lc, &v, &e->act, first + i, set_buf(e, s, j), set_buf(e, o, j), p);
+		}
+	}
+	for (int i = n - 1; i >= 0; i--) {
+		int l = first + i, s = (f + i) % sets;
+		long off, len;
+
+		block_view(e, &v, b, i);
+		gradtree_layer_region(e, l, &off, &len);
+		gradtree_begin(e, off, len);
+		for (int j = 0; j < e->k; j++) {
+			struct pass p = { step, j };
+
+			/* the top layer's attention was not computed again: its backward runs it */
+			act_attention_set(e, s, j, i < n - 1);
+			gradtree_leaf(e);
+			layer_recompute_backward(e, &v, l, set_buf(e, s, j), e->dresid[j], p);
+			gradtree_push(e, j);
+		}
+		if (gradtree_finish(e) < 0)
+			pass_failed(e);
+		if (i == n - 1 && b > 0)
+			block_ckpt_fetch(e, b - 1, s);
+	}
+}
+
+/* blockwise_pass with the block checkpoints: the same math in the same
+ * order (each recomputation reproduces the forward's bits), one more
+ * forward of a block's layers but its top per step. */
+void blockwise_pass_block_ckpt(struct engine *e, int step)
+{
+	int f = (e->L - 1) % 2; /* the set the head does not read */
+
+	blockwise_forward(e, step, block_ckpt_save);
+	/* the last block's record comes in while the head runs */
+	block_ckpt_fetch(e, e->nb - 1, f);
+	compute_open(e);
+	for (int j = 0; j < e->k; j++)
+		head_forward_backward(&e->lc, e->dresid[j], ckpt_buf(e, e->L, j), j, head_dloss(e));
+	compute_close(e);
+	for (int b = e->nb - 1; b >= 0; b--) {
+		slab_acquire(e, b);
+		slab_prefetch(e, b - 1);
+		compute_open(e);
+		block_ckpt_backward(e, step, b, f);
+		compute_close(e);
+		slab_release(e, b);
+		f = (f + block_len(e, b) - 1) % e->cs.n_sets;
 	}
 }
 
@@ -521,6 +661,9 @@ int schedule_events_create(struct engine *e)
 		    (cs->freed[s] = be->event_create()) == NULL)
 			return -1;
 	}
+	for (int s = 2; s < cs->n_sets; s++) /* --checkpoints block's other sets */
+		if ((cs->loaded[s] = be->event_create()) == NULL || (cs->freed[s] = be->event_create()) == NULL)
+			return -1;
 	if ((cs->ready = be->event_create()) == NULL)
 		return -1;
 	return 0;
@@ -549,6 +692,10 @@ void schedule_events_destroy(struct engine *e)
 		event_free(be, e->slab[s].copied);
 		event_free(be, e->slab[s].freed);
 		event_free(be, e->cs.saved[s]);
+		event_free(be, e->cs.loaded[s]);
+		event_free(be, e->cs.freed[s]);
+	}
+	for (int s = 2; s < e->cs.n_sets; s++) {
 		event_free(be, e->cs.loaded[s]);
 		event_free(be, e->cs.freed[s]);
 	}

@@ -71,7 +71,7 @@ enum { ATTN_CKPT_AUTO = -1 };
 	X(CELL, "cell", 1) X(MODEL, "model", 1) X(MODE, "mode", 1) X(PRECISION, "precision", 1) \
 	X(STEPS, "steps", 1) X(SEQ_LEN, "seq-len", 1) X(BATCH_SIZE, "batch-size", 1) X(ACCUM, "accum", 1) \
 	X(RANK, "rank", 1) X(ALPHA, "alpha", 1) X(DROPOUT, "dropout", 1) X(TARGETS, "targets", 1) \
-	X(BLOCK_SIZE, "block-size", 1) X(NO_PREFETCH, "no-prefetch", 0) X(LR, "lr", 1) \
+	X(BLOCK_SIZE, "block-size", 1) X(NO_PREFETCH, "no-prefetch", 0) X(CHECKPOINTS, "checkpoints", 1) X(LR, "lr", 1) \
 	X(LR_SCHEDULE, "lr-schedule", 1) X(TIMING_WARMUP, "timing-warmup", 1) X(LR_WARMUP, "lr-warmup", 1) \
 	X(WEIGHT_DECAY, "weight-decay", 1) X(MAX_GRAD_NORM, "max-grad-norm", 1) X(SEED, "seed", 1) \
 	X(DATASET, "dataset", 1) X(TOKENIZER, "tokenizer", 1) X(CHAT_DATE, "chat-date", 1) X(TRAIN_ON, "train-on", 1) \
@@ -114,7 +114,7 @@ extern const struct train_opt_help train_opt_help[OPT_COUNT];
 	"                   [--lr-schedule constant|linear|cosine] [--lr-warmup N] [--timing-warmup N]\n" \
 	"                   [--weight-decay W] [--max-grad-norm G] [--seed S] [--dataset SPEC] [--tokenizer PATH]\n" \
 	"                   [--chat-date YYYY-MM-DD] [--train-on assistant|all]\n" \
-	"                   [--backend cpu|cuda|auto]\n" \
+	"                   [--checkpoints layer|block] [--backend cpu|cuda|auto]\n" \
 	"                   [--vram-budget BYTES] [--optimizer-state device|host] [--configs DIR] [--out DIR]\n" \
 	"                   [--init-adapter DIR]\n" \
 	"                   [--save-every N] [--save-total-limit N] [--resume DIR] [--split NAME] [--eval-dataset SPEC]\n" \

@@ -5,7 +5,8 @@
 # the planner; then, where a CUDA device is present, 3 training steps at
 # that length to confirm it.  The spec names the memory knobs that change
 # no bit (block_size: layers a streamed block; optimizer_state: device or
-# host, poros-train --optimizer-state), so each length is planned as run.
+# host, poros-train --optimizer-state; checkpoints: layer or block,
+# poros-train --checkpoints), so each length is planned as run.
 
 # ctx_key SPEC KEY: the value of a top-level "KEY: value" line.
 ctx_key() {
@@ -26,7 +27,7 @@ ctx_bytes() {
 ctx_plan() {
 	POROS_MEM_AVAILABLE=$ctx_host "$ctx_train" --plan --backend cuda --model "$1" --precision "$ctx_precision" \
 		--seq-len "$3" --batch-size 1 --rank "$ctx_rank" --alpha "$ctx_alpha" --gradient-checkpointing on \
-		--block-size "$ctx_block" --optimizer-state "$ctx_optimizer" --vram-budget "$(ctx_bytes "$2")" 2>/dev/null
+		--block-size "$ctx_block" --optimizer-state "$ctx_optimizer" --checkpoints "$ctx_checkpoints" --vram-budget "$(ctx_bytes "$2")" 2>/dev/null
 }
 
 ctx_fits() {
@@ -60,7 +61,7 @@ ctx_published() {
 ctx_confirm() {
 	"$ctx_train" --backend cuda --model "$1" --precision "$ctx_precision" --seq-len "$3" --batch-size 1 \
 		--rank "$ctx_rank" --alpha "$ctx_alpha" --gradient-checkpointing on --block-size "$ctx_block" \
-		--optimizer-state "$ctx_optimizer" --vram-budget "$(ctx_bytes "$2")" \
+		--optimizer-state "$ctx_optimizer" --checkpoints "$ctx_checkpoints" --vram-budget "$(ctx_bytes "$2")" \
 		--steps 3 --quiet --out "$ctx_out/$(printf '%s_%s_%s' "$1" "$2" "$3" | tr -c 'A-Za-z0-9_.\n-' '_')" |
 		jq -r '"\(.status) peak \(.vram_peak_mb) MiB, \(.s_per_step) s/step, \(.tokens_per_s) tok/s, host peak \(.host_peak_rss_mb) MiB"'
 }
@@ -77,7 +78,8 @@ bench_context() {
 	ctx_alpha=$(ctx_key "$1" alpha)
 	ctx_block=$(ctx_key "$1" block_size)
 	ctx_optimizer=$(ctx_key "$1" optimizer_state)
-	for _k in host_mem_available ceiling precision rank alpha block_size optimizer_state; do
+	ctx_checkpoints=$(ctx_key "$1" checkpoints)
+	for _k in host_mem_available ceiling precision rank alpha block_size optimizer_state checkpoints; do
 		[ -n "$(ctx_key "$1" "$_k")" ] || die 2 "$1: context spec needs \"$_k:\" (no default)"
 	done
 	case $ctx_ceiling in *[!0-9]*) die 2 "$1: ceiling: not a whole number: $ctx_ceiling" ;; esac
