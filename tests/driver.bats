@@ -57,7 +57,7 @@ fake_poros() {
 
 @test "without poros-train, bench run stops before writing anything, with a clear message" {
 	mkdir lonely
-	for t in poros poros-expand poros-arm poros-merge poros-render; do
+	for t in poros poros-expand poros-arm poros-merge poros-render poros-cell; do
 		cp "$POROS_ROOT/bin/$t" lonely/
 	done
 	run -1 --separate-stderr env -u POROS_TRAIN PATH="$PWD/lonely:/usr/bin:/bin" lonely/poros bench run "$SPEC"

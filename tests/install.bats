@@ -12,7 +12,7 @@ setup() {
 @test "make install puts tools, driver, share and man pages under DESTDIR and PREFIX" {
 	run -0 make -s -C "$POROS_ROOT" install DESTDIR="$BATS_TEST_TMPDIR/inst" PREFIX=/opt/poros
 	local root="$BATS_TEST_TMPDIR/inst/opt/poros"
-	for t in poros poros-expand poros-arm poros-train poros-parity poros-merge poros-render poros-tokenize poros-checkpoint; do
+	for t in poros poros-expand poros-arm poros-train poros-parity poros-merge poros-render poros-tokenize poros-checkpoint poros-cell; do
 		[ -x "$root/bin/$t" ]
 	done
 	[ -f "$root/share/poros/configs/models/tiny_qwen2.json" ]

@@ -508,7 +508,7 @@ four_docs() {
 
 @test "-h is --help on every tool" {
 	local tool
-	for tool in poros-arm poros-expand poros-export poros-merge poros-parity poros-render poros-tokenize poros-train poros-checkpoint; do
+	for tool in poros-arm poros-expand poros-export poros-merge poros-parity poros-render poros-tokenize poros-train poros-checkpoint poros-cell; do
 		run -0 --separate-stderr "$tool" -h
 		[ -n "$output" ] && [ -z "$stderr" ]
 		[ "$output" = "$("$tool" --help)" ] || fail "$tool -h differs from --help"

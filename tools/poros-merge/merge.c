@@ -7,70 +7,19 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cell_hash.h"
 #include "jsonl.h"
 #include "util.h"
 
-int current_spec_load(struct current_spec *cs, const char *path, char *err, size_t errsz)
-{
-	const cJSON *schema;
-
-	memset(cs, 0, sizeof *cs);
-	if ((cs->json = json_read_file(path, err, errsz)) == NULL)
-		return -1;
-	schema = cJSON_GetObjectItemCaseSensitive(cs->json, "schema");
-	cs->cells = cJSON_GetObjectItemCaseSensitive(cs->json, "cells");
-	cs->hashes = cJSON_GetObjectItemCaseSensitive(cs->json, "config_hashes");
-	cs->models = cJSON_GetObjectItemCaseSensitive(cs->json, "models");
-	if (!cJSON_IsString(schema) || strcmp(schema->valuestring, "poros.spec/1") != 0) {
-		snprintf(err, errsz, "%s: not a spec.json (schema \"poros.spec/1\")", path);
-	} else if (!cJSON_IsArray(cs->cells) || !cJSON_IsObject(cs->hashes)) {
-		snprintf(err, errsz, "%s: no cells or config_hashes (written by an older poros-expand: "
-		         "expand the spec again)", path);
-	} else if (!cJSON_IsArray(cs->models)) {
-		snprintf(err, errsz, "%s: no models list", path);
-	} else {
-		return 0;
-	}
-	current_spec_free(cs);
-	return -1;
-}
-
-void current_spec_free(struct current_spec *cs)
-{
-	cJSON_Delete(cs->json);
-	memset(cs, 0, sizeof *cs);
-}
-
-/* Where cell_id stands among the spec's cells, or -1. */
-static int spec_index(const struct current_spec *cs, const char *cell_id)
-{
-	const cJSON *id;
-	int i = 0;
-
-	cJSON_ArrayForEach(id, cs->cells) {
-		if (cJSON_IsString(id) && strcmp(id->valuestring, cell_id) == 0)
-			return i;
-		i++;
-	}
-	return -1;
-}
-
-/* True when the artifact measured the spec's cell as it is now: both the
- * hash it records and the hash of the cell it carries are the spec's. */
+/* True when the artifact measured the spec's cell as it is now. */
 static int is_current(const struct current_spec *cs, const cJSON *obj)
 {
 	struct artifact a;
-	char err[256], hash[CELL_HASH_LEN + 1];
-	const cJSON *want;
+	char err[256];
 	int ok;
 
 	if (artifact_from_json(&a, obj, err, sizeof err) < 0)
 		return 1; /* not for us to judge: results_record reports it */
-	want = cJSON_GetObjectItemCaseSensitive(cs->hashes, a.cell_id);
-	cell_config_hash(hash, &a.cell);
-	ok = spec_index(cs, a.cell_id) >= 0 && cJSON_IsString(want) && strcmp(want->valuestring, a.config_hash) == 0 &&
-	     strcmp(hash, a.config_hash) == 0;
+	ok = artifact_is_current(cs, &a);
 	artifact_free(&a);
 	return ok;
 }
@@ -157,8 +106,8 @@ static const struct current_spec *order_cs;
 
 static int by_spec_order(const void *a, const void *b)
 {
-	int ia = spec_index(order_cs, ((const struct result_entry *)a)->art.cell_id);
-	int ib = spec_index(order_cs, ((const struct result_entry *)b)->art.cell_id);
+	int ia = current_spec_index(order_cs, ((const struct result_entry *)a)->art.cell_id);
+	int ib = current_spec_index(order_cs, ((const struct result_entry *)b)->art.cell_id);
 	return (ia > ib) - (ia < ib);
 }
 

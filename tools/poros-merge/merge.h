@@ -4,22 +4,8 @@
 
 #include <stdio.h>
 
+#include "current.h"
 #include "report.h"
-
-/* A spec.json (poros-expand): its cells in spec order and their
- * config_hash, the identity of what each cell measures now, and its
- * models as it names them now. */
-struct current_spec {
-	cJSON *json;
-	const cJSON *cells;   /* ["cell_id", ...] */
-	const cJSON *hashes;  /* {"cell_id": "sha256:...", ...} */
-	const cJSON *models;  /* [{"arch": ..., "display_name": ...}, ...] */
-};
-
-/* 0, or -1 with err set (unreadable, not a spec.json, no config_hashes,
- * no models list). */
-int current_spec_load(struct current_spec *cs, const char *path, char *err, size_t errsz);
-void current_spec_free(struct current_spec *cs);
 
 /* Reads every input into s (latest artifact per cell wins).  With cs, an
  * artifact counts only when it measured one of cs's cells as it is now

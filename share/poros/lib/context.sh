@@ -31,7 +31,12 @@ ctx_plan() {
 }
 
 ctx_fits() {
-	ctx_plan "$@" | jq -e '.fits == true and .host_fits == true' >/dev/null
+	[ "$(ctx_plan "$@" | ask get fits,host_fits)" = "true${tab}true" ]
+}
+
+# A number's whole part ("-" stays "-").
+ctx_floor() {
+	awk '{ if ($0 == "-") print; else printf "%d\n", $0 }'
 }
 
 # ctx_max MODEL CARD_GB: the largest fitting multiple of 1024 up to the
@@ -63,7 +68,8 @@ ctx_confirm() {
 		--rank "$ctx_rank" --alpha "$ctx_alpha" --gradient-checkpointing on --block-size "$ctx_block" \
 		--optimizer-state "$ctx_optimizer" --checkpoints "$ctx_checkpoints" --vram-budget "$(ctx_bytes "$2")" \
 		--steps 3 --quiet --out "$ctx_out/$(printf '%s_%s_%s' "$1" "$2" "$3" | tr -c 'A-Za-z0-9_.\n-' '_')" |
-		jq -r '"\(.status) peak \(.vram_peak_mb) MiB, \(.s_per_step) s/step, \(.tokens_per_s) tok/s, host peak \(.host_peak_rss_mb) MiB"'
+		ask get --null null status,vram_peak_mb,s_per_step,tokens_per_s,host_peak_rss_mb |
+		awk -F "$tab" '{ printf "%s peak %s MiB, %s s/step, %s tok/s, host peak %s MiB\n", $1, $2, $3, $4, $5 }'
 }
 
 bench_context() {
@@ -100,8 +106,8 @@ bench_context() {
 			_conf='no CUDA device'
 			[ "$ctx_device" = 0 ] || [ "$_s" = 0 ] || _conf=$(ctx_confirm "$_m" "$_gb" "$_s")
 			printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$_m" "$ctx_precision" "$_gb" "$_s" \
-				"$(printf '%s' "$_line" | jq -r '.vram_plan_mb // "-" | if type == "number" then floor else . end' 2>/dev/null)" \
-				"$(printf '%s' "$_line" | jq -r '.host_plan_mb // "-" | if type == "number" then floor else . end' 2>/dev/null)" \
+				"$(printf '%s\n' "$_line" | ask get --null - vram_plan_mb 2>/dev/null | ctx_floor)" \
+				"$(printf '%s\n' "$_line" | ask get --null - host_plan_mb 2>/dev/null | ctx_floor)" \
 				"$_conf" "$(ctx_published "$_m" "$_gb")"
 		done
 	done

@@ -1,7 +1,7 @@
 # shellcheck shell=sh disable=SC2154  # the driver's variables (outdir, tmpdir, arm, ...)
 # share/poros/lib/slurm.sh: the Slurm part of the poros driver (bench run
 # --slurm and bench collect).  Sourced by bin/poros (load_slurm), never run:
-# it uses the driver's note, die, need, render_reports, heal_results, parity_from_runs,
+# it uses the driver's note, die, need, ask, render_reports, heal_results, parity_from_runs,
 # lock_outdir, claim_lock and its variables (outdir, tmpdir, arm, the
 # --slurm options).
 # Like the driver, no value ever passes through eval or a shell string.
@@ -40,7 +40,7 @@ slurm_submit() {
 	_abs_sdir=$(cd -- "$_sdir" && pwd -P)
 	_self=$(cd -- "$(dirname -- "$0")" && pwd -P)/$(basename -- "$0")
 	_arm=$(cd -- "$(dirname -- "$arm")" && pwd -P)/$(basename -- "$arm")
-	_name=$(jq -r '.spec_id // "bench"' "$outdir/spec.json" 2>/dev/null) || _name=bench
+	_name=$(ask get --raw spec_id "$outdir/spec.json" 2>/dev/null) || _name=bench
 	case $_name in *[!A-Za-z0-9_.-]*|'') _name=bench ;; esac
 
 	# A new submission replaces the lists; the status of an earlier finishing job goes.
@@ -91,6 +91,7 @@ slurm_submit() {
 	# From here the jobs own the directory (a new run is refused while they
 	# are queued or running); the finishing job takes the lock in its turn.
 	exec 9>&-
+	# (jq only writes this line: bench_run checked it is there)
 	jq -n -c --arg dir "$outdir" --arg a "$array_id" --arg f "$finish_id" \
 		--argjson n "$ntodo" --argjson s "$nskipped" \
 		'{output_dir: $dir, array_job_id: (if $a == "" then null else ($a | tonumber) end),
