@@ -785,41 +785,6 @@ static void expand(bf16 *dst, const bf16 *src, int B, int S, int H, int G, int D
 }
 
 
-// The backward through cuDNN after the packs: dq, dk, dv (fp32, at q and k
-// as given when the tables are), or false when its plan does not run here.
-// cuDNN's gradients per query head are widened into dq and (G = H) dk, dv,
-// or (G < H) the per-head parts, summed over each group's heads in
-// ascending order as the kernels' are.
-static bool cudnn_backward(float *dq, float *dk, float *dv, float *scratch, const struct attention_scratch *p,
-                           const bf16 *out, int ld_out, const float *cos, const float *sin, const float *lse, int B,
-                           int S, int H, int G, int D)
-{
-	struct cudnn_scratch c = cudnn_scratch_at(scratch, B, S, H, G, D);
-	const bf16 *kx = p->k16, *vx = p->v16;
-	if (G != H) {
-		expand(c.kx, p->k16, B, S, H, G, D);
-		expand(c.vx, p->v16, B, S, H, G, D);
-		kx = c.kx, vx = c.vx;
-	}
-	float *dk_h = G == H ? dk : p->dk_h, *dv_h = G == H ? dv : p->dv_h;
-	if (!attention_cudnn_backward(dq, dk_h, dv_h, c.grads, p->delta, c.workspace, c.workspace_bytes, p->q16, kx, vx,
-	                              p->dout16, out, ld_out, lse, attention_cudnn_heads(B, S, H, D), B, S, H, D))
-		return false;
-	if (cos)
-		rope_backward_cuda(dq, cos, sin, NULL, B, S, H, D);
-	if (G == H) {
-		if (cos)
-			rope_backward_cuda(dk, cos, sin, NULL, B, S, G, D);
-		return true;
-	}
-	if (cos)
-		group_sum_rot(dk, dk_h, cos, sin, NULL, B, S, H, G, D);
-	else
-		group_sum(dk, dk_h, B, S, H, G, D);
-	group_sum(dv, dv_h, B, S, H, G, D);
-	return true;
-}
-
 // Packed rows on cuDNN: the engine names the host copy of the positions it
 // gives the ops (attention_cuda_pos_mirror), so the documents of a call are
 // known on the host without waiting for the device; a call whose pos is
@@ -861,18 +826,21 @@ static int documents(struct attention_doc *docs, const int32_t *pos, int B, int 
 	return n;
 }
 
-// The backward of packed rows through cuDNN, one call per document (as
-// cudnn_backward, rope and group sums at each token's own position).
-static bool cudnn_backward_docs(float *dq, float *dk, float *dv, float *scratch, const struct attention_scratch *p,
-                                const bf16 *out, int ld_out, const float *cos, const float *sin, const float *lse,
-                                const int32_t *pos, int B, int S, int H, int G, int D)
+// The backward through cuDNN after the packs: dq, dk, dv (fp32, at q and k
+// as given when the tables are), or false when its plan does not run here.
+// cuDNN's gradients per query head are widened into dq and (G = H) dk, dv,
+// or (G < H) the per-head parts, summed over each group's heads in
+// ascending order as the kernels' are.  With pos, packed rows: one call
+// per document (false when the documents do not take the route).
+static bool cudnn_backward(float *dq, float *dk, float *dv, float *scratch, const struct attention_scratch *p,
+                           const bf16 *out, int ld_out, const float *cos, const float *sin, const float *lse,
+                           const int32_t *pos, int B, int S, int H, int G, int D)
 {
 	struct attention_doc docs[ATTN_CUDNN_MAX_DOCS];
-	int ndocs = documents(docs, pos, B, S);
-	if (ndocs == 0)
+	int ndocs = pos ? documents(docs, pos, B, S) : 0, hc = attention_cudnn_heads(B, S, H, D);
+	if (pos && ndocs == 0)
 		return false;
 	struct cudnn_scratch c = cudnn_scratch_at(scratch, B, S, H, G, D);
-	size_t grads_elems = (size_t)B * attention_cudnn_heads(B, S, H, D) * S * D;
 	const bf16 *kx = p->k16, *vx = p->v16;
 	if (G != H) {
 		expand(c.kx, p->k16, B, S, H, G, D);
@@ -880,9 +848,12 @@ static bool cudnn_backward_docs(float *dq, float *dk, float *dv, float *scratch,
 		kx = c.kx, vx = c.vx;
 	}
 	float *dk_h = G == H ? dk : p->dk_h, *dv_h = G == H ? dv : p->dv_h;
-	if (!attention_cudnn_backward_docs(dq, dk_h, dv_h, c.grads, grads_elems, p->delta, c.workspace,
-	                                   c.workspace_bytes, p->q16, kx, vx, p->dout16, out, ld_out, lse, S, H, D, docs,
-	                                   ndocs))
+	bool ran = pos ? attention_cudnn_backward_docs(dq, dk_h, dv_h, c.grads, (size_t)B * hc * S * D, p->delta,
+	                                              c.workspace, c.workspace_bytes, p->q16, kx, vx, p->dout16, out,
+	                                              ld_out, lse, S, H, D, docs, ndocs)
+	               : attention_cudnn_backward(dq, dk_h, dv_h, c.grads, p->delta, c.workspace, c.workspace_bytes,
+	                                          p->q16, kx, vx, p->dout16, out, ld_out, lse, hc, B, S, H, D);
+	if (!ran)
 		return false;
 	if (cos)
 		rope_backward_cuda(dq, cos, sin, pos, B, S, H, D);
@@ -953,11 +924,8 @@ extern "C" void attention_backward_cuda(float *dq, float *dk, float *dv, float *
 	pack(p.dout16, dout, NULL, NULL, NULL, B, S, H, D);
 	pack(p.k16, k, rope_cos, rope_sin, pos, B, S, G, D);
 	pack(p.v16, v, NULL, NULL, NULL, B, S, G, D);
-	if (!pos && attention_cudnn_route(D) && attention_cudnn_heads(B, S, H, D) > 0 &&
-	    cudnn_backward(dq, dk, dv, scratch, &p, out, ld_out, rope_cos, rope_sin, lse, B, S, H, G, D))
-		return;
-	if (pos && attention_cudnn_route(D) && attention_cudnn_heads(B, S, H, D) > 0 &&
-	    cudnn_backward_docs(dq, dk, dv, scratch, &p, out, ld_out, rope_cos, rope_sin, lse, pos, B, S, H, G, D))
+	if (attention_cudnn_route(D) && attention_cudnn_heads(B, S, H, D) > 0 &&
+	    cudnn_backward(dq, dk, dv, scratch, &p, out, ld_out, rope_cos, rope_sin, lse, pos, B, S, H, G, D))
 		return;
 	deltas(p.delta, p.dout16, out, ld_out, B, S, H, D); // before the dq and dk/dv kernels, which read it
 	const int *first = first_keys(&p, pos, B, S);
