@@ -602,7 +602,7 @@ int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, 
 	struct artifact_metrics m;
 	struct artifact_env child;
 	char *error = NULL, *weights = NULL, *backend = NULL;
-	int st;
+	int st, ranks;
 
 	if (!cJSON_IsObject(summary))
 		return bad(err, errsz, "not a JSON object");
@@ -632,7 +632,8 @@ int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, 
 	    get_obj(summary, "env", &env_obj, err, errsz) < 0 ||
 	    child_env_from_json(&child, env_obj, "env.", err, errsz) < 0 ||
 	    get_name(summary, artifact_field_find("env.weights"), &weights, err, errsz) < 0 ||
-	    get_str(summary, "", "error", &error, err, errsz) < 0) {
+	    get_str(summary, "", "error", &error, err, errsz) < 0 ||
+	    get_count(summary, "", "ranks", &ranks, err, errsz) < 0) {
 		env_free(&child);
 		free(weights);
 		free(backend);
@@ -658,6 +659,7 @@ int artifact_apply_summary(struct artifact *a, const cJSON *summary, char *err, 
 	a->env.weights = weights;
 	free(a->env.backend);
 	a->env.backend = backend;
+	a->env.ranks = ranks; /* -1 (null): the Python arms do not say */
 	/* the device that computed: the GPU, or for the CPU backend the host's CPU */
 	artifact_set_str(&a->env.device, backend && strcmp(backend, "cpu") == 0 ? a->env.cpu : a->env.gpu_name);
 	return 0;
