@@ -302,79 +302,13 @@ static inline int attention_dpad(int D)
 	return D <= 64 ? 64 : D <= 128 ? 128 : (D + 15) / 16 * 16;
 }
 
-/* The attention scratch, O(B*S*H*D) floats, carved by both backends with
- * attention_scratch_at (kernels/cuda/attention.cu says what the CUDA
- * kernels keep where): bf16 copies of q, dout (per query head) and k, v
- * (per key/value head), each head's rows of attention_dpad(D) elements;
- * delta (B,H,S) fp32; the earliest key of every group of ATTN_ROW_GROUP
- * query rows (int32); and, with G < H, the per-query-head dk and dv (T,H,D)
- * fp32 before their group sum.  In floats, each part rounded up to 4 (16
- * bytes).  The CPU uses the copies (at D elements a row, which fit)
- * and delta. */
-struct attention_parts {
-	size_t q16;   /* (B,H,S,Dp) bf16: q, and dout in backward (twice) */
-	size_t kv16;  /* (B,G,S,Dp) bf16: k, and v (twice) */
-	size_t delta; /* (B,H,S) fp32 */
-	size_t lo;    /* (B, ceil(S/32)) int32 */
-	size_t heads; /* (T,H,D) fp32, 0 when G == H: dk_h, dv_h (twice) */
-};
-
-static inline size_t attention_round4(size_t floats)
-{
-	return (floats + 3) / 4 * 4;
-}
-
-static inline struct attention_parts attention_parts_of(int B, int S, int H, int G, int D)
-{
-	struct attention_parts p;
-	size_t dp = (size_t)attention_dpad(D);
-	p.q16 = attention_round4(((size_t)B * H * S * dp + 1) / 2);
-	p.kv16 = attention_round4(((size_t)B * G * S * dp + 1) / 2);
-	p.delta = attention_round4((size_t)B * H * S);
-	p.lo = attention_round4((size_t)B * ((S + ATTN_ROW_GROUP - 1) / ATTN_ROW_GROUP));
-	p.heads = G == H ? 0 : attention_round4((size_t)B * S * H * D);
-	return p;
-}
-
-/* The whole scratch: 2 q16 + 2 kv16 + delta + lo + 2 heads (what the plan
- * carves for it, tools/poros-train/plan.c). */
-static inline size_t attention_scratch_floats(int B, int S, int H, int G, int D)
-{
-	struct attention_parts p = attention_parts_of(B, S, H, G, D);
-	return 2 * p.q16 + 2 * p.kv16 + p.delta + p.lo + 2 * p.heads;
-}
-
-/* The parts inside a scratch of attention_scratch_floats, in this order. */
-struct attention_scratch {
-	bf16 *q16, *dout16; /* (B,H,S,Dp) each */
-	bf16 *k16, *v16;    /* (B,G,S,Dp) each */
-	float *delta;       /* (B,H,S) */
-	int32_t *first;     /* (B, ceil(S/32)) */
-	float *dk_h, *dv_h; /* (T,H,D) each; NULL when G == H */
-};
-
-static inline struct attention_scratch attention_scratch_at(float *scratch, int B, int S, int H, int G, int D)
-{
-	struct attention_parts p = attention_parts_of(B, S, H, G, D);
-	struct attention_scratch a;
-	a.q16 = (bf16 *)scratch;
-	a.dout16 = (bf16 *)(scratch + p.q16);
-	a.k16 = (bf16 *)(scratch + 2 * p.q16);
-	a.v16 = (bf16 *)(scratch + 2 * p.q16 + p.kv16);
-	a.delta = scratch + 2 * p.q16 + 2 * p.kv16;
-	a.first = (int32_t *)(a.delta + p.delta);
-	a.dk_h = G == H ? NULL : a.delta + p.delta + p.lo;
-	a.dv_h = G == H ? NULL : a.delta + p.delta + p.lo + p.heads;
-	return a;
-}
-
 /* The CUDA backend's cuDNN route (kernels/cuda/attention_cudnn.cu): taken
  * for one-document rows (pos NULL) when D fills the padded width (64, 128)
  * unless POROS_ATTENTION=mma.  Its backward runs attention_cudnn_heads
  * query heads a call (the largest divisor of H whose bf16 dS workspace,
  * B x heads x S^2, fits ATTN_CUDNN_WORKSPACE_CAP, or one head up to twice
  * that; 0: too long a row, the kernels run the backward).  It needs, after
- * the scratch above: with G < H, k and v expanded to the H query heads
+ * the attention scratch (attention_scratch_floats, below): with G < H, k and v expanded to the H query heads
  * (bf16); one call's dq, dk, dv per query head (bf16, cuDNN's output);
  * and cuDNN's workspace (attention_cudnn_workspace_bytes). */
 #define ATTN_CUDNN_WORKSPACE_CAP ((size_t)1 << 30)
@@ -434,6 +368,101 @@ static inline int attention_cudnn_heads(int B, int S, int H, int D)
 			return hc;
 	return 1;
 }
+
+/* The kernels' backward of a long row with G < H keeps the per-head dk and
+ * dv (fp32, before their group sum) of one key/value group's H/G heads at
+ * a time instead of all H: each group's sum is taken before the next group
+ * runs, heads ascending as before, so the bits are the same, and at 7B
+ * heads the two buffers take 7 KB a token instead of 28.  Taken when B*S
+ * is at least attention_grouped_min_tokens() and the cuDNN backward, which
+ * needs every head's, does not take the call (POROS_ATTN_GROUPED_MIN=N
+ * moves the floor, for tests that reach it at small sizes). */
+#define ATTN_GROUPED_MIN_TOKENS 32768
+
+static inline long attention_grouped_min_tokens(void)
+{
+	const char *env = getenv("POROS_ATTN_GROUPED_MIN");
+	long n = env && *env ? atol(env) : 0;
+	return n >= 1 ? n : ATTN_GROUPED_MIN_TOKENS;
+}
+
+/* The query heads the per-head dk, dv buffers hold: H, H/G (grouped) or 0 (G == H: none). */
+static inline int attention_dkdv_heads(int B, int S, int H, int G, int D)
+{
+	if (G == H)
+		return 0;
+	if ((long)B * S >= attention_grouped_min_tokens() &&
+	    !(attention_cudnn_route(D) && attention_cudnn_heads(B, S, H, D) > 0))
+		return H / G;
+	return H;
+}
+
+/* The attention scratch, O(B*S*H*D) floats, carved by both backends with
+ * attention_scratch_at (kernels/cuda/attention.cu says what the CUDA
+ * kernels keep where): bf16 copies of q, dout (per query head) and k, v
+ * (per key/value head), each head's rows of attention_dpad(D) elements;
+ * delta (B,H,S) fp32; the earliest key of every group of ATTN_ROW_GROUP
+ * query rows (int32); and, with G < H, the per-query-head dk and dv
+ * (T,attention_dkdv_heads,D) fp32 before their group sum.  In floats, each part rounded up to 4 (16
+ * bytes).  The CPU uses the copies (at D elements a row, which fit)
+ * and delta. */
+struct attention_parts {
+	size_t q16;   /* (B,H,S,Dp) bf16: q, and dout in backward (twice) */
+	size_t kv16;  /* (B,G,S,Dp) bf16: k, and v (twice) */
+	size_t delta; /* (B,H,S) fp32 */
+	size_t lo;    /* (B, ceil(S/32)) int32 */
+	size_t heads; /* (T,attention_dkdv_heads,D) fp32, 0 when G == H: dk_h, dv_h (twice) */
+};
+
+static inline size_t attention_round4(size_t floats)
+{
+	return (floats + 3) / 4 * 4;
+}
+
+static inline struct attention_parts attention_parts_of(int B, int S, int H, int G, int D)
+{
+	struct attention_parts p;
+	size_t dp = (size_t)attention_dpad(D);
+	p.q16 = attention_round4(((size_t)B * H * S * dp + 1) / 2);
+	p.kv16 = attention_round4(((size_t)B * G * S * dp + 1) / 2);
+	p.delta = attention_round4((size_t)B * H * S);
+	p.lo = attention_round4((size_t)B * ((S + ATTN_ROW_GROUP - 1) / ATTN_ROW_GROUP));
+	p.heads = attention_round4((size_t)B * S * attention_dkdv_heads(B, S, H, G, D) * D);
+	return p;
+}
+
+/* The whole scratch: 2 q16 + 2 kv16 + delta + lo + 2 heads (what the plan
+ * carves for it, tools/poros-train/plan.c). */
+static inline size_t attention_scratch_floats(int B, int S, int H, int G, int D)
+{
+	struct attention_parts p = attention_parts_of(B, S, H, G, D);
+	return 2 * p.q16 + 2 * p.kv16 + p.delta + p.lo + 2 * p.heads;
+}
+
+/* The parts inside a scratch of attention_scratch_floats, in this order. */
+struct attention_scratch {
+	bf16 *q16, *dout16; /* (B,H,S,Dp) each */
+	bf16 *k16, *v16;    /* (B,G,S,Dp) each */
+	float *delta;       /* (B,H,S) */
+	int32_t *first;     /* (B, ceil(S/32)) */
+	float *dk_h, *dv_h; /* (T,attention_dkdv_heads,D) each; NULL when G == H */
+};
+
+static inline struct attention_scratch attention_scratch_at(float *scratch, int B, int S, int H, int G, int D)
+{
+	struct attention_parts p = attention_parts_of(B, S, H, G, D);
+	struct attention_scratch a;
+	a.q16 = (bf16 *)scratch;
+	a.dout16 = (bf16 *)(scratch + p.q16);
+	a.k16 = (bf16 *)(scratch + 2 * p.q16);
+	a.v16 = (bf16 *)(scratch + 2 * p.q16 + p.kv16);
+	a.delta = scratch + 2 * p.q16 + 2 * p.kv16;
+	a.first = (int32_t *)(a.delta + p.delta);
+	a.dk_h = G == H ? NULL : a.delta + p.delta + p.lo;
+	a.dv_h = G == H ? NULL : a.delta + p.delta + p.lo + p.heads;
+	return a;
+}
+
 
 /* dS, an fp32 (B, heads, S, D) accumulator and 64 KiB: more than cuDNN
  * 9.14-9.19 ask for (checked at run time; a plan that asks for more runs

@@ -60,7 +60,7 @@
 //   q16 (B,H,S,Dp) bf16, dout16 (B,H,S,Dp), k16 (B,G,S,Dp), v16 (B,G,S,Dp),
 //   delta (B,H,S) fp32, first (B, ceil(S/32)) int32: the earliest first key
 //   of each group of 32 query rows (with pos only), then with G < H dk_h,
-//   dv_h (T,H,D) fp32.  O(B*S*H*D): no (S,S) square (docs/perf-notes.md
+//   dv_h (T,attention_dkdv_heads,D) fp32.  O(B*S*H*D): no (S,S) square (docs/perf-notes.md
 //   gives the sizes).
 #include "attention.cuh"
 
@@ -163,48 +163,51 @@ __global__ void attention_first_kernel(int *first, const int32_t *pos, int B, in
 	}
 }
 
-// dst (T,G,D) = sum over the heads of each group, ascending, of heads
-// (T,H,D).  n = T*G*D elements, four per item when vec; either way each
-// element adds the same values in the same order.
-__global__ void attention_group_sum_kernel(float *dst, const float *heads, long n, int H, int G, int D, bool vec)
+// Groups g0..g0+Gc-1 of dst (T,Gd,D) = the sum over each group's heads,
+// ascending, of heads (T,Hh,D), which holds those Gc groups' Hh heads.  n =
+// T*Gc*D elements, four per item when vec; either way each element adds
+// the same values in the same order.
+__global__ void attention_group_sum_kernel(float *dst, const float *heads, long n, int Hh, int Gc, int Gd, int g0,
+                                           int D, bool vec)
 {
-	int group = H / G;
+	int group = Hh / Gc;
 	int per = vec ? 4 : 1;
 	long items = n / per, stride = (long)gridDim.x * blockDim.x;
 	for (long it = (long)blockIdx.x * blockDim.x + threadIdx.x; it < items; it += stride) {
 		long e = it * per;
-		long t = e / ((long)G * D);
-		int g = (int)(e / D % G), d = (int)(e % D);
-		const float *src = heads + (t * H + (long)g * group) * D + d;
+		long t = e / ((long)Gc * D);
+		int g = (int)(e / D % Gc), d = (int)(e % D);
+		const float *src = heads + (t * Hh + (long)g * group) * D + d;
+		float *out = dst + (t * Gd + g0 + g) * D + d;
 		if (vec) {
 			float4 acc = *(const float4 *)src;
 			for (int i = 1; i < group; i++) {
 				float4 w = *(const float4 *)(src + (long)i * D);
 				acc.x += w.x, acc.y += w.y, acc.z += w.z, acc.w += w.w;
 			}
-			*(float4 *)(dst + e) = acc;
+			*(float4 *)out = acc;
 		} else {
 			float acc = src[0];
 			for (int i = 1; i < group; i++)
 				acc += src[(long)i * D];
-			dst[e] = acc;
+			*out = acc;
 		}
 	}
 }
 
-// dst (T,G,D) = the group sum of heads (T,H,D) as attention_group_sum_kernel
-// adds them, each pair (d, d + D/2) then turned back through the rotation
-// at its token's angles: the bits rope_backward gives the summed dk.  One
+// As attention_group_sum_kernel, each pair (d, d + D/2) of the sums then
+// turned back through the rotation at its token's angles: the bits rope_backward gives the summed dk.  One
 // item a pair, and an odd D's unpaired last element one of its own.
 __global__ void attention_group_sum_rot_kernel(float *dst, const float *heads, const float *cos, const float *sin,
-                                               const int32_t *pos, int S, long items, int H, int G, int D)
+                                               const int32_t *pos, int S, long items, int Hh, int Gc, int Gd,
+                                               int g0, int D)
 {
-	int group = H / G, half = D / 2, per = D - half;
+	int group = Hh / Gc, half = D / 2, per = D - half;
 	for (long it = (long)blockIdx.x * blockDim.x + threadIdx.x; it < items; it += (long)gridDim.x * blockDim.x) {
-		long t = it / ((long)G * per);
-		int g = (int)(it / per % G), i = (int)(it % per);
-		const float *src = heads + (t * H + (long)g * group) * D;
-		float *out = dst + (t * G + g) * D;
+		long t = it / ((long)Gc * per);
+		int g = (int)(it / per % Gc), i = (int)(it % per);
+		const float *src = heads + (t * Hh + (long)g * group) * D;
+		float *out = dst + (t * Gd + g0 + g) * D;
 		if (i == half) { /* odd D */
 			float acc = src[D - 1];
 			for (int k = 1; k < group; k++)
@@ -504,11 +507,12 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dq_kernel(float *dq, c
 }
 
 // ---------------------------------------------------------------------------
-// Backward, dk and dv of one query head.  grid (key tiles, H, B), the
-// first key tiles (the most query rows) first.  Shared: the K and V tiles
+// Backward, dk and dv of one query head.  grid (key tiles, heads, B): the
+// call's query heads h0.. of the H, the first key tiles (the most query
+// rows) first.  Shared: the K and V tiles
 // (64, DP+8); two buffers of q and dout (32, DP+8) for a group of 32 query
 // rows, with the rows' lse, delta and first key.  A row past S gets lse =
-// +inf, so P = 0 and dS = 0 exactly.  dk, dv (T,H,D): head h's.
+// +inf, so P = 0 and dS = 0 exactly.  dk, dv (T,Hs,D): head h's at h - h0.
 
 // The next group of 32 query rows from qg on that reaches keys up to k_end.
 __device__ __forceinline__ int next_group(const int *first, int b, int groups, int qg, int k_end)
@@ -541,14 +545,14 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dkdv_kernel(float *dk,
                                                                       const bf16 *do16, const float *lse,
                                                                       const float *delta, const int32_t *pos,
                                                                       const int *first, int S, int H, int G, int D,
-                                                                      float scale)
+                                                                      int h0, int Hs, float scale)
 {
 	constexpr int PQ = DP + 8, KS = DP / 16, NT = DP / 8, TILE = 64 * PQ, HALF = 32 * PQ;
 	extern __shared__ uint4 attn_smem[];
 	bf16 *sK = (bf16 *)attn_smem, *sV = sK + TILE, *sQ = sV + TILE, *sdO = sQ + 2 * HALF;
 	float *sL = (float *)(sdO + 2 * HALF), *sD = sL + 64;
 	int *sF = (int *)(sD + 64);
-	int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, g = h / (H / G);
+	int kt = blockIdx.x, h = h0 + blockIdx.y, b = blockIdx.z, g = h / (H / G);
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
 	int k0 = kt * 64, groups = (S + 31) / 32;
 	size_t head = ((size_t)b * H + h) * S;
@@ -599,7 +603,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attention_dkdv_kernel(float *dk,
 		qg = nq;
 	}
 	async_wait<0>(); // no copy outlives the block (none is pending when a group ran)
-	dkdv_store<NT>(dk, dv, adk, adv, j0, j1, b, S, h, H, D, scale, tq);
+	dkdv_store<NT>(dk, dv, adk, adv, j0, j1, b, S, h - h0, Hs, D, scale, tq);
 }
 
 // ---------------------------------------------------------------------------
@@ -707,39 +711,71 @@ static void forward_launch(bf16 *out, int ld_out, float *lse, const struct atten
 }
 
 template <int DP>
-static void backward_launch(float *dq, float *dk_h, float *dv_h, const float *lse, const struct attention_scratch *p,
-                            const float *cos, const float *sin, const int32_t *pos, const int *first, int B, int S,
-                            int H, int G, int D)
+static void dq_launch(float *dq, const float *lse, const struct attention_scratch *p, const float *cos,
+                      const float *sin, const int32_t *pos, const int *first, int B, int S, int H, int G, int D)
 {
-	float scale = softmax_scale(D);
-	dim3 grid_q((unsigned)((S + 63) / 64), (unsigned)H, (unsigned)B);
+	dim3 grid((unsigned)((S + 63) / 64), (unsigned)H, (unsigned)B);
 	allow_smem(attention_dq_kernel<DP>, dq_smem<DP>());
-	attention_dq_kernel<DP><<<grid_q, ATTN_THREADS, dq_smem<DP>(), poros_cuda_compute_stream()>>>(
-		dq, p->delta, p->q16, p->k16, p->v16, p->dout16, lse, cos, sin, pos, first, S, H, G, D, scale);
-	launchCheck();
-	allow_smem(attention_dkdv_kernel<DP>, dkdv_smem<DP>());
-	attention_dkdv_kernel<DP><<<grid_q, ATTN_THREADS, dkdv_smem<DP>(), poros_cuda_compute_stream()>>>(
-		dk_h, dv_h, p->q16, p->k16, p->v16, p->dout16, lse, p->delta, pos, first, S, H, G, D, scale);
+	attention_dq_kernel<DP><<<grid, ATTN_THREADS, dq_smem<DP>(), poros_cuda_compute_stream()>>>(
+		dq, p->delta, p->q16, p->k16, p->v16, p->dout16, lse, cos, sin, pos, first, S, H, G, D, softmax_scale(D));
 	launchCheck();
 }
 
-static void group_sum(float *dst, const float *heads, int B, int S, int H, int G, int D)
+// dk, dv (T,nh,D) of query heads h0..h0+nh-1.
+template <int DP>
+static void dkdv_launch(float *dk, float *dv, const float *lse, const struct attention_scratch *p,
+                        const int32_t *pos, const int *first, int B, int S, int H, int G, int D, int h0, int nh)
 {
-	long n = (long)B * S * G * D;
+	dim3 grid((unsigned)((S + 63) / 64), (unsigned)nh, (unsigned)B);
+	allow_smem(attention_dkdv_kernel<DP>, dkdv_smem<DP>());
+	attention_dkdv_kernel<DP><<<grid, ATTN_THREADS, dkdv_smem<DP>(), poros_cuda_compute_stream()>>>(
+		dk, dv, p->q16, p->k16, p->v16, p->dout16, lse, p->delta, pos, first, S, H, G, D, h0, nh,
+		softmax_scale(D));
+	launchCheck();
+}
+
+// Groups g0..g0+Gc-1 of dst (T,G,D) from heads (T,Gc*H/G,D), those groups' heads.
+static void group_sum(float *dst, const float *heads, int B, int S, int H, int G, int D, int g0, int Gc)
+{
+	long n = (long)B * S * Gc * D;
 	bool vec = D % 4 == 0 && aligned16(dst) && aligned16(heads);
 	attention_group_sum_kernel<<<grid_for(vec ? n / 4 : n, SUM_THREADS), SUM_THREADS, 0,
-	                             poros_cuda_compute_stream()>>>(dst, heads, n, H, G, D, vec);
+	                             poros_cuda_compute_stream()>>>(dst, heads, n, Gc * (H / G), Gc, G, g0, D, vec);
 	launchCheck();
 }
 
-// dk = the group sum of dk_h, turned back through the rotation.
+// dk's groups as group_sum gives them, turned back through the rotation.
 static void group_sum_rot(float *dst, const float *heads, const float *cos, const float *sin, const int32_t *pos,
-                          int B, int S, int H, int G, int D)
+                          int B, int S, int H, int G, int D, int g0, int Gc)
 {
-	long items = (long)B * S * G * (D - D / 2);
+	long items = (long)B * S * Gc * (D - D / 2);
 	attention_group_sum_rot_kernel<<<grid_for(items, SUM_THREADS), SUM_THREADS, 0, poros_cuda_compute_stream()>>>(
-		dst, heads, cos, sin, pos, S, items, H, G, D);
+		dst, heads, cos, sin, pos, S, items, Gc * (H / G), Gc, G, g0, D);
 	launchCheck();
+}
+
+// dk, dv (T,G,D) of the per-head sums: every group at once, or (grouped
+// scratch, ops.h's attention_dkdv_heads) one group at a time, each group's
+// heads computed into dk_h, dv_h and summed before the next.
+template <int DP>
+static void dkdv_groups(float *dk, float *dv, const float *lse, const struct attention_scratch *p, const float *cos,
+                        const float *sin, const int32_t *pos, const int *first, int B, int S, int H, int G, int D)
+{
+	if (G == H) {
+		dkdv_launch<DP>(dk, dv, lse, p, pos, first, B, S, H, G, D, 0, H);
+		if (cos)
+			rope_backward_cuda(dk, cos, sin, pos, B, S, G, D);
+		return;
+	}
+	int r = H / G, gc = attention_dkdv_heads(B, S, H, G, D) / r;
+	for (int g0 = 0; g0 < G; g0 += gc) {
+		dkdv_launch<DP>(p->dk_h, p->dv_h, lse, p, pos, first, B, S, H, G, D, g0 * r, gc * r);
+		if (cos)
+			group_sum_rot(dk, p->dk_h, cos, sin, pos, B, S, H, G, D, g0, gc);
+		else
+			group_sum(dk, p->dk_h, B, S, H, G, D, g0, gc);
+		group_sum(dv, p->dv_h, B, S, H, G, D, g0, gc);
+	}
 }
 
 // The cuDNN route's parts after the scratch (ops.h's attention_cudnn_parts).
@@ -863,10 +899,10 @@ static bool cudnn_backward(float *dq, float *dk, float *dv, float *scratch, cons
 		return true;
 	}
 	if (cos)
-		group_sum_rot(dk, dk_h, cos, sin, pos, B, S, H, G, D);
+		group_sum_rot(dk, dk_h, cos, sin, pos, B, S, H, G, D, 0, G);
 	else
-		group_sum(dk, dk_h, B, S, H, G, D);
-	group_sum(dv, dv_h, B, S, H, G, D);
+		group_sum(dk, dk_h, B, S, H, G, D, 0, G);
+	group_sum(dv, dv_h, B, S, H, G, D, 0, G);
 	return true;
 }
 
@@ -929,25 +965,18 @@ extern "C" void attention_backward_cuda(float *dq, float *dk, float *dv, float *
 		return;
 	deltas(p.delta, p.dout16, out, ld_out, B, S, H, D); // before the dq and dk/dv kernels, which read it
 	const int *first = first_keys(&p, pos, B, S);
-	float *dk_h = G == H ? dk : p.dk_h, *dv_h = G == H ? dv : p.dv_h;
 	/* dq and dk back through the rotation: dq in the dq kernel's store
 	 * where D fills the padded width (a pair in one thread), dk in the
 	 * group sum; otherwise a rope_backward pass after */
 	bool dq_rot = rope_cos && D == attention_dpad(D);
 	const float *cq = dq_rot ? rope_cos : NULL, *sq = dq_rot ? rope_sin : NULL;
-	if (attention_dpad(D) == 64)
-		backward_launch<64>(dq, dk_h, dv_h, lse, &p, cq, sq, pos, first, B, S, H, G, D);
-	else
-		backward_launch<128>(dq, dk_h, dv_h, lse, &p, cq, sq, pos, first, B, S, H, G, D);
+	if (attention_dpad(D) == 64) {
+		dq_launch<64>(dq, lse, &p, cq, sq, pos, first, B, S, H, G, D);
+		dkdv_groups<64>(dk, dv, lse, &p, rope_cos, rope_sin, pos, first, B, S, H, G, D);
+	} else {
+		dq_launch<128>(dq, lse, &p, cq, sq, pos, first, B, S, H, G, D);
+		dkdv_groups<128>(dk, dv, lse, &p, rope_cos, rope_sin, pos, first, B, S, H, G, D);
+	}
 	if (rope_cos && !dq_rot)
 		rope_backward_cuda(dq, rope_cos, rope_sin, pos, B, S, H, D);
-	if (G != H) {
-		if (rope_cos)
-			group_sum_rot(dk, dk_h, rope_cos, rope_sin, pos, B, S, H, G, D);
-		else
-			group_sum(dk, dk_h, B, S, H, G, D);
-		group_sum(dv, dv_h, B, S, H, G, D);
-	} else if (rope_cos) {
-		rope_backward_cuda(dk, rope_cos, rope_sin, pos, B, S, G, D);
-	}
 }

@@ -333,6 +333,59 @@ static void test_attention_rope(int B, int S, int H, int G, int D, int docs)
 	case_end(&c);
 }
 
+/* The kernels' backward with the per-head dk, dv of one key/value group
+ * at a time (ops.h's attention_dkdv_heads, POROS_ATTN_GROUPED_MIN=1 here)
+ * gives the bits of all groups at once: side 0 all, side 1 grouped, on the
+ * kernels (POROS_ATTENTION=mma), with documents and the rotation. */
+static void attention_grouped_gpu(const void *p)
+{
+	const struct plain_pos_case *x = p;
+	for (int i = 0; i < 2; i++) {
+		setenv("POROS_ATTN_GROUPED_MIN", i ? "1" : "2147483647", 1);
+		attention_fwd_gpu(&x->side[i]);
+		attention_bwd_gpu(&x->side[i]);
+	}
+	unsetenv("POROS_ATTN_GROUPED_MIN");
+}
+
+static void test_attention_grouped(int B, int S, int H, int G, int D, int docs, int rope)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "attention_backward dk, dv one group at a time vs all B=%d S=%d H=%d G=%d D=%d docs=%d "
+	                "rope=%d", B, S, H, G, D, docs, rope))
+		return;
+	size_t T = (size_t)B * S, half = (size_t)D / 2, bytes[5];
+	pair_bytes(bytes, B, S, H, G, D);
+	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
+	float *dout = rand_f32(T * H * D, -1, 1), *cos = NULL, *sin = NULL;
+	if (rope) {
+		float *cs = host_alloc((size_t)S * half * 4), *sn = host_alloc((size_t)S * half * 4);
+		ref_rope_tables(cs, sn, S, D, 10000.0);
+		cos = dev_from(cs, (size_t)S * half * 4, 0);
+		sin = dev_from(sn, (size_t)S * half * 4, 0);
+	}
+	/* the scratch of all groups at once, the larger (T under the floor) */
+	float *scratch = case_scratch(&c, attention_scratch_floats_cuda(B, S, H, G, D) * 4);
+	struct plain_pos_case x;
+	memset(&x, 0, sizeof x);
+	for (int i = 0; i < 2; i++) {
+		attention_case_inputs(&x.side[i], q, k, v, doc_positions(B, S, docs), B, S, H, G, D);
+		x.side[i].cos = cos, x.side[i].sin = sin;
+		pair_side(&c, &x.side[i], i, bytes, dout, scratch);
+	}
+	const char *route = getenv("POROS_ATTENTION");
+	char *saved = route ? strdup(route) : NULL;
+	setenv("POROS_ATTENTION", "mma", 1);
+	case_run(&c, attention_grouped_gpu, &x);
+	if (saved)
+		setenv("POROS_ATTENTION", saved, 1);
+	else
+		unsetenv("POROS_ATTENTION");
+	free(saved);
+	pair_check_exact(&c, bytes);
+	case_end(&c);
+}
+
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;
  * quick enough for compute-sanitizer); 1: model shapes */
 static void attention_backward_cuda_check(int realistic)
@@ -349,6 +402,9 @@ static void attention_backward_cuda_check(int realistic)
 		test_attention_rope(2, 150, 4, 2, 16, 3); /* documents: the rotation's positions too */
 		test_attention_rope(2, 150, 4, 2, 64, 3); /* dq turned in the kernel's store */
 		test_attention_rope(1, 70, 2, 2, 64, 0);  /* G = H: dk turned in a pass */
+		test_attention_grouped(2, 150, 4, 2, 64, 0, 0);
+		test_attention_grouped(2, 150, 6, 2, 16, 3, 1); /* documents; dq turned in a pass */
+		test_attention_grouped(1, 70, 6, 3, 64, 0, 1);
 	} else {
 		test_attention_backward(1, 512, 32, 8, 128, 4096, 0);
 		test_attention_backward(1, 512, 32, 8, 128, 4096 + 160, 0); /* out with the o projection's extension */
@@ -360,6 +416,9 @@ static void attention_backward_cuda_check(int realistic)
 		test_attention_plain_pos(1, 1100, 28, 4, 128);
 		test_attention_rope(1, 1100, 28, 4, 128, 0);
 		test_attention_rope(2, 600, 8, 2, 64, 4);
+		test_attention_grouped(1, 1100, 28, 4, 128, 0, 1);
+		test_attention_grouped(1, 1100, 64, 8, 128, 0, 1);
+		test_attention_grouped(2, 600, 8, 2, 64, 4, 1);
 	}
 }
 #endif

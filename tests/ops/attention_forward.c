@@ -130,8 +130,25 @@ static void test_attention_scratch_carving(void)
 {
 	static const int shapes[][5] = { { 3, 5, 6, 3, 8 }, { 1, 33, 2, 2, 64 }, { 2, 150, 4, 2, 128 }, { 1, 7, 6, 3, 160 } };
 	int bad = 0;
-	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-		int B = shapes[i][0], S = shapes[i][1], H = shapes[i][2], G = shapes[i][3], D = shapes[i][4];
+	/* twice: under the grouped floor, then (POROS_ATTN_GROUPED_MIN=1)
+	 * over it, where dk_h, dv_h hold one group's heads unless the cuDNN
+	 * backward (D = 64, 128) takes the call */
+	for (size_t i = 0; i < 2 * sizeof shapes / sizeof shapes[0]; i++) {
+		size_t ns = sizeof shapes / sizeof shapes[0];
+		int grouped = i >= ns;
+		const int *sh = shapes[i % ns];
+		int B = sh[0], S = sh[1], H = sh[2], G = sh[3], D = sh[4];
+		if (grouped)
+			setenv("POROS_ATTN_GROUPED_MIN", "1", 1);
+		int hs = attention_dkdv_heads(B, S, H, G, D);
+		unsetenv("POROS_ATTN_GROUPED_MIN");
+		if (hs != (G == H ? 0 : grouped && D != 64 && D != 128 ? H / G : H)) {
+			if (bad++ < 5)
+				printf("  B=%d S=%d H=%d G=%d D=%d: dk_h holds %d heads\n", B, S, H, G, D, hs);
+			continue;
+		}
+		if (grouped)
+			setenv("POROS_ATTN_GROUPED_MIN", "1", 1);
 		size_t n = attention_scratch_floats(B, S, H, G, D), t = (size_t)B * S, dp = (size_t)attention_dpad(D);
 		float *base = NEW(float, n);
 		struct attention_scratch a = attention_scratch_at(base, B, S, H, G, D);
@@ -139,7 +156,7 @@ static void test_attention_scratch_carving(void)
 		const unsigned char *start[8] = { (void *)a.q16, (void *)a.dout16, (void *)a.k16, (void *)a.v16,
 						  (void *)a.delta, (void *)a.first, (void *)a.dk_h, (void *)a.dv_h };
 		size_t need[8] = { t * H * dp * 2, t * H * dp * 2, t * G * dp * 2, t * G * dp * 2, t * H * 4,
-				   (size_t)B * ((S + 31) / 32) * 4, t * H * D * 4, t * H * D * 4 };
+				   (size_t)B * ((S + 31) / 32) * 4, t * hs * D * 4, t * hs * D * 4 };
 		int parts = G == H ? 6 : 8, ok = (G == H) == (a.dk_h == NULL && a.dv_h == NULL) &&
 						 start[0] == (const unsigned char *)base;
 		for (int k = 0; k < parts; k++) {
@@ -147,6 +164,7 @@ static void test_attention_scratch_carving(void)
 			ok &= (size_t)(start[k] - (const unsigned char *)base) % 16 == 0 && end >= start[k] &&
 			      (size_t)(end - start[k]) >= need[k];
 		}
+		unsetenv("POROS_ATTN_GROUPED_MIN");
 		if (!ok && bad++ < 5)
 			printf("  B=%d S=%d H=%d G=%d D=%d: a part overlaps the next, is misaligned or overruns\n", B, S,
 			       H, G, D);

@@ -97,6 +97,7 @@ struct engine {
 	unsigned char *globals;
 	size_t glob_start;
 	bf16 *embed_rows;          /* (k,T,C) the step's embedding rows */
+	int embed_rows_shared;     /* they live in dresid (plan.c): a step repeated copies them again */
 	int32_t *targets;          /* (k,T) */
 	int32_t *pos;              /* (k,T) positions within documents (RoPE, document masks) */
 	int32_t *iota;             /* (T) 0..T-1: row t of the gathered rows */

@@ -168,25 +168,29 @@ static int head_chunk_rows(const struct layer_ctx *c, size_t room)
 	return n < (size_t)c->T ? (int)n : c->T;
 }
 
-/* Scratch that lives only inside one op call, one head chunk or one MLP
- * chunk, so one region serves them all: the attention scratch; the LoRA
- * ops' split operands and sums of the attention projections (T rows);
- * the head's logits (chunk,V) fp32 + dlogits bf16; and an MLP chunk's
- * set: its projections' LoRA scratch (mlp_chunk rows), then, unless the
- * layer's activations are kept whole, gate, up and h of the chunk (bf16),
- * then the backward's dh (fp32; the gate and up fallback's fp32 output in
- * the forward too, layer.c's proj_forward_bf16), dgate and dup.  No
- * attention, head or attention-projection LoRA op runs while an MLP
- * chunk's buffers are live. */
+/* Scratch that lives only inside one op call, one projection's backward,
+ * one head pass or one MLP chunk, so one region serves them all: the
+ * attention scratch; the LoRA ops' split operands and sums of the
+ * attention projections (T rows); an MLP chunk's set: its projections'
+ * LoRA scratch (mlp_chunk rows), then, unless the layer's activations are
+ * kept whole, gate, up and h of the chunk (bf16), then the backward's dh
+ * (fp32; the gate and up fallback's fp32 output in the forward too,
+ * layer.c's proj_forward_bf16), dgate and dup; past the LoRA scratch and
+ * the MLP set, a projection backward's bf16 upstream gradient (T rows, of
+ * which down_proj's uses a chunk's); and the head's logits (chunk,V) fp32
+ * + dlogits bf16, then its normed input hn (T,C).  No attention, head or
+ * attention-projection LoRA op runs while an MLP chunk's buffers are
+ * live, and the attention runs between projection backwards. */
 static void plan_shared(struct engine *e, struct carver *cv)
 {
 	struct layer_ctx *c = &e->lc;
 	struct grad_scratch *g = &c->g;
-	size_t n = (size_t)c->mlp_chunk, F = (size_t)c->F, FE = (size_t)(c->F + c->E);
+	size_t n = (size_t)c->mlp_chunk, F = (size_t)c->F, FE = (size_t)(c->F + c->E), T = (size_t)c->T;
 	size_t attn = (e->cuda ? attention_scratch_floats_cuda : attention_scratch_floats)(c->B, c->S, c->H, c->G, c->D) *
 	              sizeof(float);
-	size_t lora = lora_scratch_bytes(e, 0, 4, (size_t)c->T);   /* q k v o */
-	size_t logits, head, bytes = attn;
+	size_t lora = lora_scratch_bytes(e, 0, 4, T);   /* q k v o */
+	size_t max_n = (size_t)(c->C > c->HD ? c->C : c->HD);
+	size_t logits, hn, head, dout16, bytes = attn;
 	size_t gate = align_up(lora_scratch_bytes(e, 4, N_PROJ, n)), up, h, dh, dgate, dup, mlp; /* gate up down */
 	unsigned char *base;
 
@@ -202,14 +206,20 @@ static void plan_shared(struct engine *e, struct carver *cv)
 		bytes = mlp;
 	c->chunk = head_chunk_rows(c, bytes);
 	logits = align_up((size_t)c->chunk * c->V * sizeof(float));
-	head = head_bytes(c, (size_t)c->chunk);
+	hn = align_up(head_bytes(c, (size_t)c->chunk));
+	head = hn + T * c->C * sizeof(bf16);
 	if (head > bytes)
 		bytes = head;
+	dout16 = align_up(lora > mlp ? lora : mlp);
+	if (dout16 + T * (max_n + c->E) * sizeof(bf16) > bytes)
+		bytes = dout16 + T * (max_n + c->E) * sizeof(bf16);
 	base = carve(cv, bytes);
 	c->attn_scratch = (float *)base;
 	g->lora_scratch = (float *)base;
 	c->logits = (float *)base;
 	c->dlogits = region_at(base, logits);
+	c->hn = region_at(base, hn);
+	g->dout16 = region_at(base, dout16);
 	if (!e->acts) {
 		e->act.gate = region_at(base, gate);
 		e->act.up = region_at(base, up);
@@ -231,9 +241,6 @@ static void plan_scratch(struct engine *e, struct carver *cv)
 	 * then q, k and v's), so they share one buffer */
 	g->dxn = CARVE_F32(cv, T * max_n);
 	g->datt = g->dxn;
-	/* fp32 upstream gradients rounded for down, o, q, k, v (N <= max(C,H*D));
-	 * gate's and up's come rounded from swiglu_backward */
-	g->dout16 = CARVE_BF16(cv, T * (max_n + c->E));
 	g->dq = CARVE_F32(cv, T * c->HD);
 	g->dk = CARVE_F32(cv, T * c->GD);
 	g->dv = CARVE_F32(cv, T * c->GD);
@@ -250,7 +257,6 @@ static void plan_head(struct engine *e, struct carver *cv)
 	struct layer_ctx *c = &e->lc;
 	long T = c->T;
 
-	c->hn = CARVE_BF16(cv, T * c->C);
 	c->head_rstd = CARVE_F32(cv, T);
 	/* the head's gradient lives only inside the head, where no layer's
 	 * backward runs: it takes the layers' norm-gradient buffer (T, >= C) */
@@ -322,6 +328,20 @@ static int alloc_plan(struct engine *e, void (*plan)(struct engine *, struct car
 	cv.off = 0;
 	plan(e, &cv);
 	return 0;
+}
+
+/* The step's embedding rows (k,T,C) bf16.  Blockwise reads them all
+ * before the head, which first writes the residual-stream gradients, so
+ * there they take those (k (T,C) fp32 buffers in a row); the next step's
+ * rows come in after this step's backward (staging.c). */
+static int alloc_embed_rows(struct engine *e)
+{
+	if (e->blockwise) {
+		e->embed_rows = (bf16 *)e->dresid[0];
+		e->embed_rows_shared = 1;
+		return 0;
+	}
+	return alloc_plan(e, plan_embed_rows, "embedding", "the step's embedding rows");
 }
 
 static int alloc_weights(struct engine *e, char *err, size_t errsz)
@@ -433,7 +453,7 @@ static int alloc_state(struct engine *e, char *err, size_t errsz)
 	if (alloc_plan(e, plan_dresid, "residual_grads", "residual-stream gradients") < 0 ||
 	    alloc_plan(e, plan_scratch, "workspace", "backward scratch") < 0 ||
 	    alloc_plan(e, plan_head, "head", "the lm_head and loss buffers") < 0 ||
-	    alloc_plan(e, plan_embed_rows, "embedding", "the step's embedding rows") < 0 ||
+	    alloc_embed_rows(e) < 0 ||
 	    alloc_plan(e, plan_misc, "misc", "targets, rope tables and norm scratch") < 0)
 		return set_error(err, errsz, "%s", e->alloc.err);
 	gradtree_init(e, e->comm_rank, e->comm_world);

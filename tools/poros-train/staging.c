@@ -124,7 +124,7 @@ int staging_load(struct engine *e, int step)
 	int again = e->loaded_step == step; /* a step repeated: its batch is still staged */
 	struct staging *st;
 
-	if (again && !e->batch_stale)
+	if (again && !e->batch_stale && !e->embed_rows_shared)
 		return 0;
 	if (!again) {
 		prefetch_join(e);
