@@ -246,13 +246,20 @@ void layer_forward(const struct layer_ctx *c, const struct layer_view *w, struct
 	}
 }
 
+/* dq's buffer: x2's, which the backward reads last in the MLP's norm, when
+ * it holds (T,H*D); else its own. */
+static float *layer_dq(const struct layer_ctx *c, const struct layer_act *a)
+{
+	return c->HD <= c->C ? a->x2 : c->g.dq;
+}
+
 void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const struct layer_act *a, int layer,
                     float *dx, struct pass p)
 {
 	const struct poros_ops *op = c->op;
 	const struct grad_scratch *g = &c->g;
-	int T = c->T, qk = c->qk_norm;
-	float *dq = g->dq, *dk = g->dk;
+	int T = c->T, C = c->C, E = c->E, qk = c->qk_norm;
+	float *dq = layer_dq(c, a), *dk = g->dk;
 	const int32_t *pos = layer_pos(c, p.mb); /* (T) or NULL */
 
 	/* MLP: out = x2 + down(silu(gate(xn2)) * up(xn2)), chunk by chunk (each
@@ -275,16 +282,18 @@ void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const
 	/* attention: x2 = x + o(attn(rope(q), rope(k), v)), q/k/v of xn = norm(x) */
 	proj_backward(c, w, a, layer, PROJ_O, a->att, dx, NULL, g->datt, 0, 0, T, p);
 	/* dq, dk at the unrotated q, k: the op turns them back through rope */
-	op->attention_backward(g->dq, g->dk, g->dv, c->attn_scratch, g->datt, a->att, c->HD + c->E, a->q, a->k, a->v,
+	op->attention_backward(dq, g->dk, g->dv, c->attn_scratch, g->datt, a->att, c->HD + E, a->q, a->k, a->v,
 	                       c->rope_cos, c->rope_sin, a->lse, pos, c->B, c->S, c->H, c->G, c->D);
 	if (qk) { /* through the per-head norms (rmsnorm_backward accumulates) */
 		c->be->memset_zero(g->dq_pre, (size_t)T * c->HD * sizeof(float), STREAM_COMPUTE);
 		c->be->memset_zero(g->dk_pre, (size_t)T * c->GD * sizeof(float), STREAM_COMPUTE);
-		op->rmsnorm_backward(g->dq_pre, g->dq, a->q_pre, w->q_norm, a->rstd_q, T * c->H, c->D);
+		op->rmsnorm_backward(g->dq_pre, dq, a->q_pre, w->q_norm, a->rstd_q, T * c->H, c->D);
 		op->rmsnorm_backward(g->dk_pre, g->dk, a->k_pre, w->k_norm, a->rstd_k, T * c->G, c->D);
 		dq = g->dq_pre;
 		dk = g->dk_pre;
 	}
+	/* xn again (xn2 took its buffer): the forward's bits, and rstd1's */
+	op->rmsnorm_forward(NULL, a->xn, C + E, a->rstd1, a->x, w->in_norm, c->eps, T, C);
 	proj_backward(c, w, a, layer, PROJ_Q, a->xn, dq, NULL, g->dxn, 0, 0, T, p);
 	proj_backward(c, w, a, layer, PROJ_K, a->xn, dk, NULL, g->dxn, 1, 0, T, p);
 	proj_backward(c, w, a, layer, PROJ_V, a->xn, g->dv, NULL, g->dxn, 1, 0, T, p);

@@ -62,8 +62,9 @@ struct layer_act {
 	bf16 *att;           /* (T,H*D) attention output */
 	int att_kept;        /* att and lse already hold this layer's attention of this micro-batch: a
 	                        recomputation (layer_forward's out NULL) does not run it again */
-	float *x2;           /* (T,C) x + o_proj(att) */
-	bf16 *xn2;           /* (T,C) post_attention_layernorm(x2) */
+	float *x2;           /* (T,C) x + o_proj(att); in the backward, once read, dq when H*D <= C */
+	bf16 *xn2;           /* (T,C) post_attention_layernorm(x2), in xn's buffer: the
+	                        backward normalizes x again into xn before q, k and v's */
 	float *rstd2;        /* (T) */
 	/* The MLP's, rows F apart (h: F + E): (T,F) when mlp_whole (kept
 	 * for the backward), else one chunk's (mlp_chunk,F), which the forward
@@ -83,7 +84,7 @@ struct grad_scratch {
 	float *dh;           /* (mlp_chunk,F); also the gate and up fallback's fp32 output (layer.c) */
 	bf16 *dgate, *dup;   /* (mlp_chunk,F), rows F + E apart, rounded as the gate/up backward reads them */
 	float *datt;         /* (T,H*D) */
-	float *dq, *dk, *dv; /* (T,H*D), (T,G*D), (T,G*D) */
+	float *dq, *dk, *dv; /* (T,H*D), (T,G*D), (T,G*D); dq only when H*D > C (layer_dq) */
 	float *dq_pre, *dk_pre;
 	float *du;           /* (T,R) */
 	float *lora_scratch; /* the LoRA ops' split operands and sums: lora_scratch_floats (shared region) */

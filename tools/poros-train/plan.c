@@ -102,7 +102,7 @@ static void plan_act(struct engine *e, struct carver *cv, struct layer_act *a)
 		a->att = CARVE_BF16(cv, T * (c->HD + c->E));
 	}
 	a->x2 = CARVE_F32(cv, T * c->C);
-	a->xn2 = CARVE_BF16(cv, T * (c->C + c->E));
+	a->xn2 = a->xn; /* the backward normalizes x again for q, k and v (layer.h) */
 	a->rstd2 = CARVE_F32(cv, T);
 	/* the MLP's, kept for the backward: every row; else one chunk's, which
 	 * live only inside the MLP and so share the workspace (plan_shared) */
@@ -241,7 +241,8 @@ static void plan_scratch(struct engine *e, struct carver *cv)
 	 * then q, k and v's), so they share one buffer */
 	g->dxn = CARVE_F32(cv, T * max_n);
 	g->datt = g->dxn;
-	g->dq = CARVE_F32(cv, T * c->HD);
+	if (c->HD > c->C) /* else dq takes the activations' x2 (layer.c, layer_dq) */
+		g->dq = CARVE_F32(cv, T * c->HD);
 	g->dk = CARVE_F32(cv, T * c->GD);
 	g->dv = CARVE_F32(cv, T * c->GD);
 	if (c->qk_norm) {
