@@ -7,6 +7,9 @@
 # no bit (block_size: layers a streamed block; optimizer_state: device or
 # host, poros-train --optimizer-state; checkpoints: layer or block,
 # poros-train --checkpoints), so each length is planned as run.
+# block_size and checkpoints may be lists: every pair is searched and the
+# one reaching the longest length is kept (the first listed on a tie),
+# named in the table's layout column.
 
 # ctx_key SPEC KEY: the value of a top-level "KEY: value" line.
 ctx_key() {
@@ -23,7 +26,8 @@ ctx_bytes() {
 	awk -v g="$1" 'BEGIN { printf "%.0f", g * 1e9 }'
 }
 
-# ctx_plan MODEL CARD_GB SEQ: the plan line; exit 0 when it fits card and host.
+# ctx_plan MODEL CARD_GB SEQ: the plan line at the layout in ctx_block and
+# ctx_checkpoints; exit 0 when it fits card and host.
 ctx_plan() {
 	POROS_MEM_AVAILABLE=$ctx_host "$ctx_train" --plan --backend cuda --model "$1" --precision "$ctx_precision" \
 		--seq-len "$3" --batch-size 1 --rank "$ctx_rank" --alpha "$ctx_alpha" --gradient-checkpointing on \
@@ -62,6 +66,22 @@ ctx_published() {
 	esac
 }
 
+# ctx_best SPEC MODEL CARD_GB: "SEQ BLOCK CHECKPOINTS", the layout of the
+# spec's lists reaching the longest length (the first on a tie); it leaves
+# ctx_block and ctx_checkpoints at that layout.
+ctx_best() {
+	_best=-1
+	for _b in $(ctx_list "$1" block_size); do
+		for _c in $(ctx_list "$1" checkpoints); do
+			ctx_block=$_b ctx_checkpoints=$_c
+			_n=$(ctx_max "$2" "$3")
+			[ "$_n" -gt "$_best" ] && _best=$_n _bb=$_b _bc=$_c
+		done
+	done
+	ctx_block=$_bb ctx_checkpoints=$_bc
+	echo "$_best $_bb $_bc"
+}
+
 # 3 steps at the found length, on a CUDA device only; "" when none.
 ctx_confirm() {
 	"$ctx_train" --backend cuda --model "$1" --precision "$ctx_precision" --seq-len "$3" --batch-size 1 \
@@ -82,13 +102,17 @@ bench_context() {
 	ctx_precision=$(ctx_key "$1" precision)
 	ctx_rank=$(ctx_key "$1" rank)
 	ctx_alpha=$(ctx_key "$1" alpha)
-	ctx_block=$(ctx_key "$1" block_size)
 	ctx_optimizer=$(ctx_key "$1" optimizer_state)
-	ctx_checkpoints=$(ctx_key "$1" checkpoints)
 	for _k in host_mem_available ceiling precision rank alpha block_size optimizer_state checkpoints; do
 		[ -n "$(ctx_key "$1" "$_k")" ] || die 2 "$1: context spec needs \"$_k:\" (no default)"
 	done
 	case $ctx_ceiling in *[!0-9]*) die 2 "$1: ceiling: not a whole number: $ctx_ceiling" ;; esac
+	for _b in $(ctx_list "$1" block_size); do
+		case $_b in '' | *[!0-9]* | 0) die 2 "$1: block_size: not a whole number of layers: $_b" ;; esac
+	done
+	for _c in $(ctx_list "$1" checkpoints); do
+		case $_c in layer | block) ;; *) die 2 "$1: checkpoints: \"$_c\" (expected layer or block)" ;; esac
+	done
 	[ -n "$(ctx_list "$1" models)" ] && [ -n "$(ctx_list "$1" cards_gb)" ] ||
 		die 2 "$1: context spec needs \"models: [...]\" and \"cards_gb: [...]\""
 	ctx_out=${2:-context-runs}
@@ -97,15 +121,18 @@ bench_context() {
 		command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || ctx_device=0
 	[ "$ctx_device" = 1 ] ||
 		note "no CUDA device here: the confirming 3-step runs are not made (the table is the planner's only)"
-	printf '| model | precision | card (GB) | max seq_len (plan) | device MiB at max | host MiB at max | confirmed (3 steps) | published (not measured here) |\n'
-	printf '|---|---|---|---|---|---|---|---|\n'
+	printf '| model | precision | card (GB) | max seq_len (plan) | layout (block size, checkpoints) | device MiB at max | host MiB at max | confirmed (3 steps) | published (not measured here) |\n'
+	printf '|---|---|---|---|---|---|---|---|---|\n'
 	ctx_list "$1" models | while IFS= read -r _m; do
 		ctx_list "$1" cards_gb | while IFS= read -r _gb; do
-			_s=$(ctx_max "$_m" "$_gb")
+			_best=$(ctx_best "$1" "$_m" "$_gb")
+			_s=${_best%% *} _best=${_best#* }
+			ctx_block=${_best% *} ctx_checkpoints=${_best#* }
 			_line=$( [ "$_s" -gt 0 ] && ctx_plan "$_m" "$_gb" "$_s")
 			_conf='no CUDA device'
 			[ "$ctx_device" = 0 ] || [ "$_s" = 0 ] || _conf=$(ctx_confirm "$_m" "$_gb" "$_s")
-			printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$_m" "$ctx_precision" "$_gb" "$_s" \
+			printf '| %s | %s | %s | %s | %s, %s | %s | %s | %s | %s |\n' "$_m" "$ctx_precision" "$_gb" "$_s" \
+				"$ctx_block" "$ctx_checkpoints" \
 				"$(printf '%s\n' "$_line" | ask get --null - vram_plan_mb 2>/dev/null | ctx_floor)" \
 				"$(printf '%s\n' "$_line" | ask get --null - host_plan_mb 2>/dev/null | ctx_floor)" \
 				"$_conf" "$(ctx_published "$_m" "$_gb")"
