@@ -345,7 +345,7 @@ static inline int attention_cudnn_doc_quantum(void)
 static inline int attention_cudnn_route(int D)
 {
 	const char *env = getenv("POROS_ATTENTION");
-	return D == attention_dpad(D) && !(env && strcmp(env, "mma") == 0);
+	return (D == 64 || D == 128) && !(env && strcmp(env, "mma") == 0);
 }
 
 static inline size_t attention_cudnn_ds_bytes(int B, int S, int heads)

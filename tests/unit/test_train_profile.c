@@ -171,8 +171,10 @@ static void check_breakdown(const char *what, const struct outcome *o, int block
 	         "%s: weights under the wrong purpose: %s", what, o->breakdown);
 	CHECKF((num(b, "dequant", NULL) > 0) == nf4, "%s: dequant %g", what, num(b, "dequant", NULL));
 	CHECKF(num(b, "lora_state", NULL) > 0 && num(b, "activations", NULL) > 0 && num(b, "lm_head", NULL) > 0 &&
-	         num(b, "embedding", NULL) > 0 && num(b, "workspace", NULL) > 0,
-	         "%s: a purpose is missing: %s", what, o->breakdown);
+	         num(b, "workspace", NULL) > 0, "%s: a purpose is missing: %s", what, o->breakdown);
+	/* blockwise keeps the step's embedding rows in the residual-stream gradients (plan.c) */
+	CHECKF((num(b, "embedding", NULL) > 0) == !blockwise, "%s: embedding %g MiB (blockwise %d)", what,
+	       num(b, "embedding", NULL), blockwise);
 	if (blockwise)
 		CHECKF(fabs(num(b, "checkpoints", NULL) - 2 * set_mib) < 0.05, "%s: checkpoints %g MiB, want 2 records %g",
 		         what, num(b, "checkpoints", NULL), 2 * set_mib);
