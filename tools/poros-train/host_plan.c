@@ -21,6 +21,10 @@
  * and OpenMP threads' stacks as touched, allocator slack): 0.3 MiB
  * measured at tiny shapes (docs/engine.md, "Host memory"). */
 #define PROCESS_BYTES ((size_t)8 << 20)
+/* What the CUDA backend's libraries (runtime, cuBLAS, cuDNN) add to the
+ * host's resident set after the plan: 237-267 MiB measured on the H200
+ * at 7B-72B shapes, whatever the model (docs/engine.md, "Host memory"). */
+#define CUDA_RUNTIME_BYTES ((size_t)320 << 20)
 /* events.jsonl's longest line (run.c's append_event buffer, made by events.c): a checkpoint
  * copies the whole file. */
 #define EVENT_LINE_MAX 6144
@@ -116,6 +120,7 @@ int host_plan_make(struct host_plan *hp, const struct train_config *c, const str
 	add(hp, "host_copies", n * host_copies_bytes(c, mc, &lo));
 	add(hp, "optimizer_state", c->optimizer_on_host ? n * 2 * (size_t)lo.total * sizeof(float) : 0);
 	add(hp, "process", n * PROCESS_BYTES);
+	add(hp, "cuda_runtime", cpu_backend ? 0 : n * CUDA_RUNTIME_BYTES);
 	free(lo.slot);
 	base += glob.bytes;
 	hp->base = nb * base;
