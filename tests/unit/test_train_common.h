@@ -13,7 +13,7 @@
 #include "../../tools/poros-train/engine.h"
 #include "../../tools/poros-train/train.h"
 #include "test_common.h"
-#include "util.h"
+#include "util/util.h"
 
 struct tt_run {
 	struct train_config cfg;

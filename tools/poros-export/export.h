@@ -22,10 +22,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "cell.h"
-#include "gguf.h"
-#include "model_config.h"
-#include "safetensors.h"
+#include "records/records.h"
+#include "model/model.h"
 
 #define EXPORT_SYNOPSIS \
 	"usage: poros-export --base DIR --adapter DIR --out DIR [--max-shard-size SIZE] [--merge-into original|dequantized]\n" \

@@ -8,9 +8,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "adapter.h"
-#include "jsonl.h"
-#include "util.h"
+#include "model/model.h"
+#include "util/util.h"
 
 #define ADAPTER_CONFIG "adapter_config.json"
 #define ADAPTER_WEIGHTS "adapter_model.safetensors"

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "comm.h"
-#include "util.h"
+#include "util/util.h"
 
 /* --- RoPE ------------------------------------------------------------------ */
 

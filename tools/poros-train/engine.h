@@ -14,7 +14,7 @@
 #include "backend.h"
 #include "data.h"
 #include "layer.h"
-#include "model_config.h"
+#include "model/model.h"
 #include "train.h"
 #include "weights.h"
 
