@@ -56,9 +56,9 @@ static size_t table_cap(size_t expect)
 	return cap;
 }
 
-/* ---- string -> int map (the vocabulary) ---------------------------------- */
+/* ---- vocab_map: token text -> id (the vocabulary) ------------------------ */
 
-static void strmap_init(struct strmap *m, size_t expect)
+static void vocab_map_init(struct vocab_map *m, size_t expect)
 {
 	size_t cap = table_cap(expect);
 
@@ -71,14 +71,14 @@ static void strmap_init(struct strmap *m, size_t expect)
 	m->arena_len = m->arena_cap = 0;
 }
 
-static void strmap_free(struct strmap *m)
+static void vocab_map_free(struct vocab_map *m)
 {
 	free(m->slots);
 	free(m->arena);
 	memset(m, 0, sizeof *m);
 }
 
-static int32_t strmap_get(const struct strmap *m, const char *s, size_t n)
+static int32_t vocab_map_get(const struct vocab_map *m, const char *s, size_t n)
 {
 	uint64_t h = hash_bytes(s, n);
 
@@ -91,7 +91,7 @@ static int32_t strmap_get(const struct strmap *m, const char *s, size_t n)
 	}
 }
 
-static void strmap_grow(struct strmap *m)
+static void vocab_map_grow(struct vocab_map *m)
 {
 	size_t cap = (m->mask + 1) * 2;
 	struct str_slot *old = m->slots;
@@ -113,13 +113,13 @@ static void strmap_grow(struct strmap *m)
 }
 
 /* Inserts, or overwrites the value of an existing key. */
-static void strmap_put(struct strmap *m, const char *s, size_t n, int32_t val)
+static void vocab_map_put(struct vocab_map *m, const char *s, size_t n, int32_t val)
 {
 	uint64_t h = hash_bytes(s, n);
 	size_t i;
 
 	if ((m->count + 1) * 2 > m->mask + 1)
-		strmap_grow(m);
+		vocab_map_grow(m);
 	for (i = h & m->mask; m->slots[i].val >= 0; i = (i + 1) & m->mask) {
 		struct str_slot *e = &m->slots[i];
 		if (e->hash == h && e->len == n && memcmp(m->arena + e->off, s, n) == 0) {
@@ -249,7 +249,7 @@ void token_ids_free(struct token_ids *t)
 
 int32_t vocab_lookup(const struct tokenizer *t, const char *s, size_t n)
 {
-	return strmap_get(&t->vocab, s, n);
+	return vocab_map_get(&t->vocab, s, n);
 }
 
 int set_id_token(struct tokenizer *t, int32_t id, const char *s)
@@ -298,14 +298,14 @@ int bpe_load_model(struct tokenizer *t, const cJSON *m, int max_added_id, char *
 		set_error(err, errsz, "model: no \"merges\" array");
 		return -1;
 	}
-	strmap_init(&t->vocab, (size_t)cJSON_GetArraySize(vocab));
+	vocab_map_init(&t->vocab, (size_t)cJSON_GetArraySize(vocab));
 	cJSON_ArrayForEach(e, vocab) {
 		if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= INT32_MAX / 2 ||
 		    e->valuedouble != (double)(int32_t)e->valuedouble) {
 			set_error(err, errsz, "model.vocab: \"%s\": id is not a non-negative integer", e->string);
 			return -1;
 		}
-		strmap_put(&t->vocab, e->string, strlen(e->string), (int32_t)e->valuedouble);
+		vocab_map_put(&t->vocab, e->string, strlen(e->string), (int32_t)e->valuedouble);
 		if ((int)e->valuedouble > max_id)
 			max_id = (int)e->valuedouble;
 	}
@@ -375,7 +375,7 @@ int bpe_load_model(struct tokenizer *t, const cJSON *m, int max_added_id, char *
 
 void bpe_free_model(struct tokenizer *t)
 {
-	strmap_free(&t->vocab);
+	vocab_map_free(&t->vocab);
 	free(t->merges.slots);
 }
 

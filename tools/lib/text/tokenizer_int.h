@@ -22,7 +22,7 @@
 #define MAX_STEPS 8            /* normalizers / pre-tokenizers in a Sequence */
 #define MAX_TEMPLATE 16        /* special ids around $A in a TemplateProcessing */
 
-/* ---- string -> int map (the vocabulary) ---------------------------------- */
+/* ---- vocab_map: token text -> id (the vocabulary) ------------------------ */
 
 struct str_slot {
 	uint64_t hash;
@@ -30,7 +30,7 @@ struct str_slot {
 	int32_t val; /* -1: empty slot */
 };
 
-struct strmap {
+struct vocab_map {
 	struct str_slot *slots;
 	size_t mask, count;
 	char *arena;
@@ -145,7 +145,7 @@ struct added_set {
 
 struct tokenizer {
 	char *path;
-	struct strmap vocab;      /* the model's vocabulary */
+	struct vocab_map vocab;    /* the model's vocabulary */
 	char **id_token;          /* id -> token text (added tokens included) */
 	unsigned char *id_special;
 	int n_ids;
