@@ -228,15 +228,6 @@ const char *describe(const struct ynode *n, char *buf, size_t sz)
 	return quoted(n->text, buf, sz);
 }
 
-void list_names(char *buf, size_t n, const char *const *names, int count)
-{
-	size_t used = 0;
-
-	buf[0] = '\0';
-	for (int i = 0; i < count && used < n; i++)
-		used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? ", " : "", names[i]);
-}
-
 /* --- scalars ------------------------------------------------------------- */
 
 /* A plain number; what = "an integer" or "a number". */

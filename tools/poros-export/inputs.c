@@ -130,20 +130,6 @@ int find_weights(struct job *j)
 
 /* --- the base ------------------------------------------------------------ */
 
-int is_dir(const char *path)
-{
-	struct stat st;
-
-	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-int is_file(const char *path)
-{
-	struct stat st;
-
-	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 /* Resolves --base; a config without weights (a configs/models shape, or a
  * directory with only config.json) is refused: poros-train trains those
  * on synthetic weights, and there is nothing real to export. */

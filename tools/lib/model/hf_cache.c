@@ -52,13 +52,6 @@ char *hf_cache_repo_dir(const char *hub, const char *kind, const char *repo_id)
 	return out;
 }
 
-static int is_dir(const char *path)
-{
-	struct stat st;
-
-	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 /* refs/main's snapshot, when refs/main names one that is there. */
 static char *ref_snapshot(const char *repo_dir)
 {

@@ -504,20 +504,6 @@ out:
 
 /* --- resolution ---------------------------------------------------------- */
 
-static int is_dir(const char *path)
-{
-	struct stat st;
-
-	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-static int is_file(const char *path)
-{
-	struct stat st;
-
-	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 /* Reads and parses path into m; on success sets config_path, model_id and
  * checkpoint_dir = weights_dir (NULL for a shipped shape). */
 static int load_config(struct model_config *m, const char *path, const char *model_id, const char *weights_dir,

@@ -430,15 +430,6 @@ static int check_keys(struct reader *r, const cJSON *obj, const char *parent, si
 	return 0;
 }
 
-static void list_names(char *buf, size_t n, const char *const *names, int count)
-{
-	size_t used = 0;
-
-	buf[0] = '\0';
-	for (int i = 0; i < count && used < n; i++)
-		used += snprintf(buf + used, n - used, "%s%s", i ? ", " : "", names[i]);
-}
-
 static int read_modules(struct reader *r, const cJSON *arr, struct cell *c)
 {
 	const cJSON *j;

@@ -465,6 +465,20 @@ fail:
 	return -1;
 }
 
+int is_dir(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int is_file(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 int mkdir_p(const char *path, mode_t mode)
 {
 	char *p = xstrdup(path);
@@ -706,6 +720,15 @@ const char *closest_name(const char *s, const char *const *names, int n)
 		}
 	}
 	return best;
+}
+
+void list_names(char *buf, size_t n, const char *const *names, int count)
+{
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (int i = 0; i < count && used < n; i++)
+		used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? ", " : "", names[i]);
 }
 
 char *poros_exe_dir(void)

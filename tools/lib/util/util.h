@@ -83,6 +83,10 @@ int atomic_write(const char *path, const void *data, size_t len);
  * A short write is truncated back off.  Returns 0 or -1 with errno. */
 int append_line(const char *path, const char *line, size_t len);
 
+/* Whether path (links followed) is a directory, or a regular file. */
+int is_dir(const char *path);
+int is_file(const char *path);
+
 /* mkdir -p; 0 or -1 with errno. */
 int mkdir_p(const char *path, mode_t mode);
 /* mkdir -p for a directory a tool owns inside its output directory: the
@@ -135,5 +139,8 @@ int edit_distance(const char *a, const char *b);
  * typo ("sequence_len" -> "seq_len": at most half the longer length, or
  * 2), else NULL. */
 const char *closest_name(const char *s, const char *const *names, int n);
+/* names[0..count) joined by ", " into buf (n bytes, truncated), for the
+ * "expected one of" part of a message. */
+void list_names(char *buf, size_t n, const char *const *names, int count);
 
 #endif
