@@ -5,11 +5,17 @@
 
 static const struct arch arches[] = {
 	/* LlamaConfig: attention_bias and mlp_bias default false, head_dim hidden/heads */
-	{ "llama", "LlamaForCausalLM", 0, -1, 1, 0, 0, 1, 0, 1, "silu" },
+	{ .model_type = "llama", .architecture = "LlamaForCausalLM", .hidden_act = "silu",
+	  .head_dim_default = 0, .qkv_bias = -1, .o_bias_follows_qkv = 1, .qk_norm = 0, .tie_default = 0,
+	  .reads_mlp_bias = 1, .reads_sliding_window = 0, .reads_pretraining_tp = 1 },
 	/* Qwen2Attention builds q/k/v with bias=True whatever the config says, o_proj without */
-	{ "qwen2", "Qwen2ForCausalLM", 0, 1, 0, 0, 0, 0, 1, 0, "silu" },
+	{ .model_type = "qwen2", .architecture = "Qwen2ForCausalLM", .hidden_act = "silu",
+	  .head_dim_default = 0, .qkv_bias = 1, .o_bias_follows_qkv = 0, .qk_norm = 0, .tie_default = 0,
+	  .reads_mlp_bias = 0, .reads_sliding_window = 1, .reads_pretraining_tp = 0 },
 	/* Qwen3Config: head_dim 128 when absent, attention_bias false, q/k norms always */
-	{ "qwen3", "Qwen3ForCausalLM", 128, -1, 1, 1, 0, 0, 1, 0, "silu" },
+	{ .model_type = "qwen3", .architecture = "Qwen3ForCausalLM", .hidden_act = "silu",
+	  .head_dim_default = 128, .qkv_bias = -1, .o_bias_follows_qkv = 1, .qk_norm = 1, .tie_default = 0,
+	  .reads_mlp_bias = 0, .reads_sliding_window = 1, .reads_pretraining_tp = 0 },
 };
 
 const char *const arch_proj_name[7] = {
