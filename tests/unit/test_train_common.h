@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../../tools/poros-train/engine.h"
+#include "../../tools/poros-train/rope_tables.h"
 #include "../../tools/poros-train/train.h"
 #include "test_common.h"
 #include "util/util.h"

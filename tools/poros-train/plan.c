@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rope_tables.h"
 #include "util/util.h"
 
 /* A plan runs twice: with base NULL it only sums sizes, then with the

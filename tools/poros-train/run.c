@@ -23,6 +23,7 @@
 #include "util/util.h"
 #include "numerics.h"
 #include "model_hash.h"
+#include "rope_tables.h"
 #include "train.h"
 
 /* What the summary reports; doubles are NaN when not measured. */
