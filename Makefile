@@ -38,7 +38,7 @@ NVCC_PIC   := -Xcompiler -fPIC
 
 BUILD      := build
 TOOLS      := $(notdir $(patsubst %/,%,$(sort $(dir $(wildcard tools/poros-*/*.c)))))
-LIB_SRC    := $(wildcard tools/lib/*.c)
+LIB_SRC    := $(wildcard tools/lib/*/*.c)
 CPU_SRC    := $(wildcard kernels/cpu/*.c)
 # the reference tier (kernels/ref/ref.h): the ops' math in double, linked into tests only
 REF_SRC    := $(wildcard kernels/ref/*.c)
@@ -63,7 +63,7 @@ UNIT_BINS  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 GPU_BINS   := $(GPU_TEST_SRC:tests/gpu/%.c=$(BUILD)/gpu/%)
 
 # The CUDA backend: bin/poros-backend-cuda.so, which the tools dlopen beside
-# themselves when asked for the GPU (tools/lib/backend_load.c), so that no
+# themselves when asked for the GPU (tools/lib/util/backend_load.c), so that no
 # tool maps a CUDA library at start.  The unit and GPU tests link the
 # backend in (CUDA_LIBS; --undefined pulls its entry out of the archive).
 CUDA_SO    := bin/poros-backend-cuda.so
@@ -195,13 +195,13 @@ $(BUILD)/%.o: %.cu $(NVCC_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(NVCC_PIC) -MMD -MP -c -o $@ $<
 
-# The commit artifacts name (env.git_sha) is compiled into artifact.o: the
+# The commit artifacts name (env.git_sha) is compiled into records/artifact.o: the
 # stamp is rewritten only when HEAD moved, and then artifact.o is rebuilt,
 # so a build after a commit never reports the commit before.
 GIT_STAMP := $(BUILD)/git-sha
 $(GIT_STAMP): FORCE
 	@mkdir -p $(BUILD); echo '$(GIT_SHA)' | cmp -s - $@ || echo '$(GIT_SHA)' >$@
-$(BUILD)/tools/lib/artifact.o: $(GIT_STAMP)
+$(BUILD)/tools/lib/records/artifact.o: $(GIT_STAMP)
 FORCE:
 
 $(LIBPOROS): $(LIB_OBJ)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # The CUDA backend as a shared object beside the tools, opened only when a
-# tool asks for the GPU (tools/lib/backend_load.c): a CPU run maps no CUDA
+# tool asks for the GPU (tools/lib/util/backend_load.c): a CPU run maps no CUDA
 # library, and a tool runs where the backend or the CUDA libraries are absent.
 
 bats_require_minimum_version 1.5.0

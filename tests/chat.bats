@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# Chat records: the model's own chat template (tools/lib/jinja*.c,
+# Chat records: the model's own chat template (tools/lib/text/jinja*.c,
 # chat_template.c) against what transformers' apply_chat_template gives
 # (tests/fixtures/chat/, made by tests/chat/make_expected.py; the shipped
 # Qwen2, Qwen2.5 and Llama-3.2/3.3 templates by tests/gpu/chat_fixtures.py, whose

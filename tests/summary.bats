@@ -2,7 +2,7 @@
 # poros.summary/1 against share/poros/schema/summary.schema.json: both
 # writers (poros-train, real runs on the tiny models; armlib.py, its own
 # driver over a stand-in for torch, tests/fixtures/arm/fake-torch-arm) and
-# the reader (tools/lib/artifact_read.c, through poros-arm).
+# the reader (tools/lib/records/artifact_read.c, through poros-arm).
 
 bats_require_minimum_version 1.5.0
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # One timing method and one optimizer protocol for every arm (issue 19):
 # every arm lists its timed steps, C computes s_per_step from the lists
-# (tools/lib/timing.c), passes are fresh processes, the LR warmup is apart
+# (tools/lib/records/timing.c), passes are fresh processes, the LR warmup is apart
 # from the timing warmup, and artifacts say what computed.
 
 bats_require_minimum_version 1.5.0

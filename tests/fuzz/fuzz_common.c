@@ -5,7 +5,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
-#include "util.h"
+#include "util/util.h"
 
 jmp_buf fuzz_exit_jump;
 int fuzz_exit_armed;

@@ -7,9 +7,8 @@
  * model_config_parse as a config.json. */
 #include "fuzz_common.h"
 
-#include "adapter.h"
-#include "model_config.h"
-#include "util.h"
+#include "model/model.h"
+#include "util/util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

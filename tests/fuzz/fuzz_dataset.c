@@ -1,4 +1,4 @@
-/* tests/fuzz/fuzz_dataset.c: the dataset readers (tools/lib/dataset_files.c)
+/* tests/fuzz/fuzz_dataset.c: the dataset readers (tools/lib/text/dataset_files.c)
  * on arbitrary files, as poros-train --dataset reads them.
  *
  * Input layout: the first byte picks the file's name (.jsonl, .json, .txt,
@@ -11,9 +11,8 @@
 
 #include <zlib.h>
 
-#include "dataset.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "text/text.h"
+#include "util/util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

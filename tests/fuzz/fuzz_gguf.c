@@ -5,9 +5,9 @@
  * loads must encode a text into ids of its own vocabulary. */
 #include "fuzz_common.h"
 
-#include "gguf.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "model/model.h"
+#include "text/text.h"
+#include "util/util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -4,10 +4,8 @@
  * an artifact or cell that reads back must survive a write/read round trip. */
 #include "fuzz_common.h"
 
-#include "artifact.h"
-#include "cell.h"
-#include "jsonl.h"
-#include "util.h"
+#include "records/records.h"
+#include "util/util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

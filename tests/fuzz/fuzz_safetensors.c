@@ -4,8 +4,8 @@
  * tensor must read (or be refused) without touching memory outside it. */
 #include "fuzz_common.h"
 
-#include "safetensors.h"
-#include "util.h"
+#include "model/model.h"
+#include "util/util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

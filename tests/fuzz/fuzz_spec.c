@@ -4,9 +4,9 @@
  * cell_validate and round-trip through JSON. */
 #include "fuzz_common.h"
 
-#include "cell.h"
+#include "records/records.h"
 #include "spec.h"
-#include "util.h"
+#include "util/util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

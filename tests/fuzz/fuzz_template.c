@@ -6,8 +6,8 @@
  * rendered twice: the same text both times. */
 #include "fuzz_common.h"
 
-#include "jinja.h"
-#include "util.h"
+#include "text/text.h"
+#include "util/util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

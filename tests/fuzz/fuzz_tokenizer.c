@@ -5,9 +5,9 @@
  * again (they are its own, so decoding cannot fail). */
 #include "fuzz_common.h"
 
-#include "cell.h" /* utf8_valid_prefix */
-#include "tokenizer.h"
-#include "util.h"
+#include "records/records.h" /* utf8_valid_prefix */
+#include "text/text.h"
+#include "util/util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -56,7 +56,7 @@ compile() { # SRC OBJ [extra flags]
 }
 note "building the harnesses with $CC in $OUT/"
 objs=
-for src in tools/lib/*.c kernels/cpu/*.c tools/poros-expand/spec.c tools/poros-expand/yaml_tree.c tests/fuzz/fuzz_common.c; do
+for src in tools/lib/*/*.c kernels/cpu/*.c tools/poros-expand/spec.c tools/poros-expand/yaml_tree.c tests/fuzz/fuzz_common.c; do
 	obj=$OUT/obj/${src%.c}.o
 	compile "$src" "$obj" -fsanitize=fuzzer-no-link
 	objs="$objs $obj"

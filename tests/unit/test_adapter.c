@@ -11,11 +11,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "adapter.h"
-#include "jsonl.h"
+#include "model/model.h"
+#include "util/util.h"
 #include "ops.h"
-#include "safetensors.h"
-#include "util.h"
 #include "test_common.h"
 
 static char tmpdir[] = "/tmp/poros-test-ad-XXXXXX";

@@ -5,10 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "artifact.h"
-#include "jsonl.h"
-#include "timing.h"
-#include "util.h"
+#include "records/records.h"
+#include "util/util.h"
 #include "test_common.h"
 
 static void check_str(const char *got, const char *want, const char *what)

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cell.h"
-#include "util.h"
+#include "records/records.h"
+#include "util/util.h"
 #include "test_common.h"
 
 /* The cell of docs/schemas.md, built by hand. */

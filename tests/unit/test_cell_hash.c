@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cell_hash.h"
-#include "util.h"
+#include "records/records.h"
+#include "util/util.h"
 #include "test_common.h"
 
 static const char *const CELL_TEXT =

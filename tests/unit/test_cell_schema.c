@@ -1,5 +1,5 @@
 /* tests/unit/test_cell_schema.c: share/poros/schema/cell.schema.json
- * held against the cell's field table (tools/lib/cell.c): every row is a
+ * held against the cell's field table (tools/lib/records/cell.c): every row is a
  * property with the same type, range, length, enum, default and
  * required-ness, and every property is a row; and every flag the table
  * names is one of poros-train's options, in its synopsis. */
@@ -9,10 +9,9 @@
 #include <string.h>
 
 #include "../../tools/poros-train/train.h"
-#include "cell.h"
-#include "jsonl.h"
+#include "records/records.h"
+#include "util/util.h"
 #include "test_common.h"
-#include "util.h"
 
 #define SCHEMA_PATH "share/poros/schema/cell.schema.json"
 

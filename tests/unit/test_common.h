@@ -10,7 +10,7 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 
-#include "util.h"
+#include "util/util.h"
 
 static int failures;
 

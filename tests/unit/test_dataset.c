@@ -1,4 +1,4 @@
-/* tests/unit/test_dataset.c: tools/lib/dataset: formats, packing, shuffling,
+/* tests/unit/test_dataset.c: tools/lib/text/dataset: formats, packing, shuffling,
  * where data is looked for, and the errors.  Token ids of the tiny
  * tokenizer are in tests/unit/test_tokenizer.c.  Run from the repository
  * root. */
@@ -11,9 +11,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "dataset.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "text/text.h"
+#include "util/util.h"
 #include "test_common.h"
 
 static char tmp[] = "/tmp/poros-test-dataset-XXXXXX";

@@ -1,13 +1,13 @@
 /* tests/unit/test_dataset_split.c: which files of a directory are a split
- * (tools/lib/dataset_split.c), as HF datasets' data_files.py chooses them,
+ * (tools/lib/text/dataset_split.c), as HF datasets' data_files.py chooses them,
  * and documents held out by the seed.  One case a row: the files, the
  * split asked for, the files kept (or the error's text). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dataset_int.h"
-#include "util.h"
+#include "text/dataset_int.h"
+#include "util/util.h"
 #include "test_common.h"
 
 struct split_case {

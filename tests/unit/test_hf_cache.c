@@ -7,8 +7,8 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 
-#include "hf_cache.h"
-#include "util.h"
+#include "model/model.h"
+#include "util/util.h"
 #include "test_common.h"
 
 static char tmpdir[] = "/tmp/poros-test-hfc-XXXXXX";

@@ -1,4 +1,4 @@
-/* tests/unit/test_jinja.c: tools/lib/jinja against what jinja2 renders
+/* tests/unit/test_jinja.c: tools/lib/text/jinja against what jinja2 renders
  * (tests/fixtures/jinja/cases.jsonl, written by make_jinja_cases.py), the
  * provenance of content bytes, and the refusals.  Run from the repository
  * root. */
@@ -8,8 +8,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "jinja.h"
-#include "util.h"
+#include "text/text.h"
+#include "util/util.h"
 #include "test_common.h"
 
 #if defined(__SANITIZE_ADDRESS__)

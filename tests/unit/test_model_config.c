@@ -11,10 +11,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "arch.h"
-#include "cell.h"
-#include "model_config.h"
-#include "util.h"
+#include "model/model.h"
+#include "records/records.h"
+#include "util/util.h"
 #include "test_common.h"
 
 static const char *fixtures = "tests/fixtures/formats";

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nf4.h"
+#include "model/model.h"
 #include "ops.h"
 #include "test_common.h"
 

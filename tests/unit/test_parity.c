@@ -1,13 +1,12 @@
-/* tests/unit/test_parity.c: the parity record (tools/lib/parity.c): JSON
+/* tests/unit/test_parity.c: the parity record (tools/lib/records/parity.c): JSON
  * round trip, nulls, and every rejection naming its field. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "jsonl.h"
-#include "parity.h"
-#include "util.h"
+#include "util/util.h"
+#include "records/records.h"
 #include "test_common.h"
 
 static const char full[] =

@@ -1,14 +1,14 @@
 /* tests/unit/test_record_schema.c: each record's key table held to its
  * schema.  The artifact's table
- * (artifact_fields, tools/lib/artifact.c) held against what documents it:
+ * (artifact_fields, tools/lib/records/artifact.c) held against what documents it:
  * share/poros/schema/artifact.schema.json (every row a property of the
  * same type, nullability, minimum and required-ness, every property a
  * row), man/poros-artifact.5 (every key named), the summary schema (every
  * key taken from a summary is one of its properties) and the report's
  * columns (every column a row names exists); and the summary's table
- * (summary_fields, tools/lib/summary_fields.c) held against
+ * (summary_fields, tools/lib/records/summary_fields.c) held against
  * share/poros/schema/summary.schema.json the same way, in order; and the
- * parity record's (parity_fields, tools/lib/parity.c) to parity.schema.json
+ * parity record's (parity_fields, tools/lib/records/parity.c) to parity.schema.json
  * and the event row's (event_fields, tools/poros-train/events.c) to
  * event.schema.json. */
 #include <stdio.h>
@@ -16,11 +16,9 @@
 #include <string.h>
 
 #include "../../tools/poros-train/events.h"
-#include "artifact.h"
-#include "jsonl.h"
-#include "parity.h"
+#include "records/records.h"
+#include "util/util.h"
 #include "test_common.h"
-#include "util.h"
 
 #define SCHEMA_PATH "share/poros/schema/artifact.schema.json"
 #define SUMMARY_PATH "share/poros/schema/summary.schema.json"

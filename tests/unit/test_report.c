@@ -1,11 +1,11 @@
-/* tests/unit/test_report.c: the report helpers (tools/lib/report_*.c):
+/* tests/unit/test_report.c: the report helpers (tools/lib/records/report_*.c):
  * timestamps, escaping, number formats, fits-on. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "report.h"
+#include "records/records.h"
 #include "test_common.h"
 
 static void expect_str(const char *what, const char *got, const char *want)

@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "ops.h"
-#include "safetensors.h"
-#include "util.h"
+#include "model/model.h"
+#include "util/util.h"
 #include "test_common.h"
 
 static char tmpdir[] = "/tmp/poros-test-st-XXXXXX";

@@ -1,4 +1,4 @@
-/* tests/unit/test_tokenizer.c: tools/lib/tokenizer against hand-computed ids
+/* tests/unit/test_tokenizer.c: tools/lib/text/tokenizer against hand-computed ids
  * on the hand-made fixtures of tests/fixtures/tokenizer/make_tiny.py (ids:
  * a byte's id is its value; 256 he, 257 ll, 258 hell, 259 hello, 260 Ġw,
  * 261 or, 262 Ġwor, 263 Ġworl, 264 ĠĠ, 265 "8E E1", 266 Ġworld; added
@@ -15,8 +15,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "tokenizer.h"
-#include "util.h"
+#include "text/text.h"
+#include "util/util.h"
 #include "test_common.h"
 
 #define TINY "tests/fixtures/tokenizer/tiny"

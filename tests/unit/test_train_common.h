@@ -11,9 +11,10 @@
 #include <string.h>
 
 #include "../../tools/poros-train/engine.h"
+#include "../../tools/poros-train/rope_tables.h"
 #include "../../tools/poros-train/train.h"
 #include "test_common.h"
-#include "util.h"
+#include "util/util.h"
 
 struct tt_run {
 	struct train_config cfg;

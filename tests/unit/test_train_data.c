@@ -1,6 +1,6 @@
 /* tests/unit/test_train_data.c: the trainer's token sources: synthetic
  * streams are deterministic, raw token files are cut into consecutive
- * S+1 windows that wrap, JSONL input_ids go through tools/lib/dataset,
+ * S+1 windows that wrap, JSONL input_ids go through tools/lib/text/dataset,
  * and every bad input is an error naming the file (and the position of a
  * token the model cannot embed). */
 #include <unistd.h>

@@ -18,9 +18,8 @@
 
 #include "test_train_common.h"
 
-#include "jsonl.h"
-#include "nf4.h"
-#include "safetensors.h"
+#include "util/util.h"
+#include "model/model.h"
 
 /* --- synthetic ------------------------------------------------------------ */
 

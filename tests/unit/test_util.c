@@ -7,8 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "jsonl.h"
-#include "util.h"
+#include "util/util.h"
 #include "test_common.h"
 
 static void test_parse_long(void)

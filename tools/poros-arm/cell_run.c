@@ -12,11 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "artifact.h"
-#include "cell.h"
-#include "jsonl.h"
-#include "timing.h"
-#include "util.h"
+#include "records/records.h"
+#include "util/util.h"
 
 extern char **environ;
 

@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "util/util.h"
 
 #define OUT_KEEP (1 << 20)    /* stdout tail kept: the summary is the last line */
 #define CHUNK 65536

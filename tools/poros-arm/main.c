@@ -10,9 +10,8 @@
 #include <unistd.h>
 
 #include "arm.h"
-#include "cell.h"
-#include "jsonl.h"
-#include "util.h"
+#include "records/records.h"
+#include "util/util.h"
 
 #define SYNOPSIS "usage: poros-arm [-v] [-o DIR] [--timeout SECONDS] [--kill-grace SECONDS] " \
 	"[--log-max BYTES] [--gpus LIST] [--progress LABEL] [CELL.json ...]\n"

@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "util/util.h"
 
 /* Bytes read from a worker's pipe and not passed on yet. */
 struct bytes {

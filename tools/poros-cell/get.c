@@ -3,10 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cell.h"
-#include "jsonl.h"
+#include "records/records.h"
+#include "util/util.h"
 #include "query.h"
-#include "util.h"
 
 #define MAX_FIELDS 64
 

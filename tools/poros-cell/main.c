@@ -6,9 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jsonl.h"
+#include "util/util.h"
 #include "query.h"
-#include "util.h"
 
 static const char synopsis[] =
 	"usage: poros-cell get [--json | --raw] [--null TEXT] FIELD[,FIELD...] [FILE|- ...]\n"

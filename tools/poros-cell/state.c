@@ -4,12 +4,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "artifact.h"
-#include "cell.h"
-#include "current.h"
-#include "jsonl.h"
+#include "records/records.h"
+#include "util/util.h"
 #include "query.h"
-#include "util.h"
 
 enum cell_state { STATE_NONE, STATE_OK, STATE_FAILED, STATE_STALE };
 static const char *const state_names[] = { "none", "ok", "failed", "stale" };

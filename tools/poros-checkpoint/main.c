@@ -17,9 +17,9 @@
 #include <cjson/cJSON.h>
 
 #include "numerics.h"
-#include "safetensors.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "model/model.h"
+#include "text/text.h"
+#include "util/util.h"
 
 static const char synopsis[] =
 	"usage: poros-checkpoint --family llama|qwen2|qwen3 --tokenizer PATH --out DIR [--seed N]\n"

@@ -7,12 +7,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cell.h"
-#include "jsonl.h"
+#include "records/records.h"
+#include "util/util.h"
 #include "output.h"
 #include "spec.h"
 #include "train_config.h"
-#include "util.h"
 
 static const char synopsis[] = "usage: poros-expand SPEC.yaml [-o DIR] [--jsonl]\n"
 	"       poros-expand --train-argv CONFIG.yaml\n"

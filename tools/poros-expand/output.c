@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "output.h"
-#include "util.h"
+#include "util/util.h"
 
 static void push(char ***list, size_t *n, const char *s)
 {

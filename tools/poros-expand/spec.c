@@ -10,11 +10,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cell.h"
-#include "cell_hash.h"
-#include "model_config.h"
+#include "records/records.h"
+#include "model/model.h"
 #include "spec.h"
-#include "util.h"
+#include "util/util.h"
 #include "yaml_tree.h"
 #include "yaml_value.h"
 
@@ -50,7 +49,7 @@ struct field {
 
 /* A model entry and the reporting section are the spec's own; hardware,
  * training, lora and poros are the cell's rows of those sections
- * (tools/lib/cell.c), built by spec_sections below. */
+ * (tools/lib/records/cell.c), built by spec_sections below. */
 static const struct field reporting_fields[] = {
 	{ "output_dir", FK_DIR, 0, 0, offsetof(struct spec, shared.output_dir), CELL_PATH_MAX, NULL },
 	{ "html", FK_BOOL, 0, 0, offsetof(struct spec, reporting.html), 0, NULL },
@@ -227,15 +226,6 @@ const char *describe(const struct ynode *n, char *buf, size_t sz)
 	if (classify(n) == SC_NULL)
 		return "null";
 	return quoted(n->text, buf, sz);
-}
-
-void list_names(char *buf, size_t n, const char *const *names, int count)
-{
-	size_t used = 0;
-
-	buf[0] = '\0';
-	for (int i = 0; i < count && used < n; i++)
-		used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? ", " : "", names[i]);
 }
 
 /* --- scalars ------------------------------------------------------------- */

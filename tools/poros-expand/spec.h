@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <cjson/cJSON.h>
 
-#include "cell.h"
+#include "records/records.h"
 
 /* A spec may list this many models; 64 x 5 methods x 2 precisions cells. */
 #define SPEC_MAX_MODELS 64

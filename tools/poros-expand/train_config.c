@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cell.h"
+#include "records/records.h"
 #include "train_config.h"
-#include "util.h"
+#include "util/util.h"
 #include "yaml_tree.h"
 #include "yaml_value.h"
 

@@ -9,7 +9,7 @@
 
 #include <yaml.h>
 
-#include "util.h"
+#include "util/util.h"
 #include "yaml_tree.h"
 
 struct ytree_ctx {

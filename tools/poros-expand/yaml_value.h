@@ -17,8 +17,6 @@ enum sclass classify(const struct ynode *n);
 const char *quoted(const char *s, char *buf, size_t n);
 /* "a mapping", "a list", "null", "\"ten\"", "the string \"10\"". */
 const char *describe(const struct ynode *n, char *buf, size_t sz);
-/* names joined by ", " into buf. */
-void list_names(char *buf, size_t n, const char *const *names, int count);
 /* A plain number (integer: a whole one), named path in messages. */
 double number_value(const char *file, const struct ynode *n, const char *path, int integer);
 /* A string of at most max bytes, no control characters. */

@@ -5,9 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "adapter.h"
-#include "jsonl.h"
-#include "util.h"
+#include "model/model.h"
+#include "util/util.h"
 
 struct reasons { cJSON *list; const char *config; };
 

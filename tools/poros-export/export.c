@@ -19,10 +19,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "arch.h"
-#include "jsonl.h"
+#include "model/model.h"
+#include "util/util.h"
 #include "numerics.h"
-#include "util.h"
 
 int fail(struct job *j, int code, const char *fmt, ...)
 {

@@ -22,10 +22,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "cell.h"
-#include "gguf.h"
-#include "model_config.h"
-#include "safetensors.h"
+#include "records/records.h"
+#include "model/model.h"
 
 #define EXPORT_SYNOPSIS \
 	"usage: poros-export --base DIR --adapter DIR --out DIR [--max-shard-size SIZE] [--merge-into original|dequantized]\n" \
@@ -134,8 +132,6 @@ char *human_bytes(char *buf, size_t n, double b);
 int parse_lora_config(struct job *j);
 
 /* inputs.c */
-int is_dir(const char *path);
-int is_file(const char *path);
 int open_base(struct job *j);
 int open_adapter(struct job *j);
 int load_pairs(struct job *j);

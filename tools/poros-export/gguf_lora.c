@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "ops.h"
-#include "util.h"
+#include "util/util.h"
 
 static enum ggml_type lora_type(enum gguf_outtype t)
 {

@@ -8,10 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
-#include "jsonl.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "model/model.h"
+#include "util/util.h"
+#include "text/text.h"
 
 struct vocab {
 	int n;

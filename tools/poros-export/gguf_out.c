@@ -18,9 +18,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "model/model.h"
 #include "ops.h"
-#include "util.h"
+#include "util/util.h"
 
 static const struct { const char *hf, *gguf; } layer_names[] = {
 	{ "self_attn.q_proj.weight", "attn_q.weight" },   { "self_attn.q_proj.bias", "attn_q.bias" },

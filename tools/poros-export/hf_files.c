@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "util/util.h"
 
 /* Copied from the base when present: what transformers' tokenizer and
  * generate() read next to the weights. */

@@ -8,9 +8,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "adapter.h"
-#include "jsonl.h"
-#include "util.h"
+#include "model/model.h"
+#include "util/util.h"
 
 #define ADAPTER_CONFIG "adapter_config.json"
 #define ADAPTER_WEIGHTS "adapter_model.safetensors"
@@ -130,20 +129,6 @@ int find_weights(struct job *j)
 }
 
 /* --- the base ------------------------------------------------------------ */
-
-int is_dir(const char *path)
-{
-	struct stat st;
-
-	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-int is_file(const char *path)
-{
-	struct stat st;
-
-	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
 
 /* Resolves --base; a config without weights (a configs/models shape, or a
  * directory with only config.json) is refused: poros-train trains those

@@ -7,8 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "jsonl.h"
-#include "util.h"
+#include "util/util.h"
 
 /* PEFT writes a feature that is off as null, false, {} or [] (or an object
  * of such values). */

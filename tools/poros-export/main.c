@@ -7,8 +7,7 @@
 #include <string.h>
 
 #include "export.h"
-#include "jsonl.h"
-#include "util.h"
+#include "util/util.h"
 
 static noreturn void usage(int code)
 {

@@ -14,9 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "nf4.h"
+#include "model/model.h"
 #include "ops.h"
-#include "util.h"
+#include "util/util.h"
 
 /* Element i of a float tensor's data, as fp32 (data need not be aligned). */
 static float load_f32(const unsigned char *p, enum st_dtype dt, size_t i)

@@ -9,8 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jsonl.h"
-#include "util.h"
+#include "util/util.h"
 
 /* What events.jsonl says: the last step, its loss, the last evaluation. */
 struct run_events {

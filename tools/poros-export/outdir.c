@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "util/util.h"
 
 /* --- the scratch directory ------------------------------------------------
  * Everything is written into a fresh directory beside --out; at exit or on

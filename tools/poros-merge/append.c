@@ -12,8 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "jsonl.h"
-#include "util.h"
+#include "util/util.h"
 
 /* Holds an exclusive flock(2) on path (created if need be) so that the
  * torn-line check below and the append are one step for every writer that

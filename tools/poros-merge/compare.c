@@ -9,9 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cell_hash.h"
-#include "jsonl.h"
-#include "util.h"
+#include "records/records.h"
+#include "util/util.h"
 
 #define COMPARE_SCHEMA "poros.compare/1"
 

@@ -6,9 +6,8 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-#include "jsonl.h"
+#include "util/util.h"
 #include "merge.h"
-#include "util.h"
 
 static const char synopsis[] =
 	"usage: poros-merge [--spec SPEC.json] [FILE|DIR|- ...]\n"

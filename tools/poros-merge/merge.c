@@ -7,8 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "jsonl.h"
-#include "util.h"
+#include "util/util.h"
 
 /* True when the artifact measured the spec's cell as it is now. */
 static int is_current(const struct current_spec *cs, const cJSON *obj)

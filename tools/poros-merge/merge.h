@@ -4,8 +4,7 @@
 
 #include <stdio.h>
 
-#include "current.h"
-#include "report.h"
+#include "records/records.h"
 
 /* Reads every input into s (latest artifact per cell wins).  With cs, an
  * artifact counts only when it measured one of cs's cells as it is now

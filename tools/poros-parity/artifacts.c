@@ -8,9 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "artifact.h"
-#include "jsonl.h"
-#include "util.h"
+#include "records/records.h"
+#include "util/util.h"
 
 /* One artifact file: read, its parity set, written back whole (atomic).
  * 0 done, 1 no such file, -1 with err set. */

@@ -10,10 +10,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "adapter.h"
-#include "cell.h"
-#include "jsonl.h"
-#include "util.h"
+#include "model/model.h"
+#include "records/records.h"
+#include "util/util.h"
 
 static int fail(int code, char *err, size_t errsz, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int fail(int code, char *err, size_t errsz, const char *fmt, ...)

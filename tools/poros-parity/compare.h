@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "parity.h"
+#include "records/records.h"
 
 /* The per-step losses of one run, in file order. */
 struct run_events {

@@ -5,11 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cell.h"
+#include "records/records.h"
 #include "compare.h"
-#include "jsonl.h"
-#include "parity.h"
-#include "util.h"
+#include "util/util.h"
 
 static const char synopsis[] =
 	"usage: poros-parity [--arch NAME] [--precision NAME] [--artifacts DIR] RUN_A RUN_B\n";

@@ -9,9 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cell_hash.h"
-#include "jsonl.h"
-#include "util.h"
+#include "records/records.h"
+#include "util/util.h"
 
 void report_init(struct report *r)
 {

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "svg.h"
-#include "util.h"
+#include "util/util.h"
 
 static const char css[] =
 	":root{--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--head:#f6f8fa;"

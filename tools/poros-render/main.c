@@ -3,9 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "jsonl.h"
+#include "util/util.h"
 #include "render.h"
-#include "util.h"
 
 static const char synopsis[] =
 	"usage: poros-render --html|--md [-o FILE] [--spec SPEC.json] [--runs-from DIR] [FILE|DIR|- ...]\n";

@@ -3,8 +3,7 @@
 #ifndef POROS_RENDER_H
 #define POROS_RENDER_H
 
-#include "parity.h"
-#include "report.h"
+#include "records/records.h"
 
 struct report_model {
 	const struct cell *cell;            /* the first cell of the model: its names and size */

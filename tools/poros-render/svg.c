@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cell.h"
+#include "records/records.h"
 
 enum {
 	CHART_W = 560,

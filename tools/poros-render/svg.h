@@ -2,7 +2,7 @@
 #ifndef POROS_RENDER_SVG_H
 #define POROS_RENDER_SVG_H
 
-#include "report.h"
+#include "records/records.h"
 
 struct bar {
 	const char *method, *precision;  /* the label; precision picks the colour */

@@ -8,12 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat_template.h"
-#include "dataset.h"
-#include "jinja.h"
-#include "jsonl.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "text/text.h"
+#include "util/util.h"
 
 static const char synopsis[] =
 	"usage: poros-tokenize {--tokenizer PATH | --model ID} [--add-special] [--text] [--stats] [FILE ...]\n"

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "util/util.h"
 
 const char *format_bytes(char *buf, size_t n, double bytes)
 {

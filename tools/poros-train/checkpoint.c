@@ -13,8 +13,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "jsonl.h"
-#include "util.h"
+#include "util/util.h"
 
 #define STATE_SCHEMA "poros.train_state/1"
 

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "util/util.h"
 
 struct comm {
 	const struct comm_plugin *p; /* NULL: single */

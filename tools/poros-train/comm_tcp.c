@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "util/util.h"
 
 #define TCP_MAGIC 0x50524f53u /* "PROS" */
 #define TCP_WAIT_S 120        /* for every rank to arrive */

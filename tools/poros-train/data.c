@@ -1,5 +1,5 @@
 /* tools/poros-train/data.c: synthetic token streams, raw token files, and
- * tools/lib/dataset for everything else. */
+ * tools/lib/text/dataset for everything else. */
 #include "data.h"
 
 #include <errno.h>
@@ -8,10 +8,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "dataset.h"
+#include "text/text.h"
 #include "ops.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "util/util.h"
 
 static int ends_with(const char *s, const char *suffix)
 {
@@ -68,7 +67,7 @@ static void make_repeat(struct token_source *d)
 	}
 }
 
-/* tools/lib/dataset: documents tokenized with the model's tokenizer when
+/* tools/lib/text/dataset: documents tokenized with the model's tokenizer when
  * it has one (records of input_ids need none). */
 static int open_dataset(struct token_source *d, const char *spec, const struct model_config *mc, uint64_t seed,
                         enum train_on train_on, const char *chat_date, const char *split, char *err, size_t errsz)

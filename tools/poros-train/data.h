@@ -19,7 +19,7 @@
  *
  * Synthetic and raw streams are cut into consecutive sequences of S+1
  * tokens (inputs, then the same shifted by one as targets), wrapping at the
- * end of a file; tools/lib/dataset packs documents its own way (rows of S
+ * end of a file; tools/lib/text/dataset packs documents its own way (rows of S
  * overlapping by one token, documents shuffled per epoch). */
 #ifndef POROS_TRAIN_DATA_H
 #define POROS_TRAIN_DATA_H
@@ -27,8 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dataset.h"
-#include "model_config.h"
+#include "text/text.h"
+#include "model/model.h"
 
 enum source_kind { SOURCE_SYNTHETIC, SOURCE_REPEAT, SOURCE_RAW, SOURCE_DATASET };
 
@@ -50,7 +50,7 @@ struct token_source {
 };
 
 /* 0, or -1 with err naming the path and, for a token the model cannot
- * embed, its position (or, for tools/lib/dataset sources, its value). */
+ * embed, its position (or, for tools/lib/text/dataset sources, its value). */
 int token_source_open(struct token_source *s, const char *spec, const struct model_config *mc, int seq_len,
                       uint64_t seed, enum train_on train_on, const char *chat_date, const char *split, char *err,
                       size_t errsz);
@@ -58,7 +58,7 @@ int token_source_open(struct token_source *s, const char *spec, const struct mod
  * split chooses. */
 int token_source_has_splits(const char *spec);
 /* --eval-fraction: whole documents of a dataset source moved into held,
- * chosen by the seed (tools/lib/dataset.h's dataset_hold_out).  0, or -1
+ * chosen by the seed (tools/lib/text/dataset.h's dataset_hold_out).  0, or -1
  * with err (not a dataset, or a side left empty). */
 int token_source_hold_out(struct token_source *s, struct token_source *held, double fraction, char *err,
                           size_t errsz);
@@ -81,7 +81,7 @@ void token_source_free(struct token_source *s);
  * exact stream. */
 struct token_cursor {
 	uint64_t next_seq;           /* synthetic and raw */
-	struct dataset_cursor ds;    /* tools/lib/dataset */
+	struct dataset_cursor ds;    /* tools/lib/text/dataset */
 	long long size;              /* raw: tokens in the file; dataset: tokens with separators; else 0 */
 };
 void token_source_tell(const struct token_source *s, struct token_cursor *cur);

@@ -14,7 +14,7 @@
 #include "backend.h"
 #include "data.h"
 #include "layer.h"
-#include "model_config.h"
+#include "model/model.h"
 #include "train.h"
 #include "weights.h"
 
@@ -135,9 +135,5 @@ int engine_profile_json(const struct engine *e, char *buf, size_t n);
 /* The learning rate of a (1-based) step: HF's schedulers with linear
  * warmup over lr_warmup_steps (step 1 of a warmup has lr 0, as in HF). */
 double lr_at(const struct train_config *c, int step);
-
-/* HF's RoPE tables (S, D/2) for the model, fp32, with the rope_scaling
- * types poros-train implements; -1 with err for any other. */
-int rope_tables(float *cos_t, float *sin_t, const struct model_config *mc, int S, char *err, size_t errsz);
 
 #endif

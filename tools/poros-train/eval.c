@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "util/util.h"
 
 static int eval_alloc(struct engine *e, char *err, size_t errsz)
 {

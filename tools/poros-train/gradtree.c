@@ -24,7 +24,7 @@
 #include <stdlib.h>
 
 #include "comm.h"
-#include "util.h"
+#include "util/util.h"
 
 /* Pushes leaf g onto the counter (start, size) and merges; returns the
  * new height.  merge (may be NULL) is told each merge of entry i+1 into i. */

@@ -12,7 +12,7 @@
 #include "alloc.h"
 #include "engine.h"
 #include "engine_impl.h"
-#include "util.h"
+#include "util/util.h"
 #include "weights.h"
 
 /* Per tensor, an upper bound on its safetensors header entry. */

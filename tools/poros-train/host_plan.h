@@ -10,7 +10,7 @@
 
 #include "alloc.h"
 #include <cjson/cJSON.h>
-#include "model_config.h"
+#include "model/model.h"
 #include "train.h"
 
 enum { HOST_PLAN_MAX = 12 };

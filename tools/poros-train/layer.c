@@ -21,7 +21,7 @@
  * buffers; a profiled run hands in a timed ops table (profile.c). */
 #include "layer.h"
 
-#include "util.h"
+#include "util/util.h"
 
 /* The dropout masks of (step, micro-batch, layer, projection, first row):
  * the same in both schedules, the same in forward, recompute and

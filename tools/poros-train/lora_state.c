@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "util.h"
+#include "util/util.h"
 
 #define LORA_ALIGN_FLOATS 64
 

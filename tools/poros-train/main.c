@@ -7,9 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jsonl.h"
+#include "util/util.h"
 #include "train.h"
-#include "util.h"
 
 static noreturn void usage(int code)
 {

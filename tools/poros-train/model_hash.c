@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "safetensors.h"
-#include "util.h"
+#include "model/model.h"
+#include "util/util.h"
 
 #define P1 0x9e3779b185ebca87ull
 #define P2 0xc2b2ae3d27d4eb4full

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model_config.h"
+#include "model/model.h"
 
 #define MODEL_HASH_LEN (10 + 64)
 

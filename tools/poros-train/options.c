@@ -5,12 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "adapter.h"
+#include "model/model.h"
 #include "checkpoint.h"
-#include "jsonl.h"
+#include "util/util.h"
 #include "comm.h"
 #include "train.h"
-#include "util.h"
 
 const char *const train_mode_names[2] = { "blockwise", "resident" };
 

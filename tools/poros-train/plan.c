@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "rope_tables.h"
+#include "util/util.h"
 
 /* A plan runs twice: with base NULL it only sums sizes, then with the
  * allocation it hands out the same aligned pieces. */

@@ -12,20 +12,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "adapter.h"
-#include "artifact.h"
+#include "model/model.h"
+#include "records/records.h"
 #include "checkpoint.h"
 #include "comm.h"
 #include "engine.h"
 #include "events.h"
 #include "host_plan.h"
 #include "shared_base.h"
-#include "jsonl.h"
+#include "util/util.h"
 #include "numerics.h"
 #include "model_hash.h"
-#include "timing.h"
+#include "rope_tables.h"
 #include "train.h"
-#include "util.h"
 
 /* What the summary reports; doubles are NaN when not measured. */
 struct run_result {

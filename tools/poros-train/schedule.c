@@ -24,7 +24,7 @@
 #include <stdlib.h>
 
 #include "comm.h"
-#include "util.h"
+#include "util/util.h"
 
 /* --- timing spans ---------------------------------------------------------- */
 

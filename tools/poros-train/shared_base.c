@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
-#include "util.h"
+#include "util/util.h"
 
 #define HOST_KEY_BYTES 128
 #define TOKEN_BYTES 48

@@ -21,7 +21,7 @@
 #include "comm.h"
 #include "shared_base.h"
 #include "train.h"
-#include "util.h"
+#include "util/util.h"
 
 #define SPAWN_GRACE_S 10
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "util/util.h"
 
 /* The embedding rows of the step's tokens, from the host table into the
  * pinned staging buffer: k*T rows instead of a V-row table on the device. */

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "cell.h"
+#include "records/records.h"
 
 enum train_mode { MODE_BLOCKWISE, MODE_RESIDENT };
 extern const char *const train_mode_names[2]; /* "blockwise", "resident" */
@@ -66,7 +66,7 @@ enum { ATTN_CKPT_AUTO = -1 };
 
 /* The command line, one slot per option (the last one given wins); main.c
  * fills it, options.c gives it meaning.  X(id, name, has_arg): the flags
- * that set a cell field are named in tools/lib/cell.c's table too. */
+ * that set a cell field are named in tools/lib/records/cell.c's table too. */
 #define TRAIN_OPTIONS(X) \
 	X(CELL, "cell", 1) X(MODEL, "model", 1) X(MODE, "mode", 1) X(PRECISION, "precision", 1) \
 	X(STEPS, "steps", 1) X(SEQ_LEN, "seq-len", 1) X(BATCH_SIZE, "batch-size", 1) X(ACCUM, "accum", 1) \

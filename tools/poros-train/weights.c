@@ -8,11 +8,9 @@
 #include <string.h>
 
 #include "alloc.h"
-#include "arch.h"
-#include "nf4.h"
+#include "model/model.h"
 #include "ops.h"
-#include "safetensors.h"
-#include "util.h"
+#include "util/util.h"
 
 static size_t align_up(size_t n)
 {

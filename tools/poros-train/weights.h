@@ -19,8 +19,8 @@
 #include <stdint.h>
 
 #include "backend.h"
-#include "cell.h"
-#include "model_config.h"
+#include "records/records.h"
+#include "model/model.h"
 #include "shared_base.h"
 
 #define LAYOUT_NONE ((size_t)-1)

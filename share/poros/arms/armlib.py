@@ -303,7 +303,7 @@ def slugify(s, strip_org=True):
 
 def check_regular(path):
     """Refuses what is not a readable regular file, naming it, as
-    tools/lib/safetensors.c's st_check_regular does: a dangling link (an
+    tools/lib/model/safetensors.c's st_check_regular does: a dangling link (an
     interrupted download), a FIFO, a directory, an unreadable file.  Opened
     with O_NONBLOCK and checked with fstat, so that a FIFO never blocks."""
     try:
@@ -443,7 +443,7 @@ def checkpoint_source(model_id, d):
 
 
 def resolve_model(model_id):
-    """poros-train's rule (tools/lib/model_config.c, docs/checkpoints.md): a
+    """poros-train's rule (tools/lib/model/model_config.c, docs/checkpoints.md): a
     local directory with a config.json, then the HF cache, then Poros' own
     configs/models/<slug>.json.  A checkpoint loads its own weights or the
     run stops naming the file (BadInput, exit 2); synthetic weights only
@@ -674,7 +674,7 @@ def lr_factor(schedule, step0, steps, warmup=0):
 
 
 def median(xs):
-    """The median poros-arm computes (tools/lib/timing.c): the middle value,
+    """The median poros-arm computes (tools/lib/records/timing.c): the middle value,
     or the mean of the middle two."""
     v = sorted(xs)
     n = len(v)
