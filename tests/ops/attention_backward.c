@@ -237,6 +237,21 @@ static void pair_check_exact(struct gpu_case *c, const size_t bytes[5])
 		check_exact(c, pair_names[1][o], got(c, pair_names[0][o]), bytes[o], o == 0 ? 2 : 4);
 }
 
+/* case_run on the kernels (POROS_ATTENTION=mma), the caller's setting
+ * restored after. */
+static void case_run_kernels(struct gpu_case *c, gpu_op op, const void *args)
+{
+	const char *route = getenv("POROS_ATTENTION");
+	char *saved = route ? strdup(route) : NULL;
+	setenv("POROS_ATTENTION", "mma", 1);
+	case_run(c, op, args);
+	if (saved)
+		setenv("POROS_ATTENTION", saved, 1);
+	else
+		unsetenv("POROS_ATTENTION");
+	free(saved);
+}
+
 static void test_attention_plain_pos(int B, int S, int H, int G, int D)
 {
 	struct gpu_case c;
@@ -255,15 +270,7 @@ static void test_attention_plain_pos(int B, int S, int H, int G, int D)
 	}
 	/* the kernels' claim: NULL positions take the cuDNN route where it
 	 * runs, which rounds otherwise (ops.h), so this compares the kernels */
-	const char *route = getenv("POROS_ATTENTION");
-	char *saved = route ? strdup(route) : NULL;
-	setenv("POROS_ATTENTION", "mma", 1);
-	case_run(&c, attention_plain_pos_gpu, &x);
-	if (saved)
-		setenv("POROS_ATTENTION", saved, 1);
-	else
-		unsetenv("POROS_ATTENTION");
-	free(saved);
+	case_run_kernels(&c, attention_plain_pos_gpu, &x);
 	pair_check_exact(&c, bytes);
 	case_end(&c);
 }
@@ -373,15 +380,7 @@ static void test_attention_grouped(int B, int S, int H, int G, int D, int docs, 
 		x.side[i].cos = cos, x.side[i].sin = sin;
 		pair_side(&c, &x.side[i], i, bytes, dout, scratch);
 	}
-	const char *route = getenv("POROS_ATTENTION");
-	char *saved = route ? strdup(route) : NULL;
-	setenv("POROS_ATTENTION", "mma", 1);
-	case_run(&c, attention_grouped_gpu, &x);
-	if (saved)
-		setenv("POROS_ATTENTION", saved, 1);
-	else
-		unsetenv("POROS_ATTENTION");
-	free(saved);
+	case_run_kernels(&c, attention_grouped_gpu, &x);
 	pair_check_exact(&c, bytes);
 	case_end(&c);
 }
