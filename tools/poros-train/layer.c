@@ -145,6 +145,22 @@ static void proj_backward(const struct layer_ctx *c, const struct layer_view *w,
 	c->op->matmul_backward_input(din, dout16, ld, w->w[m], w->ld[m], n, K, ext ? N + c->E : N, accumulate);
 }
 
+/* u (n,R) = dropout(in) A^T for projection m over rows t0..t0+n-1, all
+ * its backward reads of a recomputation (nothing when m has no LoRA). */
+static void proj_lora_u(const struct layer_ctx *c, const struct layer_view *w, const struct layer_act *a, int layer,
+                        int m, const bf16 *in, int t0, int n, struct pass p)
+{
+	const struct lora_slot *s = &c->slot[layer * N_PROJ + m];
+
+	if (s->a < 0)
+		return;
+	c->op->lora_forward(&(struct lora_fwd_args){
+		.u = a->u[m] + (size_t)t0 * c->R, .in = in, .ld_in = s->n_in + c->E, .A = c->lora + s->a,
+		.B = c->lora + s->b, .scale = c->lora_scale, .dropout_p = c->dropout,
+		.dropout_seed = dropout_seed(c, p, layer, m, t0), .T = n, .K = s->n_in, .N = 0, .R = c->R,
+		.scratch = c->g.lora_scratch, .A3 = ext_a3(c, w, s, m), .ld_a3 = w->ld[m] });
+}
+
 /* One chunk of the MLP: rows t0..t0+n-1 of the micro-batch and their
  * gate, up and h, at row t0 of the (T,F) buffers when a keeps them whole,
  * else in the one chunk's buffers. */
@@ -166,33 +182,35 @@ static struct mlp_chunk mlp_chunk_at(const struct layer_ctx *c, const struct lay
 	return k;
 }
 
-/* The MLP forward of one chunk: gate, up, h = silu(gate) * up, then out's
- * rows (out (T,C), NULL when recomputing) = x2 + down(h).  A
- * recomputation needs down_proj's u for the backward, not its output. */
-static void mlp_forward(const struct layer_ctx *c, const struct layer_view *w, const struct layer_act *a, int layer,
-                        const struct mlp_chunk *k, float *out, struct pass p)
+/* gate, up and h = silu(gate) * up of one chunk. */
+static void mlp_hidden(const struct layer_ctx *c, const struct layer_view *w, const struct layer_act *a, int layer,
+                       const struct mlp_chunk *k, struct pass p)
 {
-	const struct poros_ops *op = c->op;
 	bf16 *xn2 = a->xn2 + (size_t)k->t0 * (c->C + c->E);
-	size_t row = (size_t)k->t0 * c->C;
 
 	proj_forward_bf16(c, w, a, layer, PROJ_GATE, xn2, k->gate, k->t0, k->n, p);
 	proj_forward_bf16(c, w, a, layer, PROJ_UP, xn2, k->up, k->t0, k->n, p);
-	op->swiglu_forward(k->h, c->F + c->E, k->gate, k->up, k->n, c->F);
-	if (out == NULL) {
-		const struct lora_slot *s = &c->slot[layer * N_PROJ + PROJ_DOWN];
+	c->op->swiglu_forward(k->h, c->F + c->E, k->gate, k->up, k->n, c->F);
+}
 
-		if (s->a >= 0)
-			op->lora_forward(&(struct lora_fwd_args){
-				.u = a->u[PROJ_DOWN] + (size_t)k->t0 * c->R, .in = k->h, .ld_in = c->F + c->E,
-				.A = c->lora + s->a, .B = c->lora + s->b, .scale = c->lora_scale, .dropout_p = c->dropout,
-				.dropout_seed = dropout_seed(c, p, layer, PROJ_DOWN, k->t0), .T = k->n, .K = s->n_in, .N = 0,
-				.R = c->R, .scratch = c->g.lora_scratch, .A3 = ext_a3(c, w, s, PROJ_DOWN),
-				.ld_a3 = w->ld[PROJ_DOWN] });
-		return;
-	}
+/* The MLP forward of one chunk: out's rows (out (T,C)) = x2 + down(h). */
+static void mlp_forward(const struct layer_ctx *c, const struct layer_view *w, const struct layer_act *a, int layer,
+                        const struct mlp_chunk *k, float *out, struct pass p)
+{
+	size_t row = (size_t)k->t0 * c->C;
+
+	mlp_hidden(c, w, a, layer, k, p);
 	proj_forward(c, w, a, layer, PROJ_DOWN, k->h, out + row, k->t0, k->n, p);
-	op->add_inplace(out + row, a->x2 + row, (long)k->n * c->C);
+	c->op->add_inplace(out + row, a->x2 + row, (long)k->n * c->C);
+}
+
+/* The MLP of one chunk again for its backward: gate, up, h and down_proj's
+ * u, not down_proj's output. */
+static void mlp_recompute(const struct layer_ctx *c, const struct layer_view *w, const struct layer_act *a,
+                          int layer, const struct mlp_chunk *k, struct pass p)
+{
+	mlp_hidden(c, w, a, layer, k, p);
+	proj_lora_u(c, w, a, layer, PROJ_DOWN, k->h, k->t0, k->n, p);
 }
 
 /* Micro-batch mb's positions for attention and rope: NULL where every row
@@ -210,14 +228,15 @@ void embed_forward(const struct layer_ctx *c, float *out, int mb)
 	c->op->embedding_forward(out, c->iota, c->embed_rows + (size_t)mb * c->T * c->C, c->T, c->C);
 }
 
-void layer_forward(const struct layer_ctx *c, const struct layer_view *w, struct layer_act *a, int layer,
-                   const float *x, float *out, struct pass p)
+/* The attention block and the MLP's norm: x2 = x + o(attn(q, k, v)),
+ * xn2 = norm(x2); the attention op itself only when run_attention. */
+static void attention_block(const struct layer_ctx *c, const struct layer_view *w, struct layer_act *a, int layer,
+                            const float *x, int run_attention, struct pass p)
 {
 	const struct poros_ops *op = c->op;
 	int T = c->T, C = c->C, E = c->E, qk = c->qk_norm;
 	const int32_t *pos = layer_pos(c, p.mb); /* (T) or NULL */
 
-	/* attention block */
 	a->x = x;
 	op->rmsnorm_forward(NULL, a->xn, C + E, a->rstd1, x, w->in_norm, c->eps, T, C);
 	proj_forward(c, w, a, layer, PROJ_Q, a->xn, qk ? a->q_pre : a->q, 0, T, p);
@@ -228,22 +247,30 @@ void layer_forward(const struct layer_ctx *c, const struct layer_view *w, struct
 		op->rmsnorm_forward(a->k, NULL, c->D, a->rstd_k, a->k_pre, w->k_norm, c->eps, T * c->G, c->D);
 	}
 	/* q, k stay unrotated: the attention ops rotate them as they pack them */
-	if (out != NULL || !a->att_kept)
+	if (run_attention)
 		op->attention_forward(a->att, c->HD + E, a->lse, c->attn_scratch, a->q, a->k, a->v, c->rope_cos,
 		                      c->rope_sin, pos, c->B, c->S, c->H, c->G, c->D);
 	proj_forward(c, w, a, layer, PROJ_O, a->att, a->x2, 0, T, p);
 	op->add_inplace(a->x2, x, (long)T * C);
-
-	/* MLP block, mlp_chunk rows at a time */
 	op->rmsnorm_forward(NULL, a->xn2, C + E, a->rstd2, a->x2, w->post_norm, c->eps, T, C);
-	if (out == NULL) /* recompute: the backward recomputes the MLP chunk by chunk */
-		return;
+}
+
+void layer_forward(const struct layer_ctx *c, const struct layer_view *w, struct layer_act *a, int layer,
+                   const float *x, float *out, struct pass p)
+{
+	attention_block(c, w, a, layer, x, 1, p);
 	/* x is dead from here on, so out may alias it */
-	for (int t0 = 0; t0 < T; t0 += c->mlp_chunk) {
+	for (int t0 = 0; t0 < c->T; t0 += c->mlp_chunk) {
 		struct mlp_chunk k = mlp_chunk_at(c, a, t0);
 
 		mlp_forward(c, w, a, layer, &k, out, p);
 	}
+}
+
+void layer_recompute(const struct layer_ctx *c, const struct layer_view *w, struct layer_act *a, int layer,
+                     const float *x, struct pass p)
+{
+	attention_block(c, w, a, layer, x, !a->att_kept, p);
 }
 
 /* dq's buffer: x2's, which the backward reads last in the MLP's norm, when
@@ -271,7 +298,7 @@ void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const
 		float *dxn = g->dxn + (size_t)t0 * c->C;
 
 		if (!a->mlp_whole)
-			mlp_forward(c, w, a, layer, &k, NULL, p);
+			mlp_recompute(c, w, a, layer, &k, p);
 		proj_backward(c, w, a, layer, PROJ_DOWN, k.h, dx + (size_t)t0 * c->C, NULL, g->dh, 0, t0, k.n, p);
 		op->swiglu_backward(g->dgate, g->dup, c->F + c->E, g->dh, k.gate, k.up, k.n, c->F);
 		proj_backward(c, w, a, layer, PROJ_GATE, xn2, NULL, g->dgate, dxn, 0, t0, k.n, p);
