@@ -60,8 +60,8 @@ struct layer_act {
 	float *rstd_q, *rstd_k; /* (T*H), (T*G) */
 	float *lse;          /* (B,H,S) */
 	bf16 *att;           /* (T,H*D) attention output */
-	int att_kept;        /* att and lse already hold this layer's attention of this micro-batch: a
-	                        recomputation (layer_forward's out NULL) does not run it again */
+	int att_kept;        /* att and lse already hold this layer's attention of this micro-batch:
+	                        layer_recompute does not run it again */
 	float *x2;           /* (T,C) x + o_proj(att); in the backward, once read, dq when H*D <= C */
 	bf16 *xn2;           /* (T,C) post_attention_layernorm(x2), in xn's buffer: the
 	                        backward normalizes x again into xn before q, k and v's */
@@ -134,13 +134,15 @@ struct pass {
 /* out (T,C) = the embedding of micro-batch mb. */
 void embed_forward(const struct layer_ctx *c, float *out, int mb);
 /* out (T,C) = the decoder layer applied to x (T,C), activations kept in a
- * (the MLP's in its chunk buffers unless a->mlp_whole); out may be x, or
- * NULL when recomputing for the backward: then it stops after the
- * post-attention norm, and the backward recomputes the MLP chunk by chunk
- * (without down_proj's base GEMM and the residual add); a recomputation
- * with a->att_kept takes the attention's output and lse as they are. */
+ * (the MLP's in its chunk buffers unless a->mlp_whole); out may be x. */
 void layer_forward(const struct layer_ctx *c, const struct layer_view *w, struct layer_act *a, int layer,
                    const float *x, float *out, struct pass p);
+/* layer_forward's bits again from x, for layer_backward: it stops after
+ * the post-attention norm (the backward recomputes the MLP chunk by chunk,
+ * without down_proj's base GEMM and the residual add), and with
+ * a->att_kept takes the attention's output and lse as they are. */
+void layer_recompute(const struct layer_ctx *c, const struct layer_view *w, struct layer_act *a, int layer,
+                     const float *x, struct pass p);
 /* dx (T,C): the gradient of the layer output in, of its input out; LoRA
  * gradients accumulate into c->lora_grad (the MLP's chunk by chunk, in
  * order). */

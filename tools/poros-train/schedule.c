@@ -120,7 +120,7 @@ static float head_dloss(const struct engine *e)
 static void layer_recompute_backward(struct engine *e, const struct layer_view *w, int layer, const float *x,
                                      float *dx, struct pass p)
 {
-	layer_forward(&e->lc, w, &e->act, layer, x, NULL, p);
+	layer_recompute(&e->lc, w, &e->act, layer, x, p);
 	layer_backward(&e->lc, w, &e->act, layer, dx, p);
 }
 
