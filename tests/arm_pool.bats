@@ -85,6 +85,60 @@ gone() {
 	[[ "$stderr" == *"[3] poros tiny_llama nf4 on GPU 7 ... ok"* ]]
 }
 
+# start_ns / end_ns ID: when the cell's trainer started / ended
+start_ns() { awk -v id="$1" '$1 == id { print $3 }' "$FAKE_DEVICES"; }
+end_ns() { awk -v id="$1" '$1 == id { print $4 }' "$FAKE_DEVICES"; }
+
+@test "a cell of hardware.gpus 2 gets two GPUs at once, in the order listed, and the cells after it wait" {
+	export FAKE_SLEEP=0.4
+	jq -c '.hardware.gpus = 2' resident_bf16.json > two.json
+	run -0 --separate-stderr poros-arm --gpus 5,3 poros_bf16.json two.json poros_nf4.json
+	[ "${#lines[@]}" -eq 3 ]
+	jq -e -s 'all(.[]; .status == "ok")' <<< "$output"
+	# the first cell has GPU 5; the 2-GPU cell waits for it, then has both, as listed
+	[ "$(awk '{ print $1, $2 }' "$FAKE_DEVICES")" = "poros_tiny_llama_bf16 5
+resident_tiny_llama_bf16 5,3
+poros_tiny_llama_nf4 5" ]
+	[ "$(jq -r .env.cuda_visible_devices out/resident_tiny_llama_bf16.json)" = "5,3" ]
+	[ "$(start_ns resident_tiny_llama_bf16)" -ge "$(end_ns poros_tiny_llama_bf16)" ]
+	# first in, first out: the third cell did not take the free GPU 3 before the 2-GPU cell
+	[ "$(start_ns poros_tiny_llama_nf4)" -ge "$(end_ns resident_tiny_llama_bf16)" ]
+	assert_no_shared_gpu
+	[[ "$stderr" == *"[2/3] resident tiny_llama bf16 on GPUs 5,3 ... ok "* ]]
+}
+
+@test "two 2-GPU cells and 1-GPU cells on four GPUs never share one" {
+	export FAKE_SLEEP=0.3
+	jq -c '.hardware.gpus = 2' resident_bf16.json > two_a.json
+	jq -c '.hardware.gpus = 2 | .cell_id = "resident_tiny_llama_nf4" | .precision = "nf4"' resident_bf16.json > two_b.json
+	run -0 --separate-stderr poros-arm --gpus 0,1,2,3 two_a.json poros_bf16.json two_b.json poros_nf4.json
+	[ "${#lines[@]}" -eq 4 ]
+	jq -e -s 'all(.[]; .status == "ok")' <<< "$output"
+	[ "$(wc -l < "$FAKE_DEVICES")" -eq 4 ]
+	assert_no_shared_gpu
+	# each cell had as many GPUs as it asked for
+	[ "$(awk '{ print $1, split($2, g, ",") }' "$FAKE_DEVICES" | sort | paste -sd ' ')" = \
+		"poros_tiny_llama_bf16 1 poros_tiny_llama_nf4 1 resident_tiny_llama_bf16 2 resident_tiny_llama_nf4 2" ]
+	# 0,1 and 2 at once; the second 2-GPU cell waits for two free, the last cell behind it
+	[ "$(awk '$1 == "resident_tiny_llama_bf16" { print $2 }' "$FAKE_DEVICES")" = "0,1" ]
+	[ "$(awk '$1 == "poros_tiny_llama_bf16" { print $2 }' "$FAKE_DEVICES")" = "2" ]
+	[ "$(overlapping_pairs)" -ge 1 ]
+}
+
+@test "a cell asking for more GPUs than listed is skipped, naming both numbers; the others run" {
+	jq -c '.hardware.gpus = 4' resident_bf16.json > four.json
+	run -0 --separate-stderr sh -c 'cat poros_bf16.json four.json poros_nf4.json | poros-arm --gpus 0,1'
+	[ "${#lines[@]}" -eq 3 ]
+	jq -e -s 'map({(.cell_id): .status}) | add ==
+		{"poros_tiny_llama_bf16": "ok", "resident_tiny_llama_bf16": "skipped", "poros_tiny_llama_nf4": "ok"}' \
+		<<< "$output"
+	[ "$(jq -r .error out/resident_tiny_llama_bf16.json)" = "hardware.gpus is 4, but --gpus lists 2 GPUs" ]
+	# it ran nowhere and was given no GPU
+	jq -e '.env.cuda_visible_devices == null and .log == null' out/resident_tiny_llama_bf16.json
+	[ "$(cut -d ' ' -f 1 "$FAKE_LOG" | sort | paste -sd ' ')" = "poros_tiny_llama_bf16 poros_tiny_llama_nf4" ]
+	[[ "$stderr" == *"[2] resident tiny_llama bf16 ... skipped "*": hardware.gpus is 4, but --gpus lists 2 GPUs"* ]]
+}
+
 @test "SIGTERM to the pool ends every running cell's process group and records each" {
 	export FAKE_SLEEP=30 FAKE_PIDS="$PWD/pids"
 	# shellcheck disable=SC2086
@@ -104,6 +158,24 @@ gone() {
 	[ "$(jq -c . arts.jsonl | wc -l)" -eq 2 ]
 	jq -e -s 'length == 2 and all(.[]; .status == "error" and (.error | startswith("interrupted: poros-arm got SIGTERM")))' arts.jsonl
 	[ "$(wc -l < "$FAKE_LOG")" -eq 2 ]
+	[ ! -e out/poros_tiny_llama_nf4.json ]
+}
+
+@test "SIGTERM ends a 2-GPU cell and a 1-GPU cell running side by side" {
+	export FAKE_SLEEP=30 FAKE_PIDS="$PWD/pids"
+	jq -c '.hardware.gpus = 2' resident_bf16.json > two.json
+	poros-arm --gpus 0,1,2 two.json poros_bf16.json poros_nf4.json > arts.jsonl 2> err.txt &
+	pid=$!
+	wait_until 100 0.05 lines_at_least pids 2
+	kill -TERM "$pid"
+	rc=0
+	wait "$pid" || rc=$?
+	[ "$rc" -eq 1 ]
+	for p in $(cat pids); do
+		gone "$p"
+	done
+	jq -e -s 'length == 2 and all(.[]; .status == "error") and
+		(map(.env.cuda_visible_devices) | sort) == ["0,1", "2"]' arts.jsonl
 	[ ! -e out/poros_tiny_llama_nf4.json ]
 }
 

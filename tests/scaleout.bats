@@ -116,6 +116,22 @@ assert_whole_lines() {
 	[ "$(wc -l < out/results.jsonl)" -eq 8 ]
 }
 
+@test "--gpus with hardware.gpus 2: each cell has two GPUs at once; on one GPU they are skipped" {
+	export FAKE_GPUS="0 1 2 3" FAKE_SLEEP=0.2
+	sed 's/^  pcie_gen: 4$/&\n  gpus: 2/' "$SPEC" > gpus2.yaml
+	run -0 --separate-stderr poros bench run gpus2.yaml --gpus all -o out
+	[ "$(wc -l < "$FAKE_DEVICES")" -eq 8 ]
+	[ "$(cut -d ' ' -f 2 "$FAKE_DEVICES" | sort -u | paste -sd ' ')" = "0,1 2,3" ]
+	assert_no_shared_gpu
+	[[ "$stderr" == *"poros: [1/8] poros_tiny_qwen2_nf4 on GPUs 0,1, "* ]]
+	jq -e -s 'length == 8 and all(.[]; .status == "ok")' out/results.jsonl
+	: > "$FAKE_LOG"
+	run -0 --separate-stderr poros bench run gpus2.yaml --gpus 3 -o one --force
+	[ ! -s "$FAKE_LOG" ]
+	jq -e -s 'length == 8 and all(.[]; .status == "skipped" and .error == "hardware.gpus is 2, but --gpus lists 1 GPU")' one/results.jsonl
+	[[ "$stderr" == *"poros: [1/8] poros_tiny_qwen2_nf4, 0s: skipped: hardware.gpus is 2, but --gpus lists 1 GPU"* ]]
+}
+
 @test "--gpus on a host without a GPU is a clear error (exit 2) and writes nothing" {
 	export FAKE_GPUS=
 	run -2 --separate-stderr poros bench run "$SPEC" --gpus all -o out

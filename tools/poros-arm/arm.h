@@ -70,7 +70,8 @@ struct arm_options {
 	double kill_grace_s;
 	long long log_max;
 	int verbose;
-	const char *device;       /* --gpus: this worker's GPU (progress says so), else NULL */
+	const char *device;       /* --gpus: this worker's GPUs, "2" or "0,1" (progress says so), else NULL */
+	int pool_gpus;            /* --gpus: how many GPUs the pool has (a cell wanting more is skipped), else 0 */
 	const char *progress;     /* --progress: the progress line's "[...]" instead of "[i/n]", else NULL */
 };
 
@@ -85,19 +86,29 @@ int arm_run_cell(const struct arm_options *o, const cJSON *cell_json, const char
 int arm_run_file(const struct arm_options *o, const char *path, int index, int total);
 
 /* One cell of a --gpus pool: a file (path), or a cell read from a stream
- * (cell, named where); index and total as for arm_run_cell. */
+ * (cell, named where); index and total as for arm_run_cell; gpus its
+ * hardware.gpus (1 when absent or not a count: the worker judges it). */
 struct pool_cell {
 	const char *path;
 	cJSON *cell;
 	char *where;
 	int index, total;
+	int gpus;
 };
 
-/* Runs the cells, at most one per GPU at a time, each in a forked worker
- * with CUDA_VISIBLE_DEVICES set to its GPU alone; the artifact lines come
- * on our stdout whole, in the order the cells end.  On SIGINT, SIGTERM or
- * SIGHUP every worker is passed the signal and waited for.  Returns the
- * worst exit code of the cells. */
+/* A cell's hardware.gpus as the pool schedules it: 1 unless it is a count
+ * above 1 (a bad value is the worker's to report). */
+int pool_cell_gpus(const cJSON *cell);
+
+/* Runs the cells in their order, each in a forked worker with
+ * CUDA_VISIBLE_DEVICES set to the GPUs it has alone (hardware.gpus of
+ * them, the first free ones in the order listed).  A cell waits until its
+ * GPUs are free, and no later cell starts before it (first in, first
+ * out); a cell wanting more GPUs than the list has is not run (its
+ * artifact says skipped).  The artifact lines come on our stdout whole,
+ * in the order the cells end.  On SIGINT, SIGTERM or SIGHUP every worker
+ * is passed the signal and waited for.  Returns the worst exit code of
+ * the cells. */
 int arm_run_pool(const struct arm_options *o, const struct pool_cell *cells, int ncells, char *const *gpus,
                  int ngpus);
 

@@ -157,9 +157,17 @@ static char **env_with(const char *const *set, int nset)
 	return envp;
 }
 
-static void build_command(struct command *c, const struct cell *cell, const char *cell_file, const char *run_dir)
+static void build_command(struct command *c, const struct cell *cell, const char *cell_file, const char *run_dir,
+                          const struct arm_options *o)
 {
 	memset(c, 0, sizeof *c);
+	/* the pool cannot give it so many: a property of where it runs, as a missing Python is */
+	if (o->pool_gpus > 0 && cell->hardware.gpus > o->pool_gpus) {
+		snprintf(c->reason, sizeof c->reason, "hardware.gpus is %d, but --gpus lists %d GPU%s",
+		         cell->hardware.gpus, o->pool_gpus, o->pool_gpus == 1 ? "" : "s");
+		c->cannot_status = STATUS_SKIPPED;
+		return;
+	}
 	/* several GPUs for one run: poros-train's ranks, nothing else yet */
 	if (cell->hardware.gpus > 1 && cell->method != METHOD_POROS && cell->method != METHOD_RESIDENT) {
 		snprintf(c->reason, sizeof c->reason, "hardware.gpus > 1 is not implemented for method %s",
@@ -400,7 +408,7 @@ static int make_inner_dir(const char *outdir, const char *rel)
  * whole), the start and the end are lines of their own. */
 static int whole_lines(const struct arm_options *o)
 {
-	return o->verbose || o->device;
+	return o->verbose || o->pool_gpus > 0;
 }
 
 static void progress_start(const struct cell *c, int index, int total, const struct arm_options *o, int newline)
@@ -413,7 +421,7 @@ static void progress_start(const struct cell *c, int index, int total, const str
 		fprintf(stderr, "[%d] ", index);
 	fprintf(stderr, "%s %s %s", method_names[c->method], c->model.arch, precision_names[c->precision]);
 	if (o->device)
-		fprintf(stderr, " on GPU %s", o->device);
+		fprintf(stderr, " on GPU%s %s", strchr(o->device, ',') ? "s" : "", o->device);
 	fprintf(stderr, " ...%s", newline ? "\n" : "");
 }
 
@@ -606,7 +614,7 @@ int arm_run_cell(const struct arm_options *o, const cJSON *cell_json, const char
 
 	t0 = now_seconds();
 	utc_now_iso(a.started_at, sizeof a.started_at);
-	build_command(&cmd, &c, p.cell_file, p.run_dir);
+	build_command(&cmd, &c, p.cell_file, p.run_dir, o);
 	if (cmd.path == NULL) {
 		set_failure(&a, cmd.cannot_status, xstrdup(cmd.reason));
 		artifact_set_str(&a.log, NULL); /* nothing ran, so nothing was logged */

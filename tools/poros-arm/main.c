@@ -120,6 +120,7 @@ static int collect_one(void *ctx, cJSON *cell, const char *name, long line)
 	*c->cells = xrealloc(*c->cells, (size_t)(*c->n + 1) * sizeof **c->cells);
 	(*c->cells)[(*c->n)++] = (struct pool_cell){
 		.cell = cell, .where = xasprintf("%s:%ld", name, line), .index = ++*c->index, .total = 0,
+		.gpus = pool_cell_gpus(cell),
 	};
 	return EXIT_OK;
 }
@@ -130,6 +131,18 @@ static int collect_stream(struct pool_cell **cells, int *n, FILE *f, const char 
 	struct collect_ctx c = { cells, n, index };
 
 	return each_stream_cell(f, name, 0, collect_one, &c);
+}
+
+/* The GPUs the cell in a file asks for; 1 when it cannot be read (its
+ * worker says why). */
+static int file_gpus(const char *path)
+{
+	char err[512];
+	cJSON *cell = json_read_file(path, err, sizeof err);
+	int n = pool_cell_gpus(cell);
+
+	cJSON_Delete(cell);
+	return n;
 }
 
 /* --gpus: every cell first (files by name, streams read whole), then the pool. */
@@ -146,7 +159,7 @@ static int run_pool(const struct arm_options *o, char **args, int nargs, int tot
 			continue;
 		}
 		cells = xrealloc(cells, (size_t)(n + 1) * sizeof *cells);
-		cells[n++] = (struct pool_cell){.path = args[i], .index = ++index, .total = total};
+		cells[n++] = (struct pool_cell){.path = args[i], .index = ++index, .total = total, .gpus = file_gpus(args[i])};
 	}
 	rc = worst(rc, arm_run_pool(o, cells, n, gpus, ngpus));
 	for (int i = 0; i < n; i++) {

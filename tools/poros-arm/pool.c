@@ -1,11 +1,12 @@
-/* tools/poros-arm/pool.c: --gpus, many cells at once, at most one per
- * listed GPU.  Each cell runs in a forked worker, a poros-arm of its own
- * that does for it what poros-arm does for one cell without --gpus
+/* tools/poros-arm/pool.c: --gpus, many cells at once, no GPU of the list
+ * in two cells at once.  Each cell runs in a forked worker, a poros-arm of
+ * its own that does for it what poros-arm does for one cell without --gpus
  * (cell_run.c: child process group, timeout, log, artifact), with
- * CUDA_VISIBLE_DEVICES set to its GPU alone.  This process hands out the
- * cells and is the one writer of our stdout (each artifact line whole, as
- * its cell ends) and of our stderr (the workers' lines, whole), so that
- * nothing two cells print ever interleaves mid-line. */
+ * CUDA_VISIBLE_DEVICES set to its GPUs alone: hardware.gpus of them.  This
+ * process hands out the cells and GPUs, first in first out, and is the one
+ * writer of our stdout (each artifact line whole, as its cell ends) and of
+ * our stderr (the workers' lines, whole), so that nothing two cells print
+ * ever interleaves mid-line. */
 #include "arm.h"
 
 #include <errno.h>
@@ -41,9 +42,10 @@ static void put_stderr(const char *p, size_t n)
 	(void)write_all(2, p, n);
 }
 
-/* One GPU and the worker running on it (pid 0: the GPU is free). */
+/* A worker and the GPUs it holds, "0,1" (pid 0: the slot is free; gpus
+ * NULL: a cell the pool cannot give its GPUs, which runs on none). */
 struct worker {
-	const char *gpu;
+	char *gpus;
 	pid_t pid;
 	int out_fd, err_fd;
 	struct bytes out, err;
@@ -71,7 +73,7 @@ static void relay_err(struct worker *w, int last)
 
 /* In the worker: one cell, then exit with its code. */
 static noreturn void worker_main(const struct arm_options *o, struct worker *w, const struct worker *all, int nall,
-                                 int out_w, int err_w, pid_t pool)
+                                 int npool_gpus, int out_w, int err_w, pid_t pool)
 {
 	struct arm_options wo = *o;
 	int rc;
@@ -90,9 +92,11 @@ static noreturn void worker_main(const struct arm_options *o, struct worker *w, 
 	close(err_w);
 	child_signals_init_worker(pool);
 	/* nvidia-smi's indices are PCI bus order: CUDA must count the same way */
-	if (setenv("CUDA_VISIBLE_DEVICES", w->gpu, 1) < 0 || setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1) < 0)
+	if ((w->gpus ? setenv("CUDA_VISIBLE_DEVICES", w->gpus, 1) : unsetenv("CUDA_VISIBLE_DEVICES")) < 0 ||
+	    setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1) < 0)
 		diesys(EXIT_RUNTIME, "setenv");
-	wo.device = w->gpu;
+	wo.device = w->gpus;
+	wo.pool_gpus = npool_gpus;
 	/* the pool was interrupted as it forked us: no cell starts */
 	if (child_interrupted_by())
 		exit(EXIT_RUNTIME);
@@ -104,9 +108,9 @@ static noreturn void worker_main(const struct arm_options *o, struct worker *w, 
 	exit(child_interrupted_by() ? EXIT_RUNTIME : rc);
 }
 
-/* Starts the cell on w's GPU.  0, or -1 after a message. */
+/* Starts the cell on w's GPUs.  0, or -1 after a message. */
 static int spawn(const struct arm_options *o, struct worker *w, const struct pool_cell *pc, struct worker *all,
-                 int nall)
+                 int nall, int npool_gpus)
 {
 	int out[2], err[2];
 	sigset_t ours, old;
@@ -136,7 +140,7 @@ static int spawn(const struct arm_options *o, struct worker *w, const struct poo
 	fflush(NULL);
 	pid = fork();
 	if (pid == 0)
-		worker_main(o, w, all, nall, out[1], err[1], pool);
+		worker_main(o, w, all, nall, npool_gpus, out[1], err[1], pool);
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	close(out[1]);
 	close(err[1]);
@@ -201,24 +205,74 @@ static int finish(struct worker *w, int interrupted, int *out_failed)
 		rc = WEXITSTATUS(w->status);
 	} else {
 		if (!interrupted)
-			warnmsg("%s: the worker on GPU %s was killed by %s", name, w->gpu,
-			        signal_name(WTERMSIG(w->status)));
+			warnmsg("%s: the worker on GPU%s %s was killed by %s", name, w->gpus && strchr(w->gpus, ',') ? "s" : "",
+			        w->gpus ? w->gpus : "(none)", signal_name(WTERMSIG(w->status)));
 		rc = EXIT_RUNTIME;
 	}
 	w->pid = 0;
 	return rc;
 }
 
+int pool_cell_gpus(const cJSON *cell)
+{
+	const cJSON *hw = cJSON_GetObjectItemCaseSensitive(cell, "hardware");
+	const cJSON *n = cJSON_GetObjectItemCaseSensitive(hw, "gpus");
+
+	if (!cJSON_IsNumber(n) || n->valuedouble < 2 || n->valuedouble > 256 || n->valuedouble != (int)n->valuedouble)
+		return 1;
+	return (int)n->valuedouble;
+}
+
+/* Gives slot want GPUs, the first free ones in the order listed, as
+ * "a,b" in *gpus_out; none (NULL) to a cell wanting more than the list
+ * has, which is not run.  0 when they are not free yet. */
+static int take_gpus(char **gpus_out, int *owner, char *const *gpus, int ngpus, int want, int slot)
+{
+	int nfree = 0, got = 0;
+	size_t len = 0;
+
+	*gpus_out = NULL;
+	if (want > ngpus)
+		return 1;
+	for (int g = 0; g < ngpus; g++)
+		if (owner[g] < 0) {
+			nfree++;
+			len += strlen(gpus[g]) + 1;
+		}
+	if (nfree < want)
+		return 0;
+	*gpus_out = xcalloc(len + 1, 1);
+	for (int g = 0; g < ngpus && got < want; g++) {
+		if (owner[g] >= 0)
+			continue;
+		if (got++ > 0)
+			strcat(*gpus_out, ",");
+		strcat(*gpus_out, gpus[g]);
+		owner[g] = slot;
+	}
+	return 1;
+}
+
+static void release_gpus(int *owner, int ngpus, int slot)
+{
+	for (int g = 0; g < ngpus; g++)
+		if (owner[g] == slot)
+			owner[g] = -1;
+}
+
 int arm_run_pool(const struct arm_options *o, const struct pool_cell *cells, int ncells, char *const *gpus, int ngpus)
 {
-	struct worker *ws = xcalloc((size_t)ngpus, sizeof *ws);
-	struct pollfd *pf = xcalloc((size_t)(2 * ngpus), sizeof *pf);
+	/* every running cell but one that runs on none holds a GPU */
+	int nslots = ngpus + 1;
+	struct worker *ws = xcalloc((size_t)nslots, sizeof *ws);
+	struct pollfd *pf = xcalloc((size_t)(2 * nslots), sizeof *pf);
+	int *owner = xcalloc((size_t)ngpus, sizeof *owner);
 	int next = 0, running = 0, rc = EXIT_OK, forwarded = 0, out_failed = 0;
 
-	for (int i = 0; i < ngpus; i++) {
-		ws[i].gpu = gpus[i];
+	for (int g = 0; g < ngpus; g++)
+		owner[g] = -1;
+	for (int i = 0; i < nslots; i++)
 		ws[i].out_fd = ws[i].err_fd = -1;
-	}
 	for (;;) {
 		int stop = child_interrupted_by() != 0 || out_failed, nfds = 0;
 
@@ -227,22 +281,32 @@ int arm_run_pool(const struct arm_options *o, const struct pool_cell *cells, int
 		if (stop && !forwarded) {
 			int signo = child_interrupted_by() ? child_interrupted_by() : SIGTERM;
 
-			for (int i = 0; i < ngpus; i++)
+			for (int i = 0; i < nslots; i++)
 				if (ws[i].pid > 0 && !ws[i].reaped)
 					kill(ws[i].pid, signo);
 			forwarded = 1;
 		}
-		for (int i = 0; i < ngpus && !stop && next < ncells; i++) {
-			if (ws[i].pid != 0)
-				continue;
-			if (spawn(o, &ws[i], &cells[next++], ws, ngpus) < 0)
+		/* First in, first out: a cell waiting for its GPUs holds back the
+		 * ones after it, so a large cell is never starved by small ones. */
+		while (!stop && next < ncells) {
+			int slot = 0;
+
+			while (slot < nslots && ws[slot].pid != 0)
+				slot++;
+			if (slot == nslots || !take_gpus(&ws[slot].gpus, owner, gpus, ngpus, cells[next].gpus, slot))
+				break;
+			if (spawn(o, &ws[slot], &cells[next++], ws, nslots, ngpus) < 0) {
+				release_gpus(owner, ngpus, slot);
+				free(ws[slot].gpus);
+				ws[slot].gpus = NULL;
 				rc = EXIT_RUNTIME;
-			else
+			} else {
 				running++;
+			}
 		}
 		if (running == 0 && (stop || next == ncells))
 			break;
-		for (int i = 0; i < ngpus; i++) {
+		for (int i = 0; i < nslots; i++) {
 			if (ws[i].out_fd >= 0)
 				pf[nfds++] = (struct pollfd){.fd = ws[i].out_fd, .events = POLLIN};
 			if (ws[i].err_fd >= 0)
@@ -255,7 +319,7 @@ int arm_run_pool(const struct arm_options *o, const struct pool_cell *cells, int
 		for (int k = 0; k < nfds; k++) {
 			if (!(pf[k].revents & (POLLIN | POLLHUP | POLLERR)))
 				continue;
-			for (int i = 0; i < ngpus; i++) {
+			for (int i = 0; i < nslots; i++) {
 				if (pf[k].fd == ws[i].out_fd) {
 					drain(&ws[i].out_fd, &ws[i].out);
 				} else if (pf[k].fd == ws[i].err_fd) {
@@ -264,21 +328,25 @@ int arm_run_pool(const struct arm_options *o, const struct pool_cell *cells, int
 				}
 			}
 		}
-		reap(ws, ngpus);
-		for (int i = 0; i < ngpus; i++) {
+		reap(ws, nslots);
+		for (int i = 0; i < nslots; i++) {
 			if (ws[i].pid > 0 && ws[i].reaped && ws[i].out_fd < 0 && ws[i].err_fd < 0) {
 				int cell_rc = finish(&ws[i], child_interrupted_by() != 0, &out_failed);
 
+				release_gpus(owner, ngpus, i);
+				free(ws[i].gpus);
+				ws[i].gpus = NULL;
 				rc = cell_rc > rc ? cell_rc : rc;
 				running--;
 			}
 		}
 	}
-	for (int i = 0; i < ngpus; i++) {
+	for (int i = 0; i < nslots; i++) {
 		free(ws[i].out.p);
 		free(ws[i].err.p);
 	}
 	free(ws);
 	free(pf);
+	free(owner);
 	return out_failed ? EXIT_RUNTIME : rc;
 }

@@ -30,8 +30,9 @@ slurm_check_paths() {
 }
 
 # Writes OUTDIR/slurm/{cells.txt,all-cells.txt,array.sh,finish.sh,submit.sh},
-# submits one array job (task N runs poros-arm on line N of cells.txt) and a
-# finishing job that waits for it (afterany) and runs `poros bench collect`.
+# submits an array job (task N runs poros-arm on line N of cells.txt) for
+# each hardware.gpus of the cells, with that many GPUs a task, and a
+# finishing job that waits for them (afterany) and runs `poros bench collect`.
 # Prints the job ids as a JSON line; with --wait, waits for the finishing job.
 slurm_submit() {
 	_cwd=$(pwd -P)
@@ -55,16 +56,33 @@ slurm_submit() {
 		'# Submits the jobs of `poros bench run --slurm` again, as they were: every' \
 		'# cell of cells.txt (ok or not), with the same options; prints the job ids.' \
 		'set -eu' > "$tmpdir/submit.sh"
-	array_id=
+	array_id= array_ids= _deps= _vars= _k=0
 	if [ "$ntodo" -gt 0 ]; then
 		note "submitting $ntodo cells as a job array ($nskipped skipped)"
-		submit_job "$_abs_sdir/array.sh" --job-name="poros-$_name" --array="1-$ntodo" \
-			--output="$_abs_sdir/logs/array-%A_%a.out" ${gres:+"--gres=$gres"} \
-			${time_limit:+"--time=$time_limit"} ||
-			die 1 "sbatch failed (see above): nothing was submitted"
-		array_id=$job_id
-		printf 'array=$(%s)\narray=${array%%%%;*}\necho "$array"\n' "$sbatch_line" >> "$tmpdir/submit.sh"
-		_dep="--dependency=afterany:$array_id"
+		gpu_groups
+		# One array a GPU count, 1 first: the same array.sh and cells.txt,
+		# each taking its own lines of it (--array=1-3,5).
+		while read -r _gpus _tasks <&4; do
+			_jname=poros-$_name _g=$gres
+			if [ "$_gpus" -gt 1 ]; then
+				_jname=$_jname-${_gpus}gpu _g=$(gres_with_gpus "$gres" "$_gpus")
+				note "cells of hardware.gpus $_gpus: array tasks $_tasks, each with --gres=$_g"
+			fi
+			submit_job "$_abs_sdir/array.sh" --job-name="$_jname" --array="$_tasks" \
+				--output="$_abs_sdir/logs/array-%A_%a.out" ${_g:+"--gres=$_g"} \
+				${time_limit:+"--time=$time_limit"} || {
+				[ -z "$array_ids" ] || die 1 "sbatch failed (see above); the array job(s) $array_ids are queued: scancel $array_ids"
+				die 1 "sbatch failed (see above): nothing was submitted"
+			}
+			# In submit.sh each array's id is a variable: array, array2, ...
+			_k=$((_k + 1)) _var=array
+			[ "$_k" = 1 ] || _var=array$_k
+			printf '%s=$(%s)\n%s=${%s%%%%;*}\necho "$%s"\n' "$_var" "$sbatch_line" "$_var" "$_var" "$_var" >> "$tmpdir/submit.sh"
+			array_id=${array_id:-$job_id}
+			array_ids="$array_ids${array_ids:+ }$job_id"
+			_deps="$_deps:$job_id" _vars="$_vars:\$$_var"
+		done 4< "$tmpdir/gpu_groups"
+		_dep="--dependency=afterany$_deps"
 	else
 		note "all $ncells cells have an ok artifact: submitting only the finishing job"
 		_dep=
@@ -72,31 +90,88 @@ slurm_submit() {
 	# It needs no GPU and takes seconds: no --gres, no --time.
 	submit_job "$_abs_sdir/finish.sh" --job-name="poros-$_name-finish" ${_dep:+"$_dep"} \
 		--output="$_abs_sdir/logs/finish-%j.out" || {
-		[ -z "$array_id" ] || die 1 "sbatch failed (see above) for the finishing job; the array job $array_id is queued: scancel $array_id, or submit $_sdir/finish.sh with --dependency=afterany:$array_id"
+		[ -z "$array_id" ] || die 1 "sbatch failed (see above) for the finishing job; the array job(s) $array_ids are queued: scancel $array_ids, or submit $_sdir/finish.sh with ${_dep}"
 		die 1 "sbatch failed (see above): nothing was submitted"
 	}
 	finish_id=$job_id
 	if [ -n "$array_id" ]; then
-		# In submit.sh the dependency names the array job it has just submitted.
+		# In submit.sh the dependency names the array jobs it has just submitted.
 		printf '%s\n' "$sbatch_line" |
-			sed "s/'--dependency=afterany:$array_id'/\"--dependency=afterany:\$array\"/" >> "$tmpdir/submit.sh"
+			sed "s/'$_dep'/\"--dependency=afterany$_vars\"/" >> "$tmpdir/submit.sh"
 	else
 		printf '%s\n' "$sbatch_line" >> "$tmpdir/submit.sh"
 	fi
 	chmod +x "$tmpdir/submit.sh"
 	install_file "$tmpdir/submit.sh" "$_sdir/submit.sh"
-	printf '%s\n' ${array_id:+"$array_id"} "$finish_id" > "$tmpdir/jobs"
+	# shellcheck disable=SC2086 # job ids: digits and spaces
+	printf '%s\n' $array_ids "$finish_id" > "$tmpdir/jobs"
 	install_file "$tmpdir/jobs" "$_sdir/jobs"
-	note "submitted: array job ${array_id:-(none)}, finishing job $finish_id; scripts and logs in $_sdir"
+	note "submitted: array job$(case $array_ids in *' '*) echo s ;; esac) ${array_ids:-(none)}, finishing job $finish_id; scripts and logs in $_sdir"
 	# From here the jobs own the directory (a new run is refused while they
 	# are queued or running); the finishing job takes the lock in its turn.
 	exec 9>&-
 	# (jq only writes this line: bench_run checked it is there)
-	jq -n -c --arg dir "$outdir" --arg a "$array_id" --arg f "$finish_id" \
+	jq -n -c --arg dir "$outdir" --arg a "$array_id" --arg ids "$array_ids" --arg f "$finish_id" \
 		--argjson n "$ntodo" --argjson s "$nskipped" \
 		'{output_dir: $dir, array_job_id: (if $a == "" then null else ($a | tonumber) end),
+		  array_job_ids: ($ids | split(" ") | map(select(. != "") | tonumber)),
 		  finish_job_id: ($f | tonumber), cells: $n, skipped: $s}'
 	[ "$slurm_wait" = 0 ] || slurm_wait_job "$finish_id"
+}
+
+# Writes $tmpdir/gpu_groups: "GPUS TASKS" for each number of GPUs the
+# cells of $tmpdir/cells.txt run on, in increasing order, TASKS their line
+# numbers as sbatch's --array takes them ("1-3,5").  A cell runs on
+# hardware.gpus GPUs when its method is poros or resident; poros-arm skips
+# the other methods' cells of hardware.gpus > 1 at once, so those ask for
+# one GPU, not for N to write a skip.
+gpu_groups() {
+	set --
+	while IFS= read -r _c; do
+		set -- "$@" "$_c"
+	done < "$tmpdir/cells.txt"
+	ask get --null 1 method,hardware.gpus "$@" > "$tmpdir/cell_gpus" ||
+		die 1 "$_sdir/cells.txt: cannot read the cells' hardware.gpus"
+	awk -F '\t' '{ n = ($1 ~ /^(poros|resident)$/ && $2 ~ /^[0-9]+$/ && $2 > 1) ? $2 + 0 : 1
+	       if (!(n in lines)) order[++k] = n
+	       lines[n] = lines[n] " " NR }
+	     END {
+		for (i = 1; i <= k; i++) {
+			m = split(lines[order[i]], l, " "); out = ""; first = l[1]
+			for (j = 2; j <= m + 1; j++) {
+				if (j <= m && l[j] == l[j - 1] + 1)
+					continue
+				out = out (out == "" ? "" : ",") (first == l[j - 1] ? first : first "-" l[j - 1])
+				first = l[j]
+			}
+			print order[i], out
+		}
+	     }' "$tmpdir/cell_gpus" |
+		sort -n -k1,1 > "$tmpdir/gpu_groups"
+}
+
+# gres_with_gpus G N: the --gres G with its gpu count set to N (gpu:a100:1
+# -> gpu:a100:N, gpu -> gpu:N); gpu:N added when G names no gpu.
+gres_with_gpus() {
+	printf '%s\n' "$1" | awk -v n="$2" -F , '{
+		out = ""; found = 0
+		for (i = 1; i <= NF; i++) {
+			item = $i
+			if (item == "gpu" || item ~ /^gpu:/) {
+				k = split(item, f, ":")
+				if (k >= 2 && f[k] ~ /^[0-9]+$/)
+					k--
+				item = f[1]
+				for (j = 2; j <= k; j++)
+					item = item ":" f[j]
+				item = item ":" n; found = 1
+			}
+			out = out (out == "" ? "" : ",") item
+		}
+		if (!found)
+			out = out (out == "" ? "" : ",") "gpu:" n
+		print out
+	}'
 }
 
 # submit_job SCRIPT OPTION...: submits SCRIPT with these options, then the
