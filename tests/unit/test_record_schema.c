@@ -10,9 +10,9 @@
  * share/poros/schema/summary.schema.json the same way, in order; and the
  * parity record's (parity_fields, tools/lib/records/parity.c) to parity.schema.json
  * and the event row's (event_fields, tools/poros-train/events.c) to
- * event.schema.json; and the parity table to its man page's key list
- * (man/poros-parity.1: the list after a ".\" key list: TABLE" line names
- * every key, no other, in order). */
+ * event.schema.json; and those two tables to their man pages' key lists
+ * (man/poros-parity.1, man/poros-events.5: the list after a
+ * ".\" key list: TABLE" line names every key, no other, in order). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +29,7 @@
 #define EVENT_PATH "share/poros/schema/event.schema.json"
 #define COLUMNS_PATH "tools/poros-render/table.c"
 #define PARITY_MAN_PATH "man/poros-parity.1"
+#define EVENT_MAN_PATH "man/poros-events.5"
 
 /* JSON types as bits. */
 enum { T_STRING = 1, T_NUMBER = 2, T_INTEGER = 4, T_BOOLEAN = 8, T_NULL = 16, T_OBJECT = 32, T_ARRAY = 64 };
@@ -319,15 +320,18 @@ static void check_man_list(const char *path, const char *name, const char *const
 	free(listed);
 }
 
-/* The parity record's man-page list. */
+/* The parity record's and the event row's man-page lists. */
 static void check_man_lists(void)
 {
 	const char *keys[64];
 
-	CHECK(parity_field_count <= 64);
+	CHECK(parity_field_count <= 64 && EV_COUNT <= 64);
 	for (int i = 0; i < parity_field_count && i < 64; i++)
 		keys[i] = parity_fields[i].key;
 	check_man_list(PARITY_MAN_PATH, "parity_fields", keys, parity_field_count);
+	for (int k = 0; k < EV_COUNT; k++)
+		keys[k] = event_fields[k].key;
+	check_man_list(EVENT_MAN_PATH, "event_fields", keys, EV_COUNT);
 }
 
 /* Keys from a summary are summary properties; report columns exist. */
