@@ -10,9 +10,9 @@
  * share/poros/schema/summary.schema.json the same way, in order; and the
  * parity record's (parity_fields, tools/lib/records/parity.c) to parity.schema.json
  * and the event row's (event_fields, tools/poros-train/events.c) to
- * event.schema.json; and those two tables to their man pages' key lists
- * (man/poros-parity.1, man/poros-events.5: the list after a
- * ".\" key list: TABLE" line names every key, no other, in order). */
+ * event.schema.json; and those three tables to their man pages' key lists
+ * (man/poros-summary.5, man/poros-parity.1, man/poros-events.5: the list
+ * after a ".\" key list: TABLE" line names every key, no other, in order). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +28,7 @@
 #define PARITY_PATH "share/poros/schema/parity.schema.json"
 #define EVENT_PATH "share/poros/schema/event.schema.json"
 #define COLUMNS_PATH "tools/poros-render/table.c"
+#define SUMMARY_MAN_PATH "man/poros-summary.5"
 #define PARITY_MAN_PATH "man/poros-parity.1"
 #define EVENT_MAN_PATH "man/poros-events.5"
 
@@ -320,12 +321,15 @@ static void check_man_list(const char *path, const char *name, const char *const
 	free(listed);
 }
 
-/* The parity record's and the event row's man-page lists. */
+/* The summary's, the parity record's and the event row's man-page lists. */
 static void check_man_lists(void)
 {
 	const char *keys[64];
 
-	CHECK(parity_field_count <= 64 && EV_COUNT <= 64);
+	CHECK(summary_field_count <= 64 && parity_field_count <= 64 && EV_COUNT <= 64);
+	for (int i = 0; i < summary_field_count && i < 64; i++)
+		keys[i] = summary_fields[i].path;
+	check_man_list(SUMMARY_MAN_PATH, "summary_fields", keys, summary_field_count);
 	for (int i = 0; i < parity_field_count && i < 64; i++)
 		keys[i] = parity_fields[i].key;
 	check_man_list(PARITY_MAN_PATH, "parity_fields", keys, parity_field_count);
