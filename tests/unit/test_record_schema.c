@@ -10,7 +10,9 @@
  * share/poros/schema/summary.schema.json the same way, in order; and the
  * parity record's (parity_fields, tools/lib/records/parity.c) to parity.schema.json
  * and the event row's (event_fields, tools/poros-train/events.c) to
- * event.schema.json. */
+ * event.schema.json; and those three tables to their man pages' key lists
+ * (man/poros-summary.5, man/poros-parity.1, man/poros-events.5: the list
+ * after a ".\" key list: TABLE" line names every key, no other, in order). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,9 @@
 #define PARITY_PATH "share/poros/schema/parity.schema.json"
 #define EVENT_PATH "share/poros/schema/event.schema.json"
 #define COLUMNS_PATH "tools/poros-render/table.c"
+#define SUMMARY_MAN_PATH "man/poros-summary.5"
+#define PARITY_MAN_PATH "man/poros-parity.1"
+#define EVENT_MAN_PATH "man/poros-events.5"
 
 /* JSON types as bits. */
 enum { T_STRING = 1, T_NUMBER = 2, T_INTEGER = 4, T_BOOLEAN = 8, T_NULL = 16, T_OBJECT = 32, T_ARRAY = 64 };
@@ -245,6 +250,94 @@ static void check_man(void)
 	free(words);
 }
 
+/* The keys a man page lists for a table: the one word of each ".It Li"
+ * line (nested lists too) of the list that follows the comment line
+ * ".\" key list: NAME".  *n is -1 when the page has no such list. */
+static char **man_list(const char *path, const char *name, int *n)
+{
+	char *text = read_whole_file(path, NULL), *line, *save = NULL;
+	char *marker = xasprintf(".\\\" key list: %s", name);
+	char **keys = NULL;
+	int state = 0, depth = 0; /* 0 before the marker, 1 before its .Bl, 2 in it, 3 after */
+
+	*n = -1;
+	for (line = text ? strtok_r(text, "\n", &save) : NULL; line && state < 3; line = strtok_r(NULL, "\n", &save)) {
+		if (state == 0) {
+			size_t m = strlen(marker);
+
+			state = strncmp(line, marker, m) == 0 && (line[m] == '\0' || line[m] == ' ');
+			*n = state ? 0 : -1;
+		} else if (strncmp(line, ".Bl", 3) == 0) {
+			state = 2, depth++;
+		} else if (state == 2 && strncmp(line, ".El", 3) == 0) {
+			state = --depth ? 2 : 3;
+		} else if (state == 2 && strncmp(line, ".It Li ", 7) == 0) {
+			const char *w = line + 7;
+
+			CHECKF(strcspn(w, " ,") == strlen(w), "%s: \"%s\": one key an item, its description on the next "
+			       "line", path, line);
+			keys = xrealloc(keys, (size_t)(*n + 1) * sizeof *keys);
+			keys[(*n)++] = xasprintf("%.*s", (int)strcspn(w, " ,"), w);
+		}
+	}
+	CHECKF(state == 0 || state == 3, "%s: no list after \"%s\"", path, marker);
+	free(marker);
+	free(text);
+	return keys;
+}
+
+static int find_word(char *const *words, int n, const char *w)
+{
+	for (int i = 0; i < n; i++)
+		if (strcmp(words[i], w) == 0)
+			return i;
+	return -1;
+}
+
+/* The man page's list for a table names every key of it, no other, in its order. */
+static void check_man_list(const char *path, const char *name, const char *const *keys, int n_keys)
+{
+	int n, agree, in_order = 1;
+	char **listed = man_list(path, name, &n);
+
+	CHECKF(n >= 0, "%s: no \".\\\" key list: %s\" line (the list of %s's keys)", path, name, name);
+	agree = n == n_keys;
+	for (int i = 0; n >= 0 && i < n_keys; i++) {
+		int at = find_word(listed, n, keys[i]);
+
+		CHECKF(at >= 0, "%s: a key of %s, not in the list of %s (.It Li %s)", keys[i], name, path, keys[i]);
+		agree = agree && at >= 0;
+		in_order = in_order && at == i;
+	}
+	for (int i = 0; i < n; i++) {
+		int known = find_word((char *const *)keys, n_keys, listed[i]) >= 0;
+
+		CHECKF(known, "%s: in the list of %s, not a key of %s", listed[i], path, name);
+		agree = agree && known;
+	}
+	CHECKF(!agree || in_order, "%s: the list of %s is not in the table's order", path, name);
+	for (int i = 0; i < n; i++)
+		free(listed[i]);
+	free(listed);
+}
+
+/* The summary's, the parity record's and the event row's man-page lists. */
+static void check_man_lists(void)
+{
+	const char *keys[64];
+
+	CHECK(summary_field_count <= 64 && parity_field_count <= 64 && EV_COUNT <= 64);
+	for (int i = 0; i < summary_field_count && i < 64; i++)
+		keys[i] = summary_fields[i].path;
+	check_man_list(SUMMARY_MAN_PATH, "summary_fields", keys, summary_field_count);
+	for (int i = 0; i < parity_field_count && i < 64; i++)
+		keys[i] = parity_fields[i].key;
+	check_man_list(PARITY_MAN_PATH, "parity_fields", keys, parity_field_count);
+	for (int k = 0; k < EV_COUNT; k++)
+		keys[k] = event_fields[k].key;
+	check_man_list(EVENT_MAN_PATH, "event_fields", keys, EV_COUNT);
+}
+
 /* Keys from a summary are summary properties; report columns exist. */
 static void check_sources(const cJSON *summary, const char *columns)
 {
@@ -447,6 +540,7 @@ int main(void)
 	check_summary(summary);
 	check_parity(parity);
 	check_events(events);
+	check_man_lists();
 	cJSON_Delete(schema);
 	cJSON_Delete(events);
 	cJSON_Delete(parity);

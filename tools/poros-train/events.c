@@ -7,8 +7,10 @@
 
 #define BOTH (EW_TRAIN | EW_ARMS)
 
-/* A new key is a row here, an enum member in events.h and a property in
- * share/poros/schema/event.schema.json (test_record_schema checks). */
+/* A new key is a row here, an enum member in events.h, a property in
+ * share/poros/schema/event.schema.json and an ".It Li" item in
+ * man/poros-events.5's key list, each in this order (test_record_schema
+ * checks). */
 const struct event_field event_fields[EV_COUNT] = {
 	[EV_STEP] = { "step", EK_INT, "%lld", 0, BOTH, NULL },
 	/* 9 significant digits of a float: poros-parity compares the bits */

@@ -12,7 +12,8 @@
 #define ROW(k, kd) .key = #k, .kind = kd, .offset = offsetof(struct parity, k)
 
 /* The record, key by key.  A new key is a row here (PF_LATER: older
- * records still read) and a property in parity.schema.json. */
+ * records still read), a property in parity.schema.json and an ".It Li"
+ * item in man/poros-parity.1's key list, each in this order. */
 const struct parity_field parity_fields[] = {
 	{ .key = "schema", .kind = PK_CONST },
 	{ ROW(run_a, PK_STR) },

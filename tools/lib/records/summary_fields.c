@@ -16,8 +16,9 @@
 #define NUL SF_NULLABLE
 
 /* The summary, key by key, in the order both writers print them.  A new
- * key is a row here, a property in summary.schema.json (in this order)
- * and, for poros-arm to take it, a row of artifact_fields naming it. */
+ * key is a row here, a property in summary.schema.json and an ".It Li"
+ * item in man/poros-summary.5's key list (both in this order) and, for
+ * poros-arm to take it, a row of artifact_fields naming it. */
 const struct summary_field summary_fields[] = {
 	{ ALWAYS("schema", SK_CONST, 0) },
 	{ ALWAYS("status", SK_NAME, 0) },
