@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../../tools/poros-train/model_hash.h"
 #include "test_common.h"
@@ -56,6 +57,26 @@ int main(void)
 	digest(pieces, "poros", 5);
 	CHECKF(strcmp(other, EMPTY_DIGEST) == 0, "empty: %s", other);
 	CHECKF(strcmp(pieces, POROS_DIGEST) == 0, "poros: %s", pieces);
+	/* a file: its size, a colon, its bytes (what model_hash has always fed) */
+	{
+		char path[] = "/tmp/test_model_hash.XXXXXX", why[256] = "";
+		int fd = mkstemp(path);
+		FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+		size_t bytes = 0;
+
+		CHECK(f != NULL && fwrite(buf, 1, N, f) == N && fclose(f) == 0);
+		content_hash_init(&h);
+		CHECKF(content_hash_file(&h, path, &bytes, why, sizeof why) == 0, "%s", why);
+		content_hash_final(&h, pieces);
+		content_hash_init(&h);
+		content_hash_update(&h, "1000:", 5);
+		content_hash_update(&h, buf, N);
+		content_hash_final(&h, other);
+		CHECKF(strcmp(pieces, other) == 0 && bytes == N, "file: %s, bytes: %s (%zu)", pieces, other, bytes);
+		unlink(path);
+		CHECK(content_hash_file(&h, path, &bytes, why, sizeof why) < 0 && strstr(why, path) != NULL);
+		CHECK(content_hash_file(&h, "/tmp", &bytes, why, sizeof why) < 0 && strstr(why, "not a regular file"));
+	}
 	free(buf);
 	return test_verdict("test_model_hash");
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "model/model.h"
 #include "util/util.h"
@@ -99,19 +100,38 @@ void content_hash_final(struct content_hash *h, char out[65])
 		snprintf(out + 16 * i, 17, "%016llx", (unsigned long long)avalanche(h->lane[i] ^ mix ^ (uint64_t)i * P2));
 }
 
-/* a file's bytes (config.json) into h, with its length first */
-static int hash_file(struct content_hash *h, const char *path, size_t *bytes, char *err, size_t errsz)
+int content_hash_file(struct content_hash *h, const char *path, size_t *bytes, char *err, size_t errsz)
 {
-	size_t len = 0;
-	char *text = read_whole_file(path, &len), sz[32];
+	enum { CHUNK = 1 << 20 };
+	struct stat st;
+	size_t got, len = 0;
+	char sz[32];
+	unsigned char *buf;
+	FILE *f;
 
-	if (text == NULL)
+	/* regular first: opening a FIFO would wait */
+	if (stat(path, &st) < 0)
 		return snprintf(err, errsz, "%s: %s", path, strerror(errno)), -1;
-	snprintf(sz, sizeof sz, "%zu:", len);
+	if (!S_ISREG(st.st_mode))
+		return snprintf(err, errsz, "%s: not a regular file", path), -1;
+	if ((f = fopen(path, "rb")) == NULL)
+		return snprintf(err, errsz, "%s: %s", path, strerror(errno)), -1;
+	snprintf(sz, sizeof sz, "%lld:", (long long)st.st_size);
 	content_hash_update(h, sz, strlen(sz));
-	content_hash_update(h, text, len);
+	buf = xmalloc(CHUNK);
+	while ((got = fread(buf, 1, CHUNK, f)) > 0) {
+		content_hash_update(h, buf, got);
+		len += got;
+	}
+	free(buf);
+	if (ferror(f) || len != (size_t)st.st_size) {
+		int e = ferror(f) ? errno : 0;
+
+		fclose(f);
+		return snprintf(err, errsz, "%s: %s", path, e ? strerror(e) : "changed while it was read"), -1;
+	}
+	fclose(f);
 	*bytes += len;
-	free(text);
 	return 0;
 }
 
@@ -123,7 +143,7 @@ int model_hash(char out[MODEL_HASH_LEN + 1], size_t *bytes, const struct model_c
 
 	*bytes = 0;
 	content_hash_init(&h);
-	if (hash_file(&h, mc->config_path, bytes, err, errsz) < 0)
+	if (content_hash_file(&h, mc->config_path, bytes, err, errsz) < 0)
 		return -1;
 	if (mc->checkpoint_dir == NULL) {
 		snprintf(buf, sizeof buf, "seed:%llu", seed);

@@ -29,6 +29,11 @@ void content_hash_update(struct content_hash *h, const void *data, size_t len);
 /* 64 hex digits and a NUL into out */
 void content_hash_final(struct content_hash *h, char out[65]);
 
+/* A file's size ("%lld:") and then its bytes into h, read in chunks;
+ * *bytes grows by its size.  0, or -1 with err naming the file (also
+ * when it is not a regular file, or changed size while it was read). */
+int content_hash_file(struct content_hash *h, const char *path, size_t *bytes, char *err, size_t errsz);
+
 /* out: the model's identity (see above); *bytes: how many bytes were
  * hashed.  0, or -1 with err naming the file. */
 int model_hash(char out[MODEL_HASH_LEN + 1], size_t *bytes, const struct model_config *mc, unsigned long long seed,
