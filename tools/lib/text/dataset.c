@@ -125,6 +125,17 @@ int dataset_same_files(const struct dataset *a, const struct dataset *b)
 	return same;
 }
 
+size_t dataset_file_count(const struct dataset *ds)
+{
+	return ds->n_files;
+}
+
+const char *dataset_file(const struct dataset *ds, size_t i, const char **name)
+{
+	*name = ds->file_names[i];
+	return ds->file_paths[i];
+}
+
 int dataset_set_train_on(struct dataset *ds, enum train_on mode)
 {
 	if (ds->n_pending || ds->prepared)
@@ -637,7 +648,13 @@ void dataset_close(struct dataset *ds)
 	chat_template_free(ds->chat);
 	free(ds->chat_date);
 	free(ds->split);
+	for (size_t i = 0; i < ds->n_files; i++) {
+		free(ds->file_paths[i]);
+		free(ds->file_names[i]);
+	}
 	free(ds->files);
+	free(ds->file_paths);
+	free(ds->file_names);
 	free(ds->sup);
 	free(ds->sep_sup);
 	free(ds->pending);

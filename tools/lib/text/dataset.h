@@ -62,6 +62,12 @@ int dataset_set_split(struct dataset *ds, const char *split);
 const char *dataset_split_read(const struct dataset *ds);
 /* 1 when both read the same files (device and inode), none else. */
 int dataset_same_files(const struct dataset *a, const struct dataset *b);
+/* The files read, in the order read (n: how many; 0 for a dataset of
+ * records added by hand): file i's path as opened, and *name its path
+ * under the directory read, or for a file given alone its kind ("jsonl",
+ * "json", "txt", and ".gz"): what stays the same when the data is moved. */
+size_t dataset_file_count(const struct dataset *ds);
+const char *dataset_file(const struct dataset *ds, size_t i, const char **name);
 /* Moves ceil(fraction x documents) whole documents, chosen by the seed,
  * out of ds (prepared here if need be) into a new dataset *held_out; the
  * rest stay in their order.  0, or -1 with err when either side would be

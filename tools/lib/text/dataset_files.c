@@ -378,22 +378,31 @@ static int add_txt(struct dataset *ds, struct reader *r, char *err, size_t errsz
 	return 0;
 }
 
-/* The file's identity, for dataset_same_files. */
-static void note_file(struct dataset *ds, const char *path)
+/* The file's identity, for dataset_same_files, and its path and name,
+ * for dataset_file. */
+static void note_file(struct dataset *ds, const char *path, const char *name)
 {
 	struct stat st;
 
 	if (stat(path, &st) != 0)
 		return;
 	ds->files = xrealloc(ds->files, (ds->n_files + 1) * sizeof *ds->files);
+	ds->file_paths = xrealloc(ds->file_paths, (ds->n_files + 1) * sizeof *ds->file_paths);
+	ds->file_names = xrealloc(ds->file_names, (ds->n_files + 1) * sizeof *ds->file_names);
+	ds->file_paths[ds->n_files] = xstrdup(path);
+	ds->file_names[ds->n_files] = xstrdup(name);
 	ds->files[ds->n_files++] = (struct file_id){ st.st_dev, st.st_ino };
 }
 
-static int add_file(struct dataset *ds, const char *path, char *err, size_t errsz)
+/* name: the path under the directory read, or NULL for a file given
+ * alone (its kind stands for it: "jsonl", "json.gz"). */
+static int add_file(struct dataset *ds, const char *path, const char *name, char *err, size_t errsz)
 {
+	static const char *const kind_names[] = { [KIND_JSONL] = "jsonl", [KIND_JSON] = "json", [KIND_TXT] = "txt" };
 	int gz, rc;
 	enum file_kind kind = file_kind(path, &gz);
 	struct reader r;
+	char kind_name[16];
 
 	if (kind == KIND_NONE) {
 		set_error(err, errsz, "%s: not a dataset file (expected .jsonl, .json or .txt, optionally .gz)", path);
@@ -401,7 +410,8 @@ static int add_file(struct dataset *ds, const char *path, char *err, size_t errs
 	}
 	if (reader_open(&r, path, gz, err, errsz) < 0)
 		return -1;
-	note_file(ds, path);
+	snprintf(kind_name, sizeof kind_name, "%s%s", kind_names[kind], gz ? ".gz" : "");
+	note_file(ds, path, name ? name : kind_name);
 	if (kind == KIND_JSONL)
 		rc = add_jsonl(ds, &r, err, errsz);
 	else if (kind == KIND_JSON)
@@ -568,7 +578,7 @@ static int add_dir(struct dataset *ds, const char *dir, char *err, size_t errsz)
 		if (!keep[i])
 			continue;
 		char *full = xasprintf("%s/%s", dir, files.v[i]);
-		rc = add_file(ds, full, err, errsz);
+		rc = add_file(ds, full, files.v[i], err, errsz);
 		free(full);
 	}
 out:
@@ -591,5 +601,5 @@ int dataset_add_path(struct dataset *ds, const char *path, char *err, size_t err
 		set_error(err, errsz, "%s: the dataset is already prepared", path);
 		return -1;
 	}
-	return S_ISDIR(st.st_mode) ? add_dir(ds, path, err, errsz) : add_file(ds, path, err, errsz);
+	return S_ISDIR(st.st_mode) ? add_dir(ds, path, err, errsz) : add_file(ds, path, NULL, err, errsz);
 }

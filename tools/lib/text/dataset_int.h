@@ -51,6 +51,8 @@ struct dataset {
 	char *split;          /* a directory's split to read (dataset_set_split); NULL: "train" */
 	const char *split_read; /* the split a directory gave (split_names), or NULL */
 	struct file_id *files; /* the files read, for dataset_same_files */
+	char **file_paths;     /* (n_files) each as opened */
+	char **file_names;     /* (n_files) its name in a directory, or its kind (dataset_file) */
 	size_t n_files;
 	/* progress (dataset_set_progress): when the work began, the last line */
 	double progress_start, progress_last;
