@@ -41,6 +41,7 @@ cJSON *run_config_json(const struct train_config *c)
 	cJSON_AddItemToObject(o, "model_hash", c->model_hash ? cJSON_CreateString(c->model_hash) : cJSON_CreateNull());
 	cJSON_AddStringToObject(o, "precision", precision_names[c->cell.precision]);
 	cJSON_AddStringToObject(o, "dataset", c->cell.training.dataset);
+	cJSON_AddItemToObject(o, "dataset_hash", opt_string(c->dataset_hash));
 	if (c->cell.training.chat_date) /* the data a chat template renders (unset: as before it existed) */
 		cJSON_AddStringToObject(o, "chat_date", c->cell.training.chat_date);
 	if (c->cell.training.split) /* which files of a directory (unset: its train split) */
@@ -76,6 +77,7 @@ cJSON *run_config_json(const struct train_config *c)
 	if (c->mlp_chunk) /* POROS_MLP_CHUNK: the MLP gradients' order of sums (unset: as before it existed) */
 		cJSON_AddNumberToObject(o, "mlp_chunk", c->mlp_chunk);
 	cJSON_AddItemToObject(o, "tokenizer", opt_string(c->cell.training.tokenizer));
+	cJSON_AddItemToObject(o, "tokenizer_hash", opt_string(c->tokenizer_hash));
 	/* what changes no bit of the result: a resume takes it unless a flag says otherwise */
 	cJSON_AddStringToObject(o, "mode", train_mode_names[c->mode]);
 	cJSON_AddNumberToObject(o, "block_size", c->cell.poros.block_size);
@@ -84,6 +86,7 @@ cJSON *run_config_json(const struct train_config *c)
 	cJSON_AddStringToObject(o, "backend", c->backend);
 	cJSON_AddStringToObject(o, "gradient_checkpointing", c->cell.training.gradient_checkpointing ? "on" : "off");
 	cJSON_AddItemToObject(o, "eval_dataset", opt_string(c->cell.training.eval_dataset));
+	cJSON_AddItemToObject(o, "eval_dataset_hash", opt_string(c->eval_dataset_hash));
 	cJSON_AddItemToObject(o, "eval_split", opt_string(c->cell.training.eval_split));
 	cJSON_AddNumberToObject(o, "eval_every", c->cell.training.eval_every);
 	cJSON_AddNumberToObject(o, "save_every", c->save_every);
@@ -98,7 +101,9 @@ static const struct config_key {
 	int may_change;
 } config_keys[] = {
 	{ "model", "--model", 1 }, /* the path a model is found at; its content is model_hash */
-	{ "model_hash", "--model", 0 }, { "precision", "--precision", 0 }, { "dataset", "--dataset", 0 },
+	{ "model_hash", "--model", 0 }, { "precision", "--precision", 0 },
+	{ "dataset", "--dataset", 0 }, /* a file's path may change: its content is dataset_hash (may_change) */
+	{ "dataset_hash", "--dataset", 0 },
 	{ "chat_date", "--chat-date", 0 }, { "split", "--split", 0 }, { "eval_fraction", "--eval-fraction", 0 },
 	{ "train_on", "--train-on", 0 }, { "targets", "--targets", 0 }, { "seed", "--seed", 0 },
 	{ "seq_len", "--seq-len", 0 }, { "batch_size", "--batch-size", 0 }, { "accum", "--accum", 0 },
@@ -111,7 +116,10 @@ static const struct config_key {
 	{ "mode", "--mode", 1 }, { "block_size", "--block-size", 1 }, { "prefetch", "--no-prefetch", 1 },
 	{ "checkpoints", "--checkpoints", 1 },
 	{ "backend", "--backend", 1 }, { "gradient_checkpointing", "--gradient-checkpointing", 1 },
-	{ "tokenizer", "--tokenizer", 0 }, { "eval_dataset", "--eval-dataset", 1 }, { "eval_split", "--eval-split", 1 },
+	{ "tokenizer", "--tokenizer", 0 }, /* as dataset: its content is tokenizer_hash */
+	{ "tokenizer_hash", "--tokenizer", 0 }, { "eval_dataset", "--eval-dataset", 1 },
+	{ "eval_dataset_hash", "--eval-dataset", 0 }, /* another set may be named, not edited in place */
+	{ "eval_split", "--eval-split", 1 },
 	{ "eval_every", "--eval-every", 1 }, { "save_every", "--save-every", 1 },
 	{ "save_total_limit", "--save-total-limit", 1 },
 };
@@ -124,12 +132,38 @@ static const struct config_key *config_key_find(const char *key)
 	return NULL;
 }
 
-/* steps only move the LR of a decaying schedule */
-static int may_change(const char *key, const struct train_config *c)
+/* A digest of what the run reads (model_hash.h, data.h): computed, never
+ * set by a flag or restored from a checkpoint. */
+static int is_digest(const char *key)
+{
+	size_t n = strlen(key);
+
+	return n > 5 && strcmp(key + n - 5, "_hash") == 0;
+}
+
+/* Steps only move the LR of a decaying schedule; a dataset or tokenizer
+ * file is compared by content, so it may be found at another path (a
+ * synthetic stream, with no digest, is its name); an eval set changes no
+ * bit of the adapter, so another may be named, but the same name over
+ * other content is refused (the eval curve would mix two sets unsaid). */
+static int may_change(const char *key, const struct train_config *c, const cJSON *saved)
 {
 	const struct config_key *k = config_key_find(key);
+	const char *eval = c->cell.training.eval_dataset;
+	const cJSON *was = cJSON_GetObjectItemCaseSensitive(saved, "eval_dataset");
+	const char *eval_was = cJSON_IsString(was) ? was->valuestring : NULL;
 
-	return (k && k->may_change) || (strcmp(key, "steps") == 0 && c->cell.training.lr_schedule == LR_CONSTANT);
+	if (k && k->may_change)
+		return 1;
+	if (strcmp(key, "steps") == 0)
+		return c->cell.training.lr_schedule == LR_CONSTANT;
+	if (strcmp(key, "dataset") == 0)
+		return c->dataset_hash != NULL;
+	if (strcmp(key, "tokenizer") == 0)
+		return c->tokenizer_hash != NULL;
+	if (strcmp(key, "eval_dataset_hash") == 0)
+		return eval_was ? eval == NULL || strcmp(eval, eval_was) != 0 : eval != NULL;
+	return 0;
 }
 
 static const char *flag_of(const char *key)
@@ -178,8 +212,18 @@ static int config_check(const cJSON *saved, const struct train_config *c, char *
 
 			if (pass == 1 && was)
 				continue;
-			if (pass == 0 && (may_change(it->string, c) || (was && cJSON_Compare(it, was, 1))))
+			if (pass == 0 && (may_change(it->string, c, saved) || (was && cJSON_Compare(it, was, 1))))
 				continue;
+			/* a checkpoint from before data digests: nothing read, nothing to tell apart */
+			if (pass == 0 && was == NULL && is_digest(it->string) && cJSON_IsNull(it))
+				continue;
+			if (pass == 0 && was == NULL && is_digest(it->string)) {
+				snprintf(err, errsz, "--resume %s: a checkpoint of an older poros-train (%s: what it read "
+				         "is not identified by content, no %s): resume it with the poros-train that wrote it",
+				         c->resume, flag_of(it->string), it->string);
+				cJSON_Delete(now); /* it is now's */
+				return -1;
+			}
 			value_text(a, sizeof a, pass == 0 ? was : it);
 			value_text(b, sizeof b, pass == 0 ? it : NULL);
 			if (len < errsz)
@@ -599,7 +643,7 @@ int checkpoint_take(struct train_config *c, char *const value[OPT_COUNT], char *
 			const char *flag = flag_of(it->string);
 
 			if (strncmp(flag, "--", 2) != 0 || given(value, flag) || cJSON_IsNull(it) ||
-			    strcmp(it->string, "model_hash") == 0)
+			    is_digest(it->string))
 				continue;
 			/* --epochs without --steps sets the steps again */
 			if (strcmp(it->string, "steps") == 0 && value[OPT_EPOCHS])

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "model_hash.h"
 #include "text/text.h"
 #include "ops.h"
 #include "util/util.h"
@@ -294,6 +295,81 @@ int token_source_same_data(const struct token_source *a, const struct token_sour
 		return stat(a->name, &sa) == 0 && stat(b->name, &sb) == 0 && sa.st_dev == sb.st_dev &&
 		       sa.st_ino == sb.st_ino;
 	return 0;
+}
+
+/* name, a colon, then the file's size and bytes */
+static int hash_named_file(struct content_hash *h, const char *name, const char *path, size_t *bytes, char *err,
+                           size_t errsz)
+{
+	content_hash_update(h, name, strlen(name));
+	content_hash_update(h, ":", 1);
+	return content_hash_file(h, path, bytes, err, errsz);
+}
+
+static void hash_final(struct content_hash *h, char out[DATA_HASH_LEN + 1])
+{
+	char hex[65];
+
+	content_hash_final(h, hex);
+	snprintf(out, DATA_HASH_LEN + 1, "f64x4:%s", hex);
+}
+
+int token_source_hash(char out[DATA_HASH_LEN + 1], size_t *bytes, const struct token_source *d, char *err,
+                      size_t errsz)
+{
+	struct content_hash h;
+	int width;
+
+	*bytes = 0;
+	out[0] = '\0';
+	if (d->kind == SOURCE_SYNTHETIC || d->kind == SOURCE_REPEAT)
+		return 0;
+	content_hash_init(&h);
+	if (d->kind == SOURCE_RAW) {
+		has_raw_suffix(d->name, &width);
+		if (hash_named_file(&h, width == 4 ? "u32" : "u16", d->name, bytes, err, errsz) < 0)
+			return -1;
+	}
+	for (size_t i = 0; d->kind == SOURCE_DATASET && i < dataset_file_count(d->ds); i++) {
+		const char *name, *path = dataset_file(d->ds, i, &name);
+
+		if (hash_named_file(&h, name, path, bytes, err, errsz) < 0)
+			return -1;
+	}
+	hash_final(&h, out);
+	return 1;
+}
+
+int token_source_tokenizer_hash(char out[DATA_HASH_LEN + 1], size_t *bytes, const struct token_source *d, char *err,
+                                size_t errsz)
+{
+	static const char *const beside[] = { "tokenizer_config.json", "chat_template.jinja" };
+	const char *file = d->tok ? tokenizer_path(d->tok) : NULL, *slash;
+	struct content_hash h;
+
+	*bytes = 0;
+	out[0] = '\0';
+	if (file == NULL)
+		return 0;
+	content_hash_init(&h);
+	if (hash_named_file(&h, "tokenizer", file, bytes, err, errsz) < 0)
+		return -1;
+	slash = strrchr(file, '/');
+	for (size_t i = 0; i < sizeof beside / sizeof *beside; i++) {
+		char *path = slash ? xasprintf("%.*s/%s", (int)(slash - file), file, beside[i]) : xstrdup(beside[i]);
+		struct stat st;
+		int rc = 0;
+
+		if (stat(path, &st) == 0)
+			rc = hash_named_file(&h, beside[i], path, bytes, err, errsz);
+		else /* absent is a content too: a file added later changes it */
+			content_hash_update(&h, beside[i], strlen(beside[i]));
+		free(path);
+		if (rc < 0)
+			return -1;
+	}
+	hash_final(&h, out);
+	return 1;
 }
 
 double token_source_epoch_rows(const struct token_source *d)

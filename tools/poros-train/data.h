@@ -75,6 +75,23 @@ int token_source_next(struct token_source *s, int32_t *tokens, int32_t *targets,
                       size_t errsz);
 void token_source_free(struct token_source *s);
 
+/* What a source reads, by content, so that a resume can tell a file
+ * edited in place from the one the checkpoint read: "f64x4:" and the
+ * digest of model_hash.h over, for each file in the order read, its
+ * name (a raw file: "u16" or "u32"; a dataset: dataset_file's name, the
+ * path under its directory or the file's kind), its size and its bytes.
+ * 1 with out set, 0 with out "" for a synthetic stream (no file: the
+ * seed is its content), -1 with err naming the file.  *bytes: bytes read. */
+#define DATA_HASH_LEN (6 + 64)
+int token_source_hash(char out[DATA_HASH_LEN + 1], size_t *bytes, const struct token_source *s, char *err,
+                      size_t errsz);
+/* The same over the tokenizer s tokenizes with: its file, then
+ * tokenizer_config.json and chat_template.jinja beside it (or that one
+ * is absent), which set its EOS and the chat template.  0 with out ""
+ * when s has none (token ids, or input_ids records and no tokenizer). */
+int token_source_tokenizer_hash(char out[DATA_HASH_LEN + 1], size_t *bytes, const struct token_source *s, char *err,
+                                size_t errsz);
+
 /* Where a token source stands (--save-every's checkpoints), with the size
  * of what it reads so a changed file is caught: token_source_seek on a
  * source opened with the same spec, model, seq_len and seed continues the

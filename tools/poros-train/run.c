@@ -645,6 +645,7 @@ struct run {
 	struct base_share share; /* the host's ranks, when there are ranks */
 	int sharing;        /* 1: the base is one copy for the host (share) */
 	char model_hash[MODEL_HASH_LEN + 1];
+	char dataset_hash[DATA_HASH_LEN + 1], eval_dataset_hash[DATA_HASH_LEN + 1], tokenizer_hash[DATA_HASH_LEN + 1];
 };
 
 static void run_close(struct run *x)
@@ -1009,6 +1010,45 @@ static int identify_model(struct run *x, char *err, size_t errsz)
 	return 0;
 }
 
+/* One digest of the data (data.h) into out, and *key pointing at it, or
+ * NULL when there is nothing to hash; the cost said as the base's is. */
+static int identify_one(const struct run *x, const char *key_name, const struct token_source *src, int tokenizer,
+                        char out[DATA_HASH_LEN + 1], const char **key, char *err, size_t errsz)
+{
+	double t0 = now_seconds(), s;
+	size_t bytes;
+	char sz[32];
+	int rc = tokenizer ? token_source_tokenizer_hash(out, &bytes, src, err, errsz)
+	                   : token_source_hash(out, &bytes, src, err, errsz);
+
+	if (rc < 0)
+		return -1;
+	*key = rc ? out : NULL;
+	s = now_seconds() - t0;
+	if (rc && !x->c->quiet)
+		warnmsg("%s of %s: %s hashed in %.2f s (%.2f GB/s): %s", key_name,
+		        tokenizer ? tokenizer_path(src->tok) : src->name, format_bytes(sz, sizeof sz, (double)bytes), s,
+		        s > 0 ? (double)bytes / s / 1e9 : 0.0, out);
+	return 0;
+}
+
+/* The data by content, once per run: a dataset or tokenizer edited in
+ * place under the same path is another input, which a resume refuses. */
+static int identify_data(struct run *x, char *err, size_t errsz)
+{
+	/* the training data's tokenizer, else the eval set's (token ids to train on, text to evaluate) */
+	const struct token_source *tok_src = x->data.tok || !x->eval.open ? &x->data : &x->eval.src;
+
+	if (identify_one(x, "dataset_hash", &x->data, 0, x->dataset_hash, &x->cfg.dataset_hash, err, errsz) < 0)
+		return -1;
+	/* an --eval-fraction set is the dataset's own documents: dataset_hash covers it */
+	if (x->c->cell.training.eval_dataset &&
+	    identify_one(x, "eval_dataset_hash", &x->eval.src, 0, x->eval_dataset_hash, &x->cfg.eval_dataset_hash, err,
+	                 errsz) < 0)
+		return -1;
+	return identify_one(x, "tokenizer_hash", tok_src, 1, x->tokenizer_hash, &x->cfg.tokenizer_hash, err, errsz);
+}
+
 /* RUN_DIR/train_config.json: the whole configuration, readable; and the
  * precision said where the run starts (nf4 is the default). */
 static int write_run_config(const struct train_config *c, char *err, size_t errsz)
@@ -1081,7 +1121,8 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	}
 	dev_alloc_release_all(&plan);
 	/* a resume of another model or configuration stops before the weights load */
-	if (identify_model(x, err, errsz) < 0 || (c->resume && checkpoint_check_config(c, err, errsz) < 0))
+	if (identify_model(x, err, errsz) < 0 || identify_data(x, err, errsz) < 0 ||
+	    (c->resume && checkpoint_check_config(c, err, errsz) < 0))
 		return RUN_BAD_INPUT;
 	if ((rc = load_base(x, err, errsz)) == RUN_BAD_INPUT)
 		return RUN_BAD_INPUT;

@@ -30,6 +30,10 @@ struct train_config {
 	int save_every;          /* 0: only the final adapter; else also adapter-stepN and checkpoint-stepN */
 	int save_total_limit;    /* --save-total-limit: keep this many newest checkpoint-stepN; 0: all */
 	const char *model_hash;  /* the base's content (model_hash.h), set by train_run; NULL before */
+	/* what the run reads as data, by content (data.h's token_source_hash),
+	 * set by train_run with model_hash; NULL: a synthetic stream, no eval
+	 * set, no tokenizer */
+	const char *dataset_hash, *eval_dataset_hash, *tokenizer_hash;
 	double epochs;           /* --epochs: passes over the data that set the steps; 0: none */
 	int steps_given;         /* --steps was given: it wins over --epochs (HF's max_steps) */
 	int accum_from_checkpoint; /* --resume without --accum: the checkpoint's global accumulation, per rank later */
