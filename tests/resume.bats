@@ -301,3 +301,98 @@ position() {
 	[ "$stderr" = 'poros-train: --resume half/checkpoint-step1: a checkpoint of an older poros-train (its base model is not identified by content): resume it with the poros-train that wrote it' ]
 	[ ! -e r ]
 }
+
+# text documents for a model with a tokenizer (tiny-llama: the fixture's ids fit its vocabulary)
+text_run() {
+	TOK="$POROS_ROOT/tests/fixtures/tokenizer/tiny"
+	for i in 1 2 3 4 5 6; do
+		printf '{"text": "document %d: the quick brown fox jumps over the lazy dog, %d times"}\n' "$i" "$i"
+	done >text.jsonl
+	cp -r "$TOK" tok
+	TEXT=(--backend cpu --model poros/tiny-llama --seq-len 16 --batch-size 2 --rank 4 --alpha 8 --dropout 0.1
+	      --lr 5e-3 --lr-schedule cosine --steps 4 --quiet)
+}
+
+@test "the data is identified by content: an edited dataset is refused, a copy at another path resumes bit for bit" {
+	text_run
+	poros-train "${TEXT[@]}" --dataset text.jsonl --tokenizer tok --out full >/dev/null
+	poros-train "${TEXT[@]}" --dataset text.jsonl --tokenizer tok --save-every 2 --out half >/dev/null
+	jq -e '(.dataset_hash | test("^f64x4:[0-9a-f]{64}$")) and (.tokenizer_hash | test("^f64x4:[0-9a-f]{64}$"))
+		and .eval_dataset_hash == null' half/train_config.json
+	# the same bytes under other names, data and tokenizer: the same run
+	mkdir moved
+	cp text.jsonl moved/copy.jsonl
+	cp -r tok moved/tok
+	run -0 --separate-stderr poros-train "${TEXT[@]}" --dataset moved/copy.jsonl --tokenizer moved/tok \
+		--resume half/checkpoint-step2 --out r
+	cmp "full/$ADAPTER" "r/$ADAPTER"
+	diff <(rows full) <(rows r)
+	jq -e '.dataset == "moved/copy.jsonl"' r/train_config.json
+	[ "$(jq .dataset_hash r/train_config.json)" = "$(jq .dataset_hash half/train_config.json)" ]
+	# one document more in the same file: the cursor would point into another stream
+	printf '{"text": "one more document"}\n' >>text.jsonl
+	run -2 --separate-stderr poros-train "${TEXT[@]}" --dataset text.jsonl --tokenizer tok --resume half/checkpoint-step2 --out r2
+	[[ "$stderr" == 'poros-train: --resume half/checkpoint-step2: this run differs from the checkpoint in --dataset (dataset_hash: checkpoint "f64x4:'*'", given "f64x4:'*'"); a resumed run keeps the configuration' ]]
+	[ "$(wc -l <<<"$stderr")" -eq 1 ] && [ -z "$output" ] && [ ! -e r2 ]
+	# taken from the checkpoint, the path is the edited file all the same
+	run -2 --separate-stderr poros-train --quiet --resume half/checkpoint-step2 --out r2
+	[[ "$stderr" == *"--dataset (dataset_hash: checkpoint "* ]]
+	# an edit that keeps the size (which the cursor checks) is caught too
+	sed -i '$d' text.jsonl
+	sed -i 's/quick/quack/' text.jsonl
+	[ "$(stat -c %s text.jsonl)" -eq "$(stat -c %s moved/copy.jsonl)" ]
+	run -2 --separate-stderr poros-train --quiet --resume half/checkpoint-step2 --out r2
+	[[ "$stderr" == *"--dataset (dataset_hash: checkpoint "* ]]
+}
+
+@test "a tokenizer edited in place is refused on resume, naming tokenizer_hash" {
+	text_run
+	poros-train "${TEXT[@]}" --dataset text.jsonl --tokenizer tok --save-every 2 --out half >/dev/null
+	jq '.eos_token = "<unk>"' tok/tokenizer_config.json >cfg.json
+	mv cfg.json tok/tokenizer_config.json
+	run -2 --separate-stderr poros-train --quiet --resume half/checkpoint-step2 --out r
+	[[ "$stderr" == 'poros-train: --resume half/checkpoint-step2: this run differs from the checkpoint in --tokenizer (tokenizer_hash: checkpoint "f64x4:'*'", given "f64x4:'*'"); a resumed run keeps the configuration' ]]
+	[ ! -e r ]
+	# a chat template added beside it is another tokenizer too
+	cp "$TOK/tokenizer_config.json" tok/
+	printf '{{ messages }}' >tok/chat_template.jinja
+	run -2 --separate-stderr poros-train --quiet --resume half/checkpoint-step2 --out r
+	[[ "$stderr" == *"--tokenizer (tokenizer_hash: checkpoint "* ]]
+	rm tok/chat_template.jinja
+	poros-train --quiet --resume half/checkpoint-step2 --out r | jq -e '.status == "ok" and .steps == 4'
+}
+
+@test "an eval set may be another on resume, but not other content under the same name" {
+	text_run
+	head -2 text.jsonl >val.jsonl
+	tail -2 text.jsonl >val2.jsonl
+	poros-train "${TEXT[@]}" --dataset text.jsonl --tokenizer tok --eval-dataset val.jsonl --eval-every 2 --save-every 2 \
+		--out half >/dev/null
+	jq -e '.eval_dataset_hash | test("^f64x4:")' half/train_config.json
+	poros-train --quiet --resume half/checkpoint-step2 --eval-dataset val2.jsonl --out r | jq -e '.status == "ok"'
+	cp val2.jsonl val.jsonl
+	run -2 --separate-stderr poros-train --quiet --resume half/checkpoint-step2 --out r2
+	[[ "$stderr" == *"this run differs from the checkpoint in --eval-dataset (eval_dataset_hash: checkpoint "* ]]
+}
+
+@test "a checkpoint from before data hashes resumes synthetic data as before, and is refused by name on a file" {
+	poros-train "${RUN[@]}" --steps 4 --out full >/dev/null
+	poros-train "${RUN[@]}" --steps 4 --save-every 2 --out half >/dev/null
+	jq -e '.dataset_hash == null and .tokenizer_hash == null' half/train_config.json
+	jq -c 'del(.config.dataset_hash, .config.eval_dataset_hash, .config.tokenizer_hash)' half/checkpoint-step2/state.json >state.json
+	cp state.json half/checkpoint-step2/state.json
+	poros-train "${RUN[@]}" --steps 4 --resume half/checkpoint-step2 --out r >/dev/null
+	cmp "full/$ADAPTER" "r/$ADAPTER"
+	diff <(rows full) <(rows r)
+	# synthetic data is still told apart by name
+	run -2 --separate-stderr poros-train "${RUN[@]}" --steps 4 --dataset synthetic:repeat --resume half/checkpoint-step2 --out r2
+	[ "$stderr" = 'poros-train: --resume half/checkpoint-step2: this run differs from the checkpoint in --dataset (dataset: checkpoint "synthetic", given "synthetic:repeat"); a resumed run keeps the configuration' ]
+	# a file's content cannot be checked against a checkpoint that never recorded it
+	jsonl_docs
+	poros-train "${RUN[@]}" --steps 4 --dataset data.jsonl --save-every 2 --out file >/dev/null
+	jq -c 'del(.config.dataset_hash)' file/checkpoint-step2/state.json >state.json
+	cp state.json file/checkpoint-step2/state.json
+	run -2 --separate-stderr poros-train --quiet --resume file/checkpoint-step2 --out r3
+	[ "$stderr" = 'poros-train: --resume file/checkpoint-step2: a checkpoint of an older poros-train (--dataset: what it read is not identified by content, no dataset_hash): resume it with the poros-train that wrote it' ]
+	[ ! -e r3 ]
+}
