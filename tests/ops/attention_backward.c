@@ -200,6 +200,14 @@ static void attention_plain_pos_gpu(const void *p)
 	}
 }
 
+/* Side 0 of such a case alone: its forward, then its backward. */
+static void attention_side0_gpu(const void *p)
+{
+	const struct plain_pos_case *x = p;
+	attention_fwd_gpu(&x->side[0]);
+	attention_bwd_gpu(&x->side[0]);
+}
+
 /* The outputs of the two sides of such a case, out, lse, dq, dk, dv: the
  * case's output names and their bytes. */
 static const char *const pair_names[2][5] = { { "out0", "lse0", "dq0", "dk0", "dv0" },
@@ -385,6 +393,63 @@ static void test_attention_grouped(int B, int S, int H, int G, int D, int docs, 
 	case_end(&c);
 }
 
+/* Packed rows on cuDNN, one call per document (ops.h: with the host
+ * mirror of pos the backend sets, POROS_CUDNN_DOC_MIN=1 lifting the floor
+ * and the quantum): forward and backward against the CPU within the
+ * route's bounds (test_attention_backward's), the same bits twice; and
+ * the route did run: without the rotation, cuDNN's dq comes back as bf16
+ * widened (its low 16 bits zero), which the kernels' fp32 sums are not. */
+static void test_attention_docs_route(int B, int S, int H, int G, int D, int docs)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "attention_forward+backward packed rows on cuDNN per document B=%d S=%d H=%d G=%d D=%d "
+	                "docs=%d", B, S, H, G, D, docs))
+		return;
+	int32_t *pos = doc_positions(B, S, docs);
+	size_t T = (size_t)B * S, bytes[5];
+	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
+	float *dout = rand_f32(T * H * D, -1, 1), *scratch = host_alloc(attention_scratch_floats(B, S, H, G, D) * 4);
+	float *ref_lse = host_alloc((size_t)B * H * S * 4), *ref_dq = host_alloc(T * H * D * 4);
+	float *ref_dk = host_alloc(T * G * D * 4), *ref_dv = host_alloc(T * G * D * 4);
+	bf16 *ref_out = host_alloc(T * H * D * 2);
+	pair_bytes(bytes, B, S, H, G, D);
+	double t0 = now_ms();
+	attention_forward_cpu(ref_out, H * D, ref_lse, scratch, q, k, v, NULL, NULL, pos, B, S, H, G, D);
+	attention_backward_cpu(ref_dq, ref_dk, ref_dv, scratch, dout, ref_out, H * D, q, k, v, NULL, NULL, ref_lse, pos,
+			       B, S, H, G, D);
+	c.cpu_ms = now_ms() - t0;
+
+	struct plain_pos_case x; /* side 0 only: its own forward's out and lse */
+	memset(&x, 0, sizeof x);
+	attention_case_inputs(&x.side[0], q, k, v, pos, B, S, H, G, D);
+	pair_side(&c, &x.side[0], 0, bytes, dout, case_scratch(&c, attention_scratch_floats_cuda(B, S, H, G, D) * 4));
+	const char *floor = getenv("POROS_CUDNN_DOC_MIN");
+	char *saved = floor ? strdup(floor) : NULL;
+	setenv("POROS_CUDNN_DOC_MIN", "1", 1);
+	gpu->pos_mirror(x.side[0].pos, pos, T);
+	case_run(&c, attention_side0_gpu, &x);
+	gpu->pos_mirror(NULL, NULL, 0);
+	if (saved)
+		setenv("POROS_CUDNN_DOC_MIN", saved, 1);
+	else
+		unsetenv("POROS_CUDNN_DOC_MIN");
+	free(saved);
+
+	check_rows(&c, "out0", ref_out, T, (size_t)H * D, (size_t)H * D, 1, 1e-3, BF16_RTOL);
+	check(&c, "lse0", ref_lse, (size_t)B * H * S, 0, 2e-6, 1e-5);
+	check(&c, "dq0", ref_dq, T * H * D, 0, 1e-2, BF16_RTOL);
+	check(&c, "dk0", ref_dk, T * G * D, 0, 1e-2, BF16_RTOL);
+	check(&c, "dv0", ref_dv, T * G * D, 0, 1e-2, BF16_RTOL);
+	const uint32_t *dq_bits = got(&c, "dq0");
+	size_t fine = 0;
+	for (size_t i = 0; i < T * H * D; i++)
+		fine += (dq_bits[i] & 0xffffu) != 0;
+	printf("    dq0       %zu of %zu elements finer than bf16 (the route's are all bf16)  %s\n", fine, T * H * D,
+	       fine ? "MISMATCH" : "ok");
+	c.bad += fine != 0;
+	case_end(&c);
+}
+
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;
  * quick enough for compute-sanitizer); 1: model shapes */
 static void attention_backward_cuda_check(int realistic)
@@ -404,6 +469,7 @@ static void attention_backward_cuda_check(int realistic)
 		test_attention_grouped(2, 150, 4, 2, 64, 0, 0);
 		test_attention_grouped(2, 150, 6, 2, 16, 3, 1); /* documents; dq turned in a pass */
 		test_attention_grouped(1, 70, 6, 3, 64, 0, 1);
+		test_attention_docs_route(2, 150, 4, 2, 64, 3);
 	} else {
 		test_attention_backward(1, 512, 32, 8, 128, 4096, 0);
 		test_attention_backward(1, 512, 32, 8, 128, 4096 + 160, 0); /* out with the o projection's extension */
@@ -418,6 +484,8 @@ static void attention_backward_cuda_check(int realistic)
 		test_attention_grouped(1, 1100, 28, 4, 128, 0, 1);
 		test_attention_grouped(1, 1100, 64, 8, 128, 0, 1);
 		test_attention_grouped(2, 600, 8, 2, 64, 4, 1);
+		test_attention_docs_route(1, 2048, 28, 4, 128, 4);
+		test_attention_docs_route(2, 1100, 8, 2, 64, 3);
 	}
 }
 #endif
