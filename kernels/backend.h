@@ -12,8 +12,17 @@
 
 /* STREAM_COPY carries the base weights (host to device); STREAM_AUX the
  * activation checkpoints (device to host in forward, back in backward), so
- * neither kind of copy queues behind the other. */
+ * neither kind of copy queues behind the other.  STREAM_COMPUTE is the
+ * current compute lane's stream (set_lane): the ops, and every call
+ * naming STREAM_COMPUTE, go there. */
 enum { STREAM_COMPUTE = 0, STREAM_COPY = 1, STREAM_AUX = 2 };
+
+/* Compute lanes: independent work (two micro-batches of one layer) issued
+ * to two compute streams runs at once on the device, each lane with its
+ * own library handle and workspace, so that one lane's small kernels and
+ * GEMM tails fill what the other leaves idle.  The same ops with the same
+ * inputs give the same bits on either lane. */
+#define BACKEND_MAX_LANES 2
 
 struct backend_event;
 
@@ -58,6 +67,14 @@ struct backend {
 	/* Milliseconds between two recorded (and completed) events. */
 	float (*event_elapsed_ms)(struct backend_event *start, struct backend_event *end);
 	void (*synchronize)(void);
+	/* The compute lane the ops and STREAM_COMPUTE mean from now on (0 <=
+	 * lane < BACKEND_MAX_LANES; lane 0 at the start).  Lane l > 0 needs
+	 * its library workspace first: lane_workspace gives it bytes (at least
+	 * library_device_bytes) of device memory the engine allocated, which it
+	 * keeps until the backend closes.  0 or -1.  The CPU runs every lane
+	 * in issue order, as one. */
+	void (*set_lane)(int lane);
+	int (*lane_workspace)(int lane, void *p, size_t bytes);
 
 	/* Facts for the artifact's env: gpu_name, gpu_mem_mb, driver,
 	 * cuda_runtime (NULL/0 on CPU). */

@@ -195,6 +195,41 @@ plan_and_train() {
 	[ "$(jq -r .vram_plan_mb attn.plan)" = "$(jq -r .vram_peak_mb attn.json)" ]
 }
 
+@test "--plan counts the second compute lane: its activations, scratch and cuBLAS workspace, and the run takes what it says" {
+	# CUDA blockwise with two or more micro-batches: two lanes, a second 32 MiB
+	# cuBLAS workspace; one micro-batch, resident or POROS_LANES=1: one
+	local q=(--backend cuda --model Qwen/Qwen2.5-7B --precision nf4 --seq-len 512 --rank 16 --plan)
+	run -0 --separate-stderr poros-train "${q[@]}" --accum 8
+	jq -e '.lanes == 2 and .vram_breakdown_mb.blas_workspace == 64' <<<"$output"
+	two=$output
+	POROS_LANES=1 run -0 --separate-stderr poros-train "${q[@]}" --accum 8
+	jq -e '.lanes == 1 and .vram_breakdown_mb.blas_workspace == 32' <<<"$output"
+	one=$output
+	# the second lane: one more layer's activations, the workspace without the head's part
+	jq -e --argjson one "$one" '.vram_breakdown_mb.activations == 2 * $one.vram_breakdown_mb.activations and
+		.vram_breakdown_mb.workspace > $one.vram_breakdown_mb.workspace and
+		.vram_breakdown_mb.workspace <= 2 * $one.vram_breakdown_mb.workspace and
+		.vram_breakdown_mb.lm_head == $one.vram_breakdown_mb.lm_head' <<<"$two"
+	for args in "--accum 1" "--accum 8 --mode resident"; do
+		# shellcheck disable=SC2086 # args is a word list
+		run -0 --separate-stderr poros-train "${q[@]}" $args
+		jq -e '.lanes == 1' <<<"$output"
+	done
+	# under a budget that holds one lane and not two: one, said on stderr
+	budget=$(jq -n --argjson one "$one" --argjson two "$two" \
+		'(($one.vram_plan_mb + $two.vram_plan_mb) / 2 * 1048576) | floor')
+	run -0 --separate-stderr poros-train "${q[@]}" --accum 8 --vram-budget "$budget"
+	jq -e '.lanes == 1 and .fits == true' <<<"$output"
+	[[ "$stderr" == *"two compute lanes need"*"over --vram-budget"*"one lane (POROS_LANES=2 insists)" ]]
+	POROS_LANES=2 run -1 --separate-stderr poros-train "${q[@]}" --accum 8 --vram-budget "$budget"
+	jq -e '.lanes == 2 and .fits == false' <<<"$output"
+	# on the CPU they are asked for: the peak is the plan, to the byte
+	POROS_LANES=2 plan_and_train lanes --model poros/tiny-qwen2 --mode blockwise --accum 4 --block-size 3
+	jq -e '.lanes == 2' lanes.plan
+	[ "$(jq -r .vram_plan_mb lanes.plan)" = "$(jq -r .vram_peak_mb lanes.json)" ]
+	[ "$(jq -c .vram_breakdown_mb lanes.plan)" = "$(jq -c .vram_breakdown_mb lanes.json)" ]
+}
+
 @test "checkpoints the host cannot hold: the attention's left out and said so, or the run refused before it starts" {
 	# 1024 small layers, bf16: per token and layer 256 bytes of inputs, 400
 	# with the attention's; rows sized from the host's available memory

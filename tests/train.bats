@@ -212,6 +212,28 @@ parity() {
 	cmp a1/$ADAPTER auto/$ADAPTER
 }
 
+@test "POROS_LANES takes 1 or 2: another value is a usage error; one lane or two are the same bits" {
+	POROS_LANES=3 run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
+	[ "$stderr" = 'poros-train: POROS_LANES: unknown value "3" (expected 1 or 2)' ]
+	[ -z "$output" ] && [ ! -e run ]
+	# micro-batches two at a time, each lane on its own buffers (on the CPU in
+	# turn): the same losses and adapter, with packed documents and dropout, an
+	# odd accumulation (the last micro-batch alone), layer and block checkpoints
+	jq -cn '{input_ids: [range(0; 20) | (. * 7) % 250]}, {input_ids: [range(0; 50) | (. * 3) % 250]}' >docs.jsonl
+	for ck in layer block; do
+		for v in 1 2; do
+			POROS_LANES=$v train "$ck$v" --model poros/tiny-qwen3 --mode blockwise --steps 3 --accum 3 \
+				--dataset docs.jsonl --block-size 2 --checkpoints "$ck" --dropout 0.1
+			jq -e '.status == "ok"' "$ck$v.json"
+		done
+		cmp "${ck}1/$ADAPTER" "${ck}2/$ADAPTER"
+		[ "$(jq -c '[.loss, .grad_norm]' "${ck}1/events.jsonl")" = "$(jq -c '[.loss, .grad_norm]' "${ck}2/events.jsonl")" ]
+	done
+	# and both are resident's bits
+	train res --model poros/tiny-qwen3 --mode resident --steps 3 --accum 3 --dataset docs.jsonl --dropout 0.1
+	cmp res/$ADAPTER layer2/$ADAPTER
+}
+
 @test "POROS_MLP_CHUNK takes a positive row count: another value is a usage error; the same count is the same bits" {
 	POROS_MLP_CHUNK=0 run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
 	[ "$stderr" = 'poros-train: POROS_MLP_CHUNK: too small: 0' ]

@@ -114,6 +114,18 @@ static void cpu_synchronize(void)
 {
 }
 
+/* one thread runs every lane's work in the order it is issued */
+static void cpu_set_lane(int lane)
+{
+	(void)lane;
+}
+
+static int cpu_lane_workspace(int lane, void *p, size_t bytes)
+{
+	(void)lane, (void)p, (void)bytes;
+	return 0;
+}
+
 /* the CPU copies from any mapping as it is */
 static int cpu_host_register(void *p, size_t bytes, int read_only)
 {
@@ -148,6 +160,8 @@ static const struct backend cpu_backend = {
 	.event_synchronize = cpu_event_synchronize,
 	.event_elapsed_ms = cpu_event_elapsed_ms,
 	.synchronize = cpu_synchronize,
+	.set_lane = cpu_set_lane,
+	.lane_workspace = cpu_lane_workspace,
 	.device_name = NULL,
 	.device_mem_mb = 0,
 	.driver_version = NULL,

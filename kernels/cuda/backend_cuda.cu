@@ -22,10 +22,18 @@ extern "C" void attention_cuda_pos_mirror(const int32_t *dev, const int32_t *hos
 // through library_device_bytes.
 #define CUBLAS_WORKSPACE_BYTES POROS_CUDA_LIBRARY_BYTES
 
+// Lane l's compute stream and cuBLAS handle (lanes[0]: the workspace
+// above; the others get theirs from the engine, cuda_lane_workspace).
+struct lane {
+	cudaStream_t stream;
+	cublasHandle_t blas;
+};
+
 static struct cuda_state {
 	int ready;
-	cudaStream_t compute, copy, aux;
-	cublasHandle_t blas;
+	struct lane lanes[BACKEND_MAX_LANES];
+	int lane; // the current one
+	cudaStream_t copy, aux;
 	cublasLtHandle_t lt;
 	void *blas_workspace;
 	char device_name[256];
@@ -37,6 +45,21 @@ static struct cuda_state {
 struct backend_event {
 	cudaEvent_t ev;
 };
+
+// A lane's cuBLAS handle on its stream and workspace.  Every lane's
+// handle has the same settings and a workspace of the same size, so
+// cuBLAS picks the same kernel for a shape on any lane: the same bits.
+static void blas_open(struct lane *l, void *workspace, size_t bytes)
+{
+	cublasCheck(cublasCreate(&l->blas));
+	cublasCheck(cublasSetStream(l->blas, l->stream));
+	cublasCheck(cublasSetWorkspace(l->blas, workspace, bytes));
+	// fp32 GEMMs stay fp32 (no TF32), and no routine may use atomics whose
+	// order varies: both are the defaults, set here so nothing can drift.
+	cublasCheck(cublasSetMathMode(l->blas, CUBLAS_DEFAULT_MATH));
+	cublasCheck(cublasSetAtomicsMode(l->blas, CUBLAS_ATOMICS_NOT_ALLOWED));
+	cublasCheck(cublasSetPointerMode(l->blas, CUBLAS_POINTER_MODE_HOST));
+}
 
 // The kernel driver's version ("580.65.06") as nvidia-smi reports it; the
 // driver API's CUDA version stands in when /proc does not say.
@@ -80,13 +103,16 @@ static void cuda_shutdown(void)
 {
 	if (!state.ready)
 		return;
-	cudaStreamSynchronize(state.compute);
+	cudaDeviceSynchronize();
 	cublasLtDestroy(state.lt);
-	cublasDestroy(state.blas);
+	for (int l = 0; l < BACKEND_MAX_LANES; l++)
+		if (state.lanes[l].blas) {
+			cublasDestroy(state.lanes[l].blas);
+			cudaStreamDestroy(state.lanes[l].stream);
+		}
 	cudaFree(state.blas_workspace);
 	cudaStreamDestroy(state.aux);
 	cudaStreamDestroy(state.copy);
-	cudaStreamDestroy(state.compute);
 	state.ready = 0;
 }
 
@@ -128,7 +154,7 @@ static int cuda_init(char *err, size_t errsz)
 
 	// Non-blocking: neither stream should wait on work some library queues
 	// on the legacy default stream.
-	cudaCheck(cudaStreamCreateWithFlags(&state.compute, cudaStreamNonBlocking));
+	cudaCheck(cudaStreamCreateWithFlags(&state.lanes[0].stream, cudaStreamNonBlocking));
 	cudaCheck(cudaStreamCreateWithFlags(&state.copy, cudaStreamNonBlocking));
 	cudaCheck(cudaStreamCreateWithFlags(&state.aux, cudaStreamNonBlocking));
 
@@ -139,14 +165,7 @@ static int cuda_init(char *err, size_t errsz)
 		         CUBLAS_WORKSPACE_BYTES >> 20, cudaGetErrorString(e));
 		return -1;
 	}
-	cublasCheck(cublasCreate(&state.blas));
-	cublasCheck(cublasSetStream(state.blas, state.compute));
-	cublasCheck(cublasSetWorkspace(state.blas, state.blas_workspace, CUBLAS_WORKSPACE_BYTES));
-	// fp32 GEMMs stay fp32 (no TF32), and no routine may use atomics whose
-	// order varies: both are the defaults, set here so nothing can drift.
-	cublasCheck(cublasSetMathMode(state.blas, CUBLAS_DEFAULT_MATH));
-	cublasCheck(cublasSetAtomicsMode(state.blas, CUBLAS_ATOMICS_NOT_ALLOWED));
-	cublasCheck(cublasSetPointerMode(state.blas, CUBLAS_POINTER_MODE_HOST));
+	blas_open(&state.lanes[0], state.blas_workspace, CUBLAS_WORKSPACE_BYTES);
 	cublasCheck(cublasLtCreate(&state.lt));
 	state.ready = 1;
 	atexit(cuda_shutdown);
@@ -169,7 +188,7 @@ static void ensure_ready(void)
 extern "C" cudaStream_t poros_cuda_compute_stream(void)
 {
 	ensure_ready();
-	return state.compute;
+	return state.lanes[state.lane].stream;
 }
 
 extern "C" cudaStream_t poros_cuda_copy_stream(void)
@@ -181,7 +200,7 @@ extern "C" cudaStream_t poros_cuda_copy_stream(void)
 extern "C" cublasHandle_t poros_cuda_cublas(void)
 {
 	ensure_ready();
-	return state.blas;
+	return state.lanes[state.lane].blas;
 }
 
 extern "C" cublasLtHandle_t poros_cuda_cublaslt(void)
@@ -194,7 +213,7 @@ static cudaStream_t stream_of(int stream)
 {
 	if (stream == STREAM_COPY)
 		return state.copy;
-	return stream == STREAM_AUX ? state.aux : state.compute;
+	return stream == STREAM_AUX ? state.aux : state.lanes[state.lane].stream;
 }
 
 // --- memory -----------------------------------------------------------------
@@ -424,8 +443,8 @@ static void cuda_memset_zero(void *dst, size_t bytes, int stream)
 static void cuda_copy_d2h(void *dst, const void *src, size_t bytes)
 {
 	if (bytes)
-		cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, state.compute));
-	cudaCheck(cudaStreamSynchronize(state.compute));
+		cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(STREAM_COMPUTE)));
+	cudaCheck(cudaStreamSynchronize(stream_of(STREAM_COMPUTE)));
 }
 
 // Into pinned host memory, ordered only by the stream (the engine records
@@ -484,6 +503,33 @@ static void cuda_synchronize(void)
 	cudaCheck(cudaDeviceSynchronize());
 }
 
+static void cuda_set_lane(int lane)
+{
+	if (lane < 0 || lane >= BACKEND_MAX_LANES || !state.lanes[lane].blas) {
+		fprintf(stderr, "%s: CUDA backend: compute lane %d is not open\n", poros_cuda_progname(), lane);
+		exit(1);
+	}
+	state.lane = lane;
+}
+
+static int cuda_lane_workspace(int lane, void *p, size_t bytes)
+{
+	if (lane <= 0 || lane >= BACKEND_MAX_LANES || bytes < CUBLAS_WORKSPACE_BYTES)
+		return -1;
+	if (state.lanes[lane].blas) { // a later engine in this process: its memory now
+		cudaCheck(cudaStreamSynchronize(state.lanes[lane].stream));
+		cublasCheck(cublasSetWorkspace(state.lanes[lane].blas, p, CUBLAS_WORKSPACE_BYTES));
+		return 0;
+	}
+	if (cudaStreamCreateWithFlags(&state.lanes[lane].stream, cudaStreamNonBlocking) != cudaSuccess) {
+		cudaGetLastError();
+		return -1;
+	}
+	// the same workspace size as lane 0's: the same kernels, the same bits
+	blas_open(&state.lanes[lane], p, CUBLAS_WORKSPACE_BYTES);
+	return 0;
+}
+
 static struct backend cuda_backend;
 
 extern "C" const struct backend *backend_cuda_open(char *err, size_t errsz)
@@ -516,6 +562,8 @@ extern "C" const struct backend *backend_cuda_open(char *err, size_t errsz)
 	b->event_synchronize = cuda_event_synchronize;
 	b->event_elapsed_ms = cuda_event_elapsed_ms;
 	b->synchronize = cuda_synchronize;
+	b->set_lane = cuda_set_lane;
+	b->lane_workspace = cuda_lane_workspace;
 	b->device_name = state.device_name;
 	b->device_mem_mb = state.mem_mb;
 	b->driver_version = state.driver;

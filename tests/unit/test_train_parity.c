@@ -5,7 +5,8 @@
  * Qwen3 (q/k norm), NF4 and bf16, accumulation 1 and 4, with and without
  * dropout, with and without prefetch, with and without the attention
  * checkpoints (POROS_ATTN_CKPT; the recomputation takes the forward's
- * attention or runs it again).  Compared with memcmp: not "close", the
+ * attention or runs it again), on one compute lane or two (POROS_LANES:
+ * on the CPU they run in turn, each on its own buffers).  Compared with memcmp: not "close", the
  * same bits. */
 #include "test_train_common.h"
 
@@ -41,12 +42,14 @@ int main(void)
 						for (int v = 0; v < (bs == 1 ? 1 : 2); v++) { /* block 2 without prefetch, 3 without attention checkpoints */
 							int prefetch = !(bs == 2 && v == 1), attn = !(bs == 3 && v == 1);
 
-							snprintf(what, sizeof what, "%s %s accum %d dropout %.1f block %d%s%s", models[mi],
+							snprintf(what, sizeof what, "%s %s accum %d dropout %.1f block %d%s%s%s", models[mi],
 							         nf4 ? "nf4" : "bf16", accums[ai], dropouts[di], bs,
-							         prefetch ? "" : " no-prefetch", attn ? "" : " POROS_ATTN_CKPT=0");
+							         prefetch ? "" : " no-prefetch", attn ? "" : " POROS_ATTN_CKPT=0",
+							         bs == 2 ? "" : " POROS_LANES=2");
 							parity_config(&cfg, models[mi], MODE_BLOCKWISE, bs, prefetch, nf4, accums[ai],
 							              dropouts[di]);
 							cfg.attn_ckpt = attn;
+							cfg.lanes = bs == 2 ? 1 : 2; /* the second lane's buffers (one at accumulation 1) */
 							combos += tt_compare_run(what, &ref, &cfg);
 						}
 					free(ref.params);

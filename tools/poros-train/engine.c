@@ -198,9 +198,13 @@ static int engine_setup(struct engine *e, const struct train_config *cfg, const 
 	set_dims(e);
 	e->lc.mb_base = e->comm_rank * e->k;
 	e->cuda = library_bytes != 0;
+	e->lanes = engine_lanes(cfg, e->cuda);
 	if (library_bytes) {
 		dev_alloc_set_purpose(&e->alloc, "blas_workspace");
 		if (dev_alloc_count_held(&e->alloc, library_bytes, "the cuBLAS workspace") < 0)
+			return set_error(err, errsz, "%s", e->alloc.err);
+		/* lane 1's, the same size (backend.h), from the engine's allocator */
+		if (e->lanes > 1 && dev_alloc(&e->alloc, &e->lane_blas, library_bytes, "lane 1's cuBLAS workspace") < 0)
 			return set_error(err, errsz, "%s", e->alloc.err);
 	}
 	lora_layout_init(&e->lora, &hw->lay, e->L, e->lc.R, cfg->cell.lora.target_mask);
@@ -259,6 +263,8 @@ int engine_create(struct engine **out, const struct train_config *cfg, const str
 	dev_alloc_init(&e->alloc, be, (size_t)cfg->vram_budget);
 	if (engine_setup(e, cfg, mc, hw, be->library_device_bytes, err, errsz) < 0)
 		return -1;
+	if (e->lanes > 1 && be->lane_workspace(1, e->lane_blas, be->library_device_bytes) < 0)
+		return set_error(err, errsz, "%s backend: cannot open compute lane 1", be->name);
 	if (schedule_events_create(e) < 0)
 		return set_error(err, errsz, "%s backend: cannot create events", be->name);
 	e->n_pred = xcalloc((size_t)e->k, sizeof *e->n_pred);
@@ -311,6 +317,14 @@ int engine_host_ext_cols(const struct train_config *cfg)
 	if (c->precision == PRECISION_NF4 || c->lora.target_mask == 0 || c->lora.rank <= 0 || !cfg->lora_ext)
 		return 0;
 	return lora_ext_cols(c->lora.rank);
+}
+
+int engine_lanes(const struct train_config *cfg, int cuda)
+{
+	if (cfg->mode != MODE_BLOCKWISE || cfg->cell.training.gradient_accumulation_steps < 2 || cfg->profile ||
+	    cfg->eval_only || cfg->lanes == 1)
+		return 1;
+	return cfg->lanes == 2 || cuda ? 2 : 1;
 }
 
 int engine_block_ckpt(const struct train_config *cfg, int n_layers)

@@ -152,6 +152,17 @@ struct engine {
 	int host_oom;              /* the checkpoints' host memory is more than the host has */
 	float **dresid;            /* blockwise: k; resident: 1 */
 	struct layer_act act;      /* one layer of one micro-batch */
+	/* Compute lanes (backend.h): blockwise runs micro-batch j of a layer on
+	 * lane j % lanes, two at once; lane 1 has its own activations and
+	 * scratch (plan.c), the rest of its context is e->lc's (lane_ctx,
+	 * schedule.c).  1: every micro-batch on the compute stream. */
+	int lanes;
+	struct layer_act lane_act;
+	struct grad_scratch lane_g;
+	float *lane_attn_scratch;
+	struct layer_ctx lane_lc;
+	void *lane_blas;           /* lane 1's cuBLAS workspace (be->lane_workspace) */
+	struct backend_event *lane_fork, *lane_join;
 	/* resident without recompute: every layer's activations of one
 	 * micro-batch (L of them); NULL otherwise */
 	struct layer_act *acts;
@@ -209,6 +220,13 @@ size_t gradtree_scratch_floats(const struct engine *e);
 void gradtree_bind(struct engine *e, float *scratch);
 void gradtree_begin(struct engine *e, long off, long len);
 void gradtree_leaf(struct engine *e);
+/* Two micro-batches at once (compute lanes): j's leaf for e->lc and
+ * j+1's for c1, each zeroed on its own lane (the caller's current lane
+ * when it calls this for that lane: ahead 0 for j, 1 for j+1); both pushed
+ * in order afterwards.  pair_ok: j and j+1 can be (pushing j merges
+ * nothing, so j+1's leaf is the slot above j's). */
+int gradtree_pair_ok(const struct engine *e, int j);
+void gradtree_leaf_ahead(struct engine *e, struct layer_ctx *c, int ahead);
 void gradtree_push(struct engine *e, int j);
 int gradtree_finish(struct engine *e);
 

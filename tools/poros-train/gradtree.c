@@ -150,15 +150,28 @@ void gradtree_begin(struct engine *e, long off, long len)
 	e->gt.top = 0;
 }
 
-void gradtree_leaf(struct engine *e)
+void gradtree_leaf_ahead(struct engine *e, struct layer_ctx *c, int ahead)
 {
 	struct gradtree *t = &e->gt;
-	float *buf = stack_buf(e, t->top);
+	float *buf = stack_buf(e, t->top + ahead);
 
 	e->be->memset_zero(buf, (size_t)t->len * sizeof(float), STREAM_COMPUTE);
 	/* the layer math indexes gradients by slot offset: the view puts this
 	 * region's first float where the offset says */
-	e->lc.lora_grad = buf - t->off;
+	c->lora_grad = buf - t->off;
+}
+
+void gradtree_leaf(struct engine *e)
+{
+	gradtree_leaf_ahead(e, &e->lc, 0);
+}
+
+/* A leaf whose global index is even merges nothing when pushed (its
+ * sibling comes after it), so the next leaf takes the slot above it, as
+ * it would one at a time; the counter never holds more than it does then. */
+int gradtree_pair_ok(const struct engine *e, int j)
+{
+	return (e->gt.first + j) % 2 == 0;
 }
 
 static void merge_up(struct engine *e, int i)

@@ -125,6 +125,8 @@ static void plan_acts(struct engine *e, struct carver *cv)
 			plan_act(e, cv, &e->acts[l]);
 	else
 		plan_act(e, cv, &e->act);
+	if (e->lanes > 1)
+		plan_act(e, cv, &e->lane_act);
 }
 
 /* base + off, or NULL while a plan only sums sizes. */
@@ -182,9 +184,8 @@ static int head_chunk_rows(const struct layer_ctx *c, size_t room)
  * + dlogits bf16, then its normed input hn (T,C).  No attention, head or
  * attention-projection LoRA op runs while an MLP chunk's buffers are
  * live, and the attention runs between projection backwards. */
-static void plan_shared(struct engine *e, struct carver *cv)
+static void plan_shared(struct engine *e, struct carver *cv, struct layer_ctx *c, struct layer_act *a, int head_too)
 {
-	struct layer_ctx *c = &e->lc;
 	struct grad_scratch *g = &c->g;
 	size_t n = (size_t)c->mlp_chunk, F = (size_t)c->F, FE = (size_t)(c->F + c->E), T = (size_t)c->T;
 	size_t attn = (e->cuda ? attention_scratch_floats_cuda : attention_scratch_floats)(c->B, c->S, c->H, c->G, c->D) *
@@ -209,7 +210,7 @@ static void plan_shared(struct engine *e, struct carver *cv)
 	logits = align_up((size_t)c->chunk * c->V * sizeof(float));
 	hn = align_up(head_bytes(c, (size_t)c->chunk));
 	head = hn + T * c->C * sizeof(bf16);
-	if (head > bytes)
+	if (head_too && head > bytes) /* lane 1 runs no head */
 		bytes = head;
 	dout16 = align_up(lora > mlp ? lora : mlp);
 	if (dout16 + T * (max_n + c->E) * sizeof(bf16) > bytes)
@@ -222,18 +223,18 @@ static void plan_shared(struct engine *e, struct carver *cv)
 	c->hn = region_at(base, hn);
 	g->dout16 = region_at(base, dout16);
 	if (!e->acts) {
-		e->act.gate = region_at(base, gate);
-		e->act.up = region_at(base, up);
-		e->act.h = region_at(base, h);
+		a->gate = region_at(base, gate);
+		a->up = region_at(base, up);
+		a->h = region_at(base, h);
 	}
 	g->dh = region_at(base, dh);
 	g->dgate = region_at(base, dgate);
 	g->dup = region_at(base, dup);
 }
 
-static void plan_scratch(struct engine *e, struct carver *cv)
+static void plan_lane_scratch(struct engine *e, struct carver *cv, struct layer_ctx *c, struct layer_act *a,
+                              int head_too)
 {
-	struct layer_ctx *c = &e->lc;
 	struct grad_scratch *g = &c->g;
 	long T = c->T, max_n = c->C > c->HD ? c->C : c->HD;
 
@@ -251,7 +252,22 @@ static void plan_scratch(struct engine *e, struct carver *cv)
 		g->dk_pre = CARVE_F32(cv, T * c->GD);
 	}
 	g->du = CARVE_F32(cv, T * c->R);
-	plan_shared(e, cv);
+	plan_shared(e, cv, c, a, head_too);
+}
+
+/* The backward scratch and the shared region: lane 0's into e->lc (the
+ * head's buffers there too), then, with two compute lanes, lane 1's:
+ * the same pieces again, each lane's ops reading only its own. */
+static void plan_scratch(struct engine *e, struct carver *cv)
+{
+	plan_lane_scratch(e, cv, &e->lc, &e->act, 1);
+	if (e->lanes > 1) {
+		struct layer_ctx c1 = e->lc;
+
+		plan_lane_scratch(e, cv, &c1, &e->lane_act, 0);
+		e->lane_g = c1.g;
+		e->lane_attn_scratch = c1.attn_scratch;
+	}
 }
 
 static void plan_head(struct engine *e, struct carver *cv)

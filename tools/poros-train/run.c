@@ -896,6 +896,41 @@ static int choose_attn_ckpt(struct run *x, size_t library_bytes, char *err, size
 	return 0;
 }
 
+/* POROS_LANES unset: a blockwise run of several micro-batches a step on
+ * CUDA takes two compute lanes (engine_lanes), which cost a second set of
+ * one layer's activations and scratch and a second cuBLAS workspace.
+ * Under a --vram-budget the two can be over where one is not; the run
+ * then takes one lane and says so (POROS_LANES=2 insists).  They change
+ * no bit.  Decided once, before the plan.  0, or -1 with err. */
+static int choose_lanes(struct run *x, size_t library_bytes, char *err, size_t errsz)
+{
+	struct train_config *c = &x->cfg;
+	struct dev_alloc plan;
+	size_t two;
+	char a[32], b[32];
+
+	if (c->lanes != 0 || !c->vram_budget)
+		return 0;
+	c->lanes = engine_lanes(c, library_bytes != 0);
+	if (c->lanes < 2)
+		return 0;
+	if (make_plan(x, library_bytes, &plan, NULL, err, errsz) < 0)
+		return -1;
+	two = plan.peak;
+	dev_alloc_release_all(&plan);
+	if (two <= (size_t)c->vram_budget)
+		return 0;
+	c->lanes = 1;
+	if (make_plan(x, library_bytes, &plan, NULL, err, errsz) < 0)
+		return -1;
+	if (plan.peak <= (size_t)c->vram_budget) /* else the budget's refusal says it all */
+		warnmsg("two compute lanes need %s of device memory, over --vram-budget %s: one lane "
+		        "(POROS_LANES=2 insists)", format_bytes(a, sizeof a, (double)two),
+		        format_bytes(b, sizeof b, (double)c->vram_budget));
+	dev_alloc_release_all(&plan);
+	return 0;
+}
+
 /* "the run needs 4.3 GiB of device memory, over --vram-budget 2.0 GiB; the
  * largest: lm_head 1.0 GiB, slabs 1000.3 MiB, lora_state 616.0 MiB" */
 static void over_budget(char *err, size_t errsz, const struct train_config *c, const struct dev_alloc *plan,
@@ -1099,6 +1134,7 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	/* the plan first: a run that cannot fit its budget stops before a
 	 * weight is loaded */
 	if (choose_attn_ckpt(x, r->be->library_device_bytes, err, errsz) < 0 ||
+	    choose_lanes(x, r->be->library_device_bytes, err, errsz) < 0 ||
 	    make_plan(x, r->be->library_device_bytes, &plan, &host_ckpt, err, errsz) < 0)
 		return RUN_BAD_INPUT;
 	r->vram_plan_mb = (double)plan.peak / MIB;
@@ -1196,6 +1232,7 @@ static int run_evaluation(struct run *x, char *err, size_t errsz)
 	if ((r->be = select_backend(c, err, errsz)) == NULL)
 		goto failed;
 	if (choose_attn_ckpt(x, r->be->library_device_bytes, err, errsz) < 0 ||
+	    choose_lanes(x, r->be->library_device_bytes, err, errsz) < 0 ||
 	    make_plan(x, r->be->library_device_bytes, &plan, &host_ckpt, err, errsz) < 0)
 		return RUN_BAD_INPUT;
 	r->vram_plan_mb = (double)plan.peak / MIB;
@@ -1343,7 +1380,8 @@ static int print_plan(struct run *x, FILE *out)
 	cJSON *o;
 
 	if (open_model(x, err, sizeof err) < 0 || plan_library_bytes(c, &lib, &backend, err, sizeof err) < 0 ||
-	    base_size(x, &host, err, sizeof err) < 0 || choose_attn_ckpt(x, lib, err, sizeof err) < 0 || make_plan(x, lib, &plan, &host_ckpt, err, sizeof err) < 0) {
+	    base_size(x, &host, err, sizeof err) < 0 || choose_attn_ckpt(x, lib, err, sizeof err) < 0 || choose_lanes(x, lib, err, sizeof err) < 0 ||
+	    make_plan(x, lib, &plan, &host_ckpt, err, sizeof err) < 0) {
 		warnmsg("%s", err);
 		return EXIT_USAGE;
 	}
@@ -1368,6 +1406,7 @@ static int print_plan(struct run *x, FILE *out)
 	                      c->mode == MODE_BLOCKWISE ? cJSON_CreateBool(c->attn_ckpt != 0) : cJSON_CreateNull());
 	cJSON_AddItemToObject(o, "checkpoints", c->mode != MODE_BLOCKWISE ? cJSON_CreateNull()
 	                      : cJSON_CreateString(checkpoints_names[engine_block_ckpt(c, x->mc.num_hidden_layers)]));
+	cJSON_AddNumberToObject(o, "lanes", engine_lanes(c, lib != 0));
 	cJSON_AddStringToObject(o, "optimizer_state", c->optimizer_on_host ? "host" : "device");
 	if (plan_host(o, x, &plan, backend, host_ckpt, err, sizeof err) < 0) {
 		warnmsg("%s", err);

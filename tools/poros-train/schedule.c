@@ -117,11 +117,71 @@ static float head_dloss(const struct engine *e)
 /* Recomputes layer `layer` from its input checkpoint x (activations kept),
  * then backward through it: dx (T,C) goes from the gradient of the layer
  * output to that of its input. */
-static void layer_recompute_backward(struct engine *e, const struct layer_view *w, int layer, const float *x,
-                                     float *dx, struct pass p)
+static void layer_recompute_backward(const struct layer_ctx *c, struct layer_act *a, const struct layer_view *w,
+                                     int layer, const float *x, float *dx, struct pass p)
 {
-	layer_recompute(&e->lc, w, &e->act, layer, x, p);
-	layer_backward(&e->lc, w, &e->act, layer, dx, p);
+	layer_recompute(c, w, a, layer, x, p);
+	layer_backward(c, w, a, layer, dx, p);
+}
+
+/* --- compute lanes ------------------------------------------------------------
+ * With e->lanes == 2, the micro-batches of one layer run two at a time,
+ * micro-batch j on lane j % 2 (backend.h): lane 1 first waits for all
+ * that lane 0 has queued (lanes_fork), and lane 0 goes on past the layer
+ * only once lane 1 is done (lanes_join), so the code around a layer sees
+ * one stream as before.  A lane's ops read its own activations and
+ * scratch; what both read (weights, checkpoints, the adapter) neither
+ * writes.  Each micro-batch's ops are the same calls on the same data as
+ * with one lane: the same bits. */
+
+static void lanes_fork(struct engine *e)
+{
+	if (e->lanes < 2)
+		return;
+	e->be->event_record(e->lane_fork, STREAM_COMPUTE);
+	e->be->set_lane(1);
+	e->be->stream_wait_event(STREAM_COMPUTE, e->lane_fork);
+	e->be->set_lane(0);
+}
+
+static void lanes_join(struct engine *e)
+{
+	if (e->lanes < 2)
+		return;
+	e->be->set_lane(1);
+	e->be->event_record(e->lane_join, STREAM_COMPUTE);
+	e->be->set_lane(0);
+	e->be->stream_wait_event(STREAM_COMPUTE, e->lane_join);
+}
+
+/* Micro-batch j's lane, made current. */
+static int lane_use(struct engine *e, int j)
+{
+	int lane = j % e->lanes;
+
+	if (e->lanes > 1)
+		e->be->set_lane(lane);
+	return lane;
+}
+
+/* The context lane's ops read: e->lc, or for lane 1 e->lc with lane 1's
+ * scratch (its gradient leaf set by gradtree_leaf_ahead). */
+static struct layer_ctx *lane_ctx(struct engine *e, int lane)
+{
+	struct layer_ctx *c = &e->lane_lc;
+
+	if (lane == 0)
+		return &e->lc;
+	*c = e->lc;
+	c->g = e->lane_g;
+	c->attn_scratch = e->lane_attn_scratch;
+	c->logits = NULL, c->dlogits = NULL, c->hn = NULL; /* lane 1 runs no head */
+	return c;
+}
+
+static struct layer_act *lane_act(struct engine *e, int lane)
+{
+	return lane ? &e->lane_act : &e->act;
 }
 
 /* The exchange of gradient pieces failed: the step reports it (e->err),
@@ -167,7 +227,7 @@ void resident_pass(struct engine *e, int step)
 			if (e->acts)
 				layer_backward(&e->lc, &v, &e->acts[l], l, e->dresid[0], p);
 			else
-				layer_recompute_backward(e, &v, l, e->ckpt[l], e->dresid[0], p);
+				layer_recompute_backward(&e->lc, &e->act, &v, l, e->ckpt[l], e->dresid[0], p);
 		}
 		gradtree_push(e, j);
 	}
@@ -300,20 +360,20 @@ static float *ckpt_buf(struct engine *e, int layer, int mb)
 /* With the attention checkpoints, e->act's attention output and lse are
  * micro-batch mb's in set s's record; kept: they hold them already, so a
  * recomputation takes them instead of running the attention again. */
-static void act_attention_set(struct engine *e, int s, int mb, int kept)
+static void act_attention_set(struct engine *e, struct layer_act *a, int s, int mb, int kept)
 {
 	struct ckpt_sets *cs = &e->cs;
 
 	if (!cs->attn)
 		return;
-	e->act.att = (bf16 *)(cs->dev[s] + cs->att_off + (size_t)mb * cs->att_mb);
-	e->act.lse = (float *)(cs->dev[s] + cs->lse_off + (size_t)mb * cs->lse_mb);
-	e->act.att_kept = kept;
+	a->att = (bf16 *)(cs->dev[s] + cs->att_off + (size_t)mb * cs->att_mb);
+	a->lse = (float *)(cs->dev[s] + cs->lse_off + (size_t)mb * cs->lse_mb);
+	a->att_kept = kept;
 }
 
-static void act_attention_at(struct engine *e, int layer, int mb, int kept)
+static void act_attention_at(struct engine *e, struct layer_act *a, int layer, int mb, int kept)
 {
-	act_attention_set(e, layer % 2, mb, kept);
+	act_attention_set(e, a, layer % 2, mb, kept);
 }
 
 /* Forward, before layer l computes: its inputs (complete on the compute
@@ -399,16 +459,48 @@ static void blockwise_forward(struct engine *e, int step, void (*save)(struct en
 
 			save(e, l);
 			block_view(e, &v, b, i);
+			lanes_fork(e);
 			for (int j = 0; j < k; j++) {
 				struct pass p = { step, j };
+				int lane = lane_use(e, j);
+				struct layer_act *a = lane_act(e, lane);
 
-				act_attention_at(e, l, j, 0);
-				layer_forward(&e->lc, &v, &e->act, l, ckpt_buf(e, l, j), ckpt_buf(e, l + 1, j), p);
+				act_attention_at(e, a, l, j, 0);
+				layer_forward(lane_ctx(e, lane), &v, a, l, ckpt_buf(e, l, j), ckpt_buf(e, l + 1, j), p);
 			}
+			lanes_join(e);
 		}
 		compute_close(e);
 		slab_release(e, b);
 	}
+}
+
+/* Blockwise backward through layer l (view v, inputs in set s, its
+ * attention there already when kept) of micro-batch j, or of j and j+1 at
+ * once on the two lanes; returns how many it took.  Their gradient leaves
+ * are pushed in order once both are done, and lane 1 waits for lane 0's
+ * merges before it zeroes its leaf. */
+static int layer_backward_mbs(struct engine *e, const struct layer_view *v, int l, int s, int kept, int j, int step)
+{
+	int n = e->lanes > 1 && j + 1 < e->k && gradtree_pair_ok(e, j) ? 2 : 1;
+
+	if (n == 2)
+		lanes_fork(e);
+	for (int i = 0; i < n; i++) {
+		struct pass p = { step, j + i };
+		int lane = n == 2 ? lane_use(e, j + i) : 0;
+		struct layer_ctx *c = lane_ctx(e, lane);
+		struct layer_act *a = lane_act(e, lane);
+
+		act_attention_set(e, a, s, j + i, kept);
+		gradtree_leaf_ahead(e, c, i);
+		layer_recompute_backward(c, a, v, l, set_buf(e, s, j + i), e->dresid[j + i], p);
+	}
+	if (n == 2)
+		lanes_join(e);
+	for (int i = 0; i < n; i++)
+		gradtree_push(e, j + i);
+	return n;
 }
 
 /* Layer-major: the weights of a block are on the device once per pass,
@@ -446,14 +538,8 @@ void blockwise_pass(struct engine *e, int step)
 			block_view(e, &v, b, i);
 			gradtree_layer_region(e, l, &off, &len);
 			gradtree_begin(e, off, len);
-			for (int j = 0; j < k; j++) {
-				struct pass p = { step, j };
-
-				act_attention_at(e, l, j, 1);
-				gradtree_leaf(e);
-				layer_recompute_backward(e, &v, l, ckpt_buf(e, l, j), e->dresid[j], p);
-				gradtree_push(e, j);
-			}
+			for (int j = 0; j < k; j += layer_backward_mbs(e, &v, l, s, 1, j, step))
+				;
 			if (gradtree_finish(e) < 0)
 				pass_failed(e);
 			e->be->event_record(cs->freed[s], STREAM_COMPUTE);
@@ -525,12 +611,16 @@ static void block_ckpt_backward(struct engine *e, int step, int b, int f)
 		int s = (f + i) % sets, o = (f + i + 1) % sets;
 
 		block_view(e, &v, b, i);
+		lanes_fork(e);
 		for (int j = 0; j < e->k; j++) {
 			struct pass p = { step, j };
+			int lane = lane_use(e, j);
+			struct layer_act *a = lane_act(e, lane);
 
-			act_attention_set(e, s, j, 0);
-			layer_forward(&e->lc, &v, &e->act, first + i, set_buf(e, s, j), set_buf(e, o, j), p);
+			act_attention_set(e, a, s, j, 0);
+			layer_forward(lane_ctx(e, lane), &v, a, first + i, set_buf(e, s, j), set_buf(e, o, j), p);
 		}
+		lanes_join(e);
 	}
 	for (int i = n - 1; i >= 0; i--) {
 		int l = first + i, s = (f + i) % sets;
@@ -539,15 +629,9 @@ static void block_ckpt_backward(struct engine *e, int step, int b, int f)
 		block_view(e, &v, b, i);
 		gradtree_layer_region(e, l, &off, &len);
 		gradtree_begin(e, off, len);
-		for (int j = 0; j < e->k; j++) {
-			struct pass p = { step, j };
-
-			/* the top layer's attention was not computed again: its backward runs it */
-			act_attention_set(e, s, j, i < n - 1);
-			gradtree_leaf(e);
-			layer_recompute_backward(e, &v, l, set_buf(e, s, j), e->dresid[j], p);
-			gradtree_push(e, j);
-		}
+		/* the top layer's attention was not computed again: its backward runs it */
+		for (int j = 0; j < e->k; j += layer_backward_mbs(e, &v, l, s, i < n - 1, j, step))
+			;
 		if (gradtree_finish(e) < 0)
 			pass_failed(e);
 		if (i == n - 1 && b > 0)
@@ -618,7 +702,7 @@ void eval_pass(struct engine *e, int nmb)
 			for (int j = 0; j < nmb; j++) {
 				struct pass p = { 0, j };
 
-				act_attention_at(e, 0, j, 0);
+				act_attention_at(e, &e->act, 0, j, 0);
 				layer_forward(&e->lc, &v, &e->act, block_first(e, b) + i, ckpt_buf(e, 0, j), ckpt_buf(e, 0, j), p);
 			}
 		}
@@ -666,6 +750,8 @@ int schedule_events_create(struct engine *e)
 			return -1;
 	if ((cs->ready = be->event_create()) == NULL)
 		return -1;
+	if (e->lanes > 1 && ((e->lane_fork = be->event_create()) == NULL || (e->lane_join = be->event_create()) == NULL))
+		return -1;
 	return 0;
 }
 
@@ -680,6 +766,8 @@ void schedule_events_destroy(struct engine *e)
 	const struct backend *be = e->be;
 
 	event_free(be, e->step_begin);
+	event_free(be, e->lane_fork);
+	event_free(be, e->lane_join);
 	for (int i = 0; e->copies && i < e->max_copies; i++) {
 		event_free(be, e->copies[i].begin);
 		event_free(be, e->copies[i].end);

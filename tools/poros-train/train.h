@@ -46,6 +46,8 @@ struct train_config {
 	int lora_ext;            /* POROS_LORA_EXT: NF4 LoRA terms ride in the base GEMMs (1) or not */
 	int data_prefetch;       /* not POROS_NO_DATA_PREFETCH: stage the next batch on a thread */
 	int profile;             /* POROS_PROFILE: device time per op category */
+	int lanes;               /* POROS_LANES: blockwise runs micro-batches on 1 or 2 compute lanes;
+	                            0: engine.c decides (engine_lanes) */
 	int mlp_chunk;           /* POROS_MLP_CHUNK: MLP rows per chunk; 0: MLP_CHUNK_TOKENS (layer.h) */
 	long opt_chunk;          /* POROS_OPT_CHUNK: parameters per AdamW chunk with --optimizer-state host;
 	                            0: OPT_CHUNK_FLOATS (plan.c) */
