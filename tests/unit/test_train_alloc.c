@@ -60,6 +60,9 @@ static size_t engine_peak_on(const struct backend *be, int mode, int nf4, long l
 	cfg.mode = mode;
 	cfg.cell.precision = nf4 ? PRECISION_NF4 : PRECISION_BF16;
 	cfg.cell.training.gradient_accumulation_steps = 2;
+	/* one compute lane, so that a backend's library memory is all that
+	 * differs between backends (two would add their own buffers: plan.bats) */
+	cfg.lanes = 1;
 	cfg.vram_budget = budget;
 	memset(&r, 0, sizeof r);
 	r.cfg = cfg;
