@@ -63,6 +63,12 @@ ranks_equal_one() {
 	ranks_equal_one 2 3 --model poros/tiny-qwen3 --precision nf4 --steps 3 --dataset docs.jsonl
 }
 
+@test "two compute lanes: 2 ranks x accum 3 are one process with accum 6, bit for bit" {
+	# rank 1's first micro-batch is the step's fourth (odd): it runs alone,
+	# then its other two as a pair, and the sums keep the one-process order
+	POROS_LANES=2 ranks_equal_one 2 3 --model poros/tiny-qwen2 --precision nf4 --block-size 2 --steps 3 --dropout 0.1
+}
+
 @test "a 2-rank checkpoint resumes on 1 rank with the same global batch, and the other way" {
 	need_mpi
 	local m=(--model poros/tiny-qwen2 --precision nf4 --steps 4)
