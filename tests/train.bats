@@ -220,14 +220,20 @@ parity() {
 	# turn): the same losses and adapter, with packed documents and dropout, an
 	# odd accumulation (the last micro-batch alone), layer and block checkpoints
 	jq -cn '{input_ids: [range(0; 20) | (. * 7) % 250]}, {input_ids: [range(0; 50) | (. * 3) % 250]}' >docs.jsonl
+	# an evaluation set of several micro-batches: its forward runs on the lanes too
+	for d in 1 2 3 4 5 6 7 8; do
+		jq -cn --argjson d "$d" '{input_ids: [range(0; 30 + $d * 5) | (. * 11 + $d) % 250]}'
+	done >eval.jsonl
 	for ck in layer block; do
 		for v in 1 2; do
 			POROS_LANES=$v train "$ck$v" --model poros/tiny-qwen3 --mode blockwise --steps 3 --accum 3 \
-				--dataset docs.jsonl --block-size 2 --checkpoints "$ck" --dropout 0.1
-			jq -e '.status == "ok"' "$ck$v.json"
+				--dataset docs.jsonl --block-size 2 --checkpoints "$ck" --dropout 0.1 \
+				--eval-dataset eval.jsonl --eval-every 1
+			jq -e '.status == "ok" and .eval_loss > 0' "$ck$v.json"
 		done
 		cmp "${ck}1/$ADAPTER" "${ck}2/$ADAPTER"
-		[ "$(jq -c '[.loss, .grad_norm]' "${ck}1/events.jsonl")" = "$(jq -c '[.loss, .grad_norm]' "${ck}2/events.jsonl")" ]
+		[ "$(jq -c '[.loss, .grad_norm, .eval_loss]' "${ck}1/events.jsonl")" = \
+			"$(jq -c '[.loss, .grad_norm, .eval_loss]' "${ck}2/events.jsonl")" ]
 	done
 	# and both are resident's bits
 	train res --model poros/tiny-qwen3 --mode resident --steps 3 --accum 3 --dataset docs.jsonl --dropout 0.1

@@ -699,12 +699,17 @@ void eval_pass(struct engine *e, int nmb)
 		compute_open(e);
 		for (int i = 0; i < block_len(e, b); i++) {
 			block_view(e, &v, b, i);
+			lanes_fork(e);
 			for (int j = 0; j < nmb; j++) {
 				struct pass p = { 0, j };
+				int lane = lane_use(e, j);
+				struct layer_act *a = lane_act(e, lane);
 
-				act_attention_at(e, &e->act, 0, j, 0);
-				layer_forward(&e->lc, &v, &e->act, block_first(e, b) + i, ckpt_buf(e, 0, j), ckpt_buf(e, 0, j), p);
+				act_attention_at(e, a, 0, j, 0);
+				layer_forward(lane_ctx(e, lane), &v, a, block_first(e, b) + i, ckpt_buf(e, 0, j), ckpt_buf(e, 0, j),
+				              p);
 			}
+			lanes_join(e);
 		}
 		compute_close(e);
 		slab_release(e, b);
