@@ -128,9 +128,14 @@ bench_context() {
 			_best=$(ctx_best "$1" "$_m" "$_gb")
 			_s=${_best%% *} _best=${_best#* }
 			ctx_block=${_best% *} ctx_checkpoints=${_best#* }
-			_line=$( [ "$_s" -gt 0 ] && ctx_plan "$_m" "$_gb" "$_s")
-			_conf='no CUDA device'
-			[ "$ctx_device" = 0 ] || [ "$_s" = 0 ] || _conf=$(ctx_confirm "$_m" "$_gb" "$_s")
+			# not even 1024 fits: no plan to show, nothing to confirm
+			_line='{}' _conf=-
+			[ "$_s" = 0 ] || _line=$(ctx_plan "$_m" "$_gb" "$_s")
+			if [ "$ctx_device" = 0 ]; then
+				_conf='no CUDA device'
+			elif [ "$_s" != 0 ]; then
+				_conf=$(ctx_confirm "$_m" "$_gb" "$_s")
+			fi
 			printf '| %s | %s | %s | %s | %s, %s | %s | %s | %s | %s |\n' "$_m" "$ctx_precision" "$_gb" "$_s" \
 				"$ctx_block" "$ctx_checkpoints" \
 				"$(printf '%s\n' "$_line" | ask get --null - vram_plan_mb 2>/dev/null | ctx_floor)" \
