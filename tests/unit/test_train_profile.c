@@ -8,7 +8,8 @@
  * the device memory by purpose must add up to the peak, with one
  * dequantized layer and two checkpoint sets in blockwise; and the head
  * runs in chunks of HEAD_CHUNK_MAX rows where its region has the room
- * (a tiny vocabulary always has it). */
+ * (a tiny vocabulary always has it).  With two compute lanes the profile
+ * counts the same calls (each lane a timeline of its own). */
 #include "test_train_common.h"
 
 #include <cjson/cJSON.h>
@@ -27,7 +28,7 @@ struct outcome {
 	int L, T, C, H, HD, E;
 };
 
-static int train(struct outcome *o, int mode, int nf4, int accum, int recompute, int attn, int profile)
+static int train(struct outcome *o, int mode, int nf4, int accum, int recompute, int attn, int lanes, int profile)
 {
 	struct train_config cfg;
 	struct tt_run r;
@@ -46,6 +47,7 @@ static int train(struct outcome *o, int mode, int nf4, int accum, int recompute,
 	cfg.cell.lora.dropout = 0.1;
 	cfg.cell.training.learning_rate = 5e-3;
 	cfg.attn_ckpt = attn;
+	cfg.lanes = lanes;
 	if (tt_open(&r, &cfg) < 0)
 		return -1;
 	for (int s = 1; s <= STEPS && rc == 0; s++) {
@@ -218,9 +220,9 @@ static void check_head_chunks(int S, int B, int chunks)
 int main(void)
 {
 	static const struct {
-		int mode, nf4, accum, recompute, attn;
-	} cases[] = { { MODE_BLOCKWISE, 1, 2, 0, 1 }, { MODE_BLOCKWISE, 0, 3, 0, 1 }, { MODE_BLOCKWISE, 1, 2, 0, 0 },
-		      { MODE_RESIDENT, 1, 2, 1, 1 }, { MODE_RESIDENT, 1, 2, 0, 1 } };
+		int mode, nf4, accum, recompute, attn, lanes;
+	} cases[] = { { MODE_BLOCKWISE, 1, 2, 0, 1, 0 }, { MODE_BLOCKWISE, 0, 3, 0, 1, 0 }, { MODE_BLOCKWISE, 1, 2, 0, 0, 0 },
+		      { MODE_BLOCKWISE, 1, 3, 0, 1, 2 }, { MODE_RESIDENT, 1, 2, 1, 1, 0 }, { MODE_RESIDENT, 1, 2, 0, 1, 0 } };
 
 	set_progname("test_train_profile");
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -228,14 +230,16 @@ int main(void)
 		char what[96];
 		int blockwise = cases[i].mode == MODE_BLOCKWISE;
 
-		snprintf(what, sizeof what, "%s %s accum %d%s%s", blockwise ? "blockwise" : "resident",
+		snprintf(what, sizeof what, "%s %s accum %d%s%s%s", blockwise ? "blockwise" : "resident",
 		         cases[i].nf4 ? "nf4" : "bf16", cases[i].accum,
 		         !blockwise && cases[i].recompute ? " recompute" : "",
-		         blockwise && !cases[i].attn ? " POROS_ATTN_CKPT=0" : "");
+		         blockwise && !cases[i].attn ? " POROS_ATTN_CKPT=0" : "", cases[i].lanes == 2 ? " POROS_LANES=2" : "");
 		memset(&plain, 0, sizeof plain);
 		memset(&prof, 0, sizeof prof);
-		if (train(&plain, cases[i].mode, cases[i].nf4, cases[i].accum, cases[i].recompute, cases[i].attn, 0) < 0 ||
-		    train(&prof, cases[i].mode, cases[i].nf4, cases[i].accum, cases[i].recompute, cases[i].attn, 1) < 0) {
+		if (train(&plain, cases[i].mode, cases[i].nf4, cases[i].accum, cases[i].recompute, cases[i].attn,
+		          cases[i].lanes, 0) < 0 ||
+		    train(&prof, cases[i].mode, cases[i].nf4, cases[i].accum, cases[i].recompute, cases[i].attn,
+		          cases[i].lanes, 1) < 0) {
 			CHECKF(0, "%s: a run failed", what);
 			free(plain.params);
 			free(prof.params);

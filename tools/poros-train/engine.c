@@ -321,8 +321,8 @@ int engine_host_ext_cols(const struct train_config *cfg)
 
 int engine_lanes(const struct train_config *cfg, int cuda)
 {
-	if (cfg->mode != MODE_BLOCKWISE || cfg->cell.training.gradient_accumulation_steps < 2 || cfg->profile ||
-	    cfg->eval_only || cfg->lanes == 1)
+	if (cfg->mode != MODE_BLOCKWISE || cfg->cell.training.gradient_accumulation_steps < 2 || cfg->eval_only ||
+	    cfg->lanes == 1)
 		return 1;
 	return cfg->lanes == 2 || cuda ? 2 : 1;
 }

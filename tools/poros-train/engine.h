@@ -42,10 +42,10 @@ struct step_stats {
 struct engine;
 
 /* The compute lanes a run of cfg uses (1 or 2; backend.h): two when
- * blockwise runs two or more micro-batches a step on the CUDA backend
- * (cuda: the plan is the CUDA backend's) and neither POROS_LANES=1 nor
- * profiling (whose timings are of one stream) says otherwise;
- * POROS_LANES=2 asks for them on the CPU too, where they run in turn. */
+ * blockwise trains two or more micro-batches a step on the CUDA backend
+ * (cuda: the plan is the CUDA backend's) unless POROS_LANES=1 says
+ * otherwise (POROS_PROFILE times each lane on its own); POROS_LANES=2
+ * asks for them on the CPU too, where they run in turn. */
 int engine_lanes(const struct train_config *cfg, int cuda);
 
 /* Allocates every device buffer (nothing is allocated later), uploads the

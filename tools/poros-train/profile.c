@@ -5,8 +5,13 @@
  * A mark records an event when the category changes, so the time from
  * one event to the next belongs to one category and the categories add
  * up to the step's compute-stream time (idle gaps go to the category they
- * interrupt).  Compute-stream waits and host-to-device copies count as
- * wait_copy, synchronous reads back to the host as other.  The wrapper
+ * interrupt).  With two compute lanes (backend.h) each lane is such a
+ * timeline of its own, events taken on its stream, and leaving a lane
+ * closes its segment: the time until the lane gets work again is idle
+ * and counts nowhere (on the CPU, where lanes run in turn, it is the
+ * other lane's), so the categories add up to both lanes' busy time.
+ * Compute-stream waits and host-to-device copies count as wait_copy,
+ * synchronous reads back to the host as other.  The wrapper
  * tables and declarations are generated from POROS_OPS_LIST (an op added
  * there without a category and a wrapper here does not compile); the
  * wrapper bodies name the op's arguments, which the list cannot give. */
@@ -62,8 +67,11 @@ struct profile {
 	struct backend be;            /* real's calls, these timed */
 	struct poros_ops ops, head_ops;
 	struct backend_event **ev;
-	int *cat;                     /* category of the time from ev[i] to ev[i+1] */
-	int n, cap, cur, open;
+	int *cat;                     /* category of the time from ev[i] to the lane's next event */
+	int *lane;                    /* the lane whose stream ev[i] is on */
+	int n, cap, open;
+	int cur_lane;                 /* the lane the engine issues to */
+	int cur[BACKEND_MAX_LANES];   /* each lane's open category; -1: none */
 	long count[PROF_N];
 	double ms[PROF_N];
 	int done;                     /* ms holds the last step's times */
@@ -72,8 +80,8 @@ struct profile {
 /* The wrappers have the ops' signatures, so they reach the profile here. */
 static struct profile *active;
 
-/* An event on the compute stream opening a segment of category cat (-1:
- * the end of the step). */
+/* An event on the current lane's stream opening a segment of category
+ * cat (-1: none, the lane idle or the step's end). */
 static void prof_event(struct profile *pr, int cat)
 {
 	if (pr->n == pr->cap) {
@@ -81,14 +89,16 @@ static void prof_event(struct profile *pr, int cat)
 
 		pr->ev = xrealloc(pr->ev, (size_t)cap * sizeof *pr->ev);
 		pr->cat = xrealloc(pr->cat, (size_t)cap * sizeof *pr->cat);
+		pr->lane = xrealloc(pr->lane, (size_t)cap * sizeof *pr->lane);
 		for (int i = pr->cap; i < cap; i++)
 			if ((pr->ev[i] = pr->real->event_create()) == NULL)
 				die(EXIT_RUNTIME, "%s backend: cannot create profiling events", pr->real->name);
 		pr->cap = cap;
 	}
 	pr->real->event_record(pr->ev[pr->n], STREAM_COMPUTE);
+	pr->lane[pr->n] = pr->cur_lane;
 	pr->cat[pr->n++] = cat;
-	pr->cur = cat;
+	pr->cur[pr->cur_lane] = cat;
 }
 
 /* The work queued next on the compute stream belongs to cat. */
@@ -99,7 +109,7 @@ static void mark(int cat)
 	if (pr == NULL || !pr->open || cat == PROF_SAME)
 		return;
 	pr->count[cat]++;
-	if (cat != pr->cur)
+	if (cat != pr->cur[pr->cur_lane])
 		prof_event(pr, cat);
 }
 
@@ -193,6 +203,18 @@ static void prof_copy_d2h(void *dst, const void *src, size_t bytes)
 	active->real->copy_d2h(dst, src, bytes);
 }
 
+/* Leaving a lane ends its open segment. */
+static void prof_set_lane(int lane)
+{
+	struct profile *pr = active;
+
+	if (pr && pr->open && lane != pr->cur_lane && pr->cur[pr->cur_lane] != -1)
+		prof_event(pr, -1);
+	if (pr)
+		pr->cur_lane = lane;
+	active->real->set_lane(lane);
+}
+
 struct profile *profile_create(const struct backend *real)
 {
 	struct profile *p = xcalloc(1, sizeof *p);
@@ -206,7 +228,9 @@ struct profile *profile_create(const struct backend *real)
 	p->be.copy_h2d = prof_copy_h2d;
 	p->be.stream_wait_event = prof_stream_wait_event;
 	p->be.copy_d2h = prof_copy_d2h;
-	p->cur = -1;
+	p->be.set_lane = prof_set_lane;
+	for (int l = 0; l < BACKEND_MAX_LANES; l++)
+		p->cur[l] = -1;
 	active = p;
 	return p;
 }
@@ -219,6 +243,7 @@ void profile_destroy(struct profile *p)
 		p->real->event_destroy(p->ev[i]);
 	free(p->ev);
 	free(p->cat);
+	free(p->lane);
 	if (active == p)
 		active = NULL;
 	free(p);
@@ -238,7 +263,8 @@ void profile_begin(struct profile *p)
 {
 	active = p;
 	p->n = 0;
-	p->cur = -1;
+	for (int l = 0; l < BACKEND_MAX_LANES; l++)
+		p->cur[l] = -1;
 	p->done = 0;
 	p->open = 1;
 	memset(p->count, 0, sizeof p->count);
@@ -246,21 +272,42 @@ void profile_begin(struct profile *p)
 	mark(PROF_OTHER);
 }
 
+/* Every lane's open segment ends here (the engine is back on lane 0). */
 void profile_close(struct profile *p)
 {
-	if (p->open && p->n > 0 && p->cur != -1)
-		prof_event(p, -1);
+	if (p->open && p->n > 0)
+		for (int l = 0; l < BACKEND_MAX_LANES; l++) {
+			if (p->cur[l] == -1)
+				continue;
+			if (l != p->cur_lane)
+				p->real->set_lane(l);
+			p->cur_lane = l;
+			prof_event(p, -1);
+		}
+	if (p->cur_lane != 0)
+		p->real->set_lane(0);
+	p->cur_lane = 0;
 	p->open = 0;
 }
 
+/* Each segment runs from its event to the next on the same lane. */
 void profile_finish(struct profile *p)
 {
+	int prev[BACKEND_MAX_LANES];
+
 	if (p->n == 0)
 		return;
 	profile_close(p);
-	p->real->event_synchronize(p->ev[p->n - 1]);
-	for (int i = 0; i + 1 < p->n; i++)
-		p->ms[p->cat[i]] += p->real->event_elapsed_ms(p->ev[i], p->ev[i + 1]);
+	p->real->synchronize();
+	for (int l = 0; l < BACKEND_MAX_LANES; l++)
+		prev[l] = -1;
+	for (int i = 0; i < p->n; i++) {
+		int l = p->lane[i], j = prev[l];
+
+		if (j >= 0 && p->cat[j] >= 0)
+			p->ms[p->cat[j]] += p->real->event_elapsed_ms(p->ev[j], p->ev[i]);
+		prev[l] = i;
+	}
 	p->done = 1;
 }
 
