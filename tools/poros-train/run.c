@@ -899,17 +899,25 @@ static int choose_attn_ckpt(struct run *x, size_t library_bytes, char *err, size
 /* POROS_LANES unset: a blockwise run of several micro-batches a step on
  * CUDA takes two compute lanes (engine_lanes), which cost a second set of
  * one layer's activations and scratch and a second cuBLAS workspace.
- * Under a --vram-budget the two can be over where one is not; the run
- * then takes one lane and says so (POROS_LANES=2 insists).  They change
- * no bit.  Decided once, before the plan.  0, or -1 with err. */
-static int choose_lanes(struct run *x, size_t library_bytes, char *err, size_t errsz)
+ * Where the two do not fit and one does, the run takes one lane and says
+ * so (POROS_LANES=2 insists): fit means within --vram-budget, or without
+ * one within the device's memory (device_mb; 0: not known, as for --plan)
+ * less LANES_DEVICE_MARGIN for what the CUDA context and libraries hold
+ * outside the plan, so a run that fitted with one lane before lanes
+ * existed still does.  They change no bit.  Decided once, before the
+ * plan.  0, or -1 with err. */
+#define LANES_DEVICE_MARGIN ((size_t)1 << 30)
+
+static int choose_lanes(struct run *x, size_t library_bytes, long device_mb, char *err, size_t errsz)
 {
 	struct train_config *c = &x->cfg;
 	struct dev_alloc plan;
-	size_t two;
+	size_t two, cap = (size_t)c->vram_budget;
 	char a[32], b[32];
 
-	if (c->lanes != 0 || !c->vram_budget)
+	if (!cap && device_mb > 0 && (size_t)device_mb * MIB > LANES_DEVICE_MARGIN)
+		cap = (size_t)device_mb * MIB - LANES_DEVICE_MARGIN;
+	if (c->lanes != 0 || !cap)
 		return 0;
 	c->lanes = engine_lanes(c, library_bytes != 0);
 	if (c->lanes < 2)
@@ -918,15 +926,15 @@ static int choose_lanes(struct run *x, size_t library_bytes, char *err, size_t e
 		return -1;
 	two = plan.peak;
 	dev_alloc_release_all(&plan);
-	if (two <= (size_t)c->vram_budget)
+	if (two <= cap)
 		return 0;
 	c->lanes = 1;
 	if (make_plan(x, library_bytes, &plan, NULL, err, errsz) < 0)
 		return -1;
-	if (plan.peak <= (size_t)c->vram_budget) /* else the budget's refusal says it all */
-		warnmsg("two compute lanes need %s of device memory, over --vram-budget %s: one lane "
-		        "(POROS_LANES=2 insists)", format_bytes(a, sizeof a, (double)two),
-		        format_bytes(b, sizeof b, (double)c->vram_budget));
+	if (plan.peak <= cap) /* else the budget's refusal, or the device's, says it all */
+		warnmsg("two compute lanes need %s of device memory, over %s %s: one lane (POROS_LANES=2 insists)",
+		        format_bytes(a, sizeof a, (double)two), c->vram_budget ? "--vram-budget" : "the device's",
+		        format_bytes(b, sizeof b, (double)cap));
 	dev_alloc_release_all(&plan);
 	return 0;
 }
@@ -1134,7 +1142,7 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	/* the plan first: a run that cannot fit its budget stops before a
 	 * weight is loaded */
 	if (choose_attn_ckpt(x, r->be->library_device_bytes, err, errsz) < 0 ||
-	    choose_lanes(x, r->be->library_device_bytes, err, errsz) < 0 ||
+	    choose_lanes(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
 	    make_plan(x, r->be->library_device_bytes, &plan, &host_ckpt, err, errsz) < 0)
 		return RUN_BAD_INPUT;
 	r->vram_plan_mb = (double)plan.peak / MIB;
@@ -1232,7 +1240,7 @@ static int run_evaluation(struct run *x, char *err, size_t errsz)
 	if ((r->be = select_backend(c, err, errsz)) == NULL)
 		goto failed;
 	if (choose_attn_ckpt(x, r->be->library_device_bytes, err, errsz) < 0 ||
-	    choose_lanes(x, r->be->library_device_bytes, err, errsz) < 0 ||
+	    choose_lanes(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
 	    make_plan(x, r->be->library_device_bytes, &plan, &host_ckpt, err, errsz) < 0)
 		return RUN_BAD_INPUT;
 	r->vram_plan_mb = (double)plan.peak / MIB;
@@ -1381,7 +1389,7 @@ static int print_plan(struct run *x, FILE *out)
 
 	if (open_model(x, err, sizeof err) < 0 || plan_library_bytes(c, &lib, &backend, err, sizeof err) < 0 ||
 	    base_size(x, &host, err, sizeof err) < 0 || choose_attn_ckpt(x, lib, err, sizeof err) < 0 ||
-	    choose_lanes(x, lib, err, sizeof err) < 0 ||
+	    choose_lanes(x, lib, 0, err, sizeof err) < 0 ||
 	    make_plan(x, lib, &plan, &host_ckpt, err, sizeof err) < 0) {
 		warnmsg("%s", err);
 		return EXIT_USAGE;
