@@ -238,6 +238,12 @@ parity() {
 	# and both are resident's bits
 	train res --model poros/tiny-qwen3 --mode resident --steps 3 --accum 3 --dataset docs.jsonl --dropout 0.1
 	cmp res/$ADAPTER layer2/$ADAPTER
+	# a run saved with two lanes resumes with one, bit for bit
+	POROS_LANES=2 train part --model poros/tiny-qwen3 --mode blockwise --steps 3 --accum 3 --dataset docs.jsonl \
+		--block-size 2 --dropout 0.1 --save-every 2
+	POROS_LANES=1 poros-train --resume part/checkpoint-step2 "${TINY[@]}" --quiet --out resumed >resumed.json
+	jq -e '.status == "ok"' resumed.json
+	cmp resumed/$ADAPTER res/$ADAPTER
 }
 
 @test "POROS_MLP_CHUNK takes a positive row count: another value is a usage error; the same count is the same bits" {
