@@ -1,8 +1,9 @@
 /* kernels/backend.h: what the engine needs from a device besides the ops:
- * memory, three streams, events.  The CPU backend runs everything
- * synchronously; the CUDA backend uses a compute stream and a copy stream
- * ordered by events, so the next block's weights are copied while the
- * current block computes.  The engine code above is the same for both. */
+ * memory, streams, events.  The CPU backend runs everything
+ * synchronously; the CUDA backend uses compute streams (lanes), a copy
+ * stream and a checkpoint stream ordered by events, so the next block's
+ * weights are copied while the current block computes.  The engine code
+ * above is the same for both. */
 #ifndef POROS_BACKEND_H
 #define POROS_BACKEND_H
 
