@@ -6,7 +6,7 @@
 #   sh tests/gpu/device_check.sh OUTDIR
 # 1. every CUDA op against the CPU op; 2. tiny models: CPU vs CUDA losses,
 # blockwise vs resident bit-identical on the GPU (also with the MLP in token
-# chunks); 3. attention against a double-precision reference at S = 32768
+# chunks), one compute lane vs two; 3. attention against a double-precision reference at S = 32768
 # (bench_attention, BENCH_REFERENCE=1); 4. HF transformers agreement (also
 # at 2048 tokens with head dims 128 and 64: the cuDNN route and the
 # kernels); 5. compute-sanitizer memcheck on a tiny run.  Logs under OUTDIR.
@@ -81,6 +81,12 @@ POROS_OPT_CHUNK=1000 train opt_host_res cuda resident nf4 2 4 poros/tiny-qwen2 -
 bit_identical "optimizer state on the host, blockwise" "$out/runs/poros_tiny-qwen2_nf4_blk2" "$out/runs/opt_host_blk"
 bit_identical "optimizer state on the host in chunks, resident" "$out/runs/poros_tiny-qwen2_nf4_res_k4" \
 	"$out/runs/opt_host_res"
+note "compute lanes: one lane (POROS_LANES=1) gives two lanes' bits, layer and block checkpoints, odd accumulation"
+for ck in layer block; do
+	train "lanes2_$ck" cuda blockwise nf4 2 3 poros/tiny-qwen3 --checkpoints "$ck" --dropout 0.1 || fail=1
+	POROS_LANES=1 train "lanes1_$ck" cuda blockwise nf4 2 3 poros/tiny-qwen3 --checkpoints "$ck" --dropout 0.1 || fail=1
+	bit_identical "one lane vs two, --checkpoints $ck" "$out/runs/lanes1_$ck" "$out/runs/lanes2_$ck"
+done
 note "resume on the GPU: 6 steps straight = 3 + 3 resumed, bit for bit"
 for mode in blockwise resident; do
 	R="--model poros/tiny-qwen2 --backend cuda --mode $mode --precision nf4 --block-size 2 --accum 2 --seq-len 64
