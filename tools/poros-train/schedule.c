@@ -357,7 +357,7 @@ static float *ckpt_buf(struct engine *e, int layer, int mb)
 	return set_buf(e, layer % 2, mb);
 }
 
-/* With the attention checkpoints, e->act's attention output and lse are
+/* With the attention checkpoints, a's attention output and lse (a lane's activations) are
  * micro-batch mb's in set s's record; kept: they hold them already, so a
  * recomputation takes them instead of running the attention again. */
 static void act_attention_set(struct engine *e, struct layer_act *a, int s, int mb, int kept)
@@ -371,9 +371,22 @@ static void act_attention_set(struct engine *e, struct layer_act *a, int s, int 
 	a->att_kept = kept;
 }
 
-static void act_attention_at(struct engine *e, struct layer_act *a, int layer, int mb, int kept)
+/* Blockwise forward through `layer` (view v) of micro-batches 0..n-1 of
+ * pass `step`, on the lanes: each one's input in set `in`, where its
+ * attention goes too, its output into set `out` (out may be in). */
+static void layer_forward_mbs(struct engine *e, const struct layer_view *v, int layer, int in, int out, int n,
+                              int step)
 {
-	act_attention_set(e, a, layer % 2, mb, kept);
+	lanes_fork(e);
+	for (int j = 0; j < n; j++) {
+		struct pass p = { step, j };
+		int lane = lane_use(e, j);
+		struct layer_act *a = lane_act(e, lane);
+
+		act_attention_set(e, a, in, j, 0);
+		layer_forward(lane_ctx(e, lane), v, a, layer, set_buf(e, in, j), set_buf(e, out, j), p);
+	}
+	lanes_join(e);
 }
 
 /* Forward, before layer l computes: its inputs (complete on the compute
@@ -459,16 +472,7 @@ static void blockwise_forward(struct engine *e, int step, void (*save)(struct en
 
 			save(e, l);
 			block_view(e, &v, b, i);
-			lanes_fork(e);
-			for (int j = 0; j < k; j++) {
-				struct pass p = { step, j };
-				int lane = lane_use(e, j);
-				struct layer_act *a = lane_act(e, lane);
-
-				act_attention_at(e, a, l, j, 0);
-				layer_forward(lane_ctx(e, lane), &v, a, l, ckpt_buf(e, l, j), ckpt_buf(e, l + 1, j), p);
-			}
-			lanes_join(e);
+			layer_forward_mbs(e, &v, l, l % 2, (l + 1) % 2, k, step);
 		}
 		compute_close(e);
 		slab_release(e, b);
@@ -611,16 +615,7 @@ static void block_ckpt_backward(struct engine *e, int step, int b, int f)
 		int s = (f + i) % sets, o = (f + i + 1) % sets;
 
 		block_view(e, &v, b, i);
-		lanes_fork(e);
-		for (int j = 0; j < e->k; j++) {
-			struct pass p = { step, j };
-			int lane = lane_use(e, j);
-			struct layer_act *a = lane_act(e, lane);
-
-			act_attention_set(e, a, s, j, 0);
-			layer_forward(lane_ctx(e, lane), &v, a, first + i, set_buf(e, s, j), set_buf(e, o, j), p);
-		}
-		lanes_join(e);
+		layer_forward_mbs(e, &v, first + i, s, o, e->k, step);
 	}
 	for (int i = n - 1; i >= 0; i--) {
 		int l = first + i, s = (f + i) % sets;
@@ -699,17 +694,7 @@ void eval_pass(struct engine *e, int nmb)
 		compute_open(e);
 		for (int i = 0; i < block_len(e, b); i++) {
 			block_view(e, &v, b, i);
-			lanes_fork(e);
-			for (int j = 0; j < nmb; j++) {
-				struct pass p = { 0, j };
-				int lane = lane_use(e, j);
-				struct layer_act *a = lane_act(e, lane);
-
-				act_attention_at(e, a, 0, j, 0);
-				layer_forward(lane_ctx(e, lane), &v, a, block_first(e, b) + i, ckpt_buf(e, 0, j), ckpt_buf(e, 0, j),
-				              p);
-			}
-			lanes_join(e);
+			layer_forward_mbs(e, &v, block_first(e, b) + i, 0, 0, nmb, 0);
 		}
 		compute_close(e);
 		slab_release(e, b);
