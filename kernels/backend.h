@@ -76,6 +76,12 @@ struct backend {
 	 * in issue order, as one. */
 	void (*set_lane)(int lane);
 	int (*lane_workspace)(int lane, void *p, size_t bytes);
+	/* The rows of one micro-batch (0: none): a product over rows whose
+	 * count is a multiple of it gives each row the bits it would get in a
+	 * call of that many rows, so a call over several micro-batches equals
+	 * one a micro-batch (CUDA: the GEMMs' algorithms, kernels/cuda/gemm.cu;
+	 * the CPU's sums are per row already and ignore it). */
+	void (*set_row_unit)(int rows);
 
 	/* Facts for the artifact's env: gpu_name, gpu_mem_mb, driver,
 	 * cuda_runtime (NULL/0 on CPU). */

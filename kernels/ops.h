@@ -146,6 +146,13 @@ struct lora_bwd_args {
 	uint64_t dropout_seed;
 	int T, K, N, R;
 	int accumulate;    /* din += rather than = */
+	/* A group of segs > 1 micro-batches of T / segs rows each: du, and din
+	 * or ext, over all T rows; dA and dB a micro-batch at a time, the i-th
+	 * into dA + i * seg_stride and dB + i * seg_stride (floats), each as a
+	 * call over its rows alone adds it (dropout_p must be 0: a mask is a
+	 * micro-batch's).  0 or 1: one, into dA and dB. */
+	int segs;
+	long seg_stride;
 	float *scratch;    /* as in lora_fwd_args */
 	/* hints */
 	const bf16 *B3;    /* NULL, or scale*B's three parts ((N,3R), rows ld_b3 apart) */

@@ -230,6 +230,35 @@ plan_and_train() {
 	[ "$(jq -c .vram_breakdown_mb lanes.plan)" = "$(jq -c .vram_breakdown_mb lanes.json)" ]
 }
 
+@test "--plan says the micro-batches a call (POROS_GROUP): a group's rows in its buffers, one lane, and the run takes what it says" {
+	local q=(--backend cuda --model Qwen/Qwen2.5-7B --precision nf4 --seq-len 512 --rank 16 --plan)
+	run -0 --separate-stderr poros-train "${q[@]}" --accum 8
+	jq -e '.group == 1' <<<"$output"
+	one=$output
+	POROS_GROUP=4 run -0 --separate-stderr poros-train "${q[@]}" --accum 8
+	jq -e '.group == 4 and .lanes == 1 and .vram_breakdown_mb.blas_workspace == 32' <<<"$output"
+	# four micro-batches' activations; the group's leaves beside the partial sums
+	jq -e --argjson one "$one" '.vram_breakdown_mb.activations > 3.9 * $one.vram_breakdown_mb.activations / 2 and
+		.vram_breakdown_mb.grad_partials > $one.vram_breakdown_mb.grad_partials' <<<"$output"
+	# at most the step's micro-batches; none for one micro-batch, resident,
+	# or rows not a multiple of 128, or a micro-batch of MLP chunks
+	POROS_GROUP=8 run -0 --separate-stderr poros-train "${q[@]}" --accum 3
+	jq -e '.group == 3' <<<"$output"
+	for args in "--accum 1" "--accum 8 --mode resident" "--accum 8 --seq-len 500"; do
+		# shellcheck disable=SC2086 # args is a word list
+		POROS_GROUP=4 run -0 --separate-stderr poros-train "${q[@]}" $args
+		jq -e '.group == 1' <<<"$output"
+	done
+	POROS_GROUP=4 POROS_MLP_CHUNK=256 run -0 --separate-stderr poros-train "${q[@]}" --accum 8
+	jq -e '.group == 1' <<<"$output"
+	# on the CPU: the peak is the plan, to the byte
+	POROS_GROUP=3 plan_and_train group --model poros/tiny-qwen2 --mode blockwise --accum 4 --block-size 3 \
+		--seq-len 64
+	jq -e '.group == 3' group.plan
+	[ "$(jq -r .vram_plan_mb group.plan)" = "$(jq -r .vram_peak_mb group.json)" ]
+	[ "$(jq -c .vram_breakdown_mb group.plan)" = "$(jq -c .vram_breakdown_mb group.json)" ]
+}
+
 @test "checkpoints the host cannot hold: the attention's left out and said so, or the run refused before it starts" {
 	# 1024 small layers, bf16: per token and layer 256 bytes of inputs, 400
 	# with the attention's; rows sized from the host's available memory

@@ -69,6 +69,18 @@ ranks_equal_one() {
 	POROS_LANES=2 ranks_equal_one 2 3 --model poros/tiny-qwen2 --precision nf4 --block-size 2 --steps 3 --dropout 0.1
 }
 
+@test "micro-batch groups: 2 ranks x accum 3 are one process with accum 6, bit for bit" {
+	# rows a multiple of 128 (seq 64 x batch 2); each rank's 3 micro-batches a
+	# group of 2 and one alone, the leaves pushed in the one-process order
+	need_mpi
+	local g=(--model poros/tiny-qwen2 --precision nf4 --block-size 2 --steps 3 --seq-len 64 --dropout 0)
+	poros-train "${RUN[@]}" "${g[@]}" --accum 6 --out one >one.json
+	POROS_GROUP=2 mpirun --oversubscribe -np 2 poros-train "${RUN[@]}" "${g[@]}" --accum 3 --out many >many.json
+	jq -e '.status == "ok"' many.json
+	cmp one/$ADAPTER many/$ADAPTER
+	diff <(rows one) <(rows many)
+}
+
 @test "a 2-rank checkpoint resumes on 1 rank with the same global batch, and the other way" {
 	need_mpi
 	local m=(--model poros/tiny-qwen2 --precision nf4 --steps 4)

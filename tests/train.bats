@@ -246,6 +246,46 @@ parity() {
 	cmp resumed/$ADAPTER res/$ADAPTER
 }
 
+@test "POROS_GROUP takes 1 to 8: another value is a usage error; micro-batches a call are the same bits" {
+	for v in 0 9 2x; do
+		POROS_GROUP=$v run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
+		[ "$stderr" = "poros-train: POROS_GROUP: \"$v\" is not a number of micro-batches from 1 to 8" ]
+		[ -z "$output" ] && [ ! -e run ]
+	done
+	# rows a multiple of 128 (seq 64 x batch 2): groups of 2 and 4 in a step of
+	# 5 (the last group short), packed documents, layer and block checkpoints,
+	# with dropout (the LoRA ops a micro-batch at a time, each its own mask) and
+	# without (one call a group, dA and dB a micro-batch at a time), an
+	# evaluation of 8 micro-batches: the losses and adapter of one a call
+	local g=(--model poros/tiny-qwen3 --mode blockwise --steps 3 --accum 5 --seq-len 64 --dataset docs.jsonl
+		--block-size 2 --eval-dataset eval.jsonl --eval-every 2)
+	jq -cn '{input_ids: [range(0; 70) | (. * 7) % 250]}, {input_ids: [range(0; 150) | (. * 3) % 250]}' >docs.jsonl
+	for d in 1 2 3 4 5 6 7 8; do
+		jq -cn --argjson d "$d" '{input_ids: [range(0; 100 + $d * 9) | (. * 11 + $d) % 250]}'
+	done >eval.jsonl
+	for p in 0 0.1; do
+		for ck in layer block; do
+			for v in 1 2 4; do
+				POROS_GROUP=$v train "$ck$v-$p" "${g[@]}" --checkpoints "$ck" --dropout "$p"
+				jq -e '.status == "ok" and .eval_loss > 0' "$ck$v-$p.json"
+			done
+			for v in 2 4; do
+				cmp "${ck}1-$p/$ADAPTER" "$ck$v-$p/$ADAPTER"
+				[ "$(jq -c '[.loss, .grad_norm, .eval_loss]' "${ck}1-$p/events.jsonl")" = \
+					"$(jq -c '[.loss, .grad_norm, .eval_loss]' "$ck$v-$p/events.jsonl")" ]
+			done
+		done
+	done
+	# and resident's bits
+	train res "${g[@]}" --mode resident --dropout 0
+	cmp res/$ADAPTER layer4-0/$ADAPTER
+	# a run saved with groups resumes without, bit for bit
+	POROS_GROUP=4 train part "${g[@]}" --dropout 0 --save-every 2
+	poros-train --resume part/checkpoint-step2 "${TINY[@]}" --seq-len 64 --quiet --out resumed >resumed.json
+	jq -e '.status == "ok"' resumed.json
+	cmp resumed/$ADAPTER layer1-0/$ADAPTER
+}
+
 @test "POROS_MLP_CHUNK takes a positive row count: another value is a usage error; the same count is the same bits" {
 	POROS_MLP_CHUNK=0 run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
 	[ "$stderr" = 'poros-train: POROS_MLP_CHUNK: too small: 0' ]

@@ -115,6 +115,11 @@ static void cpu_synchronize(void)
 }
 
 /* one thread runs every lane's work in the order it is issued */
+static void cpu_set_row_unit(int rows)
+{
+	(void)rows; /* every CPU sum is per row, in one order */
+}
+
 static void cpu_set_lane(int lane)
 {
 	(void)lane;
@@ -161,6 +166,7 @@ static const struct backend cpu_backend = {
 	.event_elapsed_ms = cpu_event_elapsed_ms,
 	.synchronize = cpu_synchronize,
 	.set_lane = cpu_set_lane,
+	.set_row_unit = cpu_set_row_unit,
 	.lane_workspace = cpu_lane_workspace,
 	.device_name = NULL,
 	.device_mem_mb = 0,

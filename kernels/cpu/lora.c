@@ -8,6 +8,8 @@
  * rather than storing it.  Every sum runs in a fixed order and each output
  * element belongs to one thread, so the bits do not depend on the thread
  * count.  Stack tiles bound the per-thread accumulators whatever R and K. */
+#include <stdio.h>
+
 #include "ops.h"
 #include "cpu_par.h"
 
@@ -107,8 +109,14 @@ void lora_backward_cpu(const struct lora_bwd_args *args)
 	float scale = args->scale, dropout_p = args->dropout_p;
 	uint64_t dropout_seed = args->dropout_seed;
 	int ld_dout = args->ld_dout, ld_in = args->ld_in, T = args->T, K = args->K, N = args->N, R = args->R;
-	int accumulate = args->accumulate;
+	int accumulate = args->accumulate, segs = args->segs > 1 ? args->segs : 1, rows = T / segs;
+	long stride = args->seg_stride;
 	float keep_scale = poros_dropout_keep_scale(dropout_p);
+
+	if (segs > 1 && dropout_p != 0.0f) { /* one seed cannot draw each micro-batch's mask */
+		fprintf(stderr, "lora_backward_cpu: a group of %d takes no dropout (p = %g)\n", segs, dropout_p);
+		exit(1);
+	}
 	int r_tiles = (R + LORA_TILE - 1) / LORA_TILE;
 	int k_tiles = (K + LORA_TILE - 1) / LORA_TILE;
 	int ra_tiles = (R + LORA_R_TILE - 1) / LORA_R_TILE;
@@ -130,44 +138,52 @@ void lora_backward_cpu(const struct lora_bwd_args *args)
 		}
 	}
 
-	/* dB: sums over t = 0..T-1, rows of u read contiguously */
-#pragma omp parallel for collapse(2) schedule(static) if ((long)N * T * R >= POROS_CPU_PAR_MIN)
-	for (int n = 0; n < N; n++) {
-		for (int rt = 0; rt < r_tiles; rt++) {
-			int r0 = rt * LORA_TILE, rn = min_int(LORA_TILE, R - r0);
-			float acc[LORA_TILE] = { 0 };
-			for (int t = 0; t < T; t++) {
-				float g = f32_from_bf16(dout[(size_t)t * ld_dout + n]);
-				const float *ut = u + (size_t)t * R + r0;
+	/* dB: sums over a segment's t (0..T-1 unless a group), rows of u read contiguously */
+	for (int sg = 0; sg < segs; sg++) {
+		float *dBs = dB + sg * stride;
+		int t_lo = sg * rows, t_hi = t_lo + rows;
+#pragma omp parallel for collapse(2) schedule(static) if ((long)N * rows * R >= POROS_CPU_PAR_MIN)
+		for (int n = 0; n < N; n++) {
+			for (int rt = 0; rt < r_tiles; rt++) {
+				int r0 = rt * LORA_TILE, rn = min_int(LORA_TILE, R - r0);
+				float acc[LORA_TILE] = { 0 };
+				for (int t = t_lo; t < t_hi; t++) {
+					float g = f32_from_bf16(dout[(size_t)t * ld_dout + n]);
+					const float *ut = u + (size_t)t * R + r0;
+					for (int rr = 0; rr < rn; rr++)
+						acc[rr] += g * ut[rr];
+				}
 				for (int rr = 0; rr < rn; rr++)
-					acc[rr] += g * ut[rr];
+					dBs[(size_t)n * R + r0 + rr] += scale * acc[rr];
 			}
-			for (int rr = 0; rr < rn; rr++)
-				dB[(size_t)n * R + r0 + rr] += scale * acc[rr];
 		}
 	}
 
-	/* dA: sums over t = 0..T-1; a tile of xd is hashed once per t and used
-	 * for LORA_R_TILE rows of A */
-#pragma omp parallel for collapse(2) schedule(static) if ((long)R * K * T >= POROS_CPU_PAR_MIN)
-	for (int rt = 0; rt < ra_tiles; rt++) {
-		for (int kt = 0; kt < k_tiles; kt++) {
-			int r0 = rt * LORA_R_TILE, rn = min_int(LORA_R_TILE, R - r0);
-			int k0 = kt * LORA_TILE, kn = min_int(LORA_TILE, K - k0);
-			float acc[LORA_R_TILE][LORA_TILE] = { { 0 } };
-			for (int t = 0; t < T; t++) {
-				float xd[LORA_TILE];
-				for (int kk = 0; kk < kn; kk++)
-					xd[kk] = dropped_input(in, ld_in, dropout_p, keep_scale, dropout_seed, t, k0 + kk, K);
-				for (int rr = 0; rr < rn; rr++) {
-					float g = du[(size_t)t * R + r0 + rr];
+	/* dA: sums over a segment's t; a tile of xd is hashed once per t and
+	 * used for LORA_R_TILE rows of A */
+	for (int sg = 0; sg < segs; sg++) {
+		float *dAs = dA + sg * stride;
+		int t_lo = sg * rows, t_hi = t_lo + rows;
+#pragma omp parallel for collapse(2) schedule(static) if ((long)R * K * rows >= POROS_CPU_PAR_MIN)
+		for (int rt = 0; rt < ra_tiles; rt++) {
+			for (int kt = 0; kt < k_tiles; kt++) {
+				int r0 = rt * LORA_R_TILE, rn = min_int(LORA_R_TILE, R - r0);
+				int k0 = kt * LORA_TILE, kn = min_int(LORA_TILE, K - k0);
+				float acc[LORA_R_TILE][LORA_TILE] = { { 0 } };
+				for (int t = t_lo; t < t_hi; t++) {
+					float xd[LORA_TILE];
 					for (int kk = 0; kk < kn; kk++)
-						acc[rr][kk] += g * xd[kk];
+						xd[kk] = dropped_input(in, ld_in, dropout_p, keep_scale, dropout_seed, t, k0 + kk, K);
+					for (int rr = 0; rr < rn; rr++) {
+						float g = du[(size_t)t * R + r0 + rr];
+						for (int kk = 0; kk < kn; kk++)
+							acc[rr][kk] += g * xd[kk];
+					}
 				}
+				for (int rr = 0; rr < rn; rr++)
+					for (int kk = 0; kk < kn; kk++)
+						dAs[(size_t)(r0 + rr) * K + k0 + kk] += acc[rr][kk];
 			}
-			for (int rr = 0; rr < rn; rr++)
-				for (int kk = 0; kk < kn; kk++)
-					dA[(size_t)(r0 + rr) * K + k0 + kk] += acc[rr][kk];
 		}
 	}
 

@@ -1,5 +1,5 @@
 // defines: backend_cuda_open, poros_cuda_compute_stream, poros_cuda_copy_stream,
-// poros_cuda_cublas, poros_cuda_cublaslt
+// poros_cuda_cublas, poros_cuda_cublaslt, poros_cuda_workspace
 //
 // The CUDA backend of kernels/backend.h on device 0: raw memory, pinned host
 // memory, copies on two streams, events, device facts, and the device state
@@ -27,6 +27,7 @@ extern "C" void attention_cuda_pos_mirror(const int32_t *dev, const int32_t *hos
 struct lane {
 	cudaStream_t stream;
 	cublasHandle_t blas;
+	void *workspace; // CUBLAS_WORKSPACE_BYTES, cuBLAS's and cuBLASLt's
 };
 
 static struct cuda_state {
@@ -54,6 +55,7 @@ static void blas_open(struct lane *l, void *workspace, size_t bytes)
 	cublasCheck(cublasCreate(&l->blas));
 	cublasCheck(cublasSetStream(l->blas, l->stream));
 	cublasCheck(cublasSetWorkspace(l->blas, workspace, bytes));
+	l->workspace = workspace;
 	// fp32 GEMMs stay fp32 (no TF32), and no routine may use atomics whose
 	// order varies: both are the defaults, set here so nothing can drift.
 	cublasCheck(cublasSetMathMode(l->blas, CUBLAS_DEFAULT_MATH));
@@ -207,6 +209,13 @@ extern "C" cublasLtHandle_t poros_cuda_cublaslt(void)
 {
 	ensure_ready();
 	return state.lt;
+}
+
+extern "C" void *poros_cuda_workspace(size_t *bytes)
+{
+	ensure_ready();
+	*bytes = CUBLAS_WORKSPACE_BYTES;
+	return state.lanes[state.lane].workspace;
 }
 
 static cudaStream_t stream_of(int stream)
@@ -519,6 +528,7 @@ static int cuda_lane_workspace(int lane, void *p, size_t bytes)
 	if (state.lanes[lane].blas) { // a later engine in this process: its memory now
 		cudaCheck(cudaStreamSynchronize(state.lanes[lane].stream));
 		cublasCheck(cublasSetWorkspace(state.lanes[lane].blas, p, CUBLAS_WORKSPACE_BYTES));
+		state.lanes[lane].workspace = p;
 		return 0;
 	}
 	if (cudaStreamCreateWithFlags(&state.lanes[lane].stream, cudaStreamNonBlocking) != cudaSuccess) {
@@ -570,5 +580,6 @@ extern "C" const struct backend *backend_cuda_open(char *err, size_t errsz)
 	b->runtime_version = state.runtime;
 	b->library_device_bytes = CUBLAS_WORKSPACE_BYTES;
 	b->pos_mirror = attention_cuda_pos_mirror;
+	b->set_row_unit = poros_cuda_set_row_unit;
 	return b;
 }

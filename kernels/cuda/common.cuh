@@ -71,6 +71,12 @@ cudaStream_t poros_cuda_compute_stream(void);
 cudaStream_t poros_cuda_copy_stream(void);
 cublasHandle_t poros_cuda_cublas(void);
 cublasLtHandle_t poros_cuda_cublaslt(void);
+// gemm.cu: every GEMM of the ops, its algorithm chosen once per shape (a
+// product over rows, by the row unit's shape: see there).
+void poros_cuda_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const void *A,
+                     cudaDataType_t ab, int lda, const void *B, int ldb, float beta, void *C, cudaDataType_t c_type,
+                     int ldc);
+void poros_cuda_set_row_unit(int rows);
 }
 
 // ---------------------------------------------------------------------------
@@ -328,11 +334,8 @@ template <typename T, typename TC>
 static inline void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const T *A,
                         int lda, const T *B, int ldb, float beta, TC *C, int ldc)
 {
-	cudaDataType_t ab = cublas_type<T>::value;
-
-	cublasCheck(cublasGemmEx(poros_cuda_cublas(), ta, tb, m, n, k, &alpha, A, ab, lda,
-	                         B, ab, ldb, &beta, C, cublas_type<TC>::value, ldc,
-	                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+	poros_cuda_gemm(ta, tb, m, n, k, alpha, A, cublas_type<T>::value, lda, B, ldb, beta, C, cublas_type<TC>::value,
+	                ldc);
 }
 
 #endif

@@ -260,40 +260,66 @@ static void lora_u_tc(float *u, bf16 *ext, float *scratch, const bf16 *in, int l
 }
 
 // dA (R,K) += du^T @ xd on tensor cores, the scratch holding du's three
-// parts (T,3R), the masked input (dropout only) and the (3R,K) sums.
+// parts (T,3R), the masked input (dropout only) and the (3R,K) sums.  A
+// group (segs > 1, no dropout): du split once, then each segment of T /
+// segs rows its own sum into dA + i * stride, as a call over it alone.
 static void lora_dA_tc(float *dA, float *scratch, const float *du, const bf16 *in, int ld_in, float p, uint64_t seed,
-                       int T, int K, int R)
+                       int T, int K, int R, int segs, long stride)
 {
 	long d3 = floats_of((long)T * 3 * R * 2), xm = p > 0.0f ? floats_of((long)T * K * 2) : 0;
 	cudaStream_t stream = poros_cuda_compute_stream();
 	bf16 *D3 = (bf16 *)scratch, *X = (bf16 *)(scratch + d3);
 	float *P3 = scratch + d3 + xm;
-	int ldx = ld_in;
+	int ldx = ld_in, rows = T / segs;
 	lora_split3_kernel<<<grid_for((long)T * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(D3, du, T, R, false);
 	launchCheck();
 	const bf16 *x = masked_input(X, in, &ldx, p, seed, T, K);
-	// P3 (3R,K) row-major = column-major (K,3R) = x_cm (K,T) @ D3_cm^T, D3
-	// (T,3R) row-major read as (3R,T) ld 3R.
-	gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, 3 * R, T, 1.0f, x, ldx, D3, 3 * R, 0.0f, P3, K);
-	lora_join3_kernel<<<grid_for((long)R * K, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(
-		dA, P3, poros_dropout_keep_scale(p), R, K, true, true, NULL, 0, 0, false);
-	launchCheck();
+	for (int i = 0; i < segs; i++) {
+		// P3 (3R,K) row-major = column-major (K,3R) = x_cm (K,rows) @
+		// D3_cm^T, D3 (rows,3R) row-major read as (3R,rows) ld 3R.
+		gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, 3 * R, rows, 1.0f, x + (size_t)i * rows * ldx, ldx,
+		     D3 + (size_t)i * rows * 3 * R, 3 * R, 0.0f, P3, K);
+		lora_join3_kernel<<<grid_for((long)R * K, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(
+			dA + i * stride, P3, poros_dropout_keep_scale(p), R, K, true, true, NULL, 0, 0, false);
+		launchCheck();
+	}
 }
 
-// The two backward products of the bf16 upstream gradient dout (T,N), rows
-// ld_dout apart, with an fp32 rank-sized factor W (rows, R), on tensor
-// cores through W's exact three-way split (its parts side by side,
-// (rows,3R) bf16):
-//   du (T,R)  = scale * dout @ B        W = B, rows = N  (written; its
-//                                       extension parts to ext when given)
-//   dB (N,R) += scale * dout^T @ u      W = u, rows = T  (added; for_dB)
-// the scratch holding the parts and the (out,3R) sums.  W3_given (du
-// only): scale*B's parts, rows ld_w3 apart; scale then applies no more.
-static void dout_product_tc(float *dst, bf16 *ext, float *scratch, const bf16 *dout, int ld_dout, const float *W,
-                            const bf16 *W3_given, int ld_w3, float scale, int T, int N, int R, bool for_dB)
+// dB (N,R) += scale * dout^T @ u, a segment of T / segs rows at a time into
+// dB + i * stride (one segment: the whole call), on tensor cores through
+// u's split (all T rows at once) and one (N,3R) sum a segment: each as
+// dout_product_tc would form it over that segment alone.
+static void lora_dB_tc(float *dB, float *scratch, const bf16 *dout, int ld_dout, const float *u, float scale, int T,
+                       int N, int R, int segs, long stride)
 {
-	int rows = for_dB ? T : N, out = for_dB ? N : T;
-	long w3 = W3_given ? 0 : floats_of((long)rows * 3 * R * 2);
+	long u3 = floats_of((long)T * 3 * R * 2);
+	cudaStream_t stream = poros_cuda_compute_stream();
+	bf16 *U3 = (bf16 *)scratch;
+	float *P3 = scratch + u3;
+	int rows = T / segs;
+	lora_split3_kernel<<<grid_for((long)T * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(U3, u, T, R, false);
+	launchCheck();
+	for (int i = 0; i < segs; i++) {
+		// P3 (N,3R) row-major = column-major (3R,N) = U3_cm (3R,rows) @
+		// dout_cm^T, U3 (rows,3R) read as (3R,rows) ld 3R, dout (rows,N)
+		// as (N,rows) ld ld_dout.
+		gemm(CUBLAS_OP_N, CUBLAS_OP_T, 3 * R, N, rows, 1.0f, U3 + (size_t)i * rows * 3 * R, 3 * R,
+		     dout + (size_t)i * rows * ld_dout, ld_dout, 0.0f, P3, 3 * R);
+		lora_join3_kernel<<<grid_for((long)N * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(
+			dB + i * stride, P3, scale, N, R, false, true, NULL, 0, 0, false);
+		launchCheck();
+	}
+}
+
+// du (T,R) = scale * dout @ B of the bf16 upstream gradient dout (T,N),
+// rows ld_dout apart, on tensor cores through B's exact three-way split
+// (its parts side by side, (N,3R) bf16), the scratch holding the parts and
+// the (T,3R) sums; du's extension parts to ext when given.  W3_given:
+// scale*B's parts, rows ld_w3 apart; scale then applies no more.
+static void dout_product_tc(float *du, bf16 *ext, float *scratch, const bf16 *dout, int ld_dout, const float *B,
+                            const bf16 *W3_given, int ld_w3, float scale, int T, int N, int R)
+{
+	long w3 = W3_given ? 0 : floats_of((long)N * 3 * R * 2);
 	cudaStream_t stream = poros_cuda_compute_stream();
 	bf16 *W3 = (bf16 *)scratch;
 	float *P3 = scratch + w3;
@@ -303,18 +329,15 @@ static void dout_product_tc(float *dst, bf16 *ext, float *scratch, const bf16 *d
 		ldw = ld_w3;
 		scale = 1.0f;
 	} else {
-		lora_split3_kernel<<<grid_for((long)rows * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(W3, W, rows, R,
-		                                                                                       false);
+		lora_split3_kernel<<<grid_for((long)N * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(W3, B, N, R, false);
 		launchCheck();
 	}
-	// P3 (out,3R) row-major = column-major (3R,out) = W3_cm (3R,rows) @ D,
-	// W3 (rows,3R) read as (3R,rows) ld ldw and dout (T,N) as (N,T) ld
-	// ld_dout: D is dout_cm for du (rows = N, out = T), its transpose for dB
-	// (rows = T, out = N).
-	gemm(CUBLAS_OP_N, for_dB ? CUBLAS_OP_T : CUBLAS_OP_N, 3 * R, out, rows, 1.0f, W3, ldw, dout, ld_dout, 0.0f,
-	     P3, 3 * R);
-	lora_join3_kernel<<<grid_for((long)out * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(
-		dst, P3, scale, out, R, false, for_dB, for_dB ? NULL : ext, ld_dout, lora_ext_cols(R), false);
+	// P3 (T,3R) row-major = column-major (3R,T) = W3_cm (3R,N) @ dout_cm
+	// (N,T), W3 (N,3R) read as (3R,N) ld ldw and dout (T,N) as (N,T) ld
+	// ld_dout.
+	gemm(CUBLAS_OP_N, CUBLAS_OP_N, 3 * R, T, N, 1.0f, W3, ldw, dout, ld_dout, 0.0f, P3, 3 * R);
+	lora_join3_kernel<<<grid_for((long)T * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(
+		du, P3, scale, T, R, false, false, ext, ld_dout, lora_ext_cols(R), false);
 	launchCheck();
 }
 
@@ -375,19 +398,20 @@ extern "C" void lora_backward_cuda(const struct lora_bwd_args *args)
 	uint64_t dropout_seed = args->dropout_seed;
 	int ld_dout = args->ld_dout, ld_in = args->ld_in, ld_b3 = args->ld_b3;
 	int T = args->T, K = args->K, N = args->N, R = args->R, accumulate = args->accumulate;
+	int segs = args->segs > 1 ? args->segs : 1;
 	if (T <= 0 || R <= 0)
 		return;
 	cudaStream_t stream = poros_cuda_compute_stream();
-	if (ext && dropout_p != 0.0f) {
-		fprintf(stderr, "%s: lora_backward_cuda: the extension path takes no dropout (p = %g)\n",
-		        poros_cuda_progname(), dropout_p);
+	if ((ext || segs > 1) && dropout_p != 0.0f) {
+		fprintf(stderr, "%s: lora_backward_cuda: %s takes no dropout (p = %g)\n", poros_cuda_progname(),
+		        segs > 1 ? "a group" : "the extension path", dropout_p);
 		exit(1);
 	}
 	if (N > 0 || K > 0)
 		require_scratch(scratch, "lora_backward_cuda", T, K, N, R);
 	if (N > 0) {
-		dout_product_tc(du, ext, scratch, dout, ld_dout, B, B3, ld_b3, scale, T, N, R, false);
-		dout_product_tc(dB, NULL, scratch, dout, ld_dout, u, NULL, 0, scale, T, N, R, true);
+		dout_product_tc(du, ext, scratch, dout, ld_dout, B, B3, ld_b3, scale, T, N, R);
+		lora_dB_tc(dB, scratch, dout, ld_dout, u, scale, T, N, R, segs, args->seg_stride);
 	} else {
 		cudaCheck(cudaMemsetAsync(du, 0, (size_t)T * R * sizeof(float), stream));
 		if (ext)
@@ -395,7 +419,7 @@ extern "C" void lora_backward_cuda(const struct lora_bwd_args *args)
 	}
 	if (K <= 0)
 		return;
-	lora_dA_tc(dA, scratch, du, in, ld_in, dropout_p, dropout_seed, T, K, R);
+	lora_dA_tc(dA, scratch, du, in, ld_in, dropout_p, dropout_seed, T, K, R, segs, args->seg_stride);
 	if (!din || ext)
 		return;
 	dim3 grid_d(ceil_div_u(K, DIN_K), ceil_div_u(T, DIN_T));

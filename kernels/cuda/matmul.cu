@@ -3,9 +3,9 @@
 //
 // The base-weight linear layers: bf16 inputs and weights, fp32 outputs
 // (bf16 for the gate and up projections), fp32 accumulation on the tensor
-// cores through cublasGemmEx.  cuBLAS picks its algorithm from the shape
-// alone (fixed handle, stream and workspace), so a shape always gets the
-// same bits.
+// cores through cuBLASLt (gemm.cu), one algorithm a shape, that of one
+// micro-batch's rows for a multiple of them: a row gets the same bits in a
+// call over one micro-batch or several.
 #include "common.cuh"
 
 #define BIAS_THREADS 256

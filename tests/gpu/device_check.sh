@@ -6,7 +6,7 @@
 #   sh tests/gpu/device_check.sh OUTDIR
 # 1. every CUDA op against the CPU op; 2. tiny models: CPU vs CUDA losses,
 # blockwise vs resident bit-identical on the GPU (also with the MLP in token
-# chunks), one compute lane vs two; 3. attention against a double-precision reference at S = 32768
+# chunks), one compute lane vs two, micro-batch groups; 3. attention against a double-precision reference at S = 32768
 # (bench_attention, BENCH_REFERENCE=1); 4. HF transformers agreement (also
 # at 2048 tokens with head dims 128 and 64: the cuDNN route and the
 # kernels); 5. compute-sanitizer memcheck on a tiny run.  Logs under OUTDIR.
@@ -86,6 +86,22 @@ for ck in layer block; do
 	train "lanes2_$ck" cuda blockwise nf4 2 3 poros/tiny-qwen3 --checkpoints "$ck" --dropout 0.1 || fail=1
 	POROS_LANES=1 train "lanes1_$ck" cuda blockwise nf4 2 3 poros/tiny-qwen3 --checkpoints "$ck" --dropout 0.1 || fail=1
 	bit_identical "one lane vs two, --checkpoints $ck" "$out/runs/lanes1_$ck" "$out/runs/lanes2_$ck"
+done
+note "micro-batch groups (POROS_GROUP): resident's bits, with and without dropout, layer and block checkpoints"
+for d in 0 0.1; do
+	train "group_res_$d" cuda resident nf4 2 5 poros/tiny-qwen3 --seq-len 128 --dropout "$d" || fail=1
+	for ck in layer block; do
+		POROS_GROUP=4 train "group4_${ck}_$d" cuda blockwise nf4 2 5 poros/tiny-qwen3 --seq-len 128 --dropout "$d" \
+			--checkpoints "$ck" || fail=1
+		bit_identical "groups of 4 vs resident, --checkpoints $ck, dropout $d" "$out/runs/group_res_$d" \
+			"$out/runs/group4_${ck}_$d"
+	done
+done
+for m in Qwen/Qwen2.5-0.5B; do
+	train group_q05_res cuda resident bf16 4 8 "$m" --seq-len 512 --rank 16 --alpha 32 --dropout 0 --steps 2 || fail=1
+	POROS_GROUP=8 train group_q05_g8 cuda blockwise bf16 4 8 "$m" --seq-len 512 --rank 16 --alpha 32 --dropout 0 \
+		--steps 2 || fail=1
+	bit_identical "Qwen2.5-0.5B seq 512 x 8: a group of 8 vs resident" "$out/runs/group_q05_res" "$out/runs/group_q05_g8"
 done
 note "resume on the GPU: 6 steps straight = 3 + 3 resumed, bit for bit"
 for mode in blockwise resident; do

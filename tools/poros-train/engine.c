@@ -173,6 +173,8 @@ static void set_dims(struct engine *e)
 	c->B = cfg->cell.training.batch_size;
 	c->S = cfg->cell.training.seq_len;
 	c->T = c->B * c->S;
+	c->T_mb = c->T;
+	c->mbs = 1;
 	c->qk_norm = mc->qk_norm;
 	c->mlp_chunk = cfg->mlp_chunk > 0 ? cfg->mlp_chunk : MLP_CHUNK_TOKENS;
 	if (c->mlp_chunk > c->T)
@@ -199,6 +201,7 @@ static int engine_setup(struct engine *e, const struct train_config *cfg, const 
 	e->lc.mb_base = e->comm_rank * e->k;
 	e->cuda = library_bytes != 0;
 	e->lanes = engine_lanes(cfg, e->cuda);
+	e->group = engine_group(cfg);
 	if (library_bytes) {
 		dev_alloc_set_purpose(&e->alloc, "blas_workspace");
 		if (dev_alloc_count_held(&e->alloc, library_bytes, "the cuBLAS workspace") < 0)
@@ -265,6 +268,8 @@ int engine_create(struct engine **out, const struct train_config *cfg, const str
 		return -1;
 	if (e->lanes > 1 && be->lane_workspace(1, e->lane_blas, be->library_device_bytes) < 0)
 		return set_error(err, errsz, "%s backend: cannot open compute lane 1", be->name);
+	/* a group's products give each micro-batch's rows the bits of its own call */
+	be->set_row_unit(e->lc.T);
 	if (schedule_events_create(e) < 0)
 		return set_error(err, errsz, "%s backend: cannot create events", be->name);
 	e->n_pred = xcalloc((size_t)e->k, sizeof *e->n_pred);
@@ -322,9 +327,26 @@ int engine_host_ext_cols(const struct train_config *cfg)
 int engine_lanes(const struct train_config *cfg, int cuda)
 {
 	if (cfg->mode != MODE_BLOCKWISE || cfg->cell.training.gradient_accumulation_steps < 2 || cfg->eval_only ||
-	    cfg->lanes == 1)
+	    cfg->lanes == 1 || engine_group(cfg) > 1)
 		return 1;
 	return cfg->lanes == 2 || cuda ? 2 : 1;
+}
+
+/* A micro-batch's rows a multiple of GROUP_ROW_ALIGN keep every per-
+ * micro-batch piece (inputs, attention output, lse) a whole number of
+ * LAYOUT_ALIGN bytes, so a group's pieces are contiguous, as its calls
+ * read them. */
+#define GROUP_ROW_ALIGN 128
+
+int engine_group(const struct train_config *cfg)
+{
+	long T = (long)cfg->cell.training.batch_size * cfg->cell.training.seq_len;
+	int k = cfg->cell.training.gradient_accumulation_steps;
+	int chunk = cfg->mlp_chunk > 0 ? cfg->mlp_chunk : MLP_CHUNK_TOKENS;
+
+	if (cfg->group < 2 || cfg->mode != MODE_BLOCKWISE || k < 2 || T > chunk || T % GROUP_ROW_ALIGN)
+		return 1;
+	return cfg->group < k ? cfg->group : k;
 }
 
 int engine_block_ckpt(const struct train_config *cfg, int n_layers)

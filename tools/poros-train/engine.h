@@ -47,6 +47,11 @@ struct engine;
  * otherwise (POROS_PROFILE times each lane on its own); POROS_LANES=2
  * asks for them on the CPU too, where they run in turn. */
 int engine_lanes(const struct train_config *cfg, int cuda);
+/* Micro-batches a blockwise layer call runs (POROS_GROUP; layer.h): the
+ * asked number, at most the step's, where a micro-batch's MLP is one
+ * chunk and its rows keep the buffers aligned; else 1.  A group takes
+ * the compute stream alone (engine_lanes: 1). */
+int engine_group(const struct train_config *cfg);
 
 /* Allocates every device buffer (nothing is allocated later), uploads the
  * final norm and lm_head (and, resident, every layer), rope tables and the initial

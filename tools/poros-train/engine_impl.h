@@ -73,6 +73,8 @@ struct gradtree {
 	long start[GRADTREE_MAX_PIECES], size[GRADTREE_MAX_PIECES];
 	long *all_start, *all_size; /* world * max_pieces: every rank's pieces */
 	float **all_buf;
+	const float *leaf;         /* gradtree_push_leaf: the leaf being pushed, read where it is */
+	int leaf_slot;             /* the slot it stands for */
 };
 
 struct comm;
@@ -163,6 +165,12 @@ struct engine {
 	struct layer_ctx lane_lc;
 	void *lane_blas;           /* lane 1's cuBLAS workspace (be->lane_workspace) */
 	struct backend_event *lane_fork, *lane_join;
+	/* Micro-batch groups (blockwise, layer.h): a layer runs `group`
+	 * micro-batches a call (1: one), its activations and scratch planned
+	 * for group * T rows; a group's gradient leaves, one a micro-batch,
+	 * pushed in order after the call (gradtree_push_leaf). */
+	int group;
+	float *group_leaf[GROUP_MAX];
 	/* resident without recompute: every layer's activations of one
 	 * micro-batch (L of them); NULL otherwise */
 	struct layer_act *acts;
@@ -185,6 +193,9 @@ void plan_dequant_layout(struct engine *e);
 void plan_ckpt_layout(struct engine *e);
 size_t engine_host_ckpt_bytes(const struct engine *e);
 int plan_device(struct engine *e, char *err, size_t errsz);
+/* e->lc as a call over n consecutive micro-batches sees it (layer.h);
+ * n <= e->group, whose rows the plan gave every layer buffer. */
+struct layer_ctx group_ctx(const struct engine *e, int n);
 int plan_upload(struct engine *e, char *err, size_t errsz);
 
 /* schedule.c */
@@ -228,6 +239,13 @@ void gradtree_leaf(struct engine *e);
 int gradtree_pair_ok(const struct engine *e, int j);
 void gradtree_leaf_ahead(struct engine *e, struct layer_ctx *c, int ahead);
 void gradtree_push(struct engine *e, int j);
+/* Micro-batch j's gradient computed into leaf (a group's, not a stack
+ * slot), pushed as gradtree_push would push it from its slot: the same
+ * additions in the same order. */
+void gradtree_push_leaf(struct engine *e, int j, const float *leaf);
+/* The floats of a group's leaves (plan.c carves them after the scratch). */
+size_t gradtree_group_floats(const struct engine *e);
+void gradtree_bind_group(struct engine *e, float *leaves);
 int gradtree_finish(struct engine *e);
 
 /* lora_state.c */

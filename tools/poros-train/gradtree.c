@@ -176,7 +176,12 @@ int gradtree_pair_ok(const struct engine *e, int j)
 
 static void merge_up(struct engine *e, int i)
 {
-	e->lc.op->add_inplace(stack_buf(e, i), stack_buf(e, i + 1), e->gt.len);
+	struct gradtree *t = &e->gt;
+	const float *right = t->leaf && i + 1 == t->leaf_slot ? t->leaf : stack_buf(e, i + 1);
+
+	e->lc.op->add_inplace(stack_buf(e, i), right, t->len);
+	if (right == t->leaf)
+		t->leaf = NULL; /* added where it is: no copy */
 }
 
 void gradtree_push(struct engine *e, int j)
@@ -185,6 +190,32 @@ void gradtree_push(struct engine *e, int j)
 
 	t->top = counter_push(t->start, t->size, t->top, t->first + j, merge_up, e);
 	e->lc.lora_grad = e->grads;
+}
+
+/* At slot top the leaf is either merged into the slot below at once (the
+ * add reads it where it is: merge_up) or stays there (copied in). */
+void gradtree_push_leaf(struct engine *e, int j, const float *leaf)
+{
+	struct gradtree *t = &e->gt;
+	int slot = t->top;
+
+	t->leaf = leaf;
+	t->leaf_slot = slot;
+	t->top = counter_push(t->start, t->size, t->top, t->first + j, merge_up, e);
+	if (t->leaf) /* not merged: it is the slot's value from now on */
+		e->be->copy_d2d(stack_buf(e, slot), leaf, (size_t)t->len * sizeof(float), STREAM_COMPUTE);
+	t->leaf = NULL;
+}
+
+size_t gradtree_group_floats(const struct engine *e)
+{
+	return e->group > 1 ? (size_t)e->group * (size_t)e->gt.cap : 0;
+}
+
+void gradtree_bind_group(struct engine *e, float *leaves)
+{
+	for (int i = 0; i < GROUP_MAX; i++)
+		e->group_leaf[i] = leaves && i < e->group ? leaves + (size_t)i * e->gt.cap : NULL;
 }
 
 /* The node [s, s+w) cut at n over the pieces (start, size, buf): the index

@@ -80,15 +80,35 @@ static void mlp_recompute(const struct layer_ctx *c, const struct layer_view *w,
  * is one document (positions t % S), which the ops read as the same
  * positions and mask, so the attention needs no mask below the diagonal
  * and no first-key table; the same bits either way. */
-static const int32_t *layer_pos(const struct layer_ctx *c, int mb)
+static const int32_t *mb_pos(const struct layer_ctx *c, int mb)
 {
-	return c->pos && !(c->pos_plain && c->pos_plain[mb]) ? c->pos + (size_t)mb * c->T : NULL;
+	return c->pos && !(c->pos_plain && c->pos_plain[mb]) ? c->pos + (size_t)mb * c->T_mb : NULL;
 }
 
 void embed_forward(const struct layer_ctx *c, float *out, int mb)
 {
 	/* the rows were gathered on the host (staging.c): row t for token t */
 	c->op->embedding_forward(out, c->iota, c->embed_rows + (size_t)mb * c->T * c->C, c->T, c->C);
+}
+
+/* Micro-batch i's rows of the attention's operands in a group (layer.h):
+ * the attention runs a micro-batch at a time, as a call of one does,
+ * since cuDNN plans by the batch and its backward splits its sums by it
+ * (a batch of 8 changed 40-head rows' bits on the H200: docs/perf-notes.md). */
+struct attn_rows {
+	bf16 *att;
+	float *lse, *q, *k, *v;
+	const int32_t *pos;
+	int B;
+};
+
+static struct attn_rows attn_rows_of(const struct layer_ctx *c, const struct layer_act *a, int mb, int i)
+{
+	size_t t = (size_t)i * c->T_mb;
+	int B = c->B / c->mbs;
+
+	return (struct attn_rows){ a->att + t * (c->HD + c->E), a->lse + (size_t)i * B * c->H * c->S, a->q + t * c->HD,
+	                           a->k + t * c->GD, a->v + t * c->GD, mb_pos(c, mb + i), B };
 }
 
 /* The attention block and the MLP's norm: x2 = x + o(attn(q, k, v)),
@@ -98,7 +118,6 @@ static void attention_block(const struct layer_ctx *c, const struct layer_view *
 {
 	const struct poros_ops *op = c->op;
 	int T = c->T, C = c->C, E = c->E, qk = c->qk_norm;
-	const int32_t *pos = layer_pos(c, p.mb); /* (T) or NULL */
 
 	a->x = x;
 	op->rmsnorm_forward(NULL, a->xn, C + E, a->rstd1, x, w->in_norm, c->eps, T, C);
@@ -111,8 +130,12 @@ static void attention_block(const struct layer_ctx *c, const struct layer_view *
 	}
 	/* q, k stay unrotated: the attention ops rotate them as they pack them */
 	if (run_attention)
-		op->attention_forward(a->att, c->HD + E, a->lse, c->attn_scratch, a->q, a->k, a->v, c->rope_cos,
-		                      c->rope_sin, pos, c->B, c->S, c->H, c->G, c->D);
+		for (int i = 0; i < c->mbs; i++) {
+			struct attn_rows r = attn_rows_of(c, a, p.mb, i);
+
+			op->attention_forward(r.att, c->HD + E, r.lse, c->attn_scratch, r.q, r.k, r.v, c->rope_cos,
+			                      c->rope_sin, r.pos, r.B, c->S, c->H, c->G, c->D);
+		}
 	proj_forward(c, w, a, layer, PROJ_O, a->att, a->x2, 0, T, p);
 	op->add_inplace(a->x2, x, (long)T * C);
 	op->rmsnorm_forward(NULL, a->xn2, C + E, a->rstd2, a->x2, w->post_norm, c->eps, T, C);
@@ -150,7 +173,6 @@ void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const
 	const struct grad_scratch *g = &c->g;
 	int T = c->T, C = c->C, E = c->E, qk = c->qk_norm;
 	float *dq = layer_dq(c, a), *dk = g->dk;
-	const int32_t *pos = layer_pos(c, p.mb); /* (T) or NULL */
 
 	/* MLP: out = x2 + down(silu(gate(xn2)) * up(xn2)), chunk by chunk (each
 	 * recomputed first unless kept, its LoRA gradients added in chunk
@@ -172,8 +194,14 @@ void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const
 	/* attention: x2 = x + o(attn(rope(q), rope(k), v)), q/k/v of xn = norm(x) */
 	proj_backward(c, w, a, layer, PROJ_O, a->att, dx, NULL, g->datt, 0, 0, T, p);
 	/* dq, dk at the unrotated q, k: the op turns them back through rope */
-	op->attention_backward(dq, g->dk, g->dv, c->attn_scratch, g->datt, a->att, c->HD + E, a->q, a->k, a->v,
-	                       c->rope_cos, c->rope_sin, a->lse, pos, c->B, c->S, c->H, c->G, c->D);
+	for (int i = 0; i < c->mbs; i++) {
+		struct attn_rows r = attn_rows_of(c, a, p.mb, i);
+		size_t t = (size_t)i * c->T_mb;
+
+		op->attention_backward(dq + t * c->HD, g->dk + t * c->GD, g->dv + t * c->GD, c->attn_scratch,
+		                       g->datt + t * c->HD, r.att, c->HD + E, r.q, r.k, r.v, c->rope_cos, c->rope_sin,
+		                       r.lse, r.pos, r.B, c->S, c->H, c->G, c->D);
+	}
 	if (qk) { /* through the per-head norms (rmsnorm_backward accumulates) */
 		c->be->memset_zero(g->dq_pre, (size_t)T * c->HD * sizeof(float), STREAM_COMPUTE);
 		c->be->memset_zero(g->dk_pre, (size_t)T * c->GD * sizeof(float), STREAM_COMPUTE);
@@ -197,11 +225,19 @@ void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const
 static void head_pass(const struct layer_ctx *c, float *dres, const float *hidden, int mb, float dloss)
 {
 	const struct poros_ops *op = c->head_op;
-	int T = c->T, C = c->C, V = c->V;
+	int T = c->T, C = c->C, V = c->V, n;
 
 	op->rmsnorm_forward(NULL, c->hn, C, c->head_rstd, hidden, c->final_norm, c->eps, T, C);
-	for (int off = 0; off < T; off += c->chunk) {
-		int n = T - off < c->chunk ? T - off : c->chunk;
+	/* The chunk is what the plan's region holds, which differs between
+	 * schedules and groups; its products give every row the bits of
+	 * HEAD_CHUNK-row calls (backend.h's row unit, here HEAD_CHUNK), and a
+	 * part of fewer rows is always the last T % HEAD_CHUNK, its own call:
+	 * the same bits at any chunk. */
+	c->be->set_row_unit(HEAD_CHUNK);
+	for (int off = 0; off < T; off += n) {
+		n = T - off < c->chunk ? T - off : c->chunk;
+		if (n > HEAD_CHUNK && n % HEAD_CHUNK)
+			n -= n % HEAD_CHUNK;
 
 		op->matmul_forward(c->logits, c->hn + (size_t)off * C, C, c->lm_head, C, NULL, n, C, V, 0);
 		op->crossentropy_forward_backward(c->dlogits, c->losses + (size_t)mb * T + off, c->logits,
@@ -209,6 +245,7 @@ static void head_pass(const struct layer_ctx *c, float *dres, const float *hidde
 		if (dres)
 			op->matmul_backward_input(c->dhn + (size_t)off * C, c->dlogits, V, c->lm_head, C, n, C, V, 0);
 	}
+	c->be->set_row_unit(c->T_mb);
 	if (dres) {
 		c->be->memset_zero(dres, (size_t)T * C * sizeof(float), STREAM_COMPUTE);
 		op->rmsnorm_backward(dres, c->dhn, hidden, c->final_norm, c->head_rstd, T, C);

@@ -30,6 +30,10 @@ enum { PROJ_Q, PROJ_K, PROJ_V, PROJ_O, PROJ_GATE, PROJ_UP, PROJ_DOWN };
  * M = 4096 rows still fill a GEMM.  Up to it the MLP is one chunk. */
 #define MLP_CHUNK_TOKENS 4096
 
+/* A call over a group of micro-batches (blockwise, layer_ctx.mbs) takes
+ * at most this many of them. */
+#define GROUP_MAX 8
+
 /* LoRA parameters in one flat fp32 buffer: layer-major, projections in
  * cell.h's order, A (R,K) then B (N,R); each tensor starts on a 64-float
  * boundary (zero padding, which clipping and AdamW leave at zero) so the
@@ -108,6 +112,16 @@ struct layer_ctx {
 	int ext_bwd;                     /* the backward rides in the extension too (no dropout) */
 	uint64_t seed;                   /* of the dropout masks */
 	int mb_base;                     /* the global index of this rank's first micro-batch */
+	/* A group (blockwise): one call over mbs consecutive micro-batches of
+	 * T_mb rows, T = mbs * T_mb, B = mbs * (T_mb / S), its first the
+	 * pass's mb.  What gives a row the same bits at any number of rows
+	 * (norms, element-wise ops, attention over B sequences, the base
+	 * GEMMs but down_proj's forward) runs once over T; the LoRA ops, whose
+	 * weight gradients sum over rows, run a micro-batch at a time, each
+	 * into its own gradient leaf grad_mb[i], as a call of one would (proj.c).
+	 * mbs 1: a call of one micro-batch (T = T_mb), gradients into lora_grad. */
+	int mbs, T_mb;
+	float *grad_mb[GROUP_MAX];
 
 	const float *rope_cos, *rope_sin; /* (S, D/2) */
 	const int32_t *pos;              /* (k,T) each token's position in its document; NULL: t % S */

@@ -7,6 +7,7 @@
 
 #include "model/model.h"
 #include "checkpoint.h"
+#include "layer.h"
 #include "util/util.h"
 #include "comm.h"
 #include "train.h"
@@ -177,7 +178,7 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	const char *prof = getenv("POROS_PROFILE"), *chunk = getenv("POROS_MLP_CHUNK"), *why;
 	const char *attn = getenv("POROS_ATTN_CKPT"), *mem = getenv("POROS_MEM_AVAILABLE");
 	const char *route = getenv("POROS_ATTENTION"), *opt_chunk = getenv("POROS_OPT_CHUNK");
-	const char *comm = getenv("POROS_COMM"), *lanes = getenv("POROS_LANES");
+	const char *comm = getenv("POROS_COMM"), *lanes = getenv("POROS_LANES"), *group = getenv("POROS_GROUP");
 	static const char *const comm_kinds[] = { "auto", "single", "mpi", "nccl", "tcp" }; /* comm.h's order */
 	const char *after = getenv("POROS_PROGRESS_AFTER"), *shared = getenv("POROS_SHARED_BASE");
 	long rows = 0, floats = 0;
@@ -216,6 +217,14 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	if (lanes && *lanes && strcmp(lanes, "1") && strcmp(lanes, "2"))
 		return snprintf(err, errsz, "POROS_LANES: unknown value \"%s\" (expected 1 or 2)", lanes), -1;
 	c->lanes = lanes && *lanes ? atoi(lanes) : 0;
+	/* blockwise's micro-batch groups change no bit, only memory and time */
+	if (group && *group) {
+		long n = strtol(group, &end, 10);
+		if (*end || n < 1 || n > GROUP_MAX)
+			return snprintf(err, errsz, "POROS_GROUP: \"%s\" is not a number of micro-batches from 1 to %d",
+			                group, GROUP_MAX), -1;
+		c->group = (int)n;
+	}
 	/* one copy of the base per host, or one a rank (memory only, no bits) */
 	if (shared && *shared && strcmp(shared, "0") && strcmp(shared, "1"))
 		return snprintf(err, errsz, "POROS_SHARED_BASE: unknown value \"%s\" (expected 0 or 1)", shared), -1;

@@ -81,10 +81,31 @@ void plan_ckpt_layout(struct engine *e)
 	cs->rec_bytes = cs->lse_off + (cs->attn ? (size_t)e->k * cs->lse_mb : 0);
 }
 
+/* The rows a layer call takes: a group's (engine_group), or one micro-batch's. */
+static long call_rows(const struct engine *e)
+{
+	return (long)e->group * e->lc.T;
+}
+
+/* e->lc as a call over n micro-batches sees it (layer.h): T, B and the
+ * MLP's one chunk scaled; the rest e->lc's. */
+struct layer_ctx group_ctx(const struct engine *e, int n)
+{
+	struct layer_ctx c = e->lc;
+
+	if (n > 1) {
+		c.mbs = n;
+		c.T = n * e->lc.T;
+		c.B = n * e->lc.B;
+		c.mlp_chunk = c.T;
+	}
+	return c;
+}
+
 static void plan_act(struct engine *e, struct carver *cv, struct layer_act *a)
 {
 	const struct layer_ctx *c = &e->lc;
-	long T = c->T;
+	long T = call_rows(e);
 
 	memset(a, 0, sizeof *a);
 	a->xn = CARVE_BF16(cv, T * (c->C + c->E));
@@ -260,6 +281,16 @@ static void plan_lane_scratch(struct engine *e, struct carver *cv, struct layer_
  * the same pieces again, each lane's ops reading only its own. */
 static void plan_scratch(struct engine *e, struct carver *cv)
 {
+	if (e->group > 1) { /* a group's rows; the head (e->lc) takes its pieces of them */
+		struct layer_ctx c = group_ctx(e, e->group);
+
+		plan_lane_scratch(e, cv, &c, &e->act, 1);
+		e->lc.g = c.g;
+		e->lc.attn_scratch = c.attn_scratch;
+		e->lc.logits = c.logits, e->lc.dlogits = c.dlogits, e->lc.hn = c.hn;
+		e->lc.chunk = c.chunk < e->lc.T ? c.chunk : e->lc.T;
+		return;
+	}
 	plan_lane_scratch(e, cv, &e->lc, &e->act, 1);
 	if (e->lanes > 1) {
 		struct layer_ctx c1 = e->lc;
@@ -282,11 +313,15 @@ static void plan_head(struct engine *e, struct carver *cv)
 	c->losses = CARVE_F32(cv, T * e->k);
 }
 
-/* A list of n (T,C) fp32 buffers. */
+/* A list of n (T,C) fp32 buffers, one after another (a group's calls
+ * read consecutive micro-batches' as one). */
 static void plan_streams(struct engine *e, struct carver *cv, float **list, int n)
 {
+	size_t each = align_up((size_t)e->lc.T * e->lc.C * sizeof(float));
+	unsigned char *base = carve(cv, each * (size_t)n);
+
 	for (int i = 0; i < n; i++)
-		list[i] = CARVE_F32(cv, (long)e->lc.T * e->lc.C);
+		list[i] = (float *)region_at(base, each * (size_t)i);
 }
 
 static void plan_ckpts(struct engine *e, struct carver *cv)
@@ -324,9 +359,10 @@ static void plan_misc(struct engine *e, struct carver *cv)
 
 static void plan_grad_partials(struct engine *e, struct carver *cv)
 {
-	size_t n = gradtree_scratch_floats(e);
+	size_t n = gradtree_scratch_floats(e), g = gradtree_group_floats(e);
 
 	gradtree_bind(e, n ? CARVE_F32(cv, (long)n) : NULL);
+	gradtree_bind_group(e, g ? CARVE_F32(cv, (long)g) : NULL);
 }
 
 /* One allocation for purpose, carved by plan (a dry allocator gives a
@@ -475,7 +511,7 @@ static int alloc_state(struct engine *e, char *err, size_t errsz)
 	    alloc_plan(e, plan_misc, "misc", "targets, rope tables and norm scratch") < 0)
 		return set_error(err, errsz, "%s", e->alloc.err);
 	gradtree_init(e, e->comm_rank, e->comm_world);
-	if (gradtree_scratch_floats(e) > 0 &&
+	if (gradtree_scratch_floats(e) + gradtree_group_floats(e) > 0 &&
 	    alloc_plan(e, plan_grad_partials, "grad_partials", "partial sums of micro-batch gradients") < 0)
 		return set_error(err, errsz, "%s", e->alloc.err);
 	return 0;

@@ -30,6 +30,28 @@ static const bf16 *ext_a3(const struct layer_ctx *c, const struct layer_view *w,
 	return c->E > 0 ? w->w[m] + (size_t)s->n_out * w->ld[m] : NULL;
 }
 
+/* The LoRA calls over rows t0..t0+n-1 of a group (layer.h): with dropout
+ * one a micro-batch, segment i its rows, pass (its mask) and gradient
+ * leaf, as the call of that micro-batch alone would make them; without,
+ * one call over all (u, du and the input gradients are per row, and the
+ * backend keeps each row's bits at any row count: backend.h,
+ * set_row_unit; the backward sums dA and dB a micro-batch at a time,
+ * ops.h's segs).  A group's calls cover all its rows (the MLP is one chunk
+ * there: plan.c). */
+static int segments(const struct layer_ctx *c, int t0, int n)
+{
+	if (c->mbs <= 1 || c->dropout == 0.0f)
+		return 1;
+	if (t0 != 0 || n != c->T)
+		die(EXIT_RUNTIME, "a group's LoRA call over rows %d..%d of %d", t0, t0 + n - 1, c->T);
+	return c->mbs;
+}
+
+static struct pass segment_pass(struct pass p, int i)
+{
+	return (struct pass){ p.step, p.mb + i };
+}
+
 /* u (n,R) = dropout(in) A^T for projection m; then, with the LoRA
  * extension, u's parts into in's spare columns for the base GEMM to sum,
  * else out (n,N) = scale * u B^T for the base GEMM to add onto. */
@@ -37,14 +59,19 @@ static void proj_lora_forward(const struct layer_ctx *c, const struct layer_view
                               int layer, int m, bf16 *in, float *out, int t0, int n, struct pass p)
 {
 	const struct lora_slot *s = &c->slot[layer * N_PROJ + m];
-	int K = s->n_in, ext = c->E > 0;
+	int K = s->n_in, ext = c->E > 0, segs = segments(c, t0, n), rows = n / segs;
 
-	c->op->lora_forward(&(struct lora_fwd_args){
-		.out = ext ? NULL : out, .u = a->u[m] + (size_t)t0 * c->R, .ext = ext ? in + K : NULL, .in = in,
-		.ld_in = K + c->E, .A = c->lora + s->a, .B = c->lora + s->b, .scale = c->lora_scale,
-		.dropout_p = c->dropout, .dropout_seed = dropout_seed(c, p, layer, m, t0), .T = n, .K = K,
-		.N = s->n_out, .R = c->R, .scratch = c->g.lora_scratch, .A3 = ext_a3(c, w, s, m),
-		.ld_a3 = w->ld[m] });
+	for (int i = 0; i < segs; i++) {
+		bf16 *in_i = in + (size_t)i * rows * (K + c->E);
+
+		c->op->lora_forward(&(struct lora_fwd_args){
+			.out = ext ? NULL : out + (size_t)i * rows * s->n_out,
+			.u = a->u[m] + (size_t)(t0 + i * rows) * c->R, .ext = ext ? in_i + K : NULL, .in = in_i,
+			.ld_in = K + c->E, .A = c->lora + s->a, .B = c->lora + s->b, .scale = c->lora_scale,
+			.dropout_p = c->dropout, .dropout_seed = dropout_seed(c, segment_pass(p, i), layer, m, t0),
+			.T = rows, .K = K, .N = s->n_out, .R = c->R, .scratch = c->g.lora_scratch,
+			.A3 = ext_a3(c, w, s, m), .ld_a3 = w->ld[m] });
+	}
 }
 
 /* u alone, as proj_lora_forward computes it: no output, no extension parts. */
@@ -52,14 +79,17 @@ void proj_lora_u(const struct layer_ctx *c, const struct layer_view *w, const st
                  int m, const bf16 *in, int t0, int n, struct pass p)
 {
 	const struct lora_slot *s = &c->slot[layer * N_PROJ + m];
+	int segs = segments(c, t0, n), rows = n / segs;
 
 	if (s->a < 0)
 		return;
-	c->op->lora_forward(&(struct lora_fwd_args){
-		.u = a->u[m] + (size_t)t0 * c->R, .in = in, .ld_in = s->n_in + c->E, .A = c->lora + s->a,
-		.B = c->lora + s->b, .scale = c->lora_scale, .dropout_p = c->dropout,
-		.dropout_seed = dropout_seed(c, p, layer, m, t0), .T = n, .K = s->n_in, .N = 0, .R = c->R,
-		.scratch = c->g.lora_scratch, .A3 = ext_a3(c, w, s, m), .ld_a3 = w->ld[m] });
+	for (int i = 0; i < segs; i++)
+		c->op->lora_forward(&(struct lora_fwd_args){
+			.u = a->u[m] + (size_t)(t0 + i * rows) * c->R, .in = in + (size_t)i * rows * (s->n_in + c->E),
+			.ld_in = s->n_in + c->E, .A = c->lora + s->a, .B = c->lora + s->b, .scale = c->lora_scale,
+			.dropout_p = c->dropout, .dropout_seed = dropout_seed(c, segment_pass(p, i), layer, m, t0),
+			.T = rows, .K = s->n_in, .N = 0, .R = c->R, .scratch = c->g.lora_scratch,
+			.A3 = ext_a3(c, w, s, m), .ld_a3 = w->ld[m] });
 }
 
 /* out (n,N) = (scale * B A dropout(in) + in @ W^T) (+ bias).  With the
@@ -127,14 +157,26 @@ void proj_backward(const struct layer_ctx *c, const struct layer_view *w, const 
 		dout16 = c->g.dout16;
 	}
 	if (s->a >= 0) {
+		/* without dropout one call serves a group, each micro-batch's dA
+		 * and dB into its leaf (the leaves lie a region apart) */
+		int whole = c->mbs > 1 && c->dropout == 0.0f, segs = whole ? 1 : segments(c, t0, n), rows = n / segs;
+
 		/* dA (R,K) += du^T in, dB (N,R) += scale * dout^T u, din (+)= du A */
-		c->op->lora_backward(&(struct lora_bwd_args){
-			.din = ext ? NULL : din, .dA = c->lora_grad + s->a, .dB = c->lora_grad + s->b, .du = c->g.du,
-			.ext = ext ? (bf16 *)dout16 + N : NULL, .dout = dout16, .ld_dout = ld, .in = in, .ld_in = K + c->E,
-			.u = a->u[m] + (size_t)t0 * c->R, .A = c->lora + s->a, .B = c->lora + s->b,
-			.scale = c->lora_scale, .dropout_p = c->dropout, .dropout_seed = dropout_seed(c, p, layer, m, t0),
-			.T = n, .K = K, .N = N, .R = c->R, .accumulate = accumulate, .scratch = c->g.lora_scratch,
-			.B3 = c->E > 0 ? w->w[m] + K : NULL, .ld_b3 = w->ld[m] });
+		for (int i = 0; i < segs; i++) {
+			const bf16 *dout_i = dout16 + (size_t)i * rows * ld;
+			float *grad = c->mbs > 1 ? c->grad_mb[i] : c->lora_grad;
+
+			c->op->lora_backward(&(struct lora_bwd_args){
+				.segs = whole ? c->mbs : 1, .seg_stride = whole ? c->grad_mb[1] - c->grad_mb[0] : 0,
+				.din = ext ? NULL : din + (size_t)i * rows * K, .dA = grad + s->a, .dB = grad + s->b,
+				.du = c->g.du + (size_t)i * rows * c->R, .ext = ext ? (bf16 *)dout_i + N : NULL,
+				.dout = dout_i, .ld_dout = ld, .in = in + (size_t)i * rows * (K + c->E), .ld_in = K + c->E,
+				.u = a->u[m] + (size_t)(t0 + i * rows) * c->R, .A = c->lora + s->a, .B = c->lora + s->b,
+				.scale = c->lora_scale, .dropout_p = c->dropout,
+				.dropout_seed = dropout_seed(c, segment_pass(p, i), layer, m, t0), .T = rows, .K = K, .N = N,
+				.R = c->R, .accumulate = accumulate, .scratch = c->g.lora_scratch,
+				.B3 = c->E > 0 ? w->w[m] + K : NULL, .ld_b3 = w->ld[m] });
+		}
 		if (!ext)
 			accumulate = 1;
 	}

@@ -1416,6 +1416,7 @@ static int print_plan(struct run *x, FILE *out)
 	cJSON_AddItemToObject(o, "checkpoints", c->mode != MODE_BLOCKWISE ? cJSON_CreateNull()
 	                      : cJSON_CreateString(checkpoints_names[engine_block_ckpt(c, x->mc.num_hidden_layers)]));
 	cJSON_AddNumberToObject(o, "lanes", engine_lanes(c, lib != 0));
+	cJSON_AddNumberToObject(o, "group", engine_group(c));
 	cJSON_AddStringToObject(o, "optimizer_state", c->optimizer_on_host ? "host" : "device");
 	if (plan_host(o, x, &plan, backend, host_ckpt, err, sizeof err) < 0) {
 		warnmsg("%s", err);

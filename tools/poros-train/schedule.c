@@ -377,6 +377,15 @@ static void act_attention_set(struct engine *e, struct layer_act *a, int s, int 
 static void layer_forward_mbs(struct engine *e, const struct layer_view *v, int layer, int in, int out, int n,
                               int step)
 {
+	if (e->group > 1) { /* groups of micro-batches, one call each */
+		for (int j = 0; j < n; j += e->group) {
+			struct layer_ctx c = group_ctx(e, n - j < e->group ? n - j : e->group);
+
+			act_attention_set(e, &e->act, in, j, 0);
+			layer_forward(&c, v, &e->act, layer, set_buf(e, in, j), set_buf(e, out, j), (struct pass){ step, j });
+		}
+		return;
+	}
 	lanes_fork(e);
 	for (int j = 0; j < n; j++) {
 		struct pass p = { step, j };
@@ -487,6 +496,21 @@ static void blockwise_forward(struct engine *e, int step, void (*save)(struct en
 static int layer_backward_mbs(struct engine *e, const struct layer_view *v, int l, int s, int kept, int j, int step)
 {
 	int n = e->lanes > 1 && j + 1 < e->k && gradtree_pair_ok(e, j) ? 2 : 1;
+
+	if (e->group > 1) { /* a group: its leaves zeroed, filled by one call, pushed in order */
+		struct layer_ctx c = group_ctx(e, e->k - j < e->group ? e->k - j : e->group);
+
+		for (int i = 0; i < c.mbs; i++) {
+			e->be->memset_zero(e->group_leaf[i], (size_t)e->gt.len * sizeof(float), STREAM_COMPUTE);
+			c.grad_mb[i] = e->group_leaf[i] - e->gt.off; /* indexed by slot offset, as lora_grad */
+		}
+		c.lora_grad = c.mbs > 1 ? NULL : c.grad_mb[0];
+		act_attention_set(e, &e->act, s, j, kept);
+		layer_recompute_backward(&c, &e->act, v, l, set_buf(e, s, j), e->dresid[j], (struct pass){ step, j });
+		for (int i = 0; i < c.mbs; i++)
+			gradtree_push_leaf(e, j + i, e->group_leaf[i]);
+		return c.mbs;
+	}
 
 	if (n == 2)
 		lanes_fork(e);
