@@ -142,3 +142,214 @@ block_parity() {
 	run -0 --separate-stderr poros-expand --train-argv c.yaml
 	[[ "$output" == *$'--checkpoints\nblock'* ]]
 }
+
+# --- --checkpoint-dir DIR: blockwise's checkpoint records that the host
+# cannot hold (or POROS_DISK_CHECKPOINTS of them) go to one unlinked file
+# in DIR, through two pinned bounce slots.  The same bits as on the host;
+# the plan says the file's size and a step's bytes, which the run then
+# moves; nothing is ever left in DIR; a DIR that cannot hold the file is
+# refused before the base loads.  A copy of tiny-qwen2 with 8 layers
+# (test/eight-layers) has more records than slots, so the backward reads
+# some back from the file and not only from the slots.
+
+# eight_layers: cfg/ with test/eight-layers, EIGHT its run's flags, ck/ the directory
+eight_layers() {
+	mkdir -p cfg/models ck
+	jq '.model_id = "test/eight-layers" | .num_hidden_layers = 8' \
+		"$POROS_ROOT/configs/models/tiny_qwen2.json" >cfg/models/eight_layers.json
+	EIGHT=(--configs cfg --model test/eight-layers --precision nf4 --accum 3 --dropout 0.1 --lr 5e-3 --steps 3)
+}
+
+# disk_is_plan NAME ARGS...: NAME.json's disk figures are those of the
+# plan of ARGS (the same environment), to the byte, and DIR is empty
+disk_is_plan() {
+	local name=$1
+	shift
+	poros-train "${TINY[@]}" --plan "$@" >"$name.plan"
+	jq -e --slurpfile p "$name.plan" '.status == "ok" and .disk_checkpoints_mb == $p[0].disk_checkpoints_mb
+		and .disk_write_mb_per_step == $p[0].disk_write_mb_per_step
+		and .disk_read_mb_per_step == $p[0].disk_read_mb_per_step
+		and .host_breakdown_mb == $p[0].host_breakdown_mb and .host_plan_mb == $p[0].host_plan_mb' "$name.json"
+	run -0 ls -A ck
+	assert_output ''
+}
+
+@test "layer checkpoints on disk are bit-identical to the host's: any count, with and without attention, buffered" {
+	eight_layers
+	for attn in 1 0; do
+		POROS_ATTN_CKPT=$attn train "ref$attn" "${EIGHT[@]}" --block-size 2
+		for n in 1 3 8; do
+			POROS_ATTN_CKPT=$attn POROS_DISK_CHECKPOINTS=$n train "d$attn$n" "${EIGHT[@]}" --block-size 2 \
+				--checkpoint-dir ck
+			same "d$attn$n" "ref$attn"
+			POROS_ATTN_CKPT=$attn POROS_DISK_CHECKPOINTS=$n disk_is_plan "d$attn$n" "${EIGHT[@]}" --block-size 2 \
+				--checkpoint-dir ck
+		done
+	done
+	# a step writes every disk record (the last layer's attention stays on
+	# the device) and reads back all but the two the slots still hold
+	jq -e '.disk_checkpoints == 8 and .disk_read_mb_per_step == .disk_checkpoints_mb * 6 / 8
+		and .disk_write_mb_per_step < .disk_checkpoints_mb' d18.plan
+	jq -e '.disk_checkpoints == 1 and .disk_read_mb_per_step == 0' d11.plan
+	POROS_DISK_DIRECT=0 POROS_DISK_CHECKPOINTS=8 train buffered "${EIGHT[@]}" --block-size 2 --checkpoint-dir ck
+	same buffered ref1
+	# the runs learned something: the comparison is not of three equal losses
+	[ "$(jq -r .loss ref1/events.jsonl | sort -u | wc -l)" -eq 3 ]
+}
+
+@test "block checkpoints on disk are bit-identical: a tail block, two compute lanes, bf16" {
+	eight_layers
+	train ref2 "${EIGHT[@]}" --checkpoints block --block-size 2
+	train ref3 "${EIGHT[@]}" --checkpoints block --block-size 3
+	for n in 1 2 4; do
+		POROS_DISK_CHECKPOINTS=$n train "b2$n" "${EIGHT[@]}" --checkpoints block --block-size 2 --checkpoint-dir ck
+		same "b2$n" ref2
+		POROS_DISK_CHECKPOINTS=$n disk_is_plan "b2$n" "${EIGHT[@]}" --checkpoints block --block-size 2 --checkpoint-dir ck
+	done
+	jq -e '.disk_read_mb_per_step == .disk_checkpoints_mb / 2 and .disk_write_mb_per_step == .disk_checkpoints_mb' \
+		b24.plan
+	POROS_DISK_CHECKPOINTS=3 train b33 "${EIGHT[@]}" --checkpoints block --block-size 3 --checkpoint-dir ck
+	same b33 ref3
+	POROS_LANES=2 POROS_DISK_CHECKPOINTS=4 train lanes "${EIGHT[@]}" --checkpoints block \
+		--block-size 2 --checkpoint-dir ck
+	same lanes ref2
+	train bf16ref --configs cfg --model test/eight-layers --precision bf16 --accum 2 --lr 5e-3 --steps 2 \
+		--checkpoints block --block-size 2 --optimizer-state host
+	POROS_DISK_CHECKPOINTS=3 train bf16 --configs cfg --model test/eight-layers --precision bf16 --accum 2 \
+		--lr 5e-3 --steps 2 --checkpoints block --block-size 2 --optimizer-state host --checkpoint-dir ck
+	same bf16 bf16ref
+	run -0 ls -A ck
+	assert_output ''
+}
+
+@test "the host decides: as many records as fit stay in host memory beside the rest of the plan, the others go to disk" {
+	eight_layers
+	local all rest bytes bounce k
+	poros-train "${TINY[@]}" "${EIGHT[@]}" --block-size 2 --checkpoint-dir ck --plan >all.plan
+	# every record fits: none on disk, no bounce slots
+	jq -e '.disk_checkpoints == 0 and .disk_checkpoints_mb == 0 and .checkpoint_dir == "ck"
+		and (.host_breakdown_mb | has("checkpoint_bounce") | not)' all.plan
+	all=$(jq '.host_plan_mb * 1048576 | round' all.plan)
+	POROS_DISK_CHECKPOINTS=8 poros-train "${TINY[@]}" "${EIGHT[@]}" --block-size 2 --checkpoint-dir ck --plan >none.plan
+	bounce=$(jq '.host_checkpoints_mb * 1048576 | round' none.plan) # no record on the host: the slots alone
+	bytes=$(jq '.host_checkpoints_mb * 1048576 / 8 | round' all.plan)
+	rest=$((all - 8 * bytes))
+	# room for k records and the slots: 8 - k on disk; a byte less, one more
+	for k in 5 2; do
+		POROS_MEM_AVAILABLE=$((rest + bounce + k * bytes)) poros-train "${TINY[@]}" "${EIGHT[@]}" --block-size 2 \
+			--checkpoint-dir ck --plan >"k$k.plan"
+		jq -e --argjson k "$k" '.disk_checkpoints == 8 - $k and .host_fits == true' "k$k.plan"
+		POROS_MEM_AVAILABLE=$((rest + bounce + k * bytes - 1)) poros-train "${TINY[@]}" "${EIGHT[@]}" --block-size 2 \
+			--checkpoint-dir ck --plan | jq -e --argjson k "$k" '.disk_checkpoints == 9 - $k and .host_fits == true'
+	done
+	# that run, trained: it says where the records went, and gives the bits of one without the option
+	POROS_MEM_AVAILABLE=$((rest + bounce + 5 * bytes)) run -0 --separate-stderr poros-train --backend cpu --seq-len 32 \
+		--batch-size 2 --rank 4 --alpha 8 "${EIGHT[@]}" --block-size 2 --checkpoint-dir ck --out auto
+	[[ "$stderr" == *"poros-train: --checkpoint-dir ck: 3 of 8 checkpoint records on disk ("*" KiB), 5 in host memory ("*" KiB)"* ]]
+	echo "$output" >auto.json
+	POROS_ATTN_CKPT=1 train ref "${EIGHT[@]}" --block-size 2
+	same auto ref
+	jq -e --slurpfile p k5.plan '.disk_checkpoints_mb == $p[0].disk_checkpoints_mb and .host_plan_mb == $p[0].host_plan_mb' \
+		auto.json
+	# unset, the attention checkpoints stay: the disk takes what the host cannot
+	jq -e '.attention_checkpoints == true' k2.plan
+	# nothing on the host's side fits: everything to disk, and the host check still refuses
+	POROS_MEM_AVAILABLE=1M poros-train "${TINY[@]}" "${EIGHT[@]}" --block-size 2 --checkpoint-dir ck --plan |
+		jq -e '.disk_checkpoints == 8 and .host_fits == false'
+}
+
+@test "a directory that cannot hold the file is refused in one line, exit 2, before the base loads; nothing is left" {
+	eight_layers
+	local unwritable=ro bytes
+	mkdir ro && chmod 555 ro
+	[ "$(id -u)" != 0 ] || unwritable=/sys # root writes anywhere but there
+	[ -d "$unwritable" ] || skip "no unwritable directory here"
+	touch afile
+	while IFS='|' read -r dir env want; do
+		run -2 --separate-stderr env $env poros-train "${TINY[@]}" "${EIGHT[@]}" --block-size 2 --checkpoint-dir "$dir" \
+			--out bad
+		[ "$output" = "" ]
+		[ "$stderr" = "poros-train: $want" ] || fail "got: $stderr (want: $want)"
+		[ ! -e bad ]
+	done <<-EOF
+		nowhere||--checkpoint-dir nowhere: No such file or directory
+		afile||--checkpoint-dir afile: not a directory
+		$unwritable||--checkpoint-dir $unwritable: cannot create the checkpoint file: Permission denied
+		ck|POROS_DISK_CHECKPOINTS=3 POROS_DISK_AVAILABLE=100K|--checkpoint-dir ck: 3 checkpoint records need 300.0 KiB, 100.0 KiB free (POROS_DISK_AVAILABLE)
+		ck|POROS_DISK_CHECKPOINTS=9|POROS_DISK_CHECKPOINTS: 9 records on disk, but the run keeps 8
+		ck|POROS_DISK_CHECKPOINTS=x|POROS_DISK_CHECKPOINTS: not a number: x
+		ck|POROS_DISK_AVAILABLE=0|POROS_DISK_AVAILABLE: must be more than 0, got 0
+		ck|POROS_DISK_DIRECT=yes|POROS_DISK_DIRECT: unknown value "yes" (expected 0 or 1)
+	EOF
+	# a disk the size of the file to the byte takes it
+	POROS_DISK_CHECKPOINTS=3 poros-train "${TINY[@]}" "${EIGHT[@]}" --block-size 2 --checkpoint-dir ck --plan >three.plan
+	bytes=$(jq '.disk_checkpoints_mb * 1048576 | round' three.plan)
+	POROS_DISK_CHECKPOINTS=3 POROS_DISK_AVAILABLE=$((bytes - 1)) run -2 --separate-stderr poros-train "${TINY[@]}" \
+		"${EIGHT[@]}" --block-size 2 --checkpoint-dir ck --out bad
+	[[ "$stderr" == "poros-train: --checkpoint-dir ck: 3 checkpoint records need "*" free (POROS_DISK_AVAILABLE)" ]]
+	POROS_DISK_CHECKPOINTS=3 POROS_DISK_AVAILABLE=$bytes train fits "${EIGHT[@]}" --block-size 2 --checkpoint-dir ck
+	jq -e '.status == "ok"' fits.json
+	# what has no checkpoints on the host refuses the option by name
+	run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --mode resident --checkpoint-dir ck --out r
+	assert_equal "$stderr" "poros-train: --checkpoint-dir: the resident schedule keeps every layer's input on the device; checkpoints on disk are blockwise's (--mode blockwise)"
+	run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --eval-only --dataset synthetic \
+		--eval-fraction 0.5 --checkpoint-dir ck
+	assert_equal "$stderr" "poros-train: --eval-only and --checkpoint-dir: an evaluation keeps no checkpoints"
+	POROS_DISK_CHECKPOINTS=1 run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --plan
+	assert_equal "$stderr" "poros-train: POROS_DISK_CHECKPOINTS: needs --checkpoint-dir"
+	run -0 ls -A ck
+	assert_output ''
+}
+
+@test "the file has no name while the run holds it: nothing is left after a failure or a kill" {
+	eight_layers
+	# bad input after the file is reserved (the adapter is read once the engine is built)
+	POROS_DISK_CHECKPOINTS=4 run -2 --separate-stderr poros-train "${TINY[@]}" "${EIGHT[@]}" --block-size 2 \
+		--checkpoint-dir ck --init-adapter nowhere --out failed
+	[[ "$stderr" == "poros-train: --init-adapter: "* ]]
+	run -0 ls -A ck
+	assert_output ''
+	# killed mid-run: the open file is there, deleted, and nothing is left after
+	POROS_DISK_CHECKPOINTS=8 poros-train "${TINY[@]}" --configs cfg --model test/eight-layers --accum 3 \
+		--steps 100000 --seq-len 64 --block-size 2 --checkpoint-dir ck --out killed >killed.json 2>/dev/null &
+	local pid=$! i
+	for i in $(seq 600); do [ -s killed/events.jsonl ] && break; sleep 0.1; done
+	[ -s killed/events.jsonl ]
+	run -0 ls -l "/proc/$pid/fd"
+	assert_output --regexp "ck/\.poros-checkpoints-$pid-[0-9]+ \(deleted\)"
+	run -0 ls -A ck
+	assert_output ''
+	kill -9 "$pid"
+	wait "$pid" || true
+	run -0 ls -A ck
+	assert_output ''
+}
+
+@test "--plan says the disk tier: zeros without --checkpoint-dir, the file, a step's bytes and whether the disk holds it" {
+	eight_layers
+	poros-train "${TINY[@]}" "${EIGHT[@]}" --block-size 2 --plan |
+		jq -e '.checkpoint_dir == null and .disk_checkpoints == 0 and .disk_checkpoints_mb == 0
+			and .disk_write_mb_per_step == 0 and .disk_read_mb_per_step == 0 and .disk_fits == null'
+	poros-train "${TINY[@]}" --model poros/tiny-qwen2 --mode resident --plan | jq -e '.disk_checkpoints == 0'
+	# a directory that is not there is known to hold nothing: disk_fits null, the plan is still made
+	POROS_DISK_CHECKPOINTS=2 poros-train "${TINY[@]}" "${EIGHT[@]}" --block-size 2 --checkpoint-dir nowhere --plan |
+		jq -e '.checkpoint_dir == "nowhere" and .disk_checkpoints == 2 and .disk_checkpoints_mb > 0 and .disk_fits == null'
+	POROS_DISK_CHECKPOINTS=2 POROS_DISK_AVAILABLE=1K poros-train "${TINY[@]}" "${EIGHT[@]}" --block-size 2 \
+		--checkpoint-dir ck --plan | jq -e '.disk_fits == false and .host_fits == true'
+	POROS_DISK_CHECKPOINTS=2 poros-train "${TINY[@]}" "${EIGHT[@]}" --block-size 2 --checkpoint-dir ck --plan |
+		jq -e '.disk_fits == true and .host_breakdown_mb.checkpoint_bounce > 0
+			and .host_checkpoints_mb * 1048576 - .host_breakdown_mb.checkpoints * 1048576 > 0'
+	# two ranks of a host: a file each
+	POROS_DISK_CHECKPOINTS=2 poros-train "${TINY[@]}" "${EIGHT[@]}" --block-size 2 --checkpoint-dir ck --plan >one.plan
+	POROS_DISK_CHECKPOINTS=2 poros-train "${TINY[@]}" "${EIGHT[@]}" --block-size 2 --checkpoint-dir ck --plan \
+		--nproc 2 >two.plan
+	jq -e --slurpfile one one.plan '.host_ranks == 2 and .disk_checkpoints_mb == 2 * $one[0].disk_checkpoints_mb
+		and .disk_read_mb_per_step == 2 * $one[0].disk_read_mb_per_step' two.plan
+}
+
+@test "a fine-tune config's checkpoint_dir is --checkpoint-dir" {
+	printf '%s\n' 'model: poros/tiny-qwen2' 'dataset: synthetic' 'output_dir: out' 'max_steps: 2' \
+		'checkpoint_dir: "/scratch/poros ckpt"' >c.yaml
+	run -0 --separate-stderr poros-expand --train-argv c.yaml
+	[[ "$output" == *$'--checkpoint-dir\n/scratch/poros ckpt'* ]]
+}

@@ -226,3 +226,42 @@ probe_lengths() {
 	assert_equal "$(peft_column "${lines[2]}")" '-'
 	[ ! -e probes ]
 }
+
+@test "bench context with checkpoint_dir counts the disk: longer than the host alone allows, the file's MiB in a column" {
+	have_gpu && skip "a CUDA device is present: the confirming run would train"
+	# a host that holds one 1024-token layer's records and no more
+	set_key host_mem_available 332M
+	set_key block_size 1
+	set_key checkpoints layer
+	run -0 --separate-stderr poros bench context tiny.yaml runs
+	assert_equal "${lines[2]}" '| poros/tiny-qwen2 | nf4 | 0.06 | 1024 | 1, layer | 38 | 330 | no CUDA device | - | - |'
+	mkdir ck
+	printf '%s\n' 'checkpoint_dir: ck' 'disk_available: 1G' >>tiny.yaml
+	run -0 --separate-stderr poros bench context tiny.yaml runs
+	assert_equal "${lines[0]}" "${HEADER/host MiB at max |/host MiB at max | disk MiB at max |}"
+	[[ "${lines[2]}" =~ ^"| poros/tiny-qwen2 | nf4 | 0.06 | "([0-9]+)" | 1, layer | "[0-9]+" | "[0-9]+" | "([0-9]+)" | no CUDA device | - | - |"$ ]]
+	[ "${BASH_REMATCH[1]}" -gt 1024 ] && [ "${BASH_REMATCH[2]}" -gt 0 ]
+	# planned, not run: nothing was written there
+	run -0 ls -A ck
+	assert_output ''
+	# a disk too small for any record keeps the host's length
+	set_key disk_available 1K
+	run -0 --separate-stderr poros bench context tiny.yaml runs
+	[[ "${lines[2]}" == '| poros/tiny-qwen2 | nf4 | 0.06 | 1024 | 1, layer | 38 | 330 | 0 | '* ]]
+	# attention checkpoints off is searched too, and named
+	echo 'attention_checkpoints: [1, 0]' >>tiny.yaml
+	set_key disk_available 1G
+	run -0 --separate-stderr poros bench context tiny.yaml runs
+	[[ "${lines[0]}" == *"| layout (block size, checkpoints, attention checkpoints) |"* ]]
+	[[ "${lines[2]}" =~ ^"| poros/tiny-qwen2 | nf4 | 0.06 | "[0-9]+" | 1, layer, "(on|off)" | " ]]
+	set_key attention_checkpoints '[1, x]'
+	run -2 --separate-stderr poros bench context tiny.yaml
+	assert_equal "$stderr" 'poros: tiny.yaml: attention_checkpoints: "x" (expected 1 or 0)'
+	set_key attention_checkpoints '[0]'
+	grep -v '^checkpoint_dir:' tiny.yaml >nodir.yaml
+	run -2 --separate-stderr poros bench context nodir.yaml
+	assert_equal "$stderr" 'poros: nodir.yaml: disk_available: needs checkpoint_dir (the directory whose free bytes it gives)'
+	grep -v '^disk_available:' tiny.yaml | sed 's/^checkpoint_dir:.*/checkpoint_dir: nowhere/' >nowhere.yaml
+	run -2 --separate-stderr poros bench context nowhere.yaml
+	assert_equal "$stderr" 'poros: nowhere.yaml: checkpoint_dir: nowhere: no such directory here (disk_available: SIZE plans it elsewhere)'
+}

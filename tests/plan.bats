@@ -339,7 +339,11 @@ host_rss_ok() {
 	plan_and_train bw --model poros/tiny-qwen2 --seq-len 64
 	plan_and_train res --model poros/tiny-qwen3 --mode resident
 	plan_and_train acc --model poros/tiny-llama --accum 2 --save-every 1 --precision bf16
-	for name in bw res acc; do
+	# records on disk: the host holds the rest and the bounce slots
+	mkdir ck
+	POROS_DISK_CHECKPOINTS=3 plan_and_train disk --model poros/tiny-qwen2 --seq-len 64 --accum 2 --checkpoint-dir ck
+	jq -e '.disk_checkpoints_mb > 0 and .host_breakdown_mb.checkpoint_bounce > 0' disk.json
+	for name in bw res acc disk; do
 		host_rss_ok "$name"
 		jq -e --slurpfile p "$name.plan" '.host_plan_mb == $p[0].host_plan_mb
 			and .host_breakdown_mb == $p[0].host_breakdown_mb

@@ -124,6 +124,16 @@ datasets() {
 	done
 	jq -e '.host_checkpoints_mb > 0' s/blockwise.json
 	jq -e '.host_checkpoints_mb == 0' s/resident.json
+	jq -e 'has("disk_checkpoints_mb") | not' s/blockwise.json
+	# with --checkpoint-dir the disk's keys too, the plan's figures
+	mkdir ck
+	POROS_DISK_CHECKPOINTS=3 poros-train "${TINY[@]}" --model poros/tiny-qwen2 --checkpoint-dir ck --plan > disk.plan
+	POROS_DISK_CHECKPOINTS=3 poros-train "${TINY[@]}" --model poros/tiny-qwen2 --checkpoint-dir ck --steps 2 \
+		--out disk > s/disk.json
+	jq -e --slurpfile p disk.plan '.status == "ok" and .host_checkpoints_mb == $p[0].host_checkpoints_mb
+		and .disk_checkpoints_mb == $p[0].disk_checkpoints_mb and .disk_checkpoints_mb > 0
+		and .disk_write_mb_per_step == $p[0].disk_write_mb_per_step
+		and .disk_read_mb_per_step == $p[0].disk_read_mb_per_step' s/disk.json
 	run -0 --separate-stderr validate s/*.json
 }
 

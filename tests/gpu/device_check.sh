@@ -6,7 +6,8 @@
 #   sh tests/gpu/device_check.sh OUTDIR
 # 1. every CUDA op against the CPU op; 2. tiny models: CPU vs CUDA losses,
 # blockwise vs resident bit-identical on the GPU (also with the MLP in token
-# chunks), one compute lane vs two, micro-batch groups; 3. attention against a double-precision reference at S = 32768
+# chunks), one compute lane vs two, micro-batch groups, checkpoint records on
+# disk; 3. attention against a double-precision reference at S = 32768
 # (bench_attention, BENCH_REFERENCE=1); 4. HF transformers agreement (also
 # at 2048 tokens with head dims 128 and 64: the cuDNN route and the
 # kernels); 5. compute-sanitizer memcheck on a tiny run.  Logs under OUTDIR.
@@ -103,6 +104,22 @@ for m in Qwen/Qwen2.5-0.5B; do
 		--steps 2 || fail=1
 	bit_identical "Qwen2.5-0.5B seq 512 x 8: a group of 8 vs resident" "$out/runs/group_q05_res" "$out/runs/group_q05_g8"
 done
+note "checkpoints on disk (--checkpoint-dir): records through the file give the host's bits, O_DIRECT and buffered"
+# 8 layers: more records than the two bounce slots, so the backward reads some back from the file
+mkdir -p "$out/ckdir" "$out/cfg/models"
+jq '.model_id = "test/eight-layers" | .num_hidden_layers = 8' "$P/../configs/models/tiny_qwen2.json" \
+	>"$out/cfg/models/eight_layers.json" || fail=1
+for ck in layer block; do
+	train "host_$ck" cuda blockwise nf4 2 3 test/eight-layers --configs "$out/cfg" --checkpoints "$ck" --dropout 0.1 ||
+		fail=1
+	POROS_DISK_CHECKPOINTS=4 train "disk_$ck" cuda blockwise nf4 2 3 test/eight-layers --configs "$out/cfg" \
+		--checkpoints "$ck" --dropout 0.1 --checkpoint-dir "$out/ckdir" || fail=1
+	bit_identical "4 records on disk, --checkpoints $ck" "$out/runs/host_$ck" "$out/runs/disk_$ck"
+done
+POROS_DISK_DIRECT=0 POROS_DISK_CHECKPOINTS=8 train disk_buffered cuda blockwise nf4 2 3 test/eight-layers \
+	--configs "$out/cfg" --dropout 0.1 --checkpoint-dir "$out/ckdir" || fail=1
+bit_identical "8 records on disk, buffered" "$out/runs/host_layer" "$out/runs/disk_buffered"
+[ -z "$(ls -A "$out/ckdir")" ] || { echo "FAIL: files left in the checkpoint directory"; fail=1; }
 note "resume on the GPU: 6 steps straight = 3 + 3 resumed, bit for bit"
 for mode in blockwise resident; do
 	R="--model poros/tiny-qwen2 --backend cuda --mode $mode --precision nf4 --block-size 2 --accum 2 --seq-len 64

@@ -68,6 +68,7 @@ static const struct config_key config_keys[] = {
 	{ "block_size", "--block-size", KC_CELL, 0, 0, NULL, 0, 0 },
 	{ "prefetch", "--no-prefetch", KC_CELL, 0, 0, NULL, 0, 0 },
 	{ "checkpoints", "--checkpoints", KC_CELL, 0, 0, NULL, 0, 0 },
+	{ "checkpoint_dir", "--checkpoint-dir", KC_TEXT, 0, 0, NULL, 0, 0 },
 	{ "backend", "--backend", KC_NAME, 0, 0, backend_names, 3, 0 },
 	{ "output_dir", "--out", KC_TEXT, 0, 0, NULL, 0, 1 },
 	{ "save_steps", "--save-every", KC_INT, 0, 1000000, NULL, 0, 0 },

@@ -35,6 +35,8 @@ double engine_forward_backward(struct engine *e, int step)
 		blockwise_pass(e, step);
 	else
 		resident_pass(e, step);
+	if (e->cs.disk)
+		ckpt_disk_take_counts(e->cs.disk, &e->cs.disk_written, &e->cs.disk_read);
 	if (e->err[0])
 		return NAN;
 	e->be->copy_d2h(e->h_losses, e->lc.losses, (size_t)e->k * T * sizeof(float));
@@ -228,7 +230,7 @@ static void engine_free_host(struct engine *e)
 	gradtree_free(e);
 }
 
-int engine_plan(struct dev_alloc *plan, size_t *host_ckpt, const struct train_config *cfg,
+int engine_plan(struct dev_alloc *plan, struct ckpt_tier *tier, const struct train_config *cfg,
                 const struct model_config *mc, const struct host_weights *hw, size_t library_bytes, char *err,
                 size_t errsz)
 {
@@ -240,8 +242,8 @@ int engine_plan(struct dev_alloc *plan, size_t *host_ckpt, const struct train_co
 	if (rc == 0)
 		rc = plan_device(e, err, errsz);
 	*plan = e->alloc; /* the blocks move to the caller */
-	if (host_ckpt)
-		*host_ckpt = engine_host_ckpt_bytes(e);
+	if (tier)
+		*tier = e->cs.tier;
 	engine_free_host(e);
 	free(e);
 	return rc;
@@ -295,6 +297,7 @@ void engine_destroy(struct engine *e)
 	if (e == NULL)
 		return;
 	e->be->synchronize();
+	ckpt_disk_stop(e->cs.disk); /* its jobs wait on the copies just finished */
 	schedule_events_destroy(e);
 	dev_alloc_release_all(&e->alloc);
 	staging_free(e);
@@ -364,9 +367,13 @@ int engine_oom(const struct engine *e)
 
 size_t engine_host_ckpt_bytes(const struct engine *e)
 {
-	if (e->cs.block) /* each block's first input, without the attention */
-		return (size_t)e->nb * e->cs.att_off;
-	return e->blockwise ? (size_t)e->L * e->cs.rec_bytes : 0;
+	return e->cs.tier.host + e->cs.tier.bounce;
+}
+
+void engine_disk_bytes(const struct engine *e, long long *written, long long *read)
+{
+	*written = e->cs.disk_written;
+	*read = e->cs.disk_read;
 }
 
 const struct lora_layout *engine_lora_layout(const struct engine *e)

@@ -12,6 +12,7 @@
 
 #include "alloc.h"
 #include "backend.h"
+#include "ckpt_disk.h"
 #include "data.h"
 #include "layer.h"
 #include "model/model.h"
@@ -68,11 +69,12 @@ void engine_destroy(struct engine *e);
  * only its layouts, lay and glob), nothing allocated.  library_bytes is
  * the backend's library_device_bytes.  *plan holds the blocks: its peak is
  * the total, dev_alloc_breakdown the purposes; dev_alloc_release_all it.
- * *host_ckpt (when not NULL) gets the pinned host memory of blockwise's
- * layer checkpoints (0 resident), which the run allocates beside the
- * base's host copy.  0, or -1 with err.  The budget is not applied:
- * compare plan->peak. */
-int engine_plan(struct dev_alloc *plan, size_t *host_ckpt, const struct train_config *cfg,
+ * *tier (when not NULL) gets blockwise's checkpoint records (ckpt_disk.h;
+ * n 0 resident): the pinned host memory of those the host holds and of
+ * the bounce slots, which the run allocates beside the base's host copy,
+ * and the file of the cfg->disk_records on disk.  0, or -1 with err.  The
+ * budget is not applied: compare plan->peak. */
+int engine_plan(struct dev_alloc *plan, struct ckpt_tier *tier, const struct train_config *cfg,
                 const struct model_config *mc, const struct host_weights *hw, size_t library_bytes, char *err,
                 size_t errsz);
 /* The LoRA extension's columns the host weights of a bf16 run carry
@@ -83,6 +85,8 @@ int engine_host_ext_cols(const struct train_config *cfg);
 /* Whether a run of cfg over n_layers keeps block checkpoints (blockwise,
  * --checkpoints block, a block of 2 layers or more); else layer ones. */
 int engine_block_ckpt(const struct train_config *cfg, int n_layers);
+/* The bytes the last step wrote to and read from --checkpoint-dir's file. */
+void engine_disk_bytes(const struct engine *e, long long *written, long long *read);
 /* Out of memory: the device's (a budget or a failed allocation) or the
  * host's (the checkpoints need more than MemAvailable). */
 int engine_oom(const struct engine *e);

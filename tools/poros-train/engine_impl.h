@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 
+#include "ckpt_disk.h"
 #include "engine.h"
 #include "layer.h"
 #include "profile.h"
@@ -34,7 +35,13 @@ struct span {
  * sets holds one record; host holds every layer's. */
 #define CKPT_SETS_MAX 1024 /* poros.block_size's most: --checkpoints block keeps bs sets */
 struct ckpt_sets {
-	unsigned char *host;      /* L records, rec_bytes apart, pinned host; block: nb, att_off apart */
+	/* records n_disk.. (of L, or nb in block mode), rec_bytes apart (block:
+	 * att_off), pinned host; records 0..n_disk-1 are in --checkpoint-dir's
+	 * file, through disk (ckpt_disk.h; NULL: none on disk) */
+	unsigned char *host;
+	int n_disk;
+	struct ckpt_disk *disk;
+	struct ckpt_tier tier;    /* plan_ckpt_layout's: where each record lives, what each tier takes */
 	unsigned char *dev[CKPT_SETS_MAX]; /* one record each, n_sets of them */
 	int n_sets;               /* 2; --checkpoints block: bs (blockwise_pass_block_ckpt) */
 	int block;                /* --checkpoints block at bs >= 2: the host holds each block's first input */
@@ -45,6 +52,7 @@ struct ckpt_sets {
 	struct backend_event *ready, *saved[2], *loaded[CKPT_SETS_MAX], *freed[CKPT_SETS_MAX];
 	int saved_rec[2], loaded_rec[CKPT_SETS_MAX], freed_rec[CKPT_SETS_MAX];
 	long long d2h_bytes, h2d_bytes;
+	long long disk_written, disk_read; /* the file's bytes in the last step */
 };
 
 /* One host staging of a step's batch (pinned host memory). */
@@ -188,8 +196,9 @@ struct engine {
 /* plan.c: the LoRA extension's and the dequant buffer's layout; every
  * device buffer (one plan, before step 1); the upload of what is fixed. */
 void plan_dequant_layout(struct engine *e);
-/* The blockwise checkpoint record's layout (struct ckpt_sets), and the
- * host memory of all L records (0 resident). */
+/* The blockwise checkpoint record's layout (struct ckpt_sets) and its
+ * tier (cfg->disk_records of them on disk), and the host memory of the
+ * records the host holds with the disk's bounce slots (0 resident). */
 void plan_ckpt_layout(struct engine *e);
 size_t engine_host_ckpt_bytes(const struct engine *e);
 int plan_device(struct engine *e, char *err, size_t errsz);

@@ -89,8 +89,9 @@ static size_t step_buffers_bytes(const struct train_config *c)
 }
 
 int host_plan_make(struct host_plan *hp, const struct train_config *c, const struct model_config *mc,
-                   size_t device_bytes, int cpu_backend, size_t host_ckpt, char *err, size_t errsz)
+                   size_t device_bytes, int cpu_backend, const struct ckpt_tier *tier, char *err, size_t errsz)
 {
+	size_t host_ckpt = tier ? tier->host : 0, bounce = tier ? tier->bounce : 0;
 	struct layer_layout lay;
 	struct global_layout glob;
 	struct lora_layout lo;
@@ -114,6 +115,7 @@ int host_plan_make(struct host_plan *hp, const struct train_config *c, const str
 	add(hp, "weight_load", nb * weight_load_bytes(&lay, mc));
 	add(hp, "device", cpu_backend ? n * device_bytes : 0);
 	add(hp, engine_block_ckpt(c, mc->num_hidden_layers) ? "block_checkpoints" : "checkpoints", n * host_ckpt);
+	add(hp, "checkpoint_bounce", n * bounce);
 	add(hp, "staging", n * 2 * staging_set_bytes(c, mc));
 	add(hp, "eval_staging", c->cell.training.eval_dataset ? n * staging_set_bytes(c, mc) : 0);
 	add(hp, "step_buffers", n * step_buffers_bytes(c));
@@ -124,19 +126,21 @@ int host_plan_make(struct host_plan *hp, const struct train_config *c, const str
 	free(lo.slot);
 	base += glob.bytes;
 	hp->base = nb * base;
-	hp->checkpoints = n * host_ckpt;
+	hp->checkpoints = n * (host_ckpt + bounce);
 	hp->load_peak = nb * (base + weight_load_bytes(&lay, mc));
 	for (int i = 0; i < hp->n; i++)
 		if (strcmp(hp->name[i], "weight_load") != 0)
 			train += hp->bytes[i];
+	hp->train = train;
 	hp->total = train > hp->load_peak ? train : hp->load_peak;
 	return 0;
 }
 
 int host_plan_for_run(struct host_plan *hp, const struct train_config *c, const struct model_config *mc,
-                      const struct dev_alloc *plan, const char *backend, size_t host_ckpt, char *err, size_t errsz)
+                      const struct dev_alloc *plan, const char *backend, const struct ckpt_tier *tier, char *err,
+                      size_t errsz)
 {
-	return host_plan_make(hp, c, mc, plan->peak, strcmp(backend, "cpu") == 0, host_ckpt, err, errsz);
+	return host_plan_make(hp, c, mc, plan->peak, strcmp(backend, "cpu") == 0, tier, err, errsz);
 }
 
 void host_plan_add_json(cJSON *o, const struct host_plan *hp)

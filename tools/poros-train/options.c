@@ -36,6 +36,7 @@ const struct train_opt_help train_opt_help[OPT_COUNT] = {
 	[OPT_BLOCK_SIZE] = { "N", "blockwise: layers per streamed block (4)" },
 	[OPT_NO_PREFETCH] = { NULL, "blockwise: copy each block when it is needed, not during the one before" },
 	[OPT_CHECKPOINTS] = { "layer|block", "blockwise: keep every layer's input on the host, or each block's first (layer)" },
+	[OPT_CHECKPOINT_DIR] = { "DIR", "blockwise: the checkpoints the host cannot hold in one unlinked file here (none)" },
 	[OPT_LR] = { "LR", "peak learning rate (2e-4)" },
 	[OPT_LR_SCHEDULE] = { "constant|linear|cosine", "the learning rate after its warmup (constant)" },
 	[OPT_TIMING_WARMUP] = { "N", "leading steps left out of the timing, trained as any other (0)" },
@@ -79,6 +80,8 @@ void train_config_defaults(struct train_config *c)
 	c->lora_ext = 1;
 	c->data_prefetch = 1;
 	c->attn_ckpt = ATTN_CKPT_AUTO;
+	c->disk_records_forced = -1;
+	c->disk_direct = 1;
 }
 
 void train_config_free(struct train_config *c)
@@ -89,6 +92,7 @@ void train_config_free(struct train_config *c)
 	free(c->out_dir);
 	free(c->init_adapter);
 	free(c->resume);
+	free(c->checkpoint_dir);
 	memset(c, 0, sizeof *c);
 }
 
@@ -130,6 +134,8 @@ static int eval_only_check(const struct train_config *c, char *err, size_t errsz
 		return snprintf(err, errsz, "--eval-only and --eval-every: an evaluation runs once"), -1;
 	if (c->epochs > 0)
 		return snprintf(err, errsz, "--eval-only and --epochs: an evaluation makes one pass over its set"), -1;
+	if (c->checkpoint_dir)
+		return snprintf(err, errsz, "--eval-only and --checkpoint-dir: an evaluation keeps no checkpoints"), -1;
 	return 0;
 }
 
@@ -147,6 +153,11 @@ int train_config_check(const struct train_config *c, char *err, size_t errsz)
 	if (c->mode == MODE_RESIDENT && c->cell.poros.checkpoints == CKPT_BLOCK)
 		return snprintf(err, errsz, "--checkpoints block: the resident schedule keeps every layer's input on the "
 		                "device; block checkpoints are blockwise's (--mode blockwise)"), -1;
+	if (c->checkpoint_dir && c->mode == MODE_RESIDENT)
+		return snprintf(err, errsz, "--checkpoint-dir: the resident schedule keeps every layer's input on the "
+		                "device; checkpoints on disk are blockwise's (--mode blockwise)"), -1;
+	if (c->checkpoint_dir && *c->checkpoint_dir == '\0')
+		return snprintf(err, errsz, "--checkpoint-dir: empty directory name"), -1;
 	if (c->out_dir == NULL || *c->out_dir == '\0')
 		return snprintf(err, errsz, "--out: empty run directory"), -1;
 	/* a resumed run's adapter is the checkpoint's: a warm start on top of
@@ -183,6 +194,7 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	const char *after = getenv("POROS_PROGRESS_AFTER"), *shared = getenv("POROS_SHARED_BASE");
 	long rows = 0, floats = 0;
 	char *end;
+	const char *v;
 
 	/* the ranks' transport: a typo must not silently train on one rank */
 	for (c->comm_kind = 0; comm && *comm && c->comm_kind < 5 && strcmp(comm, comm_kinds[c->comm_kind]); c->comm_kind++)
@@ -248,6 +260,21 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 			return snprintf(err, errsz, "POROS_PROGRESS_AFTER: not a number of seconds in [0, 86400]: %s",
 			                after), -1;
 	}
+	/* --checkpoint-dir's test knobs: the records on disk whatever the host
+	 * has, the free space the disk check takes, buffered I/O where O_DIRECT
+	 * would do (a filesystem that refuses it takes that path) */
+	if ((v = getenv("POROS_DISK_CHECKPOINTS")) && *v) {
+		if (parse_long(v, 0, 1L << 30, &c->disk_records_forced, &why) < 0)
+			return snprintf(err, errsz, "POROS_DISK_CHECKPOINTS: %s: %s", why, v), -1;
+		if (c->checkpoint_dir == NULL)
+			return snprintf(err, errsz, "POROS_DISK_CHECKPOINTS: needs --checkpoint-dir"), -1;
+	}
+	if ((v = getenv("POROS_DISK_AVAILABLE")) && *v &&
+	    (c->disk_available = opt_bytes("POROS_DISK_AVAILABLE", v)) == 0)
+		return snprintf(err, errsz, "POROS_DISK_AVAILABLE: must be more than 0, got %s", v), -1;
+	if ((v = getenv("POROS_DISK_DIRECT")) && *v && strcmp(v, "0") && strcmp(v, "1"))
+		return snprintf(err, errsz, "POROS_DISK_DIRECT: unknown value \"%s\" (expected 0 or 1)", v), -1;
+	c->disk_direct = !(v && strcmp(v, "0") == 0);
 	/* what the host memory checks compare with: a test knob, never 0 (that would be no check) */
 	c->mem_available = mem && *mem ? opt_bytes("POROS_MEM_AVAILABLE", mem) : 0;
 	if (mem && *mem && c->mem_available == 0)
@@ -356,6 +383,8 @@ static void apply_flags(struct train_config *c, char *const v[OPT_COUNT])
 	}
 	if (v[OPT_OUT])
 		replace(&c->out_dir, v[OPT_OUT]);
+	if (v[OPT_CHECKPOINT_DIR])
+		replace(&c->checkpoint_dir, v[OPT_CHECKPOINT_DIR]);
 	if (v[OPT_INIT_ADAPTER])
 		replace(&c->init_adapter, v[OPT_INIT_ADAPTER]);
 	if (v[OPT_SAVE_EVERY])

@@ -79,6 +79,15 @@ void plan_ckpt_layout(struct engine *e)
 	cs->att_off = align_up(rows * c->C * sizeof(float));
 	cs->lse_off = cs->att_off + (cs->attn ? (size_t)e->k * cs->att_mb : 0);
 	cs->rec_bytes = cs->lse_off + (cs->attn ? (size_t)e->k * cs->lse_mb : 0);
+	/* a block record is the inputs alone; a layer record's attention goes
+	 * out with the next layer's inputs, a piece of its own */
+	if (!e->blockwise)
+		ckpt_tier_make(&cs->tier, 0, 0, 0, 0, 0);
+	else if (cs->block)
+		ckpt_tier_make(&cs->tier, e->nb, e->cfg->disk_records, cs->att_off, 0, e->nb - 1);
+	else
+		ckpt_tier_make(&cs->tier, e->L, e->cfg->disk_records, cs->rec_bytes, cs->attn ? cs->att_off : 0, e->L - 2);
+	cs->n_disk = cs->tier.n_disk;
 }
 
 /* The rows a layer call takes: a group's (engine_group), or one micro-batch's. */
@@ -523,26 +532,32 @@ int plan_device(struct engine *e, char *err, size_t errsz)
 	char sz[32];
 
 	/* every layer's checkpoint record, pinned on the host (host memory:
-	 * not in a plan, which allocates nothing); as for the base, more than
-	 * the host has is refused before any of it is pinned */
+	 * not in a plan, which allocates nothing), or those run.c put on disk
+	 * in --checkpoint-dir's file; as for the base, more than the host has
+	 * is refused before any of it is pinned */
 	plan_ckpt_layout(e);
 	if (e->blockwise && !e->alloc.dry) {
+		const struct ckpt_tier *t = &e->cs.tier;
 		size_t bytes = engine_host_ckpt_bytes(e), avail = host_memory_available();
 		char have[32];
 
 		if (avail && bytes > avail) {
 			e->host_oom = 1;
 			return set_error(err, errsz, "%d %s' checkpoints need %s of host memory, %s available (%s)%s",
-			                 e->cs.block ? e->nb : e->L, e->cs.block ? "blocks" : "layers", format_bytes(sz, sizeof sz, (double)bytes),
+			                 t->n - t->n_disk, e->cs.block ? "blocks" : "layers", format_bytes(sz, sizeof sz, (double)bytes),
 			                 format_bytes(have, sizeof have, (double)avail), host_memory_source(),
 			                 e->cs.block ? "" : e->cs.attn ? "; POROS_ATTN_CKPT=0 keeps only the layer inputs"
 			                 : "; --checkpoints block keeps one input a block");
 		}
-		if (e->be->host_alloc((void **)&e->cs.host, bytes) != 0) {
+		if (t->host > 0 && e->be->host_alloc((void **)&e->cs.host, t->host) != 0) {
 			e->cs.host = NULL;
 			return set_error(err, errsz, "allocating host memory for %d layers' checkpoints (%s) failed", e->L,
-			                 format_bytes(sz, sizeof sz, (double)bytes));
+			                 format_bytes(sz, sizeof sz, (double)t->host));
 		}
+		if (t->n_disk > 0 && e->cfg->ckpt_file == NULL)
+			return set_error(err, errsz, "internal error: %d checkpoint records on disk, and no file", t->n_disk);
+		if (t->n_disk > 0 && (e->cs.disk = ckpt_disk_start(e->be, t, e->cfg->ckpt_file, err, errsz)) == NULL)
+			return -1;
 	}
 	if (alloc_weights(e, err, errsz) < 0)
 		return -1;

@@ -38,6 +38,9 @@ struct run_result {
 	double vram_plan_mb;   /* engine_plan's total, NaN before it is made */
 	double host_weights_mb; /* the base's host copy (host_weights_size), NaN before it is known */
 	double host_checkpoints_mb; /* blockwise's pinned layer checkpoints (the plan's; 0 resident), NaN before it */
+	/* --checkpoint-dir: the file's size (the plan's), the bytes the last
+	 * step wrote to and read from it; NaN before the plan, the step */
+	double disk_checkpoints_mb, disk_write_mb, disk_read_mb;
 	double vram_sum_bytes; /* exact: whole numbers far below 2^53 */
 	char vram_breakdown[1024]; /* engine_vram_breakdown_json, "" when no engine */
 	struct host_plan host;     /* host_plan_make's; host.n 0 before it */
@@ -324,6 +327,12 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	                      r->vram_breakdown[0] ? cJSON_Parse(r->vram_breakdown) : cJSON_CreateNull());
 	cJSON_AddItemToObject(o, "host_weights_mb", num_or_null(r->host_weights_mb));
 	cJSON_AddItemToObject(o, "host_checkpoints_mb", num_or_null(r->host_checkpoints_mb));
+	/* only with --checkpoint-dir: other summaries stay as they were */
+	if (c->checkpoint_dir) {
+		cJSON_AddItemToObject(o, "disk_checkpoints_mb", num_or_null(r->disk_checkpoints_mb));
+		cJSON_AddItemToObject(o, "disk_write_mb_per_step", num_or_null(r->disk_write_mb));
+		cJSON_AddItemToObject(o, "disk_read_mb_per_step", num_or_null(r->disk_read_mb));
+	}
 	add_host_memory(o, r);
 	cJSON_AddItemToObject(o, "loss_first", loss_json(r->loss_first));
 	cJSON_AddItemToObject(o, "loss_last", loss_json(r->loss_last));
@@ -601,6 +610,13 @@ static int train_loop(struct engine *e, const struct train_config *c, const stru
 			r->loss_first = st.loss;
 		r->loss_last = st.loss;
 		r->vram_sum_bytes += (double)engine_vram_current(e);
+		if (c->checkpoint_dir) {
+			long long written, read;
+
+			engine_disk_bytes(e, &written, &read);
+			r->disk_write_mb = (double)written / MIB;
+			r->disk_read_mb = (double)read / MIB;
+		}
 		r->steps_done = step;
 		progress(c, step, &st, eval_loss, eval_tokens);
 		if (c->rank == 0 && save_checkpoint(e, c, r, step, err, errsz) < 0)
@@ -651,6 +667,7 @@ struct run {
 static void run_close(struct run *x)
 {
 	engine_destroy(x->e);
+	ckpt_file_close(x->cfg.ckpt_file); /* after the engine, whose I/O thread used it */
 	if (x->have_hw)
 		host_weights_free(&x->hw);
 	if (x->have_data)
@@ -840,7 +857,7 @@ static int base_size(const struct run *x, size_t *bytes, char *err, size_t errsz
 /* The run's device memory from the engine's own plan, before any weight
  * exists: the host weights' layouts come from the model's shape alone.
  * 0, or -1 with err (bad input: NF4 cannot hold a projection). */
-static int make_plan(struct run *x, size_t library_bytes, struct dev_alloc *plan, size_t *host_ckpt, char *err,
+static int make_plan(struct run *x, size_t library_bytes, struct dev_alloc *plan, struct ckpt_tier *tier, char *err,
                      size_t errsz)
 {
 	struct host_weights shape;
@@ -851,7 +868,7 @@ static int make_plan(struct run *x, size_t library_bytes, struct dev_alloc *plan
 	                      err, errsz) < 0)
 		return -1;
 	global_layout_init(&shape.glob, &x->mc);
-	if (engine_plan(plan, host_ckpt, x->c, &x->mc, &shape, library_bytes, err, errsz) < 0) {
+	if (engine_plan(plan, tier, x->c, &x->mc, &shape, library_bytes, err, errsz) < 0) {
 		dev_alloc_release_all(plan);
 		return -1;
 	}
@@ -869,25 +886,29 @@ static int choose_attn_ckpt(struct run *x, size_t library_bytes, char *err, size
 {
 	struct train_config *c = &x->cfg;
 	struct dev_alloc plan;
+	struct ckpt_tier t;
 	size_t base, ckpt, inputs, avail;
 	char a[32], b[32], h[32];
 
 	if (c->attn_ckpt != ATTN_CKPT_AUTO)
 		return 0;
 	c->attn_ckpt = 1;
-	/* block checkpoints keep the attention on the device only */
-	if (c->mode != MODE_BLOCKWISE || engine_block_ckpt(c, x->mc.num_hidden_layers))
+	/* block checkpoints keep the attention on the device only; with
+	 * --checkpoint-dir the disk takes the records the host cannot hold */
+	if (c->mode != MODE_BLOCKWISE || engine_block_ckpt(c, x->mc.num_hidden_layers) || c->checkpoint_dir)
 		return 0;
-	if (base_size(x, &base, err, errsz) < 0 || make_plan(x, library_bytes, &plan, &ckpt, err, errsz) < 0)
+	if (base_size(x, &base, err, errsz) < 0 || make_plan(x, library_bytes, &plan, &t, err, errsz) < 0)
 		return -1;
 	dev_alloc_release_all(&plan);
+	ckpt = t.host;
 	avail = host_memory_available();
 	if (avail == 0 || base + ckpt <= avail)
 		return 0;
 	c->attn_ckpt = 0;
-	if (make_plan(x, library_bytes, &plan, &inputs, err, errsz) < 0)
+	if (make_plan(x, library_bytes, &plan, &t, err, errsz) < 0)
 		return -1;
 	dev_alloc_release_all(&plan);
+	inputs = t.host;
 	if (base + inputs <= avail)
 		warnmsg("the base (%s) and the layer checkpoints with attention (%s) need more host memory than is "
 		        "available (%s): the backward recomputes attention (POROS_ATTN_CKPT=1 insists)",
@@ -936,6 +957,47 @@ static int choose_lanes(struct run *x, size_t library_bytes, long device_mb, cha
 		        format_bytes(a, sizeof a, (double)two), c->vram_budget ? "--vram-budget" : "the device's",
 		        format_bytes(b, sizeof b, (double)cap));
 	dev_alloc_release_all(&plan);
+	return 0;
+}
+
+/* --checkpoint-dir: how many checkpoint records go to disk.  As many as
+ * fit stay on the host: those MemAvailable (or POROS_MEM_AVAILABLE) holds
+ * beside the rest of the host plan and the bounce slots the disk's need;
+ * the others, the first layers' or blocks', go to the file (none when all
+ * fit; all but none when the rest alone is over the host, which the host
+ * check then refuses).  POROS_DISK_CHECKPOINTS sets the count instead.
+ * Decided once, before the plan, so the plan and the run agree.  0, or -1
+ * with err. */
+static int choose_disk_records(struct run *x, size_t library_bytes, const char *backend, char *err, size_t errsz)
+{
+	struct train_config *c = &x->cfg;
+	struct dev_alloc plan;
+	struct ckpt_tier t;
+	struct host_plan hp;
+	size_t avail = host_memory_available(), rest, ranks, bounce, n_host;
+
+	c->disk_records = 0;
+	if (c->checkpoint_dir == NULL || c->mode != MODE_BLOCKWISE)
+		return 0;
+	if (make_plan(x, library_bytes, &plan, &t, err, errsz) < 0)
+		return -1;
+	if (host_plan_for_run(&hp, c, &x->mc, &plan, backend, &t, err, errsz) < 0)
+		return dev_alloc_release_all(&plan), -1;
+	dev_alloc_release_all(&plan);
+	if (c->disk_records_forced >= 0) {
+		if (c->disk_records_forced > t.n)
+			return snprintf(err, errsz, "POROS_DISK_CHECKPOINTS: %ld records on disk, but the run keeps %d",
+			                c->disk_records_forced, t.n), -1;
+		c->disk_records = (int)c->disk_records_forced;
+		return 0;
+	}
+	if (avail == 0 || hp.train <= avail)
+		return 0;
+	ranks = (size_t)hp.local_ranks;
+	rest = hp.train - hp.checkpoints;
+	bounce = ranks * ckpt_tier_bounce_bytes(&t);
+	n_host = avail > rest + bounce ? (avail - rest - bounce) / (ranks * t.bytes) : 0;
+	c->disk_records = t.n - (int)(n_host < (size_t)t.n ? n_host : (size_t)t.n);
 	return 0;
 }
 
@@ -1116,6 +1178,27 @@ static int write_run_config(const struct train_config *c, char *err, size_t errs
 	return rc;
 }
 
+/* --checkpoint-dir: the file of the records on disk (none on disk: an
+ * empty one all the same, so that a directory the run cannot write to is
+ * refused whatever the host has), reserved before the base loads, and
+ * what the run put there said once.  0, or -1 with err (bad input). */
+static int open_checkpoint_file(struct run *x, const struct ckpt_tier *t, char *err, size_t errsz)
+{
+	struct train_config *c = &x->cfg;
+	char on_disk[32], on_host[32];
+
+	if (c->checkpoint_dir == NULL)
+		return 0;
+	if (ckpt_file_open(&c->ckpt_file, c->checkpoint_dir, t->file, t->n_disk, c->disk_direct,
+	                   (size_t)c->disk_available, c->quiet, err, errsz) < 0)
+		return -1;
+	if (!c->quiet)
+		warnmsg("--checkpoint-dir %s: %d of %d checkpoint records on disk (%s), %d in host memory (%s)",
+		        c->checkpoint_dir, t->n_disk, t->n, format_bytes(on_disk, sizeof on_disk, (double)t->file),
+		        t->n - t->n_disk, format_bytes(on_host, sizeof on_host, (double)t->host));
+	return 0;
+}
+
 /* Backend, host weights, run directory, engine, steps.  RUN_FAILED with
  * the reason in x->r.error (it goes into the summary), RUN_BAD_INPUT with
  * it in err (a checkpoint or an --init-adapter that does not fit). */
@@ -1124,7 +1207,8 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	const struct train_config *c = x->c;
 	struct run_result *r = &x->r;
 	struct dev_alloc plan;
-	size_t host, host_ckpt;
+	struct ckpt_tier tier;
+	size_t host;
 	int rc;
 
 	r->step_s = xcalloc((size_t)c->cell.training.steps, sizeof *r->step_s);
@@ -1143,20 +1227,22 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	 * weight is loaded */
 	if (choose_attn_ckpt(x, r->be->library_device_bytes, err, errsz) < 0 ||
 	    choose_lanes(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
-	    make_plan(x, r->be->library_device_bytes, &plan, &host_ckpt, err, errsz) < 0)
+	    choose_disk_records(x, r->be->library_device_bytes, r->be->name, err, errsz) < 0 ||
+	    make_plan(x, r->be->library_device_bytes, &plan, &tier, err, errsz) < 0)
 		return RUN_BAD_INPUT;
 	r->vram_plan_mb = (double)plan.peak / MIB;
 	x->plan_bytes = plan.peak;
 	if (base_size(x, &host, err, errsz) < 0)
 		return RUN_BAD_INPUT;
 	r->host_weights_mb = (double)host / MIB;
-	r->host_checkpoints_mb = (double)host_ckpt / MIB;
+	r->host_checkpoints_mb = (double)(tier.host + tier.bounce) / MIB;
+	r->disk_checkpoints_mb = (double)tier.file / MIB;
 	if (c->vram_budget && plan.peak > (size_t)c->vram_budget) {
 		over_budget(err, errsz, c, &plan, x->mc.num_hidden_layers);
 		dev_alloc_release_all(&plan);
 		return refuse_oom(c, r, err, errsz);
 	}
-	if (host_plan_for_run(&r->host, c, &x->mc, &plan, r->be->name, host_ckpt, err, errsz) < 0)
+	if (host_plan_for_run(&r->host, c, &x->mc, &plan, r->be->name, &tier, err, errsz) < 0)
 		return dev_alloc_release_all(&plan), RUN_BAD_INPUT;
 	r->host_rss_at_plan_mb = (double)host_rss_now() / MIB;
 	if (host_plan_check(&r->host, err, errsz) < 0) {
@@ -1164,6 +1250,8 @@ static int run_training(struct run *x, char *err, size_t errsz)
 		return refuse_oom(c, r, err, errsz);
 	}
 	dev_alloc_release_all(&plan);
+	if (open_checkpoint_file(x, &tier, err, errsz) < 0)
+		return RUN_BAD_INPUT;
 	/* a resume of another model or configuration stops before the weights load */
 	if (identify_model(x, err, errsz) < 0 || identify_data(x, err, errsz) < 0 ||
 	    (c->resume && checkpoint_check_config(c, err, errsz) < 0))
@@ -1232,7 +1320,8 @@ static int run_evaluation(struct run *x, char *err, size_t errsz)
 	const struct train_config *c = x->c;
 	struct run_result *r = &x->r;
 	struct dev_alloc plan;
-	size_t host, host_ckpt;
+	struct ckpt_tier tier;
+	size_t host;
 	double loss;
 	long long tokens;
 	int rc;
@@ -1241,7 +1330,7 @@ static int run_evaluation(struct run *x, char *err, size_t errsz)
 		goto failed;
 	if (choose_attn_ckpt(x, r->be->library_device_bytes, err, errsz) < 0 ||
 	    choose_lanes(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
-	    make_plan(x, r->be->library_device_bytes, &plan, &host_ckpt, err, errsz) < 0)
+	    make_plan(x, r->be->library_device_bytes, &plan, &tier, err, errsz) < 0)
 		return RUN_BAD_INPUT;
 	r->vram_plan_mb = (double)plan.peak / MIB;
 	x->plan_bytes = plan.peak;
@@ -1254,7 +1343,7 @@ static int run_evaluation(struct run *x, char *err, size_t errsz)
 		r->status = "oom";
 		goto failed;
 	}
-	if (host_plan_for_run(&r->host, c, &x->mc, &plan, r->be->name, host_ckpt, err, errsz) < 0)
+	if (host_plan_for_run(&r->host, c, &x->mc, &plan, r->be->name, &tier, err, errsz) < 0)
 		return dev_alloc_release_all(&plan), RUN_BAD_INPUT;
 	dev_alloc_release_all(&plan);
 	if (host_plan_check(&r->host, err, errsz) < 0) {
@@ -1356,22 +1445,42 @@ static int plan_library_bytes(const struct train_config *c, size_t *bytes, const
 	return 0;
 }
 
+/* --plan: the disk tier into o, for the host's ranks (a file each):
+ * the records on disk, the files' size, what a step writes and reads,
+ * and disk_fits against the free space under --checkpoint-dir (or
+ * POROS_DISK_AVAILABLE; null without the directory or where neither is
+ * known).  Without --checkpoint-dir every figure is 0. */
+static void plan_disk(cJSON *o, const struct train_config *c, const struct ckpt_tier *t, size_t ranks)
+{
+	const char *source;
+	size_t free_bytes = c->checkpoint_dir ? ckpt_disk_free(c->checkpoint_dir, (size_t)c->disk_available, &source) : 0;
+
+	cJSON_AddItemToObject(o, "checkpoint_dir", str_or_null(c->checkpoint_dir));
+	cJSON_AddNumberToObject(o, "disk_checkpoints", t->n_disk);
+	cJSON_AddNumberToObject(o, "disk_checkpoints_mb", (double)(ranks * t->file) / MIB);
+	cJSON_AddNumberToObject(o, "disk_write_mb_per_step", (double)(ranks * t->write_step) / MIB);
+	cJSON_AddNumberToObject(o, "disk_read_mb_per_step", (double)(ranks * t->read_step) / MIB);
+	cJSON_AddItemToObject(o, "disk_fits", free_bytes ? cJSON_CreateBool(ranks * t->file <= free_bytes)
+	                                                 : cJSON_CreateNull());
+}
+
 /* --plan: the host plan into o, with host_fits against MemAvailable or
  * POROS_MEM_AVAILABLE (null where neither is known; the figure itself is
  * left out, so plans of one run compare equal; the exit status stays the
  * device budget's).  0, or -1 with err for bad input. */
-static int plan_host(cJSON *o, struct run *x, const struct dev_alloc *plan, const char *backend, size_t host_ckpt,
-                     char *err, size_t errsz)
+static int plan_host(cJSON *o, struct run *x, const struct dev_alloc *plan, const char *backend,
+                     const struct ckpt_tier *tier, char *err, size_t errsz)
 {
 	struct host_plan hp;
 	size_t avail = host_memory_available();
 
-	if (host_plan_for_run(&hp, x->c, &x->mc, plan, backend, host_ckpt, err, errsz) < 0)
+	if (host_plan_for_run(&hp, x->c, &x->mc, plan, backend, tier, err, errsz) < 0)
 		return -1;
 	host_plan_add_json(o, &hp);
 	cJSON_AddNumberToObject(o, "host_ranks", hp.local_ranks);
 	cJSON_AddBoolToObject(o, "host_base_shared", hp.base_shared);
 	cJSON_AddItemToObject(o, "host_fits", avail ? cJSON_CreateBool(hp.total <= avail) : cJSON_CreateNull());
+	plan_disk(o, x->c, tier, (size_t)hp.local_ranks);
 	return 0;
 }
 
@@ -1383,14 +1492,15 @@ static int print_plan(struct run *x, FILE *out)
 	struct dev_alloc plan;
 	const char *backend;
 	char err[1024], breakdown[1024];
-	size_t lib, host, host_ckpt;
+	struct ckpt_tier tier;
+	size_t lib, host;
 	int over, rc;
 	cJSON *o;
 
 	if (open_model(x, err, sizeof err) < 0 || plan_library_bytes(c, &lib, &backend, err, sizeof err) < 0 ||
 	    base_size(x, &host, err, sizeof err) < 0 || choose_attn_ckpt(x, lib, err, sizeof err) < 0 ||
-	    choose_lanes(x, lib, 0, err, sizeof err) < 0 ||
-	    make_plan(x, lib, &plan, &host_ckpt, err, sizeof err) < 0) {
+	    choose_lanes(x, lib, 0, err, sizeof err) < 0 || choose_disk_records(x, lib, backend, err, sizeof err) < 0 ||
+	    make_plan(x, lib, &plan, &tier, err, sizeof err) < 0) {
 		warnmsg("%s", err);
 		return EXIT_USAGE;
 	}
@@ -1410,7 +1520,7 @@ static int print_plan(struct run *x, FILE *out)
 	                                                          : cJSON_CreateNull());
 	cJSON_AddItemToObject(o, "fits", c->vram_budget ? cJSON_CreateBool(!over) : cJSON_CreateNull());
 	cJSON_AddItemToObject(o, "host_weights_mb", num_or_null((double)host / MIB));
-	cJSON_AddItemToObject(o, "host_checkpoints_mb", num_or_null((double)host_ckpt / MIB));
+	cJSON_AddItemToObject(o, "host_checkpoints_mb", num_or_null((double)(tier.host + tier.bounce) / MIB));
 	cJSON_AddItemToObject(o, "attention_checkpoints",
 	                      c->mode == MODE_BLOCKWISE ? cJSON_CreateBool(c->attn_ckpt != 0) : cJSON_CreateNull());
 	cJSON_AddItemToObject(o, "checkpoints", c->mode != MODE_BLOCKWISE ? cJSON_CreateNull()
@@ -1418,7 +1528,7 @@ static int print_plan(struct run *x, FILE *out)
 	cJSON_AddNumberToObject(o, "lanes", engine_lanes(c, lib != 0));
 	cJSON_AddNumberToObject(o, "group", engine_group(c));
 	cJSON_AddStringToObject(o, "optimizer_state", c->optimizer_on_host ? "host" : "device");
-	if (plan_host(o, x, &plan, backend, host_ckpt, err, sizeof err) < 0) {
+	if (plan_host(o, x, &plan, backend, &tier, err, sizeof err) < 0) {
 		warnmsg("%s", err);
 		cJSON_Delete(o);
 		dev_alloc_release_all(&plan);
@@ -1447,6 +1557,7 @@ int train_run(const struct train_config *c, FILE *summary_out)
 	dataset_set_progress(c->quiet ? -1.0 : c->progress_after);
 	x.r = (struct run_result){ .status = "error", .loss_first = NAN, .loss_last = NAN, .vram_peak_mb = NAN,
 	                           .vram_plan_mb = NAN, .host_weights_mb = NAN, .host_checkpoints_mb = NAN,
+	                           .disk_checkpoints_mb = NAN, .disk_write_mb = NAN, .disk_read_mb = NAN,
 	                           .eval_loss = NAN, .lock_fd = -1, .host_rss_at_plan_mb = NAN };
 	if (x.c->plan) {
 		rc = print_plan(&x, summary_out);

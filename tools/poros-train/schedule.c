@@ -329,6 +329,55 @@ static void block_view(struct engine *e, struct layer_view *v, int b, int i)
 	make_view(e, v, e->slab[b % 2].mem + (size_t)i * e->hw->lay.stride, block_first(e, b) + i);
 }
 
+/* --- checkpoint records: pinned host memory or the disk ---------------------
+ * Record r (layer r's, or block r's) is on the host from cs->n_disk on;
+ * records below that are in --checkpoint-dir's file, each copied through
+ * a pinned slot (ckpt_disk.c).  Either way its copies run on STREAM_AUX
+ * in the same order, so the events around them mean the same. */
+
+static unsigned char *record_host(struct engine *e, int r)
+{
+	return e->cs.host + (size_t)(r - e->cs.n_disk) * e->cs.tier.bytes;
+}
+
+/* The file's first error fails the step (the backward read what it could). */
+static void disk_failed(struct engine *e)
+{
+	const char *why = ckpt_disk_error(e->cs.disk);
+
+	if (why && !e->err[0])
+		snprintf(e->err, sizeof e->err, "%s", why);
+}
+
+/* Piece `piece` of record r (bytes from src on the device, at off in the
+ * record) off the device on STREAM_AUX. */
+static void record_out(struct engine *e, int r, int piece, size_t off, const unsigned char *src, size_t bytes)
+{
+	struct ckpt_sets *cs = &e->cs;
+
+	if (r < cs->n_disk) {
+		ckpt_disk_put(cs->disk, r, piece, src, STREAM_AUX);
+		disk_failed(e);
+	} else {
+		e->be->copy_d2h_async(record_host(e, r) + off, src, bytes, STREAM_AUX);
+	}
+	cs->d2h_bytes += (long long)bytes;
+}
+
+/* Record r (bytes) back into dst on the device, on STREAM_AUX. */
+static void record_in(struct engine *e, int r, unsigned char *dst, size_t bytes)
+{
+	struct ckpt_sets *cs = &e->cs;
+
+	if (r < cs->n_disk) {
+		ckpt_disk_get(cs->disk, r, dst, STREAM_AUX);
+		disk_failed(e);
+	} else {
+		e->be->copy_h2d(dst, record_host(e, r), bytes, STREAM_AUX);
+	}
+	cs->h2d_bytes += (long long)bytes;
+}
+
 /* --- blockwise: layer checkpoints -------------------------------------------
  * The record of layer l (its inputs; with attn its attention outputs and
  * lse too) lives in device set l % 2.  Forward: once layer l's inputs are
@@ -340,11 +389,6 @@ static void block_view(struct engine *e, struct layer_view *v, int b, int i)
  * backward, which starts there.  Backward: layer l reads set l % 2 while
  * STREAM_AUX brings layer l-1's record into the other set, after the
  * compute stream is done with what that set held. */
-
-static unsigned char *ckpt_host(struct engine *e, int layer)
-{
-	return e->cs.host + (size_t)layer * e->cs.rec_bytes;
-}
 
 /* Micro-batch mb's inputs in device set s. */
 static float *set_buf(struct engine *e, int s, int mb)
@@ -409,12 +453,9 @@ static void ckpt_save_inputs(struct engine *e, int l)
 
 	e->be->event_record(cs->ready, STREAM_COMPUTE);
 	e->be->stream_wait_event(STREAM_AUX, cs->ready);
-	e->be->copy_d2h_async(ckpt_host(e, l), cs->dev[s], cs->att_off, STREAM_AUX);
-	cs->d2h_bytes += (long long)cs->att_off;
-	if (cs->attn && l > 0) {
-		e->be->copy_d2h_async(ckpt_host(e, l - 1) + cs->att_off, cs->dev[o] + cs->att_off, att_bytes, STREAM_AUX);
-		cs->d2h_bytes += (long long)att_bytes;
-	}
+	record_out(e, l, 0, 0, cs->dev[s], cs->att_off);
+	if (cs->attn && l > 0)
+		record_out(e, l - 1, 1, cs->att_off, cs->dev[o] + cs->att_off, att_bytes);
 	e->be->event_record(cs->saved[s], STREAM_AUX);
 	cs->saved_rec[s] = 1;
 	cs->layer[s] = l;
@@ -434,11 +475,10 @@ static void ckpt_fetch(struct engine *e, int l)
 		return;
 	if (cs->freed_rec[s])
 		e->be->stream_wait_event(STREAM_AUX, cs->freed[s]);
-	e->be->copy_h2d(cs->dev[s], ckpt_host(e, l), cs->rec_bytes, STREAM_AUX);
+	record_in(e, l, cs->dev[s], cs->rec_bytes);
 	e->be->event_record(cs->loaded[s], STREAM_AUX);
 	cs->loaded_rec[s] = 1;
 	cs->layer[s] = l;
-	cs->h2d_bytes += (long long)cs->rec_bytes;
 }
 
 /* Backward, at the top layer of a block: its record and the next layer's
@@ -601,8 +641,7 @@ static void block_ckpt_save(struct engine *e, int l)
 		e->be->event_record(cs->ready, STREAM_COMPUTE);
 		/* the copy reads the inputs the compute stream has just written */
 		e->be->stream_wait_event(STREAM_AUX, cs->ready);
-		e->be->copy_d2h_async(cs->host + (size_t)(l / e->bs) * cs->att_off, cs->dev[s], cs->att_off, STREAM_AUX);
-		cs->d2h_bytes += (long long)cs->att_off;
+		record_out(e, l / e->bs, 0, 0, cs->dev[s], cs->att_off);
 		e->be->event_record(cs->saved[s], STREAM_AUX);
 		cs->saved_rec[s] = 1;
 	}
@@ -621,9 +660,8 @@ static void block_ckpt_fetch(struct engine *e, int b, int s)
 	e->be->event_record(cs->freed[s], STREAM_COMPUTE);
 	/* never overwrite a set the compute stream still reads or writes */
 	e->be->stream_wait_event(STREAM_AUX, cs->freed[s]);
-	e->be->copy_h2d(cs->dev[s], cs->host + (size_t)b * cs->att_off, cs->att_off, STREAM_AUX);
+	record_in(e, b, cs->dev[s], cs->att_off);
 	e->be->event_record(cs->loaded[s], STREAM_AUX);
-	cs->h2d_bytes += (long long)cs->att_off;
 }
 
 /* Block b's backward, its first input in (or coming into) set f. */

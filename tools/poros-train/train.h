@@ -25,6 +25,10 @@ struct train_config {
 	long long vram_budget;   /* bytes; 0: none */
 	int optimizer_on_host;   /* --optimizer-state host: AdamW moments in pinned host memory, updated
 	                            on the device a chunk at a time (the same bits as on the device) */
+	char *checkpoint_dir;    /* --checkpoint-dir: where the checkpoint records the host cannot hold go
+	                            (one unlinked file, ckpt_disk.h); NULL: all on the host */
+	int disk_records;        /* the records in that file, which run.c settles before the plan (0: none) */
+	struct ckpt_file *ckpt_file; /* the file, opened by run.c before the base loads; NULL before or none */
 	char *out_dir;           /* the run directory */
 	char *init_adapter;      /* NULL: fresh LoRA init */
 	int save_every;          /* 0: only the final adapter; else also adapter-stepN and checkpoint-stepN */
@@ -54,6 +58,9 @@ struct train_config {
 	long opt_chunk;          /* POROS_OPT_CHUNK: parameters per AdamW chunk with --optimizer-state host;
 	                            0: OPT_CHUNK_FLOATS (plan.c) */
 	long long mem_available; /* POROS_MEM_AVAILABLE: bytes the host checks take as available; 0: MemAvailable */
+	long disk_records_forced; /* POROS_DISK_CHECKPOINTS: that many records on disk whatever the host has; -1: unset */
+	long long disk_available; /* POROS_DISK_AVAILABLE: bytes the disk check takes as free; 0: statvfs */
+	int disk_direct;         /* not POROS_DISK_DIRECT=0: the file opened O_DIRECT where the filesystem takes it */
 	/* data parallel (run.c opens it; comm.h): this process's rank among
 	 * ranks (1: alone); only rank 0 writes the run directory and stdout */
 	struct comm *comm;
@@ -89,7 +96,7 @@ enum { ATTN_CKPT_AUTO = -1 };
 	X(GRAD_CKPT, "gradient-checkpointing", 1) X(RESUME, "resume", 1) X(EVAL_DATASET, "eval-dataset", 1) \
 	X(EVAL_EVERY, "eval-every", 1) X(PLAN, "plan", 0) X(SPLIT, "split", 1) X(EVAL_SPLIT, "eval-split", 1) \
 	X(EVAL_FRACTION, "eval-fraction", 1) X(EPOCHS, "epochs", 1) X(NPROC, "nproc", 1) X(GPUS, "gpus", 1) \
-	X(EVAL_ONLY, "eval-only", 0) X(SAVE_TOTAL_LIMIT, "save-total-limit", 1)
+	X(EVAL_ONLY, "eval-only", 0) X(SAVE_TOTAL_LIMIT, "save-total-limit", 1) X(CHECKPOINT_DIR, "checkpoint-dir", 1)
 
 /* The names HF's Trainer, TRL and PEFT users type, as aliases of the
  * options above: X(id of the option, alias).  They take the same values
@@ -122,7 +129,7 @@ extern const struct train_opt_help train_opt_help[OPT_COUNT];
 	"                   [--lr-schedule constant|linear|cosine] [--lr-warmup N] [--timing-warmup N]\n" \
 	"                   [--weight-decay W] [--max-grad-norm G] [--seed S] [--dataset SPEC] [--tokenizer PATH]\n" \
 	"                   [--chat-date YYYY-MM-DD] [--train-on assistant|all]\n" \
-	"                   [--checkpoints layer|block] [--backend cpu|cuda|auto]\n" \
+	"                   [--checkpoints layer|block] [--checkpoint-dir DIR] [--backend cpu|cuda|auto]\n" \
 	"                   [--vram-budget BYTES] [--optimizer-state device|host] [--configs DIR] [--out DIR]\n" \
 	"                   [--init-adapter DIR]\n" \
 	"                   [--save-every N] [--save-total-limit N] [--resume DIR] [--split NAME] [--eval-dataset SPEC]\n" \

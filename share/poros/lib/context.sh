@@ -9,7 +9,13 @@
 # poros-train --checkpoints), so each length is planned as run.
 # block_size and checkpoints may be lists: every pair is searched and the
 # one reaching the longest length is kept (the first listed on a tie),
-# named in the table's layout column.
+# named in the table's layout column.  Optional: checkpoint_dir (poros-train
+# --checkpoint-dir: the checkpoint records the host cannot hold go to a
+# file there, so the host bounds less) with disk_available (the bytes free
+# there, POROS_DISK_AVAILABLE; unset: the directory's own, which must then
+# exist), a length then fitting the disk too and the table saying the
+# file's MiB; and attention_checkpoints, a list of 1 and 0
+# (POROS_ATTN_CKPT), searched with the other lists and named in the layout.
 # With "peft: [bf16, nf4]", beside each row PEFT's own largest length,
 # measured: one fresh run of the peft arm per length (poros-arm, as bench
 # run runs a peft cell), doubling from 1024 then bisecting.
@@ -29,16 +35,30 @@ ctx_bytes() {
 	awk -v g="$1" 'BEGIN { printf "%.0f", g * 1e9 }'
 }
 
-# ctx_plan MODEL CARD_GB SEQ: the plan line at the layout in ctx_block and
-# ctx_checkpoints; exit 0 when it fits card and host.
-ctx_plan() {
-	POROS_MEM_AVAILABLE=$ctx_host "$ctx_train" --plan --backend cuda --model "$1" --precision "$ctx_precision" \
-		--seq-len "$3" --batch-size 1 --rank "$ctx_rank" --alpha "$ctx_alpha" --gradient-checkpointing on \
-		--block-size "$ctx_block" --optimizer-state "$ctx_optimizer" --checkpoints "$ctx_checkpoints" --vram-budget "$(ctx_bytes "$2")" 2>/dev/null
+# ctx_env CMD...: CMD with the spec's environment: the host's memory, and
+# where given the disk's free bytes and the attention checkpoints of the
+# layout in ctx_attn.
+ctx_env() {
+	env POROS_MEM_AVAILABLE="$ctx_host" ${ctx_disk_free:+POROS_DISK_AVAILABLE="$ctx_disk_free"} \
+		${ctx_attn:+POROS_ATTN_CKPT="$ctx_attn"} "$@"
 }
 
+# ctx_plan MODEL CARD_GB SEQ: the plan line at the layout in ctx_block,
+# ctx_checkpoints and ctx_attn; exit 0 when it fits card and host.
+ctx_plan() {
+	ctx_env "$ctx_train" --plan --backend cuda --model "$1" --precision "$ctx_precision" \
+		--seq-len "$3" --batch-size 1 --rank "$ctx_rank" --alpha "$ctx_alpha" --gradient-checkpointing on \
+		--block-size "$ctx_block" --optimizer-state "$ctx_optimizer" --checkpoints "$ctx_checkpoints" \
+		${ctx_ckpt_dir:+--checkpoint-dir "$ctx_ckpt_dir"} --vram-budget "$(ctx_bytes "$2")" 2>/dev/null
+}
+
+# the card, the host and, with checkpoint_dir, the disk
 ctx_fits() {
-	[ "$(ctx_plan "$@" | ask get fits,host_fits)" = "true${tab}true" ]
+	if [ -n "$ctx_ckpt_dir" ]; then
+		[ "$(ctx_plan "$@" | ask get --null null fits,host_fits,disk_fits)" = "true${tab}true${tab}true" ]
+	else
+		[ "$(ctx_plan "$@" | ask get fits,host_fits)" = "true${tab}true" ]
+	fi
 }
 
 # A number's whole part ("-" stays "-").
@@ -69,20 +89,23 @@ ctx_published() {
 	esac
 }
 
-# ctx_best SPEC MODEL CARD_GB: "SEQ BLOCK CHECKPOINTS", the layout of the
-# spec's lists reaching the longest length (the first on a tie); it leaves
-# ctx_block and ctx_checkpoints at that layout.
+# ctx_best SPEC MODEL CARD_GB: "SEQ BLOCK CHECKPOINTS ATTN", the layout of
+# the spec's lists reaching the longest length (the first on a tie; ATTN
+# "-" without attention_checkpoints); it leaves ctx_block, ctx_checkpoints
+# and ctx_attn at that layout.
 ctx_best() {
 	_best=-1
 	for _b in $(ctx_list "$1" block_size); do
 		for _c in $(ctx_list "$1" checkpoints); do
-			ctx_block=$_b ctx_checkpoints=$_c
-			_n=$(ctx_max "$2" "$3")
-			[ "$_n" -gt "$_best" ] && _best=$_n _bb=$_b _bc=$_c
+			for _a in $(ctx_list "$1" attention_checkpoints || echo -); do
+				ctx_block=$_b ctx_checkpoints=$_c ctx_attn=${_a#-}
+				_n=$(ctx_max "$2" "$3")
+				[ "$_n" -gt "$_best" ] && _best=$_n _bb=$_b _bc=$_c _ba=$_a
+			done
 		done
 	done
-	ctx_block=$_bb ctx_checkpoints=$_bc
-	echo "$_best $_bb $_bc"
+	ctx_block=$_bb ctx_checkpoints=$_bc ctx_attn=${_ba#-}
+	echo "$_best $_bb $_bc $_ba"
 }
 
 # ctx_dir PART...: DIR/PART_PART..., a run's folder, its name safe for a file.
@@ -91,11 +114,14 @@ ctx_dir() {
 	printf '%s/%s\n' "$ctx_out" "${_name%_}"
 }
 
-# 3 steps at the found length, on a CUDA device only; "" when none.
+# 3 steps at the found length, on a CUDA device only; "" when none.  The
+# host is the machine's own: POROS_MEM_AVAILABLE is the plan's.
 ctx_confirm() {
-	"$ctx_train" --backend cuda --model "$1" --precision "$ctx_precision" --seq-len "$3" --batch-size 1 \
+	env ${ctx_attn:+POROS_ATTN_CKPT="$ctx_attn"} "$ctx_train" --backend cuda --model "$1" --precision "$ctx_precision" \
+		--seq-len "$3" --batch-size 1 \
 		--rank "$ctx_rank" --alpha "$ctx_alpha" --gradient-checkpointing on --block-size "$ctx_block" \
 		--optimizer-state "$ctx_optimizer" --checkpoints "$ctx_checkpoints" --vram-budget "$(ctx_bytes "$2")" \
+		${ctx_ckpt_dir:+--checkpoint-dir "$ctx_ckpt_dir"} \
 		--steps 3 --quiet --out "$(ctx_dir "$1" "$2" "$3")" |
 		ask get --null null status,vram_peak_mb,s_per_step,tokens_per_s,host_peak_rss_mb |
 		awk -F "$tab" '{ printf "%s peak %s MiB, %s s/step, %s tok/s, host peak %s MiB\n", $1, $2, $3, $4, $5 }'
@@ -220,6 +246,15 @@ bench_context() {
 	for _c in $(ctx_list "$1" checkpoints); do
 		case $_c in layer | block) ;; *) die 2 "$1: checkpoints: \"$_c\" (expected layer or block)" ;; esac
 	done
+	for _a in $(ctx_list "$1" attention_checkpoints); do
+		case $_a in 0 | 1) ;; *) die 2 "$1: attention_checkpoints: \"$_a\" (expected 1 or 0)" ;; esac
+	done
+	ctx_ckpt_dir=$(ctx_key "$1" checkpoint_dir)
+	ctx_disk_free=$(ctx_key "$1" disk_available)
+	[ -z "$ctx_disk_free" ] || [ -n "$ctx_ckpt_dir" ] ||
+		die 2 "$1: disk_available: needs checkpoint_dir (the directory whose free bytes it gives)"
+	[ -n "$ctx_disk_free" ] || [ -z "$ctx_ckpt_dir" ] || [ -d "$ctx_ckpt_dir" ] ||
+		die 2 "$1: checkpoint_dir: $ctx_ckpt_dir: no such directory here (disk_available: SIZE plans it elsewhere)"
 	ctx_peft_precisions=$(ctx_list "$1" peft) || ctx_peft_precisions=
 	for _p in $ctx_peft_precisions; do
 		case $_p in bf16 | nf4) ;; *) die 2 "$1: peft: \"$_p\" (expected bf16 or nf4)" ;; esac
@@ -240,16 +275,28 @@ bench_context() {
 		export POROS_ARM_WATCH_PID
 	fi
 	: > "$tmpdir/ctx_failed"
-	printf '| model | precision | card (GB) | max seq_len (plan) | layout (block size, checkpoints) | device MiB at max | host MiB at max | confirmed (3 steps) | published (not measured here) | PEFT max seq_len (measured, precision) |\n'
-	printf '|---|---|---|---|---|---|---|---|---|---|\n'
+	# the disk's column and the layout's third part only where the spec has them
+	_disk_head= _disk_rule= _attn_head=
+	[ -z "$ctx_ckpt_dir" ] || _disk_head=' disk MiB at max |' _disk_rule='---|'
+	[ -z "$(ctx_list "$1" attention_checkpoints)" ] || _attn_head=', attention checkpoints'
+	printf '| model | precision | card (GB) | max seq_len (plan) | layout (block size, checkpoints%s) | device MiB at max | host MiB at max |%s confirmed (3 steps) | published (not measured here) | PEFT max seq_len (measured, precision) |\n' \
+		"$_attn_head" "$_disk_head"
+	printf '|---|---|---|---|---|---|---|%s---|---|---|\n' "$_disk_rule"
 	ctx_list "$1" models | while IFS= read -r _m; do
 		ctx_list "$1" cards_gb | while IFS= read -r _gb; do
 			_best=$(ctx_best "$1" "$_m" "$_gb")
 			_s=${_best%% *} _best=${_best#* }
-			ctx_block=${_best% *} ctx_checkpoints=${_best#* }
+			ctx_block=${_best%% *} _best=${_best#* }
+			ctx_checkpoints=${_best%% *} _a=${_best#* }
+			ctx_attn=${_a#-}
+			_layout="$ctx_block, $ctx_checkpoints"
+			case $_a in 1) _layout="$_layout, on" ;; 0) _layout="$_layout, off" ;; esac
 			# not even 1024 fits: no plan to show, nothing to confirm
 			_line='{}' _conf=-
 			[ "$_s" = 0 ] || _line=$(ctx_plan "$_m" "$_gb" "$_s")
+			_disk=
+			[ -z "$ctx_ckpt_dir" ] ||
+				_disk=" $(printf '%s\n' "$_line" | ask get --null - disk_checkpoints_mb 2>/dev/null | ctx_floor) |"
 			if [ "$ctx_device" = 0 ]; then
 				_conf='no CUDA device'
 			elif [ "$_s" != 0 ]; then
@@ -262,11 +309,11 @@ bench_context() {
 			else
 				_peft=$(ctx_peft_cell "$_m" "$_gb")
 			fi
-			printf '| %s | %s | %s | %s | %s, %s | %s | %s | %s | %s | %s |\n' "$_m" "$ctx_precision" "$_gb" "$_s" \
-				"$ctx_block" "$ctx_checkpoints" \
+			printf '| %s | %s | %s | %s | %s | %s | %s |%s %s | %s | %s |\n' "$_m" "$ctx_precision" "$_gb" "$_s" \
+				"$_layout" \
 				"$(printf '%s\n' "$_line" | ask get --null - vram_plan_mb 2>/dev/null | ctx_floor)" \
 				"$(printf '%s\n' "$_line" | ask get --null - host_plan_mb 2>/dev/null | ctx_floor)" \
-				"$_conf" "$(ctx_published "$_m" "$_gb")" "$_peft"
+				"$_disk" "$_conf" "$(ctx_published "$_m" "$_gb")" "$_peft"
 		done
 	done
 	_failed=$(wc -l < "$tmpdir/ctx_failed" | tr -d ' ')

@@ -41,6 +41,10 @@ const struct summary_field summary_fields[] = {
 	{ TRAIN("vram_breakdown_mb", SK_BY_PURPOSE, NUL), .unit = "MiB" },
 	{ TRAIN("host_weights_mb", SK_MEASURE, NUL), .unit = "MiB" },
 	{ TRAIN("host_checkpoints_mb", SK_MEASURE, NUL), .unit = "MiB" },
+	/* only with --checkpoint-dir: the file, the last step's bytes to and from it */
+	{ TRAIN("disk_checkpoints_mb", SK_MEASURE, NUL), .unit = "MiB" },
+	{ TRAIN("disk_write_mb_per_step", SK_MEASURE, NUL), .unit = "MiB" },
+	{ TRAIN("disk_read_mb_per_step", SK_MEASURE, NUL), .unit = "MiB" },
 	{ TRAIN("host_plan_mb", SK_MEASURE, NUL), .unit = "MiB" },
 	{ TRAIN("host_breakdown_mb", SK_BY_PURPOSE, NUL), .unit = "MiB" },
 	{ TRAIN("host_rss_at_plan_mb", SK_MEASURE, NUL), .unit = "MiB" },
