@@ -203,7 +203,7 @@ static int engine_setup(struct engine *e, const struct train_config *cfg, const 
 	e->lc.mb_base = e->comm_rank * e->k;
 	e->cuda = library_bytes != 0;
 	e->lanes = engine_lanes(cfg, e->cuda);
-	e->group = engine_group(cfg, e->cuda);
+	e->group = engine_group(cfg);
 	if (library_bytes) {
 		dev_alloc_set_purpose(&e->alloc, "blas_workspace");
 		if (dev_alloc_count_held(&e->alloc, library_bytes, "the cuBLAS workspace") < 0)
@@ -330,7 +330,7 @@ int engine_host_ext_cols(const struct train_config *cfg)
 int engine_lanes(const struct train_config *cfg, int cuda)
 {
 	if (cfg->mode != MODE_BLOCKWISE || cfg->cell.training.gradient_accumulation_steps < 2 || cfg->eval_only ||
-	    cfg->lanes == 1 || engine_group(cfg, cuda) > 1)
+	    cfg->lanes == 1 || engine_group(cfg) > 1)
 		return 1;
 	return cfg->lanes == 2 || cuda ? 2 : 1;
 }
@@ -340,23 +340,16 @@ int engine_lanes(const struct train_config *cfg, int cuda)
  * LAYOUT_ALIGN bytes, so a group's pieces are contiguous, as its calls
  * read them. */
 #define GROUP_ROW_ALIGN 128
-/* Unset, a CUDA group takes about this many rows: short micro-batches'
- * kernels fill the device there (docs/perf-notes.md), longer ones run
- * one a call on the lanes. */
-#define GROUP_ROWS 2048
 
-int engine_group(const struct train_config *cfg, int cuda)
+int engine_group(const struct train_config *cfg)
 {
 	long T = (long)cfg->cell.training.batch_size * cfg->cell.training.seq_len;
 	int k = cfg->cell.training.gradient_accumulation_steps;
 	int chunk = cfg->mlp_chunk > 0 ? cfg->mlp_chunk : MLP_CHUNK_TOKENS;
-	long g = cfg->group ? cfg->group : cuda && T > 0 ? GROUP_ROWS / T : 1;
 
-	if (g > GROUP_MAX)
-		g = GROUP_MAX;
-	if (g < 2 || cfg->mode != MODE_BLOCKWISE || k < 2 || cfg->eval_only || T > chunk || T % GROUP_ROW_ALIGN)
+	if (cfg->group < 2 || cfg->mode != MODE_BLOCKWISE || k < 2 || T > chunk || T % GROUP_ROW_ALIGN)
 		return 1;
-	return g < k ? (int)g : k;
+	return cfg->group < k ? cfg->group : k;
 }
 
 int engine_block_ckpt(const struct train_config *cfg, int n_layers)

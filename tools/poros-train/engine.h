@@ -49,11 +49,10 @@ struct engine;
  * asks for them on the CPU too, where they run in turn. */
 int engine_lanes(const struct train_config *cfg, int cuda);
 /* Micro-batches a blockwise layer call runs (POROS_GROUP; layer.h): the
- * asked number, or unset on CUDA about GROUP_ROWS rows' worth, at most
- * the step's and GROUP_MAX, where a micro-batch's MLP is one chunk and
- * its rows keep the buffers aligned; else 1.  A group takes the compute
- * stream alone (engine_lanes: 1). */
-int engine_group(const struct train_config *cfg, int cuda);
+ * asked number, at most the step's, where a micro-batch's MLP is one
+ * chunk and its rows keep the buffers aligned; else 1.  A group takes
+ * the compute stream alone (engine_lanes: 1). */
+int engine_group(const struct train_config *cfg);
 
 /* Allocates every device buffer (nothing is allocated later), uploads the
  * final norm and lm_head (and, resident, every layer), rope tables and the initial

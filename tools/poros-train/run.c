@@ -929,56 +929,15 @@ static int choose_attn_ckpt(struct run *x, size_t library_bytes, char *err, size
  * plan.  0, or -1 with err. */
 #define LANES_DEVICE_MARGIN ((size_t)1 << 30)
 
-/* The memory a choice may take: --vram-budget, or the device's less the
- * margin; 0: not known (as for --plan without a budget). */
-static size_t device_cap(const struct train_config *c, long device_mb)
-{
-	if (c->vram_budget)
-		return (size_t)c->vram_budget;
-	if (device_mb > 0 && (size_t)device_mb * MIB > LANES_DEVICE_MARGIN)
-		return (size_t)device_mb * MIB - LANES_DEVICE_MARGIN;
-	return 0;
-}
-
-/* POROS_GROUP unset: a blockwise CUDA run of short micro-batches takes
- * groups of them (engine_group), which cost that many micro-batches'
- * activations and scratch; where those do not fit, one a call, said so
- * (then the lanes are decided as ever).  They change no bit.  0, or -1
- * with err. */
-static int choose_group(struct run *x, size_t library_bytes, long device_mb, char *err, size_t errsz)
-{
-	struct train_config *c = &x->cfg;
-	struct dev_alloc plan;
-	size_t cap = device_cap(c, device_mb), peak;
-	char a[32], b[32];
-	int g;
-
-	if (c->group != 0 || !cap)
-		return 0;
-	g = engine_group(c, library_bytes != 0);
-	if (g < 2)
-		return 0;
-	c->group = g;
-	if (make_plan(x, library_bytes, &plan, NULL, err, errsz) < 0)
-		return -1;
-	peak = plan.peak;
-	dev_alloc_release_all(&plan);
-	if (peak <= cap)
-		return 0;
-	c->group = 1;
-	warnmsg("micro-batch groups of %d need %s of device memory, over %s %s: one a call (POROS_GROUP=%d insists)", g,
-	        format_bytes(a, sizeof a, (double)peak), c->vram_budget ? "--vram-budget" : "the device's",
-	        format_bytes(b, sizeof b, (double)cap), g);
-	return 0;
-}
-
 static int choose_lanes(struct run *x, size_t library_bytes, long device_mb, char *err, size_t errsz)
 {
 	struct train_config *c = &x->cfg;
 	struct dev_alloc plan;
-	size_t two, cap = device_cap(c, device_mb);
+	size_t two, cap = (size_t)c->vram_budget;
 	char a[32], b[32];
 
+	if (!cap && device_mb > 0 && (size_t)device_mb * MIB > LANES_DEVICE_MARGIN)
+		cap = (size_t)device_mb * MIB - LANES_DEVICE_MARGIN;
 	if (c->lanes != 0 || !cap)
 		return 0;
 	c->lanes = engine_lanes(c, library_bytes != 0);
@@ -1267,7 +1226,6 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	/* the plan first: a run that cannot fit its budget stops before a
 	 * weight is loaded */
 	if (choose_attn_ckpt(x, r->be->library_device_bytes, err, errsz) < 0 ||
-	    choose_group(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
 	    choose_lanes(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
 	    choose_disk_records(x, r->be->library_device_bytes, r->be->name, err, errsz) < 0 ||
 	    make_plan(x, r->be->library_device_bytes, &plan, &tier, err, errsz) < 0)
@@ -1371,7 +1329,6 @@ static int run_evaluation(struct run *x, char *err, size_t errsz)
 	if ((r->be = select_backend(c, err, errsz)) == NULL)
 		goto failed;
 	if (choose_attn_ckpt(x, r->be->library_device_bytes, err, errsz) < 0 ||
-	    choose_group(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
 	    choose_lanes(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
 	    make_plan(x, r->be->library_device_bytes, &plan, &tier, err, errsz) < 0)
 		return RUN_BAD_INPUT;
@@ -1542,7 +1499,6 @@ static int print_plan(struct run *x, FILE *out)
 
 	if (open_model(x, err, sizeof err) < 0 || plan_library_bytes(c, &lib, &backend, err, sizeof err) < 0 ||
 	    base_size(x, &host, err, sizeof err) < 0 || choose_attn_ckpt(x, lib, err, sizeof err) < 0 ||
-	    choose_group(x, lib, 0, err, sizeof err) < 0 ||
 	    choose_lanes(x, lib, 0, err, sizeof err) < 0 || choose_disk_records(x, lib, backend, err, sizeof err) < 0 ||
 	    make_plan(x, lib, &plan, &tier, err, sizeof err) < 0) {
 		warnmsg("%s", err);
@@ -1570,7 +1526,7 @@ static int print_plan(struct run *x, FILE *out)
 	cJSON_AddItemToObject(o, "checkpoints", c->mode != MODE_BLOCKWISE ? cJSON_CreateNull()
 	                      : cJSON_CreateString(checkpoints_names[engine_block_ckpt(c, x->mc.num_hidden_layers)]));
 	cJSON_AddNumberToObject(o, "lanes", engine_lanes(c, lib != 0));
-	cJSON_AddNumberToObject(o, "group", engine_group(c, lib != 0));
+	cJSON_AddNumberToObject(o, "group", engine_group(c));
 	cJSON_AddStringToObject(o, "optimizer_state", c->optimizer_on_host ? "host" : "device");
 	if (plan_host(o, x, &plan, backend, &tier, err, sizeof err) < 0) {
 		warnmsg("%s", err);

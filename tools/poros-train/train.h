@@ -53,7 +53,7 @@ struct train_config {
 	int lanes;               /* POROS_LANES: blockwise runs micro-batches on 1 or 2 compute lanes;
 	                            0: engine.c decides (engine_lanes) */
 	int group;               /* POROS_GROUP: blockwise runs up to this many micro-batches a layer call;
-	                            0: engine.c decides (engine_group) */
+	                            0 or 1: one (engine_group) */
 	int mlp_chunk;           /* POROS_MLP_CHUNK: MLP rows per chunk; 0: MLP_CHUNK_TOKENS (layer.h) */
 	long opt_chunk;          /* POROS_OPT_CHUNK: parameters per AdamW chunk with --optimizer-state host;
 	                            0: OPT_CHUNK_FLOATS (plan.c) */
