@@ -978,8 +978,8 @@ static int choose_lanes(struct run *x, size_t library_bytes, long device_mb, cha
  * backward fetch after the layer it follows (schedule.c).  Without
  * attention checkpoints only; never block checkpoints, which hold a set
  * a layer of a block.  Set to 1, the run keeps one or is refused.  They
- * change no bit.  Decided once, after the lanes (cheaper: they cost no
- * time lost), before the disk records (one set fetches a record more).
+ * change no bit.  Decided once, after the lanes (a lane less is tried
+ * first) and before the disk records (which plan with the sets taken).
  * 0, or -1 with err (bad input). */
 static int choose_ckpt_sets(struct run *x, size_t library_bytes, long device_mb, char *err, size_t errsz)
 {
