@@ -353,3 +353,93 @@ disk_is_plan() {
 	run -0 --separate-stderr poros-expand --train-argv c.yaml
 	[[ "$output" == *$'--checkpoint-dir\n/scratch/poros ckpt'* ]]
 }
+
+# --- one device set (POROS_CKPT_SETS=1) -------------------------------------
+# Layer checkpoints without the attention's keep one device set of
+# records: each layer's output goes over its input once the input is on
+# the host, and the backward fetches a layer's record once the layer above
+# is done with the set.  The same bits as two sets and as resident.
+
+# same_steps NAME REF: same, and each step's gradient norm too
+same_steps() {
+	same "$1" "$2"
+	diff <(jq -c '[.loss, .grad_norm]' "$2/events.jsonl") <(jq -c '[.loss, .grad_norm]' "$1/events.jsonl")
+}
+
+# one_set_parity NAME ARGS...: resident, two sets and one set of ARGS give
+# the same bits; NAME-1 is the one-set run
+one_set_parity() {
+	local name=$1
+	shift
+	train "$name-res" --mode resident --steps 3 "$@"
+	POROS_ATTN_CKPT=0 POROS_CKPT_SETS=2 train "$name-2" --steps 3 "$@"
+	POROS_ATTN_CKPT=0 POROS_CKPT_SETS=1 train "$name-1" --steps 3 "$@"
+	same_steps "$name-2" "$name-res"
+	same_steps "$name-1" "$name-res"
+	# the runs learned something: the comparison is not of three equal losses
+	[ "$(jq -r .loss "$name-res/events.jsonl" | sort -u | wc -l)" -eq 3 ]
+}
+
+@test "one checkpoint set is bit-identical to two and to resident: dropout, odd accumulation, lanes, MLP chunks" {
+	one_set_parity q2 --model poros/tiny-qwen2 --precision nf4 --accum 3 --dropout 0.1 --lr 5e-3 --block-size 2
+	one_set_parity q3 --model poros/tiny-qwen3 --precision nf4 --accum 5 --dropout 0.05 --lr 5e-3 --block-size 3
+	one_set_parity ll --model poros/tiny-llama --precision bf16 --accum 1 --dropout 0 --lr 5e-3 --block-size 1 \
+		--optimizer-state host
+	# two compute lanes, a layer's micro-batches in turn; the MLP in chunks writes the output a chunk at a time
+	POROS_LANES=2 POROS_ATTN_CKPT=0 POROS_CKPT_SETS=1 train lanes --model poros/tiny-qwen2 --precision nf4 --accum 3 \
+		--dropout 0.1 --lr 5e-3 --block-size 2 --steps 3
+	same_steps lanes q2-res
+	POROS_MLP_CHUNK=16 one_set_parity chunk --model poros/tiny-qwen2 --precision bf16 --accum 2 --dropout 0.1 \
+		--lr 5e-3 --block-size 2 --no-prefetch
+	jq -e '.config.checkpoints == "layer"' q2-1.json
+}
+
+@test "one checkpoint set is bit-identical in micro-batch groups and with an eval pass between steps" {
+	# a group's rows a multiple of 128: seq 64, batch 2
+	one_set_parity grp --model poros/tiny-qwen3 --precision nf4 --accum 4 --dropout 0.1 --lr 5e-3 --block-size 2 \
+		--seq-len 64
+	POROS_GROUP=4 POROS_ATTN_CKPT=0 POROS_CKPT_SETS=1 train g4 --model poros/tiny-qwen3 --precision nf4 --accum 4 \
+		--dropout 0.1 --lr 5e-3 --block-size 2 --seq-len 64 --steps 3
+	same_steps g4 grp-res
+	for i in $(seq 0 15); do printf "\\x$(printf %02x $(((i * 37 + 5) % 200)))\\x00"; done >eval.u16
+	for sets in 2 1; do
+		POROS_ATTN_CKPT=0 POROS_CKPT_SETS=$sets train "ev$sets" --model poros/tiny-qwen2 --precision nf4 --accum 2 \
+			--lr 5e-3 --block-size 2 --steps 3 --eval-dataset eval.u16 --eval-every 1
+	done
+	same_steps ev1 ev2
+	diff <(jq -r .eval_loss ev2/events.jsonl) <(jq -r .eval_loss ev1/events.jsonl)
+}
+
+@test "one checkpoint set with records on disk: the host's bits, and the plan's disk figures" {
+	eight_layers
+	POROS_ATTN_CKPT=0 train ref "${EIGHT[@]}" --block-size 2
+	for n in 1 3 8; do
+		POROS_ATTN_CKPT=0 POROS_CKPT_SETS=1 POROS_DISK_CHECKPOINTS=$n train "one$n" "${EIGHT[@]}" --block-size 2 \
+			--checkpoint-dir ck
+		same_steps "one$n" ref
+		POROS_ATTN_CKPT=0 POROS_CKPT_SETS=1 POROS_DISK_CHECKPOINTS=$n disk_is_plan "one$n" "${EIGHT[@]}" \
+			--block-size 2 --checkpoint-dir ck
+	done
+	# the backward fetches the last layer's record too; the slots still hold the last two written
+	jq -e '.checkpoint_sets == 1 and .disk_checkpoints == 8 and .disk_read_mb_per_step == .disk_checkpoints_mb * 6 / 8' \
+		one8.plan
+}
+
+@test "POROS_CKPT_SETS: a bad value is a usage error; 1 is refused with block or attention checkpoints" {
+	local q=(--model poros/tiny-qwen2 --steps 1 --out r)
+	for v in 0 3 one; do
+		POROS_CKPT_SETS=$v run -2 --separate-stderr poros-train "${TINY[@]}" "${q[@]}"
+		assert_equal "$stderr" "poros-train: POROS_CKPT_SETS: unknown value \"$v\" (expected 1 or 2)"
+	done
+	POROS_CKPT_SETS=1 run -2 --separate-stderr poros-train "${TINY[@]}" "${q[@]}" --checkpoints block --block-size 2
+	[[ "$stderr" == *"poros-train: POROS_CKPT_SETS: 1 needs --checkpoints layer"* ]]
+	POROS_CKPT_SETS=1 POROS_ATTN_CKPT=1 run -2 --separate-stderr poros-train "${TINY[@]}" "${q[@]}" --plan
+	[[ "$stderr" == *"poros-train: POROS_CKPT_SETS: 1 needs POROS_ATTN_CKPT=0"* ]]
+	# unset, the attention checkpoints give way to the one set asked for
+	POROS_CKPT_SETS=1 poros-train "${TINY[@]}" "${q[@]}" --plan |
+		jq -e '.checkpoint_sets == 1 and .attention_checkpoints == false'
+	# block checkpoints say their sets; resident has none
+	poros-train "${TINY[@]}" "${q[@]}" --checkpoints block --block-size 3 --plan | jq -e '.checkpoint_sets == 3'
+	POROS_CKPT_SETS=1 poros-train "${TINY[@]}" "${q[@]}" --mode resident --plan | jq -e '.checkpoint_sets == null'
+	[ ! -e r ]
+}

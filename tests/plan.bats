@@ -230,6 +230,54 @@ plan_and_train() {
 	[ "$(jq -c .vram_breakdown_mb lanes.plan)" = "$(jq -c .vram_breakdown_mb lanes.json)" ]
 }
 
+@test "--plan counts one checkpoint set: a record less than two, the run takes it, and a budget that holds one picks it" {
+	# one set: the peak is the plan, to the byte, one record (k micro-batches' inputs) under two sets
+	POROS_ATTN_CKPT=0 POROS_CKPT_SETS=1 plan_and_train one --model poros/tiny-qwen2 --mode blockwise --accum 3 \
+		--block-size 2
+	POROS_ATTN_CKPT=0 POROS_CKPT_SETS=2 plan_and_train two --model poros/tiny-qwen2 --mode blockwise --accum 3 \
+		--block-size 2
+	for name in one two; do
+		jq -e '.status == "ok"' "$name.json"
+		[ "$(jq -r .vram_peak_mb "$name.json")" = "$(jq -r .vram_plan_mb "$name.plan")" ]
+		[ "$(jq -c .vram_breakdown_mb "$name.plan")" = "$(jq -c .vram_breakdown_mb "$name.json")" ]
+	done
+	# a record is k (T,C) fp32 inputs: 3 x 64 x 64 x 4 bytes; the host plan differs by the CPU device's
+	jq -e --slurpfile two two.plan '.checkpoint_sets == 1 and $two[0].checkpoint_sets == 2
+		and .vram_breakdown_mb.checkpoints * 2 == $two[0].vram_breakdown_mb.checkpoints
+		and (($two[0].vram_plan_mb - .vram_plan_mb) * 1048576 | round) == 3 * 64 * 64 * 4
+		and ($two[0].host_plan_mb - .host_plan_mb) == ($two[0].vram_plan_mb - .vram_plan_mb)
+		and (.host_breakdown_mb | del(.device)) == ($two[0].host_breakdown_mb | del(.device))' one.plan
+	# CUDA, unset: two sets, unless a budget holds one and not two (without attention checkpoints)
+	local q=(--backend cuda --model Qwen/Qwen2.5-7B --precision nf4 --seq-len 16384 --rank 16 --plan)
+	POROS_ATTN_CKPT=0 run -0 --separate-stderr poros-train "${q[@]}"
+	jq -e '.checkpoint_sets == 2' <<<"$output"
+	two=$output
+	POROS_ATTN_CKPT=0 POROS_CKPT_SETS=1 run -0 --separate-stderr poros-train "${q[@]}"
+	one=$output
+	budget=$(jq -n --argjson one "$one" --argjson two "$two" \
+		'(($one.vram_plan_mb + $two.vram_plan_mb) / 2 * 1048576) | floor')
+	POROS_ATTN_CKPT=0 run -0 --separate-stderr poros-train "${q[@]}" --vram-budget "$budget"
+	jq -e --argjson one "$one" '.checkpoint_sets == 1 and .fits == true and .vram_plan_mb == $one.vram_plan_mb' \
+		<<<"$output"
+	[[ "$stderr" == *"two checkpoint sets need"*"over --vram-budget"*"one set, each layer's record fetched after the layer above (POROS_CKPT_SETS=2 insists)" ]]
+	POROS_ATTN_CKPT=0 POROS_CKPT_SETS=2 run -1 --separate-stderr poros-train "${q[@]}" --vram-budget "$budget"
+	jq -e '.checkpoint_sets == 2 and .fits == false' <<<"$output"
+	# a budget that holds neither: two sets, and the refusal of the plan that is the default
+	POROS_ATTN_CKPT=0 run -1 --separate-stderr poros-train "${q[@]}" --vram-budget 1G
+	jq -e '.checkpoint_sets == 2 and .fits == false' <<<"$output"
+	# the attention checkpoints keep two sets: one set is not taken for them
+	POROS_ATTN_CKPT=1 run -1 --separate-stderr poros-train "${q[@]}" --vram-budget "$budget"
+	jq -e '.checkpoint_sets == 2 and .attention_checkpoints == true' <<<"$output"
+	# the CPU run under such a budget takes one set, and its peak is the plan
+	budget=$(jq -n --slurpfile one one.plan --slurpfile two two.plan \
+		'(($one[0].vram_plan_mb + $two[0].vram_plan_mb) / 2 * 1048576) | floor')
+	POROS_ATTN_CKPT=0 plan_and_train auto --model poros/tiny-qwen2 --mode blockwise --accum 3 --block-size 2 \
+		--vram-budget "$budget"
+	jq -e '.checkpoint_sets == 1' auto.plan
+	[ "$(jq -r .vram_peak_mb auto.json)" = "$(jq -r .vram_plan_mb one.plan)" ]
+	cmp auto/adapter/adapter_model.safetensors two/adapter/adapter_model.safetensors
+}
+
 @test "--plan says the micro-batches a call (POROS_GROUP): a group's rows in its buffers, one lane, and the run takes what it says" {
 	local q=(--backend cuda --model Qwen/Qwen2.5-7B --precision nf4 --seq-len 512 --rank 16 --plan)
 	run -0 --separate-stderr poros-train "${q[@]}" --accum 8

@@ -120,6 +120,23 @@ POROS_DISK_DIRECT=0 POROS_DISK_CHECKPOINTS=8 train disk_buffered cuda blockwise 
 	--configs "$out/cfg" --dropout 0.1 --checkpoint-dir "$out/ckdir" || fail=1
 bit_identical "8 records on disk, buffered" "$out/runs/host_layer" "$out/runs/disk_buffered"
 [ -z "$(ls -A "$out/ckdir")" ] || { echo "FAIL: files left in the checkpoint directory"; fail=1; }
+note "one checkpoint set (POROS_CKPT_SETS=1): two sets' bits, with two lanes, one, a group and records on disk"
+# the forward writes each layer's output over its input once the checkpoint
+# stream's copy of it is done (an event the compute streams wait for before
+# the MLP): a missing wait shows as other bits here, not on the CPU
+POROS_ATTN_CKPT=0 POROS_CKPT_SETS=2 train sets2 cuda blockwise nf4 2 3 poros/tiny-qwen3 --dropout 0.1 || fail=1
+for lanes in 2 1; do
+	POROS_LANES=$lanes POROS_ATTN_CKPT=0 POROS_CKPT_SETS=1 train "sets1_lanes$lanes" cuda blockwise nf4 2 3 \
+		poros/tiny-qwen3 --dropout 0.1 || fail=1
+	bit_identical "one set vs two, $lanes lane(s)" "$out/runs/sets2" "$out/runs/sets1_lanes$lanes"
+done
+POROS_GROUP=4 POROS_ATTN_CKPT=0 POROS_CKPT_SETS=1 train sets1_group4 cuda blockwise nf4 2 5 poros/tiny-qwen3 \
+	--seq-len 128 --dropout 0.1 || fail=1
+bit_identical "one set, groups of 4 vs resident" "$out/runs/group_res_0.1" "$out/runs/sets1_group4"
+POROS_ATTN_CKPT=0 POROS_CKPT_SETS=1 POROS_DISK_CHECKPOINTS=4 train sets1_disk cuda blockwise nf4 2 3 test/eight-layers \
+	--configs "$out/cfg" --dropout 0.1 --checkpoint-dir "$out/ckdir" || fail=1
+bit_identical "one set, 4 records on disk" "$out/runs/host_layer" "$out/runs/sets1_disk"
+[ -z "$(ls -A "$out/ckdir")" ] || { echo "FAIL: files left in the checkpoint directory"; fail=1; }
 note "resume on the GPU: 6 steps straight = 3 + 3 resumed, bit for bit"
 for mode in blockwise resident; do
 	R="--model poros/tiny-qwen2 --backend cuda --mode $mode --precision nf4 --block-size 2 --accum 2 --seq-len 64
@@ -197,6 +214,12 @@ done
 for b in blockwise_1 blockwise_0; do
 	bit_identical "seq 8192 $b (POROS_ATTN_CKPT=${b#blockwise_}) vs resident" "$out/runs/long_resident_1" "$out/runs/long_$b"
 done
+note "seq 8192: one checkpoint set vs resident (a record of 56 MiB: its copy would race the MLP without the wait)"
+POROS_ATTN_CKPT=0 POROS_CKPT_SETS=1 $P/poros-train --model Qwen/Qwen2.5-0.5B --backend cuda --mode blockwise \
+	--precision bf16 --block-size 4 --seq-len 8192 --accum 2 --steps 2 --dataset synthetic --rank 8 --alpha 16 \
+	--dropout 0 --out "$out/runs/long_sets1" --quiet >/dev/null 2>"$out/runs/long_sets1.log" ||
+	{ fail=1; tail -2 "$out/runs/long_sets1.log"; }
+bit_identical "seq 8192 one checkpoint set vs resident" "$out/runs/long_resident_1" "$out/runs/long_sets1"
 note "the MLP in token chunks (POROS_MLP_CHUNK=40 at T = 64: 40 + 24 rows): blockwise vs resident, and against one chunk"
 for m in poros/tiny-qwen2 poros/tiny-qwen3; do
 	a=$(echo "$m" | tr / _)

@@ -29,7 +29,7 @@ struct ckpt_tier {
 	int n;                /* records: L (layer mode) or the blocks (block mode); 0 resident */
 	int n_disk;           /* records 0..n_disk-1 are in the file, the others in pinned host memory */
 	int pieces;           /* 1 or 2 */
-	int fetch_top;        /* the highest record a backward brings back (layer mode: L-2, the last layer's stays) */
+	int fetch_top;        /* the highest record a backward brings back (layer mode: L-2, the last layer's stays; L-1 with one device set) */
 	size_t bytes;         /* one record as the host and the device hold it */
 	size_t piece_off[2], piece_len[2]; /* each piece's place in that record */
 	size_t piece_file[2]; /* and in a record of the file and of a slot */

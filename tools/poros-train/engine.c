@@ -162,7 +162,7 @@ static void set_dims(struct engine *e)
 	e->bs = cfg->cell.poros.block_size < e->L ? cfg->cell.poros.block_size : e->L;
 	e->nb = (e->L + e->bs - 1) / e->bs;
 	e->cs.block = engine_block_ckpt(cfg, e->L);
-	e->cs.n_sets = e->cs.block ? e->bs : 2;
+	e->cs.n_sets = engine_ckpt_sets(cfg, e->L);
 	c->C = mc->hidden_size;
 	c->F = mc->intermediate_size;
 	c->H = mc->num_attention_heads;
@@ -358,6 +358,15 @@ int engine_block_ckpt(const struct train_config *cfg, int n_layers)
 
 	/* a block of one layer: its first input is every layer's, as --checkpoints layer */
 	return cfg->mode == MODE_BLOCKWISE && cfg->cell.poros.checkpoints == CKPT_BLOCK && bs >= 2;
+}
+
+int engine_ckpt_sets(const struct train_config *cfg, int n_layers)
+{
+	int bs = cfg->cell.poros.block_size < n_layers ? cfg->cell.poros.block_size : n_layers;
+
+	if (engine_block_ckpt(cfg, n_layers))
+		return bs;
+	return cfg->ckpt_sets == 1 && cfg->attn_ckpt == 0 ? 1 : 2;
 }
 
 int engine_oom(const struct engine *e)

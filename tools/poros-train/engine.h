@@ -85,6 +85,11 @@ int engine_host_ext_cols(const struct train_config *cfg);
 /* Whether a run of cfg over n_layers keeps block checkpoints (blockwise,
  * --checkpoints block, a block of 2 layers or more); else layer ones. */
 int engine_block_ckpt(const struct train_config *cfg, int n_layers);
+/* The device sets of checkpoint records blockwise keeps: block mode one a
+ * layer of a block (bs); layer mode 2, or 1 where POROS_CKPT_SETS (or
+ * run.c's choice) says 1 and there are no attention checkpoints
+ * (schedule.c: each layer's output goes in place over its input). */
+int engine_ckpt_sets(const struct train_config *cfg, int n_layers);
 /* The bytes the last step wrote to and read from --checkpoint-dir's file. */
 void engine_disk_bytes(const struct engine *e, long long *written, long long *read);
 /* Out of memory: the device's (a budget or a failed allocation) or the

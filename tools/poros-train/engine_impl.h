@@ -43,7 +43,7 @@ struct ckpt_sets {
 	struct ckpt_disk *disk;
 	struct ckpt_tier tier;    /* plan_ckpt_layout's: where each record lives, what each tier takes */
 	unsigned char *dev[CKPT_SETS_MAX]; /* one record each, n_sets of them */
-	int n_sets;               /* 2; --checkpoints block: bs (blockwise_pass_block_ckpt) */
+	int n_sets;               /* 2, or 1 (engine_ckpt_sets); --checkpoints block: bs (blockwise_pass_block_ckpt) */
 	int block;                /* --checkpoints block at bs >= 2: the host holds each block's first input */
 	int attn;
 	size_t att_off, lse_off, rec_bytes; /* without attn: att_off = rec_bytes, the inputs' size */

@@ -145,7 +145,9 @@ void layer_forward(const struct layer_ctx *c, const struct layer_view *w, struct
                    const float *x, float *out, struct pass p)
 {
 	attention_block(c, w, a, layer, x, 1, p);
-	/* x is dead from here on, so out may alias it */
+	/* x is dead from here on, so out may alias it (once out_wait's copy of x is done) */
+	if (c->out_wait)
+		c->be->stream_wait_event(STREAM_COMPUTE, c->out_wait);
 	for (int t0 = 0; t0 < c->T; t0 += c->mlp_chunk) {
 		struct mlp_chunk k = mlp_chunk_at(c, a, t0);
 

@@ -128,6 +128,9 @@ struct layer_ctx {
 	const int *pos_plain;            /* host (k): micro-batch mb's positions are t % S, one document a row,
 	                                    so attention and rope take NULL (no masks past the diagonal) */
 	float *attn_scratch;             /* shares its region with lora_scratch and the logits */
+	/* layer_forward's compute stream waits for it before the first write of
+	 * out (NULL: none): out over x, once another stream's copy of x is done */
+	struct backend_event *out_wait;
 	struct grad_scratch g;
 
 	/* embedding: the step's rows (k,T,C), gathered on the host, and 0..T-1 */

@@ -190,6 +190,7 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	const char *attn = getenv("POROS_ATTN_CKPT"), *mem = getenv("POROS_MEM_AVAILABLE");
 	const char *route = getenv("POROS_ATTENTION"), *opt_chunk = getenv("POROS_OPT_CHUNK");
 	const char *comm = getenv("POROS_COMM"), *lanes = getenv("POROS_LANES"), *group = getenv("POROS_GROUP");
+	const char *sets = getenv("POROS_CKPT_SETS");
 	static const char *const comm_kinds[] = { "auto", "single", "mpi", "nccl", "tcp" }; /* comm.h's order */
 	const char *after = getenv("POROS_PROGRESS_AFTER"), *shared = getenv("POROS_SHARED_BASE");
 	long rows = 0, floats = 0;
@@ -229,6 +230,10 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	if (lanes && *lanes && strcmp(lanes, "1") && strcmp(lanes, "2"))
 		return snprintf(err, errsz, "POROS_LANES: unknown value \"%s\" (expected 1 or 2)", lanes), -1;
 	c->lanes = lanes && *lanes ? atoi(lanes) : 0;
+	/* the device sets of layer checkpoints change no bit, only memory and time */
+	if (sets && *sets && strcmp(sets, "1") && strcmp(sets, "2"))
+		return snprintf(err, errsz, "POROS_CKPT_SETS: unknown value \"%s\" (expected 1 or 2)", sets), -1;
+	c->ckpt_sets = sets && *sets ? atoi(sets) : 0;
 	/* blockwise's micro-batch groups change no bit, only memory and time */
 	if (group && *group) {
 		long n = strtol(group, &end, 10);

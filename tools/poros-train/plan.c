@@ -85,8 +85,9 @@ void plan_ckpt_layout(struct engine *e)
 		ckpt_tier_make(&cs->tier, 0, 0, 0, 0, 0);
 	else if (cs->block)
 		ckpt_tier_make(&cs->tier, e->nb, e->cfg->disk_records, cs->att_off, 0, e->nb - 1);
-	else
-		ckpt_tier_make(&cs->tier, e->L, e->cfg->disk_records, cs->rec_bytes, cs->attn ? cs->att_off : 0, e->L - 2);
+	else /* two sets keep the last layer's record on the device for the backward; one set does not */
+		ckpt_tier_make(&cs->tier, e->L, e->cfg->disk_records, cs->rec_bytes, cs->attn ? cs->att_off : 0,
+		               cs->n_sets == 1 ? e->L - 1 : e->L - 2);
 	cs->n_disk = cs->tier.n_disk;
 }
 
@@ -336,7 +337,7 @@ static void plan_streams(struct engine *e, struct carver *cv, float **list, int 
 static void plan_ckpts(struct engine *e, struct carver *cv)
 {
 	if (e->blockwise) {
-		for (int s = 0; s < e->cs.n_sets; s++) /* 2; --checkpoints block: bs */
+		for (int s = 0; s < e->cs.n_sets; s++) /* 1 or 2; --checkpoints block: bs */
 			e->cs.dev[s] = carve(cv, e->cs.rec_bytes);
 	} else {
 		plan_streams(e, cv, e->ckpt, e->n_ckpt);
@@ -503,8 +504,8 @@ static int alloc_state(struct engine *e, char *err, size_t errsz)
 	if (alloc_plan(e, plan_acts, "activations", what) < 0)
 		return set_error(err, errsz, "%s", e->alloc.err);
 	if (e->blockwise) {
-		snprintf(what, sizeof what, "%d sets of %d layer-input%s checkpoints", e->cs.n_sets, e->k,
-		         e->cs.attn ? " and attention" : "");
+		snprintf(what, sizeof what, "%d set%s of %d layer-input%s checkpoints", e->cs.n_sets,
+		         e->cs.n_sets > 1 ? "s" : "", e->k, e->cs.attn ? " and attention" : "");
 	} else {
 		e->n_ckpt = e->L + 1;
 		e->ckpt = xcalloc((size_t)e->n_ckpt, sizeof *e->ckpt);

@@ -892,7 +892,8 @@ static int choose_attn_ckpt(struct run *x, size_t library_bytes, char *err, size
 
 	if (c->attn_ckpt != ATTN_CKPT_AUTO)
 		return 0;
-	c->attn_ckpt = 1;
+	/* one device set holds no attention (schedule.c, ckpt_save_in_place) */
+	c->attn_ckpt = c->ckpt_sets != 1;
 	/* block checkpoints keep the attention on the device only; with
 	 * --checkpoint-dir the disk takes the records the host cannot hold */
 	if (c->mode != MODE_BLOCKWISE || engine_block_ckpt(c, x->mc.num_hidden_layers) || c->checkpoint_dir)
@@ -929,15 +930,24 @@ static int choose_attn_ckpt(struct run *x, size_t library_bytes, char *err, size
  * plan.  0, or -1 with err. */
 #define LANES_DEVICE_MARGIN ((size_t)1 << 30)
 
+/* The device memory a run must fit: --vram-budget, else the device's
+ * less LANES_DEVICE_MARGIN; 0 where neither is known. */
+static size_t fit_cap(const struct train_config *c, long device_mb)
+{
+	if (c->vram_budget)
+		return (size_t)c->vram_budget;
+	if (device_mb > 0 && (size_t)device_mb * MIB > LANES_DEVICE_MARGIN)
+		return (size_t)device_mb * MIB - LANES_DEVICE_MARGIN;
+	return 0;
+}
+
 static int choose_lanes(struct run *x, size_t library_bytes, long device_mb, char *err, size_t errsz)
 {
 	struct train_config *c = &x->cfg;
 	struct dev_alloc plan;
-	size_t two, cap = (size_t)c->vram_budget;
+	size_t two, cap = fit_cap(c, device_mb);
 	char a[32], b[32];
 
-	if (!cap && device_mb > 0 && (size_t)device_mb * MIB > LANES_DEVICE_MARGIN)
-		cap = (size_t)device_mb * MIB - LANES_DEVICE_MARGIN;
 	if (c->lanes != 0 || !cap)
 		return 0;
 	c->lanes = engine_lanes(c, library_bytes != 0);
@@ -956,6 +966,55 @@ static int choose_lanes(struct run *x, size_t library_bytes, long device_mb, cha
 		warnmsg("two compute lanes need %s of device memory, over %s %s: one lane (POROS_LANES=2 insists)",
 		        format_bytes(a, sizeof a, (double)two), c->vram_budget ? "--vram-budget" : "the device's",
 		        format_bytes(b, sizeof b, (double)cap));
+	dev_alloc_release_all(&plan);
+	return 0;
+}
+
+/* POROS_CKPT_SETS unset: blockwise layer checkpoints keep two device
+ * sets of records, so that a record's copy overlaps the next layer's
+ * compute.  Where two do not fit (as choose_lanes: --vram-budget, or the
+ * device less its margin) and one does, the run keeps one and says so
+ * (POROS_CKPT_SETS=2 insists): each layer's output over its input, each
+ * backward fetch after the layer it follows (schedule.c).  Without
+ * attention checkpoints only; never block checkpoints, which hold a set
+ * a layer of a block.  Set to 1, the run keeps one or is refused.  They
+ * change no bit.  Decided once, after the lanes (a lane less is tried
+ * first) and before the disk records (which plan with the sets taken).
+ * 0, or -1 with err (bad input). */
+static int choose_ckpt_sets(struct run *x, size_t library_bytes, long device_mb, char *err, size_t errsz)
+{
+	struct train_config *c = &x->cfg;
+	struct dev_alloc plan;
+	size_t two, cap = fit_cap(c, device_mb);
+	char a[32], b[32];
+
+	if (c->mode != MODE_BLOCKWISE)
+		return 0;
+	if (c->ckpt_sets == 1 && engine_block_ckpt(c, x->mc.num_hidden_layers))
+		return snprintf(err, errsz, "POROS_CKPT_SETS: 1 needs --checkpoints layer (block checkpoints keep a "
+		                "set a layer of a block)"), -1;
+	if (c->ckpt_sets == 1 && c->attn_ckpt != 0)
+		return snprintf(err, errsz, "POROS_CKPT_SETS: 1 needs POROS_ATTN_CKPT=0 (one set holds no attention "
+		                "checkpoints)"), -1;
+	if (c->ckpt_sets != 0 || !cap || c->attn_ckpt != 0 || engine_block_ckpt(c, x->mc.num_hidden_layers))
+		return 0;
+	c->ckpt_sets = 2;
+	if (make_plan(x, library_bytes, &plan, NULL, err, errsz) < 0)
+		return -1;
+	two = plan.peak;
+	dev_alloc_release_all(&plan);
+	if (two <= cap)
+		return 0;
+	c->ckpt_sets = 1;
+	if (make_plan(x, library_bytes, &plan, NULL, err, errsz) < 0)
+		return -1;
+	if (plan.peak <= cap)
+		warnmsg("two checkpoint sets need %s of device memory, over %s %s: one set, each layer's record "
+		        "fetched after the layer above (POROS_CKPT_SETS=2 insists)",
+		        format_bytes(a, sizeof a, (double)two), c->vram_budget ? "--vram-budget" : "the device's",
+		        format_bytes(b, sizeof b, (double)cap));
+	else /* the budget's refusal, or the device's, says it all */
+		c->ckpt_sets = 2;
 	dev_alloc_release_all(&plan);
 	return 0;
 }
@@ -1227,6 +1286,7 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	 * weight is loaded */
 	if (choose_attn_ckpt(x, r->be->library_device_bytes, err, errsz) < 0 ||
 	    choose_lanes(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
+	    choose_ckpt_sets(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
 	    choose_disk_records(x, r->be->library_device_bytes, r->be->name, err, errsz) < 0 ||
 	    make_plan(x, r->be->library_device_bytes, &plan, &tier, err, errsz) < 0)
 		return RUN_BAD_INPUT;
@@ -1330,6 +1390,7 @@ static int run_evaluation(struct run *x, char *err, size_t errsz)
 		goto failed;
 	if (choose_attn_ckpt(x, r->be->library_device_bytes, err, errsz) < 0 ||
 	    choose_lanes(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
+	    choose_ckpt_sets(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
 	    make_plan(x, r->be->library_device_bytes, &plan, &tier, err, errsz) < 0)
 		return RUN_BAD_INPUT;
 	r->vram_plan_mb = (double)plan.peak / MIB;
@@ -1499,7 +1560,8 @@ static int print_plan(struct run *x, FILE *out)
 
 	if (open_model(x, err, sizeof err) < 0 || plan_library_bytes(c, &lib, &backend, err, sizeof err) < 0 ||
 	    base_size(x, &host, err, sizeof err) < 0 || choose_attn_ckpt(x, lib, err, sizeof err) < 0 ||
-	    choose_lanes(x, lib, 0, err, sizeof err) < 0 || choose_disk_records(x, lib, backend, err, sizeof err) < 0 ||
+	    choose_lanes(x, lib, 0, err, sizeof err) < 0 || choose_ckpt_sets(x, lib, 0, err, sizeof err) < 0 ||
+	    choose_disk_records(x, lib, backend, err, sizeof err) < 0 ||
 	    make_plan(x, lib, &plan, &tier, err, sizeof err) < 0) {
 		warnmsg("%s", err);
 		return EXIT_USAGE;
@@ -1525,6 +1587,8 @@ static int print_plan(struct run *x, FILE *out)
 	                      c->mode == MODE_BLOCKWISE ? cJSON_CreateBool(c->attn_ckpt != 0) : cJSON_CreateNull());
 	cJSON_AddItemToObject(o, "checkpoints", c->mode != MODE_BLOCKWISE ? cJSON_CreateNull()
 	                      : cJSON_CreateString(checkpoints_names[engine_block_ckpt(c, x->mc.num_hidden_layers)]));
+	cJSON_AddItemToObject(o, "checkpoint_sets", c->mode == MODE_BLOCKWISE
+	                      ? cJSON_CreateNumber(engine_ckpt_sets(c, x->mc.num_hidden_layers)) : cJSON_CreateNull());
 	cJSON_AddNumberToObject(o, "lanes", engine_lanes(c, lib != 0));
 	cJSON_AddNumberToObject(o, "group", engine_group(c));
 	cJSON_AddStringToObject(o, "optimizer_state", c->optimizer_on_host ? "host" : "device");

@@ -13,8 +13,8 @@
  * next layer computes, copied back a layer ahead in backward), and so is
  * its attention output and lse unless POROS_ATTN_CKPT=0 (the
  * recomputation then skips the attention forward), so the device holds
- * two sets of k checkpoints, the activations of one layer of one
- * micro-batch, and one dequantized layer.  --checkpoints block keeps only
+ * two sets of k checkpoints (or one: ckpt_save_in_place), the activations
+ * of one layer of one micro-batch, and one dequantized layer.  --checkpoints block keeps only
  * each block's first input on the host and block-size sets on the device
  * (blockwise_pass_block_ckpt, below). */
 #include "engine_impl.h"
@@ -388,7 +388,21 @@ static void record_in(struct engine *e, int r, unsigned char *dst, size_t bytes)
  * copies.  The last layer's attention stays on the device for the
  * backward, which starts there.  Backward: layer l reads set l % 2 while
  * STREAM_AUX brings layer l-1's record into the other set, after the
- * compute stream is done with what that set held. */
+ * compute stream is done with what that set held.
+ *
+ * One set (engine_ckpt_sets, no attention checkpoints): every layer's
+ * record is set 0.  Forward: layer l's output goes in place over its
+ * input once STREAM_AUX has copied that input out (ckpt_save_in_place).
+ * Backward: layer l-1's record comes into set 0 only once layer l's
+ * backward is done with it, so that copy no longer overlaps compute: a
+ * layer's record time a layer, the price of one record of device memory,
+ * which run.c pays only where two sets do not fit (choose_ckpt_sets). */
+
+/* The device set that holds layer l's record (l = L: the head's input). */
+static int layer_set(const struct engine *e, int l)
+{
+	return e->cs.n_sets == 1 ? 0 : l % 2;
+}
 
 /* Micro-batch mb's inputs in device set s. */
 static float *set_buf(struct engine *e, int s, int mb)
@@ -398,7 +412,7 @@ static float *set_buf(struct engine *e, int s, int mb)
 
 static float *ckpt_buf(struct engine *e, int layer, int mb)
 {
-	return set_buf(e, layer % 2, mb);
+	return set_buf(e, layer_set(e, layer), mb);
 }
 
 /* With the attention checkpoints, a's attention output and lse (a lane's activations) are
@@ -442,6 +456,26 @@ static void layer_forward_mbs(struct engine *e, const struct layer_view *v, int 
 	lanes_join(e);
 }
 
+/* Forward with one set, before layer l computes: its inputs (complete on
+ * the compute stream: `ready`) go to the host on STREAM_AUX, which reads
+ * them while layer l's attention block does; layer l writes its output
+ * over them, and layer_forward's compute stream (each lane's) waits for
+ * `saved` first (e->lc.out_wait = saved[0], set by blockwise_forward).
+ * The wait is enqueued after this record of saved, so it waits for this
+ * copy.  Layer l+1's copy waits for `ready` recorded after layer l (and
+ * lanes_join): it reads all of layer l's outputs. */
+static void ckpt_save_in_place(struct engine *e, int l)
+{
+	struct ckpt_sets *cs = &e->cs;
+
+	e->be->event_record(cs->ready, STREAM_COMPUTE);
+	e->be->stream_wait_event(STREAM_AUX, cs->ready);
+	record_out(e, l, 0, 0, cs->dev[0], cs->att_off);
+	e->be->event_record(cs->saved[0], STREAM_AUX);
+	cs->saved_rec[0] = 1;
+	cs->layer[0] = l + 1; /* once layer l has run */
+}
+
 /* Forward, before layer l computes: its inputs (complete on the compute
  * stream) and layer l-1's attention go to the host, and what layer l
  * overwrites (set o's inputs, set s's attention) must have been saved. */
@@ -451,6 +485,10 @@ static void ckpt_save_inputs(struct engine *e, int l)
 	int s = l % 2, o = (l + 1) % 2;
 	size_t att_bytes = cs->rec_bytes - cs->att_off;
 
+	if (cs->n_sets == 1) {
+		ckpt_save_in_place(e, l);
+		return;
+	}
 	e->be->event_record(cs->ready, STREAM_COMPUTE);
 	e->be->stream_wait_event(STREAM_AUX, cs->ready);
 	record_out(e, l, 0, 0, cs->dev[s], cs->att_off);
@@ -464,12 +502,13 @@ static void ckpt_save_inputs(struct engine *e, int l)
 	cs->layer[o] = l + 1;
 }
 
-/* Backward: layer l's record into set l % 2, on STREAM_AUX unless it is
- * already there. */
+/* Backward: layer l's record into its set, on STREAM_AUX unless it is
+ * already there, once the compute stream is done with what the set held
+ * (freed, recorded after its last reader). */
 static void ckpt_fetch(struct engine *e, int l)
 {
 	struct ckpt_sets *cs = &e->cs;
-	int s = l % 2;
+	int s = layer_set(e, l);
 
 	if (l < 0 || cs->layer[s] == l)
 		return;
@@ -484,28 +523,33 @@ static void ckpt_fetch(struct engine *e, int l)
 /* Backward, at the top layer of a block: its record and the next layer's
  * are fetched before the next block's weights are, and the weights wait
  * for them: both become free to copy when the previous block ends, and
- * behind a whole slab on the bus the second record would be late. */
+ * behind a whole slab on the bus the second record would be late.  One
+ * set holds the top's alone (the next comes in after the top's backward). */
 static void ckpt_fetch_first(struct engine *e, int top)
 {
 	struct ckpt_sets *cs = &e->cs;
+	int last = cs->n_sets == 1 ? top : top - 1;
 
 	ckpt_fetch(e, top);
-	ckpt_fetch(e, top - 1);
-	if (top > 0 && cs->loaded_rec[(top - 1) % 2])
-		e->be->stream_wait_event(STREAM_COPY, cs->loaded[(top - 1) % 2]);
+	if (last != top)
+		ckpt_fetch(e, last);
+	if (last >= 0 && cs->loaded_rec[layer_set(e, last)])
+		e->be->stream_wait_event(STREAM_COPY, cs->loaded[layer_set(e, last)]);
 }
 
 /* --- blockwise ---------------------------------------------------------------- */
 
 /* The forward of both checkpoint modes: the embedding into set 0, then
- * every layer, its inputs in set l % 2 and its outputs into the other;
- * save(e, l) runs before layer l computes. */
+ * every layer, its inputs in set l % 2 and its outputs into the other (one
+ * set: in place, after ckpt_save_in_place's copy); save(e, l) runs before
+ * layer l computes. */
 static void blockwise_forward(struct engine *e, int step, void (*save)(struct engine *, int))
 {
 	struct layer_view v;
 	int k = e->k;
 
 	e->cs.layer[0] = e->cs.layer[1] = -1;
+	e->lc.out_wait = e->cs.n_sets == 1 ? e->cs.saved[0] : NULL;
 	compute_open(e);
 	for (int j = 0; j < k; j++)
 		embed_forward(&e->lc, ckpt_buf(e, 0, j), j);
@@ -521,11 +565,12 @@ static void blockwise_forward(struct engine *e, int step, void (*save)(struct en
 
 			save(e, l);
 			block_view(e, &v, b, i);
-			layer_forward_mbs(e, &v, l, l % 2, (l + 1) % 2, k, step);
+			layer_forward_mbs(e, &v, l, layer_set(e, l), layer_set(e, l + 1), k, step);
 		}
 		compute_close(e);
 		slab_release(e, b);
 	}
+	e->lc.out_wait = NULL;
 }
 
 /* Blockwise backward through layer l (view v, inputs in set s, its
@@ -584,9 +629,9 @@ void blockwise_pass(struct engine *e, int step)
 	compute_open(e);
 	for (int j = 0; j < k; j++)
 		head_forward_backward(&e->lc, e->dresid[j], ckpt_buf(e, e->L, j), j, head_dloss(e));
-	/* the set that held the last layer's outputs is free for layer L-2 */
-	e->be->event_record(cs->freed[e->L % 2], STREAM_COMPUTE);
-	cs->freed_rec[e->L % 2] = 1;
+	/* the set that held the last layer's outputs is free for layer L-2 (one set: L-1) */
+	e->be->event_record(cs->freed[layer_set(e, e->L)], STREAM_COMPUTE);
+	cs->freed_rec[layer_set(e, e->L)] = 1;
 	compute_close(e);
 	for (int b = e->nb - 1; b >= 0; b--) {
 		int first = block_first(e, b), n = block_len(e, b);
@@ -596,11 +641,12 @@ void blockwise_pass(struct engine *e, int step)
 		slab_prefetch(e, b - 1);
 		compute_open(e);
 		for (int i = n - 1; i >= 0; i--) {
-			int l = first + i, s = l % 2;
+			int l = first + i, s = layer_set(e, l);
 			long off, len;
 
 			ckpt_fetch(e, l);
-			ckpt_fetch(e, l - 1);
+			if (cs->n_sets > 1) /* into the other set while layer l computes */
+				ckpt_fetch(e, l - 1);
 			if (cs->loaded_rec[s])
 				e->be->stream_wait_event(STREAM_COMPUTE, cs->loaded[s]);
 			block_view(e, &v, b, i);
@@ -612,6 +658,8 @@ void blockwise_pass(struct engine *e, int step)
 				pass_failed(e);
 			e->be->event_record(cs->freed[s], STREAM_COMPUTE);
 			cs->freed_rec[s] = 1;
+			if (cs->n_sets == 1) /* behind freed: layer l is done with set 0 */
+				ckpt_fetch(e, l - 1);
 		}
 		compute_close(e);
 		slab_release(e, b);

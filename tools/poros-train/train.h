@@ -52,6 +52,8 @@ struct train_config {
 	int profile;             /* POROS_PROFILE: device time per op category */
 	int lanes;               /* POROS_LANES: blockwise runs micro-batches on 1 or 2 compute lanes;
 	                            0: engine.c decides (engine_lanes) */
+	int ckpt_sets;           /* POROS_CKPT_SETS: blockwise layer mode keeps 1 or 2 device sets of
+	                            checkpoints; 0: run.c decides (choose_ckpt_sets; engine_ckpt_sets) */
 	int group;               /* POROS_GROUP: blockwise runs up to this many micro-batches a layer call;
 	                            0 or 1: one (engine_group) */
 	int mlp_chunk;           /* POROS_MLP_CHUNK: MLP rows per chunk; 0: MLP_CHUNK_TOKENS (layer.h) */
