@@ -268,6 +268,8 @@ parity() {
 			for v in 1 2 4; do
 				POROS_GROUP=$v train "$ck$v-$p" "${g[@]}" --checkpoints "$ck" --dropout "$p"
 				jq -e '.status == "ok" and .eval_loss > 0' "$ck$v-$p.json"
+				# the summary says how the run was laid out
+				jq -e --argjson v "$v" '.schedule.group == $v and .schedule.lanes == 1' "$ck$v-$p.json"
 			done
 			for v in 2 4; do
 				cmp "${ck}1-$p/$ADAPTER" "$ck$v-$p/$ADAPTER"
@@ -279,6 +281,7 @@ parity() {
 	# and resident's bits
 	train res "${g[@]}" --mode resident --dropout 0
 	cmp res/$ADAPTER layer4-0/$ADAPTER
+	jq -e '.schedule == {lanes: 1, group: 1, checkpoint_sets: null, attention_checkpoints: null}' res.json
 	# a run saved with groups resumes without, bit for bit
 	POROS_GROUP=4 train part "${g[@]}" --dropout 0 --save-every 2
 	poros-train --resume part/checkpoint-step2 "${TINY[@]}" --seq-len 64 --quiet --out resumed >resumed.json

@@ -53,6 +53,7 @@ struct run_result {
 	int lock_fd;        /* RUN_DIR/.lock, held to the end; -1 before */
 	int interrupted;    /* the signal that stopped the run after a step (checkpoint saved); 0: none */
 	int max_position;   /* the model's max_position_embeddings when --seq-len is beyond it; else 0 */
+	int n_layers;       /* the model's layers, once its config is read; else 0 */
 };
 
 /* --eval-dataset: the set, where it starts, and its rows (one pass). */
@@ -280,6 +281,26 @@ static int ranks_of(const struct train_config *c)
 	return c->ranks > 1 ? c->ranks : 1;
 }
 
+/* How the run was laid out, as the plan chose it (none of it changes a
+ * bit): compute lanes, micro-batches a layer call, device sets of layer
+ * checkpoints and attention checkpoints (the last two blockwise only);
+ * null before the plan was made. */
+static cJSON *schedule_json(const struct train_config *c, const struct run_result *r)
+{
+	int blockwise = c->mode == MODE_BLOCKWISE, cuda = r->be && r->be->library_device_bytes != 0;
+	cJSON *o;
+
+	if (isnan(r->vram_plan_mb) || r->n_layers <= 0)
+		return cJSON_CreateNull();
+	o = cJSON_CreateObject();
+	cJSON_AddNumberToObject(o, "lanes", engine_lanes(c, cuda));
+	cJSON_AddNumberToObject(o, "group", engine_group(c));
+	cJSON_AddItemToObject(o, "checkpoint_sets",
+	                      blockwise ? cJSON_CreateNumber(engine_ckpt_sets(c, r->n_layers)) : cJSON_CreateNull());
+	cJSON_AddItemToObject(o, "attention_checkpoints", blockwise ? cJSON_CreateBool(c->attn_ckpt != 0) : cJSON_CreateNull());
+	return o;
+}
+
 static int print_summary(FILE *out, const struct train_config *c, const struct run_result *r)
 {
 	cJSON *o = cJSON_CreateObject(), *env, *steps;
@@ -311,6 +332,7 @@ static int print_summary(FILE *out, const struct train_config *c, const struct r
 	cJSON_AddStringToObject(o, "mode", train_mode_names[c->mode]);
 	cJSON_AddItemToObject(o, "backend", str_or_null(r->be ? r->be->name : NULL));
 	cJSON_AddNumberToObject(o, "ranks", c->ranks > 1 ? c->ranks : 1);
+	cJSON_AddItemToObject(o, "schedule", schedule_json(c, r));
 	cJSON_AddNumberToObject(o, "steps", r->steps_done);
 	cJSON_AddNumberToObject(o, "warmup_steps", c->cell.training.warmup_steps);
 	cJSON_AddNumberToObject(o, "steps_measured", measured);
@@ -710,6 +732,7 @@ static int open_model(struct run *x, char *err, size_t errsz)
 	/* an unsupported rope_scaling is refused before any work is done */
 	if (rope_tables(NULL, NULL, &x->mc, 0, err, errsz) < 0)
 		return -1;
+	x->r.n_layers = x->mc.num_hidden_layers;
 	/* positions past the trained range still compute (RoPE has no table end), but the model never saw them */
 	if (x->mc.max_position_embeddings > 0 && c->cell.training.seq_len > x->mc.max_position_embeddings &&
 	    x->r.max_position == 0) {
