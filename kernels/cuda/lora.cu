@@ -287,8 +287,8 @@ static void lora_dA_tc(float *dA, float *scratch, const float *du, const bf16 *i
 
 // dB (N,R) += scale * dout^T @ u, a segment of T / segs rows at a time into
 // dB + i * stride (one segment: the whole call), on tensor cores through
-// u's split (all T rows at once) and one (N,3R) sum a segment: each as
-// dout_product_tc would form it over that segment alone.
+// u's split (all T rows at once) and one (N,3R) sum a segment: each the
+// call a segment alone would make (the same split values, shape and join).
 static void lora_dB_tc(float *dB, float *scratch, const bf16 *dout, int ld_dout, const float *u, float scale, int T,
                        int N, int R, int segs, long stride)
 {

@@ -964,11 +964,22 @@ static size_t fit_cap(const struct train_config *c, long device_mb)
 	return 0;
 }
 
+/* The device peak of the plan the configuration now makes (-1 with err). */
+static int plan_peak(struct run *x, size_t library_bytes, size_t *peak, char *err, size_t errsz)
+{
+	struct dev_alloc plan;
+
+	if (make_plan(x, library_bytes, &plan, NULL, err, errsz) < 0)
+		return -1;
+	*peak = plan.peak;
+	dev_alloc_release_all(&plan);
+	return 0;
+}
+
 static int choose_lanes(struct run *x, size_t library_bytes, long device_mb, char *err, size_t errsz)
 {
 	struct train_config *c = &x->cfg;
-	struct dev_alloc plan;
-	size_t two, cap = fit_cap(c, device_mb);
+	size_t two, one, cap = fit_cap(c, device_mb);
 	char a[32], b[32];
 
 	if (c->lanes != 0 || !cap)
@@ -976,20 +987,17 @@ static int choose_lanes(struct run *x, size_t library_bytes, long device_mb, cha
 	c->lanes = engine_lanes(c, library_bytes != 0);
 	if (c->lanes < 2)
 		return 0;
-	if (make_plan(x, library_bytes, &plan, NULL, err, errsz) < 0)
+	if (plan_peak(x, library_bytes, &two, err, errsz) < 0)
 		return -1;
-	two = plan.peak;
-	dev_alloc_release_all(&plan);
 	if (two <= cap)
 		return 0;
 	c->lanes = 1;
-	if (make_plan(x, library_bytes, &plan, NULL, err, errsz) < 0)
+	if (plan_peak(x, library_bytes, &one, err, errsz) < 0)
 		return -1;
-	if (plan.peak <= cap) /* else the budget's refusal, or the device's, says it all */
+	if (one <= cap) /* else the budget's refusal, or the device's, says it all */
 		warnmsg("two compute lanes need %s of device memory, over %s %s: one lane (POROS_LANES=2 insists)",
 		        format_bytes(a, sizeof a, (double)two), c->vram_budget ? "--vram-budget" : "the device's",
 		        format_bytes(b, sizeof b, (double)cap));
-	dev_alloc_release_all(&plan);
 	return 0;
 }
 
@@ -1007,8 +1015,7 @@ static int choose_lanes(struct run *x, size_t library_bytes, long device_mb, cha
 static int choose_ckpt_sets(struct run *x, size_t library_bytes, long device_mb, char *err, size_t errsz)
 {
 	struct train_config *c = &x->cfg;
-	struct dev_alloc plan;
-	size_t two, cap = fit_cap(c, device_mb);
+	size_t two, one, cap = fit_cap(c, device_mb);
 	char a[32], b[32];
 
 	if (c->mode != MODE_BLOCKWISE)
@@ -1022,23 +1029,20 @@ static int choose_ckpt_sets(struct run *x, size_t library_bytes, long device_mb,
 	if (c->ckpt_sets != 0 || !cap || c->attn_ckpt != 0 || engine_block_ckpt(c, x->mc.num_hidden_layers))
 		return 0;
 	c->ckpt_sets = 2;
-	if (make_plan(x, library_bytes, &plan, NULL, err, errsz) < 0)
+	if (plan_peak(x, library_bytes, &two, err, errsz) < 0)
 		return -1;
-	two = plan.peak;
-	dev_alloc_release_all(&plan);
 	if (two <= cap)
 		return 0;
 	c->ckpt_sets = 1;
-	if (make_plan(x, library_bytes, &plan, NULL, err, errsz) < 0)
+	if (plan_peak(x, library_bytes, &one, err, errsz) < 0)
 		return -1;
-	if (plan.peak <= cap)
+	if (one <= cap)
 		warnmsg("two checkpoint sets need %s of device memory, over %s %s: one set, each layer's record "
 		        "fetched after the layer above (POROS_CKPT_SETS=2 insists)",
 		        format_bytes(a, sizeof a, (double)two), c->vram_budget ? "--vram-budget" : "the device's",
 		        format_bytes(b, sizeof b, (double)cap));
 	else /* the budget's refusal, or the device's, says it all */
 		c->ckpt_sets = 2;
-	dev_alloc_release_all(&plan);
 	return 0;
 }
 
