@@ -425,6 +425,53 @@ one_set_parity() {
 		one8.plan
 }
 
+# --- the attention sublayer's checkpoints (POROS_ATTN_CKPT=2) ---------------
+
+@test "attention-sublayer checkpoints are bit-identical to resident: dropout, lanes, block checkpoints, disk" {
+	eight_layers
+	train res "${EIGHT[@]}" --mode resident
+	POROS_ATTN_CKPT=2 train sub "${EIGHT[@]}" --block-size 3
+	same_steps sub res
+	POROS_ATTN_CKPT=2 POROS_LANES=2 train lanes "${EIGHT[@]}" --block-size 2
+	same_steps lanes res
+	# block checkpoints: every layer but a block's top recomputed twice, from what the first pass kept
+	POROS_ATTN_CKPT=2 train block "${EIGHT[@]}" --checkpoints block --block-size 3
+	same_steps block res
+	POROS_ATTN_CKPT=2 POROS_DISK_CHECKPOINTS=5 train disk "${EIGHT[@]}" --block-size 2 --checkpoint-dir ck
+	same_steps disk res
+	POROS_ATTN_CKPT=2 POROS_DISK_CHECKPOINTS=5 disk_is_plan disk "${EIGHT[@]}" --block-size 2 --checkpoint-dir ck
+	# the recomputation runs the MLP's norm alone: no q, k, v or o product a second time
+	for v in 1 2; do
+		POROS_PROFILE=1 POROS_ATTN_CKPT=$v poros-train "${TINY[@]}" "${EIGHT[@]}" --steps 1 --block-size 2 \
+			--out "p$v" 2>"p$v.err" >/dev/null
+		sed -n 's/^poros-train: profile step 1: //p' "p$v.err" >"p$v.profile"
+	done
+	# per layer and micro-batch: 7 products forward, 6 again (1 and 2), or 2 (gate and up)
+	jq -e --slurpfile one p1.profile '.gemm_fwd.n == $one[0].gemm_fwd.n - 8 * 3 * 4' p2.profile
+	[ "$(jq -r .loss res/events.jsonl | sort -u | wc -l)" -eq 3 ]
+}
+
+@test "attention-sublayer checkpoints are bit-identical in micro-batch groups, over packed documents, with evaluation" {
+	# a group's rows a multiple of 128: seq 64, batch 2; documents of 9 ids and an EOS, masks
+	for d in 1 2 3 4 5 6 7 8; do
+		jq -cn --argjson d "$d" '{input_ids: [range(0; 9) | (. * 7 + $d * 13) % 250]}'
+	done >docs.jsonl
+	for i in $(seq 0 15); do printf "\\x$(printf %02x $(((i * 37 + 5) % 200)))\\x00"; done >eval.u16
+	local q=(--model poros/tiny-qwen3 --precision nf4 --accum 5 --lr 5e-3 --seq-len 64 --steps 3 --dataset docs.jsonl
+		--eval-dataset eval.u16 --eval-every 1)
+	train res "${q[@]}" --mode resident --dropout 0.1
+	for g in 1 4; do
+		POROS_ATTN_CKPT=2 POROS_GROUP=$g train "g$g" "${q[@]}" --block-size 2 --dropout 0.1
+		jq -e --argjson g "$g" '.schedule.group == $g and .schedule.attention_sublayer == true' "g$g.json"
+		same_steps "g$g" res
+		diff <(jq -r .eval_loss res/events.jsonl) <(jq -r .eval_loss "g$g/events.jsonl")
+	done
+	# without dropout the LoRA backward rides in the base GEMMs (the extension)
+	train res0 "${q[@]}" --mode resident --dropout 0
+	POROS_ATTN_CKPT=2 POROS_GROUP=4 train g4d0 "${q[@]}" --block-size 2 --dropout 0
+	same_steps g4d0 res0
+}
+
 @test "POROS_CKPT_SETS: a bad value is a usage error; 1 is refused with block or attention checkpoints" {
 	local q=(--model poros/tiny-qwen2 --steps 1 --out r)
 	for v in 0 3 one; do
@@ -433,8 +480,10 @@ one_set_parity() {
 	done
 	POROS_CKPT_SETS=1 run -2 --separate-stderr poros-train "${TINY[@]}" "${q[@]}" --checkpoints block --block-size 2
 	[[ "$stderr" == *"poros-train: POROS_CKPT_SETS: 1 needs --checkpoints layer"* ]]
-	POROS_CKPT_SETS=1 POROS_ATTN_CKPT=1 run -2 --separate-stderr poros-train "${TINY[@]}" "${q[@]}" --plan
-	[[ "$stderr" == *"poros-train: POROS_CKPT_SETS: 1 needs POROS_ATTN_CKPT=0"* ]]
+	for v in 1 2; do
+		POROS_CKPT_SETS=1 POROS_ATTN_CKPT=$v run -2 --separate-stderr poros-train "${TINY[@]}" "${q[@]}" --plan
+		[[ "$stderr" == *"poros-train: POROS_CKPT_SETS: 1 needs POROS_ATTN_CKPT=0"* ]]
+	done
 	# unset, the attention checkpoints give way to the one set asked for
 	POROS_CKPT_SETS=1 poros-train "${TINY[@]}" "${q[@]}" --plan |
 		jq -e '.checkpoint_sets == 1 and .attention_checkpoints == false'

@@ -195,6 +195,38 @@ plan_and_train() {
 	[ "$(jq -r .vram_plan_mb attn.plan)" = "$(jq -r .vram_peak_mb attn.json)" ]
 }
 
+@test "--plan counts the attention sublayer's checkpoints (POROS_ATTN_CKPT=2) exactly, on the host and the device" {
+	# a 64-token micro-batch of tiny-qwen2 (C 64, 4 x 16 query and 2 x 16 kv
+	# features, rank 4 on all projections) keeps beside the attention output:
+	# x2 and q (64 x 64 fp32 each), k and v (64 x 32), and the u (64 x 4) of
+	# q, k, v and o: 53248 bytes a layer, 4 layers on the host
+	POROS_ATTN_CKPT=1 run -0 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --plan
+	one=$output
+	POROS_ATTN_CKPT=2 run -0 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --plan
+	jq -e --argjson one "$one" '.attention_checkpoints == true and .attention_sublayer == true and
+		$one.attention_sublayer == false and
+		((.host_checkpoints_mb - $one.host_checkpoints_mb) * 1048576 | round) == 4 * 53248' <<<"$output"
+	# the device sets hold them instead of the activations: more checkpoints, fewer activations
+	jq -e --argjson one "$one" '.vram_breakdown_mb.checkpoints > $one.vram_breakdown_mb.checkpoints and
+		.vram_breakdown_mb.activations < $one.vram_breakdown_mb.activations' <<<"$output"
+	run -0 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --mode resident --plan
+	jq -e '.attention_sublayer == null' <<<"$output"
+	# what the run takes is the plan, to the byte: with two lanes, a group of
+	# micro-batches, Qwen3's norms of q and k, block checkpoints
+	POROS_ATTN_CKPT=2 POROS_LANES=2 plan_and_train lanes --model poros/tiny-qwen3 --mode blockwise --accum 3
+	POROS_ATTN_CKPT=2 POROS_GROUP=2 plan_and_train group --model poros/tiny-qwen3 --mode blockwise --accum 3 \
+		--seq-len 64
+	POROS_ATTN_CKPT=2 plan_and_train block --model poros/tiny-qwen2 --mode blockwise --accum 2 --checkpoints block \
+		--block-size 2
+	for name in lanes group block; do
+		jq -e '.status == "ok" and .schedule.attention_sublayer == true' "$name.json"
+		[ "$(jq -r .vram_plan_mb $name.plan)" = "$(jq -r .vram_peak_mb $name.json)" ]
+		[ "$(jq -c .vram_breakdown_mb $name.plan)" = "$(jq -c .vram_breakdown_mb $name.json)" ]
+	done
+	jq -e '.lanes == 2' lanes.plan
+	jq -e '.group == 2' group.plan
+}
+
 @test "--plan counts the second compute lane: its activations, scratch and cuBLAS workspace, and the run takes what it says" {
 	# CUDA blockwise with two or more micro-batches: two lanes, a second 32 MiB
 	# cuBLAS workspace; one micro-batch, resident or POROS_LANES=1: one

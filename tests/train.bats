@@ -193,20 +193,25 @@ parity() {
 		jq -e '.status == "ok"'
 }
 
-@test "POROS_ATTN_CKPT takes 0 or 1: another value is a usage error; on and off are the same bits" {
+@test "POROS_ATTN_CKPT takes 0, 1 or 2: another value is a usage error; each level is the same bits" {
 	POROS_ATTN_CKPT=yes run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
-	[ "$stderr" = 'poros-train: POROS_ATTN_CKPT: unknown value "yes" (expected 0 or 1)' ]
+	[ "$stderr" = 'poros-train: POROS_ATTN_CKPT: unknown value "yes" (expected 0, 1 or 2)' ]
 	[ -z "$output" ] && [ ! -e run ]
 	# the recomputation takes the forward's attention, or runs it again: the same
 	# losses and adapter, with packed documents (a document mask) and accumulation
 	jq -cn '{input_ids: [range(0; 20) | (. * 7) % 250]}, {input_ids: [range(0; 50) | (. * 3) % 250]}' >docs.jsonl
-	for v in 1 0; do
+	for v in 2 1 0; do
 		POROS_ATTN_CKPT=$v train "a$v" --model poros/tiny-qwen3 --mode blockwise --steps 3 --accum 2 \
 			--dataset docs.jsonl --block-size 3
 		jq -e '.status == "ok"' "a$v.json"
 	done
-	cmp a1/$ADAPTER a0/$ADAPTER
-	[ "$(jq -c '[.loss]' a1/events.jsonl)" = "$(jq -c '[.loss]' a0/events.jsonl)" ]
+	for v in 1 2; do
+		cmp a$v/$ADAPTER a0/$ADAPTER
+		[ "$(jq -c '[.loss]' a$v/events.jsonl)" = "$(jq -c '[.loss]' a0/events.jsonl)" ]
+	done
+	jq -e '.schedule.attention_checkpoints == true and .schedule.attention_sublayer == true' a2.json
+	jq -e '.schedule.attention_checkpoints == true and .schedule.attention_sublayer == false' a1.json
+	jq -e '.schedule.attention_checkpoints == false and .schedule.attention_sublayer == false' a0.json
 	# and the default (on, where the host has room) is the same run
 	train auto --model poros/tiny-qwen3 --mode blockwise --steps 3 --accum 2 --dataset docs.jsonl --block-size 3
 	cmp a1/$ADAPTER auto/$ADAPTER
@@ -281,7 +286,7 @@ parity() {
 	# and resident's bits
 	train res "${g[@]}" --mode resident --dropout 0
 	cmp res/$ADAPTER layer4-0/$ADAPTER
-	jq -e '.schedule == {lanes: 1, group: 1, checkpoint_sets: null, attention_checkpoints: null}' res.json
+	jq -e '.schedule == {lanes: 1, group: 1, checkpoint_sets: null, attention_checkpoints: null, attention_sublayer: null}' res.json
 	# a run saved with groups resumes without, bit for bit
 	POROS_GROUP=4 train part "${g[@]}" --dropout 0 --save-every 2
 	poros-train --resume part/checkpoint-step2 "${TINY[@]}" --seq-len 64 --quiet --out resumed >resumed.json

@@ -31,8 +31,15 @@ struct span {
  * log-sum-exps (H*T) fp32 at lse_off, att_mb and lse_mb bytes apart (each
  * micro-batch's aligned as a carved buffer), so that the layer's recomputation
  * in backward skips the attention forward (the same bits: the forward is
- * deterministic and its inputs are the same).  Set s of the two device
- * sets holds one record; host holds every layer's. */
+ * deterministic and its inputs are the same).  At ATTN_CKPT_SUBLAYER the
+ * rest of the attention sublayer's results follow, field f's at
+ * sub_off[f], sub_mb[f] bytes a micro-batch (0: not kept), so the
+ * recomputation runs only the MLP's norm.  Set s of the two device sets
+ * holds one record; host holds every layer's.  A group reads consecutive
+ * micro-batches' fields as one: each is a multiple of LAYOUT_ALIGN there
+ * (T % 128 == 0), so the alignment adds nothing between them. */
+enum { SUB_X2, SUB_Q, SUB_K, SUB_V, SUB_Q_PRE, SUB_K_PRE, SUB_RSTD_Q, SUB_RSTD_K,
+       SUB_U, SUB_N = SUB_U + 4 /* u of q, k, v, o */ };
 #define CKPT_SETS_MAX 1024 /* poros.block_size's most: --checkpoints block keeps bs sets */
 struct ckpt_sets {
 	/* records n_disk.. (of L, or nb in block mode), rec_bytes apart (block:
@@ -45,9 +52,10 @@ struct ckpt_sets {
 	unsigned char *dev[CKPT_SETS_MAX]; /* one record each, n_sets of them */
 	int n_sets;               /* 2, or 1 (engine_ckpt_sets); --checkpoints block: bs (blockwise_pass_block_ckpt) */
 	int block;                /* --checkpoints block at bs >= 2: the host holds each block's first input */
-	int attn;
+	int attn;                 /* 0, ATTN_CKPT_OUTPUT or ATTN_CKPT_SUBLAYER (train.h) */
 	size_t att_off, lse_off, rec_bytes; /* without attn: att_off = rec_bytes, the inputs' size */
 	size_t att_mb, lse_mb;
+	size_t sub_off[SUB_N], sub_mb[SUB_N];
 	int layer[2];             /* the layer whose record set s holds; -1: none */
 	struct backend_event *ready, *saved[2], *loaded[CKPT_SETS_MAX], *freed[CKPT_SETS_MAX];
 	int saved_rec[2], loaded_rec[CKPT_SETS_MAX], freed_rec[CKPT_SETS_MAX];

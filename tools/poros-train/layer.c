@@ -158,7 +158,12 @@ void layer_forward(const struct layer_ctx *c, const struct layer_view *w, struct
 void layer_recompute(const struct layer_ctx *c, const struct layer_view *w, struct layer_act *a, int layer,
                      const float *x, struct pass p)
 {
-	attention_block(c, w, a, layer, x, !a->att_kept, p);
+	if (a->att_kept == KEPT_SUBLAYER) { /* x2 and all before it kept: its norm, xn2's buffer is xn's */
+		a->x = x;
+		c->op->rmsnorm_forward(NULL, a->xn2, c->C + c->E, a->rstd2, a->x2, w->post_norm, c->eps, c->T, c->C);
+		return;
+	}
+	attention_block(c, w, a, layer, x, a->att_kept == KEPT_NONE, p);
 }
 
 /* dq's buffer: x2's, which the backward reads last in the MLP's norm, when

@@ -64,8 +64,10 @@ struct layer_act {
 	float *rstd_q, *rstd_k; /* (T*H), (T*G) */
 	float *lse;          /* (B,H,S) */
 	bf16 *att;           /* (T,H*D) attention output */
-	int att_kept;        /* att and lse already hold this layer's attention of this micro-batch:
-	                        layer_recompute does not run it again */
+	int att_kept;        /* what already holds this layer's values of this micro-batch, so that
+	                        layer_recompute does not make them again: KEPT_NONE, KEPT_OUTPUT (att
+	                        and lse) or KEPT_SUBLAYER (also q, k, v, q_pre, k_pre, rstd_q, rstd_k,
+	                        x2 and the u of q, k, v and o) */
 	float *x2;           /* (T,C) x + o_proj(att); in the backward, once read, dq when H*D <= C */
 	bf16 *xn2;           /* (T,C) post_attention_layernorm(x2), in xn's buffer: the
 	                        backward normalizes x again into xn before q, k and v's */
@@ -80,6 +82,9 @@ struct layer_act {
 	int mlp_whole;
 	float *u[N_PROJ];    /* (T,R) LoRA A outputs of targeted projections */
 };
+
+/* layer_act.att_kept's values. */
+enum { KEPT_NONE, KEPT_OUTPUT, KEPT_SUBLAYER };
 
 /* Backward scratch, shared by every layer. */
 struct grad_scratch {
@@ -156,8 +161,9 @@ void layer_forward(const struct layer_ctx *c, const struct layer_view *w, struct
                    const float *x, float *out, struct pass p);
 /* layer_forward's bits again from x, for layer_backward: it stops after
  * the post-attention norm (the backward recomputes the MLP chunk by chunk,
- * without down_proj's base GEMM and the residual add), and with
- * a->att_kept takes the attention's output and lse as they are. */
+ * without down_proj's base GEMM and the residual add), and takes what
+ * a->att_kept says is kept as it is: the attention's output and lse, or
+ * the whole attention sublayer's, when only the MLP's norm runs. */
 void layer_recompute(const struct layer_ctx *c, const struct layer_view *w, struct layer_act *a, int layer,
                      const float *x, struct pass p);
 /* dx (T,C): the gradient of the layer output in, of its input out; LoRA

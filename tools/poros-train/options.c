@@ -223,9 +223,9 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 		return snprintf(err, errsz, "POROS_LORA_EXT: unknown value \"%s\" (expected 0 or 1)", ext), -1;
 	c->lora_ext = !(ext && strcmp(ext, "0") == 0);
 	/* blockwise's attention checkpoints change no bit, only memory and time */
-	if (attn && *attn && strcmp(attn, "0") && strcmp(attn, "1"))
-		return snprintf(err, errsz, "POROS_ATTN_CKPT: unknown value \"%s\" (expected 0 or 1)", attn), -1;
-	c->attn_ckpt = attn && *attn ? strcmp(attn, "1") == 0 : ATTN_CKPT_AUTO;
+	if (attn && *attn && strcmp(attn, "0") && strcmp(attn, "1") && strcmp(attn, "2"))
+		return snprintf(err, errsz, "POROS_ATTN_CKPT: unknown value \"%s\" (expected 0, 1 or 2)", attn), -1;
+	c->attn_ckpt = attn && *attn ? attn[0] - '0' : ATTN_CKPT_AUTO;
 	/* blockwise's compute lanes change no bit, only memory and time */
 	if (lanes && *lanes && strcmp(lanes, "1") && strcmp(lanes, "2"))
 		return snprintf(err, errsz, "POROS_LANES: unknown value \"%s\" (expected 1 or 2)", lanes), -1;

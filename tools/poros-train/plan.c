@@ -67,18 +67,51 @@ void plan_dequant_layout(struct engine *e)
 	e->dequant_ext_ver = 0;
 }
 
+/* The bytes a micro-batch of each field the record keeps at
+ * ATTN_CKPT_SUBLAYER (engine_impl.h): what layer_recompute would make
+ * again, but xn2 and rstd2 (0: the layer has no such field). */
+static void sublayer_fields(const struct engine *e, size_t mb[SUB_N])
+{
+	const struct layer_ctx *c = &e->lc;
+	size_t T = (size_t)c->T, f = sizeof(float);
+
+	memset(mb, 0, SUB_N * sizeof *mb);
+	mb[SUB_X2] = T * c->C * f;
+	mb[SUB_Q] = T * c->HD * f;
+	mb[SUB_K] = mb[SUB_V] = T * c->GD * f;
+	if (c->qk_norm) {
+		mb[SUB_Q_PRE] = T * c->HD * f;
+		mb[SUB_K_PRE] = T * c->GD * f;
+		mb[SUB_RSTD_Q] = T * c->H * f;
+		mb[SUB_RSTD_K] = T * c->G * f;
+	}
+	for (int m = 0; m < 4; m++)
+		if ((e->lora.mask >> m) & 1u)
+			mb[SUB_U + m] = T * c->R * f;
+	for (int i = 0; i < SUB_N; i++)
+		mb[i] = align_up(mb[i]);
+}
+
 void plan_ckpt_layout(struct engine *e)
 {
 	struct ckpt_sets *cs = &e->cs;
 	const struct layer_ctx *c = &e->lc;
 	size_t rows = (size_t)e->k * c->T;
 
-	cs->attn = e->blockwise && e->cfg->attn_ckpt != 0; /* ATTN_CKPT_AUTO: run.c decides; here it is on */
+	/* ATTN_CKPT_AUTO: run.c decides; here it is the output */
+	cs->attn = !e->blockwise ? 0 : e->cfg->attn_ckpt == ATTN_CKPT_AUTO ? ATTN_CKPT_OUTPUT : e->cfg->attn_ckpt;
 	cs->att_mb = align_up((size_t)c->T * (c->HD + c->E) * sizeof(bf16));
 	cs->lse_mb = align_up((size_t)c->T * c->H * sizeof(float));
 	cs->att_off = align_up(rows * c->C * sizeof(float));
 	cs->lse_off = cs->att_off + (cs->attn ? (size_t)e->k * cs->att_mb : 0);
 	cs->rec_bytes = cs->lse_off + (cs->attn ? (size_t)e->k * cs->lse_mb : 0);
+	sublayer_fields(e, cs->sub_mb);
+	for (int f = 0; f < SUB_N; f++) {
+		if (cs->attn != ATTN_CKPT_SUBLAYER)
+			cs->sub_mb[f] = 0;
+		cs->sub_off[f] = cs->rec_bytes;
+		cs->rec_bytes += (size_t)e->k * cs->sub_mb[f];
+	}
 	/* a block record is the inputs alone; a layer record's attention goes
 	 * out with the next layer's inputs, a piece of its own */
 	if (!e->blockwise)
@@ -117,23 +150,31 @@ static void plan_act(struct engine *e, struct carver *cv, struct layer_act *a)
 	const struct layer_ctx *c = &e->lc;
 	long T = call_rows(e);
 
+	/* with the attention checkpoints the attention's output and lse, and
+	 * at ATTN_CKPT_SUBLAYER the rest of its sublayer's, live in the
+	 * checkpoint records (schedule.c points a at them) */
+	int sub = e->cs.attn == ATTN_CKPT_SUBLAYER;
+
 	memset(a, 0, sizeof *a);
 	a->xn = CARVE_BF16(cv, T * (c->C + c->E));
 	a->rstd1 = CARVE_F32(cv, T);
-	a->q = CARVE_F32(cv, T * c->HD);
-	a->k = CARVE_F32(cv, T * c->GD);
-	a->v = CARVE_F32(cv, T * c->GD);
-	if (c->qk_norm) {
+	if (!sub) {
+		a->q = CARVE_F32(cv, T * c->HD);
+		a->k = CARVE_F32(cv, T * c->GD);
+		a->v = CARVE_F32(cv, T * c->GD);
+	}
+	if (c->qk_norm && !sub) {
 		a->q_pre = CARVE_F32(cv, T * c->HD);
 		a->k_pre = CARVE_F32(cv, T * c->GD);
 		a->rstd_q = CARVE_F32(cv, T * c->H);
 		a->rstd_k = CARVE_F32(cv, T * c->G);
 	}
-	if (!e->cs.attn) { /* else they live in the checkpoint records (schedule.c points a at them) */
+	if (!e->cs.attn) {
 		a->lse = CARVE_F32(cv, T * c->H);
 		a->att = CARVE_BF16(cv, T * (c->HD + c->E));
 	}
-	a->x2 = CARVE_F32(cv, T * c->C);
+	if (!sub)
+		a->x2 = CARVE_F32(cv, T * c->C);
 	a->xn2 = a->xn; /* the backward normalizes x again for q, k and v (layer.h) */
 	a->rstd2 = CARVE_F32(cv, T);
 	/* the MLP's, kept for the backward: every row; else one chunk's, which
@@ -144,7 +185,7 @@ static void plan_act(struct engine *e, struct carver *cv, struct layer_act *a)
 		a->up = CARVE_BF16(cv, T * c->F);
 		a->h = CARVE_BF16(cv, T * (c->F + c->E));
 	}
-	for (int m = 0; m < N_PROJ; m++)
+	for (int m = sub ? 4 : 0; m < N_PROJ; m++)
 		if ((e->lora.mask >> m) & 1u)
 			a->u[m] = CARVE_F32(cv, T * c->R);
 }
@@ -505,7 +546,8 @@ static int alloc_state(struct engine *e, char *err, size_t errsz)
 		return set_error(err, errsz, "%s", e->alloc.err);
 	if (e->blockwise) {
 		snprintf(what, sizeof what, "%d set%s of %d layer-input%s checkpoints", e->cs.n_sets,
-		         e->cs.n_sets > 1 ? "s" : "", e->k, e->cs.attn ? " and attention" : "");
+		         e->cs.n_sets > 1 ? "s" : "", e->k, e->cs.attn == ATTN_CKPT_SUBLAYER ? " and attention-sublayer"
+		         : e->cs.attn ? " and attention" : "");
 	} else {
 		e->n_ckpt = e->L + 1;
 		e->ckpt = xcalloc((size_t)e->n_ckpt, sizeof *e->ckpt);

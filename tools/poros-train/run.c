@@ -298,6 +298,8 @@ static cJSON *schedule_json(const struct train_config *c, const struct run_resul
 	cJSON_AddItemToObject(o, "checkpoint_sets",
 	                      blockwise ? cJSON_CreateNumber(engine_ckpt_sets(c, r->n_layers)) : cJSON_CreateNull());
 	cJSON_AddItemToObject(o, "attention_checkpoints", blockwise ? cJSON_CreateBool(c->attn_ckpt != 0) : cJSON_CreateNull());
+	cJSON_AddItemToObject(o, "attention_sublayer",
+	                      blockwise ? cJSON_CreateBool(c->attn_ckpt == ATTN_CKPT_SUBLAYER) : cJSON_CreateNull());
 	return o;
 }
 
@@ -1612,6 +1614,8 @@ static int print_plan(struct run *x, FILE *out)
 	cJSON_AddItemToObject(o, "host_checkpoints_mb", num_or_null((double)(tier.host + tier.bounce) / MIB));
 	cJSON_AddItemToObject(o, "attention_checkpoints",
 	                      c->mode == MODE_BLOCKWISE ? cJSON_CreateBool(c->attn_ckpt != 0) : cJSON_CreateNull());
+	cJSON_AddItemToObject(o, "attention_sublayer", c->mode == MODE_BLOCKWISE
+	                      ? cJSON_CreateBool(c->attn_ckpt == ATTN_CKPT_SUBLAYER) : cJSON_CreateNull());
 	cJSON_AddItemToObject(o, "checkpoints", c->mode != MODE_BLOCKWISE ? cJSON_CreateNull()
 	                      : cJSON_CreateString(checkpoints_names[engine_block_ckpt(c, x->mc.num_hidden_layers)]));
 	cJSON_AddItemToObject(o, "checkpoint_sets", c->mode == MODE_BLOCKWISE

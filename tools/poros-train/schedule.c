@@ -415,18 +415,24 @@ static float *ckpt_buf(struct engine *e, int layer, int mb)
 	return set_buf(e, layer_set(e, layer), mb);
 }
 
-/* With the attention checkpoints, a's attention output and lse (a lane's activations) are
- * micro-batch mb's in set s's record; kept: they hold them already, so a
- * recomputation takes them instead of running the attention again. */
+/* With the attention checkpoints, a's attention output and lse (a lane's
+ * activations), and at ATTN_CKPT_SUBLAYER the rest of the attention
+ * sublayer's, are micro-batch mb's in set s's record; kept: they hold them
+ * already, so a recomputation takes them instead of making them again. */
 static void act_attention_set(struct engine *e, struct layer_act *a, int s, int mb, int kept)
 {
 	struct ckpt_sets *cs = &e->cs;
+	float **field[SUB_N] = { &a->x2, &a->q, &a->k, &a->v, &a->q_pre, &a->k_pre, &a->rstd_q, &a->rstd_k,
+	                          &a->u[0], &a->u[1], &a->u[2], &a->u[3] };
 
 	if (!cs->attn)
 		return;
 	a->att = (bf16 *)(cs->dev[s] + cs->att_off + (size_t)mb * cs->att_mb);
 	a->lse = (float *)(cs->dev[s] + cs->lse_off + (size_t)mb * cs->lse_mb);
-	a->att_kept = kept;
+	a->att_kept = !kept ? KEPT_NONE : cs->attn == ATTN_CKPT_SUBLAYER ? KEPT_SUBLAYER : KEPT_OUTPUT;
+	for (int f = 0; f < SUB_N; f++)
+		if (cs->sub_mb[f])
+			*field[f] = (float *)(cs->dev[s] + cs->sub_off[f] + (size_t)mb * cs->sub_mb[f]);
 }
 
 /* Blockwise forward through `layer` (view v) of micro-batches 0..n-1 of

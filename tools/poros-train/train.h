@@ -75,11 +75,17 @@ struct train_config {
 	int shared_base;         /* not POROS_SHARED_BASE=0: the ranks of a host share one base (shared_base.h) */
 	double progress_after;   /* POROS_PROGRESS_AFTER: seconds of reading a dataset before its progress lines (1) */
 	int attn_ckpt;           /* POROS_ATTN_CKPT: blockwise keeps each layer's attention output for its
-	                            recomputation (1), or runs it again (0); ATTN_CKPT_AUTO (unset): 1 where
-	                            the host has the memory, which run.c decides (the engine takes it as 1) */
+	                            recomputation (ATTN_CKPT_OUTPUT), the whole attention sublayer's results
+	                            (ATTN_CKPT_SUBLAYER), or runs it again (0); ATTN_CKPT_AUTO (unset): the
+	                            output where the host has the memory, which run.c decides (the engine
+	                            takes it as ATTN_CKPT_OUTPUT) */
 };
 
-enum { ATTN_CKPT_AUTO = -1 };
+/* POROS_ATTN_CKPT's levels (schedule.c): 0 the layer inputs alone; 1 with
+ * each layer's attention output and lse; 2 also q, k, v (and Qwen3's
+ * pre-norm q, k and their rstd), the LoRA u of q, k, v and o, and the
+ * residual sum x2, so the recomputation runs only the MLP's norm. */
+enum { ATTN_CKPT_AUTO = -1, ATTN_CKPT_OUTPUT = 1, ATTN_CKPT_SUBLAYER = 2 };
 
 /* The command line, one slot per option (the last one given wins); main.c
  * fills it, options.c gives it meaning.  X(id, name, has_arg): the flags

@@ -27,7 +27,7 @@ const struct summary_field summary_fields[] = {
 	{ ALWAYS("mode", SK_NAME, 0) },       /* poros-train's schedule, or a Python arm's method again */
 	{ ALWAYS("backend", SK_NAME, NUL) },
 	{ TRAIN("ranks", SK_COUNT, 0) },      /* the run's data-parallel processes; 1 alone */
-	{ TRAIN("schedule", SK_OBJECT, NUL) }, /* {lanes, group, checkpoint_sets, attention_checkpoints} */
+	{ TRAIN("schedule", SK_OBJECT, NUL) }, /* {lanes, group, checkpoint_sets, attention_checkpoints, attention_sublayer} */
 	{ ALWAYS("steps", SK_COUNT, NUL) },
 	{ ALWAYS("warmup_steps", SK_COUNT, NUL) },
 	{ ALWAYS("steps_measured", SK_COUNT, NUL) },
