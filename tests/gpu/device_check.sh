@@ -7,7 +7,7 @@
 # 1. every CUDA op against the CPU op; 2. tiny models: CPU vs CUDA losses,
 # blockwise vs resident bit-identical on the GPU (also with the MLP in token
 # chunks), one compute lane vs two, micro-batch groups, checkpoint records on
-# disk; 3. attention against a double-precision reference at S = 32768
+# disk, one checkpoint set, the attention sublayer's checkpoints; 3. attention against a double-precision reference at S = 32768
 # (bench_attention, BENCH_REFERENCE=1); 4. HF transformers agreement (also
 # at 2048 tokens with head dims 128 and 64: the cuDNN route and the
 # kernels); 5. compute-sanitizer memcheck on a tiny run.  Logs under OUTDIR.
@@ -137,6 +137,21 @@ POROS_ATTN_CKPT=0 POROS_CKPT_SETS=1 POROS_DISK_CHECKPOINTS=4 train sets1_disk cu
 	--configs "$out/cfg" --dropout 0.1 --checkpoint-dir "$out/ckdir" || fail=1
 bit_identical "one set, 4 records on disk" "$out/runs/host_layer" "$out/runs/sets1_disk"
 [ -z "$(ls -A "$out/ckdir")" ] || { echo "FAIL: files left in the checkpoint directory"; fail=1; }
+note "attention-sublayer checkpoints (POROS_ATTN_CKPT=2): resident's bits, two lanes, one, a group, block checkpoints"
+# the forward writes q, k, v, x2 and the u of q, k, v, o into the record's
+# device set, which leaves with the next layer's inputs on the checkpoint
+# stream: a missing wait there shows as other bits on the GPU, not on the CPU
+for lanes in 2 1; do
+	POROS_LANES=$lanes POROS_ATTN_CKPT=2 train "sub_lanes$lanes" cuda blockwise nf4 2 3 test/eight-layers \
+		--configs "$out/cfg" --dropout 0.1 || fail=1
+	bit_identical "attention sublayer kept, $lanes lane(s)" "$out/runs/host_layer" "$out/runs/sub_lanes$lanes"
+done
+POROS_ATTN_CKPT=2 train sub_block cuda blockwise nf4 2 3 test/eight-layers --configs "$out/cfg" --checkpoints block \
+	--dropout 0.1 || fail=1
+bit_identical "attention sublayer kept, block checkpoints" "$out/runs/host_block" "$out/runs/sub_block"
+POROS_GROUP=4 POROS_ATTN_CKPT=2 train sub_group4 cuda blockwise nf4 2 5 poros/tiny-qwen3 --seq-len 128 --dropout 0.1 ||
+	fail=1
+bit_identical "attention sublayer kept, groups of 4 vs resident" "$out/runs/group_res_0.1" "$out/runs/sub_group4"
 note "resume on the GPU: 6 steps straight = 3 + 3 resumed, bit for bit"
 for mode in blockwise resident; do
 	R="--model poros/tiny-qwen2 --backend cuda --mode $mode --precision nf4 --block-size 2 --accum 2 --seq-len 64
