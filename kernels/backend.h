@@ -80,8 +80,10 @@ struct backend {
 	 * count is a multiple of it gives each row the bits it would get in a
 	 * call of that many rows, so a call over several micro-batches equals
 	 * one a micro-batch (CUDA: the GEMMs' algorithms, kernels/cuda/gemm.cu;
-	 * the CPU's sums are per row already and ignore it). */
-	void (*set_row_unit)(int rows);
+	 * the CPU's sums are per row already and ignore it).  choose_rows (a
+	 * multiple of rows, else rows): the call size whose algorithms every
+	 * such product runs, a group's, so its calls run at their own rate. */
+	void (*set_row_unit)(int rows, int choose_rows);
 
 	/* Facts for the artifact's env: gpu_name, gpu_mem_mb, driver,
 	 * cuda_runtime (NULL/0 on CPU). */

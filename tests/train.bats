@@ -251,6 +251,18 @@ parity() {
 	cmp resumed/$ADAPTER res/$ADAPTER
 }
 
+@test "POROS_GEMM_CHOICE takes micro-batch or group: another value is a usage error; the CPU's bits are the same" {
+	POROS_GEMM_CHOICE=groups run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
+	[ "$stderr" = 'poros-train: POROS_GEMM_CHOICE: unknown value "groups" (expected micro-batch or group)' ]
+	[ -z "$output" ] && [ ! -e run ]
+	local g=(--model poros/tiny-qwen2 --mode blockwise --steps 2 --accum 4 --seq-len 64)
+	for v in micro-batch group; do
+		POROS_GROUP=4 POROS_GEMM_CHOICE=$v train "c$v" "${g[@]}"
+		jq -e '.status == "ok" and .schedule.group == 4' "c$v.json"
+	done
+	cmp cmicro-batch/$ADAPTER cgroup/$ADAPTER
+}
+
 @test "POROS_GROUP takes 1 to 8: another value is a usage error; micro-batches a call are the same bits" {
 	for v in 0 9 2x; do
 		POROS_GROUP=$v run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run

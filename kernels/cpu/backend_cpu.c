@@ -115,9 +115,9 @@ static void cpu_synchronize(void)
 }
 
 /* one thread runs every lane's work in the order it is issued */
-static void cpu_set_row_unit(int rows)
+static void cpu_set_row_unit(int rows, int choose_rows)
 {
-	(void)rows; /* every CPU sum is per row, in one order */
+	(void)rows, (void)choose_rows; /* every CPU sum is per row, in one order */
 }
 
 static void cpu_set_lane(int lane)

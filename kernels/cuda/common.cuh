@@ -76,7 +76,7 @@ cublasLtHandle_t poros_cuda_cublaslt(void);
 void poros_cuda_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const void *A,
                      cudaDataType_t ab, int lda, const void *B, int ldb, float beta, void *C, cudaDataType_t c_type,
                      int ldc);
-void poros_cuda_set_row_unit(int rows);
+void poros_cuda_set_row_unit(int rows, int choose_rows);
 }
 
 // ---------------------------------------------------------------------------

@@ -20,6 +20,15 @@
 // with it: the same bits.  Any other n (fewer rows than U, a head chunk, a
 // product whose n is not rows) gets the heuristic's algorithm for n itself.
 //
+// The algorithm of a unit may be chosen at more rows than the unit, C (a
+// multiple of it: poros_cuda_set_row_unit's choose_rows, a group's rows):
+// then calls of U rows run the algorithm chosen for C, the first of the
+// heuristic's candidates at C rows that cuBLASLt says also takes U rows
+// (cublasLtMatmulAlgoCheck), so that a schedule of one micro-batch a call
+// and one of C rows a call run one algorithm, and the group's calls run
+// at the rate of their own size.  Whether such an algorithm keeps a row's
+// bits at U rows is what the H200 must say (docs/perf-notes.md).
+//
 // "Rows" is the n of the column-major call with an untransposed B (our
 // row-major activations, rows ldb apart): the base GEMMs and LoRA's u and
 // du.  Every choice is cached by the whole call shape, so a shape always
@@ -48,13 +57,15 @@ static struct {
 	struct gemm_entry e[GEMM_CACHE];
 	int n;
 	int unit;
+	int choose; // the rows a unit's algorithm is chosen at: unit, or a multiple of it
 } cache;
 
 extern "C" void *poros_cuda_workspace(size_t *bytes);
 
-extern "C" void poros_cuda_set_row_unit(int rows)
+extern "C" void poros_cuda_set_row_unit(int rows, int choose_rows)
 {
 	cache.unit = rows > 0 ? rows : 0;
+	cache.choose = cache.unit && choose_rows > cache.unit && choose_rows % cache.unit == 0 ? choose_rows : cache.unit;
 }
 
 static bool same_key(const gemm_key &a, const gemm_key &b)
@@ -91,9 +102,23 @@ static void lt_close(lt_call *l)
 	cublasLtMatmulDescDestroy(l->op);
 }
 
+// Whether algo takes the shape k at n rows (its workspace within ours).
+static bool takes(const gemm_key &k, int n, const cublasLtMatmulAlgo_t *algo)
+{
+	size_t bytes;
+	lt_call l;
+	cublasLtMatmulHeuristicResult_t r;
+
+	poros_cuda_workspace(&bytes);
+	lt_open(&l, k, n);
+	cublasStatus_t s = cublasLtMatmulAlgoCheck(poros_cuda_cublaslt(), l.op, l.a, l.b, l.c, l.c, algo, &r);
+	lt_close(&l);
+	return s == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= bytes;
+}
+
 // The heuristic's first algorithm for the shape k (at k.n), for operands
-// aligned as k says.
-static cublasLtMatmulAlgo_t choose(const gemm_key &k)
+// aligned as k says, that also takes `also` rows (0: any).
+static cublasLtMatmulAlgo_t choose(const gemm_key &k, int also)
 {
 	size_t bytes;
 	uint32_t align = (uint32_t)k.align;
@@ -119,15 +144,16 @@ static cublasLtMatmulAlgo_t choose(const gemm_key &k)
 	                                           GEMM_CANDIDATES, res, &found));
 	cublasLtMatmulPreferenceDestroy(pref);
 	lt_close(&l);
-	if (found < 1) {
-		fprintf(stderr, "%s: cuBLASLt has no algorithm for a %dx%dx%d GEMM\n", poros_cuda_progname(), k.m, k.n,
-		        k.k);
-		exit(1);
-	}
-	return res[0].algo;
+	for (int i = 0; i < found; i++)
+		if (also == 0 || takes(k, also, &res[i].algo))
+			return res[i].algo;
+	fprintf(stderr, "%s: cuBLASLt has no algorithm for a %dx%dx%d GEMM%s\n", poros_cuda_progname(), k.m, k.n, k.k,
+	        found ? " that also takes a micro-batch's rows" : "");
+	exit(1);
 }
 
-static gemm_entry *entry(const gemm_key &k)
+// The cached algorithm of the shape k; also: as choose's.
+static gemm_entry *entry(const gemm_key &k, int also)
 {
 	for (int i = 0; i < cache.n; i++)
 		if (same_key(cache.e[i].key, k))
@@ -138,7 +164,7 @@ static gemm_entry *entry(const gemm_key &k)
 	}
 	gemm_entry *e = &cache.e[cache.n++];
 	e->key = k;
-	e->algo = choose(k);
+	e->algo = choose(k, also);
 	e->whole = -1;
 	return e;
 }
@@ -178,7 +204,7 @@ extern "C" void poros_cuda_gemm(cublasOperation_t ta, cublasOperation_t tb, int 
 {
 	size_t pitches = (size_t)lda * type_bytes(ab) | (size_t)ldb * type_bytes(ab) | (size_t)ldc * type_bytes(c_type);
 	gemm_key key = { ta, tb, m, n, k, lda, ldb, ldc, ab, c_type, beta != 0.0f, call_align(A, B, C, pitches) };
-	int U = cache.unit;
+	int U = cache.unit, at_rows = cache.choose;
 
 	if (m <= 0 || n <= 0)
 		return;
@@ -187,10 +213,15 @@ extern "C" void poros_cuda_gemm(cublasOperation_t ta, cublasOperation_t tb, int 
 		                         c_type, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 		return;
 	}
-	if (tb == CUBLAS_OP_N && U > 0 && n > U && n % U == 0) { // rows: U's algorithm
-		gemm_key unit = key;
+	if (tb == CUBLAS_OP_N && U > 0 && n % U == 0 && (n > U || at_rows > U)) { // rows: U's algorithm
+		gemm_key unit = key, at = key;
 		unit.n = U;
-		gemm_entry *e = entry(unit);
+		at.n = at_rows;
+		gemm_entry *e = entry(at, at_rows > U ? U : 0);
+		if (n == U) {
+			cublasCheck(lt_run(unit, U, &e->algo, alpha, A, B, beta, C));
+			return;
+		}
 		if (e->whole != 0) {
 			cublasStatus_t s = lt_run(key, n, &e->algo, alpha, A, B, beta, C);
 			if (s == CUBLAS_STATUS_SUCCESS) {
@@ -204,6 +235,6 @@ extern "C" void poros_cuda_gemm(cublasOperation_t ta, cublasOperation_t tb, int 
 			                   beta, (char *)C + (size_t)r * ldc * type_bytes(c_type)));
 		return;
 	}
-	gemm_entry *e = entry(key);
+	gemm_entry *e = entry(key, 0);
 	cublasCheck(lt_run(key, n, &e->algo, alpha, A, B, beta, C));
 }

@@ -5,7 +5,9 @@
  * resident only for the ops that do.  With the row unit set
  * (BENCH_ROW_UNIT=512, the default: what the engine sets) the GEMMs run
  * kernels/cuda/gemm.cu's pinned algorithms; BENCH_ROW_UNIT=0 shows
- * cuBLAS's own choice at each row count.  Checked for g = 2, 4 and 8,
+ * cuBLAS's own choice at each row count; BENCH_CHOOSE_ROWS=2048 runs
+ * every call on the algorithms chosen at 2048 rows (POROS_GEMM_CHOICE=group:
+ * does a 512-row call then give the bits of a larger one?).  Checked for g = 2, 4 and 8,
  * each against one call a micro-batch:
  *   - the base GEMMs (matmul_forward over K + E, matmul_forward_bf16,
  *     matmul_backward_input);
@@ -214,8 +216,9 @@ int main(void)
 		fprintf(stderr, "bench_invariance: %s\n", err);
 		return 2;
 	}
-	const char *unit = getenv("BENCH_ROW_UNIT");
-	gpu->set_row_unit(unit && *unit ? atoi(unit) : MB_ROWS);
+	const char *unit = getenv("BENCH_ROW_UNIT"), *choose = getenv("BENCH_CHOOSE_ROWS");
+	int rows = unit && *unit ? atoi(unit) : MB_ROWS;
+	gpu->set_row_unit(rows, choose && *choose ? atoi(choose) : rows);
 	/* 32B: hidden 5120, kv 1024, intermediate 27648; 7B: 3584, 512, 18944;
 	 * 72B: 8192, 1024, 29568 */
 	projection("32B q/o", 5120, 5120);

@@ -271,7 +271,8 @@ int engine_create(struct engine **out, const struct train_config *cfg, const str
 	if (e->lanes > 1 && be->lane_workspace(1, e->lane_blas, be->library_device_bytes) < 0)
 		return set_error(err, errsz, "%s backend: cannot open compute lane 1", be->name);
 	/* a group's products give each micro-batch's rows the bits of its own call */
-	be->set_row_unit(e->lc.T);
+	e->lc.choose_rows = engine_gemm_choice_rows(cfg);
+	be->set_row_unit(e->lc.T, e->lc.choose_rows);
 	if (schedule_events_create(e) < 0)
 		return set_error(err, errsz, "%s backend: cannot create events", be->name);
 	e->n_pred = xcalloc((size_t)e->k, sizeof *e->n_pred);
@@ -350,6 +351,18 @@ int engine_group(const struct train_config *cfg)
 	if (cfg->group < 2 || cfg->mode != MODE_BLOCKWISE || k < 2 || T > chunk || T % GROUP_ROW_ALIGN)
 		return 1;
 	return cfg->group < k ? cfg->group : k;
+}
+
+int engine_gemm_choice_rows(const struct train_config *cfg)
+{
+	struct train_config blockwise = *cfg;
+	int T = cfg->cell.training.batch_size * cfg->cell.training.seq_len;
+
+	/* the group blockwise would take, whichever schedule runs: resident's
+	 * calls of one micro-batch and blockwise's of a group run one
+	 * algorithm a shape, so the two give the same bits */
+	blockwise.mode = MODE_BLOCKWISE;
+	return cfg->gemm_choice_group ? T * engine_group(&blockwise) : T;
 }
 
 int engine_block_ckpt(const struct train_config *cfg, int n_layers)

@@ -53,6 +53,10 @@ int engine_lanes(const struct train_config *cfg, int cuda);
  * chunk and its rows keep the buffers aligned; else 1.  A group takes
  * the compute stream alone (engine_lanes: 1). */
 int engine_group(const struct train_config *cfg);
+/* The rows every schedule's row GEMMs choose their algorithms at
+ * (backend.h set_row_unit): a micro-batch's, or with POROS_GEMM_CHOICE=group
+ * the group's that blockwise would take. */
+int engine_gemm_choice_rows(const struct train_config *cfg);
 
 /* Allocates every device buffer (nothing is allocated later), uploads the
  * final norm and lm_head (and, resident, every layer), rope tables and the initial

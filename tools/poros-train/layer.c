@@ -240,7 +240,7 @@ static void head_pass(const struct layer_ctx *c, float *dres, const float *hidde
 	 * HEAD_CHUNK-row calls (backend.h's row unit, here HEAD_CHUNK), and a
 	 * part of fewer rows is always the last T % HEAD_CHUNK, its own call:
 	 * the same bits at any chunk. */
-	c->be->set_row_unit(HEAD_CHUNK);
+	c->be->set_row_unit(HEAD_CHUNK, HEAD_CHUNK);
 	for (int off = 0; off < T; off += n) {
 		n = T - off < c->chunk ? T - off : c->chunk;
 		if (n > HEAD_CHUNK && n % HEAD_CHUNK)
@@ -252,7 +252,7 @@ static void head_pass(const struct layer_ctx *c, float *dres, const float *hidde
 		if (dres)
 			op->matmul_backward_input(c->dhn + (size_t)off * C, c->dlogits, V, c->lm_head, C, n, C, V, 0);
 	}
-	c->be->set_row_unit(c->T_mb);
+	c->be->set_row_unit(c->T_mb, c->choose_rows);
 	if (dres) {
 		c->be->memset_zero(dres, (size_t)T * C * sizeof(float), STREAM_COMPUTE);
 		op->rmsnorm_backward(dres, c->dhn, hidden, c->final_norm, c->head_rstd, T, C);

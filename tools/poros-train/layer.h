@@ -126,6 +126,7 @@ struct layer_ctx {
 	 * into its own gradient leaf grad_mb[i], as a call of one would (proj.c).
 	 * mbs 1: a call of one micro-batch (T = T_mb), gradients into lora_grad. */
 	int mbs, T_mb;
+	int choose_rows;                 /* the rows the GEMMs' algorithms are chosen at (backend.h) */
 	float *grad_mb[GROUP_MAX];
 
 	const float *rope_cos, *rope_sin; /* (S, D/2) */

@@ -56,6 +56,8 @@ struct train_config {
 	                            checkpoints; 0: run.c decides (choose_ckpt_sets; engine_ckpt_sets) */
 	int group;               /* POROS_GROUP: blockwise runs up to this many micro-batches a layer call;
 	                            0 or 1: one (engine_group) */
+	int gemm_choice_group;   /* POROS_GEMM_CHOICE=group: every schedule's row GEMMs run the algorithms
+	                            chosen at a blockwise group's rows (engine_gemm_choice_rows) */
 	int mlp_chunk;           /* POROS_MLP_CHUNK: MLP rows per chunk; 0: MLP_CHUNK_TOKENS (layer.h) */
 	long opt_chunk;          /* POROS_OPT_CHUNK: parameters per AdamW chunk with --optimizer-state host;
 	                            0: OPT_CHUNK_FLOATS (plan.c) */
