@@ -100,6 +100,12 @@ struct backend {
 	 * packed rows by document from it without waiting for the device.
 	 * NULL where the backend has no use for it (the CPU). */
 	void (*pos_mirror)(const int32_t *dev, const int32_t *host, size_t n);
+	/* Whether the attention ops of head dim D give each sequence the same
+	 * bits in a call of any batch: the CPU's and the CUDA kernels' work a
+	 * sequence and head at a time; cuDNN plans and splits its sums by the
+	 * batch (docs/perf-notes.md).  Where they do, a group's attention runs
+	 * as one call (tools/poros-train/layer.c). */
+	int (*attention_batch_invariant)(int D);
 };
 
 /* The CUDA backend's library_device_bytes (the cuBLAS workspace), known

@@ -251,6 +251,15 @@ parity() {
 	cmp resumed/$ADAPTER res/$ADAPTER
 }
 
+@test "a group's attention is one call where the backend keeps each sequence's bits at any batch (the CPU)" {
+	# 4 layers, 5 micro-batches in groups of 4: a group of 4 and one of 1 a
+	# layer, the attention forward once a layer and call (its output kept)
+	POROS_PROFILE=1 POROS_GROUP=4 poros-train "${TINY[@]}" --model poros/tiny-qwen2 --mode blockwise --steps 1 \
+		--accum 5 --seq-len 64 --out g 2>g.err >g.json
+	jq -e '.schedule.group == 4' g.json
+	sed -n 's/^poros-train: profile step 1: //p' g.err | jq -e '.attn_fwd.n == 4 * 2 and .attn_bwd.n == 4 * 2'
+}
+
 @test "POROS_GEMM_CHOICE takes micro-batch or group: another value is a usage error; the CPU's bits are the same" {
 	POROS_GEMM_CHOICE=groups run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
 	[ "$stderr" = 'poros-train: POROS_GEMM_CHOICE: unknown value "groups" (expected micro-batch or group)' ]

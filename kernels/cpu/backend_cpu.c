@@ -114,6 +114,13 @@ static void cpu_synchronize(void)
 {
 }
 
+/* each (sequence, head) of the CPU attention is one thread's, in one order */
+static int cpu_attention_batch_invariant(int D)
+{
+	(void)D;
+	return 1;
+}
+
 /* one thread runs every lane's work in the order it is issued */
 static void cpu_set_row_unit(int rows, int choose_rows)
 {
@@ -167,6 +174,7 @@ static const struct backend cpu_backend = {
 	.synchronize = cpu_synchronize,
 	.set_lane = cpu_set_lane,
 	.set_row_unit = cpu_set_row_unit,
+	.attention_batch_invariant = cpu_attention_batch_invariant,
 	.lane_workspace = cpu_lane_workspace,
 	.device_name = NULL,
 	.device_mem_mb = 0,

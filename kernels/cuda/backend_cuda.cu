@@ -512,6 +512,13 @@ static void cuda_synchronize(void)
 	cudaCheck(cudaDeviceSynchronize());
 }
 
+// The kernels work a sequence and head at a time; cuDNN's route (ops.h)
+// plans by the batch, and its backward's sums changed with it on the H200.
+static int cuda_attention_batch_invariant(int D)
+{
+	return !attention_cudnn_route(D);
+}
+
 static void cuda_set_lane(int lane)
 {
 	if (lane < 0 || lane >= BACKEND_MAX_LANES || !state.lanes[lane].blas) {
@@ -581,5 +588,6 @@ extern "C" const struct backend *backend_cuda_open(char *err, size_t errsz)
 	b->library_device_bytes = CUBLAS_WORKSPACE_BYTES;
 	b->pos_mirror = attention_cuda_pos_mirror;
 	b->set_row_unit = poros_cuda_set_row_unit;
+	b->attention_batch_invariant = cuda_attention_batch_invariant;
 	return b;
 }

@@ -103,6 +103,13 @@ for m in Qwen/Qwen2.5-0.5B; do
 	POROS_GROUP=8 train group_q05_g8 cuda blockwise bf16 4 8 "$m" --seq-len 512 --rank 16 --alpha 32 --dropout 0 \
 		--steps 2 || fail=1
 	bit_identical "Qwen2.5-0.5B seq 512 x 8: a group of 8 vs resident" "$out/runs/group_q05_res" "$out/runs/group_q05_g8"
+	# the kernels' attention keeps a sequence's bits at any batch: a group's is one call
+	POROS_ATTENTION=mma train group_q05_mma_res cuda resident bf16 4 8 "$m" --seq-len 512 --rank 16 --alpha 32 \
+		--dropout 0 --steps 2 || fail=1
+	POROS_ATTENTION=mma POROS_GROUP=8 train group_q05_mma_g8 cuda blockwise bf16 4 8 "$m" --seq-len 512 --rank 16 \
+		--alpha 32 --dropout 0 --steps 2 || fail=1
+	bit_identical "Qwen2.5-0.5B seq 512 x 8, the kernels' attention: a group of 8 (one attention call) vs resident" \
+		"$out/runs/group_q05_mma_res" "$out/runs/group_q05_mma_g8"
 done
 note "checkpoints on disk (--checkpoint-dir): records through the file give the host's bits, O_DIRECT and buffered"
 # 8 layers: more records than the two bounce slots, so the backward reads some back from the file

@@ -272,6 +272,7 @@ int engine_create(struct engine **out, const struct train_config *cfg, const str
 		return set_error(err, errsz, "%s backend: cannot open compute lane 1", be->name);
 	/* a group's products give each micro-batch's rows the bits of its own call */
 	e->lc.choose_rows = engine_gemm_choice_rows(cfg);
+	e->lc.attn_whole = be->attention_batch_invariant(e->lc.D);
 	be->set_row_unit(e->lc.T, e->lc.choose_rows);
 	if (schedule_events_create(e) < 0)
 		return set_error(err, errsz, "%s backend: cannot create events", be->name);

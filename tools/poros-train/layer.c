@@ -91,24 +91,42 @@ void embed_forward(const struct layer_ctx *c, float *out, int mb)
 	c->op->embedding_forward(out, c->iota, c->embed_rows + (size_t)mb * c->T * c->C, c->T, c->C);
 }
 
-/* Micro-batch i's rows of the attention's operands in a group (layer.h):
- * the attention runs a micro-batch at a time, as a call of one does,
- * since cuDNN plans by the batch and its backward splits its sums by it
- * (a batch of 8 changed 40-head rows' bits on the H200: docs/perf-notes.md). */
+/* Call i's rows of the attention's operands in a group (layer.h): one
+ * call over all of them where the backend's attention keeps a sequence's
+ * bits at any batch (c->attn_whole), else a call a micro-batch, as a call
+ * of one does, since cuDNN plans by the batch and its backward splits its
+ * sums by it (a batch of 8 changed 40-head rows' bits on the H200:
+ * docs/perf-notes.md). */
 struct attn_rows {
 	bf16 *att;
 	float *lse, *q, *k, *v;
 	const int32_t *pos;
 	int B;
+	size_t t; /* the first row */
 };
+
+static int attn_calls(const struct layer_ctx *c)
+{
+	return c->attn_whole ? 1 : c->mbs;
+}
+
+/* The positions of micro-batches mb..mb+n-1: NULL only where all are one
+ * document a row (mb_pos; the same bits either way). */
+static const int32_t *group_pos(const struct layer_ctx *c, int mb, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (mb_pos(c, mb + i))
+			return c->pos + (size_t)mb * c->T_mb;
+	return NULL;
+}
 
 static struct attn_rows attn_rows_of(const struct layer_ctx *c, const struct layer_act *a, int mb, int i)
 {
-	size_t t = (size_t)i * c->T_mb;
-	int B = c->B / c->mbs;
+	int n = c->mbs / attn_calls(c), B = c->B / attn_calls(c);
+	size_t t = (size_t)i * n * c->T_mb;
 
 	return (struct attn_rows){ a->att + t * (c->HD + c->E), a->lse + (size_t)i * B * c->H * c->S, a->q + t * c->HD,
-	                           a->k + t * c->GD, a->v + t * c->GD, mb_pos(c, mb + i), B };
+	                           a->k + t * c->GD, a->v + t * c->GD, group_pos(c, mb + i * n, n), B, t };
 }
 
 /* The attention block and the MLP's norm: x2 = x + o(attn(q, k, v)),
@@ -130,7 +148,7 @@ static void attention_block(const struct layer_ctx *c, const struct layer_view *
 	}
 	/* q, k stay unrotated: the attention ops rotate them as they pack them */
 	if (run_attention)
-		for (int i = 0; i < c->mbs; i++) {
+		for (int i = 0; i < attn_calls(c); i++) {
 			struct attn_rows r = attn_rows_of(c, a, p.mb, i);
 
 			op->attention_forward(r.att, c->HD + E, r.lse, c->attn_scratch, r.q, r.k, r.v, c->rope_cos,
@@ -201,9 +219,9 @@ void layer_backward(const struct layer_ctx *c, const struct layer_view *w, const
 	/* attention: x2 = x + o(attn(rope(q), rope(k), v)), q/k/v of xn = norm(x) */
 	proj_backward(c, w, a, layer, PROJ_O, a->att, dx, NULL, g->datt, 0, 0, T, p);
 	/* dq, dk at the unrotated q, k: the op turns them back through rope */
-	for (int i = 0; i < c->mbs; i++) {
+	for (int i = 0; i < attn_calls(c); i++) {
 		struct attn_rows r = attn_rows_of(c, a, p.mb, i);
-		size_t t = (size_t)i * c->T_mb;
+		size_t t = r.t;
 
 		op->attention_backward(dq + t * c->HD, g->dk + t * c->GD, g->dv + t * c->GD, c->attn_scratch,
 		                       g->datt + t * c->HD, r.att, c->HD + E, r.q, r.k, r.v, c->rope_cos, c->rope_sin,

@@ -126,6 +126,9 @@ struct layer_ctx {
 	 * into its own gradient leaf grad_mb[i], as a call of one would (proj.c).
 	 * mbs 1: a call of one micro-batch (T = T_mb), gradients into lora_grad. */
 	int mbs, T_mb;
+	int attn_whole;                  /* a group's attention is one call over its B sequences: the
+	                                    backend's keeps each sequence's bits at any batch
+	                                    (backend.h, attention_batch_invariant) */
 	int choose_rows;                 /* the rows the GEMMs' algorithms are chosen at (backend.h) */
 	float *grad_mb[GROUP_MAX];
 
