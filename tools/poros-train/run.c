@@ -964,6 +964,12 @@ static size_t fit_cap(const struct train_config *c, long device_mb)
 	return 0;
 }
 
+/* fit_cap's name in a message: "--vram-budget" or "the device's". */
+static const char *cap_name(const struct train_config *c)
+{
+	return c->vram_budget ? "--vram-budget" : "the device's";
+}
+
 /* The device peak of the plan the configuration now makes (-1 with err). */
 static int plan_peak(struct run *x, size_t library_bytes, size_t *peak, char *err, size_t errsz)
 {
@@ -976,12 +982,14 @@ static int plan_peak(struct run *x, size_t library_bytes, size_t *peak, char *er
 	return 0;
 }
 
-static int choose_lanes(struct run *x, size_t library_bytes, long device_mb, char *err, size_t errsz)
+/* The lanes POROS_LANES unset takes under cap, into c->lanes; *two_over:
+ * the peak of two lanes where it is over cap and one lane fits, else 0. */
+static int fit_lanes(struct run *x, size_t library_bytes, size_t cap, size_t *two_over, char *err, size_t errsz)
 {
 	struct train_config *c = &x->cfg;
-	size_t two, one, cap = fit_cap(c, device_mb);
-	char a[32], b[32];
+	size_t two, one;
 
+	*two_over = 0;
 	if (c->lanes != 0 || !cap)
 		return 0;
 	c->lanes = engine_lanes(c, library_bytes != 0);
@@ -995,9 +1003,49 @@ static int choose_lanes(struct run *x, size_t library_bytes, long device_mb, cha
 	if (plan_peak(x, library_bytes, &one, err, errsz) < 0)
 		return -1;
 	if (one <= cap) /* else the budget's refusal, or the device's, says it all */
+		*two_over = two;
+	return 0;
+}
+
+static int choose_lanes(struct run *x, size_t library_bytes, size_t cap, char *err, size_t errsz)
+{
+	size_t two_over;
+	char a[32], b[32];
+
+	if (fit_lanes(x, library_bytes, cap, &two_over, err, errsz) < 0)
+		return -1;
+	if (two_over)
 		warnmsg("two compute lanes need %s of device memory, over %s %s: one lane (POROS_LANES=2 insists)",
-		        format_bytes(a, sizeof a, (double)two), c->vram_budget ? "--vram-budget" : "the device's",
+		        format_bytes(a, sizeof a, (double)two_over), cap_name(x->c),
 		        format_bytes(b, sizeof b, (double)cap));
+	return 0;
+}
+
+/* The sets POROS_CKPT_SETS unset keeps under cap, into c->ckpt_sets;
+ * *two_over: the peak of two sets where it is over cap and one set fits,
+ * else 0. */
+static int fit_ckpt_sets(struct run *x, size_t library_bytes, size_t cap, size_t *two_over, char *err,
+                         size_t errsz)
+{
+	struct train_config *c = &x->cfg;
+	size_t two, one;
+
+	*two_over = 0;
+	if (c->mode != MODE_BLOCKWISE || c->ckpt_sets != 0 || !cap || c->attn_ckpt != 0 ||
+	    engine_block_ckpt(c, x->mc.num_hidden_layers))
+		return 0;
+	c->ckpt_sets = 2;
+	if (plan_peak(x, library_bytes, &two, err, errsz) < 0)
+		return -1;
+	if (two <= cap)
+		return 0;
+	c->ckpt_sets = 1;
+	if (plan_peak(x, library_bytes, &one, err, errsz) < 0)
+		return -1;
+	if (one <= cap)
+		*two_over = two;
+	else /* the budget's refusal, or the device's, says it all */
+		c->ckpt_sets = 2;
 	return 0;
 }
 
@@ -1012,10 +1060,10 @@ static int choose_lanes(struct run *x, size_t library_bytes, long device_mb, cha
  * change no bit.  Decided once, after the lanes (a lane less is tried
  * first) and before the disk records (which plan with the sets taken).
  * 0, or -1 with err (bad input). */
-static int choose_ckpt_sets(struct run *x, size_t library_bytes, long device_mb, char *err, size_t errsz)
+static int choose_ckpt_sets(struct run *x, size_t library_bytes, size_t cap, char *err, size_t errsz)
 {
-	struct train_config *c = &x->cfg;
-	size_t two, one, cap = fit_cap(c, device_mb);
+	const struct train_config *c = x->c;
+	size_t two_over;
 	char a[32], b[32];
 
 	if (c->mode != MODE_BLOCKWISE)
@@ -1026,24 +1074,28 @@ static int choose_ckpt_sets(struct run *x, size_t library_bytes, long device_mb,
 	if (c->ckpt_sets == 1 && c->attn_ckpt != 0)
 		return snprintf(err, errsz, "POROS_CKPT_SETS: 1 needs POROS_ATTN_CKPT=0 (one set holds no attention "
 		                "checkpoints)"), -1;
-	if (c->ckpt_sets != 0 || !cap || c->attn_ckpt != 0 || engine_block_ckpt(c, x->mc.num_hidden_layers))
-		return 0;
-	c->ckpt_sets = 2;
-	if (plan_peak(x, library_bytes, &two, err, errsz) < 0)
+	if (fit_ckpt_sets(x, library_bytes, cap, &two_over, err, errsz) < 0)
 		return -1;
-	if (two <= cap)
-		return 0;
-	c->ckpt_sets = 1;
-	if (plan_peak(x, library_bytes, &one, err, errsz) < 0)
-		return -1;
-	if (one <= cap)
+	if (two_over)
 		warnmsg("two checkpoint sets need %s of device memory, over %s %s: one set, each layer's record "
 		        "fetched after the layer above (POROS_CKPT_SETS=2 insists)",
-		        format_bytes(a, sizeof a, (double)two), c->vram_budget ? "--vram-budget" : "the device's",
+		        format_bytes(a, sizeof a, (double)two_over), cap_name(c),
 		        format_bytes(b, sizeof b, (double)cap));
-	else /* the budget's refusal, or the device's, says it all */
-		c->ckpt_sets = 2;
 	return 0;
+}
+
+/* The run's automatic choices where their settings are unset, each
+ * planned with those before it: the attention checkpoints, the lanes,
+ * the checkpoint sets.  device_mb as fit_cap's (0 for --plan).  0, or -1
+ * with err (bad input). */
+static int choose_schedule(struct run *x, size_t library_bytes, long device_mb, char *err, size_t errsz)
+{
+	size_t cap = fit_cap(x->c, device_mb);
+
+	if (choose_attn_ckpt(x, library_bytes, err, errsz) < 0 ||
+	    choose_lanes(x, library_bytes, cap, err, errsz) < 0)
+		return -1;
+	return choose_ckpt_sets(x, library_bytes, cap, err, errsz);
 }
 
 /* --checkpoint-dir: how many checkpoint records go to disk.  As many as
@@ -1311,9 +1363,7 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	r->step_s = xcalloc((size_t)c->cell.training.steps, sizeof *r->step_s);
 	/* the plan first: a run that cannot fit its budget stops before a
 	 * weight is loaded */
-	if (choose_attn_ckpt(x, r->be->library_device_bytes, err, errsz) < 0 ||
-	    choose_lanes(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
-	    choose_ckpt_sets(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
+	if (choose_schedule(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
 	    choose_disk_records(x, r->be->library_device_bytes, r->be->name, err, errsz) < 0 ||
 	    make_plan(x, r->be->library_device_bytes, &plan, &tier, err, errsz) < 0)
 		return RUN_BAD_INPUT;
@@ -1415,9 +1465,7 @@ static int run_evaluation(struct run *x, char *err, size_t errsz)
 
 	if ((r->be = select_backend(c, err, errsz)) == NULL)
 		goto failed;
-	if (choose_attn_ckpt(x, r->be->library_device_bytes, err, errsz) < 0 ||
-	    choose_lanes(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
-	    choose_ckpt_sets(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
+	if (choose_schedule(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
 	    make_plan(x, r->be->library_device_bytes, &plan, &tier, err, errsz) < 0)
 		return RUN_BAD_INPUT;
 	r->vram_plan_mb = (double)plan.peak / MIB;
@@ -1586,8 +1634,7 @@ static int print_plan(struct run *x, FILE *out)
 	cJSON *o;
 
 	if (open_model(x, err, sizeof err) < 0 || plan_library_bytes(c, &lib, &backend, err, sizeof err) < 0 ||
-	    base_size(x, &host, err, sizeof err) < 0 || choose_attn_ckpt(x, lib, err, sizeof err) < 0 ||
-	    choose_lanes(x, lib, 0, err, sizeof err) < 0 || choose_ckpt_sets(x, lib, 0, err, sizeof err) < 0 ||
+	    base_size(x, &host, err, sizeof err) < 0 || choose_schedule(x, lib, 0, err, sizeof err) < 0 ||
 	    choose_disk_records(x, lib, backend, err, sizeof err) < 0 ||
 	    make_plan(x, lib, &plan, &tier, err, sizeof err) < 0) {
 		warnmsg("%s", err);
