@@ -898,49 +898,6 @@ static int make_plan(struct run *x, size_t library_bytes, struct dev_alloc *plan
 	return 0;
 }
 
-/* POROS_ATTN_CKPT unset: blockwise keeps the attention checkpoints where
- * the host has room for them beside the base and the layer inputs, else
- * its backward runs the attention forward again, and says so where that
- * is what lets the run fit (where the base or the inputs do not fit
- * either, the run is refused for those).  They change no bit, only host
- * memory and time.  Decided once, before the plan, so the plan and the
- * run are the same.  0, or -1 with err. */
-static int choose_attn_ckpt(struct run *x, size_t library_bytes, char *err, size_t errsz)
-{
-	struct train_config *c = &x->cfg;
-	struct dev_alloc plan;
-	struct ckpt_tier t;
-	size_t base, ckpt, inputs, avail;
-	char a[32], b[32], h[32];
-
-	if (c->attn_ckpt != ATTN_CKPT_AUTO)
-		return 0;
-	/* one device set holds no attention (schedule.c, ckpt_save_in_place) */
-	c->attn_ckpt = c->ckpt_sets != 1;
-	/* block checkpoints keep the attention on the device only; with
-	 * --checkpoint-dir the disk takes the records the host cannot hold */
-	if (c->mode != MODE_BLOCKWISE || engine_block_ckpt(c, x->mc.num_hidden_layers) || c->checkpoint_dir)
-		return 0;
-	if (base_size(x, &base, err, errsz) < 0 || make_plan(x, library_bytes, &plan, &t, err, errsz) < 0)
-		return -1;
-	dev_alloc_release_all(&plan);
-	ckpt = t.host;
-	avail = host_memory_available();
-	if (avail == 0 || base + ckpt <= avail)
-		return 0;
-	c->attn_ckpt = 0;
-	if (make_plan(x, library_bytes, &plan, &t, err, errsz) < 0)
-		return -1;
-	dev_alloc_release_all(&plan);
-	inputs = t.host;
-	if (base + inputs <= avail)
-		warnmsg("the base (%s) and the layer checkpoints with attention (%s) need more host memory than is "
-		        "available (%s): the backward recomputes attention (POROS_ATTN_CKPT=1 insists)",
-		        format_bytes(a, sizeof a, (double)base), format_bytes(b, sizeof b, (double)ckpt),
-		        format_bytes(h, sizeof h, (double)avail));
-	return 0;
-}
-
 /* POROS_LANES unset: a blockwise run of several micro-batches a step on
  * CUDA takes two compute lanes (engine_lanes), which cost a second set of
  * one layer's activations and scratch and a second cuBLAS workspace.
@@ -1057,9 +1014,9 @@ static int fit_ckpt_sets(struct run *x, size_t library_bytes, size_t cap, size_t
  * backward fetch after the layer it follows (schedule.c).  Without
  * attention checkpoints only; never block checkpoints, which hold a set
  * a layer of a block.  Set to 1, the run keeps one or is refused.  They
- * change no bit.  Decided once, after the lanes (a lane less is tried
- * first) and before the disk records (which plan with the sets taken).
- * 0, or -1 with err (bad input). */
+ * change no bit.  Decided once, after the attention checkpoints and the
+ * lanes (a lane less is tried first) and before the disk records (which
+ * plan with the sets taken).  0, or -1 with err (bad input). */
 static int choose_ckpt_sets(struct run *x, size_t library_bytes, size_t cap, char *err, size_t errsz)
 {
 	const struct train_config *c = x->c;
@@ -1084,6 +1041,108 @@ static int choose_ckpt_sets(struct run *x, size_t library_bytes, size_t cap, cha
 	return 0;
 }
 
+/* The host's part: left out where MemAvailable holds the base and the
+ * layer inputs but not the records with attention (said), or not even the
+ * inputs (the host check refuses the run for those).  With
+ * --checkpoint-dir the disk takes what the host cannot hold: kept. */
+static int attn_ckpt_host(struct run *x, size_t library_bytes, char *err, size_t errsz)
+{
+	struct train_config *c = &x->cfg;
+	struct dev_alloc plan;
+	struct ckpt_tier t;
+	size_t base, ckpt, inputs, avail;
+	char a[32], b[32], h[32];
+
+	if (!c->attn_ckpt || c->checkpoint_dir)
+		return 0;
+	if (base_size(x, &base, err, errsz) < 0 || make_plan(x, library_bytes, &plan, &t, err, errsz) < 0)
+		return -1;
+	dev_alloc_release_all(&plan);
+	ckpt = t.host;
+	avail = host_memory_available();
+	if (avail == 0 || base + ckpt <= avail)
+		return 0;
+	c->attn_ckpt = 0;
+	if (make_plan(x, library_bytes, &plan, &t, err, errsz) < 0)
+		return -1;
+	dev_alloc_release_all(&plan);
+	inputs = t.host;
+	if (base + inputs <= avail)
+		warnmsg("the base (%s) and the layer checkpoints with attention (%s) need more host memory than is "
+		        "available (%s): the backward recomputes attention (POROS_ATTN_CKPT=1 insists)",
+		        format_bytes(a, sizeof a, (double)base), format_bytes(b, sizeof b, (double)ckpt),
+		        format_bytes(h, sizeof h, (double)avail));
+	return 0;
+}
+
+/* The peak of the plan with attn_ckpt as given and the lanes and sets
+ * that fit_lanes and fit_ckpt_sets take under cap, silently; the
+ * configuration is left as it was. */
+static int auto_peak(struct run *x, size_t library_bytes, size_t cap, int attn_ckpt, size_t *peak, char *err,
+                     size_t errsz)
+{
+	struct train_config was = x->cfg;
+	size_t two_over;
+	int rc;
+
+	x->cfg.attn_ckpt = attn_ckpt;
+	rc = fit_lanes(x, library_bytes, cap, &two_over, err, errsz) < 0 ||
+	     fit_ckpt_sets(x, library_bytes, cap, &two_over, err, errsz) < 0 ||
+	     plan_peak(x, library_bytes, peak, err, errsz) < 0 ? -1 : 0;
+	x->cfg = was;
+	return rc;
+}
+
+/* The device's part: left out where the plan with them is over cap and
+ * the one without them (one checkpoint set included) is not, and said. */
+static int attn_ckpt_device(struct run *x, size_t library_bytes, size_t cap, char *err, size_t errsz)
+{
+	struct train_config *c = &x->cfg;
+	size_t with, without;
+	char a[32], b[32], d[32];
+
+	if (!c->attn_ckpt || !cap)
+		return 0;
+	if (auto_peak(x, library_bytes, cap, 1, &with, err, errsz) < 0)
+		return -1;
+	if (with <= cap)
+		return 0;
+	if (auto_peak(x, library_bytes, cap, 0, &without, err, errsz) < 0)
+		return -1;
+	if (without > cap)
+		return 0;
+	c->attn_ckpt = 0;
+	warnmsg("the run with attention checkpoints needs %s of device memory, over %s %s, and %s without: the "
+	        "backward recomputes attention (POROS_ATTN_CKPT=1 insists)",
+	        format_bytes(a, sizeof a, (double)with), cap_name(c), format_bytes(b, sizeof b, (double)cap),
+	        format_bytes(d, sizeof d, (double)without));
+	return 0;
+}
+
+/* POROS_ATTN_CKPT unset: blockwise layer checkpoints keep the attention
+ * checkpoints where the host has room for them beside the base and the
+ * layer inputs, and the device under cap (fit_cap; 0: not known) with
+ * the lanes and sets fit_lanes and fit_ckpt_sets take; else the backward
+ * runs the attention forward again, said where that is what lets the run
+ * fit (where nothing does, the run is refused as it would be with them).
+ * Block checkpoints keep them, on the device only.  They change no bit,
+ * only memory and time.  Decided once, before the lanes and sets and the
+ * plan, so the plan and the run are the same.  0, or -1 with err. */
+static int choose_attn_ckpt(struct run *x, size_t library_bytes, size_t cap, char *err, size_t errsz)
+{
+	struct train_config *c = &x->cfg;
+
+	if (c->attn_ckpt != ATTN_CKPT_AUTO)
+		return 0;
+	/* one device set holds no attention (schedule.c, ckpt_save_in_place) */
+	c->attn_ckpt = c->ckpt_sets != 1;
+	if (c->mode != MODE_BLOCKWISE || engine_block_ckpt(c, x->mc.num_hidden_layers))
+		return 0;
+	if (attn_ckpt_host(x, library_bytes, err, errsz) < 0)
+		return -1;
+	return attn_ckpt_device(x, library_bytes, cap, err, errsz);
+}
+
 /* The run's automatic choices where their settings are unset, each
  * planned with those before it: the attention checkpoints, the lanes,
  * the checkpoint sets.  device_mb as fit_cap's (0 for --plan).  0, or -1
@@ -1092,7 +1151,7 @@ static int choose_schedule(struct run *x, size_t library_bytes, long device_mb, 
 {
 	size_t cap = fit_cap(x->c, device_mb);
 
-	if (choose_attn_ckpt(x, library_bytes, err, errsz) < 0 ||
+	if (choose_attn_ckpt(x, library_bytes, cap, err, errsz) < 0 ||
 	    choose_lanes(x, library_bytes, cap, err, errsz) < 0)
 		return -1;
 	return choose_ckpt_sets(x, library_bytes, cap, err, errsz);

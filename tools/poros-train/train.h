@@ -76,7 +76,8 @@ struct train_config {
 	double progress_after;   /* POROS_PROGRESS_AFTER: seconds of reading a dataset before its progress lines (1) */
 	int attn_ckpt;           /* POROS_ATTN_CKPT: blockwise keeps each layer's attention output for its
 	                            recomputation (1), or runs it again (0); ATTN_CKPT_AUTO (unset): 1 where
-	                            the host has the memory, which run.c decides (the engine takes it as 1) */
+	                            the host and the device have the memory, which run.c decides (the engine
+	                            takes it as 1) */
 };
 
 enum { ATTN_CKPT_AUTO = -1 };
