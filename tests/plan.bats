@@ -310,6 +310,65 @@ plan_and_train() {
 	cmp auto/adapter/adapter_model.safetensors two/adapter/adapter_model.safetensors
 }
 
+# peak Q...: the --plan peak of poros-train Q, in bytes
+peak() {
+	poros-train "$@" --plan | jq '.vram_plan_mb * 1048576 | round'
+}
+
+# mib BYTES: as poros-train writes a figure of MiB
+mib() {
+	awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'
+}
+
+@test "unset, the attention checkpoints give way where only the plan without them fits the budget, and say so" {
+	local q=("${TINY[@]}" --quiet --model poros/tiny-qwen2 --mode blockwise --accum 3 --block-size 2 --steps 2)
+	with=$(POROS_ATTN_CKPT=1 peak "${q[@]}")
+	two=$(POROS_ATTN_CKPT=0 POROS_CKPT_SETS=2 peak "${q[@]}")
+	one=$(POROS_ATTN_CKPT=0 POROS_CKPT_SETS=1 peak "${q[@]}")
+	[ "$one" -lt "$two" ] && [ "$two" -lt "$with" ]
+	said() {
+		echo "poros-train: the run with attention checkpoints needs $(mib "$with") of device memory, over" \
+			"--vram-budget $(mib "$1"), and $(mib "$2") without: the backward recomputes attention" \
+			"(POROS_ATTN_CKPT=1 insists)"
+	}
+	# two sets without them fit: those, one line
+	budget=$(((two + with) / 2))
+	run -0 --separate-stderr poros-train "${q[@]}" --plan --vram-budget "$budget"
+	jq -e '.attention_checkpoints == false and .checkpoint_sets == 2 and .fits == true' <<<"$output"
+	[ "$(jq '.vram_plan_mb * 1048576 | round' <<<"$output")" -eq "$two" ]
+	assert_equal "$stderr" "$(said "$budget" "$two")"
+	# only one set without them fits: that, said after them
+	budget=$(((one + two) / 2))
+	run -0 --separate-stderr poros-train "${q[@]}" --plan --vram-budget "$budget"
+	jq -e '.attention_checkpoints == false and .checkpoint_sets == 1 and .fits == true' <<<"$output"
+	[ "$(jq '.vram_plan_mb * 1048576 | round' <<<"$output")" -le "$budget" ]
+	assert_equal "${stderr_lines[0]}" "$(said "$budget" "$one")"
+	[[ "${stderr_lines[1]}" == "poros-train: two checkpoint sets need"*"(POROS_CKPT_SETS=2 insists)" ]]
+	# the run takes the plan's choice: its peak is the plan, its bits those with them
+	POROS_ATTN_CKPT=1 poros-train "${q[@]}" --out ref | jq -e '.schedule.attention_checkpoints == true'
+	run -0 --separate-stderr poros-train "${q[@]}" --out auto --vram-budget "$budget"
+	jq -e --argjson one "$one" '.status == "ok" and .schedule.attention_checkpoints == false
+		and .schedule.checkpoint_sets == 1 and .vram_peak_mb == .vram_plan_mb
+		and (.vram_plan_mb * 1048576 | round) == $one' <<<"$output"
+	assert_equal "${stderr_lines[0]}" "$(said "$budget" "$one")"
+	cmp auto/adapter/adapter_model.safetensors ref/adapter/adapter_model.safetensors
+	# insisted on: refused as over the budget, as before
+	POROS_ATTN_CKPT=1 run -1 --separate-stderr poros-train "${q[@]}" --plan --vram-budget "$budget"
+	jq -e '.attention_checkpoints == true and .fits == false' <<<"$output"
+	POROS_ATTN_CKPT=1 run -1 --separate-stderr poros-train "${q[@]}" --out insist --vram-budget "$budget"
+	jq -e '.status == "oom" and .steps == 0' <<<"$output"
+	[[ "$stderr" != *"recomputes attention"* ]]
+	# left out by the setting: nothing to say
+	POROS_ATTN_CKPT=0 run -0 --separate-stderr poros-train "${q[@]}" --plan --vram-budget "$budget"
+	[[ "$stderr" != *"recomputes attention"* ]]
+	# neither fits: they stay, and the refusal is the plan with them
+	budget=$((one - 1))
+	run -1 --separate-stderr poros-train "${q[@]}" --plan --vram-budget "$budget"
+	jq -e '.attention_checkpoints == true and .checkpoint_sets == 2 and .fits == false' <<<"$output"
+	[ "$(jq '.vram_plan_mb * 1048576 | round' <<<"$output")" -eq "$with" ]
+	[[ "$stderr" == "poros-train: the run needs $(mib "$with") of device memory, over --vram-budget "* ]]
+}
+
 @test "--plan says the micro-batches a call (POROS_GROUP): a group's rows in its buffers, one lane, and the run takes what it says" {
 	local q=(--backend cuda --model Qwen/Qwen2.5-7B --precision nf4 --seq-len 512 --rank 16 --plan)
 	run -0 --separate-stderr poros-train "${q[@]}" --accum 8
@@ -470,11 +529,12 @@ host_rss_ok() {
 		and (.error | test("^the run needs 11\\.6 GiB of device memory, over --vram-budget 1\\.0 GiB; the largest: slabs 3\\.7 GiB, lora_state 3\\.1 GiB, lm_head 2\\.3 GiB$"))' <<<"$output"
 	[[ "$stderr" == "poros-train: the run needs 11.6 GiB of device memory"*"; the largest: slabs "* ]]
 	[ ! -e big/events.jsonl ] && [ ! -e big/adapter ]
-	# the budget of exactly the plan is enough; a byte less is not
+	# the budget of exactly the plan is enough; a byte less is not (unset,
+	# the attention checkpoints would give way: tested below)
 	budget=$(poros-train "${TINY[@]}" --model poros/tiny-qwen2 --plan | jq '.vram_plan_mb * 1048576 | round')
 	poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 1 --quiet --out fits --vram-budget "$budget" |
 		jq -e '.status == "ok"'
-	run -1 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 1 --out short \
+	POROS_ATTN_CKPT=1 run -1 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 1 --out short \
 		--vram-budget $((budget - 1))
 	jq -e '.status == "oom" and (.error | contains("; the largest: "))' <<<"$output"
 }

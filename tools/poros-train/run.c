@@ -900,49 +900,6 @@ static int make_plan(struct run *x, size_t library_bytes, struct dev_alloc *plan
 	return 0;
 }
 
-/* POROS_ATTN_CKPT unset: blockwise keeps the attention checkpoints where
- * the host has room for them beside the base and the layer inputs, else
- * its backward runs the attention forward again, and says so where that
- * is what lets the run fit (where the base or the inputs do not fit
- * either, the run is refused for those).  They change no bit, only host
- * memory and time.  Decided once, before the plan, so the plan and the
- * run are the same.  0, or -1 with err. */
-static int choose_attn_ckpt(struct run *x, size_t library_bytes, char *err, size_t errsz)
-{
-	struct train_config *c = &x->cfg;
-	struct dev_alloc plan;
-	struct ckpt_tier t;
-	size_t base, ckpt, inputs, avail;
-	char a[32], b[32], h[32];
-
-	if (c->attn_ckpt != ATTN_CKPT_AUTO)
-		return 0;
-	/* one device set holds no attention (schedule.c, ckpt_save_in_place) */
-	c->attn_ckpt = c->ckpt_sets != 1;
-	/* block checkpoints keep the attention on the device only; with
-	 * --checkpoint-dir the disk takes the records the host cannot hold */
-	if (c->mode != MODE_BLOCKWISE || engine_block_ckpt(c, x->mc.num_hidden_layers) || c->checkpoint_dir)
-		return 0;
-	if (base_size(x, &base, err, errsz) < 0 || make_plan(x, library_bytes, &plan, &t, err, errsz) < 0)
-		return -1;
-	dev_alloc_release_all(&plan);
-	ckpt = t.host;
-	avail = host_memory_available();
-	if (avail == 0 || base + ckpt <= avail)
-		return 0;
-	c->attn_ckpt = 0;
-	if (make_plan(x, library_bytes, &plan, &t, err, errsz) < 0)
-		return -1;
-	dev_alloc_release_all(&plan);
-	inputs = t.host;
-	if (base + inputs <= avail)
-		warnmsg("the base (%s) and the layer checkpoints with attention (%s) need more host memory than is "
-		        "available (%s): the backward recomputes attention (POROS_ATTN_CKPT=1 insists)",
-		        format_bytes(a, sizeof a, (double)base), format_bytes(b, sizeof b, (double)ckpt),
-		        format_bytes(h, sizeof h, (double)avail));
-	return 0;
-}
-
 /* POROS_LANES unset: a blockwise run of several micro-batches a step on
  * CUDA takes two compute lanes (engine_lanes), which cost a second set of
  * one layer's activations and scratch and a second cuBLAS workspace.
@@ -966,6 +923,12 @@ static size_t fit_cap(const struct train_config *c, long device_mb)
 	return 0;
 }
 
+/* fit_cap's name in a message: "--vram-budget" or "the device's". */
+static const char *cap_name(const struct train_config *c)
+{
+	return c->vram_budget ? "--vram-budget" : "the device's";
+}
+
 /* The device peak of the plan the configuration now makes (-1 with err). */
 static int plan_peak(struct run *x, size_t library_bytes, size_t *peak, char *err, size_t errsz)
 {
@@ -978,12 +941,14 @@ static int plan_peak(struct run *x, size_t library_bytes, size_t *peak, char *er
 	return 0;
 }
 
-static int choose_lanes(struct run *x, size_t library_bytes, long device_mb, char *err, size_t errsz)
+/* The lanes POROS_LANES unset takes under cap, into c->lanes; *two_over:
+ * the peak of two lanes where it is over cap and one lane fits, else 0. */
+static int fit_lanes(struct run *x, size_t library_bytes, size_t cap, size_t *two_over, char *err, size_t errsz)
 {
 	struct train_config *c = &x->cfg;
-	size_t two, one, cap = fit_cap(c, device_mb);
-	char a[32], b[32];
+	size_t two, one;
 
+	*two_over = 0;
 	if (c->lanes != 0 || !cap)
 		return 0;
 	c->lanes = engine_lanes(c, library_bytes != 0);
@@ -997,9 +962,49 @@ static int choose_lanes(struct run *x, size_t library_bytes, long device_mb, cha
 	if (plan_peak(x, library_bytes, &one, err, errsz) < 0)
 		return -1;
 	if (one <= cap) /* else the budget's refusal, or the device's, says it all */
+		*two_over = two;
+	return 0;
+}
+
+static int choose_lanes(struct run *x, size_t library_bytes, size_t cap, char *err, size_t errsz)
+{
+	size_t two_over;
+	char a[32], b[32];
+
+	if (fit_lanes(x, library_bytes, cap, &two_over, err, errsz) < 0)
+		return -1;
+	if (two_over)
 		warnmsg("two compute lanes need %s of device memory, over %s %s: one lane (POROS_LANES=2 insists)",
-		        format_bytes(a, sizeof a, (double)two), c->vram_budget ? "--vram-budget" : "the device's",
+		        format_bytes(a, sizeof a, (double)two_over), cap_name(x->c),
 		        format_bytes(b, sizeof b, (double)cap));
+	return 0;
+}
+
+/* The sets POROS_CKPT_SETS unset keeps under cap, into c->ckpt_sets;
+ * *two_over: the peak of two sets where it is over cap and one set fits,
+ * else 0. */
+static int fit_ckpt_sets(struct run *x, size_t library_bytes, size_t cap, size_t *two_over, char *err,
+                         size_t errsz)
+{
+	struct train_config *c = &x->cfg;
+	size_t two, one;
+
+	*two_over = 0;
+	if (c->mode != MODE_BLOCKWISE || c->ckpt_sets != 0 || !cap || c->attn_ckpt != 0 ||
+	    engine_block_ckpt(c, x->mc.num_hidden_layers))
+		return 0;
+	c->ckpt_sets = 2;
+	if (plan_peak(x, library_bytes, &two, err, errsz) < 0)
+		return -1;
+	if (two <= cap)
+		return 0;
+	c->ckpt_sets = 1;
+	if (plan_peak(x, library_bytes, &one, err, errsz) < 0)
+		return -1;
+	if (one <= cap)
+		*two_over = two;
+	else /* the budget's refusal, or the device's, says it all */
+		c->ckpt_sets = 2;
 	return 0;
 }
 
@@ -1011,13 +1016,13 @@ static int choose_lanes(struct run *x, size_t library_bytes, long device_mb, cha
  * backward fetch after the layer it follows (schedule.c).  Without
  * attention checkpoints only; never block checkpoints, which hold a set
  * a layer of a block.  Set to 1, the run keeps one or is refused.  They
- * change no bit.  Decided once, after the lanes (a lane less is tried
- * first) and before the disk records (which plan with the sets taken).
- * 0, or -1 with err (bad input). */
-static int choose_ckpt_sets(struct run *x, size_t library_bytes, long device_mb, char *err, size_t errsz)
+ * change no bit.  Decided once, after the attention checkpoints and the
+ * lanes (a lane less is tried first) and before the disk records (which
+ * plan with the sets taken).  0, or -1 with err (bad input). */
+static int choose_ckpt_sets(struct run *x, size_t library_bytes, size_t cap, char *err, size_t errsz)
 {
-	struct train_config *c = &x->cfg;
-	size_t two, one, cap = fit_cap(c, device_mb);
+	const struct train_config *c = x->c;
+	size_t two_over;
 	char a[32], b[32];
 
 	if (c->mode != MODE_BLOCKWISE)
@@ -1028,24 +1033,130 @@ static int choose_ckpt_sets(struct run *x, size_t library_bytes, long device_mb,
 	if (c->ckpt_sets == 1 && c->attn_ckpt != 0)
 		return snprintf(err, errsz, "POROS_CKPT_SETS: 1 needs POROS_ATTN_CKPT=0 (one set holds no attention "
 		                "checkpoints)"), -1;
-	if (c->ckpt_sets != 0 || !cap || c->attn_ckpt != 0 || engine_block_ckpt(c, x->mc.num_hidden_layers))
-		return 0;
-	c->ckpt_sets = 2;
-	if (plan_peak(x, library_bytes, &two, err, errsz) < 0)
+	if (fit_ckpt_sets(x, library_bytes, cap, &two_over, err, errsz) < 0)
 		return -1;
-	if (two <= cap)
-		return 0;
-	c->ckpt_sets = 1;
-	if (plan_peak(x, library_bytes, &one, err, errsz) < 0)
-		return -1;
-	if (one <= cap)
+	if (two_over)
 		warnmsg("two checkpoint sets need %s of device memory, over %s %s: one set, each layer's record "
 		        "fetched after the layer above (POROS_CKPT_SETS=2 insists)",
-		        format_bytes(a, sizeof a, (double)two), c->vram_budget ? "--vram-budget" : "the device's",
+		        format_bytes(a, sizeof a, (double)two_over), cap_name(c),
 		        format_bytes(b, sizeof b, (double)cap));
-	else /* the budget's refusal, or the device's, says it all */
-		c->ckpt_sets = 2;
 	return 0;
+}
+
+/* The host's part: left out where MemAvailable holds the base and the
+ * layer inputs but not the records with attention (said), or not even the
+ * inputs (the host check refuses the run for those).  With
+ * --checkpoint-dir the disk takes what the host cannot hold: kept. */
+static int attn_ckpt_host(struct run *x, size_t library_bytes, char *err, size_t errsz)
+{
+	struct train_config *c = &x->cfg;
+	struct dev_alloc plan;
+	struct ckpt_tier t;
+	size_t base, ckpt, inputs, avail;
+	char a[32], b[32], h[32];
+
+	if (!c->attn_ckpt || c->checkpoint_dir)
+		return 0;
+	if (base_size(x, &base, err, errsz) < 0 || make_plan(x, library_bytes, &plan, &t, err, errsz) < 0)
+		return -1;
+	dev_alloc_release_all(&plan);
+	ckpt = t.host;
+	avail = host_memory_available();
+	if (avail == 0 || base + ckpt <= avail)
+		return 0;
+	c->attn_ckpt = 0;
+	if (make_plan(x, library_bytes, &plan, &t, err, errsz) < 0)
+		return -1;
+	dev_alloc_release_all(&plan);
+	inputs = t.host;
+	if (base + inputs <= avail)
+		warnmsg("the base (%s) and the layer checkpoints with attention (%s) need more host memory than is "
+		        "available (%s): the backward recomputes attention (POROS_ATTN_CKPT=1 insists)",
+		        format_bytes(a, sizeof a, (double)base), format_bytes(b, sizeof b, (double)ckpt),
+		        format_bytes(h, sizeof h, (double)avail));
+	return 0;
+}
+
+/* The peak of the plan with attn_ckpt as given and the lanes and sets
+ * that fit_lanes and fit_ckpt_sets take under cap, silently; the
+ * configuration is left as it was. */
+static int auto_peak(struct run *x, size_t library_bytes, size_t cap, int attn_ckpt, size_t *peak, char *err,
+                     size_t errsz)
+{
+	struct train_config was = x->cfg;
+	size_t two_over;
+	int rc;
+
+	x->cfg.attn_ckpt = attn_ckpt;
+	rc = fit_lanes(x, library_bytes, cap, &two_over, err, errsz) < 0 ||
+	     fit_ckpt_sets(x, library_bytes, cap, &two_over, err, errsz) < 0 ||
+	     plan_peak(x, library_bytes, peak, err, errsz) < 0 ? -1 : 0;
+	x->cfg = was;
+	return rc;
+}
+
+/* The device's part: left out where the plan with them is over cap and
+ * the one without them (one checkpoint set included) is not, and said. */
+static int attn_ckpt_device(struct run *x, size_t library_bytes, size_t cap, char *err, size_t errsz)
+{
+	struct train_config *c = &x->cfg;
+	size_t with, without;
+	char a[32], b[32], d[32];
+
+	if (!c->attn_ckpt || !cap)
+		return 0;
+	if (auto_peak(x, library_bytes, cap, 1, &with, err, errsz) < 0)
+		return -1;
+	if (with <= cap)
+		return 0;
+	if (auto_peak(x, library_bytes, cap, 0, &without, err, errsz) < 0)
+		return -1;
+	if (without > cap)
+		return 0;
+	c->attn_ckpt = 0;
+	warnmsg("the run with attention checkpoints needs %s of device memory, over %s %s, and %s without: the "
+	        "backward recomputes attention (POROS_ATTN_CKPT=1 insists)",
+	        format_bytes(a, sizeof a, (double)with), cap_name(c), format_bytes(b, sizeof b, (double)cap),
+	        format_bytes(d, sizeof d, (double)without));
+	return 0;
+}
+
+/* POROS_ATTN_CKPT unset: blockwise layer checkpoints keep the attention
+ * checkpoints where the host has room for them beside the base and the
+ * layer inputs, and the device under cap (fit_cap; 0: not known) with
+ * the lanes and sets fit_lanes and fit_ckpt_sets take; else the backward
+ * runs the attention forward again, said where that is what lets the run
+ * fit (where nothing does, the run is refused as it would be with them).
+ * Block checkpoints keep them, on the device only.  They change no bit,
+ * only memory and time.  Decided once, before the lanes and sets and the
+ * plan, so the plan and the run are the same.  0, or -1 with err. */
+static int choose_attn_ckpt(struct run *x, size_t library_bytes, size_t cap, char *err, size_t errsz)
+{
+	struct train_config *c = &x->cfg;
+
+	if (c->attn_ckpt != ATTN_CKPT_AUTO)
+		return 0;
+	/* one device set holds no attention (schedule.c, ckpt_save_in_place) */
+	c->attn_ckpt = c->ckpt_sets != 1;
+	if (c->mode != MODE_BLOCKWISE || engine_block_ckpt(c, x->mc.num_hidden_layers))
+		return 0;
+	if (attn_ckpt_host(x, library_bytes, err, errsz) < 0)
+		return -1;
+	return attn_ckpt_device(x, library_bytes, cap, err, errsz);
+}
+
+/* The run's automatic choices where their settings are unset, each
+ * planned with those before it: the attention checkpoints, the lanes,
+ * the checkpoint sets.  device_mb as fit_cap's (0 for --plan).  0, or -1
+ * with err (bad input). */
+static int choose_schedule(struct run *x, size_t library_bytes, long device_mb, char *err, size_t errsz)
+{
+	size_t cap = fit_cap(x->c, device_mb);
+
+	if (choose_attn_ckpt(x, library_bytes, cap, err, errsz) < 0 ||
+	    choose_lanes(x, library_bytes, cap, err, errsz) < 0)
+		return -1;
+	return choose_ckpt_sets(x, library_bytes, cap, err, errsz);
 }
 
 /* --checkpoint-dir: how many checkpoint records go to disk.  As many as
@@ -1313,9 +1424,7 @@ static int run_training(struct run *x, char *err, size_t errsz)
 	r->step_s = xcalloc((size_t)c->cell.training.steps, sizeof *r->step_s);
 	/* the plan first: a run that cannot fit its budget stops before a
 	 * weight is loaded */
-	if (choose_attn_ckpt(x, r->be->library_device_bytes, err, errsz) < 0 ||
-	    choose_lanes(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
-	    choose_ckpt_sets(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
+	if (choose_schedule(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
 	    choose_disk_records(x, r->be->library_device_bytes, r->be->name, err, errsz) < 0 ||
 	    make_plan(x, r->be->library_device_bytes, &plan, &tier, err, errsz) < 0)
 		return RUN_BAD_INPUT;
@@ -1417,9 +1526,7 @@ static int run_evaluation(struct run *x, char *err, size_t errsz)
 
 	if ((r->be = select_backend(c, err, errsz)) == NULL)
 		goto failed;
-	if (choose_attn_ckpt(x, r->be->library_device_bytes, err, errsz) < 0 ||
-	    choose_lanes(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
-	    choose_ckpt_sets(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
+	if (choose_schedule(x, r->be->library_device_bytes, r->be->device_mem_mb, err, errsz) < 0 ||
 	    make_plan(x, r->be->library_device_bytes, &plan, &tier, err, errsz) < 0)
 		return RUN_BAD_INPUT;
 	r->vram_plan_mb = (double)plan.peak / MIB;
@@ -1588,8 +1695,7 @@ static int print_plan(struct run *x, FILE *out)
 	cJSON *o;
 
 	if (open_model(x, err, sizeof err) < 0 || plan_library_bytes(c, &lib, &backend, err, sizeof err) < 0 ||
-	    base_size(x, &host, err, sizeof err) < 0 || choose_attn_ckpt(x, lib, err, sizeof err) < 0 ||
-	    choose_lanes(x, lib, 0, err, sizeof err) < 0 || choose_ckpt_sets(x, lib, 0, err, sizeof err) < 0 ||
+	    base_size(x, &host, err, sizeof err) < 0 || choose_schedule(x, lib, 0, err, sizeof err) < 0 ||
 	    choose_disk_records(x, lib, backend, err, sizeof err) < 0 ||
 	    make_plan(x, lib, &plan, &tier, err, sizeof err) < 0) {
 		warnmsg("%s", err);

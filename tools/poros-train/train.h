@@ -79,8 +79,8 @@ struct train_config {
 	int attn_ckpt;           /* POROS_ATTN_CKPT: blockwise keeps each layer's attention output for its
 	                            recomputation (ATTN_CKPT_OUTPUT), the whole attention sublayer's results
 	                            (ATTN_CKPT_SUBLAYER), or runs it again (0); ATTN_CKPT_AUTO (unset): the
-	                            output where the host has the memory, which run.c decides (the engine
-	                            takes it as ATTN_CKPT_OUTPUT) */
+	                            output where the host and the device have the memory, which run.c
+	                            decides (the engine takes it as ATTN_CKPT_OUTPUT) */
 };
 
 /* POROS_ATTN_CKPT's levels (schedule.c): 0 the layer inputs alone; 1 with

@@ -15,7 +15,9 @@
 # there, POROS_DISK_AVAILABLE; unset: the directory's own, which must then
 # exist), a length then fitting the disk too and the table saying the
 # file's MiB; and attention_checkpoints, a list of 1 and 0
-# (POROS_ATTN_CKPT), searched with the other lists and named in the layout.
+# (POROS_ATTN_CKPT), searched with the other lists and named in the layout
+# (without it the setting is unset, and a plan leaves them out where only
+# that fits the card, unnamed).
 # With "peft: [bf16, nf4]", beside each row PEFT's own largest length,
 # measured: one fresh run of the peft arm per length (poros-arm, as bench
 # run runs a peft cell), doubling from 1024 then bisecting.
