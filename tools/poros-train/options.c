@@ -218,6 +218,11 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 			                getenv("POROS_CUDNN_DOC_MIN")), -1;
 	}
 
+	/* the CPU backend's lazy copies (kernels/cpu/backend_cpu.c), a test of
+	 * the stream order: a typo must not silently test nothing */
+	if ((v = getenv("POROS_CPU_LAZY_COPIES")) && *v && strcmp(v, "0") && strcmp(v, "1"))
+		return snprintf(err, errsz, "POROS_CPU_LAZY_COPIES: unknown value \"%s\" (expected 0 or 1)", v), -1;
+
 	/* the cuDNN backward's workspace cap (kernels/ops.h): a typo must not
 	 * silently keep the default */
 	if ((v = getenv("POROS_CUDNN_WORKSPACE")) && *v) {
