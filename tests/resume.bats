@@ -117,7 +117,8 @@ jsonl_docs() {
 	jq -e '.model == "poros/tiny-qwen2" and (.model_hash | test("^synthetic:[0-9a-f]{64}$")) and .precision == "nf4"
 		and .dataset == "synthetic" and .train_on == "all" and .targets == ["q_proj", "v_proj"] and .seed == 42
 		and .lr == 0.0002 and .lr_schedule == "constant" and .steps == 2 and .epochs == null and .seq_len == 32
-		and .mode == "blockwise" and .backend == "cpu"' run/train_config.json
+		and .mode == "blockwise" and .backend == "cpu" and .attention == "default" and .gemm_choice == "micro-batch"
+		and .cudnn_workspace_mb == null' run/train_config.json
 	# the summary's config is the same object, and the default precision is said at the start
 	[ "$(jq -S -c . run/train_config.json)" = "$(jq -S -c .config <<<"$output")" ]
 	[[ "$stderr" == *"poros-train: blockwise, nf4 base poros/tiny-qwen2, 2 steps,"*"configuration in run/train_config.json"* ]]
@@ -126,6 +127,18 @@ jsonl_docs() {
 	[ "$(jq .model_hash run/train_config.json)" != "$(jq .model_hash s7/train_config.json)" ]
 	# PEFT's file stays PEFT's
 	jq -e '.peft_type == "LORA" and .r == 4 and (has("model_hash") | not)' run/adapter/adapter_config.json
+}
+
+@test "the CUDA routes (POROS_ATTENTION, POROS_GEMM_CHOICE, POROS_CUDNN_WORKSPACE) are recorded; a resume may change them" {
+	POROS_ATTENTION=mma POROS_GEMM_CHOICE=group POROS_CUDNN_WORKSPACE=4096 poros-train "${RUN[@]}" --steps 4 \
+		--save-every 2 --out half >/dev/null
+	jq -e '.attention == "mma" and .gemm_choice == "group" and .cudnn_workspace_mb == 4096' half/train_config.json
+	jq -e '.config.attention == "mma"' half/checkpoint-step2/state.json
+	# like --backend, another route may round otherwise on CUDA: allowed, and
+	# the resumed run's record says what it took (the CPU has one route)
+	poros-train "${RUN[@]}" --steps 4 --resume half/checkpoint-step2 --out r >/dev/null
+	jq -e '.attention == "default" and .gemm_choice == "micro-batch" and .cudnn_workspace_mb == null' r/train_config.json
+	cmp "half/$ADAPTER" "r/$ADAPTER"
 }
 
 @test "--resume RUN_DIR takes its newest whole checkpoint, the configuration from it, and writes into that directory" {

@@ -84,6 +84,13 @@ cJSON *run_config_json(const struct train_config *c)
 	cJSON_AddBoolToObject(o, "prefetch", c->cell.poros.enable_prefetch);
 	cJSON_AddStringToObject(o, "checkpoints", checkpoints_names[c->cell.poros.checkpoints]);
 	cJSON_AddStringToObject(o, "backend", c->backend);
+	/* the CUDA backend's routes (kernels/ops.h): as the backend, they may
+	 * round otherwise, and a resume may change them; recorded so a run
+	 * says which it took */
+	cJSON_AddStringToObject(o, "attention", c->attention ? c->attention : "default");
+	cJSON_AddStringToObject(o, "gemm_choice", c->gemm_choice_group ? "group" : "micro-batch");
+	cJSON_AddItemToObject(o, "cudnn_workspace_mb",
+	                      c->cudnn_workspace_mb ? cJSON_CreateNumber((double)c->cudnn_workspace_mb) : cJSON_CreateNull());
 	cJSON_AddStringToObject(o, "gradient_checkpointing", c->cell.training.gradient_checkpointing ? "on" : "off");
 	cJSON_AddItemToObject(o, "eval_dataset", opt_string(c->cell.training.eval_dataset));
 	cJSON_AddItemToObject(o, "eval_dataset_hash", opt_string(c->eval_dataset_hash));
@@ -116,6 +123,8 @@ static const struct config_key {
 	{ "mode", "--mode", 1 }, { "block_size", "--block-size", 1 }, { "prefetch", "--no-prefetch", 1 },
 	{ "checkpoints", "--checkpoints", 1 },
 	{ "backend", "--backend", 1 }, { "gradient_checkpointing", "--gradient-checkpointing", 1 },
+	{ "attention", "POROS_ATTENTION", 1 }, { "gemm_choice", "POROS_GEMM_CHOICE", 1 },
+	{ "cudnn_workspace_mb", "POROS_CUDNN_WORKSPACE", 1 },
 	{ "tokenizer", "--tokenizer", 0 }, /* as dataset: its content is tokenizer_hash */
 	{ "tokenizer_hash", "--tokenizer", 0 }, { "eval_dataset", "--eval-dataset", 1 },
 	{ "eval_dataset_hash", "--eval-dataset", 0 }, /* another set may be named, not edited in place */

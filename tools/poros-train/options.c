@@ -208,6 +208,7 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	 * must not silently take the other one */
 	if (route && *route && strcmp(route, "mma") && strcmp(route, "cudnn"))
 		return snprintf(err, errsz, "POROS_ATTENTION: unknown value \"%s\" (expected mma or cudnn)", route), -1;
+	c->attention = route && *route ? route : NULL;
 
 	/* the per-document cuDNN route's floor (kernels/ops.h): a typo must not
 	 * silently keep the default */
@@ -230,6 +231,7 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 		if (*end || n < 64 || n > 65536)
 			return snprintf(err, errsz, "POROS_CUDNN_WORKSPACE: \"%s\" is not a number of MiB from 64 to 65536",
 			                v), -1;
+		c->cudnn_workspace_mb = n;
 	}
 
 	/* kernels/ops.h's LoRA extension: a typo must not silently leave it on */
