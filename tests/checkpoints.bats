@@ -451,7 +451,7 @@ one_set_parity() {
 	[ "$(jq -r .loss res/events.jsonl | sort -u | wc -l)" -eq 3 ]
 }
 
-@test "attention-sublayer checkpoints are bit-identical in micro-batch groups, over packed documents, with evaluation" {
+@test "attention-sublayer checkpoints are bit-identical in micro-batch groups, on two lanes, over packed documents, with evaluation" {
 	# a group's rows a multiple of 128: seq 64, batch 2; documents of 9 ids and an EOS, masks
 	for d in 1 2 3 4 5 6 7 8; do
 		jq -cn --argjson d "$d" '{input_ids: [range(0; 9) | (. * 7 + $d * 13) % 250]}'
@@ -470,6 +470,18 @@ one_set_parity() {
 	train res0 "${q[@]}" --mode resident --dropout 0
 	POROS_ATTN_CKPT=2 POROS_GROUP=4 train g4d0 "${q[@]}" --block-size 2 --dropout 0
 	same_steps g4d0 res0
+	# groups on two lanes, one set of checkpoints (no attention's), records on disk
+	POROS_LANES=2 POROS_ATTN_CKPT=2 POROS_GROUP=2 train l2g2 "${q[@]}" --block-size 2 --dropout 0.1
+	jq -e '.schedule.lanes == 2 and .schedule.group == 2' l2g2.json
+	same_steps l2g2 res
+	POROS_LANES=2 POROS_ATTN_CKPT=0 POROS_CKPT_SETS=1 POROS_GROUP=2 train l2one "${q[@]}" --block-size 2 --dropout 0.1
+	jq -e '.schedule.lanes == 2 and .schedule.checkpoint_sets == 1' l2one.json
+	same_steps l2one res
+	mkdir -p ck
+	POROS_LANES=2 POROS_GROUP=2 POROS_DISK_CHECKPOINTS=3 train l2disk "${q[@]}" --block-size 2 --dropout 0.1 \
+		--checkpoint-dir ck
+	same_steps l2disk res
+	diff <(jq -r .eval_loss res/events.jsonl) <(jq -r .eval_loss l2disk/events.jsonl)
 }
 
 @test "POROS_CKPT_SETS: a bad value is a usage error; 1 is refused with block or attention checkpoints" {

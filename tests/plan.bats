@@ -369,7 +369,7 @@ mib() {
 	[[ "$stderr" == "poros-train: the run needs $(mib "$with") of device memory, over --vram-budget "* ]]
 }
 
-@test "--plan says the micro-batches a call (POROS_GROUP): a group's rows in its buffers, one lane, and the run takes what it says" {
+@test "--plan says the micro-batches a call (POROS_GROUP): a group's rows in its buffers, one lane unless asked, and the run takes what it says" {
 	local q=(--backend cuda --model Qwen/Qwen2.5-7B --precision nf4 --seq-len 512 --rank 16 --plan)
 	run -0 --separate-stderr poros-train "${q[@]}" --accum 8
 	jq -e '.group == 1' <<<"$output"
@@ -396,6 +396,30 @@ mib() {
 	jq -e '.group == 3' group.plan
 	[ "$(jq -r .vram_plan_mb group.plan)" = "$(jq -r .vram_peak_mb group.json)" ]
 	[ "$(jq -c .vram_breakdown_mb group.plan)" = "$(jq -c .vram_breakdown_mb group.json)" ]
+}
+
+@test "--plan counts groups on two lanes (POROS_GROUP with POROS_LANES=2): lane 1's group buffers and leaves" {
+	local q=(--backend cuda --model Qwen/Qwen2.5-7B --precision nf4 --seq-len 512 --rank 16 --plan)
+	POROS_GROUP=4 run -0 --separate-stderr poros-train "${q[@]}" --accum 8
+	one=$output
+	POROS_GROUP=4 POROS_LANES=2 run -0 --separate-stderr poros-train "${q[@]}" --accum 8
+	# a second group's activations, scratch, leaves and cuBLAS workspace
+	jq -e --argjson one "$one" '.group == 4 and .lanes == 2 and .vram_breakdown_mb.blas_workspace == 64 and
+		(.vram_breakdown_mb.activations - 2 * $one.vram_breakdown_mb.activations | fabs) < 0.01 and
+		.vram_breakdown_mb.workspace > $one.vram_breakdown_mb.workspace and
+		.vram_breakdown_mb.grad_partials > $one.vram_breakdown_mb.grad_partials' <<<"$output"
+	# one group a step leaves lane 1 nothing: one lane
+	POROS_GROUP=8 POROS_LANES=2 run -0 --separate-stderr poros-train "${q[@]}" --accum 8
+	jq -e '.group == 8 and .lanes == 1' <<<"$output"
+	# on the CPU: the peak is the plan, to the byte, and resident's bits
+	POROS_GROUP=2 POROS_LANES=2 plan_and_train lg --model poros/tiny-qwen3 --mode blockwise --accum 5 --seq-len 64 \
+		--dropout 0.1
+	jq -e '.group == 2 and .lanes == 2' lg.plan
+	[ "$(jq -r .vram_plan_mb lg.plan)" = "$(jq -r .vram_peak_mb lg.json)" ]
+	[ "$(jq -c .vram_breakdown_mb lg.plan)" = "$(jq -c .vram_breakdown_mb lg.json)" ]
+	poros-train "${TINY[@]}" --quiet --steps 2 --out res --model poros/tiny-qwen3 --mode resident --accum 5 \
+		--seq-len 64 --dropout 0.1 >res.json
+	cmp res/adapter/adapter_model.safetensors lg/adapter/adapter_model.safetensors
 }
 
 @test "checkpoints the host cannot hold: the attention's left out and said so, or the run refused before it starts" {

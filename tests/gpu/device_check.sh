@@ -97,6 +97,11 @@ for d in 0 0.1; do
 		bit_identical "groups of 4 vs resident, --checkpoints $ck, dropout $d" "$out/runs/group_res_$d" \
 			"$out/runs/group4_${ck}_$d"
 	done
+	# groups of 2 on two lanes: lane 1 zeroes its leaves only after lane 0 pushed them
+	POROS_LANES=2 POROS_GROUP=2 train "group2_lanes_$d" cuda blockwise nf4 2 5 poros/tiny-qwen3 --seq-len 128 \
+		--dropout "$d" || fail=1
+	bit_identical "groups of 2 on two lanes vs resident, dropout $d" "$out/runs/group_res_$d" \
+		"$out/runs/group2_lanes_$d"
 done
 for m in Qwen/Qwen2.5-0.5B; do
 	train group_q05_res cuda resident bf16 4 8 "$m" --seq-len 512 --rank 16 --alpha 32 --dropout 0 --steps 2 || fail=1

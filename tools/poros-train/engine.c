@@ -331,9 +331,13 @@ int engine_host_ext_cols(const struct train_config *cfg)
 
 int engine_lanes(const struct train_config *cfg, int cuda)
 {
-	if (cfg->mode != MODE_BLOCKWISE || cfg->cell.training.gradient_accumulation_steps < 2 || cfg->eval_only ||
-	    cfg->lanes == 1 || engine_group(cfg) > 1)
+	int k = cfg->cell.training.gradient_accumulation_steps, group = engine_group(cfg);
+
+	if (cfg->mode != MODE_BLOCKWISE || k < 2 || cfg->eval_only || cfg->lanes == 1)
 		return 1;
+	/* groups take two lanes only when asked, and where a step has two */
+	if (group > 1)
+		return cfg->lanes == 2 && k > group ? 2 : 1;
 	return cfg->lanes == 2 || cuda ? 2 : 1;
 }
 

@@ -46,12 +46,14 @@ struct engine;
  * blockwise trains two or more micro-batches a step on the CUDA backend
  * (cuda: the plan is the CUDA backend's) unless POROS_LANES=1 says
  * otherwise (POROS_PROFILE times each lane on its own); POROS_LANES=2
- * asks for them on the CPU too, where they run in turn. */
+ * asks for them on the CPU too, where they run in turn.  With micro-batch
+ * groups (engine_group) there are two only with POROS_LANES=2 and two or
+ * more groups a step: each lane runs a group a call. */
 int engine_lanes(const struct train_config *cfg, int cuda);
 /* Micro-batches a blockwise layer call runs (POROS_GROUP; layer.h): the
  * asked number, at most the step's, where a micro-batch's MLP is one
  * chunk and its rows keep the buffers aligned; else 1.  A group takes
- * the compute stream alone (engine_lanes: 1). */
+ * one compute lane unless POROS_LANES=2 (engine_lanes). */
 int engine_group(const struct train_config *cfg);
 /* The rows every schedule's row GEMMs choose their algorithms at
  * (backend.h set_row_unit): a micro-batch's, or with POROS_GEMM_CHOICE=group

@@ -186,7 +186,7 @@ struct engine {
 	 * for group * T rows; a group's gradient leaves, one a micro-batch,
 	 * pushed in order after the call (gradtree_push_leaf). */
 	int group;
-	float *group_leaf[GROUP_MAX];
+	float *group_leaf[BACKEND_MAX_LANES][GROUP_MAX]; /* lane 1's: with two lanes, each runs a group */
 	/* resident without recompute: every layer's activations of one
 	 * micro-batch (L of them); NULL otherwise */
 	struct layer_act *acts;
@@ -260,7 +260,7 @@ void gradtree_push(struct engine *e, int j);
  * slot), pushed as gradtree_push would push it from its slot: the same
  * additions in the same order. */
 void gradtree_push_leaf(struct engine *e, int j, const float *leaf);
-/* The floats of a group's leaves (plan.c carves them after the scratch). */
+/* The floats of a group's leaves, a set a lane (plan.c carves them after the scratch). */
 size_t gradtree_group_floats(const struct engine *e);
 void gradtree_bind_group(struct engine *e, float *leaves);
 int gradtree_finish(struct engine *e);

@@ -209,13 +209,15 @@ void gradtree_push_leaf(struct engine *e, int j, const float *leaf)
 
 size_t gradtree_group_floats(const struct engine *e)
 {
-	return e->group > 1 ? (size_t)e->group * (size_t)e->gt.cap : 0;
+	return e->group > 1 ? (size_t)e->lanes * (size_t)e->group * (size_t)e->gt.cap : 0;
 }
 
 void gradtree_bind_group(struct engine *e, float *leaves)
 {
-	for (int i = 0; i < GROUP_MAX; i++)
-		e->group_leaf[i] = leaves && i < e->group ? leaves + (size_t)i * e->gt.cap : NULL;
+	for (int lane = 0; lane < BACKEND_MAX_LANES; lane++)
+		for (int i = 0; i < GROUP_MAX; i++)
+			e->group_leaf[lane][i] = leaves && lane < e->lanes && i < e->group
+			                         ? leaves + ((size_t)lane * e->group + (size_t)i) * e->gt.cap : NULL;
 }
 
 /* The node [s, s+w) cut at n over the pieces (start, size, buf): the index

@@ -333,13 +333,18 @@ static void plan_lane_scratch(struct engine *e, struct carver *cv, struct layer_
 static void plan_scratch(struct engine *e, struct carver *cv)
 {
 	if (e->group > 1) { /* a group's rows; the head (e->lc) takes its pieces of them */
-		struct layer_ctx c = group_ctx(e, e->group);
+		struct layer_ctx c = group_ctx(e, e->group), c1 = c;
 
 		plan_lane_scratch(e, cv, &c, &e->act, 1);
 		e->lc.g = c.g;
 		e->lc.attn_scratch = c.attn_scratch;
 		e->lc.logits = c.logits, e->lc.dlogits = c.dlogits, e->lc.hn = c.hn;
 		e->lc.chunk = c.chunk < e->lc.T ? c.chunk : e->lc.T;
+		if (e->lanes > 1) { /* lane 1 runs groups too */
+			plan_lane_scratch(e, cv, &c1, &e->lane_act, 0);
+			e->lane_g = c1.g;
+			e->lane_attn_scratch = c1.attn_scratch;
+		}
 		return;
 	}
 	plan_lane_scratch(e, cv, &e->lc, &e->act, 1);

@@ -184,6 +184,26 @@ static struct layer_act *lane_act(struct engine *e, int lane)
 	return lane ? &e->lane_act : &e->act;
 }
 
+/* The context of a call over n micro-batches (a group's, layer.h) on
+ * lane: group_ctx's, with lane 1's scratch there (no head). */
+static struct layer_ctx group_lane_ctx(const struct engine *e, int lane, int n)
+{
+	struct layer_ctx c = group_ctx(e, n);
+
+	if (lane) {
+		c.g = e->lane_g;
+		c.attn_scratch = e->lane_attn_scratch;
+		c.logits = NULL, c.dlogits = NULL, c.hn = NULL;
+	}
+	return c;
+}
+
+/* The micro-batches of the group that starts at j (of n). */
+static int group_len(const struct engine *e, int j, int n)
+{
+	return n - j < e->group ? n - j : e->group;
+}
+
 /* The exchange of gradient pieces failed: the step reports it (e->err),
  * its gradient is not a number. */
 static void pass_failed(struct engine *e)
@@ -441,13 +461,17 @@ static void act_attention_set(struct engine *e, struct layer_act *a, int s, int 
 static void layer_forward_mbs(struct engine *e, const struct layer_view *v, int layer, int in, int out, int n,
                               int step)
 {
-	if (e->group > 1) { /* groups of micro-batches, one call each */
-		for (int j = 0; j < n; j += e->group) {
-			struct layer_ctx c = group_ctx(e, n - j < e->group ? n - j : e->group);
+	if (e->group > 1) { /* groups of micro-batches, one call each, group u on lane u % lanes */
+		lanes_fork(e);
+		for (int j = 0, u = 0; j < n; j += e->group, u++) {
+			int lane = lane_use(e, u);
+			struct layer_ctx c = group_lane_ctx(e, lane, group_len(e, j, n));
+			struct layer_act *a = lane_act(e, lane);
 
-			act_attention_set(e, &e->act, in, j, 0);
-			layer_forward(&c, v, &e->act, layer, set_buf(e, in, j), set_buf(e, out, j), (struct pass){ step, j });
+			act_attention_set(e, a, in, j, 0);
+			layer_forward(&c, v, a, layer, set_buf(e, in, j), set_buf(e, out, j), (struct pass){ step, j });
 		}
+		lanes_join(e);
 		return;
 	}
 	lanes_fork(e);
@@ -579,6 +603,47 @@ static void blockwise_forward(struct engine *e, int step, void (*save)(struct en
 	e->lc.out_wait = NULL;
 }
 
+/* Blockwise backward through layer l (view v, inputs in set s, attention
+ * there already when kept) of the group at micro-batch j, and with two
+ * lanes of the next group too, on lane 1; returns how many micro-batches
+ * it took.  Each group's leaves are zeroed on its lane and filled by one
+ * call; all are pushed in order once both lanes are done (lane 1's next
+ * zeroing waits for those pushes: lanes_fork). */
+static int group_backward(struct engine *e, const struct layer_view *v, int l, int s, int kept, int j, int step)
+{
+	int first[BACKEND_MAX_LANES], len[BACKEND_MAX_LANES], n = 0, taken = 0;
+
+	for (int lane = 0; lane < e->lanes && j + taken < e->k; lane++) {
+		first[lane] = j + taken;
+		len[lane] = group_len(e, j + taken, e->k);
+		taken += len[lane];
+		n++;
+	}
+	if (n == 2)
+		lanes_fork(e);
+	for (int lane = 0; lane < n; lane++) {
+		struct layer_ctx c = group_lane_ctx(e, lane, len[lane]);
+		struct layer_act *a = lane_act(e, lane);
+
+		if (n == 2)
+			lane_use(e, lane);
+		for (int i = 0; i < c.mbs; i++) {
+			e->be->memset_zero(e->group_leaf[lane][i], (size_t)e->gt.len * sizeof(float), STREAM_COMPUTE);
+			c.grad_mb[i] = e->group_leaf[lane][i] - e->gt.off; /* indexed by slot offset, as lora_grad */
+		}
+		c.lora_grad = c.mbs > 1 ? NULL : c.grad_mb[0];
+		act_attention_set(e, a, s, first[lane], kept);
+		layer_recompute_backward(&c, a, v, l, set_buf(e, s, first[lane]), e->dresid[first[lane]],
+		                         (struct pass){ step, first[lane] });
+	}
+	if (n == 2)
+		lanes_join(e);
+	for (int lane = 0; lane < n; lane++)
+		for (int i = 0; i < len[lane]; i++)
+			gradtree_push_leaf(e, first[lane] + i, e->group_leaf[lane][i]);
+	return taken;
+}
+
 /* Blockwise backward through layer l (view v, inputs in set s, its
  * attention there already when kept) of micro-batch j, or of j and j+1 at
  * once on the two lanes; returns how many it took.  Their gradient leaves
@@ -588,20 +653,8 @@ static int layer_backward_mbs(struct engine *e, const struct layer_view *v, int 
 {
 	int n = e->lanes > 1 && j + 1 < e->k && gradtree_pair_ok(e, j) ? 2 : 1;
 
-	if (e->group > 1) { /* a group: its leaves zeroed, filled by one call, pushed in order */
-		struct layer_ctx c = group_ctx(e, e->k - j < e->group ? e->k - j : e->group);
-
-		for (int i = 0; i < c.mbs; i++) {
-			e->be->memset_zero(e->group_leaf[i], (size_t)e->gt.len * sizeof(float), STREAM_COMPUTE);
-			c.grad_mb[i] = e->group_leaf[i] - e->gt.off; /* indexed by slot offset, as lora_grad */
-		}
-		c.lora_grad = c.mbs > 1 ? NULL : c.grad_mb[0];
-		act_attention_set(e, &e->act, s, j, kept);
-		layer_recompute_backward(&c, &e->act, v, l, set_buf(e, s, j), e->dresid[j], (struct pass){ step, j });
-		for (int i = 0; i < c.mbs; i++)
-			gradtree_push_leaf(e, j + i, e->group_leaf[i]);
-		return c.mbs;
-	}
+	if (e->group > 1)
+		return group_backward(e, v, l, s, kept, j, step);
 
 	if (n == 2)
 		lanes_fork(e);
