@@ -313,12 +313,25 @@ static inline int attention_dpad(int D)
  * for one-document rows (pos NULL) when D fills the padded width (64, 128)
  * unless POROS_ATTENTION=mma.  Its backward runs attention_cudnn_heads
  * query heads a call (the largest divisor of H whose bf16 dS workspace,
- * B x heads x S^2, fits ATTN_CUDNN_WORKSPACE_CAP, or one head up to twice
+ * B x heads x S^2, fits attention_cudnn_workspace_cap(), or one head up to twice
  * that; 0: too long a row, the kernels run the backward).  It needs, after
  * the attention scratch (attention_scratch_floats, below): with G < H, k and v expanded to the H query heads
  * (bf16); one call's dq, dk, dv per query head (bf16, cuDNN's output);
  * and cuDNN's workspace (attention_cudnn_workspace_bytes). */
 #define ATTN_CUDNN_WORKSPACE_CAP ((size_t)1 << 30)
+
+/* POROS_CUDNN_WORKSPACE=MiB (poros-train refuses values outside 64 to
+ * 65536) replaces ATTN_CUDNN_WORKSPACE_CAP: more heads a backward call
+ * (all 28 of 7B's at 8192 tokens in 4 GiB measured 407 TFLOP/s against
+ * 278 at 1 GiB, docs/perf-notes.md), for that much more VRAM, which the
+ * plan counts.  The heads a call can change the backward's rounding, as
+ * POROS_ATTENTION's route does; blockwise and resident take the same. */
+static inline size_t attention_cudnn_workspace_cap(void)
+{
+	const char *env = getenv("POROS_CUDNN_WORKSPACE");
+	long mib = env && *env ? atol(env) : 0;
+	return mib >= 1 ? (size_t)mib << 20 : ATTN_CUDNN_WORKSPACE_CAP;
+}
 /* The largest (B,H,S,D) pack cuDNN runs the backward of (see attention_cudnn_heads). */
 #define ATTN_CUDNN_BACKWARD_MAX_PACK ((size_t)1 << 27)
 
@@ -363,7 +376,9 @@ static inline size_t attention_cudnn_ds_bytes(int B, int S, int heads)
 
 static inline int attention_cudnn_heads(int B, int S, int H, int D)
 {
-	if (attention_cudnn_ds_bytes(B, S, 1) > 2 * ATTN_CUDNN_WORKSPACE_CAP)
+	size_t cap = attention_cudnn_workspace_cap();
+
+	if (attention_cudnn_ds_bytes(B, S, 1) > 2 * cap)
 		return 0;
 	/* beyond 2^27 elements a (B,H,S,D) pack cuDNN 9.14's backward is wrong
 	 * (dq, dk off by their own size; the kernels and the forward are
@@ -371,7 +386,7 @@ static inline int attention_cudnn_heads(int B, int S, int H, int D)
 	if ((size_t)B * H * S * D > ATTN_CUDNN_BACKWARD_MAX_PACK)
 		return 0;
 	for (int hc = H; hc > 1; hc--)
-		if (H % hc == 0 && attention_cudnn_ds_bytes(B, S, hc) <= ATTN_CUDNN_WORKSPACE_CAP)
+		if (H % hc == 0 && attention_cudnn_ds_bytes(B, S, hc) <= cap)
 			return hc;
 	return 1;
 }

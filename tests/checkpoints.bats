@@ -425,6 +425,58 @@ one_set_parity() {
 		one8.plan
 }
 
+# --- the stream order, with lazy copies (POROS_CPU_LAZY_COPIES=1) ----------
+# The CPU backend then runs the copy and checkpoint streams' work only when
+# something waits for it (kernels/cpu/backend_cpu.c), so a wait the engine
+# lacks gives other bits here, as it would on a GPU.
+
+# lazy NAME ENV ARGS...: a lazy-copies run of ENV (comma-separated
+# NAME=VALUE pairs) with ARGS, its steps and evaluations resident's
+lazy() {
+	local name=$1 env=$2
+	shift 2
+	# shellcheck disable=SC2046 # the pairs are words
+	env POROS_CPU_LAZY_COPIES=1 $(tr , ' ' <<<"$env") poros-train "${TINY[@]}" "$@" --out "$name" >"$name.json"
+	jq -e '.status == "ok" and .vram_peak_mb == .vram_plan_mb' "$name.json"
+	same_steps "$name" res
+	diff <(jq -r .eval_loss res/events.jsonl) <(jq -r .eval_loss "$name/events.jsonl")
+}
+
+@test "with lazy copies every blockwise layout keeps resident's bits: sets, attention, lanes, groups, disk, eval" {
+	eight_layers
+	for i in $(seq 0 15); do printf "\\x$(printf %02x $(((i * 37 + 5) % 200)))\\x00"; done >eval.u16
+	local q=("${EIGHT[@]}" --accum 4 --eval-dataset eval.u16 --eval-every 1)
+	train res "${q[@]}" --mode resident
+	lazy two POROS_ATTN_CKPT=1 "${q[@]}" --block-size 2
+	lazy inputs POROS_ATTN_CKPT=0 "${q[@]}" --block-size 3
+	lazy sublayer POROS_ATTN_CKPT=2 "${q[@]}" --block-size 2
+	lazy one POROS_ATTN_CKPT=0,POROS_CKPT_SETS=1 "${q[@]}" --block-size 2
+	lazy lanes POROS_LANES=2 "${q[@]}" --block-size 2
+	lazy lanesone POROS_LANES=2,POROS_ATTN_CKPT=0,POROS_CKPT_SETS=1 "${q[@]}" --block-size 2
+	lazy block POROS_ATTN_CKPT=1 "${q[@]}" --block-size 3 --checkpoints block
+	lazy blocksub POROS_ATTN_CKPT=2 "${q[@]}" --block-size 2 --checkpoints block
+	lazy disk POROS_DISK_CHECKPOINTS=5 "${q[@]}" --block-size 2 --checkpoint-dir ck
+	lazy diskone POROS_DISK_CHECKPOINTS=5,POROS_ATTN_CKPT=0,POROS_CKPT_SETS=1 "${q[@]}" --block-size 2 \
+		--checkpoint-dir ck
+	lazy noprefetch POROS_ATTN_CKPT=1 "${q[@]}" --block-size 2 --no-prefetch --optimizer-state host
+	[ "$(jq -r .loss res/events.jsonl | sort -u | wc -l)" -eq 3 ]
+}
+
+@test "with lazy copies micro-batch groups keep resident's bits, on one lane and two" {
+	local q=(--model poros/tiny-qwen3 --precision nf4 --accum 6 --dropout 0.1 --lr 5e-3 --steps 3 --seq-len 64)
+	train res "${q[@]}" --mode resident
+	lazy g4 POROS_GROUP=4,POROS_ATTN_CKPT=2 "${q[@]}" --block-size 2
+	lazy g2lanes POROS_GROUP=2,POROS_LANES=2 "${q[@]}" --block-size 2 --checkpoints block
+	lazy g2one POROS_GROUP=2,POROS_LANES=2,POROS_ATTN_CKPT=0,POROS_CKPT_SETS=1 "${q[@]}" --block-size 2
+	jq -e '.schedule.group == 2 and .schedule.lanes == 2' g2one.json
+}
+
+@test "POROS_CPU_LAZY_COPIES takes 0 or 1: another value is a usage error" {
+	POROS_CPU_LAZY_COPIES=yes run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
+	[ "$stderr" = 'poros-train: POROS_CPU_LAZY_COPIES: unknown value "yes" (expected 0 or 1)' ]
+	[ -z "$output" ] && [ ! -e run ]
+}
+
 # --- the attention sublayer's checkpoints (POROS_ATTN_CKPT=2) ---------------
 
 @test "attention-sublayer checkpoints are bit-identical to resident: dropout, lanes, block checkpoints, disk" {

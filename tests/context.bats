@@ -45,7 +45,7 @@ set_key() {
 	sed -i "s/^$1:.*/$1: $2/" tiny.yaml
 }
 
-HEADER='| model | precision | card (GB) | max seq_len (plan) | layout (block size, checkpoints) | device MiB at max | host MiB at max | confirmed (3 steps) | published (not measured here) | PEFT max seq_len (measured, precision) |'
+HEADER='| model | precision | card (GB) | max seq_len (plan) | layout (block size, checkpoints, attention checkpoints) | device MiB at max | host MiB at max | confirmed (3 steps) | published (not measured here) | PEFT max seq_len (measured, precision) |'
 
 # fake_device [PEFT_MAX]: a GPU as far as bench context can tell, and the
 # stand-ins it runs, "peft: [bf16]" in tiny.yaml.  The peft arm trains up
@@ -75,7 +75,7 @@ probe_lengths() {
 	run -0 --separate-stderr poros bench context tiny.yaml runs
 	assert_equal "${lines[0]}" "$HEADER"
 	# no "peft:": no PEFT search, and the column says so
-	[[ "${lines[2]}" =~ ^"| poros/tiny-qwen2 | nf4 | 0.06 | "([0-9]+)" | 2, block | "[0-9]+" | "[0-9]+" | no CUDA device | - | - |"$ ]]
+	[[ "${lines[2]}" =~ ^"| poros/tiny-qwen2 | nf4 | 0.06 | "([0-9]+)" | 2, block, attention "(on|off)" | "[0-9]+" | "[0-9]+" | no CUDA device | - | - |"$ ]]
 	max=${BASH_REMATCH[1]}
 	[[ "$stderr" == *"no CUDA device here: the confirming 3-step runs are not made"* ]]
 	[ ! -e runs ]
@@ -91,7 +91,7 @@ probe_lengths() {
 	command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && skip "a CUDA device is present: the confirming run would train"
 	sed 's/^block_size:.*/block_size: [1, 2, 4]/; s/^checkpoints:.*/checkpoints: [layer, block]/' tiny.yaml >layouts.yaml
 	run -0 --separate-stderr poros bench context layouts.yaml runs
-	[[ "${lines[2]}" =~ ^"| poros/tiny-qwen2 | nf4 | 0.06 | "([0-9]+)" | "([124])", "(layer|block)" | " ]]
+	[[ "${lines[2]}" =~ ^"| poros/tiny-qwen2 | nf4 | 0.06 | "([0-9]+)" | "([124])", "(layer|block)", attention "(on|off)(", one set")?" | " ]]
 	local max=${BASH_REMATCH[1]} bs=${BASH_REMATCH[2]} ck=${BASH_REMATCH[3]} best=0 first=
 	for b in 1 2 4; do
 		for c in layer block; do
@@ -138,7 +138,7 @@ probe_lengths() {
 	fake_device 5120
 	run -0 --separate-stderr poros bench context tiny.yaml runs
 	assert_equal "${lines[0]}" "$HEADER"
-	[[ "${lines[2]}" =~ ^"| poros/tiny-qwen2 | nf4 | 0.06 | "[0-9]+" | 2, block | "[0-9]+" | "[0-9]+" | ok peak 50 MiB, 0.1 s/step, 1000 tok/s, host peak 200 MiB | - | " ]]
+	[[ "${lines[2]}" =~ ^"| poros/tiny-qwen2 | nf4 | 0.06 | "[0-9]+" | 2, block, attention "(on|off)" | "[0-9]+" | "[0-9]+" | ok peak 50 MiB, 0.1 s/step, 1000 tok/s, host peak 200 MiB | - | " ]]
 	assert_equal "$(peft_column "${lines[2]}")" '5120 (bf16, 2 steps ok; 6144 oom)'
 	# 1024, 2048, 4096 ok, 8192 not; then 6144 not, 5120 ok: nothing between 5120 and 6144
 	assert_equal "$(probe_lengths)" '1024 2048 4096 8192 6144 5120'
@@ -234,12 +234,12 @@ probe_lengths() {
 	set_key block_size 1
 	set_key checkpoints layer
 	run -0 --separate-stderr poros bench context tiny.yaml runs
-	assert_equal "${lines[2]}" '| poros/tiny-qwen2 | nf4 | 0.06 | 1024 | 1, layer | 38 | 330 | no CUDA device | - | - |'
+	assert_equal "${lines[2]}" '| poros/tiny-qwen2 | nf4 | 0.06 | 1024 | 1, layer, attention on | 38 | 330 | no CUDA device | - | - |'
 	mkdir ck
 	printf '%s\n' 'checkpoint_dir: ck' 'disk_available: 1G' >>tiny.yaml
 	run -0 --separate-stderr poros bench context tiny.yaml runs
 	assert_equal "${lines[0]}" "${HEADER/host MiB at max |/host MiB at max | disk MiB at max |}"
-	[[ "${lines[2]}" =~ ^"| poros/tiny-qwen2 | nf4 | 0.06 | "([0-9]+)" | 1, layer | "[0-9]+" | "[0-9]+" | "([0-9]+)" | no CUDA device | - | - |"$ ]]
+	[[ "${lines[2]}" =~ ^"| poros/tiny-qwen2 | nf4 | 0.06 | "([0-9]+)" | 1, layer, attention on | "[0-9]+" | "[0-9]+" | "([0-9]+)" | no CUDA device | - | - |"$ ]]
 	[ "${BASH_REMATCH[1]}" -gt 1024 ] && [ "${BASH_REMATCH[2]}" -gt 0 ]
 	# planned, not run: nothing was written there
 	run -0 ls -A ck
@@ -247,13 +247,13 @@ probe_lengths() {
 	# a disk too small for any record keeps the host's length
 	set_key disk_available 1K
 	run -0 --separate-stderr poros bench context tiny.yaml runs
-	[[ "${lines[2]}" == '| poros/tiny-qwen2 | nf4 | 0.06 | 1024 | 1, layer | 38 | 330 | 0 | '* ]]
+	[[ "${lines[2]}" == '| poros/tiny-qwen2 | nf4 | 0.06 | 1024 | 1, layer, attention on | 38 | 330 | 0 | '* ]]
 	# attention checkpoints off is searched too, and named
 	echo 'attention_checkpoints: [1, 0]' >>tiny.yaml
 	set_key disk_available 1G
 	run -0 --separate-stderr poros bench context tiny.yaml runs
 	[[ "${lines[0]}" == *"| layout (block size, checkpoints, attention checkpoints) |"* ]]
-	[[ "${lines[2]}" =~ ^"| poros/tiny-qwen2 | nf4 | 0.06 | "[0-9]+" | 1, layer, "(on|off)" | " ]]
+	[[ "${lines[2]}" =~ ^"| poros/tiny-qwen2 | nf4 | 0.06 | "[0-9]+" | 1, layer, attention "(on|off)(", one set")?" | " ]]
 	set_key attention_checkpoints '[1, x]'
 	run -2 --separate-stderr poros bench context tiny.yaml
 	assert_equal "$stderr" 'poros: tiny.yaml: attention_checkpoints: "x" (expected 1 or 0)'

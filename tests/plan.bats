@@ -320,6 +320,25 @@ mib() {
 	awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'
 }
 
+@test "unset, block checkpoints' attention (on the device only) gives way to the budget too; the run takes the plan" {
+	local q=("${TINY[@]}" --quiet --model poros/tiny-qwen2 --mode blockwise --accum 3 --block-size 2 --steps 2
+		--checkpoints block)
+	with=$(POROS_ATTN_CKPT=1 peak "${q[@]}")
+	without=$(POROS_ATTN_CKPT=0 peak "${q[@]}")
+	[ "$without" -lt "$with" ]
+	budget=$(((with + without) / 2))
+	run -0 --separate-stderr poros-train "${q[@]}" --plan --vram-budget "$budget"
+	jq -e '.attention_checkpoints == false and .checkpoints == "block" and .fits == true' <<<"$output"
+	[ "$(jq '.vram_plan_mb * 1048576 | round' <<<"$output")" -eq "$without" ]
+	[[ "$stderr" == "poros-train: the run with attention checkpoints needs $(mib "$with") of device memory"* ]]
+	POROS_ATTN_CKPT=1 poros-train "${q[@]}" --out ref >/dev/null
+	poros-train "${q[@]}" --out auto --vram-budget "$budget" 2>/dev/null |
+		jq -e '.status == "ok" and .schedule.attention_checkpoints == false and .vram_peak_mb == .vram_plan_mb'
+	cmp auto/adapter/adapter_model.safetensors ref/adapter/adapter_model.safetensors
+	# no budget: the host's rule does not apply to them, they stay
+	poros-train "${q[@]}" --plan | jq -e '.attention_checkpoints == true'
+}
+
 @test "unset, the attention checkpoints give way where only the plan without them fits the budget, and say so" {
 	local q=("${TINY[@]}" --quiet --model poros/tiny-qwen2 --mode blockwise --accum 3 --block-size 2 --steps 2)
 	with=$(POROS_ATTN_CKPT=1 peak "${q[@]}")

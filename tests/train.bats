@@ -183,6 +183,20 @@ parity() {
 	done
 }
 
+@test "POROS_CUDNN_WORKSPACE takes MiB from 64 to 65536: another value is a usage error; the CUDA plan counts it" {
+	for v in 0 63 65537 4G x; do
+		POROS_CUDNN_WORKSPACE=$v run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
+		[ "$stderr" = "poros-train: POROS_CUDNN_WORKSPACE: \"$v\" is not a number of MiB from 64 to 65536" ]
+		[ -z "$output" ] && [ ! -e run ]
+	done
+	# 7B at 8192 tokens: 7 of the 28 heads a call in 1 GiB (896 MiB of dS),
+	# all 28 in 4 GiB (3584 MiB): the workspace grows by the difference
+	local q=(--plan --backend cuda --model Qwen/Qwen2.5-7B --precision bf16 --seq-len 8192 --rank 16)
+	one=$(poros-train "${q[@]}" | jq .vram_breakdown_mb.workspace)
+	four=$(POROS_CUDNN_WORKSPACE=4096 poros-train "${q[@]}" | jq .vram_breakdown_mb.workspace)
+	jq -en --argjson a "$one" --argjson b "$four" '$b - $a > 2600 and $b - $a < 3000'
+}
+
 @test "POROS_CUDNN_DOC_MIN takes a token count >= 1: another value is a usage error before anything runs" {
 	for v in 0 -3 12x big; do
 		POROS_CUDNN_DOC_MIN=$v run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run

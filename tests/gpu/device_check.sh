@@ -17,7 +17,9 @@ mkdir -p "$out"
 P=${POROS_BIN:-bin}
 [ -d "$P/../lib" ] && export LD_LIBRARY_PATH="$PWD/$P/../lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fail=0
-note() { printf '== %s\n' "$*"; }
+started=$(date +%s)
+# each section's line says the seconds since the start, for budgeting a device call
+note() { printf '== [%ss] %s\n' "$(($(date +%s) - started))" "$*"; }
 
 note "GPU"; nvidia-smi -L
 note "ops: CUDA vs CPU"

@@ -218,6 +218,20 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 			                getenv("POROS_CUDNN_DOC_MIN")), -1;
 	}
 
+	/* the CPU backend's lazy copies (kernels/cpu/backend_cpu.c), a test of
+	 * the stream order: a typo must not silently test nothing */
+	if ((v = getenv("POROS_CPU_LAZY_COPIES")) && *v && strcmp(v, "0") && strcmp(v, "1"))
+		return snprintf(err, errsz, "POROS_CPU_LAZY_COPIES: unknown value \"%s\" (expected 0 or 1)", v), -1;
+
+	/* the cuDNN backward's workspace cap (kernels/ops.h): a typo must not
+	 * silently keep the default */
+	if ((v = getenv("POROS_CUDNN_WORKSPACE")) && *v) {
+		long n = strtol(v, &end, 10);
+		if (*end || n < 64 || n > 65536)
+			return snprintf(err, errsz, "POROS_CUDNN_WORKSPACE: \"%s\" is not a number of MiB from 64 to 65536",
+			                v), -1;
+	}
+
 	/* kernels/ops.h's LoRA extension: a typo must not silently leave it on */
 	if (ext && *ext && strcmp(ext, "0") && strcmp(ext, "1"))
 		return snprintf(err, errsz, "POROS_LORA_EXT: unknown value \"%s\" (expected 0 or 1)", ext), -1;

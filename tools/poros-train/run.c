@@ -1127,9 +1127,10 @@ static int attn_ckpt_device(struct run *x, size_t library_bytes, size_t cap, cha
  * the lanes and sets fit_lanes and fit_ckpt_sets take; else the backward
  * runs the attention forward again, said where that is what lets the run
  * fit (where nothing does, the run is refused as it would be with them).
- * Block checkpoints keep them, on the device only.  They change no bit,
- * only memory and time.  Decided once, before the lanes and sets and the
- * plan, so the plan and the run are the same.  0, or -1 with err. */
+ * Block checkpoints keep them on the device only (a block's sets), so
+ * only the device's rule applies there.  They change no bit, only memory
+ * and time.  Decided once, before the lanes and sets and the plan, so the
+ * plan and the run are the same.  0, or -1 with err. */
 static int choose_attn_ckpt(struct run *x, size_t library_bytes, size_t cap, char *err, size_t errsz)
 {
 	struct train_config *c = &x->cfg;
@@ -1138,9 +1139,9 @@ static int choose_attn_ckpt(struct run *x, size_t library_bytes, size_t cap, cha
 		return 0;
 	/* one device set holds no attention (schedule.c, ckpt_save_in_place) */
 	c->attn_ckpt = c->ckpt_sets != 1;
-	if (c->mode != MODE_BLOCKWISE || engine_block_ckpt(c, x->mc.num_hidden_layers))
+	if (c->mode != MODE_BLOCKWISE)
 		return 0;
-	if (attn_ckpt_host(x, library_bytes, err, errsz) < 0)
+	if (!engine_block_ckpt(c, x->mc.num_hidden_layers) && attn_ckpt_host(x, library_bytes, err, errsz) < 0)
 		return -1;
 	return attn_ckpt_device(x, library_bytes, cap, err, errsz);
 }

@@ -604,8 +604,8 @@ static void blockwise_forward(struct engine *e, int step, void (*save)(struct en
 }
 
 /* Blockwise backward through layer l (view v, inputs in set s, attention
- * there already when kept) of the group at micro-batch j, and with two
- * lanes of the next group too, on lane 1; returns how many micro-batches
+ * there already when kept) of the group at micro-batch j and, with two
+ * lanes, of the next group too, on lane 1; returns how many micro-batches
  * it took.  Each group's leaves are zeroed on its lane and filled by one
  * call; all are pushed in order once both lanes are done (lane 1's next
  * zeroing waits for those pushes: lanes_fork). */

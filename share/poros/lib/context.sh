@@ -15,9 +15,10 @@
 # there, POROS_DISK_AVAILABLE; unset: the directory's own, which must then
 # exist), a length then fitting the disk too and the table saying the
 # file's MiB; and attention_checkpoints, a list of 1 and 0
-# (POROS_ATTN_CKPT), searched with the other lists and named in the layout
-# (without it the setting is unset, and a plan leaves them out where only
-# that fits the card, unnamed).
+# (POROS_ATTN_CKPT), searched with the other lists (without it the setting
+# is unset, and a plan leaves them out where only that fits the card).  The
+# layout column says what the plan at the maximum took: attention on or
+# off, and "one set" where layer checkpoints keep one device set.
 # With "peft: [bf16, nf4]", beside each row PEFT's own largest length,
 # measured: one fresh run of the peft arm per length (poros-arm, as bench
 # run runs a peft cell), doubling from 1024 then bisecting.
@@ -108,6 +109,19 @@ ctx_best() {
 	done
 	ctx_block=$_bb ctx_checkpoints=$_bc ctx_attn=${_ba#-}
 	echo "$_best $_bb $_bc $_ba"
+}
+
+# ctx_layout PLAN_LINE: the table's layout of the plan at the maximum:
+# "BLOCK, CHECKPOINTS, attention on|off" as the plan took them (searched,
+# or, unset, what the run chooses itself), ", one set" where layer
+# checkpoints keep one device set; "BLOCK, CHECKPOINTS" without a plan.
+ctx_layout() {
+	_att=$(printf '%s\n' "$1" | ask get --null - attention_checkpoints 2>/dev/null)
+	_sets=$(printf '%s\n' "$1" | ask get --null - checkpoint_sets 2>/dev/null)
+	printf '%s, %s' "$ctx_block" "$ctx_checkpoints"
+	case $_att in true) printf ', attention on' ;; false) printf ', attention off' ;; esac
+	[ "$ctx_checkpoints" != layer ] || [ "$_sets" != 1 ] || printf ', one set'
+	echo
 }
 
 # ctx_dir PART...: DIR/PART_PART..., a run's folder, its name safe for a file.
@@ -277,12 +291,11 @@ bench_context() {
 		export POROS_ARM_WATCH_PID
 	fi
 	: > "$tmpdir/ctx_failed"
-	# the disk's column and the layout's third part only where the spec has them
-	_disk_head= _disk_rule= _attn_head=
+	# the disk's column only where the spec has it
+	_disk_head= _disk_rule=
 	[ -z "$ctx_ckpt_dir" ] || _disk_head=' disk MiB at max |' _disk_rule='---|'
-	[ -z "$(ctx_list "$1" attention_checkpoints)" ] || _attn_head=', attention checkpoints'
-	printf '| model | precision | card (GB) | max seq_len (plan) | layout (block size, checkpoints%s) | device MiB at max | host MiB at max |%s confirmed (3 steps) | published (not measured here) | PEFT max seq_len (measured, precision) |\n' \
-		"$_attn_head" "$_disk_head"
+	printf '| model | precision | card (GB) | max seq_len (plan) | layout (block size, checkpoints, attention checkpoints) | device MiB at max | host MiB at max |%s confirmed (3 steps) | published (not measured here) | PEFT max seq_len (measured, precision) |\n' \
+		"$_disk_head"
 	printf '|---|---|---|---|---|---|---|%s---|---|---|\n' "$_disk_rule"
 	ctx_list "$1" models | while IFS= read -r _m; do
 		ctx_list "$1" cards_gb | while IFS= read -r _gb; do
@@ -291,11 +304,10 @@ bench_context() {
 			ctx_block=${_best%% *} _best=${_best#* }
 			ctx_checkpoints=${_best%% *} _a=${_best#* }
 			ctx_attn=${_a#-}
-			_layout="$ctx_block, $ctx_checkpoints"
-			case $_a in 1) _layout="$_layout, on" ;; 0) _layout="$_layout, off" ;; esac
 			# not even 1024 fits: no plan to show, nothing to confirm
 			_line='{}' _conf=-
 			[ "$_s" = 0 ] || _line=$(ctx_plan "$_m" "$_gb" "$_s")
+			_layout=$(ctx_layout "$_line")
 			_disk=
 			[ -z "$ctx_ckpt_dir" ] ||
 				_disk=" $(printf '%s\n' "$_line" | ask get --null - disk_checkpoints_mb 2>/dev/null | ctx_floor) |"
