@@ -6,6 +6,10 @@ _common_setup() {
 	export POROS_ROOT
 	PATH="$POROS_ROOT/bin:$PATH"
 	export PATH
+	# Every CPU run of the suite tests the schedule's stream order: the copy
+	# and checkpoint streams' work runs only when waited for, so a missing
+	# wait gives other bits (kernels/cpu/backend_cpu.c); a test may set 0.
+	export POROS_CPU_LAZY_COPIES="${POROS_CPU_LAZY_COPIES-1}"
 	# Tests never reach the network or a real HF cache.
 	export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 	export HF_HOME="$BATS_TEST_TMPDIR/hf-home"
