@@ -245,11 +245,9 @@ static void cpu_event_record(struct backend_event *e, int stream)
 static void cpu_stream_wait_event(int stream, struct backend_event *e)
 {
 	pthread_mutex_lock(&queue_lock);
-	if (e->done)
-		; /* nothing to wait for */
-	else if (queued(stream))
+	if (!e->done && queued(stream))
 		push(stream, (struct item){ .kind = ITEM_WAIT, .ev = e, .gen = e->gen });
-	else
+	else /* done already, or the queue runs up to the record now */
 		run_until(e->stream, e);
 	pthread_mutex_unlock(&queue_lock);
 }
