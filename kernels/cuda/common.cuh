@@ -77,6 +77,10 @@ void poros_cuda_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, i
                      cudaDataType_t ab, int lda, const void *B, int ldb, float beta, void *C, cudaDataType_t c_type,
                      int ldc);
 void poros_cuda_set_row_unit(int rows, int choose_rows);
+void poros_cuda_gemm_batched(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                             const void *A, cudaDataType_t ab, int lda, long long stride_a, const void *B, int ldb,
+                             long long stride_b, float beta, void *C, cudaDataType_t c_type, int ldc,
+                             long long stride_c, int batch);
 }
 
 // ---------------------------------------------------------------------------

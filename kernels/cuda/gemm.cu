@@ -1,4 +1,4 @@
-// defines: poros_cuda_gemm, poros_cuda_set_row_unit
+// defines: poros_cuda_gemm, poros_cuda_gemm_batched, poros_cuda_set_row_unit
 //
 // Every cuBLAS GEMM of the ops, through cuBLASLt with the algorithm chosen
 // once per shape and kept (common.cuh's gemm() calls here).
@@ -237,4 +237,49 @@ extern "C" void poros_cuda_gemm(cublasOperation_t ta, cublasOperation_t tb, int 
 	}
 	gemm_entry *e = entry(key, 0);
 	cublasCheck(lt_run(key, n, &e->algo, alpha, A, B, beta, C));
+}
+
+// batch products of one shape, operand i at A + i stride_a, B + i
+// stride_b, C + i stride_c (elements), in one cuBLASLt call on the
+// algorithm poros_cuda_gemm runs for that shape alone: each product is
+// computed by its own tiles with that kernel and configuration, so its
+// bits are those of its own call (measured: tests/gpu/bench_invariance,
+// "segments").  Where cuBLASLt refuses the batched call, one call each.
+extern "C" void poros_cuda_gemm_batched(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                                        const void *A, cudaDataType_t ab, int lda, long long stride_a,
+                                        const void *B, int ldb, long long stride_b, float beta, void *C,
+                                        cudaDataType_t c_type, int ldc, long long stride_c, int batch)
+{
+	size_t es = type_bytes(ab), cs = type_bytes(c_type);
+	size_t pitches = (size_t)lda * es | (size_t)ldb * es | (size_t)ldc * cs | (size_t)stride_a * es |
+	                 (size_t)stride_b * es | (size_t)stride_c * cs;
+	gemm_key key = { ta, tb, m, n, k, lda, ldb, ldc, ab, c_type, beta != 0.0f, call_align(A, B, C, pitches) };
+
+	if (batch <= 0 || m <= 0 || n <= 0)
+		return;
+	if (batch > 1 && k > 0 && tb != CUBLAS_OP_N) { // not a row product: one algorithm a shape
+		gemm_entry *e = entry(key, 0);
+		size_t bytes;
+		void *ws = poros_cuda_workspace(&bytes);
+		int32_t count = batch;
+		long long strides[3] = { stride_a, stride_b, stride_c };
+		lt_call l;
+		lt_open(&l, key, n);
+		cublasLtMatrixLayout_t lays[3] = { l.a, l.b, l.c };
+		for (int i = 0; i < 3; i++) {
+			cublasCheck(cublasLtMatrixLayoutSetAttribute(lays[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+			                                             sizeof count));
+			cublasCheck(cublasLtMatrixLayoutSetAttribute(lays[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+			                                             &strides[i], sizeof strides[i]));
+		}
+		cublasStatus_t s = cublasLtMatmul(poros_cuda_cublaslt(), l.op, &alpha, A, l.a, B, l.b, &beta, C, l.c, C,
+		                                  l.c, &e->algo, ws, bytes, poros_cuda_compute_stream());
+		lt_close(&l);
+		if (s == CUBLAS_STATUS_SUCCESS)
+			return;
+	}
+	for (int i = 0; i < batch; i++)
+		poros_cuda_gemm(ta, tb, m, n, k, alpha, (const char *)A + (size_t)i * stride_a * es, ab, lda,
+		                (const char *)B + (size_t)i * stride_b * es, ldb, beta,
+		                (char *)C + (size_t)i * stride_c * cs, c_type, ldc);
 }

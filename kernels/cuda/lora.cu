@@ -179,10 +179,16 @@ __global__ void lora_weight_ext_rows_kernel(bf16 *w, int ld, const float *A, int
 // for P (T,3R), or dA (R,K) += scale * ((P[r][k] + P[R+r][k]) + P[2R+r][k])
 // for P (3R,K) (add).  ext (T rows ld_ext apart, parts side by side only):
 // the result's extension parts go there too.
+//
+// blockIdx.y: a batch of such joins, the y-th from P + y p_stride into
+// dst + y dst_stride (floats; a group's segments, 0 and gridDim.y 1 else).
 __global__ void lora_join3_kernel(float *dst, const float *P, float scale, int rows, int cols, bool parts_in_rows,
-                                  bool add, bf16 *ext, int ld_ext, int E, bool one)
+                                  bool add, bf16 *ext, int ld_ext, int E, bool one, long dst_stride = 0,
+                                  long p_stride = 0)
 {
 	long n = (long)rows * cols;
+	dst += blockIdx.y * dst_stride;
+	P += blockIdx.y * p_stride;
 	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
 		float a, b, c;
 		if (parts_in_rows) {
@@ -259,28 +265,45 @@ static void lora_u_tc(float *u, bf16 *ext, float *scratch, const bf16 *in, int l
 	launchCheck();
 }
 
+// How many segments' (3R,cols) sums fit in the scratch past `used`
+// floats (at least one; scratch_floats: the whole scratch, ops.h).
+static int segs_at_once(size_t scratch_floats, long used, long per, int segs)
+{
+	long fit = ((long)scratch_floats - used) / per;
+	return fit < 1 ? 1 : fit < segs ? (int)fit : segs;
+}
+
 // dA (R,K) += du^T @ xd on tensor cores, the scratch holding du's three
 // parts (T,3R), the masked input (dropout only) and the (3R,K) sums.  A
 // group (segs > 1, no dropout): du split once, then each segment of T /
-// segs rows its own sum into dA + i * stride, as a call over it alone.
-static void lora_dA_tc(float *dA, float *scratch, const float *du, const bf16 *in, int ld_in, float p, uint64_t seed,
-                       int T, int K, int R, int segs, long stride)
+// segs rows its own sum into dA + i * stride, as a call over it alone;
+// as many segments a batched call as the scratch holds sums for.
+static void lora_dA_tc(float *dA, float *scratch, size_t scratch_floats, const float *du, const bf16 *in,
+                       int ld_in, float p, uint64_t seed, int T, int K, int R, int segs, long stride)
 {
 	long d3 = floats_of((long)T * 3 * R * 2), xm = p > 0.0f ? floats_of((long)T * K * 2) : 0;
+	long per = floats_of((long)3 * R * K * 4);
 	cudaStream_t stream = poros_cuda_compute_stream();
 	bf16 *D3 = (bf16 *)scratch, *X = (bf16 *)(scratch + d3);
 	float *P3 = scratch + d3 + xm;
-	int ldx = ld_in, rows = T / segs;
+	int ldx = ld_in, rows = T / segs, batch = segs_at_once(scratch_floats, d3 + xm, per, segs);
 	lora_split3_kernel<<<grid_for((long)T * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(D3, du, T, R, false);
 	launchCheck();
 	const bf16 *x = masked_input(X, in, &ldx, p, seed, T, K);
-	for (int i = 0; i < segs; i++) {
+	for (int i = 0; i < segs; i += batch) {
+		int b = segs - i < batch ? segs - i : batch;
 		// P3 (3R,K) row-major = column-major (K,3R) = x_cm (K,rows) @
 		// D3_cm^T, D3 (rows,3R) row-major read as (3R,rows) ld 3R.
-		gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, 3 * R, rows, 1.0f, x + (size_t)i * rows * ldx, ldx,
-		     D3 + (size_t)i * rows * 3 * R, 3 * R, 0.0f, P3, K);
-		lora_join3_kernel<<<grid_for((long)R * K, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(
-			dA + i * stride, P3, poros_dropout_keep_scale(p), R, K, true, true, NULL, 0, 0, false);
+		if (b == 1)
+			gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, 3 * R, rows, 1.0f, x + (size_t)i * rows * ldx, ldx,
+			     D3 + (size_t)i * rows * 3 * R, 3 * R, 0.0f, P3, K);
+		else
+			poros_cuda_gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, K, 3 * R, rows, 1.0f, x + (size_t)i * rows * ldx,
+			                        CUDA_R_16BF, ldx, (long long)rows * ldx, D3 + (size_t)i * rows * 3 * R, 3 * R,
+			                        (long long)rows * 3 * R, 0.0f, P3, CUDA_R_32F, K, per, b);
+		dim3 grid(grid_for((long)R * K, ELEM_THREADS), b);
+		lora_join3_kernel<<<grid, ELEM_THREADS, 0, stream>>>(dA + i * stride, P3, poros_dropout_keep_scale(p), R, K,
+		                                                     true, true, NULL, 0, 0, false, stride, per);
 		launchCheck();
 	}
 }
@@ -289,24 +312,31 @@ static void lora_dA_tc(float *dA, float *scratch, const float *du, const bf16 *i
 // dB + i * stride (one segment: the whole call), on tensor cores through
 // u's split (all T rows at once) and one (N,3R) sum a segment: each the
 // call a segment alone would make (the same split values, shape and join).
-static void lora_dB_tc(float *dB, float *scratch, const bf16 *dout, int ld_dout, const float *u, float scale, int T,
-                       int N, int R, int segs, long stride)
+static void lora_dB_tc(float *dB, float *scratch, size_t scratch_floats, const bf16 *dout, int ld_dout,
+                       const float *u, float scale, int T, int N, int R, int segs, long stride)
 {
-	long u3 = floats_of((long)T * 3 * R * 2);
+	long u3 = floats_of((long)T * 3 * R * 2), per = floats_of((long)N * 3 * R * 4);
 	cudaStream_t stream = poros_cuda_compute_stream();
 	bf16 *U3 = (bf16 *)scratch;
 	float *P3 = scratch + u3;
-	int rows = T / segs;
+	int rows = T / segs, batch = segs_at_once(scratch_floats, u3, per, segs);
 	lora_split3_kernel<<<grid_for((long)T * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(U3, u, T, R, false);
 	launchCheck();
-	for (int i = 0; i < segs; i++) {
+	for (int i = 0; i < segs; i += batch) {
+		int b = segs - i < batch ? segs - i : batch;
 		// P3 (N,3R) row-major = column-major (3R,N) = U3_cm (3R,rows) @
 		// dout_cm^T, U3 (rows,3R) read as (3R,rows) ld 3R, dout (rows,N)
 		// as (N,rows) ld ld_dout.
-		gemm(CUBLAS_OP_N, CUBLAS_OP_T, 3 * R, N, rows, 1.0f, U3 + (size_t)i * rows * 3 * R, 3 * R,
-		     dout + (size_t)i * rows * ld_dout, ld_dout, 0.0f, P3, 3 * R);
-		lora_join3_kernel<<<grid_for((long)N * R, ELEM_THREADS), ELEM_THREADS, 0, stream>>>(
-			dB + i * stride, P3, scale, N, R, false, true, NULL, 0, 0, false);
+		if (b == 1)
+			gemm(CUBLAS_OP_N, CUBLAS_OP_T, 3 * R, N, rows, 1.0f, U3 + (size_t)i * rows * 3 * R, 3 * R,
+			     dout + (size_t)i * rows * ld_dout, ld_dout, 0.0f, P3, 3 * R);
+		else
+			poros_cuda_gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, 3 * R, N, rows, 1.0f, U3 + (size_t)i * rows * 3 * R,
+			                        CUDA_R_16BF, 3 * R, (long long)rows * 3 * R, dout + (size_t)i * rows * ld_dout,
+			                        ld_dout, (long long)rows * ld_dout, 0.0f, P3, CUDA_R_32F, 3 * R, per, b);
+		dim3 grid(grid_for((long)N * R, ELEM_THREADS), b);
+		lora_join3_kernel<<<grid, ELEM_THREADS, 0, stream>>>(dB + i * stride, P3, scale, N, R, false, true, NULL, 0,
+		                                                     0, false, stride, per);
 		launchCheck();
 	}
 }
@@ -411,7 +441,8 @@ extern "C" void lora_backward_cuda(const struct lora_bwd_args *args)
 		require_scratch(scratch, "lora_backward_cuda", T, K, N, R);
 	if (N > 0) {
 		dout_product_tc(du, ext, scratch, dout, ld_dout, B, B3, ld_b3, scale, T, N, R);
-		lora_dB_tc(dB, scratch, dout, ld_dout, u, scale, T, N, R, segs, args->seg_stride);
+		lora_dB_tc(dB, scratch, lora_scratch_floats(T, K, N, R), dout, ld_dout, u, scale, T, N, R, segs,
+		           args->seg_stride);
 	} else {
 		cudaCheck(cudaMemsetAsync(du, 0, (size_t)T * R * sizeof(float), stream));
 		if (ext)
@@ -419,7 +450,8 @@ extern "C" void lora_backward_cuda(const struct lora_bwd_args *args)
 	}
 	if (K <= 0)
 		return;
-	lora_dA_tc(dA, scratch, du, in, ld_in, dropout_p, dropout_seed, T, K, R, segs, args->seg_stride);
+	lora_dA_tc(dA, scratch, lora_scratch_floats(T, K, N, R), du, in, ld_in, dropout_p, dropout_seed, T, K, R, segs,
+	           args->seg_stride);
 	if (!din || ext)
 		return;
 	dim3 grid_d(ceil_div_u(K, DIN_K), ceil_div_u(T, DIN_T));

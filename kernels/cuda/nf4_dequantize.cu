@@ -46,25 +46,54 @@ __device__ __forceinline__ uint32_t nf4_pair(const float *code, uint32_t byte, f
 // coalesced whatever the pitch; a pitch only moves where a row's run of
 // stores starts.  Not pitched (ld_out == cols), chunk i lands at element 8i
 // with no division at all.
+//
+// A warp takes NF4_UNROLL of those 32-chunk runs at once (lane l: chunks
+// l, l + 32, ...), all its loads issued before its stores, so each thread
+// has that many loads in flight and the grid a quarter the blocks: one
+// chunk a thread left the copy bound by block turnover and load latency
+// (~1.6 TB/s at 32B, 2026-12-04).
+#define NF4_UNROLL 4
+
+template <bool pitched>
+__device__ __forceinline__ void nf4_store_chunk(bf16 *out, long ld_out, long i, long row_chunks, long chunks,
+                                                uint4 o)
+{
+	if (pitched) {
+		long r = item_row(i, row_chunks, chunks);
+		*(uint4 *)(out + r * ld_out + (i - r * row_chunks) * 8) = o;
+	} else {
+		((uint4 *)out)[i] = o;
+	}
+}
+
 template <bool pitched>
 __global__ void nf4_dequantize_kernel(bf16 *out, long ld_out, const uint8_t *packed, const float *absmax,
                                       long chunks, long row_chunks)
 {
 	__shared__ float code[16];
 	code_to_shared(code);
-	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < chunks; i += (long)gridDim.x * blockDim.x) {
-		uint32_t b = ((const uint32_t *)packed)[i]; // bytes in memory order, low byte first
-		float scale = absmax[i / 8];                 // 8 elements per chunk, 64 per block
-		uint4 o;
-		o.x = nf4_pair(code, b & 0xffu, scale);
-		o.y = nf4_pair(code, (b >> 8) & 0xffu, scale);
-		o.z = nf4_pair(code, (b >> 16) & 0xffu, scale);
-		o.w = nf4_pair(code, b >> 24, scale);
-		if (pitched) {
-			long r = item_row(i, row_chunks, chunks);
-			*(uint4 *)(out + r * ld_out + (i - r * row_chunks) * 8) = o;
-		} else {
-			((uint4 *)out)[i] = o;
+	long warp = ((long)blockIdx.x * blockDim.x + threadIdx.x) / 32, warps = (long)gridDim.x * blockDim.x / 32;
+	int lane = (int)(threadIdx.x & 31u);
+	for (long base = warp * 32 * NF4_UNROLL; base < chunks; base += warps * 32 * NF4_UNROLL) {
+		uint32_t b[NF4_UNROLL];
+		float scale[NF4_UNROLL];
+#pragma unroll
+		for (int u = 0; u < NF4_UNROLL; u++) {
+			long i = base + lane + 32 * u;
+			b[u] = i < chunks ? ((const uint32_t *)packed)[i] : 0u; // bytes in memory order, low byte first
+			scale[u] = i < chunks ? absmax[i / 8] : 0.0f;           // 8 elements per chunk, 64 per block
+		}
+#pragma unroll
+		for (int u = 0; u < NF4_UNROLL; u++) {
+			long i = base + lane + 32 * u;
+			if (i >= chunks)
+				break;
+			uint4 o;
+			o.x = nf4_pair(code, b[u] & 0xffu, scale[u]);
+			o.y = nf4_pair(code, (b[u] >> 8) & 0xffu, scale[u]);
+			o.z = nf4_pair(code, (b[u] >> 16) & 0xffu, scale[u]);
+			o.w = nf4_pair(code, b[u] >> 24, scale[u]);
+			nf4_store_chunk<pitched>(out, ld_out, i, row_chunks, chunks, o);
 		}
 	}
 }
@@ -104,12 +133,13 @@ extern "C" void nf4_dequantize_cuda(bf16 *out, int ld_out, const uint8_t *packed
 	cudaStream_t stream = poros_cuda_compute_stream();
 	if (aligned16(out) && ((uintptr_t)packed & 3u) == 0 && ld_out % 8 == 0) {
 		long chunks = n / 8, row_chunks = pitched ? cols / 8 : chunks; // whole blocks: no tail
+		unsigned grid = grid_for((chunks + NF4_UNROLL - 1) / NF4_UNROLL, NF4_THREADS);
 		if (pitched)
-			nf4_dequantize_kernel<true><<<grid_for(chunks, NF4_THREADS), NF4_THREADS, 0, stream>>>(
-				out, ld_out, packed, absmax, chunks, row_chunks);
+			nf4_dequantize_kernel<true><<<grid, NF4_THREADS, 0, stream>>>(out, ld_out, packed, absmax, chunks,
+			                                                              row_chunks);
 		else
-			nf4_dequantize_kernel<false><<<grid_for(chunks, NF4_THREADS), NF4_THREADS, 0, stream>>>(
-				out, ld_out, packed, absmax, chunks, row_chunks);
+			nf4_dequantize_kernel<false><<<grid, NF4_THREADS, 0, stream>>>(out, ld_out, packed, absmax, chunks,
+			                                                               row_chunks);
 	} else {
 		long bytes = n / 2;
 		nf4_dequantize_bytes_kernel<<<grid_for(bytes, NF4_THREADS), NF4_THREADS, 0, stream>>>(

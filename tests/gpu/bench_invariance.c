@@ -13,8 +13,9 @@
  *     matmul_backward_input);
  *   - the LoRA products with the extension, as the engine calls them: u
  *     and its extension parts (lora_forward), du's extension parts
- *     (lora_backward; dA and dB sum over rows, so they stay per
- *     micro-batch anyway);
+ *     (lora_backward); dA and dB sum over rows, so a group's call keeps
+ *     them a micro-batch apart (ops.h segs, batched GEMMs on CUDA:
+ *     "segments", each leaf against the call of its micro-batch alone);
  *   - attention forward (out, lse) and backward (dq, dk, dv) at B = g
  *     against B = 1.
  * Prints, per shape and g, how many micro-batches differ.
@@ -115,12 +116,14 @@ static void projection(const char *name, int K, int N)
 	float *dA = dev((size_t)RANK * K * 4), *dB = dev((size_t)N * RANK * 4), *du = dev((size_t)T * RANK * 4);
 	bf16 *x2 = dev((size_t)T * ldx * 2), *dy2 = dev((size_t)T * (N + E) * 2);
 	bf16 *b16a = dev((size_t)T * N * 2), *b16b = dev((size_t)T * N * 2);
+	size_t leaf = (size_t)RANK * K + (size_t)N * RANK; /* one micro-batch's dA then dB */
+	float *lv1 = dev(G_MAX * leaf * 4), *lv2 = dev(G_MAX * leaf * 4);
 
 	gpu->ops->lora_weight_ext(w, ldw, A, B, NULL, 2.0f, K, N, RANK);
 	gpu->copy_d2d(x2, x, (size_t)T * ldx * 2, STREAM_COMPUTE);
 	gpu->copy_d2d(dy2, dy, (size_t)T * (N + E) * 2, STREAM_COMPUTE);
 	for (int g = 2; g <= G_MAX; g *= 2) {
-		int rows = g * MB_ROWS, bad[6] = { 0 };
+		int rows = g * MB_ROWS, bad[7] = { 0 };
 		struct lora_fwd_args fa = { .u = u1, .ext = x + K, .in = x, .ld_in = ldx, .A = A, .B = B, .scale = 2.0f,
 		                            .T = rows, .K = K, .N = N, .R = RANK, .scratch = scratch,
 		                            .A3 = w + (size_t)N * ldw, .ld_a3 = ldw };
@@ -159,11 +162,28 @@ static void projection(const char *name, int K, int N)
 		}
 		gpu->synchronize();
 		bad[5] = differ(o1, o2, (size_t)MB_ROWS * K * 4, (size_t)MB_ROWS * K * 4, g);
-		printf("%-8s K=%5d N=%5d g=%d: u %d, x ext %d, fwd %d, fwd bf16 %d, dout ext (du) %d, bwd input %d of %d\n",
-		       name, K, N, g, bad[0], bad[1], bad[2], bad[3], bad[4], bad[5], g);
+		/* a group's weight gradients: one call of g segments, each its own
+		 * leaf (ops.h segs), against one call a micro-batch */
+		gpu->memset_zero(lv1, g * leaf * 4, STREAM_COMPUTE);
+		gpu->memset_zero(lv2, g * leaf * 4, STREAM_COMPUTE);
+		struct lora_bwd_args bs = ba;
+		bs.dA = lv1, bs.dB = lv1 + (size_t)RANK * K, bs.segs = g, bs.seg_stride = (long)leaf;
+		gpu->ops->lora_backward(&bs);
+		for (int j = 0; j < g; j++) {
+			size_t r0 = (size_t)j * MB_ROWS;
+			struct lora_bwd_args b1 = ba;
+			b1.dout = dy2 + r0 * (N + E), b1.ext = dy2 + r0 * (N + E) + N, b1.in = x2 + r0 * ldx;
+			b1.u = u2 + r0 * RANK, b1.du = du + r0 * RANK, b1.T = MB_ROWS;
+			b1.dA = lv2 + j * leaf, b1.dB = lv2 + j * leaf + (size_t)RANK * K;
+			gpu->ops->lora_backward(&b1);
+		}
+		gpu->synchronize();
+		bad[6] = differ(lv1, lv2, leaf * 4, leaf * 4, g);
+		printf("%-8s K=%5d N=%5d g=%d: u %d, x ext %d, fwd %d, fwd bf16 %d, dout ext (du) %d, bwd input %d, "
+		       "segments (dA dB) %d of %d\n", name, K, N, g, bad[0], bad[1], bad[2], bad[3], bad[4], bad[5], bad[6], g);
 		fflush(stdout);
 	}
-	void *bufs[] = { x, w, dy, A, B, scratch, u1, u2, o1, o2, dA, dB, du, x2, dy2, b16a, b16b };
+	void *bufs[] = { x, w, dy, A, B, scratch, u1, u2, o1, o2, dA, dB, du, x2, dy2, b16a, b16b, lv1, lv2 };
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		gpu->device_free(bufs[i]);
 }
