@@ -332,6 +332,11 @@ static inline size_t attention_cudnn_workspace_cap(void)
 	long mib = env && *env ? atol(env) : 0;
 	return mib >= 1 ? (size_t)mib << 20 : ATTN_CUDNN_WORKSPACE_CAP;
 }
+/* The largest dS workspace a cuDNN backward call takes: under 2^31
+ * elements.  64 heads of 8192 tokens a call (2^32 elements, POROS_CUDNN_WORKSPACE
+ * =8192) gave dq, dk and dv wrong by their own size and other bits run to
+ * run on the H200 (2026-12-05); 28 heads (1.9e9 elements) are right. */
+#define ATTN_CUDNN_DS_MAX_BYTES ((((size_t)1 << 31) - 1) * 2)
 /* The largest (B,H,S,D) pack cuDNN runs the backward of (see attention_cudnn_heads). */
 #define ATTN_CUDNN_BACKWARD_MAX_PACK ((size_t)1 << 27)
 
@@ -378,7 +383,7 @@ static inline int attention_cudnn_heads(int B, int S, int H, int D)
 {
 	size_t cap = attention_cudnn_workspace_cap();
 
-	if (attention_cudnn_ds_bytes(B, S, 1) > 2 * cap)
+	if (attention_cudnn_ds_bytes(B, S, 1) > 2 * cap || attention_cudnn_ds_bytes(B, S, 1) > ATTN_CUDNN_DS_MAX_BYTES)
 		return 0;
 	/* beyond 2^27 elements a (B,H,S,D) pack cuDNN 9.14's backward is wrong
 	 * (dq, dk off by their own size; the kernels and the forward are
@@ -386,7 +391,8 @@ static inline int attention_cudnn_heads(int B, int S, int H, int D)
 	if ((size_t)B * H * S * D > ATTN_CUDNN_BACKWARD_MAX_PACK)
 		return 0;
 	for (int hc = H; hc > 1; hc--)
-		if (H % hc == 0 && attention_cudnn_ds_bytes(B, S, hc) <= cap)
+		if (H % hc == 0 && attention_cudnn_ds_bytes(B, S, hc) <= cap &&
+		    attention_cudnn_ds_bytes(B, S, hc) <= ATTN_CUDNN_DS_MAX_BYTES)
 			return hc;
 	return 1;
 }

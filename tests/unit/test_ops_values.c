@@ -24,6 +24,34 @@ static void test_ops_table(void)
 	failures += bad != 0;
 }
 
+/* The cuDNN backward's heads a call (ops.h): the workspace cap's divisor
+ * of H, never a dS over ATTN_CUDNN_DS_MAX_BYTES whatever the cap. */
+static void test_cudnn_heads(void)
+{
+	static const struct { const char *cap; int B, S, H, want; } cases[] = {
+		{ "", 1, 8192, 28, 7 },        /* 1 GiB: 7 of 7B's heads at 8192 */
+		{ "4096", 1, 8192, 28, 28 },   /* all 28: 1.9e9 elements, right on the H200 */
+		{ "8192", 1, 8192, 64, 16 },   /* 64 would be 2^32 elements (wrong on the H200), 32 is 2^31 */
+		{ "65536", 1, 65536, 8, 0 },   /* one head over the bound: the kernels' backward */
+		{ "65536", 1, 32768, 8, 1 },
+	};
+	int bad = 0;
+
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		setenv("POROS_CUDNN_WORKSPACE", cases[i].cap, 1);
+		int got = attention_cudnn_heads(cases[i].B, cases[i].S, cases[i].H, 128);
+		if (got != cases[i].want) {
+			printf("FAIL attention_cudnn_heads(B=%d, S=%d, H=%d) under POROS_CUDNN_WORKSPACE=%s: %d, want %d\n",
+			       cases[i].B, cases[i].S, cases[i].H, cases[i].cap, got, cases[i].want);
+			bad++;
+		}
+	}
+	unsetenv("POROS_CUDNN_WORKSPACE");
+	printf("%s the cuDNN backward's heads a call stay under the workspace cap and 2^31 dS elements\n",
+	       bad ? "FAIL" : "ok  ");
+	failures += bad != 0;
+}
+
 /* Output buffers of one run over every op, taken in the same order each run
  * so two runs can be compared op by op. */
 struct arena {
@@ -195,6 +223,7 @@ int main(int argc, char **argv)
 	              "tests/ops/<op>.c says where the rest are", argc, argv);
 	if (argc == 1) {
 		test_ops_table();
+		test_cudnn_heads();
 		test_thread_determinism();
 	}
 	return op_checks_verdict("test_ops_values");
