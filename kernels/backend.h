@@ -105,7 +105,7 @@ struct backend {
 	 * sequence and head at a time; cuDNN plans and splits its sums by the
 	 * batch (docs/perf-notes.md).  Where they do, a group's attention runs
 	 * as one call (tools/poros-train/layer.c). */
-	int (*attention_batch_invariant)(int D);
+	int (*attention_batch_invariant)(int D, int S);
 };
 
 /* The CUDA backend's library_device_bytes (the cuBLAS workspace), known

@@ -310,8 +310,8 @@ static inline int attention_dpad(int D)
 }
 
 /* The CUDA backend's cuDNN route (kernels/cuda/attention_cudnn.cu): taken
- * for one-document rows (pos NULL) when D fills the padded width (64, 128)
- * unless POROS_ATTENTION=mma.  Its backward runs attention_cudnn_heads
+ * for one-document rows (pos NULL) of at least ATTN_CUDNN_MIN_SEQ tokens
+ * when D fills the padded width (64, 128), as attention_cudnn_route says.  Its backward runs attention_cudnn_heads
  * query heads a call (the largest divisor of H whose bf16 dS workspace,
  * B x heads x S^2, fits attention_cudnn_workspace_cap(), or one head up to twice
  * that; 0: too long a row, the kernels run the backward).  It needs, after
@@ -367,10 +367,21 @@ static inline int attention_cudnn_doc_quantum(void)
 	return env && *env ? 1 : ATTN_CUDNN_DOC_QUANTUM;
 }
 
-static inline int attention_cudnn_route(int D)
+/* Rows shorter than ATTN_CUDNN_MIN_SEQ take the kernels, which are faster
+ * there and keep a sequence's bits at any batch, so a micro-batch group's
+ * attention is one call (backend.h, attention_batch_invariant): at 512
+ * tokens, Qwen2.5-32B nf4 x 8 micro-batches in groups of 4 took 1.391 /
+ * 1.398 s a step against cuDNN's 1.413 / 1.419 / 1.423 on the H200
+ * (2026-12-05, docs/perf-notes.md).  POROS_ATTENTION=cudnn takes cuDNN at
+ * any length, =mma the kernels at any. */
+#define ATTN_CUDNN_MIN_SEQ 1024
+
+static inline int attention_cudnn_route(int D, int S)
 {
 	const char *env = getenv("POROS_ATTENTION");
-	return (D == 64 || D == 128) && !(env && strcmp(env, "mma") == 0);
+	if (!(D == 64 || D == 128) || (env && strcmp(env, "mma") == 0))
+		return 0;
+	return S >= ATTN_CUDNN_MIN_SEQ || (env && strcmp(env, "cudnn") == 0);
 }
 
 static inline size_t attention_cudnn_ds_bytes(int B, int S, int heads)
@@ -420,7 +431,7 @@ static inline int attention_dkdv_heads(int B, int S, int H, int G, int D)
 	if (G == H)
 		return 0;
 	if ((long)B * S >= attention_grouped_min_tokens() &&
-	    !(attention_cudnn_route(D) && attention_cudnn_heads(B, S, H, D) > 0))
+	    !(attention_cudnn_route(D, S) && attention_cudnn_heads(B, S, H, D) > 0))
 		return H / G;
 	return H;
 }
@@ -511,7 +522,7 @@ static inline struct attention_cudnn_parts attention_cudnn_parts_of(int B, int S
 {
 	struct attention_cudnn_parts p = { 0, 0, 0 };
 	int hc;
-	if (!attention_cudnn_route(D))
+	if (!attention_cudnn_route(D, S))
 		return p;
 	p.workspace = attention_round4(65536 / 4); /* the forward's */
 	if ((hc = attention_cudnn_heads(B, S, H, D)) == 0)

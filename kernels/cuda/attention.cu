@@ -922,14 +922,14 @@ extern "C" void attention_forward_cuda(bf16 *out, int ld_out, float *lse, float 
 	pack(p.q16, q, rope_cos, rope_sin, pos, B, S, H, D);
 	pack(p.k16, k, rope_cos, rope_sin, pos, B, S, G, D);
 	pack(p.v16, v, NULL, NULL, NULL, B, S, G, D);
-	if (!pos && attention_cudnn_route(D)) {
+	if (!pos && attention_cudnn_route(D, S)) {
 		struct cudnn_scratch c = cudnn_scratch_at(scratch, B, S, H, G, D);
 		if (attention_cudnn_forward(out, ld_out, lse, c.workspace, c.workspace_bytes, p.q16, p.k16, p.v16, B, S,
 		                            H, G, D))
 			return;
 	}
 	struct attention_doc docs[ATTN_CUDNN_MAX_DOCS];
-	int ndocs = pos && attention_cudnn_route(D) ? documents(docs, pos, B, S) : 0;
+	int ndocs = pos && attention_cudnn_route(D, S) ? documents(docs, pos, B, S) : 0;
 	if (ndocs > 0) {
 		struct cudnn_scratch c = cudnn_scratch_at(scratch, B, S, H, G, D);
 		if (attention_cudnn_forward_docs(out, ld_out, lse, c.workspace, c.workspace_bytes, p.q16, p.k16, p.v16, S,
@@ -960,7 +960,7 @@ extern "C" void attention_backward_cuda(float *dq, float *dk, float *dv, float *
 	pack(p.dout16, dout, NULL, NULL, NULL, B, S, H, D);
 	pack(p.k16, k, rope_cos, rope_sin, pos, B, S, G, D);
 	pack(p.v16, v, NULL, NULL, NULL, B, S, G, D);
-	if (attention_cudnn_route(D) && attention_cudnn_heads(B, S, H, D) > 0 &&
+	if (attention_cudnn_route(D, S) && attention_cudnn_heads(B, S, H, D) > 0 &&
 	    cudnn_backward(dq, dk, dv, scratch, &p, out, ld_out, rope_cos, rope_sin, lse, pos, B, S, H, G, D))
 		return;
 	deltas(p.delta, p.dout16, out, ld_out, B, S, H, D); // before the dq and dk/dv kernels, which read it

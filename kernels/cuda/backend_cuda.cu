@@ -514,9 +514,9 @@ static void cuda_synchronize(void)
 
 // The kernels work a sequence and head at a time; cuDNN's route (ops.h)
 // plans by the batch, and its backward's sums changed with it on the H200.
-static int cuda_attention_batch_invariant(int D)
+static int cuda_attention_batch_invariant(int D, int S)
 {
-	return !attention_cudnn_route(D);
+	return !attention_cudnn_route(D, S);
 }
 
 static void cuda_set_lane(int lane)

@@ -465,7 +465,7 @@ static void bench(int S, int ndocs, const int *lens)
 	double flops = 4.0 * causal * s.H * s.D / 2 * s.B;
 	/* which path ran: ops.h's route predicates, as the CUDA ops apply them,
 	 * and for packed rows whether cuDNN's per-document calls ran */
-	int route = ndocs == 1 && attention_cudnn_route(s.D);
+	int route = ndocs == 1 && attention_cudnn_route(s.D, S);
 	if (ndocs > 1)
 		printf("path: %s (%ld document calls, %ld plans built in %.0f ms)\n",
 		       st1.doc_calls > st0.doc_calls ? "cudnn per document" : "kernels", st1.doc_calls - st0.doc_calls,

@@ -272,7 +272,7 @@ int engine_create(struct engine **out, const struct train_config *cfg, const str
 		return set_error(err, errsz, "%s backend: cannot open compute lane 1", be->name);
 	/* a group's products give each micro-batch's rows the bits of its own call */
 	e->lc.choose_rows = engine_gemm_choice_rows(cfg);
-	e->lc.attn_whole = be->attention_batch_invariant(e->lc.D);
+	e->lc.attn_whole = be->attention_batch_invariant(e->lc.D, e->lc.S);
 	be->set_row_unit(e->lc.T, e->lc.choose_rows);
 	if (schedule_events_create(e) < 0)
 		return set_error(err, errsz, "%s backend: cannot create events", be->name);
@@ -353,9 +353,11 @@ int engine_group(const struct train_config *cfg)
 	int k = cfg->cell.training.gradient_accumulation_steps;
 	int chunk = cfg->mlp_chunk > 0 ? cfg->mlp_chunk : MLP_CHUNK_TOKENS;
 
-	if (cfg->group < 2 || cfg->mode != MODE_BLOCKWISE || k < 2 || T > chunk || T % GROUP_ROW_ALIGN)
+	int want = cfg->group ? cfg->group : GROUP_AUTO;
+
+	if (want < 2 || cfg->group_cut || cfg->mode != MODE_BLOCKWISE || k < 2 || T > chunk || T % GROUP_ROW_ALIGN)
 		return 1;
-	return cfg->group < k ? cfg->group : k;
+	return want < k ? want : k;
 }
 
 int engine_gemm_choice_rows(const struct train_config *cfg)
@@ -367,6 +369,7 @@ int engine_gemm_choice_rows(const struct train_config *cfg)
 	 * calls of one micro-batch and blockwise's of a group run one
 	 * algorithm a shape, so the two give the same bits */
 	blockwise.mode = MODE_BLOCKWISE;
+	blockwise.group_cut = 0; /* a budget's cut changes no bit */
 	return cfg->gemm_choice_group ? T * engine_group(&blockwise) : T;
 }
 

@@ -51,13 +51,23 @@ struct engine;
  * more groups a step: each lane runs a group a call. */
 int engine_lanes(const struct train_config *cfg, int cuda);
 /* Micro-batches a blockwise layer call runs (POROS_GROUP; layer.h): the
- * asked number, at most the step's, where a micro-batch's MLP is one
- * chunk and its rows keep the buffers aligned; else 1.  A group takes
- * one compute lane unless POROS_LANES=2 (engine_lanes). */
+ * asked number (unset: GROUP_AUTO), at most the step's, where a
+ * micro-batch's MLP is one chunk and its rows keep the buffers aligned;
+ * else 1.  A group takes one compute lane unless POROS_LANES=2
+ * (engine_lanes).  Groups of 4 at 512 tokens x 8 micro-batches measured
+ * 1.550 s a step at Qwen2.5-32B nf4 against two lanes' 1.614 (H200,
+ * docs/perf-notes.md), in less memory; 8 were 1-2 % faster again for
+ * 1.1 GiB more. */
+#define GROUP_AUTO 4
 int engine_group(const struct train_config *cfg);
 /* The rows every schedule's row GEMMs choose their algorithms at
- * (backend.h set_row_unit): a micro-batch's, or with POROS_GEMM_CHOICE=group
- * the group's that blockwise would take. */
+ * (backend.h set_row_unit): the group's that blockwise would take (one
+ * micro-batch's where it takes none), or with POROS_GEMM_CHOICE=micro-batch
+ * a micro-batch's.  The group's algorithms, which also take a micro-batch
+ * (gemm.cu), measured 1.413-1.423 s against 1.475 at Qwen2.5-32B in groups
+ * of 4; resident's micro-batches then run them too, which cost it 1.77 ->
+ * 2.07 s there: POROS_GEMM_CHOICE=micro-batch is resident's fastest, in
+ * other bits than groups (docs/perf-notes.md). */
 int engine_gemm_choice_rows(const struct train_config *cfg);
 
 /* Allocates every device buffer (nothing is allocated later), uploads the

@@ -261,7 +261,7 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 	/* the GEMMs' algorithms: chosen at a micro-batch's rows or a group's */
 	if ((v = getenv("POROS_GEMM_CHOICE")) && *v && strcmp(v, "micro-batch") && strcmp(v, "group"))
 		return snprintf(err, errsz, "POROS_GEMM_CHOICE: unknown value \"%s\" (expected micro-batch or group)", v), -1;
-	c->gemm_choice_group = v && strcmp(v, "group") == 0;
+	c->gemm_choice_group = !(v && strcmp(v, "micro-batch") == 0);
 	/* one copy of the base per host, or one a rank (memory only, no bits) */
 	if (shared && *shared && strcmp(shared, "0") && strcmp(shared, "1"))
 		return snprintf(err, errsz, "POROS_SHARED_BASE: unknown value \"%s\" (expected 0 or 1)", shared), -1;

@@ -1064,6 +1064,21 @@ static int attn_ckpt_host(struct run *x, size_t library_bytes, char *err, size_t
 	avail = host_memory_available();
 	if (avail == 0 || base + ckpt <= avail)
 		return 0;
+	if (c->attn_ckpt == ATTN_CKPT_SUBLAYER) { /* the attention output alone, first */
+		size_t sub = ckpt;
+
+		c->attn_ckpt = ATTN_CKPT_OUTPUT;
+		if (make_plan(x, library_bytes, &plan, &t, err, errsz) < 0)
+			return -1;
+		dev_alloc_release_all(&plan);
+		if (base + (ckpt = t.host) <= avail) {
+			warnmsg("the base (%s) and the layer checkpoints with the attention sublayer (%s) need more host "
+			        "memory than is available (%s): the attention output alone is kept (POROS_ATTN_CKPT=2 "
+			        "insists)", format_bytes(a, sizeof a, (double)base), format_bytes(b, sizeof b, (double)sub),
+			        format_bytes(h, sizeof h, (double)avail));
+			return 0;
+		}
+	}
 	c->attn_ckpt = 0;
 	if (make_plan(x, library_bytes, &plan, &t, err, errsz) < 0)
 		return -1;
@@ -1105,10 +1120,22 @@ static int attn_ckpt_device(struct run *x, size_t library_bytes, size_t cap, cha
 
 	if (!c->attn_ckpt || !cap)
 		return 0;
-	if (auto_peak(x, library_bytes, cap, 1, &with, err, errsz) < 0)
+	if (auto_peak(x, library_bytes, cap, c->attn_ckpt, &with, err, errsz) < 0)
 		return -1;
 	if (with <= cap)
 		return 0;
+	if (c->attn_ckpt == ATTN_CKPT_SUBLAYER) { /* the attention output alone, first */
+		if (auto_peak(x, library_bytes, cap, ATTN_CKPT_OUTPUT, &without, err, errsz) < 0)
+			return -1;
+		if (without <= cap) {
+			c->attn_ckpt = ATTN_CKPT_OUTPUT;
+			warnmsg("the run with the attention sublayer's checkpoints needs %s of device memory, over %s %s, "
+			        "and %s with the attention output alone: that is kept (POROS_ATTN_CKPT=2 insists)",
+			        format_bytes(a, sizeof a, (double)with), cap_name(c), format_bytes(b, sizeof b, (double)cap),
+			        format_bytes(d, sizeof d, (double)without));
+			return 0;
+		}
+	}
 	if (auto_peak(x, library_bytes, cap, 0, &without, err, errsz) < 0)
 		return -1;
 	if (without > cap)
@@ -1137,8 +1164,12 @@ static int choose_attn_ckpt(struct run *x, size_t library_bytes, size_t cap, cha
 
 	if (c->attn_ckpt != ATTN_CKPT_AUTO)
 		return 0;
-	/* one device set holds no attention (schedule.c, ckpt_save_in_place) */
-	c->attn_ckpt = c->ckpt_sets != 1;
+	/* one device set holds no attention (schedule.c, ckpt_save_in_place);
+	 * the sublayer's where micro-batch groups run (rows of up to a chunk),
+	 * where it was measured: Qwen2.5-32B nf4 seq 512 x 8 in groups of 4
+	 * 1.550 -> 1.475 s a step, 72B with the routes 2.976 -> 2.837 (H200,
+	 * docs/perf-notes.md); at longer rows it is not measured yet */
+	c->attn_ckpt = c->ckpt_sets == 1 ? 0 : engine_group(c) > 1 ? ATTN_CKPT_SUBLAYER : ATTN_CKPT_OUTPUT;
 	if (c->mode != MODE_BLOCKWISE)
 		return 0;
 	if (!engine_block_ckpt(c, x->mc.num_hidden_layers) && attn_ckpt_host(x, library_bytes, err, errsz) < 0)
@@ -1146,15 +1177,45 @@ static int choose_attn_ckpt(struct run *x, size_t library_bytes, size_t cap, cha
 	return attn_ckpt_device(x, library_bytes, cap, err, errsz);
 }
 
+/* POROS_GROUP unset: GROUP_AUTO micro-batches a layer call where groups
+ * apply (engine_group); where that plan is over cap and one micro-batch
+ * a call fits, one, said (POROS_GROUP=4 insists).  The GEMMs keep the
+ * group's algorithms (engine_gemm_choice_rows), so no bit changes. */
+static int choose_group(struct run *x, size_t library_bytes, size_t cap, char *err, size_t errsz)
+{
+	struct train_config *c = &x->cfg;
+	size_t with, without;
+	char a[32], b[32], d[32];
+
+	if (c->group != 0 || !cap || engine_group(c) < 2)
+		return 0;
+	if (plan_peak(x, library_bytes, &with, err, errsz) < 0)
+		return -1;
+	if (with <= cap)
+		return 0;
+	c->group_cut = 1;
+	if (plan_peak(x, library_bytes, &without, err, errsz) < 0)
+		return -1;
+	if (without > cap) { /* the budget's refusal, or the device's, says it all */
+		c->group_cut = 0;
+		return 0;
+	}
+	warnmsg("micro-batch groups of %d need %s of device memory, over %s %s, and %s without: one micro-batch a "
+	        "layer call (POROS_GROUP=%d insists)", GROUP_AUTO, format_bytes(a, sizeof a, (double)with), cap_name(c),
+	        format_bytes(b, sizeof b, (double)cap), format_bytes(d, sizeof d, (double)without), GROUP_AUTO);
+	return 0;
+}
+
 /* The run's automatic choices where their settings are unset, each
- * planned with those before it: the attention checkpoints, the lanes,
- * the checkpoint sets.  device_mb as fit_cap's (0 for --plan).  0, or -1
+ * planned with those before it: the micro-batch groups, the attention
+ * checkpoints, the lanes, the checkpoint sets.  device_mb as fit_cap's (0 for --plan).  0, or -1
  * with err (bad input). */
 static int choose_schedule(struct run *x, size_t library_bytes, long device_mb, char *err, size_t errsz)
 {
 	size_t cap = fit_cap(x->c, device_mb);
 
-	if (choose_attn_ckpt(x, library_bytes, cap, err, errsz) < 0 ||
+	if (choose_group(x, library_bytes, cap, err, errsz) < 0 ||
+	    choose_attn_ckpt(x, library_bytes, cap, err, errsz) < 0 ||
 	    choose_lanes(x, library_bytes, cap, err, errsz) < 0)
 		return -1;
 	return choose_ckpt_sets(x, library_bytes, cap, err, errsz);
