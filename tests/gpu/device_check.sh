@@ -99,20 +99,25 @@ for d in 0 0.1; do
 		bit_identical "groups of 4 vs resident, --checkpoints $ck, dropout $d" "$out/runs/group_res_$d" \
 			"$out/runs/group4_${ck}_$d"
 	done
-	# groups of 2 on two lanes: lane 1 zeroes its leaves only after lane 0 pushed them
+	# groups of 2 on two lanes: lane 1 zeroes its leaves only after lane 0
+	# pushed them (resident under POROS_GROUP=2 too: the GEMMs' choice)
+	POROS_GROUP=2 train "group2_res_$d" cuda resident nf4 2 5 poros/tiny-qwen3 --seq-len 128 --dropout "$d" || fail=1
 	POROS_LANES=2 POROS_GROUP=2 train "group2_lanes_$d" cuda blockwise nf4 2 5 poros/tiny-qwen3 --seq-len 128 \
 		--dropout "$d" || fail=1
-	bit_identical "groups of 2 on two lanes vs resident, dropout $d" "$out/runs/group_res_$d" \
+	bit_identical "groups of 2 on two lanes vs resident, dropout $d" "$out/runs/group2_res_$d" \
 		"$out/runs/group2_lanes_$d"
 done
+# resident under the same POROS_GROUP: the row GEMMs run the algorithms
+# chosen at the group's rows in every schedule (engine_gemm_choice_rows)
 for m in Qwen/Qwen2.5-0.5B; do
-	train group_q05_res cuda resident bf16 4 8 "$m" --seq-len 512 --rank 16 --alpha 32 --dropout 0 --steps 2 || fail=1
+	POROS_GROUP=8 train group_q05_res cuda resident bf16 4 8 "$m" --seq-len 512 --rank 16 --alpha 32 --dropout 0 \
+		--steps 2 || fail=1
 	POROS_GROUP=8 train group_q05_g8 cuda blockwise bf16 4 8 "$m" --seq-len 512 --rank 16 --alpha 32 --dropout 0 \
 		--steps 2 || fail=1
 	bit_identical "Qwen2.5-0.5B seq 512 x 8: a group of 8 vs resident" "$out/runs/group_q05_res" "$out/runs/group_q05_g8"
 	# the kernels' attention keeps a sequence's bits at any batch: a group's is one call
-	POROS_ATTENTION=mma train group_q05_mma_res cuda resident bf16 4 8 "$m" --seq-len 512 --rank 16 --alpha 32 \
-		--dropout 0 --steps 2 || fail=1
+	POROS_ATTENTION=mma POROS_GROUP=8 train group_q05_mma_res cuda resident bf16 4 8 "$m" --seq-len 512 --rank 16 \
+		--alpha 32 --dropout 0 --steps 2 || fail=1
 	POROS_ATTENTION=mma POROS_GROUP=8 train group_q05_mma_g8 cuda blockwise bf16 4 8 "$m" --seq-len 512 --rank 16 \
 		--alpha 32 --dropout 0 --steps 2 || fail=1
 	bit_identical "Qwen2.5-0.5B seq 512 x 8, the kernels' attention: a group of 8 (one attention call) vs resident" \

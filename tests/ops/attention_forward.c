@@ -128,11 +128,12 @@ static void test_attention_single_token(void)
  * only with G < H. */
 static void test_attention_scratch_carving(void)
 {
-	static const int shapes[][5] = { { 3, 5, 6, 3, 8 }, { 1, 33, 2, 2, 64 }, { 2, 150, 4, 2, 128 }, { 1, 7, 6, 3, 160 } };
+	static const int shapes[][5] = { { 3, 5, 6, 3, 8 },      { 1, 33, 2, 2, 64 }, { 2, 150, 4, 2, 128 },
+					 { 1, 1024, 4, 2, 64 }, { 1, 7, 6, 3, 160 } };
 	int bad = 0;
 	/* twice: under the grouped floor, then (POROS_ATTN_GROUPED_MIN=1)
 	 * over it, where dk_h, dv_h hold one group's heads unless the cuDNN
-	 * backward (D = 64, 128) takes the call */
+	 * backward (D = 64, 128, at least ATTN_CUDNN_MIN_SEQ tokens) takes the call */
 	for (size_t i = 0; i < 2 * sizeof shapes / sizeof shapes[0]; i++) {
 		size_t ns = sizeof shapes / sizeof shapes[0];
 		int grouped = i >= ns;
@@ -142,7 +143,7 @@ static void test_attention_scratch_carving(void)
 			setenv("POROS_ATTN_GROUPED_MIN", "1", 1);
 		int hs = attention_dkdv_heads(B, S, H, G, D);
 		unsetenv("POROS_ATTN_GROUPED_MIN");
-		if (hs != (G == H ? 0 : grouped && D != 64 && D != 128 ? H / G : H)) {
+		if (hs != (G == H ? 0 : grouped && ((D != 64 && D != 128) || S < ATTN_CUDNN_MIN_SEQ) ? H / G : H)) {
 			if (bad++ < 5)
 				printf("  B=%d S=%d H=%d G=%d D=%d: dk_h holds %d heads\n", B, S, H, G, D, hs);
 			continue;
