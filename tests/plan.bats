@@ -227,9 +227,50 @@ plan_and_train() {
 	jq -e '.group == 2' group.plan
 }
 
+@test "unset, groups of 4 and the sublayer's checkpoints where groups apply; each gives way to the budget, said, same bits" {
+	# 64 tokens x batch 2 (128 rows) at accumulation 4: groups apply
+	local q=(--backend cpu --seq-len 64 --batch-size 2 --rank 4 --alpha 8 --quiet --model poros/tiny-qwen3
+		--mode blockwise --accum 4 --steps 2)
+	run -0 --separate-stderr poros-train "${q[@]}" --plan
+	jq -e '.group == 4 and .attention_checkpoints == true and .attention_sublayer == true' <<<"$output"
+	[ -z "$stderr" ]
+	# where they do not apply (rows not a multiple of 128): one a call, the attention output alone
+	poros-train "${q[@]}" --seq-len 32 --plan |
+		jq -e '.group == 1 and .attention_checkpoints == true and .attention_sublayer == false'
+	g4=$(peak "${q[@]}")
+	out=$(POROS_ATTN_CKPT=1 peak "${q[@]}")
+	g1=$(POROS_GROUP=1 POROS_ATTN_CKPT=1 peak "${q[@]}")
+	[ "$g1" -lt "$out" ] && [ "$out" -lt "$g4" ]
+	poros-train "${q[@]}" --mode resident --out ref >/dev/null
+	# over the sublayer's plan, not the output's: groups of 4, the output alone, said
+	budget=$(((out + g4) / 2))
+	run -0 --separate-stderr poros-train "${q[@]}" --plan --vram-budget "$budget"
+	jq -e '.group == 4 and .attention_sublayer == false and .attention_checkpoints == true and .fits == true' \
+		<<<"$output"
+	assert_equal "$stderr" "poros-train: the run with the attention sublayer's checkpoints needs $(mib "$g4") of device memory, over --vram-budget $(mib "$budget"), and $(mib "$out") with the attention output alone: that is kept (POROS_ATTN_CKPT=2 insists)"
+	run -0 --separate-stderr poros-train "${q[@]}" --out sub --vram-budget "$budget"
+	jq -e '.status == "ok" and .vram_peak_mb == .vram_plan_mb and .schedule.attention_sublayer == false' <<<"$output"
+	cmp sub/adapter/adapter_model.safetensors ref/adapter/adapter_model.safetensors
+	# over groups of 4's plan too: one micro-batch a call (the GEMMs keep the group's choice), said
+	budget=$(((g1 + out) / 2))
+	run -0 --separate-stderr poros-train "${q[@]}" --plan --vram-budget "$budget"
+	jq -e '.group == 1 and .attention_sublayer == false and .attention_checkpoints == true and .fits == true' \
+		<<<"$output"
+	assert_equal "$stderr" "poros-train: micro-batch groups of 4 need $(mib "$out") of device memory, over --vram-budget $(mib "$budget"), and $(mib "$g1") without: one micro-batch a layer call (POROS_GROUP=4 insists)"
+	run -0 --separate-stderr poros-train "${q[@]}" --out cut --vram-budget "$budget"
+	jq -e '.status == "ok" and .vram_peak_mb == .vram_plan_mb and .schedule.group == 1' <<<"$output"
+	jq -e '.gemm_choice_rows == 512' cut/train_config.json
+	cmp cut/adapter/adapter_model.safetensors ref/adapter/adapter_model.safetensors
+	# insisted on: no cut, refused as over the budget
+	POROS_GROUP=4 POROS_ATTN_CKPT=2 run -1 --separate-stderr poros-train "${q[@]}" --plan --vram-budget "$budget"
+	jq -e '.group == 4 and .attention_sublayer == true and .fits == false' <<<"$output"
+}
+
 @test "--plan counts the second compute lane: its activations, scratch and cuBLAS workspace, and the run takes what it says" {
-	# CUDA blockwise with two or more micro-batches: two lanes, a second 32 MiB
-	# cuBLAS workspace; one micro-batch, resident or POROS_LANES=1: one
+	# CUDA blockwise with two or more micro-batches a call each (POROS_GROUP=1;
+	# unset, groups of 4 take one lane): two lanes, a second 32 MiB cuBLAS
+	# workspace; one micro-batch, resident or POROS_LANES=1: one
+	export POROS_GROUP=1
 	local q=(--backend cuda --model Qwen/Qwen2.5-7B --precision nf4 --seq-len 512 --rank 16 --plan)
 	run -0 --separate-stderr poros-train "${q[@]}" --accum 8
 	jq -e '.lanes == 2 and .vram_breakdown_mb.blas_workspace == 64' <<<"$output"
@@ -389,12 +430,17 @@ mib() {
 }
 
 @test "--plan says the micro-batches a call (POROS_GROUP): a group's rows in its buffers, one lane unless asked, and the run takes what it says" {
+	# the attention output alone in each (unset, groups also keep the sublayer's)
+	export POROS_ATTN_CKPT=1
 	local q=(--backend cuda --model Qwen/Qwen2.5-7B --precision nf4 --seq-len 512 --rank 16 --plan)
-	run -0 --separate-stderr poros-train "${q[@]}" --accum 8
-	jq -e '.group == 1' <<<"$output"
+	POROS_GROUP=1 run -0 --separate-stderr poros-train "${q[@]}" --accum 8
+	jq -e '.group == 1 and .lanes == 2' <<<"$output"
 	one=$output
 	POROS_GROUP=4 run -0 --separate-stderr poros-train "${q[@]}" --accum 8
 	jq -e '.group == 4 and .lanes == 1 and .vram_breakdown_mb.blas_workspace == 32' <<<"$output"
+	# unset: groups of 4 (GROUP_AUTO), the same plan
+	run -0 --separate-stderr poros-train "${q[@]}" --accum 8
+	jq -e '.group == 4 and .lanes == 1' <<<"$output"
 	# four micro-batches' activations; the group's leaves beside the partial sums
 	jq -e --argjson one "$one" '.vram_breakdown_mb.activations > 3.9 * $one.vram_breakdown_mb.activations / 2 and
 		.vram_breakdown_mb.grad_partials > $one.vram_breakdown_mb.grad_partials' <<<"$output"
@@ -459,6 +505,15 @@ mib() {
 	POROS_ATTN_CKPT=1 run -0 --separate-stderr poros-train "${BIG[@]}" --batch-size "$(rows 4 5)" --plan
 	jq -e '.attention_checkpoints == true' <<<"$output"
 	[ -z "$stderr" ]
+	# groups (8 rows of 512 a micro-batch, accumulation k): unset, the
+	# sublayer's 832 bytes more a token and layer are left out where the
+	# host holds the output's and not those, and said
+	k=$((avail / (512 * 8 * 1024 * (400 + 832)) + 1))
+	[ "$k" -ge 2 ] || k=2
+	run --separate-stderr poros-train "${BIG[@]}" --batch-size 8 --accum "$k" --plan
+	jq -e '.group == 4 or .group == 2 or .group == 3' <<<"$output"
+	jq -e '.attention_checkpoints == true and .attention_sublayer == false' <<<"$output"
+	[[ "$stderr" == *"the layer checkpoints with the attention sublayer"*"need more host memory than is available"*"the attention output alone is kept (POROS_ATTN_CKPT=2 insists)"* ]]
 	# the inputs alone need twice what there is: no note, status oom before
 	# a step, naming them and the mode that keeps fewer
 	run -1 --separate-stderr poros-train "${BIG[@]}" --batch-size "$(rows 2 1)" --quiet --out run
