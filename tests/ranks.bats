@@ -74,11 +74,17 @@ ranks_equal_one() {
 	# group of 2 and one alone, the leaves pushed in the one-process order
 	need_mpi
 	local g=(--model poros/tiny-qwen2 --precision nf4 --block-size 2 --steps 3 --seq-len 64 --dropout 0)
-	poros-train "${RUN[@]}" "${g[@]}" --accum 6 --out one >one.json
+	POROS_GROUP=2 poros-train "${RUN[@]}" "${g[@]}" --accum 6 --out one >one.json
 	POROS_GROUP=2 mpirun --oversubscribe -np 2 poros-train "${RUN[@]}" "${g[@]}" --accum 3 --out many >many.json
 	jq -e '.status == "ok"' many.json
 	cmp one/$ADAPTER many/$ADAPTER
 	diff <(rows one) <(rows many)
+	# the GEMMs' algorithms (CUDA) are chosen at the same rows, and unset
+	# (groups of 4 of the 6 micro-batches) too: each rank chooses as the one process
+	jq -e '.gemm_choice_rows == 256' one/train_config.json many/train_config.json
+	poros-train "${RUN[@]}" "${g[@]}" --accum 6 --steps 1 --out one4 >/dev/null
+	mpirun --oversubscribe -np 2 poros-train "${RUN[@]}" "${g[@]}" --accum 3 --steps 1 --out many4 >/dev/null
+	jq -e '.gemm_choice_rows == 512' one4/train_config.json many4/train_config.json
 }
 
 @test "a 2-rank checkpoint resumes on 1 rank with the same global batch, and the other way" {

@@ -370,6 +370,10 @@ int engine_gemm_choice_rows(const struct train_config *cfg)
 	 * algorithm a shape, so the two give the same bits */
 	blockwise.mode = MODE_BLOCKWISE;
 	blockwise.group_cut = 0; /* a budget's cut changes no bit */
+	/* the step's micro-batches over every rank: n ranks choose as one
+	 * process of the whole accumulation does, so they give its bits */
+	if (cfg->ranks > 1)
+		blockwise.cell.training.gradient_accumulation_steps *= cfg->ranks;
 	return cfg->gemm_choice_group ? T * engine_group(&blockwise) : T;
 }
 
