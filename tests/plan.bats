@@ -438,12 +438,18 @@ mib() {
 	one=$output
 	POROS_GROUP=4 run -0 --separate-stderr poros-train "${q[@]}" --accum 8
 	jq -e '.group == 4 and .lanes == 1 and .vram_breakdown_mb.blas_workspace == 32' <<<"$output"
-	# unset: groups of 4 (GROUP_AUTO), the same plan
+	# unset: groups of up to 2048 rows (GROUP_AUTO_ROWS), 4 of 512, 2 of
+	# 1024, none of 2048 (two lanes then), 8 at most
 	run -0 --separate-stderr poros-train "${q[@]}" --accum 8
 	jq -e '.group == 4 and .lanes == 1' <<<"$output"
 	# four micro-batches' activations; the group's leaves beside the partial sums
 	jq -e --argjson one "$one" '.vram_breakdown_mb.activations > 3.9 * $one.vram_breakdown_mb.activations / 2 and
 		.vram_breakdown_mb.grad_partials > $one.vram_breakdown_mb.grad_partials' <<<"$output"
+	for sg in 1024:2:1 2048:1:2 128:8:1; do
+		IFS=: read -r len g l <<<"$sg"
+		run -0 --separate-stderr poros-train "${q[@]}" --accum 8 --seq-len "$len"
+		jq -e --argjson g "$g" --argjson l "$l" '.group == $g and .lanes == $l' <<<"$output"
+	done
 	# at most the step's micro-batches; none for one micro-batch, resident,
 	# or rows not a multiple of 128, or a micro-batch of MLP chunks
 	POROS_GROUP=8 run -0 --separate-stderr poros-train "${q[@]}" --accum 3

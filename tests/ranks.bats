@@ -80,11 +80,12 @@ ranks_equal_one() {
 	cmp one/$ADAPTER many/$ADAPTER
 	diff <(rows one) <(rows many)
 	# the GEMMs' algorithms (CUDA) are chosen at the same rows, and unset
-	# (groups of 4 of the 6 micro-batches) too: each rank chooses as the one process
+	# (a group of all 6 micro-batches: up to 2048 rows) too: each rank
+	# chooses as the one process
 	jq -e '.gemm_choice_rows == 256' one/train_config.json many/train_config.json
 	poros-train "${RUN[@]}" "${g[@]}" --accum 6 --steps 1 --out one4 >/dev/null
 	mpirun --oversubscribe -np 2 poros-train "${RUN[@]}" "${g[@]}" --accum 3 --steps 1 --out many4 >/dev/null
-	jq -e '.gemm_choice_rows == 512' one4/train_config.json many4/train_config.json
+	jq -e '.gemm_choice_rows == 768' one4/train_config.json many4/train_config.json
 }
 
 @test "a 2-rank checkpoint resumes on 1 rank with the same global batch, and the other way" {

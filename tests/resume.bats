@@ -143,7 +143,7 @@ jsonl_docs() {
 	jq -e '.attention == "default" and .gemm_choice == "micro-batch" and .gemm_choice_rows == 128
 		and .cudnn_workspace_mb == null' r/train_config.json
 	cmp "half/$ADAPTER" "r/$ADAPTER"
-	# unset, a group is GROUP_AUTO (4) micro-batches: the GEMMs' rows are 4 micro-batches'
+	# unset, a group is up to 2048 rows (GROUP_AUTO_ROWS), here the step's 4 micro-batches
 	poros-train "${run[@]}" --steps 1 --out auto >/dev/null
 	jq -e '.gemm_choice == "group" and .gemm_choice_rows == 512' auto/train_config.json
 }

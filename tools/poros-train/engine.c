@@ -352,12 +352,13 @@ int engine_group(const struct train_config *cfg)
 	long T = (long)cfg->cell.training.batch_size * cfg->cell.training.seq_len;
 	int k = cfg->cell.training.gradient_accumulation_steps;
 	int chunk = cfg->mlp_chunk > 0 ? cfg->mlp_chunk : MLP_CHUNK_TOKENS;
+	long want = cfg->group ? cfg->group : T > 0 ? GROUP_AUTO_ROWS / T : 1;
 
-	int want = cfg->group ? cfg->group : GROUP_AUTO;
-
+	if (want > GROUP_MAX)
+		want = GROUP_MAX;
 	if (want < 2 || cfg->group_cut || cfg->mode != MODE_BLOCKWISE || k < 2 || T > chunk || T % GROUP_ROW_ALIGN)
 		return 1;
-	return want < k ? want : k;
+	return want < k ? (int)want : k;
 }
 
 int engine_gemm_choice_rows(const struct train_config *cfg)

@@ -51,14 +51,15 @@ struct engine;
  * more groups a step: each lane runs a group a call. */
 int engine_lanes(const struct train_config *cfg, int cuda);
 /* Micro-batches a blockwise layer call runs (POROS_GROUP; layer.h): the
- * asked number (unset: GROUP_AUTO), at most the step's, where a
- * micro-batch's MLP is one chunk and its rows keep the buffers aligned;
- * else 1.  A group takes one compute lane unless POROS_LANES=2
- * (engine_lanes).  Groups of 4 at 512 tokens x 8 micro-batches measured
- * 1.550 s a step at Qwen2.5-32B nf4 against two lanes' 1.614 (H200,
- * docs/perf-notes.md), in less memory; 8 were 1-2 % faster again for
- * 1.1 GiB more. */
-#define GROUP_AUTO 4
+ * asked number (unset: as many as make GROUP_AUTO_ROWS rows, up to
+ * GROUP_MAX), at most the step's, where a micro-batch's MLP is one chunk
+ * and its rows keep the buffers aligned; else 1.  A group takes one
+ * compute lane unless POROS_LANES=2 (engine_lanes).  Groups of 4 at 512
+ * tokens x 8 micro-batches measured 1.550 s a step at Qwen2.5-32B nf4
+ * against two lanes' 1.614 (H200, docs/perf-notes.md), in less memory; 8
+ * (4096 rows) were 1-2 % faster again for 1.1 GiB more.  Micro-batches
+ * of 2048 rows or more are large GEMMs already: unset, they run alone. */
+#define GROUP_AUTO_ROWS 2048
 int engine_group(const struct train_config *cfg);
 /* The rows every schedule's row GEMMs choose their algorithms at
  * (backend.h set_row_unit): the group's that blockwise would take (one

@@ -1177,17 +1177,18 @@ static int choose_attn_ckpt(struct run *x, size_t library_bytes, size_t cap, cha
 	return attn_ckpt_device(x, library_bytes, cap, err, errsz);
 }
 
-/* POROS_GROUP unset: GROUP_AUTO micro-batches a layer call where groups
- * apply (engine_group); where that plan is over cap and one micro-batch
- * a call fits, one, said (POROS_GROUP=4 insists).  The GEMMs keep the
+/* POROS_GROUP unset: GROUP_AUTO_ROWS' worth of micro-batches a layer call
+ * where groups apply (engine_group); where that plan is over cap and one
+ * micro-batch a call fits, one, said (POROS_GROUP=N insists).  The GEMMs keep the
  * group's algorithms (engine_gemm_choice_rows), so no bit changes. */
 static int choose_group(struct run *x, size_t library_bytes, size_t cap, char *err, size_t errsz)
 {
 	struct train_config *c = &x->cfg;
 	size_t with, without;
 	char a[32], b[32], d[32];
+	int g = engine_group(c);
 
-	if (c->group != 0 || !cap || engine_group(c) < 2)
+	if (c->group != 0 || !cap || g < 2)
 		return 0;
 	if (plan_peak(x, library_bytes, &with, err, errsz) < 0)
 		return -1;
@@ -1201,8 +1202,8 @@ static int choose_group(struct run *x, size_t library_bytes, size_t cap, char *e
 		return 0;
 	}
 	warnmsg("micro-batch groups of %d need %s of device memory, over %s %s, and %s without: one micro-batch a "
-	        "layer call (POROS_GROUP=%d insists)", GROUP_AUTO, format_bytes(a, sizeof a, (double)with), cap_name(c),
-	        format_bytes(b, sizeof b, (double)cap), format_bytes(d, sizeof d, (double)without), GROUP_AUTO);
+	        "layer call (POROS_GROUP=%d insists)", g, format_bytes(a, sizeof a, (double)with), cap_name(c),
+	        format_bytes(b, sizeof b, (double)cap), format_bytes(d, sizeof d, (double)without), g);
 	return 0;
 }
 

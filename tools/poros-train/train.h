@@ -55,8 +55,8 @@ struct train_config {
 	int ckpt_sets;           /* POROS_CKPT_SETS: blockwise layer mode keeps 1 or 2 device sets of
 	                            checkpoints; 0: run.c decides (choose_ckpt_sets; engine_ckpt_sets) */
 	int group;               /* POROS_GROUP: blockwise runs up to this many micro-batches a layer call;
-	                            1: one; 0 (unset): GROUP_AUTO where groups apply (engine_group) */
-	int group_cut;           /* run.c: the unset group's GROUP_AUTO is over the device budget; one
+	                            1: one; 0 (unset): GROUP_AUTO_ROWS' worth where groups apply (engine_group) */
+	int group_cut;           /* run.c: the unset group is over the device budget; one
 	                            micro-batch a call (the GEMM choice keeps the group's rows) */
 	int gemm_choice_group;   /* not POROS_GEMM_CHOICE=micro-batch: every schedule's row GEMMs run the algorithms
 	                            chosen at a blockwise group's rows (engine_gemm_choice_rows) */
