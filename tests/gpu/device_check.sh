@@ -92,7 +92,10 @@ for ck in layer block; do
 done
 note "micro-batch groups (POROS_GROUP): resident's bits, with and without dropout, layer and block checkpoints"
 for d in 0 0.1; do
-	train "group_res_$d" cuda resident nf4 2 5 poros/tiny-qwen3 --seq-len 128 --dropout "$d" || fail=1
+	# resident under POROS_GROUP=4 too: the GEMMs' algorithms are chosen at
+	# the group's rows in every schedule (unset, 5 micro-batches of 128 rows
+	# would be one group of 5)
+	POROS_GROUP=4 train "group_res_$d" cuda resident nf4 2 5 poros/tiny-qwen3 --seq-len 128 --dropout "$d" || fail=1
 	for ck in layer block; do
 		POROS_GROUP=4 train "group4_${ck}_$d" cuda blockwise nf4 2 5 poros/tiny-qwen3 --seq-len 128 --dropout "$d" \
 			--checkpoints "$ck" || fail=1
