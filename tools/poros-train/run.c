@@ -1165,8 +1165,8 @@ static int choose_attn_ckpt(struct run *x, size_t library_bytes, size_t cap, cha
 	if (c->attn_ckpt != ATTN_CKPT_AUTO)
 		return 0;
 	/* one device set holds no attention (schedule.c, ckpt_save_in_place);
-	 * the sublayer's where micro-batch groups run (rows of up to a chunk),
-	 * where it was measured: Qwen2.5-32B nf4 seq 512 x 8 in groups of 4
+	 * the sublayer's where micro-batch groups run (unset: micro-batches of
+	 * up to 1024 rows), where it was measured: Qwen2.5-32B nf4 seq 512 x 8 in groups of 4
 	 * 1.550 -> 1.475 s a step, 72B with the routes 2.976 -> 2.837 (H200,
 	 * docs/perf-notes.md); at longer rows it is not measured yet */
 	c->attn_ckpt = c->ckpt_sets == 1 ? 0 : engine_group(c) > 1 ? ATTN_CKPT_SUBLAYER : ATTN_CKPT_OUTPUT;
