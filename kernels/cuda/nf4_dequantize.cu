@@ -51,7 +51,10 @@ __device__ __forceinline__ uint32_t nf4_pair(const float *code, uint32_t byte, f
 // l, l + 32, ...), all its loads issued before its stores, so each thread
 // has that many loads in flight and the grid a quarter the blocks: one
 // chunk a thread left the copy bound by block turnover and load latency
-// (~1.6 TB/s at 32B, 2026-12-04).
+// (~1.6 TB/s at 32B in a step, 2026-12-04).  Alone, on 32B's projections
+// on the H200 (2026-12-05): 3.3-3.85 TB/s against 2.97-3.53, the same
+// bits; 8 a thread and a grid sized to the SMs were no faster
+// (docs/bench/runs/2026-12-05-0c66844/dequant_probe.txt).
 #define NF4_UNROLL 4
 
 template <bool pitched>
