@@ -339,6 +339,14 @@ disk_is_plan() {
 	POROS_DISK_CHECKPOINTS=2 poros-train "${TINY[@]}" "${EIGHT[@]}" --block-size 2 --checkpoint-dir ck --plan |
 		jq -e '.disk_fits == true and .host_breakdown_mb.checkpoint_bounce > 0
 			and .host_checkpoints_mb * 1048576 - .host_breakdown_mb.checkpoints * 1048576 > 0'
+	# records on disk keep the attention output alone unless asked: groups
+	# (64 x 2 rows at accumulation 4) take the sublayer's without a directory only
+	poros-train "${TINY[@]}" --model poros/tiny-qwen2 --seq-len 64 --accum 4 --plan |
+		jq -e '.group == 4 and .attention_sublayer == true'
+	poros-train "${TINY[@]}" --model poros/tiny-qwen2 --seq-len 64 --accum 4 --checkpoint-dir ck --plan |
+		jq -e '.group == 4 and .attention_sublayer == false and .attention_checkpoints == true'
+	POROS_ATTN_CKPT=2 poros-train "${TINY[@]}" --model poros/tiny-qwen2 --seq-len 64 --accum 4 --checkpoint-dir ck \
+		--plan | jq -e '.attention_sublayer == true'
 	# two ranks of a host: a file each
 	POROS_DISK_CHECKPOINTS=2 poros-train "${TINY[@]}" "${EIGHT[@]}" --block-size 2 --checkpoint-dir ck --plan >one.plan
 	POROS_DISK_CHECKPOINTS=2 poros-train "${TINY[@]}" "${EIGHT[@]}" --block-size 2 --checkpoint-dir ck --plan \

@@ -1168,8 +1168,12 @@ static int choose_attn_ckpt(struct run *x, size_t library_bytes, size_t cap, cha
 	 * the sublayer's where micro-batch groups run (unset: micro-batches of
 	 * up to 1024 rows), where it was measured: Qwen2.5-32B nf4 seq 512 x 8 in groups of 4
 	 * 1.550 -> 1.475 s a step, 72B with the routes 2.976 -> 2.837 (H200,
-	 * docs/perf-notes.md); at longer rows it is not measured yet */
-	c->attn_ckpt = c->ckpt_sets == 1 ? 0 : engine_group(c) > 1 ? ATTN_CKPT_SUBLAYER : ATTN_CKPT_OUTPUT;
+	 * docs/perf-notes.md); at longer rows it is not measured yet, nor with
+	 * records on disk (--checkpoint-dir), whose bandwidth the sublayer's
+	 * 3-4x larger records would load far more than PCIe */
+	c->attn_ckpt = c->ckpt_sets == 1               ? 0
+	               : engine_group(c) > 1 && !c->checkpoint_dir ? ATTN_CKPT_SUBLAYER
+	                                                          : ATTN_CKPT_OUTPUT;
 	if (c->mode != MODE_BLOCKWISE)
 		return 0;
 	if (!engine_block_ckpt(c, x->mc.num_hidden_layers) && attn_ckpt_host(x, library_bytes, err, errsz) < 0)
