@@ -311,13 +311,15 @@ static inline int attention_dpad(int D)
 
 /* The CUDA backend's cuDNN route (kernels/cuda/attention_cudnn.cu): taken
  * for one-document rows (pos NULL) of at least ATTN_CUDNN_MIN_SEQ tokens
- * when D fills the padded width (64, 128), as attention_cudnn_route says.  Its backward runs attention_cudnn_heads
- * query heads a call (the largest divisor of H whose bf16 dS workspace,
- * B x heads x S^2, fits attention_cudnn_workspace_cap(), or one head up to twice
- * that; 0: too long a row, the kernels run the backward).  It needs, after
- * the attention scratch (attention_scratch_floats, below): with G < H, k and v expanded to the H query heads
- * (bf16); one call's dq, dk, dv per query head (bf16, cuDNN's output);
- * and cuDNN's workspace (attention_cudnn_workspace_bytes). */
+ * when D fills the padded width (64, 128), as attention_cudnn_route says.
+ * Its backward runs attention_cudnn_heads query heads a call (the largest
+ * divisor of H whose bf16 dS workspace, B x heads x S^2, fits
+ * attention_cudnn_workspace_cap() and ATTN_CUDNN_DS_MAX_BYTES, or one head
+ * up to twice the cap; 0: too long a row, the kernels run the backward).
+ * It needs, after the attention scratch (attention_scratch_floats, below):
+ * with G < H, k and v expanded to the H query heads (bf16); one call's dq,
+ * dk, dv per query head (bf16, cuDNN's output); and cuDNN's workspace
+ * (attention_cudnn_workspace_bytes). */
 #define ATTN_CUDNN_WORKSPACE_CAP ((size_t)1 << 30)
 
 /* POROS_CUDNN_WORKSPACE=MiB (poros-train refuses values outside 64 to
