@@ -244,7 +244,8 @@ extern "C" void poros_cuda_gemm(cublasOperation_t ta, cublasOperation_t tb, int 
 // algorithm poros_cuda_gemm runs for that shape alone: each product is
 // computed by its own tiles with that kernel and configuration, so its
 // bits are those of its own call (measured: tests/gpu/bench_invariance,
-// "segments").  Where cuBLASLt refuses the batched call, one call each.
+// "segments").  Where cuBLASLt refuses the batched call, and for a batch
+// of one, one poros_cuda_gemm call each.
 extern "C" void poros_cuda_gemm_batched(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
                                         const void *A, cudaDataType_t ab, int lda, long long stride_a,
                                         const void *B, int ldb, long long stride_b, float beta, void *C,

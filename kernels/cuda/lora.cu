@@ -294,13 +294,10 @@ static void lora_dA_tc(float *dA, float *scratch, size_t scratch_floats, const f
 		int b = segs - i < batch ? segs - i : batch;
 		// P3 (3R,K) row-major = column-major (K,3R) = x_cm (K,rows) @
 		// D3_cm^T, D3 (rows,3R) row-major read as (3R,rows) ld 3R.
-		if (b == 1)
-			gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, 3 * R, rows, 1.0f, x + (size_t)i * rows * ldx, ldx,
-			     D3 + (size_t)i * rows * 3 * R, 3 * R, 0.0f, P3, K);
-		else
-			poros_cuda_gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, K, 3 * R, rows, 1.0f, x + (size_t)i * rows * ldx,
-			                        CUDA_R_16BF, ldx, (long long)rows * ldx, D3 + (size_t)i * rows * 3 * R, 3 * R,
-			                        (long long)rows * 3 * R, 0.0f, P3, CUDA_R_32F, K, per, b);
+		// (a batch of one is the plain gemm call)
+		poros_cuda_gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, K, 3 * R, rows, 1.0f, x + (size_t)i * rows * ldx,
+		                        CUDA_R_16BF, ldx, (long long)rows * ldx, D3 + (size_t)i * rows * 3 * R, 3 * R,
+		                        (long long)rows * 3 * R, 0.0f, P3, CUDA_R_32F, K, per, b);
 		dim3 grid(grid_for((long)R * K, ELEM_THREADS), b);
 		lora_join3_kernel<<<grid, ELEM_THREADS, 0, stream>>>(dA + i * stride, P3, poros_dropout_keep_scale(p), R, K,
 		                                                     true, true, NULL, 0, 0, false, stride, per);
@@ -327,13 +324,9 @@ static void lora_dB_tc(float *dB, float *scratch, size_t scratch_floats, const b
 		// P3 (N,3R) row-major = column-major (3R,N) = U3_cm (3R,rows) @
 		// dout_cm^T, U3 (rows,3R) read as (3R,rows) ld 3R, dout (rows,N)
 		// as (N,rows) ld ld_dout.
-		if (b == 1)
-			gemm(CUBLAS_OP_N, CUBLAS_OP_T, 3 * R, N, rows, 1.0f, U3 + (size_t)i * rows * 3 * R, 3 * R,
-			     dout + (size_t)i * rows * ld_dout, ld_dout, 0.0f, P3, 3 * R);
-		else
-			poros_cuda_gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, 3 * R, N, rows, 1.0f, U3 + (size_t)i * rows * 3 * R,
-			                        CUDA_R_16BF, 3 * R, (long long)rows * 3 * R, dout + (size_t)i * rows * ld_dout,
-			                        ld_dout, (long long)rows * ld_dout, 0.0f, P3, CUDA_R_32F, 3 * R, per, b);
+		poros_cuda_gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, 3 * R, N, rows, 1.0f, U3 + (size_t)i * rows * 3 * R,
+		                        CUDA_R_16BF, 3 * R, (long long)rows * 3 * R, dout + (size_t)i * rows * ld_dout,
+		                        ld_dout, (long long)rows * ld_dout, 0.0f, P3, CUDA_R_32F, 3 * R, per, b);
 		dim3 grid(grid_for((long)N * R, ELEM_THREADS), b);
 		lora_join3_kernel<<<grid, ELEM_THREADS, 0, stream>>>(dB + i * stride, P3, scale, N, R, false, true, NULL, 0,
 		                                                     0, false, stride, per);
