@@ -245,19 +245,25 @@ static void pair_check_exact(struct gpu_case *c, const size_t bytes[5])
 		check_exact(c, pair_names[1][o], got(c, pair_names[0][o]), bytes[o], o == 0 ? 2 : 4);
 }
 
-/* case_run on the kernels (POROS_ATTENTION=mma), the caller's setting
- * restored after. */
-static void case_run_kernels(struct gpu_case *c, gpu_op op, const void *args)
+/* case_run under POROS_ATTENTION=ROUTE, the caller's setting restored
+ * after. */
+static void case_run_route(struct gpu_case *c, const char *route, gpu_op op, const void *args)
 {
-	const char *route = getenv("POROS_ATTENTION");
-	char *saved = route ? strdup(route) : NULL;
-	setenv("POROS_ATTENTION", "mma", 1);
+	const char *was = getenv("POROS_ATTENTION");
+	char *saved = was ? strdup(was) : NULL;
+	setenv("POROS_ATTENTION", route, 1);
 	case_run(c, op, args);
 	if (saved)
 		setenv("POROS_ATTENTION", saved, 1);
 	else
 		unsetenv("POROS_ATTENTION");
 	free(saved);
+}
+
+/* case_run on the kernels */
+static void case_run_kernels(struct gpu_case *c, gpu_op op, const void *args)
+{
+	case_run_route(c, "mma", op, args);
 }
 
 static void test_attention_plain_pos(int B, int S, int H, int G, int D)
@@ -395,7 +401,7 @@ static void test_attention_grouped(int B, int S, int H, int G, int D, int docs, 
 
 /* Packed rows on cuDNN, one call per document (ops.h: with the host
  * mirror of pos the backend sets, POROS_CUDNN_DOC_MIN=1 lifting the floor
- * and the quantum): forward and backward against the CPU within the
+ * and the quantum, POROS_ATTENTION=cudnn the route's length floor): forward and backward against the CPU within the
  * route's bounds (test_attention_backward's), the same bits twice; and
  * the route did run: without the rotation, cuDNN's dq comes back as bf16
  * widened (its low 16 bits zero), which the kernels' fp32 sums are not. */
@@ -427,7 +433,7 @@ static void test_attention_docs_route(int B, int S, int H, int G, int D, int doc
 	char *saved = floor ? strdup(floor) : NULL;
 	setenv("POROS_CUDNN_DOC_MIN", "1", 1);
 	gpu->pos_mirror(x.side[0].pos, pos, T);
-	case_run(&c, attention_side0_gpu, &x);
+	case_run_route(&c, "cudnn", attention_side0_gpu, &x); /* S under ATTN_CUDNN_MIN_SEQ */
 	gpu->pos_mirror(NULL, NULL, 0);
 	if (saved)
 		setenv("POROS_CUDNN_DOC_MIN", saved, 1);
