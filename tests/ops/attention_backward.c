@@ -245,25 +245,36 @@ static void pair_check_exact(struct gpu_case *c, const size_t bytes[5])
 		check_exact(c, pair_names[1][o], got(c, pair_names[0][o]), bytes[o], o == 0 ? 2 : 4);
 }
 
-/* case_run under POROS_ATTENTION=ROUTE, the caller's setting restored
- * after. */
-static void case_run_route(struct gpu_case *c, const char *route, gpu_op op, const void *args)
+/* An environment variable set for a case and restored after. */
+struct saved_env {
+	const char *name;
+	char *value; /* the caller's, NULL when unset */
+};
+
+static void env_set(struct saved_env *e, const char *value)
 {
-	const char *was = getenv("POROS_ATTENTION");
-	char *saved = was ? strdup(was) : NULL;
-	setenv("POROS_ATTENTION", route, 1);
-	case_run(c, op, args);
-	if (saved)
-		setenv("POROS_ATTENTION", saved, 1);
-	else
-		unsetenv("POROS_ATTENTION");
-	free(saved);
+	const char *was = getenv(e->name);
+	e->value = was ? strdup(was) : NULL;
+	setenv(e->name, value, 1);
 }
 
-/* case_run on the kernels */
+static void env_restore(struct saved_env *e)
+{
+	if (e->value)
+		setenv(e->name, e->value, 1);
+	else
+		unsetenv(e->name);
+	free(e->value);
+	e->value = NULL;
+}
+
+/* case_run on the kernels (POROS_ATTENTION=mma) */
 static void case_run_kernels(struct gpu_case *c, gpu_op op, const void *args)
 {
-	case_run_route(c, "mma", op, args);
+	struct saved_env e = {"POROS_ATTENTION", NULL};
+	env_set(&e, "mma");
+	case_run(c, op, args);
+	env_restore(&e);
 }
 
 static void test_attention_plain_pos(int B, int S, int H, int G, int D)
@@ -401,10 +412,12 @@ static void test_attention_grouped(int B, int S, int H, int G, int D, int docs, 
 
 /* Packed rows on cuDNN, one call per document (ops.h: with the host
  * mirror of pos the backend sets, POROS_CUDNN_DOC_MIN=1 lifting the floor
- * and the quantum, POROS_ATTENTION=cudnn the route's length floor): forward and backward against the CPU within the
- * route's bounds (test_attention_backward's), the same bits twice; and
- * the route did run: without the rotation, cuDNN's dq comes back as bf16
- * widened (its low 16 bits zero), which the kernels' fp32 sums are not. */
+ * and the quantum, POROS_ATTENTION=cudnn the route's length floor, both
+ * set before the scratch is sized): forward and backward against the CPU
+ * within the route's bounds (test_attention_backward's), the same bits
+ * twice; and the route did run: without the rotation, cuDNN's dq comes
+ * back as bf16 widened (its low 16 bits zero), which the kernels' fp32
+ * sums are not. */
 static void test_attention_docs_route(int B, int S, int H, int G, int D, int docs)
 {
 	struct gpu_case c;
@@ -425,21 +438,20 @@ static void test_attention_docs_route(int B, int S, int H, int G, int D, int doc
 			       B, S, H, G, D);
 	c.cpu_ms = now_ms() - t0;
 
+	/* the route's settings before the scratch is sized: without them a
+	 * row under ATTN_CUDNN_MIN_SEQ plans the kernels' scratch alone */
+	struct saved_env env[2] = {{"POROS_ATTENTION", NULL}, {"POROS_CUDNN_DOC_MIN", NULL}};
+	env_set(&env[0], "cudnn");
+	env_set(&env[1], "1");
 	struct plain_pos_case x; /* side 0 only: its own forward's out and lse */
 	memset(&x, 0, sizeof x);
 	attention_case_inputs(&x.side[0], q, k, v, pos, B, S, H, G, D);
 	pair_side(&c, &x.side[0], 0, bytes, dout, case_scratch(&c, attention_scratch_floats_cuda(B, S, H, G, D) * 4));
-	const char *floor = getenv("POROS_CUDNN_DOC_MIN");
-	char *saved = floor ? strdup(floor) : NULL;
-	setenv("POROS_CUDNN_DOC_MIN", "1", 1);
 	gpu->pos_mirror(x.side[0].pos, pos, T);
-	case_run_route(&c, "cudnn", attention_side0_gpu, &x); /* S under ATTN_CUDNN_MIN_SEQ */
+	case_run(&c, attention_side0_gpu, &x);
 	gpu->pos_mirror(NULL, NULL, 0);
-	if (saved)
-		setenv("POROS_CUDNN_DOC_MIN", saved, 1);
-	else
-		unsetenv("POROS_CUDNN_DOC_MIN");
-	free(saved);
+	env_restore(&env[1]);
+	env_restore(&env[0]);
 
 	check_rows(&c, "out0", ref_out, T, (size_t)H * D, (size_t)H * D, 1, 1e-3, BF16_RTOL);
 	check(&c, "lse0", ref_lse, (size_t)B * H * S, 0, 2e-6, 1e-5);
