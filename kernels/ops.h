@@ -323,10 +323,9 @@ static inline int attention_dpad(int D)
 #define ATTN_CUDNN_WORKSPACE_CAP ((size_t)1 << 30)
 
 /* POROS_CUDNN_WORKSPACE=MiB (poros-train refuses values outside 64 to
- * 65536) replaces ATTN_CUDNN_WORKSPACE_CAP: more heads a backward call
- * (all 28 of 7B's at 8192 tokens in 4 GiB measured 407 TFLOP/s against
- * 278 at 1 GiB, docs/perf-notes.md), for that much more VRAM, which the
- * plan counts.  The heads a call can change the backward's rounding, as
+ * 65536) replaces ATTN_CUDNN_WORKSPACE_CAP: more heads a backward call,
+ * up to ATTN_CUDNN_DS_MAX_BYTES, for that much more VRAM, which the plan
+ * counts.  The heads a call can change the backward's rounding, as
  * POROS_ATTENTION's route does; blockwise and resident take the same. */
 static inline size_t attention_cudnn_workspace_cap(void)
 {
@@ -334,11 +333,13 @@ static inline size_t attention_cudnn_workspace_cap(void)
 	long mib = env && *env ? atol(env) : 0;
 	return mib >= 1 ? (size_t)mib << 20 : ATTN_CUDNN_WORKSPACE_CAP;
 }
-/* The largest dS workspace a cuDNN backward call takes: under 2^31
- * elements.  64 heads of 8192 tokens a call (2^32 elements, POROS_CUDNN_WORKSPACE
- * =8192) gave dq, dk and dv wrong by their own size and other bits run to
- * run on the H200 (2026-12-05); 28 heads (1.9e9 elements) are right. */
-#define ATTN_CUDNN_DS_MAX_BYTES ((((size_t)1 << 31) - 1) * 2)
+/* The largest dS workspace a cuDNN backward call takes: 2^31 bytes (2^30
+ * bf16 elements).  Past it cuDNN 9.19's backward is wrong, and its bits
+ * change run to run: 64 heads of 8192 tokens a call (2^33 bytes) on the
+ * H200 and 28 (3.8e9 bytes) on the H100 gave dq, dk and dv off by 70-100 %
+ * of their own size; 16 (2^31 bytes) were right and deterministic on the
+ * H100 (docs/bench/runs/2026-12-05-394f345). */
+#define ATTN_CUDNN_DS_MAX_BYTES ((size_t)1 << 31)
 /* The largest (B,H,S,D) pack cuDNN runs the backward of (see attention_cudnn_heads). */
 #define ATTN_CUDNN_BACKWARD_MAX_PACK ((size_t)1 << 27)
 

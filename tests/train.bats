@@ -190,11 +190,13 @@ parity() {
 		[ -z "$output" ] && [ ! -e run ]
 	done
 	# 7B at 8192 tokens: 7 of the 28 heads a call in 1 GiB (896 MiB of dS),
-	# all 28 in 4 GiB (3584 MiB): the workspace grows by the difference
+	# 14 in 4 GiB (1792 MiB; 28 would be over ops.h's 2^31-byte dS bound): the
+	# workspace grows by the difference, and one call's gradients and
+	# accumulator for 7 more heads (966 MiB in all)
 	local q=(--plan --backend cuda --model Qwen/Qwen2.5-7B --precision bf16 --seq-len 8192 --rank 16)
 	one=$(poros-train "${q[@]}" | jq .vram_breakdown_mb.workspace)
 	four=$(POROS_CUDNN_WORKSPACE=4096 poros-train "${q[@]}" | jq .vram_breakdown_mb.workspace)
-	jq -en --argjson a "$one" --argjson b "$four" '$b - $a > 2600 and $b - $a < 3000'
+	jq -en --argjson a "$one" --argjson b "$four" '$b - $a > 900 and $b - $a < 1000'
 }
 
 @test "POROS_CUDNN_DOC_MIN takes a token count >= 1: another value is a usage error before anything runs" {

@@ -30,8 +30,9 @@ static void test_cudnn_heads(void)
 {
 	static const struct { const char *cap; int B, S, H, want; } cases[] = {
 		{ "", 1, 8192, 28, 7 },        /* 1 GiB: 7 of 7B's heads at 8192 */
-		{ "4096", 1, 8192, 28, 28 },   /* all 28: 1.9e9 elements, right on the H200 */
-		{ "8192", 1, 8192, 64, 16 },   /* 64 would be 2^32 elements (wrong on the H200), 32 is 2^31 */
+		{ "4096", 1, 8192, 28, 14 },   /* all 28 (3.8e9 bytes) were wrong on the H100 */
+		{ "8192", 1, 8192, 64, 16 },   /* 16 heads: 2^31 bytes, the bound itself */
+		{ "4096", 1, 16384, 8, 4 },    /* 4 of 512 MiB */
 		{ "65536", 1, 65536, 8, 0 },   /* one head over the bound: the kernels' backward */
 		{ "65536", 1, 32768, 8, 1 },
 	};
@@ -47,7 +48,7 @@ static void test_cudnn_heads(void)
 		}
 	}
 	unsetenv("POROS_CUDNN_WORKSPACE");
-	printf("%s the cuDNN backward's heads a call stay under the workspace cap and 2^31 dS elements\n",
+	printf("%s the cuDNN backward's heads a call stay within the workspace cap and 2^31 dS bytes\n",
 	       bad ? "FAIL" : "ok  ");
 	failures += bad != 0;
 }
