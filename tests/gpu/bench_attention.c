@@ -19,7 +19,8 @@
  * a second forward and backward gave the same bits; with BENCH_REFERENCE=1
  * both paths are also checked against a double-precision reference on a
  * few rows (one document a row), and the exit status is 1 when either is
- * off by more than REF_TOLERANCE. */
+ * off by more than REF_TOLERANCE.  A digest of each output (out, lse, dq,
+ * dk, dv) is printed, so two builds can be checked for the same bits. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -122,8 +123,21 @@ static float time_ms(void (*op)(const struct shape *), const struct shape *s)
 	return (t[4] + t[5]) / 2;
 }
 
+/* FNV-1a over 8-byte words (sizes here are multiples of 8), a digest two
+ * builds' outputs can be compared by. */
+static uint64_t digest(const void *p, size_t bytes)
+{
+	uint64_t h = 14695981039346656037ull, w;
+	for (size_t i = 0; i + 8 <= bytes; i += 8) {
+		memcpy(&w, (const char *)p + i, 8);
+		h = (h ^ w) * 1099511628211ull;
+	}
+	return h;
+}
+
 /* Whether a second forward and backward give the bits of the first
- * (out, lse, dq, dk, dv). */
+ * (out, lse, dq, dk, dv); the first run's digests are printed, so two
+ * builds can be checked for the same bits. */
 static int same_bits_twice(const struct shape *s, size_t qn, size_t kn)
 {
 	size_t sizes[] = { qn * 2, (size_t)s->B * s->H * s->S * 4, qn * 4, kn * 4, kn * 4 };
@@ -137,6 +151,8 @@ static int same_bits_twice(const struct shape *s, size_t qn, size_t kn)
 		fwd(s), bwd(s);
 		gpu->synchronize();
 		gpu->copy_d2h(a, bufs[i], sizes[i]);
+		printf("%sdigest %s %016llx%s", i == 0 ? "  " : "", names[i], (unsigned long long)digest(a, sizes[i]),
+		       i == 4 ? "\n" : ", ");
 		fwd(s), bwd(s);
 		gpu->synchronize();
 		gpu->copy_d2h(b, bufs[i], sizes[i]);
