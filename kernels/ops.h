@@ -334,11 +334,13 @@ static inline size_t attention_cudnn_workspace_cap(void)
 	return mib >= 1 ? (size_t)mib << 20 : ATTN_CUDNN_WORKSPACE_CAP;
 }
 /* The largest dS workspace a cuDNN backward call takes: 2^31 bytes (2^30
- * bf16 elements).  Past it cuDNN 9.19's backward is wrong, and its bits
- * change run to run: 64 heads of 8192 tokens a call (2^33 bytes) on the
- * H200 and 28 (3.8e9 bytes) on the H100 gave dq, dk and dv off by 70-100 %
- * of their own size; 16 (2^31 bytes) were right and deterministic on the
- * H100 (docs/bench/runs/2026-12-05-394f345). */
+ * bf16 elements).  Calls past it were wrong, other bits run to run: 64
+ * heads of 8192 tokens (2^33 bytes) on the H200, 28 (3.8e9 bytes) on the
+ * H100; 16 (2^31) were right (docs/bench/runs/2026-12-05-394f345).  Those
+ * calls also widened more than 2^24 elements of cuDNN's gradients, past
+ * the grid of attention_unpack_kernel, which had no grid-stride loop
+ * until 2026-12-05: likely the whole cause.  The bound stays until a run
+ * shows such calls right with the loop. */
 #define ATTN_CUDNN_DS_MAX_BYTES ((size_t)1 << 31)
 /* The largest (B,H,S,D) pack cuDNN runs the backward of (see attention_cudnn_heads). */
 #define ATTN_CUDNN_BACKWARD_MAX_PACK ((size_t)1 << 27)
@@ -399,9 +401,12 @@ static inline int attention_cudnn_heads(int B, int S, int H, int D)
 
 	if (attention_cudnn_ds_bytes(B, S, 1) > 2 * cap || attention_cudnn_ds_bytes(B, S, 1) > ATTN_CUDNN_DS_MAX_BYTES)
 		return 0;
-	/* beyond 2^27 elements a (B,H,S,D) pack cuDNN 9.14's backward is wrong
-	 * (dq, dk off by their own size; the kernels and the forward are
-	 * right): docs/perf-notes.md, "Decisions that stand" */
+	/* beyond 2^27 elements a (B,H,S,D) pack the backward was wrong (dq, dk
+	 * off by their own size; the kernels and the forward right):
+	 * docs/perf-notes.md, "Decisions that stand".  2^27 bf16 is where the
+	 * expansion of k and v to the query heads (attention_expand_kernel,
+	 * 8 a thread) outgrew its capped grid before it had a grid-stride
+	 * loop (2026-12-05): likely the cause, not cuDNN; kept until measured */
 	if ((size_t)B * H * S * D > ATTN_CUDNN_BACKWARD_MAX_PACK)
 		return 0;
 	for (int hc = H; hc > 1; hc--)

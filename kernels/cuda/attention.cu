@@ -802,14 +802,14 @@ static struct cudnn_scratch cudnn_scratch_at(float *scratch, int B, int S, int H
 
 // dst (B,H,S,D) = src (B,G,S,D), query head h taking key/value head h/(H/G);
 // 16 bytes an item (S*D is a multiple of 8, the parts 16-byte aligned).
+// Grid-stride: grid_for's grid covers at most 2^24 items (2^27 bf16).
 __global__ void attention_expand_kernel(uint4 *dst, const uint4 *src, long head_items, int H, int G, long items)
 {
-	long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-	if (i >= items)
-		return;
-	long bh = i / head_items, e = i % head_items;
-	long b = bh / H, h = bh % H;
-	dst[i] = src[(b * G + h / (H / G)) * head_items + e];
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < items; i += (long)gridDim.x * blockDim.x) {
+		long bh = i / head_items, e = i % head_items;
+		long b = bh / H, h = bh % H;
+		dst[i] = src[(b * G + h / (H / G)) * head_items + e];
+	}
 }
 
 static void expand(bf16 *dst, const bf16 *src, int B, int S, int H, int G, int D)

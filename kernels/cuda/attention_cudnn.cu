@@ -572,14 +572,15 @@ extern "C" bool attention_cudnn_forward(bf16 *out, int ld_out, float *lse, void 
 	return true;
 }
 
-// dst (T,H,D) fp32 heads h0 .. h0+hc-1 = src (B,hc,S,D) bf16, widened
+// dst (T,H,D) fp32 heads h0 .. h0+hc-1 = src (B,hc,S,D) bf16, widened.
+// Grid-stride: grid_for caps the grid at 65536 blocks (2^24 elements of
+// 256 threads), which a call of B=4 x 28 heads x 2048 tokens passes.
 __global__ void attention_unpack_kernel(float *dst, const bf16 *src, int S, int hc, int H, int h0, int D, long n)
 {
-	long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-	if (i >= n)
-		return;
-	long d = i % D, s = i / D % S, h = i / ((long)D * S) % hc, b = i / ((long)D * S * hc);
-	dst[((b * S + s) * H + h0 + h) * D + d] = bf16_to_f32(src[i]);
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+		long d = i % D, s = i / D % S, h = i / ((long)D * S) % hc, b = i / ((long)D * S * hc);
+		dst[((b * S + s) * H + h0 + h) * D + d] = bf16_to_f32(src[i]);
+	}
 }
 
 static void unpack(float *dst, const bf16 *src, int B, int S, int hc, int H, int h0, int D)

@@ -468,6 +468,53 @@ static void test_attention_docs_route(int B, int S, int H, int G, int D, int doc
 	case_end(&c);
 }
 
+/* The cuDNN route's forward and backward at a micro-batch whose backward
+ * call widens more than 2^24 elements (B x heads a call x S x D), against
+ * the kernels' on the same inputs within the route's bounds against the
+ * CPU.  The widening ran on a grid grid_for caps at 2^24 threads and had
+ * no grid-stride loop: past that, dq, dk and dv kept the scratch's old
+ * values (here the poison) at 7B heads x 4 rows of 2048 tokens. */
+static void route_vs_kernels_gpu(const void *p)
+{
+	const struct plain_pos_case *x = p;
+	attention_side0_gpu(p);
+	struct saved_env e = {"POROS_ATTENTION", NULL};
+	env_set(&e, "mma");
+	attention_fwd_gpu(&x->side[1]);
+	attention_bwd_gpu(&x->side[1]);
+	env_restore(&e);
+}
+
+static void test_attention_route_wide(int B, int S, int H, int G, int D)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "attention_forward+backward on cuDNN, a backward call over 2^24 elements, against the "
+	                "kernels B=%d S=%d H=%d G=%d D=%d", B, S, H, G, D))
+		return;
+	int hc = attention_cudnn_route(D, S) ? attention_cudnn_heads(B, S, H, D) : 0;
+	size_t T = (size_t)B * S, wide = (size_t)B * hc * S * D, bytes[5];
+	printf("    %d heads a cuDNN backward call, %zu elements widened a call  %s\n", hc, wide,
+	       wide > ((size_t)1 << 24) ? "ok" : "MISMATCH (the shape no longer reaches the case)");
+	c.bad += wide <= ((size_t)1 << 24);
+	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
+	float *dout = rand_f32(T * H * D, -1, 1);
+	float *scratch = case_scratch(&c, attention_scratch_floats_cuda(B, S, H, G, D) * 4);
+	pair_bytes(bytes, B, S, H, G, D);
+	struct plain_pos_case x;
+	memset(&x, 0, sizeof x);
+	for (int i = 0; i < 2; i++) {
+		attention_case_inputs(&x.side[i], q, k, v, NULL, B, S, H, G, D);
+		pair_side(&c, &x.side[i], i, bytes, dout, scratch);
+	}
+	case_run(&c, route_vs_kernels_gpu, &x);
+	check_rows(&c, "out0", got(&c, "out1"), T, (size_t)H * D, (size_t)H * D, 1, 1e-3, BF16_RTOL);
+	check(&c, "lse0", got(&c, "lse1"), (size_t)B * H * S, 0, 2e-6, 1e-5);
+	check(&c, "dq0", got(&c, "dq1"), T * H * D, 0, 1e-2, BF16_RTOL);
+	check(&c, "dk0", got(&c, "dk1"), T * G * D, 0, 1e-2, BF16_RTOL);
+	check(&c, "dv0", got(&c, "dv1"), T * G * D, 0, 1e-2, BF16_RTOL);
+	case_end(&c);
+}
+
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;
  * quick enough for compute-sanitizer); 1: model shapes */
 static void attention_backward_cuda_check(int realistic)
@@ -504,6 +551,7 @@ static void attention_backward_cuda_check(int realistic)
 		test_attention_grouped(2, 600, 8, 2, 64, 4, 1);
 		test_attention_docs_route(1, 2048, 28, 4, 128, 4);
 		test_attention_docs_route(2, 1100, 8, 2, 64, 3);
+		test_attention_route_wide(4, 2048, 28, 4, 128); /* 7B heads, batch 4: 28 heads a call */
 	}
 }
 #endif
