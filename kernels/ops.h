@@ -341,9 +341,13 @@ static inline size_t attention_cudnn_workspace_cap(void)
  * the grid of attention_unpack_kernel, which had no grid-stride loop
  * until 2026-12-05: likely the whole cause.  The bound stays until a run
  * shows such calls right with the loop. */
+#ifndef ATTN_CUDNN_DS_MAX_BYTES /* a probe build may lift it (-D), to re-measure */
 #define ATTN_CUDNN_DS_MAX_BYTES ((size_t)1 << 31)
+#endif
 /* The largest (B,H,S,D) pack cuDNN runs the backward of (see attention_cudnn_heads). */
+#ifndef ATTN_CUDNN_BACKWARD_MAX_PACK
 #define ATTN_CUDNN_BACKWARD_MAX_PACK ((size_t)1 << 27)
+#endif
 
 /* Packed rows take the route one cuDNN call per document when the engine
  * mirrors the positions on the host (backend.h's pos_mirror), a call has
