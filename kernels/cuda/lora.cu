@@ -42,15 +42,17 @@
 // din (T,K) (+)= mask(t,k) * keep_scale * (du (T,R) @ A (R,K))[t,k]: the
 // gradient flows back through the dropout the forward applied, r ascending
 // as on the CPU; without accumulate the old din is not read (a dropped
-// element gets 0).  Grid (ceil(K/DIN_K), ceil(T/DIN_T)), DIN_K threads;
-// each A element is read once per block and used for DIN_T tokens.
+// element gets 0).  Grid (ceil(T/DIN_T), ceil(K/DIN_K)), DIN_K threads:
+// the tokens on x, whose limit is 2^31 - 1 blocks (on y, 65535 blocks of
+// 8 stopped the launch at 524288 tokens); each A element is read once per
+// block and used for DIN_T tokens.
 __global__ void __launch_bounds__(DIN_K, 4)
 	lora_din_kernel(float *din, const float *du, const float *A, float p, float keep_scale, uint64_t seed, int T,
 	                int K, int R, bool accumulate)
 {
 	extern __shared__ float du_tile[]; // (DIN_T, R)
-	int t0 = blockIdx.y * DIN_T;
-	int k = blockIdx.x * DIN_K + threadIdx.x;
+	int t0 = blockIdx.x * DIN_T;
+	int k = blockIdx.y * DIN_K + threadIdx.x;
 	for (int e = threadIdx.x; e < DIN_T * R; e += blockDim.x) {
 		int t = t0 + e / R;
 		du_tile[e] = t < T ? du[(size_t)t * R + e % R] : 0.0f;
@@ -447,7 +449,7 @@ extern "C" void lora_backward_cuda(const struct lora_bwd_args *args)
 	           args->seg_stride);
 	if (!din || ext)
 		return;
-	dim3 grid_d(ceil_div_u(K, DIN_K), ceil_div_u(T, DIN_T));
+	dim3 grid_d(ceil_div_u(T, DIN_T), ceil_div_u(K, DIN_K));
 	size_t smem = (size_t)DIN_T * R * sizeof(float);
 	if (smem > 48 * 1024) {
 		fprintf(stderr, "%s: lora_backward_cuda: rank %d is too large (at most %d)\n", poros_cuda_progname(), R,

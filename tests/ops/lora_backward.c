@@ -177,9 +177,12 @@ static void test_lora_backward(int T, int K, int N, int R, float p, int with_din
 		a.din = case_out(&c, "din", (size_t)T * K * 4, with_din == 2 ? din0 : NULL, 0);
 	a.scratch = case_lora_scratch(&c, T, K, N, R, spare);
 	case_run(&c, lora_bwd_gpu, &a);
+	/* dA and dB sum over the T tokens: at half a million of them the two
+	 * orders' roundings reach ~3e-5 of the largest value, so 1e-3 there */
+	double sums = T > 65536 ? 1e-3 : 5e-5;
 	check(&c, "du", ref_du, (size_t)T * R, 0, 5e-5, 1e-4);
-	check(&c, "dB", ref_dB, (size_t)N * R, 0, 5e-5, 1e-4);
-	check(&c, "dA", ref_dA, (size_t)R * K, 0, 5e-5, 1e-4);
+	check(&c, "dB", ref_dB, (size_t)N * R, 0, sums, 1e-4);
+	check(&c, "dA", ref_dA, (size_t)R * K, 0, sums, 1e-4);
 	if (with_din)
 		check(&c, "din", ref_din, (size_t)T * K, 0, 5e-5, 1e-4);
 	case_end(&c);
@@ -207,6 +210,9 @@ static void lora_backward_cuda_check(int realistic)
 			test_lora_backward(512, 27648, 5120, 16, 0.0f, 1, spare);
 			test_lora_backward(512, 5120, 27648, 16, 0.0f, 2, spare); /* 32B gate/up */
 		}
+		/* din's grid holds 524296 tokens, 65537 blocks of 8: past CUDA's
+		 * 65535 on y, where the tokens were until 2026-12-05 */
+		test_lora_backward(524296, 16, 8, 4, 0.05f, 2, 0);
 		/* small T, every rank and projection (lora_case.h's tables) */
 		for (int ti = 0; ti < 3; ti++)
 			for (int ri = 0; ri < 3; ri++)
