@@ -10,7 +10,9 @@
 # disk, one checkpoint set, the attention sublayer's checkpoints; 3. attention against a double-precision reference at S = 32768
 # (bench_attention, BENCH_REFERENCE=1); 4. HF transformers agreement (also
 # at 2048 tokens with head dims 128 and 64: the cuDNN route and the
-# kernels); 5. compute-sanitizer memcheck on a tiny run.  Logs under OUTDIR.
+# kernels; and a batch-4 run of Qwen2.5-7B at 2048 tokens on the cuDNN route
+# against the kernels); 5. compute-sanitizer memcheck on a tiny run.  Logs
+# under OUTDIR.
 set -u
 out=${1:-/tmp/poros-device-check}
 mkdir -p "$out"
@@ -33,16 +35,20 @@ train() { # name backend mode precision block accum model [more flags]
 		--accum "$_accum" --steps 4 --seq-len 64 --dataset synthetic --rank 8 --alpha 16 --dropout 0.05 --timing-warmup 1 \
 		--out "$out/runs/$_name" --quiet "$@" >"$out/runs/$_name.summary" 2>"$out/runs/$_name.log"
 }
-# losses_agree LABEL RTOL EVENTS_A EVENTS_B: prints both runs' losses, and
-# fails unless A has a step and each step's two losses differ by at most
-# RTOL relative to A's.
-losses_agree() {
-	la=$(jq -r .loss "$3" 2>/dev/null | tr '\n' ' ')
-	lb=$(jq -r .loss "$4" 2>/dev/null | tr '\n' ' ')
-	printf '%s loss: %s | %s\n' "$1" "$la" "$lb"
-	echo "$la | $lb" | awk -v rtol="$2" '{ n = (NF - 1) / 2; if (n < 1) exit 1
+# values_agree KEY LABEL RTOL EVENTS_A EVENTS_B: prints both runs' KEY
+# (loss, grad_norm) a step, and fails unless A has a step and each step's
+# two values differ by at most RTOL relative to A's.
+values_agree() {
+	la=$(jq -r ".$1" "$4" 2>/dev/null | tr '\n' ' ')
+	lb=$(jq -r ".$1" "$5" 2>/dev/null | tr '\n' ' ')
+	printf '%s %s: %s | %s\n' "$2" "$1" "$la" "$lb"
+	echo "$la | $lb" | awk -v rtol="$3" '{ n = (NF - 1) / 2; if (n < 1) exit 1
 		for (i = 1; i <= n; i++) { d = $i - $(i + n + 1); if (d < 0) d = -d
 			if (d > rtol * ($i < 0 ? -$i : $i)) exit 1 } }'
+}
+# losses_agree LABEL RTOL EVENTS_A EVENTS_B: values_agree of the losses
+losses_agree() {
+	values_agree loss "$@"
 }
 # bit_identical LABEL RUN_A RUN_B: poros-parity of two runs; fails unless
 # their losses and adapters are the same bits
@@ -240,6 +246,18 @@ PY
 else
 	echo "skipped: no torch/transformers to write the head-dim-64 checkpoint"
 fi
+note "a cuDNN backward call widening over 2^24 elements (Qwen2.5-7B, 4 rows of 2048 tokens: 28 heads a call): against the kernels"
+for route in cudnn mma; do
+	POROS_ATTENTION=$route $P/poros-train --model Qwen/Qwen2.5-7B --backend cuda --mode blockwise --precision nf4 \
+		--block-size 4 --seq-len 2048 --batch-size 4 --accum 1 --steps 2 --dataset synthetic --rank 8 --alpha 16 \
+		--dropout 0 --out "$out/runs/wide_$route" --quiet >/dev/null 2>"$out/runs/wide_$route.log" ||
+		{ fail=1; tail -2 "$out/runs/wide_$route.log"; }
+done
+# the gradient norm carries the backward (the first loss does not)
+for key in loss grad_norm; do
+	values_agree "$key" "batch 4 x 2048, cuDNN vs the kernels" 5e-3 "$out/runs/wide_cudnn/events.jsonl" \
+		"$out/runs/wide_mma/events.jsonl" || { echo "FAIL: batch 4 x 2048 $key differs from the kernels'"; fail=1; }
+done
 note "seq 8192: blockwise (with and without the attention checkpoints) vs resident bit parity (Qwen2.5-0.5B shapes, fused attention)"
 for run in blockwise:1 blockwise:0 resident:1; do
 	mode=${run%:*} attn=${run#*:}
