@@ -941,29 +941,53 @@ static int plan_peak(struct run *x, size_t library_bytes, size_t *peak, char *er
 	return 0;
 }
 
+/* The shape of the automatic choices below: *setting = prefer is planned;
+ * over cap, *setting = fallback is.  Where that fits, it stays, *over is
+ * the preferred plan's peak and *under (unless NULL) the fallback's, for
+ * the warning; where it does not fit either, the budget's refusal, or the
+ * device's, says it all: *over is 0, and *setting goes back to prefer
+ * when restore (else it stays cut).  0, or -1 with err. */
+static int fit_or_fall_back(struct run *x, size_t library_bytes, size_t cap, int *setting, int prefer, int fallback,
+                            int restore, size_t *over, size_t *under, char *err, size_t errsz)
+{
+	size_t with, without;
+
+	*over = 0;
+	*setting = prefer;
+	if (plan_peak(x, library_bytes, &with, err, errsz) < 0)
+		return -1;
+	if (with <= cap)
+		return 0;
+	*setting = fallback;
+	if (plan_peak(x, library_bytes, &without, err, errsz) < 0)
+		return -1;
+	if (without <= cap) {
+		*over = with;
+		if (under)
+			*under = without;
+	} else if (restore) {
+		*setting = prefer;
+	}
+	return 0;
+}
+
 /* The lanes POROS_LANES unset takes under cap, into c->lanes; *two_over:
- * the peak of two lanes where it is over cap and one lane fits, else 0. */
+ * the peak of two lanes where it is over cap and one lane fits, else 0
+ * (where neither fits, one lane). */
 static int fit_lanes(struct run *x, size_t library_bytes, size_t cap, size_t *two_over, char *err, size_t errsz)
 {
 	struct train_config *c = &x->cfg;
-	size_t two, one;
+	int lanes;
 
 	*two_over = 0;
 	if (c->lanes != 0 || !cap)
 		return 0;
-	c->lanes = engine_lanes(c, library_bytes != 0);
-	if (c->lanes < 2)
+	lanes = engine_lanes(c, library_bytes != 0);
+	if (lanes < 2) {
+		c->lanes = lanes;
 		return 0;
-	if (plan_peak(x, library_bytes, &two, err, errsz) < 0)
-		return -1;
-	if (two <= cap)
-		return 0;
-	c->lanes = 1;
-	if (plan_peak(x, library_bytes, &one, err, errsz) < 0)
-		return -1;
-	if (one <= cap) /* else the budget's refusal, or the device's, says it all */
-		*two_over = two;
-	return 0;
+	}
+	return fit_or_fall_back(x, library_bytes, cap, &c->lanes, lanes, 1, 0, two_over, NULL, err, errsz);
 }
 
 static int choose_lanes(struct run *x, size_t library_bytes, size_t cap, char *err, size_t errsz)
@@ -987,25 +1011,12 @@ static int fit_ckpt_sets(struct run *x, size_t library_bytes, size_t cap, size_t
                          size_t errsz)
 {
 	struct train_config *c = &x->cfg;
-	size_t two, one;
 
 	*two_over = 0;
 	if (c->mode != MODE_BLOCKWISE || c->ckpt_sets != 0 || !cap || c->attn_ckpt != 0 ||
 	    engine_block_ckpt(c, x->mc.num_hidden_layers))
 		return 0;
-	c->ckpt_sets = 2;
-	if (plan_peak(x, library_bytes, &two, err, errsz) < 0)
-		return -1;
-	if (two <= cap)
-		return 0;
-	c->ckpt_sets = 1;
-	if (plan_peak(x, library_bytes, &one, err, errsz) < 0)
-		return -1;
-	if (one <= cap)
-		*two_over = two;
-	else /* the budget's refusal, or the device's, says it all */
-		c->ckpt_sets = 2;
-	return 0;
+	return fit_or_fall_back(x, library_bytes, cap, &c->ckpt_sets, 2, 1, 1, two_over, NULL, err, errsz);
 }
 
 /* POROS_CKPT_SETS unset: blockwise layer checkpoints keep two device
@@ -1194,17 +1205,10 @@ static int choose_group(struct run *x, size_t library_bytes, size_t cap, char *e
 
 	if (c->group != 0 || !cap || g < 2)
 		return 0;
-	if (plan_peak(x, library_bytes, &with, err, errsz) < 0)
+	if (fit_or_fall_back(x, library_bytes, cap, &c->group_cut, 0, 1, 1, &with, &without, err, errsz) < 0)
 		return -1;
-	if (with <= cap)
+	if (!with)
 		return 0;
-	c->group_cut = 1;
-	if (plan_peak(x, library_bytes, &without, err, errsz) < 0)
-		return -1;
-	if (without > cap) { /* the budget's refusal, or the device's, says it all */
-		c->group_cut = 0;
-		return 0;
-	}
 	warnmsg("micro-batch groups of %d need %s of device memory, over %s %s, and %s without: one micro-batch a "
 	        "layer call (POROS_GROUP=%d insists)", g, format_bytes(a, sizeof a, (double)with), cap_name(c),
 	        format_bytes(b, sizeof b, (double)cap), format_bytes(d, sizeof d, (double)without), g);
