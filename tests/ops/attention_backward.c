@@ -473,7 +473,8 @@ static void test_attention_docs_route(int B, int S, int H, int G, int D, int doc
  * the kernels' on the same inputs within the route's bounds against the
  * CPU.  The widening ran on a grid grid_for caps at 2^24 threads and had
  * no grid-stride loop: past that, dq, dk and dv kept the scratch's old
- * values (here the poison) at 7B heads x 4 rows of 2048 tokens. */
+ * values (here the poison): 7B heads x 4 rows of 2048 tokens, or one row
+ * of 72B's 64 heads at 2112-2880 tokens (32B's 40 at 3328-3648). */
 static void route_vs_kernels_gpu(const void *p)
 {
 	const struct plain_pos_case *x = p;
@@ -552,6 +553,7 @@ static void attention_backward_cuda_check(int realistic)
 		test_attention_docs_route(1, 2048, 28, 4, 128, 4);
 		test_attention_docs_route(2, 1100, 8, 2, 64, 3);
 		test_attention_route_wide(4, 2048, 28, 4, 128); /* 7B heads, batch 4: 28 heads a call */
+		test_attention_route_wide(1, 2560, 64, 8, 128); /* 72B heads, one row: 64 a call */
 	}
 }
 #endif
