@@ -33,7 +33,6 @@ inside {
 		k = substr($0, RSTART, RLENGTH)
 		sub(/(<[^<>]*>)?<<<$/, "", k)
 		rest = substr($0, RSTART + RLENGTH)
-		grid = rest
 		# the grid: up to the first comma outside parentheses
 		depth = 0; g = ""
 		for (i = 1; i <= length(rest); i++) {
