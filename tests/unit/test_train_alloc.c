@@ -5,6 +5,7 @@
 #include "test_train_common.h"
 
 #include "../../tools/poros-train/alloc.h"
+#include "ops.h" /* attention_scratch_floats_cuda */
 
 static void check_allocator(void)
 {
@@ -164,10 +165,51 @@ static void check_library_bytes(void)
 	       "a budget that fits only the engine's own memory must be an oom");
 }
 
+/* The attention scratch fits every call layer.c makes: a group's one call
+ * over its B sequences, or (cuDNN's route, not batch-invariant) one a
+ * micro-batch.  At 72B's heads (64, 8 kv, D 128) a group of 8 one-row
+ * micro-batches of 4096 tokens (POROS_GROUP=8) is over the route's
+ * backward pack bound, so the group's size had no cuDNN parts, while each
+ * micro-batch's call takes the backward with its 1 GiB workspace: sized
+ * for the group, that call wrote 297 MiB past the scratch. */
+static void check_attention_scratch_calls(void)
+{
+	static const int heads[][3] = { { 64, 8, 128 }, { 40, 8, 128 }, { 28, 4, 128 }, { 32, 8, 64 }, { 16, 2, 64 } };
+	static const int rows[][2] = { { 1, 4096 }, { 2, 2048 }, { 1, 2048 }, { 4, 1024 }, { 1, 1024 }, { 2, 8192 } };
+	struct layer_ctx c;
+	int bad = 0;
+
+	unsetenv("POROS_ATTENTION");
+	unsetenv("POROS_CUDNN_WORKSPACE");
+	memset(&c, 0, sizeof c);
+	c.H = 64, c.G = 8, c.D = 128, c.S = 4096, c.B = 8, c.mbs = 8;
+	CHECKF(attention_scratch_floats_cuda(1, 4096, 64, 8, 128) > attention_scratch_floats_cuda(8, 4096, 64, 8, 128),
+	       "the case must need more scratch for a micro-batch's call than for the group's");
+	CHECKF(layer_attn_scratch_floats(&c, attention_scratch_floats_cuda) ==
+	               attention_scratch_floats_cuda(1, 4096, 64, 8, 128),
+	       "a group of 8 at 72B heads: %zu floats, a micro-batch's call needs %zu",
+	       layer_attn_scratch_floats(&c, attention_scratch_floats_cuda),
+	       attention_scratch_floats_cuda(1, 4096, 64, 8, 128));
+	for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++)
+		for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
+			for (int n = 1; n <= GROUP_MAX; n++) {
+				c.H = heads[h][0], c.G = heads[h][1], c.D = heads[h][2];
+				c.B = n * rows[r][0], c.S = rows[r][1], c.mbs = n;
+				size_t got = layer_attn_scratch_floats(&c, attention_scratch_floats_cuda);
+				size_t whole = attention_scratch_floats_cuda(c.B, c.S, c.H, c.G, c.D);
+				size_t one = attention_scratch_floats_cuda(rows[r][0], c.S, c.H, c.G, c.D);
+				if ((got < whole || got < one) && bad++ < 5)
+					fprintf(stderr, "  H=%d G=%d D=%d S=%d B=%d x %d: %zu floats, calls need %zu, %zu\n",
+					        c.H, c.G, c.D, c.S, rows[r][0], n, got, whole, one);
+			}
+	CHECKF(bad == 0, "%d group shapes whose attention calls overrun the scratch", bad);
+}
+
 int main(void)
 {
 	set_progname("test_train_alloc");
 	check_allocator();
+	check_attention_scratch_calls();
 	check_library_bytes();
 	check_engine_budget(MODE_RESIDENT, 0);
 	check_engine_budget(MODE_BLOCKWISE, 1);

@@ -110,6 +110,17 @@ static int attn_calls(const struct layer_ctx *c)
 	return c->attn_whole ? 1 : c->mbs;
 }
 
+/* The backend decides attn_whole after the plan (engine_plan sizes with
+ * none), and neither call bounds the other: a micro-batch's call may take
+ * the cuDNN route's backward and its parts (ops.h) where the group's is
+ * over the route's bounds, so the scratch fits the larger. */
+size_t layer_attn_scratch_floats(const struct layer_ctx *c, size_t (*floats)(int B, int S, int H, int G, int D))
+{
+	size_t whole = floats(c->B, c->S, c->H, c->G, c->D), one = floats(c->B / c->mbs, c->S, c->H, c->G, c->D);
+
+	return whole > one ? whole : one;
+}
+
 /* The positions of micro-batches mb..mb+n-1: NULL only where all are one
  * document a row (mb_pos; the same bits either way). */
 static const int32_t *group_pos(const struct layer_ctx *c, int mb, int n)

@@ -182,5 +182,10 @@ void head_forward_backward(const struct layer_ctx *c, float *dres, const float *
 /* The same head forward only (evaluation): per-token losses into
  * c->losses, bit for bit those head_forward_backward gives. */
 void head_loss(const struct layer_ctx *c, const float *hidden, int mb);
+/* The attention scratch, in floats of the backend's sizing (ops.h's
+ * attention_scratch_floats or _cuda), that every attention call of c's
+ * layers fits: one call over the group's c->B sequences or one a
+ * micro-batch (layer.c, attn_calls). */
+size_t layer_attn_scratch_floats(const struct layer_ctx *c, size_t (*floats)(int B, int S, int H, int G, int D));
 
 #endif

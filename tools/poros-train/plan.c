@@ -260,7 +260,7 @@ static void plan_shared(struct engine *e, struct carver *cv, struct layer_ctx *c
 {
 	struct grad_scratch *g = &c->g;
 	size_t n = (size_t)c->mlp_chunk, F = (size_t)c->F, FE = (size_t)(c->F + c->E), T = (size_t)c->T;
-	size_t attn = (e->cuda ? attention_scratch_floats_cuda : attention_scratch_floats)(c->B, c->S, c->H, c->G, c->D) *
+	size_t attn = layer_attn_scratch_floats(c, e->cuda ? attention_scratch_floats_cuda : attention_scratch_floats) *
 	              sizeof(float);
 	size_t lora = lora_scratch_bytes(e, 0, 4, T);   /* q k v o */
 	size_t max_n = (size_t)(c->C > c->HD ? c->C : c->HD);
