@@ -303,6 +303,8 @@ static bool plan_build(struct plan *p, struct graph *g, const char *what)
 	int64_t ncfg = 0;
 	cudnnCheck(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, MAX_CFG,
 	                                    &ncfg, cfgs));
+	if (ncfg > MAX_CFG) // the count is of all the results, of which MAX_CFG were written
+		ncfg = MAX_CFG;
 	bool ok = false;
 	for (int64_t i = 0; i < ncfg && !ok; i++) {
 		int64_t index = -1;
