@@ -10,8 +10,8 @@
 #include "common.cuh"
 
 // The cuDNN route (attention_cudnn.cu): false when it does not take the
-// shape or its plan wants more workspace than given (then the kernels here
-// run).  Inputs are the packs at D = Dp.
+// shape, its plan wants more workspace than given or out, lse, delta are
+// not 16-byte aligned where a call starts (then the kernels here run).  Inputs are the packs at D = Dp.
 extern "C" bool attention_cudnn_forward(bf16 *out, int ld_out, float *lse, void *workspace, size_t workspace_bytes,
                                         const bf16 *q16, const bf16 *k16, const bf16 *v16, int B, int S, int H,
                                         int G, int D);

@@ -556,6 +556,21 @@ static const struct plan *plan_within(const struct attn_shape *s, bool backward,
 	return p;
 }
 
+// The graphs declare every operand 16-byte aligned (tensor_desc).  The
+// packs, gradients and workspace are (the scratch's parts, rows of D = 64
+// or 128 bf16); out, lse and delta at a call's start need not be (a
+// document's first row, a backward call's first head h0, a micro-batch's
+// offset, with S or the document's start not a multiple of 4): such a
+// call returns false, and the kernels run.
+static bool rows_aligned(const bf16 *out, const float *lse, const float *delta, int S, int H, int hc, int D)
+{
+	for (int h0 = 0; h0 < H; h0 += hc)
+		if (!aligned16(out + (size_t)h0 * D) || !aligned16(lse + (size_t)h0 * S) ||
+		    (delta && !aligned16(delta + (size_t)h0 * S)))
+			return false;
+	return true;
+}
+
 // ---------------------------------------------------------------------------
 // Entry points (attention.cu calls these after its packs).
 
@@ -564,6 +579,8 @@ extern "C" bool attention_cudnn_forward(bf16 *out, int ld_out, float *lse, void 
                                         int G, int D)
 {
 	struct attn_shape s = { B, S, S, H, G, H, D, ld_out };
+	if (!rows_aligned(out, lse, NULL, S, H, H, D))
+		return false;
 	const struct plan *p = plan_within(&s, false, workspace_bytes);
 	if (!p)
 		return false;
@@ -604,6 +621,8 @@ extern "C" bool attention_cudnn_backward(float *dq_h, float *dk_h, float *dv_h, 
                                          int D)
 {
 	struct attn_shape s = { B, S, S, H, H, heads_per_call, D, ld_out };
+	if (!rows_aligned(out, lse, delta, S, H, heads_per_call, D))
+		return false;
 	const struct plan *p = plan_within(&s, true, workspace_bytes);
 	if (!p)
 		return false;
@@ -645,7 +664,9 @@ extern "C" bool attention_cudnn_forward_docs(bf16 *out, int ld_out, float *lse, 
 {
 	for (int i = 0; i < ndocs; i++) {
 		struct attn_shape s = { 1, docs[i].len, S, H, G, H, D, ld_out };
-		if (!plan_within(&s, false, workspace_bytes))
+		size_t row = (size_t)docs[i].b * S + docs[i].start;
+		if (!rows_aligned(out + row * ld_out, lse + (size_t)docs[i].b * H * S + docs[i].start, NULL, S, H, H, D) ||
+		    !plan_within(&s, false, workspace_bytes))
 			return false;
 	}
 	float scale = (float)(1.0 / sqrt((double)D)), neg_inf = -INFINITY;
@@ -690,7 +711,9 @@ extern "C" bool attention_cudnn_backward_docs(float *dq_h, float *dk_h, float *d
 	for (int i = 0; i < ndocs; i++) {
 		int hc = doc_heads(docs[i].len, H, D, workspace_bytes, grads_elems);
 		struct attn_shape s = { 1, docs[i].len, S, H, H, hc, D, ld_out };
-		if (hc == 0 || !plan_within(&s, true, workspace_bytes))
+		size_t row = (size_t)docs[i].b * S + docs[i].start, hrow = (size_t)docs[i].b * H * S + docs[i].start;
+		if (hc == 0 || !rows_aligned(out + row * ld_out, lse + hrow, delta + hrow, S, H, hc, D) ||
+		    !plan_within(&s, true, workspace_bytes))
 			return false;
 	}
 	float scale = (float)(1.0 / sqrt((double)D)), neg_inf = -INFINITY, one = 1.0f;

@@ -410,21 +410,44 @@ static void test_attention_grouped(int B, int S, int H, int G, int D, int docs, 
 	case_end(&c);
 }
 
-/* Packed rows on cuDNN, one call per document (ops.h: with the host
- * mirror of pos the backend sets, POROS_CUDNN_DOC_MIN=1 lifting the floor
- * and the quantum, POROS_ATTENTION=cudnn the route's length floor, both
- * set before the scratch is sized): forward and backward against the CPU
- * within the route's bounds (test_attention_backward's), the same bits
- * twice; and the route did run: without the rotation, cuDNN's dq comes
- * back as bf16 widened (its low 16 bits zero), which the kernels' fp32
- * sums are not. */
-static void test_attention_docs_route(int B, int S, int H, int G, int D, int docs)
+/* doc_positions' documents with each start rounded down to a multiple of
+ * 4 tokens, so each document's lse and delta start 16-byte aligned (with
+ * H*S a multiple of 4). */
+static int32_t *doc_positions_aligned(int B, int S, int docs)
+{
+	int32_t *pos = host_alloc((size_t)B * S * sizeof *pos);
+	for (int b = 0; b < B; b++) {
+		int start = 0;
+		for (int i = 0; i < S; i++) {
+			for (int k = 1; k < docs; k++)
+				if (i == ((int)((long)k * S / docs) + 3) / 4 * 4)
+					start = i;
+			pos[(size_t)b * S + i] = i - start;
+		}
+	}
+	return pos;
+}
+
+/* Rows on cuDNN's route, forward and backward against the CPU within the
+ * route's bounds (test_attention_backward's), the same bits twice, with
+ * the route's settings set before the scratch is sized, as a process
+ * does: POROS_ATTENTION=cudnn its length floor, POROS_CUDNN_DOC_MIN=1 the
+ * documents' floor and quantum, POROS_CUDNN_WORKSPACE=workspace_mib (0:
+ * unset) the heads a backward call.  docs > 0: packed rows, one call per
+ * document, given the host mirror of pos the backend sets, the starts
+ * 16-byte aligned or (unaligned) doc_positions' (53, 103 at S=150).  The
+ * route's graphs declare out, lse and delta 16-byte aligned where a call
+ * starts, so a call whose are not (a document's start, or a backward
+ * call's first head h0 with h0*S not a multiple of 4) must take the
+ * kernels.  Which ran: without the rotation, cuDNN's dq comes back as
+ * bf16 widened (its low 16 bits zero), the kernels' fp32 sums do not. */
+static void test_attention_route_rows(int B, int S, int H, int G, int D, int docs, int unaligned, int workspace_mib)
 {
 	struct gpu_case c;
-	if (!case_begin(&c, "attention_forward+backward packed rows on cuDNN per document B=%d S=%d H=%d G=%d D=%d "
-	                "docs=%d", B, S, H, G, D, docs))
+	if (!case_begin(&c, "attention_forward+backward rows on the cuDNN route B=%d S=%d H=%d G=%d D=%d docs=%d%s "
+	                "workspace=%d MiB", B, S, H, G, D, docs, unaligned ? " unaligned" : "", workspace_mib))
 		return;
-	int32_t *pos = doc_positions(B, S, docs);
+	int32_t *pos = docs == 0 ? NULL : unaligned ? doc_positions(B, S, docs) : doc_positions_aligned(B, S, docs);
 	size_t T = (size_t)B * S, bytes[5];
 	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
 	float *dout = rand_f32(T * H * D, -1, 1), *scratch = host_alloc(attention_scratch_floats(B, S, H, G, D) * 4);
@@ -440,16 +463,32 @@ static void test_attention_docs_route(int B, int S, int H, int G, int D, int doc
 
 	/* the route's settings before the scratch is sized: without them a
 	 * row under ATTN_CUDNN_MIN_SEQ plans the kernels' scratch alone */
-	struct saved_env env[2] = {{"POROS_ATTENTION", NULL}, {"POROS_CUDNN_DOC_MIN", NULL}};
+	struct saved_env env[3] = {{"POROS_ATTENTION", NULL}, {"POROS_CUDNN_DOC_MIN", NULL},
+	                           {"POROS_CUDNN_WORKSPACE", NULL}};
+	char mib[16];
+	snprintf(mib, sizeof mib, "%d", workspace_mib);
 	env_set(&env[0], "cudnn");
 	env_set(&env[1], "1");
+	if (workspace_mib)
+		env_set(&env[2], mib);
+	/* a backward call's first heads h0: 0, hc, ...; off 16 bytes where h0*S is not a multiple of 4 */
+	int hc = attention_cudnn_heads(B, S, H, D), calls_aligned = 1;
+	for (int h0 = hc; hc > 0 && h0 < H; h0 += hc)
+		calls_aligned &= (long)h0 * S % 4 == 0;
+	int want_route = hc > 0 && !unaligned && calls_aligned;
+	printf("    %d heads a backward call, its calls' lse %s16-byte aligned: %s expected\n", hc,
+	       calls_aligned ? "" : "not ", want_route ? "the route" : "the kernels");
 	struct plain_pos_case x; /* side 0 only: its own forward's out and lse */
 	memset(&x, 0, sizeof x);
 	attention_case_inputs(&x.side[0], q, k, v, pos, B, S, H, G, D);
 	pair_side(&c, &x.side[0], 0, bytes, dout, case_scratch(&c, attention_scratch_floats_cuda(B, S, H, G, D) * 4));
-	gpu->pos_mirror(x.side[0].pos, pos, T);
+	if (pos)
+		gpu->pos_mirror(x.side[0].pos, pos, T);
 	case_run(&c, attention_side0_gpu, &x);
-	gpu->pos_mirror(NULL, NULL, 0);
+	if (pos)
+		gpu->pos_mirror(NULL, NULL, 0);
+	if (workspace_mib)
+		env_restore(&env[2]);
 	env_restore(&env[1]);
 	env_restore(&env[0]);
 
@@ -462,9 +501,10 @@ static void test_attention_docs_route(int B, int S, int H, int G, int D, int doc
 	size_t fine = 0;
 	for (size_t i = 0; i < T * H * D; i++)
 		fine += (dq_bits[i] & 0xffffu) != 0;
-	printf("    dq0       %zu of %zu elements finer than bf16 (the route's are all bf16)  %s\n", fine, T * H * D,
-	       fine ? "MISMATCH" : "ok");
-	c.bad += fine != 0;
+	int ran_route = fine == 0;
+	printf("    dq0       %zu of %zu elements finer than bf16: the %s ran  %s\n", fine, T * H * D,
+	       ran_route ? "route" : "kernels", ran_route == want_route ? "ok" : "MISMATCH");
+	c.bad += ran_route != want_route;
 	case_end(&c);
 }
 
@@ -535,7 +575,10 @@ static void attention_backward_cuda_check(int realistic)
 		test_attention_grouped(2, 150, 4, 2, 64, 0, 0);
 		test_attention_grouped(2, 150, 6, 2, 16, 3, 1); /* documents; dq turned in a pass */
 		test_attention_grouped(1, 70, 6, 3, 64, 0, 1);
-		test_attention_docs_route(2, 150, 4, 2, 64, 3);
+		test_attention_route_rows(2, 150, 4, 2, 64, 3, 0, 0);
+		test_attention_route_rows(2, 150, 4, 2, 64, 3, 1, 0); /* documents start off 16 bytes */
+		test_attention_route_rows(1, 300, 6, 2, 64, 0, 0, 1); /* 3 heads a call, h0*S aligned */
+		test_attention_route_rows(1, 301, 6, 2, 64, 0, 0, 1); /* h0 = 3: lse + 903 */
 	} else {
 		test_attention_backward(1, 512, 32, 8, 128, 4096, 0);
 		test_attention_backward(1, 512, 32, 8, 128, 4096 + 160, 0); /* out with the o projection's extension */
@@ -550,8 +593,8 @@ static void attention_backward_cuda_check(int realistic)
 		test_attention_grouped(1, 1100, 28, 4, 128, 0, 1);
 		test_attention_grouped(1, 1100, 64, 8, 128, 0, 1);
 		test_attention_grouped(2, 600, 8, 2, 64, 4, 1);
-		test_attention_docs_route(1, 2048, 28, 4, 128, 4);
-		test_attention_docs_route(2, 1100, 8, 2, 64, 3);
+		test_attention_route_rows(1, 2048, 28, 4, 128, 4, 0, 0);
+		test_attention_route_rows(2, 1100, 8, 2, 64, 3, 0, 0);
 		test_attention_route_wide(4, 2048, 28, 4, 128); /* 7B heads, batch 4: 28 heads a call */
 		test_attention_route_wide(1, 2560, 64, 8, 128); /* 72B heads, one row: 64 a call */
 	}
