@@ -437,11 +437,85 @@ static inline long attention_grouped_min_tokens(void)
 	return n >= 1 ? n : ATTN_GROUPED_MIN_TOKENS;
 }
 
+/* Rows too long for one cuDNN backward call (attention_cudnn_heads 0: one
+ * head's dS over the bounds, or the pack over ATTN_CUDNN_BACKWARD_MAX_PACK)
+ * run it in tiles: query chunks i and key chunks j <= i of C tokens (the
+ * last chunk shorter), a call per tile on hc query heads, causal on the
+ * diagonal tiles and unmasked below it, with the whole row's lse, so each
+ * tile's P is the row's.  dq of chunk i sums its tiles j = 0..i, dk and
+ * dv of chunk j the tiles i = j..n-1, each in fp32 in that order from
+ * cuDNN's bf16 (numerics.md: one bf16 rounding a tile).  hc divides H/G
+ * (a call holds heads of one key/value group; with G == H, H), the
+ * largest whose views (hc heads of the row's packs, B x hc x S x D) stay
+ * within ATTN_CUDNN_BACKWARD_MAX_PACK and whose tile of at least 1024
+ * tokens fits the workspace cap and ATTN_CUDNN_DS_MAX_BYTES; C, the
+ * largest multiple of 64 whose dS (B x hc x C^2 bf16) fits them, then
+ * evened out over the chunks.  With G < H, k and v of a key chunk are
+ * expanded to the call's heads (B x hc x C x D each).  Packed rows keep
+ * the kernels' backward there.
+ * Until a GPU run shows the tiles right (built 2026-12-05 without a
+ * device), they run only when asked: POROS_CUDNN_TILE=auto as above,
+ * POROS_CUDNN_TILE=N (a multiple of 64) tiles of N tokens for every row
+ * longer than N on the route, for tests that reach them at small sizes;
+ * unset, long rows keep the kernels' backward.  poros-train refuses other
+ * values. */
+struct attention_cudnn_tiling {
+	int hc; /* query heads a call; 0: no tiles */
+	int C;  /* tokens a chunk (the last may be shorter) */
+};
+
+/* POROS_CUDNN_TILE: N (tokens), -1 (auto) or 0 (unset: no tiles). */
+static inline int attention_cudnn_tile_env(void)
+{
+	const char *env = getenv("POROS_CUDNN_TILE");
+	int n = env && *env ? atoi(env) : 0;
+	if (env && strcmp(env, "auto") == 0)
+		return -1;
+	return n >= 64 && n % 64 == 0 ? n : 0;
+}
+
+/* The largest multiple of 64 whose (B, hc, C, C) bf16 dS fits limit bytes. */
+static inline int attention_cudnn_tile_max(int B, int hc, size_t limit)
+{
+	size_t per = (size_t)B * hc * 2, c = 64;
+	while ((c + 64) * (c + 64) * per <= limit)
+		c += 64;
+	return c * c * per <= limit ? (int)c : 0;
+}
+
+static inline struct attention_cudnn_tiling attention_cudnn_tiles(int B, int S, int H, int G, int D)
+{
+	struct attention_cudnn_tiling t = { 0, 0 };
+	int env = attention_cudnn_tile_env(), forced = env > 0 ? env : 0, span = G == H ? H : H / G, cmax = 0;
+	size_t limit = attention_cudnn_workspace_cap();
+
+	if (env == 0 || !attention_cudnn_route(D, S) || G <= 0 || H % G)
+		return t;
+	if (forced ? S <= forced : attention_cudnn_heads(B, S, H, D) > 0)
+		return t;
+	if (limit > ATTN_CUDNN_DS_MAX_BYTES)
+		limit = ATTN_CUDNN_DS_MAX_BYTES;
+	for (int hc = span; hc >= 1 && !t.hc; hc--) {
+		if (span % hc || (size_t)B * hc * S * D > ATTN_CUDNN_BACKWARD_MAX_PACK)
+			continue;
+		cmax = forced ? forced : attention_cudnn_tile_max(B, hc, limit);
+		if (cmax >= 1024 || (cmax >= 64 && (forced || hc == 1)))
+			t.hc = hc;
+	}
+	if (!t.hc)
+		return t;
+	int n = (S + cmax - 1) / cmax;
+	t.C = ((S + n - 1) / n + 63) / 64 * 64;
+	return t;
+}
+
 /* The query heads the per-head dk, dv buffers hold: H, H/G (grouped) or 0 (G == H: none). */
 static inline int attention_dkdv_heads(int B, int S, int H, int G, int D)
 {
 	if (G == H)
 		return 0;
+	if (attention_cudnn_tiles(B, S, H, G, D).hc > 0)
+		return H / G; /* a group's heads at a time, as the grouped kernels */
 	if ((long)B * S >= attention_grouped_min_tokens() &&
 	    !(attention_cudnn_route(D, S) && attention_cudnn_heads(B, S, H, D) > 0))
 		return H / G;
@@ -525,18 +599,25 @@ static inline size_t attention_cudnn_workspace_bytes(int B, int S, int heads, in
 }
 
 struct attention_cudnn_parts {
-	size_t kv;        /* (B,H,S,D) bf16, with G < H: k and v expanded (twice) */
-	size_t grads;     /* (B,heads,S,D) bf16: one call's dq, dk, dv per query head (three times) */
+	size_t kv;        /* (B,H,S,D) bf16, with G < H: k and v expanded (twice); tiles: (B,hc,C,D) */
+	size_t grads;     /* (B,heads,S,D) bf16: one call's dq, dk, dv per query head (three times); tiles: (B,hc,C,D) */
 	size_t workspace; /* cuDNN's */
 };
 
 static inline struct attention_cudnn_parts attention_cudnn_parts_of(int B, int S, int H, int G, int D)
 {
 	struct attention_cudnn_parts p = { 0, 0, 0 };
+	struct attention_cudnn_tiling t;
 	int hc;
 	if (!attention_cudnn_route(D, S))
 		return p;
 	p.workspace = attention_round4(65536 / 4); /* the forward's */
+	if ((t = attention_cudnn_tiles(B, S, H, G, D)).hc > 0) {
+		p.kv = G == H ? 0 : attention_round4(((size_t)B * t.hc * t.C * D + 1) / 2);
+		p.grads = attention_round4(((size_t)B * t.hc * t.C * D + 1) / 2);
+		p.workspace = attention_round4((attention_cudnn_workspace_bytes(B, t.C, t.hc, D) + 3) / 4);
+		return p;
+	}
 	if ((hc = attention_cudnn_heads(B, S, H, D)) == 0)
 		return p;
 	p.kv = G == H ? 0 : attention_round4(((size_t)B * H * S * D + 1) / 2);
@@ -544,6 +625,15 @@ static inline struct attention_cudnn_parts attention_cudnn_parts_of(int B, int S
 	p.workspace = attention_round4((attention_cudnn_workspace_bytes(B, S, hc, D) + 3) / 4);
 	return p;
 }
+
+/* What the cuDNN route has done in this process (the CUDA backend only;
+ * bench_attention and test_ops_cuda read it): plans built and their
+ * time, per-document calls, long rows' tile calls. */
+struct attention_cudnn_stats {
+	long plans_built, doc_calls, tile_calls;
+	double build_ms;
+};
+struct attention_cudnn_stats attention_cudnn_stats_read(void);
 
 /* The CUDA backend's whole attention scratch: the above, then the route's. */
 static inline size_t attention_scratch_floats_cuda(int B, int S, int H, int G, int D)

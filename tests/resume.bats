@@ -118,7 +118,7 @@ jsonl_docs() {
 		and .dataset == "synthetic" and .train_on == "all" and .targets == ["q_proj", "v_proj"] and .seed == 42
 		and .lr == 0.0002 and .lr_schedule == "constant" and .steps == 2 and .epochs == null and .seq_len == 32
 		and .mode == "blockwise" and .backend == "cpu" and .attention == "default" and .gemm_choice == "group"
-		and .gemm_choice_rows == 64 and .cudnn_workspace_mb == null' run/train_config.json
+		and .gemm_choice_rows == 64 and .cudnn_workspace_mb == null and .cudnn_tile == null' run/train_config.json
 	# the summary's config is the same object, and the default precision is said at the start
 	[ "$(jq -S -c . run/train_config.json)" = "$(jq -S -c .config <<<"$output")" ]
 	[[ "$stderr" == *"poros-train: blockwise, nf4 base poros/tiny-qwen2, 2 steps,"*"configuration in run/train_config.json"* ]]
@@ -129,19 +129,20 @@ jsonl_docs() {
 	jq -e '.peft_type == "LORA" and .r == 4 and (has("model_hash") | not)' run/adapter/adapter_config.json
 }
 
-@test "the CUDA routes (POROS_ATTENTION, POROS_GEMM_CHOICE, POROS_CUDNN_WORKSPACE) are recorded; a resume may change them" {
+@test "the CUDA routes (POROS_ATTENTION, POROS_GEMM_CHOICE, POROS_CUDNN_WORKSPACE, POROS_CUDNN_TILE) are recorded; a resume may change them" {
 	# 64 tokens x batch 2 at accumulation 4: groups of 2 micro-batches (128 rows) under POROS_GROUP=2
 	local run=(--backend cpu --model poros/tiny-qwen2 --seq-len 64 --batch-size 2 --rank 4 --alpha 8 --accum 4 --steps 4
 		--quiet)
-	POROS_ATTENTION=mma POROS_CUDNN_WORKSPACE=4096 POROS_GROUP=2 poros-train "${run[@]}" --save-every 2 --out half >/dev/null
-	jq -e '.attention == "mma" and .gemm_choice == "group" and .gemm_choice_rows == 256 and .cudnn_workspace_mb == 4096' \
-		half/train_config.json
+	POROS_ATTENTION=mma POROS_CUDNN_WORKSPACE=4096 POROS_CUDNN_TILE=auto POROS_GROUP=2 poros-train "${run[@]}" \
+		--save-every 2 --out half >/dev/null
+	jq -e '.attention == "mma" and .gemm_choice == "group" and .gemm_choice_rows == 256 and .cudnn_workspace_mb == 4096
+		and .cudnn_tile == "auto"' half/train_config.json
 	jq -e '.config.attention == "mma"' half/checkpoint-step2/state.json
 	# like --backend, another route may round otherwise on CUDA: allowed, and
 	# the resumed run's record says what it took (the CPU has one route)
 	POROS_GEMM_CHOICE=micro-batch poros-train "${run[@]}" --resume half/checkpoint-step2 --out r >/dev/null
 	jq -e '.attention == "default" and .gemm_choice == "micro-batch" and .gemm_choice_rows == 128
-		and .cudnn_workspace_mb == null' r/train_config.json
+		and .cudnn_workspace_mb == null and .cudnn_tile == null' r/train_config.json
 	cmp "half/$ADAPTER" "r/$ADAPTER"
 	# unset, a group is up to 2048 rows (GROUP_AUTO_ROWS), here the step's 4 micro-batches
 	poros-train "${run[@]}" --steps 1 --out auto >/dev/null

@@ -199,6 +199,26 @@ parity() {
 	jq -en --argjson a "$one" --argjson b "$four" '$b - $a > 900 and $b - $a < 1000'
 }
 
+@test "POROS_CUDNN_TILE takes auto or a multiple of 64 tokens: another value is a usage error; the CUDA plan counts it" {
+	for v in 0 63 100 -64 1k x; do
+		POROS_CUDNN_TILE=$v run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
+		[ "$stderr" = "poros-train: POROS_CUDNN_TILE: \"$v\" is not auto or a token count, a multiple of 64" ]
+		[ -z "$output" ] && [ ! -e run ]
+	done
+	# 7B at 32768 tokens: one call a head holds 2 GiB of dS (ops.h), tiles
+	# of 4096 tokens 7 heads' 224 MiB, and one group's per-head dk, dv
+	local q=(--plan --backend cuda --model Qwen/Qwen2.5-7B --precision bf16 --seq-len 32768 --rank 16)
+	whole=$(poros-train "${q[@]}" | jq .vram_breakdown_mb.workspace)
+	tiles=$(POROS_CUDNN_TILE=4096 poros-train "${q[@]}" | jq .vram_breakdown_mb.workspace)
+	jq -en --argjson a "$whole" --argjson b "$tiles" '$a - $b > 2000'
+	# auto: tiles only where one call does not run (at 131072, about 1 GiB
+	# of one tile's dS and its parts more than the kernels' backward)
+	q=(--plan --backend cuda --model Qwen/Qwen2.5-7B --precision nf4 --seq-len 131072 --block-size 1 --rank 16)
+	unset_mb=$(poros-train "${q[@]}" | jq .vram_breakdown_mb.workspace)
+	auto_mb=$(POROS_CUDNN_TILE=auto poros-train "${q[@]}" | jq .vram_breakdown_mb.workspace)
+	jq -en --argjson a "$unset_mb" --argjson b "$auto_mb" '$b - $a > 900 and $b - $a < 1100'
+}
+
 @test "POROS_CUDNN_DOC_MIN takes a token count >= 1: another value is a usage error before anything runs" {
 	for v in 0 -3 12x big; do
 		POROS_CUDNN_DOC_MIN=$v run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run

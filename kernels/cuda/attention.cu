@@ -781,7 +781,8 @@ static void dkdv_groups(float *dk, float *dv, const float *lse, const struct att
 // The cuDNN route's parts after the scratch (ops.h's attention_cudnn_parts).
 struct cudnn_scratch {
 	bf16 *kx, *vx;            // (B,H,S,D): k, v expanded to the query heads (G < H)
-	bf16 *grads;              // (B,heads,S,D) three times: one call's dq, dk, dv
+	bf16 *grads;              // (B,heads,S,D) three times: one call's dq, dk, dv (tiles: (B,hc,C,D))
+	size_t grads_elems;       // bf16 elements of each of the three
 	void *workspace;
 	size_t workspace_bytes;
 };
@@ -795,28 +796,32 @@ static struct cudnn_scratch cudnn_scratch_at(float *scratch, int B, int S, int H
 	c.vx = q.kv ? (bf16 *)(at + q.kv) : NULL;
 	at += 2 * q.kv;
 	c.grads = (bf16 *)at;
+	c.grads_elems = 2 * q.grads;
 	c.workspace = at + 3 * q.grads;
 	c.workspace_bytes = q.workspace * sizeof(float);
 	return c;
 }
 
-// dst (B,H,S,D) = src (B,G,S,D), query head h taking key/value head h/(H/G);
-// 16 bytes an item (S*D is a multiple of 8, the parts 16-byte aligned).
-// Grid-stride: grid_for's grid covers at most 2^24 items (2^27 bf16).
-__global__ void attention_expand_kernel(uint4 *dst, const uint4 *src, long head_items, int H, int G, long items)
+// dst (B,hc,len,D) = rows r0 .. r0+len-1 of query heads h0 .. h0+hc-1 of
+// src (B,G,S,D) expanded, query head h taking key/value head h/(H/G); 16
+// bytes an item (S*D and len*D are multiples of 8, the parts 16-byte
+// aligned).  Grid-stride: grid_for's grid covers at most 2^24 items (2^27
+// bf16).
+__global__ void attention_expand_kernel(uint4 *dst, const uint4 *src, long head_items, long src_head_items,
+                                        long src_at, int H, int G, int h0, int hc, long items)
 {
 	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < items; i += (long)gridDim.x * blockDim.x) {
 		long bh = i / head_items, e = i % head_items;
-		long b = bh / H, h = bh % H;
-		dst[i] = src[(b * G + h / (H / G)) * head_items + e];
+		long b = bh / hc, h = h0 + bh % hc;
+		dst[i] = src[(b * G + h / (H / G)) * src_head_items + src_at + e];
 	}
 }
 
-static void expand(bf16 *dst, const bf16 *src, int B, int S, int H, int G, int D)
+static void expand(bf16 *dst, const bf16 *src, int B, int S, int H, int G, int D, int h0, int hc, int r0, int len)
 {
-	long head_items = (long)S * D / 8, items = (long)B * H * head_items;
+	long head_items = (long)len * D / 8, items = (long)B * hc * head_items;
 	attention_expand_kernel<<<grid_for(items, SUM_THREADS), SUM_THREADS, 0, poros_cuda_compute_stream()>>>(
-		(uint4 *)dst, (const uint4 *)src, head_items, H, G, items);
+		(uint4 *)dst, (const uint4 *)src, head_items, (long)S * D / 8, (long)r0 * D / 8, H, G, h0, hc, items);
 	launchCheck();
 }
 
@@ -862,6 +867,53 @@ static int documents(struct attention_doc *docs, const int32_t *pos, int B, int 
 	return n;
 }
 
+// A long row's backward through cuDNN in tiles (ops.h's
+// attention_cudnn_tiles), after the packs: hc query heads at a time, key
+// chunk by key chunk (with G < H, k and v of the chunk expanded to those
+// heads), each tile's gradients summed into dq and the per-head dk_h, dv_h
+// of their group, which is summed (and dk rotated) once its heads are
+// done, as the grouped kernels do.  false (nothing run) when a tile's plan
+// does not build or fit.
+static bool cudnn_backward_tiles(float *dq, float *dk, float *dv, float *scratch, const struct attention_scratch *p,
+                                 const bf16 *out, int ld_out, const float *cos, const float *sin, const float *lse,
+                                 struct attention_cudnn_tiling t, int B, int S, int H, int G, int D)
+{
+	struct cudnn_scratch c = cudnn_scratch_at(scratch, B, S, H, G, D);
+	int r = H / G, n = (S + t.C - 1) / t.C;
+	bool expanded = G != H;
+	if (!attention_cudnn_tiles_ready(out, lse, p->delta, B, S, H, t.hc, t.C, expanded, D, ld_out, c.workspace_bytes))
+		return false;
+	float *dk_acc = expanded ? p->dk_h : dk, *dv_acc = expanded ? p->dv_h : dv;
+	for (int h0 = 0; h0 < H; h0 += t.hc) {
+		int Hd = expanded ? r : H, hd0 = expanded ? h0 % r : h0;
+		for (int j = 0; j < n; j++) {
+			const bf16 *kx = p->k16, *vx = p->v16;
+			if (expanded) {
+				int len = S - j * t.C < t.C ? S - j * t.C : t.C;
+				expand(c.kx, p->k16, B, S, H, G, D, h0, t.hc, j * t.C, len);
+				expand(c.vx, p->v16, B, S, H, G, D, h0, t.hc, j * t.C, len);
+				kx = c.kx, vx = c.vx;
+			}
+			attention_cudnn_backward_tiles(dq, dk_acc, dv_acc, Hd, hd0, c.grads, p->delta, c.workspace, p->q16,
+			                               kx, vx, expanded, p->dout16, out, ld_out, lse, h0, t.hc, j, t.C, B,
+			                               S, H, D);
+		}
+		if (expanded && (h0 + t.hc) % r == 0) { // group h0 / r has all its heads
+			if (cos)
+				group_sum_rot(dk, p->dk_h, cos, sin, NULL, B, S, H, G, D, h0 / r, 1);
+			else
+				group_sum(dk, p->dk_h, B, S, H, G, D, h0 / r, 1);
+			group_sum(dv, p->dv_h, B, S, H, G, D, h0 / r, 1);
+		}
+	}
+	if (cos) {
+		rope_backward_cuda(dq, cos, sin, NULL, B, S, H, D);
+		if (!expanded)
+			rope_backward_cuda(dk, cos, sin, NULL, B, S, G, D);
+	}
+	return true;
+}
+
 // The backward through cuDNN after the packs: dq, dk, dv (fp32, at q and k
 // as given when the tables are), or false when its plan does not run here.
 // cuDNN's gradients per query head are widened into dq and (G = H) dk, dv,
@@ -879,12 +931,12 @@ static bool cudnn_backward(float *dq, float *dk, float *dv, float *scratch, cons
 	struct cudnn_scratch c = cudnn_scratch_at(scratch, B, S, H, G, D);
 	const bf16 *kx = p->k16, *vx = p->v16;
 	if (G != H) {
-		expand(c.kx, p->k16, B, S, H, G, D);
-		expand(c.vx, p->v16, B, S, H, G, D);
+		expand(c.kx, p->k16, B, S, H, G, D, 0, H, 0, S);
+		expand(c.vx, p->v16, B, S, H, G, D, 0, H, 0, S);
 		kx = c.kx, vx = c.vx;
 	}
 	float *dk_h = G == H ? dk : p->dk_h, *dv_h = G == H ? dv : p->dv_h;
-	bool ran = pos ? attention_cudnn_backward_docs(dq, dk_h, dv_h, c.grads, (size_t)B * hc * S * D, p->delta,
+	bool ran = pos ? attention_cudnn_backward_docs(dq, dk_h, dv_h, c.grads, c.grads_elems, p->delta,
 	                                              c.workspace, c.workspace_bytes, p->q16, kx, vx, p->dout16, out,
 	                                              ld_out, lse, S, H, D, docs, ndocs)
 	               : attention_cudnn_backward(dq, dk_h, dv_h, c.grads, p->delta, c.workspace, c.workspace_bytes,
@@ -960,7 +1012,11 @@ extern "C" void attention_backward_cuda(float *dq, float *dk, float *dv, float *
 	pack(p.dout16, dout, NULL, NULL, NULL, B, S, H, D);
 	pack(p.k16, k, rope_cos, rope_sin, pos, B, S, G, D);
 	pack(p.v16, v, NULL, NULL, NULL, B, S, G, D);
-	if (attention_cudnn_route(D, S) && attention_cudnn_heads(B, S, H, D) > 0 &&
+	struct attention_cudnn_tiling tiles = attention_cudnn_tiles(B, S, H, G, D);
+	if (!pos && tiles.hc > 0 &&
+	    cudnn_backward_tiles(dq, dk, dv, scratch, &p, out, ld_out, rope_cos, rope_sin, lse, tiles, B, S, H, G, D))
+		return;
+	if (tiles.hc == 0 && attention_cudnn_route(D, S) && attention_cudnn_heads(B, S, H, D) > 0 &&
 	    cudnn_backward(dq, dk, dv, scratch, &p, out, ld_out, rope_cos, rope_sin, lse, pos, B, S, H, G, D))
 		return;
 	deltas(p.delta, p.dout16, out, ld_out, B, S, H, D); // before the dq and dk/dv kernels, which read it

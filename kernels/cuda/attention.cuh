@@ -26,13 +26,6 @@ struct attention_doc {
 	int b, start, len;
 };
 
-// What the route has done in this process (bench_attention prints it).
-struct attention_cudnn_stats {
-	long plans_built, doc_calls;
-	double build_ms;
-};
-
-extern "C" struct attention_cudnn_stats attention_cudnn_stats_read(void);
 extern "C" bool attention_cudnn_forward_docs(bf16 *out, int ld_out, float *lse, void *workspace,
                                              size_t workspace_bytes, const bf16 *q16, const bf16 *k16,
                                              const bf16 *v16, int S, int H, int G, int D,
@@ -43,6 +36,24 @@ extern "C" bool attention_cudnn_backward_docs(float *dq_h, float *dk_h, float *d
                                               const bf16 *vx16, const bf16 *do16, const bf16 *out, int ld_out,
                                               const float *lse, int S, int H, int D,
                                               const struct attention_doc *docs, int ndocs);
+
+// A long row's backward in tiles (ops.h's attention_cudnn_tiles): whether
+// every tile's plan builds and fits workspace_bytes and its out, lse,
+// delta rows are 16-byte aligned (nothing run), and
+// the tiles (i, j), i = j..n-1, of key chunk j and query heads h0 ..
+// h0+hc-1.  q16, do16 (B,H,S,D); k16, v16 the row's (B,H,S,D) packs or,
+// expanded, the key chunk's (B,hc,len,D); dq (T,H,D) fp32 and the per-head
+// dk_acc, dv_acc (T,Hd,D) fp32 from head hd0, each element written by its
+// first tile and summed into by the rest: with j ascending in the caller,
+// dq over j = 0..i and dk, dv over i = j..n-1, in that order.
+extern "C" bool attention_cudnn_tiles_ready(const bf16 *out, const float *lse, const float *delta, int B, int S,
+                                            int H, int hc, int C, bool expanded, int D, int ld_out,
+                                            size_t workspace_bytes);
+extern "C" void attention_cudnn_backward_tiles(float *dq, float *dk_acc, float *dv_acc, int Hd, int hd0, bf16 *grads,
+                                               float *delta, void *workspace, const bf16 *q16, const bf16 *k16,
+                                               const bf16 *v16, bool expanded, const bf16 *do16, const bf16 *out,
+                                               int ld_out, const float *lse, int h0, int hc, int j, int C, int B,
+                                               int S, int H, int D);
 
 // 16 bytes from global src to shared dst by cp.async, zeros when !in (the
 // copy then reads no bytes; src must still be a valid address).

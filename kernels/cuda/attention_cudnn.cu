@@ -370,9 +370,12 @@ enum {
 // (G key/value heads in the forward; the backward's k, v are per query
 // head), head dim D, out's rows ld_out apart.  The sequences are views
 // into packs whose rows hold Srow >= S tokens (a document of a packed row:
-// Srow is the row's length, the strides are the row's).
+// Srow is the row's length, the strides are the row's).  The backward's
+// keys: Sk of them (S but in a tile of a long row), causal or (a tile
+// below the diagonal) not, from packs of Hkv heads of Wk rows (H and
+// Srow, or a tile's expansion: hc heads of Sk rows).
 struct attn_shape {
-	int B, S, Srow, H, G, hc, D, ld_out;
+	int B, S, Srow, H, G, hc, D, ld_out, Sk, causal, Hkv, Wk;
 };
 
 static bool shape_eq(const struct attn_shape *a, const struct attn_shape *b)
@@ -428,21 +431,22 @@ static bool backward_plan(struct plan *p, const struct attn_shape *s)
 	struct graph g;
 	memset(&g, 0, sizeof g);
 	g.next_virtual_uid = UID_FIRST_VIRTUAL;
-	int64_t B = s->B, S = s->S, W = s->Srow, H = s->H, R = s->hc, D = s->D;
+	int64_t B = s->B, S = s->S, W = s->Srow, H = s->H, R = s->hc, D = s->D, Sk = s->Sk, Hkv = s->Hkv, Wk = s->Wk;
 	struct tdesc qt = dims(B, R, S, D, H * W * D, W * D, D, 1); // (B,H,W,D) packs, hc of the heads
+	struct tdesc kt = dims(B, R, Sk, D, Hkv * Wk * D, Wk * D, D, 1); // (B,Hkv,Wk,D) packs
 	struct tdesc ot = dims(B, R, S, D, W * s->ld_out, D, s->ld_out, 1);
-	struct tdesc gt = packed(B, R, S, D);
+	struct tdesc gt = packed(B, R, S, D), gkt = packed(B, R, Sk, D);
 	struct tdesc row = dims(B, R, S, 1, H * W, W, 1, 1);
-	struct tdesc scores = packed(B, R, S, S), scores_t = transposed(scores);
+	struct tdesc scores = packed(B, R, S, Sk), scores_t = transposed(scores);
 	cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
 	cudnnBackendDescriptor_t q = io(&g, UID_Q, bf, qt);
-	cudnnBackendDescriptor_t k_t = io(&g, UID_K, bf, transposed(qt));
-	cudnnBackendDescriptor_t v_t = io(&g, UID_V, bf, transposed(qt));
+	cudnnBackendDescriptor_t k_t = io(&g, UID_K, bf, transposed(kt));
+	cudnnBackendDescriptor_t v_t = io(&g, UID_V, bf, transposed(kt));
 	cudnnBackendDescriptor_t o = io(&g, UID_O, bf, ot);
 	cudnnBackendDescriptor_t d_o = io(&g, UID_DO, bf, qt);
 	cudnnBackendDescriptor_t stats = io(&g, UID_STATS, f32, row);
 	cudnnBackendDescriptor_t delta = io(&g, UID_DELTA, f32, row);
-	cudnnBackendDescriptor_t dq = io(&g, UID_DQ, bf, gt), dk = io(&g, UID_DK, bf, gt), dv = io(&g, UID_DV, bf, gt);
+	cudnnBackendDescriptor_t dq = io(&g, UID_DQ, bf, gt), dk = io(&g, UID_DK, bf, gkt), dv = io(&g, UID_DV, bf, gkt);
 	cudnnBackendDescriptor_t scale = scalar(&g, UID_SCALE), neg_inf = scalar(&g, UID_NEG_INF);
 	cudnnBackendDescriptor_t one = scalar(&g, UID_ONE);
 
@@ -453,13 +457,13 @@ static bool backward_plan(struct plan *p, const struct attn_shape *s)
 	reduction(&g, CUDNN_REDUCE_TENSOR_ADD, dsum, dOO);
 	pw2(&g, CUDNN_POINTWISE_MUL, delta, dsum, one);
 
-	// P = exp(scale q k^T - lse), causal
+	// P = exp(scale q k^T - lse), causal (a tile below the diagonal: every key)
 	cudnnBackendDescriptor_t qk = virt(&g, f32, scores), sc = virt(&g, f32, scores);
 	cudnnBackendDescriptor_t centred = virt(&g, f32, scores), pr = virt(&g, f32, scores);
 	matmul(&g, qk, q, k_t);
 	pw2(&g, CUDNN_POINTWISE_MUL, sc, qk, scale);
 	pw2(&g, CUDNN_POINTWISE_SUB, centred, sc, stats);
-	cudnnBackendDescriptor_t masked = causal(&g, centred, scores, neg_inf);
+	cudnnBackendDescriptor_t masked = s->causal ? causal(&g, centred, scores, neg_inf) : centred;
 	pw2(&g, CUDNN_POINTWISE_EXP, pr, masked, NULL);
 
 	// dV = P^T dO
@@ -481,7 +485,7 @@ static bool backward_plan(struct plan *p, const struct attn_shape *s)
 	matmul(&g, dk, dst, q);
 
 	// dQ = dS k, a product over dS in the workspace
-	cudnnBackendDescriptor_t k = virt(&g, bf, qt);
+	cudnnBackendDescriptor_t k = virt(&g, bf, kt);
 	reshape(&g, k, k_t);
 	matmul(&g, dq, ds, k);
 	bool ok = plan_build(p, &g, "backward");
@@ -578,7 +582,7 @@ extern "C" bool attention_cudnn_forward(bf16 *out, int ld_out, float *lse, void 
                                         const bf16 *q16, const bf16 *k16, const bf16 *v16, int B, int S, int H,
                                         int G, int D)
 {
-	struct attn_shape s = { B, S, S, H, G, H, D, ld_out };
+	struct attn_shape s = { B, S, S, H, G, H, D, ld_out, S, 1, G, S };
 	if (!rows_aligned(out, lse, NULL, S, H, H, D))
 		return false;
 	const struct plan *p = plan_within(&s, false, workspace_bytes);
@@ -620,7 +624,7 @@ extern "C" bool attention_cudnn_backward(float *dq_h, float *dk_h, float *dv_h, 
                                          int ld_out, const float *lse, int heads_per_call, int B, int S, int H,
                                          int D)
 {
-	struct attn_shape s = { B, S, S, H, H, heads_per_call, D, ld_out };
+	struct attn_shape s = { B, S, S, H, H, heads_per_call, D, ld_out, S, 1, H, S };
 	if (!rows_aligned(out, lse, delta, S, H, heads_per_call, D))
 		return false;
 	const struct plan *p = plan_within(&s, true, workspace_bytes);
@@ -645,6 +649,95 @@ extern "C" bool attention_cudnn_backward(float *dq_h, float *dk_h, float *dv_h, 
 }
 
 // ---------------------------------------------------------------------------
+// Long rows in tiles (ops.h's attention_cudnn_tiles): query chunk i of C
+// tokens against key chunk j <= i, the diagonal tile causal, the others
+// unmasked, each with the row's lse, so every tile's P is the whole row's
+// and the gradients are sums of the tiles' parts.
+
+// dst (T,Hd,D) fp32 rows r0 .. r0+len-1 of each sequence (S rows apart),
+// heads hd0 .. hd0+hc-1, from src (B,hc,len,D) bf16: widened, and written
+// (add false) or added to what is there (add true).
+__global__ void attention_unpack_rows_kernel(float *dst, const bf16 *src, int S, int r0, int len, int hc, int Hd,
+                                             int hd0, int D, long n, bool add)
+{
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+		long d = i % D, s = i / D % len, h = i / ((long)D * len) % hc, b = i / ((long)D * len * hc);
+		float *at = dst + ((b * S + r0 + s) * Hd + hd0 + h) * D + d;
+		float v = bf16_to_f32(src[i]);
+		*at = add ? *at + v : v;
+	}
+}
+
+static void unpack_rows(float *dst, const bf16 *src, int B, int S, int r0, int len, int hc, int Hd, int hd0, int D,
+                        bool add)
+{
+	long n = (long)B * hc * len * D;
+	attention_unpack_rows_kernel<<<grid_for(n, 256), 256, 0, poros_cuda_compute_stream()>>>(
+		dst, src, S, r0, len, hc, Hd, hd0, D, n, add);
+	launchCheck();
+}
+
+// Tile (i, j)'s shape: the query chunk's rows against the key chunk's, k
+// and v from the row's packs (expanded false: H heads of S rows) or from
+// the key chunk's expansion to the call's heads (hc heads of its rows).
+static struct attn_shape tile_shape(int i, int j, int B, int S, int H, int hc, int C, bool expanded, int D,
+                                    int ld_out)
+{
+	int lq = S - i * C < C ? S - i * C : C, lk = S - j * C < C ? S - j * C : C;
+	struct attn_shape s = { B, lq, S, H, H, hc, D, ld_out, lk, i == j, expanded ? hc : H, expanded ? lk : S };
+	return s;
+}
+
+extern "C" bool attention_cudnn_tiles_ready(const bf16 *out, const float *lse, const float *delta, int B, int S,
+                                            int H, int hc, int C, bool expanded, int D, int ld_out,
+                                            size_t workspace_bytes)
+{
+	int n = (S + C - 1) / C;
+	for (int i = 0; i < n; i++) { // C is a multiple of 64: each chunk's rows as aligned as the row's
+		size_t r0 = (size_t)i * C;
+		if (!rows_aligned(out + r0 * ld_out, lse + r0, delta + r0, S, H, hc, D))
+			return false;
+	}
+	for (int j = 0; j < n; j++)
+		for (int i = j; i < n; i++) {
+			struct attn_shape s = tile_shape(i, j, B, S, H, hc, C, expanded, D, ld_out);
+			if (!plan_within(&s, true, workspace_bytes))
+				return false;
+		}
+	return true;
+}
+
+extern "C" void attention_cudnn_backward_tiles(float *dq, float *dk_acc, float *dv_acc, int Hd, int hd0, bf16 *grads,
+                                               float *delta, void *workspace, const bf16 *q16, const bf16 *k16,
+                                               const bf16 *v16, bool expanded, const bf16 *do16, const bf16 *out,
+                                               int ld_out, const float *lse, int h0, int hc, int j, int C, int B,
+                                               int S, int H, int D)
+{
+	float scale = (float)(1.0 / sqrt((double)D)), neg_inf = -INFINITY, one = 1.0f;
+	size_t part = (size_t)B * hc * C * D, c0 = (size_t)j * C;
+	bf16 *dq16 = grads, *dk16 = grads + part, *dv16 = grads + 2 * part;
+	size_t kat = expanded ? 0 : ((size_t)h0 * S + c0) * D;
+	int n = (S + C - 1) / C;
+	for (int i = j; i < n; i++) {
+		struct attn_shape s = tile_shape(i, j, B, S, H, hc, C, expanded, D, ld_out);
+		const struct plan *p = plan_for(&s, true); // built by attention_cudnn_tiles_ready
+		size_t r0 = (size_t)i * C, qat = ((size_t)h0 * S + r0) * D;
+		int64_t uids[] = { UID_Q, UID_K, UID_V, UID_O, UID_DO, UID_STATS, UID_DELTA, UID_DQ, UID_DK, UID_DV,
+		                   UID_SCALE, UID_NEG_INF, UID_ONE };
+		void *ptrs[] = { (void *)(q16 + qat), (void *)(k16 + kat), (void *)(v16 + kat),
+		                 (void *)(out + r0 * ld_out + (size_t)h0 * D), (void *)(do16 + qat),
+		                 (void *)(lse + (size_t)h0 * S + r0), delta + (size_t)h0 * S + r0, dq16, dk16, dv16,
+		                 &scale, &neg_inf, &one };
+		plan_run(p, 13, uids, ptrs, workspace);
+		// dq of chunk i sums tiles j = 0..i, dk and dv of chunk j tiles i = j..n-1
+		unpack_rows(dq, dq16, B, S, (int)r0, s.S, hc, H, h0, D, j > 0);
+		unpack_rows(dk_acc, dk16, B, S, (int)c0, s.Sk, hc, Hd, hd0, D, i > j);
+		unpack_rows(dv_acc, dv16, B, S, (int)c0, s.Sk, hc, Hd, hd0, D, i > j);
+		stats.tile_calls++;
+	}
+}
+
+// ---------------------------------------------------------------------------
 // Packed rows: one call per document, each a view of its rows in the
 // packs (the row's strides, the document's length), so every document
 // gets its own causal attention with no mask across documents and no
@@ -663,7 +756,7 @@ extern "C" bool attention_cudnn_forward_docs(bf16 *out, int ld_out, float *lse, 
                                              const struct attention_doc *docs, int ndocs)
 {
 	for (int i = 0; i < ndocs; i++) {
-		struct attn_shape s = { 1, docs[i].len, S, H, G, H, D, ld_out };
+		struct attn_shape s = { 1, docs[i].len, S, H, G, H, D, ld_out, docs[i].len, 1, G, S };
 		size_t row = (size_t)docs[i].b * S + docs[i].start;
 		if (!rows_aligned(out + row * ld_out, lse + (size_t)docs[i].b * H * S + docs[i].start, NULL, S, H, H, D) ||
 		    !plan_within(&s, false, workspace_bytes))
@@ -672,7 +765,7 @@ extern "C" bool attention_cudnn_forward_docs(bf16 *out, int ld_out, float *lse, 
 	float scale = (float)(1.0 / sqrt((double)D)), neg_inf = -INFINITY;
 	for (int i = 0; i < ndocs; i++) {
 		const struct attention_doc *d = &docs[i];
-		struct attn_shape s = { 1, d->len, S, H, G, H, D, ld_out };
+		struct attn_shape s = { 1, d->len, S, H, G, H, D, ld_out, d->len, 1, G, S };
 		const struct plan *p = plan_for(&s, false);
 		size_t row = (size_t)d->b * S + d->start;
 		int64_t uids[] = { UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF };
@@ -710,7 +803,7 @@ extern "C" bool attention_cudnn_backward_docs(float *dq_h, float *dk_h, float *d
 {
 	for (int i = 0; i < ndocs; i++) {
 		int hc = doc_heads(docs[i].len, H, D, workspace_bytes, grads_elems);
-		struct attn_shape s = { 1, docs[i].len, S, H, H, hc, D, ld_out };
+		struct attn_shape s = { 1, docs[i].len, S, H, H, hc, D, ld_out, docs[i].len, 1, H, S };
 		size_t row = (size_t)docs[i].b * S + docs[i].start, hrow = (size_t)docs[i].b * H * S + docs[i].start;
 		if (hc == 0 || !rows_aligned(out + row * ld_out, lse + hrow, delta + hrow, S, H, hc, D) ||
 		    !plan_within(&s, true, workspace_bytes))
@@ -720,7 +813,7 @@ extern "C" bool attention_cudnn_backward_docs(float *dq_h, float *dk_h, float *d
 	for (int i = 0; i < ndocs; i++) {
 		const struct attention_doc *d = &docs[i];
 		int hc = doc_heads(d->len, H, D, workspace_bytes, grads_elems), L = d->len;
-		struct attn_shape s = { 1, L, S, H, H, hc, D, ld_out };
+		struct attn_shape s = { 1, L, S, H, H, hc, D, ld_out, L, 1, H, S };
 		const struct plan *p = plan_for(&s, true);
 		size_t part = (size_t)hc * L * D, row = (size_t)d->b * S + d->start;
 		bf16 *dq16 = grads, *dk16 = grads + part, *dv16 = grads + 2 * part;

@@ -432,12 +432,25 @@ static void reference(const struct shape *s)
 
 static int heads_q = 28, heads_kv = 4;
 
-/* The CUDA backend's cuDNN route counters (kernels/cuda/attention.cuh). */
-struct attention_cudnn_stats {
-	long plans_built, doc_calls;
-	double build_ms;
-};
-struct attention_cudnn_stats attention_cudnn_stats_read(void);
+
+/* The attention scratch for the route and for the kernels
+ * (against_kernels runs both on it): with POROS_CUDNN_TILE under 32768
+ * tokens the tiles keep one group's per-head dk, dv, the kernels every
+ * group's. */
+static size_t scratch_floats_both(int B, int S, int H, int G, int D)
+{
+	const char *route = getenv("POROS_ATTENTION");
+	char *was = route ? strdup(route) : NULL;
+	size_t sf = attention_scratch_floats_cuda(B, S, H, G, D), mma;
+	setenv("POROS_ATTENTION", "mma", 1);
+	mma = attention_scratch_floats_cuda(B, S, H, G, D);
+	if (was)
+		setenv("POROS_ATTENTION", was, 1);
+	else
+		unsetenv("POROS_ATTENTION");
+	free(was);
+	return sf > mma ? sf : mma;
+}
 
 /* One row of S tokens (B = 1) holding ndocs documents of the given lengths
  * (the last one takes what is left); ndocs 1: one document. */
@@ -447,7 +460,7 @@ static void bench(int S, int ndocs, const int *lens)
 	memset(&s, 0, sizeof s);
 	s.B = 1, s.S = S, s.H = heads_q, s.G = heads_kv, s.D = 128;
 	size_t T = (size_t)s.B * S, qn = T * s.H * s.D, kn = T * s.G * s.D;
-	size_t sf = attention_scratch_floats_cuda(s.B, S, s.H, s.G, s.D);
+	size_t sf = scratch_floats_both(s.B, S, s.H, s.G, s.D);
 	s.q = dev_rand(qn, SEED_Q), s.k = dev_rand(kn, SEED_K), s.v = dev_rand(kn, SEED_V);
 	s.dout = dev_rand(qn, SEED_DOUT);
 	s.out = dev(qn * 2), s.lse = dev((size_t)s.B * s.H * S * 4), s.scratch = dev(sf * 4);
@@ -486,6 +499,10 @@ static void bench(int S, int ndocs, const int *lens)
 		printf("path: %s (%ld document calls, %ld plans built in %.0f ms)\n",
 		       st1.doc_calls > st0.doc_calls ? "cudnn per document" : "kernels", st1.doc_calls - st0.doc_calls,
 		       st1.plans_built - st0.plans_built, st1.build_ms - st0.build_ms);
+	else if (st1.tile_calls > st0.tile_calls)
+		printf("path: forward cudnn, backward cudnn in tiles (%d heads a call, chunks of %d tokens, %ld tile "
+		       "calls)\n", attention_cudnn_tiles(s.B, S, s.H, s.G, s.D).hc, attention_cudnn_tiles(s.B, S, s.H, s.G,
+		       s.D).C, st1.tile_calls - st0.tile_calls);
 	else
 		printf("path: forward %s, backward %s\n", route ? "cudnn" : "kernels",
 		       route && attention_cudnn_heads(s.B, S, s.H, s.D) > 0 ? "cudnn" : "kernels");

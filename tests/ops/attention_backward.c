@@ -556,6 +556,66 @@ static void test_attention_route_wide(int B, int S, int H, int G, int D)
 	case_end(&c);
 }
 
+/* A long row's backward in cuDNN tiles (ops.h's attention_cudnn_tiles,
+ * POROS_CUDNN_TILE=tile set before the scratch is sized) against the
+ * kernels' on the same inputs, within the route's bounds, with or without
+ * the rotation; the tiles did run (the route's counter): the chunks'
+ * triangle times the head calls, in each of case_run's two runs (whose
+ * bits case_end compares).  S not a multiple of the tile: a shorter last
+ * chunk. */
+static void test_attention_route_tiles(int B, int S, int H, int G, int D, int tile, int rope)
+{
+	struct gpu_case c;
+	if (!case_begin(&c, "attention_forward+backward on cuDNN in tiles of %d, against the kernels B=%d S=%d H=%d G=%d "
+	                "D=%d rope=%d", tile, B, S, H, G, D, rope))
+		return;
+	char value[32];
+	snprintf(value, sizeof value, "%d", tile);
+	struct saved_env env[2] = {{"POROS_CUDNN_TILE", NULL}, {"POROS_ATTENTION", NULL}};
+	/* the scratch for both sides: the kernels' (mma) keep dk, dv per head
+	 * of every group at this length, the tiles' of one group */
+	env_set(&env[1], "mma");
+	size_t sf = attention_scratch_floats_cuda(B, S, H, G, D);
+	env_restore(&env[1]);
+	env_set(&env[0], value);
+	if (attention_scratch_floats_cuda(B, S, H, G, D) > sf)
+		sf = attention_scratch_floats_cuda(B, S, H, G, D);
+	struct attention_cudnn_tiling t = attention_cudnn_tiles(B, S, H, G, D);
+	int chunks = t.C ? (S + t.C - 1) / t.C : 0;
+	long want = t.hc ? (long)chunks * (chunks + 1) / 2 * (H / t.hc) : 0;
+	printf("    %d heads a call, chunks of %d tokens: %ld tile calls  %s\n", t.hc, t.C, want,
+	       t.hc && chunks > 1 ? "ok" : "MISMATCH (the shape no longer reaches the tiles)");
+	c.bad += !(t.hc && chunks > 1);
+	size_t T = (size_t)B * S, half = (size_t)D / 2, bytes[5];
+	float *q = rand_f32(T * H * D, -1, 1), *k = rand_f32(T * G * D, -1, 1), *v = rand_f32(T * G * D, -1, 1);
+	float *dout = rand_f32(T * H * D, -1, 1), *scratch = case_scratch(&c, sf * 4);
+	float *cs = host_alloc((size_t)S * half * 4), *sn = host_alloc((size_t)S * half * 4);
+	ref_rope_tables(cs, sn, S, D, 10000.0);
+	const float *dcos = rope ? dev_from(cs, (size_t)S * half * 4, 0) : NULL;
+	const float *dsin = rope ? dev_from(sn, (size_t)S * half * 4, 0) : NULL;
+	pair_bytes(bytes, B, S, H, G, D);
+	struct plain_pos_case x;
+	memset(&x, 0, sizeof x);
+	for (int i = 0; i < 2; i++) {
+		attention_case_inputs(&x.side[i], q, k, v, NULL, B, S, H, G, D);
+		x.side[i].cos = dcos, x.side[i].sin = dsin;
+		pair_side(&c, &x.side[i], i, bytes, dout, scratch);
+	}
+	struct attention_cudnn_stats st0 = attention_cudnn_stats_read();
+	case_run(&c, route_vs_kernels_gpu, &x);
+	struct attention_cudnn_stats st1 = attention_cudnn_stats_read();
+	env_restore(&env[0]);
+	long ran = st1.tile_calls - st0.tile_calls;
+	printf("    %ld tile calls ran in case_run's two runs  %s\n", ran, want && ran == 2 * want ? "ok" : "MISMATCH");
+	c.bad += !(want && ran == 2 * want);
+	check_rows(&c, "out0", got(&c, "out1"), T, (size_t)H * D, (size_t)H * D, 1, 1e-3, BF16_RTOL);
+	check(&c, "lse0", got(&c, "lse1"), (size_t)B * H * S, 0, 2e-6, 1e-5);
+	check(&c, "dq0", got(&c, "dq1"), T * H * D, 0, 1e-2, BF16_RTOL);
+	check(&c, "dk0", got(&c, "dk1"), T * G * D, 0, 1e-2, BF16_RTOL);
+	check(&c, "dv0", got(&c, "dv1"), T * G * D, 0, 1e-2, BF16_RTOL);
+	case_end(&c);
+}
+
 /* realistic 0: odd small shapes (scalar, unaligned and fallback paths;
  * quick enough for compute-sanitizer); 1: model shapes */
 static void attention_backward_cuda_check(int realistic)
@@ -597,6 +657,9 @@ static void attention_backward_cuda_check(int realistic)
 		test_attention_route_rows(2, 1100, 8, 2, 64, 3, 0, 0);
 		test_attention_route_wide(4, 2048, 28, 4, 128); /* 7B heads, batch 4: 28 heads a call */
 		test_attention_route_wide(1, 2560, 64, 8, 128); /* 72B heads, one row: 64 a call */
+		test_attention_route_tiles(1, 4096, 28, 4, 128, 1024, 1); /* 7B heads, 4 chunks, rotated */
+		test_attention_route_tiles(2, 2500, 8, 2, 64, 1024, 0);   /* a shorter last chunk, batch 2 */
+		test_attention_route_tiles(1, 3000, 4, 4, 128, 1024, 1);  /* G = H: dk straight, rotated after */
 	}
 }
 #endif

@@ -53,6 +53,50 @@ static void test_cudnn_heads(void)
 	failures += bad != 0;
 }
 
+/* The cuDNN backward's tiles on long rows (ops.h): only where one call
+ * of the whole row does not run, heads of one key/value group a call,
+ * chunks evened out under the workspace cap and the dS bound; and the
+ * scratch then keeps one group's per-head dk, dv. */
+static void test_cudnn_tiles(void)
+{
+	static const struct { const char *cap, *tile; int B, S, H, G, hc, C; } cases[] = {
+		{ "", "auto", 1, 8192, 28, 4, 0, 0 },        /* one call takes the row: no tiles */
+		{ "", "auto", 1, 131072, 28, 4, 7, 8192 },   /* 7B: a group of 7 heads, 16 chunks of 8192 */
+		{ "", "auto", 1, 65536, 64, 8, 8, 8192 },    /* 72B: a group of 8 heads, 8 chunks */
+		{ "", "auto", 1, 100000, 64, 8, 8, 7744 },   /* 13 chunks of 7744, the last 7072 */
+		{ "", "auto", 1, 32768, 64, 8, 8, 8192 },    /* the whole row's pack over 2^27 */
+		{ "65536", "auto", 1, 131072, 28, 4, 7, 11968 }, /* the dS bound, not the cap: 2^31 bytes */
+		{ "", "auto", 1, 524288, 64, 8, 2, 16384 },  /* 8 or 4 heads' views over 2^27: 2 a call */
+		{ "", "1024", 1, 4096, 28, 4, 7, 1024 },     /* POROS_CUDNN_TILE=N */
+		{ "", "1024", 2, 2500, 8, 2, 4, 896 },       /* 3 chunks: 896, 896, 708 */
+		{ "", "1024", 1, 1024, 28, 4, 0, 0 },        /* no longer than the tile */
+		{ "", "", 1, 131072, 28, 4, 0, 0 },          /* unset: the kernels' backward, until measured */
+	};
+	int bad = 0;
+
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		setenv("POROS_CUDNN_WORKSPACE", cases[i].cap, 1);
+		setenv("POROS_CUDNN_TILE", cases[i].tile, 1);
+		struct attention_cudnn_tiling t = attention_cudnn_tiles(cases[i].B, cases[i].S, cases[i].H, cases[i].G,
+		                                                        128);
+		int heads = attention_dkdv_heads(cases[i].B, cases[i].S, cases[i].H, cases[i].G, 128);
+		size_t ds = (size_t)cases[i].B * t.hc * t.C * t.C * 2;
+		if (t.hc != cases[i].hc || t.C != cases[i].C || (t.hc && heads != cases[i].H / cases[i].G) ||
+		    ds > ((size_t)1 << 31)) {
+			printf("FAIL attention_cudnn_tiles(B=%d, S=%d, H=%d, G=%d) under POROS_CUDNN_WORKSPACE=%s "
+			       "POROS_CUDNN_TILE=%s: %d heads, %d tokens (dk, dv heads %d), want %d, %d\n", cases[i].B,
+			       cases[i].S, cases[i].H, cases[i].G, cases[i].cap, cases[i].tile, t.hc, t.C, heads,
+			       cases[i].hc, cases[i].C);
+			bad++;
+		}
+	}
+	unsetenv("POROS_CUDNN_WORKSPACE");
+	unsetenv("POROS_CUDNN_TILE");
+	printf("%s the cuDNN backward's tiles on long rows: one group's heads a call, chunks under the bounds\n",
+	       bad ? "FAIL" : "ok  ");
+	failures += bad != 0;
+}
+
 /* Output buffers of one run over every op, taken in the same order each run
  * so two runs can be compared op by op. */
 struct arena {
@@ -225,6 +269,7 @@ int main(int argc, char **argv)
 	if (argc == 1) {
 		test_ops_table();
 		test_cudnn_heads();
+		test_cudnn_tiles();
 		test_thread_determinism();
 	}
 	return op_checks_verdict("test_ops_values");

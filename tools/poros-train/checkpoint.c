@@ -92,6 +92,8 @@ cJSON *run_config_json(const struct train_config *c)
 	cJSON_AddNumberToObject(o, "gemm_choice_rows", engine_gemm_choice_rows(c)); /* with POROS_GROUP */
 	cJSON_AddItemToObject(o, "cudnn_workspace_mb",
 	                      c->cudnn_workspace_mb ? cJSON_CreateNumber((double)c->cudnn_workspace_mb) : cJSON_CreateNull());
+	cJSON_AddItemToObject(o, "cudnn_tile", c->cudnn_tile < 0 ? cJSON_CreateString("auto")
+	                      : c->cudnn_tile ? cJSON_CreateNumber((double)c->cudnn_tile) : cJSON_CreateNull());
 	cJSON_AddStringToObject(o, "gradient_checkpointing", c->cell.training.gradient_checkpointing ? "on" : "off");
 	cJSON_AddItemToObject(o, "eval_dataset", opt_string(c->cell.training.eval_dataset));
 	cJSON_AddItemToObject(o, "eval_dataset_hash", opt_string(c->eval_dataset_hash));
@@ -126,6 +128,7 @@ static const struct config_key {
 	{ "backend", "--backend", 1 }, { "gradient_checkpointing", "--gradient-checkpointing", 1 },
 	{ "attention", "POROS_ATTENTION", 1 }, { "gemm_choice", "POROS_GEMM_CHOICE", 1 },
 	{ "gemm_choice_rows", "POROS_GROUP", 1 }, { "cudnn_workspace_mb", "POROS_CUDNN_WORKSPACE", 1 },
+	{ "cudnn_tile", "POROS_CUDNN_TILE", 1 },
 	{ "tokenizer", "--tokenizer", 0 }, /* as dataset: its content is tokenizer_hash */
 	{ "tokenizer_hash", "--tokenizer", 0 }, { "eval_dataset", "--eval-dataset", 1 },
 	{ "eval_dataset_hash", "--eval-dataset", 0 }, /* another set may be named, not edited in place */

@@ -234,6 +234,18 @@ static int config_from_env(struct train_config *c, char *err, size_t errsz)
 		c->cudnn_workspace_mb = n;
 	}
 
+	/* the cuDNN backward's tile length on long rows (kernels/ops.h), a
+	 * test setting: a typo must not silently keep the default */
+	if ((v = getenv("POROS_CUDNN_TILE")) && *v && strcmp(v, "auto") == 0) {
+		c->cudnn_tile = -1;
+	} else if (v && *v) {
+		long n = strtol(v, &end, 10);
+		if (*end || n < 64 || n % 64 || n > 1 << 24)
+			return snprintf(err, errsz, "POROS_CUDNN_TILE: \"%s\" is not auto or a token count, a multiple of 64",
+			                v), -1;
+		c->cudnn_tile = n;
+	}
+
 	/* kernels/ops.h's LoRA extension: a typo must not silently leave it on */
 	if (ext && *ext && strcmp(ext, "0") && strcmp(ext, "1"))
 		return snprintf(err, errsz, "POROS_LORA_EXT: unknown value \"%s\" (expected 0 or 1)", ext), -1;

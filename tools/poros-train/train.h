@@ -62,6 +62,7 @@ struct train_config {
 	                            chosen at a blockwise group's rows (engine_gemm_choice_rows) */
 	const char *attention;   /* POROS_ATTENTION as given ("mma", "cudnn"); NULL: the default route */
 	long cudnn_workspace_mb; /* POROS_CUDNN_WORKSPACE as given; 0: kernels/ops.h's default cap */
+	long cudnn_tile; /* POROS_CUDNN_TILE as given: tokens, -1 auto, 0 unset (no tiles) */
 	int mlp_chunk;           /* POROS_MLP_CHUNK: MLP rows per chunk; 0: MLP_CHUNK_TOKENS (layer.h) */
 	long opt_chunk;          /* POROS_OPT_CHUNK: parameters per AdamW chunk with --optimizer-state host;
 	                            0: OPT_CHUNK_FLOATS (plan.c) */
