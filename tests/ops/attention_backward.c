@@ -526,6 +526,18 @@ static void route_vs_kernels_gpu(const void *p)
 	env_restore(&e);
 }
 
+/* Side 0's five outputs (the route) against side 1's (the kernels) within
+ * the route's bounds against the CPU (test_attention_backward's). */
+static void check_route_vs_kernels(struct gpu_case *c, int B, int S, int H, int G, int D)
+{
+	size_t T = (size_t)B * S;
+	check_rows(c, "out0", got(c, "out1"), T, (size_t)H * D, (size_t)H * D, 1, 1e-3, BF16_RTOL);
+	check(c, "lse0", got(c, "lse1"), (size_t)B * H * S, 0, 2e-6, 1e-5);
+	check(c, "dq0", got(c, "dq1"), T * H * D, 0, 1e-2, BF16_RTOL);
+	check(c, "dk0", got(c, "dk1"), T * G * D, 0, 1e-2, BF16_RTOL);
+	check(c, "dv0", got(c, "dv1"), T * G * D, 0, 1e-2, BF16_RTOL);
+}
+
 static void test_attention_route_wide(int B, int S, int H, int G, int D)
 {
 	struct gpu_case c;
@@ -548,11 +560,7 @@ static void test_attention_route_wide(int B, int S, int H, int G, int D)
 		pair_side(&c, &x.side[i], i, bytes, dout, scratch);
 	}
 	case_run(&c, route_vs_kernels_gpu, &x);
-	check_rows(&c, "out0", got(&c, "out1"), T, (size_t)H * D, (size_t)H * D, 1, 1e-3, BF16_RTOL);
-	check(&c, "lse0", got(&c, "lse1"), (size_t)B * H * S, 0, 2e-6, 1e-5);
-	check(&c, "dq0", got(&c, "dq1"), T * H * D, 0, 1e-2, BF16_RTOL);
-	check(&c, "dk0", got(&c, "dk1"), T * G * D, 0, 1e-2, BF16_RTOL);
-	check(&c, "dv0", got(&c, "dv1"), T * G * D, 0, 1e-2, BF16_RTOL);
+	check_route_vs_kernels(&c, B, S, H, G, D);
 	case_end(&c);
 }
 
@@ -608,11 +616,7 @@ static void test_attention_route_tiles(int B, int S, int H, int G, int D, int ti
 	long ran = st1.tile_calls - st0.tile_calls;
 	printf("    %ld tile calls ran in case_run's two runs  %s\n", ran, want && ran == 2 * want ? "ok" : "MISMATCH");
 	c.bad += !(want && ran == 2 * want);
-	check_rows(&c, "out0", got(&c, "out1"), T, (size_t)H * D, (size_t)H * D, 1, 1e-3, BF16_RTOL);
-	check(&c, "lse0", got(&c, "lse1"), (size_t)B * H * S, 0, 2e-6, 1e-5);
-	check(&c, "dq0", got(&c, "dq1"), T * H * D, 0, 1e-2, BF16_RTOL);
-	check(&c, "dk0", got(&c, "dk1"), T * G * D, 0, 1e-2, BF16_RTOL);
-	check(&c, "dv0", got(&c, "dv1"), T * G * D, 0, 1e-2, BF16_RTOL);
+	check_route_vs_kernels(&c, B, S, H, G, D);
 	case_end(&c);
 }
 
