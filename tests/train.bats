@@ -183,12 +183,21 @@ parity() {
 	done
 }
 
-@test "POROS_CUDNN_WORKSPACE takes MiB from 64 to 65536: another value is a usage error; the CUDA plan counts it" {
-	for v in 0 63 65537 4G x; do
-		POROS_CUDNN_WORKSPACE=$v run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
-		[ "$stderr" = "poros-train: POROS_CUDNN_WORKSPACE: \"$v\" is not a number of MiB from 64 to 65536" ]
+# refuses VAR WHAT VALUE...: poros-train with VAR set to each value is a
+# usage error before anything runs: exit 2, "VAR: "VALUE" is not WHAT" on
+# stderr, nothing on stdout, no run directory
+refuses() {
+	local var=$1 what=$2 v
+	shift 2
+	for v in "$@"; do
+		run -2 --separate-stderr env "$var=$v" poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
+		[ "$stderr" = "poros-train: $var: \"$v\" is not $what" ]
 		[ -z "$output" ] && [ ! -e run ]
 	done
+}
+
+@test "POROS_CUDNN_WORKSPACE takes MiB from 64 to 65536: another value is a usage error; the CUDA plan counts it" {
+	refuses POROS_CUDNN_WORKSPACE "a number of MiB from 64 to 65536" 0 63 65537 4G x
 	# 7B at 8192 tokens: 7 of the 28 heads a call in 1 GiB (896 MiB of dS),
 	# 14 in 4 GiB (1792 MiB; 28 would be over ops.h's 2^31-byte dS bound): the
 	# workspace grows by the difference, and one call's gradients and
@@ -200,11 +209,7 @@ parity() {
 }
 
 @test "POROS_CUDNN_TILE takes auto or a multiple of 64 tokens: another value is a usage error; the CUDA plan counts it" {
-	for v in 0 63 100 -64 1k x; do
-		POROS_CUDNN_TILE=$v run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
-		[ "$stderr" = "poros-train: POROS_CUDNN_TILE: \"$v\" is not auto or a token count, a multiple of 64" ]
-		[ -z "$output" ] && [ ! -e run ]
-	done
+	refuses POROS_CUDNN_TILE "auto or a token count, a multiple of 64" 0 63 100 -64 1k x
 	# 7B at 32768 tokens: one call a head holds 2 GiB of dS (ops.h), tiles
 	# of 4096 tokens 7 heads' 224 MiB, and one group's per-head dk, dv
 	local q=(--plan --backend cuda --model Qwen/Qwen2.5-7B --precision bf16 --seq-len 32768 --rank 16)
@@ -220,11 +225,7 @@ parity() {
 }
 
 @test "POROS_CUDNN_DOC_MIN takes a token count >= 1: another value is a usage error before anything runs" {
-	for v in 0 -3 12x big; do
-		POROS_CUDNN_DOC_MIN=$v run -2 --separate-stderr poros-train "${TINY[@]}" --model poros/tiny-qwen2 --out run
-		[ "$stderr" = "poros-train: POROS_CUDNN_DOC_MIN: \"$v\" is not a token count >= 1" ]
-		[ -z "$output" ] && [ ! -e run ]
-	done
+	refuses POROS_CUDNN_DOC_MIN "a token count >= 1" 0 -3 12x big
 	POROS_CUDNN_DOC_MIN=64 poros-train "${TINY[@]}" --model poros/tiny-qwen2 --steps 1 --quiet --out r64 |
 		jq -e '.status == "ok"'
 }
