@@ -1,7 +1,8 @@
 /* tests/gpu/bench_attention.c: times the CUDA attention ops alone (not a
  * test: tests/gpu/run.sh skips bench_*).  For each shape, the forward and
  * the backward run 3 times to warm up, then 10 times each between events;
- * the median is printed with TFLOP/s over the causal FLOPs (forward
+ * the median is printed (BENCH_ITERS=N: 1 to 10 timed runs, at most N
+ * warm-ups, for long rows in a short device call) with TFLOP/s over the causal FLOPs (forward
  * 4*S^2*H*D/2 per sequence, backward 2.5 times that: the five products of
  * the usual count, not the recomputations this implementation does).
  * The ops rotate q and k (RoPE tables given), as in the training step.
@@ -107,10 +108,16 @@ static void bwd(const struct shape *s)
 static float time_ms(void (*op)(const struct shape *), const struct shape *s)
 {
 	struct backend_event *e0 = gpu->event_create(), *e1 = gpu->event_create();
+	const char *env = getenv("BENCH_ITERS");
+	int n = env && *env ? atoi(env) : 10;
 	float t[10];
-	for (int i = 0; i < 3; i++)
+	if (n < 1 || n > 10) {
+		fprintf(stderr, "bench_attention: BENCH_ITERS: want 1 to 10, got \"%s\"\n", env);
+		exit(2);
+	}
+	for (int i = 0; i < (n < 3 ? n : 3); i++)
 		op(s);
-	for (int i = 0; i < 10; i++) {
+	for (int i = 0; i < n; i++) {
 		gpu->event_record(e0, STREAM_COMPUTE);
 		op(s);
 		gpu->event_record(e1, STREAM_COMPUTE);
@@ -119,8 +126,8 @@ static float time_ms(void (*op)(const struct shape *), const struct shape *s)
 	}
 	gpu->event_destroy(e0);
 	gpu->event_destroy(e1);
-	qsort(t, 10, sizeof t[0], cmp_float);
-	return (t[4] + t[5]) / 2;
+	qsort(t, n, sizeof t[0], cmp_float);
+	return (t[(n - 1) / 2] + t[n / 2]) / 2;
 }
 
 /* FNV-1a over 8-byte words (sizes here are multiples of 8), a digest two
