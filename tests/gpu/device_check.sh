@@ -11,7 +11,8 @@
 # (bench_attention, BENCH_REFERENCE=1); 4. HF transformers agreement (also
 # at 2048 tokens with head dims 128 and 64: the cuDNN route and the
 # kernels; and a batch-4 run of Qwen2.5-7B at 2048 tokens on the cuDNN route
-# against the kernels); 5. compute-sanitizer memcheck on a tiny run.  Logs
+# against the kernels; the cuDNN backward in tiles, blockwise vs resident
+# and against the kernels); 5. compute-sanitizer memcheck on a tiny run.  Logs
 # under OUTDIR.
 set -u
 out=${1:-/tmp/poros-device-check}
@@ -257,6 +258,20 @@ done
 for key in loss grad_norm; do
 	values_agree "$key" "batch 4 x 2048, cuDNN vs the kernels" 5e-3 "$out/runs/wide_cudnn/events.jsonl" \
 		"$out/runs/wide_mma/events.jsonl" || { echo "FAIL: batch 4 x 2048 $key differs from the kernels'"; fail=1; }
+done
+note "the cuDNN backward in tiles (POROS_CUDNN_TILE=1024, Qwen2.5-0.5B shapes at 4096 tokens): blockwise vs resident, against the kernels"
+for run in blockwise:1024 resident:1024 blockwise:mma; do
+	mode=${run%:*} how=${run#*:}
+	if [ "$how" = mma ]; then set -- POROS_ATTENTION=mma; else set -- POROS_CUDNN_TILE="$how"; fi
+	env "$@" $P/poros-train --model Qwen/Qwen2.5-0.5B --backend cuda --mode "$mode" --precision bf16 --block-size 4 \
+		--seq-len 4096 --accum 2 --steps 2 --dataset synthetic --rank 8 --alpha 16 --dropout 0 \
+		--out "$out/runs/tiles_${mode}_$how" --quiet >/dev/null 2>"$out/runs/tiles_$mode.log" ||
+		{ fail=1; tail -2 "$out/runs/tiles_$mode.log"; }
+done
+bit_identical "cuDNN tiles, blockwise vs resident" "$out/runs/tiles_resident_1024" "$out/runs/tiles_blockwise_1024"
+for key in loss grad_norm; do
+	values_agree "$key" "cuDNN tiles vs the kernels" 5e-3 "$out/runs/tiles_blockwise_1024/events.jsonl" \
+		"$out/runs/tiles_blockwise_mma/events.jsonl" || { echo "FAIL: the tiles' $key differs from the kernels'"; fail=1; }
 done
 note "seq 8192: blockwise (with and without the attention checkpoints) vs resident bit parity (Qwen2.5-0.5B shapes, fused attention)"
 for run in blockwise:1 blockwise:0 resident:1; do
