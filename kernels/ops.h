@@ -315,7 +315,8 @@ static inline int attention_dpad(int D)
  * Its backward runs attention_cudnn_heads query heads a call (the largest
  * divisor of H whose bf16 dS workspace, B x heads x S^2, fits
  * attention_cudnn_workspace_cap() and ATTN_CUDNN_DS_MAX_BYTES, or one head
- * up to twice the cap; 0: too long a row, the kernels run the backward).
+ * up to twice the cap; 0: too long a row, the kernels run the backward,
+ * or with POROS_CUDNN_TILE cuDNN in tiles, attention_cudnn_tiles below).
  * It needs, after the attention scratch (attention_scratch_floats, below):
  * with G < H, k and v expanded to the H query heads (bf16); one call's dq,
  * dk, dv per query head (bf16, cuDNN's output); and cuDNN's workspace

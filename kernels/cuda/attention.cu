@@ -780,7 +780,7 @@ static void dkdv_groups(float *dk, float *dv, const float *lse, const struct att
 
 // The cuDNN route's parts after the scratch (ops.h's attention_cudnn_parts).
 struct cudnn_scratch {
-	bf16 *kx, *vx;            // (B,H,S,D): k, v expanded to the query heads (G < H)
+	bf16 *kx, *vx;            // (B,H,S,D): k, v expanded to the query heads (G < H); tiles: (B,hc,C,D)
 	bf16 *grads;              // (B,heads,S,D) three times: one call's dq, dk, dv (tiles: (B,hc,C,D))
 	size_t grads_elems;       // bf16 elements of each of the three
 	void *workspace;
